@@ -1,0 +1,130 @@
+/* common.c - helpers shared by kernels: broadcasting, axes, dtype checks. */
+#include "kernel.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+slim_status slim_broadcast_shape(int na, const int64_t *a, int nb, const int64_t *b,
+                                 int *nout, int64_t *out, slim_err *err)
+{
+    int n = na > nb ? na : nb;
+    for (int i = 0; i < n; i++) {
+        int64_t da = i < n - na ? 1 : a[i - (n - na)];
+        int64_t db = i < n - nb ? 1 : b[i - (n - nb)];
+        if (da != db && da != 1 && db != 1) {
+            char sa[128], sb[128];
+            return slim_errf(err, SLIM_ESHAPE, "shapes %s and %s cannot be broadcast",
+                             slim_shape_str(na, a, sa, sizeof(sa)),
+                             slim_shape_str(nb, b, sb, sizeof(sb)));
+        }
+        out[i] = da == 1 ? db : da;
+    }
+    *nout = n;
+    return SLIM_OK;
+}
+
+void slim_contiguous_strides(int ndim, const int64_t *dims, int64_t *strides)
+{
+    int64_t s = 1;
+    for (int i = ndim - 1; i >= 0; i--) {
+        strides[i] = s;
+        s *= dims[i];
+    }
+}
+
+void slim_broadcast_strides(int nin, const int64_t *in, int nout,
+                            const int64_t *out, int64_t *strides)
+{
+    int64_t own[SLIM_MAX_DIMS];
+    slim_contiguous_strides(nin, in, own);
+    for (int i = 0; i < nout; i++) {
+        int j = i - (nout - nin);
+        strides[i] = (j < 0 || in[j] == 1) ? 0 : own[j];
+    }
+    (void)out;
+}
+
+slim_status slim_norm_axis(int64_t axis, int rank, int *out, slim_err *err)
+{
+    if (axis < -rank || axis >= (rank ? rank : 1) || (rank == 0 && axis != 0 && axis != -1))
+        return slim_errf(err, SLIM_EINVAL, "axis %lld is out of range for rank %d",
+                         (long long)axis, rank);
+    *out = (int)(axis < 0 ? axis + rank : axis);
+    if (*out < 0)
+        *out = 0;
+    return SLIM_OK;
+}
+
+slim_status slim_check_dtype(const slim_tensor *t, const char *what, slim_err *err, ...)
+{
+    va_list ap;
+    va_start(ap, err);
+    char allowed[256] = "";
+    size_t used = 0;
+    for (;;) {
+        int d = va_arg(ap, int);
+        if (d == SLIM_DTYPE_UNDEFINED)
+            break;
+        if (d == (int)t->dtype) {
+            va_end(ap);
+            return SLIM_OK;
+        }
+        used += snprintf(allowed + used, used < sizeof(allowed) ? sizeof(allowed) - used : 0,
+                         "%s%s", used ? ", " : "", slim_dtype_name((slim_dtype)d));
+    }
+    va_end(ap);
+    return slim_errf(err, SLIM_EUNSUPPORTED, "%s has data type %s; supported: %s", what,
+                     slim_dtype_name(t->dtype), allowed);
+}
+
+void slim_tensor_set_shape(slim_tensor *dst, slim_dtype dt, int ndim, const int64_t *dims)
+{
+    dst->dtype = dt;
+    dst->ndim = ndim;
+    for (int i = 0; i < ndim; i++)
+        dst->dims[i] = dims[i];
+}
+
+void slim_tensor_set_like(slim_tensor *dst, const slim_tensor *src)
+{
+    slim_tensor_set_shape(dst, src->dtype, src->ndim, src->dims);
+}
+
+slim_status slim_read_ints(const slim_tensor *t, const char *what, int64_t *out,
+                           int cap, int *n, slim_err *err)
+{
+    if (t->dtype != SLIM_I64 && t->dtype != SLIM_I32)
+        return slim_errf(err, SLIM_ETYPE, "%s must be int64 or int32, got %s", what,
+                         slim_dtype_name(t->dtype));
+    int64_t count = slim_tensor_numel(t);
+    if (count > cap)
+        return slim_errf(err, SLIM_EINVAL, "%s has %lld elements, at most %d supported", what,
+                         (long long)count, cap);
+    if (count > 0 && !t->data)
+        return slim_errf(err, SLIM_ENEEDVALUE, "%s is not known before run time", what);
+    for (int64_t i = 0; i < count; i++)
+        out[i] = slim_load_i64(t->dtype, t->data, i);
+    *n = (int)count;
+    return SLIM_OK;
+}
+
+slim_status slim_read_scalar_f64(const slim_tensor *t, const char *what, double *v, slim_err *err)
+{
+    if (slim_tensor_numel(t) < 1)
+        return slim_errf(err, SLIM_EINVAL, "%s is empty, expected a scalar", what);
+    if (!t->data)
+        return slim_errf(err, SLIM_ENEEDVALUE, "%s is not known before run time", what);
+    *v = slim_load_f64(t->dtype, t->data, 0);
+    return SLIM_OK;
+}
+
+slim_status slim_read_scalar_i64(const slim_tensor *t, const char *what, int64_t *v, slim_err *err)
+{
+    if (slim_tensor_numel(t) < 1)
+        return slim_errf(err, SLIM_EINVAL, "%s is empty, expected a scalar", what);
+    if (!t->data)
+        return slim_errf(err, SLIM_ENEEDVALUE, "%s is not known before run time", what);
+    *v = slim_load_i64(t->dtype, t->data, 0);
+    return SLIM_OK;
+}

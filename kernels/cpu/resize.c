@@ -1,0 +1,6 @@
+/* kernels/cpu/resize.c - placeholder table; the ops land in this file. */
+#include "kernel.h"
+
+const slim_op_def slim__ops_resize[] = {
+    {0},
+};

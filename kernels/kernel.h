@@ -1,0 +1,97 @@
+/*
+ * kernel.h - how an operator is written and registered.
+ *
+ * An operator is a slim_op_def: a type name, the lowest opset version it
+ * implements (the registry picks the def with the highest `since` that is <=
+ * the model's opset), and up to four functions:
+ *
+ *   prepare(node, &state, err)  at load: parse and validate attributes once;
+ *                               optional. State is read-only afterwards.
+ *   release(state)              frees what prepare made; optional.
+ *   infer(ctx)                  sets every present output's dtype, ndim and
+ *                               dims from the inputs. Input data may be NULL
+ *                               while planning; an op whose output shape
+ *                               depends on an input's values returns
+ *                               SLIM_ENEEDVALUE then. Checks dtypes and
+ *                               shapes and reports mistakes via ctx->err.
+ *   exec(ctx)                   computes outputs into buffers the executor
+ *                               allocated from the shapes infer gave.
+ *
+ * Messages need not name the node: the executor prefixes that.
+ * A kernel file exports one table, terminated by an entry with op_type NULL,
+ * and kernels/registry.c lists the tables.
+ */
+#ifndef SLIM_KERNEL_H
+#define SLIM_KERNEL_H
+
+#include "graph.h"
+
+typedef struct slim_op_ctx {
+    const slim_node *node;
+    const void *state;     /* from prepare, or NULL */
+    int n_in;
+    const slim_tensor *const *in; /* in[i] NULL when an optional input is absent */
+    int n_out;
+    slim_tensor *const *out;      /* out[i] NULL when the output is unused */
+    slim_err *err;
+} slim_op_ctx;
+
+enum {
+    /* exec reads only input shapes, never data (Shape, Size): the planner
+     * may run it with no data present. */
+    SLIM_OP_SHAPE_ONLY = 1u << 0,
+    /* output 0 is input 0's data with a new shape (Reshape, Squeeze, ...):
+     * the executor shares the buffer and does not call exec. */
+    SLIM_OP_ALIAS0 = 1u << 1,
+};
+
+typedef struct slim_op_def {
+    const char *op_type;
+    int since;
+    slim_status (*prepare)(slim_node *node, void **state, slim_err *err);
+    void (*release)(void *state);
+    slim_status (*infer)(slim_op_ctx *ctx);
+    slim_status (*exec)(slim_op_ctx *ctx);
+    unsigned flags;
+} slim_op_def;
+
+/* Returns the def for (domain, op_type, opset) or NULL. */
+const slim_op_def *slim_op_lookup(const char *domain, const char *op_type, int opset);
+/* Calls fn for every registered op type once (for docs and tests). */
+void slim_op_foreach(void (*fn)(const slim_op_def *def, void *user), void *user);
+
+/* ---- helpers shared by kernels (kernels/common.c) ----------------------- */
+
+/* Sets out shape to the numpy broadcast of a and b; ESHAPE if incompatible. */
+slim_status slim_broadcast_shape(int na, const int64_t *a, int nb, const int64_t *b,
+                                 int *nout, int64_t *out, slim_err *err);
+/* Strides (in elements) of `in` viewed with `out`'s rank, 0 on broadcast
+ * axes; in is right-aligned against out. */
+void slim_broadcast_strides(int nin, const int64_t *in, int nout,
+                            const int64_t *out, int64_t *strides);
+/* Contiguous row-major strides in elements. */
+void slim_contiguous_strides(int ndim, const int64_t *dims, int64_t *strides);
+/* Normalizes a possibly negative axis against rank; EINVAL if out of range. */
+slim_status slim_norm_axis(int64_t axis, int rank, int *out, slim_err *err);
+
+/* Fails with ETYPE unless t's dtype is in the list (terminated by
+ * SLIM_DTYPE_UNDEFINED); `what` names the input in the message. */
+slim_status slim_check_dtype(const slim_tensor *t, const char *what, slim_err *err, ...);
+/* Copies dtype and shape of src to dst. */
+void slim_tensor_set_like(slim_tensor *dst, const slim_tensor *src);
+void slim_tensor_set_shape(slim_tensor *dst, slim_dtype dt, int ndim, const int64_t *dims);
+
+/* Reads an int tensor (I32 or I64) into out; ENEEDVALUE if data is NULL. */
+slim_status slim_read_ints(const slim_tensor *t, const char *what, int64_t *out,
+                           int cap, int *n, slim_err *err);
+/* Reads element 0 of a numeric tensor as double/int64; ENEEDVALUE if no data. */
+slim_status slim_read_scalar_f64(const slim_tensor *t, const char *what, double *v, slim_err *err);
+slim_status slim_read_scalar_i64(const slim_tensor *t, const char *what, int64_t *v, slim_err *err);
+
+/* Runs fn(begin, end, user) over [0, n) split across the kernel threads.
+ * Small n runs inline. Use for loops that are not already BLAS calls. */
+void slim_parallel_for(int64_t n, int64_t grain,
+                       void (*fn)(int64_t begin, int64_t end, void *user), void *user);
+int slim_num_threads(void);
+
+#endif

@@ -1,0 +1,49 @@
+/*
+ * registry.c - operator lookup by (domain, op type, opset).
+ *
+ * Each kernel file exports one table; an op type may appear several times
+ * with different `since` versions when its interface changed across opsets
+ * (attribute became input, say). Lookup picks the highest since <= opset.
+ */
+#include "kernel.h"
+
+#include <string.h>
+
+#define SLIM__KERNEL_TABLES(X) \
+    X(elementwise) X(cast) X(conv) X(pool) X(linalg) X(norm) X(reduce) \
+    X(shape) X(movement) X(resize) X(rnn)
+
+#define SLIM__DECLARE_TABLE(name) extern const slim_op_def slim__ops_##name[];
+SLIM__KERNEL_TABLES(SLIM__DECLARE_TABLE)
+#undef SLIM__DECLARE_TABLE
+
+static const slim_op_def *const tables[] = {
+#define SLIM__LIST_TABLE(name) slim__ops_##name,
+    SLIM__KERNEL_TABLES(SLIM__LIST_TABLE)
+#undef SLIM__LIST_TABLE
+};
+
+static bool is_default_domain(const char *domain)
+{
+    return !domain || !domain[0] || strcmp(domain, "ai.onnx") == 0;
+}
+
+const slim_op_def *slim_op_lookup(const char *domain, const char *op_type, int opset)
+{
+    if (!is_default_domain(domain))
+        return NULL;
+    const slim_op_def *best = NULL;
+    for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++)
+        for (const slim_op_def *d = tables[t]; d->op_type; d++)
+            if (strcmp(d->op_type, op_type) == 0 && d->since <= opset &&
+                (!best || d->since > best->since))
+                best = d;
+    return best;
+}
+
+void slim_op_foreach(void (*fn)(const slim_op_def *def, void *user), void *user)
+{
+    for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++)
+        for (const slim_op_def *d = tables[t]; d->op_type; d++)
+            fn(d, user);
+}

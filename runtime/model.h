@@ -1,0 +1,34 @@
+/* model.h - the model object (internal): a finalized graph plus run state. */
+#ifndef SLIM_MODEL_H
+#define SLIM_MODEL_H
+
+#include "graph.h"
+
+struct slim_model {
+    slim_graph *graph;
+    char *path;
+    slim_io_info *inputs;   /* views into graph values */
+    slim_io_info *outputs;
+    size_t weight_bytes;
+    int64_t param_count;
+};
+
+/* Takes ownership of g (also on failure): finalizes it and wraps it. */
+slim_status slim_model_from_graph(slim_graph *g, slim_model **out, slim_err *err);
+
+/* Loader entry points (loaders/onnx/onnx_loader.c). */
+slim_status slim_onnx_load_file(const char *path, slim_graph **out, slim_err *err);
+slim_status slim_onnx_load_buffer(const void *data, size_t size, const char *base_dir,
+                                  slim_graph **out, slim_err *err);
+/* Parses a serialized onnx TensorProto (test data files) into a host tensor. */
+slim_status slim_onnx_load_tensor_file(const char *path, slim_tensor *out,
+                                       char *name, size_t name_cap, slim_err *err);
+
+/* Infers every value's shape for the given input shapes without running
+ * (shape-only and small constant subgraphs are evaluated). shapes[v] is
+ * filled for each value id; values whose shape depends on runtime data get
+ * ndim -1. Returns the first hard error. */
+slim_status slim_model_infer_shapes(const slim_model *m, const slim_tensor *input_shapes,
+                                    slim_tensor *shapes, slim_err *err);
+
+#endif

@@ -1,0 +1,175 @@
+/*
+ * slim.h - the public face of the slimserve runtime.
+ *
+ * Usage:
+ *     slim_err err;
+ *     slim_model *m;
+ *     if (slim_model_load("model.onnx", NULL, &m, &err) != SLIM_OK)
+ *         fprintf(stderr, "%s\n", err.msg);
+ *     slim_tensor *outs; int n_out;
+ *     slim_model_run(m, n_in, names, inputs, &outs, &n_out, &err);
+ *     ... slim_tensors_free(outs, n_out); slim_model_free(m);
+ *
+ * Every function that can fail returns a slim_status (0 success, negative
+ * error) and, when given a slim_err, writes a message a user can act on.
+ */
+#ifndef SLIM_H
+#define SLIM_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ---- status ------------------------------------------------------------ */
+
+#define SLIM_STATUS_MAP(X)                                                   \
+    X(OK, 0, "success")                                                      \
+    X(EINVAL, -1, "invalid argument")                                        \
+    X(ENOMEM, -2, "host out of memory")                                      \
+    X(EIO, -3, "input/output error")                                         \
+    X(EPARSE, -4, "malformed model or file")                                 \
+    X(EUNSUPPORTED, -5, "unsupported operator or feature")                   \
+    X(ESHAPE, -6, "shape mismatch")                                          \
+    X(ETYPE, -7, "data type mismatch")                                       \
+    X(ENOTFOUND, -8, "not found")                                            \
+    X(EOOM, -9, "out of memory under the configured limit")                  \
+    X(EINTERNAL, -10, "internal error")                                      \
+    X(ENEEDVALUE, -11, "shape depends on a tensor value not yet known")
+
+typedef enum {
+#define SLIM__STATUS_ENUM(name, code, text) SLIM_##name = code,
+    SLIM_STATUS_MAP(SLIM__STATUS_ENUM)
+#undef SLIM__STATUS_ENUM
+} slim_status;
+
+const char *slim_strerror(slim_status s);   /* "shape mismatch" */
+const char *slim_status_name(slim_status s); /* "SLIM_ESHAPE" */
+
+/* An error message travels with the status; callers own the struct. */
+typedef struct slim_err {
+    slim_status status;
+    char msg[1024];
+} slim_err;
+
+/* Formats into err (if non-NULL) and returns s, so `return slim_errf(...)`. */
+slim_status slim_errf(slim_err *err, slim_status s, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Prepends context ("node \"conv1\" (Conv): ") to an existing message. */
+slim_status slim_err_prefix(slim_err *err, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* ---- data types -------------------------------------------------------- */
+
+/* X(enum suffix, C type name for docs, byte size, numpy-ish name, onnx code) */
+#define SLIM_DTYPE_MAP(X)                 \
+    X(F32, 4, "float32", 1)               \
+    X(U8, 1, "uint8", 2)                  \
+    X(I8, 1, "int8", 3)                   \
+    X(U16, 2, "uint16", 4)                \
+    X(I16, 2, "int16", 5)                 \
+    X(I32, 4, "int32", 6)                 \
+    X(I64, 8, "int64", 7)                 \
+    X(BOOL, 1, "bool", 9)                 \
+    X(F16, 2, "float16", 10)              \
+    X(F64, 8, "float64", 11)              \
+    X(U32, 4, "uint32", 12)               \
+    X(U64, 8, "uint64", 13)               \
+    X(BF16, 2, "bfloat16", 16)
+
+typedef enum {
+    SLIM_DTYPE_UNDEFINED = 0,
+#define SLIM__DTYPE_ENUM(name, size, text, onnx) SLIM_##name,
+    SLIM_DTYPE_MAP(SLIM__DTYPE_ENUM)
+#undef SLIM__DTYPE_ENUM
+    SLIM_DTYPE_COUNT
+} slim_dtype;
+
+size_t slim_dtype_size(slim_dtype t);
+const char *slim_dtype_name(slim_dtype t);
+slim_dtype slim_dtype_from_name(const char *name); /* UNDEFINED if unknown */
+slim_dtype slim_dtype_from_onnx(int onnx_code);     /* UNDEFINED if unknown */
+int slim_dtype_to_onnx(slim_dtype t);
+bool slim_dtype_is_float(slim_dtype t); /* F16 BF16 F32 F64 */
+bool slim_dtype_is_int(slim_dtype t);   /* signed or unsigned integers */
+bool slim_dtype_is_signed(slim_dtype t);
+
+float slim_f16_to_f32(uint16_t h);
+uint16_t slim_f32_to_f16(float f);       /* round to nearest even */
+float slim_bf16_to_f32(uint16_t h);
+uint16_t slim_f32_to_bf16(float f);      /* round to nearest even */
+
+/* Element i of a buffer of type t, widened; used by shape-like ops and tests. */
+double slim_load_f64(slim_dtype t, const void *data, int64_t i);
+int64_t slim_load_i64(slim_dtype t, const void *data, int64_t i);
+void slim_store_f64(slim_dtype t, void *data, int64_t i, double v);
+void slim_store_i64(slim_dtype t, void *data, int64_t i, int64_t v);
+
+/* ---- tensors ----------------------------------------------------------- */
+
+#define SLIM_MAX_DIMS 8
+
+struct slim_buffer; /* refcounted device memory, see runtime/device.h */
+
+typedef struct slim_tensor {
+    slim_dtype dtype;
+    int ndim;                     /* 0 for a scalar */
+    int64_t dims[SLIM_MAX_DIMS];
+    void *data;                   /* NULL when numel is 0, or not yet known */
+    struct slim_buffer *buf;      /* owner of data; NULL for borrowed data */
+} slim_tensor;
+
+int64_t slim_tensor_numel(const slim_tensor *t);
+size_t slim_tensor_nbytes(const slim_tensor *t);
+int64_t slim_shape_numel(int ndim, const int64_t *dims);
+/* "[2,3,224,224]" into buf; returns buf. */
+char *slim_shape_str(int ndim, const int64_t *dims, char *buf, size_t cap);
+
+/* Allocates data for t->dtype/ndim/dims on the host; 64-byte aligned. */
+slim_status slim_tensor_alloc(slim_tensor *t, slim_err *err);
+/* Drops this tensor's reference to its buffer and clears data. */
+void slim_tensor_release(slim_tensor *t);
+void slim_tensors_free(slim_tensor *ts, int n); /* release each, free array */
+
+/* ---- models ------------------------------------------------------------ */
+
+typedef struct slim_model slim_model;
+
+typedef struct slim_load_opts {
+    int reserved; /* room for precision / pruning settings of later issues */
+} slim_load_opts;
+
+/* Loads an ONNX model (by extension or magic). The model is read-only after
+ * loading and may be run from several threads at once. */
+slim_status slim_model_load(const char *path, const slim_load_opts *opts,
+                            slim_model **out, slim_err *err);
+void slim_model_free(slim_model *m);
+
+/* Describes graph inputs and outputs. Dims of -1 are dynamic. */
+typedef struct slim_io_info {
+    const char *name;
+    slim_dtype dtype;
+    int ndim;               /* -1 when the rank is unknown */
+    int64_t dims[SLIM_MAX_DIMS];
+    const char *dim_names[SLIM_MAX_DIMS]; /* symbolic names, or NULL */
+} slim_io_info;
+
+int slim_model_num_inputs(const slim_model *m);
+int slim_model_num_outputs(const slim_model *m);
+const slim_io_info *slim_model_input(const slim_model *m, int i);
+const slim_io_info *slim_model_output(const slim_model *m, int i);
+
+/* Runs the model. inputs[i] is matched by names[i]. On success *outputs is
+ * a new array of n graph outputs in graph order, owned by the caller
+ * (slim_tensors_free). On failure nothing is left allocated. */
+slim_status slim_model_run(const slim_model *m, int n_inputs,
+                           const char *const *names, const slim_tensor *inputs,
+                           slim_tensor **outputs, int *n_outputs, slim_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,143 @@
+/* testutil.c - see testutil.h. */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+slim_graph *tu_graph(const char *op_type, int opset, int n_in,
+                     const char *const *in_names, int n_out)
+{
+    slim_graph *g = slim_graph_new();
+    ck_assert_ptr_nonnull(g);
+    g->opset = opset;
+    const char *outs[16];
+    char out_names[16][16];
+    ck_assert_int_le(n_out, 16);
+    for (int i = 0; i < n_out; i++) {
+        snprintf(out_names[i], sizeof(out_names[i]), "y%d", i);
+        outs[i] = out_names[i];
+    }
+    const char *ins[32];
+    ck_assert_int_le(n_in, 32);
+    for (int i = 0; i < n_in; i++)
+        ins[i] = (in_names[i] && in_names[i][0]) ? in_names[i] : "";
+    int node = slim_graph_add_node(g, "node0", op_type, "", n_in, ins, n_out, outs);
+    ck_assert_int_ge(node, 0);
+    g->nodes[node].opset = opset;
+    for (int i = 0; i < n_in; i++)
+        if (ins[i][0])
+            ck_assert_int_eq(slim_graph_add_input(g, slim_graph_find_value(g, ins[i])), SLIM_OK);
+    for (int i = 0; i < n_out; i++)
+        ck_assert_int_eq(slim_graph_add_output(g, slim_graph_find_value(g, outs[i])), SLIM_OK);
+    return g;
+}
+
+slim_node *tu_node0(slim_graph *g)
+{
+    return &g->nodes[0];
+}
+
+static slim_attr *add_attr(slim_node *n, const char *name, slim_attr_type type)
+{
+    n->attrs = realloc(n->attrs, sizeof(*n->attrs) * (n->n_attrs + 1));
+    slim_attr *a = &n->attrs[n->n_attrs++];
+    memset(a, 0, sizeof(*a));
+    a->name = strdup(name);
+    a->type = type;
+    return a;
+}
+
+void tu_attr_i(slim_node *n, const char *name, int64_t v)
+{
+    add_attr(n, name, SLIM_ATTR_INT)->i = v;
+}
+
+void tu_attr_f(slim_node *n, const char *name, float v)
+{
+    add_attr(n, name, SLIM_ATTR_FLOAT)->f = v;
+}
+
+void tu_attr_s(slim_node *n, const char *name, const char *v)
+{
+    add_attr(n, name, SLIM_ATTR_STRING)->s = strdup(v);
+}
+
+void tu_attr_ints(slim_node *n, const char *name, int count, const int64_t *v)
+{
+    slim_attr *a = add_attr(n, name, SLIM_ATTR_INTS);
+    a->n = count;
+    a->ints = malloc(sizeof(int64_t) * (count ? count : 1));
+    memcpy(a->ints, v, sizeof(int64_t) * count);
+}
+
+void tu_attr_floats(slim_node *n, const char *name, int count, const float *v)
+{
+    slim_attr *a = add_attr(n, name, SLIM_ATTR_FLOATS);
+    a->n = count;
+    a->floats = malloc(sizeof(float) * (count ? count : 1));
+    memcpy(a->floats, v, sizeof(float) * count);
+}
+
+slim_tensor tu_tensor(slim_dtype dt, int ndim, const int64_t *dims, const void *data)
+{
+    slim_tensor t = {.dtype = dt, .ndim = ndim};
+    for (int i = 0; i < ndim; i++)
+        t.dims[i] = dims[i];
+    ck_assert_int_eq(slim_tensor_alloc(&t, NULL), SLIM_OK);
+    if (data && slim_tensor_nbytes(&t))
+        memcpy(t.data, data, slim_tensor_nbytes(&t));
+    return t;
+}
+
+slim_tensor tu_f32(int ndim, const int64_t *dims, const float *data)
+{
+    return tu_tensor(SLIM_F32, ndim, dims, data);
+}
+
+slim_tensor tu_i64(int ndim, const int64_t *dims, const int64_t *data)
+{
+    return tu_tensor(SLIM_I64, ndim, dims, data);
+}
+
+void tu_free_inputs(slim_tensor *in, int n)
+{
+    for (int i = 0; i < n; i++)
+        slim_tensor_release(&in[i]);
+}
+
+slim_status tu_run(slim_graph *g, const slim_tensor *in, int n_in,
+                   slim_tensor **out, int *n_out, slim_err *err)
+{
+    slim_model *m;
+    slim_status st = slim_model_from_graph(g, &m, err);
+    if (st)
+        return st;
+    const char *names[32];
+    ck_assert_int_eq(n_in, slim_model_num_inputs(m));
+    for (int i = 0; i < n_in; i++)
+        names[i] = slim_model_input(m, i)->name;
+    st = slim_model_run(m, n_in, names, in, out, n_out, err);
+    slim_model_free(m);
+    return st;
+}
+
+void tu_assert_shape(const slim_tensor *t, int ndim, const int64_t *dims)
+{
+    ck_assert_int_eq(t->ndim, ndim);
+    for (int i = 0; i < ndim; i++)
+        ck_assert_int_eq(t->dims[i], dims[i]);
+}
+
+void tu_assert_close_f32(const slim_tensor *t, const float *expected, int64_t n, double tol)
+{
+    ck_assert_int_eq(t->dtype, SLIM_F32);
+    ck_assert_int_eq(slim_tensor_numel(t), n);
+    const float *got = t->data;
+    for (int64_t i = 0; i < n; i++) {
+        double d = fabs((double)got[i] - expected[i]);
+        if (!(d <= tol + tol * fabs(expected[i])))
+            ck_abort_msg("element %lld: got %.7g, expected %.7g (tol %g)",
+                         (long long)i, got[i], expected[i], tol);
+    }
+}

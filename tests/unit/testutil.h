@@ -1,0 +1,46 @@
+/*
+ * testutil.h - helpers for unit tests: build a one-node graph, give it
+ * tensors, run it, compare results.
+ *
+ *     slim_graph *g = tu_graph("Gemm", 13, 3, (const char *[]){"a", "b", "c"}, 1);
+ *     tu_attr_i(tu_node0(g), "transB", 1);
+ *     slim_tensor in[3] = {tu_f32(2, (int64_t[]){2, 3}, (float[]){...}), ...};
+ *     slim_tensor *out; int n_out; slim_err err;
+ *     ck_assert_int_eq(tu_run(g, in, 3, &out, &n_out, &err), SLIM_OK);
+ *     tu_assert_close_f32(&out[0], expected, 6, 1e-5);
+ *     slim_tensors_free(out, n_out); tu_free_inputs(in, 3);
+ *
+ * tu_run consumes the graph. Input names NULL or "" are absent optional
+ * inputs and get no tensor in `in`.
+ */
+#ifndef SLIM_TESTUTIL_H
+#define SLIM_TESTUTIL_H
+
+#include <check.h>
+
+#include "graph.h"
+#include "kernel.h"
+#include "model.h"
+
+slim_graph *tu_graph(const char *op_type, int opset, int n_in,
+                     const char *const *in_names, int n_out);
+slim_node *tu_node0(slim_graph *g);
+void tu_attr_i(slim_node *n, const char *name, int64_t v);
+void tu_attr_f(slim_node *n, const char *name, float v);
+void tu_attr_s(slim_node *n, const char *name, const char *v);
+void tu_attr_ints(slim_node *n, const char *name, int count, const int64_t *v);
+void tu_attr_floats(slim_node *n, const char *name, int count, const float *v);
+
+slim_tensor tu_tensor(slim_dtype dt, int ndim, const int64_t *dims, const void *data);
+slim_tensor tu_f32(int ndim, const int64_t *dims, const float *data);
+slim_tensor tu_i64(int ndim, const int64_t *dims, const int64_t *data);
+void tu_free_inputs(slim_tensor *in, int n);
+
+slim_status tu_run(slim_graph *g, const slim_tensor *in, int n_in,
+                   slim_tensor **out, int *n_out, slim_err *err);
+
+/* Asserts shape and every element within atol + rtol*|expected|. */
+void tu_assert_shape(const slim_tensor *t, int ndim, const int64_t *dims);
+void tu_assert_close_f32(const slim_tensor *t, const float *expected, int64_t n, double tol);
+
+#endif

@@ -1,0 +1,10 @@
+/* cli.h - subcommands of the `slim` command; each returns the exit code. */
+#ifndef SLIM_CLI_H
+#define SLIM_CLI_H
+
+/* argv[0] is the subcommand name ("run"), options follow. */
+int slim_cmd_inspect(int argc, char **argv);
+int slim_cmd_run(int argc, char **argv);
+int slim_cmd_conformance(int argc, char **argv);
+
+#endif
