@@ -79,6 +79,8 @@ typedef struct slim_graph {
     int n_inputs, n_outputs;
     int *inputs;           /* value ids of graph inputs (not initializers) */
     int *outputs;          /* value ids of graph outputs */
+    int *name_index;       /* open-addressing hash of value names -> id */
+    int name_index_cap;
     int opset;             /* default-domain opset */
     int64_t ir_version;
     char *producer_name;

@@ -41,12 +41,19 @@ slim_status slim_err_prefix(slim_err *err, const char *fmt, ...)
 {
     if (!err)
         return SLIM_OK;
-    char prefix[512], old[sizeof(err->msg)];
+    char prefix[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(prefix, sizeof(prefix), fmt, ap);
     va_end(ap);
-    memcpy(old, err->msg, sizeof(old));
-    snprintf(err->msg, sizeof(err->msg), "%s%s", prefix, old);
+    size_t cap = sizeof(err->msg);
+    size_t plen = strlen(prefix), mlen = strnlen(err->msg, cap - 1);
+    if (plen > cap - 1)
+        plen = cap - 1;
+    if (plen + mlen > cap - 1)
+        mlen = cap - 1 - plen;
+    memmove(err->msg + plen, err->msg, mlen);
+    memcpy(err->msg, prefix, plen);
+    err->msg[plen + mlen] = '\0';
     return err->status;
 }

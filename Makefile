@@ -1,0 +1,46 @@
+# slimserve: `make serve` and `make test` are the two commands a user needs.
+# Both install what is missing first (scripts/install-deps.sh).
+
+BUILD      ?= build
+ASAN_BUILD ?= build-asan
+PY         := $(CURDIR)/.venv/bin/python
+JOBS       ?= $(shell nproc)
+CMAKE_ARGS ?=
+MODELS_DIR ?= $(BUILD)/models
+
+.PHONY: all deps build build-asan test test-asan serve models bench clean
+
+all: build
+
+deps:
+	./scripts/install-deps.sh
+
+build: deps
+	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPython3_EXECUTABLE=$(PY) $(CMAKE_ARGS)
+	cmake --build $(BUILD) -j $(JOBS)
+
+build-asan: deps
+	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DSLIM_SANITIZE=ON -DPython3_EXECUTABLE=$(PY) $(CMAKE_ARGS)
+	cmake --build $(ASAN_BUILD) -j $(JOBS)
+
+# Every test, in the normal build and again under ASan + UBSan.
+test: build build-asan
+	cd $(BUILD) && ctest --output-on-failure
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure
+
+models: build
+	$(PY) models/gen_models.py $(MODELS_DIR)
+
+# Runs each bundled example model end to end on its sample input.
+serve: models
+	@for m in mlp cnn transformer; do \
+	    echo "== $$m"; \
+	    $(BUILD)/bin/slim run $(MODELS_DIR)/$$m/1/model.onnx \
+	        --input $$($(PY) -c "import onnx,sys; print(onnx.load(sys.argv[1]).graph.input[0].name)" $(MODELS_DIR)/$$m/1/model.onnx)=$(MODELS_DIR)/$$m/sample_input.npy || exit 1; \
+	done
+
+bench: models
+	$(PY) bench/bench_cpu.py --slim $(BUILD)/bin/slim --models $(MODELS_DIR)
+
+clean:
+	rm -rf $(BUILD) $(ASAN_BUILD)

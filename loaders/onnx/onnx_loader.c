@@ -1,0 +1,486 @@
+/*
+ * onnx_loader.c - ONNX ModelProto -> slimserve graph IR.
+ *
+ * The file is mapped, unpacked with protobuf-c (code generated at build time
+ * from the onnx.proto shipped by the `onnx` package), converted, and the
+ * protobuf structures freed before returning: only the IR's copy of the
+ * weights stays resident. External data files are read from the model's
+ * folder and must stay inside it.
+ */
+#include "model.h"
+#include "onnx.pb-c.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+/* ---- whole-file mapping --------------------------------------------------- */
+
+typedef struct mapped_file {
+    void *data;
+    size_t size;
+} mapped_file;
+
+static slim_status map_file(const char *path, mapped_file *mf, slim_err *err)
+{
+    mf->data = NULL;
+    mf->size = 0;
+    int fd = open(path, O_RDONLY);
+    if (fd < 0)
+        return slim_errf(err, errno == ENOENT ? SLIM_ENOTFOUND : SLIM_EIO,
+                         "cannot open \"%s\": %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return slim_errf(err, SLIM_EIO, "\"%s\" is not a regular file", path);
+    }
+    mf->size = (size_t)sb.st_size;
+    if (mf->size == 0) {
+        close(fd);
+        return slim_errf(err, SLIM_EPARSE, "\"%s\" is empty", path);
+    }
+    mf->data = mmap(NULL, mf->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    close(fd);
+    if (mf->data == MAP_FAILED) {
+        mf->data = NULL;
+        return slim_errf(err, SLIM_EIO, "cannot map \"%s\": %s", path, strerror(errno));
+    }
+    return SLIM_OK;
+}
+
+static void unmap_file(mapped_file *mf)
+{
+    if (mf->data)
+        munmap(mf->data, mf->size);
+    mf->data = NULL;
+}
+
+/* ---- tensors -------------------------------------------------------------- */
+
+/* Resolves an external data location against the model folder, refusing
+ * absolute paths and anything that escapes the folder (via .. or links). */
+static slim_status external_path(const char *base_dir, const char *location, char *out,
+                                 size_t cap, slim_err *err)
+{
+    if (!base_dir)
+        return slim_errf(err, SLIM_EINVAL, "external data \"%s\" needs the model's folder",
+                         location);
+    if (location[0] == '/' || strstr(location, ".."))
+        return slim_errf(err, SLIM_EINVAL,
+                         "external data location \"%s\" must be a relative path inside the "
+                         "model's folder", location);
+    char joined[PATH_MAX], real_base[PATH_MAX];
+    snprintf(joined, sizeof(joined), "%s/%s", base_dir, location);
+    if (!realpath(base_dir, real_base))
+        return slim_errf(err, SLIM_EIO, "cannot resolve model folder \"%s\"", base_dir);
+    if (!realpath(joined, out))
+        return slim_errf(err, SLIM_ENOTFOUND, "external data file \"%s\" not found", joined);
+    size_t nb = strlen(real_base);
+    if (strncmp(out, real_base, nb) != 0 || (out[nb] != '/' && out[nb] != '\0'))
+        return slim_errf(err, SLIM_EINVAL,
+                         "external data \"%s\" resolves outside the model's folder", location);
+    (void)cap;
+    return SLIM_OK;
+}
+
+static slim_status read_external(const Onnx__TensorProto *tp, const char *base_dir,
+                                 void *dst, size_t nbytes, slim_err *err)
+{
+    const char *location = NULL;
+    long long offset = 0, length = -1;
+    for (size_t i = 0; i < tp->n_external_data; i++) {
+        const Onnx__StringStringEntryProto *kv = tp->external_data[i];
+        if (!kv->key || !kv->value)
+            continue;
+        if (strcmp(kv->key, "location") == 0)
+            location = kv->value;
+        else if (strcmp(kv->key, "offset") == 0)
+            offset = atoll(kv->value);
+        else if (strcmp(kv->key, "length") == 0)
+            length = atoll(kv->value);
+    }
+    if (!location)
+        return slim_errf(err, SLIM_EPARSE, "external data has no location");
+    if (offset < 0 || (length >= 0 && (size_t)length != nbytes))
+        return slim_errf(err, SLIM_EPARSE,
+                         "external data \"%s\": length %lld does not match the %zu bytes the "
+                         "shape needs", location, length, nbytes);
+    char path[PATH_MAX];
+    slim_status st = external_path(base_dir, location, path, sizeof(path), err);
+    if (st)
+        return st;
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return slim_errf(err, SLIM_EIO, "cannot open external data \"%s\": %s", path,
+                         strerror(errno));
+    size_t got = 0;
+    if (fseeko(f, (off_t)offset, SEEK_SET) == 0)
+        got = nbytes ? fread(dst, 1, nbytes, f) : 0;
+    fclose(f);
+    if (got != nbytes)
+        return slim_errf(err, SLIM_EPARSE,
+                         "external data \"%s\" is truncated: wanted %zu bytes at offset %lld",
+                         path, nbytes, offset);
+    return SLIM_OK;
+}
+
+/* Typed-field storage of each ONNX type (see onnx.proto's comments). */
+static slim_status copy_typed(const Onnx__TensorProto *tp, slim_tensor *t, int64_t n,
+                              slim_err *err)
+{
+    size_t have = 0;
+    switch (t->dtype) {
+    case SLIM_F32: have = tp->n_float_data; break;
+    case SLIM_F64: have = tp->n_double_data; break;
+    case SLIM_I64: have = tp->n_int64_data; break;
+    case SLIM_U32: case SLIM_U64: have = tp->n_uint64_data; break;
+    default: have = tp->n_int32_data; break;
+    }
+    if ((int64_t)have != n)
+        return slim_errf(err, SLIM_EPARSE, "has %zu stored values, its shape needs %lld", have,
+                         (long long)n);
+    for (int64_t i = 0; i < n; i++) {
+        switch (t->dtype) {
+        case SLIM_F32: ((float *)t->data)[i] = tp->float_data[i]; break;
+        case SLIM_F64: ((double *)t->data)[i] = tp->double_data[i]; break;
+        case SLIM_I64: ((int64_t *)t->data)[i] = tp->int64_data[i]; break;
+        case SLIM_U32: ((uint32_t *)t->data)[i] = (uint32_t)tp->uint64_data[i]; break;
+        case SLIM_U64: ((uint64_t *)t->data)[i] = tp->uint64_data[i]; break;
+        case SLIM_F16: case SLIM_BF16: case SLIM_U16:
+            ((uint16_t *)t->data)[i] = (uint16_t)tp->int32_data[i];
+            break;
+        default: slim_store_i64(t->dtype, t->data, i, tp->int32_data[i]); break;
+        }
+    }
+    return SLIM_OK;
+}
+
+static slim_status tensor_from_proto(const Onnx__TensorProto *tp, const char *base_dir,
+                                     slim_tensor *t, slim_err *err)
+{
+    const char *name = tp->name ? tp->name : "";
+    memset(t, 0, sizeof(*t));
+    t->dtype = slim_dtype_from_onnx(tp->data_type);
+    if (t->dtype == SLIM_DTYPE_UNDEFINED)
+        return slim_errf(err, SLIM_EUNSUPPORTED, "tensor \"%s\" has ONNX data type %d, which is "
+                         "not supported", name, (int)tp->data_type);
+    if (tp->n_dims > SLIM_MAX_DIMS)
+        return slim_errf(err, SLIM_EUNSUPPORTED, "tensor \"%s\" has %zu dims, at most %d supported",
+                         name, tp->n_dims, SLIM_MAX_DIMS);
+    t->ndim = (int)tp->n_dims;
+    int64_t n = 1;
+    for (int i = 0; i < t->ndim; i++) {
+        if (tp->dims[i] < 0 || (tp->dims[i] > 0 && n > INT64_MAX / 16 / tp->dims[i]))
+            return slim_errf(err, SLIM_EPARSE, "tensor \"%s\" has invalid dimension %lld", name,
+                             (long long)tp->dims[i]);
+        t->dims[i] = tp->dims[i];
+        n *= tp->dims[i];
+    }
+    size_t nbytes = (size_t)n * slim_dtype_size(t->dtype);
+    bool external = tp->has_data_location &&
+                    tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+    if (!external && tp->has_raw_data && tp->raw_data.len != nbytes)
+        return slim_errf(err, SLIM_EPARSE, "tensor \"%s\" has %zu bytes of raw data, its shape "
+                         "%s needs %zu", name, tp->raw_data.len,
+                         slim_shape_str(t->ndim, t->dims, (char[160]){0}, 160), nbytes);
+    slim_status st = slim_tensor_alloc(t, err);
+    if (st)
+        return st;
+    if (external)
+        st = read_external(tp, base_dir, t->data, nbytes, err);
+    else if (tp->has_raw_data)
+        memcpy(t->data, tp->raw_data.data, nbytes);
+    else
+        st = copy_typed(tp, t, n, err);
+    if (st) {
+        slim_err_prefix(err, "tensor \"%s\": ", name);
+        slim_tensor_release(t);
+    }
+    return st;
+}
+
+/* ---- value info and attributes --------------------------------------- */
+
+static slim_status read_value_info(const Onnx__ValueInfoProto *vi, slim_io_info *info,
+                                   slim_err *err)
+{
+    info->dtype = SLIM_DTYPE_UNDEFINED;
+    info->ndim = -1;
+    const Onnx__TypeProto *tp = vi->type;
+    if (!tp)
+        return SLIM_OK;
+    if (tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE)
+        return slim_errf(err, SLIM_EUNSUPPORTED, "value \"%s\" is not a tensor (sequence, map "
+                         "and optional types are not supported)", vi->name);
+    const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
+    if (tt->has_elem_type) {
+        info->dtype = slim_dtype_from_onnx(tt->elem_type);
+        if (info->dtype == SLIM_DTYPE_UNDEFINED)
+            return slim_errf(err, SLIM_EUNSUPPORTED, "value \"%s\" has ONNX data type %d, which "
+                             "is not supported", vi->name, (int)tt->elem_type);
+    }
+    if (!tt->shape)
+        return SLIM_OK;
+    if (tt->shape->n_dim > SLIM_MAX_DIMS)
+        return slim_errf(err, SLIM_EUNSUPPORTED, "value \"%s\" has %zu dims, at most %d supported",
+                         vi->name, tt->shape->n_dim, SLIM_MAX_DIMS);
+    info->ndim = (int)tt->shape->n_dim;
+    for (int d = 0; d < info->ndim; d++) {
+        const Onnx__TensorShapeProto__Dimension *dim = tt->shape->dim[d];
+        info->dims[d] = -1;
+        if (dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE)
+            info->dims[d] = dim->dim_value;
+        else if (dim->value_case == ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM &&
+                 dim->dim_param && dim->dim_param[0] && !info->dim_names[d])
+            info->dim_names[d] = strdup(dim->dim_param);
+    }
+    return SLIM_OK;
+}
+
+static slim_status convert_attr(const Onnx__AttributeProto *ap, slim_attr *a, slim_err *err)
+{
+    memset(a, 0, sizeof(*a));
+    a->name = strdup(ap->name ? ap->name : "");
+    if (!a->name)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    switch (ap->type) {
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOAT:
+        a->type = SLIM_ATTR_FLOAT;
+        a->f = ap->f;
+        break;
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INT:
+        a->type = SLIM_ATTR_INT;
+        a->i = ap->i;
+        break;
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING:
+        a->type = SLIM_ATTR_STRING;
+        a->s = strndup((const char *)ap->s.data, ap->s.len);
+        if (!a->s)
+            return slim_errf(err, SLIM_ENOMEM, "out of memory");
+        break;
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__FLOATS:
+        a->type = SLIM_ATTR_FLOATS;
+        a->n = (int)ap->n_floats;
+        a->floats = malloc(sizeof(float) * (a->n ? a->n : 1));
+        if (!a->floats)
+            return slim_errf(err, SLIM_ENOMEM, "out of memory");
+        if (a->n)
+            memcpy(a->floats, ap->floats, sizeof(float) * a->n);
+        break;
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__INTS:
+        a->type = SLIM_ATTR_INTS;
+        a->n = (int)ap->n_ints;
+        a->ints = malloc(sizeof(int64_t) * (a->n ? a->n : 1));
+        if (!a->ints)
+            return slim_errf(err, SLIM_ENOMEM, "out of memory");
+        if (a->n)
+            memcpy(a->ints, ap->ints, sizeof(int64_t) * a->n);
+        break;
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRINGS:
+        a->type = SLIM_ATTR_STRINGS;
+        a->strings = calloc(ap->n_strings ? ap->n_strings : 1, sizeof(char *));
+        if (!a->strings)
+            return slim_errf(err, SLIM_ENOMEM, "out of memory");
+        a->n = (int)ap->n_strings;
+        for (int i = 0; i < a->n; i++)
+            if (!(a->strings[i] = strndup((const char *)ap->strings[i].data, ap->strings[i].len)))
+                return slim_errf(err, SLIM_ENOMEM, "out of memory");
+        break;
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR: {
+        if (!ap->t)
+            return slim_errf(err, SLIM_EPARSE, "attribute \"%s\" has no tensor", a->name);
+        a->type = SLIM_ATTR_TENSOR;
+        a->t = calloc(1, sizeof(slim_tensor));
+        if (!a->t)
+            return slim_errf(err, SLIM_ENOMEM, "out of memory");
+        slim_status st = tensor_from_proto(ap->t, NULL, a->t, err);
+        if (st) {
+            free(a->t);
+            a->t = NULL;
+            return slim_err_prefix(err, "attribute \"%s\": ", a->name);
+        }
+        break;
+    }
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH:
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPHS:
+        a->type = SLIM_ATTR_GRAPH;
+        break;
+    default:
+        /* Sparse tensors, type protos: kept by name so that an operator can
+         * name what it does not support. */
+        a->type = SLIM_ATTR_UNDEFINED;
+        break;
+    }
+    return SLIM_OK;
+}
+
+/* ---- graph ---------------------------------------------------------------- */
+
+static int opset_for(const Onnx__ModelProto *mp, const char *domain)
+{
+    bool dflt = !domain || !domain[0] || strcmp(domain, "ai.onnx") == 0;
+    for (size_t i = 0; i < mp->n_opset_import; i++) {
+        const char *d = mp->opset_import[i]->domain;
+        bool d_dflt = !d || !d[0] || strcmp(d, "ai.onnx") == 0;
+        if ((dflt && d_dflt) || (!dflt && d && strcmp(d, domain) == 0))
+            return (int)mp->opset_import[i]->version;
+    }
+    return dflt && mp->n_opset_import == 0 ? 1 : 0;
+}
+
+static slim_status convert_graph(const Onnx__ModelProto *mp, const char *base_dir,
+                                 slim_graph *g, slim_err *err)
+{
+    const Onnx__GraphProto *gp = mp->graph;
+    slim_status st;
+    g->opset = opset_for(mp, "");
+    g->ir_version = mp->has_ir_version ? mp->ir_version : 0;
+    g->name = strdup(gp->name ? gp->name : "");
+    g->producer_name = strdup(mp->producer_name ? mp->producer_name : "");
+    if (gp->n_sparse_initializer > 0)
+        return slim_errf(err, SLIM_EUNSUPPORTED, "sparse initializers are not supported");
+
+    for (size_t i = 0; i < gp->n_initializer; i++) {
+        const Onnx__TensorProto *tp = gp->initializer[i];
+        if (!tp->name || !tp->name[0])
+            return slim_errf(err, SLIM_EPARSE, "initializer %zu has no name", i);
+        int v = slim_graph_value(g, tp->name);
+        if (v < 0)
+            return slim_errf(err, SLIM_ENOMEM, "out of memory");
+        if (g->values[v].kind == SLIM_VALUE_INITIALIZER)
+            return slim_errf(err, SLIM_EPARSE, "initializer \"%s\" is defined twice", tp->name);
+        if ((st = tensor_from_proto(tp, base_dir, &g->values[v].init, err)))
+            return slim_err_prefix(err, "initializer: ");
+        g->values[v].kind = SLIM_VALUE_INITIALIZER;
+        slim_io_info *info = &g->values[v].info;
+        info->dtype = g->values[v].init.dtype;
+        info->ndim = g->values[v].init.ndim;
+        memcpy(info->dims, g->values[v].init.dims, sizeof(info->dims));
+    }
+    for (size_t i = 0; i < gp->n_input; i++) {
+        const Onnx__ValueInfoProto *vi = gp->input[i];
+        if (!vi->name || !vi->name[0])
+            return slim_errf(err, SLIM_EPARSE, "graph input %zu has no name", i);
+        int v = slim_graph_value(g, vi->name);
+        if (v < 0)
+            return slim_errf(err, SLIM_ENOMEM, "out of memory");
+        /* Before IR 4 initializers were also listed as inputs: they stay weights. */
+        if (g->values[v].kind == SLIM_VALUE_INITIALIZER)
+            continue;
+        if ((st = read_value_info(vi, &g->values[v].info, err)))
+            return st;
+        if ((st = slim_graph_add_input(g, v)))
+            return slim_errf(err, st, "out of memory");
+    }
+    for (size_t i = 0; i < gp->n_node; i++) {
+        const Onnx__NodeProto *np = gp->node[i];
+        if (!np->op_type || !np->op_type[0])
+            return slim_errf(err, SLIM_EPARSE, "node %zu has no op_type", i);
+        int id = slim_graph_add_node(g, np->name, np->op_type, np->domain, (int)np->n_input,
+                                     (const char *const *)np->input, (int)np->n_output,
+                                     (const char *const *)np->output);
+        if (id < 0)
+            return slim_errf(err, SLIM_ENOMEM, "out of memory adding node %zu", i);
+        slim_node *n = &g->nodes[id];
+        n->opset = opset_for(mp, n->domain);
+        n->attrs = calloc(np->n_attribute ? np->n_attribute : 1, sizeof(slim_attr));
+        if (!n->attrs)
+            return slim_errf(err, SLIM_ENOMEM, "out of memory");
+        for (size_t a = 0; a < np->n_attribute; a++) {
+            n->n_attrs++;
+            if ((st = convert_attr(np->attribute[a], &n->attrs[a], err)))
+                return slim_err_prefix(err, SLIM_NODE_FMT ": ", SLIM_NODE_ARGS(n));
+        }
+    }
+    for (size_t i = 0; i < gp->n_output; i++) {
+        const Onnx__ValueInfoProto *vi = gp->output[i];
+        int v = vi->name && vi->name[0] ? slim_graph_find_value(g, vi->name) : -1;
+        if (v < 0)
+            return slim_errf(err, SLIM_EPARSE, "graph output \"%s\" is not produced by any node",
+                             vi->name ? vi->name : "");
+        if ((st = read_value_info(vi, &g->values[v].info, err)))
+            return st;
+        if ((st = slim_graph_add_output(g, v)))
+            return slim_errf(err, st, "out of memory");
+    }
+    return SLIM_OK;
+}
+
+slim_status slim_onnx_load_buffer(const void *data, size_t size, const char *base_dir,
+                                  slim_graph **out, slim_err *err)
+{
+    *out = NULL;
+    Onnx__ModelProto *mp = onnx__model_proto__unpack(NULL, size, data);
+    if (!mp)
+        return slim_errf(err, SLIM_EPARSE, "not a valid ONNX model: the protobuf is malformed "
+                         "or truncated");
+    slim_status st;
+    if (!mp->graph) {
+        onnx__model_proto__free_unpacked(mp, NULL);
+        return slim_errf(err, SLIM_EPARSE, "not a valid ONNX model: it has no graph");
+    }
+    slim_graph *g = slim_graph_new();
+    if (!g) {
+        onnx__model_proto__free_unpacked(mp, NULL);
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    }
+    st = convert_graph(mp, base_dir, g, err);
+    onnx__model_proto__free_unpacked(mp, NULL);
+    if (st) {
+        slim_graph_free(g);
+        return st;
+    }
+    *out = g;
+    return SLIM_OK;
+}
+
+slim_status slim_onnx_load_file(const char *path, slim_graph **out, slim_err *err)
+{
+    mapped_file mf;
+    slim_status st = map_file(path, &mf, err);
+    if (st)
+        return st;
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    else
+        snprintf(dir, sizeof(dir), ".");
+    st = slim_onnx_load_buffer(mf.data, mf.size, dir, out, err);
+    unmap_file(&mf);
+    if (st)
+        slim_err_prefix(err, "%s: ", path);
+    return st;
+}
+
+slim_status slim_onnx_load_tensor_file(const char *path, slim_tensor *out, char *name,
+                                       size_t name_cap, slim_err *err)
+{
+    mapped_file mf;
+    slim_status st = map_file(path, &mf, err);
+    if (st)
+        return st;
+    Onnx__TensorProto *tp = onnx__tensor_proto__unpack(NULL, mf.size, mf.data);
+    unmap_file(&mf);
+    if (!tp)
+        return slim_errf(err, SLIM_EPARSE, "%s: not a valid serialized ONNX tensor", path);
+    if (name && name_cap)
+        snprintf(name, name_cap, "%s", tp->name ? tp->name : "");
+    char dir[PATH_MAX];
+    snprintf(dir, sizeof(dir), "%s", path);
+    char *slash = strrchr(dir, '/');
+    if (slash)
+        *slash = '\0';
+    st = tensor_from_proto(tp, dir, out, err);
+    onnx__tensor_proto__free_unpacked(tp, NULL);
+    if (st)
+        slim_err_prefix(err, "%s: ", path);
+    return st;
+}

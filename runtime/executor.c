@@ -1,0 +1,344 @@
+/*
+ * executor.c - runs a finalized graph in inference mode.
+ *
+ * One run owns an array with a tensor per value. Nodes run in topological
+ * order: infer the output shapes from the actual inputs, allocate, execute.
+ * Each value carries the number of input slots still to read it; when that
+ * reaches zero the value's buffer reference is dropped, so no activation
+ * outlives its last consumer. Initializers and caller inputs are borrowed,
+ * never copied. Nothing in the model is written during a run, so any
+ * number of threads may run one model at once.
+ */
+#include "device.h"
+#include "kernel.h"
+#include "model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define SLIM_MAX_NODE_IO 64
+
+typedef struct run_state {
+    const slim_graph *g;
+    slim_tensor *vals;
+    int *remaining;
+} run_state;
+
+static void run_state_free(run_state *rs)
+{
+    if (rs->vals)
+        for (int v = 0; v < rs->g->n_values; v++)
+            slim_tensor_release(&rs->vals[v]);
+    free(rs->vals);
+    free(rs->remaining);
+}
+
+static slim_status check_input(const slim_value *val, const slim_tensor *t, slim_err *err)
+{
+    const slim_io_info *info = &val->info;
+    if (info->dtype != SLIM_DTYPE_UNDEFINED && t->dtype != info->dtype)
+        return slim_errf(err, SLIM_ETYPE, "input \"%s\" has data type %s, the model expects %s",
+                         val->name, slim_dtype_name(t->dtype), slim_dtype_name(info->dtype));
+    if (t->ndim < 0 || t->ndim > SLIM_MAX_DIMS)
+        return slim_errf(err, SLIM_ESHAPE, "input \"%s\" has %d dims, at most %d supported",
+                         val->name, t->ndim, SLIM_MAX_DIMS);
+    if (info->ndim >= 0 && t->ndim != info->ndim) {
+        char s[160];
+        return slim_errf(err, SLIM_ESHAPE, "input \"%s\" has %d dims, the model expects %d (%s)",
+                         val->name, t->ndim, info->ndim,
+                         slim_shape_str(info->ndim, info->dims, s, sizeof(s)));
+    }
+    for (int d = 0; d < t->ndim; d++) {
+        if (t->dims[d] < 0)
+            return slim_errf(err, SLIM_ESHAPE, "input \"%s\" has negative dimension %d",
+                             val->name, d);
+        if (info->ndim >= 0 && info->dims[d] >= 0 && info->dims[d] != t->dims[d]) {
+            char a[160], b[160];
+            return slim_errf(err, SLIM_ESHAPE, "input \"%s\" has shape %s, the model expects %s",
+                             val->name, slim_shape_str(t->ndim, t->dims, a, sizeof(a)),
+                             slim_shape_str(info->ndim, info->dims, b, sizeof(b)));
+        }
+    }
+    if (slim_tensor_numel(t) > 0 && !t->data)
+        return slim_errf(err, SLIM_EINVAL, "input \"%s\" has no data", val->name);
+    return SLIM_OK;
+}
+
+/* Drops one reader of value v; frees it after its last reader. */
+static void release_reader(run_state *rs, int v)
+{
+    if (v < 0)
+        return;
+    if (--rs->remaining[v] > 0 || rs->g->values[v].is_output)
+        return;
+    slim_tensor_release(&rs->vals[v]);
+}
+
+static slim_status run_node(run_state *rs, const slim_node *n, slim_err *err)
+{
+    const slim_tensor *in[SLIM_MAX_NODE_IO];
+    slim_tensor *out[SLIM_MAX_NODE_IO];
+    if (n->n_in > SLIM_MAX_NODE_IO || n->n_out > SLIM_MAX_NODE_IO)
+        return slim_errf(err, SLIM_EUNSUPPORTED, "more than %d inputs or outputs",
+                         SLIM_MAX_NODE_IO);
+    for (int k = 0; k < n->n_in; k++)
+        in[k] = n->in[k] >= 0 ? &rs->vals[n->in[k]] : NULL;
+    for (int k = 0; k < n->n_out; k++) {
+        out[k] = n->out[k] >= 0 ? &rs->vals[n->out[k]] : NULL;
+        if (out[k]) {
+            slim_tensor_release(out[k]);
+            memset(out[k], 0, sizeof(*out[k]));
+        }
+    }
+    slim_op_ctx ctx = {
+        .node = n, .state = n->op_state, .n_in = n->n_in, .in = in,
+        .n_out = n->n_out, .out = out, .err = err,
+    };
+    slim_status st = n->op->infer(&ctx);
+    if (st)
+        return st;
+    for (int k = 0; k < n->n_out; k++) {
+        slim_tensor *t = out[k];
+        if (!t)
+            continue;
+        if (t->dtype == SLIM_DTYPE_UNDEFINED || t->ndim < 0 || t->ndim > SLIM_MAX_DIMS)
+            return slim_errf(err, SLIM_EINTERNAL, "shape inference left output %d undefined", k);
+        for (int d = 0; d < t->ndim; d++)
+            if (t->dims[d] < 0) {
+                char s[160];
+                return slim_errf(err, SLIM_ESHAPE, "output %d would have negative shape %s", k,
+                                 slim_shape_str(t->ndim, t->dims, s, sizeof(s)));
+            }
+    }
+    bool alias = (n->op->flags & SLIM_OP_ALIAS0) && n->n_in > 0 && in[0] && out[0];
+    if (alias) {
+        if (slim_tensor_nbytes(out[0]) != slim_tensor_nbytes(in[0]))
+            return slim_errf(err, SLIM_EINTERNAL, "view output has a different byte size");
+        out[0]->data = in[0]->data;
+        out[0]->buf = in[0]->buf;
+        slim_buffer_ref(out[0]->buf);
+    }
+    for (int k = alias ? 1 : 0; k < n->n_out; k++)
+        if (out[k] && (st = slim_tensor_alloc(out[k], err)))
+            return st;
+    if (!alias || n->n_out > 1) {
+        if (!n->op->exec)
+            return slim_errf(err, SLIM_EINTERNAL, "operator has no CPU kernel");
+        st = n->op->exec(&ctx);
+        if (st)
+            return st;
+    }
+    return SLIM_OK;
+}
+
+/* Hands a graph output to the caller: moved when the run owns it, copied
+ * when it is borrowed (a caller input or a weight passed straight through). */
+static slim_status take_output(run_state *rs, int v, bool last_use, slim_tensor *dst, slim_err *err)
+{
+    slim_tensor *src = &rs->vals[v];
+    *dst = *src;
+    if (src->buf) {
+        if (last_use) {
+            src->buf = NULL;
+            src->data = NULL;
+        } else {
+            slim_buffer_ref(src->buf);
+        }
+        return SLIM_OK;
+    }
+    dst->buf = NULL;
+    dst->data = NULL;
+    slim_status st = slim_tensor_alloc(dst, err);
+    if (st)
+        return st;
+    if (slim_tensor_nbytes(dst))
+        memcpy(dst->data, src->data, slim_tensor_nbytes(dst));
+    return SLIM_OK;
+}
+
+slim_status slim_model_run(const slim_model *m, int n_inputs,
+                           const char *const *names, const slim_tensor *inputs,
+                           slim_tensor **outputs, int *n_outputs, slim_err *err)
+{
+    const slim_graph *g = m->graph;
+    *outputs = NULL;
+    *n_outputs = 0;
+    run_state rs = {.g = g};
+    slim_tensor *result = NULL;
+    rs.vals = calloc(g->n_values ? g->n_values : 1, sizeof(slim_tensor));
+    rs.remaining = calloc(g->n_values ? g->n_values : 1, sizeof(int));
+    slim_status st;
+    if (!rs.vals || !rs.remaining) {
+        st = slim_errf(err, SLIM_ENOMEM, "out of memory starting a run");
+        goto fail;
+    }
+    for (int v = 0; v < g->n_values; v++) {
+        rs.remaining[v] = g->values[v].n_consumers;
+        if (g->values[v].kind == SLIM_VALUE_INITIALIZER) {
+            rs.vals[v] = g->values[v].init;
+            rs.vals[v].buf = NULL; /* borrowed: weights are shared, read-only */
+        }
+    }
+    bool *given = calloc(g->n_values ? g->n_values : 1, sizeof(bool));
+    if (!given) {
+        st = slim_errf(err, SLIM_ENOMEM, "out of memory starting a run");
+        goto fail;
+    }
+    for (int i = 0; i < n_inputs; i++) {
+        int v = slim_graph_find_value(g, names[i]);
+        if (v < 0 || g->values[v].kind != SLIM_VALUE_INPUT) {
+            free(given);
+            st = slim_errf(err, SLIM_ENOTFOUND, "the model has no input named \"%s\"", names[i]);
+            goto fail;
+        }
+        if ((st = check_input(&g->values[v], &inputs[i], err))) {
+            free(given);
+            goto fail;
+        }
+        rs.vals[v] = inputs[i];
+        rs.vals[v].buf = NULL; /* borrowed from the caller */
+        given[v] = true;
+    }
+    for (int i = 0; i < g->n_inputs; i++)
+        if (!given[g->inputs[i]]) {
+            st = slim_errf(err, SLIM_EINVAL, "input \"%s\" is missing",
+                           g->values[g->inputs[i]].name);
+            free(given);
+            goto fail;
+        }
+    free(given);
+
+    for (int i = 0; i < g->n_nodes; i++) {
+        const slim_node *n = &g->nodes[i];
+        if ((st = run_node(&rs, n, err))) {
+            slim_err_prefix(err, SLIM_NODE_FMT ": ", SLIM_NODE_ARGS(n));
+            goto fail;
+        }
+        for (int k = 0; k < n->n_in; k++)
+            release_reader(&rs, n->in[k]);
+        /* Outputs nobody reads (an unused Indices, say) go at once. */
+        for (int k = 0; k < n->n_out; k++) {
+            int v = n->out[k];
+            if (v >= 0 && g->values[v].n_consumers == 0 && !g->values[v].is_output)
+                slim_tensor_release(&rs.vals[v]);
+        }
+    }
+
+    result = calloc(g->n_outputs ? g->n_outputs : 1, sizeof(slim_tensor));
+    if (!result) {
+        st = slim_errf(err, SLIM_ENOMEM, "out of memory collecting outputs");
+        goto fail;
+    }
+    for (int k = 0; k < g->n_outputs; k++) {
+        int v = g->outputs[k];
+        bool last = true;
+        for (int j = k + 1; j < g->n_outputs; j++)
+            if (g->outputs[j] == v)
+                last = false;
+        if ((st = take_output(&rs, v, last, &result[k], err))) {
+            slim_tensors_free(result, k);
+            result = NULL;
+            goto fail;
+        }
+    }
+    run_state_free(&rs);
+    *outputs = result;
+    *n_outputs = g->n_outputs;
+    return SLIM_OK;
+fail:
+    run_state_free(&rs);
+    return st;
+}
+
+/* ---- planning: shapes without running -------------------------------- */
+
+/* Small constant subgraphs (shape arithmetic) are evaluated while planning
+ * so that Reshape targets and friends are known; anything larger waits. */
+#define SLIM_PLAN_FOLD_BYTES 4096
+
+slim_status slim_model_infer_shapes(const slim_model *m, const slim_tensor *input_shapes,
+                                    slim_tensor *shapes, slim_err *err)
+{
+    const slim_graph *g = m->graph;
+    slim_tensor *vals = calloc(g->n_values ? g->n_values : 1, sizeof(slim_tensor));
+    if (!vals)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory planning shapes");
+    for (int v = 0; v < g->n_values; v++) {
+        vals[v].ndim = -1;
+        if (g->values[v].kind == SLIM_VALUE_INITIALIZER) {
+            vals[v] = g->values[v].init;
+            vals[v].buf = NULL;
+        }
+    }
+    for (int i = 0; i < g->n_inputs; i++) {
+        vals[g->inputs[i]] = input_shapes[i];
+        vals[g->inputs[i]].data = NULL;
+        vals[g->inputs[i]].buf = NULL;
+    }
+    slim_status st = SLIM_OK;
+    for (int i = 0; i < g->n_nodes && !st; i++) {
+        const slim_node *n = &g->nodes[i];
+        const slim_tensor *in[SLIM_MAX_NODE_IO];
+        slim_tensor *out[SLIM_MAX_NODE_IO];
+        bool known = n->n_in <= SLIM_MAX_NODE_IO && n->n_out <= SLIM_MAX_NODE_IO;
+        bool all_data = true;
+        for (int k = 0; known && k < n->n_in; k++) {
+            in[k] = n->in[k] >= 0 ? &vals[n->in[k]] : NULL;
+            if (in[k] && in[k]->ndim < 0)
+                known = false;
+            if (in[k] && !in[k]->data && slim_tensor_numel(in[k]) > 0)
+                all_data = false;
+        }
+        for (int k = 0; k < n->n_out && k < SLIM_MAX_NODE_IO; k++) {
+            out[k] = n->out[k] >= 0 ? &vals[n->out[k]] : NULL;
+            if (out[k]) {
+                memset(out[k], 0, sizeof(*out[k]));
+                out[k]->ndim = -1;
+            }
+        }
+        if (!known)
+            continue;
+        slim_op_ctx ctx = {.node = n, .state = n->op_state, .n_in = n->n_in, .in = in,
+                           .n_out = n->n_out, .out = out, .err = err};
+        st = n->op->infer(&ctx);
+        if (st == SLIM_ENEEDVALUE) {
+            st = SLIM_OK;
+            for (int k = 0; k < n->n_out; k++)
+                if (out[k])
+                    out[k]->ndim = -1;
+            continue;
+        }
+        if (st) {
+            slim_err_prefix(err, SLIM_NODE_FMT ": ", SLIM_NODE_ARGS(n));
+            break;
+        }
+        if ((n->op->flags & SLIM_OP_ALIAS0) && in[0] && out[0] && in[0]->data) {
+            out[0]->data = in[0]->data; /* a view; the source stays alive */
+            continue;
+        }
+        bool fold = (n->op->flags & SLIM_OP_SHAPE_ONLY) || all_data;
+        size_t bytes = 0;
+        for (int k = 0; k < n->n_out; k++)
+            if (out[k])
+                bytes += slim_tensor_nbytes(out[k]);
+        if (!fold || bytes > SLIM_PLAN_FOLD_BYTES || !n->op->exec ||
+            (n->op->flags & SLIM_OP_ALIAS0))
+            continue;
+        for (int k = 0; k < n->n_out && !st; k++)
+            if (out[k])
+                st = slim_tensor_alloc(out[k], err);
+        if (!st && n->op->exec(&ctx) != SLIM_OK)
+            for (int k = 0; k < n->n_out; k++)
+                if (out[k])
+                    slim_tensor_release(out[k]);
+        st = SLIM_OK;
+    }
+    for (int v = 0; v < g->n_values; v++) {
+        shapes[v] = vals[v];
+        shapes[v].data = NULL;
+        shapes[v].buf = NULL;
+        slim_tensor_release(&vals[v]);
+    }
+    free(vals);
+    return st;
+}

@@ -1,0 +1,91 @@
+/* model.c - loading models and describing their inputs and outputs. */
+#include "model.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+slim_status slim_model_load(const char *path, const slim_load_opts *opts,
+                            slim_model **out, slim_err *err)
+{
+    (void)opts;
+    *out = NULL;
+    if (!path || !path[0])
+        return slim_errf(err, SLIM_EINVAL, "no model path given");
+    slim_graph *g = NULL;
+    /* ONNX is the only format so far; the native format will be told
+     * apart by its magic number, not its name. */
+    slim_status st = slim_onnx_load_file(path, &g, err);
+    if (st)
+        return st;
+    st = slim_model_from_graph(g, out, err);
+    if (st)
+        return st;
+    (*out)->path = strdup(path);
+    return SLIM_OK;
+}
+
+slim_status slim_model_from_graph(slim_graph *g, slim_model **out, slim_err *err)
+{
+    *out = NULL;
+    slim_status st = slim_graph_finalize(g, err);
+    if (st) {
+        slim_graph_free(g);
+        return st;
+    }
+    slim_model *m = calloc(1, sizeof(*m));
+    if (!m) {
+        slim_graph_free(g);
+        return slim_errf(err, SLIM_ENOMEM, "out of memory creating the model");
+    }
+    m->graph = g;
+    m->inputs = calloc(g->n_inputs ? g->n_inputs : 1, sizeof(slim_io_info));
+    m->outputs = calloc(g->n_outputs ? g->n_outputs : 1, sizeof(slim_io_info));
+    if (!m->inputs || !m->outputs) {
+        slim_model_free(m);
+        return slim_errf(err, SLIM_ENOMEM, "out of memory creating the model");
+    }
+    for (int i = 0; i < g->n_inputs; i++)
+        m->inputs[i] = g->values[g->inputs[i]].info;
+    for (int i = 0; i < g->n_outputs; i++)
+        m->outputs[i] = g->values[g->outputs[i]].info;
+    for (int v = 0; v < g->n_values; v++) {
+        const slim_value *val = &g->values[v];
+        if (val->kind != SLIM_VALUE_INITIALIZER)
+            continue;
+        m->param_count += slim_tensor_numel(&val->init);
+        m->weight_bytes += slim_tensor_nbytes(&val->init);
+    }
+    *out = m;
+    return SLIM_OK;
+}
+
+void slim_model_free(slim_model *m)
+{
+    if (!m)
+        return;
+    slim_graph_free(m->graph);
+    free(m->inputs);
+    free(m->outputs);
+    free(m->path);
+    free(m);
+}
+
+int slim_model_num_inputs(const slim_model *m)
+{
+    return m->graph->n_inputs;
+}
+
+int slim_model_num_outputs(const slim_model *m)
+{
+    return m->graph->n_outputs;
+}
+
+const slim_io_info *slim_model_input(const slim_model *m, int i)
+{
+    return (i >= 0 && i < m->graph->n_inputs) ? &m->inputs[i] : NULL;
+}
+
+const slim_io_info *slim_model_output(const slim_model *m, int i)
+{
+    return (i >= 0 && i < m->graph->n_outputs) ? &m->outputs[i] : NULL;
+}

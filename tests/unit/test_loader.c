@@ -1,0 +1,330 @@
+/* test_loader.c - the ONNX loader on models packed here with protobuf-c. */
+#include "testutil.h"
+#include "onnx.pb-c.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* A model: y = Relu(x + w), w a [2,2] float initializer. */
+typedef struct proto_model {
+    Onnx__ModelProto model;
+    Onnx__OperatorSetIdProto opset;
+    Onnx__OperatorSetIdProto *opsets[1];
+    Onnx__GraphProto graph;
+    Onnx__NodeProto add, relu;
+    Onnx__NodeProto *nodes[2];
+    char *add_in[2], *add_out[1], *relu_in[1], *relu_out[1];
+    Onnx__TensorProto w;
+    Onnx__TensorProto *inits[1];
+    Onnx__StringStringEntryProto ext[3];
+    Onnx__StringStringEntryProto *ext_ptrs[3];
+    float w_data[4];
+    Onnx__ValueInfoProto x_info, y_info;
+    Onnx__ValueInfoProto *inputs[1], *outputs[1];
+    Onnx__TypeProto x_type;
+    Onnx__TypeProto__Tensor x_tensor;
+    Onnx__TensorShapeProto x_shape;
+    Onnx__TensorShapeProto__Dimension d0, d1;
+    Onnx__TensorShapeProto__Dimension *dims[2];
+} proto_model;
+
+static void build_model(proto_model *p)
+{
+    memset(p, 0, sizeof(*p));
+    onnx__model_proto__init(&p->model);
+    onnx__operator_set_id_proto__init(&p->opset);
+    onnx__graph_proto__init(&p->graph);
+    onnx__node_proto__init(&p->add);
+    onnx__node_proto__init(&p->relu);
+    onnx__tensor_proto__init(&p->w);
+    onnx__value_info_proto__init(&p->x_info);
+    onnx__value_info_proto__init(&p->y_info);
+    onnx__type_proto__init(&p->x_type);
+    onnx__type_proto__tensor__init(&p->x_tensor);
+    onnx__tensor_shape_proto__init(&p->x_shape);
+    onnx__tensor_shape_proto__dimension__init(&p->d0);
+    onnx__tensor_shape_proto__dimension__init(&p->d1);
+
+    p->opset.domain = "";
+    p->opset.has_version = 1;
+    p->opset.version = 17;
+    p->opsets[0] = &p->opset;
+    p->model.n_opset_import = 1;
+    p->model.opset_import = p->opsets;
+    p->model.has_ir_version = 1;
+    p->model.ir_version = 8;
+    p->model.graph = &p->graph;
+
+    p->add_in[0] = "x";
+    p->add_in[1] = "w";
+    p->add_out[0] = "s";
+    p->add.op_type = "Add";
+    p->add.name = "add0";
+    p->add.n_input = 2;
+    p->add.input = p->add_in;
+    p->add.n_output = 1;
+    p->add.output = p->add_out;
+    p->relu_in[0] = "s";
+    p->relu_out[0] = "y";
+    p->relu.op_type = "Relu";
+    p->relu.name = "relu0";
+    p->relu.n_input = 1;
+    p->relu.input = p->relu_in;
+    p->relu.n_output = 1;
+    p->relu.output = p->relu_out;
+    p->nodes[0] = &p->add;
+    p->nodes[1] = &p->relu;
+    p->graph.n_node = 2;
+    p->graph.node = p->nodes;
+
+    static int64_t wdims[2] = {2, 2};
+    p->w.name = "w";
+    p->w.has_data_type = 1;
+    p->w.data_type = 1; /* FLOAT */
+    p->w.n_dims = 2;
+    p->w.dims = wdims;
+    p->w_data[0] = 1;
+    p->w_data[1] = -2;
+    p->w_data[2] = 3;
+    p->w_data[3] = -4;
+    p->w.has_raw_data = 1;
+    p->w.raw_data.len = sizeof(p->w_data);
+    p->w.raw_data.data = (uint8_t *)p->w_data;
+    p->inits[0] = &p->w;
+    p->graph.n_initializer = 1;
+    p->graph.initializer = p->inits;
+
+    p->d0.value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_PARAM;
+    p->d0.dim_param = "batch";
+    p->d1.value_case = ONNX__TENSOR_SHAPE_PROTO__DIMENSION__VALUE_DIM_VALUE;
+    p->d1.dim_value = 2;
+    p->dims[0] = &p->d0;
+    p->dims[1] = &p->d1;
+    p->x_shape.n_dim = 2;
+    p->x_shape.dim = p->dims;
+    p->x_tensor.has_elem_type = 1;
+    p->x_tensor.elem_type = 1;
+    p->x_tensor.shape = &p->x_shape;
+    p->x_type.value_case = ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE;
+    p->x_type.tensor_type = &p->x_tensor;
+    p->x_info.name = "x";
+    p->x_info.type = &p->x_type;
+    p->y_info.name = "y";
+    p->inputs[0] = &p->x_info;
+    p->outputs[0] = &p->y_info;
+    p->graph.n_input = 1;
+    p->graph.input = p->inputs;
+    p->graph.n_output = 1;
+    p->graph.output = p->outputs;
+}
+
+static uint8_t *pack(proto_model *p, size_t *len)
+{
+    *len = onnx__model_proto__get_packed_size(&p->model);
+    uint8_t *buf = malloc(*len);
+    onnx__model_proto__pack(&p->model, buf);
+    return buf;
+}
+
+static slim_status load(proto_model *p, const char *dir, slim_model **m, slim_err *err)
+{
+    size_t len;
+    uint8_t *buf = pack(p, &len);
+    slim_graph *g;
+    slim_status st = slim_onnx_load_buffer(buf, len, dir, &g, err);
+    free(buf);
+    if (st)
+        return st;
+    return slim_model_from_graph(g, m, err);
+}
+
+START_TEST(loads_and_runs_a_small_model)
+{
+    proto_model p;
+    build_model(&p);
+    slim_model *m;
+    slim_err err = {0};
+    ck_assert_msg(load(&p, NULL, &m, &err) == SLIM_OK, "%s", err.msg);
+    ck_assert_int_eq(slim_model_num_inputs(m), 1);
+    const slim_io_info *x = slim_model_input(m, 0);
+    ck_assert_str_eq(x->name, "x");
+    ck_assert_int_eq(x->dtype, SLIM_F32);
+    ck_assert_int_eq(x->ndim, 2);
+    ck_assert_int_eq(x->dims[0], -1);
+    ck_assert_str_eq(x->dim_names[0], "batch");
+    ck_assert_int_eq(x->dims[1], 2);
+    ck_assert_int_eq(m->param_count, 4);
+    ck_assert_int_eq(m->weight_bytes, 16);
+    ck_assert_int_eq(m->graph->opset, 17);
+
+    slim_tensor in = tu_f32(2, (int64_t[]){2, 2}, (float[]){0.5f, 0.5f, 0.5f, 0.5f});
+    slim_tensor *out;
+    int n_out;
+    const char *names[] = {"x"};
+    ck_assert_msg(slim_model_run(m, 1, names, &in, &out, &n_out, &err) == SLIM_OK, "%s", err.msg);
+    tu_assert_close_f32(&out[0], (float[]){1.5f, 0, 3.5f, 0}, 4, 1e-6);
+    slim_tensors_free(out, n_out);
+    slim_tensor_release(&in);
+    slim_model_free(m);
+}
+END_TEST
+
+START_TEST(typed_float_data_is_read)
+{
+    proto_model p;
+    build_model(&p);
+    float vals[4] = {9, 8, 7, 6};
+    p.w.has_raw_data = 0;
+    p.w.n_float_data = 4;
+    p.w.float_data = vals;
+    slim_model *m;
+    slim_err err = {0};
+    ck_assert_msg(load(&p, NULL, &m, &err) == SLIM_OK, "%s", err.msg);
+    int v = slim_graph_find_value(m->graph, "w");
+    ck_assert_int_ge(v, 0);
+    ck_assert_float_eq(((float *)m->graph->values[v].init.data)[3], 6.0f);
+    slim_model_free(m);
+}
+END_TEST
+
+START_TEST(truncated_and_garbage_files_are_errors)
+{
+    proto_model p;
+    build_model(&p);
+    size_t len;
+    uint8_t *buf = pack(&p, &len);
+    slim_graph *g;
+    slim_err err = {0};
+    for (size_t cut = 1; cut < len; cut += 7) {
+        slim_status st = slim_onnx_load_buffer(buf, len - cut, NULL, &g, &err);
+        if (st == SLIM_OK) /* a cut on a field boundary can still parse */
+            slim_graph_free(g);
+        else
+            ck_assert_int_eq(st, SLIM_EPARSE);
+    }
+    memset(buf, 0xff, len);
+    ck_assert_int_eq(slim_onnx_load_buffer(buf, len, NULL, &g, &err), SLIM_EPARSE);
+    ck_assert_ptr_nonnull(strstr(err.msg, "not a valid ONNX model"));
+    free(buf);
+    ck_assert_int_eq(slim_model_load("/nonexistent/model.onnx", NULL, &(slim_model *){0}, &err),
+                     SLIM_ENOTFOUND);
+    ck_assert_ptr_nonnull(strstr(err.msg, "/nonexistent/model.onnx"));
+}
+END_TEST
+
+START_TEST(unknown_op_names_node_and_op)
+{
+    proto_model p;
+    build_model(&p);
+    p.relu.op_type = "FancyNewOp";
+    slim_model *m;
+    slim_err err = {0};
+    ck_assert_int_eq(load(&p, NULL, &m, &err), SLIM_EUNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err.msg, "relu0"));
+    ck_assert_ptr_nonnull(strstr(err.msg, "FancyNewOp"));
+}
+END_TEST
+
+START_TEST(raw_data_size_mismatch_names_tensor)
+{
+    proto_model p;
+    build_model(&p);
+    p.w.raw_data.len = 12;
+    slim_model *m;
+    slim_err err = {0};
+    ck_assert_int_eq(load(&p, NULL, &m, &err), SLIM_EPARSE);
+    ck_assert_ptr_nonnull(strstr(err.msg, "\"w\""));
+}
+END_TEST
+
+START_TEST(dangling_input_is_an_error)
+{
+    proto_model p;
+    build_model(&p);
+    p.relu_in[0] = "nowhere";
+    slim_model *m;
+    slim_err err = {0};
+    ck_assert_int_eq(load(&p, NULL, &m, &err), SLIM_EPARSE);
+    ck_assert_ptr_nonnull(strstr(err.msg, "nowhere"));
+}
+END_TEST
+
+static void use_external(proto_model *p, const char *location, const char *length)
+{
+    p->w.has_raw_data = 0;
+    p->w.has_data_location = 1;
+    p->w.data_location = ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL;
+    for (int i = 0; i < 3; i++) {
+        onnx__string_string_entry_proto__init(&p->ext[i]);
+        p->ext_ptrs[i] = &p->ext[i];
+    }
+    p->ext[0].key = "location";
+    p->ext[0].value = (char *)location;
+    p->ext[1].key = "offset";
+    p->ext[1].value = "4";
+    p->ext[2].key = "length";
+    p->ext[2].value = (char *)length;
+    p->w.n_external_data = 3;
+    p->w.external_data = p->ext_ptrs;
+}
+
+START_TEST(external_data_inside_the_folder_only)
+{
+    char dir[] = "/tmp/slim-test-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[512];
+    snprintf(path, sizeof(path), "%s/weights.bin", dir);
+    FILE *f = fopen(path, "wb");
+    float data[5] = {0, 1, 2, 3, 4}; /* offset 4 skips the first */
+    fwrite(data, sizeof(float), 5, f);
+    fclose(f);
+
+    proto_model p;
+    build_model(&p);
+    use_external(&p, "weights.bin", "16");
+    slim_model *m;
+    slim_err err = {0};
+    ck_assert_msg(load(&p, dir, &m, &err) == SLIM_OK, "%s", err.msg);
+    int v = slim_graph_find_value(m->graph, "w");
+    ck_assert_float_eq(((float *)m->graph->values[v].init.data)[0], 1.0f);
+    ck_assert_float_eq(((float *)m->graph->values[v].init.data)[3], 4.0f);
+    slim_model_free(m);
+
+    build_model(&p);
+    use_external(&p, "../etc/passwd", "16");
+    ck_assert_int_eq(load(&p, dir, &m, &err), SLIM_EINVAL);
+    ck_assert_ptr_nonnull(strstr(err.msg, "inside the model's folder"));
+
+    build_model(&p);
+    use_external(&p, "/etc/passwd", "16");
+    ck_assert_int_eq(load(&p, dir, &m, &err), SLIM_EINVAL);
+
+    build_model(&p);
+    use_external(&p, "weights.bin", "32"); /* wrong length */
+    ck_assert_int_eq(load(&p, dir, &m, &err), SLIM_EPARSE);
+
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("loader");
+    TCase *tc = tcase_create("onnx");
+    tcase_add_test(tc, loads_and_runs_a_small_model);
+    tcase_add_test(tc, typed_float_data_is_read);
+    tcase_add_test(tc, truncated_and_garbage_files_are_errors);
+    tcase_add_test(tc, unknown_op_names_node_and_op);
+    tcase_add_test(tc, raw_data_size_mismatch_names_tensor);
+    tcase_add_test(tc, dangling_input_is_an_error);
+    tcase_add_test(tc, external_data_inside_the_folder_only);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

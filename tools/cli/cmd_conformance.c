@@ -1,0 +1,340 @@
+/*
+ * cmd_conformance.c - `slim conformance DIR`: runs ONNX backend node tests.
+ *
+ * Each test folder holds model.onnx and test_data_set_N/{input,output}_K.pb.
+ * Every case runs in a forked child so that a crash or a hang in one kernel
+ * is reported as that case's failure instead of ending the whole run.
+ * A case is skipped only when the engine reports the model as unsupported
+ * (an operator, or a variant of one, that it does not implement); the
+ * skipped ones are listed by operator at the end.
+ */
+#include "cli.h"
+#include "model.h"
+
+#include <dirent.h>
+#include <math.h>
+#include <regex.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define CASE_TIMEOUT_S 120
+#define RTOL 1e-3
+#define ATOL 1e-7
+
+enum { CASE_PASS = 0, CASE_FAIL = 1, CASE_SKIP = 2 };
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Sorted names in dir starting with prefix; caller frees. */
+static int list_dir(const char *dir, const char *prefix, char ***out)
+{
+    DIR *d = opendir(dir);
+    *out = NULL;
+    if (!d)
+        return 0;
+    int n = 0, cap = 0;
+    char **names = NULL;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        if (strncmp(e->d_name, prefix, strlen(prefix)) != 0)
+            continue;
+        if (n == cap) {
+            cap = cap ? cap * 2 : 64;
+            char **nn = realloc(names, sizeof(char *) * cap);
+            if (!nn)
+                break;
+            names = nn;
+        }
+        names[n++] = strdup(e->d_name);
+    }
+    closedir(d);
+    qsort(names, n, sizeof(char *), cmp_str);
+    *out = names;
+    return n;
+}
+
+static void free_list(char **names, int n)
+{
+    for (int i = 0; i < n; i++)
+        free(names[i]);
+    free(names);
+}
+
+static bool values_close(slim_dtype dt, const void *got, const void *want, int64_t i)
+{
+    if (!slim_dtype_is_float(dt))
+        return slim_load_i64(dt, got, i) == slim_load_i64(dt, want, i);
+    double g = slim_load_f64(dt, got, i), w = slim_load_f64(dt, want, i);
+    if (isnan(w))
+        return isnan(g);
+    if (isinf(w))
+        return g == w;
+    return fabs(g - w) <= ATOL + RTOL * fabs(w);
+}
+
+/* Compares got with want; on mismatch writes why into msg. */
+static bool compare(const slim_tensor *got, const slim_tensor *want, int k, char *msg, size_t cap)
+{
+    char a[160], b[160];
+    if (got->dtype != want->dtype) {
+        snprintf(msg, cap, "output %d has data type %s, expected %s", k,
+                 slim_dtype_name(got->dtype), slim_dtype_name(want->dtype));
+        return false;
+    }
+    if (got->ndim != want->ndim ||
+        memcmp(got->dims, want->dims, sizeof(int64_t) * (size_t)got->ndim) != 0) {
+        snprintf(msg, cap, "output %d has shape %s, expected %s", k,
+                 slim_shape_str(got->ndim, got->dims, a, sizeof(a)),
+                 slim_shape_str(want->ndim, want->dims, b, sizeof(b)));
+        return false;
+    }
+    int64_t n = slim_tensor_numel(want);
+    int64_t bad = 0, first = -1;
+    for (int64_t i = 0; i < n; i++)
+        if (!values_close(want->dtype, got->data, want->data, i)) {
+            if (first < 0)
+                first = i;
+            bad++;
+        }
+    if (bad) {
+        snprintf(msg, cap, "output %d: %lld of %lld values differ; first at %lld: got %.9g, "
+                 "expected %.9g", k, (long long)bad, (long long)n, (long long)first,
+                 slim_load_f64(want->dtype, got->data, first),
+                 slim_load_f64(want->dtype, want->data, first));
+        return false;
+    }
+    return true;
+}
+
+static int run_data_set(const slim_model *m, const char *set_dir, char *msg, size_t cap)
+{
+    char **files;
+    int nf = list_dir(set_dir, "", &files);
+    int n_in = 0, n_out = 0;
+    for (int i = 0; i < nf; i++) {
+        if (strncmp(files[i], "input_", 6) == 0)
+            n_in++;
+        else if (strncmp(files[i], "output_", 7) == 0)
+            n_out++;
+    }
+    free_list(files, nf);
+    int result = CASE_FAIL;
+    slim_err err = {0};
+    slim_tensor *ins = calloc(n_in + 1, sizeof(slim_tensor));
+    slim_tensor *want = calloc(n_out + 1, sizeof(slim_tensor));
+    const char **names = calloc(n_in + 1, sizeof(char *));
+    slim_tensor *got = NULL;
+    int n_got = 0, loaded_in = 0, loaded_out = 0;
+    char path[4096];
+    if (n_in != slim_model_num_inputs(m)) {
+        snprintf(msg, cap, "%s has %d inputs, the model %d", set_dir, n_in,
+                 slim_model_num_inputs(m));
+        goto done;
+    }
+    for (int i = 0; i < n_in; i++, loaded_in++) {
+        snprintf(path, sizeof(path), "%s/input_%d.pb", set_dir, i);
+        if (slim_onnx_load_tensor_file(path, &ins[i], NULL, 0, &err)) {
+            snprintf(msg, cap, "%s", err.msg);
+            result = err.status == SLIM_EUNSUPPORTED ? CASE_SKIP : CASE_FAIL;
+            goto done;
+        }
+        names[i] = slim_model_input(m, i)->name;
+    }
+    for (int i = 0; i < n_out; i++, loaded_out++) {
+        snprintf(path, sizeof(path), "%s/output_%d.pb", set_dir, i);
+        if (slim_onnx_load_tensor_file(path, &want[i], NULL, 0, &err)) {
+            snprintf(msg, cap, "%s", err.msg);
+            result = err.status == SLIM_EUNSUPPORTED ? CASE_SKIP : CASE_FAIL;
+            goto done;
+        }
+    }
+    if (slim_model_run(m, n_in, names, ins, &got, &n_got, &err)) {
+        snprintf(msg, cap, "%s", err.msg);
+        result = err.status == SLIM_EUNSUPPORTED ? CASE_SKIP : CASE_FAIL;
+        goto done;
+    }
+    if (n_got < n_out) {
+        snprintf(msg, cap, "the model gave %d outputs, expected %d", n_got, n_out);
+        goto done;
+    }
+    result = CASE_PASS;
+    for (int k = 0; k < n_out && result == CASE_PASS; k++)
+        if (!compare(&got[k], &want[k], k, msg, cap))
+            result = CASE_FAIL;
+done:
+    for (int i = 0; i < loaded_in; i++)
+        slim_tensor_release(&ins[i]);
+    for (int i = 0; i < loaded_out; i++)
+        slim_tensor_release(&want[i]);
+    free(ins);
+    free(want);
+    free(names);
+    slim_tensors_free(got, n_got);
+    return result;
+}
+
+/* Runs one case in this (child) process; writes "msg" to fd. */
+static int run_case(const char *case_dir, char *msg, size_t cap)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/model.onnx", case_dir);
+    slim_model *m;
+    slim_err err = {0};
+    if (slim_model_load(path, NULL, &m, &err)) {
+        snprintf(msg, cap, "%s", err.msg);
+        return err.status == SLIM_EUNSUPPORTED ? CASE_SKIP : CASE_FAIL;
+    }
+    char **sets;
+    int ns = list_dir(case_dir, "test_data_set_", &sets);
+    int result = ns ? CASE_PASS : CASE_FAIL;
+    if (!ns)
+        snprintf(msg, cap, "no test_data_set_* folder");
+    for (int s = 0; s < ns && result == CASE_PASS; s++) {
+        snprintf(path, sizeof(path), "%s/%s", case_dir, sets[s]);
+        result = run_data_set(m, path, msg, cap);
+    }
+    free_list(sets, ns);
+    slim_model_free(m);
+    return result;
+}
+
+static int run_case_isolated(const char *case_dir, char *msg, size_t cap)
+{
+    int fds[2];
+    if (pipe(fds) != 0)
+        return run_case(case_dir, msg, cap);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        close(fds[0]);
+        alarm(CASE_TIMEOUT_S);
+        char buf[2048] = "";
+        int r = run_case(case_dir, buf, sizeof(buf));
+        ssize_t unused = write(fds[1], buf, strlen(buf));
+        (void)unused;
+        close(fds[1]);
+        _exit(r);
+    }
+    close(fds[1]);
+    size_t used = 0;
+    ssize_t got;
+    while (used + 1 < cap && (got = read(fds[0], msg + used, cap - 1 - used)) > 0)
+        used += (size_t)got;
+    msg[used] = '\0';
+    close(fds[0]);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (WIFEXITED(status))
+        return WEXITSTATUS(status);
+    snprintf(msg, cap, "crashed with signal %d (%s)", WTERMSIG(status),
+             WTERMSIG(status) == SIGALRM ? "timeout" : strsignal(WTERMSIG(status)));
+    return CASE_FAIL;
+}
+
+/* Pulls the operator out of `node "x" (Op): ...`, else "?". */
+static void op_from_message(const char *msg, char *op, size_t cap)
+{
+    const char *p = strstr(msg, "\" (");
+    snprintf(op, cap, "?");
+    if (!p)
+        return;
+    p += 3;
+    size_t n = strcspn(p, ")");
+    if (n < cap) {
+        memcpy(op, p, n);
+        op[n] = '\0';
+    }
+}
+
+typedef struct skip_entry {
+    char op[64];
+    int count;
+    char example[256];
+} skip_entry;
+
+int slim_cmd_conformance(int argc, char **argv)
+{
+    const char *dir = NULL, *filter = NULL;
+    bool verbose = false;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--filter") == 0 && i + 1 < argc)
+            filter = argv[++i];
+        else if (strcmp(argv[i], "--verbose") == 0 || strcmp(argv[i], "-v") == 0)
+            verbose = true;
+        else if (argv[i][0] != '-' && !dir)
+            dir = argv[i];
+        else {
+            fprintf(stderr, "slim conformance: unexpected argument \"%s\"\n", argv[i]);
+            return 2;
+        }
+    }
+    if (!dir) {
+        fprintf(stderr, "usage: slim conformance DIR [--filter REGEX] [--verbose]\n");
+        return 2;
+    }
+    regex_t re;
+    if (filter && regcomp(&re, filter, REG_EXTENDED | REG_NOSUB) != 0) {
+        fprintf(stderr, "slim conformance: invalid --filter regex \"%s\"\n", filter);
+        return 2;
+    }
+    char **cases;
+    int nc = list_dir(dir, "", &cases);
+    int passed = 0, failed = 0, skipped = 0;
+    skip_entry *skips = calloc(nc + 1, sizeof(skip_entry));
+    int n_skips = 0;
+    char path[4096], msg[2048];
+    struct stat sb;
+    for (int i = 0; i < nc; i++) {
+        snprintf(path, sizeof(path), "%s/%s/model.onnx", dir, cases[i]);
+        if (stat(path, &sb) != 0)
+            continue;
+        if (filter && regexec(&re, cases[i], 0, NULL, 0) != 0)
+            continue;
+        snprintf(path, sizeof(path), "%s/%s", dir, cases[i]);
+        msg[0] = '\0';
+        int r = run_case_isolated(path, msg, sizeof(msg));
+        if (r == CASE_PASS) {
+            passed++;
+            if (verbose)
+                printf("PASS %s\n", cases[i]);
+        } else if (r == CASE_SKIP) {
+            skipped++;
+            char op[64];
+            op_from_message(msg, op, sizeof(op));
+            int k = 0;
+            while (k < n_skips && strcmp(skips[k].op, op) != 0)
+                k++;
+            if (k == n_skips) {
+                snprintf(skips[k].op, sizeof(skips[k].op), "%s", op);
+                snprintf(skips[k].example, sizeof(skips[k].example), "%s: %s", cases[i], msg);
+                n_skips++;
+            }
+            skips[k].count++;
+            if (verbose)
+                printf("SKIP %s: %s\n", cases[i], msg);
+        } else {
+            failed++;
+            printf("FAIL %s: %s\n", cases[i], msg);
+        }
+        fflush(stdout);
+    }
+    if (n_skips) {
+        printf("\nskipped, by operator (cases; first reason):\n");
+        for (int k = 0; k < n_skips; k++)
+            printf("  %-28s %4d  %s\n", skips[k].op, skips[k].count, skips[k].example);
+    }
+    printf("\n%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    free(skips);
+    free_list(cases, nc);
+    if (filter)
+        regfree(&re);
+    return failed ? 1 : 0;
+}
