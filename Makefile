@@ -33,7 +33,7 @@ models: build
 
 # Runs each bundled example model end to end on its sample input.
 serve: models
-	@for m in mlp cnn transformer; do \
+	@for m in mlp resnet transformer; do \
 	    echo "== $$m"; \
 	    $(BUILD)/bin/slim run $(MODELS_DIR)/$$m/1/model.onnx \
 	        --input $$($(PY) -c "import onnx,sys; print(onnx.load(sys.argv[1]).graph.input[0].name)" $(MODELS_DIR)/$$m/1/model.onnx)=$(MODELS_DIR)/$$m/sample_input.npy || exit 1; \

@@ -128,3 +128,58 @@ slim_status slim_read_scalar_i64(const slim_tensor *t, const char *what, int64_t
     *v = slim_load_i64(t->dtype, t->data, 0);
     return SLIM_OK;
 }
+
+/* ---- GEMM on the kernel threads ----------------------------------------- */
+
+#include <cblas.h>
+
+typedef struct sgemm_job {
+    bool trans_a, trans_b, by_rows;
+    int64_t m, n, k, lda, ldb, ldc, block;
+    float alpha, beta;
+    const float *a, *b;
+    float *c;
+} sgemm_job;
+
+static void sgemm_part(int64_t begin, int64_t end, void *user)
+{
+    const sgemm_job *j = user;
+    int64_t lo = begin * j->block;
+    int64_t hi = end * j->block;
+    if (j->by_rows) {
+        if (hi > j->m)
+            hi = j->m;
+        const float *a = j->trans_a ? j->a + lo : j->a + lo * j->lda;
+        cblas_sgemm(CblasRowMajor, j->trans_a ? CblasTrans : CblasNoTrans,
+                    j->trans_b ? CblasTrans : CblasNoTrans, (int)(hi - lo), (int)j->n, (int)j->k,
+                    j->alpha, a, (int)j->lda, j->b, (int)j->ldb, j->beta, j->c + lo * j->ldc,
+                    (int)j->ldc);
+    } else {
+        if (hi > j->n)
+            hi = j->n;
+        const float *b = j->trans_b ? j->b + lo * j->ldb : j->b + lo;
+        cblas_sgemm(CblasRowMajor, j->trans_a ? CblasTrans : CblasNoTrans,
+                    j->trans_b ? CblasTrans : CblasNoTrans, (int)j->m, (int)(hi - lo), (int)j->k,
+                    j->alpha, j->a, (int)j->lda, b, (int)j->ldb, j->beta, j->c + lo, (int)j->ldc);
+    }
+}
+
+void slim_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                float *c, int64_t ldc)
+{
+    if (m <= 0 || n <= 0)
+        return;
+    int threads = slim_num_threads();
+    sgemm_job j = {trans_a, trans_b, m >= n || m >= 64, m, n, k, lda, ldb, ldc, 0,
+                   alpha, beta, a, b, c};
+    int64_t span = j.by_rows ? m : n;
+    /* Blocks of >= 16 rows/cols keep each BLAS call efficient; small
+     * products (under ~64k multiply-adds) are not worth waking threads. */
+    int64_t parts = threads > 1 && m * n * k >= (1 << 16) ? threads * 2 : 1;
+    j.block = (span + parts - 1) / parts;
+    if (j.block < 16)
+        j.block = 16;
+    int64_t blocks = (span + j.block - 1) / j.block;
+    slim_parallel_for(blocks, 1, sgemm_part, &j);
+}

@@ -94,4 +94,12 @@ void slim_parallel_for(int64_t n, int64_t grain,
                        void (*fn)(int64_t begin, int64_t end, void *user), void *user);
 int slim_num_threads(void);
 
+/* cblas_sgemm's row-major contract, split across the kernel threads by rows
+ * (or columns when there are few rows), each part a single-threaded BLAS
+ * call. slimserve owns the threads: BLAS's own pool would spin against ours
+ * and against concurrent requests. */
+void slim_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                float *c, int64_t ldc);
+
 #endif

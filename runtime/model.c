@@ -1,4 +1,5 @@
 /* model.c - loading models and describing their inputs and outputs. */
+#include "kernel.h"
 #include "model.h"
 
 #include <stdlib.h>
@@ -32,6 +33,7 @@ slim_status slim_model_from_graph(slim_graph *g, slim_model **out, slim_err *err
         slim_graph_free(g);
         return st;
     }
+    slim_num_threads(); /* starts the kernel threads, caps BLAS threads */
     slim_model *m = calloc(1, sizeof(*m));
     if (!m) {
         slim_graph_free(g);

@@ -8,6 +8,7 @@
  */
 #include "kernel.h"
 
+#include <cblas.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -67,6 +68,8 @@ static void pool_init(void)
         n = 1;
     if (n > SLIM_MAX_THREADS)
         n = SLIM_MAX_THREADS;
+    /* BLAS runs single-threaded inside our parts (see slim_sgemm). */
+    openblas_set_num_threads(1);
     pthread_mutex_init(&pool.job_lock, NULL);
     pthread_mutex_init(&pool.mu, NULL);
     pthread_cond_init(&pool.cv_start, NULL);

@@ -194,8 +194,10 @@ static slim_status tensor_from_proto(const Onnx__TensorProto *tp, const char *ba
         return st;
     if (external)
         st = read_external(tp, base_dir, t->data, nbytes, err);
-    else if (tp->has_raw_data)
-        memcpy(t->data, tp->raw_data.data, nbytes);
+    else if (tp->has_raw_data) {
+        if (nbytes)
+            memcpy(t->data, tp->raw_data.data, nbytes);
+    }
     else
         st = copy_typed(tp, t, n, err);
     if (st) {

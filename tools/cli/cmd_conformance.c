@@ -27,6 +27,9 @@
 #define ATOL 1e-7
 
 enum { CASE_PASS = 0, CASE_FAIL = 1, CASE_SKIP = 2 };
+/* A child's exit code is CHILD_EXIT_BASE + result; anything else (a
+ * sanitizer's report, abort) is a crash. */
+#define CHILD_EXIT_BASE 40
 
 static int cmp_str(const void *a, const void *b)
 {
@@ -221,7 +224,7 @@ static int run_case_isolated(const char *case_dir, char *msg, size_t cap)
         ssize_t unused = write(fds[1], buf, strlen(buf));
         (void)unused;
         close(fds[1]);
-        _exit(r);
+        _exit(CHILD_EXIT_BASE + r);
     }
     close(fds[1]);
     size_t used = 0;
@@ -232,8 +235,14 @@ static int run_case_isolated(const char *case_dir, char *msg, size_t cap)
     close(fds[0]);
     int status = 0;
     waitpid(pid, &status, 0);
-    if (WIFEXITED(status))
-        return WEXITSTATUS(status);
+    if (WIFEXITED(status)) {
+        int code = WEXITSTATUS(status) - CHILD_EXIT_BASE;
+        if (code >= CASE_PASS && code <= CASE_SKIP)
+            return code;
+        snprintf(msg, cap, "crashed: exited with code %d (a sanitizer report or an abort, "
+                 "see stderr)", WEXITSTATUS(status));
+        return CASE_FAIL;
+    }
     snprintf(msg, cap, "crashed with signal %d (%s)", WTERMSIG(status),
              WTERMSIG(status) == SIGALRM ? "timeout" : strsignal(WTERMSIG(status)));
     return CASE_FAIL;

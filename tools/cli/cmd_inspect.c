@@ -1,0 +1,204 @@
+/*
+ * cmd_inspect.c - `slim inspect MODEL`: what a model takes, gives and holds.
+ *
+ * Prints inputs and outputs (dtypes, shapes with symbolic dims by name),
+ * IR version, opset, producer, node count, op counts (most used first),
+ * parameter count and weight bytes.
+ *
+ * A model that slimserve cannot run (an operator it lacks) is still worth
+ * inspecting - that is often why one inspects it - so when loading fails
+ * with EUNSUPPORTED the graph is read again without finalizing it, and the
+ * report ends with the reason the model would not run.
+ */
+#include "cli.h"
+#include "model.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct op_count {
+    const char *domain;
+    const char *op_type;
+    int count;
+} op_count;
+
+static char *declared_shape_str(const slim_io_info *info, char *buf, size_t cap)
+{
+    if (info->ndim < 0) {
+        snprintf(buf, cap, "[any rank]");
+        return buf;
+    }
+    size_t used = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < info->ndim && used < cap; i++) {
+        const char *sep = i ? "," : "";
+        if (info->dims[i] >= 0)
+            used += (size_t)snprintf(buf + used, cap - used, "%s%lld", sep,
+                                     (long long)info->dims[i]);
+        else
+            used += (size_t)snprintf(buf + used, cap - used, "%s%s", sep,
+                                     info->dim_names[i] ? info->dim_names[i] : "?");
+    }
+    if (used < cap)
+        snprintf(buf + used, cap - used, "]");
+    return buf;
+}
+
+static void print_io(const char *title, int n, const slim_io_info *const *infos)
+{
+    printf("%s (%d):\n", title, n);
+    int width = 0;
+    for (int i = 0; i < n; i++) {
+        int len = (int)strlen(infos[i]->name);
+        width = len > width ? len : width;
+    }
+    for (int i = 0; i < n; i++) {
+        char shape[512];
+        printf("  %-*s  %s %s\n", width, infos[i]->name,
+               infos[i]->dtype ? slim_dtype_name(infos[i]->dtype) : "(type unknown)",
+               declared_shape_str(infos[i], shape, sizeof(shape)));
+    }
+}
+
+static int cmp_op_count(const void *a, const void *b)
+{
+    const op_count *x = a, *y = b;
+    if (x->count != y->count)
+        return y->count - x->count;
+    int d = strcmp(x->domain, y->domain);
+    return d ? d : strcmp(x->op_type, y->op_type);
+}
+
+static void print_ops(const slim_graph *g)
+{
+    op_count *counts = calloc((size_t)(g->n_nodes ? g->n_nodes : 1), sizeof(*counts));
+    if (!counts) {
+        fprintf(stderr, "slim inspect: out of memory\n");
+        return;
+    }
+    int n = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const slim_node *node = &g->nodes[i];
+        const char *domain = node->domain ? node->domain : "";
+        int j = 0;
+        while (j < n && (strcmp(counts[j].op_type, node->op_type) != 0 ||
+                         strcmp(counts[j].domain, domain) != 0))
+            j++;
+        if (j == n)
+            counts[n++] = (op_count){domain, node->op_type, 0};
+        counts[j].count++;
+    }
+    qsort(counts, (size_t)n, sizeof(*counts), cmp_op_count);
+    printf("nodes: %d\n", g->n_nodes);
+    printf("ops (%d types):\n", n);
+    for (int i = 0; i < n; i++) {
+        char label[256];
+        if (counts[i].domain[0] && strcmp(counts[i].domain, "ai.onnx") != 0)
+            snprintf(label, sizeof(label), "%s.%s", counts[i].domain, counts[i].op_type);
+        else
+            snprintf(label, sizeof(label), "%s", counts[i].op_type);
+        printf("  %-24s %d\n", label, counts[i].count);
+    }
+    free(counts);
+}
+
+static void print_size(size_t bytes)
+{
+    if (bytes >= (size_t)1 << 30)
+        printf(" (%.2f GiB)", (double)bytes / (double)((size_t)1 << 30));
+    else if (bytes >= (size_t)1 << 20)
+        printf(" (%.2f MiB)", (double)bytes / (double)((size_t)1 << 20));
+    else if (bytes >= 1024)
+        printf(" (%.2f KiB)", (double)bytes / 1024.0);
+}
+
+/* Everything but the parameter figures reads the graph; the io tables come
+ * from the model when there is one, else from the raw graph's values. */
+static void print_model(const char *path, const slim_graph *g, const slim_model *m,
+                        int64_t params, size_t weight_bytes)
+{
+    printf("model: %s\n", path);
+    if (g->name && g->name[0])
+        printf("graph: %s\n", g->name);
+    printf("ir_version: %lld\n", (long long)g->ir_version);
+    printf("opset: %d\n", g->opset);
+    printf("producer: %s\n", g->producer_name && g->producer_name[0] ? g->producer_name
+                                                                      : "(none)");
+
+    int n_in = m ? slim_model_num_inputs(m) : g->n_inputs;
+    int n_out = m ? slim_model_num_outputs(m) : g->n_outputs;
+    const slim_io_info **infos = malloc(sizeof(*infos) * (size_t)(n_in + n_out + 1));
+    if (!infos) {
+        fprintf(stderr, "slim inspect: out of memory\n");
+        return;
+    }
+    for (int i = 0; i < n_in; i++)
+        infos[i] = m ? slim_model_input(m, i) : &g->values[g->inputs[i]].info;
+    for (int i = 0; i < n_out; i++)
+        infos[n_in + i] = m ? slim_model_output(m, i) : &g->values[g->outputs[i]].info;
+    print_io("inputs", n_in, infos);
+    print_io("outputs", n_out, infos + n_in);
+    free(infos);
+
+    print_ops(g);
+    printf("parameters: %lld\n", (long long)params);
+    printf("weight bytes: %zu", weight_bytes);
+    print_size(weight_bytes);
+    printf("\n");
+}
+
+int slim_cmd_inspect(int argc, char **argv)
+{
+    const char *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            printf("usage: slim inspect MODEL\n");
+            return 0;
+        }
+        if (argv[i][0] == '-' || path) {
+            fprintf(stderr, "slim inspect: unexpected argument \"%s\"\nusage: slim inspect MODEL\n",
+                    argv[i]);
+            return 2;
+        }
+        path = argv[i];
+    }
+    if (!path) {
+        fprintf(stderr, "usage: slim inspect MODEL\n");
+        return 2;
+    }
+
+    slim_err err;
+    slim_model *m = NULL;
+    slim_status st = slim_model_load(path, NULL, &m, &err);
+    if (st == SLIM_OK) {
+        print_model(path, m->graph, m, m->param_count, m->weight_bytes);
+        slim_model_free(m);
+        return 0;
+    }
+    if (st != SLIM_EUNSUPPORTED) {
+        fprintf(stderr, "slim inspect: %s\n", err.msg);
+        return 1;
+    }
+
+    /* Loadable but not runnable: describe the raw graph. */
+    char reason[sizeof(err.msg)];
+    memcpy(reason, err.msg, sizeof(reason));
+    slim_graph *g = NULL;
+    if (slim_onnx_load_file(path, &g, &err) != SLIM_OK) {
+        fprintf(stderr, "slim inspect: %s\n", reason);
+        return 1;
+    }
+    int64_t params = 0;
+    size_t bytes = 0;
+    for (int i = 0; i < g->n_values; i++) {
+        const slim_value *v = &g->values[i];
+        if (v->kind != SLIM_VALUE_INITIALIZER)
+            continue;
+        params += slim_tensor_numel(&v->init);
+        bytes += slim_tensor_nbytes(&v->init);
+    }
+    print_model(path, g, NULL, params, bytes);
+    printf("runnable: no - %s\n", reason);
+    slim_graph_free(g);
+    return 0;
+}

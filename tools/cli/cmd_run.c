@@ -1,0 +1,506 @@
+/*
+ * cmd_run.c - `slim run MODEL --input NAME=FILE.npy ... [--output-dir DIR]
+ *                           [--repeat N]`
+ *
+ * Loads the model and the NumPy inputs, checks each input against what the
+ * model declares (before running, so a mistake is reported in the user's
+ * terms, not as a failure deep inside some node), runs it, prints a summary
+ * of every output and optionally writes them as NAME.npy files.
+ *
+ * --repeat N runs the model N times on the same inputs and prints the median
+ * run time; bench/bench_cpu.py parses that line. Thread counts come from
+ * SLIM_NUM_THREADS (kernel loops) and OPENBLAS_NUM_THREADS (BLAS calls).
+ */
+#include "cli.h"
+#include "npy.h"
+#include "slim.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#define MAX_RUN_INPUTS 256
+#define PREVIEW_VALUES 6
+
+typedef struct run_input {
+    const char *name;   /* the model's name for it (points into the model) */
+    const char *file;
+    slim_tensor t;
+} run_input;
+
+static void usage(void)
+{
+    fprintf(stderr,
+            "usage: slim run MODEL --input NAME=FILE.npy ... [--output-dir DIR] [--repeat N]\n"
+            "  --input NAME=FILE.npy  a model input (NAME= may be left out when the model\n"
+            "                         has a single input); repeat for each input. A\n"
+            "                         bfloat16 input is given as float32 and rounded\n"
+            "  --output-dir DIR       write each output to DIR/NAME.npy ('/' in names -> '_')\n"
+            "  --repeat N             run N times and print the median run time\n");
+}
+
+/* "[batch,3,32,32]": declared dims by symbolic name, "?" when unnamed. */
+static char *declared_shape_str(const slim_io_info *info, char *buf, size_t cap)
+{
+    if (info->ndim < 0) {
+        snprintf(buf, cap, "[any rank]");
+        return buf;
+    }
+    size_t used = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < info->ndim && used < cap; i++) {
+        const char *sep = i ? "," : "";
+        if (info->dims[i] >= 0)
+            used += (size_t)snprintf(buf + used, cap - used, "%s%lld", sep,
+                                     (long long)info->dims[i]);
+        else
+            used += (size_t)snprintf(buf + used, cap - used, "%s%s", sep,
+                                     info->dim_names[i] ? info->dim_names[i] : "?");
+    }
+    if (used < cap)
+        snprintf(buf + used, cap - used, "]");
+    return buf;
+}
+
+static const slim_io_info *find_input(const slim_model *m, const char *name)
+{
+    for (int i = 0; i < slim_model_num_inputs(m); i++)
+        if (strcmp(slim_model_input(m, i)->name, name) == 0)
+            return slim_model_input(m, i);
+    return NULL;
+}
+
+static void list_input_names(const slim_model *m, char *buf, size_t cap)
+{
+    size_t used = 0;
+    buf[0] = '\0';
+    for (int i = 0; i < slim_model_num_inputs(m) && used < cap; i++)
+        used += (size_t)snprintf(buf + used, cap - used, "%s\"%s\"", i ? ", " : "",
+                                 slim_model_input(m, i)->name);
+}
+
+/* Checks a loaded array against the model's declaration of that input. */
+static int check_input(const slim_io_info *info, const run_input *in)
+{
+    char want[256], got[256];
+    declared_shape_str(info, want, sizeof(want));
+    slim_shape_str(in->t.ndim, in->t.dims, got, sizeof(got));
+    const char *problem = NULL;
+    char detail[128] = "";
+    if (info->dtype != SLIM_DTYPE_UNDEFINED && in->t.dtype != info->dtype) {
+        problem = "wrong data type";
+    } else if (info->ndim >= 0 && in->t.ndim != info->ndim) {
+        problem = "wrong rank";
+        snprintf(detail, sizeof(detail), " (%d dims, expected %d)", in->t.ndim, info->ndim);
+    } else {
+        for (int i = 0; info->ndim >= 0 && i < info->ndim; i++) {
+            if (info->dims[i] >= 0 && in->t.dims[i] != info->dims[i]) {
+                problem = "wrong shape";
+                snprintf(detail, sizeof(detail), " (dimension %d is %lld, expected %lld)", i,
+                         (long long)in->t.dims[i], (long long)info->dims[i]);
+                break;
+            }
+        }
+    }
+    if (!problem)
+        return 0;
+    fprintf(stderr, "slim run: input \"%s\": %s%s: the model expects %s %s, %s holds %s %s\n",
+            info->name, problem, detail, slim_dtype_name(info->dtype), want, in->file,
+            slim_dtype_name(in->t.dtype), got);
+    return 1;
+}
+
+/* A symbolic dimension ("batch") must take one value across all inputs. */
+static int check_symbolic_dims(const slim_model *m, const run_input *ins, int n)
+{
+    for (int a = 0; a < n; a++) {
+        const slim_io_info *ia = find_input(m, ins[a].name);
+        for (int da = 0; da < ia->ndim; da++) {
+            if (ia->dims[da] >= 0 || !ia->dim_names[da])
+                continue;
+            for (int b = a + 1; b < n; b++) {
+                const slim_io_info *ib = find_input(m, ins[b].name);
+                for (int db = 0; db < ib->ndim; db++) {
+                    if (ib->dims[db] >= 0 || !ib->dim_names[db] ||
+                        strcmp(ia->dim_names[da], ib->dim_names[db]) != 0 ||
+                        ins[a].t.dims[da] == ins[b].t.dims[db])
+                        continue;
+                    fprintf(stderr,
+                            "slim run: dimension \"%s\" is %lld in input \"%s\" (%s) but %lld "
+                            "in input \"%s\" (%s)\n",
+                            ia->dim_names[da], (long long)ins[a].t.dims[da], ins[a].name,
+                            ins[a].file, (long long)ins[b].t.dims[db], ins[b].name, ins[b].file);
+                    return 1;
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+/* NumPy has no bfloat16, so a bfloat16 input is given as float32 and
+ * rounded here (to nearest even, as every bf16 producer does). */
+static int narrow_to_bf16(run_input *in)
+{
+    slim_tensor bf = {.dtype = SLIM_BF16, .ndim = in->t.ndim};
+    memcpy(bf.dims, in->t.dims, sizeof(bf.dims));
+    slim_err err;
+    if (slim_tensor_alloc(&bf, &err) != SLIM_OK) {
+        fprintf(stderr, "slim run: input \"%s\": %s\n", in->name, err.msg);
+        return 1;
+    }
+    for (int64_t i = 0; i < slim_tensor_numel(&bf); i++)
+        ((uint16_t *)bf.data)[i] = slim_f32_to_bf16(((const float *)in->t.data)[i]);
+    slim_tensor_release(&in->t);
+    in->t = bf;
+    return 0;
+}
+
+/* Parses one --input value and loads its file; returns non-zero on error. */
+static int add_input(const slim_model *m, const char *arg, run_input *ins, int *n)
+{
+    const char *eq = strchr(arg, '=');
+    const slim_io_info *info;
+    const char *file;
+    if (eq) {
+        char name[512];
+        size_t len = (size_t)(eq - arg);
+        if (len >= sizeof(name)) {
+            fprintf(stderr, "slim run: input name too long in --input %s\n", arg);
+            return 1;
+        }
+        memcpy(name, arg, len);
+        name[len] = '\0';
+        file = eq + 1;
+        info = find_input(m, name);
+        if (!info) {
+            char names[1024];
+            list_input_names(m, names, sizeof(names));
+            fprintf(stderr, "slim run: the model has no input \"%s\" (its inputs: %s)\n", name,
+                    names);
+            return 1;
+        }
+    } else if (slim_model_num_inputs(m) == 1) {
+        file = arg;
+        info = slim_model_input(m, 0);
+    } else {
+        fprintf(stderr, "slim run: --input %s: write NAME=FILE.npy (the model has %d inputs)\n",
+                arg, slim_model_num_inputs(m));
+        return 1;
+    }
+    for (int i = 0; i < *n; i++) {
+        if (strcmp(ins[i].name, info->name) == 0) {
+            fprintf(stderr, "slim run: input \"%s\" given twice (%s and %s)\n", info->name,
+                    ins[i].file, file);
+            return 1;
+        }
+    }
+    if (*n >= MAX_RUN_INPUTS) {
+        fprintf(stderr, "slim run: too many inputs (at most %d)\n", MAX_RUN_INPUTS);
+        return 1;
+    }
+    run_input *in = &ins[*n];
+    in->name = info->name;
+    in->file = file;
+    slim_err err;
+    if (slim_npy_load(file, &in->t, &err) != SLIM_OK) {
+        fprintf(stderr, "slim run: input \"%s\": %s\n", info->name, err.msg);
+        return 1;
+    }
+    (*n)++;
+    if (info->dtype == SLIM_BF16 && in->t.dtype == SLIM_F32)
+        return narrow_to_bf16(in);
+    return check_input(info, in);
+}
+
+static int check_missing(const slim_model *m, const run_input *ins, int n)
+{
+    char missing[1024];
+    size_t used = 0;
+    int count = 0;
+    missing[0] = '\0';
+    for (int i = 0; i < slim_model_num_inputs(m); i++) {
+        const slim_io_info *info = slim_model_input(m, i);
+        bool given = false;
+        for (int j = 0; j < n && !given; j++)
+            given = strcmp(ins[j].name, info->name) == 0;
+        if (given)
+            continue;
+        char shape[256];
+        declared_shape_str(info, shape, sizeof(shape));
+        if (used < sizeof(missing))
+            used += (size_t)snprintf(missing + used, sizeof(missing) - used, "%s\"%s\" (%s %s)",
+                                     count ? ", " : "", info->name, slim_dtype_name(info->dtype),
+                                     shape);
+        count++;
+    }
+    if (!count)
+        return 0;
+    fprintf(stderr, "slim run: missing input%s %s; give each with --input NAME=FILE.npy\n",
+            count > 1 ? "s" : "", missing);
+    return 1;
+}
+
+/* ---- outputs -------------------------------------------------------------- */
+
+static void print_output(int idx, const char *name, const slim_tensor *t)
+{
+    char shape[256];
+    slim_shape_str(t->ndim, t->dims, shape, sizeof(shape));
+    printf("output %d \"%s\": %s %s\n", idx, name, slim_dtype_name(t->dtype), shape);
+    int64_t n = slim_tensor_numel(t);
+    if (n == 0 || !t->data) {
+        printf("    (empty)\n");
+        return;
+    }
+    double lo = INFINITY, hi = -INFINITY, sum = 0;
+    int64_t nans = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double v = slim_load_f64(t->dtype, t->data, i);
+        if (isnan(v)) {
+            nans++;
+            continue;
+        }
+        lo = v < lo ? v : lo;
+        hi = v > hi ? v : hi;
+        sum += v;
+    }
+    if (nans < n)
+        printf("    min %.6g  max %.6g  mean %.6g", lo, hi, sum / (double)(n - nans));
+    else
+        printf("    all NaN");
+    if (nans)
+        printf("  (%lld NaN)", (long long)nans);
+    printf("\n    [");
+    for (int64_t i = 0; i < n && i < PREVIEW_VALUES; i++) {
+        if (slim_dtype_is_float(t->dtype))
+            printf("%s%.6g", i ? ", " : "", slim_load_f64(t->dtype, t->data, i));
+        else
+            printf("%s%lld", i ? ", " : "", (long long)slim_load_i64(t->dtype, t->data, i));
+    }
+    printf("%s]\n", n > PREVIEW_VALUES ? ", ..." : "");
+}
+
+/* Output names become file names: path separators and a leading dot (".."
+ * would escape the directory) are replaced by '_'. */
+static void output_file_name(const char *name, char *out, size_t cap)
+{
+    size_t n = 0;
+    for (const char *p = name; *p && n + 5 < cap; p++) {
+        char c = *p;
+        if (c == '/' || c == '\\' || (unsigned char)c < 0x20 || (n == 0 && c == '.'))
+            c = '_';
+        out[n++] = c;
+    }
+    if (n == 0)
+        out[n++] = '_';
+    memcpy(out + n, ".npy", 5);
+}
+
+static int make_dirs(const char *dir)
+{
+    char path[4096];
+    if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path)) {
+        fprintf(stderr, "slim run: output directory path too long\n");
+        return 1;
+    }
+    for (char *p = path + 1;; p++) {
+        if (*p != '/' && *p != '\0')
+            continue;
+        char saved = *p;
+        *p = '\0';
+        if (mkdir(path, 0777) != 0 && errno != EEXIST) {
+            fprintf(stderr, "slim run: cannot create directory %s: %s\n", path, strerror(errno));
+            return 1;
+        }
+        *p = saved;
+        if (!saved)
+            break;
+    }
+    struct stat sb;
+    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+        fprintf(stderr, "slim run: %s is not a directory\n", dir);
+        return 1;
+    }
+    return 0;
+}
+
+static int write_output(const char *dir, const char *name, const slim_tensor *t)
+{
+    char file[512], path[4096 + 512];
+    output_file_name(name, file, sizeof(file));
+    snprintf(path, sizeof(path), "%s/%s", dir, file);
+    slim_tensor tmp = *t;
+    slim_tensor widened = {0};
+    slim_err err;
+    if (t->dtype == SLIM_BF16) {
+        /* NumPy has no bfloat16: write the exact float32 values instead. */
+        widened.dtype = SLIM_F32;
+        widened.ndim = t->ndim;
+        memcpy(widened.dims, t->dims, sizeof(t->dims));
+        if (slim_tensor_alloc(&widened, &err) != SLIM_OK) {
+            fprintf(stderr, "slim run: output \"%s\": %s\n", name, err.msg);
+            return 1;
+        }
+        for (int64_t i = 0; i < slim_tensor_numel(t); i++)
+            ((float *)widened.data)[i] = slim_bf16_to_f32(((const uint16_t *)t->data)[i]);
+        tmp = widened;
+        fprintf(stderr, "slim run: note: output \"%s\" is bfloat16, written as float32\n", name);
+    }
+    slim_status st = slim_npy_save(path, &tmp, &err);
+    slim_tensor_release(&widened);
+    if (st != SLIM_OK) {
+        fprintf(stderr, "slim run: output \"%s\": %s\n", name, err.msg);
+        return 1;
+    }
+    return 0;
+}
+
+/* ---- timing --------------------------------------------------------------- */
+
+static double now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* ---- the command ---------------------------------------------------------- */
+
+int slim_cmd_run(int argc, char **argv)
+{
+    const char *model_path = NULL, *out_dir = NULL;
+    const char *input_args[MAX_RUN_INPUTS];
+    int n_input_args = 0;
+    long repeat = 1;
+
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char *val = NULL;
+        bool takes_value = strcmp(a, "--input") == 0 || strcmp(a, "-i") == 0 ||
+                           strcmp(a, "--output-dir") == 0 || strcmp(a, "-o") == 0 ||
+                           strcmp(a, "--repeat") == 0;
+        if (takes_value) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "slim run: %s needs a value\n", a);
+                usage();
+                return 2;
+            }
+            val = argv[++i];
+        } else if (strncmp(a, "--input=", 8) == 0) {
+            a = "--input", val = argv[i] + 8;
+        } else if (strncmp(a, "--output-dir=", 13) == 0) {
+            a = "--output-dir", val = argv[i] + 13;
+        } else if (strncmp(a, "--repeat=", 9) == 0) {
+            a = "--repeat", val = argv[i] + 9;
+        }
+        if (!val) {
+            if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+                usage();
+                return 0;
+            }
+            if (a[0] == '-' || model_path) {
+                fprintf(stderr, "slim run: unexpected argument \"%s\"\n", a);
+                usage();
+                return 2;
+            }
+            model_path = a;
+        } else if (strcmp(a, "--input") == 0 || strcmp(a, "-i") == 0) {
+            if (n_input_args >= MAX_RUN_INPUTS) {
+                fprintf(stderr, "slim run: too many inputs (at most %d)\n", MAX_RUN_INPUTS);
+                return 2;
+            }
+            input_args[n_input_args++] = val;
+        } else if (strcmp(a, "--repeat") == 0) {
+            char *end;
+            repeat = strtol(val, &end, 10);
+            if (*end || repeat < 1 || repeat > 1000000) {
+                fprintf(stderr, "slim run: --repeat needs a count from 1 to 1000000, got \"%s\"\n",
+                        val);
+                return 2;
+            }
+        } else {
+            out_dir = val;
+        }
+    }
+    if (!model_path) {
+        fprintf(stderr, "slim run: no model given\n");
+        usage();
+        return 2;
+    }
+
+    slim_err err;
+    slim_model *m = NULL;
+    run_input ins[MAX_RUN_INPUTS];
+    int n_ins = 0, rc = 1;
+    slim_tensor *outs = NULL;
+    int n_outs = 0;
+    double *times = NULL;
+
+    if (slim_model_load(model_path, NULL, &m, &err) != SLIM_OK) {
+        fprintf(stderr, "slim run: %s\n", err.msg);
+        return 1;
+    }
+    for (int i = 0; i < n_input_args; i++)
+        if (add_input(m, input_args[i], ins, &n_ins))
+            goto done;
+    if (check_missing(m, ins, n_ins) || check_symbolic_dims(m, ins, n_ins))
+        goto done;
+    if (out_dir && make_dirs(out_dir))
+        goto done;
+
+    const char *names[MAX_RUN_INPUTS];
+    slim_tensor tensors[MAX_RUN_INPUTS];
+    for (int i = 0; i < n_ins; i++) {
+        names[i] = ins[i].name;
+        tensors[i] = ins[i].t;
+    }
+    times = malloc(sizeof(double) * (size_t)repeat);
+    if (!times) {
+        fprintf(stderr, "slim run: out of memory\n");
+        goto done;
+    }
+    for (long r = 0; r < repeat; r++) {
+        slim_tensors_free(outs, n_outs);
+        outs = NULL;
+        n_outs = 0;
+        double t0 = now_ms();
+        if (slim_model_run(m, n_ins, names, tensors, &outs, &n_outs, &err) != SLIM_OK) {
+            fprintf(stderr, "slim run: %s\n", err.msg);
+            goto done;
+        }
+        times[r] = now_ms() - t0;
+    }
+
+    for (int i = 0; i < n_outs; i++) {
+        const char *name = slim_model_output(m, i)->name;
+        print_output(i, name, &outs[i]);
+        if (out_dir && write_output(out_dir, name, &outs[i]))
+            goto done;
+    }
+    qsort(times, (size_t)repeat, sizeof(double), cmp_double);
+    double median = repeat % 2 ? times[repeat / 2]
+                               : (times[repeat / 2 - 1] + times[repeat / 2]) / 2;
+    if (repeat > 1)
+        printf("run time: median %.3f ms, min %.3f ms, max %.3f ms over %ld runs\n", median,
+               times[0], times[repeat - 1], repeat);
+    else
+        printf("run time: %.3f ms\n", median);
+    rc = 0;
+done:
+    free(times);
+    slim_tensors_free(outs, n_outs);
+    for (int i = 0; i < n_ins; i++)
+        slim_tensor_release(&ins[i].t);
+    slim_model_free(m);
+    return rc;
+}
