@@ -15,6 +15,7 @@
 #include <math.h>
 #include <regex.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +31,18 @@ enum { CASE_PASS = 0, CASE_FAIL = 1, CASE_SKIP = 2 };
 /* A child's exit code is CHILD_EXIT_BASE + result; anything else (a
  * sanitizer's report, abort) is a crash. */
 #define CHILD_EXIT_BASE 40
+
+/* snprintf that reports truncation instead of silently cutting a path. */
+static bool fmt_ok(char *out, size_t cap, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static bool fmt_ok(char *out, size_t cap, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(out, cap, fmt, ap);
+    va_end(ap);
+    return n >= 0 && (size_t)n < cap;
+}
 
 static int cmp_str(const void *a, const void *b)
 {
@@ -138,12 +151,15 @@ static int run_data_set(const slim_model *m, const char *set_dir, char *msg, siz
     int n_got = 0, loaded_in = 0, loaded_out = 0;
     char path[4096];
     if (n_in != slim_model_num_inputs(m)) {
-        snprintf(msg, cap, "%s has %d inputs, the model %d", set_dir, n_in,
-                 slim_model_num_inputs(m));
+        fmt_ok(msg, cap, "%s has %d inputs, the model %d", set_dir, n_in,
+               slim_model_num_inputs(m));
         goto done;
     }
     for (int i = 0; i < n_in; i++, loaded_in++) {
-        snprintf(path, sizeof(path), "%s/input_%d.pb", set_dir, i);
+        if (!fmt_ok(path, sizeof(path), "%s/input_%d.pb", set_dir, i)) {
+            fmt_ok(msg, cap, "path too long");
+            goto done;
+        }
         if (slim_onnx_load_tensor_file(path, &ins[i], NULL, 0, &err)) {
             snprintf(msg, cap, "%s", err.msg);
             result = err.status == SLIM_EUNSUPPORTED ? CASE_SKIP : CASE_FAIL;
@@ -152,7 +168,10 @@ static int run_data_set(const slim_model *m, const char *set_dir, char *msg, siz
         names[i] = slim_model_input(m, i)->name;
     }
     for (int i = 0; i < n_out; i++, loaded_out++) {
-        snprintf(path, sizeof(path), "%s/output_%d.pb", set_dir, i);
+        if (!fmt_ok(path, sizeof(path), "%s/output_%d.pb", set_dir, i)) {
+            fmt_ok(msg, cap, "path too long");
+            goto done;
+        }
         if (slim_onnx_load_tensor_file(path, &want[i], NULL, 0, &err)) {
             snprintf(msg, cap, "%s", err.msg);
             result = err.status == SLIM_EUNSUPPORTED ? CASE_SKIP : CASE_FAIL;
