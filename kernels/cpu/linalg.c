@@ -1,6 +1,778 @@
-/* kernels/cpu/linalg.c - placeholder table; the ops land in this file. */
+/*
+ * linalg.c - matrix products: Gemm, MatMul, MatMulInteger and Einsum.
+ *
+ * Products run in one of three "calc" types: float32 (float32, and float16
+ * / bfloat16 widened once up front) through cblas_sgemm, float64 through
+ * cblas_dgemm, and integers through an exact int64 loop. Operands already
+ * in the calc type are used in place; others are converted into scratch
+ * copies, which costs memory only for the narrow float types.
+ *
+ * MatMul follows numpy: a 1-D operand is promoted to a matrix and its
+ * dim dropped again from the result; batch dims broadcast. When B has no
+ * batch (the weight of a linear layer) the batches of A fold into the rows
+ * of one large product, which is what BLAS is fastest at.
+ */
 #include "kernel.h"
 
+#include <cblas.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- calc types ---------------------------------------------------------- */
+
+typedef enum { CT_F32, CT_F64, CT_I64 } calc_type;
+
+static calc_type calc_for(slim_dtype dt)
+{
+    return dt == SLIM_F64 ? CT_F64 : slim_dtype_is_float(dt) ? CT_F32 : CT_I64;
+}
+
+static size_t calc_size(calc_type ct)
+{
+    return ct == CT_F32 ? sizeof(float) : 8;
+}
+
+static slim_dtype calc_dtype(calc_type ct)
+{
+    return ct == CT_F32 ? SLIM_F32 : ct == CT_F64 ? SLIM_F64 : SLIM_I64;
+}
+
+static void calc_store(calc_type ct, void *p, int64_t i, double v)
+{
+    if (ct == CT_F32)
+        ((float *)p)[i] = (float)v;
+    else if (ct == CT_F64)
+        ((double *)p)[i] = v;
+    else
+        ((int64_t *)p)[i] = (int64_t)v;
+}
+
+static double calc_load(calc_type ct, const void *p, int64_t i)
+{
+    return ct == CT_F32 ? ((const float *)p)[i]
+           : ct == CT_F64 ? ((const double *)p)[i]
+                          : (double)((const int64_t *)p)[i];
+}
+
+/* t's data in calc type ct: t's own buffer when it already is, else a
+ * converted copy returned in *owned (free it). NULL when out of memory. */
+static const void *calc_view(const slim_tensor *t, calc_type ct, void **owned)
+{
+    static const int64_t empty; /* stands for the NULL data of 0 elements */
+    *owned = NULL;
+    int64_t n = slim_tensor_numel(t);
+    if (n == 0)
+        return &empty;
+    if (t->dtype == calc_dtype(ct))
+        return t->data;
+    void *p = malloc(calc_size(ct) * (size_t)(n > 0 ? n : 1));
+    if (!p)
+        return NULL;
+    for (int64_t i = 0; i < n; i++) {
+        if (ct == CT_I64)
+            ((int64_t *)p)[i] = slim_load_i64(t->dtype, t->data, i);
+        else
+            calc_store(ct, p, i, slim_load_f64(t->dtype, t->data, i));
+    }
+    *owned = p;
+    return p;
+}
+
+/* Where to compute y: its own buffer when it is in ct, else scratch that
+ * calc_finish converts back. */
+static void *calc_out(slim_tensor *y, calc_type ct, void **owned)
+{
+    *owned = NULL;
+    if (y->dtype == calc_dtype(ct))
+        return y->data;
+    int64_t n = slim_tensor_numel(y);
+    *owned = malloc(calc_size(ct) * (size_t)(n > 0 ? n : 1));
+    return *owned;
+}
+
+static void calc_finish(slim_tensor *y, calc_type ct, void *owned)
+{
+    if (!owned)
+        return;
+    int64_t n = slim_tensor_numel(y);
+    for (int64_t i = 0; i < n; i++) {
+        if (ct == CT_I64)
+            slim_store_i64(y->dtype, y->data, i, ((int64_t *)owned)[i]);
+        else if (ct == CT_F32)
+            slim_store_f64(y->dtype, y->data, i, ((float *)owned)[i]);
+        else
+            slim_store_f64(y->dtype, y->data, i, ((double *)owned)[i]);
+    }
+    free(owned);
+}
+
+/* Y = alpha * op(A) @ op(B) + beta * Y, row-major, all in calc type ct.
+ * lda / ldb / ldy are row lengths as stored. beta 0 ignores Y's contents. */
+static void gemm_calc(calc_type ct, bool ta, bool tb, int64_t m, int64_t n, int64_t k,
+                      double alpha, const void *a, int64_t lda, const void *b, int64_t ldb,
+                      double beta, void *y, int64_t ldy)
+{
+    if (m == 0 || n == 0)
+        return;
+    if (k == 0 || ct == CT_I64) {
+        /* Exact integer product; also the k == 0 case, which BLAS's
+         * leading-dimension checks reject. */
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                int64_t acc = 0, at = i * ldy + j;
+                for (int64_t p = 0; ct == CT_I64 && p < k; p++)
+                    acc += ((const int64_t *)a)[ta ? p * lda + i : i * lda + p] *
+                           ((const int64_t *)b)[tb ? j * ldb + p : p * ldb + j];
+                if (ct == CT_I64 && alpha == 1 && beta == 0) {
+                    ((int64_t *)y)[at] = acc;
+                } else if (ct == CT_I64 && alpha == 1 && beta == 1) {
+                    ((int64_t *)y)[at] += acc;
+                } else {
+                    double prev = beta == 0 ? 0 : calc_load(ct, y, at);
+                    calc_store(ct, y, at, alpha * (double)acc + beta * prev);
+                }
+            }
+        return;
+    }
+    enum CBLAS_TRANSPOSE tA = ta ? CblasTrans : CblasNoTrans, tB = tb ? CblasTrans : CblasNoTrans;
+    if (ct == CT_F32)
+        cblas_sgemm(CblasRowMajor, tA, tB, (blasint)m, (blasint)n, (blasint)k, (float)alpha,
+                    a, (blasint)lda, b, (blasint)ldb, (float)beta, y, (blasint)ldy);
+    else
+        cblas_dgemm(CblasRowMajor, tA, tB, (blasint)m, (blasint)n, (blasint)k, alpha, a,
+                    (blasint)lda, b, (blasint)ldb, beta, y, (blasint)ldy);
+}
+
+static slim_status check_blas_dims(int64_t m, int64_t n, int64_t k, slim_err *err)
+{
+    if (m > INT_MAX || n > INT_MAX || k > INT_MAX)
+        return slim_errf(err, SLIM_EUNSUPPORTED, "matrix dims %lldx%lldx%lld exceed BLAS limits",
+                         (long long)m, (long long)n, (long long)k);
+    return SLIM_OK;
+}
+
+static slim_status check_matmul_dtype(const slim_tensor *a, const slim_tensor *b,
+                                      const char *na, const char *nb, slim_err *err)
+{
+    slim_status s = slim_check_dtype(a, na, err, SLIM_F32, SLIM_F64, SLIM_F16, SLIM_BF16,
+                                     SLIM_I32, SLIM_I64, SLIM_U32, SLIM_U64,
+                                     SLIM_DTYPE_UNDEFINED);
+    if (s)
+        return s;
+    if (b->dtype != a->dtype)
+        return slim_errf(err, SLIM_ETYPE, "%s is %s but %s is %s", na,
+                         slim_dtype_name(a->dtype), nb, slim_dtype_name(b->dtype));
+    return SLIM_OK;
+}
+
+/* ---- Gemm ---------------------------------------------------------------- */
+
+typedef struct {
+    bool ta, tb;
+    double alpha, beta;
+} gemm_state;
+
+static slim_status gemm_prepare(slim_node *node, void **state, slim_err *err)
+{
+    gemm_state *st = calloc(1, sizeof(*st));
+    if (!st)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    st->ta = slim_attr_int(node, "transA", 0) != 0;
+    st->tb = slim_attr_int(node, "transB", 0) != 0;
+    st->alpha = slim_attr_float(node, "alpha", 1.0f);
+    st->beta = slim_attr_float(node, "beta", 1.0f);
+    *state = st;
+    return SLIM_OK;
+}
+
+static const slim_tensor *gemm_c(const slim_op_ctx *ctx)
+{
+    return ctx->n_in > 2 ? ctx->in[2] : NULL;
+}
+
+static slim_status gemm_infer(slim_op_ctx *ctx)
+{
+    const gemm_state *st = ctx->state;
+    const slim_tensor *a = ctx->in[0], *b = ctx->in[1], *c = gemm_c(ctx);
+    slim_status s = check_matmul_dtype(a, b, "input A", "input B", ctx->err);
+    if (s)
+        return s;
+    if (a->ndim != 2 || b->ndim != 2)
+        return slim_errf(ctx->err, SLIM_ESHAPE, "inputs A and B must be matrices, got %d and %d dims",
+                         a->ndim, b->ndim);
+    int64_t m = st->ta ? a->dims[1] : a->dims[0], k = st->ta ? a->dims[0] : a->dims[1];
+    int64_t kb = st->tb ? b->dims[1] : b->dims[0], n = st->tb ? b->dims[0] : b->dims[1];
+    if (k != kb)
+        return slim_errf(ctx->err, SLIM_ESHAPE, "A has %lld columns but B has %lld rows%s",
+                         (long long)k, (long long)kb, st->ta || st->tb ? " (after transA/transB)" : "");
+    if ((s = check_blas_dims(m, n, k, ctx->err)))
+        return s;
+    int64_t dims[2] = {m, n};
+    if (c) {
+        if (c->dtype != a->dtype)
+            return slim_errf(ctx->err, SLIM_ETYPE, "input C is %s but A is %s",
+                             slim_dtype_name(c->dtype), slim_dtype_name(a->dtype));
+        bool ok = c->ndim <= 2;
+        for (int i = 0; ok && i < c->ndim; i++) {
+            int64_t want = dims[i + 2 - c->ndim];
+            ok = c->dims[i] == want || c->dims[i] == 1;
+        }
+        if (!ok) {
+            char sc[128];
+            return slim_errf(ctx->err, SLIM_ESHAPE, "input C of shape %s does not broadcast to [%lld,%lld]",
+                             slim_shape_str(c->ndim, c->dims, sc, sizeof(sc)), (long long)m,
+                             (long long)n);
+        }
+    }
+    slim_tensor_set_shape(ctx->out[0], a->dtype, 2, dims);
+    return SLIM_OK;
+}
+
+static slim_status gemm_exec(slim_op_ctx *ctx)
+{
+    const gemm_state *st = ctx->state;
+    const slim_tensor *a = ctx->in[0], *b = ctx->in[1], *c = gemm_c(ctx);
+    slim_tensor *y = ctx->out[0];
+    int64_t m = y->dims[0], n = y->dims[1], k = st->ta ? a->dims[0] : a->dims[1];
+    if (m * n == 0)
+        return SLIM_OK;
+    calc_type ct = calc_for(a->dtype);
+    void *own_a, *own_b, *own_y;
+    const void *pa = calc_view(a, ct, &own_a), *pb = calc_view(b, ct, &own_b);
+    void *py = calc_out(y, ct, &own_y);
+    slim_status s = SLIM_OK;
+    if (!pa || !pb || !py) {
+        s = slim_errf(ctx->err, SLIM_ENOMEM, "out of memory converting operands");
+        goto done;
+    }
+    double beta = c && st->beta != 0 ? st->beta : 0;
+    if (beta != 0) {
+        /* Y starts as C broadcast to [m, n]; the product adds onto it. */
+        int64_t cs0 = c->ndim == 2 && c->dims[0] != 1 ? c->dims[1] : 0;
+        int64_t cs1 = c->ndim >= 1 && c->dims[c->ndim - 1] != 1 ? 1 : 0;
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                int64_t at = i * cs0 + j * cs1;
+                if (ct == CT_I64)
+                    ((int64_t *)py)[i * n + j] = slim_load_i64(c->dtype, c->data, at);
+                else
+                    calc_store(ct, py, i * n + j, slim_load_f64(c->dtype, c->data, at));
+            }
+    }
+    gemm_calc(ct, st->ta, st->tb, m, n, k, st->alpha, pa, a->dims[1], pb, b->dims[1], beta, py, n);
+done:
+    if (s == SLIM_OK)
+        calc_finish(y, ct, own_y);
+    else
+        free(own_y);
+    free(own_a);
+    free(own_b);
+    return s;
+}
+
+/* ---- MatMul -------------------------------------------------------------- */
+
+/* Shapes of a MatMul: a viewed as [batch_a..., m, k], b as [batch_b..., k, n]. */
+typedef struct {
+    int64_t m, n, k;
+    int nb_a, nb_b, nb;         /* batch ranks of a, b, output */
+    int64_t batch[SLIM_MAX_DIMS];
+} mm_shape;
+
+static slim_status mm_shapes(const slim_tensor *a, const slim_tensor *b, mm_shape *sh,
+                             int *ndim, int64_t *dims, slim_err *err)
+{
+    if (a->ndim < 1 || b->ndim < 1)
+        return slim_errf(err, SLIM_ESHAPE, "MatMul needs inputs of rank >= 1, got %d and %d",
+                         a->ndim, b->ndim);
+    sh->m = a->ndim == 1 ? 1 : a->dims[a->ndim - 2];
+    sh->k = a->dims[a->ndim - 1];
+    int64_t kb = b->ndim == 1 ? b->dims[0] : b->dims[b->ndim - 2];
+    sh->n = b->ndim == 1 ? 1 : b->dims[b->ndim - 1];
+    if (sh->k != kb) {
+        char sa[128], sb[128];
+        return slim_errf(err, SLIM_ESHAPE, "shapes %s and %s: inner dims %lld and %lld differ",
+                         slim_shape_str(a->ndim, a->dims, sa, sizeof(sa)),
+                         slim_shape_str(b->ndim, b->dims, sb, sizeof(sb)), (long long)sh->k,
+                         (long long)kb);
+    }
+    sh->nb_a = a->ndim > 2 ? a->ndim - 2 : 0;
+    sh->nb_b = b->ndim > 2 ? b->ndim - 2 : 0;
+    slim_status s = slim_broadcast_shape(sh->nb_a, a->dims, sh->nb_b, b->dims, &sh->nb,
+                                         sh->batch, err);
+    if (s)
+        return s;
+    if (sh->nb + 2 > SLIM_MAX_DIMS)
+        return slim_errf(err, SLIM_EUNSUPPORTED, "too many dims");
+    *ndim = sh->nb;
+    memcpy(dims, sh->batch, sizeof(int64_t) * sh->nb);
+    if (a->ndim > 1)
+        dims[(*ndim)++] = sh->m;
+    if (b->ndim > 1)
+        dims[(*ndim)++] = sh->n;
+    return check_blas_dims(sh->m, sh->n, sh->k, err);
+}
+
+/* y = a @ b over all batches, operands already in calc type ct. */
+static void mm_batched(calc_type ct, const mm_shape *sh, const slim_tensor *a,
+                       const slim_tensor *b, const void *pa, const void *pb, void *py)
+{
+    size_t es = calc_size(ct);
+    int64_t m = sh->m, n = sh->n, k = sh->k;
+    int64_t n_batch = slim_shape_numel(sh->nb, sh->batch);
+    int64_t batch_a = slim_shape_numel(sh->nb_a, a->dims), batch_b = slim_shape_numel(sh->nb_b, b->dims);
+    if (batch_b == 1 && batch_a == n_batch) {
+        /* b is one matrix: all of a's rows go through one product. */
+        gemm_calc(ct, false, false, n_batch * m, n, k, 1.0, pa, k, pb, n, 0.0, py, n);
+        return;
+    }
+    int64_t sa[SLIM_MAX_DIMS], sb[SLIM_MAX_DIMS], idx[SLIM_MAX_DIMS] = {0};
+    slim_broadcast_strides(sh->nb_a, a->dims, sh->nb, sh->batch, sa);
+    slim_broadcast_strides(sh->nb_b, b->dims, sh->nb, sh->batch, sb);
+    int64_t oa = 0, ob = 0;
+    for (int64_t t = 0; t < n_batch; t++) {
+        gemm_calc(ct, false, false, m, n, k, 1.0, (const char *)pa + oa * m * k * es, k,
+                  (const char *)pb + ob * k * n * es, n, 0.0, (char *)py + t * m * n * es, n);
+        for (int d = sh->nb - 1; d >= 0; d--) {
+            oa += sa[d];
+            ob += sb[d];
+            if (++idx[d] < sh->batch[d])
+                break;
+            oa -= sa[d] * sh->batch[d];
+            ob -= sb[d] * sh->batch[d];
+            idx[d] = 0;
+        }
+    }
+}
+
+static slim_status matmul_infer(slim_op_ctx *ctx)
+{
+    const slim_tensor *a = ctx->in[0], *b = ctx->in[1];
+    slim_status s = check_matmul_dtype(a, b, "input A", "input B", ctx->err);
+    if (s)
+        return s;
+    mm_shape sh;
+    int nd;
+    int64_t dims[SLIM_MAX_DIMS];
+    if ((s = mm_shapes(a, b, &sh, &nd, dims, ctx->err)))
+        return s;
+    slim_tensor_set_shape(ctx->out[0], a->dtype, nd, dims);
+    return SLIM_OK;
+}
+
+static slim_status matmul_exec(slim_op_ctx *ctx)
+{
+    const slim_tensor *a = ctx->in[0], *b = ctx->in[1];
+    slim_tensor *y = ctx->out[0];
+    mm_shape sh;
+    int nd;
+    int64_t dims[SLIM_MAX_DIMS];
+    slim_status s = mm_shapes(a, b, &sh, &nd, dims, ctx->err);
+    if (s || slim_tensor_numel(y) == 0)
+        return s;
+    calc_type ct = calc_for(a->dtype);
+    void *own_a, *own_b, *own_y;
+    const void *pa = calc_view(a, ct, &own_a), *pb = calc_view(b, ct, &own_b);
+    void *py = calc_out(y, ct, &own_y);
+    if (!pa || !pb || !py) {
+        free(own_a);
+        free(own_b);
+        free(own_y);
+        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory converting operands");
+    }
+    mm_batched(ct, &sh, a, b, pa, pb, py);
+    calc_finish(y, ct, own_y);
+    free(own_a);
+    free(own_b);
+    return SLIM_OK;
+}
+
+/* ---- MatMulInteger ------------------------------------------------------- */
+
+/* (a - a_zero_point) @ (b - b_zero_point) into int32. The 8-bit operands,
+ * zero points removed, go through dgemm: every product and sum of them is
+ * an integer far below 2^53, so double arithmetic is exact and BLAS-fast. */
+static slim_status mmi_zero_point(const slim_op_ctx *ctx, int i, int64_t want)
+{
+    const slim_tensor *zp = i < ctx->n_in ? ctx->in[i] : NULL;
+    if (!zp)
+        return SLIM_OK;
+    const slim_tensor *x = ctx->in[i - 2];
+    if (zp->dtype != x->dtype)
+        return slim_errf(ctx->err, SLIM_ETYPE, "zero point %d is %s but its input is %s", i,
+                         slim_dtype_name(zp->dtype), slim_dtype_name(x->dtype));
+    int64_t n = slim_tensor_numel(zp);
+    if (n != 1 && !(zp->ndim == 1 && n == want))
+        return slim_errf(ctx->err, SLIM_EUNSUPPORTED,
+                         "zero point %d must be a scalar or hold %lld values (per %s)", i,
+                         (long long)want, i == 2 ? "row" : "column");
+    return SLIM_OK;
+}
+
+static slim_status mmi_infer(slim_op_ctx *ctx)
+{
+    const slim_tensor *a = ctx->in[0], *b = ctx->in[1];
+    slim_status s = slim_check_dtype(a, "input A", ctx->err, SLIM_U8, SLIM_I8, SLIM_DTYPE_UNDEFINED);
+    if (s || (s = slim_check_dtype(b, "input B", ctx->err, SLIM_U8, SLIM_I8, SLIM_DTYPE_UNDEFINED)))
+        return s;
+    mm_shape sh;
+    int nd;
+    int64_t dims[SLIM_MAX_DIMS];
+    if ((s = mm_shapes(a, b, &sh, &nd, dims, ctx->err)) || (s = mmi_zero_point(ctx, 2, sh.m)) ||
+        (s = mmi_zero_point(ctx, 3, sh.n)))
+        return s;
+    slim_tensor_set_shape(ctx->out[0], SLIM_I32, nd, dims);
+    return SLIM_OK;
+}
+
+/* x minus its zero point as doubles; the zero point of element e is
+ * zp[(e / div) % mod] (per row of a: div k, mod m; per column of b: 1, n). */
+static double *mmi_shifted(const slim_tensor *x, const slim_tensor *zp, int64_t div, int64_t mod)
+{
+    int64_t n = slim_tensor_numel(x), nz = zp ? slim_tensor_numel(zp) : 0;
+    double *d = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
+    for (int64_t e = 0; d && e < n; e++)
+        d[e] = slim_load_f64(x->dtype, x->data, e) -
+               (nz == 0 ? 0 : slim_load_f64(zp->dtype, zp->data, nz == 1 ? 0 : (e / div) % mod));
+    return d;
+}
+
+static slim_status mmi_exec(slim_op_ctx *ctx)
+{
+    const slim_tensor *a = ctx->in[0], *b = ctx->in[1];
+    slim_tensor *y = ctx->out[0];
+    mm_shape sh;
+    int nd;
+    int64_t dims[SLIM_MAX_DIMS];
+    slim_status s = mm_shapes(a, b, &sh, &nd, dims, ctx->err);
+    if (s || slim_tensor_numel(y) == 0)
+        return s;
+    double *pa = mmi_shifted(a, ctx->n_in > 2 ? ctx->in[2] : NULL, sh.k, sh.m);
+    double *pb = mmi_shifted(b, ctx->n_in > 3 ? ctx->in[3] : NULL, 1, sh.n);
+    void *own_y, *py = calc_out(y, CT_F64, &own_y);
+    if (pa && pb && py) {
+        mm_batched(CT_F64, &sh, a, b, pa, pb, py);
+        calc_finish(y, CT_F64, own_y);
+    } else {
+        free(own_y);
+        s = slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+    }
+    free(pa);
+    free(pb);
+    return s;
+}
+
+/* ---- Einsum -------------------------------------------------------------- */
+
+/* Labels: 'A'-'Z' are 0-25 and 'a'-'z' 26-51 (so ascending ids are ASCII
+ * order, which the implicit output uses), and the dims an ellipsis covers
+ * are 52 + position, right-aligned across inputs as in broadcasting. */
+#define EIN_LETTERS 52
+#define EIN_LABELS (EIN_LETTERS + SLIM_MAX_DIMS)
+#define EIN_MAX_IN 16
+
+typedef struct {
+    int n_in;
+    int rank[EIN_MAX_IN];
+    int label[EIN_MAX_IN][SLIM_MAX_DIMS];
+    int out_rank;
+    int out_label[SLIM_MAX_DIMS];
+    int64_t size[EIN_LABELS]; /* -1 for labels not used */
+} ein_plan;
+
+/* Parses one term ("ij", "...ii", "b...") into labels for a tensor of
+ * `rank` dims, given n_ell ellipsis dims overall (-1: just count them). */
+static slim_status ein_term(const char *t, size_t len, int rank, int n_ell, int *labels,
+                            int *n_labels, int *term_ell, slim_err *err)
+{
+    int letters = 0, ell_at = -1;
+    for (size_t i = 0; i < len; i++) {
+        if (t[i] == '.') {
+            if (ell_at >= 0 || i + 2 >= len || t[i + 1] != '.' || t[i + 2] != '.')
+                return slim_errf(err, SLIM_EINVAL, "equation: malformed ellipsis in \"%.*s\"",
+                                 (int)len, t);
+            ell_at = letters;
+            i += 2;
+        } else if ((t[i] >= 'a' && t[i] <= 'z') || (t[i] >= 'A' && t[i] <= 'Z')) {
+            letters++;
+        } else {
+            return slim_errf(err, SLIM_EINVAL, "equation: unexpected character '%c'", t[i]);
+        }
+    }
+    int ell = rank < 0 ? 0 : rank - letters;
+    if (rank >= 0 && (ell < 0 || (ell > 0 && ell_at < 0)))
+        return slim_errf(err, SLIM_ESHAPE, "equation term \"%.*s\" does not fit an input of rank %d",
+                         (int)len, t, rank);
+    if (rank < 0 && ell_at >= 0)
+        ell = n_ell; /* the output term: every ellipsis dim */
+    if (letters + ell > SLIM_MAX_DIMS)
+        return slim_errf(err, SLIM_EUNSUPPORTED, "equation term \"%.*s\" has more than %d dims",
+                         (int)len, t, SLIM_MAX_DIMS);
+    *term_ell = ell;
+    if (n_ell < 0)
+        return SLIM_OK;
+    int n = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (t[i] == '.') {
+            for (int e = 0; e < ell; e++)
+                labels[n++] = EIN_LETTERS + n_ell - ell + e;
+            i += 2;
+        } else {
+            labels[n++] = t[i] <= 'Z' ? t[i] - 'A' : 26 + t[i] - 'a';
+        }
+    }
+    *n_labels = n;
+    return SLIM_OK;
+}
+
+static slim_status ein_parse(const slim_op_ctx *ctx, ein_plan *p)
+{
+    const char *raw = slim_attr_str(ctx->node, "equation", NULL);
+    if (!raw)
+        return slim_errf(ctx->err, SLIM_EINVAL, "attribute equation is missing");
+    char eq[512];
+    size_t len = 0;
+    for (const char *c = raw; *c; c++)
+        if (*c != ' ' && len + 1 < sizeof(eq))
+            eq[len++] = *c;
+    eq[len] = 0;
+    const char *arrow = strstr(eq, "->");
+    size_t lhs_len = arrow ? (size_t)(arrow - eq) : len;
+    p->n_in = ctx->n_in;
+    if (p->n_in < 1)
+        return slim_errf(ctx->err, SLIM_EINVAL, "Einsum needs at least one input");
+    if (p->n_in > EIN_MAX_IN)
+        return slim_errf(ctx->err, SLIM_EUNSUPPORTED, "more than %d inputs", EIN_MAX_IN);
+    /* Pass 0 counts ellipsis dims, pass 1 assigns labels. */
+    int n_ell = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        const char *t = eq;
+        for (int i = 0; i < p->n_in; i++) {
+            const char *end = memchr(t, ',', lhs_len - (size_t)(t - eq));
+            size_t tl = end ? (size_t)(end - t) : lhs_len - (size_t)(t - eq);
+            if (!ctx->in[i])
+                return slim_errf(ctx->err, SLIM_EINVAL, "input %d is missing", i);
+            if ((i < p->n_in - 1) != (end != NULL))
+                return slim_errf(ctx->err, SLIM_EINVAL,
+                                 "equation \"%s\" does not have %d input terms", raw, p->n_in);
+            int ell, n;
+            slim_status s = ein_term(t, tl, ctx->in[i]->ndim, pass ? n_ell : -1, p->label[i], &n,
+                                     &ell, ctx->err);
+            if (s)
+                return s;
+            n_ell = pass || ell < n_ell ? n_ell : ell;
+            p->rank[i] = ctx->in[i]->ndim;
+            t += tl + 1;
+        }
+    }
+    int count[EIN_LABELS] = {0};
+    for (int l = 0; l < EIN_LABELS; l++)
+        p->size[l] = -1;
+    for (int i = 0; i < p->n_in; i++)
+        for (int d = 0; d < p->rank[i]; d++) {
+            int l = p->label[i][d];
+            int64_t sz = ctx->in[i]->dims[d];
+            count[l]++;
+            if (p->size[l] < 0 || p->size[l] == 1)
+                p->size[l] = sz;
+            else if (sz != p->size[l] && sz != 1)
+                return slim_errf(ctx->err, SLIM_ESHAPE,
+                                 "equation \"%s\": a label has sizes %lld and %lld", raw,
+                                 (long long)p->size[l], (long long)sz);
+        }
+    if (arrow) {
+        int ell;
+        slim_status s = ein_term(arrow + 2, strlen(arrow + 2), -1, n_ell, p->out_label,
+                                 &p->out_rank, &ell, ctx->err);
+        if (s)
+            return s;
+        bool seen[EIN_LABELS] = {false};
+        for (int d = 0; d < p->out_rank; d++) {
+            int l = p->out_label[d];
+            if (seen[l] || (l < EIN_LETTERS && count[l] == 0))
+                return slim_errf(ctx->err, SLIM_EINVAL,
+                                 "equation \"%s\": output label repeated or not in any input", raw);
+            seen[l] = true;
+        }
+    } else {
+        /* Implicit output: ellipsis dims, then letters used exactly once. */
+        p->out_rank = 0;
+        for (int e = 0; e < n_ell; e++)
+            p->out_label[p->out_rank++] = EIN_LETTERS + e;
+        for (int l = 0; l < EIN_LETTERS; l++)
+            if (count[l] == 1) {
+                if (p->out_rank == SLIM_MAX_DIMS)
+                    return slim_errf(ctx->err, SLIM_EUNSUPPORTED, "output has too many dims");
+                p->out_label[p->out_rank++] = l;
+            }
+    }
+    return SLIM_OK;
+}
+
+static slim_status einsum_infer(slim_op_ctx *ctx)
+{
+    if (ctx->n_in < 1 || !ctx->in[0])
+        return slim_errf(ctx->err, SLIM_EINVAL, "Einsum needs at least one input");
+    for (int i = 0; i < ctx->n_in; i++) {
+        slim_status s = ctx->in[i] ? check_matmul_dtype(ctx->in[0], ctx->in[i], "input 0",
+                                                        "another input", ctx->err)
+                                   : SLIM_OK;
+        if (s)
+            return s;
+    }
+    ein_plan p;
+    slim_status s = ein_parse(ctx, &p);
+    if (s)
+        return s;
+    int64_t dims[SLIM_MAX_DIMS];
+    for (int d = 0; d < p.out_rank; d++)
+        dims[d] = p.size[p.out_label[d]] < 0 ? 1 : p.size[p.out_label[d]];
+    slim_tensor_set_shape(ctx->out[0], ctx->in[0]->dtype, p.out_rank, dims);
+    return SLIM_OK;
+}
+
+typedef struct {
+    const ein_plan *p;
+    calc_type ct;
+    const void *in[EIN_MAX_IN];
+    int64_t stride[EIN_MAX_IN][EIN_LABELS]; /* 0 where an input lacks or broadcasts a label */
+    int red[EIN_LABELS], n_red;             /* labels summed over */
+    void *y;
+} ein_job;
+
+/* Sum over t < len of the product of in[i][off[i] + t * step[i]]. */
+static void ein_inner(const ein_job *j, const int64_t *off, const int64_t *step, int64_t len,
+                      int64_t *isum, double *fsum)
+{
+    int n_in = j->p->n_in;
+    if (j->ct == CT_F64 && n_in == 2) { /* the common case: a dot product */
+        const double *a = (const double *)j->in[0] + off[0], *b = (const double *)j->in[1] + off[1];
+        double acc = 0;
+        for (int64_t t = 0; t < len; t++)
+            acc += a[t * step[0]] * b[t * step[1]];
+        *fsum += acc;
+        return;
+    }
+    for (int64_t t = 0; t < len; t++) {
+        int64_t iprod = 1;
+        double fprod = 1;
+        for (int i = 0; i < n_in; i++) {
+            if (j->ct == CT_I64)
+                iprod *= ((const int64_t *)j->in[i])[off[i] + t * step[i]];
+            else
+                fprod *= ((const double *)j->in[i])[off[i] + t * step[i]];
+        }
+        *isum += iprod;
+        *fsum += fprod;
+    }
+}
+
+/* Direct evaluation: each output element sums the product of its inputs
+ * over every combination of the summed labels; the last summed label is
+ * the inner loop. */
+static void ein_task(int64_t begin, int64_t end, void *user)
+{
+    const ein_job *j = user;
+    const ein_plan *p = j->p;
+    int outer_red = j->n_red > 0 ? j->n_red - 1 : 0;
+    int64_t step[EIN_MAX_IN] = {0}, len = 1;
+    if (j->n_red > 0) {
+        int l = j->red[j->n_red - 1];
+        len = p->size[l];
+        for (int i = 0; i < p->n_in; i++)
+            step[i] = j->stride[i][l];
+    }
+    for (int64_t e = begin; e < end; e++) {
+        int64_t off[EIN_MAX_IN] = {0}, rest = e;
+        for (int d = p->out_rank - 1; d >= 0; d--) {
+            int l = p->out_label[d];
+            int64_t at = rest % p->size[l];
+            rest /= p->size[l];
+            for (int i = 0; i < p->n_in; i++)
+                off[i] += at * j->stride[i][l];
+        }
+        int64_t idx[EIN_LABELS] = {0}, isum = 0;
+        double fsum = 0;
+        for (;;) {
+            ein_inner(j, off, step, len, &isum, &fsum);
+            int r = outer_red - 1;
+            for (; r >= 0; r--) {
+                int l = j->red[r];
+                for (int i = 0; i < p->n_in; i++)
+                    off[i] += j->stride[i][l];
+                if (++idx[r] < p->size[l])
+                    break;
+                for (int i = 0; i < p->n_in; i++)
+                    off[i] -= j->stride[i][l] * p->size[l];
+                idx[r] = 0;
+            }
+            if (r < 0)
+                break;
+        }
+        if (j->ct == CT_I64)
+            ((int64_t *)j->y)[e] = isum;
+        else
+            ((double *)j->y)[e] = fsum;
+    }
+}
+
+static slim_status einsum_exec(slim_op_ctx *ctx)
+{
+    ein_plan p;
+    slim_status s = ein_parse(ctx, &p);
+    if (s)
+        return s;
+    slim_tensor *y = ctx->out[0];
+    ein_job j = {.p = &p, .ct = calc_for(ctx->in[0]->dtype) == CT_I64 ? CT_I64 : CT_F64};
+    bool in_out[EIN_LABELS] = {false};
+    for (int d = 0; d < p.out_rank; d++)
+        in_out[p.out_label[d]] = true;
+    for (int l = 0; l < EIN_LABELS; l++) {
+        if (p.size[l] == 0 && !in_out[l]) {
+            j.n_red = -1; /* summing over an empty label: all zeros */
+            break;
+        }
+        if (p.size[l] > 0 && !in_out[l])
+            j.red[j.n_red++] = l;
+    }
+    void *owned[EIN_MAX_IN] = {NULL}, *own_y;
+    j.y = calc_out(y, j.ct, &own_y);
+    bool ok = j.y != NULL;
+    for (int i = 0; i < p.n_in; i++) {
+        const slim_tensor *t = ctx->in[i];
+        int64_t st[SLIM_MAX_DIMS];
+        slim_contiguous_strides(t->ndim, t->dims, st);
+        memset(j.stride[i], 0, sizeof(j.stride[i]));
+        for (int d = 0; d < t->ndim; d++)
+            if (t->dims[d] != 1)
+                j.stride[i][p.label[i][d]] += st[d]; /* repeated labels: a diagonal */
+        j.in[i] = calc_view(t, j.ct, &owned[i]);
+        ok = ok && j.in[i];
+    }
+    int64_t n = slim_tensor_numel(y);
+    if (ok && n > 0) {
+        if (j.n_red < 0)
+            memset(j.y, 0, calc_size(j.ct) * (size_t)n);
+        else
+            slim_parallel_for(n, 64, ein_task, &j);
+    }
+    for (int i = 0; i < p.n_in; i++)
+        free(owned[i]);
+    if (!ok) {
+        free(own_y);
+        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+    }
+    calc_finish(y, j.ct, own_y);
+    return SLIM_OK;
+}
+
+/* ---- table --------------------------------------------------------------- */
+
 const slim_op_def slim__ops_linalg[] = {
+    {"Gemm", 1, gemm_prepare, free, gemm_infer, gemm_exec, 0},
+    {"MatMul", 1, NULL, NULL, matmul_infer, matmul_exec, 0},
+    {"MatMulInteger", 10, NULL, NULL, mmi_infer, mmi_exec, 0},
+    {"Einsum", 12, NULL, NULL, einsum_infer, einsum_exec, 0},
     {0},
 };

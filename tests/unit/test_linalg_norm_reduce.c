@@ -1,0 +1,647 @@
+/* test_linalg_norm_reduce.c - Gemm, MatMul, Einsum (kernels/cpu/linalg.c),
+ * the normalizations (kernels/cpu/norm.c) and reductions, ArgMax, TopK,
+ * CumSum (kernels/cpu/reduce.c): hand-computed cases, random cases checked
+ * against direct loops written from the operator definitions, and bad
+ * inputs that must fail with a status rather than crash. */
+#include "testutil.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void fill_random(float *v, int64_t n, unsigned seed)
+{
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 1103515245u + 12345u;
+        v[i] = (float)((seed >> 8) & 0xffff) / 32768.0f - 1.0f;
+    }
+}
+
+/* Runs g, asserting success. */
+static slim_tensor *run_ok(slim_graph *g, slim_tensor *in, int n_in, int *n_out)
+{
+    slim_tensor *out;
+    slim_err err;
+    slim_status s = tu_run(g, in, n_in, &out, n_out, &err);
+    if (s)
+        ck_abort_msg("run failed: %s", err.msg);
+    return out;
+}
+
+/* Runs g, asserting it fails with status `want`. */
+static void run_fails(slim_graph *g, slim_tensor *in, int n_in, slim_status want)
+{
+    slim_tensor *out = NULL;
+    int n_out = 0;
+    slim_err err;
+    ck_assert_int_eq(tu_run(g, in, n_in, &out, &n_out, &err), want);
+    tu_free_inputs(in, n_in);
+}
+
+static void assert_i64(const slim_tensor *t, const int64_t *want, int64_t n)
+{
+    ck_assert_int_eq(t->dtype, SLIM_I64);
+    ck_assert_int_eq(slim_tensor_numel(t), n);
+    for (int64_t i = 0; i < n; i++)
+        ck_assert_int_eq(((const int64_t *)t->data)[i], want[i]);
+}
+
+/* ---- Gemm / MatMul / Einsum ---------------------------------------------- */
+
+START_TEST(test_gemm_trans_alpha_beta_bias)
+{
+    /* Y = 0.5 * A^T B^T + 2 * c, with c a row vector broadcast over rows. */
+    slim_graph *g = tu_graph("Gemm", 13, 3, (const char *[]){"a", "b", "c"}, 1);
+    tu_attr_i(tu_node0(g), "transA", 1);
+    tu_attr_i(tu_node0(g), "transB", 1);
+    tu_attr_f(tu_node0(g), "alpha", 0.5f);
+    tu_attr_f(tu_node0(g), "beta", 2.0f);
+    float a[6] = {1, 4, 2, 5, 3, 6};       /* A^T = [[1,2,3],[4,5,6]] */
+    float b[6] = {1, 0, 1, 0, 1, 1};       /* B^T = [[1,0],[0,1],[1,1]] */
+    float c[2] = {10, 20};
+    slim_tensor in[3] = {tu_f32(2, (int64_t[]){3, 2}, a), tu_f32(2, (int64_t[]){2, 3}, b),
+                         tu_f32(1, (int64_t[]){2}, c)};
+    int n_out;
+    slim_tensor *out = run_ok(g, in, 3, &n_out);
+    /* A^T B^T = [[4,5],[10,11]] */
+    const float want[4] = {22, 42.5f, 25, 45.5f};
+    tu_assert_shape(&out[0], 2, (int64_t[]){2, 2});
+    tu_assert_close_f32(&out[0], want, 4, 1e-6);
+    slim_tensors_free(out, n_out);
+    tu_free_inputs(in, 3);
+}
+END_TEST
+
+START_TEST(test_gemm_bad_shapes)
+{
+    slim_graph *g = tu_graph("Gemm", 13, 2, (const char *[]){"a", "b"}, 1);
+    slim_tensor in[2] = {tu_f32(2, (int64_t[]){2, 3}, NULL), tu_f32(2, (int64_t[]){4, 2}, NULL)};
+    run_fails(g, in, 2, SLIM_ESHAPE);
+    g = tu_graph("Gemm", 13, 3, (const char *[]){"a", "b", "c"}, 1);
+    slim_tensor in2[3] = {tu_f32(2, (int64_t[]){2, 3}, NULL), tu_f32(2, (int64_t[]){3, 2}, NULL),
+                          tu_f32(1, (int64_t[]){3}, NULL)};
+    run_fails(g, in2, 3, SLIM_ESHAPE);
+}
+END_TEST
+
+/* [..., m, k] @ [..., k, n] by definition, with batch broadcasting. */
+static void check_matmul_random(int na, const int64_t *da, int nb, const int64_t *db, int ny,
+                                const int64_t *dy)
+{
+    slim_graph *g = tu_graph("MatMul", 13, 2, (const char *[]){"a", "b"}, 1);
+    int64_t n_a = slim_shape_numel(na, da), n_b = slim_shape_numel(nb, db);
+    float *a = malloc(sizeof(float) * n_a), *b = malloc(sizeof(float) * n_b);
+    fill_random(a, n_a, 1);
+    fill_random(b, n_b, 2);
+    slim_tensor in[2] = {tu_f32(na, da, a), tu_f32(nb, db, b)};
+    int n_out;
+    slim_tensor *out = run_ok(g, in, 2, &n_out);
+    tu_assert_shape(&out[0], ny, dy);
+    int64_t m = da[na - 2], k = da[na - 1], n = db[nb - 1];
+    int64_t batch = slim_shape_numel(ny - 2, dy);
+    float *want = malloc(sizeof(float) * batch * m * n);
+    int64_t sa[SLIM_MAX_DIMS], sb[SLIM_MAX_DIMS];
+    slim_broadcast_strides(na - 2, da, ny - 2, dy, sa);
+    slim_broadcast_strides(nb - 2, db, ny - 2, dy, sb);
+    for (int64_t t = 0; t < batch; t++) {
+        int64_t rest = t, oa = 0, ob = 0;
+        for (int d = ny - 3; d >= 0; d--) {
+            oa += (rest % dy[d]) * sa[d];
+            ob += (rest % dy[d]) * sb[d];
+            rest /= dy[d];
+        }
+        for (int64_t i = 0; i < m; i++)
+            for (int64_t j = 0; j < n; j++) {
+                double acc = 0;
+                for (int64_t p = 0; p < k; p++)
+                    acc += (double)a[oa * m * k + i * k + p] * b[ob * k * n + p * n + j];
+                want[(t * m + i) * n + j] = (float)acc;
+            }
+    }
+    tu_assert_close_f32(&out[0], want, batch * m * n, 1e-5);
+    slim_tensors_free(out, n_out);
+    tu_free_inputs(in, 2);
+    free(a);
+    free(b);
+    free(want);
+}
+
+START_TEST(test_matmul_broadcast_batches)
+{
+    check_matmul_random(4, (int64_t[]){2, 1, 3, 4}, 3, (int64_t[]){3, 4, 5}, 4,
+                        (int64_t[]){2, 3, 3, 5});
+    /* Weight without batch: the folded single-product path. */
+    check_matmul_random(3, (int64_t[]){4, 7, 33}, 2, (int64_t[]){33, 9}, 3,
+                        (int64_t[]){4, 7, 9});
+    /* Batched a against batched b of the same batch. */
+    check_matmul_random(3, (int64_t[]){3, 2, 6}, 3, (int64_t[]){3, 6, 4}, 3,
+                        (int64_t[]){3, 2, 4});
+}
+END_TEST
+
+START_TEST(test_matmul_vectors_and_ints)
+{
+    /* [3] @ [3,2] -> [2]: the promoted row dim is dropped again. */
+    slim_graph *g = tu_graph("MatMul", 13, 2, (const char *[]){"a", "b"}, 1);
+    float a[3] = {1, 2, 3}, b[6] = {1, 2, 3, 4, 5, 6};
+    slim_tensor in[2] = {tu_f32(1, (int64_t[]){3}, a), tu_f32(2, (int64_t[]){3, 2}, b)};
+    int n_out;
+    slim_tensor *out = run_ok(g, in, 2, &n_out);
+    tu_assert_shape(&out[0], 1, (int64_t[]){2});
+    tu_assert_close_f32(&out[0], (const float[]){22, 28}, 2, 1e-6);
+    slim_tensors_free(out, n_out);
+    tu_free_inputs(in, 2);
+
+    /* int64 stays exact beyond float precision. */
+    g = tu_graph("MatMul", 13, 2, (const char *[]){"a", "b"}, 1);
+    int64_t ia[2] = {(1LL << 40) + 1, 3}, ib[2] = {1 << 12, 1};
+    slim_tensor iin[2] = {tu_i64(2, (int64_t[]){1, 2}, ia), tu_i64(2, (int64_t[]){2, 1}, ib)};
+    out = run_ok(g, iin, 2, &n_out);
+    assert_i64(&out[0], (const int64_t[]){((1LL << 40) + 1) * 4096 + 3}, 1);
+    slim_tensors_free(out, n_out);
+    tu_free_inputs(iin, 2);
+}
+END_TEST
+
+START_TEST(test_matmul_bad_input)
+{
+    slim_graph *g = tu_graph("MatMul", 13, 2, (const char *[]){"a", "b"}, 1);
+    slim_tensor in[2] = {tu_f32(2, (int64_t[]){2, 3}, NULL), tu_f32(2, (int64_t[]){4, 2}, NULL)};
+    run_fails(g, in, 2, SLIM_ESHAPE);
+    g = tu_graph("MatMul", 13, 2, (const char *[]){"a", "b"}, 1);
+    slim_tensor in2[2] = {tu_f32(2, (int64_t[]){2, 3}, NULL), tu_i64(2, (int64_t[]){3, 2}, NULL)};
+    run_fails(g, in2, 2, SLIM_ETYPE);
+}
+END_TEST
+
+START_TEST(test_einsum)
+{
+    /* Implicit output of "ij,jk" is "ik": a matrix product. */
+    slim_graph *g = tu_graph("Einsum", 12, 2, (const char *[]){"a", "b"}, 1);
+    tu_attr_s(tu_node0(g), "equation", "ij,jk");
+    float a[6] = {1, 2, 3, 4, 5, 6}, b[6] = {1, 2, 3, 4, 5, 6};
+    slim_tensor in[2] = {tu_f32(2, (int64_t[]){2, 3}, a), tu_f32(2, (int64_t[]){3, 2}, b)};
+    int n_out;
+    slim_tensor *out = run_ok(g, in, 2, &n_out);
+    tu_assert_shape(&out[0], 2, (int64_t[]){2, 2});
+    tu_assert_close_f32(&out[0], (const float[]){22, 28, 49, 64}, 4, 1e-6);
+    slim_tensors_free(out, n_out);
+    tu_free_inputs(in, 2);
+
+    /* Batched diagonal through an ellipsis, then a trace. */
+    g = tu_graph("Einsum", 12, 1, (const char *[]){"x"}, 1);
+    tu_attr_s(tu_node0(g), "equation", "...ii->...i");
+    float x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    slim_tensor in1[1] = {tu_f32(3, (int64_t[]){2, 2, 2}, x)};
+    out = run_ok(g, in1, 1, &n_out);
+    tu_assert_shape(&out[0], 2, (int64_t[]){2, 2});
+    tu_assert_close_f32(&out[0], (const float[]){1, 4, 5, 8}, 4, 0);
+    slim_tensors_free(out, n_out);
+    tu_free_inputs(in1, 1);
+
+    g = tu_graph("Einsum", 12, 1, (const char *[]){"x"}, 1);
+    tu_attr_s(tu_node0(g), "equation", "ii");
+    slim_tensor in2[1] = {tu_f32(2, (int64_t[]){2, 2}, x)};
+    out = run_ok(g, in2, 1, &n_out);
+    tu_assert_shape(&out[0], 0, NULL);
+    tu_assert_close_f32(&out[0], (const float[]){5}, 1, 0);
+    slim_tensors_free(out, n_out);
+    tu_free_inputs(in2, 1);
+
+    g = tu_graph("Einsum", 12, 2, (const char *[]){"a", "b"}, 1);
+    tu_attr_s(tu_node0(g), "equation", "ij,jk->i$");
+    slim_tensor in3[2] = {tu_f32(2, (int64_t[]){2, 3}, a), tu_f32(2, (int64_t[]){3, 2}, b)};
+    run_fails(g, in3, 2, SLIM_EINVAL);
+    g = tu_graph("Einsum", 12, 2, (const char *[]){"a", "b"}, 1);
+    tu_attr_s(tu_node0(g), "equation", "ij,jk->ik");
+    slim_tensor in4[2] = {tu_f32(2, (int64_t[]){2, 3}, a), tu_f32(2, (int64_t[]){2, 3}, b)};
+    run_fails(g, in4, 2, SLIM_ESHAPE);
+}
+END_TEST
+
+/* ---- normalizations ------------------------------------------------------ */
+
+START_TEST(test_softmax_axis_semantics)
+{
+    /* x [2,3,2]; opset 13 normalizes along axis 1 alone, opset 11 over the
+     * flattened dims 1.. (6 values per batch). */
+    float x[12];
+    for (int i = 0; i < 12; i++)
+        x[i] = (float)i * 0.25f;
+    for (int v = 0; v < 2; v++) {
+        int opset = v ? 11 : 13;
+        slim_graph *g = tu_graph("Softmax", opset, 1, (const char *[]){"x"}, 1);
+        tu_attr_i(tu_node0(g), "axis", 1);
+        slim_tensor in[1] = {tu_f32(3, (int64_t[]){2, 3, 2}, x)};
+        int n_out;
+        slim_tensor *out = run_ok(g, in, 1, &n_out);
+        float want[12];
+        for (int b = 0; b < 2; b++)
+            for (int j = 0; j < 2; j++) {
+                for (int c = 0; c < 3; c++) {
+                    double s = 0;
+                    for (int c2 = 0; c2 < 3; c2++)
+                        for (int j2 = 0; j2 < 2; j2++)
+                            if (opset == 11 || j2 == j)
+                                s += exp(x[b * 6 + c2 * 2 + j2]);
+                    want[b * 6 + c * 2 + j] = (float)(exp(x[b * 6 + c * 2 + j]) / s);
+                }
+            }
+        tu_assert_close_f32(&out[0], want, 12, 1e-6);
+        slim_tensors_free(out, n_out);
+        tu_free_inputs(in, 1);
+    }
+}
+END_TEST
+
+START_TEST(test_logsoftmax_hardmax)
+{
+    /* Large inputs must not overflow: log_softmax(x) = x - max - log(sum). */
+    slim_graph *g = tu_graph("LogSoftmax", 13, 1, (const char *[]){"x"}, 1);
+    float x[4] = {1000, 1001, 1002, 1003};
+    slim_tensor in[1] = {tu_f32(2, (int64_t[]){1, 4}, x)};
+    int n_out;
+    slim_tensor *out = run_ok(g, in, 1, &n_out);
+    double l = log(exp(-3.0) + exp(-2.0) + exp(-1.0) + 1.0);
+    tu_assert_close_f32(&out[0], (const float[]){(float)(-3 - l), (float)(-2 - l),
+                                                 (float)(-1 - l), (float)-l}, 4, 1e-6);
+    slim_tensors_free(out, n_out);
+    tu_free_inputs(in, 1);
+
+    /* Hardmax: the first of tied maxima wins. */
+    g = tu_graph("Hardmax", 13, 1, (const char *[]){"x"}, 1);
+    float h[6] = {3, 1, 3, 0, -1, -2};
+    slim_tensor in2[1] = {tu_f32(2, (int64_t[]){2, 3}, h)};
+    out = run_ok(g, in2, 1, &n_out);
+    tu_assert_close_f32(&out[0], (const float[]){1, 0, 0, 1, 0, 0}, 6, 0);
+    slim_tensors_free(out, n_out);
+    tu_free_inputs(in2, 1);
+}
+END_TEST
+
+START_TEST(test_layer_norm_outputs)
+{
+    slim_graph *g = tu_graph("LayerNormalization", 17, 3, (const char *[]){"x", "s", "b"}, 3);
+    tu_attr_f(tu_node0(g), "epsilon", 0);
+    float x[6] = {1, 2, 3, 10, 10, 40}, s[3] = {1, 2, 3}, b[3] = {0, 1, 0};
+    slim_tensor in[3] = {tu_f32(2, (int64_t[]){2, 3}, x), tu_f32(1, (int64_t[]){3}, s),
+                         tu_f32(1, (int64_t[]){3}, b)};
+    int n_out;
+    slim_tensor *out = run_ok(g, in, 3, &n_out);
+    /* Row 0: mean 2, var 2/3; row 1: mean 20, var 200. */
+    double i0 = 1 / sqrt(2.0 / 3), i1 = 1 / sqrt(200.0);
+    tu_assert_close_f32(&out[0], (const float[]){(float)(-i0), 1, (float)(3 * i0),
+                                                 (float)(-10 * i1), (float)(1 - 20 * i1),
+                                                 (float)(60 * i1)}, 6, 1e-6);
+    tu_assert_shape(&out[1], 2, (int64_t[]){2, 1});
+    tu_assert_close_f32(&out[1], (const float[]){2, 20}, 2, 1e-6);
+    tu_assert_close_f32(&out[2], (const float[]){(float)i0, (float)i1}, 2, 1e-6);
+    slim_tensors_free(out, n_out);
+    tu_free_inputs(in, 3);
+
+    /* Scale of the wrong size is a shape error. */
+    g = tu_graph("LayerNormalization", 17, 2, (const char *[]){"x", "s"}, 1);
+    slim_tensor in2[2] = {tu_f32(2, (int64_t[]){2, 3}, x), tu_f32(1, (int64_t[]){2}, s)};
+    run_fails(g, in2, 2, SLIM_ESHAPE);
+}
+END_TEST
+
+START_TEST(test_rms_norm)
+{
+    slim_graph *g = tu_graph("RMSNormalization", 23, 2, (const char *[]){"x", "s"}, 1);
+    tu_attr_f(tu_node0(g), "epsilon", 0);
+    float x[4] = {3, 4, 0, 0}, s[2] = {1, 2};
+    slim_tensor in[2] = {tu_f32(2, (int64_t[]){1, 4}, x), tu_f32(1, (int64_t[]){2}, s)};
+    tu_attr_i(tu_node0(g), "axis", -1);
+    run_fails(g, in, 2, SLIM_ESHAPE); /* [2] does not broadcast to [4] */
+
+    g = tu_graph("RMSNormalization", 23, 2, (const char *[]){"x", "s"}, 1);
+    tu_attr_f(tu_node0(g), "epsilon", 0);
+    slim_tensor in2[2] = {tu_f32(2, (int64_t[]){2, 2}, x), tu_f32(1, (int64_t[]){2}, s)};
+    int n_out;
+    slim_tensor *out = run_ok(g, in2, 2, &n_out);
+    /* Row 0: rms = sqrt(12.5). Row 1 is zero: 0 / sqrt(0) is NaN by
+     * definition with epsilon 0, so only row 0 is checked. */
+    double r = sqrt(12.5);
+    const float *y = out[0].data;
+    ck_assert(fabs(y[0] - 3 / r) < 1e-6 && fabs(y[1] - 8 / r) < 1e-6);
+    slim_tensors_free(out, n_out);
+    tu_free_inputs(in2, 2);
+}
+END_TEST
+
+START_TEST(test_batch_and_instance_norm)
+{
+    /* BatchNormalization inference: y = (x - mean) / sqrt(var + eps) * s + b. */
+    slim_graph *g = tu_graph("BatchNormalization", 15, 5,
+                             (const char *[]){"x", "s", "b", "m", "v"}, 1);
+    tu_attr_f(tu_node0(g), "epsilon", 0);
+    float x[4] = {1, 2, 3, 4}, s[2] = {2, 1}, b[2] = {0, 1}, m[2] = {1, 3}, v[2] = {4, 1};
+    slim_tensor in[5] = {tu_f32(3, (int64_t[]){1, 2, 2}, x), tu_f32(1, (int64_t[]){2}, s),
+                         tu_f32(1, (int64_t[]){2}, b), tu_f32(1, (int64_t[]){2}, m),
+                         tu_f32(1, (int64_t[]){2}, v)};
+    int n_out;
+    slim_tensor *out = run_ok(g, in, 5, &n_out);
+    tu_assert_close_f32(&out[0], (const float[]){0, 1, 1, 2}, 4, 1e-6);
+    slim_tensors_free(out, n_out);
+    tu_free_inputs(in, 5);
+
+    /* InstanceNormalization: each (n, c) plane gets mean 0, variance 1. */
+    g = tu_graph("InstanceNormalization", 6, 3, (const char *[]){"x", "s", "b"}, 1);
+    tu_attr_f(tu_node0(g), "epsilon", 0);
+    float xi[8] = {1, 3, 1, 3, 0, 0, 0, 8}, si[2] = {1, 2}, bi[2] = {0, 5};
+    slim_tensor in2[3] = {tu_f32(3, (int64_t[]){1, 2, 4}, xi), tu_f32(1, (int64_t[]){2}, si),
+                          tu_f32(1, (int64_t[]){2}, bi)};
+    out = run_ok(g, in2, 3, &n_out);
+    double k = 2 / sqrt(3.0);
+    tu_assert_close_f32(&out[0], (const float[]){-1, 1, -1, 1, (float)(5 - k), (float)(5 - k),
+                                                 (float)(5 - k), (float)(5 + 3 * k)}, 8, 1e-6);
+    slim_tensors_free(out, n_out);
+    tu_free_inputs(in2, 3);
+
+    /* Parameters of the wrong length are rejected. */
+    g = tu_graph("BatchNormalization", 15, 5, (const char *[]){"x", "s", "b", "m", "v"}, 1);
+    slim_tensor in3[5] = {tu_f32(3, (int64_t[]){1, 2, 2}, x), tu_f32(1, (int64_t[]){3}, NULL),
+                          tu_f32(1, (int64_t[]){2}, b), tu_f32(1, (int64_t[]){2}, m),
+                          tu_f32(1, (int64_t[]){2}, v)};
+    run_fails(g, in3, 5, SLIM_ESHAPE);
+}
+END_TEST
+
+START_TEST(test_lp_and_mvn)
+{
+    slim_graph *g = tu_graph("LpNormalization", 22, 1, (const char *[]){"x"}, 1);
+    float x[4] = {3, 4, 0, 0};
+    slim_tensor in[1] = {tu_f32(2, (int64_t[]){2, 2}, x)};
+    int n_out;
+    slim_tensor *out = run_ok(g, in, 1, &n_out);
+    tu_assert_close_f32(&out[0], (const float[]){0.6f, 0.8f, 0, 0}, 4, 1e-6);
+    slim_tensors_free(out, n_out);
+    tu_free_inputs(in, 1);
+
+    /* MVN over axis 1 of [2,2]: rows become (-1, 1) up to epsilon. */
+    g = tu_graph("MeanVarianceNormalization", 13, 1, (const char *[]){"x"}, 1);
+    tu_attr_ints(tu_node0(g), "axes", 1, (int64_t[]){1});
+    float m[4] = {1, 3, 10, 30};
+    slim_tensor in2[1] = {tu_f32(2, (int64_t[]){2, 2}, m)};
+    out = run_ok(g, in2, 1, &n_out);
+    tu_assert_close_f32(&out[0], (const float[]){-1, 1, -1, 1}, 4, 1e-6);
+    slim_tensors_free(out, n_out);
+    tu_free_inputs(in2, 1);
+}
+END_TEST
+
+/* ---- reductions ---------------------------------------------------------- */
+
+START_TEST(test_reduce_sum_split_axes)
+{
+    /* ReduceSum over {0, 2} of [3,4,5] (separated axes), keepdims 0. */
+    slim_graph *g = tu_graph("ReduceSum", 13, 2, (const char *[]){"x", "axes"}, 1);
+    tu_attr_i(tu_node0(g), "keepdims", 0);
+    float x[60];
+    fill_random(x, 60, 7);
+    slim_tensor in[2] = {tu_f32(3, (int64_t[]){3, 4, 5}, x), tu_i64(1, (int64_t[]){2},
+                                                                 (int64_t[]){0, -1})};
+    int n_out;
+    slim_tensor *out = run_ok(g, in, 2, &n_out);
+    float want[4] = {0};
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 4; j++)
+            for (int k = 0; k < 5; k++)
+                want[j] += x[(i * 4 + j) * 5 + k];
+    tu_assert_shape(&out[0], 1, (int64_t[]){4});
+    tu_assert_close_f32(&out[0], want, 4, 1e-5);
+    slim_tensors_free(out, n_out);
+    tu_free_inputs(in, 2);
+}
+END_TEST
+
+START_TEST(test_reduce_kinds_attr_axes)
+{
+    /* Opset 13 ReduceMean/Max/L2/LogSumExp take axes as an attribute; a
+     * 1000-long row also exercises the lane accumulators. */
+    enum { N = 1000 };
+    float *x = malloc(sizeof(float) * 2 * N);
+    fill_random(x, 2 * N, 3);
+    x[N + 17] = 500; /* LogSumExp must not overflow */
+    const char *ops[4] = {"ReduceMean", "ReduceMax", "ReduceL2", "ReduceLogSumExp"};
+    for (int o = 0; o < 4; o++) {
+        slim_graph *g = tu_graph(ops[o], 13, 1, (const char *[]){"x"}, 1);
+        tu_attr_ints(tu_node0(g), "axes", 1, (int64_t[]){1});
+        slim_tensor in[1] = {tu_f32(2, (int64_t[]){2, N}, x)};
+        int n_out;
+        slim_tensor *out = run_ok(g, in, 1, &n_out);
+        float want[2];
+        for (int r = 0; r < 2; r++) {
+            const float *p = x + r * N;
+            double acc = o == 1 || o == 3 ? -INFINITY : 0, s = 0;
+            for (int i = 0; i < N; i++)
+                acc = o == 0 ? acc + p[i] : o == 2 ? acc + (double)p[i] * p[i] : fmax(acc, p[i]);
+            if (o == 3) {
+                for (int i = 0; i < N; i++)
+                    s += exp(p[i] - acc);
+                acc += log(s);
+            }
+            want[r] = (float)(o == 0 ? acc / N : o == 2 ? sqrt(acc) : acc);
+        }
+        tu_assert_shape(&out[0], 2, (int64_t[]){2, 1});
+        tu_assert_close_f32(&out[0], want, 2, 1e-5);
+        slim_tensors_free(out, n_out);
+        tu_free_inputs(in, 1);
+    }
+    free(x);
+}
+END_TEST
+
+START_TEST(test_reduce_empty_and_noop)
+{
+    /* ReduceProd over an empty axis is 1; ReduceMax is -inf. */
+    const char *ops[2] = {"ReduceProd", "ReduceMax"};
+    for (int o = 0; o < 2; o++) {
+        slim_graph *g = tu_graph(ops[o], 18, 2, (const char *[]){"x", "axes"}, 1);
+        slim_tensor in[2] = {tu_f32(2, (int64_t[]){2, 0}, NULL),
+                             tu_i64(1, (int64_t[]){1}, (int64_t[]){1})};
+        int n_out;
+        slim_tensor *out = run_ok(g, in, 2, &n_out);
+        tu_assert_shape(&out[0], 2, (int64_t[]){2, 1});
+        float v = o == 0 ? 1 : -INFINITY;
+        ck_assert(((float *)out[0].data)[0] == v && ((float *)out[0].data)[1] == v);
+        slim_tensors_free(out, n_out);
+        tu_free_inputs(in, 2);
+    }
+    /* noop_with_empty_axes with no axes: the input comes back. */
+    slim_graph *g = tu_graph("ReduceSum", 13, 1, (const char *[]){"x"}, 1);
+    tu_attr_i(tu_node0(g), "noop_with_empty_axes", 1);
+    float x[3] = {1, 2, 3};
+    slim_tensor in[1] = {tu_f32(1, (int64_t[]){3}, x)};
+    int n_out;
+    slim_tensor *out = run_ok(g, in, 1, &n_out);
+    tu_assert_close_f32(&out[0], x, 3, 0);
+    slim_tensors_free(out, n_out);
+    tu_free_inputs(in, 1);
+}
+END_TEST
+
+START_TEST(test_reduce_int_exact_and_errors)
+{
+    slim_graph *g = tu_graph("ReduceSum", 13, 1, (const char *[]){"x"}, 1);
+    tu_attr_i(tu_node0(g), "keepdims", 0);
+    int64_t x[3] = {(1LL << 53) + 1, 2, -1};
+    slim_tensor in[1] = {tu_i64(1, (int64_t[]){3}, x)};
+    int n_out;
+    slim_tensor *out = run_ok(g, in, 1, &n_out);
+    tu_assert_shape(&out[0], 0, NULL);
+    assert_i64(&out[0], (const int64_t[]){(1LL << 53) + 2}, 1);
+    slim_tensors_free(out, n_out);
+    tu_free_inputs(in, 1);
+
+    g = tu_graph("ReduceMean", 18, 2, (const char *[]){"x", "axes"}, 1);
+    slim_tensor in2[2] = {tu_f32(2, (int64_t[]){2, 2}, NULL),
+                          tu_i64(1, (int64_t[]){2}, (int64_t[]){1, -1})};
+    run_fails(g, in2, 2, SLIM_EINVAL); /* axis listed twice */
+    g = tu_graph("ReduceMean", 18, 2, (const char *[]){"x", "axes"}, 1);
+    slim_tensor in3[2] = {tu_f32(2, (int64_t[]){2, 2}, NULL),
+                          tu_i64(1, (int64_t[]){1}, (int64_t[]){2})};
+    run_fails(g, in3, 2, SLIM_EINVAL); /* out of range */
+}
+END_TEST
+
+START_TEST(test_argmax_argmin)
+{
+    float x[6] = {1, 5, 5, 2, 2, 0};
+    for (int last = 0; last < 2; last++) {
+        slim_graph *g = tu_graph("ArgMax", 13, 1, (const char *[]){"x"}, 1);
+        tu_attr_i(tu_node0(g), "axis", 1);
+        tu_attr_i(tu_node0(g), "keepdims", 0);
+        tu_attr_i(tu_node0(g), "select_last_index", last);
+        slim_tensor in[1] = {tu_f32(2, (int64_t[]){2, 3}, x)};
+        int n_out;
+        slim_tensor *out = run_ok(g, in, 1, &n_out);
+        tu_assert_shape(&out[0], 1, (int64_t[]){2});
+        assert_i64(&out[0], last ? (const int64_t[]){2, 1} : (const int64_t[]){1, 0}, 2);
+        slim_tensors_free(out, n_out);
+        tu_free_inputs(in, 1);
+    }
+    /* ArgMin along axis 0, keepdims. */
+    slim_graph *g = tu_graph("ArgMin", 13, 1, (const char *[]){"x"}, 1);
+    slim_tensor in[1] = {tu_f32(2, (int64_t[]){2, 3}, x)};
+    int n_out;
+    slim_tensor *out = run_ok(g, in, 1, &n_out);
+    tu_assert_shape(&out[0], 2, (int64_t[]){1, 3});
+    assert_i64(&out[0], (const int64_t[]){0, 1, 1}, 3);
+    slim_tensors_free(out, n_out);
+    tu_free_inputs(in, 1);
+
+    g = tu_graph("ArgMax", 13, 1, (const char *[]){"x"}, 1);
+    tu_attr_i(tu_node0(g), "axis", 1);
+    slim_tensor in2[1] = {tu_f32(2, (int64_t[]){2, 0}, NULL)};
+    run_fails(g, in2, 1, SLIM_EINVAL);
+}
+END_TEST
+
+START_TEST(test_topk)
+{
+    /* Ties keep index order; k small against the row uses the heap path. */
+    enum { N = 64 };
+    float x[N];
+    for (int i = 0; i < N; i++)
+        x[i] = (float)(i % 8);
+    for (int largest = 0; largest < 2; largest++) {
+        slim_graph *g = tu_graph("TopK", 11, 2, (const char *[]){"x", "k"}, 2);
+        tu_attr_i(tu_node0(g), "largest", largest);
+        slim_tensor in[2] = {tu_f32(1, (int64_t[]){N}, x),
+                             tu_i64(1, (int64_t[]){1}, (int64_t[]){3})};
+        int n_out;
+        slim_tensor *out = run_ok(g, in, 2, &n_out);
+        tu_assert_shape(&out[0], 1, (int64_t[]){3});
+        float v = largest ? 7 : 0;
+        tu_assert_close_f32(&out[0], (const float[]){v, v, v}, 3, 0);
+        assert_i64(&out[1], largest ? (const int64_t[]){7, 15, 23} : (const int64_t[]){0, 8, 16},
+                   3);
+        slim_tensors_free(out, n_out);
+        tu_free_inputs(in, 2);
+    }
+    /* Along axis 0 of [3,2], full sort path. */
+    slim_graph *g = tu_graph("TopK", 11, 2, (const char *[]){"x", "k"}, 2);
+    tu_attr_i(tu_node0(g), "axis", 0);
+    float y[6] = {1, 6, 3, 4, 2, 5};
+    slim_tensor in[2] = {tu_f32(2, (int64_t[]){3, 2}, y), tu_i64(1, (int64_t[]){1}, (int64_t[]){2})};
+    int n_out;
+    slim_tensor *out = run_ok(g, in, 2, &n_out);
+    tu_assert_shape(&out[0], 2, (int64_t[]){2, 2});
+    tu_assert_close_f32(&out[0], (const float[]){3, 6, 2, 5}, 4, 0);
+    assert_i64(&out[1], (const int64_t[]){1, 0, 2, 2}, 4);
+    slim_tensors_free(out, n_out);
+    tu_free_inputs(in, 2);
+
+    g = tu_graph("TopK", 11, 2, (const char *[]){"x", "k"}, 2);
+    slim_tensor in2[2] = {tu_f32(1, (int64_t[]){4}, x), tu_i64(1, (int64_t[]){1}, (int64_t[]){5})};
+    run_fails(g, in2, 2, SLIM_EINVAL);
+}
+END_TEST
+
+START_TEST(test_cumsum)
+{
+    float x[6] = {1, 2, 3, 4, 5, 6};
+    const float want[4][6] = {
+        {1, 3, 6, 4, 9, 15},  /* plain */
+        {0, 1, 3, 0, 4, 9},   /* exclusive */
+        {6, 5, 3, 15, 11, 6}, /* reverse */
+        {5, 3, 0, 11, 6, 0},  /* exclusive + reverse */
+    };
+    for (int v = 0; v < 4; v++) {
+        slim_graph *g = tu_graph("CumSum", 14, 2, (const char *[]){"x", "axis"}, 1);
+        tu_attr_i(tu_node0(g), "exclusive", v & 1);
+        tu_attr_i(tu_node0(g), "reverse", v >> 1);
+        slim_tensor in[2] = {tu_f32(2, (int64_t[]){2, 3}, x), tu_i64(0, NULL, (int64_t[]){-1})};
+        int n_out;
+        slim_tensor *out = run_ok(g, in, 2, &n_out);
+        tu_assert_close_f32(&out[0], want[v], 6, 0);
+        slim_tensors_free(out, n_out);
+        tu_free_inputs(in, 2);
+    }
+    slim_graph *g = tu_graph("CumSum", 14, 2, (const char *[]){"x", "axis"}, 1);
+    slim_tensor in[2] = {tu_f32(2, (int64_t[]){2, 3}, x), tu_i64(0, NULL, (int64_t[]){2})};
+    run_fails(g, in, 2, SLIM_EINVAL);
+}
+END_TEST
+
+static Suite *linalg_norm_reduce_suite(void)
+{
+    Suite *s = suite_create("linalg_norm_reduce");
+    TCase *tc = tcase_create("linalg");
+    tcase_add_test(tc, test_gemm_trans_alpha_beta_bias);
+    tcase_add_test(tc, test_gemm_bad_shapes);
+    tcase_add_test(tc, test_matmul_broadcast_batches);
+    tcase_add_test(tc, test_matmul_vectors_and_ints);
+    tcase_add_test(tc, test_matmul_bad_input);
+    tcase_add_test(tc, test_einsum);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("norm");
+    tcase_add_test(tc, test_softmax_axis_semantics);
+    tcase_add_test(tc, test_logsoftmax_hardmax);
+    tcase_add_test(tc, test_layer_norm_outputs);
+    tcase_add_test(tc, test_rms_norm);
+    tcase_add_test(tc, test_batch_and_instance_norm);
+    tcase_add_test(tc, test_lp_and_mvn);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("reduce");
+    tcase_add_test(tc, test_reduce_sum_split_axes);
+    tcase_add_test(tc, test_reduce_kinds_attr_axes);
+    tcase_add_test(tc, test_reduce_empty_and_noop);
+    tcase_add_test(tc, test_reduce_int_exact_and_errors);
+    tcase_add_test(tc, test_argmax_argmin);
+    tcase_add_test(tc, test_topk);
+    tcase_add_test(tc, test_cumsum);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(linalg_norm_reduce_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
