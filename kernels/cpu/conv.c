@@ -9,8 +9,8 @@
  *     column matrix, so the GEMM reads it in place;
  *   - depthwise convs (one input channel per group): G GEMMs of a single
  *     row would cost more in call overhead than they compute, so a direct
- *     loop per output plane accumulates one shifted input row per tap,
- *     which the compiler vectorizes.
+ *     loop sums each output's taps from a zero-padded copy of its input
+ *     plane, eight neighbouring outputs at a time (vector code).
  * ConvTranspose is Conv's adjoint: one GEMM (W^T x X) gives every kernel
  * tap's contribution per input position, and col2im scatter-adds them into
  * the output.
@@ -24,6 +24,7 @@
 #include "kernel.h"
 
 #include <cblas.h>
+#include <limits.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -121,8 +122,8 @@ static slim_status check_count(const char *name, int count, int want, slim_err *
 }
 
 /* Fills the parts common to Conv and ConvTranspose: channels, kernel,
- * strides, dilations, input sizes. wc is W's channel dim that must equal
- * C/group (Conv: dims[1]; ConvTranspose: dims[0] must equal C). */
+ * strides, dilations, explicit pads, input sizes. W is [M, C/group, k...]
+ * for Conv and [C, M/group, k...] for ConvTranspose. */
 static slim_status plan_common(slim_op_ctx *ctx, bool transpose, conv_plan *p, int *rank)
 {
     const conv_attrs *a = ctx->state;
@@ -254,6 +255,18 @@ static slim_status conv_infer(slim_op_ctx *ctx)
     if (st)
         return st;
     set_output(ctx, &p);
+    return SLIM_OK;
+}
+
+/* BLAS takes int sizes and strides. */
+static slim_status check_blas_sizes(slim_op_ctx *ctx, const conv_plan *p)
+{
+    int64_t rows = (p->C > p->M ? p->C : p->M) * p->K;
+    if (p->in_size > INT_MAX || p->out_size > INT_MAX || rows > INT_MAX)
+        return slim_errf(ctx->err, SLIM_EUNSUPPORTED,
+                         "spatial size %lld or channels x kernel %lld exceeds the BLAS limit",
+                         (long long)(p->in_size > p->out_size ? p->in_size : p->out_size),
+                         (long long)rows);
     return SLIM_OK;
 }
 
@@ -557,9 +570,8 @@ static slim_status conv_gemm(slim_op_ctx *ctx, const conv_plan *p, const float *
                     b = col.data;
                     ldb = cols;
                 }
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)mg, (int)cols,
-                            (int)rows, 1.0f, w + g * mg * rows, (int)rows, b, (int)ldb,
-                            bias ? 1.0f : 0.0f, yg + o0, (int)p->out_size);
+                slim_sgemm(false, false, mg, cols, rows, 1.0f, w + g * mg * rows, rows, b, ldb,
+                           bias ? 1.0f : 0.0f, yg + o0, p->out_size);
             }
         }
     slim_tensor_release(&col);
@@ -575,6 +587,8 @@ static slim_status conv_exec(slim_op_ctx *ctx)
     slim_tensor *out = ctx->out[0];
     if (!out || slim_tensor_numel(out) == 0)
         return SLIM_OK;
+    if ((st = check_blas_sizes(ctx, &p)))
+        return st;
     slim_tensor tx, tw, tb, ty;
     const float *x, *w, *b;
     float *y;
@@ -714,6 +728,8 @@ static slim_status convt_exec(slim_op_ctx *ctx)
     slim_tensor *out = ctx->out[0];
     if (!out || slim_tensor_numel(out) == 0)
         return SLIM_OK;
+    if ((st = check_blas_sizes(ctx, &p)))
+        return st;
     slim_tensor tx, tw, tb, ty, col = {.dtype = SLIM_F32, .ndim = 1};
     const float *x, *w, *b;
     float *y;
@@ -737,9 +753,8 @@ static slim_status convt_exec(slim_op_ctx *ctx)
             for (int64_t i0 = 0; i0 < p.in_size; i0 += chunk) {
                 int64_t cols = p.in_size - i0 < chunk ? p.in_size - i0 : chunk;
                 /* col[mg*K, cols] = W_g^T [mg*K, cg] x X_g [cg, cols] */
-                cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, (int)rows, (int)cols, (int)cg,
-                            1.0f, w + g * cg * rows, (int)rows, xg + i0, (int)p.in_size, 0.0f,
-                            col.data, (int)cols);
+                slim_sgemm(true, false, rows, cols, cg, 1.0f, w + g * cg * rows, rows, xg + i0,
+                           p.in_size, 0.0f, col.data, cols);
                 col2im_job j = {&p, col.data, y + (n * p.M + g * mg) * p.out_size, i0, cols};
                 slim_parallel_for(mg, 1, col2im_channels, &j);
             }

@@ -378,20 +378,18 @@ static void argmax_rows(int64_t begin, int64_t end, void *user)
 /* Expands LOOP(expr) with expr the pool's update of a running value acc
  * by an input v: max, or a sum of x, |x|, x^2 or |x|^p. Expanding one
  * loop per case keeps the branch out of the loop body. */
-#define POOL_DISPATCH(a, LOOP)                         \
-    if ((a)->kind == POOL_MAX) {                       \
-        LOOP(v > acc ? v : acc)                        \
-    } else if ((a)->kind == POOL_AVG || (a)->p == 1) { \
-        if ((a)->kind == POOL_AVG) {                   \
-            LOOP(acc + v)                              \
-        } else {                                       \
-            LOOP(acc + fabsf(v))                       \
-        }                                              \
-    } else if ((a)->p == 2) {                          \
-        LOOP(acc + v * v)                              \
-    } else {                                           \
-        const float p_ = (float)(a)->p;                \
-        LOOP(acc + powf(fabsf(v), p_))                 \
+#define POOL_DISPATCH(a, LOOP)          \
+    if ((a)->kind == POOL_MAX) {        \
+        LOOP(v > acc ? v : acc)         \
+    } else if ((a)->kind == POOL_AVG) { \
+        LOOP(acc + v)                   \
+    } else if ((a)->p == 1) {           \
+        LOOP(acc + fabsf(v))            \
+    } else if ((a)->p == 2) {           \
+        LOOP(acc + v * v)               \
+    } else {                            \
+        const float p_ = (float)(a)->p; \
+        LOOP(acc + powf(fabsf(v), p_))  \
     }
 
 /* y[i] = op(y[i], src[i * stride]) for i in [0, n). Stride-1 and stride-2

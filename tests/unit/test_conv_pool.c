@@ -529,6 +529,28 @@ START_TEST(test_pool_random_3d)
 }
 END_TEST
 
+START_TEST(test_maxpool_window_over_padding_only)
+{
+    /* Dilation 3 with pads 2 over a 1-wide input: the windows' taps sit at
+     * -2, 1 and -1, 2, all missing x[0]. Such windows yield 0 and index -1
+     * rather than reading out of bounds. */
+    slim_graph *g = tu_graph("MaxPool", 22, 1, (const char *[]){"x"}, 2);
+    tu_attr_ints(tu_node0(g), "kernel_shape", 1, (int64_t[]){2});
+    tu_attr_ints(tu_node0(g), "dilations", 1, (int64_t[]){3});
+    tu_attr_ints(tu_node0(g), "pads", 2, (int64_t[]){2, 2});
+    slim_tensor in[1] = {tu_f32(3, (int64_t[]){1, 1, 1}, (float[]){-5})};
+    slim_tensor *out;
+    int n_out;
+    slim_err err;
+    ck_assert_int_eq(tu_run(g, in, 1, &out, &n_out, &err), SLIM_OK);
+    tu_assert_shape(&out[0], 3, (int64_t[]){1, 1, 2});
+    tu_assert_close_f32(&out[0], (float[]){0, 0}, 2, 0);
+    ck_assert_int_eq(((int64_t *)out[1].data)[0], -1);
+    slim_tensors_free(out, n_out);
+    tu_free_inputs(in, 1);
+}
+END_TEST
+
 START_TEST(test_global_lppool)
 {
     float x[6] = {3, 4, 0, 1, 2, 2}; /* [1, 2, 3]: L3 norms of each channel */
@@ -589,6 +611,18 @@ START_TEST(test_bad_inputs)
     ck_assert_int_eq(tu_run(g, in3, 1, &out, &n_out, &err), SLIM_EINVAL);
     tu_free_inputs(in3, 1);
 
+    /* ConvTranspose whose pads eat the whole output; bias of the wrong size. */
+    g = tu_graph("ConvTranspose", 22, 2, (const char *[]){"x", "w"}, 1);
+    tu_attr_ints(tu_node0(g), "pads", 4, (int64_t[]){3, 3, 3, 3});
+    slim_tensor in5[2] = {tu_f32(4, (int64_t[]){1, 1, 2, 2}, x), tu_f32(4, (int64_t[]){1, 1, 3, 3}, w)};
+    ck_assert_int_eq(tu_run(g, in5, 2, &out, &n_out, &err), SLIM_ESHAPE);
+    g = tu_graph("Conv", 22, 3, (const char *[]){"x", "w", "b"}, 1);
+    slim_tensor in6[3] = {tu_f32(4, (int64_t[]){1, 1, 4, 4}, x), tu_f32(4, (int64_t[]){1, 1, 3, 3}, w),
+                          tu_f32(1, (int64_t[]){2}, w)};
+    ck_assert_int_eq(tu_run(g, in6, 3, &out, &n_out, &err), SLIM_ESHAPE);
+    tu_free_inputs(in5, 2);
+    tu_free_inputs(in6, 3);
+
     /* Rank-2 input to a pool. */
     g = tu_graph("MaxPool", 22, 1, (const char *[]){"x"}, 1);
     tu_attr_ints(tu_node0(g), "kernel_shape", 1, (int64_t[]){2});
@@ -618,6 +652,7 @@ static Suite *conv_pool_suite(void)
     tcase_add_test(tc, test_lppool_and_globals);
     tcase_add_test(tc, test_pool_random_3d);
     tcase_add_test(tc, test_global_lppool);
+    tcase_add_test(tc, test_maxpool_window_over_padding_only);
     tcase_add_test(tc, test_bad_inputs);
     suite_add_tcase(s, tc);
     return s;
