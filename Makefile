@@ -40,7 +40,7 @@ serve: models
 	done
 
 bench: models
-	$(PY) bench/bench_cpu.py --slim $(BUILD)/bin/slim --models $(MODELS_DIR)
+	$(PY) bench/bench_cpu.py --slim $(BUILD)/bin/slim
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

@@ -11,8 +11,8 @@ a warm-up run. Prints a table of medians in milliseconds and the ratio
 slim/ort (below 1 means slim is faster), plus the peak resident memory of
 the slim process.
 
-slim's threads are set through SLIM_NUM_THREADS (kernel loops) and
-OPENBLAS_NUM_THREADS (BLAS calls).
+slim's threads are set through SLIM_NUM_THREADS: slimserve runs BLAS
+single-threaded inside its own thread pool (kernels/common.c, slim_sgemm).
 """
 
 import argparse
@@ -61,7 +61,7 @@ def time_slim(slim, model_path, feeds, workdir, repeat, rounds, threads):
         path = os.path.join(workdir, f"bench_input{i}.npy")
         np.save(path, array)
         args += ["--input", f"{name}={path}"]
-    env = dict(os.environ, SLIM_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS=str(threads))
+    env = dict(os.environ, SLIM_NUM_THREADS=str(threads))
     medians, peak_kib = [], 0
     for _ in range(rounds):
         with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
