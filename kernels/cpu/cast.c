@@ -1,5 +1,5 @@
 /*
- * cast.c - Cast and CastLike between every dtype in slim.h.
+ * cast.c - Cast and CastLike between every dtype in slim.h; BitCast.
  *
  * The ten C-native types (float, double, 8 to 64-bit integers) convert with
  * one generated loop per (source, destination) pair. bool reads as uint8 and
@@ -243,9 +243,40 @@ static slim_status cast_exec(slim_op_ctx *ctx)
     return SLIM_OK;
 }
 
+/* BitCast reinterprets the bytes; the element sizes must match. */
+static slim_status bitcast_prepare(slim_node *node, void **state, slim_err *err)
+{
+    const slim_attr *a = slim_node_attr(node, "to");
+    if (!a || a->type != SLIM_ATTR_INT)
+        return slim_errf(err, SLIM_EINVAL, "attribute to is required");
+    return cast_prepare(node, state, err);
+}
+
+static slim_status bitcast_infer(slim_op_ctx *ctx)
+{
+    slim_status st = cast_infer(ctx);
+    if (st != SLIM_OK)
+        return st;
+    slim_dtype from = ctx->in[0]->dtype, to = ((const cast_state *)ctx->state)->to;
+    if (slim_dtype_size(from) != slim_dtype_size(to))
+        return slim_errf(ctx->err, SLIM_ETYPE, "cannot reinterpret %s (%zu bytes) as %s (%zu bytes)",
+                         slim_dtype_name(from), slim_dtype_size(from), slim_dtype_name(to),
+                         slim_dtype_size(to));
+    return SLIM_OK;
+}
+
+static slim_status bitcast_exec(slim_op_ctx *ctx)
+{
+    slim_tensor *y = ctx->out[0];
+    if (y && slim_tensor_nbytes(y) > 0 && y->data != ctx->in[0]->data)
+        memcpy(y->data, ctx->in[0]->data, slim_tensor_nbytes(y));
+    return SLIM_OK;
+}
+
 const slim_op_def slim__ops_cast[] = {
     {"Cast", 1, cast_prepare, free, cast_infer, cast_exec, 0},
     /* No state: infer and exec take the target type from input 1. */
     {"CastLike", 15, NULL, NULL, cast_infer, cast_exec, 0},
+    {"BitCast", 26, bitcast_prepare, free, bitcast_infer, bitcast_exec, 0},
     {0},
 };

@@ -26,12 +26,14 @@
 #include <string.h>
 #include <tgmath.h>
 
-/* The inner loops are written for the vectorizer, which -O2 (the
- * RelWithDebInfo build) runs with a cost model that rejects any loop of
- * unknown length; scalar code would also turn the float selects (Relu,
- * Where, Clip) into branches that mispredict on real data. */
+/* The inner loops are written for the vectorizer, which GCC at -O2 (the
+ * RelWithDebInfo build) runs with a cost model that rejects every loop of
+ * unknown length, and which refuses to turn float selects into blends
+ * while it must preserve FP exception flags (nothing here reads them, nor
+ * errno). Scalar code would leave those selects (Relu, Where, Clip, the
+ * range checks of fast_exp) as branches that mispredict on real data. */
 #if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic")
+#pragma GCC optimize("tree-vectorize", "vect-cost-model=dynamic", "no-trapping-math", "no-math-errno")
 #endif
 
 #define EW_CHUNK 16384 /* elements per parallel work item */
@@ -194,8 +196,8 @@ static inline float fast_exp(float x)
 {
     /* Clamped so that 2^n stays a normal float; callers only need the
      * clamped range (results near 0 or 1 are then exact in float). */
-    float xc = x < -87.0f ? -87.0f : x > 88.0f ? 88.0f : x;
-    xc = xc == xc ? xc : 0.0f;
+    float xc = x < -87.0f ? -87.0f : x;
+    xc = xc > 88.0f ? 88.0f : xc; /* NaN passes and poisons q */
     float n = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round */
     float r = xc - n * 0.693359375f;
     r = r - n * -2.12194440e-4f;
@@ -206,10 +208,15 @@ static inline float fast_exp(float x)
     q = q * r + 1.6666665459e-1f;
     q = q * r + 5.0000001201e-1f;
     q = q * r * r + r + 1.0f;
-    uint32_t bits = (uint32_t)((int32_t)n + 127) << 23;
+    /* 2^n: the low mantissa bits of 2^23 + 127 + n hold n + 127, the biased
+     * exponent; no float-to-int conversion, which NaN would make undefined. */
+    float t = n + 8388735.0f;
+    uint32_t bits;
+    memcpy(&bits, &t, sizeof(bits));
+    bits = (bits - 0x4B000000u) << 23;
     float scale;
     memcpy(&scale, &bits, sizeof(scale));
-    return x == x ? q * scale : x;
+    return q * scale;
 }
 
 static inline float fast_tanh(float x)
@@ -227,17 +234,25 @@ static inline float fast_tanh(float x)
 
 static inline float fast_erf(float x)
 {
-    static const float P[7] = {8.36500622e-05f, -0.000814139203f, 0.00520090526f, -0.0268593412f,
-                               0.112836942f, -0.376126349f, 1.12837923f};
-    static const float Q[11] = {1.87023306e-06f, -5.31483784e-05f, 0.000683296297f,
-                                -0.00526775047f, 0.0272385683f, -0.10024523f, 0.272415906f,
-                                -0.560680807f, 0.889092207f, -1.08935606f, 0.993754804f};
-    float a = fabs(x), z = a * a, s = P[0], b = Q[0];
-    for (int k = 1; k < 7; k++)
-        s = s * z + P[k];
-    for (int k = 1; k < 11; k++)
-        b = b * a + Q[k];
-    s *= a;
+    float a = fabs(x), z = a * a;
+    float s = 8.36500622e-05f;
+    s = s * z - 0.000814139203f;
+    s = s * z + 0.00520090526f;
+    s = s * z - 0.0268593412f;
+    s = s * z + 0.112836942f;
+    s = s * z - 0.376126349f;
+    s = (s * z + 1.12837923f) * a;
+    float b = 1.87023306e-06f;
+    b = b * a - 5.31483784e-05f;
+    b = b * a + 0.000683296297f;
+    b = b * a - 0.00526775047f;
+    b = b * a + 0.0272385683f;
+    b = b * a - 0.10024523f;
+    b = b * a + 0.272415906f;
+    b = b * a - 0.560680807f;
+    b = b * a + 0.889092207f;
+    b = b * a - 1.08935606f;
+    b = b * a + 0.993754804f;
     b = 1.0f - fast_exp(-z) * b;
     return copysign(a < 0.921875f ? s : a >= 3.925f ? 1.0f : b, x); /* NaN takes b */
 }
@@ -279,7 +294,11 @@ UN_SINT(u_relu, EW_SAME, x < 0 ? 0 : x)
 UN_FLOAT(u_isnan, EW_BOOL, isnan(x))
 UN_FLOAT(u_isinf, EW_BOOL, isinf(x) && (x > 0 ? (p.i & 1) : (p.i & 2)))
 UN_LOOP(u_not, b8, uint8_t, uint8_t, EW_SAME, !x)
+UN_SINT(u_bitnot, EW_SAME, (t_)~x)
+UN_UINT(u_bitnot, EW_SAME, (t_)~x)
 UN_LOOP(u_sigmoid, f32, float, float, EW_SAME, 1.0f / (1.0f + fast_exp(-x)))
+UN_LOOP(u_swish, f32, float, float, EW_SAME, x / (1.0f + fast_exp(-p.alpha * x)))
+UN_LOOP(u_swish, f64, double, double, EW_SAME, x / (1 + exp(-p.alpha * x)))
 UN_LOOP(u_sigmoid, f64, double, double, EW_SAME, x >= 0 ? 1 / (1 + exp(-x)) : exp(x) / (1 + exp(x)))
 UN_FLOAT(u_leakyrelu, EW_SAME, x < 0 ? (t_)p.alpha * x : x)
 UN_FLOAT(u_hardsigmoid, EW_SAME, EW_CLAMP01((t_)p.alpha * x + (t_)p.beta))
@@ -352,6 +371,12 @@ BIN_UINT(b_le, EW_BOOL, a <= b)
 BIN_FLOAT(b_ge, EW_BOOL, a >= b)
 BIN_SINT(b_ge, EW_BOOL, a >= b)
 BIN_UINT(b_ge, EW_BOOL, a >= b)
+BIN_SINT(b_bitand, EW_SAME, (t_)(a & b))
+BIN_UINT(b_bitand, EW_SAME, (t_)(a & b))
+BIN_SINT(b_bitor, EW_SAME, (t_)(a | b))
+BIN_UINT(b_bitor, EW_SAME, (t_)(a | b))
+BIN_SINT(b_bitxor, EW_SAME, (t_)(a ^ b))
+BIN_UINT(b_bitxor, EW_SAME, (t_)(a ^ b))
 BIN_LOOP(b_and, b8, uint8_t, uint8_t, EW_BOOL, a && b)
 BIN_LOOP(b_or, b8, uint8_t, uint8_t, EW_BOOL, a || b)
 BIN_LOOP(b_xor, b8, uint8_t, uint8_t, EW_BOOL, !a != !b)
@@ -448,6 +473,14 @@ static slim_status parse_isinf(const slim_node *n, ew_params *p, slim_err *err)
     return SLIM_OK;
 }
 
+/* Celu divides by alpha (read already, with the other float attributes). */
+static slim_status parse_celu(const slim_node *n, ew_params *p, slim_err *err)
+{
+    if (p->alpha == 0)
+        return slim_errf(err, SLIM_EINVAL, "attribute alpha must not be 0");
+    return SLIM_OK;
+}
+
 /* Clip took its bounds as attributes before opset 11, as inputs since. */
 static slim_status parse_clip(const slim_node *n, ew_params *p, slim_err *err)
 {
@@ -484,6 +517,10 @@ static const ew_desc descs[] = {
     {"Or", EW_BINARY, .bin = BIN([SLIM_BOOL] = b_or_b8), .to_bool = true},
     {"Xor", EW_BINARY, .bin = BIN([SLIM_BOOL] = b_xor_b8), .to_bool = true},
     {"Not", EW_UNARY, .un = UN([SLIM_BOOL] = u_not_b8)},
+    {"BitwiseAnd", EW_BINARY, .bin = BIN(TAB_INT(b_bitand))},
+    {"BitwiseOr", EW_BINARY, .bin = BIN(TAB_INT(b_bitor))},
+    {"BitwiseXor", EW_BINARY, .bin = BIN(TAB_INT(b_bitxor))},
+    {"BitwiseNot", EW_UNARY, .un = UN(TAB_INT(u_bitnot))},
     {"Where", EW_WHERE, .un = NULL},
     {"Clip", EW_CLIP, .un = UN(TAB_NUM(u_clip)), .parse = parse_clip},
     FLOAT_UN("Sqrt", u_sqrt),
@@ -523,10 +560,12 @@ static const ew_desc descs[] = {
     {"Elu", EW_UNARY, .un = UN(TAB_FLOAT(u_elu)), .attr = {"alpha"}, .dflt = {1.0f}},
     {"Selu", EW_UNARY, .un = UN(TAB_FLOAT(u_selu)), .attr = {"alpha", NULL, "gamma"},
      .dflt = {1.67326319217681884765625f, 0, 1.05070102214813232421875f}},
-    {"Celu", EW_UNARY, .un = UN(TAB_FLOAT(u_celu)), .attr = {"alpha"}, .dflt = {1.0f}},
+    {"Celu", EW_UNARY, .un = UN(TAB_FLOAT(u_celu)), .attr = {"alpha"}, .dflt = {1.0f},
+     .parse = parse_celu},
     {"ThresholdedRelu", EW_UNARY, .un = UN(TAB_FLOAT(u_thresholdedrelu)), .attr = {"alpha"},
      .dflt = {1.0f}},
     {"Shrink", EW_UNARY, .un = UN(TAB_FLOAT(u_shrink)), .attr = {"lambd", "bias"}, .dflt = {0.5f, 0}},
+    {"Swish", EW_UNARY, .un = UN(TAB_FLOAT(u_swish)), .attr = {"alpha"}, .dflt = {1.0f}},
     {"Gelu", EW_UNARY, .un = UN(TAB_FLOAT(u_gelu)), .parse = parse_gelu},
 };
 
@@ -548,8 +587,6 @@ static slim_status ew_prepare(slim_node *node, void **state, slim_err *err)
     for (int k = 0; k < 3; k++)
         *f[k] = d->attr[k] ? slim_attr_float(node, d->attr[k], d->dflt[k]) : d->dflt[k];
     slim_status st = d->parse ? d->parse(node, &s->p, err) : SLIM_OK;
-    if (st == SLIM_OK && strcmp(d->op, "Celu") == 0 && s->p.alpha == 0)
-        st = slim_errf(err, SLIM_EINVAL, "attribute alpha must not be 0");
     if (st != SLIM_OK) {
         free(s);
         return st;
@@ -1017,10 +1054,19 @@ static slim_status ew_exec(slim_op_ctx *ctx)
             memcpy(y->data, ctx->in[0]->data, slim_tensor_nbytes(y));
             return SLIM_OK;
         }
-        /* Fold left into y: y = in0 op in1, then y = y op in_k. */
-        for (int k = 1; k < ctx->n_in; k++) {
-            const slim_tensor *a = k == 1 ? ctx->in[0] : y, *b = ctx->in[k];
-            run_binary(fn, half, &prm, a, b, b->ndim, b->dims, y);
+        /* Fold into y: y = in[first] op in[k], then y = y op in[k]. If the
+         * executor gave y an input's buffer, that input must be read first,
+         * before y is written; the ops are commutative, so start there. */
+        int first = 0;
+        for (int k = 1; k < ctx->n_in; k++)
+            if (ctx->in[k]->data == y->data)
+                first = k;
+        const slim_tensor *a = ctx->in[first];
+        for (int k = 0; k < ctx->n_in; k++) {
+            if (k == first)
+                continue;
+            run_binary(fn, half, &prm, a, ctx->in[k], ctx->in[k]->ndim, ctx->in[k]->dims, y);
+            a = y;
         }
         if (d->kind == EW_MEAN) {
             prm.i = ctx->n_in;
@@ -1051,6 +1097,8 @@ const slim_op_def slim__ops_elementwise[] = {
     EW_OP("Equal", 1), EW_OP("Less", 1), EW_OP("Greater", 1),
     EW_OP("LessOrEqual", 12), EW_OP("GreaterOrEqual", 12),
     EW_OP("And", 1), EW_OP("Or", 1), EW_OP("Xor", 1), EW_OP("Not", 1),
+    EW_OP("BitwiseAnd", 18), EW_OP("BitwiseOr", 18), EW_OP("BitwiseXor", 18),
+    EW_OP("BitwiseNot", 18),
     EW_OP("Where", 9), EW_OP("Clip", 1),
     EW_OP("Sqrt", 1), EW_OP("Exp", 1), EW_OP("Log", 1), EW_OP("Reciprocal", 1),
     EW_OP("Erf", 9), EW_OP("Floor", 1), EW_OP("Ceil", 1), EW_OP("Round", 11),
@@ -1062,5 +1110,6 @@ const slim_op_def slim__ops_elementwise[] = {
     EW_OP("IsNaN", 9), EW_OP("IsInf", 10), EW_OP("LeakyRelu", 1), EW_OP("HardSigmoid", 1),
     EW_OP("HardSwish", 14), EW_OP("Elu", 1), EW_OP("Selu", 1), EW_OP("Celu", 12),
     EW_OP("ThresholdedRelu", 10), EW_OP("Shrink", 9), EW_OP("Gelu", 20),
+    EW_OP("Swish", 24),
     {0},
 };

@@ -70,6 +70,21 @@ START_TEST(test_sub_broadcast_both_sides)
 }
 END_TEST
 
+START_TEST(test_add_legacy_axis_broadcast)
+{
+    /* Opset 6: broadcast=1, axis=1 aligns B [3] with A's axis 1 of [2,3,2]. */
+    slim_graph *g = tu_graph("Add", 6, 2, AB, 1);
+    tu_attr_i(tu_node0(g), "broadcast", 1);
+    tu_attr_i(tu_node0(g), "axis", 1);
+    slim_tensor in[2] = {tu_f32(3, (int64_t[]){2, 3, 2}, (float[]){0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1}),
+                         tu_f32(1, (int64_t[]){3}, (float[]){10, 20, 30})};
+    slim_tensor y = run_ok(g, in, 2);
+    tu_assert_shape(&y, 3, (int64_t[]){2, 3, 2});
+    tu_assert_close_f32(&y, (float[]){10, 10, 20, 20, 30, 30, 11, 11, 21, 21, 31, 31}, 12, 0);
+    slim_tensor_release(&y);
+}
+END_TEST
+
 START_TEST(test_mul_large_parallel)
 {
     /* Long enough to be split across threads, with a scalar operand. */
@@ -411,6 +426,33 @@ START_TEST(test_cast_string_to_and_castlike)
 }
 END_TEST
 
+START_TEST(test_bitwise_and_bitcast)
+{
+    slim_graph *g = tu_graph("BitwiseAnd", 18, 2, AB, 1);
+    slim_tensor in[2] = {tu_tensor(SLIM_I32, 1, (int64_t[]){2}, (int32_t[]){0x0ff0, -1}),
+                         tu_tensor(SLIM_I32, 0, NULL, (int32_t[]){0x00ff})};
+    slim_tensor y = run_ok(g, in, 2);
+    ck_assert_int_eq(((int32_t *)y.data)[0], 0x00f0);
+    ck_assert_int_eq(((int32_t *)y.data)[1], 0x00ff);
+    slim_tensor_release(&y);
+
+    g = tu_graph("BitCast", 26, 1, X, 1);
+    tu_attr_i(tu_node0(g), "to", 6); /* INT32 */
+    slim_tensor in2[1] = {tu_f32(1, (int64_t[]){2}, (float[]){1.0f, -2.0f})};
+    y = run_ok(g, in2, 1);
+    ck_assert_int_eq(y.dtype, SLIM_I32);
+    ck_assert_int_eq(((int32_t *)y.data)[0], 0x3f800000);
+    ck_assert_int_eq((uint32_t)((int32_t *)y.data)[1], 0xc0000000u);
+    slim_tensor_release(&y);
+
+    slim_err err;
+    g = tu_graph("BitCast", 26, 1, X, 1);
+    tu_attr_i(tu_node0(g), "to", 7); /* INT64: 8 bytes from 4 */
+    slim_tensor in3[1] = {tu_f32(1, (int64_t[]){1}, (float[]){1})};
+    ck_assert_int_eq(run_err(g, in3, 1, &err), SLIM_ETYPE);
+}
+END_TEST
+
 /* ---- bad input ----------------------------------------------------------- */
 
 START_TEST(test_errors)
@@ -459,6 +501,7 @@ int main(void)
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_add_broadcast_row);
     tcase_add_test(tc, test_sub_broadcast_both_sides);
+    tcase_add_test(tc, test_add_legacy_axis_broadcast);
     tcase_add_test(tc, test_mul_large_parallel);
     tcase_add_test(tc, test_div_int_truncates);
     tcase_add_test(tc, test_mod_sign_rules);
@@ -473,6 +516,7 @@ int main(void)
     tcase_add_test(tc, test_logic_xor_broadcast);
     tcase_add_test(tc, test_cast_float_to_int_and_half);
     tcase_add_test(tc, test_cast_string_to_and_castlike);
+    tcase_add_test(tc, test_bitwise_and_bitcast);
     tcase_add_test(tc, test_errors);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
