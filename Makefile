@@ -8,7 +8,7 @@ JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 MODELS_DIR ?= $(BUILD)/models
 
-.PHONY: all deps build build-asan test test-asan serve models bench clean
+.PHONY: all deps build build-asan test serve demo models bench clean
 
 all: build
 
@@ -31,8 +31,15 @@ test: build build-asan
 models: build
 	$(PY) models/gen_models.py $(MODELS_DIR)
 
-# Runs each bundled example model end to end on its sample input.
+HOST ?= 127.0.0.1
+PORT ?= 8000
+
+# Serves the bundled example models over KServe v2 (Ctrl-C stops it).
 serve: models
+	$(BUILD)/bin/slimserve --model-repository $(MODELS_DIR) --host $(HOST) --http-port $(PORT)
+
+# Runs each bundled example model once with `slim run` and prints its outputs.
+demo: models
 	@for m in mlp resnet transformer; do \
 	    echo "== $$m"; \
 	    $(BUILD)/bin/slim run $(MODELS_DIR)/$$m/1/model.onnx \
@@ -41,6 +48,7 @@ serve: models
 
 bench: models
 	$(PY) bench/bench_cpu.py --slim $(BUILD)/bin/slim
+	$(PY) bench/bench_server.py --slimserve $(BUILD)/bin/slimserve
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)

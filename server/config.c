@@ -1,0 +1,409 @@
+/*
+ * config.c - a model's config.json: parsed, checked against the model, and
+ * shown back by GET /v2/models/{m}/config.
+ *
+ *     {"name": "mlp", "platform": "onnx", "max_batch_size": 32,
+ *      "input":  [{"name": "input", "data_type": "TYPE_FP32", "dims": [784]}],
+ *      "output": [{"name": "probs", "data_type": "TYPE_FP32", "dims": [10]}],
+ *      "instance_count": 1}
+ *
+ * As in Triton, "dims" leave out the batch dimension when max_batch_size > 0.
+ * Unknown keys and wrong types are errors naming the key: a typo that is
+ * silently ignored is a setting the user believes in and does not have.
+ */
+#include "server.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const struct {
+    slim_dtype dtype;
+    const char *kserve;
+    const char *triton;
+} dtype_names[] = {
+    {SLIM_BOOL, "BOOL", "TYPE_BOOL"},     {SLIM_U8, "UINT8", "TYPE_UINT8"},
+    {SLIM_U16, "UINT16", "TYPE_UINT16"},  {SLIM_U32, "UINT32", "TYPE_UINT32"},
+    {SLIM_U64, "UINT64", "TYPE_UINT64"},  {SLIM_I8, "INT8", "TYPE_INT8"},
+    {SLIM_I16, "INT16", "TYPE_INT16"},    {SLIM_I32, "INT32", "TYPE_INT32"},
+    {SLIM_I64, "INT64", "TYPE_INT64"},    {SLIM_F16, "FP16", "TYPE_FP16"},
+    {SLIM_F32, "FP32", "TYPE_FP32"},      {SLIM_F64, "FP64", "TYPE_FP64"},
+    {SLIM_BF16, "BF16", "TYPE_BF16"},
+};
+#define N_DTYPE_NAMES (sizeof(dtype_names) / sizeof(dtype_names[0]))
+
+const char *slim_server_dtype_kserve(slim_dtype t)
+{
+    for (size_t i = 0; i < N_DTYPE_NAMES; i++)
+        if (dtype_names[i].dtype == t)
+            return dtype_names[i].kserve;
+    return NULL;
+}
+
+const char *slim_server_dtype_triton(slim_dtype t)
+{
+    for (size_t i = 0; i < N_DTYPE_NAMES; i++)
+        if (dtype_names[i].dtype == t)
+            return dtype_names[i].triton;
+    return NULL;
+}
+
+slim_dtype slim_server_dtype_from_kserve(const char *s)
+{
+    for (size_t i = 0; s && i < N_DTYPE_NAMES; i++)
+        if (strcmp(dtype_names[i].kserve, s) == 0)
+            return dtype_names[i].dtype;
+    return SLIM_DTYPE_UNDEFINED;
+}
+
+slim_dtype slim_server_dtype_from_triton(const char *s)
+{
+    for (size_t i = 0; s && i < N_DTYPE_NAMES; i++)
+        if (strcmp(dtype_names[i].triton, s) == 0)
+            return dtype_names[i].dtype;
+    return SLIM_DTYPE_UNDEFINED;
+}
+
+/* ---- parsing ------------------------------------------------------------ */
+
+static bool is_int(const cJSON *v, double lo, double hi)
+{
+    return cJSON_IsNumber(v) && v->valuedouble == (double)(int64_t)v->valuedouble &&
+           v->valuedouble >= lo && v->valuedouble <= hi;
+}
+
+/* One {"name", "data_type", "dims"} entry of "input" or "output". */
+static slim_status parse_io(const cJSON *obj, const char *where, slim_server_io *io,
+                            slim_err *err)
+{
+    if (!cJSON_IsObject(obj))
+        return slim_errf(err, SLIM_EINVAL, "config.json: %s: expected an object", where);
+    io->ndim = -1;
+    bool have_dims = false;
+    for (const cJSON *k = obj->child; k; k = k->next) {
+        if (strcmp(k->string, "name") == 0) {
+            if (!cJSON_IsString(k) || !k->valuestring[0])
+                return slim_errf(err, SLIM_EINVAL, "config.json: %s.name: expected a non-empty string", where);
+            if (!(io->name = strdup(k->valuestring)))
+                return slim_errf(err, SLIM_ENOMEM, "out of memory");
+        } else if (strcmp(k->string, "data_type") == 0) {
+            io->dtype = cJSON_IsString(k) ? slim_server_dtype_from_triton(k->valuestring)
+                                          : SLIM_DTYPE_UNDEFINED;
+            if (io->dtype == SLIM_DTYPE_UNDEFINED)
+                return slim_errf(err, SLIM_EINVAL,
+                                 "config.json: %s.data_type: expected a type such as \"TYPE_FP32\"%s",
+                                 where, cJSON_IsString(k) && strcmp(k->valuestring, "TYPE_STRING") == 0
+                                            ? " (TYPE_STRING is not supported)" : "");
+        } else if (strcmp(k->string, "dims") == 0) {
+            int n = cJSON_GetArraySize(k);
+            if (!cJSON_IsArray(k) || n > SLIM_MAX_DIMS)
+                return slim_errf(err, SLIM_EINVAL, "config.json: %s.dims: expected a list of at most %d integers",
+                                 where, SLIM_MAX_DIMS);
+            io->ndim = 0;
+            for (const cJSON *d = k->child; d; d = d->next) {
+                if (!is_int(d, -1, 1e15) || d->valuedouble == 0)
+                    return slim_errf(err, SLIM_EINVAL,
+                                     "config.json: %s.dims: each dim must be a positive integer or -1", where);
+                io->dims[io->ndim++] = (int64_t)d->valuedouble;
+            }
+            have_dims = true;
+        } else {
+            return slim_errf(err, SLIM_EINVAL, "config.json: %s: unknown key \"%s\"", where, k->string);
+        }
+    }
+    if (!io->name)
+        return slim_errf(err, SLIM_EINVAL, "config.json: %s: \"name\" is required", where);
+    if (io->dtype == SLIM_DTYPE_UNDEFINED)
+        return slim_errf(err, SLIM_EINVAL, "config.json: %s (\"%s\"): \"data_type\" is required", where, io->name);
+    if (!have_dims)
+        return slim_errf(err, SLIM_EINVAL, "config.json: %s (\"%s\"): \"dims\" is required", where, io->name);
+    return SLIM_OK;
+}
+
+static slim_status parse_io_list(const cJSON *arr, const char *key, slim_server_io **out,
+                                 int *n_out, slim_err *err)
+{
+    if (!cJSON_IsArray(arr))
+        return slim_errf(err, SLIM_EINVAL, "config.json: \"%s\": expected a list", key);
+    int n = cJSON_GetArraySize(arr);
+    if (n == 0)
+        return SLIM_OK;
+    if (!(*out = calloc((size_t)n, sizeof(**out))))
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    *n_out = n;
+    int i = 0;
+    for (const cJSON *e = arr->child; e; e = e->next, i++) {
+        char where[64];
+        snprintf(where, sizeof(where), "%s[%d]", key, i);
+        slim_status s = parse_io(e, where, &(*out)[i], err);
+        if (s != SLIM_OK)
+            return s;
+        for (int j = 0; j < i; j++)
+            if (strcmp((*out)[j].name, (*out)[i].name) == 0)
+                return slim_errf(err, SLIM_EINVAL, "config.json: %s: \"%s\" is declared twice", key,
+                                 (*out)[i].name);
+    }
+    return SLIM_OK;
+}
+
+/* Keys whose meaning later issues define: checked for type, kept as given. */
+static bool reserved_key_ok(const cJSON *k, const char **expect)
+{
+    if (strcmp(k->string, "dynamic_batching") == 0) {
+        *expect = "an object";
+        return cJSON_IsObject(k);
+    }
+    if (strcmp(k->string, "precision") == 0) {
+        *expect = "a string";
+        return cJSON_IsString(k);
+    }
+    if (strcmp(k->string, "pruning") == 0) {
+        *expect = "an object, a number or a boolean";
+        return cJSON_IsObject(k) || cJSON_IsNumber(k) || cJSON_IsBool(k);
+    }
+    if (strcmp(k->string, "memory_limit") == 0) {
+        *expect = "a number of bytes or a string such as \"512MiB\"";
+        return (cJSON_IsNumber(k) && k->valuedouble >= 0) || cJSON_IsString(k);
+    }
+    *expect = NULL;
+    return false;
+}
+
+static slim_status parse_keys(const cJSON *root, const char *dir_name, slim_server_config *cfg,
+                              slim_err *err)
+{
+    if (!cJSON_IsObject(root))
+        return slim_errf(err, SLIM_EINVAL, "config.json: expected a JSON object");
+    for (const cJSON *k = root->child; k; k = k->next) {
+        const char *key = k->string, *expect;
+        slim_status s = SLIM_OK;
+        if (strcmp(key, "name") == 0) {
+            if (!cJSON_IsString(k))
+                return slim_errf(err, SLIM_EINVAL, "config.json: \"name\": expected a string");
+            if (strcmp(k->valuestring, dir_name) != 0)
+                return slim_errf(err, SLIM_EINVAL,
+                                 "config.json: \"name\" is \"%s\" but the model's folder is \"%s\"",
+                                 k->valuestring, dir_name);
+        } else if (strcmp(key, "platform") == 0) {
+            if (!cJSON_IsString(k) || (strcmp(k->valuestring, "onnx") != 0 &&
+                                       strcmp(k->valuestring, "onnxruntime_onnx") != 0))
+                return slim_errf(err, SLIM_EINVAL,
+                                 "config.json: \"platform\": expected \"onnx\" or \"onnxruntime_onnx\"");
+            free(cfg->platform);
+            if (!(cfg->platform = strdup(k->valuestring)))
+                return slim_errf(err, SLIM_ENOMEM, "out of memory");
+        } else if (strcmp(key, "backend") == 0) {
+            if (!cJSON_IsString(k) || strcmp(k->valuestring, "onnxruntime") != 0)
+                return slim_errf(err, SLIM_EINVAL, "config.json: \"backend\": expected \"onnxruntime\"");
+        } else if (strcmp(key, "max_batch_size") == 0) {
+            if (!is_int(k, 0, 1 << 30))
+                return slim_errf(err, SLIM_EINVAL, "config.json: \"max_batch_size\": expected an integer >= 0");
+            cfg->max_batch_size = (int)k->valuedouble;
+        } else if (strcmp(key, "instance_count") == 0) {
+            if (!is_int(k, 1, 1024))
+                return slim_errf(err, SLIM_EINVAL, "config.json: \"instance_count\": expected an integer from 1 to 1024");
+            cfg->instance_count = (int)k->valuedouble;
+        } else if (strcmp(key, "input") == 0) {
+            s = parse_io_list(k, "input", &cfg->inputs, &cfg->n_inputs, err);
+        } else if (strcmp(key, "output") == 0) {
+            s = parse_io_list(k, "output", &cfg->outputs, &cfg->n_outputs, err);
+        } else if (reserved_key_ok(k, &expect)) {
+            cJSON *copy = cJSON_Duplicate(k, true);
+            if (!copy || !cJSON_AddItemToObject(cfg->reserved, key, copy)) {
+                cJSON_Delete(copy);
+                return slim_errf(err, SLIM_ENOMEM, "out of memory");
+            }
+        } else if (expect) {
+            return slim_errf(err, SLIM_EINVAL, "config.json: \"%s\": expected %s", key, expect);
+        } else {
+            return slim_errf(err, SLIM_EINVAL, "config.json: unknown key \"%s\"", key);
+        }
+        if (s != SLIM_OK)
+            return s;
+    }
+    return SLIM_OK;
+}
+
+slim_status slim_server_config_parse(const char *text, const char *dir_name,
+                                     slim_server_config *cfg, slim_err *err)
+{
+    memset(cfg, 0, sizeof(*cfg));
+    cfg->instance_count = 1;
+    cfg->name = strdup(dir_name);
+    cfg->platform = strdup("onnxruntime_onnx");
+    cfg->reserved = cJSON_CreateObject();
+    if (!cfg->name || !cfg->platform || !cfg->reserved) {
+        slim_server_config_free(cfg);
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    }
+    if (!text)
+        return SLIM_OK;
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithOpts(text, &end, true);
+    if (!root) {
+        slim_server_config_free(cfg);
+        return slim_errf(err, SLIM_EPARSE, "config.json: malformed JSON at byte %ld",
+                         end ? (long)(end - text) : 0L);
+    }
+    slim_status s = parse_keys(root, dir_name, cfg, err);
+    cJSON_Delete(root);
+    if (s != SLIM_OK)
+        slim_server_config_free(cfg);
+    return s;
+}
+
+/* ---- resolving against the model ---------------------------------------- */
+
+static const slim_server_io *find_io(const slim_server_io *ios, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(ios[i].name, name) == 0)
+            return &ios[i];
+    return NULL;
+}
+
+/* Builds the resolved entry for one model input/output from its info and,
+ * when present, the declaration in config.json. */
+static slim_status resolve_one(const slim_server_config *cfg, const char *kind,
+                               const slim_io_info *info, const slim_server_io *decl,
+                               slim_server_io *out, slim_err *err)
+{
+    int batch = cfg->max_batch_size > 0;
+    if (!(out->name = strdup(info->name)))
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    out->dtype = info->dtype;
+    out->ndim = info->ndim < 0 ? -1 : info->ndim - batch;
+    if (info->ndim >= 0 && batch) {
+        if (info->ndim == 0)
+            return slim_errf(err, SLIM_EINVAL,
+                             "config.json: max_batch_size is %d but %s \"%s\" is a scalar (no batch dimension)",
+                             cfg->max_batch_size, kind, info->name);
+        if (info->dims[0] >= 0 && strcmp(kind, "input") == 0)
+            return slim_errf(err, SLIM_EINVAL,
+                             "config.json: max_batch_size is %d but the first dimension of input \"%s\" "
+                             "is fixed at %lld; batching needs a dynamic first dimension (or max_batch_size 0)",
+                             cfg->max_batch_size, info->name, (long long)info->dims[0]);
+    }
+    for (int i = 0; i < out->ndim; i++)
+        out->dims[i] = info->dims[i + batch] >= 0 ? info->dims[i + batch] : -1;
+    if (!decl)
+        return SLIM_OK;
+
+    if (info->dtype != SLIM_DTYPE_UNDEFINED && decl->dtype != info->dtype)
+        return slim_errf(err, SLIM_EINVAL, "config.json: %s \"%s\" is declared %s but the model has %s",
+                         kind, info->name, slim_server_dtype_triton(decl->dtype),
+                         slim_server_dtype_triton(info->dtype) ? slim_server_dtype_triton(info->dtype)
+                                                               : slim_dtype_name(info->dtype));
+    if (out->ndim >= 0 && decl->ndim != out->ndim)
+        return slim_errf(err, SLIM_EINVAL,
+                         "config.json: %s \"%s\" is declared with %d dims but the model has %d%s",
+                         kind, info->name, decl->ndim, out->ndim,
+                         batch ? " (not counting the batch dimension)" : "");
+    for (int i = 0; out->ndim >= 0 && i < out->ndim; i++)
+        if (out->dims[i] >= 0 && decl->dims[i] >= 0 && out->dims[i] != decl->dims[i])
+            return slim_errf(err, SLIM_EINVAL,
+                             "config.json: %s \"%s\" dims[%d] is declared %lld but the model has %lld",
+                             kind, info->name, i, (long long)decl->dims[i], (long long)out->dims[i]);
+    /* The declaration may pin a dimension the model leaves dynamic. */
+    out->ndim = decl->ndim;
+    memcpy(out->dims, decl->dims, sizeof(out->dims));
+    for (int i = 0; info->ndim >= 0 && i < out->ndim; i++)
+        if (out->dims[i] < 0 && info->dims[i + batch] >= 0)
+            out->dims[i] = info->dims[i + batch];
+    return SLIM_OK;
+}
+
+static slim_status resolve_list(const slim_server_config *cfg, const char *kind, int n_model,
+                                const slim_io_info *(*get)(const slim_model *, int),
+                                const slim_model *m, slim_server_io **ios, int *n_ios,
+                                slim_err *err)
+{
+    for (int d = 0; d < *n_ios; d++) {
+        bool found = false;
+        for (int i = 0; i < n_model && !found; i++)
+            found = strcmp(get(m, i)->name, (*ios)[d].name) == 0;
+        if (!found)
+            return slim_errf(err, SLIM_EINVAL, "config.json: %s \"%s\" is not an %s of the model",
+                             kind, (*ios)[d].name, kind);
+    }
+    slim_server_io *res = calloc((size_t)(n_model ? n_model : 1), sizeof(*res));
+    if (!res)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    slim_status s = SLIM_OK;
+    for (int i = 0; i < n_model && s == SLIM_OK; i++)
+        s = resolve_one(cfg, kind, get(m, i), find_io(*ios, *n_ios, get(m, i)->name), &res[i], err);
+    for (int i = 0; i < *n_ios; i++)
+        free((*ios)[i].name);
+    free(*ios);
+    *ios = res;
+    *n_ios = n_model;
+    return s;
+}
+
+slim_status slim_server_config_resolve(slim_server_config *cfg, const slim_model *m,
+                                       slim_err *err)
+{
+    slim_status s = resolve_list(cfg, "input", slim_model_num_inputs(m), slim_model_input, m,
+                                 &cfg->inputs, &cfg->n_inputs, err);
+    if (s == SLIM_OK)
+        s = resolve_list(cfg, "output", slim_model_num_outputs(m), slim_model_output, m,
+                         &cfg->outputs, &cfg->n_outputs, err);
+    return s;
+}
+
+/* ---- showing it back ---------------------------------------------------- */
+
+static cJSON *io_list_json(const slim_server_io *ios, int n)
+{
+    cJSON *arr = cJSON_CreateArray();
+    for (int i = 0; arr && i < n; i++) {
+        cJSON *o = cJSON_CreateObject(), *dims = cJSON_CreateArray();
+        if (!o || !dims) {
+            cJSON_Delete(o);
+            cJSON_Delete(dims);
+            cJSON_Delete(arr);
+            return NULL;
+        }
+        cJSON_AddItemToArray(arr, o);
+        cJSON_AddStringToObject(o, "name", ios[i].name);
+        const char *t = slim_server_dtype_triton(ios[i].dtype);
+        cJSON_AddStringToObject(o, "data_type", t ? t : "TYPE_INVALID");
+        cJSON_AddItemToObject(o, "dims", dims);
+        if (ios[i].ndim < 0)
+            cJSON_AddItemToArray(dims, cJSON_CreateNumber(-1));
+        for (int d = 0; d < ios[i].ndim; d++)
+            cJSON_AddItemToArray(dims, cJSON_CreateNumber((double)ios[i].dims[d]));
+    }
+    return arr;
+}
+
+cJSON *slim_server_config_to_json(const slim_server_config *cfg)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    cJSON_AddStringToObject(o, "name", cfg->name);
+    cJSON_AddStringToObject(o, "platform", cfg->platform);
+    cJSON_AddStringToObject(o, "backend", "onnxruntime");
+    cJSON_AddNumberToObject(o, "max_batch_size", cfg->max_batch_size);
+    cJSON_AddItemToObject(o, "input", io_list_json(cfg->inputs, cfg->n_inputs));
+    cJSON_AddItemToObject(o, "output", io_list_json(cfg->outputs, cfg->n_outputs));
+    cJSON_AddNumberToObject(o, "instance_count", cfg->instance_count);
+    for (const cJSON *k = cfg->reserved ? cfg->reserved->child : NULL; k; k = k->next)
+        cJSON_AddItemToObject(o, k->string, cJSON_Duplicate(k, true));
+    return o;
+}
+
+void slim_server_config_free(slim_server_config *cfg)
+{
+    for (int i = 0; i < cfg->n_inputs; i++)
+        free(cfg->inputs[i].name);
+    for (int i = 0; i < cfg->n_outputs; i++)
+        free(cfg->outputs[i].name);
+    free(cfg->inputs);
+    free(cfg->outputs);
+    free(cfg->name);
+    free(cfg->platform);
+    cJSON_Delete(cfg->reserved);
+    memset(cfg, 0, sizeof(*cfg));
+}

@@ -1,0 +1,497 @@
+/*
+ * infer_codec.c - inference requests and responses, JSON and binary.
+ *
+ * Request (KServe v2, with Triton's binary tensor data extension):
+ *
+ *     {"id": "7", "parameters": {"binary_data_output": true},
+ *      "inputs": [{"name": "input", "datatype": "FP32", "shape": [2, 784],
+ *                  "data": [[...], [...]]                 (nested or flat)
+ *                  or "parameters": {"binary_data_size": 6272}}],
+ *      "outputs": [{"name": "probs", "parameters": {"binary_data": true}}]}
+ *
+ * With binary inputs the body is that JSON (Inference-Header-Content-Length
+ * bytes) followed by the raw little-endian tensors in input order. Binary
+ * outputs come back the same way. Everything is checked here, on the HTTP
+ * thread, against the model's resolved config, so a worker only ever sees
+ * tensors the model accepts, and every mistake gets a message naming it.
+ */
+#include "server.h"
+
+#include <math.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void shape_json(const slim_server_io *io, int batch, char *buf, size_t cap)
+{
+    int64_t dims[SLIM_MAX_DIMS + 1];
+    int n = 0;
+    if (batch)
+        dims[n++] = -1;
+    for (int i = 0; i < io->ndim; i++)
+        dims[n++] = io->dims[i];
+    slim_shape_str(n, dims, buf, cap);
+}
+
+/* ---- JSON data -> typed buffer ----------------------------------------- */
+
+static int64_t count_leaves(const cJSON *v)
+{
+    if (!cJSON_IsArray(v))
+        return 1;
+    int64_t n = 0;
+    for (const cJSON *c = v->child; c; c = c->next)
+        n += count_leaves(c);
+    return n;
+}
+
+static bool int_range(slim_dtype t, double *lo, double *hi)
+{
+    switch (t) {
+    case SLIM_I8: *lo = -128; *hi = 127; return true;
+    case SLIM_U8: *lo = 0; *hi = 255; return true;
+    case SLIM_I16: *lo = -32768; *hi = 32767; return true;
+    case SLIM_U16: *lo = 0; *hi = 65535; return true;
+    case SLIM_I32: *lo = -2147483648.0; *hi = 2147483647.0; return true;
+    case SLIM_U32: *lo = 0; *hi = 4294967295.0; return true;
+    case SLIM_I64: *lo = -9223372036854775808.0; *hi = 9223372036854775807.0; return true;
+    case SLIM_U64: *lo = 0; *hi = 18446744073709551615.0; return true;
+    default: return false;
+    }
+}
+
+static slim_status store_leaf(const cJSON *v, slim_tensor *t, int64_t i, const char *name,
+                              slim_err *err)
+{
+    double lo, hi;
+    if (t->dtype == SLIM_BOOL) {
+        if (cJSON_IsBool(v) || (cJSON_IsNumber(v) && (v->valuedouble == 0 || v->valuedouble == 1))) {
+            ((uint8_t *)t->data)[i] = cJSON_IsBool(v) ? cJSON_IsTrue(v) : v->valuedouble != 0;
+            return SLIM_OK;
+        }
+        return slim_errf(err, SLIM_EINVAL, "input '%s': element %lld is not a boolean", name,
+                         (long long)i);
+    }
+    if (!cJSON_IsNumber(v))
+        return slim_errf(err, SLIM_EINVAL, "input '%s': element %lld is not a number", name,
+                         (long long)i);
+    double x = v->valuedouble;
+    if (int_range(t->dtype, &lo, &hi)) {
+        /* hi of the 64-bit types rounds up to 2^63 / 2^64: exclude it */
+        if (x != floor(x) || x < lo || x > hi || (hi >= 9.2e18 && x >= hi))
+            return slim_errf(err, SLIM_EINVAL, "input '%s': element %lld (%.17g) is not a valid %s",
+                             name, (long long)i, x, slim_server_dtype_kserve(t->dtype));
+        if (t->dtype == SLIM_U64)
+            ((uint64_t *)t->data)[i] = (uint64_t)x;
+        else
+            slim_store_i64(t->dtype, t->data, i, (int64_t)x);
+        return SLIM_OK;
+    }
+    slim_store_f64(t->dtype, t->data, i, x);
+    return SLIM_OK;
+}
+
+static slim_status fill(const cJSON *v, slim_tensor *t, int64_t *i, const char *name,
+                        slim_err *err)
+{
+    if (!cJSON_IsArray(v)) {
+        slim_status s = store_leaf(v, t, *i, name, err);
+        (*i)++;
+        return s;
+    }
+    for (const cJSON *c = v->child; c; c = c->next) {
+        slim_status s = fill(c, t, i, name, err);
+        if (s != SLIM_OK)
+            return s;
+    }
+    return SLIM_OK;
+}
+
+/* ---- one input ---------------------------------------------------------- */
+
+typedef struct binary_cursor {
+    const char *data;
+    size_t len, pos;
+} binary_cursor;
+
+static int find_model_io(const slim_server_io *ios, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(ios[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+/* Checks the request's shape against the resolved config. */
+static slim_status check_shape(const slim_server_model *m, const slim_server_io *io,
+                               const slim_tensor *t, slim_err *err)
+{
+    int batch = m->cfg.max_batch_size > 0;
+    char want[256], got[256];
+    shape_json(io, batch, want, sizeof(want));
+    slim_shape_str(t->ndim, t->dims, got, sizeof(got));
+    bool ok = io->ndim < 0 || t->ndim == io->ndim + batch;
+    for (int d = 0; ok && io->ndim >= 0 && d < io->ndim; d++)
+        ok = io->dims[d] < 0 || io->dims[d] == t->dims[d + batch];
+    if (!ok)
+        return slim_errf(err, SLIM_ESHAPE,
+                         "unexpected shape for input '%s' for model '%s'. Expected %s, got %s",
+                         io->name, m->name, want, got);
+    if (batch && (t->ndim < 1 || t->dims[0] < 1 || t->dims[0] > m->cfg.max_batch_size))
+        return slim_errf(err, SLIM_ESHAPE,
+                         "inference request batch-size must be <= %d for '%s' (input '%s' has shape %s)",
+                         m->cfg.max_batch_size, m->name, io->name, got);
+    return SLIM_OK;
+}
+
+static slim_status decode_input(const cJSON *in, const slim_server_model *m, binary_cursor *bin,
+                                slim_server_infer *rq, slim_err *err)
+{
+    const cJSON *jname = cJSON_GetObjectItemCaseSensitive(in, "name");
+    const cJSON *jshape = cJSON_GetObjectItemCaseSensitive(in, "shape");
+    const cJSON *jtype = cJSON_GetObjectItemCaseSensitive(in, "datatype");
+    const cJSON *jparams = cJSON_GetObjectItemCaseSensitive(in, "parameters");
+    const cJSON *jdata = cJSON_GetObjectItemCaseSensitive(in, "data");
+    if (!cJSON_IsObject(in) || !cJSON_IsString(jname))
+        return slim_errf(err, SLIM_EINVAL, "each entry of \"inputs\" needs a \"name\" string");
+    const char *name = jname->valuestring;
+    int idx = find_model_io(m->cfg.inputs, m->cfg.n_inputs, name);
+    if (idx < 0)
+        return slim_errf(err, SLIM_EINVAL, "unexpected inference input '%s' for model '%s'", name,
+                         m->name);
+    const slim_server_io *io = &m->cfg.inputs[idx];
+    for (int i = 0; i < rq->n_inputs; i++)
+        if (strcmp(rq->names[i], io->name) == 0)
+            return slim_errf(err, SLIM_EINVAL, "input '%s' is given more than once", name);
+    if (!cJSON_IsString(jtype))
+        return slim_errf(err, SLIM_EINVAL, "input '%s': \"datatype\" string is required", name);
+    if (strcmp(jtype->valuestring, "BYTES") == 0)
+        return slim_errf(err, SLIM_EUNSUPPORTED,
+                         "input '%s': datatype BYTES is unsupported (slimserve serves numeric tensors)",
+                         name);
+    slim_dtype dt = slim_server_dtype_from_kserve(jtype->valuestring);
+    if (dt == SLIM_DTYPE_UNDEFINED)
+        return slim_errf(err, SLIM_EINVAL, "input '%s': unknown datatype \"%s\"", name,
+                         jtype->valuestring);
+    if (io->dtype != SLIM_DTYPE_UNDEFINED && dt != io->dtype)
+        return slim_errf(err, SLIM_ETYPE,
+                         "inference input '%s' data-type is '%s', but model '%s' expects '%s'", name,
+                         jtype->valuestring, m->name, slim_server_dtype_kserve(io->dtype));
+
+    slim_tensor *t = &rq->inputs[rq->n_inputs];
+    memset(t, 0, sizeof(*t));
+    t->dtype = dt;
+    if (!cJSON_IsArray(jshape) || cJSON_GetArraySize(jshape) > SLIM_MAX_DIMS)
+        return slim_errf(err, SLIM_EINVAL, "input '%s': \"shape\" must be a list of at most %d integers",
+                         name, SLIM_MAX_DIMS);
+    double numel = 1;
+    for (const cJSON *d = jshape->child; d; d = d->next) {
+        if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble != floor(d->valuedouble) ||
+            d->valuedouble > 1e12)
+            return slim_errf(err, SLIM_EINVAL, "input '%s': \"shape\" must hold non-negative integers",
+                             name);
+        t->dims[t->ndim++] = (int64_t)d->valuedouble;
+        numel *= d->valuedouble;
+    }
+    slim_status s = check_shape(m, io, t, err);
+    if (s != SLIM_OK)
+        return s;
+
+    char shape[128];
+    slim_shape_str(t->ndim, t->dims, shape, sizeof(shape));
+    size_t need = numel <= 1e15 ? (size_t)numel * slim_dtype_size(dt) : SIZE_MAX;
+    const cJSON *jsize = cJSON_IsObject(jparams)
+                             ? cJSON_GetObjectItemCaseSensitive(jparams, "binary_data_size") : NULL;
+    if (jsize) {
+        if (!cJSON_IsNumber(jsize) || jsize->valuedouble < 0)
+            return slim_errf(err, SLIM_EINVAL, "input '%s': binary_data_size must be a byte count", name);
+        if (!bin->data)
+            return slim_errf(err, SLIM_EINVAL,
+                             "input '%s' has binary_data_size but the request has no "
+                             "Inference-Header-Content-Length header", name);
+        if (jdata)
+            return slim_errf(err, SLIM_EINVAL, "input '%s' has both \"data\" and binary_data_size", name);
+        double size = jsize->valuedouble;
+        if (numel > 1e15 || size != (double)need)
+            return slim_errf(err, SLIM_EINVAL,
+                             "input '%s': binary_data_size is %.0f bytes but shape %s of %s needs %zu",
+                             name, size, shape, jtype->valuestring, need);
+        if (need > bin->len - bin->pos)
+            return slim_errf(err, SLIM_EINVAL,
+                             "input '%s': binary_data_size %zu runs past the end of the body "
+                             "(%zu bytes of binary data left)", name, need, bin->len - bin->pos);
+        if ((s = slim_tensor_alloc(t, err)) != SLIM_OK)
+            return s;
+        if (need)
+            memcpy(t->data, bin->data + bin->pos, need);
+        bin->pos += need;
+    } else {
+        if (!jdata)
+            return slim_errf(err, SLIM_EINVAL, "input '%s': \"data\" is required (or binary_data_size)",
+                             name);
+        int64_t got = count_leaves(jdata);
+        if (!cJSON_IsArray(jdata) || (double)got != numel)
+            return slim_errf(err, SLIM_EINVAL,
+                             "input '%s': \"data\" has %lld elements but shape %s needs %.0f", name,
+                             (long long)(cJSON_IsArray(jdata) ? got : 0), shape, numel);
+        if ((s = slim_tensor_alloc(t, err)) != SLIM_OK)
+            return s;
+        int64_t i = 0;
+        if ((s = fill(jdata, t, &i, name, err)) != SLIM_OK) {
+            slim_tensor_release(t);
+            return s;
+        }
+    }
+    rq->names[rq->n_inputs++] = io->name;
+    return SLIM_OK;
+}
+
+/* ---- requested outputs -------------------------------------------------- */
+
+static bool param_bool(const cJSON *params, const char *key, bool dflt)
+{
+    const cJSON *v = cJSON_IsObject(params) ? cJSON_GetObjectItemCaseSensitive(params, key) : NULL;
+    return cJSON_IsBool(v) ? cJSON_IsTrue(v) : dflt;
+}
+
+static slim_status decode_outputs(const cJSON *jouts, const slim_server_model *m, bool bin_default,
+                                  slim_server_infer *rq, slim_err *err)
+{
+    int n = jouts ? cJSON_GetArraySize(jouts) : 0;
+    if (jouts && !cJSON_IsArray(jouts))
+        return slim_errf(err, SLIM_EINVAL, "\"outputs\" must be a list");
+    if (n == 0)
+        n = m->cfg.n_outputs;
+    if (!(rq->outputs = calloc((size_t)(n ? n : 1), sizeof(*rq->outputs))))
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    if (!jouts || !jouts->child) {
+        for (int i = 0; i < n; i++)
+            rq->outputs[i] = (slim_server_out_req){.index = i, .binary = bin_default};
+        rq->n_outputs = n;
+        return SLIM_OK;
+    }
+    for (const cJSON *o = jouts->child; o; o = o->next) {
+        const cJSON *jname = cJSON_GetObjectItemCaseSensitive(o, "name");
+        const cJSON *jparams = cJSON_GetObjectItemCaseSensitive(o, "parameters");
+        if (!cJSON_IsString(jname))
+            return slim_errf(err, SLIM_EINVAL, "each entry of \"outputs\" needs a \"name\" string");
+        int idx = find_model_io(m->cfg.outputs, m->cfg.n_outputs, jname->valuestring);
+        if (idx < 0)
+            return slim_errf(err, SLIM_EINVAL, "unexpected inference output '%s' for model '%s'",
+                             jname->valuestring, m->name);
+        if (cJSON_IsObject(jparams) && cJSON_GetObjectItemCaseSensitive(jparams, "classification"))
+            return slim_errf(err, SLIM_EUNSUPPORTED,
+                             "output '%s': the classification extension is unsupported",
+                             jname->valuestring);
+        for (int i = 0; i < rq->n_outputs; i++)
+            if (rq->outputs[i].index == idx)
+                return slim_errf(err, SLIM_EINVAL, "output '%s' is requested more than once",
+                                 jname->valuestring);
+        rq->outputs[rq->n_outputs++] = (slim_server_out_req){
+            .index = idx, .binary = param_bool(jparams, "binary_data", bin_default)};
+    }
+    return SLIM_OK;
+}
+
+slim_status slim_server_infer_decode(const char *body, size_t len, long long header_len,
+                                     const slim_server_model *m, slim_server_infer *rq,
+                                     slim_err *err)
+{
+    memset(rq, 0, sizeof(*rq));
+    rq->batch = 1;
+    if (header_len > (long long)len)
+        return slim_errf(err, SLIM_EINVAL,
+                         "Inference-Header-Content-Length is %lld but the body has only %zu bytes",
+                         header_len, len);
+    size_t json_len = header_len >= 0 ? (size_t)header_len : len;
+    binary_cursor bin = {header_len >= 0 ? body + json_len : NULL, len - json_len, 0};
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(body, json_len, &end, false);
+    slim_status s = SLIM_OK;
+    if (!root)
+        return slim_errf(err, SLIM_EPARSE, "malformed JSON in the request body near byte %ld",
+                         end && end >= body ? (long)(end - body) : 0L);
+    const cJSON *jid = cJSON_GetObjectItemCaseSensitive(root, "id");
+    const cJSON *jparams = cJSON_GetObjectItemCaseSensitive(root, "parameters");
+    const cJSON *jins = cJSON_GetObjectItemCaseSensitive(root, "inputs");
+    if (!cJSON_IsObject(root)) {
+        s = slim_errf(err, SLIM_EINVAL, "the request body must be a JSON object");
+        goto err;
+    }
+    if (jid && !cJSON_IsString(jid)) {
+        s = slim_errf(err, SLIM_EINVAL, "\"id\" must be a string");
+        goto err;
+    }
+    if (jid && !(rq->id = strdup(jid->valuestring))) {
+        s = slim_errf(err, SLIM_ENOMEM, "out of memory");
+        goto err;
+    }
+    if (jparams && !cJSON_IsObject(jparams)) {
+        s = slim_errf(err, SLIM_EINVAL, "\"parameters\" must be an object");
+        goto err;
+    }
+    if (!cJSON_IsArray(jins)) {
+        s = slim_errf(err, SLIM_EINVAL, "\"inputs\" (a list) is required");
+        goto err;
+    }
+    int n = cJSON_GetArraySize(jins);
+    if (n > m->cfg.n_inputs) {
+        s = slim_errf(err, SLIM_EINVAL, "expected %d inputs but got %d inputs for model '%s'",
+                      m->cfg.n_inputs, n, m->name);
+        goto err;
+    }
+    rq->names = calloc((size_t)(n ? n : 1), sizeof(*rq->names));
+    rq->inputs = calloc((size_t)(n ? n : 1), sizeof(*rq->inputs));
+    if (!rq->names || !rq->inputs) {
+        s = slim_errf(err, SLIM_ENOMEM, "out of memory");
+        goto err;
+    }
+    for (const cJSON *in = jins->child; in; in = in->next)
+        if ((s = decode_input(in, m, &bin, rq, err)) != SLIM_OK)
+            goto err;
+    for (int i = 0; i < m->cfg.n_inputs; i++) {
+        bool given = false;
+        for (int j = 0; j < rq->n_inputs && !given; j++)
+            given = rq->names[j] == m->cfg.inputs[i].name;
+        if (!given) {
+            s = slim_errf(err, SLIM_EINVAL, "missing input '%s' for model '%s'",
+                          m->cfg.inputs[i].name, m->name);
+            goto err;
+        }
+    }
+    if (bin.data && bin.pos != bin.len) {
+        s = slim_errf(err, SLIM_EINVAL,
+                      "the body has %zu bytes of binary data after the JSON header but the "
+                      "inputs' binary_data_size add up to %zu", bin.len, bin.pos);
+        goto err;
+    }
+    if (m->cfg.max_batch_size > 0 && rq->n_inputs > 0) {
+        rq->batch = rq->inputs[0].dims[0];
+        for (int i = 1; i < rq->n_inputs; i++)
+            if (rq->inputs[i].dims[0] != rq->batch) {
+                s = slim_errf(err, SLIM_ESHAPE, "input '%s' has batch size %lld but input '%s' has %lld",
+                              rq->names[i], (long long)rq->inputs[i].dims[0], rq->names[0],
+                              (long long)rq->batch);
+                goto err;
+            }
+    }
+    s = decode_outputs(cJSON_GetObjectItemCaseSensitive(root, "outputs"), m,
+                       param_bool(jparams, "binary_data_output", false), rq, err);
+    if (s != SLIM_OK)
+        goto err;
+    cJSON_Delete(root);
+    return SLIM_OK;
+err:
+    cJSON_Delete(root);
+    slim_server_infer_free(rq);
+    return s;
+}
+
+void slim_server_infer_free(slim_server_infer *rq)
+{
+    for (int i = 0; i < rq->n_inputs; i++)
+        slim_tensor_release(&rq->inputs[i]);
+    free(rq->inputs);
+    free(rq->names);
+    free(rq->outputs);
+    free(rq->id);
+    memset(rq, 0, sizeof(*rq));
+}
+
+/* ---- response ----------------------------------------------------------- */
+
+static void put_float(slim_server_buf *b, double v, int digits)
+{
+    if (isnan(v))
+        slim_server_buf_puts(b, "NaN");
+    else if (isinf(v))
+        slim_server_buf_puts(b, v > 0 ? "Infinity" : "-Infinity");
+    else
+        slim_server_buf_printf(b, "%.*g", digits, v);
+}
+
+static void put_data(slim_server_buf *b, const slim_tensor *t)
+{
+    int64_t n = slim_tensor_numel(t);
+    slim_server_buf_puts(b, "\"data\":[");
+    for (int64_t i = 0; i < n && !b->oom; i++) {
+        if (i)
+            slim_server_buf_puts(b, ",");
+        switch (t->dtype) {
+        case SLIM_BOOL:
+            slim_server_buf_puts(b, ((const uint8_t *)t->data)[i] ? "true" : "false");
+            break;
+        case SLIM_F32: put_float(b, ((const float *)t->data)[i], 9); break;
+        case SLIM_F64: put_float(b, ((const double *)t->data)[i], 17); break;
+        case SLIM_F16:
+        case SLIM_BF16: put_float(b, slim_load_f64(t->dtype, t->data, i), 9); break;
+        case SLIM_U64:
+            slim_server_buf_printf(b, "%llu", (unsigned long long)((const uint64_t *)t->data)[i]);
+            break;
+        default:
+            slim_server_buf_printf(b, "%lld", (long long)slim_load_i64(t->dtype, t->data, i));
+            break;
+        }
+    }
+    slim_server_buf_puts(b, "]");
+}
+
+slim_status slim_server_infer_encode(const slim_server_infer *rq, const slim_server_model *m,
+                                     const slim_tensor *outs, int n_outs,
+                                     slim_server_reply *reply, slim_err *err)
+{
+    slim_server_buf b = {0};
+    size_t binary_bytes = 0;
+    slim_server_buf_puts(&b, "{\"model_name\":");
+    slim_server_buf_json_string(&b, m->name);
+    slim_server_buf_printf(&b, ",\"model_version\":\"%lld\"", (long long)m->version);
+    if (rq->id) {
+        slim_server_buf_puts(&b, ",\"id\":");
+        slim_server_buf_json_string(&b, rq->id);
+    }
+    slim_server_buf_puts(&b, ",\"outputs\":[");
+    for (int i = 0; i < rq->n_outputs; i++) {
+        const slim_server_out_req *o = &rq->outputs[i];
+        if (o->index >= n_outs) {
+            slim_server_buf_free(&b);
+            return slim_errf(err, SLIM_EINTERNAL, "the model returned %d outputs, expected %d",
+                             n_outs, m->cfg.n_outputs);
+        }
+        const slim_tensor *t = &outs[o->index];
+        const char *type = slim_server_dtype_kserve(t->dtype);
+        slim_server_buf_puts(&b, i ? ",{\"name\":" : "{\"name\":");
+        slim_server_buf_json_string(&b, m->cfg.outputs[o->index].name);
+        slim_server_buf_printf(&b, ",\"datatype\":\"%s\",\"shape\":[", type ? type : "BYTES");
+        for (int d = 0; d < t->ndim; d++)
+            slim_server_buf_printf(&b, d ? ",%lld" : "%lld", (long long)t->dims[d]);
+        slim_server_buf_puts(&b, "],");
+        if (o->binary) {
+            slim_server_buf_printf(&b, "\"parameters\":{\"binary_data_size\":%zu}}",
+                                   slim_tensor_nbytes(t));
+            binary_bytes += slim_tensor_nbytes(t);
+        } else {
+            put_data(&b, t);
+            slim_server_buf_puts(&b, "}");
+        }
+    }
+    slim_server_buf_puts(&b, "]}");
+    size_t header_len = b.len;
+    for (int i = 0; i < rq->n_outputs && binary_bytes; i++) {
+        const slim_tensor *t = &outs[rq->outputs[i].index];
+        if (rq->outputs[i].binary && slim_tensor_nbytes(t))
+            slim_server_buf_append(&b, t->data, slim_tensor_nbytes(t));
+    }
+    if (b.oom) {
+        slim_server_buf_free(&b);
+        return slim_errf(err, SLIM_ENOMEM, "out of memory while writing the response");
+    }
+    reply->status = 200;
+    reply->body = b.data;
+    reply->len = b.len;
+    bool any_binary = false;
+    for (int i = 0; i < rq->n_outputs; i++)
+        any_binary |= rq->outputs[i].binary;
+    reply->content_type = any_binary ? "application/octet-stream" : "application/json";
+    reply->infer_header_len = any_binary ? (long long)header_len : -1;
+    return SLIM_OK;
+}

@@ -1,0 +1,130 @@
+/*
+ * main.c - `slimserve --model-repository DIR [options]`
+ *
+ * Parses the command line, starts the server, and waits for SIGTERM or
+ * SIGINT; then it stops accepting, lets in-flight requests finish and exits
+ * 0. The signals are blocked in every thread and taken with sigwait here,
+ * so no handler runs in the middle of a request.
+ */
+#include "server.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: slimserve --model-repository DIR [options]\n"
+            "  --model-repository DIR   models as DIR/<name>/[config.json] and\n"
+            "                           DIR/<name>/<version>/model.onnx\n"
+            "  --host ADDR              address to listen on (default 127.0.0.1)\n"
+            "  --http-port N            port (default 8000; 0 picks a free one)\n"
+            "  --max-request-bytes N    largest request body (default 67108864)\n"
+            "  --workers N              threads running models (default: cores, at most 8)\n"
+            "  --queue-size N           inferences waiting before 503 (default 64 per worker)\n"
+            "  --http-threads N         threads parsing and answering HTTP (default 4)\n");
+}
+
+static bool parse_count(const char *flag, const char *v, long long lo, long long hi,
+                        long long *out)
+{
+    char *end;
+    long long n = v ? strtoll(v, &end, 10) : 0;
+    if (!v || !*v || *end || n < lo || n > hi) {
+        fprintf(stderr, "slimserve: %s expects an integer from %lld to %lld\n", flag, lo, hi);
+        return false;
+    }
+    *out = n;
+    return true;
+}
+
+static int parse_args(int argc, char **argv, slim_server_opts *o)
+{
+    long cores = sysconf(_SC_NPROCESSORS_ONLN);
+    long long n;
+    int queue = 0;
+    *o = (slim_server_opts){.host = "127.0.0.1", .port = 8000,
+                            .max_request_bytes = 64u << 20,
+                            .workers = cores < 1 ? 1 : cores > 8 ? 8 : (int)cores,
+                            .http_threads = 4};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+            usage(stdout);
+            exit(0);
+        } else if (strcmp(a, "--model-repository") == 0 && v) {
+            o->repository = v;
+        } else if (strcmp(a, "--host") == 0 && v) {
+            o->host = v;
+        } else if (strcmp(a, "--http-port") == 0) {
+            if (!parse_count(a, v, 0, 65535, &n))
+                return 2;
+            o->port = (int)n;
+        } else if (strcmp(a, "--max-request-bytes") == 0) {
+            if (!parse_count(a, v, 1024, 1LL << 40, &n))
+                return 2;
+            o->max_request_bytes = (size_t)n;
+        } else if (strcmp(a, "--workers") == 0) {
+            if (!parse_count(a, v, 1, 256, &n))
+                return 2;
+            o->workers = (int)n;
+        } else if (strcmp(a, "--queue-size") == 0) {
+            if (!parse_count(a, v, 1, 1 << 20, &n))
+                return 2;
+            queue = (int)n;
+        } else if (strcmp(a, "--http-threads") == 0) {
+            if (!parse_count(a, v, 1, 256, &n))
+                return 2;
+            o->http_threads = (int)n;
+        } else {
+            fprintf(stderr, "slimserve: unknown or incomplete option \"%s\"\n", a);
+            usage(stderr);
+            return 2;
+        }
+        i++;
+    }
+    if (!o->repository) {
+        fprintf(stderr, "slimserve: --model-repository is required\n");
+        usage(stderr);
+        return 2;
+    }
+    o->queue_capacity = queue ? queue : 64 * o->workers;
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    slim_server_opts opts;
+    int rc = parse_args(argc, argv, &opts);
+    if (rc)
+        return rc;
+
+    /* Block before any thread starts, so every thread inherits the mask. */
+    sigset_t stop_signals;
+    sigemptyset(&stop_signals);
+    sigaddset(&stop_signals, SIGINT);
+    sigaddset(&stop_signals, SIGTERM);
+    pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+    signal(SIGPIPE, SIG_IGN);
+
+    slim_server srv;
+    slim_err err = {0};
+    if (slim_server_start(&srv, &opts, &err) != SLIM_OK) {
+        fprintf(stderr, "slimserve: %s\n", err.msg);
+        return 1;
+    }
+    printf("slimserve %s: listening on http://%s:%d (repository %s, %d workers)\n",
+           SLIM_SERVER_VERSION, opts.host, srv.port, opts.repository, opts.workers);
+    fflush(stdout);
+
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    fprintf(stderr, "slimserve: %s received, finishing in-flight requests\n",
+            sig == SIGINT ? "SIGINT" : "SIGTERM");
+    slim_server_stop(&srv);
+    fprintf(stderr, "slimserve: stopped\n");
+    return 0;
+}

@@ -1,0 +1,159 @@
+/*
+ * metrics.c - GET /metrics in the Prometheus text exposition format.
+ *
+ * Triton's nv_inference_* counters, renamed slim_*, per model and version,
+ * then process figures. Each section is one function in `sections`; a later
+ * issue (memory gauges, say) adds its renderer to that table.
+ *
+ * Counters live in slim_server_stats records that are created on first use
+ * and kept until shutdown, so a model that is unloaded and loaded again
+ * keeps counting where it left off (Prometheus counters never go back).
+ */
+#include "server.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static const char *failure_names[] = {
+#define SLIM__FAIL_NAME(name) #name,
+    SLIM_SERVER_FAILURE_MAP(SLIM__FAIL_NAME)
+#undef SLIM__FAIL_NAME
+};
+_Static_assert(sizeof(failure_names) / sizeof(failure_names[0]) == SLIM_SERVER_FAIL_COUNT,
+               "failure_names out of step with SLIM_SERVER_FAILURE_MAP");
+
+void slim_server_metrics_init(slim_server_metrics *mx)
+{
+    pthread_mutex_init(&mx->mu, NULL);
+    mx->head = NULL;
+}
+
+void slim_server_metrics_free(slim_server_metrics *mx)
+{
+    slim_server_stats *s = mx->head;
+    while (s) {
+        slim_server_stats *next = s->next;
+        free(s->model);
+        free(s);
+        s = next;
+    }
+    mx->head = NULL;
+    pthread_mutex_destroy(&mx->mu);
+}
+
+slim_server_stats *slim_server_metrics_get(slim_server_metrics *mx, const char *model,
+                                           int64_t version)
+{
+    pthread_mutex_lock(&mx->mu);
+    slim_server_stats *s, **tail = &mx->head;
+    for (s = mx->head; s; tail = &s->next, s = s->next)
+        if (s->version == version && strcmp(s->model, model) == 0)
+            goto out;
+    /* Appended at the tail: the exposition lists models in load order. */
+    s = calloc(1, sizeof(*s));
+    if (!s || !(s->model = strdup(model))) {
+        free(s);
+        s = NULL;
+        goto out;
+    }
+    s->version = version;
+    *tail = s;
+out:
+    pthread_mutex_unlock(&mx->mu);
+    return s;
+}
+
+/* ---- sections ----------------------------------------------------------- */
+
+typedef struct counter_def {
+    const char *name, *help;
+    size_t offset; /* of the atomic counter in slim_server_stats */
+} counter_def;
+
+#define STAT(field) offsetof(slim_server_stats, field)
+
+static const counter_def counters[] = {
+    {"slim_request_success_total", "Number of successful inference requests", STAT(success)},
+    {"slim_inference_count_total",
+     "Number of inferences performed (a batch of n counts n)", STAT(inference_count)},
+    {"slim_execution_count_total", "Number of model executions", STAT(execution_count)},
+    {"slim_request_duration_us_total",
+     "Cumulative inference request duration, receipt to response, in microseconds",
+     STAT(request_us)},
+    {"slim_queue_duration_us_total",
+     "Cumulative time requests waited for a worker, in microseconds", STAT(queue_us)},
+    {"slim_compute_duration_us_total",
+     "Cumulative model execution time, in microseconds", STAT(compute_us)},
+};
+
+static unsigned long long load(const slim_server_stats *s, size_t offset)
+{
+    return (unsigned long long)atomic_load(
+        (const atomic_uint_least64_t *)((const char *)s + offset));
+}
+
+static void labels(slim_server_buf *out, const slim_server_stats *s)
+{
+    slim_server_buf_puts(out, "{model=");
+    /* Model names are folder names; JSON escaping matches Prometheus' rules
+     * for the characters that can occur there (\ and "). */
+    slim_server_buf_json_string(out, s->model);
+    slim_server_buf_printf(out, ",version=\"%lld\"", (long long)s->version);
+}
+
+static void render_inference(slim_server_metrics *mx, slim_server_buf *out)
+{
+    pthread_mutex_lock(&mx->mu);
+    for (size_t c = 0; c < sizeof(counters) / sizeof(counters[0]); c++) {
+        slim_server_buf_printf(out, "# HELP %s %s\n# TYPE %s counter\n", counters[c].name,
+                               counters[c].help, counters[c].name);
+        for (const slim_server_stats *s = mx->head; s; s = s->next) {
+            slim_server_buf_puts(out, counters[c].name);
+            labels(out, s);
+            slim_server_buf_printf(out, "} %llu\n", load(s, counters[c].offset));
+        }
+        if (c == 0) { /* failures right after successes, as Triton lists them */
+            slim_server_buf_puts(out, "# HELP slim_request_failure_total Number of failed "
+                                      "inference requests, by reason\n"
+                                      "# TYPE slim_request_failure_total counter\n");
+            for (const slim_server_stats *s = mx->head; s; s = s->next)
+                for (int r = 0; r < SLIM_SERVER_FAIL_COUNT; r++) {
+                    slim_server_buf_puts(out, "slim_request_failure_total");
+                    labels(out, s);
+                    slim_server_buf_printf(out, ",reason=\"%s\"} %llu\n", failure_names[r],
+                                           (unsigned long long)atomic_load(&s->failure[r]));
+                }
+        }
+    }
+    pthread_mutex_unlock(&mx->mu);
+}
+
+static void render_process(slim_server_metrics *mx, slim_server_buf *out)
+{
+    unsigned long long pages_total = 0, pages_resident = 0;
+    FILE *f = fopen("/proc/self/statm", "r");
+    if (f) {
+        if (fscanf(f, "%llu %llu", &pages_total, &pages_resident) != 2)
+            pages_resident = 0;
+        fclose(f);
+    }
+    long page = sysconf(_SC_PAGESIZE);
+    slim_server_buf_printf(out,
+                           "# HELP process_resident_memory_bytes Resident memory size in bytes.\n"
+                           "# TYPE process_resident_memory_bytes gauge\n"
+                           "process_resident_memory_bytes %llu\n",
+                           pages_resident * (unsigned long long)(page > 0 ? page : 4096));
+}
+
+static void (*const sections[])(slim_server_metrics *, slim_server_buf *) = {
+    render_inference,
+    render_process,
+};
+
+void slim_server_metrics_render(slim_server_metrics *mx, slim_server_buf *out)
+{
+    for (size_t i = 0; i < sizeof(sections) / sizeof(sections[0]); i++)
+        sections[i](mx, out);
+}

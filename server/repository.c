@@ -1,0 +1,440 @@
+/*
+ * repository.c - the model repository: folders on disk, models in memory.
+ *
+ *     ROOT/<model>/config.json        optional; defaults when absent
+ *     ROOT/<model>/<version>/model.onnx
+ *
+ * Every numeric version folder is loaded; requests that name no version go
+ * to the highest ready one. A model or version that fails to load stays in
+ * the table with its reason (repository index: UNAVAILABLE), and the server
+ * goes on serving the rest.
+ *
+ * Locking: `mu` guards the table and is held only for lookups and swaps,
+ * never while a model loads from disk; `load_mu` lets one load or unload run
+ * at a time. A request takes its own reference under `mu`; load and unload
+ * drop the table's reference, and whoever drops the last one frees the model.
+ */
+#include "server.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+void slim_server_model_ref(slim_server_model *m)
+{
+    atomic_fetch_add(&m->refs, 1);
+}
+
+static void model_free(slim_server_model *m)
+{
+    if (!m)
+        return;
+    slim_model_free(m->model);
+    slim_server_config_free(&m->cfg);
+    free(m->name);
+    free(m);
+}
+
+void slim_server_model_release(slim_server_model *m)
+{
+    if (m && atomic_fetch_sub(&m->refs, 1) == 1)
+        model_free(m);
+}
+
+/* Whole file, NUL-terminated; NULL with errno set on failure. */
+static char *read_text(const char *path)
+{
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return NULL;
+    char *text = NULL;
+    long n;
+    if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0)
+        goto err;
+    if (!(text = malloc((size_t)n + 1)))
+        goto err;
+    if (fread(text, 1, (size_t)n, f) != (size_t)n)
+        goto err;
+    text[n] = '\0';
+    fclose(f);
+    return text;
+err:
+    free(text);
+    fclose(f);
+    if (!errno)
+        errno = EIO;
+    return NULL;
+}
+
+static bool parse_version(const char *s, int64_t *out)
+{
+    if (!s[0] || strlen(s) > 15)
+        return false;
+    for (const char *p = s; *p; p++)
+        if (*p < '0' || *p > '9')
+            return false;
+    *out = strtoll(s, NULL, 10);
+    return true;
+}
+
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+static void entry_clear(slim_server_entry *e)
+{
+    for (int i = 0; i < e->n_slots; i++)
+        slim_server_model_release(e->slots[i].live);
+    free(e->slots);
+    e->slots = NULL;
+    e->n_slots = 0;
+}
+
+static slim_status load_version(slim_server_repo *repo, const char *name, const char *cfg_text,
+                                int64_t version, slim_server_model **out, slim_err *err)
+{
+    char path[4096];
+    snprintf(path, sizeof(path), "%s/%s/%lld/model.onnx", repo->root, name, (long long)version);
+    slim_server_model *m = calloc(1, sizeof(*m));
+    if (!m || !(m->name = strdup(name))) {
+        free(m);
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    }
+    m->version = version;
+    atomic_init(&m->refs, 1);
+    slim_status s;
+    struct stat st;
+    if (stat(path, &st) != 0) {
+        s = slim_errf(err, SLIM_ENOTFOUND, "%s: %s", path, strerror(errno));
+        goto err;
+    }
+    if ((s = slim_model_load(path, NULL, &m->model, err)) != SLIM_OK)
+        goto err;
+    if ((s = slim_server_config_parse(cfg_text, name, &m->cfg, err)) != SLIM_OK)
+        goto err;
+    if ((s = slim_server_config_resolve(&m->cfg, m->model, err)) != SLIM_OK)
+        goto err;
+    if (!(m->stats = slim_server_metrics_get(repo->metrics, name, version))) {
+        s = slim_errf(err, SLIM_ENOMEM, "out of memory");
+        goto err;
+    }
+    *out = m;
+    return SLIM_OK;
+err:
+    model_free(m);
+    return s;
+}
+
+/* Reads ROOT/name from disk into e (name and slots). Failures are written
+ * into e's reasons; the return value only says whether anything is ready. */
+static bool entry_build(slim_server_repo *repo, const char *name, slim_server_entry *e)
+{
+    char dir[4096], path[4200];
+    snprintf(dir, sizeof(dir), "%s/%s", repo->root, name);
+    snprintf(path, sizeof(path), "%s/config.json", dir);
+    slim_err err = {0};
+    errno = 0;
+    char *cfg_text = read_text(path);
+    if (!cfg_text && errno != ENOENT) {
+        snprintf(e->reason, sizeof(e->reason), "%.900s: %s", path, strerror(errno));
+        e->failed = true;
+        return false;
+    }
+    int64_t versions[256];
+    int n = 0;
+    DIR *d = opendir(dir);
+    struct dirent *de;
+    while (d && (de = readdir(d)) && n < 256) {
+        int64_t v;
+        char sub[4400];
+        struct stat st;
+        snprintf(sub, sizeof(sub), "%s/%s", dir, de->d_name);
+        if (parse_version(de->d_name, &v) && stat(sub, &st) == 0 && S_ISDIR(st.st_mode))
+            versions[n++] = v;
+    }
+    if (d)
+        closedir(d);
+    qsort(versions, (size_t)n, sizeof(versions[0]), cmp_i64);
+    if (n == 0) {
+        snprintf(e->reason, sizeof(e->reason),
+                 "no version folder (such as %.900s/1/model.onnx) in the model folder", dir);
+        e->failed = true;
+        free(cfg_text);
+        return false;
+    }
+    /* A bad config.json fails every version with one clear reason. */
+    slim_server_config probe;
+    bool cfg_ok = slim_server_config_parse(cfg_text, name, &probe, &err) == SLIM_OK;
+    if (cfg_ok)
+        slim_server_config_free(&probe);
+    if (!(e->slots = calloc((size_t)n, sizeof(*e->slots)))) {
+        snprintf(e->reason, sizeof(e->reason), "out of memory");
+        e->failed = true;
+        free(cfg_text);
+        return false;
+    }
+    e->n_slots = n;
+    bool any = false;
+    for (int i = 0; i < n; i++) {
+        e->slots[i].version = versions[i];
+        if (!cfg_ok) {
+            snprintf(e->slots[i].reason, sizeof(e->slots[i].reason), "%s", err.msg);
+        } else if (load_version(repo, name, cfg_text, versions[i], &e->slots[i].live, &err) != SLIM_OK) {
+            snprintf(e->slots[i].reason, sizeof(e->slots[i].reason), "%s", err.msg);
+            fprintf(stderr, "slimserve: model \"%s\" version %lld failed to load: %s\n", name,
+                    (long long)versions[i], err.msg);
+        } else {
+            any = true;
+        }
+    }
+    free(cfg_text);
+    return any;
+}
+
+static slim_server_entry *find_entry(slim_server_repo *repo, const char *name)
+{
+    for (int i = 0; i < repo->n_entries; i++)
+        if (strcmp(repo->entries[i].name, name) == 0)
+            return &repo->entries[i];
+    return NULL;
+}
+
+static bool valid_name(const char *name)
+{
+    return name[0] && name[0] != '.' && !strchr(name, '/') && strlen(name) < 256;
+}
+
+slim_status slim_server_repo_load(slim_server_repo *repo, const char *name, int *http_status,
+                                  slim_err *err)
+{
+    char dir[4096];
+    struct stat st;
+    slim_status s = SLIM_OK;
+    snprintf(dir, sizeof(dir), "%s/%s", repo->root, name);
+    if (!valid_name(name) || stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        *http_status = 404;
+        return slim_errf(err, SLIM_ENOTFOUND, "failed to load \"%s\": no such model folder in %s",
+                         name, repo->root);
+    }
+    pthread_mutex_lock(&repo->load_mu);
+    slim_server_entry fresh = {0};
+    bool ready = entry_build(repo, name, &fresh);
+    char why[1024] = "";
+    if (!ready && fresh.failed)
+        snprintf(why, sizeof(why), "%s", fresh.reason);
+    for (int i = 0; !ready && !why[0] && i < fresh.n_slots; i++)
+        snprintf(why, sizeof(why), "%s", fresh.slots[i].reason);
+
+    pthread_mutex_lock(&repo->mu);
+    slim_server_entry *e = find_entry(repo, name);
+    if (!e && repo->n_entries == repo->cap_entries) {
+        int cap = repo->cap_entries ? 2 * repo->cap_entries : 16;
+        slim_server_entry *grown = realloc(repo->entries, (size_t)cap * sizeof(*grown));
+        if (grown) {
+            repo->entries = grown;
+            repo->cap_entries = cap;
+        }
+    }
+    if (e) {
+        /* Swap: the old versions leave the table now; requests that hold
+         * them finish on them, and the last one frees them (below). */
+        slim_server_entry old = *e;
+        fresh.name = old.name;
+        *e = fresh;
+        old.name = NULL;
+        fresh = old;
+    } else if (repo->n_entries < repo->cap_entries && (fresh.name = strdup(name))) {
+        repo->entries[repo->n_entries++] = fresh;
+        memset(&fresh, 0, sizeof(fresh));
+    } else {
+        ready = false;
+        snprintf(why, sizeof(why), "out of memory");
+    }
+    pthread_mutex_unlock(&repo->mu);
+
+    if (!ready) {
+        *http_status = 400;
+        s = slim_errf(err, SLIM_EINVAL, "failed to load \"%s\": %s", name, why);
+    }
+    entry_clear(&fresh);
+    free(fresh.name);
+    pthread_mutex_unlock(&repo->load_mu);
+    return s;
+}
+
+slim_status slim_server_repo_unload(slim_server_repo *repo, const char *name, int *http_status,
+                                    slim_err *err)
+{
+    pthread_mutex_lock(&repo->load_mu);
+    pthread_mutex_lock(&repo->mu);
+    slim_server_entry *e = find_entry(repo, name);
+    slim_server_model *dropped[256];
+    int n_dropped = 0;
+    for (int i = 0; e && i < e->n_slots; i++) {
+        if (e->slots[i].live && n_dropped < 256) {
+            dropped[n_dropped++] = e->slots[i].live;
+            e->slots[i].live = NULL;
+        }
+        snprintf(e->slots[i].reason, sizeof(e->slots[i].reason), "unloaded");
+    }
+    pthread_mutex_unlock(&repo->mu);
+    for (int i = 0; i < n_dropped; i++)
+        slim_server_model_release(dropped[i]);
+    pthread_mutex_unlock(&repo->load_mu);
+    if (!e) {
+        *http_status = 404;
+        return slim_errf(err, SLIM_ENOTFOUND, "failed to unload \"%s\": no such model", name);
+    }
+    return SLIM_OK;
+}
+
+slim_server_model *slim_server_repo_acquire(slim_server_repo *repo, const char *name,
+                                            int64_t version, int *http_status, char *msg,
+                                            size_t cap)
+{
+    slim_server_model *m = NULL;
+    pthread_mutex_lock(&repo->mu);
+    slim_server_entry *e = find_entry(repo, name);
+    if (!e) {
+        *http_status = 404;
+        snprintf(msg, cap, "Request for unknown model: '%s' is not found", name);
+        goto out;
+    }
+    if (version < 0) {
+        for (int i = e->n_slots - 1; i >= 0 && !m; i--)
+            m = e->slots[i].live;
+        if (!m) {
+            *http_status = 503;
+            snprintf(msg, cap, "model '%s' is not ready: %s", name,
+                     e->failed ? e->reason : e->n_slots ? e->slots[e->n_slots - 1].reason : "no versions");
+        }
+        goto out;
+    }
+    for (int i = 0; i < e->n_slots; i++) {
+        if (e->slots[i].version != version)
+            continue;
+        if (!(m = e->slots[i].live)) {
+            *http_status = 503;
+            snprintf(msg, cap, "model '%s' version %lld is not ready: %s", name,
+                     (long long)version, e->slots[i].reason);
+        }
+        goto out;
+    }
+    *http_status = 404;
+    snprintf(msg, cap, "Request for unknown model: '%s' version %lld is not found", name,
+             (long long)version);
+out:
+    if (m)
+        slim_server_model_ref(m);
+    pthread_mutex_unlock(&repo->mu);
+    return m;
+}
+
+int slim_server_repo_ready_versions(slim_server_repo *repo, const char *name, int64_t *out,
+                                    int cap)
+{
+    int n = 0;
+    pthread_mutex_lock(&repo->mu);
+    slim_server_entry *e = find_entry(repo, name);
+    for (int i = 0; e && i < e->n_slots && n < cap; i++)
+        if (e->slots[i].live)
+            out[n++] = e->slots[i].version;
+    pthread_mutex_unlock(&repo->mu);
+    return n;
+}
+
+static void index_add(cJSON *arr, const char *name, int64_t version, bool ready,
+                      const char *reason)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return;
+    cJSON_AddStringToObject(o, "name", name);
+    if (version >= 0) {
+        char v[32];
+        snprintf(v, sizeof(v), "%lld", (long long)version);
+        cJSON_AddStringToObject(o, "version", v);
+    }
+    cJSON_AddStringToObject(o, "state", ready ? "READY" : "UNAVAILABLE");
+    cJSON_AddStringToObject(o, "reason", ready ? "" : reason);
+    cJSON_AddItemToArray(arr, o);
+}
+
+cJSON *slim_server_repo_index(slim_server_repo *repo, bool ready_only)
+{
+    cJSON *arr = cJSON_CreateArray();
+    if (!arr)
+        return NULL;
+    pthread_mutex_lock(&repo->mu);
+    for (int i = 0; i < repo->n_entries; i++) {
+        const slim_server_entry *e = &repo->entries[i];
+        if (e->failed && !ready_only)
+            index_add(arr, e->name, -1, false, e->reason);
+        for (int j = 0; j < e->n_slots; j++)
+            if (e->slots[j].live || !ready_only)
+                index_add(arr, e->name, e->slots[j].version, e->slots[j].live != NULL,
+                          e->slots[j].reason);
+    }
+    pthread_mutex_unlock(&repo->mu);
+    return arr;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+slim_status slim_server_repo_open(slim_server_repo *repo, const char *root,
+                                  slim_server_metrics *metrics, slim_err *err)
+{
+    memset(repo, 0, sizeof(*repo));
+    pthread_mutex_init(&repo->mu, NULL);
+    pthread_mutex_init(&repo->load_mu, NULL);
+    repo->metrics = metrics;
+    if (!(repo->root = strdup(root)))
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    DIR *d = opendir(root);
+    if (!d)
+        return slim_errf(err, SLIM_EIO, "model repository %s: %s", root, strerror(errno));
+    char *names[1024];
+    int n = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) && n < 1024) {
+        char path[4096];
+        struct stat st;
+        snprintf(path, sizeof(path), "%s/%s", root, de->d_name);
+        if (valid_name(de->d_name) && stat(path, &st) == 0 && S_ISDIR(st.st_mode) &&
+            (names[n] = strdup(de->d_name)))
+            n++;
+    }
+    closedir(d);
+    qsort(names, (size_t)n, sizeof(names[0]), cmp_str);
+    for (int i = 0; i < n; i++) {
+        int status;
+        slim_err lerr = {0};
+        if (slim_server_repo_load(repo, names[i], &status, &lerr) != SLIM_OK)
+            fprintf(stderr, "slimserve: %s\n", lerr.msg);
+        else
+            fprintf(stderr, "slimserve: loaded model \"%s\"\n", names[i]);
+        free(names[i]);
+    }
+    return SLIM_OK;
+}
+
+void slim_server_repo_close(slim_server_repo *repo)
+{
+    for (int i = 0; i < repo->n_entries; i++) {
+        entry_clear(&repo->entries[i]);
+        free(repo->entries[i].name);
+    }
+    free(repo->entries);
+    free(repo->root);
+    pthread_mutex_destroy(&repo->mu);
+    pthread_mutex_destroy(&repo->load_mu);
+    memset(repo, 0, sizeof(*repo));
+}

@@ -1,0 +1,381 @@
+/*
+ * routes.c - the endpoints: KServe v2 as Triton serves it over HTTP.
+ *
+ *   GET  /v2                                   server metadata
+ *   GET  /v2/health/live | /v2/health/ready
+ *   GET  /v2/models/M[/versions/V]             model metadata
+ *   GET  /v2/models/M[/versions/V]/ready
+ *   GET  /v2/models/M[/versions/V]/config
+ *   POST /v2/models/M[/versions/V]/infer
+ *   POST /v2/repository/index
+ *   POST /v2/repository/models/M/load | /unload
+ *   GET  /metrics
+ *
+ * Every failure is {"error": "..."} with Triton's status code, except that
+ * an unknown model is 404 and a known one that is not ready is 503.
+ */
+#include "server.h"
+
+#include <microhttpd.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_SEGMENTS 8
+
+typedef struct path {
+    char *seg[MAX_SEGMENTS];
+    int n;
+} path;
+
+/* Splits "/v2/models/m/infer" in place; false for too many segments. */
+static bool split_path(char *url, path *p)
+{
+    char *save = NULL;
+    p->n = 0;
+    for (char *tok = strtok_r(url, "/", &save); tok; tok = strtok_r(NULL, "/", &save)) {
+        if (p->n == MAX_SEGMENTS)
+            return false;
+        p->seg[p->n++] = tok;
+    }
+    return true;
+}
+
+static bool is_get(const slim_server_request *req)
+{
+    return strcmp(req->method, "GET") == 0 || strcmp(req->method, "HEAD") == 0;
+}
+
+static bool is_post(const slim_server_request *req)
+{
+    return strcmp(req->method, "POST") == 0;
+}
+
+static bool method_ok(slim_server_request *req, bool post)
+{
+    if (post ? is_post(req) : is_get(req))
+        return true;
+    slim_server_reply_error(&req->reply, 405, "method %s is not allowed on %s; use %s",
+                            req->method, req->url, post ? "POST" : "GET");
+    req->reply.allow = post ? "POST" : "GET, HEAD";
+    return false;
+}
+
+static void reply_empty(slim_server_reply *r, int status)
+{
+    slim_server_reply_free(r);
+    r->status = status;
+    r->content_type = "application/json";
+}
+
+/* Parses an optional JSON body (index, load, unload); NULL body is fine. */
+static bool optional_body(slim_server_request *req, cJSON **out)
+{
+    *out = NULL;
+    if (!req->body_len)
+        return true;
+    const char *end = NULL;
+    *out = cJSON_ParseWithLengthOpts(req->body, req->body_len, &end, false);
+    if (!*out || !cJSON_IsObject(*out)) {
+        cJSON_Delete(*out);
+        *out = NULL;
+        slim_server_reply_error(&req->reply, 400, "malformed JSON in the request body near byte %ld",
+                                end && end >= req->body ? (long)(end - req->body) : 0L);
+        return false;
+    }
+    return true;
+}
+
+/* ---- server-wide -------------------------------------------------------- */
+
+static void route_server_metadata(slim_server_request *req)
+{
+    static const char *extensions[] = {"binary_tensor_data", "model_repository",
+                                       "model_configuration", "parameters"};
+    cJSON *o = cJSON_CreateObject();
+    if (o) {
+        cJSON_AddStringToObject(o, "name", SLIM_SERVER_NAME);
+        cJSON_AddStringToObject(o, "version", SLIM_SERVER_VERSION);
+        cJSON_AddItemToObject(o, "extensions", cJSON_CreateStringArray(extensions, 4));
+    }
+    slim_server_reply_json(&req->reply, 200, o);
+}
+
+static void route_metrics(slim_server_request *req)
+{
+    slim_server_buf b = {0};
+    slim_server_metrics_render(&req->srv->metrics, &b);
+    if (b.oom) {
+        slim_server_buf_free(&b);
+        slim_server_reply_error(&req->reply, 500, "out of memory while writing metrics");
+        return;
+    }
+    slim_server_reply_free(&req->reply);
+    req->reply.status = 200;
+    req->reply.body = b.data;
+    req->reply.len = b.len;
+    req->reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
+}
+
+/* ---- repository --------------------------------------------------------- */
+
+static void route_index(slim_server_request *req)
+{
+    cJSON *body;
+    if (!optional_body(req, &body))
+        return;
+    const cJSON *ready = cJSON_GetObjectItemCaseSensitive(body, "ready");
+    slim_server_reply_json(&req->reply, 200,
+                           slim_server_repo_index(&req->srv->repo, cJSON_IsTrue(ready)));
+    cJSON_Delete(body);
+}
+
+static void route_load_unload(slim_server_request *req, const char *name, bool load)
+{
+    cJSON *body;
+    if (!optional_body(req, &body))
+        return;
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(body, "parameters");
+    bool overrides = params && params->child;
+    cJSON_Delete(body);
+    if (overrides) {
+        slim_server_reply_error(&req->reply, 400,
+                                "%s \"%s\": load/unload \"parameters\" (config or file overrides) are "
+                                "unsupported", load ? "load" : "unload", name);
+        return;
+    }
+    slim_err err = {0};
+    int status = 400;
+    slim_status s = load ? slim_server_repo_load(&req->srv->repo, name, &status, &err)
+                         : slim_server_repo_unload(&req->srv->repo, name, &status, &err);
+    if (s != SLIM_OK)
+        slim_server_reply_error(&req->reply, status, "%s", err.msg);
+    else
+        reply_empty(&req->reply, 200);
+}
+
+/* ---- one model ---------------------------------------------------------- */
+
+static void add_io(cJSON *arr, const slim_server_io *io, bool batch)
+{
+    cJSON *o = cJSON_CreateObject(), *shape = cJSON_CreateArray();
+    if (!o || !shape) {
+        cJSON_Delete(o);
+        cJSON_Delete(shape);
+        return;
+    }
+    const char *type = slim_server_dtype_kserve(io->dtype);
+    cJSON_AddStringToObject(o, "name", io->name);
+    cJSON_AddStringToObject(o, "datatype", type ? type : "INVALID");
+    if (batch || io->ndim < 0)
+        cJSON_AddItemToArray(shape, cJSON_CreateNumber(-1));
+    for (int d = 0; d < io->ndim; d++)
+        cJSON_AddItemToArray(shape, cJSON_CreateNumber((double)io->dims[d]));
+    cJSON_AddItemToObject(o, "shape", shape);
+    cJSON_AddItemToArray(arr, o);
+}
+
+static void route_model_metadata(slim_server_request *req, const slim_server_model *m)
+{
+    int64_t versions[256];
+    int n = slim_server_repo_ready_versions(&req->srv->repo, m->name, versions, 256);
+    cJSON *o = cJSON_CreateObject(), *vs = cJSON_CreateArray(), *ins = cJSON_CreateArray(),
+          *outs = cJSON_CreateArray();
+    if (!o || !vs || !ins || !outs) {
+        cJSON_Delete(vs);
+        cJSON_Delete(ins);
+        cJSON_Delete(outs);
+        cJSON_Delete(o);
+        slim_server_reply_error(&req->reply, 500, "out of memory");
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        char v[32];
+        snprintf(v, sizeof(v), "%lld", (long long)versions[i]);
+        cJSON_AddItemToArray(vs, cJSON_CreateString(v));
+    }
+    bool batch = m->cfg.max_batch_size > 0;
+    for (int i = 0; i < m->cfg.n_inputs; i++)
+        add_io(ins, &m->cfg.inputs[i], batch);
+    for (int i = 0; i < m->cfg.n_outputs; i++)
+        add_io(outs, &m->cfg.outputs[i], batch);
+    cJSON_AddStringToObject(o, "name", m->name);
+    cJSON_AddItemToObject(o, "versions", vs);
+    cJSON_AddStringToObject(o, "platform", m->cfg.platform);
+    cJSON_AddItemToObject(o, "inputs", ins);
+    cJSON_AddItemToObject(o, "outputs", outs);
+    slim_server_reply_json(&req->reply, 200, o);
+}
+
+static void on_task_done(slim_server_task *t)
+{
+    slim_server_request *req = t->user;
+    MHD_resume_connection(req->conn); /* req may be gone after this */
+}
+
+static void count_failure(const slim_server_model *m, slim_server_failure why, int64_t t_begin)
+{
+    atomic_fetch_add(&m->stats->failure[why], 1);
+    atomic_fetch_add(&m->stats->request_us, (uint64_t)(slim_server_now_us() - t_begin));
+}
+
+/* Decodes, queues and suspends; takes over the caller's model reference. */
+static void route_infer(slim_server_request *req, slim_server_model *m)
+{
+    slim_err err = {0};
+    req->task.model = m; /* released with the request */
+    if (slim_server_infer_decode(req->body ? req->body : "", req->body_len, req->infer_header_len,
+                                 m, &req->infer, &err) != SLIM_OK) {
+        count_failure(m, SLIM_SERVER_FAIL_BAD_REQUEST, req->t_begin);
+        slim_server_reply_error(&req->reply, err.status == SLIM_ENOMEM ? 500 : 400, "%s", err.msg);
+        return;
+    }
+    req->task.rq = &req->infer;
+    req->task.done = on_task_done;
+    req->task.user = req;
+    /* Suspend before queueing: the worker may finish and resume at once. */
+    MHD_suspend_connection(req->conn);
+    req->suspended = true;
+    if (!slim_server_workers_submit(req->srv->workers, &req->task)) {
+        /* Still suspended: resume, and answer when MHD calls back. */
+        count_failure(m, SLIM_SERVER_FAIL_REJECTED, req->t_begin);
+        slim_server_reply_error(&req->reply, 503,
+                                "inference queue is full (%d requests waiting); try again later",
+                                req->srv->opts.queue_capacity);
+        req->task.t_done = -1; /* tells infer_finish the reply is already set */
+        MHD_resume_connection(req->conn);
+    }
+}
+
+static int runtime_error_status(slim_status s)
+{
+    switch (s) {
+    case SLIM_EINVAL: case SLIM_ESHAPE: case SLIM_ETYPE: case SLIM_ENEEDVALUE:
+    case SLIM_EUNSUPPORTED:
+        return 400;
+    case SLIM_EOOM:
+        return 503;
+    default:
+        return 500;
+    }
+}
+
+void slim_server_infer_finish(slim_server_request *req)
+{
+    slim_server_task *t = &req->task;
+    slim_server_model *m = t->model;
+    if (t->t_done < 0) /* rejected: the 503 is already in req->reply */
+        return;
+    if (t->status != SLIM_OK) {
+        count_failure(m, SLIM_SERVER_FAIL_BACKEND, req->t_begin);
+        slim_server_reply_error(&req->reply, runtime_error_status(t->status), "%s", t->err.msg);
+        return;
+    }
+    slim_err err = {0};
+    if (slim_server_infer_encode(&req->infer, m, t->outputs, t->n_outputs, &req->reply, &err) != SLIM_OK) {
+        count_failure(m, SLIM_SERVER_FAIL_OTHER, req->t_begin);
+        slim_server_reply_error(&req->reply, 500, "%s", err.msg);
+        return;
+    }
+    slim_server_stats *st = m->stats;
+    atomic_fetch_add(&st->success, 1);
+    atomic_fetch_add(&st->inference_count, (uint64_t)req->infer.batch);
+    atomic_fetch_add(&st->execution_count, 1);
+    atomic_fetch_add(&st->queue_us, (uint64_t)(t->t_started - t->t_queued));
+    atomic_fetch_add(&st->compute_us, (uint64_t)(t->t_done - t->t_started));
+    atomic_fetch_add(&st->request_us, (uint64_t)(slim_server_now_us() - req->t_begin));
+}
+
+/* /v2/models/M[/versions/V][/ready|/config|/infer] */
+static void route_model(slim_server_request *req, path *p)
+{
+    const char *name = p->seg[2];
+    int rest = 3;
+    int64_t version = -1;
+    if (p->n >= 5 && strcmp(p->seg[3], "versions") == 0) {
+        char *end;
+        version = strtoll(p->seg[4], &end, 10);
+        if (!p->seg[4][0] || *end || version < 0) {
+            slim_server_reply_error(&req->reply, 400, "model version \"%s\" is not a number",
+                                    p->seg[4]);
+            return;
+        }
+        rest = 5;
+    }
+    const char *action = rest < p->n ? p->seg[rest] : "";
+    if (p->n > rest + 1 || (action[0] && strcmp(action, "ready") != 0 &&
+                            strcmp(action, "config") != 0 && strcmp(action, "infer") != 0)) {
+        slim_server_reply_error(&req->reply, 404, "unknown endpoint %s", req->url);
+        return;
+    }
+    if (!method_ok(req, strcmp(action, "infer") == 0))
+        return;
+    int status = 404;
+    char msg[1200];
+    slim_server_model *m =
+        slim_server_repo_acquire(&req->srv->repo, name, version, &status, msg, sizeof(msg));
+    if (!m) {
+        slim_server_reply_error(&req->reply, status, "%s", msg);
+        return;
+    }
+    if (strcmp(action, "infer") == 0) {
+        route_infer(req, m);
+        return;
+    }
+    if (strcmp(action, "ready") == 0)
+        reply_empty(&req->reply, 200);
+    else if (strcmp(action, "config") == 0)
+        slim_server_reply_json(&req->reply, 200, slim_server_config_to_json(&m->cfg));
+    else
+        route_model_metadata(req, m);
+    slim_server_model_release(m);
+}
+
+void slim_server_route(slim_server_request *req)
+{
+    char url[2048];
+    snprintf(url, sizeof(url), "%s", req->url);
+    path p;
+    if (!split_path(url, &p))
+        goto unknown;
+    if (atomic_load(&req->srv->stopping)) {
+        slim_server_reply_error(&req->reply, 503, "the server is shutting down");
+        return;
+    }
+    if (p.n == 1 && strcmp(p.seg[0], "metrics") == 0) {
+        if (method_ok(req, false))
+            route_metrics(req);
+        return;
+    }
+    if (p.n == 0 || strcmp(p.seg[0], "v2") != 0)
+        goto unknown;
+    if (p.n == 1) {
+        if (method_ok(req, false))
+            route_server_metadata(req);
+        return;
+    }
+    if (p.n == 3 && strcmp(p.seg[1], "health") == 0 &&
+        (strcmp(p.seg[2], "live") == 0 || strcmp(p.seg[2], "ready") == 0)) {
+        if (method_ok(req, false))
+            reply_empty(&req->reply, 200);
+        return;
+    }
+    if (p.n >= 3 && strcmp(p.seg[1], "models") == 0) {
+        route_model(req, &p);
+        return;
+    }
+    if (p.n == 3 && strcmp(p.seg[1], "repository") == 0 && strcmp(p.seg[2], "index") == 0) {
+        if (method_ok(req, true))
+            route_index(req);
+        return;
+    }
+    if (p.n == 5 && strcmp(p.seg[1], "repository") == 0 && strcmp(p.seg[2], "models") == 0 &&
+        (strcmp(p.seg[4], "load") == 0 || strcmp(p.seg[4], "unload") == 0)) {
+        if (method_ok(req, true))
+            route_load_unload(req, p.seg[3], strcmp(p.seg[4], "load") == 0);
+        return;
+    }
+unknown:
+    slim_server_reply_error(&req->reply, 404, "unknown endpoint %s", req->url);
+}

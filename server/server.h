@@ -1,0 +1,317 @@
+/*
+ * server.h - slimserve's HTTP server (internal): the KServe v2 / Open
+ * Inference Protocol as Triton speaks it over HTTP.
+ *
+ * How a request travels:
+ *
+ *     MHD thread (http.c)            gathers the body, calls the router
+ *       -> routes.c                  health, metadata, repository, metrics
+ *       -> infer_codec.c             JSON (+ binary) -> typed tensors
+ *       -> workers.c queue           typed task; the connection is suspended
+ *     worker thread                  slim_model_run, then resumes the connection
+ *     MHD thread                     infer_codec.c encodes the outputs, answers
+ *
+ * JSON never reaches the runtime, and no HTTP thread ever waits for a model,
+ * so health checks and /metrics answer while every worker is busy.
+ *
+ * Loaded models are refcounted (slim_server_model): a request holds a
+ * reference from routing to its answer, so an unload while it runs only
+ * takes the model out of the table; the last holder frees it.
+ */
+#ifndef SLIM_SERVER_H
+#define SLIM_SERVER_H
+
+#include "slim.h"
+
+#include <cjson/cJSON.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SLIM_SERVER_NAME "slimserve"
+#define SLIM_SERVER_VERSION "0.1.0"
+
+struct MHD_Connection;
+
+/* ---- a growable byte buffer (http.c) ------------------------------------ */
+
+/* Appends never fail loudly: an allocation failure sets oom and later
+ * appends do nothing, so a builder is checked once, at the end. */
+typedef struct slim_server_buf {
+    char *data;
+    size_t len, cap;
+    bool oom;
+} slim_server_buf;
+
+void slim_server_buf_append(slim_server_buf *b, const void *p, size_t n);
+void slim_server_buf_puts(slim_server_buf *b, const char *s);
+void slim_server_buf_printf(slim_server_buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+void slim_server_buf_json_string(slim_server_buf *b, const char *s); /* "quoted" */
+void slim_server_buf_free(slim_server_buf *b);
+
+int64_t slim_server_now_us(void); /* monotonic clock */
+
+/* ---- what an HTTP answer is made of ------------------------------------- */
+
+typedef struct slim_server_reply {
+    int status;                 /* HTTP status */
+    char *body;                 /* malloc'd, owned by the reply */
+    size_t len;
+    const char *content_type;   /* static string */
+    long long infer_header_len; /* >= 0: Inference-Header-Content-Length */
+    const char *allow;          /* for 405: the methods that are allowed */
+} slim_server_reply;
+
+/* Fills reply with {"error": "..."} and the given status. */
+void slim_server_reply_error(slim_server_reply *r, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* Takes ownership of json (cJSON_Delete'd here). */
+void slim_server_reply_json(slim_server_reply *r, int status, cJSON *json);
+void slim_server_reply_free(slim_server_reply *r);
+
+/* ---- model configuration (config.c) ------------------------------------- */
+
+typedef struct slim_server_io {
+    char *name;
+    slim_dtype dtype;
+    int ndim;                   /* -1: any rank; excludes the batch dim */
+    int64_t dims[SLIM_MAX_DIMS];/* -1: dynamic */
+} slim_server_io;
+
+typedef struct slim_server_config {
+    char *name;
+    char *platform;
+    int max_batch_size;         /* 0: the model does not batch */
+    int instance_count;
+    slim_server_io *inputs, *outputs;
+    int n_inputs, n_outputs;
+    /* Keys later issues act on (dynamic_batching, precision, pruning,
+     * memory_limit), kept as given so /config shows them. */
+    cJSON *reserved;
+} slim_server_config;
+
+/* dir_name is the model's folder name: config "name" must equal it. text
+ * NULL gives the defaults. Errors name the offending key. */
+slim_status slim_server_config_parse(const char *text, const char *dir_name,
+                                     slim_server_config *cfg, slim_err *err);
+/* Checks declared inputs/outputs against the model and fills in the ones
+ * left out, so afterwards cfg describes every model input and output. */
+slim_status slim_server_config_resolve(slim_server_config *cfg, const slim_model *m,
+                                       slim_err *err);
+cJSON *slim_server_config_to_json(const slim_server_config *cfg);
+void slim_server_config_free(slim_server_config *cfg);
+
+const char *slim_server_dtype_kserve(slim_dtype t);  /* "FP32", NULL if none */
+slim_dtype slim_server_dtype_from_kserve(const char *s);
+const char *slim_server_dtype_triton(slim_dtype t);  /* "TYPE_FP32" */
+slim_dtype slim_server_dtype_from_triton(const char *s);
+
+/* ---- metrics (metrics.c) ------------------------------------------------- */
+
+#define SLIM_SERVER_FAILURE_MAP(X) \
+    X(BAD_REQUEST)                 \
+    X(REJECTED)                    \
+    X(BACKEND)                     \
+    X(OTHER)
+
+typedef enum {
+#define SLIM__FAIL_ENUM(name) SLIM_SERVER_FAIL_##name,
+    SLIM_SERVER_FAILURE_MAP(SLIM__FAIL_ENUM)
+#undef SLIM__FAIL_ENUM
+    SLIM_SERVER_FAIL_COUNT
+} slim_server_failure;
+
+/* Counters of one model version; they outlive unload/load cycles. */
+typedef struct slim_server_stats {
+    char *model;
+    int64_t version;
+    atomic_uint_least64_t success, failure[SLIM_SERVER_FAIL_COUNT];
+    atomic_uint_least64_t inference_count, execution_count;
+    atomic_uint_least64_t request_us, queue_us, compute_us;
+    struct slim_server_stats *next;
+} slim_server_stats;
+
+typedef struct slim_server_metrics {
+    pthread_mutex_t mu;
+    slim_server_stats *head;
+} slim_server_metrics;
+
+void slim_server_metrics_init(slim_server_metrics *mx);
+void slim_server_metrics_free(slim_server_metrics *mx);
+/* Finds or creates; NULL only when out of memory. */
+slim_server_stats *slim_server_metrics_get(slim_server_metrics *mx, const char *model,
+                                           int64_t version);
+/* Prometheus text exposition format, all sections. */
+void slim_server_metrics_render(slim_server_metrics *mx, slim_server_buf *out);
+
+/* ---- repository (repository.c) ------------------------------------------ */
+
+typedef struct slim_server_model {
+    char *name;
+    int64_t version;
+    slim_server_config cfg;     /* resolved against this version's model */
+    slim_model *model;
+    slim_server_stats *stats;
+    atomic_int refs;
+} slim_server_model;
+
+void slim_server_model_ref(slim_server_model *m);
+void slim_server_model_release(slim_server_model *m); /* frees at zero */
+
+typedef struct slim_server_slot {   /* one version folder */
+    int64_t version;
+    slim_server_model *live;        /* the table's reference; NULL if not ready */
+    char reason[1024];              /* why not ready */
+} slim_server_slot;
+
+typedef struct slim_server_entry {  /* one model folder */
+    char *name;
+    slim_server_slot *slots;        /* ascending versions */
+    int n_slots;
+    char reason[1024];              /* model-level failure (config.json, no versions) */
+    bool failed;
+} slim_server_entry;
+
+typedef struct slim_server_repo {
+    char *root;
+    slim_server_metrics *metrics;
+    pthread_mutex_t mu;             /* guards entries and slots */
+    pthread_mutex_t load_mu;        /* one load/unload at a time */
+    slim_server_entry *entries;
+    int n_entries, cap_entries;
+} slim_server_repo;
+
+/* Scans root and loads every model found; a model that fails is recorded,
+ * not fatal. Fails only when root can't be read. */
+slim_status slim_server_repo_open(slim_server_repo *repo, const char *root,
+                                  slim_server_metrics *metrics, slim_err *err);
+void slim_server_repo_close(slim_server_repo *repo);
+
+/* version < 0: the highest ready one. On success returns a new reference;
+ * otherwise NULL with *http_status (404 unknown, 503 not ready) and msg. */
+slim_server_model *slim_server_repo_acquire(slim_server_repo *repo, const char *name,
+                                            int64_t version, int *http_status,
+                                            char *msg, size_t cap);
+/* The ready versions of name, ascending; returns how many (<= cap). */
+int slim_server_repo_ready_versions(slim_server_repo *repo, const char *name,
+                                    int64_t *out, int cap);
+/* (Re)loads name from disk; *http_status says how a failure should read. */
+slim_status slim_server_repo_load(slim_server_repo *repo, const char *name,
+                                  int *http_status, slim_err *err);
+slim_status slim_server_repo_unload(slim_server_repo *repo, const char *name,
+                                    int *http_status, slim_err *err);
+/* [{"name","version","state","reason"}...] */
+cJSON *slim_server_repo_index(slim_server_repo *repo, bool ready_only);
+
+/* ---- inference requests (infer_codec.c) --------------------------------- */
+
+typedef struct slim_server_out_req {
+    int index;                  /* the model output's index */
+    bool binary;
+} slim_server_out_req;
+
+typedef struct slim_server_infer {
+    char *id;                   /* echoed; NULL when the request had none */
+    int n_inputs;
+    const char **names;         /* point into the model's io names */
+    slim_tensor *inputs;        /* own their data */
+    int n_outputs;
+    slim_server_out_req *outputs; /* in the order they will be answered */
+    int64_t batch;              /* for inference_count: 1 when not batching */
+} slim_server_infer;
+
+/* Decodes an infer request body. header_len < 0: the whole body is JSON;
+ * otherwise the first header_len bytes are, and binary tensors follow.
+ * Failures are the caller's fault (HTTP 400) and name the problem. */
+slim_status slim_server_infer_decode(const char *body, size_t len, long long header_len,
+                                     const slim_server_model *m, slim_server_infer *out,
+                                     slim_err *err);
+/* Answers with the requested outputs; JSON, or JSON header + binary. */
+slim_status slim_server_infer_encode(const slim_server_infer *rq, const slim_server_model *m,
+                                     const slim_tensor *outs, int n_outs,
+                                     slim_server_reply *reply, slim_err *err);
+void slim_server_infer_free(slim_server_infer *rq);
+
+/* ---- worker pool (workers.c) -------------------------------------------- */
+
+typedef struct slim_server_task {
+    slim_server_model *model;       /* a reference held by the request */
+    const slim_server_infer *rq;
+    /* filled by the worker */
+    slim_status status;
+    slim_err err;
+    slim_tensor *outputs;
+    int n_outputs;
+    int64_t t_queued, t_started, t_done;
+    /* called by the worker once the task is done; must not block */
+    void (*done)(struct slim_server_task *t);
+    void *user;
+    struct slim_server_task *next;
+} slim_server_task;
+
+typedef struct slim_server_workers slim_server_workers;
+
+slim_status slim_server_workers_start(int n_threads, int capacity,
+                                      slim_server_workers **out, slim_err *err);
+/* false when the queue is full or the pool is stopping (HTTP 503). */
+bool slim_server_workers_submit(slim_server_workers *w, slim_server_task *t);
+/* Runs what is queued, then joins the threads and frees the pool. */
+void slim_server_workers_stop(slim_server_workers *w);
+
+/* ---- the server (http.c, routes.c) -------------------------------------- */
+
+typedef struct slim_server_opts {
+    const char *repository;
+    const char *host;
+    int port;
+    size_t max_request_bytes;
+    int workers;
+    int queue_capacity;
+    int http_threads;
+} slim_server_opts;
+
+typedef struct slim_server {
+    slim_server_opts opts;
+    slim_server_metrics metrics;
+    slim_server_repo repo;
+    slim_server_workers *workers;
+    struct MHD_Daemon *daemon;
+    atomic_int in_flight;           /* requests begun and not yet completed */
+    atomic_bool stopping;           /* shutdown has begun: new requests get 503 */
+    int port;                       /* the port actually bound */
+} slim_server;
+
+/* One HTTP request while it is being served. */
+typedef struct slim_server_request {
+    slim_server *srv;
+    struct MHD_Connection *conn;
+    char method[16];
+    char *url;
+    char *body;
+    size_t body_len, body_cap;
+    bool too_large;
+    long long infer_header_len;     /* from the request header; -1 if absent */
+    int64_t t_begin;                /* when the body was complete */
+    /* an answer waiting to be sent (set by a route or after a task) */
+    bool reply_ready;
+    slim_server_reply reply;
+    /* inference in progress */
+    bool suspended;
+    slim_server_infer infer;
+    slim_server_task task;
+} slim_server_request;
+
+slim_status slim_server_start(slim_server *srv, const slim_server_opts *opts, slim_err *err);
+/* Stops accepting, lets in-flight requests finish, frees everything. */
+void slim_server_stop(slim_server *srv);
+
+/* Serves one request whose body is complete. Either fills req->reply (and
+ * sets reply_ready) or suspends the connection for an inference. */
+void slim_server_route(slim_server_request *req);
+/* Called on the HTTP thread when a suspended inference has been resumed. */
+void slim_server_infer_finish(slim_server_request *req);
+
+#endif
