@@ -7,4 +7,9 @@ int slim_cmd_inspect(int argc, char **argv);
 int slim_cmd_run(int argc, char **argv);
 int slim_cmd_conformance(int argc, char **argv);
 
+#include "slim.h"
+
+/* "[batch,3,32,32]": declared dims, symbolic ones by name ("?" unnamed). */
+char *slim_cli_declared_shape(const slim_io_info *info, char *buf, size_t cap);
+
 #endif

@@ -23,27 +23,6 @@ typedef struct op_count {
     int count;
 } op_count;
 
-static char *declared_shape_str(const slim_io_info *info, char *buf, size_t cap)
-{
-    if (info->ndim < 0) {
-        snprintf(buf, cap, "[any rank]");
-        return buf;
-    }
-    size_t used = (size_t)snprintf(buf, cap, "[");
-    for (int i = 0; i < info->ndim && used < cap; i++) {
-        const char *sep = i ? "," : "";
-        if (info->dims[i] >= 0)
-            used += (size_t)snprintf(buf + used, cap - used, "%s%lld", sep,
-                                     (long long)info->dims[i]);
-        else
-            used += (size_t)snprintf(buf + used, cap - used, "%s%s", sep,
-                                     info->dim_names[i] ? info->dim_names[i] : "?");
-    }
-    if (used < cap)
-        snprintf(buf + used, cap - used, "]");
-    return buf;
-}
-
 static void print_io(const char *title, int n, const slim_io_info *const *infos)
 {
     printf("%s (%d):\n", title, n);
@@ -56,7 +35,7 @@ static void print_io(const char *title, int n, const slim_io_info *const *infos)
         char shape[512];
         printf("  %-*s  %s %s\n", width, infos[i]->name,
                infos[i]->dtype ? slim_dtype_name(infos[i]->dtype) : "(type unknown)",
-               declared_shape_str(infos[i], shape, sizeof(shape)));
+               slim_cli_declared_shape(infos[i], shape, sizeof(shape)));
     }
 }
 

@@ -43,28 +43,6 @@ static void usage(void)
             "  --repeat N             run N times and print the median run time\n");
 }
 
-/* "[batch,3,32,32]": declared dims by symbolic name, "?" when unnamed. */
-static char *declared_shape_str(const slim_io_info *info, char *buf, size_t cap)
-{
-    if (info->ndim < 0) {
-        snprintf(buf, cap, "[any rank]");
-        return buf;
-    }
-    size_t used = (size_t)snprintf(buf, cap, "[");
-    for (int i = 0; i < info->ndim && used < cap; i++) {
-        const char *sep = i ? "," : "";
-        if (info->dims[i] >= 0)
-            used += (size_t)snprintf(buf + used, cap - used, "%s%lld", sep,
-                                     (long long)info->dims[i]);
-        else
-            used += (size_t)snprintf(buf + used, cap - used, "%s%s", sep,
-                                     info->dim_names[i] ? info->dim_names[i] : "?");
-    }
-    if (used < cap)
-        snprintf(buf + used, cap - used, "]");
-    return buf;
-}
-
 static const slim_io_info *find_input(const slim_model *m, const char *name)
 {
     for (int i = 0; i < slim_model_num_inputs(m); i++)
@@ -86,7 +64,7 @@ static void list_input_names(const slim_model *m, char *buf, size_t cap)
 static int check_input(const slim_io_info *info, const run_input *in)
 {
     char want[256], got[256];
-    declared_shape_str(info, want, sizeof(want));
+    slim_cli_declared_shape(info, want, sizeof(want));
     slim_shape_str(in->t.ndim, in->t.dims, got, sizeof(got));
     const char *problem = NULL;
     char detail[128] = "";
@@ -230,7 +208,7 @@ static int check_missing(const slim_model *m, const run_input *ins, int n)
         if (given)
             continue;
         char shape[256];
-        declared_shape_str(info, shape, sizeof(shape));
+        slim_cli_declared_shape(info, shape, sizeof(shape));
         if (used < sizeof(missing))
             used += (size_t)snprintf(missing + used, sizeof(missing) - used, "%s\"%s\" (%s %s)",
                                      count ? ", " : "", info->name, slim_dtype_name(info->dtype),

@@ -4,13 +4,35 @@
 #include <stdio.h>
 #include <string.h>
 
+/* "[batch,3,32,32]": declared dims by symbolic name, "?" when unnamed. */
+char *slim_cli_declared_shape(const slim_io_info *info, char *buf, size_t cap)
+{
+    if (info->ndim < 0) {
+        snprintf(buf, cap, "[any rank]");
+        return buf;
+    }
+    size_t used = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < info->ndim && used < cap; i++) {
+        const char *sep = i ? "," : "";
+        if (info->dims[i] >= 0)
+            used += (size_t)snprintf(buf + used, cap - used, "%s%lld", sep,
+                                     (long long)info->dims[i]);
+        else
+            used += (size_t)snprintf(buf + used, cap - used, "%s%s", sep,
+                                     info->dim_names[i] ? info->dim_names[i] : "?");
+    }
+    if (used < cap)
+        snprintf(buf + used, cap - used, "]");
+    return buf;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
             "usage: slim COMMAND [ARGS]\n"
             "\n"
             "  inspect MODEL                   inputs, outputs, opset, ops, parameters\n"
-            "  run MODEL --input NAME=FILE.npy ... [--output-dir DIR]\n"
+            "  run MODEL --input NAME=FILE.npy ... [--output-dir DIR] [--repeat N]\n"
             "                                  run a model on NumPy inputs\n"
             "  conformance DIR [--filter REGEX] [--verbose]\n"
             "                                  run ONNX backend node tests under DIR\n");
