@@ -43,6 +43,12 @@ enum {
     /* output 0 is input 0's data with a new shape (Reshape, Squeeze, ...):
      * the executor shares the buffer and does not call exec. */
     SLIM_OP_ALIAS0 = 1u << 1,
+    /* exec stays correct when out[0]->data == in[0]->data with equal byte
+     * size, because each output element is computed only from input
+     * elements at the same index before anything else is written: the
+     * planner may then write output 0 over input 0 when that input is read
+     * for the last time (plan.h). */
+    SLIM_OP_INPLACE0 = 1u << 2,
 };
 
 typedef struct slim_op_def {

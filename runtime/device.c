@@ -1,61 +1,72 @@
-/* device.c - the CPU device and refcounted buffers. */
+/*
+ * device.c - the CPU device and refcounted buffers.
+ *
+ * The CPU device's allocator is made on first use (pthread_once, so two
+ * threads asking at once get the same one) and lives as long as the
+ * process: buffers may be dropped at any time, even during exit.
+ */
 #include "device.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 
 #define SLIM_CPU_ALIGN 64
 
-static void *cpu_alloc(slim_device *dev, size_t size, slim_status *status)
+/* Segment sizes are multiples of 512, as aligned_alloc wants. */
+static void *host_segment_alloc(void *ctx, size_t size)
 {
-    /* aligned_alloc wants a multiple of the alignment. */
-    size_t rounded = (size + SLIM_CPU_ALIGN - 1) & ~(size_t)(SLIM_CPU_ALIGN - 1);
-    void *p = aligned_alloc(SLIM_CPU_ALIGN, rounded ? rounded : SLIM_CPU_ALIGN);
-    if (!p) {
-        *status = SLIM_ENOMEM;
-        return NULL;
-    }
-    size_t now = atomic_fetch_add(&dev->bytes_in_use, size) + size;
-    size_t peak = atomic_load(&dev->peak_bytes);
-    while (now > peak && !atomic_compare_exchange_weak(&dev->peak_bytes, &peak, now))
-        ;
-    return p;
+    return aligned_alloc(SLIM_CPU_ALIGN, size);
 }
 
-static void cpu_free(slim_device *dev, void *ptr, size_t size)
+static void host_segment_free(void *ctx, void *ptr, size_t size)
 {
     free(ptr);
-    atomic_fetch_sub(&dev->bytes_in_use, size);
 }
 
-static const slim_device_iface cpu_iface = {
-    .name = "cpu",
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-};
+static slim_device cpu_device = {.name = "cpu"};
+static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
 
-static slim_device cpu_device = {.iface = &cpu_iface};
+static void cpu_device_init(void)
+{
+    const slim_alloc_backend host = {
+        .device = "cpu",
+        .segment_alloc = host_segment_alloc,
+        .segment_free = host_segment_free,
+    };
+    /* NULL when the host is out of memory at startup: slim_buffer_new
+     * reports it rather than crashing. */
+    cpu_device.alloc = slim_allocator_new(&host);
+}
 
 slim_device *slim_device_cpu(void)
 {
+    pthread_once(&cpu_once, cpu_device_init);
     return &cpu_device;
 }
 
 slim_status slim_buffer_new(slim_device *dev, size_t size, slim_buffer **out, slim_err *err)
 {
+    *out = NULL;
+    if (!dev)
+        return slim_errf(err, SLIM_EINVAL, "no device given for a buffer of %zu bytes", size);
+    if (size > 0 && !dev->alloc)
+        return slim_errf(err, SLIM_ENOMEM, "the %s device has no allocator (out of host memory "
+                         "when it was set up)", dev->name);
     slim_buffer *b = malloc(sizeof(*b));
     if (!b)
         return slim_errf(err, SLIM_ENOMEM, "cannot allocate a buffer header");
-    b->dev = dev;
-    b->size = size;
-    b->ptr = NULL;
+    *b = (slim_buffer){.dev = dev, .size = size};
     atomic_init(&b->refs, 1);
     if (size > 0) {
-        slim_status st = SLIM_OK;
-        b->ptr = dev->iface->alloc(dev, size, &st);
+        /* The allocator's message says what failed; without a caller's err
+         * the status still has to come from somewhere. */
+        slim_err local;
+        slim_err *e = err ? err : &local;
+        e->status = SLIM_ENOMEM;
+        b->ptr = slim_allocator_alloc(dev->alloc, size, &b->block, e);
         if (!b->ptr) {
             free(b);
-            return slim_errf(err, st ? st : SLIM_ENOMEM,
-                             "cannot allocate %zu bytes on %s", size, dev->iface->name);
+            return e->status;
         }
     }
     *out = b;
@@ -72,7 +83,7 @@ void slim_buffer_unref(slim_buffer *b)
 {
     if (!b || atomic_fetch_sub(&b->refs, 1) != 1)
         return;
-    if (b->ptr)
-        b->dev->iface->free(b->dev, b->ptr, b->size);
+    if (b->block)
+        slim_allocator_free(b->dev->alloc, b->block);
     free(b);
 }

@@ -3,15 +3,21 @@
  *
  * One run owns an array with a tensor per value. Nodes run in topological
  * order: infer the output shapes from the actual inputs, allocate, execute.
- * Each value carries the number of input slots still to read it; when that
- * reaches zero the value's buffer reference is dropped, so no activation
- * outlives its last consumer. Initializers and caller inputs are borrowed,
- * never copied. Nothing in the model is written during a run, so any
- * number of threads may run one model at once.
+ *
+ * Activations live in one arena per run, laid out by the model's plan for
+ * these input shapes (plan.h): a planned value's data is arena + offset and
+ * its buffer is the arena, so releasing it only drops a reference and the
+ * memory goes back in one piece when the run ends. Values the plan leaves
+ * out (graph outputs, data-dependent shapes) are allocated on their own and
+ * dropped after their last reader. Initializers and caller inputs are
+ * borrowed, never copied. Every byte is charged to the model's memory
+ * account. Nothing in the model is written during a run (plans are shared
+ * read-only), so any number of threads may run one model at once.
  */
 #include "device.h"
 #include "kernel.h"
 #include "model.h"
+#include "plan.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +28,9 @@ typedef struct run_state {
     const slim_graph *g;
     slim_tensor *vals;
     int *remaining;
+    const slim_plan *plan;  /* NULL: every value allocated on its own */
+    bool plan_owned;        /* past the cache's capacity: ours to free */
+    slim_buffer *arena;     /* plan->arena_bytes, one reference held by the run */
 } run_state;
 
 static void run_state_free(run_state *rs)
@@ -31,6 +40,23 @@ static void run_state_free(run_state *rs)
             slim_tensor_release(&rs->vals[v]);
     free(rs->vals);
     free(rs->remaining);
+    slim_buffer_unref(rs->arena);
+    if (rs->plan_owned)
+        slim_plan_free((slim_plan *)rs->plan);
+}
+
+/* Gives value v its storage: its planned place in the arena when the plan
+ * has one of this byte size, its own buffer otherwise. */
+static slim_status alloc_value(run_state *rs, int v, slim_tensor *t, slim_err *err)
+{
+    const slim_plan *p = rs->plan;
+    int b = p && rs->arena ? p->buffer_of_value[v] : -1;
+    if (b < 0 || slim_tensor_nbytes(t) != p->value_bytes[v])
+        return slim_tensor_alloc(t, err);
+    t->data = (char *)rs->arena->ptr + p->buffers[b].offset;
+    t->buf = rs->arena;
+    slim_buffer_ref(rs->arena);
+    return SLIM_OK;
 }
 
 static slim_status check_input(const slim_value *val, const slim_tensor *t, slim_err *err)
@@ -119,7 +145,7 @@ static slim_status run_node(run_state *rs, const slim_node *n, slim_err *err)
         slim_buffer_ref(out[0]->buf);
     }
     for (int k = alias ? 1 : 0; k < n->n_out; k++)
-        if (out[k] && (st = slim_tensor_alloc(out[k], err)))
+        if (out[k] && (st = alloc_value(rs, n->out[k], out[k], err)))
             return st;
     if (!alias || n->n_out > 1) {
         if (!n->op->exec)
@@ -132,12 +158,14 @@ static slim_status run_node(run_state *rs, const slim_node *n, slim_err *err)
 }
 
 /* Hands a graph output to the caller: moved when the run owns it, copied
- * when it is borrowed (a caller input or a weight passed straight through). */
+ * when it is borrowed (a caller input or a weight passed straight through).
+ * The planner never puts an output in the arena; were one there, it is
+ * copied too, so the arena never outlives the run. */
 static slim_status take_output(run_state *rs, int v, bool last_use, slim_tensor *dst, slim_err *err)
 {
     slim_tensor *src = &rs->vals[v];
     *dst = *src;
-    if (src->buf) {
+    if (src->buf && src->buf != rs->arena) {
         if (last_use) {
             src->buf = NULL;
             src->data = NULL;
@@ -156,6 +184,39 @@ static slim_status take_output(run_state *rs, int v, bool last_use, slim_tensor 
     return SLIM_OK;
 }
 
+/* Looks up the plan for the actual input shapes and takes the run's arena.
+ * A plan that cannot be made for a reason other than memory (shape
+ * inference rejecting the inputs) leaves the run unplanned: the failing
+ * node then reports the same problem with the run's own context. */
+static slim_status use_plan(const slim_model *m, run_state *rs, slim_err *err)
+{
+    const slim_graph *g = rs->g;
+    slim_tensor *sig = calloc((size_t)(g->n_inputs ? g->n_inputs : 1), sizeof(slim_tensor));
+    if (!sig)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory starting a run");
+    for (int i = 0; i < g->n_inputs; i++) {
+        sig[i] = rs->vals[g->inputs[i]];
+        sig[i].data = NULL;
+        sig[i].buf = NULL;
+    }
+    slim_err plan_err = {0};
+    slim_status st = slim_model_plan(m, sig, &rs->plan, &rs->plan_owned, &plan_err);
+    free(sig);
+    if (st == SLIM_ENOMEM || st == SLIM_EOOM) {
+        if (err)
+            *err = plan_err;
+        return st;
+    }
+    if (st || !rs->plan || rs->plan->arena_bytes == 0)
+        return SLIM_OK;
+    st = slim_buffer_new(slim_device_cpu(), rs->plan->arena_bytes, &rs->arena, err);
+    if (st) {
+        rs->arena = NULL;
+        slim_err_prefix(err, "activation arena of %zu bytes: ", rs->plan->arena_bytes);
+    }
+    return st;
+}
+
 slim_status slim_model_run(const slim_model *m, int n_inputs,
                            const char *const *names, const slim_tensor *inputs,
                            slim_tensor **outputs, int *n_outputs, slim_err *err)
@@ -165,6 +226,7 @@ slim_status slim_model_run(const slim_model *m, int n_inputs,
     *n_outputs = 0;
     run_state rs = {.g = g};
     slim_tensor *result = NULL;
+    slim_mem_account *prev_account = slim_mem_account_enter(m->account);
     rs.vals = calloc(g->n_values ? g->n_values : 1, sizeof(slim_tensor));
     rs.remaining = calloc(g->n_values ? g->n_values : 1, sizeof(int));
     slim_status st;
@@ -207,6 +269,8 @@ slim_status slim_model_run(const slim_model *m, int n_inputs,
             goto fail;
         }
     free(given);
+    if ((st = use_plan(m, &rs, err)))
+        goto fail;
 
     for (int i = 0; i < g->n_nodes; i++) {
         const slim_node *n = &g->nodes[i];
@@ -242,11 +306,13 @@ slim_status slim_model_run(const slim_model *m, int n_inputs,
         }
     }
     run_state_free(&rs);
+    slim_mem_account_enter(prev_account);
     *outputs = result;
     *n_outputs = g->n_outputs;
     return SLIM_OK;
 fail:
     run_state_free(&rs);
+    slim_mem_account_enter(prev_account);
     return st;
 }
 

@@ -1,6 +1,9 @@
 /* model.c - loading models and describing their inputs and outputs. */
 #include "kernel.h"
 #include "model.h"
+#include "plan.h"
+
+#include <stdio.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -12,16 +15,33 @@ slim_status slim_model_load(const char *path, const slim_load_opts *opts,
     *out = NULL;
     if (!path || !path[0])
         return slim_errf(err, SLIM_EINVAL, "no model path given");
+    /* The weights are charged to the model's account as they are read. */
+    const char *base = strrchr(path, '/');
+    char label[128];
+    snprintf(label, sizeof(label), "model \"%s\"", base ? base + 1 : path);
+    slim_mem_account *acct = slim_mem_account_new(label, 0);
+    if (!acct)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory loading %s", path);
+    slim_mem_account *prev = slim_mem_account_enter(acct);
     slim_graph *g = NULL;
     /* ONNX is the only format so far; the native format will be told
      * apart by its magic number, not its name. */
     slim_status st = slim_onnx_load_file(path, &g, err);
-    if (st)
+    if (!st)
+        st = slim_model_from_graph(g, out, err);
+    slim_mem_account_enter(prev);
+    if (st) {
+        slim_mem_account_unref(acct);
         return st;
-    st = slim_model_from_graph(g, out, err);
-    if (st)
-        return st;
+    }
+    slim_mem_account_unref((*out)->account);
+    (*out)->account = acct;
     (*out)->path = strdup(path);
+    if (!(*out)->path) {
+        slim_model_free(*out);
+        *out = NULL;
+        return slim_errf(err, SLIM_ENOMEM, "out of memory loading %s", path);
+    }
     return SLIM_OK;
 }
 
@@ -40,6 +60,12 @@ slim_status slim_model_from_graph(slim_graph *g, slim_model **out, slim_err *err
         return slim_errf(err, SLIM_ENOMEM, "out of memory creating the model");
     }
     m->graph = g;
+    m->account = slim_mem_account_new("model", 0);
+    m->plans = slim__plan_cache_new();
+    if (!m->account || !m->plans) {
+        slim_model_free(m);
+        return slim_errf(err, SLIM_ENOMEM, "out of memory creating the model");
+    }
     m->inputs = calloc(g->n_inputs ? g->n_inputs : 1, sizeof(slim_io_info));
     m->outputs = calloc(g->n_outputs ? g->n_outputs : 1, sizeof(slim_io_info));
     if (!m->inputs || !m->outputs) {
@@ -65,7 +91,9 @@ void slim_model_free(slim_model *m)
 {
     if (!m)
         return;
+    slim__plan_cache_free(m->plans);
     slim_graph_free(m->graph);
+    slim_mem_account_unref(m->account);
     free(m->inputs);
     free(m->outputs);
     free(m->path);
@@ -90,4 +118,17 @@ const slim_io_info *slim_model_input(const slim_model *m, int i)
 const slim_io_info *slim_model_output(const slim_model *m, int i)
 {
     return (i >= 0 && i < m->graph->n_outputs) ? &m->outputs[i] : NULL;
+}
+
+slim_status slim_model_set_memory_limit(slim_model *m, size_t bytes, slim_err *err)
+{
+    size_t held = atomic_load(&m->account->current);
+    if (bytes && held > bytes) {
+        char a[32], b[32];
+        return slim_errf(err, SLIM_EOOM, "memory limit %s is below the %s the model's weights "
+                         "already take", slim_format_bytes(bytes, a, sizeof(a)),
+                         slim_format_bytes(held, b, sizeof(b)));
+    }
+    atomic_store(&m->account->limit, bytes);
+    return SLIM_OK;
 }

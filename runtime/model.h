@@ -2,7 +2,10 @@
 #ifndef SLIM_MODEL_H
 #define SLIM_MODEL_H
 
+#include "alloc.h"
 #include "graph.h"
+
+struct slim_plan_cache;
 
 struct slim_model {
     slim_graph *graph;
@@ -11,7 +14,15 @@ struct slim_model {
     slim_io_info *outputs;
     size_t weight_bytes;
     int64_t param_count;
+    /* Weights (when loaded from a file) and every run's memory are charged
+     * here; its limit is the model's memory limit. */
+    slim_mem_account *account;
+    struct slim_plan_cache *plans;  /* arena plans per input signature (plan.c) */
 };
+
+/* Caps what the model may hold at once (weights included); 0 removes the
+ * cap. Fails with SLIM_EOOM when the weights alone are over it. */
+slim_status slim_model_set_memory_limit(slim_model *m, size_t bytes, slim_err *err);
 
 /* Takes ownership of g (also on failure): finalizes it and wraps it. */
 slim_status slim_model_from_graph(slim_graph *g, slim_model **out, slim_err *err);

@@ -1088,18 +1088,24 @@ static slim_status ew_exec(slim_op_ctx *ctx)
     return SLIM_EINTERNAL;
 }
 
-#define EW_OP(name, since) {name, since, ew_prepare, free, ew_infer, ew_exec, 0}
+/* Unary, Clip and two-input loops write y[i] only after reading a[i] (and
+ * b[i]), also per block in the float16 path and per range across threads,
+ * so output 0 may be input 0's buffer. Sum/Mean/Min/Max fold in several
+ * passes (and copy one input with memcpy) and Where is rarely worth it:
+ * those keep their own output. */
+#define EW_OP(name, since) {name, since, ew_prepare, free, ew_infer, ew_exec, SLIM_OP_INPLACE0}
+#define EW_OP_OWN(name, since) {name, since, ew_prepare, free, ew_infer, ew_exec, 0}
 
 const slim_op_def slim__ops_elementwise[] = {
     EW_OP("Add", 1), EW_OP("Sub", 1), EW_OP("Mul", 1), EW_OP("Div", 1),
     EW_OP("Mod", 10), EW_OP("Pow", 1), EW_OP("PRelu", 1), EW_OP("BitShift", 11),
-    EW_OP("Sum", 1), EW_OP("Mean", 1), EW_OP("Min", 1), EW_OP("Max", 1),
+    EW_OP_OWN("Sum", 1), EW_OP_OWN("Mean", 1), EW_OP_OWN("Min", 1), EW_OP_OWN("Max", 1),
     EW_OP("Equal", 1), EW_OP("Less", 1), EW_OP("Greater", 1),
     EW_OP("LessOrEqual", 12), EW_OP("GreaterOrEqual", 12),
     EW_OP("And", 1), EW_OP("Or", 1), EW_OP("Xor", 1), EW_OP("Not", 1),
     EW_OP("BitwiseAnd", 18), EW_OP("BitwiseOr", 18), EW_OP("BitwiseXor", 18),
     EW_OP("BitwiseNot", 18),
-    EW_OP("Where", 9), EW_OP("Clip", 1),
+    EW_OP_OWN("Where", 9), EW_OP("Clip", 1),
     EW_OP("Sqrt", 1), EW_OP("Exp", 1), EW_OP("Log", 1), EW_OP("Reciprocal", 1),
     EW_OP("Erf", 9), EW_OP("Floor", 1), EW_OP("Ceil", 1), EW_OP("Round", 11),
     EW_OP("Sin", 7), EW_OP("Cos", 7), EW_OP("Tan", 7), EW_OP("Asin", 7), EW_OP("Acos", 7),

@@ -9,9 +9,15 @@
  * inspecting - that is often why one inspects it - so when loading fails
  * with EUNSUPPORTED the graph is read again without finalizing it, and the
  * report ends with the reason the model would not run.
+ *
+ * With --memory [--batch N] it prints the activation arena plan for batch
+ * N instead (plan.h): one line per arena buffer, then "arena_bytes: N",
+ * "lower_bound_bytes: N" and friends as plain integers for scripts, and
+ * the weight bytes.
  */
 #include "cli.h"
 #include "model.h"
+#include "plan.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -126,23 +132,105 @@ static void print_model(const char *path, const slim_graph *g, const slim_model 
     printf("\n");
 }
 
+/* The arena plan for one batch size. Each input's first dim is the batch
+ * when it is dynamic; other dynamic dims take 1, said on stderr, as the
+ * model declares no better guess. */
+static int print_memory(const char *path, const slim_model *m, int64_t batch)
+{
+    int n = slim_model_num_inputs(m);
+    slim_tensor *sig = calloc((size_t)(n ? n : 1), sizeof(slim_tensor));
+    if (!sig) {
+        fprintf(stderr, "slim inspect: out of memory\n");
+        return 1;
+    }
+    for (int i = 0; i < n; i++) {
+        const slim_io_info *info = slim_model_input(m, i);
+        if (info->dtype == SLIM_DTYPE_UNDEFINED || info->ndim < 0) {
+            fprintf(stderr, "slim inspect: input \"%s\" declares no %s, so its memory cannot "
+                    "be planned\n", info->name, info->ndim < 0 ? "rank" : "data type");
+            free(sig);
+            return 1;
+        }
+        sig[i].dtype = info->dtype;
+        sig[i].ndim = info->ndim;
+        for (int d = 0; d < info->ndim; d++) {
+            int64_t dim = info->dims[d];
+            if (dim >= 0) {
+                if (d == 0 && dim != batch)
+                    fprintf(stderr, "note: input \"%s\" has a fixed first dim %lld; "
+                            "--batch %lld does not change it\n", info->name, (long long)dim,
+                            (long long)batch);
+            } else if (d == 0) {
+                dim = batch;
+            } else {
+                dim = 1;
+                fprintf(stderr, "note: input \"%s\" dim %d%s%s%s is dynamic: planned as 1\n",
+                        info->name, d, info->dim_names[d] ? " (" : "",
+                        info->dim_names[d] ? info->dim_names[d] : "",
+                        info->dim_names[d] ? ")" : "");
+            }
+            sig[i].dims[d] = dim;
+        }
+    }
+    slim_plan *plan = NULL;
+    slim_err err;
+    slim_status st = slim_plan_build(m, sig, &plan, &err);
+    free(sig);
+    if (st) {
+        fprintf(stderr, "slim inspect: planning memory for batch %lld: %s\n", (long long)batch,
+                err.msg);
+        return 1;
+    }
+    printf("model: %s\n", path);
+    slim_plan_print(m, plan, stdout);
+    printf("weight_bytes: %zu\n", m->weight_bytes);
+    slim_plan_free(plan);
+    return 0;
+}
+
+#define INSPECT_USAGE "usage: slim inspect MODEL [--memory [--batch N]]\n"
+
 int slim_cmd_inspect(int argc, char **argv)
 {
     const char *path = NULL;
+    bool memory = false;
+    int64_t batch = 1;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            printf("usage: slim inspect MODEL\n");
+            printf(INSPECT_USAGE
+                   "  --memory    the activation arena plan: buffers, arena_bytes,\n"
+                   "              lower_bound_bytes, weight bytes\n"
+                   "  --batch N   plan for batch N (default 1)\n");
             return 0;
         }
+        if (strcmp(argv[i], "--memory") == 0) {
+            memory = true;
+            continue;
+        }
+        if (strcmp(argv[i], "--batch") == 0) {
+            char *end = NULL;
+            long long v = i + 1 < argc ? strtoll(argv[i + 1], &end, 10) : 0;
+            if (i + 1 >= argc || !argv[i + 1][0] || *end || v < 1 || v > (1LL << 31)) {
+                fprintf(stderr, "slim inspect: --batch needs a positive whole number, got "
+                        "\"%s\"\n" INSPECT_USAGE, i + 1 < argc ? argv[i + 1] : "");
+                return 2;
+            }
+            batch = v;
+            i++;
+            continue;
+        }
         if (argv[i][0] == '-' || path) {
-            fprintf(stderr, "slim inspect: unexpected argument \"%s\"\nusage: slim inspect MODEL\n",
-                    argv[i]);
+            fprintf(stderr, "slim inspect: unexpected argument \"%s\"\n" INSPECT_USAGE, argv[i]);
             return 2;
         }
         path = argv[i];
     }
     if (!path) {
-        fprintf(stderr, "usage: slim inspect MODEL\n");
+        fprintf(stderr, INSPECT_USAGE);
+        return 2;
+    }
+    if (batch != 1 && !memory) {
+        fprintf(stderr, "slim inspect: --batch only applies with --memory\n" INSPECT_USAGE);
         return 2;
     }
 
@@ -150,9 +238,17 @@ int slim_cmd_inspect(int argc, char **argv)
     slim_model *m = NULL;
     slim_status st = slim_model_load(path, NULL, &m, &err);
     if (st == SLIM_OK) {
-        print_model(path, m->graph, m, m->param_count, m->weight_bytes);
+        int rc = 0;
+        if (memory)
+            rc = print_memory(path, m, batch);
+        else
+            print_model(path, m->graph, m, m->param_count, m->weight_bytes);
         slim_model_free(m);
-        return 0;
+        return rc;
+    }
+    if (memory) {
+        fprintf(stderr, "slim inspect: %s\n", err.msg);
+        return 1;
     }
     if (st != SLIM_EUNSUPPORTED) {
         fprintf(stderr, "slim inspect: %s\n", err.msg);

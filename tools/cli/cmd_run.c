@@ -1,6 +1,6 @@
 /*
  * cmd_run.c - `slim run MODEL --input NAME=FILE.npy ... [--output-dir DIR]
- *                           [--repeat N]`
+ *                           [--repeat N] [--memory-limit SIZE] [--memory-stats]`
  *
  * Loads the model and the NumPy inputs, checks each input against what the
  * model declares (before running, so a mistake is reported in the user's
@@ -10,8 +10,16 @@
  * --repeat N runs the model N times on the same inputs and prints the median
  * run time; bench/bench_cpu.py parses that line. Thread counts come from
  * SLIM_NUM_THREADS (kernel loops) and OPENBLAS_NUM_THREADS (BLAS calls).
+ *
+ * --memory-limit caps the CPU allocator as slimserve's option does (the
+ * weights count against it); a run over it exits with status 3 and the
+ * allocator's message. --memory-stats prints the allocator's summary table
+ * after the runs, then peak_allocated_bytes, peak_reserved_bytes and the
+ * process's peak_rss_kib (bench/bench_memory.py reads them).
  */
+#include "alloc.h"
 #include "cli.h"
+#include "device.h"
 #include "npy.h"
 #include "slim.h"
 
@@ -36,11 +44,15 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: slim run MODEL --input NAME=FILE.npy ... [--output-dir DIR] [--repeat N]\n"
+            "                [--memory-limit SIZE] [--memory-stats]\n"
             "  --input NAME=FILE.npy  a model input (NAME= may be left out when the model\n"
             "                         has a single input); repeat for each input. A\n"
             "                         bfloat16 input is given as float32 and rounded\n"
             "  --output-dir DIR       write each output to DIR/NAME.npy ('/' in names -> '_')\n"
-            "  --repeat N             run N times and print the median run time\n");
+            "  --repeat N             run N times and print the median run time\n"
+            "  --memory-limit SIZE    cap the CPU allocator, e.g. 512MiB; a run over it\n"
+            "                         exits with status 3\n"
+            "  --memory-stats         print the allocator's summary after the runs\n");
 }
 
 static const slim_io_info *find_input(const slim_model *m, const char *name)
@@ -352,6 +364,37 @@ static int cmp_double(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+/* The process's resident high-water mark from /proc (VmHWM), in KiB; -1
+ * when unknown. Read here rather than by the parent because a child's
+ * ru_maxrss also counts the parent's pages it had between fork and exec. */
+static long peak_rss_kib(void)
+{
+    FILE *f = fopen("/proc/self/status", "r");
+    if (!f)
+        return -1;
+    char line[256];
+    long kib = -1;
+    while (fgets(line, sizeof(line), f))
+        if (sscanf(line, "VmHWM: %ld kB", &kib) == 1)
+            break;
+    fclose(f);
+    return kib;
+}
+
+static void print_memory_stats(void)
+{
+    slim_allocator *a = slim_device_cpu()->alloc;
+    slim_mem_stats s;
+    slim_allocator_stats(a, &s);
+    char *table = slim_mem_stats_summary(&s, slim_allocator_device(a));
+    if (table)
+        fputs(table, stdout);
+    free(table);
+    printf("peak_allocated_bytes: %lld\n", (long long)s.allocated_bytes[SLIM_POOL_ALL].peak);
+    printf("peak_reserved_bytes: %lld\n", (long long)s.reserved_bytes[SLIM_POOL_ALL].peak);
+    printf("peak_rss_kib: %ld\n", peak_rss_kib());
+}
+
 /* ---- the command ---------------------------------------------------------- */
 
 int slim_cmd_run(int argc, char **argv)
@@ -360,13 +403,14 @@ int slim_cmd_run(int argc, char **argv)
     const char *input_args[MAX_RUN_INPUTS];
     int n_input_args = 0;
     long repeat = 1;
+    bool memory_stats = false;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = NULL;
         bool takes_value = strcmp(a, "--input") == 0 || strcmp(a, "-i") == 0 ||
                            strcmp(a, "--output-dir") == 0 || strcmp(a, "-o") == 0 ||
-                           strcmp(a, "--repeat") == 0;
+                           strcmp(a, "--repeat") == 0 || strcmp(a, "--memory-limit") == 0;
         if (takes_value) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "slim run: %s needs a value\n", a);
@@ -380,11 +424,17 @@ int slim_cmd_run(int argc, char **argv)
             a = "--output-dir", val = argv[i] + 13;
         } else if (strncmp(a, "--repeat=", 9) == 0) {
             a = "--repeat", val = argv[i] + 9;
+        } else if (strncmp(a, "--memory-limit=", 15) == 0) {
+            a = "--memory-limit", val = argv[i] + 15;
         }
         if (!val) {
             if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
                 usage();
                 return 0;
+            }
+            if (strcmp(a, "--memory-stats") == 0) {
+                memory_stats = true;
+                continue;
             }
             if (a[0] == '-' || model_path) {
                 fprintf(stderr, "slim run: unexpected argument \"%s\"\n", a);
@@ -398,6 +448,14 @@ int slim_cmd_run(int argc, char **argv)
                 return 2;
             }
             input_args[n_input_args++] = val;
+        } else if (strcmp(a, "--memory-limit") == 0) {
+            size_t limit;
+            slim_err perr;
+            if (!slim_parse_bytes(val, &limit, &perr)) {
+                fprintf(stderr, "slim run: --memory-limit: %s\n", perr.msg);
+                return 2;
+            }
+            slim_allocator_set_limit(slim_device_cpu()->alloc, limit);
         } else if (strcmp(a, "--repeat") == 0) {
             char *end;
             repeat = strtol(val, &end, 10);
@@ -426,7 +484,7 @@ int slim_cmd_run(int argc, char **argv)
 
     if (slim_model_load(model_path, NULL, &m, &err) != SLIM_OK) {
         fprintf(stderr, "slim run: %s\n", err.msg);
-        return 1;
+        return err.status == SLIM_EOOM ? 3 : 1;
     }
     for (int i = 0; i < n_input_args; i++)
         if (add_input(m, input_args[i], ins, &n_ins))
@@ -454,6 +512,8 @@ int slim_cmd_run(int argc, char **argv)
         double t0 = now_ms();
         if (slim_model_run(m, n_ins, names, tensors, &outs, &n_outs, &err) != SLIM_OK) {
             fprintf(stderr, "slim run: %s\n", err.msg);
+            if (err.status == SLIM_EOOM)
+                rc = 3;
             goto done;
         }
         times[r] = now_ms() - t0;
@@ -475,6 +535,8 @@ int slim_cmd_run(int argc, char **argv)
         printf("run time: %.3f ms\n", median);
     rc = 0;
 done:
+    if (memory_stats)
+        print_memory_stats();
     free(times);
     slim_tensors_free(outs, n_outs);
     for (int i = 0; i < n_ins; i++)

@@ -32,6 +32,8 @@ static void usage(FILE *f)
             "usage: slim COMMAND [ARGS]\n"
             "\n"
             "  inspect MODEL                   inputs, outputs, opset, ops, parameters\n"
+            "  inspect MODEL --memory [--batch N]\n"
+            "                                  activation arena plan and weight bytes\n"
             "  run MODEL --input NAME=FILE.npy ... [--output-dir DIR] [--repeat N]\n"
             "                                  run a model on NumPy inputs\n"
             "  conformance DIR [--filter REGEX] [--verbose]\n"

@@ -1,0 +1,943 @@
+/* test_alloc.c - the caching allocator (runtime/alloc.c), its accounts,
+ * statistics and text helpers, and the CPU device's buffers over it
+ * (runtime/device.c).
+ *
+ * Private allocators run over a counting backend, so each test sees every
+ * segment the allocator takes from or gives back to its "device", and can
+ * make the device refuse. */
+#include "testutil.h"
+#include "alloc.h"
+#include "device.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define TEST_ASAN 1
+#include <sanitizer/asan_interface.h>
+#endif
+
+#define KiB ((size_t)1 << 10)
+#define MiB ((size_t)1 << 20)
+
+typedef struct test_backend {
+    int allocs, frees, refusals;
+    size_t live;                /* bytes of segments handed out and not back */
+    size_t last_size;           /* of the last segment handed out */
+    bool refuse;                /* refuse every segment */
+    size_t budget;              /* 0, or refuse segments that would pass it */
+} test_backend;
+
+/* Called with the allocator's lock held, so no lock of its own. */
+static void *tb_alloc(void *ctx, size_t size)
+{
+    test_backend *tb = ctx;
+    if (tb->refuse || (tb->budget && tb->live + size > tb->budget)) {
+        tb->refusals++;
+        return NULL;
+    }
+    void *p = aligned_alloc(64, size);
+    ck_assert_ptr_nonnull(p);
+    tb->allocs++;
+    tb->live += size;
+    tb->last_size = size;
+    return p;
+}
+
+static void tb_free(void *ctx, void *ptr, size_t size)
+{
+    test_backend *tb = ctx;
+    ck_assert_uint_ge(tb->live, size);
+    tb->frees++;
+    tb->live -= size;
+    free(ptr);
+}
+
+/* device "cpu" turns on ASan poisoning of free blocks: the threaded test
+ * uses it to show that nothing writes into memory it does not own. */
+static slim_allocator *new_allocator(test_backend *tb, const char *device)
+{
+    memset(tb, 0, sizeof(*tb));
+    slim_alloc_backend be = {.device = device, .segment_alloc = tb_alloc,
+                             .segment_free = tb_free, .ctx = tb};
+    slim_allocator *a = slim_allocator_new(&be);
+    ck_assert_ptr_nonnull(a);
+    return a;
+}
+
+static slim_mem_stats stats_of(slim_allocator *a)
+{
+    slim_mem_stats s;
+    slim_allocator_stats(a, &s);
+    return s;
+}
+
+static slim_block *must_alloc(slim_allocator *a, size_t size)
+{
+    slim_block *b = NULL;
+    slim_err err = {0};
+    void *p = slim_allocator_alloc(a, size, &b, &err);
+    ck_assert_msg(p != NULL, "alloc %zu: %s", size, err.msg);
+    ck_assert_ptr_eq(p, slim_block_ptr(b));
+    return b;
+}
+
+static char *ptr_of(const slim_block *b)
+{
+    return slim_block_ptr(b);
+}
+
+/* ---- size policy ----------------------------------------------------------- */
+
+START_TEST(test_rounding_and_pools)
+{
+    test_backend tb;
+    slim_allocator *a = new_allocator(&tb, "test");
+    ck_assert_str_eq(slim_allocator_device(a), "test");
+
+    slim_block *b0 = must_alloc(a, 0);
+    ck_assert_uint_eq(slim_block_size(b0), 512);
+    ck_assert_uint_eq(tb.last_size, SLIM_ALLOC_SMALL_SEG);
+    ck_assert_uint_eq(slim_block_size(must_alloc(a, 1)), 512);
+    ck_assert_uint_eq(slim_block_size(must_alloc(a, 512)), 512);
+    ck_assert_uint_eq(slim_block_size(must_alloc(a, 513)), 1024);
+    slim_block *mib = must_alloc(a, MiB);        /* the largest small request */
+    ck_assert_uint_eq(slim_block_size(mib), MiB);
+    ck_assert_int_eq(tb.allocs, 1);
+    slim_mem_stats s = stats_of(a);
+    ck_assert_int_eq(s.reserved_bytes[SLIM_POOL_SMALL].current, (int64_t)(2 * MiB));
+    ck_assert_int_eq(s.reserved_bytes[SLIM_POOL_LARGE].current, 0);
+    ck_assert_int_eq(s.allocated_bytes[SLIM_POOL_SMALL].current, (int64_t)(512 * 3 + 1024 + MiB));
+    ck_assert_int_eq(s.requested_bytes[SLIM_POOL_SMALL].current, (int64_t)(0 + 1 + 512 + 513 + MiB));
+
+    /* One byte more goes to the large pool, in a 20 MiB segment. */
+    slim_block *big = must_alloc(a, MiB + 1);
+    ck_assert_uint_eq(slim_block_size(big), MiB + 512);
+    ck_assert_int_eq(tb.allocs, 2);
+    ck_assert_uint_eq(tb.last_size, SLIM_ALLOC_LARGE_SEG);
+    s = stats_of(a);
+    ck_assert_int_eq(s.reserved_bytes[SLIM_POOL_LARGE].current, (int64_t)(20 * MiB));
+    ck_assert_int_eq(s.allocated_bytes[SLIM_POOL_LARGE].current, (int64_t)(MiB + 512));
+
+    /* 9 MiB fits in what is left of that segment. */
+    uint64_t hits = stats_of(a).num_cache_hits;
+    must_alloc(a, 9 * MiB);
+    ck_assert_int_eq(tb.allocs, 2);
+    ck_assert_uint_eq(stats_of(a).num_cache_hits, hits + 1);
+    /* From 10 MiB the segment is the request rounded up to 2 MiB. */
+    slim_block *ten = must_alloc(a, 10 * MiB);
+    ck_assert_int_eq(tb.allocs, 3);
+    ck_assert_uint_eq(tb.last_size, 10 * MiB);
+    ck_assert_uint_eq(slim_block_size(ten), 10 * MiB);
+    must_alloc(a, 11 * MiB + 1);
+    ck_assert_uint_eq(tb.last_size, 12 * MiB);
+    /* Under 10 MiB: the first segment's rest while it has room, then a
+     * fresh 20 MiB segment. */
+    must_alloc(a, 9 * MiB);
+    ck_assert_int_eq(tb.allocs, 4);
+    must_alloc(a, 9 * MiB);
+    ck_assert_int_eq(tb.allocs, 5);
+    ck_assert_uint_eq(tb.last_size, 20 * MiB);
+    ck_assert_int_eq(stats_of(a).segment[SLIM_POOL_LARGE].current, 4);
+    ck_assert_int_eq(stats_of(a).segment[SLIM_POOL_SMALL].current, 1);
+    slim_allocator_free_all(a);
+    ck_assert_int_eq(tb.frees, tb.allocs);
+    ck_assert_uint_eq(tb.live, 0);
+}
+END_TEST
+
+START_TEST(test_large_pool_split_rule)
+{
+    test_backend tb;
+    slim_allocator *a = new_allocator(&tb, "test");
+    slim_block *b1 = must_alloc(a, 5 * MiB);
+    ck_assert_uint_eq(slim_block_size(b1), 5 * MiB);
+    /* The 15 MiB rest, asked for less 0.5 MiB: a remainder of 1 MiB or
+     * less is not cut off, the block goes out whole. */
+    slim_block *b2 = must_alloc(a, 14 * MiB + MiB / 2 + 1);
+    ck_assert_uint_eq(slim_block_size(b2), 15 * MiB);
+    ck_assert_ptr_eq(ptr_of(b2), ptr_of(b1) + 5 * MiB);
+    slim_mem_stats s = stats_of(a);
+    ck_assert_int_eq(s.allocated_bytes[SLIM_POOL_ALL].current, (int64_t)(20 * MiB));
+    ck_assert_int_eq(s.requested_bytes[SLIM_POOL_ALL].current,
+                     (int64_t)(5 * MiB + 14 * MiB + MiB / 2 + 1));
+    ck_assert_int_eq(s.inactive_split_bytes[SLIM_POOL_ALL].current, 0);
+    slim_allocator_free(a, b1);
+    slim_allocator_free(a, b2);
+    /* More than 1 MiB left over: split. */
+    slim_block *b3 = must_alloc(a, 18 * MiB);
+    ck_assert_uint_eq(slim_block_size(b3), 18 * MiB);
+    s = stats_of(a);
+    ck_assert_int_eq(s.inactive_split_bytes[SLIM_POOL_LARGE].current, (int64_t)(2 * MiB));
+    ck_assert_int_eq(s.inactive_split[SLIM_POOL_LARGE].current, 1);
+    ck_assert_int_eq(tb.allocs, 1);
+    slim_allocator_free_all(a);
+}
+END_TEST
+
+/* ---- split, merge, best fit --------------------------------------------- */
+
+START_TEST(test_split_and_merge)
+{
+    test_backend tb;
+    slim_allocator *a = new_allocator(&tb, "test");
+    slim_block *x = must_alloc(a, 1000), *y = must_alloc(a, 1000), *z = must_alloc(a, 1000);
+    ck_assert_ptr_eq(ptr_of(y), ptr_of(x) + 1024);
+    ck_assert_ptr_eq(ptr_of(z), ptr_of(y) + 1024);
+    slim_mem_stats s = stats_of(a);
+    ck_assert_int_eq(s.inactive_split[SLIM_POOL_ALL].current, 1);
+    ck_assert_int_eq(s.inactive_split_bytes[SLIM_POOL_ALL].current, (int64_t)(2 * MiB - 3072));
+
+    char *xp = ptr_of(x);
+    slim_allocator_free(a, y);
+    s = stats_of(a);
+    ck_assert_int_eq(s.inactive_split[SLIM_POOL_ALL].current, 2);
+    ck_assert_int_eq(s.inactive_split_bytes[SLIM_POOL_ALL].current, (int64_t)(2 * MiB - 2048));
+    /* x merges with the free y after it: still two free blocks. */
+    slim_allocator_free(a, x);
+    s = stats_of(a);
+    ck_assert_int_eq(s.inactive_split[SLIM_POOL_ALL].current, 2);
+    ck_assert_int_eq(s.inactive_split_bytes[SLIM_POOL_ALL].current, (int64_t)(2 * MiB - 1024));
+    /* The merged 2 KiB hole is the exact fit for 2 KiB. */
+    slim_block *w = must_alloc(a, 2048);
+    ck_assert_ptr_eq(ptr_of(w), xp);
+    ck_assert_int_eq(stats_of(a).inactive_split[SLIM_POOL_ALL].current, 1);
+    slim_allocator_free(a, w);
+    slim_allocator_free(a, z);
+    /* Everything merged back: one free block, the segment whole. */
+    s = stats_of(a);
+    ck_assert_int_eq(s.inactive_split[SLIM_POOL_ALL].current, 0);
+    ck_assert_int_eq(s.inactive_split_bytes[SLIM_POOL_ALL].current, 0);
+    ck_assert_int_eq(s.reserved_bytes[SLIM_POOL_ALL].current, (int64_t)(2 * MiB));
+    ck_assert_int_eq(tb.frees, 0);
+    /* ... and a 1 MiB request starts at its base again. */
+    slim_block *whole = must_alloc(a, MiB);
+    ck_assert_ptr_eq(ptr_of(whole), xp);
+    slim_allocator_free(a, whole);
+
+    ck_assert_uint_eq(slim_allocator_empty_cache(a), 2 * MiB);
+    ck_assert_int_eq(tb.frees, 1);
+    s = stats_of(a);
+    ck_assert_int_eq(s.reserved_bytes[SLIM_POOL_ALL].current, 0);
+    ck_assert_int_eq(s.segment[SLIM_POOL_ALL].current, 0);
+    ck_assert_int_eq(s.segment[SLIM_POOL_ALL].allocated, 1);
+    ck_assert_int_eq(s.segment[SLIM_POOL_ALL].freed, 1);
+    ck_assert_uint_eq(s.num_device_frees, 1);
+    slim_allocator_free_all(a);
+}
+END_TEST
+
+START_TEST(test_best_fit_reuse)
+{
+    test_backend tb;
+    slim_allocator *a = new_allocator(&tb, "test");
+    /* Holes of 4, 2 and 8 KiB between blocks kept in use. */
+    slim_block *h4 = must_alloc(a, 4 * KiB);
+    must_alloc(a, 512);
+    slim_block *h2 = must_alloc(a, 2 * KiB);
+    must_alloc(a, 512);
+    slim_block *h8 = must_alloc(a, 8 * KiB);
+    must_alloc(a, 512);
+    char *p4 = ptr_of(h4), *p2 = ptr_of(h2), *p8 = ptr_of(h8);
+    slim_allocator_free(a, h8);
+    slim_allocator_free(a, h4);
+    slim_allocator_free(a, h2);
+    uint64_t hits = stats_of(a).num_cache_hits;
+
+    ck_assert_ptr_eq(ptr_of(must_alloc(a, 2 * KiB)), p2);
+    ck_assert_ptr_eq(ptr_of(must_alloc(a, 3 * KiB)), p4);  /* not the 8 KiB hole */
+    ck_assert_ptr_eq(ptr_of(must_alloc(a, 5 * KiB)), p8);
+    ck_assert_ptr_eq(ptr_of(must_alloc(a, 1 * KiB)), p4 + 3 * KiB); /* the 4 KiB hole's rest */
+    ck_assert_ptr_eq(ptr_of(must_alloc(a, 3 * KiB)), p8 + 5 * KiB); /* the 8 KiB hole's rest */
+    ck_assert_uint_eq(stats_of(a).num_cache_hits, hits + 5);
+    ck_assert_int_eq(tb.allocs, 1);
+    slim_allocator_free_all(a);
+}
+END_TEST
+
+/* ---- statistics ------------------------------------------------------------- */
+
+START_TEST(test_stats_fields_and_peaks)
+{
+    test_backend tb;
+    slim_allocator *a = new_allocator(&tb, "test");
+    slim_block *s1 = must_alloc(a, 1000);
+    slim_block *l1 = must_alloc(a, 3 * MiB);
+    slim_mem_stats s = stats_of(a);
+    const int64_t both = 1024 + 3 * MiB;
+    ck_assert_int_eq(s.allocated_bytes[SLIM_POOL_ALL].current, both);
+    ck_assert_int_eq(s.allocated_bytes[SLIM_POOL_SMALL].current, 1024);
+    ck_assert_int_eq(s.allocated_bytes[SLIM_POOL_LARGE].current, (int64_t)(3 * MiB));
+    ck_assert_int_eq(s.active_bytes[SLIM_POOL_ALL].current, both);
+    ck_assert_int_eq(s.requested_bytes[SLIM_POOL_ALL].current, (int64_t)(1000 + 3 * MiB));
+    ck_assert_int_eq(s.reserved_bytes[SLIM_POOL_ALL].current, (int64_t)(22 * MiB));
+    ck_assert_int_eq(s.allocation[SLIM_POOL_ALL].current, 2);
+    ck_assert_int_eq(s.allocation[SLIM_POOL_SMALL].current, 1);
+    ck_assert_int_eq(s.active[SLIM_POOL_ALL].current, 2);
+    ck_assert_int_eq(s.segment[SLIM_POOL_ALL].current, 2);
+    ck_assert_int_eq(s.inactive_split[SLIM_POOL_ALL].current, 2);
+    ck_assert_int_eq(s.inactive_split_bytes[SLIM_POOL_ALL].current,
+                     (int64_t)(2 * MiB - 1024 + 17 * MiB));
+    ck_assert_uint_eq(s.num_cache_hits, 0);
+    ck_assert_uint_eq(s.limit_bytes, 0);
+
+    slim_allocator_free(a, l1);
+    s = stats_of(a);
+    ck_assert_int_eq(s.allocated_bytes[SLIM_POOL_ALL].current, 1024);
+    ck_assert_int_eq(s.allocated_bytes[SLIM_POOL_ALL].peak, both);
+    ck_assert_int_eq(s.allocated_bytes[SLIM_POOL_ALL].allocated, both);
+    ck_assert_int_eq(s.allocated_bytes[SLIM_POOL_ALL].freed, (int64_t)(3 * MiB));
+    ck_assert_int_eq(s.allocation[SLIM_POOL_LARGE].allocated, 1);
+    ck_assert_int_eq(s.allocation[SLIM_POOL_LARGE].freed, 1);
+    ck_assert_int_eq(s.active[SLIM_POOL_ALL].current, 1);
+    ck_assert_int_eq(s.requested_bytes[SLIM_POOL_ALL].current, 1000);
+    /* The large segment is whole again: its free block is not "split". */
+    ck_assert_int_eq(s.inactive_split[SLIM_POOL_LARGE].current, 0);
+    ck_assert_int_eq(s.inactive_split_bytes[SLIM_POOL_LARGE].current, 0);
+    ck_assert_int_eq(s.inactive_split_bytes[SLIM_POOL_LARGE].peak, (int64_t)(17 * MiB));
+    ck_assert_int_eq(s.inactive_split[SLIM_POOL_SMALL].current, 1);
+
+    slim_allocator_reset_peaks(a);
+    s = stats_of(a);
+    ck_assert_int_eq(s.allocated_bytes[SLIM_POOL_ALL].peak, 1024);
+    ck_assert_int_eq(s.requested_bytes[SLIM_POOL_ALL].peak, 1000);
+    ck_assert_int_eq(s.reserved_bytes[SLIM_POOL_ALL].peak, (int64_t)(22 * MiB));
+    ck_assert_int_eq(s.allocation[SLIM_POOL_ALL].peak, 1);
+    ck_assert_int_eq(s.inactive_split_bytes[SLIM_POOL_LARGE].peak, 0);
+    /* Totals survive a peak reset. */
+    ck_assert_int_eq(s.allocated_bytes[SLIM_POOL_ALL].allocated, both);
+
+    ck_assert_uint_eq(slim_allocator_empty_cache(a), 20 * MiB);
+    s = stats_of(a);
+    ck_assert_int_eq(s.reserved_bytes[SLIM_POOL_ALL].current, (int64_t)(2 * MiB));
+    ck_assert_int_eq(s.reserved_bytes[SLIM_POOL_ALL].peak, (int64_t)(22 * MiB));
+    ck_assert_int_eq(s.reserved_bytes[SLIM_POOL_LARGE].freed, (int64_t)(20 * MiB));
+    ck_assert_int_eq(s.segment[SLIM_POOL_LARGE].freed, 1);
+
+    slim_allocator_free(a, s1);
+    must_alloc(a, 700);
+    s = stats_of(a);
+    ck_assert_uint_eq(s.num_cache_hits, 1);
+    ck_assert_uint_eq(s.num_alloc_retries, 0);
+    ck_assert_uint_eq(s.num_ooms, 0);
+    ck_assert_int_eq(s.requested_bytes[SLIM_POOL_ALL].current, 700);
+    slim_allocator_free_all(a);
+}
+END_TEST
+
+/* ---- limits and refusals -------------------------------------------------- */
+
+START_TEST(test_limit_cuts_segment_then_fails)
+{
+    test_backend tb;
+    slim_allocator *a = new_allocator(&tb, "test");
+    slim_allocator_set_limit(a, 4 * MiB);
+    ck_assert_uint_eq(slim_allocator_limit(a), 4 * MiB);
+    /* A 20 MiB segment would pass the limit; the request alone fits. */
+    slim_block *b = must_alloc(a, 3 * MiB);
+    ck_assert_uint_eq(tb.last_size, 3 * MiB);
+    slim_mem_stats s = stats_of(a);
+    ck_assert_uint_eq(s.num_alloc_retries, 1);
+    ck_assert_uint_eq(s.limit_bytes, 4 * MiB);
+
+    slim_block *none = (slim_block *)1;
+    slim_err err = {0};
+    ck_assert_ptr_null(slim_allocator_alloc(a, 2 * MiB, &none, &err));
+    ck_assert_ptr_null(none);
+    ck_assert_int_eq(err.status, SLIM_EOOM);
+    ck_assert_msg(strstr(err.msg, "out of memory on test: tried to allocate 2.0 MiB (2097152 bytes)")
+                  && strstr(err.msg, "3.0 MiB allocated") && strstr(err.msg, "limit 4.0 MiB"),
+                  "%s", err.msg);
+    s = stats_of(a);
+    ck_assert_uint_eq(s.num_ooms, 1);
+    ck_assert_uint_eq(s.num_alloc_retries, 2);
+    ck_assert_int_eq(s.allocated_bytes[SLIM_POOL_ALL].current, (int64_t)(3 * MiB));
+
+    slim_allocator_set_limit(a, 0);
+    slim_allocator_free(a, must_alloc(a, 2 * MiB));
+    slim_allocator_free(a, b);
+    slim_allocator_free_all(a);
+}
+END_TEST
+
+START_TEST(test_limit_flushes_cache_first)
+{
+    test_backend tb;
+    slim_allocator *a = new_allocator(&tb, "test");
+    slim_allocator_set_limit(a, 24 * MiB);
+    slim_allocator_free(a, must_alloc(a, 5 * MiB));     /* 20 MiB cached */
+    ck_assert_uint_eq(stats_of(a).num_alloc_retries, 0);
+    /* A 22 MiB segment fits only once the cached 20 MiB is gone. */
+    slim_block *b = must_alloc(a, 22 * MiB);
+    ck_assert_int_eq(tb.frees, 1);
+    slim_mem_stats s = stats_of(a);
+    ck_assert_uint_eq(s.num_alloc_retries, 1);
+    ck_assert_uint_eq(s.num_device_frees, 1);
+    ck_assert_uint_eq(s.num_ooms, 0);
+    ck_assert_int_eq(s.reserved_bytes[SLIM_POOL_ALL].current, (int64_t)(22 * MiB));
+    slim_allocator_free(a, b);
+
+    /* Flushing is not always enough: 2 MiB in use, 22 MiB cached, 23 MiB
+     * asked for. The cache goes back and the request still fails. */
+    slim_block *small = must_alloc(a, KiB);
+    slim_err err = {0};
+    slim_block *none;
+    ck_assert_ptr_null(slim_allocator_alloc(a, 23 * MiB, &none, &err));
+    ck_assert_int_eq(err.status, SLIM_EOOM);
+    ck_assert_msg(strstr(err.msg, "(24117248 bytes)") && strstr(err.msg, "1.0 KiB allocated")
+                  && strstr(err.msg, "2.0 MiB reserved") && strstr(err.msg, "limit 24.0 MiB"),
+                  "%s", err.msg);
+    ck_assert_int_eq(tb.frees, 2);
+    ck_assert_uint_eq(stats_of(a).num_ooms, 1);
+    slim_allocator_free(a, small);
+    slim_allocator_free_all(a);
+}
+END_TEST
+
+START_TEST(test_device_refusal)
+{
+    test_backend tb;
+    slim_allocator *a = new_allocator(&tb, "test");
+    tb.refuse = true;
+    slim_err err = {0};
+    slim_block *none;
+    ck_assert_ptr_null(slim_allocator_alloc(a, 1000, &none, &err));
+    ck_assert_int_eq(err.status, SLIM_EOOM);
+    ck_assert_msg(strstr(err.msg, "out of memory on test: tried to allocate 1000 B (1000 bytes)")
+                  && strstr(err.msg, "the device refused") && !strstr(err.msg, "limit"),
+                  "%s", err.msg);
+    slim_mem_stats s = stats_of(a);
+    ck_assert_uint_eq(s.num_ooms, 1);
+    ck_assert_uint_eq(s.num_alloc_retries, 1);
+    ck_assert_int_ge(tb.refusals, 2);
+    ck_assert_int_eq(s.reserved_bytes[SLIM_POOL_ALL].current, 0);
+
+    /* A device that has room only once the cache is given back. */
+    tb.refuse = false;
+    tb.budget = 21 * MiB;
+    slim_allocator_free(a, must_alloc(a, 5 * MiB));     /* 20 MiB cached */
+    slim_block *b = must_alloc(a, 1000);               /* a 2 MiB small segment */
+    ck_assert_int_eq(tb.frees, 1);
+    ck_assert_uint_eq(stats_of(a).num_alloc_retries, 2);
+    ck_assert_uint_eq(stats_of(a).num_ooms, 1);
+    slim_allocator_free(a, b);
+    slim_allocator_free_all(a);
+}
+END_TEST
+
+START_TEST(test_impossible_sizes)
+{
+    test_backend tb;
+    slim_allocator *a = new_allocator(&tb, "test");
+    slim_err err = {0};
+    slim_block *none;
+    ck_assert_ptr_null(slim_allocator_alloc(a, SIZE_MAX, &none, &err));
+    ck_assert_int_eq(err.status, SLIM_EOOM);
+    ck_assert_msg(strstr(err.msg, "out of memory on test"), "%s", err.msg);
+    ck_assert_ptr_null(slim_allocator_alloc(a, SIZE_MAX / 2, &none, &err));
+    ck_assert_int_eq(tb.allocs + tb.refusals, 0);
+    ck_assert_uint_eq(stats_of(a).num_ooms, 2);
+    slim_allocator_free_all(a);
+}
+END_TEST
+
+/* ---- accounts ------------------------------------------------------------------ */
+
+START_TEST(test_account_limit)
+{
+    test_backend tb;
+    slim_allocator *a = new_allocator(&tb, "test");
+    slim_mem_account *acct = slim_mem_account_new("model \"resnet\"", 4 * KiB);
+    ck_assert_ptr_nonnull(acct);
+    slim_mem_account *prev = slim_mem_account_enter(acct);
+    ck_assert_ptr_eq(slim_mem_account_current(), acct);
+
+    slim_block *b = must_alloc(a, 2000);
+    ck_assert_uint_eq(atomic_load(&acct->current), 2048);
+    ck_assert_int_eq(atomic_load(&acct->refs), 2);
+    slim_err err = {0};
+    slim_block *none;
+    ck_assert_ptr_null(slim_allocator_alloc(a, 3000, &none, &err));
+    ck_assert_int_eq(err.status, SLIM_EOOM);
+    ck_assert_msg(strstr(err.msg, "model \"resnet\" holds 2.0 KiB of its 4.0 KiB limit and asked "
+                                  "for 2.9 KiB (3000 bytes)"), "%s", err.msg);
+    ck_assert_uint_eq(atomic_load(&acct->ooms), 1);
+    ck_assert_uint_eq(atomic_load(&acct->current), 2048);
+    slim_mem_stats s = stats_of(a);
+    ck_assert_uint_eq(s.num_ooms, 1);
+    ck_assert_uint_eq(s.num_alloc_retries, 0);
+    /* Exactly up to the limit is allowed. */
+    slim_block *c = must_alloc(a, 2048);
+    ck_assert_uint_eq(atomic_load(&acct->current), 4096);
+
+    slim_allocator_free(a, b);
+    slim_allocator_free(a, c);
+    ck_assert_uint_eq(atomic_load(&acct->current), 0);
+    ck_assert_uint_eq(atomic_load(&acct->peak), 4096);
+    ck_assert_int_eq(atomic_load(&acct->refs), 1);
+    ck_assert_ptr_eq(slim_mem_account_enter(prev), acct);
+    slim_mem_account_unref(acct);
+    slim_allocator_free_all(a);
+}
+END_TEST
+
+/* A device OOM is charged to the account that asked. */
+START_TEST(test_account_counts_device_oom)
+{
+    test_backend tb;
+    slim_allocator *a = new_allocator(&tb, "test");
+    slim_mem_account *acct = slim_mem_account_new("model \"x\"", 0);
+    slim_mem_account *prev = slim_mem_account_enter(acct);
+    tb.refuse = true;
+    slim_err err = {0};
+    slim_block *none;
+    ck_assert_ptr_null(slim_allocator_alloc(a, 5 * MiB, &none, &err));
+    ck_assert_uint_eq(atomic_load(&acct->ooms), 1);
+    ck_assert_uint_eq(atomic_load(&acct->current), 0);  /* the charge was undone */
+    ck_assert_int_eq(atomic_load(&acct->refs), 1);
+    slim_mem_account_enter(prev);
+    slim_mem_account_unref(acct);
+    slim_allocator_free_all(a);
+}
+END_TEST
+
+typedef struct {
+    slim_allocator *a;
+    slim_mem_account *acct;
+    slim_block *blocks[3];
+} producer_args;
+
+static void *producer(void *arg)
+{
+    producer_args *pa = arg;
+    slim_mem_account *prev = slim_mem_account_enter(pa->acct);
+    for (int i = 0; i < 3; i++)
+        pa->blocks[i] = must_alloc(pa->a, 1000);
+    slim_mem_account_enter(prev);
+    return NULL;
+}
+
+START_TEST(test_account_attribution_across_threads)
+{
+    test_backend tb;
+    slim_allocator *a = new_allocator(&tb, "test");
+    producer_args pa = {.a = a, .acct = slim_mem_account_new("model \"b\"", 0)};
+    ck_assert_ptr_nonnull(pa.acct);
+    pthread_t t;
+    ck_assert_int_eq(pthread_create(&t, NULL, producer, &pa), 0);
+    ck_assert_int_eq(pthread_join(t, NULL), 0);
+    /* The other thread's account is not this thread's. */
+    ck_assert_ptr_null(slim_mem_account_current());
+    ck_assert_uint_eq(atomic_load(&pa.acct->current), 3 * 1024);
+    ck_assert_int_eq(atomic_load(&pa.acct->refs), 4);
+
+    /* This thread's own allocations charge nobody. */
+    slim_block *mine = must_alloc(a, 5000);
+    ck_assert_uint_eq(atomic_load(&pa.acct->current), 3 * 1024);
+
+    /* The owner lets go; the blocks keep the account alive, and freeing
+     * them here credits it. ASan would see a use after free or a leak. */
+    slim_mem_account *acct = pa.acct;
+    slim_mem_account_unref(acct);
+    ck_assert_int_eq(atomic_load(&acct->refs), 3);
+    slim_allocator_free(a, pa.blocks[0]);
+    slim_allocator_free(a, pa.blocks[1]);
+    ck_assert_uint_eq(atomic_load(&acct->current), 1024);
+    ck_assert_int_eq(atomic_load(&acct->refs), 1);
+    slim_allocator_free(a, pa.blocks[2]);     /* the last reference goes */
+    slim_allocator_free(a, mine);
+    ck_assert_int_eq(stats_of(a).allocated_bytes[SLIM_POOL_ALL].current, 0);
+    slim_allocator_free_all(a);
+}
+END_TEST
+
+START_TEST(test_free_all_credits_accounts)
+{
+    test_backend tb;
+    slim_allocator *a = new_allocator(&tb, "test");
+    slim_mem_account *acct = slim_mem_account_new("model \"c\"", 0);
+    slim_mem_account *prev = slim_mem_account_enter(acct);
+    must_alloc(a, 1000);
+    must_alloc(a, 3 * MiB);
+    slim_mem_account_enter(prev);
+    ck_assert_int_eq(atomic_load(&acct->refs), 3);
+    slim_allocator_free_all(a);
+    ck_assert_int_eq(tb.frees, tb.allocs);
+    ck_assert_uint_eq(atomic_load(&acct->current), 0);
+    ck_assert_int_eq(atomic_load(&acct->refs), 1);
+    slim_mem_account_unref(acct);
+}
+END_TEST
+
+START_TEST(test_account_null_safe)
+{
+    slim_mem_account_ref(NULL);
+    slim_mem_account_unref(NULL);
+    ck_assert_ptr_null(slim_mem_account_enter(NULL));
+    ck_assert_ptr_null(slim_mem_account_current());
+    /* A name longer than the field is cut, not overrun. */
+    char name[300];
+    memset(name, 'n', sizeof(name) - 1);
+    name[sizeof(name) - 1] = '\0';
+    slim_mem_account *acct = slim_mem_account_new(name, 0);
+    ck_assert_uint_eq(strlen(acct->name), sizeof(acct->name) - 1);
+    slim_mem_account_unref(acct);
+}
+END_TEST
+
+/* ---- empty_cache ---------------------------------------------------------------- */
+
+START_TEST(test_empty_cache_keeps_segments_in_use)
+{
+    test_backend tb;
+    slim_allocator *a = new_allocator(&tb, "test");
+    slim_block *keep = must_alloc(a, 15 * MiB);          /* 16 MiB segment */
+    slim_block *drop = must_alloc(a, 12 * MiB);          /* 12 MiB segment */
+    slim_block *small_keep = must_alloc(a, 1000);        /* 2 MiB segment ... */
+    slim_block *small_drop = must_alloc(a, 1000);        /* ... shared */
+    slim_allocator_free(a, drop);
+    slim_allocator_free(a, small_drop);
+    ck_assert_uint_eq(slim_allocator_empty_cache(a), 12 * MiB);
+    ck_assert_int_eq(tb.frees, 1);
+    ck_assert_uint_eq(tb.live, 18 * MiB);
+    ck_assert_int_eq(stats_of(a).reserved_bytes[SLIM_POOL_ALL].current, (int64_t)(18 * MiB));
+    ck_assert_uint_eq(slim_allocator_empty_cache(a), 0);
+    slim_allocator_free(a, keep);
+    slim_allocator_free(a, small_keep);
+    ck_assert_uint_eq(slim_allocator_empty_cache(a), 18 * MiB);
+    ck_assert_uint_eq(tb.live, 0);
+    ck_assert_uint_eq(stats_of(a).num_device_frees, 3);
+    slim_allocator_free_all(a);
+}
+END_TEST
+
+/* ---- many threads ---------------------------------------------------------------- */
+
+#define STRESS_THREADS 8
+#define STRESS_OPS 20000
+#define STRESS_SLOTS 48
+
+typedef struct {
+    slim_allocator *a;
+    slim_mem_account *acct;
+    unsigned seed;
+    long allocs;
+} stress_args;
+
+static uint32_t xorshift(uint32_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 17;
+    *s ^= *s << 5;
+    return *s;
+}
+
+/* Each live block carries its owner's tag at both ends; a tag changed by
+ * the time the block is freed means two live blocks overlapped. */
+static void *stress_worker(void *arg)
+{
+    stress_args *sa = arg;
+    slim_mem_account *prev = slim_mem_account_enter(sa->acct);
+    slim_block *slots[STRESS_SLOTS] = {0};
+    size_t sizes[STRESS_SLOTS] = {0};
+    uint32_t rng = sa->seed;
+    bool ok = true;
+    for (int op = 0; op < STRESS_OPS && ok; op++) {
+        int i = (int)(xorshift(&rng) % STRESS_SLOTS);
+        uint32_t tag = sa->seed * 2654435761u + (uint32_t)i;
+        if (slots[i]) {
+            char *p = slim_block_ptr(slots[i]);
+            uint32_t head, tail;
+            memcpy(&head, p, 4);
+            memcpy(&tail, p + sizes[i] - 4, 4);
+            ok = head == tag && tail == tag;
+            slim_allocator_free(sa->a, slots[i]);
+            slots[i] = NULL;
+            continue;
+        }
+        uint32_t r = xorshift(&rng), kind = r % 100;
+        size_t size = kind < 70 ? 8 + r % (64 * KiB)
+                    : kind < 95 ? 64 * KiB + r % (MiB - 64 * KiB)
+                    : MiB + r % (12 * MiB);
+        slim_err err;
+        if (!slim_allocator_alloc(sa->a, size, &slots[i], &err)) {
+            fprintf(stderr, "%s\n", err.msg);
+            ok = false;
+            break;
+        }
+        char *p = slim_block_ptr(slots[i]);
+        memcpy(p, &tag, 4);
+        memcpy(p + size - 4, &tag, 4);
+        sizes[i] = size;
+        sa->allocs++;
+    }
+    for (int i = 0; i < STRESS_SLOTS; i++)
+        slim_allocator_free(sa->a, slots[i]);
+    slim_mem_account_enter(prev);
+    return ok ? arg : NULL;
+}
+
+START_TEST(test_many_threads)
+{
+    test_backend tb;
+    slim_allocator *a = new_allocator(&tb, "cpu");
+    slim_mem_account *accts[2] = {slim_mem_account_new("model \"even\"", 0),
+                                  slim_mem_account_new("model \"odd\"", 0)};
+    pthread_t threads[STRESS_THREADS];
+    stress_args args[STRESS_THREADS];
+    for (int t = 0; t < STRESS_THREADS; t++) {
+        args[t] = (stress_args){.a = a, .acct = accts[t % 2], .seed = 0x9e3779b9u + (unsigned)t};
+        ck_assert_int_eq(pthread_create(&threads[t], NULL, stress_worker, &args[t]), 0);
+    }
+    long total = 0;
+    for (int t = 0; t < STRESS_THREADS; t++) {
+        void *ret;
+        ck_assert_int_eq(pthread_join(threads[t], &ret), 0);
+        ck_assert_msg(ret == &args[t], "thread %d saw a corrupted or failed block", t);
+        total += args[t].allocs;
+    }
+    ck_assert_int_gt(total, STRESS_THREADS * STRESS_OPS / 4);
+
+    slim_mem_stats s = stats_of(a);
+    for (int p = 0; p < SLIM_POOL_COUNT; p++) {
+        ck_assert_int_eq(s.allocated_bytes[p].current, 0);
+        ck_assert_int_eq(s.active_bytes[p].current, 0);
+        ck_assert_int_eq(s.requested_bytes[p].current, 0);
+        ck_assert_int_eq(s.allocation[p].current, 0);
+        ck_assert_int_eq(s.active[p].current, 0);
+        /* Every segment merged back whole: no free block is "split". */
+        ck_assert_int_eq(s.inactive_split[p].current, 0);
+        ck_assert_int_eq(s.inactive_split_bytes[p].current, 0);
+        ck_assert_int_eq(s.allocated_bytes[p].allocated, s.allocated_bytes[p].freed);
+    }
+    ck_assert_int_eq(s.allocation[SLIM_POOL_ALL].allocated, total);
+    ck_assert_int_eq(s.allocation[SLIM_POOL_ALL].allocated,
+                     s.allocation[SLIM_POOL_SMALL].allocated + s.allocation[SLIM_POOL_LARGE].allocated);
+    /* With no limit each allocation was a cache hit or took a new segment. */
+    ck_assert_int_eq((int64_t)s.num_cache_hits + s.segment[SLIM_POOL_ALL].allocated, total);
+    ck_assert_uint_eq(s.num_alloc_retries, 0);
+    ck_assert_int_eq(s.reserved_bytes[SLIM_POOL_ALL].current, (int64_t)tb.live);
+    ck_assert_int_eq(s.segment[SLIM_POOL_ALL].current, tb.allocs - tb.frees);
+    for (int i = 0; i < 2; i++) {
+        ck_assert_uint_eq(atomic_load(&accts[i]->current), 0);
+        ck_assert_int_eq(atomic_load(&accts[i]->refs), 1);
+        slim_mem_account_unref(accts[i]);
+    }
+    ck_assert_uint_eq(slim_allocator_empty_cache(a), (size_t)s.reserved_bytes[SLIM_POOL_ALL].current);
+    ck_assert_uint_eq(tb.live, 0);
+    ck_assert_int_eq(tb.frees, tb.allocs);
+    slim_allocator_free_all(a);
+}
+END_TEST
+
+/* ---- the CPU device ------------------------------------------------------------------ */
+
+START_TEST(test_cpu_device_buffers)
+{
+    slim_device *dev = slim_device_cpu();
+    ck_assert_ptr_eq(dev, slim_device_cpu());
+    ck_assert_ptr_nonnull(dev->alloc);
+    ck_assert_str_eq(dev->name, "cpu");
+    ck_assert_str_eq(slim_allocator_device(dev->alloc), "cpu");
+    slim_mem_account *acct = slim_mem_account_new("model \"dev\"", 0);
+    slim_mem_account *prev = slim_mem_account_enter(acct);
+
+    slim_buffer *b;
+    slim_err err = {0};
+    ck_assert_int_eq(slim_buffer_new(dev, 1000, &b, &err), SLIM_OK);
+    ck_assert_ptr_nonnull(b->ptr);
+    ck_assert_uint_eq((uintptr_t)b->ptr % 64, 0);
+    ck_assert_uint_eq(b->size, 1000);
+    ck_assert_uint_eq(slim_block_size(b->block), 1024);
+    memset(b->ptr, 0xab, 1000);
+    ck_assert_uint_eq(atomic_load(&acct->current), 1024);
+    slim_buffer_ref(b);
+    slim_buffer_unref(b);
+    ck_assert_uint_eq(atomic_load(&acct->current), 1024);
+#ifdef TEST_ASAN
+    /* Cached memory stays guarded: addressable up to the 64-byte multiple
+     * past what was asked for, poisoned beyond and after the unref. */
+    slim_buffer *odd;
+    ck_assert_int_eq(slim_buffer_new(dev, 900, &odd, &err), SLIM_OK);
+    char *q = odd->ptr;
+    ck_assert(!__asan_address_is_poisoned(q) && !__asan_address_is_poisoned(q + 959));
+    ck_assert(__asan_address_is_poisoned(q + 960));
+    slim_buffer_unref(odd);
+    ck_assert(__asan_address_is_poisoned(q));
+    char *p = b->ptr;
+#endif
+    slim_buffer_unref(b);
+    ck_assert_uint_eq(atomic_load(&acct->current), 0);
+#ifdef TEST_ASAN
+    ck_assert(__asan_address_is_poisoned(p));
+#endif
+
+    slim_buffer *empty;
+    ck_assert_int_eq(slim_buffer_new(dev, 0, &empty, &err), SLIM_OK);
+    ck_assert_ptr_null(empty->ptr);
+    ck_assert_ptr_null(empty->block);
+    slim_buffer_unref(empty);
+
+    /* Under a device limit the allocator's message comes through. */
+    size_t old = slim_allocator_limit(dev->alloc);
+    slim_allocator_set_limit(dev->alloc, 64 * MiB);
+    slim_buffer *none = (slim_buffer *)1;
+    ck_assert_int_eq(slim_buffer_new(dev, 100 * MiB, &none, &err), SLIM_EOOM);
+    ck_assert_ptr_null(none);
+    ck_assert_msg(strstr(err.msg, "out of memory on cpu: tried to allocate 100.0 MiB "
+                                  "(104857600 bytes)") && strstr(err.msg, "limit 64.0 MiB"),
+                  "%s", err.msg);
+    /* No err given: the status alone still says why. */
+    ck_assert_int_eq(slim_buffer_new(dev, 100 * MiB, &none, NULL), SLIM_EOOM);
+    ck_assert_uint_eq(atomic_load(&acct->ooms), 2);
+    ck_assert_uint_eq(atomic_load(&acct->current), 0);
+    slim_allocator_set_limit(dev->alloc, old);
+
+    slim_mem_account_enter(prev);
+    slim_mem_account_unref(acct);
+}
+END_TEST
+
+/* ---- text ------------------------------------------------------------------------------ */
+
+START_TEST(test_parse_bytes)
+{
+    static const struct { const char *text; size_t bytes; } good[] = {
+        {"0", 0},
+        {"1000000", 1000000},
+        {"2GiB", (size_t)2 << 30},
+        {"512Mi", (size_t)512 << 20},
+        {"1.5g", (size_t)3 << 29},
+        {"2g", (size_t)2 << 30},
+        {"64k", 64 << 10},
+        {"64KIB", 64 << 10},
+        {"10MB", 10000000},
+        {"10mb", 10000000},
+        {"1KB", 1000},
+        {"3T", (size_t)3 << 40},
+        {"1tb", 1000000000000ull},
+        {" 2 GiB ", (size_t)2 << 30},
+        {"100B", 100},
+        {"0.5k", 512},
+        {".5m", (size_t)1 << 19},
+        {"7.", 7},
+        {"1.0", 1},
+    };
+    for (size_t i = 0; i < sizeof(good) / sizeof(good[0]); i++) {
+        size_t out = 12345;
+        slim_err err = {0};
+        ck_assert_msg(slim_parse_bytes(good[i].text, &out, &err), "%s: %s", good[i].text, err.msg);
+        ck_assert_msg(out == good[i].bytes, "%s: %zu, expected %zu", good[i].text, out,
+                      good[i].bytes);
+    }
+    static const char *const bad[] = {
+        "", "   ", "abc", "-1", "12q", "1..5", "GiB", "2 G B", "1.5", "0x10", "1e9",
+        "99999999999999999999", "20000000T", "2GiBs", "+5",
+    };
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        size_t out = 12345;
+        slim_err err = {0};
+        ck_assert_msg(!slim_parse_bytes(bad[i], &out, &err), "\"%s\" parsed as %zu", bad[i], out);
+        ck_assert_int_eq(err.status, SLIM_EINVAL);
+        char quoted[64];
+        snprintf(quoted, sizeof(quoted), "\"%s\"", bad[i]);
+        ck_assert_msg(strstr(err.msg, quoted), "message does not name %s: %s", quoted, err.msg);
+        ck_assert_uint_eq(out, 12345);
+    }
+    slim_err err = {0};
+    size_t out;
+    ck_assert(!slim_parse_bytes(NULL, &out, &err));
+    ck_assert_int_eq(err.status, SLIM_EINVAL);
+    ck_assert(!slim_parse_bytes("12q", &out, &err));
+    ck_assert_msg(strstr(err.msg, "unknown unit \"q\""), "%s", err.msg);
+}
+END_TEST
+
+START_TEST(test_format_bytes)
+{
+    char buf[32];
+    ck_assert_str_eq(slim_format_bytes(0, buf, sizeof(buf)), "0 B");
+    ck_assert_str_eq(slim_format_bytes(1023, buf, sizeof(buf)), "1023 B");
+    ck_assert_str_eq(slim_format_bytes(1024, buf, sizeof(buf)), "1.0 KiB");
+    ck_assert_str_eq(slim_format_bytes(12 * MiB, buf, sizeof(buf)), "12.0 MiB");
+    ck_assert_str_eq(slim_format_bytes(MiB - 1, buf, sizeof(buf)), "1.0 MiB");
+    ck_assert_str_eq(slim_format_bytes((size_t)3 << 29, buf, sizeof(buf)), "1.5 GiB");
+    ck_assert_str_eq(slim_format_bytes((size_t)2 << 40, buf, sizeof(buf)), "2.0 TiB");
+    ck_assert_str_eq(slim_format_bytes(SIZE_MAX, buf, sizeof(buf)), "16.0 EiB");
+    char tiny[4];
+    ck_assert_str_eq(slim_format_bytes(12 * MiB, tiny, sizeof(tiny)), "12.");
+}
+END_TEST
+
+START_TEST(test_summary)
+{
+    test_backend tb;
+    slim_allocator *a = new_allocator(&tb, "test");
+    slim_allocator_set_limit(a, (size_t)2 << 30);
+    slim_block *b = must_alloc(a, 3 * MiB);
+    must_alloc(a, 1000);
+    slim_allocator_free(a, b);
+    slim_mem_stats s = stats_of(a);
+    char *text = slim_mem_stats_summary(&s, slim_allocator_device(a));
+    ck_assert_ptr_nonnull(text);
+    static const char *const want[] = {
+        "test", "Cur Usage", "Peak Usage", "Tot Alloc", "Tot Freed", "Allocated memory",
+        "Active memory", "Requested memory", "Reserved memory",
+        "Non-releasable memory (inactive split)", "Allocations", "Active allocs",
+        "Reserved segments", "Non-releasable allocs", "from large pool", "from small pool",
+        "22.0 MiB", "OOMs 0", "limit 2.0 GiB",
+    };
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++)
+        ck_assert_msg(strstr(text, want[i]), "summary lacks \"%s\":\n%s", want[i], text);
+    /* Allocated memory: 1.0 KiB now, 3.0 MiB + 1.0 KiB at the peak. */
+    const char *row = strstr(text, "Allocated memory");
+    ck_assert_msg(strstr(row, "1.0 KiB") && strstr(row, "3.0 MiB"), "%s", text);
+    free(text);
+    slim_allocator_free_all(a);
+}
+END_TEST
+
+static Suite *alloc_suite(void)
+{
+    Suite *s = suite_create("alloc");
+    TCase *tc = tcase_create("allocator");
+    tcase_add_test(tc, test_rounding_and_pools);
+    tcase_add_test(tc, test_large_pool_split_rule);
+    tcase_add_test(tc, test_split_and_merge);
+    tcase_add_test(tc, test_best_fit_reuse);
+    tcase_add_test(tc, test_stats_fields_and_peaks);
+    tcase_add_test(tc, test_limit_cuts_segment_then_fails);
+    tcase_add_test(tc, test_limit_flushes_cache_first);
+    tcase_add_test(tc, test_device_refusal);
+    tcase_add_test(tc, test_impossible_sizes);
+    tcase_add_test(tc, test_empty_cache_keeps_segments_in_use);
+    tcase_add_test(tc, test_many_threads);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("accounts");
+    tcase_add_test(tc, test_account_limit);
+    tcase_add_test(tc, test_account_counts_device_oom);
+    tcase_add_test(tc, test_account_attribution_across_threads);
+    tcase_add_test(tc, test_free_all_credits_accounts);
+    tcase_add_test(tc, test_account_null_safe);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("device");
+    tcase_add_test(tc, test_cpu_device_buffers);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("text");
+    tcase_add_test(tc, test_parse_bytes);
+    tcase_add_test(tc, test_format_bytes);
+    tcase_add_test(tc, test_summary);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(alloc_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
