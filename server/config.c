@@ -8,9 +8,14 @@
  *      "instance_count": 1}
  *
  * As in Triton, "dims" leave out the batch dimension when max_batch_size > 0.
+ * "dynamic_batching" takes Triton's keys (max_queue_delay_microseconds,
+ * preferred_batch_size, default_queue_policy) and oom_probe_after; see
+ * batcher.c for what they do. instance_count and max_queue_size default to
+ * the server's --workers and --queue-size (filled in by repository.c).
  * Unknown keys and wrong types are errors naming the key: a typo that is
  * silently ignored is a setting the user believes in and does not have.
  */
+#include "alloc.h"
 #include "server.h"
 
 #include <stdio.h>
@@ -146,13 +151,156 @@ static slim_status parse_io_list(const cJSON *arr, const char *key, slim_server_
     return SLIM_OK;
 }
 
+/* A number of bytes, or text such as "512MiB"; 0 means no limit. */
+static slim_status parse_memory_limit(const cJSON *k, size_t *out, slim_err *err)
+{
+    if (cJSON_IsNumber(k)) {
+        if (!is_int(k, 0, 9.0e18))
+            return slim_errf(err, SLIM_EINVAL, "config.json: \"memory_limit\": expected a whole "
+                             "number of bytes >= 0 or a string such as \"512MiB\"");
+        *out = (size_t)k->valuedouble;
+        return SLIM_OK;
+    }
+    if (!cJSON_IsString(k))
+        return slim_errf(err, SLIM_EINVAL, "config.json: \"memory_limit\": expected a number of "
+                         "bytes or a string such as \"512MiB\"");
+    if (!slim_parse_bytes(k->valuestring, out, err))
+        return slim_err_prefix(err, "config.json: \"memory_limit\": ");
+    return SLIM_OK;
+}
+
+/* ---- dynamic_batching -------------------------------------------------- */
+
+/* An integer from lo to hi, or an error naming where it sits. */
+static slim_status get_int(const cJSON *k, const char *where, double lo, double hi,
+                           int64_t *out, slim_err *err)
+{
+    if (!is_int(k, lo, hi))
+        return slim_errf(err, SLIM_EINVAL, "config.json: %s: expected an integer from %.0f to %.0f",
+                         where, lo, hi);
+    *out = (int64_t)k->valuedouble;
+    return SLIM_OK;
+}
+
+static int cmp_int(const void *a, const void *b)
+{
+    return *(const int *)a - *(const int *)b;
+}
+
+static slim_status parse_preferred(const cJSON *k, slim_server_batching *bt, slim_err *err)
+{
+    const char *where = "dynamic_batching.preferred_batch_size";
+    if (!cJSON_IsArray(k) || cJSON_GetArraySize(k) > SLIM_SERVER_MAX_PREFERRED)
+        return slim_errf(err, SLIM_EINVAL, "config.json: %s: expected a list of at most %d "
+                         "batch sizes", where, SLIM_SERVER_MAX_PREFERRED);
+    for (const cJSON *e = k->child; e; e = e->next) {
+        int64_t v = 0;
+        slim_status s = get_int(e, where, 1, 1 << 30, &v, err);
+        if (s != SLIM_OK)
+            return s;
+        bt->preferred[bt->n_preferred++] = (int)v;
+    }
+    qsort(bt->preferred, (size_t)bt->n_preferred, sizeof(int), cmp_int);
+    return SLIM_OK;
+}
+
+static slim_status parse_queue_policy(const cJSON *obj, slim_server_batching *bt, slim_err *err)
+{
+    if (!cJSON_IsObject(obj))
+        return slim_errf(err, SLIM_EINVAL,
+                         "config.json: dynamic_batching.default_queue_policy: expected an object");
+    for (const cJSON *k = obj->child; k; k = k->next) {
+        char where[128];
+        snprintf(where, sizeof(where), "dynamic_batching.default_queue_policy.%.40s", k->string);
+        int64_t v = 0;
+        slim_status s = SLIM_OK;
+        if (strcmp(k->string, "max_queue_size") == 0) {
+            if ((s = get_int(k, where, 0, 1 << 20, &v, err)) == SLIM_OK)
+                bt->max_queue_size = (int)v;
+        } else if (strcmp(k->string, "default_timeout_microseconds") == 0) {
+            if ((s = get_int(k, where, 0, 3.6e9, &v, err)) == SLIM_OK)
+                bt->default_timeout_us = v;
+        } else if (strcmp(k->string, "timeout_action") == 0) {
+            if (cJSON_IsString(k) && strcmp(k->valuestring, "REJECT") == 0)
+                bt->timeout_action = SLIM_SERVER_TIMEOUT_REJECT;
+            else if (cJSON_IsString(k) && strcmp(k->valuestring, "DELAY") == 0)
+                bt->timeout_action = SLIM_SERVER_TIMEOUT_DELAY;
+            else
+                return slim_errf(err, SLIM_EINVAL, "config.json: %s: expected \"REJECT\" or \"DELAY\"",
+                                 where);
+        } else if (strcmp(k->string, "allow_timeout_override") == 0) {
+            if (!cJSON_IsBool(k))
+                return slim_errf(err, SLIM_EINVAL, "config.json: %s: expected true or false", where);
+            bt->allow_timeout_override = cJSON_IsTrue(k);
+        } else {
+            return slim_errf(err, SLIM_EINVAL, "config.json: dynamic_batching.default_queue_policy: "
+                             "unknown key \"%s\"", k->string);
+        }
+        if (s != SLIM_OK)
+            return s;
+    }
+    return SLIM_OK;
+}
+
+/* Triton's keys, plus oom_probe_after. Priorities are not supported: a
+ * key that would be silently ignored is an error instead. */
+static slim_status parse_dynamic_batching(const cJSON *obj, slim_server_batching *bt,
+                                          slim_err *err)
+{
+    if (!cJSON_IsObject(obj))
+        return slim_errf(err, SLIM_EINVAL, "config.json: \"dynamic_batching\": expected an object");
+    bt->enabled = true;
+    for (const cJSON *k = obj->child; k; k = k->next) {
+        char where[96];
+        snprintf(where, sizeof(where), "dynamic_batching.%.60s", k->string);
+        int64_t v = 0;
+        slim_status s = SLIM_OK;
+        if (strcmp(k->string, "max_queue_delay_microseconds") == 0) {
+            if ((s = get_int(k, where, 0, 6e7, &v, err)) == SLIM_OK)
+                bt->max_queue_delay_us = v;
+        } else if (strcmp(k->string, "preferred_batch_size") == 0) {
+            s = parse_preferred(k, bt, err);
+        } else if (strcmp(k->string, "default_queue_policy") == 0) {
+            s = parse_queue_policy(k, bt, err);
+        } else if (strcmp(k->string, "oom_probe_after") == 0) {
+            if ((s = get_int(k, where, 1, 1e6, &v, err)) == SLIM_OK)
+                bt->oom_probe_after = (int)v;
+        } else if (strcmp(k->string, "priority_levels") == 0 ||
+                   strcmp(k->string, "default_priority_level") == 0 ||
+                   strcmp(k->string, "priority_queue_policy") == 0 ||
+                   strcmp(k->string, "preserve_ordering") == 0) {
+            return slim_errf(err, SLIM_EINVAL, "config.json: %s is not supported by slimserve",
+                             where);
+        } else {
+            return slim_errf(err, SLIM_EINVAL, "config.json: dynamic_batching: unknown key \"%s\"",
+                             k->string);
+        }
+        if (s != SLIM_OK)
+            return s;
+    }
+    return SLIM_OK;
+}
+
+/* What can only be checked once every key is read. */
+static slim_status check_batching(const slim_server_config *cfg, slim_err *err)
+{
+    const slim_server_batching *bt = &cfg->batching;
+    if (!bt->enabled)
+        return SLIM_OK;
+    if (cfg->max_batch_size == 0)
+        return slim_errf(err, SLIM_EINVAL, "config.json: \"dynamic_batching\" needs "
+                         "\"max_batch_size\" > 0 (requests are merged along the batch dimension)");
+    for (int i = 0; i < bt->n_preferred; i++)
+        if (bt->preferred[i] > cfg->max_batch_size)
+            return slim_errf(err, SLIM_EINVAL, "config.json: dynamic_batching.preferred_batch_size: "
+                             "%d is larger than max_batch_size %d", bt->preferred[i],
+                             cfg->max_batch_size);
+    return SLIM_OK;
+}
+
 /* Keys whose meaning later issues define: checked for type, kept as given. */
 static bool reserved_key_ok(const cJSON *k, const char **expect)
 {
-    if (strcmp(k->string, "dynamic_batching") == 0) {
-        *expect = "an object";
-        return cJSON_IsObject(k);
-    }
     if (strcmp(k->string, "precision") == 0) {
         *expect = "a string";
         return cJSON_IsString(k);
@@ -160,10 +308,6 @@ static bool reserved_key_ok(const cJSON *k, const char **expect)
     if (strcmp(k->string, "pruning") == 0) {
         *expect = "an object, a number or a boolean";
         return cJSON_IsObject(k) || cJSON_IsNumber(k) || cJSON_IsBool(k);
-    }
-    if (strcmp(k->string, "memory_limit") == 0) {
-        *expect = "a number of bytes or a string such as \"512MiB\"";
-        return (cJSON_IsNumber(k) && k->valuedouble >= 0) || cJSON_IsString(k);
     }
     *expect = NULL;
     return false;
@@ -203,10 +347,21 @@ static slim_status parse_keys(const cJSON *root, const char *dir_name, slim_serv
             if (!is_int(k, 1, 1024))
                 return slim_errf(err, SLIM_EINVAL, "config.json: \"instance_count\": expected an integer from 1 to 1024");
             cfg->instance_count = (int)k->valuedouble;
+        } else if (strcmp(key, "memory_limit") == 0) {
+            s = parse_memory_limit(k, &cfg->memory_limit, err);
         } else if (strcmp(key, "input") == 0) {
             s = parse_io_list(k, "input", &cfg->inputs, &cfg->n_inputs, err);
         } else if (strcmp(key, "output") == 0) {
             s = parse_io_list(k, "output", &cfg->outputs, &cfg->n_outputs, err);
+        } else if (strcmp(key, "dynamic_batching") == 0) {
+            /* parsed, and kept as written for /config */
+            if ((s = parse_dynamic_batching(k, &cfg->batching, err)) != SLIM_OK)
+                return s;
+            cJSON *copy = cJSON_Duplicate(k, true);
+            if (!copy || !cJSON_AddItemToObject(cfg->reserved, key, copy)) {
+                cJSON_Delete(copy);
+                return slim_errf(err, SLIM_ENOMEM, "out of memory");
+            }
         } else if (reserved_key_ok(k, &expect)) {
             cJSON *copy = cJSON_Duplicate(k, true);
             if (!copy || !cJSON_AddItemToObject(cfg->reserved, key, copy)) {
@@ -228,7 +383,7 @@ slim_status slim_server_config_parse(const char *text, const char *dir_name,
                                      slim_server_config *cfg, slim_err *err)
 {
     memset(cfg, 0, sizeof(*cfg));
-    cfg->instance_count = 1;
+    cfg->batching.oom_probe_after = 8;
     cfg->name = strdup(dir_name);
     cfg->platform = strdup("onnxruntime_onnx");
     cfg->reserved = cJSON_CreateObject();
@@ -246,6 +401,8 @@ slim_status slim_server_config_parse(const char *text, const char *dir_name,
                          end ? (long)(end - text) : 0L);
     }
     slim_status s = parse_keys(root, dir_name, cfg, err);
+    if (s == SLIM_OK)
+        s = check_batching(cfg, err);
     cJSON_Delete(root);
     if (s != SLIM_OK)
         slim_server_config_free(cfg);
@@ -389,6 +546,8 @@ cJSON *slim_server_config_to_json(const slim_server_config *cfg)
     cJSON_AddItemToObject(o, "input", io_list_json(cfg->inputs, cfg->n_inputs));
     cJSON_AddItemToObject(o, "output", io_list_json(cfg->outputs, cfg->n_outputs));
     cJSON_AddNumberToObject(o, "instance_count", cfg->instance_count);
+    if (cfg->memory_limit)
+        cJSON_AddNumberToObject(o, "memory_limit", (double)cfg->memory_limit);
     for (const cJSON *k = cfg->reserved ? cfg->reserved->child : NULL; k; k = k->next)
         cJSON_AddItemToObject(o, k->string, cJSON_Duplicate(k, true));
     return o;

@@ -172,6 +172,11 @@ static enum MHD_Result send_reply(slim_server_request *req)
     }
     if (r->allow)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_ALLOW, r->allow);
+    if (r->retry_after_s > 0) {
+        char n[16];
+        snprintf(n, sizeof(n), "%d", r->retry_after_s);
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, n);
+    }
     enum MHD_Result ok = MHD_queue_response(req->conn, (unsigned)r->status, resp);
     MHD_destroy_response(resp);
     return ok;
@@ -343,9 +348,8 @@ slim_status slim_server_start(slim_server *srv, const slim_server_opts *opts, sl
     slim_status s = bind_address(opts, &addr, &flags, err);
     if (s != SLIM_OK)
         goto err_metrics;
-    if ((s = slim_server_repo_open(&srv->repo, opts->repository, &srv->metrics, err)) != SLIM_OK)
-        goto err_repo;
-    if ((s = slim_server_workers_start(opts->workers, opts->queue_capacity, &srv->workers, err)) != SLIM_OK)
+    if ((s = slim_server_repo_open(&srv->repo, opts->repository, &srv->metrics, opts->workers,
+                                   opts->queue_capacity, err)) != SLIM_OK)
         goto err_repo;
     srv->daemon = MHD_start_daemon(
         flags, (uint16_t)opts->port, NULL, NULL, on_request, srv,
@@ -358,14 +362,12 @@ slim_status slim_server_start(slim_server *srv, const slim_server_opts *opts, sl
     if (!srv->daemon) {
         s = slim_errf(err, SLIM_EIO, "could not listen on %s:%d (is the port in use?)", opts->host,
                       opts->port);
-        goto err_workers;
+        goto err_repo;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_BIND_PORT);
     srv->port = info ? info->port : opts->port;
     return SLIM_OK;
 
-err_workers:
-    slim_server_workers_stop(srv->workers);
 err_repo:
     slim_server_repo_close(&srv->repo);
 err_metrics:
@@ -387,7 +389,7 @@ void slim_server_stop(slim_server *srv)
     while (atomic_load(&srv->in_flight) > 0 && slim_server_now_us() < deadline)
         usleep(10000);
     MHD_stop_daemon(srv->daemon);
-    slim_server_workers_stop(srv->workers);
+    /* Stops each model's instances as its last reference goes. */
     slim_server_repo_close(&srv->repo);
     slim_server_metrics_free(&srv->metrics);
 }

@@ -6,6 +6,8 @@
  * 0. The signals are blocked in every thread and taken with sigwait here,
  * so no handler runs in the middle of a request.
  */
+#include "alloc.h"
+#include "device.h"
 #include "server.h"
 
 #include <signal.h>
@@ -23,9 +25,14 @@ static void usage(FILE *f)
             "  --host ADDR              address to listen on (default 127.0.0.1)\n"
             "  --http-port N            port (default 8000; 0 picks a free one)\n"
             "  --max-request-bytes N    largest request body (default 67108864)\n"
-            "  --workers N              threads running models (default: cores, at most 8)\n"
-            "  --queue-size N           inferences waiting before 503 (default 64 per worker)\n"
-            "  --http-threads N         threads parsing and answering HTTP (default 4)\n");
+            "  --workers N              threads running each model, unless its config.json\n"
+            "                           sets instance_count (default: cores, at most 8)\n"
+            "  --queue-size N           requests a model queues before it answers 503, unless\n"
+            "                           its config.json sets max_queue_size (default: 64 per\n"
+            "                           worker)\n"
+            "  --http-threads N         threads parsing and answering HTTP (default 4)\n"
+            "  --memory-limit SIZE      cap on the memory the CPU allocator holds, e.g. 2GiB\n"
+            "                           (default: none); runs past it fail with out-of-memory\n");
 }
 
 static bool parse_count(const char *flag, const char *v, long long lo, long long hi,
@@ -75,6 +82,12 @@ static int parse_args(int argc, char **argv, slim_server_opts *o)
             if (!parse_count(a, v, 1, 1 << 20, &n))
                 return 2;
             queue = (int)n;
+        } else if (strcmp(a, "--memory-limit") == 0 && v) {
+            slim_err err = {0};
+            if (!slim_parse_bytes(v, &o->memory_limit, &err)) {
+                fprintf(stderr, "slimserve: --memory-limit: %s\n", err.msg);
+                return 2;
+            }
         } else if (strcmp(a, "--http-threads") == 0) {
             if (!parse_count(a, v, 1, 256, &n))
                 return 2;
@@ -109,6 +122,10 @@ int main(int argc, char **argv)
     sigaddset(&stop_signals, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
     signal(SIGPIPE, SIG_IGN);
+
+    /* Before any model loads, so weights count against the limit too. */
+    if (opts.memory_limit)
+        slim_allocator_set_limit(slim_device_cpu()->alloc, opts.memory_limit);
 
     slim_server srv;
     slim_err err = {0};

@@ -5,6 +5,13 @@
  * then process figures. Each section is one function in `sections`; a later
  * issue (memory gauges, say) adds its renderer to that table.
  *
+ * Batching (batcher.c, workers.c) adds the slim_batch_size and
+ * slim_queue_wait_us histograms, slim_batch_halvings_total,
+ * slim_model_oom_total, slim_requests_rejected_total{reason} and the
+ * slim_batch_ceiling gauge. The wait histogram is not called
+ * slim_queue_duration_us: under OpenMetrics that family name belongs to
+ * the slim_queue_duration_us_total counter.
+ *
  * Counters live in slim_server_stats records that are created on first use
  * and kept until shutdown, so a model that is unloaded and loaded again
  * keeps counting where it left off (Prometheus counters never go back).
@@ -130,6 +137,119 @@ static void render_inference(slim_server_metrics *mx, slim_server_buf *out)
     pthread_mutex_unlock(&mx->mu);
 }
 
+/* ---- batching ----------------------------------------------------------- */
+
+/* Upper bounds of the finite buckets; the last bucket is +Inf. */
+static const int64_t queue_bounds_us[SLIM_SERVER_QUEUE_BUCKETS - 1] = {
+    100, 250, 500, 1000, 2500, 5000, 10000, 25000, 50000, 100000, 250000, 500000,
+    1000000, 2500000, 5000000, 10000000};
+
+static int64_t batch_bound(int i)
+{
+    return (int64_t)1 << i; /* 1, 2, 4, ... */
+}
+
+void slim_server_stats_observe_batch(slim_server_stats *s, int64_t rows)
+{
+    int i = 0;
+    while (i < SLIM_SERVER_BATCH_BUCKETS - 1 && rows > batch_bound(i))
+        i++;
+    atomic_fetch_add(&s->batch_hist[i], 1);
+    atomic_fetch_add(&s->batch_rows, (uint64_t)rows);
+}
+
+void slim_server_stats_observe_queue(slim_server_stats *s, int64_t wait_us)
+{
+    int i = 0;
+    while (i < SLIM_SERVER_QUEUE_BUCKETS - 1 && wait_us > queue_bounds_us[i])
+        i++;
+    atomic_fetch_add(&s->queue_hist[i], 1);
+    atomic_fetch_add(&s->queue_wait_us, (uint64_t)(wait_us > 0 ? wait_us : 0));
+}
+
+static void render_histogram(slim_server_buf *out, const slim_server_stats *s, const char *name,
+                             const atomic_uint_least64_t *hist, int n_buckets,
+                             int64_t (*bound)(int), const atomic_uint_least64_t *sum)
+{
+    unsigned long long cumulative = 0;
+    for (int i = 0; i < n_buckets; i++) {
+        cumulative += (unsigned long long)atomic_load(&hist[i]);
+        slim_server_buf_printf(out, "%s_bucket", name);
+        labels(out, s);
+        if (i < n_buckets - 1)
+            slim_server_buf_printf(out, ",le=\"%lld\"} %llu\n", (long long)bound(i), cumulative);
+        else
+            slim_server_buf_printf(out, ",le=\"+Inf\"} %llu\n", cumulative);
+    }
+    slim_server_buf_printf(out, "%s_sum", name);
+    labels(out, s);
+    slim_server_buf_printf(out, "} %llu\n", (unsigned long long)atomic_load(sum));
+    slim_server_buf_printf(out, "%s_count", name);
+    labels(out, s);
+    slim_server_buf_printf(out, "} %llu\n", cumulative);
+}
+
+static int64_t queue_bound(int i)
+{
+    return queue_bounds_us[i];
+}
+
+static void render_counter(slim_server_buf *out, const slim_server_stats *s, const char *name,
+                           const char *extra_label, const atomic_uint_least64_t *v)
+{
+    slim_server_buf_puts(out, name);
+    labels(out, s);
+    slim_server_buf_printf(out, "%s} %llu\n", extra_label ? extra_label : "",
+                           (unsigned long long)atomic_load(v));
+}
+
+static void render_batching(slim_server_metrics *mx, slim_server_buf *out)
+{
+    pthread_mutex_lock(&mx->mu);
+    slim_server_buf_puts(out, "# HELP slim_batch_size Rows per model execution (merged requests)\n"
+                              "# TYPE slim_batch_size histogram\n");
+    for (const slim_server_stats *s = mx->head; s; s = s->next)
+        render_histogram(out, s, "slim_batch_size", s->batch_hist, SLIM_SERVER_BATCH_BUCKETS,
+                         batch_bound, &s->batch_rows);
+    slim_server_buf_puts(out, "# HELP slim_queue_wait_us Time a request waited in its model's "
+                              "queue before its batch started, in microseconds\n"
+                              "# TYPE slim_queue_wait_us histogram\n");
+    for (const slim_server_stats *s = mx->head; s; s = s->next)
+        render_histogram(out, s, "slim_queue_wait_us", s->queue_hist, SLIM_SERVER_QUEUE_BUCKETS,
+                         queue_bound, &s->queue_wait_us);
+    slim_server_buf_puts(out, "# HELP slim_batch_halvings_total Batches split in halves after "
+                              "running out of memory\n"
+                              "# TYPE slim_batch_halvings_total counter\n");
+    for (const slim_server_stats *s = mx->head; s; s = s->next)
+        render_counter(out, s, "slim_batch_halvings_total", NULL, &s->halvings);
+    slim_server_buf_puts(out, "# HELP slim_model_oom_total Model runs that failed for lack of "
+                              "memory under the configured limits\n"
+                              "# TYPE slim_model_oom_total counter\n");
+    for (const slim_server_stats *s = mx->head; s; s = s->next)
+        render_counter(out, s, "slim_model_oom_total", NULL, &s->ooms);
+    slim_server_buf_puts(out, "# HELP slim_requests_rejected_total Requests refused by the "
+                              "scheduler: queue full (503) or queue timeout expired\n"
+                              "# TYPE slim_requests_rejected_total counter\n");
+    for (const slim_server_stats *s = mx->head; s; s = s->next) {
+        render_counter(out, s, "slim_requests_rejected_total", ",reason=\"queue_full\"",
+                       &s->rejected_queue_full);
+        render_counter(out, s, "slim_requests_rejected_total", ",reason=\"timeout\"",
+                       &s->rejected_timeout);
+    }
+    slim_server_buf_puts(out, "# HELP slim_batch_ceiling Largest batch, in rows, the scheduler "
+                              "forms now (the tightest over the model's input shapes; lowered "
+                              "by out-of-memory, raised by probing)\n"
+                              "# TYPE slim_batch_ceiling gauge\n");
+    for (const slim_server_stats *s = mx->head; s; s = s->next) {
+        if (atomic_load(&s->live_batchers) <= 0)
+            continue;
+        slim_server_buf_puts(out, "slim_batch_ceiling");
+        labels(out, s);
+        slim_server_buf_printf(out, "} %d\n", atomic_load(&s->batch_ceiling));
+    }
+    pthread_mutex_unlock(&mx->mu);
+}
+
 static void render_process(slim_server_metrics *mx, slim_server_buf *out)
 {
     unsigned long long pages_total = 0, pages_resident = 0;
@@ -149,6 +269,7 @@ static void render_process(slim_server_metrics *mx, slim_server_buf *out)
 
 static void (*const sections[])(slim_server_metrics *, slim_server_buf *) = {
     render_inference,
+    render_batching,
     render_process,
 };
 

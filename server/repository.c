@@ -32,10 +32,18 @@ static void model_free(slim_server_model *m)
 {
     if (!m)
         return;
+    bool had_model = m->model != NULL;
+    /* No request holds the model any more, so its queue is empty: this
+     * only joins the idle instance threads. */
+    slim_server_batcher_stop(m->batcher);
     slim_model_free(m->model);
     slim_server_config_free(&m->cfg);
     free(m->name);
     free(m);
+    /* An unloaded model's weights and cached arenas go back to the system
+     * now rather than waiting in the cache for a model that may never come. */
+    if (had_model)
+        slim_server_memory_trim();
 }
 
 void slim_server_model_release(slim_server_model *m)
@@ -119,10 +127,16 @@ static slim_status load_version(slim_server_repo *repo, const char *name, const 
         goto err;
     if ((s = slim_server_config_resolve(&m->cfg, m->model, err)) != SLIM_OK)
         goto err;
+    if ((s = slim_server_memory_attach(m, err)) != SLIM_OK)
+        goto err;
     if (!(m->stats = slim_server_metrics_get(repo->metrics, name, version))) {
         s = slim_errf(err, SLIM_ENOMEM, "out of memory");
         goto err;
     }
+    if (!m->cfg.instance_count)
+        m->cfg.instance_count = repo->default_instances > 0 ? repo->default_instances : 1;
+    if ((s = slim_server_batcher_create(m, repo->default_queue_size, &m->batcher, err)) != SLIM_OK)
+        goto err;
     *out = m;
     return SLIM_OK;
 err:
@@ -390,12 +404,15 @@ static int cmp_str(const void *a, const void *b)
 }
 
 slim_status slim_server_repo_open(slim_server_repo *repo, const char *root,
-                                  slim_server_metrics *metrics, slim_err *err)
+                                  slim_server_metrics *metrics, int instances, int queue_size,
+                                  slim_err *err)
 {
     memset(repo, 0, sizeof(*repo));
     pthread_mutex_init(&repo->mu, NULL);
     pthread_mutex_init(&repo->load_mu, NULL);
     repo->metrics = metrics;
+    repo->default_instances = instances;
+    repo->default_queue_size = queue_size;
     if (!(repo->root = strdup(root)))
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
     DIR *d = opendir(root);

@@ -9,6 +9,8 @@
  *   POST /v2/models/M[/versions/V]/infer
  *   POST /v2/repository/index
  *   POST /v2/repository/models/M/load | /unload
+ *   GET  /v2/debug/memory[?format=text]        allocator and model memory
+ *   POST /v2/debug/memory/reset_peaks
  *   GET  /metrics
  *
  * Every failure is {"error": "..."} with Triton's status code, except that
@@ -106,6 +108,7 @@ static void route_metrics(slim_server_request *req)
 {
     slim_server_buf b = {0};
     slim_server_metrics_render(&req->srv->metrics, &b);
+    slim_server_memory_metrics(&req->srv->repo, &b);
     if (b.oom) {
         slim_server_buf_free(&b);
         slim_server_reply_error(&req->reply, 500, "out of memory while writing metrics");
@@ -220,13 +223,37 @@ static void count_failure(const slim_server_model *m, slim_server_failure why, i
     atomic_fetch_add(&m->stats->request_us, (uint64_t)(slim_server_now_us() - t_begin));
 }
 
+/* The request's "parameters": {"timeout": microseconds} (Triton's name),
+ * read only when the model's queue policy allows the override: it costs a
+ * second parse of the JSON header. 0 when absent. */
+static bool request_timeout(const slim_server_request *req, int64_t *out, slim_err *err)
+{
+    *out = 0;
+    size_t len = req->infer_header_len >= 0 && (size_t)req->infer_header_len <= req->body_len
+                     ? (size_t)req->infer_header_len : req->body_len;
+    cJSON *root = req->body ? cJSON_ParseWithLength(req->body, len) : NULL;
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "parameters");
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(params, "timeout");
+    bool ok = !t || (cJSON_IsNumber(t) && t->valuedouble >= 0 && t->valuedouble <= 3.6e9 &&
+                     t->valuedouble == (double)(int64_t)t->valuedouble);
+    if (!ok)
+        slim_errf(err, SLIM_EINVAL, "parameter \"timeout\" must be a whole number of "
+                  "microseconds from 0 to 3600000000");
+    else if (t)
+        *out = (int64_t)t->valuedouble;
+    cJSON_Delete(root);
+    return ok;
+}
+
 /* Decodes, queues and suspends; takes over the caller's model reference. */
 static void route_infer(slim_server_request *req, slim_server_model *m)
 {
     slim_err err = {0};
+    int64_t timeout_us = 0;
     req->task.model = m; /* released with the request */
     if (slim_server_infer_decode(req->body ? req->body : "", req->body_len, req->infer_header_len,
-                                 m, &req->infer, &err) != SLIM_OK) {
+                                 m, &req->infer, &err) != SLIM_OK ||
+        (m->cfg.batching.allow_timeout_override && !request_timeout(req, &timeout_us, &err))) {
         count_failure(m, SLIM_SERVER_FAIL_BAD_REQUEST, req->t_begin);
         slim_server_reply_error(&req->reply, err.status == SLIM_ENOMEM ? 500 : 400, "%s", err.msg);
         return;
@@ -234,15 +261,14 @@ static void route_infer(slim_server_request *req, slim_server_model *m)
     req->task.rq = &req->infer;
     req->task.done = on_task_done;
     req->task.user = req;
-    /* Suspend before queueing: the worker may finish and resume at once. */
+    /* Suspend before queueing: the instance may finish and resume at once. */
     MHD_suspend_connection(req->conn);
     req->suspended = true;
-    if (!slim_server_workers_submit(req->srv->workers, &req->task)) {
+    if (!slim_server_batcher_submit(m->batcher, &req->task, timeout_us, &err)) {
         /* Still suspended: resume, and answer when MHD calls back. */
         count_failure(m, SLIM_SERVER_FAIL_REJECTED, req->t_begin);
-        slim_server_reply_error(&req->reply, 503,
-                                "inference queue is full (%d requests waiting); try again later",
-                                req->srv->opts.queue_capacity);
+        slim_server_reply_error(&req->reply, 503, "%s", err.msg);
+        req->reply.retry_after_s = 1;
         req->task.t_done = -1; /* tells infer_finish the reply is already set */
         MHD_resume_connection(req->conn);
     }
@@ -254,8 +280,8 @@ static int runtime_error_status(slim_status s)
     case SLIM_EINVAL: case SLIM_ESHAPE: case SLIM_ETYPE: case SLIM_ENEEDVALUE:
     case SLIM_EUNSUPPORTED:
         return 400;
-    case SLIM_EOOM:
-        return 503;
+    case SLIM_EOOM: /* does not fit even alone (workers.c) */
+        return 507;
     default:
         return 500;
     }
@@ -268,8 +294,10 @@ void slim_server_infer_finish(slim_server_request *req)
     if (t->t_done < 0) /* rejected: the 503 is already in req->reply */
         return;
     if (t->status != SLIM_OK) {
-        count_failure(m, SLIM_SERVER_FAIL_BACKEND, req->t_begin);
-        slim_server_reply_error(&req->reply, runtime_error_status(t->status), "%s", t->err.msg);
+        count_failure(m, t->failure, req->t_begin);
+        slim_server_reply_error(&req->reply,
+                                t->http_status ? t->http_status : runtime_error_status(t->status),
+                                "%s", t->err.msg);
         return;
     }
     slim_err err = {0};
@@ -281,7 +309,7 @@ void slim_server_infer_finish(slim_server_request *req)
     slim_server_stats *st = m->stats;
     atomic_fetch_add(&st->success, 1);
     atomic_fetch_add(&st->inference_count, (uint64_t)req->infer.batch);
-    atomic_fetch_add(&st->execution_count, 1);
+    /* execution_count is counted per batch run, in workers.c */
     atomic_fetch_add(&st->queue_us, (uint64_t)(t->t_started - t->t_queued));
     atomic_fetch_add(&st->compute_us, (uint64_t)(t->t_done - t->t_started));
     atomic_fetch_add(&st->request_us, (uint64_t)(slim_server_now_us() - req->t_begin));
@@ -368,6 +396,26 @@ void slim_server_route(slim_server_request *req)
     if (p.n == 3 && strcmp(p.seg[1], "repository") == 0 && strcmp(p.seg[2], "index") == 0) {
         if (method_ok(req, true))
             route_index(req);
+        return;
+    }
+    if (p.n == 3 && strcmp(p.seg[1], "debug") == 0 && strcmp(p.seg[2], "memory") == 0) {
+        if (method_ok(req, false)) {
+            const char *fmt = MHD_lookup_connection_value(req->conn, MHD_GET_ARGUMENT_KIND,
+                                                          "format");
+            if (fmt && strcmp(fmt, "text") != 0 && strcmp(fmt, "json") != 0) {
+                slim_server_reply_error(&req->reply, 400, "format \"%s\" is not one of "
+                                        "\"json\", \"text\"", fmt);
+                return;
+            }
+            slim_server_memory_debug(&req->srv->repo, fmt && strcmp(fmt, "text") == 0,
+                                     &req->reply);
+        }
+        return;
+    }
+    if (p.n == 4 && strcmp(p.seg[1], "debug") == 0 && strcmp(p.seg[2], "memory") == 0 &&
+        strcmp(p.seg[3], "reset_peaks") == 0) {
+        if (method_ok(req, true))
+            slim_server_memory_reset_peaks(&req->srv->repo, &req->reply);
         return;
     }
     if (p.n == 5 && strcmp(p.seg[1], "repository") == 0 && strcmp(p.seg[2], "models") == 0 &&

@@ -7,8 +7,12 @@
  *     MHD thread (http.c)            gathers the body, calls the router
  *       -> routes.c                  health, metadata, repository, metrics
  *       -> infer_codec.c             JSON (+ binary) -> typed tensors
- *       -> workers.c queue           typed task; the connection is suspended
- *     worker thread                  slim_model_run, then resumes the connection
+ *       -> batcher.c queue           typed task, in its model's queue; the
+ *                                    connection is suspended
+ *     the model's instance thread    batcher.c merges queued requests of one
+ *                                    input shape; workers.c runs the batch
+ *                                    (halving it on out-of-memory), splits
+ *                                    the outputs and resumes each connection
  *     MHD thread                     infer_codec.c encodes the outputs, answers
  *
  * JSON never reaches the runtime, and no HTTP thread ever waits for a model,
@@ -63,6 +67,7 @@ typedef struct slim_server_reply {
     const char *content_type;   /* static string */
     long long infer_header_len; /* >= 0: Inference-Header-Content-Length */
     const char *allow;          /* for 405: the methods that are allowed */
+    int retry_after_s;          /* > 0: a Retry-After header (503 queue full) */
 } slim_server_reply;
 
 /* Fills reply with {"error": "..."} and the given status. */
@@ -81,15 +86,41 @@ typedef struct slim_server_io {
     int64_t dims[SLIM_MAX_DIMS];/* -1: dynamic */
 } slim_server_io;
 
+/* "dynamic_batching" in config.json, with Triton's names. */
+#define SLIM_SERVER_MAX_PREFERRED 16
+
+typedef enum {
+    SLIM_SERVER_TIMEOUT_REJECT,     /* an expired request is answered 503 */
+    SLIM_SERVER_TIMEOUT_DELAY,      /* ... goes to the back of the queue, once */
+} slim_server_timeout_action;
+
+typedef struct slim_server_batching {
+    bool enabled;                   /* the key is present: queued requests merge */
+    int64_t max_queue_delay_us;     /* how long the oldest request waits for company */
+    int preferred[SLIM_SERVER_MAX_PREFERRED]; /* preferred_batch_size, ascending */
+    int n_preferred;
+    /* default_queue_policy */
+    int max_queue_size;             /* 0: the server's --queue-size */
+    int64_t default_timeout_us;     /* 0: requests wait as long as it takes */
+    slim_server_timeout_action timeout_action;
+    bool allow_timeout_override;    /* a request's "timeout" parameter counts */
+    /* slimserve's own: full batches without out-of-memory before the
+     * batch ceiling of an input shape is raised again */
+    int oom_probe_after;
+} slim_server_batching;
+
 typedef struct slim_server_config {
     char *name;
     char *platform;
     int max_batch_size;         /* 0: the model does not batch */
-    int instance_count;
+    int instance_count;         /* 0 until resolved: the server's --workers */
+    slim_server_batching batching;
     slim_server_io *inputs, *outputs;
     int n_inputs, n_outputs;
-    /* Keys later issues act on (dynamic_batching, precision, pruning,
-     * memory_limit), kept as given so /config shows them. */
+    size_t memory_limit;        /* bytes the model may hold at once; 0: no limit */
+    /* Keys kept as given so /config shows them: dynamic_batching (also
+     * parsed into `batching`), and keys later issues act on (precision,
+     * pruning). */
     cJSON *reserved;
 } slim_server_config;
 
@@ -125,12 +156,23 @@ typedef enum {
 } slim_server_failure;
 
 /* Counters of one model version; they outlive unload/load cycles. */
+/* Histogram buckets: batch sizes 1, 2, 4 .. 1024 and +Inf; queue waits
+ * from 100 us to 10 s and +Inf (metrics.c has the bounds). */
+#define SLIM_SERVER_BATCH_BUCKETS 12
+#define SLIM_SERVER_QUEUE_BUCKETS 17
+
 typedef struct slim_server_stats {
     char *model;
     int64_t version;
     atomic_uint_least64_t success, failure[SLIM_SERVER_FAIL_COUNT];
     atomic_uint_least64_t inference_count, execution_count;
     atomic_uint_least64_t request_us, queue_us, compute_us;
+    /* batching: per-bucket (not cumulative) counts, sums */
+    atomic_uint_least64_t batch_hist[SLIM_SERVER_BATCH_BUCKETS], batch_rows;
+    atomic_uint_least64_t queue_hist[SLIM_SERVER_QUEUE_BUCKETS], queue_wait_us;
+    atomic_uint_least64_t halvings, ooms, rejected_queue_full, rejected_timeout;
+    atomic_int batch_ceiling;       /* tightest ceiling over the model's input shapes */
+    atomic_int live_batchers;       /* the gauge is shown while > 0 */
     struct slim_server_stats *next;
 } slim_server_stats;
 
@@ -146,6 +188,9 @@ slim_server_stats *slim_server_metrics_get(slim_server_metrics *mx, const char *
                                            int64_t version);
 /* Prometheus text exposition format, all sections. */
 void slim_server_metrics_render(slim_server_metrics *mx, slim_server_buf *out);
+/* One batch run of `rows` rows; one request's wait in the queue. */
+void slim_server_stats_observe_batch(slim_server_stats *s, int64_t rows);
+void slim_server_stats_observe_queue(slim_server_stats *s, int64_t wait_us);
 
 /* ---- repository (repository.c) ------------------------------------------ */
 
@@ -155,6 +200,7 @@ typedef struct slim_server_model {
     slim_server_config cfg;     /* resolved against this version's model */
     slim_model *model;
     slim_server_stats *stats;
+    struct slim_server_batcher *batcher; /* its queue and instance threads */
     atomic_int refs;
 } slim_server_model;
 
@@ -180,14 +226,18 @@ typedef struct slim_server_repo {
     slim_server_metrics *metrics;
     pthread_mutex_t mu;             /* guards entries and slots */
     pthread_mutex_t load_mu;        /* one load/unload at a time */
+    int default_instances;          /* --workers: instance_count when not set */
+    int default_queue_size;         /* --queue-size: max_queue_size when not set */
     slim_server_entry *entries;
     int n_entries, cap_entries;
 } slim_server_repo;
 
 /* Scans root and loads every model found; a model that fails is recorded,
- * not fatal. Fails only when root can't be read. */
+ * not fatal. Fails only when root can't be read. instances and queue_size
+ * are the defaults of instance_count and max_queue_size. */
 slim_status slim_server_repo_open(slim_server_repo *repo, const char *root,
-                                  slim_server_metrics *metrics, slim_err *err);
+                                  slim_server_metrics *metrics, int instances,
+                                  int queue_size, slim_err *err);
 void slim_server_repo_close(slim_server_repo *repo);
 
 /* version < 0: the highest ready one. On success returns a new reference;
@@ -205,6 +255,22 @@ slim_status slim_server_repo_unload(slim_server_repo *repo, const char *name,
                                     int *http_status, slim_err *err);
 /* [{"name","version","state","reason"}...] */
 cJSON *slim_server_repo_index(slim_server_repo *repo, bool ready_only);
+
+/* ---- memory (memory.c) -------------------------------------------------- */
+
+/* Names the model's memory account after it and applies cfg.memory_limit
+ * (fails when the weights alone are over it). */
+slim_status slim_server_memory_attach(slim_server_model *m, slim_err *err);
+/* Gives cached, unused device memory back (after an unload). */
+void slim_server_memory_trim(void);
+/* The slim_memory_* and slim_allocator_* families, and per-model weight
+ * and arena bytes, in Prometheus text format. */
+void slim_server_memory_metrics(slim_server_repo *repo, slim_server_buf *out);
+/* GET /v2/debug/memory[?format=text]: stats per device and per model. */
+void slim_server_memory_debug(slim_server_repo *repo, bool text, slim_server_reply *reply);
+/* POST /v2/debug/memory/reset_peaks: every peak (device and models) set to
+ * its current value; answers with the JSON above. */
+void slim_server_memory_reset_peaks(slim_server_repo *repo, slim_server_reply *reply);
 
 /* ---- inference requests (infer_codec.c) --------------------------------- */
 
@@ -235,31 +301,70 @@ slim_status slim_server_infer_encode(const slim_server_infer *rq, const slim_ser
                                      slim_server_reply *reply, slim_err *err);
 void slim_server_infer_free(slim_server_infer *rq);
 
-/* ---- worker pool (workers.c) -------------------------------------------- */
+/* ---- per-model scheduler (batcher.c) and batch runs (workers.c) -------- */
+
+struct slim_server_shape;       /* one input signature's queue state (batcher.c) */
 
 typedef struct slim_server_task {
     slim_server_model *model;       /* a reference held by the request */
     const slim_server_infer *rq;
-    /* filled by the worker */
+    /* set by the scheduler */
+    struct slim_server_shape *shape;/* NULL when the model does not batch */
+    int64_t rows;                   /* the request's batch size (1 when not batching) */
+    int64_t deadline;               /* queue timeout (monotonic us); 0: none */
+    bool delayed;                   /* timed out under timeout_action DELAY */
+    /* filled by the instance that ran it */
     slim_status status;
     slim_err err;
-    slim_tensor *outputs;
+    int http_status;                /* for a failure; 0: from status */
+    slim_server_failure failure;    /* for a failure: the metrics reason */
+    slim_tensor *outputs;           /* may view one buffer shared with its batch */
     int n_outputs;
     int64_t t_queued, t_started, t_done;
-    /* called by the worker once the task is done; must not block */
+    /* called by the instance once the task is done; must not block */
     void (*done)(struct slim_server_task *t);
     void *user;
     struct slim_server_task *next;
 } slim_server_task;
 
-typedef struct slim_server_workers slim_server_workers;
+typedef struct slim_server_batcher slim_server_batcher;
 
-slim_status slim_server_workers_start(int n_threads, int capacity,
-                                      slim_server_workers **out, slim_err *err);
-/* false when the queue is full or the pool is stopping (HTTP 503). */
-bool slim_server_workers_submit(slim_server_workers *w, slim_server_task *t);
-/* Runs what is queued, then joins the threads and frees the pool. */
-void slim_server_workers_stop(slim_server_workers *w);
+/* Starts m's queue and m->cfg.instance_count instance threads; the model
+ * owns the batcher and stops it in model_free. queue_size is the default
+ * of max_queue_size. */
+slim_status slim_server_batcher_create(slim_server_model *m, int queue_size,
+                                       slim_server_batcher **out, slim_err *err);
+/* Queues t. timeout_us > 0 overrides the queue policy's timeout (the
+ * request's "timeout" parameter). false when the queue is full: err says
+ * so and the caller answers 503 with Retry-After. */
+bool slim_server_batcher_submit(slim_server_batcher *b, slim_server_task *t,
+                                int64_t timeout_us, slim_err *err);
+/* Runs what is queued, then joins the threads and frees the batcher. */
+void slim_server_batcher_stop(slim_server_batcher *b);
+
+/* workers.c: runs tasks (queued in this order, one input shape) as one
+ * batch and answers each; on out-of-memory it halves the batch, on any
+ * other failure it runs the requests alone. */
+void slim_server_batch_run(slim_server_batcher *b, slim_server_task **tasks, int n);
+
+/* batcher.c, for workers.c */
+const slim_server_model *slim__batcher_model(const slim_server_batcher *b);
+/* A run of `rows` rows of shape ended with s: moves the shape's ceiling. */
+void slim__batcher_record(slim_server_batcher *b, struct slim_server_shape *shape,
+                          int64_t rows, int n_tasks, slim_status s);
+/* The shape's outputs have no batch dimension: its requests run alone. */
+void slim__batcher_run_alone(slim_server_batcher *b, struct slim_server_shape *shape);
+/* Runs of one model share memory: an instance enters shared before a run;
+ * a lone request that ran out of memory while other runs overlapped it is
+ * retried exclusive, alone on the model, before it is refused. */
+typedef struct slim__run_ticket {
+    bool exclusive;
+    int running_at_start;
+    uint64_t starts_at_start;
+} slim__run_ticket;
+void slim__batcher_enter(slim_server_batcher *b, bool exclusive, slim__run_ticket *tk);
+/* Returns whether another run of the model overlapped this one. */
+bool slim__batcher_leave(slim_server_batcher *b, slim__run_ticket *tk);
 
 /* ---- the server (http.c, routes.c) -------------------------------------- */
 
@@ -268,16 +373,16 @@ typedef struct slim_server_opts {
     const char *host;
     int port;
     size_t max_request_bytes;
-    int workers;
-    int queue_capacity;
+    int workers;                    /* instance_count unless config.json sets it */
+    int queue_capacity;             /* max_queue_size unless config.json sets it */
     int http_threads;
+    size_t memory_limit;            /* the CPU allocator's limit; 0: none */
 } slim_server_opts;
 
 typedef struct slim_server {
     slim_server_opts opts;
     slim_server_metrics metrics;
     slim_server_repo repo;
-    slim_server_workers *workers;
     struct MHD_Daemon *daemon;
     atomic_int in_flight;           /* requests begun and not yet completed */
     atomic_bool stopping;           /* shutdown has begun: new requests get 503 */

@@ -1,118 +1,213 @@
 /*
- * workers.c - the threads that run models, fed by a bounded FIFO queue.
+ * workers.c - what a model instance does with a batch: merge the requests'
+ * inputs along the batch dimension, run the model once, give each request
+ * its rows of every output, and answer it. batcher.c decides what goes
+ * into a batch and runs the threads.
  *
- * The queue is bounded so that overload is answered at once (503) instead
- * of piling up memory and latency; a task carries typed tensors only. Each
- * worker calls slim_model_run and then the task's done callback, which
- * resumes the suspended HTTP connection.
+ * Out of memory. A batch whose run fails with SLIM_EOOM is split into two
+ * halves (by request count, queue order kept) that are run one after the
+ * other, recursively, down to single requests; batcher.c lowers the
+ * shape's ceiling on the way, so later batches are formed at a size that
+ * fits. A single request that still runs out of memory is retried once
+ * alone on the model when other runs overlapped it (their memory may be
+ * what it lacked), and otherwise answered 507 with the allocator's message,
+ * which names the bytes asked for, held and allowed. Nothing else in the
+ * batch is affected.
  *
- * The runtime's kernels and BLAS use their own threads, so a handful of
- * workers is enough to keep the cores busy; more only oversubscribes them.
+ * Any other failure of a merged batch reruns its requests alone, so one bad
+ * request (a token id past the vocabulary, say) fails only itself.
+ *
+ * Results do not depend on the batch: max_batch_size > 0 asserts, as in
+ * Triton, that the model treats rows independently, and the outputs handed
+ * out are the rows of the batch's outputs. (That the kernels give a row
+ * the same bits at every batch size is the runtime's part;
+ * tests/e2e/test_batching.py checks it.)
+ *
+ * Outputs are views: a request's output tensor points into the batch's
+ * output buffer and holds a reference to it, so splitting copies nothing,
+ * and the buffer goes back to the allocator once the last request of the
+ * batch has been answered. Inputs are copied into the merged tensors.
  */
+#include "device.h"
 #include "server.h"
 
 #include <stdlib.h>
+#include <string.h>
 
-struct slim_server_workers {
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    slim_server_task *head, *tail;
-    int queued, capacity;
-    bool stopping;
-    int n_threads;
-    pthread_t *threads;
-};
-
-static void run_task(slim_server_task *t)
+static const slim_tensor *task_input(const slim_server_task *t, const char *name)
 {
-    t->t_started = slim_server_now_us();
-    t->outputs = NULL;
-    t->n_outputs = 0;
-    t->status = slim_model_run(t->model->model, t->rq->n_inputs, t->rq->names, t->rq->inputs,
-                               &t->outputs, &t->n_outputs, &t->err);
-    if (t->status != SLIM_OK && !t->err.msg[0])
-        slim_errf(&t->err, t->status, "%s", slim_strerror(t->status));
-    t->t_done = slim_server_now_us();
+    for (int j = 0; j < t->rq->n_inputs; j++)
+        if (t->rq->names[j] == name || strcmp(t->rq->names[j], name) == 0)
+            return &t->rq->inputs[j];
+    return NULL;
 }
 
-static void *worker_main(void *arg)
+/* xs[i]: model input i of every task, concatenated in task order. */
+static slim_status gather_inputs(const slim_server_config *cfg, slim_server_task **ts, int n,
+                                 int64_t rows, slim_tensor *xs, slim_err *err)
 {
-    slim_server_workers *w = arg;
-    for (;;) {
-        pthread_mutex_lock(&w->mu);
-        while (!w->head && !w->stopping)
-            pthread_cond_wait(&w->cv, &w->mu);
-        slim_server_task *t = w->head;
-        if (!t) { /* stopping and drained */
-            pthread_mutex_unlock(&w->mu);
-            return NULL;
-        }
-        w->head = t->next;
-        if (!w->head)
-            w->tail = NULL;
-        w->queued--;
-        pthread_mutex_unlock(&w->mu);
-
-        run_task(t);
-        t->done(t); /* the task may be freed from here on */
-    }
-}
-
-slim_status slim_server_workers_start(int n_threads, int capacity,
-                                      slim_server_workers **out, slim_err *err)
-{
-    slim_server_workers *w = calloc(1, sizeof(*w));
-    if (!w)
-        return slim_errf(err, SLIM_ENOMEM, "out of memory");
-    w->threads = calloc((size_t)n_threads, sizeof(pthread_t));
-    if (!w->threads) {
-        free(w);
-        return slim_errf(err, SLIM_ENOMEM, "out of memory");
-    }
-    pthread_mutex_init(&w->mu, NULL);
-    pthread_cond_init(&w->cv, NULL);
-    w->capacity = capacity;
-    for (; w->n_threads < n_threads; w->n_threads++) {
-        if (pthread_create(&w->threads[w->n_threads], NULL, worker_main, w) != 0) {
-            slim_server_workers_stop(w);
-            return slim_errf(err, SLIM_EINTERNAL, "could not start worker thread %d", w->n_threads);
+    for (int i = 0; i < cfg->n_inputs; i++) {
+        const char *name = cfg->inputs[i].name;
+        const slim_tensor *first = task_input(ts[0], name);
+        if (!first)
+            return slim_errf(err, SLIM_EINTERNAL, "batched request lacks input '%s'", name);
+        xs[i] = (slim_tensor){.dtype = first->dtype, .ndim = first->ndim};
+        memcpy(xs[i].dims, first->dims, sizeof(first->dims));
+        xs[i].dims[0] = rows;
+        slim_status s = slim_tensor_alloc(&xs[i], err);
+        if (s != SLIM_OK)
+            return s;
+        size_t offset = 0;
+        for (int k = 0; k < n; k++) {
+            const slim_tensor *x = task_input(ts[k], name);
+            size_t bytes = x ? slim_tensor_nbytes(x) : 0;
+            if (bytes)
+                memcpy((char *)xs[i].data + offset, x->data, bytes);
+            offset += bytes;
         }
     }
-    *out = w;
     return SLIM_OK;
 }
 
-bool slim_server_workers_submit(slim_server_workers *w, slim_server_task *t)
+/* Gives each task its rows of every output, as views. Fails, handing out
+ * nothing, when an output has no batch dimension to split along. */
+static slim_status split_outputs(const slim_server_model *m, slim_tensor *outs, int n_outs,
+                                 int64_t rows, slim_server_task **ts, int n, slim_err *err)
 {
-    pthread_mutex_lock(&w->mu);
-    bool ok = !w->stopping && w->queued < w->capacity;
-    if (ok) {
-        t->next = NULL;
-        t->t_queued = slim_server_now_us();
-        if (w->tail)
-            w->tail->next = t;
-        else
-            w->head = t;
-        w->tail = t;
-        w->queued++;
-        pthread_cond_signal(&w->cv);
+    for (int o = 0; o < n_outs; o++)
+        if (outs[o].ndim < 1 || outs[o].dims[0] != rows || (outs[o].data && !outs[o].buf))
+            return slim_errf(err, SLIM_ESHAPE, "model '%s': output %d has no batch dimension of "
+                             "%lld rows to split; its requests run alone", m->name, o,
+                             (long long)rows);
+    for (int k = 0; k < n; k++) {
+        if (!(ts[k]->outputs = calloc((size_t)(n_outs ? n_outs : 1), sizeof(slim_tensor)))) {
+            for (int j = 0; j < k; j++) {
+                slim_tensors_free(ts[j]->outputs, ts[j]->n_outputs);
+                ts[j]->outputs = NULL;
+                ts[j]->n_outputs = 0;
+            }
+            return slim_errf(err, SLIM_ENOMEM, "out of memory");
+        }
+        ts[k]->n_outputs = n_outs;
     }
-    pthread_mutex_unlock(&w->mu);
-    return ok;
+    for (int o = 0; o < n_outs; o++) {
+        size_t row_bytes = slim_tensor_nbytes(&outs[o]) / (size_t)rows;
+        int64_t row = 0;
+        for (int k = 0; k < n; k++) {
+            slim_tensor *y = &ts[k]->outputs[o];
+            *y = outs[o];
+            y->dims[0] = ts[k]->rows;
+            if (outs[o].data) {
+                y->data = (char *)outs[o].data + (size_t)row * row_bytes;
+                slim_buffer_ref(outs[o].buf);
+            }
+            row += ts[k]->rows;
+        }
+    }
+    return SLIM_OK;
 }
 
-void slim_server_workers_stop(slim_server_workers *w)
+/* One run of ts as a batch. On success every task has its outputs. */
+static slim_status run_once(slim_server_batcher *b, slim_server_task **ts, int n, bool exclusive,
+                            bool *overlapped, bool *unsplittable, slim_err *err)
 {
-    if (!w)
+    const slim_server_model *m = slim__batcher_model(b);
+    const slim_server_config *cfg = &m->cfg;
+    int64_t rows = 0;
+    for (int k = 0; k < n; k++)
+        rows += ts[k]->rows;
+    slim__run_ticket ticket;
+    slim_status s;
+    slim__batcher_enter(b, exclusive, &ticket);
+    if (n == 1) { /* the request's own tensors, no copy */
+        const slim_server_infer *rq = ts[0]->rq;
+        s = slim_model_run(m->model, rq->n_inputs, rq->names, rq->inputs, &ts[0]->outputs,
+                           &ts[0]->n_outputs, err);
+    } else {
+        slim_tensor *xs = calloc((size_t)(cfg->n_inputs ? cfg->n_inputs : 1), sizeof(*xs));
+        const char **names = calloc((size_t)(cfg->n_inputs ? cfg->n_inputs : 1), sizeof(*names));
+        slim_tensor *outs = NULL;
+        int n_outs = 0;
+        if (!xs || !names) {
+            s = slim_errf(err, SLIM_ENOMEM, "out of memory");
+            goto merged_done;
+        }
+        for (int i = 0; i < cfg->n_inputs; i++)
+            names[i] = cfg->inputs[i].name;
+        if ((s = gather_inputs(cfg, ts, n, rows, xs, err)) != SLIM_OK)
+            goto merged_done;
+        if ((s = slim_model_run(m->model, cfg->n_inputs, names, xs, &outs, &n_outs, err)) != SLIM_OK)
+            goto merged_done;
+        s = split_outputs(m, outs, n_outs, rows, ts, n, err);
+        *unsplittable = s == SLIM_ESHAPE;
+    merged_done:
+        slim_tensors_free(outs, n_outs); /* the views keep what they need */
+        for (int i = 0; xs && i < cfg->n_inputs; i++)
+            slim_tensor_release(&xs[i]);
+        free(xs);
+        free(names);
+    }
+    *overlapped = slim__batcher_leave(b, &ticket);
+    if (s != SLIM_OK && !err->msg[0])
+        slim_errf(err, s, "%s", slim_strerror(s));
+    if (s == SLIM_OK) {
+        atomic_fetch_add(&m->stats->execution_count, 1);
+        slim_server_stats_observe_batch(m->stats, rows);
+    }
+    slim__batcher_record(b, ts[0]->shape, rows, n, s);
+    return s;
+}
+
+static void answer(slim_server_task *t, slim_status s, const slim_err *err, int http_status)
+{
+    t->status = s;
+    if (s != SLIM_OK) {
+        t->err = *err;
+        t->http_status = http_status;
+        t->failure = SLIM_SERVER_FAIL_BACKEND;
+    }
+    t->t_done = slim_server_now_us();
+    t->done(t); /* t may be freed from here on */
+}
+
+void slim_server_batch_run(slim_server_batcher *b, slim_server_task **ts, int n)
+{
+    slim_err err = {0};
+    bool overlapped = false, unsplittable = false;
+    slim_status s = run_once(b, ts, n, false, &overlapped, &unsplittable, &err);
+    if (s == SLIM_OK) {
+        for (int k = 0; k < n; k++)
+            answer(ts[k], SLIM_OK, NULL, 0);
         return;
-    pthread_mutex_lock(&w->mu);
-    w->stopping = true;
-    pthread_cond_broadcast(&w->cv);
-    pthread_mutex_unlock(&w->mu);
-    for (int i = 0; i < w->n_threads; i++)
-        pthread_join(w->threads[i], NULL);
-    pthread_cond_destroy(&w->cv);
-    pthread_mutex_destroy(&w->mu);
-    free(w->threads);
-    free(w);
+    }
+    if (n > 1) {
+        if (unsplittable)
+            slim__batcher_run_alone(b, ts[0]->shape);
+        if (s == SLIM_EOOM) {
+            int half = n / 2;
+            slim_server_batch_run(b, ts, half);
+            slim_server_batch_run(b, ts + half, n - half);
+        } else {
+            for (int k = 0; k < n; k++)
+                slim_server_batch_run(b, ts + k, 1);
+        }
+        return;
+    }
+    if (s == SLIM_EOOM && overlapped) {
+        err = (slim_err){0};
+        s = run_once(b, ts, 1, true, &overlapped, &unsplittable, &err);
+        if (s == SLIM_OK) {
+            answer(ts[0], SLIM_OK, NULL, 0);
+            return;
+        }
+    }
+    if (s == SLIM_EOOM) {
+        const slim_server_model *m = slim__batcher_model(b);
+        slim_err why = err;
+        slim_errf(&why, SLIM_EOOM, "model '%s' cannot run this request (batch %lld) even alone: %s",
+                  m->name, (long long)ts[0]->rows, err.msg);
+        answer(ts[0], s, &why, 507);
+        return;
+    }
+    answer(ts[0], s, &err, 0);
 }

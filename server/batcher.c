@@ -1,0 +1,599 @@
+/*
+ * batcher.c - one scheduler per model: a bounded queue, the model's
+ * instance threads, and dynamic batching under an out-of-memory ceiling.
+ *
+ *     submit (HTTP thread)      queue full: false, and the caller answers
+ *                               503 with Retry-After; else the task joins
+ *                               the FIFO and an idle instance is woken
+ *     instance thread           takes the batch the oldest request leads,
+ *                               workers.c runs it and answers each request
+ *
+ * Merging (config.json "dynamic_batching"). Requests whose inputs agree in
+ * everything but the first dimension share a *shape* (an input signature);
+ * a batch is the oldest request plus the later ones of its shape, in queue
+ * order, while their rows fit under the shape's ceiling. A batch that is
+ * not full waits for company until the oldest request has been queued
+ * max_queue_delay_microseconds, unless its rows already reach one of the
+ * preferred_batch_size values (then it goes at once, cut there). Without
+ * "dynamic_batching" every request runs alone.
+ *
+ * The ceiling. Every shape starts at max_batch_size. A run that fails with
+ * SLIM_EOOM lowers its shape's ceiling to half the batch (workers.c then
+ * retries the two halves), so the ceiling ends at the largest size that
+ * fit, and other instances stop forming batches that are known not to
+ * fit. Memory pressure passes, so after oom_probe_after full batches in a
+ * row the ceiling doubles again (a probe); a probe that runs out of memory
+ * doubles the run of successes the next probe waits for, up to 64 times
+ * oom_probe_after, so a model pinned at its limit does not pay for a
+ * failed run every few batches. Only full batches count: a batch below the
+ * ceiling says nothing about whether the ceiling fits.
+ *
+ * The run gate. Runs of one model share its memory limit, so a request
+ * that runs out of memory alone may only have lacked the memory other runs
+ * held at the time. Such a request is retried once exclusive (alone on the
+ * model) before it is refused with 507; slim__batcher_enter/leave keep the
+ * count of runs that lets workers.c tell.
+ *
+ * Queue policy: at most max_queue_size requests wait (the server's
+ * --queue-size by default); a request past its timeout is answered 503
+ * (timeout_action REJECT) or sent to the back of the queue once (DELAY).
+ * Timeouts are checked whenever an instance looks at the queue, and idle
+ * instances wake for the earliest one.
+ *
+ * Lifetime: the model owns its batcher. Every queued task holds a model
+ * reference, so by the time model_free stops the batcher the queue is
+ * empty; stop still drains whatever is there before joining the threads.
+ */
+#include "server.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define MAX_SHAPES 64               /* input signatures remembered per model */
+#define MAX_PROBE_BACKOFF 64        /* times oom_probe_after */
+
+/* One input signature, and how large a batch of it has been seen to fit. */
+typedef struct slim_server_shape {
+    struct slim_server_shape *next;
+    int n_inputs;
+    slim_tensor *inputs;        /* model input order; dtype, ndim, dims[1..] (no data) */
+    int ceiling;                /* rows a batch may have */
+    int streak;                 /* full batches in a row without out-of-memory */
+    int probe_after;            /* the streak that raises the ceiling */
+    bool probing;               /* ceiling just raised, not yet proved */
+    bool alone;                 /* outputs could not be split: never merge */
+    int users;                  /* tasks queued or running that point here */
+    int64_t last_used;
+} slim_server_shape;
+
+typedef struct instance {
+    slim_server_batcher *b;
+    pthread_t thread;
+    slim_server_task **batch;   /* room for the largest batch it may take */
+} instance;
+
+struct slim_server_batcher {
+    slim_server_model *model;   /* the owner */
+    const slim_server_batching *cfg;
+    int max_batch;              /* rows; 0: the model does not batch */
+    bool merge;
+    int queue_cap, batch_cap;
+    pthread_mutex_t mu;
+    pthread_cond_t work_cv;     /* a task was queued, or stopping */
+    pthread_cond_t gate_cv;     /* a run ended */
+    slim_server_task *head, *tail;
+    int queued, with_deadline;
+    bool stopping;
+    slim_server_shape *shapes;
+    int n_shapes;
+    /* the run gate */
+    int running, exclusive_waiting;
+    bool exclusive;
+    uint64_t starts;
+    instance *instances;
+    int n_instances;
+};
+
+/* ---- shapes -------------------------------------------------------------- */
+
+static const slim_tensor *task_input(const slim_server_task *t, const char *name)
+{
+    for (int j = 0; j < t->rq->n_inputs; j++)
+        if (t->rq->names[j] == name || strcmp(t->rq->names[j], name) == 0)
+            return &t->rq->inputs[j];
+    return NULL;
+}
+
+static bool shape_matches(const slim_server_batcher *b, const slim_server_shape *sh,
+                          const slim_server_task *t)
+{
+    const slim_server_config *cfg = &b->model->cfg;
+    for (int i = 0; i < sh->n_inputs; i++) {
+        const slim_tensor *x = task_input(t, cfg->inputs[i].name), *want = &sh->inputs[i];
+        if (!x || x->dtype != want->dtype || x->ndim != want->ndim)
+            return false;
+        for (int d = 1; d < x->ndim; d++)
+            if (x->dims[d] != want->dims[d])
+                return false;
+    }
+    return true;
+}
+
+static void shape_free(slim_server_shape *sh)
+{
+    if (sh) {
+        free(sh->inputs);
+        free(sh);
+    }
+}
+
+/* The tightest ceiling over the model's shapes, for slim_batch_ceiling. */
+static void publish_ceiling(slim_server_batcher *b)
+{
+    int lowest = b->max_batch;
+    for (const slim_server_shape *sh = b->shapes; sh; sh = sh->next)
+        if (sh->ceiling < lowest)
+            lowest = sh->ceiling;
+    atomic_store(&b->model->stats->batch_ceiling, lowest);
+}
+
+/* Finds or makes t's shape, under mu. NULL when out of memory: the task
+ * then runs alone. Past MAX_SHAPES the least recently used idle shape is
+ * forgotten (and its ceiling with it). */
+static slim_server_shape *shape_of(slim_server_batcher *b, const slim_server_task *t,
+                                   int64_t now)
+{
+    slim_server_shape **victim = NULL;
+    for (slim_server_shape **p = &b->shapes; *p; p = &(*p)->next) {
+        if (shape_matches(b, *p, t)) {
+            (*p)->last_used = now;
+            return *p;
+        }
+        if (!(*p)->users && (!victim || (*p)->last_used < (*victim)->last_used))
+            victim = p;
+    }
+    if (b->n_shapes >= MAX_SHAPES && victim) {
+        slim_server_shape *old = *victim;
+        *victim = old->next;
+        shape_free(old);
+        b->n_shapes--;
+    }
+    const slim_server_config *cfg = &b->model->cfg;
+    slim_server_shape *sh = calloc(1, sizeof(*sh));
+    if (!sh || !(sh->inputs = calloc((size_t)(cfg->n_inputs ? cfg->n_inputs : 1),
+                                     sizeof(slim_tensor)))) {
+        free(sh);
+        return NULL;
+    }
+    sh->n_inputs = cfg->n_inputs;
+    for (int i = 0; i < cfg->n_inputs; i++) {
+        const slim_tensor *x = task_input(t, cfg->inputs[i].name);
+        if (!x) { /* decode guarantees every input; be safe anyway */
+            shape_free(sh);
+            return NULL;
+        }
+        sh->inputs[i] = (slim_tensor){.dtype = x->dtype, .ndim = x->ndim};
+        memcpy(sh->inputs[i].dims, x->dims, sizeof(x->dims));
+    }
+    sh->ceiling = b->max_batch;
+    sh->probe_after = b->cfg->oom_probe_after;
+    sh->last_used = now;
+    sh->next = b->shapes;
+    b->shapes = sh;
+    b->n_shapes++;
+    return sh;
+}
+
+void slim__batcher_record(slim_server_batcher *b, slim_server_shape *sh, int64_t rows,
+                          int n_tasks, slim_status s)
+{
+    slim_server_stats *st = b->model->stats;
+    if (s == SLIM_EOOM) {
+        atomic_fetch_add(&st->ooms, 1);
+        if (n_tasks > 1)
+            atomic_fetch_add(&st->halvings, 1);
+    }
+    if (!sh || (s != SLIM_OK && s != SLIM_EOOM))
+        return;
+    int base = b->cfg->oom_probe_after;
+    pthread_mutex_lock(&b->mu);
+    if (s == SLIM_OK) {
+        if (rows > sh->ceiling) /* a lone request larger than the ceiling fit */
+            sh->ceiling = rows > b->max_batch ? b->max_batch : (int)rows;
+        if (rows >= sh->ceiling) {
+            if (sh->probing)
+                sh->probe_after = base;
+            sh->probing = false;
+            if (++sh->streak >= sh->probe_after && sh->ceiling < b->max_batch) {
+                sh->ceiling = sh->ceiling > b->max_batch / 2 ? b->max_batch : 2 * sh->ceiling;
+                sh->streak = 0;
+                sh->probing = true;
+            }
+        }
+    } else {
+        if (sh->probing && sh->probe_after < base * MAX_PROBE_BACKOFF)
+            sh->probe_after *= 2;
+        sh->probing = false;
+        sh->streak = 0;
+        int half = rows / 2 > 1 ? (int)(rows / 2) : 1;
+        if (half < sh->ceiling)
+            sh->ceiling = half;
+    }
+    publish_ceiling(b);
+    pthread_mutex_unlock(&b->mu);
+}
+
+void slim__batcher_run_alone(slim_server_batcher *b, slim_server_shape *sh)
+{
+    if (!sh)
+        return;
+    pthread_mutex_lock(&b->mu);
+    sh->alone = true;
+    pthread_mutex_unlock(&b->mu);
+}
+
+const slim_server_model *slim__batcher_model(const slim_server_batcher *b)
+{
+    return b->model;
+}
+
+/* ---- the run gate ---------------------------------------------------------- */
+
+void slim__batcher_enter(slim_server_batcher *b, bool exclusive, slim__run_ticket *tk)
+{
+    pthread_mutex_lock(&b->mu);
+    if (exclusive) {
+        b->exclusive_waiting++;
+        while (b->running || b->exclusive)
+            pthread_cond_wait(&b->gate_cv, &b->mu);
+        b->exclusive_waiting--;
+        b->exclusive = true;
+    } else {
+        /* Waiting exclusive runs go first, or a busy model starves them. */
+        while (b->exclusive || b->exclusive_waiting)
+            pthread_cond_wait(&b->gate_cv, &b->mu);
+    }
+    b->running++;
+    b->starts++;
+    *tk = (slim__run_ticket){.exclusive = exclusive, .running_at_start = b->running,
+                             .starts_at_start = b->starts};
+    pthread_mutex_unlock(&b->mu);
+}
+
+bool slim__batcher_leave(slim_server_batcher *b, slim__run_ticket *tk)
+{
+    pthread_mutex_lock(&b->mu);
+    bool overlapped = tk->running_at_start > 1 || b->starts != tk->starts_at_start;
+    b->running--;
+    if (tk->exclusive)
+        b->exclusive = false;
+    pthread_cond_broadcast(&b->gate_cv);
+    pthread_mutex_unlock(&b->mu);
+    return overlapped;
+}
+
+/* ---- the queue ------------------------------------------------------------- */
+
+static void unlink_task(slim_server_batcher *b, slim_server_task *t, slim_server_task *prev)
+{
+    if (prev)
+        prev->next = t->next;
+    else
+        b->head = t->next;
+    if (b->tail == t)
+        b->tail = prev;
+    t->next = NULL;
+    b->queued--;
+    if (t->deadline)
+        b->with_deadline--;
+}
+
+static void append_task(slim_server_batcher *b, slim_server_task *t)
+{
+    t->next = NULL;
+    if (b->tail)
+        b->tail->next = t;
+    else
+        b->head = t;
+    b->tail = t;
+    b->queued++;
+    if (t->deadline)
+        b->with_deadline++;
+}
+
+/* Under mu: takes the tasks whose timeout has passed. REJECT: they are
+ * returned, to be answered outside the lock; DELAY: they go to the back of
+ * the queue, once. *next_deadline: the earliest deadline still pending. */
+static slim_server_task *expire(slim_server_batcher *b, int64_t now, int64_t *next_deadline)
+{
+    slim_server_task *expired = NULL, *delayed = NULL, **delayed_tail = &delayed;
+    slim_server_task *prev = NULL, *t = b->head;
+    *next_deadline = 0;
+    while (t && b->with_deadline) {
+        slim_server_task *next = t->next;
+        if (t->deadline && t->deadline <= now) {
+            unlink_task(b, t, prev);
+            if (b->cfg->timeout_action == SLIM_SERVER_TIMEOUT_DELAY) {
+                t->deadline = 0;
+                t->delayed = true;
+                *delayed_tail = t;
+                delayed_tail = &t->next;
+            } else {
+                t->next = expired;
+                expired = t;
+            }
+        } else {
+            if (t->deadline && (!*next_deadline || t->deadline < *next_deadline))
+                *next_deadline = t->deadline;
+            prev = t;
+        }
+        t = next;
+    }
+    while (delayed) {
+        slim_server_task *next = delayed->next;
+        append_task(b, delayed);
+        delayed = next;
+    }
+    return expired;
+}
+
+static void answer_expired(slim_server_batcher *b, slim_server_task *t, int64_t now)
+{
+    t->t_started = t->t_done = now;
+    t->status = SLIM_EINVAL;
+    t->http_status = 503;
+    t->failure = SLIM_SERVER_FAIL_REJECTED;
+    slim_errf(&t->err, SLIM_EINVAL,
+              "Request timeout expired: the request waited %lld us in model '%s''s queue "
+              "(timeout %lld us)", (long long)(now - t->t_queued), b->model->name,
+              (long long)(t->deadline - t->t_queued));
+    atomic_fetch_add(&b->model->stats->rejected_timeout, 1);
+    t->done(t);
+}
+
+static bool is_preferred(const slim_server_batching *cfg, int64_t rows)
+{
+    for (int i = 0; i < cfg->n_preferred; i++)
+        if (cfg->preferred[i] == rows)
+            return true;
+    return false;
+}
+
+/* Under mu, with a non-empty queue: unlinks the batch the oldest request
+ * leads into out and returns its size, or returns 0 and sets *wake to
+ * when the batch should be looked at again (it is waiting for company). */
+static int take_batch(slim_server_batcher *b, slim_server_task **out, int64_t now, int64_t *wake)
+{
+    slim_server_task *h = b->head;
+    if (!b->merge || !h->shape || h->shape->alone) {
+        unlink_task(b, h, NULL);
+        out[0] = h;
+        return 1;
+    }
+    slim_server_shape *sh = h->shape;
+    int64_t limit = sh->ceiling < h->rows ? h->rows : sh->ceiling; /* the oldest always goes */
+    int64_t rows = 0;
+    int n = 0, preferred_n = 0;
+    bool full = false;
+    for (slim_server_task *t = h; t && n < b->batch_cap; t = t->next) {
+        if (t->shape != sh)
+            continue;
+        if (rows + t->rows > limit) {
+            full = true;
+            break;
+        }
+        out[n++] = t;
+        rows += t->rows;
+        if (is_preferred(b->cfg, rows))
+            preferred_n = n;
+        if (rows == limit || n == b->batch_cap) { /* batch_cap: the whole queue is in */
+            full = true;
+            break;
+        }
+    }
+    int64_t due = h->t_queued + b->cfg->max_queue_delay_us;
+    if (!full && !b->stopping && now < due) {
+        if (!preferred_n) {
+            *wake = due;
+            return 0;
+        }
+        n = preferred_n;
+    }
+    /* Unlink the chosen ones; they are in queue order. */
+    slim_server_task *prev = NULL, *t = b->head;
+    for (int k = 0; k < n && t;) {
+        slim_server_task *next = t->next;
+        if (t == out[k]) {
+            unlink_task(b, t, prev);
+            k++;
+        } else {
+            prev = t;
+        }
+        t = next;
+    }
+    return n;
+}
+
+static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_us)
+{
+    /* work_cv runs on CLOCK_MONOTONIC, the clock of slim_server_now_us. */
+    struct timespec ts = {.tv_sec = until_us / 1000000, .tv_nsec = (until_us % 1000000) * 1000};
+    pthread_cond_timedwait(cv, mu, &ts);
+}
+
+static void *instance_main(void *arg)
+{
+    instance *in = arg;
+    slim_server_batcher *b = in->b;
+    pthread_mutex_lock(&b->mu);
+    for (;;) {
+        int64_t now = slim_server_now_us(), next_deadline = 0, wake = 0;
+        if (b->with_deadline) {
+            slim_server_task *expired = expire(b, now, &next_deadline);
+            if (expired) {
+                pthread_mutex_unlock(&b->mu);
+                while (expired) {
+                    slim_server_task *next = expired->next;
+                    slim_server_shape *sh = expired->shape;
+                    answer_expired(b, expired, now); /* may be freed from here on */
+                    if (sh) {
+                        pthread_mutex_lock(&b->mu);
+                        sh->users--;
+                        pthread_mutex_unlock(&b->mu);
+                    }
+                    expired = next;
+                }
+                pthread_mutex_lock(&b->mu);
+                continue;
+            }
+        }
+        if (!b->head) {
+            if (b->stopping)
+                break;
+            if (next_deadline)
+                timed_wait(&b->work_cv, &b->mu, next_deadline);
+            else
+                pthread_cond_wait(&b->work_cv, &b->mu);
+            continue;
+        }
+        int n = take_batch(b, in->batch, now, &wake);
+        if (!n) {
+            if (next_deadline && next_deadline < wake)
+                wake = next_deadline;
+            timed_wait(&b->work_cv, &b->mu, wake);
+            continue;
+        }
+        if (b->head) /* more work: another instance may take it */
+            pthread_cond_signal(&b->work_cv);
+        pthread_mutex_unlock(&b->mu);
+
+        slim_server_shape *sh = in->batch[0]->shape;
+        for (int k = 0; k < n; k++) {
+            in->batch[k]->t_started = now;
+            slim_server_stats_observe_queue(b->model->stats, now - in->batch[k]->t_queued);
+        }
+        slim_server_batch_run(b, in->batch, n); /* the tasks may be freed from here on */
+
+        pthread_mutex_lock(&b->mu);
+        if (sh)
+            sh->users -= n;
+    }
+    pthread_mutex_unlock(&b->mu);
+    return NULL;
+}
+
+/* ---- life ------------------------------------------------------------------- */
+
+bool slim_server_batcher_submit(slim_server_batcher *b, slim_server_task *t, int64_t timeout_us,
+                                slim_err *err)
+{
+    int64_t now = slim_server_now_us();
+    const slim_server_batching *cfg = b->cfg;
+    t->next = NULL;
+    t->t_queued = now;
+    t->rows = b->max_batch > 0 && t->rq->batch > 0 ? t->rq->batch : 1;
+    t->shape = NULL;
+    t->delayed = false;
+    t->http_status = 0;
+    t->status = SLIM_OK;
+    int64_t timeout = cfg->enabled ? (timeout_us > 0 ? timeout_us : cfg->default_timeout_us) : 0;
+    t->deadline = timeout > 0 ? now + timeout : 0;
+
+    pthread_mutex_lock(&b->mu);
+    if (b->stopping || b->queued >= b->queue_cap) {
+        int queued = b->queued;
+        bool stopping = b->stopping;
+        pthread_mutex_unlock(&b->mu);
+        if (stopping) { /* unreachable while the caller holds a model reference */
+            slim_errf(err, SLIM_EINVAL, "model '%s' is being unloaded; try again later",
+                      b->model->name);
+            return false;
+        }
+        atomic_fetch_add(&b->model->stats->rejected_queue_full, 1);
+        slim_errf(err, SLIM_EINVAL, "model '%s': the inference queue is full (%d requests "
+                  "waiting, max_queue_size %d); try again later", b->model->name, queued,
+                  b->queue_cap);
+        return false;
+    }
+    if (b->merge && (t->shape = shape_of(b, t, now)))
+        t->shape->users++;
+    append_task(b, t);
+    pthread_cond_signal(&b->work_cv);
+    pthread_mutex_unlock(&b->mu);
+    return true;
+}
+
+slim_status slim_server_batcher_create(slim_server_model *m, int queue_size,
+                                       slim_server_batcher **out, slim_err *err)
+{
+    const slim_server_config *cfg = &m->cfg;
+    slim_server_batcher *b = calloc(1, sizeof(*b));
+    int n = cfg->instance_count > 0 ? cfg->instance_count : 1;
+    if (!b || !(b->instances = calloc((size_t)n, sizeof(instance)))) {
+        free(b);
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    }
+    b->model = m;
+    b->cfg = &cfg->batching;
+    b->max_batch = cfg->max_batch_size;
+    b->merge = cfg->batching.enabled && cfg->max_batch_size > 1;
+    b->queue_cap = cfg->batching.max_queue_size > 0 ? cfg->batching.max_queue_size
+                                                    : queue_size > 0 ? queue_size : 1;
+    /* Every task has at least one row and at most queue_cap are queued. */
+    b->batch_cap = !b->merge ? 1 : b->max_batch < b->queue_cap ? b->max_batch : b->queue_cap;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_mutex_init(&b->mu, NULL);
+    pthread_cond_init(&b->work_cv, &ca);
+    pthread_cond_init(&b->gate_cv, NULL);
+    pthread_condattr_destroy(&ca);
+    if (b->merge) {
+        atomic_fetch_add(&m->stats->live_batchers, 1);
+        atomic_store(&m->stats->batch_ceiling, b->max_batch);
+    }
+    for (; b->n_instances < n; b->n_instances++) {
+        instance *in = &b->instances[b->n_instances];
+        in->b = b;
+        if (!(in->batch = calloc((size_t)b->batch_cap, sizeof(*in->batch)))) {
+            slim_server_batcher_stop(b);
+            return slim_errf(err, SLIM_ENOMEM, "out of memory");
+        }
+        if (pthread_create(&in->thread, NULL, instance_main, in) != 0) {
+            free(in->batch);
+            slim_server_batcher_stop(b);
+            return slim_errf(err, SLIM_EINTERNAL, "model '%s': could not start instance thread "
+                             "%d of %d", m->name, b->n_instances + 1, n);
+        }
+    }
+    *out = b;
+    return SLIM_OK;
+}
+
+void slim_server_batcher_stop(slim_server_batcher *b)
+{
+    if (!b)
+        return;
+    pthread_mutex_lock(&b->mu);
+    b->stopping = true;
+    pthread_cond_broadcast(&b->work_cv);
+    pthread_mutex_unlock(&b->mu);
+    for (int i = 0; i < b->n_instances; i++) {
+        pthread_join(b->instances[i].thread, NULL);
+        free(b->instances[i].batch);
+    }
+    if (b->merge)
+        atomic_fetch_sub(&b->model->stats->live_batchers, 1);
+    while (b->shapes) {
+        slim_server_shape *next = b->shapes->next;
+        shape_free(b->shapes);
+        b->shapes = next;
+    }
+    pthread_cond_destroy(&b->work_cv);
+    pthread_cond_destroy(&b->gate_cv);
+    pthread_mutex_destroy(&b->mu);
+    free(b->instances);
+    free(b);
+}

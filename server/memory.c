@@ -1,0 +1,333 @@
+/*
+ * memory.c - where every byte goes: the allocator's figures and each
+ * model's share, for /metrics and GET /v2/debug/memory.
+ *
+ * The device figures come from the CPU caching allocator (alloc.h); the
+ * per-model figures from the model's memory account (weights plus what
+ * its runs hold) and its cached arena plans (one per input signature).
+ * Nothing here allocates device memory, so the endpoints answer even when
+ * the allocator is at its limit.
+ */
+#include "alloc.h"
+#include "device.h"
+#include "model.h"
+#include "plan.h"
+#include "server.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define ARENA_SIZES_MAX SLIM_PLAN_CACHE_MAX
+
+slim_status slim_server_memory_attach(slim_server_model *m, slim_err *err)
+{
+    slim_mem_account *acct = m->model->account;
+    snprintf(acct->name, sizeof(acct->name), "model \"%s\" version %lld", m->name,
+             (long long)m->version);
+    if (!m->cfg.memory_limit)
+        return SLIM_OK;
+    if (slim_model_set_memory_limit(m->model, m->cfg.memory_limit, err) != SLIM_OK)
+        return slim_err_prefix(err, "config.json: \"memory_limit\": ");
+    return SLIM_OK;
+}
+
+void slim_server_memory_trim(void)
+{
+    slim_allocator_empty_cache(slim_device_cpu()->alloc);
+}
+
+/* ---- walking the loaded models ------------------------------------------ */
+
+typedef void (*model_visit)(const slim_server_model *m, void *user);
+
+/* Calls visit for every ready model version, under the repository lock:
+ * visits only read atomics and the plan cache (its own lock, never held
+ * while taking the repository's). */
+static void each_model(slim_server_repo *repo, model_visit visit, void *user)
+{
+    pthread_mutex_lock(&repo->mu);
+    for (int i = 0; i < repo->n_entries; i++) {
+        const slim_server_entry *e = &repo->entries[i];
+        for (int j = 0; j < e->n_slots; j++)
+            if (e->slots[j].live)
+                visit(e->slots[j].live, user);
+    }
+    pthread_mutex_unlock(&repo->mu);
+}
+
+/* ---- Prometheus ----------------------------------------------------------- */
+
+typedef struct device_family {
+    const char *name, *type, *help;
+    int64_t (*value)(const slim_mem_stats *s);
+} device_family;
+
+static int64_t allocated_now(const slim_mem_stats *s) { return s->allocated_bytes[SLIM_POOL_ALL].current; }
+static int64_t reserved_now(const slim_mem_stats *s) { return s->reserved_bytes[SLIM_POOL_ALL].current; }
+static int64_t active_now(const slim_mem_stats *s) { return s->active_bytes[SLIM_POOL_ALL].current; }
+static int64_t split_now(const slim_mem_stats *s) { return s->inactive_split_bytes[SLIM_POOL_ALL].current; }
+static int64_t allocated_peak(const slim_mem_stats *s) { return s->allocated_bytes[SLIM_POOL_ALL].peak; }
+static int64_t reserved_peak(const slim_mem_stats *s) { return s->reserved_bytes[SLIM_POOL_ALL].peak; }
+static int64_t limit(const slim_mem_stats *s) { return (int64_t)s->limit_bytes; }
+static int64_t segment_allocs(const slim_mem_stats *s) { return s->segment[SLIM_POOL_ALL].allocated; }
+static int64_t segment_frees(const slim_mem_stats *s) { return s->segment[SLIM_POOL_ALL].freed; }
+static int64_t cache_hits(const slim_mem_stats *s) { return (int64_t)s->num_cache_hits; }
+static int64_t retries(const slim_mem_stats *s) { return (int64_t)s->num_alloc_retries; }
+static int64_t ooms(const slim_mem_stats *s) { return (int64_t)s->num_ooms; }
+
+static const device_family device_families[] = {
+    {"slim_memory_allocated_bytes", "gauge", "Bytes of blocks handed out by the caching allocator", allocated_now},
+    {"slim_memory_reserved_bytes", "gauge", "Bytes of segments the caching allocator holds from the device", reserved_now},
+    {"slim_memory_active_bytes", "gauge", "Bytes of blocks in use or not yet reusable", active_now},
+    {"slim_memory_inactive_split_bytes", "gauge", "Free bytes inside split segments (fragmentation)", split_now},
+    {"slim_memory_peak_allocated_bytes", "gauge", "Highest allocated bytes since start or the last peak reset", allocated_peak},
+    {"slim_memory_peak_reserved_bytes", "gauge", "Highest reserved bytes since start or the last peak reset", reserved_peak},
+    {"slim_memory_limit_bytes", "gauge", "The device memory limit (0: none)", limit},
+    {"slim_allocator_segment_allocs_total", "counter", "Segments allocated from the device", segment_allocs},
+    {"slim_allocator_segment_frees_total", "counter", "Segments given back to the device", segment_frees},
+    {"slim_allocator_cache_hits_total", "counter", "Allocations served from cached blocks", cache_hits},
+    {"slim_allocator_alloc_retries_total", "counter", "Allocations that flushed the cache and retried", retries},
+    {"slim_oom_total", "counter", "Allocations that failed: over a limit or refused by the device", ooms},
+};
+
+static void family_header(slim_server_buf *out, const char *name, const char *type,
+                          const char *help)
+{
+    slim_server_buf_printf(out, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+/* Model names are checked when loaded (no quotes or backslashes), so they
+ * go into label values as they are. */
+static void put_weight_bytes(const slim_server_model *m, void *user)
+{
+    slim_server_buf_printf(user, "slim_model_weight_bytes{model=\"%s\",version=\"%lld\"} %zu\n",
+                           m->name, (long long)m->version, m->model->weight_bytes);
+}
+
+static void put_arena_bytes(const slim_server_model *m, void *user)
+{
+    int64_t batch[ARENA_SIZES_MAX];
+    size_t bytes[ARENA_SIZES_MAX];
+    int n = slim_model_plan_sizes(m->model, batch, bytes, ARENA_SIZES_MAX);
+    for (int i = 0; i < n; i++)
+        slim_server_buf_printf(user, "slim_model_arena_bytes{model=\"%s\",version=\"%lld\","
+                               "batch=\"%lld\"} %zu\n", m->name, (long long)m->version,
+                               (long long)batch[i], bytes[i]);
+}
+
+static void put_model_held(const slim_server_model *m, void *user)
+{
+    slim_server_buf_printf(user, "slim_model_memory_bytes{model=\"%s\",version=\"%lld\"} %zu\n",
+                           m->name, (long long)m->version,
+                           atomic_load(&m->model->account->current));
+}
+
+static void put_model_peak(const slim_server_model *m, void *user)
+{
+    slim_server_buf_printf(user, "slim_model_memory_peak_bytes{model=\"%s\",version=\"%lld\"} %zu\n",
+                           m->name, (long long)m->version, atomic_load(&m->model->account->peak));
+}
+
+static void put_model_limit(const slim_server_model *m, void *user)
+{
+    slim_server_buf_printf(user, "slim_model_memory_limit_bytes{model=\"%s\",version=\"%lld\"} %zu\n",
+                           m->name, (long long)m->version, atomic_load(&m->model->account->limit));
+}
+
+typedef struct model_family {
+    const char *name, *help;
+    model_visit put;
+} model_family;
+
+static const model_family model_families[] = {
+    {"slim_model_weight_bytes", "Bytes of the model's weights (loaded once, shared read-only)", put_weight_bytes},
+    {"slim_model_arena_bytes", "Planned activation arena per run, per cached batch size", put_arena_bytes},
+    {"slim_model_memory_bytes", "Bytes the model holds now: weights and its runs' memory", put_model_held},
+    {"slim_model_memory_peak_bytes", "Highest bytes the model has held at once", put_model_peak},
+    {"slim_model_memory_limit_bytes", "The model's memory limit from config.json (0: none)", put_model_limit},
+};
+
+void slim_server_memory_metrics(slim_server_repo *repo, slim_server_buf *out)
+{
+    slim_allocator *a = slim_device_cpu()->alloc;
+    slim_mem_stats s;
+    slim_allocator_stats(a, &s);
+    const char *dev = slim_allocator_device(a);
+    for (size_t i = 0; i < sizeof(device_families) / sizeof(device_families[0]); i++) {
+        const device_family *f = &device_families[i];
+        family_header(out, f->name, f->type, f->help);
+        slim_server_buf_printf(out, "%s{device=\"%s\"} %lld\n", f->name, dev,
+                               (long long)f->value(&s));
+    }
+    for (size_t i = 0; i < sizeof(model_families) / sizeof(model_families[0]); i++) {
+        family_header(out, model_families[i].name, "gauge", model_families[i].help);
+        each_model(repo, model_families[i].put, out);
+    }
+}
+
+/* ---- /v2/debug/memory ------------------------------------------------------ */
+
+static cJSON *stat_json(const slim_mem_stat *st)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    cJSON_AddNumberToObject(o, "current", (double)st->current);
+    cJSON_AddNumberToObject(o, "peak", (double)st->peak);
+    cJSON_AddNumberToObject(o, "allocated", (double)st->allocated);
+    cJSON_AddNumberToObject(o, "freed", (double)st->freed);
+    return o;
+}
+
+/* {"all": {...}, "small_pool": {...}, "large_pool": {...}} */
+static cJSON *pools_json(const slim_mem_stat *per_pool)
+{
+    static const char *const names[SLIM_POOL_COUNT] = {"all", "small_pool", "large_pool"};
+    cJSON *o = cJSON_CreateObject();
+    for (int p = 0; o && p < SLIM_POOL_COUNT; p++)
+        cJSON_AddItemToObject(o, names[p], stat_json(&per_pool[p]));
+    return o;
+}
+
+static cJSON *device_json(slim_allocator *a)
+{
+    slim_mem_stats s;
+    slim_allocator_stats(a, &s);
+    cJSON *o = cJSON_CreateObject();
+    if (!o)
+        return NULL;
+    cJSON_AddStringToObject(o, "device", slim_allocator_device(a));
+    cJSON_AddNumberToObject(o, "limit_bytes", (double)s.limit_bytes);
+    cJSON_AddItemToObject(o, "allocated_bytes", pools_json(s.allocated_bytes));
+    cJSON_AddItemToObject(o, "reserved_bytes", pools_json(s.reserved_bytes));
+    cJSON_AddItemToObject(o, "active_bytes", pools_json(s.active_bytes));
+    cJSON_AddItemToObject(o, "inactive_split_bytes", pools_json(s.inactive_split_bytes));
+    cJSON_AddItemToObject(o, "requested_bytes", pools_json(s.requested_bytes));
+    cJSON_AddItemToObject(o, "allocation", pools_json(s.allocation));
+    cJSON_AddItemToObject(o, "segment", pools_json(s.segment));
+    cJSON_AddItemToObject(o, "active", pools_json(s.active));
+    cJSON_AddItemToObject(o, "inactive_split", pools_json(s.inactive_split));
+    cJSON_AddNumberToObject(o, "num_cache_hits", (double)s.num_cache_hits);
+    cJSON_AddNumberToObject(o, "num_alloc_retries", (double)s.num_alloc_retries);
+    cJSON_AddNumberToObject(o, "num_ooms", (double)s.num_ooms);
+    cJSON_AddNumberToObject(o, "num_device_frees", (double)s.num_device_frees);
+    return o;
+}
+
+static void add_model_json(const slim_server_model *m, void *user)
+{
+    cJSON *o = cJSON_CreateObject(), *arenas = cJSON_CreateArray();
+    if (!o || !arenas) {
+        cJSON_Delete(o);
+        cJSON_Delete(arenas);
+        return;
+    }
+    const slim_mem_account *acct = m->model->account;
+    cJSON_AddStringToObject(o, "name", m->name);
+    char version[24];
+    snprintf(version, sizeof(version), "%lld", (long long)m->version);
+    cJSON_AddStringToObject(o, "version", version);
+    cJSON_AddNumberToObject(o, "weight_bytes", (double)m->model->weight_bytes);
+    cJSON_AddNumberToObject(o, "parameters", (double)m->model->param_count);
+    cJSON_AddNumberToObject(o, "memory_bytes", (double)atomic_load(&acct->current));
+    cJSON_AddNumberToObject(o, "memory_peak_bytes", (double)atomic_load(&acct->peak));
+    cJSON_AddNumberToObject(o, "memory_limit_bytes", (double)atomic_load(&acct->limit));
+    cJSON_AddNumberToObject(o, "ooms", (double)atomic_load(&acct->ooms));
+    int64_t batch[ARENA_SIZES_MAX];
+    size_t bytes[ARENA_SIZES_MAX];
+    int n = slim_model_plan_sizes(m->model, batch, bytes, ARENA_SIZES_MAX);
+    for (int i = 0; i < n; i++) {
+        cJSON *a = cJSON_CreateObject();
+        if (!a)
+            break;
+        cJSON_AddNumberToObject(a, "batch", (double)batch[i]);
+        cJSON_AddNumberToObject(a, "arena_bytes", (double)bytes[i]);
+        cJSON_AddItemToArray(arenas, a);
+    }
+    cJSON_AddItemToObject(o, "arenas", arenas);
+    cJSON_AddItemToArray(user, o);
+}
+
+static void add_model_text(const slim_server_model *m, void *user)
+{
+    const slim_mem_account *acct = m->model->account;
+    char w[32], cur[32], peak[32], lim[32];
+    slim_server_buf_printf(user, "%-24s %7lld %12s %12s %12s %12s\n", m->name,
+                           (long long)m->version,
+                           slim_format_bytes(m->model->weight_bytes, w, sizeof(w)),
+                           slim_format_bytes(atomic_load(&acct->current), cur, sizeof(cur)),
+                           slim_format_bytes(atomic_load(&acct->peak), peak, sizeof(peak)),
+                           atomic_load(&acct->limit)
+                               ? slim_format_bytes(atomic_load(&acct->limit), lim, sizeof(lim))
+                               : "none");
+    int64_t batch[ARENA_SIZES_MAX];
+    size_t bytes[ARENA_SIZES_MAX];
+    int n = slim_model_plan_sizes(m->model, batch, bytes, ARENA_SIZES_MAX);
+    for (int i = 0; i < n; i++)
+        slim_server_buf_printf(user, "    arena at batch %-6lld %12s\n", (long long)batch[i],
+                               slim_format_bytes(bytes[i], w, sizeof(w)));
+}
+
+static void debug_text(slim_server_repo *repo, slim_server_reply *reply)
+{
+    slim_allocator *a = slim_device_cpu()->alloc;
+    slim_mem_stats s;
+    slim_allocator_stats(a, &s);
+    char *table = slim_mem_stats_summary(&s, slim_allocator_device(a));
+    slim_server_buf b = {0};
+    if (table)
+        slim_server_buf_puts(&b, table);
+    else
+        b.oom = true;
+    free(table);
+    slim_server_buf_printf(&b, "\n%-24s %7s %12s %12s %12s %12s\n", "model", "version",
+                           "weights", "holds", "peak", "limit");
+    each_model(repo, add_model_text, &b);
+    if (b.oom) {
+        slim_server_buf_free(&b);
+        slim_server_reply_error(reply, 500, "out of memory while writing the memory summary");
+        return;
+    }
+    slim_server_reply_free(reply);
+    reply->status = 200;
+    reply->body = b.data;
+    reply->len = b.len;
+    reply->content_type = "text/plain; charset=utf-8";
+}
+
+void slim_server_memory_debug(slim_server_repo *repo, bool text, slim_server_reply *reply)
+{
+    if (text) {
+        debug_text(repo, reply);
+        return;
+    }
+    cJSON *root = cJSON_CreateObject(), *devices = cJSON_CreateArray(),
+          *models = cJSON_CreateArray();
+    if (!root || !devices || !models) {
+        cJSON_Delete(root);
+        cJSON_Delete(devices);
+        cJSON_Delete(models);
+        slim_server_reply_error(reply, 500, "out of memory while writing the memory summary");
+        return;
+    }
+    cJSON_AddItemToArray(devices, device_json(slim_device_cpu()->alloc));
+    cJSON_AddItemToObject(root, "devices", devices);
+    each_model(repo, add_model_json, models);
+    cJSON_AddItemToObject(root, "models", models);
+    slim_server_reply_json(reply, 200, root);
+}
+
+static void reset_model_peak(const slim_server_model *m, void *user)
+{
+    (void)user;
+    slim_mem_account *acct = m->model->account;
+    atomic_store(&acct->peak, atomic_load(&acct->current));
+}
+
+void slim_server_memory_reset_peaks(slim_server_repo *repo, slim_server_reply *reply)
+{
+    slim_allocator_reset_peaks(slim_device_cpu()->alloc);
+    each_model(repo, reset_model_peak, NULL);
+    slim_server_memory_debug(repo, false, reply);
+}
