@@ -3,6 +3,7 @@
 
 #include <stdarg.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 slim_status slim_broadcast_shape(int na, const int64_t *a, int nb, const int64_t *b,
@@ -141,11 +142,14 @@ typedef struct sgemm_job {
     float *c;
 } sgemm_job;
 
-static void sgemm_part(int64_t begin, int64_t end, void *user)
+/* One BLAS call per block, never one call over a run of blocks: OpenBLAS
+ * picks its code path from the call's shape, so merging blocks when the
+ * pool runs them inline (it is busy with another request) would round
+ * differently from the same product run in parallel. */
+static void sgemm_block(const sgemm_job *j, int64_t blk)
 {
-    const sgemm_job *j = user;
-    int64_t lo = begin * j->block;
-    int64_t hi = end * j->block;
+    int64_t lo = blk * j->block;
+    int64_t hi = lo + j->block;
     if (j->by_rows) {
         if (hi > j->m)
             hi = j->m;
@@ -162,6 +166,12 @@ static void sgemm_part(int64_t begin, int64_t end, void *user)
                     j->trans_b ? CblasTrans : CblasNoTrans, (int)j->m, (int)(hi - lo), (int)j->k,
                     j->alpha, j->a, (int)j->lda, b, (int)j->ldb, j->beta, j->c + lo, (int)j->ldc);
     }
+}
+
+static void sgemm_part(int64_t begin, int64_t end, void *user)
+{
+    for (int64_t blk = begin; blk < end; blk++)
+        sgemm_block(user, blk);
 }
 
 void slim_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
@@ -182,4 +192,85 @@ void slim_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, flo
         j.block = 16;
     int64_t blocks = (span + j.block - 1) / j.block;
     slim_parallel_for(blocks, 1, sgemm_part, &j);
+}
+
+/* ---- GEMM whose rows do not depend on each other's company --------------- */
+
+/* OpenBLAS picks its code path from the whole call's shape (a small-matrix
+ * kernel under about a million multiply-adds, tail code for rows that do
+ * not fill a register tile), so one row of A times B can round differently
+ * at M = 1 than inside M = 32. When a batch is split or merged that would
+ * change a request's answer. In row-invariant mode every BLAS call has the
+ * same shape, ROW_TILE rows, the last tile padded with zero rows, so a row
+ * is computed by the same code wherever it sits. */
+#define ROW_TILE 8
+
+static _Thread_local bool row_invariant;
+
+bool slim_gemm_set_row_invariant(bool on)
+{
+    bool prev = row_invariant;
+    row_invariant = on;
+    return prev;
+}
+
+static void rows_tile(const sgemm_job *j, int64_t r0)
+{
+    int64_t rows = j->m - r0 < ROW_TILE ? j->m - r0 : ROW_TILE;
+    CBLAS_TRANSPOSE tb = j->trans_b ? CblasTrans : CblasNoTrans;
+    if (rows == ROW_TILE && !j->trans_a) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, tb, ROW_TILE, (int)j->n, (int)j->k, j->alpha,
+                    j->a + r0 * j->lda, (int)j->lda, j->b, (int)j->ldb, j->beta,
+                    j->c + r0 * j->ldc, (int)j->ldc);
+        return;
+    }
+    /* A short tile (or a transposed A) is gathered into a zero-padded
+     * row-major copy, and so is C when beta reads it. */
+    float *pa = calloc((size_t)(ROW_TILE * j->k + ROW_TILE * j->n), sizeof(float));
+    if (!pa) { /* still a right answer, only not row-invariant */
+        sgemm_job part = *j;
+        part.by_rows = true;
+        part.block = rows;
+        part.a = j->trans_a ? j->a + r0 : j->a + r0 * j->lda;
+        part.c = j->c + r0 * j->ldc;
+        part.m = rows;
+        sgemm_part(0, 1, &part);
+        return;
+    }
+    float *pc = pa + ROW_TILE * j->k;
+    for (int64_t i = 0; i < rows; i++)
+        for (int64_t kk = 0; kk < j->k; kk++)
+            pa[i * j->k + kk] = j->trans_a ? j->a[kk * j->lda + r0 + i] : j->a[(r0 + i) * j->lda + kk];
+    if (j->beta != 0)
+        for (int64_t i = 0; i < rows; i++)
+            memcpy(pc + i * j->n, j->c + (r0 + i) * j->ldc, sizeof(float) * (size_t)j->n);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, tb, ROW_TILE, (int)j->n, (int)j->k, j->alpha, pa,
+                (int)j->k, j->b, (int)j->ldb, j->beta, pc, (int)j->n);
+    for (int64_t i = 0; i < rows; i++)
+        memcpy(j->c + (r0 + i) * j->ldc, pc + i * j->n, sizeof(float) * (size_t)j->n);
+    free(pa);
+}
+
+static void rows_part(int64_t begin, int64_t end, void *user)
+{
+    for (int64_t t = begin; t < end; t++)
+        rows_tile(user, t * ROW_TILE);
+}
+
+void slim_sgemm_rows(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                     const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                     float *c, int64_t ldc)
+{
+    if (!row_invariant) {
+        slim_sgemm(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+        return;
+    }
+    if (m <= 0 || n <= 0)
+        return;
+    sgemm_job j = {trans_a, trans_b, true, m, n, k, lda, ldb, ldc, ROW_TILE,
+                   alpha, beta, a, b, c};
+    int64_t tiles = (m + ROW_TILE - 1) / ROW_TILE;
+    /* A tile is ~ROW_TILE * n * k multiply-adds: wake threads only for enough of them. */
+    int64_t grain = 1 + (1 << 16) / (ROW_TILE * n * (k ? k : 1));
+    slim_parallel_for(tiles, grain, rows_part, &j);
 }

@@ -95,7 +95,11 @@ slim_status slim_read_scalar_f64(const slim_tensor *t, const char *what, double 
 slim_status slim_read_scalar_i64(const slim_tensor *t, const char *what, int64_t *v, slim_err *err);
 
 /* Runs fn(begin, end, user) over [0, n) split across the kernel threads.
- * Small n runs inline. Use for loops that are not already BLAS calls. */
+ * Small n runs inline, and so does everything while another request holds
+ * the pool, as one fn(0, n) call. So fn's results must not depend on how
+ * [0, n) is cut: a kernel that rounds differently per range (one BLAS call
+ * over a merged range, partial sums per range) would make a request's
+ * answer depend on what else the server is running. */
 void slim_parallel_for(int64_t n, int64_t grain,
                        void (*fn)(int64_t begin, int64_t end, void *user), void *user);
 int slim_num_threads(void);
@@ -107,5 +111,15 @@ int slim_num_threads(void);
 void slim_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                 const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                 float *c, int64_t ldc);
+
+/* The same product where the rows of A are independent items (a batch):
+ * in row-invariant mode (slim_gemm_set_row_invariant, set per thread by the
+ * executor for models that batch) a row's result is bitwise the same
+ * whatever other rows share the call; otherwise it is slim_sgemm. */
+void slim_sgemm_rows(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                     const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                     float *c, int64_t ldc);
+/* Sets the calling thread's mode; returns the previous one. */
+bool slim_gemm_set_row_invariant(bool on);
 
 #endif

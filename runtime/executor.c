@@ -227,6 +227,7 @@ slim_status slim_model_run(const slim_model *m, int n_inputs,
     run_state rs = {.g = g};
     slim_tensor *result = NULL;
     slim_mem_account *prev_account = slim_mem_account_enter(m->account);
+    bool prev_invariant = slim_gemm_set_row_invariant(m->batch_invariant);
     rs.vals = calloc(g->n_values ? g->n_values : 1, sizeof(slim_tensor));
     rs.remaining = calloc(g->n_values ? g->n_values : 1, sizeof(int));
     slim_status st;
@@ -307,12 +308,14 @@ slim_status slim_model_run(const slim_model *m, int n_inputs,
     }
     run_state_free(&rs);
     slim_mem_account_enter(prev_account);
+    slim_gemm_set_row_invariant(prev_invariant);
     *outputs = result;
     *n_outputs = g->n_outputs;
     return SLIM_OK;
 fail:
     run_state_free(&rs);
     slim_mem_account_enter(prev_account);
+    slim_gemm_set_row_invariant(prev_invariant);
     return st;
 }
 

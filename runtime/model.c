@@ -132,3 +132,8 @@ slim_status slim_model_set_memory_limit(slim_model *m, size_t bytes, slim_err *e
     atomic_store(&m->account->limit, bytes);
     return SLIM_OK;
 }
+
+void slim_model_set_batch_invariant(slim_model *m, bool on)
+{
+    m->batch_invariant = on;
+}

@@ -18,11 +18,16 @@ struct slim_model {
      * here; its limit is the model's memory limit. */
     slim_mem_account *account;
     struct slim_plan_cache *plans;  /* arena plans per input signature (plan.c) */
+    /* Matrix products compute each row the same way whatever rows share the
+     * call, so a request's answer does not depend on its batch (set by
+     * servers that merge requests; costs some speed on small batches). */
+    bool batch_invariant;
 };
 
 /* Caps what the model may hold at once (weights included); 0 removes the
  * cap. Fails with SLIM_EOOM when the weights alone are over it. */
 slim_status slim_model_set_memory_limit(slim_model *m, size_t bytes, slim_err *err);
+void slim_model_set_batch_invariant(slim_model *m, bool on);
 
 /* Takes ownership of g (also on failure): finalizes it and wraps it. */
 slim_status slim_model_from_graph(slim_graph *g, slim_model **out, slim_err *err);

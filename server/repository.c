@@ -14,6 +14,7 @@
  * at a time. A request takes its own reference under `mu`; load and unload
  * drop the table's reference, and whoever drops the last one frees the model.
  */
+#include "model.h"
 #include "server.h"
 
 #include <dirent.h>
@@ -129,6 +130,10 @@ static slim_status load_version(slim_server_repo *repo, const char *name, const 
         goto err;
     if ((s = slim_server_memory_attach(m, err)) != SLIM_OK)
         goto err;
+    /* A request's answer must not depend on the batch it was merged into
+     * or halved out of, so every run of a batching model computes rows the
+     * same way (single requests included). */
+    slim_model_set_batch_invariant(m->model, m->cfg.max_batch_size > 0);
     if (!(m->stats = slim_server_metrics_get(repo->metrics, name, version))) {
         s = slim_errf(err, SLIM_ENOMEM, "out of memory");
         goto err;

@@ -137,7 +137,7 @@ static void gemm_calc(calc_type ct, bool ta, bool tb, int64_t m, int64_t n, int6
     }
     enum CBLAS_TRANSPOSE tA = ta ? CblasTrans : CblasNoTrans, tB = tb ? CblasTrans : CblasNoTrans;
     if (ct == CT_F32)
-        slim_sgemm(ta, tb, m, n, k, (float)alpha, a, lda, b, ldb, (float)beta, y, ldy);
+        slim_sgemm_rows(ta, tb, m, n, k, (float)alpha, a, lda, b, ldb, (float)beta, y, ldy);
     else
         cblas_dgemm(CblasRowMajor, tA, tB, (blasint)m, (blasint)n, (blasint)k, alpha, a,
                     (blasint)lda, b, (blasint)ldb, beta, y, (blasint)ldy);

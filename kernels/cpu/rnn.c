@@ -598,7 +598,7 @@ static slim_status run_direction(slim_op_ctx *ctx, const rnn_dims *dm, int d,
     if (In == 0)
         memset(s->xw.data, 0, sizeof(float) * T * B * GH);
     else if (T * B > 0)
-        slim_sgemm(false, true, T * B, GH, In, 1.0f, x, In, w, In, 0.0f, s->xw.data, GH);
+        slim_sgemm_rows(false, true, T * B, GH, In, 1.0f, x, In, w, In, 0.0f, s->xw.data, GH);
 
     slim_tensor *y = ctx->n_out > 0 ? ctx->out[0] : NULL;
     step_job job = {
@@ -615,10 +615,10 @@ static slim_status run_direction(slim_op_ctx *ctx, const rnn_dims *dm, int d,
         job.phase = 0;
         /* GRU without linear_before_reset: only z and r see H_prev directly. */
         int64_t n_direct = two_phase ? 2 * H : GH;
-        slim_sgemm(false, true, B, n_direct, H, 1.0f, h, H, r, H, 0.0f, hr, GH);
+        slim_sgemm_rows(false, true, B, n_direct, H, 1.0f, h, H, r, H, 0.0f, hr, GH);
         run_rows(&job);
         if (two_phase) {
-            slim_sgemm(false, true, B, H, H, 1.0f, s->rh.data, H, r + 2 * H * H, H, 0.0f,
+            slim_sgemm_rows(false, true, B, H, H, 1.0f, s->rh.data, H, r + 2 * H * H, H, 0.0f,
                        hr + 2 * H, GH);
             job.phase = 1;
             run_rows(&job);

@@ -20,6 +20,7 @@
 #include "alloc.h"
 #include "cli.h"
 #include "device.h"
+#include "model.h"
 #include "npy.h"
 #include "slim.h"
 
@@ -44,7 +45,7 @@ static void usage(void)
 {
     fprintf(stderr,
             "usage: slim run MODEL --input NAME=FILE.npy ... [--output-dir DIR] [--repeat N]\n"
-            "                [--memory-limit SIZE] [--memory-stats]\n"
+            "                [--memory-limit SIZE] [--memory-stats] [--batch-invariant]\n"
             "  --input NAME=FILE.npy  a model input (NAME= may be left out when the model\n"
             "                         has a single input); repeat for each input. A\n"
             "                         bfloat16 input is given as float32 and rounded\n"
@@ -52,7 +53,9 @@ static void usage(void)
             "  --repeat N             run N times and print the median run time\n"
             "  --memory-limit SIZE    cap the CPU allocator, e.g. 512MiB; a run over it\n"
             "                         exits with status 3\n"
-            "  --memory-stats         print the allocator's summary after the runs\n");
+            "  --memory-stats         print the allocator's summary after the runs\n"
+            "  --batch-invariant      compute each batch row as slimserve does for models\n"
+            "                         that batch: bitwise the same at any batch size\n");
 }
 
 static const slim_io_info *find_input(const slim_model *m, const char *name)
@@ -403,7 +406,7 @@ int slim_cmd_run(int argc, char **argv)
     const char *input_args[MAX_RUN_INPUTS];
     int n_input_args = 0;
     long repeat = 1;
-    bool memory_stats = false;
+    bool memory_stats = false, batch_invariant = false;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -434,6 +437,10 @@ int slim_cmd_run(int argc, char **argv)
             }
             if (strcmp(a, "--memory-stats") == 0) {
                 memory_stats = true;
+                continue;
+            }
+            if (strcmp(a, "--batch-invariant") == 0) {
+                batch_invariant = true;
                 continue;
             }
             if (a[0] == '-' || model_path) {
@@ -486,6 +493,7 @@ int slim_cmd_run(int argc, char **argv)
         fprintf(stderr, "slim run: %s\n", err.msg);
         return err.status == SLIM_EOOM ? 3 : 1;
     }
+    slim_model_set_batch_invariant(m, batch_invariant);
     for (int i = 0; i < n_input_args; i++)
         if (add_input(m, input_args[i], ins, &n_ins))
             goto done;
