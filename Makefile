@@ -49,6 +49,8 @@ demo: models
 bench: models
 	$(PY) bench/bench_cpu.py --slim $(BUILD)/bin/slim
 	$(PY) bench/bench_server.py --slimserve $(BUILD)/bin/slimserve
+	$(PY) bench/bench_memory.py --slim $(BUILD)/bin/slim
+	$(PY) bench/bench_batching.py --slimserve $(BUILD)/bin/slimserve --slim $(BUILD)/bin/slim
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD)
