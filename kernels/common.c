@@ -203,7 +203,7 @@ void slim_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, flo
  * change a request's answer. In row-invariant mode every BLAS call has the
  * same shape, ROW_TILE rows, the last tile padded with zero rows, so a row
  * is computed by the same code wherever it sits. */
-#define ROW_TILE 8
+#define ROW_TILE 4
 
 static _Thread_local bool row_invariant;
 
