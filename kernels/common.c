@@ -130,6 +130,64 @@ slim_status slim_read_scalar_i64(const slim_tensor *t, const char *what, int64_t
     return SLIM_OK;
 }
 
+/* ---- float32 views and windows (conv, pool) ------------------------------ */
+
+slim_status slim_f32_in(const slim_tensor *t, slim_tensor *tmp, const float **out, slim_err *err)
+{
+    memset(tmp, 0, sizeof(*tmp));
+    *out = NULL;
+    if (!t)
+        return SLIM_OK;
+    if (t->dtype == SLIM_F32) {
+        *out = t->data;
+        return SLIM_OK;
+    }
+    slim_tensor_set_shape(tmp, SLIM_F32, t->ndim, t->dims);
+    slim_status st = slim_tensor_alloc(tmp, err);
+    if (st)
+        return st;
+    float *f = tmp->data;
+    int64_t n = slim_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++)
+        f[i] = (float)slim_load_f64(t->dtype, t->data, i);
+    *out = f;
+    return SLIM_OK;
+}
+
+slim_status slim_f32_out(slim_tensor *t, slim_tensor *tmp, float **out, slim_err *err)
+{
+    memset(tmp, 0, sizeof(*tmp));
+    if (t->dtype == SLIM_F32) {
+        *out = t->data;
+        return SLIM_OK;
+    }
+    slim_tensor_set_shape(tmp, SLIM_F32, t->ndim, t->dims);
+    slim_status st = slim_tensor_alloc(tmp, err);
+    *out = tmp->data;
+    return st;
+}
+
+void slim_f32_out_finish(slim_tensor *t, const slim_tensor *tmp)
+{
+    if (!tmp->data)
+        return;
+    const float *f = tmp->data;
+    int64_t n = slim_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++)
+        slim_store_f64(t->dtype, t->data, i, f[i]);
+}
+
+void slim_window_range(int64_t start, int64_t step, int64_t count, int64_t limit,
+                       int64_t *lo, int64_t *hi)
+{
+    int64_t l = start >= 0 ? 0 : (-start + step - 1) / step;
+    int64_t h = start >= limit ? 0 : (limit - 1 - start) / step + 1;
+    if (h > count)
+        h = count;
+    *lo = l < h ? l : h;
+    *hi = h;
+}
+
 /* ---- GEMM on the kernel threads ----------------------------------------- */
 
 #include <cblas.h>

@@ -94,6 +94,18 @@ slim_status slim_read_ints(const slim_tensor *t, const char *what, int64_t *out,
 slim_status slim_read_scalar_f64(const slim_tensor *t, const char *what, double *v, slim_err *err);
 slim_status slim_read_scalar_i64(const slim_tensor *t, const char *what, int64_t *v, slim_err *err);
 
+/* A float32 pointer to t's data: the data itself for float32, or a
+ * converted copy held in *tmp (release it after). t may be NULL. */
+slim_status slim_f32_in(const slim_tensor *t, slim_tensor *tmp, const float **out, slim_err *err);
+/* A float32 buffer for output t: its own data, or scratch in *tmp that
+ * slim_f32_out_finish converts back into t (and the caller releases). */
+slim_status slim_f32_out(slim_tensor *t, slim_tensor *tmp, float **out, slim_err *err);
+void slim_f32_out_finish(slim_tensor *t, const slim_tensor *tmp);
+/* Window taps: the j in [0, count) with 0 <= start + j*step < limit form
+ * [*lo, *hi) (empty when none do). */
+void slim_window_range(int64_t start, int64_t step, int64_t count, int64_t limit,
+                       int64_t *lo, int64_t *hi);
+
 /* Runs fn(begin, end, user) over [0, n) split across the kernel threads.
  * Small n runs inline, and so does everything while another request holds
  * the pool, as one fn(0, n) call. So fn's results must not depend on how

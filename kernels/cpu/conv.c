@@ -272,68 +272,7 @@ static slim_status check_blas_sizes(slim_op_ctx *ctx, const conv_plan *p)
 
 /* ---- float32 views ------------------------------------------------------- */
 
-/* Gives a float32 pointer to t's data: the data itself for float32, or a
- * converted copy held in *tmp (release it after). t may be NULL. */
-static slim_status f32_in(const slim_tensor *t, slim_tensor *tmp, const float **out, slim_err *err)
-{
-    memset(tmp, 0, sizeof(*tmp));
-    *out = NULL;
-    if (!t)
-        return SLIM_OK;
-    if (t->dtype == SLIM_F32) {
-        *out = t->data;
-        return SLIM_OK;
-    }
-    slim_tensor_set_shape(tmp, SLIM_F32, t->ndim, t->dims);
-    slim_status st = slim_tensor_alloc(tmp, err);
-    if (st)
-        return st;
-    float *f = tmp->data;
-    int64_t n = slim_tensor_numel(t);
-    for (int64_t i = 0; i < n; i++)
-        f[i] = (float)slim_load_f64(t->dtype, t->data, i);
-    *out = f;
-    return SLIM_OK;
-}
-
-/* Float32 buffer for output t: its own data, or scratch in *tmp that
- * f32_out_finish converts back. */
-static slim_status f32_out(slim_tensor *t, slim_tensor *tmp, float **out, slim_err *err)
-{
-    memset(tmp, 0, sizeof(*tmp));
-    if (t->dtype == SLIM_F32) {
-        *out = t->data;
-        return SLIM_OK;
-    }
-    slim_tensor_set_shape(tmp, SLIM_F32, t->ndim, t->dims);
-    slim_status st = slim_tensor_alloc(tmp, err);
-    *out = tmp->data;
-    return st;
-}
-
-static void f32_out_finish(slim_tensor *t, slim_tensor *tmp)
-{
-    if (!tmp->data)
-        return;
-    const float *f = tmp->data;
-    int64_t n = slim_tensor_numel(t);
-    for (int64_t i = 0; i < n; i++)
-        slim_store_f64(t->dtype, t->data, i, f[i]);
-}
-
 /* ---- shared loops -------------------------------------------------------- */
-
-/* The j in [0, count) with 0 <= start + j*step < limit form [*lo, *hi). */
-static void valid_range(int64_t start, int64_t step, int64_t count, int64_t limit,
-                        int64_t *lo, int64_t *hi)
-{
-    int64_t l = start >= 0 ? 0 : (-start + step - 1) / step;
-    int64_t h = start >= limit ? 0 : (limit - 1 - start) / step + 1;
-    if (h > count)
-        h = count;
-    *lo = l < h ? l : h;
-    *hi = h;
-}
 
 typedef struct fill_job {
     float *y;
@@ -382,7 +321,7 @@ static void im2col_rows(int64_t r0, int64_t r1, void *user)
         int64_t o = j->o0, left = j->cols;
         int64_t od = o / (OH * OW), oh = o / OW % OH, ow = o % OW;
         int64_t wstart = kw * p->dilation[2] - p->pad_begin[2], full_lo, full_hi;
-        valid_range(wstart, p->stride[2], OW, p->in[2], &full_lo, &full_hi); /* for whole rows */
+        slim_window_range(wstart, p->stride[2], OW, p->in[2], &full_lo, &full_hi); /* for whole rows */
         while (left > 0) {
             int64_t len = OW - ow < left ? OW - ow : left;
             int64_t id = od * p->stride[0] - p->pad_begin[0] + kd * p->dilation[0];
@@ -393,7 +332,7 @@ static void im2col_rows(int64_t r0, int64_t r1, void *user)
                 const float *src = xc + (id * p->in[1] + ih) * p->in[2];
                 int64_t s = p->stride[2], base = wstart + ow * s, lo = full_lo, hi = full_hi;
                 if (len != OW)
-                    valid_range(base, s, len, p->in[2], &lo, &hi);
+                    slim_window_range(base, s, len, p->in[2], &lo, &hi);
                 for (int64_t i = 0; i < lo; i++)
                     dst[i] = 0.0f;
                 if (s == 1)
@@ -593,10 +532,10 @@ static slim_status conv_exec(slim_op_ctx *ctx)
     const float *x, *w, *b;
     float *y;
     memset(&ty, 0, sizeof(ty));
-    if ((st = f32_in(ctx->in[0], &tx, &x, ctx->err)) ||
-        (st = f32_in(ctx->in[1], &tw, &w, ctx->err)) ||
-        (st = f32_in(ctx->n_in > 2 ? ctx->in[2] : NULL, &tb, &b, ctx->err)) ||
-        (st = f32_out(out, &ty, &y, ctx->err)))
+    if ((st = slim_f32_in(ctx->in[0], &tx, &x, ctx->err)) ||
+        (st = slim_f32_in(ctx->in[1], &tw, &w, ctx->err)) ||
+        (st = slim_f32_in(ctx->n_in > 2 ? ctx->in[2] : NULL, &tb, &b, ctx->err)) ||
+        (st = slim_f32_out(out, &ty, &y, ctx->err)))
         goto done;
     if (p.C == 0) {
         fill_bias(y, b, p.N, p.M, p.out_size); /* no input channels: a sum of nothing */
@@ -606,7 +545,7 @@ static slim_status conv_exec(slim_op_ctx *ctx)
     } else if ((st = conv_gemm(ctx, &p, x, w, b, y))) {
         goto done;
     }
-    f32_out_finish(out, &ty);
+    slim_f32_out_finish(out, &ty);
 done:
     slim_tensor_release(&tx);
     slim_tensor_release(&tw);
@@ -703,7 +642,7 @@ static void col2im_channels(int64_t m0, int64_t m1, void *user)
                 if (od >= 0 && od < p->out[0] && oh >= 0 && oh < p->out[1]) {
                     float *dst = y + (od * p->out[1] + oh) * p->out[2];
                     int64_t base = wstart + iw * sw, lo, hi;
-                    valid_range(base, sw, len, p->out[2], &lo, &hi);
+                    slim_window_range(base, sw, len, p->out[2], &lo, &hi);
                     for (int64_t q = lo; q < hi; q++)
                         dst[base + q * sw] += src[q];
                 }
@@ -734,10 +673,10 @@ static slim_status convt_exec(slim_op_ctx *ctx)
     const float *x, *w, *b;
     float *y;
     memset(&ty, 0, sizeof(ty));
-    if ((st = f32_in(ctx->in[0], &tx, &x, ctx->err)) ||
-        (st = f32_in(ctx->in[1], &tw, &w, ctx->err)) ||
-        (st = f32_in(ctx->n_in > 2 ? ctx->in[2] : NULL, &tb, &b, ctx->err)) ||
-        (st = f32_out(out, &ty, &y, ctx->err)))
+    if ((st = slim_f32_in(ctx->in[0], &tx, &x, ctx->err)) ||
+        (st = slim_f32_in(ctx->in[1], &tw, &w, ctx->err)) ||
+        (st = slim_f32_in(ctx->n_in > 2 ? ctx->in[2] : NULL, &tb, &b, ctx->err)) ||
+        (st = slim_f32_out(out, &ty, &y, ctx->err)))
         goto done;
     fill_bias(y, b, p.N, p.M, p.out_size);
     const int64_t cg = p.C / p.G, mg = p.M / p.G, rows = mg * p.K;
@@ -760,7 +699,7 @@ static slim_status convt_exec(slim_op_ctx *ctx)
             }
         }
 finish:
-    f32_out_finish(out, &ty);
+    slim_f32_out_finish(out, &ty);
 done:
     slim_tensor_release(&tx);
     slim_tensor_release(&tw);

@@ -235,63 +235,7 @@ static slim_status pool_infer(slim_op_ctx *ctx)
     return SLIM_OK;
 }
 
-/* ---- float32 views ------------------------------------------------------- */
-
-static slim_status f32_in(const slim_tensor *t, slim_tensor *tmp, const float **out, slim_err *err)
-{
-    memset(tmp, 0, sizeof(*tmp));
-    if (t->dtype == SLIM_F32) {
-        *out = t->data;
-        return SLIM_OK;
-    }
-    slim_tensor_set_shape(tmp, SLIM_F32, t->ndim, t->dims);
-    slim_status st = slim_tensor_alloc(tmp, err);
-    if (st)
-        return st;
-    float *f = tmp->data;
-    int64_t n = slim_tensor_numel(t);
-    for (int64_t i = 0; i < n; i++)
-        f[i] = (float)slim_load_f64(t->dtype, t->data, i);
-    *out = f;
-    return SLIM_OK;
-}
-
-static slim_status f32_out(slim_tensor *t, slim_tensor *tmp, float **out, slim_err *err)
-{
-    memset(tmp, 0, sizeof(*tmp));
-    if (t->dtype == SLIM_F32) {
-        *out = t->data;
-        return SLIM_OK;
-    }
-    slim_tensor_set_shape(tmp, SLIM_F32, t->ndim, t->dims);
-    slim_status st = slim_tensor_alloc(tmp, err);
-    *out = tmp->data;
-    return st;
-}
-
-static void f32_out_finish(slim_tensor *t, const slim_tensor *tmp)
-{
-    if (!tmp->data)
-        return;
-    const float *f = tmp->data;
-    int64_t n = slim_tensor_numel(t);
-    for (int64_t i = 0; i < n; i++)
-        slim_store_f64(t->dtype, t->data, i, f[i]);
-}
-
 /* ---- windowed pools ------------------------------------------------------ */
-
-/* The j in [0, count) with 0 <= start + j*step < limit form [*lo, *hi). */
-static void valid_range(int64_t start, int64_t step, int64_t count, int64_t limit,
-                        int64_t *lo, int64_t *hi)
-{
-    int64_t l = start >= 0 ? 0 : (-start + step - 1) / step;
-    int64_t h = start >= limit ? 0 : (limit - 1 - start) / step + 1;
-    if (h > count)
-        h = count;
-    *lo = l < h ? l : h;
-    *hi = h;
-}
 
 /* Per spatial dim and output position: the first and last+1 kernel taps
  * that land inside the input, and how many land inside the padded input
@@ -323,8 +267,8 @@ static tap_range *make_tap_ranges(const pool_plan *p, pool_job *j)
         per_dim[i] = next;
         for (int64_t o = 0; o < p->out[i]; o++, next++) {
             int64_t start = o * p->stride[i] - p->pad_begin[i], lo, hi;
-            valid_range(start, p->dilation[i], p->kernel[i], p->in[i], &next->lo, &next->hi);
-            valid_range(start + p->pad_begin[i], p->dilation[i], p->kernel[i],
+            slim_window_range(start, p->dilation[i], p->kernel[i], p->in[i], &next->lo, &next->hi);
+            slim_window_range(start + p->pad_begin[i], p->dilation[i], p->kernel[i],
                         p->in[i] + p->pad_begin[i] + p->pad_end[i], &lo, &hi);
             next->padded = hi - lo;
             next->inv_valid = next->hi > next->lo ? 1.0f / (float)(next->hi - next->lo) : 0.0f;
@@ -333,7 +277,7 @@ static tap_range *make_tap_ranges(const pool_plan *p, pool_job *j)
     }
     j->outputs_per_tap = next;
     for (int64_t kw = 0; kw < p->kernel[2]; kw++, next++)
-        valid_range(kw * p->dilation[2] - p->pad_begin[2], p->stride[2], p->out[2], p->in[2],
+        slim_window_range(kw * p->dilation[2] - p->pad_begin[2], p->stride[2], p->out[2], p->in[2],
                     &next->lo, &next->hi);
     return r;
 }
@@ -493,11 +437,11 @@ static slim_status pool_exec(slim_op_ctx *ctx)
     tap_range *ranges = make_tap_ranges(&p, &j);
     if (!ranges)
         return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
-    if ((st = f32_in(ctx->in[0], &tx, &x, ctx->err)))
+    if ((st = slim_f32_in(ctx->in[0], &tx, &x, ctx->err)))
         goto done;
     /* The pooled values are needed even when only Indices is used. */
     if (out)
-        st = f32_out(out, &ty, &y, ctx->err);
+        st = slim_f32_out(out, &ty, &y, ctx->err);
     else if (!(st = slim_tensor_alloc(&scratch, ctx->err)))
         y = scratch.data;
     if (st)
@@ -508,7 +452,7 @@ static slim_status pool_exec(slim_op_ctx *ctx)
     slim_parallel_for(p.planes * p.out[0] * p.out[1], 1 + (1 << 14) / (p.out[2] * window),
                       j.indices ? argmax_rows : pool_rows, &j);
     if (out)
-        f32_out_finish(out, &ty);
+        slim_f32_out_finish(out, &ty);
 done:
     free(ranges);
     slim_tensor_release(&tx);
@@ -596,11 +540,11 @@ static slim_status global_exec(slim_op_ctx *ctx)
     float *y;
     memset(&ty, 0, sizeof(ty));
     slim_status st;
-    if ((st = f32_in(x, &tx, &xf, ctx->err)) || (st = f32_out(out, &ty, &y, ctx->err)))
+    if ((st = slim_f32_in(x, &tx, &xf, ctx->err)) || (st = slim_f32_out(out, &ty, &y, ctx->err)))
         goto done;
     global_job j = {ctx->state, xf, y, slim_tensor_numel(x) / planes};
     slim_parallel_for(planes, 1 + (1 << 14) / (j.size ? j.size : 1), global_planes, &j);
-    f32_out_finish(out, &ty);
+    slim_f32_out_finish(out, &ty);
 done:
     slim_tensor_release(&tx);
     slim_tensor_release(&ty);
