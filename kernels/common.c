@@ -265,6 +265,11 @@ void slim_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, flo
 
 static _Thread_local bool row_invariant;
 
+bool slim_gemm_row_invariant(void)
+{
+    return row_invariant;
+}
+
 bool slim_gemm_set_row_invariant(bool on)
 {
     bool prev = row_invariant;

@@ -49,6 +49,10 @@ enum {
      * planner may then write output 0 over input 0 when that input is read
      * for the last time (plan.h). */
     SLIM_OP_INPLACE0 = 1u << 2,
+    /* The copies the partition pass inserts (partition.c): the executor
+     * moves input 0 to the node's device (H2D) or back to the host (D2H). */
+    SLIM_OP_COPY_H2D = 1u << 3,
+    SLIM_OP_COPY_D2H = 1u << 4,
 };
 
 typedef struct slim_op_def {
@@ -60,6 +64,13 @@ typedef struct slim_op_def {
     slim_status (*exec)(slim_op_ctx *ctx);
     unsigned flags;
 } slim_op_def;
+
+/* The device a node's outputs live on: its own (NULL for the CPU), except
+ * a copy back to the host. */
+static inline struct slim_device *slim_node_out_device(const slim_node *n)
+{
+    return n->op && (n->op->flags & SLIM_OP_COPY_D2H) ? NULL : n->device;
+}
 
 /* Returns the def for (domain, op_type, opset) or NULL. */
 const slim_op_def *slim_op_lookup(const char *domain, const char *op_type, int opset);
@@ -133,5 +144,7 @@ void slim_sgemm_rows(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
                      float *c, int64_t ldc);
 /* Sets the calling thread's mode; returns the previous one. */
 bool slim_gemm_set_row_invariant(bool on);
+/* The calling thread's mode (device kernels follow it too). */
+bool slim_gemm_row_invariant(void);
 
 #endif

@@ -28,8 +28,17 @@ static bool is_default_domain(const char *domain)
     return !domain || !domain[0] || strcmp(domain, "ai.onnx") == 0;
 }
 
+/* slimserve's own operators: the partition pass's copies (partition.c). */
+extern const slim_op_def slim__ops_copy[];
+
 const slim_op_def *slim_op_lookup(const char *domain, const char *op_type, int opset)
 {
+    if (domain && strcmp(domain, "com.slimserve") == 0) {
+        for (const slim_op_def *d = slim__ops_copy; d->op_type; d++)
+            if (strcmp(d->op_type, op_type) == 0)
+                return d;
+        return NULL;
+    }
     if (!is_default_domain(domain))
         return NULL;
     const slim_op_def *best = NULL;

@@ -19,9 +19,45 @@
 
 #include <stdatomic.h>
 
+struct slim_node;
+struct slim_op_ctx;
+struct slim_device;
+
+/* What a device backend (the CUDA one: kernels/cuda/backend.c, in its own
+ * shared library) gives the runtime. Every function works on the calling
+ * thread's stream: each thread that runs models has its own, so server
+ * instances overlap on one GPU. */
+typedef enum { SLIM_COPY_H2D, SLIM_COPY_D2H, SLIM_COPY_D2D } slim_copy_kind;
+
+typedef struct slim_backend_iface {
+    int abi;                    /* SLIM_BACKEND_ABI of the runtime it was built with */
+    const char *name;           /* "cuda" */
+    int n_devices;
+    struct slim_device **devices;
+    /* This device's kernel for the node with these input dtypes (UNDEFINED
+     * for absent inputs), or NULL; *host_inputs gets the inputs it reads on
+     * the host, *view whether it is a view (no kernel runs). */
+    const void *(*lookup)(struct slim_device *dev, const struct slim_node *n,
+                          const slim_dtype *in_dtypes, unsigned *host_inputs, bool *view);
+    slim_status (*exec)(struct slim_device *dev, const void *kernel, struct slim_op_ctx *ctx);
+    /* Queues a copy on the thread's stream. A D2H copy has landed when it
+     * returns; an H2D copy's source may be reused at once. */
+    slim_status (*copy)(struct slim_device *dev, void *dst, const void *src, size_t n,
+                        slim_copy_kind kind, slim_err *err);
+    /* Waits for the thread's stream, then frees the run's scratch. */
+    slim_status (*sync)(struct slim_device *dev, slim_err *err);
+    /* The device's own view of its memory (cudaMemGetInfo). */
+    void (*mem_info)(struct slim_device *dev, size_t *free_bytes, size_t *total_bytes);
+} slim_backend_iface;
+
+#define SLIM_BACKEND_ABI 1
+
 typedef struct slim_device {
-    const char *name;           /* "cpu" */
+    const char *name;           /* "cpu", "cuda:0" */
     slim_allocator *alloc;      /* the one caching allocator of this device */
+    const slim_backend_iface *backend; /* NULL for the CPU */
+    int ordinal;
+    char description[320];      /* "NVIDIA H100 80GB HBM3, sm_90, 132 SMs" */
 } slim_device;
 
 typedef struct slim_buffer {
@@ -34,11 +70,28 @@ typedef struct slim_buffer {
 
 slim_device *slim_device_cpu(void);
 
+/* "cpu", "cuda" (= "cuda:0") or "cuda:N". The first GPU request loads the
+ * backend library (libslim_cuda.so beside the executable, or the path in
+ * SLIM_CUDA_BACKEND); a build or machine without it gets SLIM_ENOTFOUND
+ * and a message that says why (no library, no driver, no device). */
+slim_status slim_device_get(const char *name, slim_device **out, slim_err *err);
+/* Every device there is: the CPU first, then GPUs if the backend loads.
+ * Returns how many (at most cap stored); *why_none says why there are no
+ * GPUs (static text), NULL when there are some. */
+int slim_device_list(slim_device **out, int cap, const char **why_none);
+static inline bool slim_device_is_host(const slim_device *d)
+{
+    return !d || !d->backend;
+}
+
 /* A new buffer with one reference, from dev's allocator, charged to the
  * calling thread's current account. size 0 gives a buffer with ptr NULL.
  * Fails with SLIM_EOOM (message from the allocator) or SLIM_ENOMEM. */
 slim_status slim_buffer_new(slim_device *dev, size_t size, slim_buffer **out, slim_err *err);
 void slim_buffer_ref(slim_buffer *b);
+/* slim_tensor_alloc on a device (NULL or the CPU: host memory); sets
+ * t->device. */
+slim_status slim_tensor_alloc_on(slim_tensor *t, slim_device *dev, slim_err *err);
 void slim_buffer_unref(slim_buffer *b);
 
 #endif

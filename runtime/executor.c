@@ -31,10 +31,52 @@ typedef struct run_state {
     const slim_plan *plan;  /* NULL: every value allocated on its own */
     bool plan_owned;        /* past the cache's capacity: ours to free */
     slim_buffer *arena;     /* plan->arena_bytes, one reference held by the run */
+    slim_device *dev;       /* the model's device; NULL: all on the CPU */
+    /* GPU buffers the run let go of: kernels queued on the run's stream
+     * may still read them, so they go back to the cache only after the
+     * stream has synchronized (end of run). */
+    slim_buffer **deferred;
+    int n_deferred, cap_deferred;
 } run_state;
+
+static void release_value(run_state *rs, slim_tensor *t)
+{
+    if (t->device && t->buf) {
+        if (rs->n_deferred == rs->cap_deferred) {
+            int cap = rs->cap_deferred ? rs->cap_deferred * 2 : 32;
+            slim_buffer **d = realloc(rs->deferred, sizeof(*d) * (size_t)cap);
+            if (!d) {
+                /* No room to defer: keep the tensor (freed at the end). */
+                return;
+            }
+            rs->deferred = d;
+            rs->cap_deferred = cap;
+        }
+        rs->deferred[rs->n_deferred++] = t->buf;
+        t->buf = NULL;
+    }
+    slim_tensor_release(t);
+}
+
+/* Waits for the run's GPU work, then returns what it freed to the cache. */
+static slim_status run_sync(run_state *rs, slim_err *err)
+{
+    slim_status st = SLIM_OK;
+    if (rs->dev)
+        st = rs->dev->backend->sync(rs->dev, err);
+    for (int i = 0; i < rs->n_deferred; i++)
+        slim_buffer_unref(rs->deferred[i]);
+    rs->n_deferred = 0;
+    return st;
+}
 
 static void run_state_free(run_state *rs)
 {
+    if (rs->dev) {
+        slim_err ignored;
+        (void)run_sync(rs, &ignored);
+    }
+    free(rs->deferred);
     if (rs->vals)
         for (int v = 0; v < rs->g->n_values; v++)
             slim_tensor_release(&rs->vals[v]);
@@ -47,13 +89,15 @@ static void run_state_free(run_state *rs)
 
 /* Gives value v its storage: its planned place in the arena when the plan
  * has one of this byte size, its own buffer otherwise. */
-static slim_status alloc_value(run_state *rs, int v, slim_tensor *t, slim_err *err)
+static slim_status alloc_value(run_state *rs, int v, slim_device *dev, slim_tensor *t,
+                               slim_err *err)
 {
     const slim_plan *p = rs->plan;
     int b = p && rs->arena ? p->buffer_of_value[v] : -1;
     if (b < 0 || slim_tensor_nbytes(t) != p->value_bytes[v])
-        return slim_tensor_alloc(t, err);
+        return slim_tensor_alloc_on(t, dev, err);
     t->data = (char *)rs->arena->ptr + p->buffers[b].offset;
+    t->device = rs->dev;
     t->buf = rs->arena;
     slim_buffer_ref(rs->arena);
     return SLIM_OK;
@@ -97,7 +141,7 @@ static void release_reader(run_state *rs, int v)
         return;
     if (--rs->remaining[v] > 0 || rs->g->values[v].is_output)
         return;
-    slim_tensor_release(&rs->vals[v]);
+    release_value(rs, &rs->vals[v]);
 }
 
 static slim_status run_node(run_state *rs, const slim_node *n, slim_err *err)
@@ -112,7 +156,7 @@ static slim_status run_node(run_state *rs, const slim_node *n, slim_err *err)
     for (int k = 0; k < n->n_out; k++) {
         out[k] = n->out[k] >= 0 ? &rs->vals[n->out[k]] : NULL;
         if (out[k]) {
-            slim_tensor_release(out[k]);
+            release_value(rs, out[k]);
             memset(out[k], 0, sizeof(*out[k]));
         }
     }
@@ -142,19 +186,25 @@ static slim_status run_node(run_state *rs, const slim_node *n, slim_err *err)
             return slim_errf(err, SLIM_EINTERNAL, "view output has a different byte size");
         out[0]->data = in[0]->data;
         out[0]->buf = in[0]->buf;
+        out[0]->device = in[0]->device;
         slim_buffer_ref(out[0]->buf);
     }
+    slim_device *out_dev = slim_node_out_device(n);
     for (int k = alias ? 1 : 0; k < n->n_out; k++)
-        if (out[k] && (st = alloc_value(rs, n->out[k], out[k], err)))
+        if (out[k] && (st = alloc_value(rs, n->out[k], out_dev, out[k], err)))
             return st;
-    if (!alias || n->n_out > 1) {
-        if (!n->op->exec)
-            return slim_errf(err, SLIM_EINTERNAL, "operator has no CPU kernel");
-        st = n->op->exec(&ctx);
-        if (st)
-            return st;
-    }
-    return SLIM_OK;
+    if (n->op->flags & (SLIM_OP_COPY_H2D | SLIM_OP_COPY_D2H))
+        return n->device->backend->copy(n->device, out[0]->data, in[0]->data,
+                                        slim_tensor_nbytes(out[0]),
+                                        (n->op->flags & SLIM_OP_COPY_H2D) ? SLIM_COPY_H2D
+                                                                          : SLIM_COPY_D2H, err);
+    if (alias && n->n_out == 1)
+        return SLIM_OK;
+    if (n->device)
+        return n->device->backend->exec(n->device, n->dev_kernel, &ctx);
+    if (!n->op->exec)
+        return slim_errf(err, SLIM_EINTERNAL, "operator has no CPU kernel");
+    return n->op->exec(&ctx);
 }
 
 /* Hands a graph output to the caller: moved when the run owns it, copied
@@ -209,7 +259,8 @@ static slim_status use_plan(const slim_model *m, run_state *rs, slim_err *err)
     }
     if (st || !rs->plan || rs->plan->arena_bytes == 0)
         return SLIM_OK;
-    st = slim_buffer_new(slim_device_cpu(), rs->plan->arena_bytes, &rs->arena, err);
+    st = slim_buffer_new(rs->dev ? rs->dev : slim_device_cpu(), rs->plan->arena_bytes,
+                         &rs->arena, err);
     if (st) {
         rs->arena = NULL;
         slim_err_prefix(err, "activation arena of %zu bytes: ", rs->plan->arena_bytes);
@@ -224,7 +275,7 @@ slim_status slim_model_run(const slim_model *m, int n_inputs,
     const slim_graph *g = m->graph;
     *outputs = NULL;
     *n_outputs = 0;
-    run_state rs = {.g = g};
+    run_state rs = {.g = g, .dev = m->device};
     slim_tensor *result = NULL;
     slim_mem_account *prev_account = slim_mem_account_enter(m->account);
     bool prev_invariant = slim_gemm_set_row_invariant(m->batch_invariant);
@@ -285,9 +336,12 @@ slim_status slim_model_run(const slim_model *m, int n_inputs,
         for (int k = 0; k < n->n_out; k++) {
             int v = n->out[k];
             if (v >= 0 && g->values[v].n_consumers == 0 && !g->values[v].is_output)
-                slim_tensor_release(&rs.vals[v]);
+                release_value(&rs, &rs.vals[v]);
         }
     }
+    /* Faults inside GPU kernels surface here, before outputs are taken. */
+    if ((st = run_sync(&rs, err)))
+        goto fail;
 
     result = calloc(g->n_outputs ? g->n_outputs : 1, sizeof(slim_tensor));
     if (!result) {
@@ -337,6 +391,10 @@ slim_status slim_model_infer_shapes(const slim_model *m, const slim_tensor *inpu
         if (g->values[v].kind == SLIM_VALUE_INITIALIZER) {
             vals[v] = g->values[v].init;
             vals[v].buf = NULL;
+            if (vals[v].device) { /* GPU weights: no host data to fold with */
+                vals[v].data = NULL;
+                vals[v].device = NULL;
+            }
         }
     }
     for (int i = 0; i < g->n_inputs; i++) {

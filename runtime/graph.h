@@ -52,6 +52,11 @@ typedef struct slim_node {
     slim_attr *attrs;
     const struct slim_op_def *op; /* set by slim_graph_finalize */
     void *op_state;        /* parsed attributes, from op->prepare */
+    /* Placement (partition.c): the device that runs it, NULL for the CPU,
+     * that device's kernel for it, and the inputs it reads on the host. */
+    struct slim_device *device;
+    const void *dev_kernel;
+    unsigned host_inputs;
 } slim_node;
 
 typedef enum {

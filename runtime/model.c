@@ -2,6 +2,8 @@
 #include "kernel.h"
 #include "model.h"
 #include "plan.h"
+#include "device.h"
+#include "fp16.h"
 
 #include <stdio.h>
 
@@ -11,8 +13,22 @@
 slim_status slim_model_load(const char *path, const slim_load_opts *opts,
                             slim_model **out, slim_err *err)
 {
-    (void)opts;
     *out = NULL;
+    slim_dtype half = SLIM_DTYPE_UNDEFINED;
+    const char *prec = opts && opts->precision ? opts->precision : "fp32";
+    if (strcmp(prec, "fp16") == 0 || strcmp(prec, "float16") == 0)
+        half = SLIM_F16;
+    else if (strcmp(prec, "bf16") == 0 || strcmp(prec, "bfloat16") == 0)
+        half = SLIM_BF16;
+    else if (strcmp(prec, "fp32") != 0 && strcmp(prec, "float32") != 0)
+        return slim_errf(err, SLIM_EINVAL, "unknown precision \"%s\" (expected fp32, fp16 or "
+                         "bf16)", prec);
+    slim_device *dev = NULL;
+    if (opts && opts->device) {
+        slim_status st = slim_device_get(opts->device, &dev, err);
+        if (st)
+            return st;
+    }
     if (!path || !path[0])
         return slim_errf(err, SLIM_EINVAL, "no model path given");
     /* The weights are charged to the model's account as they are read. */
@@ -27,15 +43,31 @@ slim_status slim_model_load(const char *path, const slim_load_opts *opts,
     /* ONNX is the only format so far; the native format will be told
      * apart by its magic number, not its name. */
     slim_status st = slim_onnx_load_file(path, &g, err);
+    if (!st && half != SLIM_DTYPE_UNDEFINED) {
+        st = slim_quant_half(g, half, NULL, err);
+        if (st) {
+            slim_graph_free(g);
+            g = NULL;
+        }
+    }
     if (!st)
         st = slim_model_from_graph(g, out, err);
+    if (!st) {
+        slim_mem_account_unref((*out)->account);
+        (*out)->account = acct;
+        slim_mem_account_ref(acct);
+        st = slim_model_place(*out, dev, err);
+        if (st) {
+            slim_model_free(*out);
+            *out = NULL;
+        }
+    }
     slim_mem_account_enter(prev);
     if (st) {
         slim_mem_account_unref(acct);
         return st;
     }
-    slim_mem_account_unref((*out)->account);
-    (*out)->account = acct;
+    slim_mem_account_unref(acct); /* the model holds its own reference */
     (*out)->path = strdup(path);
     if (!(*out)->path) {
         slim_model_free(*out);
@@ -66,24 +98,40 @@ slim_status slim_model_from_graph(slim_graph *g, slim_model **out, slim_err *err
         slim_model_free(m);
         return slim_errf(err, SLIM_ENOMEM, "out of memory creating the model");
     }
+    slim_status st2 = slim__model_refresh(m, err);
+    if (st2) {
+        slim_model_free(m);
+        return st2;
+    }
+    *out = m;
+    return SLIM_OK;
+}
+
+slim_status slim__model_refresh(slim_model *m, slim_err *err)
+{
+    const slim_graph *g = m->graph;
+    free(m->inputs);
+    free(m->outputs);
     m->inputs = calloc(g->n_inputs ? g->n_inputs : 1, sizeof(slim_io_info));
     m->outputs = calloc(g->n_outputs ? g->n_outputs : 1, sizeof(slim_io_info));
-    if (!m->inputs || !m->outputs) {
-        slim_model_free(m);
+    if (!m->inputs || !m->outputs)
         return slim_errf(err, SLIM_ENOMEM, "out of memory creating the model");
-    }
     for (int i = 0; i < g->n_inputs; i++)
         m->inputs[i] = g->values[g->inputs[i]].info;
     for (int i = 0; i < g->n_outputs; i++)
         m->outputs[i] = g->values[g->outputs[i]].info;
+    m->param_count = 0;
+    m->weight_bytes = 0;
     for (int v = 0; v < g->n_values; v++) {
         const slim_value *val = &g->values[v];
         if (val->kind != SLIM_VALUE_INITIALIZER)
             continue;
-        m->param_count += slim_tensor_numel(&val->init);
+        /* A weight held on the host and on a GPU counts once per copy in
+         * bytes (both are memory) and once in parameters. */
+        if (!strchr(val->name, '@'))
+            m->param_count += slim_tensor_numel(&val->init);
         m->weight_bytes += slim_tensor_nbytes(&val->init);
     }
-    *out = m;
     return SLIM_OK;
 }
 

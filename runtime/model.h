@@ -5,6 +5,8 @@
 #include "alloc.h"
 #include "graph.h"
 
+#include <stdio.h>
+
 struct slim_plan_cache;
 
 struct slim_model {
@@ -22,7 +24,23 @@ struct slim_model {
      * call, so a request's answer does not depend on its batch (set by
      * servers that merge requests; costs some speed on small batches). */
     bool batch_invariant;
+    /* Where the model was placed (partition.c); NULL: all on the CPU. */
+    struct slim_device *device;
 };
+
+/* Places the model's nodes on a device ("cpu", "cuda:N"; partition.c): each
+ * node runs there when the device has a kernel for it, copies are inserted
+ * between devices, and weights read there are uploaded once. Call before
+ * the first run. */
+slim_status slim_model_set_device(slim_model *m, const char *device, slim_err *err);
+slim_status slim_model_place(slim_model *m, struct slim_device *dev, slim_err *err);
+/* Counts nodes by placement (copies apart). */
+void slim_model_placement(const slim_model *m, int *on_device, int *on_cpu, int *copies);
+/* One line per node: where it runs (for slim inspect --device). */
+void slim_model_print_placement(const slim_model *m, FILE *f);
+/* Remakes what the model derives from its graph (io infos, weight bytes)
+ * after a pass replaced the graph (model.c). */
+slim_status slim__model_refresh(slim_model *m, slim_err *err);
 
 /* Caps what the model may hold at once (weights included); 0 removes the
  * cap. Fails with SLIM_EOOM when the weights alone are over it. */

@@ -82,6 +82,7 @@ typedef struct planner {
     int *view_root;         /* [n_values]: root value of its view group */
     group *groups;          /* indexed by root value */
     int n_inplace;
+    const struct slim_device *device; /* the arena's: the model's device, NULL for the CPU */
 } planner;
 
 static bool is_view(const slim_node *n)
@@ -116,6 +117,9 @@ static void group_values(planner *pl)
         if (pl->view_root[v] == v)
             r->planned = val->kind == SLIM_VALUE_INTERMEDIATE && pl->step_of[v] >= 0 &&
                          !val->is_output &&
+                         /* one arena, on the model's device: values made
+                          * on the other side are allocated on their own */
+                         slim_node_out_device(&g->nodes[pl->step_of[v]]) == pl->device &&
                          shape_bytes(&pl->shapes[v], &r->size) && r->size > 0;
     }
     /* Any group holding a graph output outlives the run. */
@@ -364,7 +368,7 @@ slim_status slim_plan_build(const slim_model *m, const slim_tensor *input_shapes
     const slim_graph *g = m->graph;
     int nv = g->n_values ? g->n_values : 1;
     *out = NULL;
-    planner pl = {.g = g};
+    planner pl = {.g = g, .device = m->device};
     slim_plan *p = calloc(1, sizeof(*p));
     int *buf_of_root = NULL;
     pl.shapes = calloc((size_t)nv, sizeof(slim_tensor));

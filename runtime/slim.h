@@ -120,6 +120,7 @@ typedef struct slim_tensor {
     int64_t dims[SLIM_MAX_DIMS];
     void *data;                   /* NULL when numel is 0, or not yet known */
     struct slim_buffer *buf;      /* owner of data; NULL for borrowed data */
+    struct slim_device *device;   /* where data lives; NULL: host memory */
 } slim_tensor;
 
 int64_t slim_tensor_numel(const slim_tensor *t);
@@ -139,7 +140,13 @@ void slim_tensors_free(slim_tensor *ts, int n); /* release each, free array */
 typedef struct slim_model slim_model;
 
 typedef struct slim_load_opts {
-    int reserved; /* room for precision / pruning settings of later issues */
+    /* "cpu" (NULL means this) or "cuda", "cuda:N": nodes with a kernel on
+     * that device run there, the rest on the CPU, with copies between. */
+    const char *device;
+    /* "fp32" (NULL means this), "fp16" or "bf16": weights and activations
+     * in half precision, normalizations and reductions accumulating in
+     * fp32; inputs and outputs keep their declared types. */
+    const char *precision;
 } slim_load_opts;
 
 /* Loads an ONNX model (by extension or magic). The model is read-only after

@@ -36,17 +36,24 @@ char *slim_shape_str(int ndim, const int64_t *dims, char *buf, size_t cap)
 
 slim_status slim_tensor_alloc(slim_tensor *t, slim_err *err)
 {
+    return slim_tensor_alloc_on(t, NULL, err);
+}
+
+slim_status slim_tensor_alloc_on(slim_tensor *t, slim_device *dev, slim_err *err)
+{
     for (int i = 0; i < t->ndim; i++)
         if (t->dims[i] < 0)
             return slim_errf(err, SLIM_ESHAPE, "cannot allocate a tensor with dimension %d = %lld",
                              i, (long long)t->dims[i]);
     size_t n = slim_tensor_nbytes(t);
     slim_buffer *b;
-    slim_status st = slim_buffer_new(slim_device_cpu(), n, &b, err);
+    bool host = slim_device_is_host(dev);
+    slim_status st = slim_buffer_new(host ? slim_device_cpu() : dev, n, &b, err);
     if (st)
         return st;
     t->buf = b;
     t->data = b->ptr;
+    t->device = host ? NULL : dev;
     return SLIM_OK;
 }
 
@@ -57,6 +64,7 @@ void slim_tensor_release(slim_tensor *t)
     slim_buffer_unref(t->buf);
     t->buf = NULL;
     t->data = NULL;
+    t->device = NULL;
 }
 
 void slim_tensors_free(slim_tensor *ts, int n)

@@ -203,6 +203,10 @@ done:
     return result;
 }
 
+/* --device: where the cases run (each child starts the device afresh; the
+ * parent never touches it, so forking stays safe with CUDA). */
+static slim_load_opts conf_opts;
+
 /* Runs one case in this (child) process; writes "msg" to fd. */
 static int run_case(const char *case_dir, char *msg, size_t cap)
 {
@@ -210,7 +214,7 @@ static int run_case(const char *case_dir, char *msg, size_t cap)
     snprintf(path, sizeof(path), "%s/model.onnx", case_dir);
     slim_model *m;
     slim_err err = {0};
-    if (slim_model_load(path, NULL, &m, &err)) {
+    if (slim_model_load(path, &conf_opts, &m, &err)) {
         snprintf(msg, cap, "%s", err.msg);
         return err.status == SLIM_EUNSUPPORTED ? CASE_SKIP : CASE_FAIL;
     }
@@ -297,6 +301,8 @@ int slim_cmd_conformance(int argc, char **argv)
             filter = argv[++i];
         else if (strcmp(argv[i], "--verbose") == 0 || strcmp(argv[i], "-v") == 0)
             verbose = true;
+        else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc)
+            conf_opts.device = argv[++i];
         else if (argv[i][0] != '-' && !dir)
             dir = argv[i];
         else {
@@ -305,7 +311,7 @@ int slim_cmd_conformance(int argc, char **argv)
         }
     }
     if (!dir) {
-        fprintf(stderr, "usage: slim conformance DIR [--filter REGEX] [--verbose]\n");
+        fprintf(stderr, "usage: slim conformance DIR [--filter REGEX] [--verbose] [--device DEV]\n");
         return 2;
     }
     regex_t re;

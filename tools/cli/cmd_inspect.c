@@ -188,11 +188,13 @@ static int print_memory(const char *path, const slim_model *m, int64_t batch)
     return 0;
 }
 
-#define INSPECT_USAGE "usage: slim inspect MODEL [--memory [--batch N]]\n"
+#define INSPECT_USAGE "usage: slim inspect MODEL [--memory [--batch N]] [--device DEV] " \
+                      "[--precision P]\n"
 
 int slim_cmd_inspect(int argc, char **argv)
 {
     const char *path = NULL;
+    slim_load_opts opts = {0};
     bool memory = false;
     int64_t batch = 1;
     for (int i = 1; i < argc; i++) {
@@ -200,8 +202,20 @@ int slim_cmd_inspect(int argc, char **argv)
             printf(INSPECT_USAGE
                    "  --memory    the activation arena plan: buffers, arena_bytes,\n"
                    "              lower_bound_bytes, weight bytes\n"
-                   "  --batch N   plan for batch N (default 1)\n");
+                   "  --batch N   plan for batch N (default 1)\n"
+                   "  --device D  place the model on D (cpu, cuda, cuda:N) and print where\n"
+                   "              each node runs and the copies between devices\n"
+                   "  --precision fp32, fp16 or bf16\n");
             return 0;
+        }
+        if ((strcmp(argv[i], "--device") == 0 || strcmp(argv[i], "--precision") == 0) &&
+            i + 1 < argc) {
+            if (argv[i][2] == 'd')
+                opts.device = argv[i + 1];
+            else
+                opts.precision = argv[i + 1];
+            i++;
+            continue;
         }
         if (strcmp(argv[i], "--memory") == 0) {
             memory = true;
@@ -236,13 +250,15 @@ int slim_cmd_inspect(int argc, char **argv)
 
     slim_err err;
     slim_model *m = NULL;
-    slim_status st = slim_model_load(path, NULL, &m, &err);
+    slim_status st = slim_model_load(path, &opts, &m, &err);
     if (st == SLIM_OK) {
         int rc = 0;
         if (memory)
             rc = print_memory(path, m, batch);
         else
             print_model(path, m->graph, m, m->param_count, m->weight_bytes);
+        if (opts.device)
+            slim_model_print_placement(m, stdout);
         slim_model_free(m);
         return rc;
     }
@@ -250,7 +266,7 @@ int slim_cmd_inspect(int argc, char **argv)
         fprintf(stderr, "slim inspect: %s\n", err.msg);
         return 1;
     }
-    if (st != SLIM_EUNSUPPORTED) {
+    if (st != SLIM_EUNSUPPORTED || opts.device || opts.precision) {
         fprintf(stderr, "slim inspect: %s\n", err.msg);
         return 1;
     }

@@ -46,13 +46,17 @@ static void usage(void)
     fprintf(stderr,
             "usage: slim run MODEL --input NAME=FILE.npy ... [--output-dir DIR] [--repeat N]\n"
             "                [--memory-limit SIZE] [--memory-stats] [--batch-invariant]\n"
+            "                [--device DEV] [--precision fp32|fp16|bf16]\n"
             "  --input NAME=FILE.npy  a model input (NAME= may be left out when the model\n"
             "                         has a single input); repeat for each input. A\n"
             "                         bfloat16 input is given as float32 and rounded\n"
             "  --output-dir DIR       write each output to DIR/NAME.npy ('/' in names -> '_')\n"
             "  --repeat N             run N times and print the median run time\n"
-            "  --memory-limit SIZE    cap the CPU allocator, e.g. 512MiB; a run over it\n"
-            "                         exits with status 3\n"
+            "  --memory-limit SIZE    cap the allocator of the model's device, e.g. 512MiB;\n"
+            "                         a run over it exits with status 3\n"
+            "  --device DEV           cpu (default), cuda or cuda:N: nodes with a kernel\n"
+            "                         there run there, the rest on the CPU\n"
+            "  --precision P          fp32 (default), fp16 or bf16 weights and activations\n"
             "  --memory-stats         print the allocator's summary after the runs\n"
             "  --batch-invariant      compute each batch row as slimserve does for models\n"
             "                         that batch: bitwise the same at any batch size\n");
@@ -384,9 +388,11 @@ static long peak_rss_kib(void)
     return kib;
 }
 
-static void print_memory_stats(void)
+/* The CPU allocator's figures, then the model's GPU's when it has one
+ * (the last peak_* lines are the GPU's then). */
+static void print_device_stats(slim_device *dev)
 {
-    slim_allocator *a = slim_device_cpu()->alloc;
+    slim_allocator *a = dev->alloc;
     slim_mem_stats s;
     slim_allocator_stats(a, &s);
     char *table = slim_mem_stats_summary(&s, slim_allocator_device(a));
@@ -395,7 +401,19 @@ static void print_memory_stats(void)
     free(table);
     printf("peak_allocated_bytes: %lld\n", (long long)s.allocated_bytes[SLIM_POOL_ALL].peak);
     printf("peak_reserved_bytes: %lld\n", (long long)s.reserved_bytes[SLIM_POOL_ALL].peak);
+    if (!slim_device_is_host(dev)) {
+        size_t free_b, total_b;
+        dev->backend->mem_info(dev, &free_b, &total_b);
+        printf("device_free_bytes: %zu\ndevice_total_bytes: %zu\n", free_b, total_b);
+    }
+}
+
+static void print_memory_stats(slim_device *dev)
+{
+    print_device_stats(slim_device_cpu());
     printf("peak_rss_kib: %ld\n", peak_rss_kib());
+    if (dev)
+        print_device_stats(dev);
 }
 
 /* ---- the command ---------------------------------------------------------- */
@@ -407,13 +425,16 @@ int slim_cmd_run(int argc, char **argv)
     int n_input_args = 0;
     long repeat = 1;
     bool memory_stats = false, batch_invariant = false;
+    slim_load_opts opts = {0};
+    const char *memory_limit = NULL;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         const char *val = NULL;
         bool takes_value = strcmp(a, "--input") == 0 || strcmp(a, "-i") == 0 ||
                            strcmp(a, "--output-dir") == 0 || strcmp(a, "-o") == 0 ||
-                           strcmp(a, "--repeat") == 0 || strcmp(a, "--memory-limit") == 0;
+                           strcmp(a, "--repeat") == 0 || strcmp(a, "--memory-limit") == 0 ||
+                           strcmp(a, "--device") == 0 || strcmp(a, "--precision") == 0;
         if (takes_value) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "slim run: %s needs a value\n", a);
@@ -429,6 +450,10 @@ int slim_cmd_run(int argc, char **argv)
             a = "--repeat", val = argv[i] + 9;
         } else if (strncmp(a, "--memory-limit=", 15) == 0) {
             a = "--memory-limit", val = argv[i] + 15;
+        } else if (strncmp(a, "--device=", 9) == 0) {
+            a = "--device", val = argv[i] + 9;
+        } else if (strncmp(a, "--precision=", 12) == 0) {
+            a = "--precision", val = argv[i] + 12;
         }
         if (!val) {
             if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -455,14 +480,12 @@ int slim_cmd_run(int argc, char **argv)
                 return 2;
             }
             input_args[n_input_args++] = val;
+        } else if (strcmp(a, "--device") == 0) {
+            opts.device = val;
+        } else if (strcmp(a, "--precision") == 0) {
+            opts.precision = val;
         } else if (strcmp(a, "--memory-limit") == 0) {
-            size_t limit;
-            slim_err perr;
-            if (!slim_parse_bytes(val, &limit, &perr)) {
-                fprintf(stderr, "slim run: --memory-limit: %s\n", perr.msg);
-                return 2;
-            }
-            slim_allocator_set_limit(slim_device_cpu()->alloc, limit);
+            memory_limit = val;
         } else if (strcmp(a, "--repeat") == 0) {
             char *end;
             repeat = strtol(val, &end, 10);
@@ -489,7 +512,21 @@ int slim_cmd_run(int argc, char **argv)
     int n_outs = 0;
     double *times = NULL;
 
-    if (slim_model_load(model_path, NULL, &m, &err) != SLIM_OK) {
+    /* The limit applies to the device the model runs on. */
+    if (memory_limit) {
+        size_t limit;
+        slim_device *dev;
+        if (!slim_parse_bytes(memory_limit, &limit, &err)) {
+            fprintf(stderr, "slim run: --memory-limit: %s\n", err.msg);
+            return 2;
+        }
+        if (slim_device_get(opts.device, &dev, &err) != SLIM_OK) {
+            fprintf(stderr, "slim run: --device: %s\n", err.msg);
+            return 1;
+        }
+        slim_allocator_set_limit(dev->alloc, limit);
+    }
+    if (slim_model_load(model_path, &opts, &m, &err) != SLIM_OK) {
         fprintf(stderr, "slim run: %s\n", err.msg);
         return err.status == SLIM_EOOM ? 3 : 1;
     }
@@ -544,7 +581,7 @@ int slim_cmd_run(int argc, char **argv)
     rc = 0;
 done:
     if (memory_stats)
-        print_memory_stats();
+        print_memory_stats(m ? m->device : NULL);
     free(times);
     slim_tensors_free(outs, n_outs);
     for (int i = 0; i < n_ins; i++)

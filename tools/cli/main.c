@@ -36,8 +36,9 @@ static void usage(FILE *f)
             "                                  activation arena plan and weight bytes\n"
             "  run MODEL --input NAME=FILE.npy ... [--output-dir DIR] [--repeat N]\n"
             "                                  run a model on NumPy inputs\n"
-            "  conformance DIR [--filter REGEX] [--verbose]\n"
-            "                                  run ONNX backend node tests under DIR\n");
+            "  conformance DIR [--filter REGEX] [--verbose] [--device DEV]\n"
+            "                                  run ONNX backend node tests under DIR\n"
+            "  devices                         the devices there are, with their memory\n");
 }
 
 int main(int argc, char **argv)
@@ -51,6 +52,8 @@ int main(int argc, char **argv)
         return slim_cmd_inspect(argc - 1, argv + 1);
     if (strcmp(cmd, "run") == 0)
         return slim_cmd_run(argc - 1, argv + 1);
+    if (strcmp(cmd, "devices") == 0)
+        return slim_cmd_devices(argc - 1, argv + 1);
     if (strcmp(cmd, "conformance") == 0)
         return slim_cmd_conformance(argc - 1, argv + 1);
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {

@@ -1,0 +1,382 @@
+/*
+ * backend.c - the CUDA backend's core: devices, their caching allocators,
+ * per-thread streams and library handles, copies, and the op tables.
+ *
+ * This file and the .cu files build libslim_cuda.so, which the runtime
+ * loads with dlopen (runtime/backend.c) only when a GPU is asked for; its
+ * one exported entry point is slim_cuda_backend_open.
+ *
+ * Memory: each GPU gets the runtime's caching allocator (alloc.c) with a
+ * cudaMalloc/cudaFree segment source, so the GPU has PyTorch's caching
+ * policy, the same statistics and limits, and the same OOM path: when
+ * cudaMalloc fails the allocator frees its cached segments and retries
+ * before it reports SLIM_EOOM, and the batcher halves the batch.
+ *
+ * Streams: every thread that runs models has its own non-blocking stream
+ * per device (a server instance is a thread), with its own cuBLAS (and
+ * cuDNN) handle bound to it. PyTorch keeps cached blocks per stream so
+ * that a block freed on one stream is not reused by another while the
+ * first may still use it. slimserve gets the same safety more simply: the
+ * executor holds every device buffer a run frees until the run's stream
+ * has synchronized (it must synchronize to hand results back anyway), so
+ * any block in the cache is idle and one pool serves every stream.
+ */
+#include "cuda_impl.h"
+
+#include "device.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#ifdef SLIM_HAVE_CUDNN
+#include <cudnn.h>
+#endif
+
+#define SLIM_CUDA_MAX_DEVICES 16
+/* cuBLAS's own workspace per handle: what NVIDIA recommends for Hopper. */
+#define SLIM_CUBLAS_WORKSPACE ((size_t)32 << 20)
+/* Pinned staging for host-to-device copies, per thread and device. */
+#define SLIM_PINNED_BYTES ((size_t)16 << 20)
+
+typedef struct cuda_device {
+    slim_device dev;           /* first: the runtime sees this */
+    char name[16];
+    int ordinal;
+    int sm_count;
+} cuda_device;
+
+static cuda_device devices[SLIM_CUDA_MAX_DEVICES];
+static slim_device *device_ptrs[SLIM_CUDA_MAX_DEVICES];
+static slim_backend_iface iface;
+
+/* ---- the allocator's segment source --------------------------------------- */
+
+static void *segment_alloc(void *ctx, size_t size)
+{
+    cuda_device *d = ctx;
+    void *p = NULL;
+    if (cudaSetDevice(d->ordinal) != cudaSuccess)
+        return NULL;
+    if (cudaMalloc(&p, size) != cudaSuccess) {
+        (void)cudaGetLastError(); /* an OOM is not sticky; clear it */
+        return NULL;
+    }
+    return p;
+}
+
+static void segment_free(void *ctx, void *ptr, size_t size)
+{
+    cuda_device *d = ctx;
+    cudaSetDevice(d->ordinal);
+    /* Blocks reach the cache only after their stream synchronized, but a
+     * segment may hold blocks of several streams: wait for the device. */
+    cudaDeviceSynchronize();
+    cudaFree(ptr);
+}
+
+/* ---- per-thread state --------------------------------------------------- */
+
+typedef struct thread_state {
+    slim_cuda_ctx ctx[SLIM_CUDA_MAX_DEVICES];
+    bool ready[SLIM_CUDA_MAX_DEVICES];
+    slim_buffer *workspace[SLIM_CUDA_MAX_DEVICES];
+    void *pinned[SLIM_CUDA_MAX_DEVICES];   /* SLIM_PINNED_BYTES each, or NULL */
+    size_t pinned_used[SLIM_CUDA_MAX_DEVICES];
+    cudaEvent_t pinned_done[SLIM_CUDA_MAX_DEVICES];
+} thread_state;
+
+static pthread_key_t thread_key;
+
+static void free_scratch(slim_cuda_ctx *cu)
+{
+    for (int i = 0; i < cu->n_scratch; i++)
+        slim_buffer_unref(cu->scratch[i]);
+    cu->n_scratch = 0;
+}
+
+static void thread_state_free(void *p)
+{
+    thread_state *ts = p;
+    for (int i = 0; i < SLIM_CUDA_MAX_DEVICES; i++) {
+        if (!ts->ready[i])
+            continue;
+        slim_cuda_ctx *cu = &ts->ctx[i];
+        cudaSetDevice(i);
+        cudaStreamSynchronize(cu->stream);
+        free_scratch(cu);
+        free(cu->scratch);
+#ifdef SLIM_HAVE_CUDNN
+        if (cu->cudnn)
+            cudnnDestroy((cudnnHandle_t)cu->cudnn);
+#endif
+        cublasDestroy(cu->cublas);
+        slim_buffer_unref(ts->workspace[i]);
+        if (ts->pinned[i])
+            cudaFreeHost(ts->pinned[i]);
+        cudaEventDestroy(ts->pinned_done[i]);
+        cudaStreamDestroy(cu->stream);
+    }
+    free(ts);
+}
+
+/* The calling thread's context on device d, made on first use. */
+static slim_status thread_ctx(cuda_device *d, slim_cuda_ctx **out, slim_err *err)
+{
+    thread_state *ts = pthread_getspecific(thread_key);
+    if (!ts) {
+        ts = calloc(1, sizeof(*ts));
+        if (!ts)
+            return slim_errf(err, SLIM_ENOMEM, "out of host memory for CUDA thread state");
+        pthread_setspecific(thread_key, ts);
+    }
+    int i = d->ordinal;
+    slim_cuda_ctx *cu = &ts->ctx[i];
+    SLIM_CUDA_CHECK(cudaSetDevice(i), err);
+    if (ts->ready[i]) {
+        *out = cu;
+        return SLIM_OK;
+    }
+    memset(cu, 0, sizeof(*cu));
+    cu->device = i;
+    cu->dev = &d->dev;
+    cu->sm_count = d->sm_count;
+    cu->allow_tf32 = false;
+    SLIM_CUDA_CHECK(cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking), err);
+    SLIM_CUDA_CHECK(cudaEventCreateWithFlags(&ts->pinned_done[i], cudaEventDisableTiming), err);
+    SLIM_CUBLAS_CHECK(cublasCreate(&cu->cublas), err);
+    SLIM_CUBLAS_CHECK(cublasSetStream(cu->cublas, cu->stream), err);
+    /* The workspace comes from the caching allocator, so it shows in the
+     * device's figures; charged to no model (it is the thread's). */
+    slim_mem_account *prev = slim_mem_account_enter(NULL);
+    slim_status st = slim_buffer_new(&d->dev, SLIM_CUBLAS_WORKSPACE, &ts->workspace[i], err);
+    slim_mem_account_enter(prev);
+    if (st)
+        return st;
+    SLIM_CUBLAS_CHECK(cublasSetWorkspace(cu->cublas, ts->workspace[i]->ptr,
+                                         SLIM_CUBLAS_WORKSPACE), err);
+#ifdef SLIM_HAVE_CUDNN
+    cudnnHandle_t h;
+    if (cudnnCreate(&h) == CUDNN_STATUS_SUCCESS) {
+        cudnnSetStream(h, cu->stream);
+        cu->cudnn = h;
+    }
+#endif
+    /* Pinned staging is an optimization: without it copies still work. */
+    if (cudaHostAlloc(&ts->pinned[i], SLIM_PINNED_BYTES, cudaHostAllocDefault) != cudaSuccess) {
+        (void)cudaGetLastError();
+        ts->pinned[i] = NULL;
+    }
+    ts->ready[i] = true;
+    *out = cu;
+    return SLIM_OK;
+}
+
+slim_status slim_cuda_scratch(slim_cuda_ctx *cu, size_t bytes, void **ptr, slim_err *err)
+{
+    *ptr = NULL;
+    if (cu->n_scratch == cu->cap_scratch) {
+        int cap = cu->cap_scratch ? cu->cap_scratch * 2 : 16;
+        slim_buffer **s = realloc(cu->scratch, sizeof(*s) * (size_t)cap);
+        if (!s)
+            return slim_errf(err, SLIM_ENOMEM, "out of host memory for scratch bookkeeping");
+        cu->scratch = s;
+        cu->cap_scratch = cap;
+    }
+    slim_buffer *b;
+    slim_status st = slim_buffer_new(cu->dev, bytes, &b, err);
+    if (st)
+        return st;
+    cu->scratch[cu->n_scratch++] = b;
+    *ptr = b->ptr;
+    return SLIM_OK;
+}
+
+const char *slim_cublas_status_name(cublasStatus_t s)
+{
+    switch (s) {
+    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
+    default: return "CUBLAS_STATUS_UNKNOWN";
+    }
+}
+
+/* ---- kernels ------------------------------------------------------------ */
+
+static const slim_cuda_op *const tables[] = {
+    slim__cuda_ops_elementwise, slim__cuda_ops_norm, slim__cuda_ops_reduce,
+    slim__cuda_ops_movement,    slim__cuda_ops_pool, slim__cuda_ops_matmul,
+    slim__cuda_ops_conv,
+};
+
+static const void *op_lookup(slim_device *dev, const slim_node *n, const slim_dtype *in_dtypes,
+                             unsigned *host_inputs, bool *view)
+{
+    if (n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx") != 0)
+        return NULL;
+    const slim_cuda_op *best = NULL;
+    for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++)
+        for (const slim_cuda_op *op = tables[t]; op->op_type; op++)
+            if (strcmp(op->op_type, n->op_type) == 0 && op->since <= n->opset &&
+                (!best || op->since > best->since))
+                best = op;
+    if (!best || (best->supports && !best->supports(n, in_dtypes)))
+        return NULL;
+    *host_inputs = best->host_inputs;
+    *view = best->exec == NULL;
+    return best;
+}
+
+static slim_status op_exec(slim_device *dev, const void *kernel, slim_op_ctx *ctx)
+{
+    const slim_cuda_op *op = kernel;
+    slim_cuda_ctx *cu;
+    slim_status st = thread_ctx((cuda_device *)dev, &cu, ctx->err);
+    if (st)
+        return st;
+    if (!op->exec)
+        return SLIM_OK;
+    st = op->exec(ctx, cu);
+    if (st)
+        return st;
+    /* A bad launch shows here; a fault inside a kernel shows at the sync. */
+    SLIM_CUDA_LAUNCH_CHECK(ctx->err);
+    return SLIM_OK;
+}
+
+/* ---- copies and synchronization ------------------------------------------ */
+
+static slim_status dev_copy(slim_device *dev, void *dst, const void *src, size_t n,
+                            slim_copy_kind kind, slim_err *err)
+{
+    cuda_device *d = (cuda_device *)dev;
+    slim_cuda_ctx *cu;
+    slim_status st = thread_ctx(d, &cu, err);
+    if (st || n == 0)
+        return st;
+    thread_state *ts = pthread_getspecific(thread_key);
+    int i = d->ordinal;
+    if (kind == SLIM_COPY_D2D) {
+        SLIM_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToDevice, cu->stream), err);
+        return SLIM_OK;
+    }
+    if (kind == SLIM_COPY_H2D) {
+        /* Through pinned staging, so the copy is truly asynchronous and the
+         * caller's buffer is free at once. The staging area is a bump
+         * region; when it is full, wait for the copies already queued. */
+        if (ts->pinned[i] && n <= SLIM_PINNED_BYTES) {
+            if (ts->pinned_used[i] + n > SLIM_PINNED_BYTES) {
+                SLIM_CUDA_CHECK(cudaEventSynchronize(ts->pinned_done[i]), err);
+                ts->pinned_used[i] = 0;
+            }
+            char *stage = (char *)ts->pinned[i] + ts->pinned_used[i];
+            memcpy(stage, src, n);
+            ts->pinned_used[i] += (n + 255) & ~(size_t)255;
+            SLIM_CUDA_CHECK(cudaMemcpyAsync(dst, stage, n, cudaMemcpyHostToDevice, cu->stream),
+                            err);
+            SLIM_CUDA_CHECK(cudaEventRecord(ts->pinned_done[i], cu->stream), err);
+            return SLIM_OK;
+        }
+        SLIM_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyHostToDevice, cu->stream), err);
+        SLIM_CUDA_CHECK(cudaStreamSynchronize(cu->stream), err);
+        return SLIM_OK;
+    }
+    SLIM_CUDA_CHECK(cudaMemcpyAsync(dst, src, n, cudaMemcpyDeviceToHost, cu->stream), err);
+    SLIM_CUDA_CHECK(cudaStreamSynchronize(cu->stream), err);
+    return SLIM_OK;
+}
+
+static slim_status dev_sync(slim_device *dev, slim_err *err)
+{
+    cuda_device *d = (cuda_device *)dev;
+    slim_cuda_ctx *cu;
+    slim_status st = thread_ctx(d, &cu, err);
+    if (st)
+        return st;
+    thread_state *ts = pthread_getspecific(thread_key);
+    cudaError_t e = cudaStreamSynchronize(cu->stream);
+    ts->pinned_used[d->ordinal] = 0;
+    free_scratch(cu);
+    SLIM_CUDA_CHECK(e, err);
+    return SLIM_OK;
+}
+
+static void dev_mem_info(slim_device *dev, size_t *free_bytes, size_t *total_bytes)
+{
+    cuda_device *d = (cuda_device *)dev;
+    *free_bytes = *total_bytes = 0;
+    if (cudaSetDevice(d->ordinal) != cudaSuccess ||
+        cudaMemGetInfo(free_bytes, total_bytes) != cudaSuccess)
+        (void)cudaGetLastError();
+}
+
+/* ---- the entry point ---------------------------------------------------- */
+
+__attribute__((visibility("default")))
+const slim_backend_iface *slim_cuda_backend_open(int abi, slim_err *err)
+{
+    if (abi != SLIM_BACKEND_ABI) {
+        slim_errf(err, SLIM_EINVAL, "libslim_cuda.so was built for backend ABI %d, the "
+                  "runtime speaks %d: rebuild both", SLIM_BACKEND_ABI, abi);
+        return NULL;
+    }
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        slim_errf(err, SLIM_ENOTFOUND, "no CUDA device: %s (%s)", cudaGetErrorString(e),
+                  cudaGetErrorName(e));
+        return NULL;
+    }
+    if (n == 0) {
+        slim_errf(err, SLIM_ENOTFOUND, "no CUDA device: the driver reports none");
+        return NULL;
+    }
+    if (n > SLIM_CUDA_MAX_DEVICES)
+        n = SLIM_CUDA_MAX_DEVICES;
+    if (pthread_key_create(&thread_key, thread_state_free) != 0) {
+        slim_errf(err, SLIM_ENOMEM, "cannot create the CUDA thread key");
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        cuda_device *d = &devices[i];
+        struct cudaDeviceProp prop;
+        if (cudaGetDeviceProperties(&prop, i) != cudaSuccess) {
+            slim_errf(err, SLIM_EINTERNAL, "cudaGetDeviceProperties(%d) failed", i);
+            return NULL;
+        }
+        d->ordinal = i;
+        d->sm_count = prop.multiProcessorCount;
+        snprintf(d->name, sizeof(d->name), "cuda:%d", i);
+        d->dev.name = d->name;
+        d->dev.backend = &iface;
+        d->dev.ordinal = i;
+        snprintf(d->dev.description, sizeof(d->dev.description), "%s, sm_%d%d, %d SMs",
+                 prop.name, prop.major, prop.minor, prop.multiProcessorCount);
+        const slim_alloc_backend src = {
+            .device = d->name, .segment_alloc = segment_alloc, .segment_free = segment_free,
+            .ctx = d,
+        };
+        d->dev.alloc = slim_allocator_new(&src);
+        if (!d->dev.alloc) {
+            slim_errf(err, SLIM_ENOMEM, "out of host memory creating the %s allocator", d->name);
+            return NULL;
+        }
+        device_ptrs[i] = &d->dev;
+    }
+    iface = (slim_backend_iface){
+        .abi = SLIM_BACKEND_ABI, .name = "cuda", .n_devices = n, .devices = device_ptrs,
+        .lookup = op_lookup, .exec = op_exec, .copy = dev_copy, .sync = dev_sync,
+        .mem_info = dev_mem_info,
+    };
+    return &iface;
+}

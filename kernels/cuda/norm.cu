@@ -1,0 +1,243 @@
+/*
+ * norm.cu - LayerNormalization, Softmax/LogSoftmax, BatchNormalization.
+ *
+ * LayerNorm and Softmax normalize rows: one block per row, a fixed
+ * reduction tree (warp shuffles, then across warps), statistics in fp32
+ * for every storage type. A row's result depends only on that row, so it
+ * is the same whatever batch the row ran in. Softmax over an axis that is
+ * not the last is viewed as [outer, axis, inner] and strided.
+ */
+#include "common.cuh"
+
+#define NORM_THREADS 256
+
+/* Sum over the block of v; every thread gets the total. */
+__device__ float block_sum(float v, float *shared)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0)
+        shared[warp] = v;
+    __syncthreads();
+    int nw = (blockDim.x + 31) >> 5;
+    v = lane < nw ? shared[lane] : 0.0f;
+    for (int o = 16; o > 0; o >>= 1)
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+__device__ float block_max(float v, float *shared)
+{
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __syncthreads();
+    if (lane == 0)
+        shared[warp] = v;
+    __syncthreads();
+    int nw = (blockDim.x + 31) >> 5;
+    v = lane < nw ? shared[lane] : -INFINITY;
+    for (int o = 16; o > 0; o >>= 1)
+        v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* ---- LayerNormalization ---------------------------------------------------- */
+
+/* Two passes over the row (mean, then centred variance): stabler than
+ * E[x^2] - E[x]^2 when the mean is large. */
+__global__ void layernorm_kernel(const void *x, const void *scale, const void *bias, void *y,
+                                 float *mean_out, float *inv_out, int64_t cols, float eps,
+                                 int dt, int dt_s, int dt_b)
+{
+    __shared__ float shared[32];
+    int64_t row = blockIdx.x;
+    int64_t base = row * cols;
+    float s = 0.0f;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x)
+        s += slim_ld(x, base + c, dt);
+    float mean = block_sum(s, shared) / (float)cols;
+    float v = 0.0f;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+        float d = slim_ld(x, base + c, dt) - mean;
+        v += d * d;
+    }
+    float inv = rsqrtf(block_sum(v, shared) / (float)cols + eps);
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+        float o = (slim_ld(x, base + c, dt) - mean) * inv * slim_ld(scale, c, dt_s);
+        if (bias)
+            o += slim_ld(bias, c, dt_b);
+        slim_st(y, base + c, dt, o);
+    }
+    if (threadIdx.x == 0) {
+        if (mean_out)
+            mean_out[row] = mean;
+        if (inv_out)
+            inv_out[row] = inv;
+    }
+}
+
+static slim_status layernorm_exec(slim_op_ctx *ctx, slim_cuda_ctx *cu)
+{
+    const slim_tensor *x = ctx->in[0], *scale = ctx->in[1];
+    const slim_tensor *bias = ctx->n_in > 2 ? ctx->in[2] : NULL;
+    int axis;
+    slim_status st = slim_norm_axis(slim_attr_int(ctx->node, "axis", -1), x->ndim, &axis, ctx->err);
+    if (st)
+        return st;
+    int64_t rows = 1, cols = 1;
+    for (int d = 0; d < x->ndim; d++)
+        (d < axis ? rows : cols) *= x->dims[d];
+    if (rows == 0 || cols == 0)
+        return SLIM_OK;
+    if (slim_tensor_numel(scale) != cols || (bias && slim_tensor_numel(bias) != cols))
+        return slim_errf(ctx->err, SLIM_EUNSUPPORTED, "LayerNormalization on the GPU needs scale "
+                         "and bias of the normalized shape (%lld elements), not broadcast ones",
+                         (long long)cols);
+    if (rows > INT32_MAX)
+        return slim_errf(ctx->err, SLIM_EUNSUPPORTED, "too many rows for one launch");
+    float *mean = ctx->n_out > 1 && ctx->out[1] ? (float *)ctx->out[1]->data : NULL;
+    float *inv = ctx->n_out > 2 && ctx->out[2] ? (float *)ctx->out[2]->data : NULL;
+    int threads = cols >= NORM_THREADS ? NORM_THREADS : (int)((cols + 31) / 32 * 32);
+    layernorm_kernel<<<(unsigned)rows, threads, 0, cu->stream>>>(
+        x->data, scale->data, bias ? bias->data : NULL, ctx->out[0]->data, mean, inv, cols,
+        slim_attr_float(ctx->node, "epsilon", 1e-5f), x->dtype, scale->dtype,
+        bias ? bias->dtype : x->dtype);
+    return SLIM_OK;
+}
+
+static bool layernorm_ok(const slim_node *n, const slim_dtype *in)
+{
+    if (!slim_cuda_is_float(in[0]) || !slim_cuda_is_float(in[1]))
+        return false;
+    if (n->n_in > 2 && in[2] != SLIM_DTYPE_UNDEFINED && !slim_cuda_is_float(in[2]))
+        return false;
+    /* Mean and InvStdDev outputs are written as fp32 only. */
+    return n->n_out < 2 || slim_attr_int(n, "stash_type", 1) == 1;
+}
+
+/* ---- Softmax / LogSoftmax ------------------------------------------------ */
+
+/* Rows of `len` elements `inner` apart; block per (outer, inner) pair. */
+__global__ void softmax_kernel(const void *x, void *y, int64_t len, int64_t inner, bool logsm,
+                               int dt)
+{
+    __shared__ float shared[32];
+    int64_t o = blockIdx.x / inner, in = blockIdx.x % inner;
+    int64_t base = o * len * inner + in;
+    float m = -INFINITY;
+    for (int64_t c = threadIdx.x; c < len; c += blockDim.x)
+        m = fmaxf(m, slim_ld(x, base + c * inner, dt));
+    m = block_max(m, shared);
+    float s = 0.0f;
+    for (int64_t c = threadIdx.x; c < len; c += blockDim.x)
+        s += expf(slim_ld(x, base + c * inner, dt) - m);
+    s = block_sum(s, shared);
+    float ls = logf(s), inv = 1.0f / s;
+    for (int64_t c = threadIdx.x; c < len; c += blockDim.x) {
+        float d = slim_ld(x, base + c * inner, dt) - m;
+        slim_st(y, base + c * inner, dt, logsm ? d - ls : expf(d) * inv);
+    }
+}
+
+static slim_status softmax_any(slim_op_ctx *ctx, slim_cuda_ctx *cu, bool logsm)
+{
+    const slim_tensor *x = ctx->in[0];
+    int opset = ctx->node->opset;
+    int axis;
+    slim_status st = slim_norm_axis(slim_attr_int(ctx->node, "axis", opset < 13 ? 1 : -1),
+                                    x->ndim ? x->ndim : 1, &axis, ctx->err);
+    if (st)
+        return st;
+    int64_t outer = 1, len = 1, inner = 1;
+    if (opset < 13) { /* coerced to 2-D at axis: rows are everything after it */
+        for (int d = 0; d < x->ndim; d++)
+            (d < axis ? outer : len) *= x->dims[d];
+    } else {
+        for (int d = 0; d < x->ndim; d++) {
+            if (d < axis)
+                outer *= x->dims[d];
+            else if (d == axis)
+                len = x->dims[d];
+            else
+                inner *= x->dims[d];
+        }
+    }
+    int64_t blocks = outer * inner;
+    if (blocks == 0 || len == 0)
+        return SLIM_OK;
+    if (blocks > INT32_MAX)
+        return slim_errf(ctx->err, SLIM_EUNSUPPORTED, "too many rows for one launch");
+    int threads = len >= NORM_THREADS ? NORM_THREADS : (int)((len + 31) / 32 * 32);
+    softmax_kernel<<<(unsigned)blocks, threads, 0, cu->stream>>>(x->data, ctx->out[0]->data, len,
+                                                                 inner, logsm, x->dtype);
+    return SLIM_OK;
+}
+
+static slim_status softmax_exec(slim_op_ctx *ctx, slim_cuda_ctx *cu)
+{
+    return softmax_any(ctx, cu, false);
+}
+
+static slim_status logsoftmax_exec(slim_op_ctx *ctx, slim_cuda_ctx *cu)
+{
+    return softmax_any(ctx, cu, true);
+}
+
+/* ---- BatchNormalization (inference) -------------------------------------- */
+
+__global__ void batchnorm_kernel(const void *x, const void *scale, const void *bias,
+                                 const void *mean, const void *var, void *y, int64_t n,
+                                 int64_t channels, int64_t spatial, float eps, int dt, int dt_p)
+{
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        int64_t c = (i / spatial) % channels;
+        float inv = rsqrtf(slim_ld(var, c, dt_p) + eps) * slim_ld(scale, c, dt_p);
+        float v = (slim_ld(x, i, dt) - slim_ld(mean, c, dt_p)) * inv + slim_ld(bias, c, dt_p);
+        slim_st(y, i, dt, v);
+    }
+}
+
+static slim_status batchnorm_exec(slim_op_ctx *ctx, slim_cuda_ctx *cu)
+{
+    const slim_tensor *x = ctx->in[0];
+    int64_t n = slim_tensor_numel(x);
+    if (n == 0)
+        return SLIM_OK;
+    int64_t channels = x->ndim > 1 ? x->dims[1] : 1, spatial = 1;
+    for (int d = 2; d < x->ndim; d++)
+        spatial *= x->dims[d];
+    batchnorm_kernel<<<slim_cuda_blocks(n, SLIM_CUDA_BLOCK), SLIM_CUDA_BLOCK, 0, cu->stream>>>(
+        x->data, ctx->in[1]->data, ctx->in[2]->data, ctx->in[3]->data, ctx->in[4]->data,
+        ctx->out[0]->data, n, channels, spatial, slim_attr_float(ctx->node, "epsilon", 1e-5f),
+        x->dtype, ctx->in[1]->dtype);
+    return SLIM_OK;
+}
+
+static bool batchnorm_ok(const slim_node *n, const slim_dtype *in)
+{
+    if (n->n_in != 5 || n->n_out != 1 || slim_attr_int(n, "training_mode", 0) != 0)
+        return false;
+    if (!slim_cuda_is_float(in[0]))
+        return false;
+    for (int k = 2; k < 5; k++)
+        if (in[k] != in[1] || !slim_cuda_is_float(in[k]))
+            return false;
+    return true;
+}
+
+static bool float_in(const slim_node *n, const slim_dtype *in)
+{
+    return slim_cuda_is_float(in[0]);
+}
+
+extern "C" const slim_cuda_op slim__cuda_ops_norm[] = {
+    {"LayerNormalization", 17, 0, layernorm_ok, layernorm_exec},
+    {"Softmax", 1, 0, float_in, softmax_exec},
+    {"LogSoftmax", 1, 0, float_in, logsoftmax_exec},
+    {"BatchNormalization", 6, 0, batchnorm_ok, batchnorm_exec},
+    {NULL, 0, 0, NULL, NULL},
+};

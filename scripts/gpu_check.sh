@@ -1,0 +1,88 @@
+#!/usr/bin/env bash
+# Builds the CUDA backend and runs the GPU checks on a machine with an NVIDIA
+# GPU, nvcc and Python (numpy, onnx) but possibly no package registry: the
+# C dependencies come from .debs/ (../shared/device/fetch-debs.sh), onnx
+# 1.22.0 (for the node tests) from .whl/ when present. Logs go to $OUT (or
+# ./gpu-out).
+#
+#   scripts/gpu_check.sh build      configure + build into build-gpu
+#   scripts/gpu_check.sh test       slim devices, test_cuda_ops, examples on cuda:0,
+#                                   node tests on cuda:0, the GPU server e2e
+#   scripts/gpu_check.sh bench      bench/bench_gpu.py (needs onnxruntime-gpu importable)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/gpu-out}
+mkdir -p "$OUT"
+B=build-gpu
+PY=${PYTHON:-python3}
+
+setup() {
+    if [ -d .debs ]; then eval "$(bash .debs/unpack-debs.sh)"; fi
+    if ls .whl/*.whl >/dev/null 2>&1; then
+        $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
+            --target /tmp/site .whl/*.whl >/dev/null 2>&1
+        export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
+    fi
+}
+
+build() {
+    cmake -S . -B $B -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCMAKE_CUDA_ARCHITECTURES=90 \
+        -DPython3_EXECUTABLE="$(command -v $PY)" >"$OUT/configure.log" 2>&1 || {
+        tail -30 "$OUT/configure.log"; return 1; }
+    cmake --build $B -j "$(nproc)" >"$OUT/build.log" 2>&1 || {
+        grep -E "error|Error" "$OUT/build.log" | head -40; return 1; }
+    echo "build: ok"
+}
+
+tests() {
+    $B/bin/slim devices
+    echo "== test_cuda_ops"
+    CK_VERBOSITY=normal $B/bin/test_cuda_ops >"$OUT/cuda_ops.log" 2>&1
+    echo "test_cuda_ops rc=$?"
+    grep -E "^[0-9]+%|Checks|test_cuda_ops|:F:|:E:" "$OUT/cuda_ops.log" | head -60
+    echo "== examples on cuda:0 vs the CPU"
+    $PY models/gen_models.py $B/models --no-check >/dev/null
+    for m in mlp resnet transformer; do
+        in=$($PY -c "import onnx,sys; print(onnx.load(sys.argv[1]).graph.input[0].name)" $B/models/$m/1/model.onnx)
+        for p in fp32 fp16; do
+            $B/bin/slim inspect $B/models/$m/1/model.onnx --device cuda:0 --precision $p | grep placement
+            $B/bin/slim run $B/models/$m/1/model.onnx --device cuda:0 --precision $p \
+                --input $in=$B/models/$m/sample_input.npy --output-dir $OUT/$m-gpu-$p >/dev/null || echo "FAIL $m $p"
+        done
+        $B/bin/slim run $B/models/$m/1/model.onnx --input $in=$B/models/$m/sample_input.npy \
+            --output-dir $OUT/$m-cpu >/dev/null
+        $PY - "$OUT" $m <<'EOF'
+import sys, glob, os, numpy as np
+out, m = sys.argv[1], sys.argv[2]
+for p in ("fp32", "fp16"):
+    for f in glob.glob(f"{out}/{m}-cpu/*.npy"):
+        a = np.load(f).astype(np.float64); b = np.load(f.replace(f"{m}-cpu", f"{m}-gpu-{p}")).astype(np.float64)
+        rel = np.linalg.norm(a - b) / max(np.linalg.norm(a), 1e-30)
+        print(f"{m} {p} {os.path.basename(f)}: rel err {rel:.2e}")
+EOF
+    done
+    echo "== node tests on cuda:0"
+    nt=$($PY -c "import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), 'backend', 'test', 'data', 'node'))")
+    $B/bin/slim conformance "$nt" --device cuda:0 >"$OUT/conformance_cuda.log" 2>&1
+    tail -3 "$OUT/conformance_cuda.log"
+    grep -E "^FAIL" "$OUT/conformance_cuda.log" | head -30
+    echo "== server on the GPU"
+    $PY tests/e2e/test_gpu_server.py --slimserve $B/bin/slimserve --slim $B/bin/slim \
+        --workdir /tmp/e2e-gpu >"$OUT/gpu_server.log" 2>&1
+    echo "test_gpu_server rc=$?"
+    tail -15 "$OUT/gpu_server.log"
+}
+
+bench() {
+    $PY bench/gen_encoder.py /tmp/encoder.onnx
+    $PY bench/bench_gpu.py --slim $B/bin/slim --models $B/models --encoder /tmp/encoder.onnx \
+        --json "$OUT/bench_gpu.json" "$@" 2>&1 | tee "$OUT/bench_gpu.log" | tail -30
+}
+
+setup
+case "${1:-all}" in
+build) build ;;
+test) tests ;;
+bench) shift; bench "$@" ;;
+all) build && tests ;;
+esac

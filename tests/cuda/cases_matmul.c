@@ -1,0 +1,64 @@
+/* cases_matmul.c - cross-device cases for kernels/cuda/matmul.cu. */
+#include "cuda_cases.h"
+
+static const char *const AB[] = {"a", "b"};
+static const char *const ABC[] = {"a", "b", "c"};
+
+static void mm(cc_builder *b, slim_dtype dt, int na, const int64_t *da, int nb,
+               const int64_t *db, bool weight)
+{
+    cc_op(b, "MatMul", 13, 2, AB, 1);
+    cc_randn(b, 0, dt, na, da);
+    cc_randn(b, 1, dt, nb, db);
+    if (weight)
+        cc_weight(b, 1);
+}
+
+static void mm_2d(cc_builder *b) { mm(b, SLIM_F32, 2, (int64_t[]){33, 65}, 2, (int64_t[]){65, 17}, true); }
+static void mm_3d_weight(cc_builder *b) { mm(b, SLIM_F32, 3, (int64_t[]){3, 7, 64}, 2, (int64_t[]){64, 96}, true); }
+static void mm_f16(cc_builder *b) { mm(b, SLIM_F16, 3, (int64_t[]){2, 9, 128}, 2, (int64_t[]){128, 40}, true); }
+static void mm_batched(cc_builder *b) { mm(b, SLIM_F32, 4, (int64_t[]){2, 3, 5, 16}, 4, (int64_t[]){2, 3, 16, 5}, false); }
+static void mm_bcast(cc_builder *b) { mm(b, SLIM_F32, 4, (int64_t[]){2, 1, 5, 8}, 3, (int64_t[]){3, 8, 6}, false); }
+static void mm_vec(cc_builder *b) { mm(b, SLIM_F32, 1, (int64_t[]){19}, 2, (int64_t[]){19, 4}, false); }
+static void mm_vec_r(cc_builder *b) { mm(b, SLIM_F32, 3, (int64_t[]){2, 3, 19}, 1, (int64_t[]){19}, false); }
+
+static void gemm(cc_builder *b, int ta, int tb, float alpha, float beta, int nc, slim_dtype dt)
+{
+    cc_op(b, "Gemm", 13, nc ? 3 : 2, ABC, 1);
+    cc_attr_i(b, "transA", ta);
+    cc_attr_i(b, "transB", tb);
+    cc_attr_f(b, "alpha", alpha);
+    cc_attr_f(b, "beta", beta);
+    int64_t m = 13, n = 21, k = 34;
+    cc_randn(b, 0, dt, 2, ta ? (int64_t[]){k, m} : (int64_t[]){m, k});
+    cc_randn(b, 1, dt, 2, tb ? (int64_t[]){n, k} : (int64_t[]){k, n});
+    cc_weight(b, 1);
+    if (nc == 1)
+        cc_randn(b, 2, dt, 1, (int64_t[]){n});
+    else if (nc == 2)
+        cc_randn(b, 2, dt, 2, (int64_t[]){m, n});
+    else if (nc == 3)
+        cc_randn(b, 2, dt, 2, (int64_t[]){m, 1});
+    if (nc)
+        cc_weight(b, 2);
+}
+
+static void gemm_fc(cc_builder *b) { gemm(b, 0, 1, 1.0f, 1.0f, 1, SLIM_F32); }
+static void gemm_ta(cc_builder *b) { gemm(b, 1, 0, 0.5f, 2.0f, 2, SLIM_F32); }
+static void gemm_col_bias(cc_builder *b) { gemm(b, 0, 0, 1.0f, 1.0f, 3, SLIM_F32); }
+static void gemm_nobias_f16(cc_builder *b) { gemm(b, 1, 1, 1.0f, 1.0f, 0, SLIM_F16); }
+
+const cc_case cc_cases_matmul[] = {
+    {"MatMul 2-D weight [33,65]x[65,17]", mm_2d, 1e-4, false},
+    {"MatMul [3,7,64]x[64,96] folds rows", mm_3d_weight, 1e-4, false},
+    {"MatMul f16 [2,9,128]x[128,40]", mm_f16, 2e-2, false},
+    {"MatMul batched [2,3,5,16]x[2,3,16,5]", mm_batched, 1e-4, false},
+    {"MatMul broadcast batch dims", mm_bcast, 1e-4, false},
+    {"MatMul 1-D x 2-D", mm_vec, 1e-4, false},
+    {"MatMul 3-D x 1-D", mm_vec_r, 1e-4, false},
+    {"Gemm transB, row bias", gemm_fc, 1e-4, false},
+    {"Gemm transA, alpha/beta, full C", gemm_ta, 1e-4, false},
+    {"Gemm column bias [m,1]", gemm_col_bias, 1e-4, false},
+    {"Gemm f16 both transposed, no C", gemm_nobias_f16, 2e-2, false},
+    {0},
+};

@@ -1,0 +1,74 @@
+/* cases_norm.c - cross-device cases for kernels/cuda/norm.cu. */
+#include "cuda_cases.h"
+
+static const char *const X[] = {"x"};
+static const char *const XSB[] = {"x", "s", "b"};
+
+static void ln(cc_builder *b, slim_dtype dt, int64_t rows, int64_t cols, bool bias)
+{
+    cc_op(b, "LayerNormalization", 17, bias ? 3 : 2, XSB, 1);
+    cc_attr_f(b, "epsilon", 1e-5f);
+    cc_randn(b, 0, dt, 3, (int64_t[]){2, rows, cols});
+    cc_uniform(b, 1, dt, 1, (int64_t[]){cols}, 0.5, 1.5);
+    cc_weight(b, 1);
+    if (bias) {
+        cc_randn(b, 2, dt, 1, (int64_t[]){cols});
+        cc_weight(b, 2);
+    }
+}
+
+static void ln_768_f32(cc_builder *b) { ln(b, SLIM_F32, 7, 768, true); }
+static void ln_384_f16(cc_builder *b) { ln(b, SLIM_F16, 5, 384, true); }
+static void ln_odd_nobias(cc_builder *b) { ln(b, SLIM_F32, 3, 37, false); }
+
+static void ln_axis1(cc_builder *b)
+{
+    cc_op(b, "LayerNormalization", 17, 3, XSB, 1);
+    cc_attr_i(b, "axis", 1);
+    cc_randn(b, 0, SLIM_F32, 3, (int64_t[]){3, 4, 5});
+    cc_randn(b, 1, SLIM_F32, 2, (int64_t[]){4, 5});
+    cc_randn(b, 2, SLIM_F32, 2, (int64_t[]){4, 5});
+}
+
+static void sm(cc_builder *b, const char *op, int opset, slim_dtype dt, int axis, int64_t len)
+{
+    cc_op(b, op, opset, 1, X, 1);
+    cc_attr_i(b, "axis", axis);
+    cc_uniform(b, 0, dt, 4, (int64_t[]){2, 3, 5, len}, -6, 6);
+}
+
+static void sm_last_f32(cc_builder *b) { sm(b, "Softmax", 13, SLIM_F32, -1, 128); }
+static void sm_last_f16(cc_builder *b) { sm(b, "Softmax", 13, SLIM_F16, -1, 77); }
+static void sm_axis1(cc_builder *b) { sm(b, "Softmax", 13, SLIM_F32, 1, 9); }
+static void sm_opset11(cc_builder *b) { sm(b, "Softmax", 11, SLIM_F32, 2, 9); }
+static void logsm(cc_builder *b) { sm(b, "LogSoftmax", 13, SLIM_F32, -1, 1000); }
+
+static void bn(cc_builder *b, slim_dtype dt)
+{
+    cc_op(b, "BatchNormalization", 15, 5, (const char *[]){"x", "s", "b", "m", "v"}, 1);
+    cc_randn(b, 0, dt, 4, (int64_t[]){2, 6, 5, 7});
+    cc_randn(b, 1, dt, 1, (int64_t[]){6});
+    cc_randn(b, 2, dt, 1, (int64_t[]){6});
+    cc_randn(b, 3, dt, 1, (int64_t[]){6});
+    cc_uniform(b, 4, dt, 1, (int64_t[]){6}, 0.5, 2);
+    for (int k = 1; k < 5; k++)
+        cc_weight(b, k);
+}
+
+static void bn_f32(cc_builder *b) { bn(b, SLIM_F32); }
+static void bn_f16(cc_builder *b) { bn(b, SLIM_F16); }
+
+const cc_case cc_cases_norm[] = {
+    {"LayerNorm f32 [2,7,768]", ln_768_f32, 1e-4, false},
+    {"LayerNorm f16 [2,5,384]", ln_384_f16, 1e-2, false},
+    {"LayerNorm f32 odd cols, no bias", ln_odd_nobias, 1e-4, false},
+    {"LayerNorm axis 1", ln_axis1, 1e-4, false},
+    {"Softmax f32 last axis 128", sm_last_f32, 1e-5, false},
+    {"Softmax f16 last axis 77", sm_last_f16, 1e-2, false},
+    {"Softmax f32 axis 1", sm_axis1, 1e-5, false},
+    {"Softmax opset 11 (2-D coercion)", sm_opset11, 1e-5, false},
+    {"LogSoftmax f32 1000", logsm, 1e-4, false},
+    {"BatchNormalization f32", bn_f32, 1e-5, false},
+    {"BatchNormalization f16", bn_f16, 1e-2, false},
+    {0},
+};
