@@ -359,6 +359,7 @@ slim_status slim_model_place(slim_model *m, slim_device *dev, slim_err *err)
     if (m->device)
         return slim_errf(err, SLIM_EINVAL, "the model is already placed on %s", m->device->name);
     const slim_graph *g = m->graph;
+    int n_values = g->n_values; /* g is freed before the cleanup below */
     placer p = {.m = m, .dev = dev, .g = g};
     size_t nv = (size_t)(g->n_values ? g->n_values : 1);
     p.dtype = calloc(nv, sizeof(*p.dtype));
@@ -395,7 +396,7 @@ slim_status slim_model_place(slim_model *m, slim_device *dev, slim_err *err)
 done_old:
     slim_graph_free(old);
 done:
-    for (int v = 0; v < g->n_values && p.dev_name; v++) {
+    for (int v = 0; v < n_values && p.dev_name; v++) {
         free(p.dev_name[v]);
         if (p.host_name)
             free(p.host_name[v]);

@@ -39,7 +39,7 @@ tests() {
     echo "== test_cuda_ops"
     CK_VERBOSITY=normal $B/bin/test_cuda_ops >"$OUT/cuda_ops.log" 2>&1
     echo "test_cuda_ops rc=$?"
-    grep -E "^[0-9]+%|Checks|test_cuda_ops|:F:|:E:" "$OUT/cuda_ops.log" | head -60
+    grep -aE "^[0-9]+%|Checks|test_cuda_ops|:F:|:E:" "$OUT/cuda_ops.log" | head -40
     echo "== examples on cuda:0 vs the CPU"
     $PY models/gen_models.py $B/models --no-check >/dev/null
     for m in mlp resnet transformer; do
@@ -51,7 +51,7 @@ tests() {
         done
         $B/bin/slim run $B/models/$m/1/model.onnx --input $in=$B/models/$m/sample_input.npy \
             --output-dir $OUT/$m-cpu >/dev/null
-        $PY - "$OUT" $m <<'EOF'
+        $PY - "$OUT" $m <<'EOF' | tee -a "$OUT/examples.log"
 import sys, glob, os, numpy as np
 out, m = sys.argv[1], sys.argv[2]
 for p in ("fp32", "fp16"):
@@ -61,16 +61,20 @@ for p in ("fp32", "fp16"):
         print(f"{m} {p} {os.path.basename(f)}: rel err {rel:.2e}")
 EOF
     done
-    echo "== node tests on cuda:0"
+    rm -rf "$OUT"/*-cpu "$OUT"/*-gpu-*
+    if [ -f tests/e2e/test_gpu_server.py ]; then
+        echo "== server on the GPU"
+        timeout 240 $PY tests/e2e/test_gpu_server.py --slimserve $B/bin/slimserve --slim $B/bin/slim \
+            --workdir /tmp/e2e-gpu >"$OUT/gpu_server.log" 2>&1
+        echo "test_gpu_server rc=$?"
+        tail -15 "$OUT/gpu_server.log"
+    fi
+    echo "== node tests on cuda:0 (${CONF_FILTER:-all}), each case a fresh process"
     nt=$($PY -c "import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), 'backend', 'test', 'data', 'node'))")
-    $B/bin/slim conformance "$nt" --device cuda:0 >"$OUT/conformance_cuda.log" 2>&1
+    timeout ${CONF_TIMEOUT:-150} $B/bin/slim conformance "$nt" --device cuda:0 \
+        ${CONF_FILTER:+--filter "$CONF_FILTER"} >"$OUT/conformance_cuda.log" 2>&1
     tail -3 "$OUT/conformance_cuda.log"
-    grep -E "^FAIL" "$OUT/conformance_cuda.log" | head -30
-    echo "== server on the GPU"
-    $PY tests/e2e/test_gpu_server.py --slimserve $B/bin/slimserve --slim $B/bin/slim \
-        --workdir /tmp/e2e-gpu >"$OUT/gpu_server.log" 2>&1
-    echo "test_gpu_server rc=$?"
-    tail -15 "$OUT/gpu_server.log"
+    grep -E "FAIL" "$OUT/conformance_cuda.log" | head -20
 }
 
 bench() {

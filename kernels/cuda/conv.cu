@@ -20,14 +20,19 @@ typedef struct conv_geom {
     int64_t c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw;
 } conv_geom;
 
-/* col[(c * kh + ky) * kw + kx][oy * ow + ox] for one group's channels. */
-__global__ void im2col_kernel(const void *x, void *col, int64_t n, conv_geom g, int dt)
+/* col[img][(c * kh + ky) * kw + kx][oy * ow + ox] for one group's
+ * channels; images are x_img_stride elements apart in x. */
+__global__ void im2col_kernel(const void *x, void *col, int64_t n, conv_geom g,
+                              int64_t x_img_stride, int dt)
 {
+    int64_t per_img = g.c * g.kh * g.kw * g.oh * g.ow;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
          i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t ox = i % g.ow, oy = (i / g.ow) % g.oh;
-        int64_t r = i / (g.ow * g.oh);
-        int64_t kx = r % g.kw, ky = (r / g.kw) % g.kh, c = r / (g.kw * g.kh);
+        int64_t img = i / per_img, j = i % per_img;
+        int64_t ox = j % g.ow, oy = (j / g.ow) % g.oh;
+        int64_t r = j / (g.ow * g.oh);
+        int64_t kx = r % g.kw, ky = (r / g.kw) % g.kh, c = r / (g.kw * g.kh) +
+                     img * (x_img_stride / (g.h * g.w));
         int64_t iy = oy * g.sh - g.ph + ky * g.dh, ix = ox * g.sw - g.pw + kx * g.dw;
         float v = (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w)
                       ? slim_ld(x, (c * g.h + iy) * g.w + ix, dt)
@@ -78,6 +83,30 @@ static slim_status conv_exec(slim_op_ctx *ctx, slim_cuda_ctx *cu)
     cublasComputeType_t ct = x->dtype == SLIM_F32 && cu->allow_tf32
                                  ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     float one = 1.0f, zero = 0.0f;
+    if (group == 1 && N > 1 && !slim_gemm_row_invariant()) {
+        /* Every image at once: unfold the batch, then one strided-batched
+         * product with the filter shared (stride 0). Outside batch-
+         * invariant mode only: the batch count may change cuBLAS's kernel. */
+        const void *B = x->data;
+        int64_t bstride = C * g.h * g.w;
+        if (!direct) {
+            void *all;
+            if ((st = slim_cuda_scratch(cu, (size_t)(N * kdim * spatial) * es, &all, ctx->err)))
+                return st;
+            int64_t n = N * kdim * spatial;
+            im2col_kernel<<<slim_cuda_blocks(n, SLIM_CUDA_BLOCK), SLIM_CUDA_BLOCK, 0,
+                            cu->stream>>>(x->data, all, n, g, C * g.h * g.w, x->dtype);
+            SLIM_CUDA_LAUNCH_CHECK(ctx->err);
+            B = all;
+            bstride = kdim * spatial;
+        }
+        SLIM_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+                              cu->cublas, CUBLAS_OP_N, CUBLAS_OP_N, (int)spatial, (int)mg,
+                              (int)kdim, &one, B, t, (int)spatial, bstride, w->data, t,
+                              (int)kdim, 0, &zero, y->data, t, (int)spatial, M * spatial,
+                              (int)N, ct, CUBLAS_GEMM_DEFAULT), ctx->err);
+        N = 0; /* done */
+    }
     for (int64_t img = 0; img < N; img++) {
         for (int64_t gi = 0; gi < group; gi++) {
             const char *xin = (const char *)x->data + ((img * C + gi * cg) * g.h * g.w) * es;
@@ -85,7 +114,7 @@ static slim_status conv_exec(slim_op_ctx *ctx, slim_cuda_ctx *cu)
             if (!direct) {
                 int64_t n = kdim * spatial;
                 im2col_kernel<<<slim_cuda_blocks(n, SLIM_CUDA_BLOCK), SLIM_CUDA_BLOCK, 0,
-                                cu->stream>>>(xin, col, n, g, x->dtype);
+                                cu->stream>>>(xin, col, n, g, C * g.h * g.w, x->dtype);
                 SLIM_CUDA_LAUNCH_CHECK(ctx->err);
                 B = col;
             }
