@@ -298,13 +298,37 @@ static slim_status check_batching(const slim_server_config *cfg, slim_err *err)
     return SLIM_OK;
 }
 
+/* "device": "cpu" | "cuda" | "cuda:N"; "precision": "fp32" | "fp16" |
+ * "bf16". Whether the device exists is known only when the model loads. */
+static slim_status parse_placement(const cJSON *k, slim_server_config *cfg, slim_err *err)
+{
+    bool device = strcmp(k->string, "device") == 0;
+    const char *v = cJSON_IsString(k) ? k->valuestring : NULL;
+    bool ok = false;
+    if (v && device) {
+        char *end = NULL;
+        ok = strcmp(v, "cpu") == 0 || strcmp(v, "cuda") == 0 ||
+             (strncmp(v, "cuda:", 5) == 0 && v[5] >= '0' && v[5] <= '9' &&
+              strtol(v + 5, &end, 10) < 1024 && end && !*end);
+    } else if (v) {
+        ok = strcmp(v, "fp32") == 0 || strcmp(v, "fp16") == 0 || strcmp(v, "bf16") == 0;
+    }
+    if (!ok)
+        return slim_errf(err, SLIM_EINVAL, "config.json: \"%s\": expected %s", k->string,
+                         device ? "\"cpu\", \"cuda\" or \"cuda:N\""
+                                : "\"fp32\", \"fp16\" or \"bf16\"");
+    char *copy = strdup(v);
+    if (!copy)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    char **dst = device ? &cfg->device : &cfg->precision;
+    free(*dst);
+    *dst = copy;
+    return SLIM_OK;
+}
+
 /* Keys whose meaning later issues define: checked for type, kept as given. */
 static bool reserved_key_ok(const cJSON *k, const char **expect)
 {
-    if (strcmp(k->string, "precision") == 0) {
-        *expect = "a string";
-        return cJSON_IsString(k);
-    }
     if (strcmp(k->string, "pruning") == 0) {
         *expect = "an object, a number or a boolean";
         return cJSON_IsObject(k) || cJSON_IsNumber(k) || cJSON_IsBool(k);
@@ -362,6 +386,8 @@ static slim_status parse_keys(const cJSON *root, const char *dir_name, slim_serv
                 cJSON_Delete(copy);
                 return slim_errf(err, SLIM_ENOMEM, "out of memory");
             }
+        } else if (strcmp(key, "device") == 0 || strcmp(key, "precision") == 0) {
+            s = parse_placement(k, cfg, err);
         } else if (reserved_key_ok(k, &expect)) {
             cJSON *copy = cJSON_Duplicate(k, true);
             if (!copy || !cJSON_AddItemToObject(cfg->reserved, key, copy)) {
@@ -548,6 +574,10 @@ cJSON *slim_server_config_to_json(const slim_server_config *cfg)
     cJSON_AddNumberToObject(o, "instance_count", cfg->instance_count);
     if (cfg->memory_limit)
         cJSON_AddNumberToObject(o, "memory_limit", (double)cfg->memory_limit);
+    if (cfg->device)
+        cJSON_AddStringToObject(o, "device", cfg->device);
+    if (cfg->precision)
+        cJSON_AddStringToObject(o, "precision", cfg->precision);
     for (const cJSON *k = cfg->reserved ? cfg->reserved->child : NULL; k; k = k->next)
         cJSON_AddItemToObject(o, k->string, cJSON_Duplicate(k, true));
     return o;
@@ -562,6 +592,8 @@ void slim_server_config_free(slim_server_config *cfg)
     free(cfg->inputs);
     free(cfg->outputs);
     free(cfg->name);
+    free(cfg->device);
+    free(cfg->precision);
     free(cfg->platform);
     cJSON_Delete(cfg->reserved);
     memset(cfg, 0, sizeof(*cfg));

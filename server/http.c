@@ -349,7 +349,7 @@ slim_status slim_server_start(slim_server *srv, const slim_server_opts *opts, sl
     if (s != SLIM_OK)
         goto err_metrics;
     if ((s = slim_server_repo_open(&srv->repo, opts->repository, &srv->metrics, opts->workers,
-                                   opts->queue_capacity, err)) != SLIM_OK)
+                                   opts->queue_capacity, opts->device, err)) != SLIM_OK)
         goto err_repo;
     srv->daemon = MHD_start_daemon(
         flags, (uint16_t)opts->port, NULL, NULL, on_request, srv,

@@ -31,7 +31,9 @@ static void usage(FILE *f)
             "                           its config.json sets max_queue_size (default: 64 per\n"
             "                           worker)\n"
             "  --http-threads N         threads parsing and answering HTTP (default 4)\n"
-            "  --memory-limit SIZE      cap on the memory the CPU allocator holds, e.g. 2GiB\n"
+            "  --memory-limit SIZE      cap on the memory the CPU allocator holds, e.g. 2GiB;\n"
+            "                           DEVICE=SIZE caps that device (cuda:0=20GiB), repeatable\n"
+            "  --device DEV             where models run unless config.json says (cpu, cuda:N)\n"
             "                           (default: none); runs past it fail with out-of-memory\n");
 }
 
@@ -82,11 +84,28 @@ static int parse_args(int argc, char **argv, slim_server_opts *o)
             if (!parse_count(a, v, 1, 1 << 20, &n))
                 return 2;
             queue = (int)n;
+        } else if (strcmp(a, "--device") == 0 && v) {
+            o->device = v;
         } else if (strcmp(a, "--memory-limit") == 0 && v) {
+            /* SIZE caps the CPU; DEVICE=SIZE caps that device (repeatable). */
             slim_err err = {0};
-            if (!slim_parse_bytes(v, &o->memory_limit, &err)) {
+            const char *eq = strchr(v, '=');
+            size_t bytes;
+            if (!slim_parse_bytes(eq ? eq + 1 : v, &bytes, &err)) {
                 fprintf(stderr, "slimserve: --memory-limit: %s\n", err.msg);
                 return 2;
+            }
+            if (!eq || (eq - v == 3 && strncmp(v, "cpu", 3) == 0)) {
+                o->memory_limit = bytes;
+            } else {
+                char name[64];
+                slim_device *dev;
+                snprintf(name, sizeof(name), "%.*s", (int)(eq - v), v);
+                if (slim_device_get(name, &dev, &err) != SLIM_OK) {
+                    fprintf(stderr, "slimserve: --memory-limit %s: %s\n", v, err.msg);
+                    return 2;
+                }
+                slim_allocator_set_limit(dev->alloc, bytes);
             }
         } else if (strcmp(a, "--http-threads") == 0) {
             if (!parse_count(a, v, 1, 256, &n))

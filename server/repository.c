@@ -122,9 +122,12 @@ static slim_status load_version(slim_server_repo *repo, const char *name, const 
         s = slim_errf(err, SLIM_ENOTFOUND, "%s: %s", path, strerror(errno));
         goto err;
     }
-    if ((s = slim_model_load(path, NULL, &m->model, err)) != SLIM_OK)
-        goto err;
+    /* The config first: it says where and in what precision to load. */
     if ((s = slim_server_config_parse(cfg_text, name, &m->cfg, err)) != SLIM_OK)
+        goto err;
+    slim_load_opts lo = {.device = m->cfg.device ? m->cfg.device : repo->default_device,
+                         .precision = m->cfg.precision};
+    if ((s = slim_model_load(path, &lo, &m->model, err)) != SLIM_OK)
         goto err;
     if ((s = slim_server_config_resolve(&m->cfg, m->model, err)) != SLIM_OK)
         goto err;
@@ -410,9 +413,10 @@ static int cmp_str(const void *a, const void *b)
 
 slim_status slim_server_repo_open(slim_server_repo *repo, const char *root,
                                   slim_server_metrics *metrics, int instances, int queue_size,
-                                  slim_err *err)
+                                  const char *device, slim_err *err)
 {
     memset(repo, 0, sizeof(*repo));
+    repo->default_device = device;
     pthread_mutex_init(&repo->mu, NULL);
     pthread_mutex_init(&repo->load_mu, NULL);
     repo->metrics = metrics;

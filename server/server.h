@@ -118,6 +118,8 @@ typedef struct slim_server_config {
     slim_server_io *inputs, *outputs;
     int n_inputs, n_outputs;
     size_t memory_limit;        /* bytes the model may hold at once; 0: no limit */
+    char *device;               /* "cuda:0"...; NULL: the server's --device */
+    char *precision;            /* "fp16", "bf16"; NULL: fp32 */
     /* Keys kept as given so /config shows them: dynamic_batching (also
      * parsed into `batching`), and keys later issues act on (precision,
      * pruning). */
@@ -227,6 +229,7 @@ typedef struct slim_server_repo {
     pthread_mutex_t mu;             /* guards entries and slots */
     pthread_mutex_t load_mu;        /* one load/unload at a time */
     int default_instances;          /* --workers: instance_count when not set */
+    const char *default_device;     /* --device: where models run unless config.json says */
     int default_queue_size;         /* --queue-size: max_queue_size when not set */
     slim_server_entry *entries;
     int n_entries, cap_entries;
@@ -234,10 +237,11 @@ typedef struct slim_server_repo {
 
 /* Scans root and loads every model found; a model that fails is recorded,
  * not fatal. Fails only when root can't be read. instances and queue_size
- * are the defaults of instance_count and max_queue_size. */
+ * are the defaults of instance_count and max_queue_size; device is where
+ * models load unless their config.json says ("device"; NULL: the CPU). */
 slim_status slim_server_repo_open(slim_server_repo *repo, const char *root,
                                   slim_server_metrics *metrics, int instances,
-                                  int queue_size, slim_err *err);
+                                  int queue_size, const char *device, slim_err *err);
 void slim_server_repo_close(slim_server_repo *repo);
 
 /* version < 0: the highest ready one. On success returns a new reference;
@@ -377,6 +381,7 @@ typedef struct slim_server_opts {
     int queue_capacity;             /* max_queue_size unless config.json sets it */
     int http_threads;
     size_t memory_limit;            /* the CPU allocator's limit; 0: none */
+    const char *device;             /* default device of models; NULL: cpu */
 } slim_server_opts;
 
 typedef struct slim_server {
