@@ -13,6 +13,7 @@
 #include "device.h"
 
 #include <dlfcn.h>
+#include <stdatomic.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,8 +102,11 @@ static void cuda_load(void)
     cuda_backend = b;
 }
 
+static atomic_bool cuda_tried;
+
 static const slim_backend_iface *cuda(slim_err *err)
 {
+    atomic_store(&cuda_tried, true);
     pthread_once(&cuda_once, cuda_load);
     if (!cuda_backend && err)
         *err = cuda_why;
@@ -141,13 +145,13 @@ slim_status slim_device_get(const char *name, slim_device **out, slim_err *err)
     return SLIM_OK;
 }
 
-int slim_device_list(slim_device **out, int cap, const char **why_none)
+int slim_device_list(slim_device **out, int cap, bool load, const char **why_none)
 {
     int n = 0;
     if (n < cap)
         out[n] = slim_device_cpu();
     n++;
-    const slim_backend_iface *b = cuda(NULL);
+    const slim_backend_iface *b = load || atomic_load(&cuda_tried) ? cuda(NULL) : NULL;
     if (why_none)
         *why_none = b ? NULL : cuda_why.msg;
     for (int i = 0; b && i < b->n_devices; i++, n++)

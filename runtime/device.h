@@ -76,9 +76,11 @@ slim_device *slim_device_cpu(void);
  * and a message that says why (no library, no driver, no device). */
 slim_status slim_device_get(const char *name, slim_device **out, slim_err *err);
 /* Every device there is: the CPU first, then GPUs if the backend loads.
- * Returns how many (at most cap stored); *why_none says why there are no
- * GPUs (static text), NULL when there are some. */
-int slim_device_list(slim_device **out, int cap, const char **why_none);
+ * Returns how many (at most cap stored); *why_none (may be NULL) says why
+ * there are no GPUs, NULL when there are some. With load false, GPUs are
+ * listed only if something already started the backend (a model placed on
+ * a GPU): a CPU-only server's /metrics never starts CUDA. */
+int slim_device_list(slim_device **out, int cap, bool load, const char **why_none);
 static inline bool slim_device_is_host(const slim_device *d)
 {
     return !d || !d->backend;

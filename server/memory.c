@@ -32,9 +32,14 @@ slim_status slim_server_memory_attach(slim_server_model *m, slim_err *err)
     return SLIM_OK;
 }
 
+#define MAX_DEVICES 17
+
 void slim_server_memory_trim(void)
 {
-    slim_allocator_empty_cache(slim_device_cpu()->alloc);
+    slim_device *devs[MAX_DEVICES];
+    int n = slim_device_list(devs, MAX_DEVICES, false, NULL);
+    for (int i = 0; i < n && i < MAX_DEVICES; i++)
+        slim_allocator_empty_cache(devs[i]->alloc);
 }
 
 /* ---- walking the loaded models ------------------------------------------ */
@@ -148,18 +153,47 @@ static const model_family model_families[] = {
     {"slim_model_memory_limit_bytes", "The model's memory limit from config.json (0: none)", put_model_limit},
 };
 
+static void put_model_device(const slim_server_model *m, void *user)
+{
+    slim_server_buf_printf(user, "slim_model_device_info{model=\"%s\",version=\"%lld\","
+                           "device=\"%s\"} 1\n", m->name, (long long)m->version,
+                           m->model->device ? m->model->device->name : "cpu");
+}
+
 void slim_server_memory_metrics(slim_server_repo *repo, slim_server_buf *out)
 {
-    slim_allocator *a = slim_device_cpu()->alloc;
-    slim_mem_stats s;
-    slim_allocator_stats(a, &s);
-    const char *dev = slim_allocator_device(a);
+    slim_device *devs[MAX_DEVICES];
+    slim_mem_stats s[MAX_DEVICES];
+    int n = slim_device_list(devs, MAX_DEVICES, false, NULL);
+    if (n > MAX_DEVICES)
+        n = MAX_DEVICES;
+    for (int d = 0; d < n; d++)
+        slim_allocator_stats(devs[d]->alloc, &s[d]);
     for (size_t i = 0; i < sizeof(device_families) / sizeof(device_families[0]); i++) {
         const device_family *f = &device_families[i];
         family_header(out, f->name, f->type, f->help);
-        slim_server_buf_printf(out, "%s{device=\"%s\"} %lld\n", f->name, dev,
-                               (long long)f->value(&s));
+        for (int d = 0; d < n; d++)
+            slim_server_buf_printf(out, "%s{device=\"%s\"} %lld\n", f->name, devs[d]->name,
+                                   (long long)f->value(&s[d]));
     }
+    if (n > 1) {
+        /* The GPU's own view (cudaMemGetInfo), other processes included. */
+        family_header(out, "slim_device_memory_free_bytes", "gauge",
+                      "Free memory the device reports (cudaMemGetInfo)");
+        size_t free_b[MAX_DEVICES], total_b[MAX_DEVICES];
+        for (int d = 1; d < n; d++) {
+            devs[d]->backend->mem_info(devs[d], &free_b[d], &total_b[d]);
+            slim_server_buf_printf(out, "slim_device_memory_free_bytes{device=\"%s\"} %zu\n",
+                                   devs[d]->name, free_b[d]);
+        }
+        family_header(out, "slim_device_memory_total_bytes", "gauge",
+                      "Total memory the device reports (cudaMemGetInfo)");
+        for (int d = 1; d < n; d++)
+            slim_server_buf_printf(out, "slim_device_memory_total_bytes{device=\"%s\"} %zu\n",
+                                   devs[d]->name, total_b[d]);
+    }
+    family_header(out, "slim_model_device_info", "gauge", "The device each model runs on");
+    each_model(repo, put_model_device, out);
     for (size_t i = 0; i < sizeof(model_families) / sizeof(model_families[0]); i++) {
         family_header(out, model_families[i].name, "gauge", model_families[i].help);
         each_model(repo, model_families[i].put, out);
@@ -271,16 +305,19 @@ static void add_model_text(const slim_server_model *m, void *user)
 
 static void debug_text(slim_server_repo *repo, slim_server_reply *reply)
 {
-    slim_allocator *a = slim_device_cpu()->alloc;
-    slim_mem_stats s;
-    slim_allocator_stats(a, &s);
-    char *table = slim_mem_stats_summary(&s, slim_allocator_device(a));
     slim_server_buf b = {0};
-    if (table)
-        slim_server_buf_puts(&b, table);
-    else
-        b.oom = true;
-    free(table);
+    slim_device *devs[MAX_DEVICES];
+    int n = slim_device_list(devs, MAX_DEVICES, false, NULL);
+    for (int d = 0; d < n && d < MAX_DEVICES; d++) {
+        slim_mem_stats s;
+        slim_allocator_stats(devs[d]->alloc, &s);
+        char *table = slim_mem_stats_summary(&s, devs[d]->name);
+        if (table)
+            slim_server_buf_puts(&b, table);
+        else
+            b.oom = true;
+        free(table);
+    }
     slim_server_buf_printf(&b, "\n%-24s %7s %12s %12s %12s %12s\n", "model", "version",
                            "weights", "holds", "peak", "limit");
     each_model(repo, add_model_text, &b);
@@ -311,7 +348,10 @@ void slim_server_memory_debug(slim_server_repo *repo, bool text, slim_server_rep
         slim_server_reply_error(reply, 500, "out of memory while writing the memory summary");
         return;
     }
-    cJSON_AddItemToArray(devices, device_json(slim_device_cpu()->alloc));
+    slim_device *devs[MAX_DEVICES];
+    int n = slim_device_list(devs, MAX_DEVICES, false, NULL);
+    for (int d = 0; d < n && d < MAX_DEVICES; d++)
+        cJSON_AddItemToArray(devices, device_json(devs[d]->alloc));
     cJSON_AddItemToObject(root, "devices", devices);
     each_model(repo, add_model_json, models);
     cJSON_AddItemToObject(root, "models", models);
@@ -327,7 +367,10 @@ static void reset_model_peak(const slim_server_model *m, void *user)
 
 void slim_server_memory_reset_peaks(slim_server_repo *repo, slim_server_reply *reply)
 {
-    slim_allocator_reset_peaks(slim_device_cpu()->alloc);
+    slim_device *devs[MAX_DEVICES];
+    int n = slim_device_list(devs, MAX_DEVICES, false, NULL);
+    for (int d = 0; d < n && d < MAX_DEVICES; d++)
+        slim_allocator_reset_peaks(devs[d]->alloc);
     each_model(repo, reset_model_peak, NULL);
     slim_server_memory_debug(repo, false, reply);
 }

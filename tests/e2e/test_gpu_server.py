@@ -13,13 +13,15 @@ models with --device cuda:0 (the transformer also in fp16 through config.json's
   - the answers agree with onnxruntime on the CPU (rel. error 1e-3 in fp32,
     3e-2 in fp16);
   - a config.json naming a device that does not exist fails that model's
-    load with a message, and the server keeps serving the others.
+    load with a message, and the server keeps serving the others;
+  - /metrics has the cuda:0 allocator families and which device runs each model.
 """
 
 import argparse
 import concurrent.futures
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -99,6 +101,13 @@ def main():
                   f"rel. error {worst:.1e}")
         metrics = srv.http.request("GET", "/metrics")[2].decode()
         check("slim_batch_size" in metrics, "no batch metrics")
+        m = re.search(r'^slim_memory_reserved_bytes\{device="cuda:0"\} (\d+)$', metrics, re.M)
+        check(m and int(m.group(1)) > 0, "no GPU reserved bytes in /metrics")
+        check(re.search(r'^slim_device_memory_total_bytes\{device="cuda:0"\} [1-9]', metrics, re.M),
+              "no GPU total memory in /metrics")
+        check('slim_model_device_info{model="resnet",version="1",device="cuda:0"} 1' in metrics,
+              "resnet is not reported on cuda:0")
+        print(f"ok: /metrics shows cuda:0 ({int(m.group(1)) / 2**20:.0f} MiB reserved)")
     except Failure as e:
         print(f"FAIL: {e}")
         failures += 1

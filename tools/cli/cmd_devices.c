@@ -11,7 +11,7 @@ int slim_cmd_devices(int argc, char **argv)
     (void)argv;
     slim_device *devs[32];
     const char *why = NULL;
-    int n = slim_device_list(devs, 32, &why);
+    int n = slim_device_list(devs, 32, true, &why);
     for (int i = 0; i < n && i < 32; i++) {
         slim_device *d = devs[i];
         if (slim_device_is_host(d)) {
