@@ -18,6 +18,9 @@
 #include "kernel.h"
 #include "model.h"
 #include "plan.h"
+#include "profile.h"
+
+#include <time.h>
 
 #include <stdlib.h>
 #include <string.h>
@@ -324,9 +327,22 @@ slim_status slim_model_run(const slim_model *m, int n_inputs,
     if ((st = use_plan(m, &rs, err)))
         goto fail;
 
+    bool profile = slim_profile_enabled();
     for (int i = 0; i < g->n_nodes; i++) {
         const slim_node *n = &g->nodes[i];
-        if ((st = run_node(&rs, n, err))) {
+        struct timespec t0, t1;
+        if (profile)
+            clock_gettime(CLOCK_MONOTONIC, &t0);
+        st = run_node(&rs, n, err);
+        if (profile && !st) {
+            if (n->device)
+                st = n->device->backend->sync(n->device, err);
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            slim_profile_add(n->op_type, n->device ? n->device->name : "cpu",
+                             (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
+                                 (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
+        }
+        if (st) {
             slim_err_prefix(err, SLIM_NODE_FMT ": ", SLIM_NODE_ARGS(n));
             goto fail;
         }

@@ -60,6 +60,56 @@ __global__ void binary_kernel(int op, const void *a, bin_map ma, const void *b, 
                                       slim_ld(b, map_index(mb, i), dt_a)));
 }
 
+/* The common shapes (same shape, scalar, row bias) for one storage type,
+ * with 32-bit indices: the generic kernel's per-element dtype switch and
+ * 64-bit division cost more than the memory traffic of these ops. */
+template <typename T>
+__device__ __forceinline__ float to_f(T v) { return (float)v; }
+template <>
+__device__ __forceinline__ float to_f<__half>(__half v) { return __half2float(v); }
+template <>
+__device__ __forceinline__ float to_f<__nv_bfloat16>(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T>
+__device__ __forceinline__ T from_f(float v) { return (T)v; }
+template <>
+__device__ __forceinline__ __half from_f<__half>(float v) { return __float2half_rn(v); }
+template <>
+__device__ __forceinline__ __nv_bfloat16 from_f<__nv_bfloat16>(float v) { return __float2bfloat16_rn(v); }
+
+template <typename T, int OP>
+__global__ void binary_fast_kernel(const T *a, int ka, const T *b, int kb, T *y, unsigned n,
+                                   unsigned row)
+{
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        unsigned ia = ka == 0 ? i : ka == 1 ? 0u : i % row;
+        unsigned ib = kb == 0 ? i : kb == 1 ? 0u : i % row;
+        y[i] = from_f<T>(bin_apply(OP, to_f<T>(a[ia]), to_f<T>(b[ib])));
+    }
+}
+
+template <typename T, int OP>
+static void launch_fast(const void *a, int ka, const void *b, int kb, void *y, int64_t n,
+                        int64_t row, cudaStream_t st)
+{
+    binary_fast_kernel<T, OP><<<slim_cuda_blocks(n, SLIM_CUDA_BLOCK), SLIM_CUDA_BLOCK, 0, st>>>(
+        (const T *)a, ka, (const T *)b, kb, (T *)y, (unsigned)n, (unsigned)(row ? row : 1));
+}
+
+template <typename T>
+static void launch_fast_op(int op, const void *a, int ka, const void *b, int kb, void *y,
+                           int64_t n, int64_t row, cudaStream_t st)
+{
+    switch (op) {
+    case BIN_ADD: launch_fast<T, BIN_ADD>(a, ka, b, kb, y, n, row, st); break;
+    case BIN_SUB: launch_fast<T, BIN_SUB>(a, ka, b, kb, y, n, row, st); break;
+    case BIN_MUL: launch_fast<T, BIN_MUL>(a, ka, b, kb, y, n, row, st); break;
+    case BIN_DIV: launch_fast<T, BIN_DIV>(a, ka, b, kb, y, n, row, st); break;
+    case BIN_POW: launch_fast<T, BIN_POW>(a, ka, b, kb, y, n, row, st); break;
+    case BIN_MAX: launch_fast<T, BIN_MAX>(a, ka, b, kb, y, n, row, st); break;
+    default: launch_fast<T, BIN_MIN>(a, ka, b, kb, y, n, row, st); break;
+    }
+}
+
 static bin_map make_map(const slim_tensor *x, const slim_tensor *y)
 {
     bin_map m;
@@ -90,8 +140,23 @@ static slim_status binary(slim_op_ctx *ctx, slim_cuda_ctx *cu, int op)
     int64_t n = slim_tensor_numel(y);
     if (n == 0)
         return SLIM_OK;
+    bin_map ma = make_map(a, y), mb = make_map(b, y);
+    if (ma.kind != 3 && mb.kind != 3 && n <= INT32_MAX && a->dtype == y->dtype &&
+        (ma.kind != 2 || mb.kind != 2 || ma.n == mb.n)) {
+        int64_t row = ma.kind == 2 ? ma.n : mb.n;
+        if (y->dtype == SLIM_F16)
+            launch_fast_op<__half>(op, a->data, ma.kind, b->data, mb.kind, y->data, n, row,
+                                   cu->stream);
+        else if (y->dtype == SLIM_BF16)
+            launch_fast_op<__nv_bfloat16>(op, a->data, ma.kind, b->data, mb.kind, y->data, n,
+                                          row, cu->stream);
+        else
+            launch_fast_op<float>(op, a->data, ma.kind, b->data, mb.kind, y->data, n, row,
+                                  cu->stream);
+        return SLIM_OK;
+    }
     binary_kernel<<<slim_cuda_blocks(n, SLIM_CUDA_BLOCK), SLIM_CUDA_BLOCK, 0, cu->stream>>>(
-        op, a->data, make_map(a, y), b->data, make_map(b, y), y->data, n, a->dtype, y->dtype);
+        op, a->data, ma, b->data, mb, y->data, n, a->dtype, y->dtype);
     return SLIM_OK;
 }
 

@@ -19,6 +19,7 @@
  */
 #include "alloc.h"
 #include "cli.h"
+#include "profile.h"
 #include "device.h"
 #include "model.h"
 #include "npy.h"
@@ -57,6 +58,8 @@ static void usage(void)
             "  --device DEV           cpu (default), cuda or cuda:N: nodes with a kernel\n"
             "                         there run there, the rest on the CPU\n"
             "  --precision P          fp32 (default), fp16 or bf16 weights and activations\n"
+            "  --profile              time each operator type (GPU work waited for per\n"
+            "                         node) and print the totals after the runs\n"
             "  --memory-stats         print the allocator's summary after the runs\n"
             "  --batch-invariant      compute each batch row as slimserve does for models\n"
             "                         that batch: bitwise the same at any batch size\n");
@@ -427,6 +430,7 @@ int slim_cmd_run(int argc, char **argv)
     bool memory_stats = false, batch_invariant = false;
     slim_load_opts opts = {0};
     const char *memory_limit = NULL;
+    bool profile = false;
 
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -462,6 +466,11 @@ int slim_cmd_run(int argc, char **argv)
             }
             if (strcmp(a, "--memory-stats") == 0) {
                 memory_stats = true;
+                continue;
+            }
+            if (strcmp(a, "--profile") == 0) {
+                slim_profile_enable(true);
+                profile = true;
                 continue;
             }
             if (strcmp(a, "--batch-invariant") == 0) {
@@ -582,6 +591,8 @@ int slim_cmd_run(int argc, char **argv)
 done:
     if (memory_stats)
         print_memory_stats(m ? m->device : NULL);
+    if (profile && rc == 0)
+        slim_profile_print(stdout);
     free(times);
     slim_tensors_free(outs, n_outs);
     for (int i = 0; i < n_ins; i++)

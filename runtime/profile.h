@@ -1,0 +1,26 @@
+/*
+ * profile.h - where a run's time goes, per operator type.
+ *
+ *     slim_profile_enable(true);       (slim run --profile)
+ *     ... runs ...
+ *     slim_profile_print(stdout);      (op type, calls, total ms, share)
+ *
+ * While enabled, the executor times every node, waiting for a GPU node's
+ * work to finish before it stops the clock, so GPU time lands on the node
+ * that queued it (and runs lose their CPU/GPU overlap: profile, then time
+ * without it). Copies between devices show as MemcpyToDevice/ToHost.
+ */
+#ifndef SLIM_PROFILE_H
+#define SLIM_PROFILE_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+void slim_profile_enable(bool on);
+bool slim_profile_enabled(void);
+/* Adds one call of op_type on device ("cpu", "cuda:0") that took ms. */
+void slim_profile_add(const char *op_type, const char *device, double ms);
+void slim_profile_print(FILE *f);
+void slim_profile_reset(void);
+
+#endif
