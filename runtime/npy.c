@@ -76,8 +76,15 @@ static slim_status bad_header(scanner *s, const char *expected)
     if (s->p >= s->end)
         return slim_errf(s->err, SLIM_EPARSE, "%s: corrupt header: expected %s, found its end",
                          s->what, expected);
-    return slim_errf(s->err, SLIM_EPARSE, "%s: corrupt header: expected %s at \"%.12s\"",
-                     s->what, expected, s->p);
+    /* The header need not end in NUL (or in '\n'): quote at most what is
+     * left of it, printable bytes only. */
+    char near[13];
+    size_t n = 0;
+    for (const char *q = s->p; q < s->end && n < 12; q++)
+        near[n++] = (*q >= 0x20 && *q < 0x7f) ? *q : '?';
+    near[n] = '\0';
+    return slim_errf(s->err, SLIM_EPARSE, "%s: corrupt header: expected %s at \"%s\"",
+                     s->what, expected, near);
 }
 
 static bool accept(scanner *s, char c)

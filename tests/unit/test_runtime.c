@@ -194,6 +194,26 @@ static size_t build_npy(unsigned char *buf, int major, const char *dict, const v
     return total + nbytes;
 }
 
+/* A header that ends without '\n' (and without padding) in the middle of
+ * a token: the error quotes what is left of it, never past its end (the
+ * message once read past the buffer; ASan caught it). */
+START_TEST(test_npy_header_cut_short_is_quoted_safely)
+{
+    const char *dict = "{'descr': '<f4', 'fortran_order': False, 'shape': (2x";
+    size_t len = strlen(dict), total = 10 + len;
+    unsigned char *buf = malloc(total); /* exactly: an overread shows under ASan */
+    memcpy(buf, "\x93NUMPY\x01\x00", 8);
+    buf[8] = (unsigned char)(len & 0xff);
+    buf[9] = (unsigned char)(len >> 8);
+    memcpy(buf + 10, dict, len);
+    slim_tensor t = {0};
+    slim_err err;
+    ck_assert_int_eq(slim_npy_parse(buf, total, "cut.npy", &t, &err), SLIM_EPARSE);
+    ck_assert_msg(strstr(err.msg, "cut.npy") && strstr(err.msg, "corrupt header"), "%s", err.msg);
+    free(buf);
+}
+END_TEST
+
 START_TEST(test_npy_round_trip_each_dtype)
 {
     static const slim_dtype types[] = {SLIM_F32, SLIM_F16, SLIM_F64, SLIM_I8,  SLIM_I16, SLIM_I32,
@@ -513,6 +533,7 @@ static Suite *runtime_suite(void)
     Suite *s = suite_create("runtime");
     TCase *dt = tcase_create("dtype");
     tcase_add_test(dt, test_f16_round_trip_all);
+    tcase_add_test(dt, test_npy_header_cut_short_is_quoted_safely);
     tcase_add_test(dt, test_f16_values);
     tcase_add_test(dt, test_f16_round_to_nearest_even);
     tcase_add_test(dt, test_bf16_round_trip_all);
