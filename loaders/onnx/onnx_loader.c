@@ -245,6 +245,19 @@ static slim_status read_value_info(const Onnx__ValueInfoProto *vi, slim_io_info 
     return SLIM_OK;
 }
 
+/* A NUL-terminated copy of a protobuf bytes field. An empty field may have
+ * no data pointer at all (a STRING attribute with no payload). */
+static char *dup_bytes(ProtobufCBinaryData b)
+{
+    char *s = malloc(b.len + 1);
+    if (!s)
+        return NULL;
+    if (b.len && b.data)
+        memcpy(s, b.data, b.len);
+    s[b.data ? b.len : 0] = '\0';
+    return s;
+}
+
 static slim_status convert_attr(const Onnx__AttributeProto *ap, slim_attr *a, slim_err *err)
 {
     memset(a, 0, sizeof(*a));
@@ -262,7 +275,7 @@ static slim_status convert_attr(const Onnx__AttributeProto *ap, slim_attr *a, sl
         break;
     case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__STRING:
         a->type = SLIM_ATTR_STRING;
-        a->s = strndup((const char *)ap->s.data, ap->s.len);
+        a->s = dup_bytes(ap->s);
         if (!a->s)
             return slim_errf(err, SLIM_ENOMEM, "out of memory");
         break;
@@ -291,7 +304,7 @@ static slim_status convert_attr(const Onnx__AttributeProto *ap, slim_attr *a, sl
             return slim_errf(err, SLIM_ENOMEM, "out of memory");
         a->n = (int)ap->n_strings;
         for (int i = 0; i < a->n; i++)
-            if (!(a->strings[i] = strndup((const char *)ap->strings[i].data, ap->strings[i].len)))
+            if (!(a->strings[i] = dup_bytes(ap->strings[i])))
                 return slim_errf(err, SLIM_ENOMEM, "out of memory");
         break;
     case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__TENSOR: {
