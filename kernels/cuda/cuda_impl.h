@@ -26,7 +26,7 @@
  * supports(node, in_dtypes) answers at load whether this kernel can run the
  * node with these input dtypes (SLIM_DTYPE_UNDEFINED for an absent
  * optional input); the partition pass puts the node on the CPU otherwise.
- * It may look at attributes (an auto_pad mode not implemented, say) but
+ * It may look at attributes (an auto_pad mode the kernel lacks, say) but
  * not at shapes, which vary per request: exec must handle every shape the
  * CPU kernel accepts, or fail with SLIM_EUNSUPPORTED and a message.
  * exec NULL marks a view op (SLIM_OP_ALIAS0 on the CPU side: Reshape,
