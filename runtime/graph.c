@@ -5,6 +5,7 @@
  * loading a graph with tens of thousands of values stays linear.
  */
 #include "kernel.h"
+#include "validate.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -350,6 +351,12 @@ slim_status slim_graph_finalize(slim_graph *g, slim_err *err)
                 return slim_errf(err, SLIM_EUNSUPPORTED,
                                  SLIM_NODE_FMT ": attribute \"%s\" holds a subgraph, which is "
                                  "not supported", SLIM_NODE_ARGS(n), n->attrs[a].name);
+        /* The schema check comes before prepare: prepare and every kernel
+         * may then index the slots and attributes the operator declares. */
+        if ((st = slim_node_validate(g, n, err))) {
+            n->op = NULL;
+            return st;
+        }
         if (n->op->prepare) {
             st = n->op->prepare(n, &n->op_state, err);
             if (st) {

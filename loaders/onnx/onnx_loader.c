@@ -397,6 +397,11 @@ static slim_status convert_graph(const Onnx__ModelProto *mp, const char *base_di
         const Onnx__NodeProto *np = gp->node[i];
         if (!np->op_type || !np->op_type[0])
             return slim_errf(err, SLIM_EPARSE, "node %zu has no op_type", i);
+        /* slimserve's own operators are inserted by its passes, which know
+         * where they may go; a model file may not name them. */
+        if (np->domain && strcmp(np->domain, "com.slimserve") == 0)
+            return slim_errf(err, SLIM_EPARSE, "node %zu (%s): domain \"com.slimserve\" is "
+                             "reserved for operators slimserve inserts itself", i, np->op_type);
         int id = slim_graph_add_node(g, np->name, np->op_type, np->domain, (int)np->n_input,
                                      (const char *const *)np->input, (int)np->n_output,
                                      (const char *const *)np->output);

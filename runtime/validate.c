@@ -1,0 +1,237 @@
+/*
+ * validate.c - a node against its operator's schema (validate.h).
+ *
+ * The ONNX schemas are generated data (op_schema_data.c, sorted by name and
+ * version); slimserve's own operators, which only its passes insert, have
+ * theirs here.
+ */
+#include "validate.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const slim_op_schema internal_schemas[] = {
+    {"MemcpyToDevice", 1, 1, 1, 1, 1, "S", "S", ""},
+    {"MemcpyToHost", 1, 1, 1, 1, 1, "S", "S", ""},
+    {0},
+};
+
+static size_t onnx_schema_count(void)
+{
+    static size_t n; /* computed once; the table is constant */
+    if (!n)
+        while (slim__onnx_schemas[n].op_type)
+            n++;
+    return n;
+}
+
+const slim_op_schema *slim_op_schema_find(const char *domain, const char *op_type, int opset)
+{
+    if (domain && strcmp(domain, "com.slimserve") == 0) {
+        for (const slim_op_schema *s = internal_schemas; s->op_type; s++)
+            if (strcmp(s->op_type, op_type) == 0)
+                return s;
+        return NULL;
+    }
+    if (domain && domain[0] && strcmp(domain, "ai.onnx") != 0)
+        return NULL;
+    /* Binary search for the first version of op_type, then walk its
+     * versions (ascending) to the last one with since <= opset. */
+    size_t lo = 0, hi = onnx_schema_count();
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo) / 2;
+        if (strcmp(slim__onnx_schemas[mid].op_type, op_type) < 0)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    const slim_op_schema *best = NULL;
+    for (const slim_op_schema *s = &slim__onnx_schemas[lo];
+         s->op_type && strcmp(s->op_type, op_type) == 0; s++)
+        if (s->since <= opset)
+            best = s;
+    return best;
+}
+
+/* The kind of slot i: its formal parameter's letter, the last one's when
+ * that is variadic, or 0 past the end. */
+static char slot_kind(const char *kinds, int i)
+{
+    size_t n = strlen(kinds);
+    if ((size_t)i < n)
+        return kinds[i];
+    return n && kinds[n - 1] == 'V' ? 'V' : 0;
+}
+
+static const char *attr_type_name(char letter)
+{
+    switch (letter) {
+    case 'f': return "FLOAT";
+    case 'i': return "INT";
+    case 's': return "STRING";
+    case 't': return "TENSOR";
+    case 'g': return "GRAPH";
+    case 'p': return "SPARSE_TENSOR";
+    case 'y': return "TYPE_PROTO";
+    case 'F': return "FLOATS";
+    case 'I': return "INTS";
+    case 'S': return "STRINGS";
+    case 'T': return "TENSORS";
+    case 'G': return "GRAPHS";
+    case 'P': return "SPARSE_TENSORS";
+    case 'Y': return "TYPE_PROTOS";
+    default: return "?";
+    }
+}
+
+static const char *slim_attr_type_name(slim_attr_type t)
+{
+    switch (t) {
+    case SLIM_ATTR_FLOAT: return "FLOAT";
+    case SLIM_ATTR_INT: return "INT";
+    case SLIM_ATTR_STRING: return "STRING";
+    case SLIM_ATTR_TENSOR: return "TENSOR";
+    case SLIM_ATTR_FLOATS: return "FLOATS";
+    case SLIM_ATTR_INTS: return "INTS";
+    case SLIM_ATTR_STRINGS: return "STRINGS";
+    case SLIM_ATTR_GRAPH: return "GRAPH";
+    default: return "an unsupported or missing type";
+    }
+}
+
+/* Whether an attribute the loader converted to t has schema type letter.
+ * The loader keeps tensor lists, sparse tensors and type protos as
+ * UNDEFINED (the operator names them as unsupported) and both GRAPH and
+ * GRAPHS as GRAPH (refused by finalize). */
+static bool attr_type_ok(slim_attr_type t, char letter)
+{
+    switch (letter) {
+    case 'f': return t == SLIM_ATTR_FLOAT;
+    case 'i': return t == SLIM_ATTR_INT;
+    case 's': return t == SLIM_ATTR_STRING;
+    case 't': return t == SLIM_ATTR_TENSOR;
+    case 'F': return t == SLIM_ATTR_FLOATS;
+    case 'I': return t == SLIM_ATTR_INTS;
+    case 'S': return t == SLIM_ATTR_STRINGS;
+    case 'g': case 'G': return t == SLIM_ATTR_GRAPH;
+    case 'p': case 'P': case 'y': case 'Y': case 'T': return t == SLIM_ATTR_UNDEFINED;
+    default: return false;
+    }
+}
+
+/* Finds `name` in a schema's attrs string; returns its type letter and
+ * whether it is required, or 0 when the schema has no such attribute. */
+static char schema_attr(const char *attrs, const char *name, bool *required)
+{
+    size_t len = strlen(name);
+    for (const char *p = attrs; *p;) {
+        while (*p == ' ')
+            p++;
+        bool req = *p == '!';
+        if (req)
+            p++;
+        const char *eq = strchr(p, '=');
+        if (!eq)
+            break;
+        if ((size_t)(eq - p) == len && memcmp(p, name, len) == 0) {
+            *required = req;
+            return eq[1];
+        }
+        p = eq + 2;
+    }
+    return 0;
+}
+
+static slim_status check_attrs(const slim_node *n, const slim_op_schema *s, slim_err *err)
+{
+    for (int a = 0; a < n->n_attrs; a++) {
+        const slim_attr *at = &n->attrs[a];
+        for (int b = 0; b < a; b++)
+            if (strcmp(n->attrs[b].name, at->name) == 0)
+                return slim_errf(err, SLIM_EPARSE, SLIM_NODE_FMT ": attribute \"%s\" is given twice",
+                                 SLIM_NODE_ARGS(n), at->name);
+        bool req;
+        char want = schema_attr(s->attrs, at->name, &req);
+        if (!want)
+            return slim_errf(err, SLIM_EPARSE,
+                             SLIM_NODE_FMT ": %s (opset %d) has no attribute \"%s\"",
+                             SLIM_NODE_ARGS(n), n->op_type, s->since, at->name);
+        if (!attr_type_ok(at->type, want))
+            return slim_errf(err, SLIM_EPARSE,
+                             SLIM_NODE_FMT ": attribute \"%s\" must be %s, but the model gives %s",
+                             SLIM_NODE_ARGS(n), at->name, attr_type_name(want),
+                             slim_attr_type_name(at->type));
+    }
+    /* Required attributes: walk the schema's list. */
+    for (const char *p = s->attrs; *p;) {
+        while (*p == ' ')
+            p++;
+        if (!*p)
+            break;
+        bool req = *p == '!';
+        if (req)
+            p++;
+        const char *eq = strchr(p, '=');
+        if (!eq)
+            break;
+        if (req) {
+            char name[128];
+            int len = (int)(eq - p) < (int)sizeof(name) - 1 ? (int)(eq - p) : (int)sizeof(name) - 1;
+            memcpy(name, p, (size_t)len);
+            name[len] = 0;
+            if (!slim_node_attr(n, name))
+                return slim_errf(err, SLIM_EPARSE,
+                                 SLIM_NODE_FMT ": required attribute \"%s\" is missing",
+                                 SLIM_NODE_ARGS(n), name);
+        }
+        p = eq + 2;
+    }
+    return SLIM_OK;
+}
+
+slim_status slim_node_validate(const slim_graph *g, const slim_node *n, slim_err *err)
+{
+    const slim_op_schema *s = slim_op_schema_find(n->domain, n->op_type, n->opset);
+    if (!s)
+        return slim_errf(err, SLIM_EUNSUPPORTED,
+                         SLIM_NODE_FMT ": operator %s (opset %d) has no schema to check it against",
+                         SLIM_NODE_ARGS(n), n->op_type, n->opset);
+    if (n->n_in < s->min_in)
+        return slim_errf(err, SLIM_EPARSE,
+                         SLIM_NODE_FMT ": has %d input%s, but %s (opset %d) needs at least %d",
+                         SLIM_NODE_ARGS(n), n->n_in, n->n_in == 1 ? "" : "s", n->op_type,
+                         s->since, s->min_in);
+    if (n->n_in > s->max_in)
+        return slim_errf(err, SLIM_EPARSE,
+                         SLIM_NODE_FMT ": has %d inputs, but %s (opset %d) takes at most %d",
+                         SLIM_NODE_ARGS(n), n->n_in, n->op_type, s->since, s->max_in);
+    if (n->n_out < s->min_out)
+        return slim_errf(err, SLIM_EPARSE,
+                         SLIM_NODE_FMT ": has %d output%s, but %s (opset %d) produces at least %d",
+                         SLIM_NODE_ARGS(n), n->n_out, n->n_out == 1 ? "" : "s", n->op_type,
+                         s->since, s->min_out);
+    if (n->n_out > s->max_out)
+        return slim_errf(err, SLIM_EPARSE,
+                         SLIM_NODE_FMT ": has %d outputs, but %s (opset %d) produces at most %d",
+                         SLIM_NODE_ARGS(n), n->n_out, n->op_type, s->since, s->max_out);
+    /* ONNX lets only optional slots be empty. Variadic inputs are all read
+     * by slimserve's kernels (Concat, Sum, ...), so they may not be either. */
+    for (int i = 0; i < n->n_in; i++) {
+        char k = slot_kind(s->in_kinds, i);
+        if (n->in[i] < 0 && k != 'O')
+            return slim_errf(err, SLIM_EPARSE,
+                             SLIM_NODE_FMT ": input %d is required, but its name is empty",
+                             SLIM_NODE_ARGS(n), i);
+        if (n->in[i] >= g->n_values)
+            return slim_errf(err, SLIM_EINTERNAL, SLIM_NODE_FMT ": input %d names no value",
+                             SLIM_NODE_ARGS(n), i);
+    }
+    for (int i = 0; i < n->n_out; i++) {
+        char k = slot_kind(s->out_kinds, i);
+        if (n->out[i] < 0 && k == 'S')
+            return slim_errf(err, SLIM_EPARSE,
+                             SLIM_NODE_FMT ": output %d is required, but its name is empty",
+                             SLIM_NODE_ARGS(n), i);
+    }
+    return check_attrs(n, s, err);
+}
