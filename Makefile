@@ -3,12 +3,17 @@
 
 BUILD      ?= build
 ASAN_BUILD ?= build-asan
+FUZZ_BUILD ?= build-fuzz
+# libFuzzer time per target: `make fuzz` (long) and within `make test` (short).
+FUZZ_SECONDS      ?= 300
+FUZZ_TEST_SECONDS ?= 30
+FUZZ_TARGETS      := fuzz_onnx fuzz_onnx_graph fuzz_npy fuzz_infer_request fuzz_config
 PY         := $(CURDIR)/.venv/bin/python
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 MODELS_DIR ?= $(BUILD)/models
 
-.PHONY: all deps build build-asan test serve demo models bench clean
+.PHONY: all deps build build-asan build-fuzz fuzz test serve demo models bench clean
 
 all: build
 
@@ -23,10 +28,22 @@ build-asan: deps
 	cmake -S . -B $(ASAN_BUILD) -DCMAKE_BUILD_TYPE=Debug -DSLIM_SANITIZE=ON -DPython3_EXECUTABLE=$(PY) $(CMAKE_ARGS)
 	cmake --build $(ASAN_BUILD) -j $(JOBS)
 
-# Every test, in the normal build and again under ASan + UBSan.
-test: build build-asan
+# The fuzz targets under clang's libFuzzer with ASan + UBSan (the CPU only).
+build-fuzz: deps
+	CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLIM_FUZZ=ON \
+	    -DSLIM_CUDA=OFF -DPython3_EXECUTABLE=$(PY) $(CMAKE_ARGS)
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(FUZZ_TARGETS)
+
+# Each fuzz target for FUZZ_SECONDS; prints executions and crashes per target.
+fuzz: build-fuzz
+	PY=$(PY) tests/fuzz/run_fuzz.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+# Every test, in the normal build and again under ASan + UBSan, then each
+# fuzz target for a short time.
+test: build build-asan build-fuzz
 	cd $(BUILD) && ctest --output-on-failure
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure
+	PY=$(PY) tests/fuzz/run_fuzz.sh $(FUZZ_BUILD) $(FUZZ_TEST_SECONDS)
 
 models: build
 	$(PY) models/gen_models.py $(MODELS_DIR)
@@ -53,4 +70,4 @@ bench: models
 	$(PY) bench/bench_batching.py --slimserve $(BUILD)/bin/slimserve --slim $(BUILD)/bin/slim
 
 clean:
-	rm -rf $(BUILD) $(ASAN_BUILD)
+	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

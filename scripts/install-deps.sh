@@ -9,6 +9,7 @@ APT_PACKAGES=(
     libprotobuf-c-dev protobuf-c-compiler   # ONNX protobuf parsing
     libopenblas-dev                         # GEMM and convolution on the CPU
     check                                   # unit tests
+    clang libclang-rt-14-dev                # libFuzzer targets (make fuzz)
     libmicrohttpd-dev libcjson-dev          # HTTP server, JSON
     python3 python3-venv python3-pip
 )

@@ -89,6 +89,8 @@ static slim_status parse_io(const cJSON *obj, const char *where, slim_server_io 
         if (strcmp(k->string, "name") == 0) {
             if (!cJSON_IsString(k) || !k->valuestring[0])
                 return slim_errf(err, SLIM_EINVAL, "config.json: %s.name: expected a non-empty string", where);
+            if (io->name)
+                return slim_errf(err, SLIM_EINVAL, "config.json: %s: \"name\" is given twice", where);
             if (!(io->name = strdup(k->valuestring)))
                 return slim_errf(err, SLIM_ENOMEM, "out of memory");
         } else if (strcmp(k->string, "data_type") == 0) {
@@ -130,6 +132,8 @@ static slim_status parse_io_list(const cJSON *arr, const char *key, slim_server_
 {
     if (!cJSON_IsArray(arr))
         return slim_errf(err, SLIM_EINVAL, "config.json: \"%s\": expected a list", key);
+    if (*out)
+        return slim_errf(err, SLIM_EINVAL, "config.json: \"%s\" is given twice", key);
     int n = cJSON_GetArraySize(arr);
     if (n == 0)
         return SLIM_OK;
@@ -345,6 +349,10 @@ static slim_status parse_keys(const cJSON *root, const char *dir_name, slim_serv
     for (const cJSON *k = root->child; k; k = k->next) {
         const char *key = k->string, *expect;
         slim_status s = SLIM_OK;
+        /* JSON allows a key twice; which one would win is a guess. */
+        for (const cJSON *e = root->child; e != k; e = e->next)
+            if (strcmp(e->string, key) == 0)
+                return slim_errf(err, SLIM_EINVAL, "config.json: \"%s\" is given twice", key);
         if (strcmp(key, "name") == 0) {
             if (!cJSON_IsString(k))
                 return slim_errf(err, SLIM_EINVAL, "config.json: \"name\": expected a string");

@@ -1,0 +1,179 @@
+#!/usr/bin/env python3
+"""Writes the seed corpora of the fuzz targets into DIR/<target>/.
+
+    python3 tests/fuzz/make_seeds.py DIR [--onnx-limit N]
+
+  fuzz_onnx, fuzz_onnx_graph  the ONNX backend node tests' models (shipped by
+                              the onnx package) and the example models
+                              (models/gen_models.py) that are small enough
+  fuzz_npy                    .npy files of every dtype, 0-d, empty, Fortran
+                              order, big-endian, format version 2
+  fuzz_infer_request          JSON and binary infer requests for the two
+                              models fuzz_infer_request.c declares
+  fuzz_config                 config.json files: the examples' and variants
+"""
+import argparse
+import glob
+import io
+import json
+import os
+import shutil
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import onnx
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MAX_SEED_BYTES = 1 << 20
+
+
+def write(path, data):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "wb") as f:
+        f.write(data)
+
+
+def onnx_seeds(out, limit, examples_dir):
+    node = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node")
+    models = sorted(glob.glob(os.path.join(node, "*", "model.onnx")))
+    if limit:
+        step = max(1, len(models) // limit)
+        models = models[::step][:limit]
+    for m in models:
+        name = os.path.basename(os.path.dirname(m))
+        for t in ("fuzz_onnx", "fuzz_onnx_graph"):
+            shutil.copyfile(m, os.path.join(out, t, name + ".onnx"))
+    for m in sorted(glob.glob(os.path.join(examples_dir, "*", "1", "model.onnx"))):
+        if os.path.getsize(m) <= MAX_SEED_BYTES:
+            name = m.split(os.sep)[-3]
+            for t in ("fuzz_onnx", "fuzz_onnx_graph"):
+                shutil.copyfile(m, os.path.join(out, t, "example_" + name + ".onnx"))
+    return len(models)
+
+
+def npy_bytes(arr, version=None):
+    buf = io.BytesIO()
+    if version:
+        np.lib.format.write_array(buf, arr, version=version)
+    else:
+        np.save(buf, arr)
+    return buf.getvalue()
+
+
+def npy_seeds(out):
+    d = os.path.join(out, "fuzz_npy")
+    rng = np.random.default_rng(0)
+    arrays = {
+        "f32": rng.standard_normal((2, 3)).astype(np.float32),
+        "f64": rng.standard_normal(4),
+        "f16": rng.standard_normal((3, 1)).astype(np.float16),
+        "i64": np.arange(6, dtype=np.int64).reshape(2, 3),
+        "i32": np.arange(5, dtype=np.int32),
+        "u8": np.arange(8, dtype=np.uint8).reshape(2, 2, 2),
+        "i8": np.array([-1, 2], np.int8),
+        "bool": np.array([True, False, True]),
+        "scalar": np.array(3.5, np.float32),
+        "empty": np.zeros((0, 4), np.float32),
+        "fortran": np.asfortranarray(np.arange(6, dtype=np.float32).reshape(2, 3)),
+        "bigendian": np.arange(4, dtype=">f4"),
+        "rank8": np.zeros((1,) * 8, np.float32),
+    }
+    for name, arr in arrays.items():
+        write(os.path.join(d, name + ".npy"), npy_bytes(arr))
+    write(os.path.join(d, "v2.npy"), npy_bytes(arrays["f32"], version=(2, 0)))
+
+
+def request_seed(which, body, header_len=None):
+    flags = which | (2 if header_len is None else 0)
+    hl = 0 if header_len is None else header_len
+    return bytes([flags, hl & 0xFF, (hl >> 8) & 0xFF]) + body
+
+
+def binary_body(header, tensors):
+    h = json.dumps(header).encode()
+    return h, len(h), b"".join(tensors)
+
+
+def request_seeds(out):
+    d = os.path.join(out, "fuzz_infer_request")
+    seeds = {}
+    seeds["json_batch"] = request_seed(0, json.dumps({
+        "id": "r1",
+        "inputs": [{"name": "x", "shape": [2, 4], "datatype": "FP32", "data": list(range(8))},
+                   {"name": "ids", "shape": [2, 3], "datatype": "INT64", "data": [1, 2, 3, 4, 5, 6]}],
+        "outputs": [{"name": "y"}, {"name": "z", "parameters": {"binary_data": True}}]}).encode())
+    seeds["json_nested"] = request_seed(0, json.dumps({
+        "inputs": [{"name": "x", "shape": [1, 4], "datatype": "FP32", "data": [[1, 2, 3, 4]]},
+                   {"name": "ids", "shape": [1, 1], "datatype": "INT64", "data": [[7]]}]}).encode())
+    x = np.arange(8, dtype=np.float32).tobytes()
+    ids = np.arange(4, dtype=np.int64).tobytes()
+    h, hl, tail = binary_body({"inputs": [
+        {"name": "x", "shape": [2, 4], "datatype": "FP32",
+         "parameters": {"binary_data_size": len(x)}},
+        {"name": "ids", "shape": [2, 2], "datatype": "INT64",
+         "parameters": {"binary_data_size": len(ids)}}],
+        "outputs": [{"name": "y", "parameters": {"binary_data": True}}]}, [x, ids])
+    seeds["binary_batch"] = request_seed(0, h + tail, hl)
+    seeds["json_other"] = request_seed(1, json.dumps({
+        "inputs": [{"name": "h", "shape": [2, 2], "datatype": "FP16", "data": [1, 2, 3, 4]},
+                   {"name": "mask", "shape": [3], "datatype": "BOOL", "data": [True, False, True]},
+                   {"name": "px", "shape": [2, 2, 1], "datatype": "UINT8", "data": [0, 1, 254, 255]},
+                   {"name": "n", "shape": [], "datatype": "INT32", "data": [3]}]}).encode())
+    hv = np.ones(4, np.float16).tobytes()
+    mask = np.array([1, 0, 1], np.uint8).tobytes()
+    h, hl, tail = binary_body({"inputs": [
+        {"name": "h", "shape": [2, 2], "datatype": "FP16", "parameters": {"binary_data_size": 8}},
+        {"name": "mask", "shape": [3], "datatype": "BOOL", "parameters": {"binary_data_size": 3}},
+        {"name": "px", "shape": [2, 2, 1], "datatype": "UINT8", "data": [1, 2, 3, 4]},
+        {"name": "n", "shape": [], "datatype": "INT32", "data": [1]}]}, [hv, mask])
+    seeds["binary_other"] = request_seed(1, h + tail, hl)
+    for name, data in seeds.items():
+        write(os.path.join(d, name + ".bin"), data)
+
+
+def config_seeds(out, examples_dir):
+    d = os.path.join(out, "fuzz_config")
+    for c in sorted(glob.glob(os.path.join(examples_dir, "*", "config.json"))):
+        cfg = json.load(open(c))
+        cfg["name"] = "m"  # fuzz_config.c parses as the folder "m"
+        write(os.path.join(d, "example_" + c.split(os.sep)[-2] + ".json"), json.dumps(cfg).encode())
+    variants = {
+        "batching": {"name": "m", "max_batch_size": 16,
+                     "dynamic_batching": {"preferred_batch_size": [4, 8],
+                                          "max_queue_delay_microseconds": 500,
+                                          "default_queue_policy": {"timeout_action": "DELAY",
+                                                                   "default_timeout_microseconds": 100000,
+                                                                   "max_queue_size": 64}},
+                     "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": [3, -1]}],
+                     "output": [{"name": "y", "data_type": "TYPE_FP32", "dims": [-1]}],
+                     "memory_limit": "64MiB", "instance_group": [{"count": 2}]},
+        "device": {"name": "m", "device": "cuda:0", "precision": "fp16", "max_batch_size": 0},
+        "empty": {},
+    }
+    for name, cfg in variants.items():
+        write(os.path.join(d, name + ".json"), json.dumps(cfg).encode())
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("dir")
+    ap.add_argument("--onnx-limit", type=int, default=0,
+                    help="at most this many node-test models (0: all)")
+    args = ap.parse_args()
+    for t in ("fuzz_onnx", "fuzz_onnx_graph", "fuzz_npy", "fuzz_infer_request", "fuzz_config"):
+        os.makedirs(os.path.join(args.dir, t), exist_ok=True)
+    with tempfile.TemporaryDirectory() as examples:
+        subprocess.run([sys.executable, os.path.join(REPO, "models", "gen_models.py"), examples],
+                       check=True, stdout=subprocess.DEVNULL, timeout=600)
+        n = onnx_seeds(args.dir, args.onnx_limit, examples)
+        config_seeds(args.dir, examples)
+    npy_seeds(args.dir)
+    request_seeds(args.dir)
+    print(f"make_seeds: {n} node-test models and the rest under {args.dir}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,51 @@
+#!/usr/bin/env bash
+# Runs each libFuzzer target for SECONDS under ASan/UBSan and prints a table:
+#
+#     tests/fuzz/run_fuzz.sh BUILD_DIR SECONDS [TARGET...]
+#
+# BUILD_DIR is a SLIM_FUZZ=ON build (`make build-fuzz`). Corpora grow in
+# BUILD_DIR/corpus/<target> from run to run, seeded by make_seeds.py and the
+# saved reproducers; a crash leaves its input in BUILD_DIR/artifacts/<target>/
+# and fails the run. Copy it into tests/fuzz/regressions/<target>/ with the
+# fix, so the ordinary builds replay it forever (fuzz_replay).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+BUILD=${1:?usage: run_fuzz.sh BUILD_DIR SECONDS [TARGET...]}
+SECONDS_EACH=${2:?usage: run_fuzz.sh BUILD_DIR SECONDS [TARGET...]}
+shift 2
+TARGETS=("$@")
+if [ ${#TARGETS[@]} -eq 0 ]; then
+    TARGETS=(fuzz_onnx fuzz_onnx_graph fuzz_npy fuzz_infer_request fuzz_config)
+fi
+PY=${PY:-.venv/bin/python}
+SEEDS=$BUILD/fuzz-seeds
+[ -d "$SEEDS" ] || "$PY" tests/fuzz/make_seeds.py "$SEEDS" >/dev/null
+export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
+export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+
+status=0
+rows=()
+for t in "${TARGETS[@]}"; do
+    corpus=$BUILD/corpus/$t
+    artifacts=$BUILD/artifacts/$t
+    mkdir -p "$corpus" "$artifacts"
+    seeds=$SEEDS/$t
+    [ "$t" = fuzz_onnx_graph ] && seeds=$SEEDS/fuzz_onnx
+    log=$BUILD/fuzz-$t.log
+    rc=0
+    "$BUILD/bin/$t" "$corpus" "$seeds" "tests/fuzz/regressions/$t" \
+        -max_total_time="$SECONDS_EACH" -timeout=20 -rss_limit_mb=4096 -max_len=1048576 \
+        -artifact_prefix="$artifacts/" -print_final_stats=1 >"$log" 2>&1 || rc=$?
+    execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
+
+    if [ $rc -ne 0 ]; then
+        status=1
+        echo "run_fuzz: $t FAILED (exit $rc); the end of $log:" >&2
+        tail -60 "$log" >&2
+    fi
+    rows+=("$(printf '%-20s %8s s %12s %8s %8s' "$t" "$SECONDS_EACH" "${execs:-0}" \
+        "$(ls "$corpus" | wc -l)" "$([ $rc -eq 0 ] && echo 0 || echo 1)")")
+done
+printf '%-20s %10s %12s %8s %8s\n' target time executions corpus crashes
+for r in "${rows[@]}"; do echo "$r"; done
+exit $status
