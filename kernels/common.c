@@ -337,3 +337,18 @@ void slim_sgemm_rows(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
     int64_t grain = 1 + (1 << 16) / (ROW_TILE * n * (k ? k : 1));
     slim_parallel_for(tiles, grain, rows_part, &j);
 }
+
+slim_status slim_attr_geometry(const slim_node *node, const char *name, int64_t *out, int cap,
+                               int64_t min, int *count, slim_err *err)
+{
+    int n = slim_attr_ints(node, name, out, cap);
+    if (n > cap)
+        return slim_errf(err, SLIM_EUNSUPPORTED, "attribute %s has %d values, at most %d supported",
+                         name, n, cap);
+    for (int i = 0; i < n; i++)
+        if (out[i] < min || out[i] > INT32_MAX)
+            return slim_errf(err, SLIM_EINVAL, "attribute %s[%d] = %lld, must be from %lld to %d",
+                             name, i, (long long)out[i], (long long)min, INT32_MAX);
+    *count = n;
+    return SLIM_OK;
+}

@@ -98,6 +98,12 @@ slim_status slim_check_dtype(const slim_tensor *t, const char *what, slim_err *e
 void slim_tensor_set_like(slim_tensor *dst, const slim_tensor *src);
 void slim_tensor_set_shape(slim_tensor *dst, slim_dtype dt, int ndim, const int64_t *dims);
 
+/* Reads a window attribute (kernel_shape, strides, dilations, pads) of up
+ * to cap ints into out, each in [min, 2^31 - 1] so that products of two fit
+ * in int64; *count is -1 when absent. EINVAL names a value out of range. */
+slim_status slim_attr_geometry(const slim_node *node, const char *name, int64_t *out, int cap,
+                               int64_t min, int *count, slim_err *err);
+
 /* Reads an int tensor (I32 or I64) into out; ENEEDVALUE if data is NULL. */
 slim_status slim_read_ints(const slim_tensor *t, const char *what, int64_t *out,
                            int cap, int *n, slim_err *err);

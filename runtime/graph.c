@@ -272,7 +272,8 @@ static slim_status sort_nodes(slim_graph *g, slim_err *err)
     }
     for (int i = 0; i < n; i++)
         sorted[i] = g->nodes[order[i]];
-    memcpy(g->nodes, sorted, sizeof(slim_node) * n);
+    if (n > 0) /* an empty graph has no node array at all */
+        memcpy(g->nodes, sorted, sizeof(slim_node) * n);
     for (int i = 0; i < n; i++)
         for (int k = 0; k < g->nodes[i].n_out; k++)
             if (g->nodes[i].out[k] >= 0)

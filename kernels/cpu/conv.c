@@ -54,20 +54,6 @@ typedef struct conv_plan {
 
 /* ---- attributes ---------------------------------------------------------- */
 
-static slim_status read_ints(const slim_node *node, const char *name, int64_t *out, int cap,
-                             int64_t min, int *count, slim_err *err)
-{
-    int n = slim_attr_ints(node, name, out, cap);
-    if (n > cap)
-        return slim_errf(err, SLIM_EUNSUPPORTED, "attribute %s has %d values, at most %d supported",
-                         name, n, cap);
-    for (int i = 0; i < n; i++)
-        if (out[i] < min)
-            return slim_errf(err, SLIM_EINVAL, "attribute %s[%d] = %lld, must be >= %lld", name, i,
-                             (long long)out[i], (long long)min);
-    *count = n;
-    return SLIM_OK;
-}
 
 static slim_status conv_prepare(slim_node *node, void **state, slim_err *err)
 {
@@ -93,12 +79,12 @@ static slim_status conv_prepare(slim_node *node, void **state, slim_err *err)
         st = slim_errf(err, SLIM_EINVAL, "group = %lld, must be >= 1", (long long)a->group);
         goto fail;
     }
-    if ((st = read_ints(node, "kernel_shape", a->kernel, SLIM_MAX_DIMS, 1, &a->n_kernel, err)) ||
-        (st = read_ints(node, "strides", a->strides, SLIM_MAX_DIMS, 1, &a->n_strides, err)) ||
-        (st = read_ints(node, "dilations", a->dilations, SLIM_MAX_DIMS, 1, &a->n_dilations, err)) ||
-        (st = read_ints(node, "pads", a->pads, 2 * SLIM_MAX_DIMS, 0, &a->n_pads, err)) ||
-        (st = read_ints(node, "output_padding", a->out_pad, SLIM_MAX_DIMS, 0, &a->n_out_pad, err)) ||
-        (st = read_ints(node, "output_shape", a->out_shape, SLIM_MAX_DIMS, 0, &a->n_out_shape, err)))
+    if ((st = slim_attr_geometry(node, "kernel_shape", a->kernel, SLIM_MAX_DIMS, 1, &a->n_kernel, err)) ||
+        (st = slim_attr_geometry(node, "strides", a->strides, SLIM_MAX_DIMS, 1, &a->n_strides, err)) ||
+        (st = slim_attr_geometry(node, "dilations", a->dilations, SLIM_MAX_DIMS, 1, &a->n_dilations, err)) ||
+        (st = slim_attr_geometry(node, "pads", a->pads, 2 * SLIM_MAX_DIMS, 0, &a->n_pads, err)) ||
+        (st = slim_attr_geometry(node, "output_padding", a->out_pad, SLIM_MAX_DIMS, 0, &a->n_out_pad, err)) ||
+        (st = slim_attr_geometry(node, "output_shape", a->out_shape, SLIM_MAX_DIMS, 0, &a->n_out_shape, err)))
         goto fail;
     *state = a;
     return SLIM_OK;

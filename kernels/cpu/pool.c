@@ -49,20 +49,6 @@ typedef struct pool_plan {
 
 /* ---- attributes ---------------------------------------------------------- */
 
-static slim_status read_ints(const slim_node *node, const char *name, int64_t *out, int cap,
-                             int64_t min, int *count, slim_err *err)
-{
-    int n = slim_attr_ints(node, name, out, cap);
-    if (n > cap)
-        return slim_errf(err, SLIM_EUNSUPPORTED, "attribute %s has %d values, at most %d supported",
-                         name, n, cap);
-    for (int i = 0; i < n; i++)
-        if (out[i] < min)
-            return slim_errf(err, SLIM_EINVAL, "attribute %s[%d] = %lld, must be >= %lld", name, i,
-                             (long long)out[i], (long long)min);
-    *count = n;
-    return SLIM_OK;
-}
 
 static slim_status pool_prepare(slim_node *node, void **state, slim_err *err)
 {
@@ -106,10 +92,10 @@ static slim_status pool_prepare(slim_node *node, void **state, slim_err *err)
         goto fail;
     }
     a->column_major = order == 1;
-    if ((st = read_ints(node, "kernel_shape", a->kernel, SLIM_MAX_DIMS, 1, &a->n_kernel, err)) ||
-        (st = read_ints(node, "strides", a->strides, SLIM_MAX_DIMS, 1, &a->n_strides, err)) ||
-        (st = read_ints(node, "dilations", a->dilations, SLIM_MAX_DIMS, 1, &a->n_dilations, err)) ||
-        (st = read_ints(node, "pads", a->pads, 2 * SLIM_MAX_DIMS, 0, &a->n_pads, err)))
+    if ((st = slim_attr_geometry(node, "kernel_shape", a->kernel, SLIM_MAX_DIMS, 1, &a->n_kernel, err)) ||
+        (st = slim_attr_geometry(node, "strides", a->strides, SLIM_MAX_DIMS, 1, &a->n_strides, err)) ||
+        (st = slim_attr_geometry(node, "dilations", a->dilations, SLIM_MAX_DIMS, 1, &a->n_dilations, err)) ||
+        (st = slim_attr_geometry(node, "pads", a->pads, 2 * SLIM_MAX_DIMS, 0, &a->n_pads, err)))
         goto fail;
     if (a->n_kernel < 0) {
         st = slim_errf(err, SLIM_EINVAL, "attribute kernel_shape is required");
@@ -204,7 +190,12 @@ static slim_status pool_plan_make(slim_op_ctx *ctx, pool_plan *p)
         p->out[i] = out;
     }
     p->in_size = p->in[0] * p->in[1] * p->in[2];
-    p->out_size = p->out[0] * p->out[1] * p->out[2];
+    /* Pads and strides from the model can make an output no memory holds;
+     * its size must still be computable. */
+    if (__builtin_mul_overflow(p->out[0], p->out[1], &p->out_size) ||
+        __builtin_mul_overflow(p->out_size, p->out[2], &p->out_size) ||
+        __builtin_mul_overflow(p->out_size, p->planes, &(int64_t){0}))
+        return slim_errf(err, SLIM_ESHAPE, "the output would have more than 2^63 elements");
     return SLIM_OK;
 }
 
