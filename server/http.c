@@ -202,6 +202,7 @@ static slim_server_request *request_new(slim_server *srv, struct MHD_Connection 
 static void request_free(slim_server_request *req)
 {
     slim_server_infer_free(&req->infer);
+    slim_server_admission_release(req->srv->admission, req);
     slim_tensors_free(req->task.outputs, req->task.n_outputs);
     slim_server_model_release(req->task.model);
     slim_server_reply_free(&req->reply);
@@ -287,6 +288,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (req->suspended) { /* resumed by the worker */
         req->suspended = false;
         slim_server_infer_finish(req);
+        if (req->suspended) /* to run again (admission.c) */
+            return MHD_YES;
     } else if (req->too_large) {
         slim_server_reply_error(&req->reply, 413,
                                 "request body exceeds the limit of %zu bytes (--max-request-bytes)",
@@ -348,6 +351,10 @@ slim_status slim_server_start(slim_server *srv, const slim_server_opts *opts, sl
     slim_status s = bind_address(opts, &addr, &flags, err);
     if (s != SLIM_OK)
         goto err_metrics;
+    if (!(srv->admission = slim_server_admission_start(opts->queue_capacity, err))) {
+        s = err->status;
+        goto err_metrics;
+    }
     if ((s = slim_server_repo_open(&srv->repo, opts->repository, &srv->metrics, opts->workers,
                                    opts->queue_capacity, opts->device, err)) != SLIM_OK)
         goto err_repo;
@@ -370,6 +377,7 @@ slim_status slim_server_start(slim_server *srv, const slim_server_opts *opts, sl
 
 err_repo:
     slim_server_repo_close(&srv->repo);
+    slim_server_admission_free(srv->admission);
 err_metrics:
     slim_server_metrics_free(&srv->metrics);
     return s;
@@ -382,6 +390,8 @@ void slim_server_stop(slim_server *srv)
     MHD_socket fd = MHD_quiesce_daemon(srv->daemon);
     if (fd != MHD_INVALID_SOCKET)
         close(fd);
+    /* Requests waiting for input memory are answered 503 now. */
+    slim_server_admission_stop(srv->admission);
     /* MHD_stop_daemon must not meet a suspended connection, so wait for
      * every inference to come back first (bounded, in case a client keeps
      * a connection busy forever). */
@@ -391,5 +401,6 @@ void slim_server_stop(slim_server *srv)
     MHD_stop_daemon(srv->daemon);
     /* Stops each model's instances as its last reference goes. */
     slim_server_repo_close(&srv->repo);
+    slim_server_admission_free(srv->admission);
     slim_server_metrics_free(&srv->metrics);
 }

@@ -109,6 +109,7 @@ static void route_metrics(slim_server_request *req)
     slim_server_buf b = {0};
     slim_server_metrics_render(&req->srv->metrics, &b);
     slim_server_memory_metrics(&req->srv->repo, &b);
+    slim_server_admission_metrics(req->srv->admission, &b);
     if (b.oom) {
         slim_server_buf_free(&b);
         slim_server_reply_error(&req->reply, 500, "out of memory while writing metrics");
@@ -217,7 +218,8 @@ static void on_task_done(slim_server_task *t)
     MHD_resume_connection(req->conn); /* req may be gone after this */
 }
 
-static void count_failure(const slim_server_model *m, slim_server_failure why, int64_t t_begin)
+void slim_server_count_failure(const slim_server_model *m, slim_server_failure why,
+                               int64_t t_begin)
 {
     atomic_fetch_add(&m->stats->failure[why], 1);
     atomic_fetch_add(&m->stats->request_us, (uint64_t)(slim_server_now_us() - t_begin));
@@ -245,33 +247,49 @@ static bool request_timeout(const slim_server_request *req, int64_t *out, slim_e
     return ok;
 }
 
-/* Decodes, queues and suspends; takes over the caller's model reference. */
-static void route_infer(slim_server_request *req, slim_server_model *m)
+slim_status slim_server_infer_decode_request(slim_server_request *req, slim_err *err)
 {
-    slim_err err = {0};
-    int64_t timeout_us = 0;
-    req->task.model = m; /* released with the request */
-    if (slim_server_infer_decode(req->body ? req->body : "", req->body_len, req->infer_header_len,
-                                 m, &req->infer, &err) != SLIM_OK ||
-        (m->cfg.batching.allow_timeout_override && !request_timeout(req, &timeout_us, &err))) {
-        count_failure(m, SLIM_SERVER_FAIL_BAD_REQUEST, req->t_begin);
-        slim_server_reply_error(&req->reply, err.status == SLIM_ENOMEM ? 500 : 400, "%s", err.msg);
-        return;
+    const slim_server_model *m = req->task.model;
+    slim_status s = slim_server_infer_decode(req->body ? req->body : "", req->body_len,
+                                             req->infer_header_len, m, &req->infer, err);
+    if (s == SLIM_OK && m->cfg.batching.allow_timeout_override &&
+        !request_timeout(req, &req->timeout_us, err)) {
+        slim_server_infer_free(&req->infer);
+        memset(&req->infer, 0, sizeof(req->infer));
+        s = SLIM_EINVAL;
     }
+    return s;
+}
+
+void slim_server_infer_submit(slim_server_request *req)
+{
+    slim_server_model *m = req->task.model;
+    slim_err err = {0};
     req->task.rq = &req->infer;
     req->task.done = on_task_done;
     req->task.user = req;
     /* Suspend before queueing: the instance may finish and resume at once. */
-    MHD_suspend_connection(req->conn);
-    req->suspended = true;
-    if (!slim_server_batcher_submit(m->batcher, &req->task, timeout_us, &err)) {
+    if (!req->suspended) {
+        MHD_suspend_connection(req->conn);
+        req->suspended = true;
+    }
+    if (!slim_server_batcher_submit(m->batcher, &req->task, req->timeout_us, &err)) {
         /* Still suspended: resume, and answer when MHD calls back. */
-        count_failure(m, SLIM_SERVER_FAIL_REJECTED, req->t_begin);
+        slim_server_count_failure(m, SLIM_SERVER_FAIL_REJECTED, req->t_begin);
         slim_server_reply_error(&req->reply, 503, "%s", err.msg);
         req->reply.retry_after_s = 1;
         req->task.t_done = -1; /* tells infer_finish the reply is already set */
         MHD_resume_connection(req->conn);
     }
+}
+
+/* Decodes, queues and suspends; takes over the caller's model reference.
+ * Admission decides when: inputs that do not fit in memory now are not the
+ * client's fault (admission.c). */
+static void route_infer(slim_server_request *req, slim_server_model *m)
+{
+    req->task.model = m; /* released with the request */
+    slim_server_admission_admit(req->srv->admission, req);
 }
 
 static int runtime_error_status(slim_status s)
@@ -293,8 +311,12 @@ void slim_server_infer_finish(slim_server_request *req)
     slim_server_model *m = t->model;
     if (t->t_done < 0) /* rejected: the 503 is already in req->reply */
         return;
+    /* Out of memory even alone on its model, but other requests' inputs
+     * held memory: it runs again once they are gone (admission.c). */
+    if (t->status == SLIM_EOOM && slim_server_admission_retry_alone(req->srv->admission, req))
+        return;
     if (t->status != SLIM_OK) {
-        count_failure(m, t->failure, req->t_begin);
+        slim_server_count_failure(m, t->failure, req->t_begin);
         slim_server_reply_error(&req->reply,
                                 t->http_status ? t->http_status : runtime_error_status(t->status),
                                 "%s", t->err.msg);
@@ -302,7 +324,7 @@ void slim_server_infer_finish(slim_server_request *req)
     }
     slim_err err = {0};
     if (slim_server_infer_encode(&req->infer, m, t->outputs, t->n_outputs, &req->reply, &err) != SLIM_OK) {
-        count_failure(m, SLIM_SERVER_FAIL_OTHER, req->t_begin);
+        slim_server_count_failure(m, SLIM_SERVER_FAIL_OTHER, req->t_begin);
         slim_server_reply_error(&req->reply, 500, "%s", err.msg);
         return;
     }

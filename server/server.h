@@ -147,6 +147,7 @@ slim_dtype slim_server_dtype_from_triton(const char *s);
 #define SLIM_SERVER_FAILURE_MAP(X) \
     X(BAD_REQUEST)                 \
     X(REJECTED)                    \
+    X(MEMORY)                      \
     X(BACKEND)                     \
     X(OTHER)
 
@@ -384,8 +385,12 @@ typedef struct slim_server_opts {
     const char *device;             /* default device of models; NULL: cpu */
 } slim_server_opts;
 
+struct slim_server_admission;
+typedef struct slim_server_admission slim_server_admission;
+
 typedef struct slim_server {
     slim_server_opts opts;
+    slim_server_admission *admission; /* requests waiting for input memory */
     slim_server_metrics metrics;
     slim_server_repo repo;
     struct MHD_Daemon *daemon;
@@ -410,6 +415,10 @@ typedef struct slim_server_request {
     slim_server_reply reply;
     /* inference in progress */
     bool suspended;
+    int64_t timeout_us;             /* the request's "timeout" parameter; 0: none */
+    size_t admitted_bytes;          /* its inputs' share of the admission budget */
+    bool admitted_alone;            /* admitted with nothing else holding inputs */
+    bool admission_counted;         /* its bytes are in the budget now */
     slim_server_infer infer;
     slim_server_task task;
 } slim_server_request;
@@ -423,5 +432,38 @@ void slim_server_stop(slim_server *srv);
 void slim_server_route(slim_server_request *req);
 /* Called on the HTTP thread when a suspended inference has been resumed. */
 void slim_server_infer_finish(slim_server_request *req);
+/* Decodes req's body into req->infer (and its "timeout" parameter into
+ * req->timeout_us); SLIM_EOOM when the inputs do not fit in memory now. */
+slim_status slim_server_infer_decode_request(slim_server_request *req, slim_err *err);
+/* Queues a decoded request on its model; answers 503 when the queue is
+ * full. The connection may already be suspended (admission.c). */
+void slim_server_infer_submit(slim_server_request *req);
+/* Counts a failed request of model m under reason `why`. */
+void slim_server_count_failure(const slim_server_model *m, slim_server_failure why,
+                               int64_t t_begin);
+
+/* ---- waiting for input memory (admission.c) ----------------------------- */
+
+/* capacity: how many requests may wait at once (--queue-size). */
+slim_server_admission *slim_server_admission_start(int capacity, slim_err *err);
+/* Decodes req (its model in req->task.model) and queues it on the model
+ * when its inputs fit; otherwise it waits, suspended, or is answered 503 or
+ * 507 (req->reply) without suspending. Returns whether req->reply is set. */
+bool slim_server_admission_admit(slim_server_admission *a, slim_server_request *req);
+/* req's inputs are freed: its share of the budget returns (once). */
+void slim_server_admission_release(slim_server_admission *a, slim_server_request *req);
+/* req ran out of memory even alone on its model. When other requests'
+ * inputs held memory meanwhile, its own inputs are freed and it waits,
+ * suspended, at the head of the line, to be admitted when no other inputs
+ * are held and to run before anything else is admitted; returns true.
+ * False when it already ran that way: the 507 stands. */
+bool slim_server_admission_retry_alone(slim_server_admission *a, slim_server_request *req);
+/* Answers every waiting request 503 and stops the thread; parking after
+ * this answers at once. free also stops. */
+void slim_server_admission_stop(slim_server_admission *a);
+void slim_server_admission_free(slim_server_admission *a);
+/* slim_requests_waiting_for_memory and the counters of what became of
+ * them, in Prometheus text. */
+void slim_server_admission_metrics(slim_server_admission *a, slim_server_buf *out);
 
 #endif
