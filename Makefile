@@ -43,7 +43,7 @@ fuzz: build-fuzz
 test: build build-asan build-fuzz
 	cd $(BUILD) && ctest --output-on-failure
 	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure
-	PY=$(PY) tests/fuzz/run_fuzz.sh $(FUZZ_BUILD) $(FUZZ_TEST_SECONDS)
+	PY=$(PY) FUZZ_SEED=1 tests/fuzz/run_fuzz.sh $(FUZZ_BUILD) $(FUZZ_TEST_SECONDS)
 
 models: build
 	$(PY) models/gen_models.py $(MODELS_DIR)

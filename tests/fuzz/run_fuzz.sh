@@ -7,7 +7,8 @@
 # BUILD_DIR/corpus/<target> from run to run, seeded by make_seeds.py and the
 # saved reproducers; a crash leaves its input in BUILD_DIR/artifacts/<target>/
 # and fails the run. Copy it into tests/fuzz/regressions/<target>/ with the
-# fix, so the ordinary builds replay it forever (fuzz_replay).
+# fix, so the ordinary builds replay it forever (fuzz_replay). FUZZ_SEED
+# fixes libFuzzer's seed (make test sets it, so a run repeats a path).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:?usage: run_fuzz.sh BUILD_DIR SECONDS [TARGET...]}
@@ -35,7 +36,8 @@ for t in "${TARGETS[@]}"; do
     rc=0
     "$BUILD/bin/$t" "$corpus" "$seeds" "tests/fuzz/regressions/$t" \
         -max_total_time="$SECONDS_EACH" -timeout=20 -rss_limit_mb=4096 -max_len=1048576 \
-        -artifact_prefix="$artifacts/" -print_final_stats=1 >"$log" 2>&1 || rc=$?
+        -artifact_prefix="$artifacts/" -print_final_stats=1 ${FUZZ_SEED:+-seed=$FUZZ_SEED} \
+        >"$log" 2>&1 || rc=$?
     execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
 
     if [ $rc -ne 0 ]; then
