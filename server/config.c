@@ -73,8 +73,9 @@ slim_dtype slim_server_dtype_from_triton(const char *s)
 
 static bool is_int(const cJSON *v, double lo, double hi)
 {
-    return cJSON_IsNumber(v) && v->valuedouble == (double)(int64_t)v->valuedouble &&
-           v->valuedouble >= lo && v->valuedouble <= hi;
+    /* Range first: converting a double beyond int64 is undefined. */
+    return cJSON_IsNumber(v) && v->valuedouble >= lo && v->valuedouble <= hi &&
+           v->valuedouble == (double)(int64_t)v->valuedouble;
 }
 
 /* One {"name", "data_type", "dims"} entry of "input" or "output". */

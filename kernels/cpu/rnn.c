@@ -224,8 +224,9 @@ static slim_status prepare_cell(slim_node *node, cell_kind cell, void **state, s
         s = slim_errf(err, SLIM_EINVAL, "unknown direction \"%s\"", dir);
         goto fail;
     }
-    if (st->hidden < 0) {
-        s = slim_errf(err, SLIM_EINVAL, "hidden_size must be positive, got %lld",
+    /* Bounded so that gates * hidden and the weight sizes stay in int64. */
+    if (st->hidden < 0 || st->hidden > INT32_MAX) {
+        s = slim_errf(err, SLIM_EINVAL, "hidden_size must be from 1 to %d, got %lld", INT32_MAX,
                       (long long)st->hidden);
         goto fail;
     }
@@ -320,8 +321,8 @@ static slim_status check_inputs(const slim_op_ctx *ctx, rnn_dims *dm)
     dm->hidden = st->hidden ? st->hidden : r->dims[2];
     dm->dirs = st->n_dirs;
     dm->gates = st->n_gates;
-    if (dm->hidden <= 0)
-        return slim_errf(err, SLIM_EINVAL, "hidden size must be positive");
+    if (dm->hidden <= 0 || dm->hidden > INT32_MAX)
+        return slim_errf(err, SLIM_EINVAL, "hidden size must be from 1 to %d", INT32_MAX);
     int64_t GH = dm->gates * dm->hidden;
     slim_status s;
     if ((s = expect_shape(w, "W", 3, (int64_t[]){dm->dirs, GH, dm->input}, err)) ||
