@@ -192,7 +192,7 @@ def decode_outputs(resp, data):
 # ---- the server ---------------------------------------------------------------
 
 class Server:
-    def __init__(self, binary, repo, limit, log_path):
+    def __init__(self, binary, repo, limit, log_path, env=None):
         self.port = free_port()
         cmd = [binary, "--model-repository", repo, "--host", HOST, "--http-port", str(self.port)]
         if limit:
@@ -200,7 +200,9 @@ class Server:
         self.cmd = cmd
         self.log_path = log_path
         self.log = open(log_path, "wb")
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
+        self.env = env or {}
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT,
+                                     env=dict(os.environ, **self.env))
         deadline = time.time() + 120
         while time.time() < deadline:
             if self.proc.poll() is not None:
@@ -223,15 +225,20 @@ class Server:
         finally:
             conn.close()
 
-    def rss(self):
+    def proc_status(self):
+        """VmRSS, RssAnon (bytes) and Threads from /proc/PID/status."""
+        got = {}
         try:
             with open(f"/proc/{self.proc.pid}/status") as f:
                 for line in f:
-                    if line.startswith("VmRSS:"):
-                        return int(line.split()[1]) * 1024
+                    key, _, value = line.partition(":")
+                    if key in ("VmRSS", "RssAnon"):
+                        got[key] = int(value.split()[0]) * 1024
+                    elif key == "Threads":
+                        got[key] = int(value)
         except OSError:
             pass
-        return None
+        return got
 
     def tail(self, n=20):
         try:
@@ -451,8 +458,9 @@ def cycler(srv, model, stats, stop, t0, every, down_for, down):
 
 def sample(srv, stats, t0, prev):
     t = time.perf_counter() - t0
-    rss = srv.rss()
-    row = {"t": t, "rss": rss}
+    ps = srv.proc_status()
+    row = {"t": t, "rss": ps.get("VmRSS"), "rss_anon": ps.get("RssAnon"),
+           "threads": ps.get("Threads")}
     try:
         status, data = srv.request("GET", "/metrics")
         with stats.lock:
@@ -488,7 +496,7 @@ def sample(srv, stats, t0, prev):
     return row
 
 
-HEADER = (f"{'t s':>6} {'RSS MiB':>8} {'resv MiB':>8} {'alloc MiB':>9} {'segs':>5} "
+HEADER = (f"{'t s':>6} {'RSS MiB':>8} {'anon':>6} {'thr':>4} {'resv MiB':>8} {'alloc MiB':>9} {'segs':>5} "
           f"{'seg+':>6} {'seg-':>6} {'OOMs':>6} {'halv':>6} {'req/s':>7} {'lost':>4} "
           f"{'wrong':>5}  requests by status")
 
@@ -502,7 +510,8 @@ def row_text(r):
         v = r.get(k)
         return f"{v:.0f}" if v is not None else "-"
     st = " ".join(f"{k}:{v}" for k, v in r["status"].items()) or "-"
-    return (f"{r['t']:>6.0f} {mib('rss'):>8} {mib('reserved'):>8} {mib('allocated'):>9} "
+    return (f"{r['t']:>6.0f} {mib('rss'):>8} {mib('rss_anon'):>6} {num('threads'):>4} "
+            f"{mib('reserved'):>8} {mib('allocated'):>9} "
             f"{num('segments'):>5} {num('segment_allocs'):>6} {num('segment_frees'):>6} "
             f"{num('ooms'):>6} {num('halvings'):>6} {r['rps']:>7.1f} {r['unanswered']:>4} "
             f"{r['wrong']:>5}  {st}")
@@ -569,6 +578,8 @@ def main():
     ap.add_argument("--cycle-down", type=float, default=5.0, help="seconds the model stays out")
     ap.add_argument("--timeout", type=float, default=60.0,
                     help="seconds a request may wait for its answer (60)")
+    ap.add_argument("--server-env", action="append", default=[], metavar="KEY=VALUE",
+                    help="environment for the soaked server, e.g. MALLOC_ARENA_MAX=2 (repeatable)")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", help="directory for STEM.txt, STEM.json and STEM.png")
     ap.add_argument("--stem", default=f"soak_{datetime.date.today().isoformat()}",
@@ -593,9 +604,10 @@ def main():
         else:
             limit, how = parse_size(args.memory_limit), "given"
         warmup = min(0.2 * args.duration, 60.0)
-        srv = Server(binary, repo, limit, os.path.join(tmp, "slimserve.log"))
+        env = dict(kv.split("=", 1) for kv in args.server_env)
+        srv = Server(binary, repo, limit, os.path.join(tmp, "slimserve.log"), env)
         say(f"slimserve soak: {args.duration:g} s, {os.cpu_count()} cores, server pid {srv.proc.pid}: "
-            f"{' '.join(srv.cmd)}")
+            f"{' '.join([f'{k}={v}' for k, v in env.items()] + srv.cmd)}")
         say(f"  models: {', '.join(MODELS)} (max_batch_size 32, dynamic batching, "
             f"instance_count 2); requests: JSON or binary, batch "
             f"{'/'.join(map(str, BATCHES))} (weights {'/'.join(map(str, BATCH_WEIGHTS))})")
@@ -671,6 +683,10 @@ def main():
                 say(f"  RSS after warm-up: min {min(s['rss'] for s in rss_after) / MiB:.1f}, "
                     f"max {max(s['rss'] for s in rss_after) / MiB:.1f} MiB, "
                     f"trend {slope:+.3f} MiB/min (least squares)")
+            if after_warm.get("threads") and last.get("threads"):
+                say(f"  anonymous RSS {fmt_mib(after_warm['rss_anon'])} -> "
+                    f"{fmt_mib(last['rss_anon'])}; threads {after_warm['threads']} -> "
+                    f"{last['threads']}")
         else:
             growth = None
             say("  RSS: not enough samples after warm-up")
