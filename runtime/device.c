@@ -83,6 +83,10 @@ void slim_buffer_unref(slim_buffer *b)
 {
     if (!b || atomic_fetch_sub(&b->refs, 1) != 1)
         return;
+    if (b->release) {
+        b->release(b);
+        return;
+    }
     if (b->block)
         slim_allocator_free(b->dev->alloc, b->block);
     free(b);

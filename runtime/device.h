@@ -66,6 +66,9 @@ typedef struct slim_buffer {
     size_t size;                /* bytes asked for */
     slim_block *block;          /* NULL when size is 0 */
     atomic_int refs;
+    /* Memory the allocator did not give (a mapped model file): called at
+     * the last unref instead of freeing a block; it frees b too. */
+    void (*release)(struct slim_buffer *b);
 } slim_buffer;
 
 slim_device *slim_device_cpu(void);

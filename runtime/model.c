@@ -4,11 +4,23 @@
 #include "plan.h"
 #include "device.h"
 #include "fp16.h"
+#include "slim_format.h"
 
 #include <stdio.h>
 
 #include <stdlib.h>
 #include <string.h>
+
+bool slim_model_file_is_slim(const char *path)
+{
+    unsigned char head[SLIM_FORMAT_MAGIC_LEN];
+    FILE *f = fopen(path, "rb");
+    if (!f)
+        return false;
+    size_t n = fread(head, 1, sizeof(head), f);
+    fclose(f);
+    return slim_format_sniff(head, n);
+}
 
 slim_status slim_model_load(const char *path, const slim_load_opts *opts,
                             slim_model **out, slim_err *err)
@@ -40,9 +52,9 @@ slim_status slim_model_load(const char *path, const slim_load_opts *opts,
         return slim_errf(err, SLIM_ENOMEM, "out of memory loading %s", path);
     slim_mem_account *prev = slim_mem_account_enter(acct);
     slim_graph *g = NULL;
-    /* ONNX is the only format so far; the native format will be told
-     * apart by its magic number, not its name. */
-    slim_status st = slim_onnx_load_file(path, &g, err);
+    /* The format is told by its magic number, not the file's name. */
+    slim_status st = slim_model_file_is_slim(path) ? slim_format_load_file(path, &g, err)
+                                                   : slim_onnx_load_file(path, &g, err);
     if (!st && half != SLIM_DTYPE_UNDEFINED) {
         st = slim_quant_half(g, half, NULL, err);
         if (st) {

@@ -50,6 +50,9 @@ void slim_model_set_batch_invariant(slim_model *m, bool on);
 /* Takes ownership of g (also on failure): finalizes it and wraps it. */
 slim_status slim_model_from_graph(slim_graph *g, slim_model **out, slim_err *err);
 
+/* Whether the file at path starts with the .slim magic number. */
+bool slim_model_file_is_slim(const char *path);
+
 /* Loader entry points (loaders/onnx/onnx_loader.c). */
 slim_status slim_onnx_load_file(const char *path, slim_graph **out, slim_err *err);
 slim_status slim_onnx_load_buffer(const void *data, size_t size, const char *base_dir,

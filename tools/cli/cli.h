@@ -7,6 +7,7 @@ int slim_cmd_inspect(int argc, char **argv);
 int slim_cmd_run(int argc, char **argv);
 int slim_cmd_conformance(int argc, char **argv);
 int slim_cmd_devices(int argc, char **argv);
+int slim_cmd_convert(int argc, char **argv);
 
 #include "slim.h"
 

@@ -38,7 +38,9 @@ static void usage(FILE *f)
             "                                  run a model on NumPy inputs\n"
             "  conformance DIR [--filter REGEX] [--verbose] [--device DEV]\n"
             "                                  run ONNX backend node tests under DIR\n"
-            "  devices                         the devices there are, with their memory\n");
+            "  devices                         the devices there are, with their memory\n"
+            "  convert MODEL -o OUT.slim [--precision P]\n"
+            "                                  write the native format (mapped, weights in place)\n");
 }
 
 int main(int argc, char **argv)
@@ -54,6 +56,8 @@ int main(int argc, char **argv)
         return slim_cmd_run(argc - 1, argv + 1);
     if (strcmp(cmd, "devices") == 0)
         return slim_cmd_devices(argc - 1, argv + 1);
+    if (strcmp(cmd, "convert") == 0)
+        return slim_cmd_convert(argc - 1, argv + 1);
     if (strcmp(cmd, "conformance") == 0)
         return slim_cmd_conformance(argc - 1, argv + 1);
     if (strcmp(cmd, "help") == 0 || strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0) {

@@ -1,0 +1,50 @@
+/*
+ * slim_format.h - the native .slim model file: written once from any model
+ * slimserve loads, then mapped read-only, the weights used in place.
+ *
+ * docs/format.md specifies it byte by byte. In short: a 64-byte header
+ * (magic, version, where the metadata and the data sections are, CRC-32s),
+ * the metadata (a string table, the graph, a tensor table), then the tensor
+ * data on a page boundary, each tensor on a 64-byte boundary. Every integer
+ * is little-endian and fixed-width; the reader checks every count, id,
+ * offset and size against the file before using it.
+ */
+#ifndef SLIM_FORMAT_H
+#define SLIM_FORMAT_H
+
+#include "graph.h"
+
+#define SLIM_FORMAT_VERSION 1
+#define SLIM_FORMAT_MAGIC "\x89SLIM\r\n\x1a"
+#define SLIM_FORMAT_MAGIC_LEN 8
+#define SLIM_FORMAT_HEADER_SIZE 64
+#define SLIM_FORMAT_DATA_ALIGN 4096   /* the data section */
+#define SLIM_FORMAT_TENSOR_ALIGN 64   /* each tensor within it */
+#define SLIM_FORMAT_NONE 0xFFFFFFFFu  /* "no string", "no tensor" */
+
+/* Tensor encodings. v1 defines only RAW (row-major, the dtype's own
+ * little-endian bytes); the compression passes add theirs with a version. */
+enum { SLIM_ENCODING_RAW = 0 };
+
+/* Whether the first bytes of a file are a .slim header's. */
+bool slim_format_sniff(const void *head, size_t n);
+
+/* Maps path read-only and builds a graph whose initializers point into the
+ * mapping (each holds a reference; the last one unmaps). The mapped bytes
+ * of the data section are charged to the calling thread's memory account
+ * while mapped. */
+slim_status slim_format_load_file(const char *path, slim_graph **out, slim_err *err);
+
+/* The same from bytes in memory; owner (may be NULL) is referenced by each
+ * initializer, and without one the bytes must outlive the graph. */
+slim_status slim_format_load_buffer(const void *data, size_t size, struct slim_buffer *owner,
+                                    slim_graph **out, slim_err *err);
+
+/* Writes g (weights on the host) to path, through a temporary file renamed
+ * into place, so a reader never sees half a file. */
+slim_status slim_format_write(const slim_graph *g, const char *path, slim_err *err);
+
+/* CRC-32 (IEEE 802.3, as zlib's crc32), continuing from crc (0 to start). */
+uint32_t slim_format_crc32(uint32_t crc, const void *data, size_t n);
+
+#endif

@@ -1,0 +1,382 @@
+/*
+ * slim_writer.c - graph IR -> .slim file (docs/format.md).
+ *
+ * The metadata is built in memory (it is small: names, shapes, attributes),
+ * then the file is written in one pass: header, metadata, padding to the
+ * data section, each tensor on its 64-byte boundary. Strings are written
+ * once each (a name, domain or op type used by many nodes is one entry).
+ */
+#include "slim_format.h"
+#include "device.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+typedef struct wbuf {
+    uint8_t *p;
+    size_t n, cap;
+    bool oom;
+} wbuf;
+
+static void put(wbuf *b, const void *data, size_t k)
+{
+    if (b->oom)
+        return;
+    if (b->n + k > b->cap) {
+        size_t cap = b->cap ? b->cap : 4096;
+        while (cap < b->n + k)
+            cap *= 2;
+        uint8_t *p = realloc(b->p, cap);
+        if (!p) {
+            b->oom = true;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->n, data, k);
+    b->n += k;
+}
+
+#define PUT_FN(name, type)                      \
+    static void name(wbuf *b, type v)           \
+    {                                           \
+        put(b, &v, sizeof(v));                  \
+    }
+PUT_FN(put_u8, uint8_t)
+PUT_FN(put_u32, uint32_t)
+PUT_FN(put_i32, int32_t)
+PUT_FN(put_i64, int64_t)
+PUT_FN(put_u64, uint64_t)
+PUT_FN(put_f32, float)
+#undef PUT_FN
+
+/* ---- strings: an open-addressing set of the distinct ones ----------------- */
+
+typedef struct strtab {
+    const char **strs;       /* in id order */
+    uint32_t n, cap;
+    uint32_t *slots;         /* id + 1, 0 empty */
+    uint32_t n_slots;
+    bool oom;
+} strtab;
+
+static uint32_t hash_str(const char *s)
+{
+    uint32_t h = 2166136261u;
+    for (; *s; s++)
+        h = (h ^ (uint8_t)*s) * 16777619u;
+    return h;
+}
+
+static uint32_t intern(strtab *t, const char *s)
+{
+    if (!s)
+        return SLIM_FORMAT_NONE;
+    if (t->oom)
+        return 0;
+    if ((t->n + 1) * 2 > t->n_slots) {
+        uint32_t ns = t->n_slots ? t->n_slots * 2 : 256;
+        uint32_t *slots = calloc(ns, sizeof(uint32_t));
+        if (!slots) {
+            t->oom = true;
+            return 0;
+        }
+        for (uint32_t i = 0; i < t->n; i++) {
+            uint32_t h = hash_str(t->strs[i]) & (ns - 1);
+            while (slots[h])
+                h = (h + 1) & (ns - 1);
+            slots[h] = i + 1;
+        }
+        free(t->slots);
+        t->slots = slots;
+        t->n_slots = ns;
+    }
+    uint32_t h = hash_str(s) & (t->n_slots - 1);
+    for (; t->slots[h]; h = (h + 1) & (t->n_slots - 1))
+        if (strcmp(t->strs[t->slots[h] - 1], s) == 0)
+            return t->slots[h] - 1;
+    if (t->n == t->cap) {
+        uint32_t cap = t->cap ? t->cap * 2 : 256;
+        const char **strs = realloc(t->strs, sizeof(char *) * cap);
+        if (!strs) {
+            t->oom = true;
+            return 0;
+        }
+        t->strs = strs;
+        t->cap = cap;
+    }
+    t->strs[t->n] = s;
+    t->slots[h] = t->n + 1;
+    return t->n++;
+}
+
+/* ---- tensors --------------------------------------------------------------- */
+
+typedef struct wtensors {
+    const slim_tensor **ts;
+    uint64_t *offsets;
+    uint32_t n, cap;
+    uint64_t end;            /* bytes of the data section so far */
+    bool oom;
+} wtensors;
+
+static uint32_t add_tensor(wtensors *w, const slim_tensor *t)
+{
+    if (w->n == w->cap) {
+        uint32_t cap = w->cap ? w->cap * 2 : 64;
+        const slim_tensor **ts = realloc(w->ts, sizeof(*ts) * cap);
+        uint64_t *offs = ts ? realloc(w->offsets, sizeof(*offs) * cap) : NULL;
+        if (ts)
+            w->ts = ts;
+        if (!ts || !offs) {
+            w->oom = true;
+            return 0;
+        }
+        w->offsets = offs;
+        w->cap = cap;
+    }
+    uint64_t off = (w->end + SLIM_FORMAT_TENSOR_ALIGN - 1) / SLIM_FORMAT_TENSOR_ALIGN *
+                   SLIM_FORMAT_TENSOR_ALIGN;
+    w->ts[w->n] = t;
+    w->offsets[w->n] = off;
+    w->end = off + slim_tensor_nbytes(t);
+    return w->n++;
+}
+
+/* ---- the graph --------------------------------------------------------------- */
+
+/* Collects every tensor (initializers, then TENSOR attributes in node
+ * order) and interns every string, in the order the metadata uses them. */
+static slim_status collect(const slim_graph *g, strtab *st, wtensors *wt, uint32_t *value_tensor,
+                           slim_err *err)
+{
+    for (int v = 0; v < g->n_values; v++) {
+        const slim_value *val = &g->values[v];
+        value_tensor[v] = SLIM_FORMAT_NONE;
+        if (val->kind != SLIM_VALUE_INITIALIZER)
+            continue;
+        if (val->init.device)
+            return slim_errf(err, SLIM_EINVAL, "weight \"%s\" is on %s: write the model before "
+                             "placing it on a device", val->name, val->init.device->name);
+        if (slim_tensor_numel(&val->init) && !val->init.data)
+            return slim_errf(err, SLIM_EINVAL, "weight \"%s\" has no data", val->name);
+        value_tensor[v] = add_tensor(wt, &val->init);
+    }
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int a = 0; a < g->nodes[i].n_attrs; a++) {
+            const slim_attr *at = &g->nodes[i].attrs[a];
+            if (at->type == SLIM_ATTR_TENSOR)
+                add_tensor(wt, at->t);
+            if (at->type == SLIM_ATTR_GRAPH)
+                return slim_errf(err, SLIM_EUNSUPPORTED, SLIM_NODE_FMT ": attribute \"%s\" holds "
+                                 "a subgraph, which format version %d cannot hold",
+                                 SLIM_NODE_ARGS(&g->nodes[i]), at->name, SLIM_FORMAT_VERSION);
+        }
+    (void)st;
+    return wt->oom ? slim_errf(err, SLIM_ENOMEM, "out of memory writing the model") : SLIM_OK;
+}
+
+/* The metadata after the string table, with strings as ids. */
+static void write_body(const slim_graph *g, strtab *st, const wtensors *wt,
+                       const uint32_t *value_tensor, wbuf *b)
+{
+    put_i64(b, g->ir_version);
+    put_u32(b, intern(st, g->name ? g->name : ""));
+    put_u32(b, intern(st, g->producer_name ? g->producer_name : ""));
+    put_i32(b, g->opset);
+
+    put_u32(b, wt->n);
+    for (uint32_t i = 0; i < wt->n; i++) {
+        const slim_tensor *t = wt->ts[i];
+        put_u8(b, (uint8_t)slim_dtype_to_onnx(t->dtype));
+        put_u8(b, SLIM_ENCODING_RAW);
+        put_u8(b, (uint8_t)t->ndim);
+        put_u8(b, 0);
+        for (int d = 0; d < t->ndim; d++)
+            put_i64(b, t->dims[d]);
+        put_u64(b, wt->offsets[i]);
+        put_u64(b, slim_tensor_nbytes(t));
+    }
+
+    put_u32(b, (uint32_t)g->n_values);
+    for (int v = 0; v < g->n_values; v++) {
+        const slim_value *val = &g->values[v];
+        put_u32(b, intern(st, val->name));
+        put_u8(b, (uint8_t)val->kind);
+        put_u8(b, (uint8_t)(val->info.dtype ? slim_dtype_to_onnx(val->info.dtype) : 0));
+        int ndim = val->info.ndim < 0 || val->info.ndim > SLIM_MAX_DIMS ? -1 : val->info.ndim;
+        put_u8(b, (uint8_t)(int8_t)ndim);
+        put_u8(b, 0);
+        for (int d = 0; d < ndim; d++) {
+            put_i64(b, val->info.dims[d]);
+            put_u32(b, intern(st, val->info.dim_names[d]));
+        }
+        put_u32(b, value_tensor[v]);
+    }
+
+    put_u32(b, (uint32_t)g->n_inputs);
+    for (int i = 0; i < g->n_inputs; i++)
+        put_u32(b, (uint32_t)g->inputs[i]);
+    put_u32(b, (uint32_t)g->n_outputs);
+    for (int i = 0; i < g->n_outputs; i++)
+        put_u32(b, (uint32_t)g->outputs[i]);
+
+    /* Attribute tensors follow the weights in the table (collect). */
+    uint32_t attr_tensor = 0;
+    for (int v = 0; v < g->n_values; v++)
+        if (value_tensor[v] != SLIM_FORMAT_NONE)
+            attr_tensor++;
+    put_u32(b, (uint32_t)g->n_nodes);
+    for (int i = 0; i < g->n_nodes; i++) {
+        const slim_node *n = &g->nodes[i];
+        put_u32(b, intern(st, n->name));
+        put_u32(b, intern(st, n->op_type));
+        put_u32(b, intern(st, n->domain));
+        put_i32(b, n->opset);
+        put_u32(b, (uint32_t)n->n_in);
+        for (int k = 0; k < n->n_in; k++)
+            put_i32(b, n->in[k]);
+        put_u32(b, (uint32_t)n->n_out);
+        for (int k = 0; k < n->n_out; k++)
+            put_i32(b, n->out[k]);
+        put_u32(b, (uint32_t)n->n_attrs);
+        for (int a = 0; a < n->n_attrs; a++) {
+            const slim_attr *at = &n->attrs[a];
+            put_u32(b, intern(st, at->name));
+            put_u8(b, (uint8_t)at->type);
+            switch (at->type) {
+            case SLIM_ATTR_FLOAT: put_f32(b, at->f); break;
+            case SLIM_ATTR_INT: put_i64(b, at->i); break;
+            case SLIM_ATTR_STRING: put_u32(b, intern(st, at->s ? at->s : "")); break;
+            case SLIM_ATTR_TENSOR: put_u32(b, attr_tensor++); break;
+            case SLIM_ATTR_FLOATS:
+                put_u32(b, (uint32_t)at->n);
+                for (int k = 0; k < at->n; k++)
+                    put_f32(b, at->floats[k]);
+                break;
+            case SLIM_ATTR_INTS:
+                put_u32(b, (uint32_t)at->n);
+                for (int k = 0; k < at->n; k++)
+                    put_i64(b, at->ints[k]);
+                break;
+            case SLIM_ATTR_STRINGS:
+                put_u32(b, (uint32_t)at->n);
+                for (int k = 0; k < at->n; k++)
+                    put_u32(b, intern(st, at->strings[k]));
+                break;
+            default: break;
+            }
+        }
+    }
+}
+
+static bool write_all(FILE *f, const void *p, size_t n)
+{
+    return n == 0 || fwrite(p, 1, n, f) == n;
+}
+
+static bool write_zeros(FILE *f, uint64_t n)
+{
+    static const uint8_t zeros[4096];
+    while (n) {
+        size_t k = n < sizeof(zeros) ? (size_t)n : sizeof(zeros);
+        if (!write_all(f, zeros, k))
+            return false;
+        n -= k;
+    }
+    return true;
+}
+
+slim_status slim_format_write(const slim_graph *g, const char *path, slim_err *err)
+{
+    strtab st = {0};
+    wtensors wt = {0};
+    wbuf body = {0}, meta = {0};
+    uint32_t *value_tensor = calloc(g->n_values ? (size_t)g->n_values : 1, sizeof(uint32_t));
+    slim_status s = value_tensor ? collect(g, &st, &wt, value_tensor, err)
+                                 : slim_errf(err, SLIM_ENOMEM, "out of memory writing the model");
+    FILE *f = NULL;
+    char tmp[4096];
+    tmp[0] = 0;
+    if (s)
+        goto done;
+    write_body(g, &st, &wt, value_tensor, &body);
+    /* The string table goes first; its ids were handed out while writing
+     * the body, so it is written after and placed before. */
+    put_u32(&meta, st.n);
+    for (uint32_t i = 0; i < st.n; i++) {
+        uint32_t len = (uint32_t)strlen(st.strs[i]);
+        put_u32(&meta, len);
+        put(&meta, st.strs[i], len);
+    }
+    put(&meta, body.p, body.n);
+    if (st.oom || body.oom || meta.oom) {
+        s = slim_errf(err, SLIM_ENOMEM, "out of memory writing the model");
+        goto done;
+    }
+    uint64_t meta_off = SLIM_FORMAT_HEADER_SIZE;
+    uint64_t data_off = (meta_off + meta.n + SLIM_FORMAT_DATA_ALIGN - 1) / SLIM_FORMAT_DATA_ALIGN *
+                        SLIM_FORMAT_DATA_ALIGN;
+    uint64_t data_size = wt.end;
+    uint8_t hdr[SLIM_FORMAT_HEADER_SIZE] = {0};
+    uint32_t version = SLIM_FORMAT_VERSION, hsize = SLIM_FORMAT_HEADER_SIZE;
+    uint64_t meta_size = meta.n, file_size = data_off + data_size;
+    uint32_t meta_crc = slim_format_crc32(0, meta.p, meta.n);
+    memcpy(hdr, SLIM_FORMAT_MAGIC, SLIM_FORMAT_MAGIC_LEN);
+    memcpy(hdr + 8, &version, 4);
+    memcpy(hdr + 12, &hsize, 4);
+    memcpy(hdr + 16, &meta_off, 8);
+    memcpy(hdr + 24, &meta_size, 8);
+    memcpy(hdr + 32, &data_off, 8);
+    memcpy(hdr + 40, &data_size, 8);
+    memcpy(hdr + 48, &file_size, 8);
+    memcpy(hdr + 56, &meta_crc, 4);
+    uint32_t hcrc = slim_format_crc32(0, hdr, 60);
+    memcpy(hdr + 60, &hcrc, 4);
+
+    snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
+    if (!(f = fopen(tmp, "wb"))) {
+        s = slim_errf(err, SLIM_EIO, "cannot create \"%s\": %s", tmp, strerror(errno));
+        tmp[0] = 0;
+        goto done;
+    }
+    bool ok = write_all(f, hdr, sizeof(hdr)) && write_all(f, meta.p, meta.n) &&
+              write_zeros(f, data_off - meta_off - meta.n);
+    uint64_t at = 0;
+    for (uint32_t i = 0; ok && i < wt.n; i++) {
+        ok = write_zeros(f, wt.offsets[i] - at) &&
+             write_all(f, wt.ts[i]->data, slim_tensor_nbytes(wt.ts[i]));
+        at = wt.offsets[i] + slim_tensor_nbytes(wt.ts[i]);
+    }
+    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (fclose(f) != 0)
+        ok = false;
+    f = NULL;
+    if (!ok) {
+        s = slim_errf(err, SLIM_EIO, "cannot write \"%s\": %s", tmp, strerror(errno));
+        goto done;
+    }
+    if (rename(tmp, path) != 0) {
+        s = slim_errf(err, SLIM_EIO, "cannot rename \"%s\" to \"%s\": %s", tmp, path,
+                      strerror(errno));
+        goto done;
+    }
+    tmp[0] = 0;
+done:
+    if (f)
+        fclose(f);
+    if (tmp[0])
+        unlink(tmp);
+    free(value_tensor);
+    free(st.strs);
+    free(st.slots);
+    free(wt.ts);
+    free(wt.offsets);
+    free(body.p);
+    free(meta.p);
+    return s;
+}
