@@ -7,7 +7,7 @@ FUZZ_BUILD ?= build-fuzz
 # libFuzzer time per target: `make fuzz` (long) and within `make test` (short).
 FUZZ_SECONDS      ?= 300
 FUZZ_TEST_SECONDS ?= 30
-FUZZ_TARGETS      := fuzz_onnx fuzz_onnx_graph fuzz_npy fuzz_infer_request fuzz_config
+FUZZ_TARGETS      := fuzz_onnx fuzz_onnx_graph fuzz_slim fuzz_npy fuzz_infer_request fuzz_config
 PY         := $(CURDIR)/.venv/bin/python
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
@@ -32,7 +32,7 @@ build-asan: deps
 build-fuzz: deps
 	CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLIM_FUZZ=ON \
 	    -DSLIM_CUDA=OFF -DPython3_EXECUTABLE=$(PY) $(CMAKE_ARGS)
-	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(FUZZ_TARGETS)
+	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(FUZZ_TARGETS) slim
 
 # Each fuzz target for FUZZ_SECONDS; prints executions and crashes per target.
 fuzz: build-fuzz

@@ -16,8 +16,12 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+struct slim_graph;
+
 /* Loads an ONNX model from bytes and, when it loads, runs it once on small
  * inputs made from its declared shapes under a memory limit (onnx_harness.c). */
 void slim_fuzz_onnx(const uint8_t *data, size_t size);
+/* The same for a graph already read (taken over). */
+void slim_fuzz_run_graph(struct slim_graph *g, uint32_t seed);
 
 #endif

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Writes the seed corpora of the fuzz targets into DIR/<target>/.
 
-    python3 tests/fuzz/make_seeds.py DIR [--onnx-limit N]
+    python3 tests/fuzz/make_seeds.py DIR [--onnx-limit N] [--slim BUILD/bin/slim]
 
   fuzz_onnx, fuzz_onnx_graph  the ONNX backend node tests' models (shipped by
                               the onnx package) and the example models
                               (models/gen_models.py) that are small enough
+  fuzz_slim                   the example models and some node-test models,
+                              converted with `slim convert` (--slim BIN)
   fuzz_npy                    .npy files of every dtype, 0-d, empty, Fortran
                               order, big-endian, format version 2
   fuzz_infer_request          JSON and binary infer requests for the two
@@ -52,6 +54,23 @@ def onnx_seeds(out, limit, examples_dir):
             for t in ("fuzz_onnx", "fuzz_onnx_graph"):
                 shutil.copyfile(m, os.path.join(out, t, "example_" + name + ".onnx"))
     return len(models)
+
+
+def slim_seeds(out, slim, examples_dir, limit=40):
+    """Converted models; node tests spread over the list, for variety."""
+    d = os.path.join(out, "fuzz_slim")
+    node = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node")
+    models = sorted(glob.glob(os.path.join(node, "*", "model.onnx")))
+    models = models[::max(1, len(models) // limit)][:limit]
+    models += sorted(m for m in glob.glob(os.path.join(examples_dir, "*", "1", "model.onnx"))
+                     if os.path.getsize(m) <= MAX_SEED_BYTES)
+    made = 0
+    for m in models:
+        name = m.split(os.sep)[-2] if "/node/" in m else "example_" + m.split(os.sep)[-3]
+        r = subprocess.run([slim, "convert", m, "-o", os.path.join(d, name + ".slim")],
+                           capture_output=True, timeout=120)
+        made += r.returncode == 0
+    return made
 
 
 def npy_bytes(arr, version=None):
@@ -162,14 +181,18 @@ def main():
     ap.add_argument("dir")
     ap.add_argument("--onnx-limit", type=int, default=0,
                     help="at most this many node-test models (0: all)")
+    ap.add_argument("--slim", help="the slim command, to convert models for fuzz_slim")
     args = ap.parse_args()
-    for t in ("fuzz_onnx", "fuzz_onnx_graph", "fuzz_npy", "fuzz_infer_request", "fuzz_config"):
+    for t in ("fuzz_onnx", "fuzz_onnx_graph", "fuzz_slim", "fuzz_npy", "fuzz_infer_request",
+              "fuzz_config"):
         os.makedirs(os.path.join(args.dir, t), exist_ok=True)
     with tempfile.TemporaryDirectory() as examples:
         subprocess.run([sys.executable, os.path.join(REPO, "models", "gen_models.py"), examples],
                        check=True, stdout=subprocess.DEVNULL, timeout=600)
         n = onnx_seeds(args.dir, args.onnx_limit, examples)
         config_seeds(args.dir, examples)
+        if args.slim:
+            slim_seeds(args.dir, args.slim, examples)
     npy_seeds(args.dir)
     request_seeds(args.dir)
     print(f"make_seeds: {n} node-test models and the rest under {args.dir}")

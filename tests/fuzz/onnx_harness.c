@@ -1,6 +1,6 @@
 /*
- * onnx_harness.c - the body of the ONNX fuzz targets: load, validate, and
- * run what loads.
+ * onnx_harness.c - the body of the model fuzz targets (ONNX and .slim):
+ * load, validate, and run what loads.
  *
  * Loading alone would leave kernels unexercised, and the crashes the issue
  * found were in kernels reached by graphs that loaded. So a model that loads
@@ -65,20 +65,25 @@ done:
         slim_tensor_release(&in[i]);
 }
 
-void slim_fuzz_onnx(const uint8_t *data, size_t size)
+void slim_fuzz_run_graph(slim_graph *g, uint32_t seed)
 {
     static int limited;
     if (!limited) {
         slim_allocator_set_limit(slim_device_cpu()->alloc, FUZZ_MEMORY_LIMIT);
         limited = 1;
     }
-    slim_graph *g = NULL;
-    slim_err err;
-    if (slim_onnx_load_buffer(data, size, NULL, &g, &err) != SLIM_OK)
-        return;
     slim_model *m = NULL;
+    slim_err err;
     if (slim_model_from_graph(g, &m, &err) != SLIM_OK)
         return; /* from_graph frees g on failure */
-    run_once(m, (uint32_t)size);
+    run_once(m, seed);
     slim_model_free(m);
+}
+
+void slim_fuzz_onnx(const uint8_t *data, size_t size)
+{
+    slim_graph *g = NULL;
+    slim_err err;
+    if (slim_onnx_load_buffer(data, size, NULL, &g, &err) == SLIM_OK)
+        slim_fuzz_run_graph(g, (uint32_t)size);
 }

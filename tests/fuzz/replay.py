@@ -14,7 +14,8 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TARGETS = ["fuzz_onnx", "fuzz_onnx_graph", "fuzz_npy", "fuzz_infer_request", "fuzz_config"]
+TARGETS = ["fuzz_onnx", "fuzz_onnx_graph", "fuzz_slim", "fuzz_npy", "fuzz_infer_request",
+           "fuzz_config"]
 
 
 def main():
@@ -23,8 +24,8 @@ def main():
     ap.add_argument("--workdir", required=True)
     args = ap.parse_args()
     seeds = os.path.join(args.workdir, "seeds")
-    subprocess.run([sys.executable, os.path.join(HERE, "make_seeds.py"), seeds], check=True,
-                   timeout=600)
+    subprocess.run([sys.executable, os.path.join(HERE, "make_seeds.py"), seeds,
+                    "--slim", os.path.join(args.bin, "slim")], check=True, timeout=600)
     failed = 0
     for t in TARGETS:
         dirs = [os.path.join(HERE, "regressions", t)]

@@ -16,11 +16,11 @@ SECONDS_EACH=${2:?usage: run_fuzz.sh BUILD_DIR SECONDS [TARGET...]}
 shift 2
 TARGETS=("$@")
 if [ ${#TARGETS[@]} -eq 0 ]; then
-    TARGETS=(fuzz_onnx fuzz_onnx_graph fuzz_npy fuzz_infer_request fuzz_config)
+    TARGETS=(fuzz_onnx fuzz_onnx_graph fuzz_slim fuzz_npy fuzz_infer_request fuzz_config)
 fi
 PY=${PY:-.venv/bin/python}
 SEEDS=$BUILD/fuzz-seeds
-[ -d "$SEEDS" ] || "$PY" tests/fuzz/make_seeds.py "$SEEDS" >/dev/null
+[ -d "$SEEDS/fuzz_slim" ] || "$PY" tests/fuzz/make_seeds.py "$SEEDS" --slim "$BUILD/bin/slim" >/dev/null
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
