@@ -2,7 +2,7 @@
  * repository.c - the model repository: folders on disk, models in memory.
  *
  *     ROOT/<model>/config.json        optional; defaults when absent
- *     ROOT/<model>/<version>/model.onnx
+ *     ROOT/<model>/<version>/model.onnx (or model.slim, preferred when both are there)
  *
  * Every numeric version folder is loaded; requests that name no version go
  * to the highest ready one. A model or version that fails to load stays in
@@ -107,8 +107,13 @@ static void entry_clear(slim_server_entry *e)
 static slim_status load_version(slim_server_repo *repo, const char *name, const char *cfg_text,
                                 int64_t version, slim_server_model **out, slim_err *err)
 {
+    /* A converted model.slim is served in preference to model.onnx: it maps
+     * instead of parsing, and replicas share its pages. */
     char path[4096];
-    snprintf(path, sizeof(path), "%s/%s/%lld/model.onnx", repo->root, name, (long long)version);
+    struct stat st;
+    snprintf(path, sizeof(path), "%s/%s/%lld/model.slim", repo->root, name, (long long)version);
+    if (stat(path, &st) != 0)
+        snprintf(path, sizeof(path), "%s/%s/%lld/model.onnx", repo->root, name, (long long)version);
     slim_server_model *m = calloc(1, sizeof(*m));
     if (!m || !(m->name = strdup(name))) {
         free(m);
@@ -117,7 +122,6 @@ static slim_status load_version(slim_server_repo *repo, const char *name, const 
     m->version = version;
     atomic_init(&m->refs, 1);
     slim_status s;
-    struct stat st;
     if (stat(path, &st) != 0) {
         s = slim_errf(err, SLIM_ENOTFOUND, "%s: %s", path, strerror(errno));
         goto err;
