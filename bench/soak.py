@@ -393,6 +393,7 @@ def client_loop(srv, inputs, stats, seed, stop, t0, timeout, cycle_model, down):
         if conn is None:
             conn = http.client.HTTPConnection(HOST, srv.port, timeout=timeout)
         t = time.perf_counter()
+        was_down = down.is_set()
         try:
             conn.request("POST", f"/v2/models/{model}/infer", body, headers)
             resp = conn.getresponse()
@@ -412,7 +413,8 @@ def client_loop(srv, inputs, stats, seed, stop, t0, timeout, cycle_model, down):
                 message = normalize(json.loads(data).get("error", ""))
             except (ValueError, AttributeError):
                 message = normalize(data[:160].decode(errors="replace"))
-            if model == cycle_model and resp.status in (400, 404, 503) and down.is_set():
+            if (model == cycle_model and resp.status in (400, 404, 503)
+                    and (was_down or down.is_set())):
                 message = "(while unloaded) " + message
         stats.answered(model, resp.status, message, latency)
         if resp.status == 200:
@@ -608,6 +610,13 @@ def main():
         srv = Server(binary, repo, limit, os.path.join(tmp, "slimserve.log"), env)
         say(f"slimserve soak: {args.duration:g} s, {os.cpu_count()} cores, server pid {srv.proc.pid}: "
             f"{' '.join([f'{k}={v}' for k, v in env.items()] + srv.cmd)}")
+        try:
+            head = subprocess.run(["git", "-C", REPO, "log", "-1", "--format=%h %cs"],
+                                  capture_output=True, text=True, timeout=10).stdout.strip()
+        except OSError:
+            head = "?"
+        built = datetime.datetime.fromtimestamp(os.path.getmtime(binary)).strftime("%Y-%m-%d %H:%M")
+        say(f"  binary built {built}; tree at {head or '?'}")
         say(f"  models: {', '.join(MODELS)} (max_batch_size 32, dynamic batching, "
             f"instance_count 2); requests: JSON or binary, batch "
             f"{'/'.join(map(str, BATCHES))} (weights {'/'.join(map(str, BATCH_WEIGHTS))})")
