@@ -11,6 +11,23 @@
  * Each request gets a slim_server_request, freed by the completion callback
  * (which also fires when the client goes away); `in_flight` counts them, so
  * shutdown can wait for the ones that are still running.
+ *
+ * Slow and lying clients. libmicrohttpd (0.9.75) times a connection out only
+ * after it has been silent for MHD_OPTION_CONNECTION_TIMEOUT, and then just
+ * closes it; it calls us only when bytes arrive, and once a body has begun
+ * it lets us queue no reply until the whole body is in. So a client that
+ * declares more bytes than it sends, or trickles them, would hold a request
+ * open with nothing to tell it why. Deadlines are therefore ours: every
+ * connection has a phase (idle, receiving a body, busy) and a deadline, and
+ * a watchdog thread acts on the ones that pass. A body past --body-timeout
+ * is answered 408 by writing the reply to the socket ourselves (MHD has sent
+ * nothing on it while the body is being read) and shutting the socket down,
+ * which MHD sees as the client leaving; an idle connection (no request in
+ * progress, including one whose headers never finished) is shut down after
+ * --idle-timeout. MHD's own timeout stays, longer, as the backstop for a
+ * client that stops reading its reply. Requests with a body that cannot be
+ * framed or is declared too large are answered at the first call, before
+ * any of the body is read.
  */
 #include "server.h"
 
@@ -23,10 +40,17 @@
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
+#include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
 
 #define SHUTDOWN_GRACE_S 60
+/* MHD's own inactivity timeout is a backstop behind our deadlines: it must
+ * fire later than they do, or it would close a late body without its 408. */
+#define MHD_TIMEOUT_MARGIN_S 10
+/* libmicrohttpd lines (one per refused connection, for one) a second before
+ * the rest are only counted: a flood of connections must not fill a disk. */
+#define LOG_LINES_PER_S 20
 
 /* ---- small helpers ------------------------------------------------------ */
 
@@ -91,18 +115,49 @@ void slim_server_buf_printf(slim_server_buf *b, const char *fmt, ...)
     b->len += (size_t)n;
 }
 
+/* Length of the well-formed UTF-8 sequence at p (n bytes left), or 0 when
+ * it is not one (RFC 3629: no overlongs, no surrogates, nothing past
+ * U+10FFFF). */
+static size_t utf8_len(const unsigned char *p, size_t n)
+{
+    unsigned char lo = 0x80, hi = 0xBF;
+    size_t len;
+    if (p[0] < 0x80)
+        return 1;
+    if (p[0] >= 0xC2 && p[0] <= 0xDF)
+        len = 2;
+    else if (p[0] >= 0xE0 && p[0] <= 0xEF)
+        len = 3, lo = p[0] == 0xE0 ? 0xA0 : 0x80, hi = p[0] == 0xED ? 0x9F : 0xBF;
+    else if (p[0] >= 0xF0 && p[0] <= 0xF4)
+        len = 4, lo = p[0] == 0xF0 ? 0x90 : 0x80, hi = p[0] == 0xF4 ? 0x8F : 0xBF;
+    else
+        return 0;
+    if (n < len || p[1] < lo || p[1] > hi)
+        return 0;
+    for (size_t i = 2; i < len; i++)
+        if (p[i] < 0x80 || p[i] > 0xBF)
+            return 0;
+    return len;
+}
+
 void slim_server_buf_json_string(slim_server_buf *b, const char *s)
 {
+    size_t n = strlen(s);
     slim_server_buf_puts(b, "\"");
-    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+    for (const unsigned char *p = (const unsigned char *)s, *end = p + n; p < end;) {
+        size_t len = utf8_len(p, (size_t)(end - p));
         if (*p == '"' || *p == '\\') {
             char esc[2] = {'\\', (char)*p};
             slim_server_buf_append(b, esc, 2);
         } else if (*p < 0x20) {
             slim_server_buf_printf(b, "\\u%04x", *p);
+        } else if (len == 0) {
+            slim_server_buf_puts(b, "\\ufffd"); /* the client's bytes, not UTF-8 */
+            len = 1;
         } else {
-            slim_server_buf_append(b, p, 1);
+            slim_server_buf_append(b, p, len);
         }
+        p += len ? len : 1;
     }
     slim_server_buf_puts(b, "\"");
 }
@@ -138,10 +193,43 @@ void slim_server_reply_error(slim_server_reply *r, int status, const char *fmt, 
     r->content_type = "application/json";
 }
 
+/* cJSON prints strings' bytes as they are. Bytes that are not UTF-8 can
+ * only sit inside strings, so each becomes U+FFFD there. NULL: no memory. */
+static char *utf8_sanitize(char *text)
+{
+    size_t n = strlen(text), bad = 0;
+    for (size_t i = 0; i < n;) {
+        size_t len = utf8_len((const unsigned char *)text + i, n - i);
+        bad += !len;
+        i += len ? len : 1;
+    }
+    if (!bad)
+        return text;
+    char *out = malloc(n + 2 * bad + 1), *o = out;
+    for (size_t i = 0; out && i < n;) {
+        size_t len = utf8_len((const unsigned char *)text + i, n - i);
+        if (len) {
+            memcpy(o, text + i, len);
+            o += len;
+            i += len;
+        } else {
+            memcpy(o, "\xEF\xBF\xBD", 3);
+            o += 3;
+            i++;
+        }
+    }
+    if (out)
+        *o = '\0';
+    free(text);
+    return out;
+}
+
 void slim_server_reply_json(slim_server_reply *r, int status, cJSON *json)
 {
     char *text = json ? cJSON_PrintUnformatted(json) : NULL;
     cJSON_Delete(json);
+    if (text)
+        text = utf8_sanitize(text);
     if (!text) {
         slim_server_reply_error(r, 500, "out of memory while writing the response");
         return;
@@ -151,6 +239,246 @@ void slim_server_reply_json(slim_server_reply *r, int status, cJSON *json)
     r->body = text;
     r->len = strlen(text);
     r->content_type = "application/json";
+}
+
+/* ---- connections and their deadlines ------------------------------------ */
+
+typedef enum {
+    CONN_IDLE,      /* no request in progress (maybe headers arriving) */
+    CONN_BODY,      /* headers in, the body not yet complete */
+    CONN_BUSY,      /* routed: running, suspended or answering */
+    CONN_CLOSING,   /* a deadline passed; the socket is shut down */
+} conn_phase;
+
+/* One open connection, from MHD's "started" to its "closed" notification;
+ * every field is guarded by srv->conns_mu. MHD closes the socket only after
+ * "closed", which takes the same lock, so under the lock fd is still ours
+ * to write to and shut down. */
+struct slim_server_conn {
+    int fd;
+    conn_phase phase;
+    int64_t deadline;               /* monotonic us; 0: none */
+    struct slim_server_conn *prev, *next;
+};
+
+static void conn_set_locked(slim_server *srv, struct slim_server_conn *c, conn_phase phase)
+{
+    int timeout_s = phase == CONN_IDLE ? srv->opts.idle_timeout_s
+                    : phase == CONN_BODY ? srv->opts.body_timeout_s : 0;
+    c->phase = phase;
+    c->deadline = timeout_s ? slim_server_now_us() + (int64_t)timeout_s * 1000000 : 0;
+}
+
+/* Moves c to phase; false when a deadline already closed it (c NULL: a
+ * connection we could not track, left to MHD's timeout). */
+static bool conn_set(slim_server *srv, struct slim_server_conn *c, conn_phase phase)
+{
+    if (!c)
+        return true;
+    pthread_mutex_lock(&srv->conns_mu);
+    bool open = c->phase != CONN_CLOSING;
+    if (open)
+        conn_set_locked(srv, c, phase);
+    pthread_mutex_unlock(&srv->conns_mu);
+    return open;
+}
+
+static bool conn_closing(slim_server *srv, struct slim_server_conn *c)
+{
+    if (!c)
+        return false;
+    pthread_mutex_lock(&srv->conns_mu);
+    bool closing = c->phase == CONN_CLOSING;
+    pthread_mutex_unlock(&srv->conns_mu);
+    return closing;
+}
+
+static struct slim_server_conn *conn_of(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *info =
+        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return info ? info->socket_context : NULL;
+}
+
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    slim_server *srv = cls;
+    struct slim_server_conn *c = *socket_context;
+    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+        const union MHD_ConnectionInfo *info =
+            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+        if (!info || !(c = calloc(1, sizeof(*c))))
+            return; /* untracked: MHD's timeout still applies */
+        c->fd = info->connect_fd;
+        pthread_mutex_lock(&srv->conns_mu);
+        conn_set_locked(srv, c, CONN_IDLE);
+        c->next = srv->conns;
+        if (srv->conns)
+            srv->conns->prev = c;
+        srv->conns = c;
+        srv->n_conns++;
+        pthread_mutex_unlock(&srv->conns_mu);
+        *socket_context = c;
+    } else if (c) { /* MHD_CONNECTION_NOTIFY_CLOSED */
+        pthread_mutex_lock(&srv->conns_mu);
+        if (c->prev)
+            c->prev->next = c->next;
+        else
+            srv->conns = c->next;
+        if (c->next)
+            c->next->prev = c->prev;
+        srv->n_conns--;
+        pthread_mutex_unlock(&srv->conns_mu);
+        free(c);
+        *socket_context = NULL;
+    }
+}
+
+/* The 408, written straight to the socket: MHD cannot queue a reply while
+ * a body is being read (see the top of this file). Best effort: the socket
+ * is non-blocking and its send buffer is empty at this point, so the short
+ * reply goes out whole or the client is gone. */
+static void send_408(const slim_server *srv, int fd)
+{
+    char body[160], msg[400];
+    int nb = snprintf(body, sizeof(body),
+                      "{\"error\":\"the request body did not arrive within %d s "
+                      "(--body-timeout)\"}", srv->opts.body_timeout_s);
+    int n = snprintf(msg, sizeof(msg),
+                     "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n"
+                     "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", nb, body);
+    if (n > 0 && (size_t)n < sizeof(msg))
+        (void)send(fd, msg, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+/* Acts on passed deadlines; sleeps until the next one, at most a second, so
+ * a deadline set meanwhile (always at least a second away) is never late. */
+static void *watchdog_main(void *arg)
+{
+    slim_server *srv = arg;
+    pthread_mutex_lock(&srv->conns_mu);
+    while (!srv->watchdog_stop) {
+        int64_t now = slim_server_now_us(), next = now + 1000000;
+        for (struct slim_server_conn *c = srv->conns; c; c = c->next) {
+            if (!c->deadline)
+                continue;
+            if (c->deadline > now) {
+                next = c->deadline < next ? c->deadline : next;
+                continue;
+            }
+            if (c->phase == CONN_BODY) {
+                send_408(srv, c->fd);
+                atomic_fetch_add(&srv->body_timeouts, 1);
+            } else {
+                atomic_fetch_add(&srv->idle_closes, 1);
+            }
+            /* Both ways: the client reads EOF after the reply, and MHD's
+             * next read sees the end too and closes the connection. */
+            shutdown(c->fd, SHUT_RDWR);
+            c->phase = CONN_CLOSING;
+            c->deadline = 0;
+        }
+        struct timespec ts = {.tv_sec = next / 1000000, .tv_nsec = (next % 1000000) * 1000};
+        pthread_cond_timedwait(&srv->conns_cv, &srv->conns_mu, &ts);
+    }
+    pthread_mutex_unlock(&srv->conns_mu);
+    return NULL;
+}
+
+void slim_server_http_metrics(slim_server *srv, slim_server_buf *out)
+{
+    pthread_mutex_lock(&srv->conns_mu);
+    int64_t n = srv->n_conns;
+    pthread_mutex_unlock(&srv->conns_mu);
+    slim_server_buf_printf(
+        out,
+        "# HELP slim_http_connections Open HTTP connections\n"
+        "# TYPE slim_http_connections gauge\n"
+        "slim_http_connections %lld\n"
+        "# HELP slim_http_timeouts_total Connections closed at a deadline: a request body "
+        "late past --body-timeout (answered 408), or idle past --idle-timeout\n"
+        "# TYPE slim_http_timeouts_total counter\n"
+        "slim_http_timeouts_total{phase=\"body\"} %llu\n"
+        "slim_http_timeouts_total{phase=\"idle\"} %llu\n",
+        (long long)n, (unsigned long long)atomic_load(&srv->body_timeouts),
+        (unsigned long long)atomic_load(&srv->idle_closes));
+}
+
+/* ---- what can be refused before the body -------------------------------- */
+
+typedef struct header_counts {
+    int content_length, transfer_encoding, infer_header;
+} header_counts;
+
+static enum MHD_Result count_header(void *cls, enum MHD_ValueKind kind, const char *key,
+                                    const char *value)
+{
+    header_counts *n = cls;
+    if (strcasecmp(key, MHD_HTTP_HEADER_CONTENT_LENGTH) == 0)
+        n->content_length++;
+    else if (strcasecmp(key, MHD_HTTP_HEADER_TRANSFER_ENCODING) == 0)
+        n->transfer_encoding++;
+    else if (strcasecmp(key, "Inference-Header-Content-Length") == 0)
+        n->infer_header++;
+    return MHD_YES;
+}
+
+/* Decimal digits only: strtoll would also take " 112", "+112" or "-0". */
+static bool parse_byte_count(const char *s, long long *out)
+{
+    size_t n = strlen(s);
+    if (n == 0 || n > 18 || strspn(s, "0123456789") != n)
+        return false;
+    *out = strtoll(s, NULL, 10);
+    return true;
+}
+
+/* Checks what the headers say about the body. MHD frames the body by the
+ * first Content-Length it sees, or by Transfer-Encoding when both are
+ * present, so any doubt about where a request ends is refused outright: a
+ * proxy in front could have framed it differently. Returns whether
+ * req->reply now holds the answer. */
+static bool refuse_framing(slim_server_request *req)
+{
+    struct MHD_Connection *conn = req->conn;
+    slim_server_reply *r = &req->reply;
+    header_counts n = {0};
+    MHD_get_connection_values(conn, MHD_HEADER_KIND, count_header, &n);
+    const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
+    const char *te = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_TRANSFER_ENCODING);
+    const char *hl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
+                                                 "Inference-Header-Content-Length");
+    size_t max = req->srv->opts.max_request_bytes;
+    if (n.content_length > 1)
+        slim_server_reply_error(r, 400, "Content-Length is given %d times; give it once",
+                                n.content_length);
+    else if (n.transfer_encoding > 1)
+        slim_server_reply_error(r, 400, "Transfer-Encoding is given %d times; give it once",
+                                n.transfer_encoding);
+    else if (cl && te)
+        slim_server_reply_error(r, 400, "both Content-Length and Transfer-Encoding are given; "
+                                "the body's length is ambiguous, give one");
+    else if (te && strcasecmp(te, "chunked") != 0)
+        slim_server_reply_error(r, 501, "Transfer-Encoding \"%s\" is not supported; send the "
+                                "body as it is or chunked", te);
+    else if (n.infer_header > 1)
+        slim_server_reply_error(r, 400, "Inference-Header-Content-Length is given %d times; "
+                                "give it once", n.infer_header);
+    else if (hl && !parse_byte_count(hl, &req->infer_header_len))
+        slim_server_reply_error(r, 400, "Inference-Header-Content-Length \"%s\" is not a byte "
+                                "count (decimal digits only)", hl);
+    else if (cl && strtoull(cl, NULL, 10) > max)
+        /* Before any of the body is read. MHD closes the connection after
+         * the reply; a client still sending may see that as a reset, one
+         * that waits for "100 Continue" or reads while it sends sees 413. */
+        slim_server_reply_error(r, 413, "request body of %s bytes exceeds the limit of %zu "
+                                "bytes (--max-request-bytes)", cl, max);
+    else
+        return false;
+    return true;
 }
 
 /* ---- MHD callbacks ------------------------------------------------------ */
@@ -218,6 +546,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (*con_cls)
         request_free(*con_cls);
     *con_cls = NULL;
+    /* Kept alive: the idle deadline runs until the next request's headers. */
+    conn_set(cls, conn_of(conn), CONN_IDLE);
 }
 
 static bool body_append(slim_server_request *req, const char *data, size_t n)
@@ -248,32 +578,25 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 {
     slim_server *srv = cls;
     slim_server_request *req = *con_cls;
-    if (!req) {
+    if (!req) { /* the headers are in; nothing of the body is read yet */
         if (!(req = request_new(srv, conn, url, method)))
             return MHD_NO;
         *con_cls = req;
-        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                                     MHD_HTTP_HEADER_CONTENT_LENGTH);
-        if (cl && strtoull(cl, NULL, 10) > srv->opts.max_request_bytes) {
-            /* A client that waits for "100 Continue" gets the 413 before it
-             * sends anything (MHD then closes the connection). Others are
-             * already sending: read and drop the body, then answer, so they
-             * see the 413 rather than a reset connection. */
-            const char *expect = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                                             MHD_HTTP_HEADER_EXPECT);
-            req->too_large = true;
-            if (expect && strcasecmp(expect, "100-continue") == 0) {
-                slim_server_reply_error(&req->reply, 413,
-                                        "request body of %s bytes exceeds the limit of %zu bytes "
-                                        "(--max-request-bytes)", cl, srv->opts.max_request_bytes);
-                req->reply_ready = true;
-                return send_reply(req);
-            }
+        req->sc = conn_of(conn);
+        if (refuse_framing(req)) {
+            conn_set(srv, req->sc, CONN_BUSY);
+            req->reply_ready = true;
+            return send_reply(req);
         }
+        conn_set(srv, req->sc, CONN_BODY);
         return MHD_YES;
     }
     if (*upload_data_size) {
-        if (!req->too_large && !req->reply_ready && !body_append(req, upload_data, *upload_data_size)) {
+        if (conn_closing(srv, req->sc))
+            return MHD_NO; /* answered 408 already: MHD closes */
+        if (!req->too_large && !body_append(req, upload_data, *upload_data_size)) {
+            /* Chunked, so only now known to be too large: the rest is read
+             * and dropped (within --body-timeout), then answered 413. */
             req->too_large = true;
             free(req->body);
             req->body = NULL;
@@ -283,38 +606,53 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     if (req->reply_ready && !req->suspended)
-        return MHD_YES; /* already answered (the early 413) */
+        return MHD_YES; /* already answered (refused at the first call) */
 
     if (req->suspended) { /* resumed by the worker */
         req->suspended = false;
         slim_server_infer_finish(req);
         if (req->suspended) /* to run again (admission.c) */
             return MHD_YES;
+    } else if (!conn_set(srv, req->sc, CONN_BUSY)) {
+        return MHD_NO; /* the body came in just as its deadline passed: 408 sent */
     } else if (req->too_large) {
         slim_server_reply_error(&req->reply, 413,
                                 "request body exceeds the limit of %zu bytes (--max-request-bytes)",
                                 srv->opts.max_request_bytes);
     } else {
         req->t_begin = slim_server_now_us();
-        const char *hl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
-                                                     "Inference-Header-Content-Length");
-        if (hl) {
-            char *end;
-            long long v = strtoll(hl, &end, 10);
-            if (!*hl || *end || v < 0) {
-                slim_server_reply_error(&req->reply, 400,
-                                        "Inference-Header-Content-Length \"%s\" is not a byte count", hl);
-                req->reply_ready = true;
-                return send_reply(req);
-            }
-            req->infer_header_len = v;
-        }
         slim_server_route(req);
         if (req->suspended)
             return MHD_YES;
     }
     req->reply_ready = true;
     return send_reply(req);
+}
+
+/* MHD's log lines go to stderr, LOG_LINES_PER_S a second at most: one is
+ * written per refused connection, and refusing a flood must not turn into
+ * writing one. The budget is the process's, like stderr. */
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+    static int64_t second;
+    static long lines, dropped;
+    int64_t now = slim_server_now_us() / 1000000;
+    pthread_mutex_lock(&mu);
+    if (now != second) {
+        if (dropped)
+            fprintf(stderr, "slimserve: http: %ld earlier messages not shown (over %d a "
+                    "second)\n", dropped, LOG_LINES_PER_S);
+        second = now;
+        lines = dropped = 0;
+    }
+    if (lines++ < LOG_LINES_PER_S) {
+        fputs("slimserve: http: ", stderr);
+        vfprintf(stderr, fmt, ap);
+    } else {
+        dropped++;
+    }
+    pthread_mutex_unlock(&mu);
 }
 
 /* ---- start and stop ----------------------------------------------------- */
@@ -340,6 +678,35 @@ static slim_status bind_address(const slim_server_opts *opts, struct sockaddr_st
     return slim_errf(err, SLIM_EINVAL, "--host %s: not an IPv4 or IPv6 address", opts->host);
 }
 
+/* The deadlines' lock, clock and thread; the watchdog runs before MHD
+ * starts, so the first connection already has one. */
+static slim_status watchdog_start(slim_server *srv, slim_err *err)
+{
+    pthread_condattr_t attr;
+    pthread_condattr_init(&attr);
+    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC); /* slim_server_now_us's clock */
+    pthread_mutex_init(&srv->conns_mu, NULL);
+    pthread_cond_init(&srv->conns_cv, &attr);
+    pthread_condattr_destroy(&attr);
+    if (pthread_create(&srv->watchdog, NULL, watchdog_main, srv) != 0) {
+        pthread_cond_destroy(&srv->conns_cv);
+        pthread_mutex_destroy(&srv->conns_mu);
+        return slim_errf(err, SLIM_EIO, "could not start the connection watchdog thread");
+    }
+    return SLIM_OK;
+}
+
+static void watchdog_stop(slim_server *srv)
+{
+    pthread_mutex_lock(&srv->conns_mu);
+    srv->watchdog_stop = true;
+    pthread_cond_signal(&srv->conns_cv);
+    pthread_mutex_unlock(&srv->conns_mu);
+    pthread_join(srv->watchdog, NULL);
+    pthread_cond_destroy(&srv->conns_cv);
+    pthread_mutex_destroy(&srv->conns_mu);
+}
+
 slim_status slim_server_start(slim_server *srv, const slim_server_opts *opts, slim_err *err)
 {
     memset(srv, 0, sizeof(*srv));
@@ -358,23 +725,34 @@ slim_status slim_server_start(slim_server *srv, const slim_server_opts *opts, sl
     if ((s = slim_server_repo_open(&srv->repo, opts->repository, &srv->metrics, opts->workers,
                                    opts->queue_capacity, opts->device, err)) != SLIM_OK)
         goto err_repo;
+    if ((s = watchdog_start(srv, err)) != SLIM_OK)
+        goto err_repo;
+    int longest = opts->body_timeout_s > opts->idle_timeout_s ? opts->body_timeout_s
+                                                               : opts->idle_timeout_s;
+    /* The connection limit is the whole server's (MHD shares it out among
+     * the polling threads); the per-address one is counted across them. */
     srv->daemon = MHD_start_daemon(
         flags, (uint16_t)opts->port, NULL, NULL, on_request, srv,
+        MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv, /* first, or MHD logs before it */
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)opts->http_threads,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)120,
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)1000,
+        MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
+        MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(longest + MHD_TIMEOUT_MARGIN_S),
+        MHD_OPTION_CONNECTION_LIMIT, (unsigned)opts->max_connections,
+        MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)opts->max_connections_per_client,
         MHD_OPTION_END);
     if (!srv->daemon) {
         s = slim_errf(err, SLIM_EIO, "could not listen on %s:%d (is the port in use?)", opts->host,
                       opts->port);
-        goto err_repo;
+        goto err_watchdog;
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(srv->daemon, MHD_DAEMON_INFO_BIND_PORT);
     srv->port = info ? info->port : opts->port;
     return SLIM_OK;
 
+err_watchdog:
+    watchdog_stop(srv);
 err_repo:
     slim_server_repo_close(&srv->repo);
     slim_server_admission_free(srv->admission);
@@ -394,11 +772,13 @@ void slim_server_stop(slim_server *srv)
     slim_server_admission_stop(srv->admission);
     /* MHD_stop_daemon must not meet a suspended connection, so wait for
      * every inference to come back first (bounded, in case a client keeps
-     * a connection busy forever). */
+     * a connection busy forever). A request whose body never comes is
+     * answered 408 meanwhile: the watchdog runs until MHD has stopped. */
     int64_t deadline = slim_server_now_us() + (int64_t)SHUTDOWN_GRACE_S * 1000000;
     while (atomic_load(&srv->in_flight) > 0 && slim_server_now_us() < deadline)
         usleep(10000);
     MHD_stop_daemon(srv->daemon);
+    watchdog_stop(srv);
     /* Stops each model's instances as its last reference goes. */
     slim_server_repo_close(&srv->repo);
     slim_server_admission_free(srv->admission);

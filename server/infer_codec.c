@@ -22,6 +22,110 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* ---- strict JSON --------------------------------------------------------- */
+
+/* cJSON keeps a number as a double, so "3136.0" and "3136" read the same,
+ * yet a field that is a count or a dimension written with a fraction is a
+ * client bug worth naming (Triton refuses it too). The text is therefore
+ * read once more beside the parsed tree, number for number in document
+ * order, and a number written with '.', 'e' or 'E' gets this bit in its
+ * type. cJSON only looks at type & 0xFF and at its own two flag bits
+ * (256, 512), so the bit stays private to slimserve. */
+#define JSON_NOT_INTEGRAL (1 << 14)
+
+typedef struct json_scan {
+    const char *p, *end;
+    const char *nul;                /* the first string holding a NUL, or NULL */
+} json_scan;
+
+static void scan_string(json_scan *s)
+{
+    const char *start = s->p++;
+    while (s->p < s->end && *s->p != '"') {
+        bool nul = *s->p == '\0' ||
+                   (*s->p == '\\' && s->end - s->p >= 6 && memcmp(s->p + 1, "u0000", 5) == 0);
+        if (nul && !s->nul)
+            s->nul = start;
+        s->p += *s->p == '\\' && s->end - s->p >= 2 ? 2 : 1;
+    }
+    if (s->p < s->end)
+        s->p++;
+}
+
+/* The next number token (cJSON's: a '-' or digit, then [0-9+-.eE]), or
+ * NULL; strings on the way are skipped and checked. */
+static const char *scan_number(json_scan *s, size_t *len)
+{
+    while (s->p < s->end) {
+        char c = *s->p;
+        if (c == '"') {
+            scan_string(s);
+        } else if (c == '-' || (c >= '0' && c <= '9')) {
+            const char *start = s->p;
+            while (s->p < s->end && ((*s->p >= '0' && *s->p <= '9') || *s->p == '+' ||
+                                     *s->p == '-' || *s->p == '.' || *s->p == 'e' || *s->p == 'E'))
+                s->p++;
+            *len = (size_t)(s->p - start);
+            return start;
+        } else {
+            s->p++;
+        }
+    }
+    return NULL;
+}
+
+static void mark_numbers(cJSON *v, json_scan *s)
+{
+    for (; v; v = v->next) {
+        size_t n;
+        const char *t;
+        if (cJSON_IsNumber(v) && (t = scan_number(s, &n)) &&
+            (memchr(t, '.', n) || memchr(t, 'e', n) || memchr(t, 'E', n)))
+            v->type |= JSON_NOT_INTEGRAL;
+        else if (v->child)
+            mark_numbers(v->child, s); /* depth: cJSON's nesting limit */
+    }
+}
+
+cJSON *slim_server_json_parse(const char *text, size_t len, slim_err *err)
+{
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
+    if (!root) {
+        slim_errf(err, SLIM_EPARSE, "malformed JSON in the request body near byte %ld",
+                  end && end >= text ? (long)(end - text) : 0L);
+        return NULL;
+    }
+    while (end < text + len && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r'))
+        end++;
+    if (end < text + len) {
+        slim_errf(err, SLIM_EPARSE, "unexpected data after the JSON value at byte %ld",
+                  (long)(end - text));
+        cJSON_Delete(root);
+        return NULL;
+    }
+    json_scan scan = {text, text + len, NULL};
+    mark_numbers(root, &scan);
+    while (scan_number(&scan, &(size_t){0})) /* the strings after the last number */
+        ;
+    if (scan.nul) {
+        slim_errf(err, SLIM_EINVAL, "the string at byte %ld of the request body holds a NUL "
+                  "(\\u0000), which no name or id may contain", (long)(scan.nul - text));
+        cJSON_Delete(root);
+        return NULL;
+    }
+    return root;
+}
+
+bool slim_server_json_integer(const cJSON *v, double lo, double hi, int64_t *out)
+{
+    if (!cJSON_IsNumber(v) || (v->type & JSON_NOT_INTEGRAL) || v->valuedouble < lo ||
+        v->valuedouble > hi || v->valuedouble != floor(v->valuedouble))
+        return false;
+    *out = (int64_t)v->valuedouble;
+    return true;
+}
+
 static void shape_json(const slim_server_io *io, int batch, char *buf, size_t cap)
 {
     int64_t dims[SLIM_MAX_DIMS + 1];
@@ -76,18 +180,29 @@ static slim_status store_leaf(const cJSON *v, slim_tensor *t, int64_t i, const c
         return slim_errf(err, SLIM_EINVAL, "input '%s': element %lld is not a number", name,
                          (long long)i);
     double x = v->valuedouble;
+    const char *type = slim_server_dtype_kserve(t->dtype);
     if (int_range(t->dtype, &lo, &hi)) {
         /* hi of the 64-bit types rounds up to 2^63 / 2^64: exclude it */
-        if (x != floor(x) || x < lo || x > hi || (hi >= 9.2e18 && x >= hi))
-            return slim_errf(err, SLIM_EINVAL, "input '%s': element %lld (%.17g) is not a valid %s",
-                             name, (long long)i, x, slim_server_dtype_kserve(t->dtype));
+        if (x != floor(x) || x < lo || x > hi || (hi >= 9.2e18 && x >= hi) ||
+            (v->type & JSON_NOT_INTEGRAL))
+            return slim_errf(err, SLIM_EINVAL, "input '%s': element %lld (%.17g) is not a valid %s%s",
+                             name, (long long)i, x, type,
+                             v->type & JSON_NOT_INTEGRAL ? " (written with a fraction or exponent)" : "");
         if (t->dtype == SLIM_U64)
             ((uint64_t *)t->data)[i] = (uint64_t)x;
         else
             slim_store_i64(t->dtype, t->data, i, (int64_t)x);
         return SLIM_OK;
     }
-    slim_store_f64(t->dtype, t->data, i, x);
+    /* A number beyond a float type's range would run as inf. 2^128 - 2^103
+     * is where rounding to FP32 (also the first step to FP16 and BF16)
+     * reaches inf; FP16 and BF16 are checked on the value they store. */
+    bool ok = isfinite(x) && (t->dtype == SLIM_F64 || fabs(x) < 3.4028235677973366e38);
+    if (ok)
+        slim_store_f64(t->dtype, t->data, i, x);
+    if (!ok || !isfinite(slim_load_f64(t->dtype, t->data, i)))
+        return slim_errf(err, SLIM_EINVAL, "input '%s': element %lld (%.9g) is out of the range "
+                         "of %s", name, (long long)i, x, type);
     return SLIM_OK;
 }
 
@@ -186,12 +301,10 @@ static slim_status decode_input(const cJSON *in, const slim_server_model *m, bin
                          name, SLIM_MAX_DIMS);
     double numel = 1;
     for (const cJSON *d = jshape->child; d; d = d->next) {
-        if (!cJSON_IsNumber(d) || d->valuedouble < 0 || d->valuedouble != floor(d->valuedouble) ||
-            d->valuedouble > 1e12)
+        if (!slim_server_json_integer(d, 0, 1e12, &t->dims[t->ndim]))
             return slim_errf(err, SLIM_EINVAL, "input '%s': \"shape\" must hold non-negative integers",
                              name);
-        t->dims[t->ndim++] = (int64_t)d->valuedouble;
-        numel *= d->valuedouble;
+        numel *= (double)t->dims[t->ndim++];
     }
     slim_status s = check_shape(m, io, t, err);
     if (s != SLIM_OK)
@@ -202,20 +315,21 @@ static slim_status decode_input(const cJSON *in, const slim_server_model *m, bin
     size_t need = numel <= 1e15 ? (size_t)numel * slim_dtype_size(dt) : SIZE_MAX;
     const cJSON *jsize = cJSON_IsObject(jparams)
                              ? cJSON_GetObjectItemCaseSensitive(jparams, "binary_data_size") : NULL;
+    int64_t size;
     if (jsize) {
-        if (!cJSON_IsNumber(jsize) || jsize->valuedouble < 0)
-            return slim_errf(err, SLIM_EINVAL, "input '%s': binary_data_size must be a byte count", name);
+        if (!slim_server_json_integer(jsize, 0, 1e18, &size))
+            return slim_errf(err, SLIM_EINVAL, "input '%s': binary_data_size must be a byte count "
+                             "(a whole number)", name);
         if (!bin->data)
             return slim_errf(err, SLIM_EINVAL,
                              "input '%s' has binary_data_size but the request has no "
                              "Inference-Header-Content-Length header", name);
         if (jdata)
             return slim_errf(err, SLIM_EINVAL, "input '%s' has both \"data\" and binary_data_size", name);
-        double size = jsize->valuedouble;
-        if (numel > 1e15 || size != (double)need)
+        if (numel > 1e15 || (uint64_t)size != need)
             return slim_errf(err, SLIM_EINVAL,
-                             "input '%s': binary_data_size is %.0f bytes but shape %s of %s needs %zu",
-                             name, size, shape, jtype->valuestring, need);
+                             "input '%s': binary_data_size is %lld bytes but shape %s of %s needs %zu",
+                             name, (long long)size, shape, jtype->valuestring, need);
         if (need > bin->len - bin->pos)
             return slim_errf(err, SLIM_EINVAL,
                              "input '%s': binary_data_size %zu runs past the end of the body "
@@ -305,12 +419,10 @@ slim_status slim_server_infer_decode(const char *body, size_t len, long long hea
                          header_len, len);
     size_t json_len = header_len >= 0 ? (size_t)header_len : len;
     binary_cursor bin = {header_len >= 0 ? body + json_len : NULL, len - json_len, 0};
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(body, json_len, &end, false);
+    cJSON *root = slim_server_json_parse(body, json_len, err);
     slim_status s = SLIM_OK;
     if (!root)
-        return slim_errf(err, SLIM_EPARSE, "malformed JSON in the request body near byte %ld",
-                         end && end >= body ? (long)(end - body) : 0L);
+        return err ? err->status : SLIM_EPARSE;
     const cJSON *jid = cJSON_GetObjectItemCaseSensitive(root, "id");
     const cJSON *jparams = cJSON_GetObjectItemCaseSensitive(root, "parameters");
     const cJSON *jins = cJSON_GetObjectItemCaseSensitive(root, "inputs");

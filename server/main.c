@@ -14,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 static void usage(FILE *f)
@@ -34,7 +35,16 @@ static void usage(FILE *f)
             "  --memory-limit SIZE      cap on the memory the CPU allocator holds, e.g. 2GiB;\n"
             "                           DEVICE=SIZE caps that device (cuda:0=20GiB), repeatable\n"
             "  --device DEV             where models run unless config.json says (cpu, cuda:N)\n"
-            "                           (default: none); runs past it fail with out-of-memory\n");
+            "                           (default: none); runs past it fail with out-of-memory\n"
+            "  --body-timeout S         a request body not complete S seconds after its\n"
+            "                           headers is answered 408 (default 30)\n"
+            "  --idle-timeout S         a connection with no request in progress (or whose\n"
+            "                           headers are still arriving) is closed after S\n"
+            "                           seconds (default 30)\n"
+            "  --max-connections N      open connections at most (default 1000)\n"
+            "  --max-connections-per-client N\n"
+            "                           connections one client address may hold; more are\n"
+            "                           closed at once; 0: no limit (default 128)\n");
 }
 
 static bool parse_count(const char *flag, const char *v, long long lo, long long hi,
@@ -58,7 +68,8 @@ static int parse_args(int argc, char **argv, slim_server_opts *o)
     *o = (slim_server_opts){.host = "127.0.0.1", .port = 8000,
                             .max_request_bytes = 64u << 20,
                             .workers = cores < 1 ? 1 : cores > 8 ? 8 : (int)cores,
-                            .http_threads = 4};
+                            .http_threads = 4, .body_timeout_s = 30, .idle_timeout_s = 30,
+                            .max_connections = 1000, .max_connections_per_client = 128};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -111,6 +122,22 @@ static int parse_args(int argc, char **argv, slim_server_opts *o)
             if (!parse_count(a, v, 1, 256, &n))
                 return 2;
             o->http_threads = (int)n;
+        } else if (strcmp(a, "--body-timeout") == 0) {
+            if (!parse_count(a, v, 1, 86400, &n))
+                return 2;
+            o->body_timeout_s = (int)n;
+        } else if (strcmp(a, "--idle-timeout") == 0) {
+            if (!parse_count(a, v, 1, 86400, &n))
+                return 2;
+            o->idle_timeout_s = (int)n;
+        } else if (strcmp(a, "--max-connections") == 0) {
+            if (!parse_count(a, v, 1, 1000000, &n))
+                return 2;
+            o->max_connections = (int)n;
+        } else if (strcmp(a, "--max-connections-per-client") == 0) {
+            if (!parse_count(a, v, 0, 1000000, &n))
+                return 2;
+            o->max_connections_per_client = (int)n;
         } else {
             fprintf(stderr, "slimserve: unknown or incomplete option \"%s\"\n", a);
             usage(stderr);
@@ -123,8 +150,31 @@ static int parse_args(int argc, char **argv, slim_server_opts *o)
         usage(stderr);
         return 2;
     }
+    if (o->max_connections < o->http_threads) {
+        /* MHD shares the limit out among its polling threads. */
+        fprintf(stderr, "slimserve: --max-connections %d is below --http-threads %d\n",
+                o->max_connections, o->http_threads);
+        return 2;
+    }
     o->queue_capacity = queue ? queue : 64 * o->workers;
     return 0;
+}
+
+/* Each connection is a file descriptor, and the common soft limit of 1024
+ * would run out before --max-connections 1000 does (models and threads hold
+ * some too): raise it toward the hard limit, and say when that is short. */
+static void raise_fd_limit(int max_connections)
+{
+    struct rlimit rl;
+    rlim_t want = (rlim_t)max_connections + 256;
+    if (getrlimit(RLIMIT_NOFILE, &rl) != 0 || rl.rlim_cur >= want)
+        return;
+    rl.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want ? rl.rlim_max : want;
+    setrlimit(RLIMIT_NOFILE, &rl);
+    if (rl.rlim_cur < want)
+        fprintf(stderr, "slimserve: warning: only %llu file descriptors (ulimit -n) for "
+                "--max-connections %d; connections past that are refused\n",
+                (unsigned long long)rl.rlim_cur, max_connections);
 }
 
 int main(int argc, char **argv)
@@ -133,6 +183,8 @@ int main(int argc, char **argv)
     int rc = parse_args(argc, argv, &opts);
     if (rc)
         return rc;
+
+    raise_fd_limit(opts.max_connections);
 
     /* Block before any thread starts, so every thread inherits the mask. */
     sigset_t stop_signals;

@@ -31,17 +31,31 @@ typedef struct path {
     int n;
 } path;
 
-/* Splits "/v2/models/m/infer" in place; false for too many segments. */
-static bool split_path(char *url, path *p)
+typedef enum { PATH_OK, PATH_UNKNOWN, PATH_EMPTY_SEGMENT } path_result;
+
+/* Splits "/v2/models/m/infer" in place. Every segment must have a name:
+ * "/v2/models/mlp//infer" or "/v2/" is refused rather than read as some
+ * other path. "/" alone has no segments. PATH_UNKNOWN: too many segments,
+ * or not a path. */
+static path_result split_path(char *url, path *p)
 {
-    char *save = NULL;
     p->n = 0;
-    for (char *tok = strtok_r(url, "/", &save); tok; tok = strtok_r(NULL, "/", &save)) {
+    if (url[0] != '/')
+        return PATH_UNKNOWN; /* "*", or an absolute URL */
+    if (url[1] == '\0')
+        return PATH_OK;
+    for (char *seg = url + 1; seg; ) {
+        char *slash = strchr(seg, '/');
+        if (slash)
+            *slash = '\0';
+        if (!*seg)
+            return PATH_EMPTY_SEGMENT;
         if (p->n == MAX_SEGMENTS)
-            return false;
-        p->seg[p->n++] = tok;
+            return PATH_UNKNOWN;
+        p->seg[p->n++] = seg;
+        seg = slash ? slash + 1 : NULL;
     }
-    return true;
+    return PATH_OK;
 }
 
 static bool is_get(const slim_server_request *req)
@@ -77,13 +91,15 @@ static bool optional_body(slim_server_request *req, cJSON **out)
     *out = NULL;
     if (!req->body_len)
         return true;
-    const char *end = NULL;
-    *out = cJSON_ParseWithLengthOpts(req->body, req->body_len, &end, false);
-    if (!*out || !cJSON_IsObject(*out)) {
+    slim_err err = {0};
+    if (!(*out = slim_server_json_parse(req->body, req->body_len, &err))) {
+        slim_server_reply_error(&req->reply, 400, "%s", err.msg);
+        return false;
+    }
+    if (!cJSON_IsObject(*out)) {
         cJSON_Delete(*out);
         *out = NULL;
-        slim_server_reply_error(&req->reply, 400, "malformed JSON in the request body near byte %ld",
-                                end && end >= req->body ? (long)(end - req->body) : 0L);
+        slim_server_reply_error(&req->reply, 400, "the request body must be a JSON object");
         return false;
     }
     return true;
@@ -110,6 +126,7 @@ static void route_metrics(slim_server_request *req)
     slim_server_metrics_render(&req->srv->metrics, &b);
     slim_server_memory_metrics(&req->srv->repo, &b);
     slim_server_admission_metrics(req->srv->admission, &b);
+    slim_server_http_metrics(req->srv, &b);
     if (b.oom) {
         slim_server_buf_free(&b);
         slim_server_reply_error(&req->reply, 500, "out of memory while writing metrics");
@@ -233,16 +250,13 @@ static bool request_timeout(const slim_server_request *req, int64_t *out, slim_e
     *out = 0;
     size_t len = req->infer_header_len >= 0 && (size_t)req->infer_header_len <= req->body_len
                      ? (size_t)req->infer_header_len : req->body_len;
-    cJSON *root = req->body ? cJSON_ParseWithLength(req->body, len) : NULL;
+    cJSON *root = req->body ? slim_server_json_parse(req->body, len, err) : NULL;
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "parameters");
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(params, "timeout");
-    bool ok = !t || (cJSON_IsNumber(t) && t->valuedouble >= 0 && t->valuedouble <= 3.6e9 &&
-                     t->valuedouble == (double)(int64_t)t->valuedouble);
+    bool ok = !t || slim_server_json_integer(t, 0, 3.6e9, out);
     if (!ok)
         slim_errf(err, SLIM_EINVAL, "parameter \"timeout\" must be a whole number of "
                   "microseconds from 0 to 3600000000");
-    else if (t)
-        *out = (int64_t)t->valuedouble;
     cJSON_Delete(root);
     return ok;
 }
@@ -387,7 +401,13 @@ void slim_server_route(slim_server_request *req)
     char url[2048];
     snprintf(url, sizeof(url), "%s", req->url);
     path p;
-    if (!split_path(url, &p))
+    path_result pr = split_path(url, &p);
+    if (pr == PATH_EMPTY_SEGMENT) {
+        slim_server_reply_error(&req->reply, 400, "the path %s has an empty segment "
+                                "(\"//\", or a \"/\" at either end)", req->url);
+        return;
+    }
+    if (pr == PATH_UNKNOWN)
         goto unknown;
     if (atomic_load(&req->srv->stopping)) {
         slim_server_reply_error(&req->reply, 503, "the server is shutting down");

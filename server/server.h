@@ -53,7 +53,9 @@ void slim_server_buf_append(slim_server_buf *b, const void *p, size_t n);
 void slim_server_buf_puts(slim_server_buf *b, const char *s);
 void slim_server_buf_printf(slim_server_buf *b, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
-void slim_server_buf_json_string(slim_server_buf *b, const char *s); /* "quoted" */
+/* "quoted"; bytes that are not valid UTF-8 become \ufffd, so a reply that
+ * echoes a client's bytes is still valid UTF-8 JSON. */
+void slim_server_buf_json_string(slim_server_buf *b, const char *s);
 void slim_server_buf_free(slim_server_buf *b);
 
 int64_t slim_server_now_us(void); /* monotonic clock */
@@ -73,7 +75,8 @@ typedef struct slim_server_reply {
 /* Fills reply with {"error": "..."} and the given status. */
 void slim_server_reply_error(slim_server_reply *r, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
-/* Takes ownership of json (cJSON_Delete'd here). */
+/* Takes ownership of json (cJSON_Delete'd here). Invalid UTF-8 in its
+ * strings is replaced by U+FFFD. */
 void slim_server_reply_json(slim_server_reply *r, int status, cJSON *json);
 void slim_server_reply_free(slim_server_reply *r);
 
@@ -294,6 +297,15 @@ typedef struct slim_server_infer {
     int64_t batch;              /* for inference_count: 1 when not batching */
 } slim_server_infer;
 
+/* Parses a request body's JSON strictly (cJSON alone is lenient): only
+ * whitespace may follow the value, and no string may hold a NUL (cJSON
+ * would cut it there, so "in\u0000put" would match an input "in"). NULL
+ * with err naming the byte on failure. Numbers written with a fraction or
+ * an exponent ("3136.0", "1e3") are marked, for slim_server_json_integer. */
+cJSON *slim_server_json_parse(const char *text, size_t len, slim_err *err);
+/* v is a number written as an integer, within [lo, hi]; *out gets it. */
+bool slim_server_json_integer(const cJSON *v, double lo, double hi, int64_t *out);
+
 /* Decodes an infer request body. header_len < 0: the whole body is JSON;
  * otherwise the first header_len bytes are, and binary tensors follow.
  * Failures are the caller's fault (HTTP 400) and name the problem. */
@@ -383,7 +395,18 @@ typedef struct slim_server_opts {
     int http_threads;
     size_t memory_limit;            /* the CPU allocator's limit; 0: none */
     const char *device;             /* default device of models; NULL: cpu */
+    /* Slow or silent clients (http.c): a request whose body has not fully
+     * arrived body_timeout_s after its headers is answered 408; a
+     * connection with no request in progress is closed after
+     * idle_timeout_s. At most max_connections connections, of which one
+     * client address may hold max_connections_per_client (0: no limit). */
+    int body_timeout_s;
+    int idle_timeout_s;
+    int max_connections;
+    int max_connections_per_client;
 } slim_server_opts;
+
+struct slim_server_conn;            /* one connection's deadlines (http.c) */
 
 struct slim_server_admission;
 typedef struct slim_server_admission slim_server_admission;
@@ -397,12 +420,22 @@ typedef struct slim_server {
     atomic_int in_flight;           /* requests begun and not yet completed */
     atomic_bool stopping;           /* shutdown has begun: new requests get 503 */
     int port;                       /* the port actually bound */
+    /* Open connections and the thread that enforces their deadlines
+     * (http.c); conns_mu guards the list and every conn's phase. */
+    pthread_mutex_t conns_mu;
+    pthread_cond_t conns_cv;        /* wakes the watchdog to stop */
+    pthread_t watchdog;
+    bool watchdog_stop;
+    struct slim_server_conn *conns;
+    int64_t n_conns;
+    atomic_uint_least64_t body_timeouts, idle_closes;
 } slim_server;
 
 /* One HTTP request while it is being served. */
 typedef struct slim_server_request {
     slim_server *srv;
     struct MHD_Connection *conn;
+    struct slim_server_conn *sc;    /* its connection's deadlines; may be NULL */
     char method[16];
     char *url;
     char *body;
@@ -426,6 +459,9 @@ typedef struct slim_server_request {
 slim_status slim_server_start(slim_server *srv, const slim_server_opts *opts, slim_err *err);
 /* Stops accepting, lets in-flight requests finish, frees everything. */
 void slim_server_stop(slim_server *srv);
+
+/* slim_http_connections and slim_http_timeouts_total, in Prometheus text. */
+void slim_server_http_metrics(slim_server *srv, slim_server_buf *out);
 
 /* Serves one request whose body is complete. Either fills req->reply (and
  * sets reply_ready) or suspends the connection for an inference. */

@@ -172,6 +172,49 @@ def error_of(status, body, code, *words):
         check(w in body["error"], f"error {body['error']!r} does not mention {w!r}")
 
 
+def raw_exchange(port, data, timeout=10.0, source=None):
+    """Sends raw bytes, reads until the server closes or `timeout` passes.
+    Returns (seconds from the send until the read ended, bytes, how it
+    ended: "closed", "reset" or "timeout")."""
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        if source:
+            s.bind((source, 0))
+        s.connect((HOST, port))
+        s.settimeout(timeout)
+        s.sendall(data)
+        t0, out, how = time.monotonic(), b"", "closed"
+        deadline = t0 + timeout
+        while True:
+            s.settimeout(max(0.01, deadline - time.monotonic()))
+            try:
+                b = s.recv(65536)
+            except socket.timeout:
+                how = "timeout"
+                break
+            except ConnectionResetError:
+                how = "reset"
+                break
+            if not b:
+                break
+            out += b
+        return time.monotonic() - t0, out, how
+    finally:
+        s.close()
+
+
+def parse_raw_reply(data):
+    """(status, headers {lower name: value}, body) of one raw HTTP reply."""
+    head, _, body = data.partition(b"\r\n\r\n")
+    lines = head.decode("latin-1").split("\r\n")
+    check(lines and lines[0].startswith("HTTP/1."), f"not an HTTP reply: {data[:200]!r}")
+    headers = {}
+    for line in lines[1:]:
+        k, _, v = line.partition(":")
+        headers[k.strip().lower()] = v.strip()
+    return int(lines[0].split()[1]), headers, body
+
+
 def binary_request(inputs, outputs=None, binary_output=True, request_id=None):
     """Builds a binary-extension body: (bytes, header length)."""
     header = {"inputs": [], "parameters": {"binary_data_output": binary_output}}
@@ -573,6 +616,50 @@ class Suite:
         error_of(*infer(hdr2 + raw, headers={"Inference-Header-Content-Length": "abc"}, bad=False),
                  400, "Inference-Header-Content-Length")
         error_of(*infer(hdr2), 400, "Inference-Header-Content-Length")
+        for bad_len in ("+" + str(len(hdr2)), "0x70", str(len(hdr2)) + "x", "-0"):
+            error_of(*infer(hdr2 + raw, headers={"Inference-Header-Content-Length": bad_len},
+                            bad=False), 400, "Inference-Header-Content-Length", "digits")
+        hdr3 = hdr2.replace(b'"binary_data_size": 3136', b'"binary_data_size": 3136.0')
+        error_of(*infer(hdr3 + raw, headers={"Inference-Header-Content-Length": str(len(hdr3))}),
+                 400, "binary_data_size", "whole number")
+        # strict JSON and strict numbers
+        ok_body = json.dumps({"inputs": [ok_input]}).encode()
+        error_of(*infer(ok_body + b"}}}garbage"), 400, "after the JSON", str(len(ok_body)))
+        error_of(*infer(ok_body + b"\x00"), 400, "after the JSON")
+        error_of(*infer(ok_body.replace(b"[1, 784]", b"[1.0, 784]")), 400, "shape", "integers")
+        for big in (b"1e39", b"-3.5e38", b"1e999"):
+            error_of(*infer(ok_body.replace(b"0.5", big, 1)), 400, "'input'", "range", "FP32")
+        check(infer(ok_body.replace(b"0.5", b"3.4028235e38", 1))[0] == 200,
+              "FLT_MAX as numpy prints it (3.4028235e38) is refused")
+        self.count("mlp", ok=1, batch=1)
+        t3 = {"shape": [1, 3]}
+        for name, data, words in (("x_FP16", b"[1, 65520, 3]", ["range", "FP16"]),
+                                  ("x_FP64", b"[1, -1e999, 3]", ["range", "FP64"]),
+                                  ("x_UINT8", b"[1, 300, 3]", ["300", "UINT8"]),
+                                  ("x_INT32", b"[1, 2.0, 3]", ["2", "INT32", "fraction"]),
+                                  ("x_INT64", b"[1, 1e2, 3]", ["100", "INT64"])):
+            body = json.dumps({"inputs": [dict(t3, name=name, datatype=name[2:], data=[])]})
+            body = body.replace('"data": []', '"data": ' + data.decode()).encode()
+            error_of(*infer(body, model="types"), 400, f"'{name}'", *words)
+        # names match exactly and errors are valid UTF-8 JSON
+        nul = ok_body.replace(b'"name": "input"', b'"name": "in\\u0000put"')
+        error_of(*infer(nul), 400, "NUL")
+        nul_alone = ok_body.replace(b'"name": "input"', b'"name": "input\\u0000"')
+        error_of(*infer(nul_alone), 400, "NUL")
+        status, _, data = self.http.request("POST", "/v2/models/mlp/infer",
+                                            ok_body.replace(b'"name": "input"', b'"name": "in\xffput"'))
+        self.count("mlp", bad=1)
+        check(status == 400, f"invalid UTF-8 name: {status}")
+        msg = json.loads(data.decode("utf-8"))["error"]  # raises if not UTF-8 JSON
+        check("in\ufffdput" in msg, f"invalid UTF-8 not replaced: {msg!r}")
+        status, data = self.http.request("GET", "/v2/models/caf%C3%A9%FF")[::2]
+        check(status == 404 and "caf\u00e9\ufffd" in json.loads(data.decode("utf-8"))["error"],
+              f"invalid UTF-8 in the URL: {status} {data!r}")
+        status, _, data = self.http.request("POST", "/v2/models/mlp/infer",
+                                            ok_body[:-1] + b', "id": "a\xc3b\xe2\x82"}')
+        self.count("mlp", ok=1, batch=1)
+        check(status == 200 and json.loads(data.decode("utf-8"))["id"] == "a\ufffdb\ufffd\ufffd",
+              f"invalid UTF-8 id echoed: {status} {data[:200]!r}")
         # routing
         error_of(*self.http.json("POST", "/v2/models/nosuch/infer", {"inputs": []}), 404, "nosuch")
         error_of(*self.http.json("POST", "/v2/models/mlp/versions/abc/infer", {}), 400, "abc")
@@ -586,6 +673,11 @@ class Suite:
         error_of(*self.http.json("POST", "/v2/repository/models/nosuch/load"), 404, "nosuch")
         error_of(*self.http.json("POST", "/v2/repository/models/bad_key/load"), 400, "colour")
         error_of(*self.http.json("POST", "/v2/repository/index", b"{oops"), 400, "malformed JSON")
+        error_of(*self.http.json("POST", "/v2/repository/index", b"{} x"), 400, "after the JSON")
+        for path in ("/v2/models/mlp//infer", "//v2/models/mlp/infer", "/v2/models/mlp/infer/",
+                     "/v2//health/ready"):
+            error_of(*self.http.json("POST" if "infer" in path else "GET", path, {"inputs": []}),
+                     400, "empty segment", path)
         check(self.http.request("GET", "/v2/health/ready")[0] == 200, "server not ready after bad requests")
 
     # -- load ----------------------------------------------------------------
@@ -779,8 +871,25 @@ def limits_suite(args, repo, r):
                  "--workers", "1", "--queue-size", "1", "--max-request-bytes", str(1 << 20))
     try:
         def too_large():
-            status, _, data = srv.http.request("POST", "/v2/models/mlp/infer", b"x" * (2 << 20))
-            error_of(status, json.loads(data), 413, "limit")
+            # Declared too large: answered before any of the body is sent.
+            head = (b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: t\r\n"
+                    b"Content-Length: 2097152\r\n\r\n")
+            for extra in (b"", b"x" * 1000):
+                t, data, _ = raw_exchange(srv.port, head + extra, timeout=20)
+                status, _, body = parse_raw_reply(data)
+                error_of(status, json.loads(body), 413, "2097152", "limit")
+                check(t < 5, f"413 took {t:.1f}s")
+            # A client that writes the whole body before reading still gets
+            # the 413 (tritonclient here).
+            import tritonclient.http as th
+            from tritonclient.utils import InferenceServerException
+            inp = th.InferInput("input", [400, 784], "FP32")
+            inp.set_data_from_numpy(np.zeros((400, 784), np.float32), binary_data=True)
+            try:
+                th.InferenceServerClient(f"{HOST}:{srv.port}").infer("mlp", [inp])
+                raise Failure("an oversized tritonclient request was answered 200")
+            except InferenceServerException as e:
+                check(e.status() == "413" and "limit" in e.message(), f"tritonclient got {e}")
             # chunked upload: no Content-Length up front
             conn = http.client.HTTPConnection(HOST, srv.port, timeout=TIMEOUT)
             conn.request("POST", "/v2/models/mlp/infer", body=iter([b"y" * 65536] * 40),
