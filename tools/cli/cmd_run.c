@@ -15,7 +15,8 @@
  * weights count against it); a run over it exits with status 3 and the
  * allocator's message. --memory-stats prints the allocator's summary table
  * after the runs, then peak_allocated_bytes, peak_reserved_bytes and the
- * process's peak_rss_kib (bench/bench_memory.py reads them).
+ * process's peak_rss_kib (bench/bench_memory.py reads them); load_us, the
+ * model's load time, comes first.
  */
 #include "alloc.h"
 #include "cli.h"
@@ -535,10 +536,16 @@ int slim_cmd_run(int argc, char **argv)
         }
         slim_allocator_set_limit(dev->alloc, limit);
     }
+    struct timespec t_load0, t_load1;
+    clock_gettime(CLOCK_MONOTONIC, &t_load0);
     if (slim_model_load(model_path, &opts, &m, &err) != SLIM_OK) {
         fprintf(stderr, "slim run: %s\n", err.msg);
         return err.status == SLIM_EOOM ? 3 : 1;
     }
+    clock_gettime(CLOCK_MONOTONIC, &t_load1);
+    if (memory_stats)
+        printf("load_us: %lld\n", (long long)((t_load1.tv_sec - t_load0.tv_sec) * 1000000LL +
+                                              (t_load1.tv_nsec - t_load0.tv_nsec) / 1000));
     slim_model_set_batch_invariant(m, batch_invariant);
     for (int i = 0; i < n_input_args; i++)
         if (add_input(m, input_args[i], ins, &n_ins))
