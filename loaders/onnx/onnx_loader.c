@@ -1,14 +1,17 @@
 /*
  * onnx_loader.c - ONNX ModelProto -> slimserve graph IR.
  *
- * The file is mapped, unpacked with protobuf-c (code generated at build time
- * from the onnx.proto shipped by the `onnx` package), converted, and the
- * protobuf structures freed before returning: only the IR's copy of the
- * weights stays resident. External data files are read from the model's
+ * The file is mapped and split by its wire format (onnx_wire.c); each
+ * initializer is unpacked with protobuf-c (code generated at build time from
+ * the onnx.proto shipped by the `onnx` package), converted and freed on its
+ * own, its mapped pages dropped, then the rest of the model: only the IR's
+ * copy of the weights stays resident, and the peak is that plus the
+ * largest weight. External data files are read from the model's
  * folder and must stay inside it.
  */
 #include "model.h"
 #include "onnx.pb-c.h"
+#include "onnx_wire.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -337,6 +340,26 @@ static slim_status convert_attr(const Onnx__AttributeProto *ap, slim_attr *a, sl
 
 /* ---- graph ---------------------------------------------------------------- */
 
+static slim_status add_initializer(slim_graph *g, const Onnx__TensorProto *tp, size_t i,
+                                   const char *base_dir, slim_err *err)
+{
+    if (!tp->name || !tp->name[0])
+        return slim_errf(err, SLIM_EPARSE, "initializer %zu has no name", i);
+    int v = slim_graph_value(g, tp->name);
+    if (v < 0)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    if (g->values[v].kind == SLIM_VALUE_INITIALIZER)
+        return slim_errf(err, SLIM_EPARSE, "initializer \"%s\" is defined twice", tp->name);
+    if (tensor_from_proto(tp, base_dir, &g->values[v].init, err))
+        return slim_err_prefix(err, "initializer: ");
+    g->values[v].kind = SLIM_VALUE_INITIALIZER;
+    slim_io_info *info = &g->values[v].info;
+    info->dtype = g->values[v].init.dtype;
+    info->ndim = g->values[v].init.ndim;
+    memcpy(info->dims, g->values[v].init.dims, sizeof(info->dims));
+    return SLIM_OK;
+}
+
 static int opset_for(const Onnx__ModelProto *mp, const char *domain)
 {
     bool dflt = !domain || !domain[0] || strcmp(domain, "ai.onnx") == 0;
@@ -361,23 +384,9 @@ static slim_status convert_graph(const Onnx__ModelProto *mp, const char *base_di
     if (gp->n_sparse_initializer > 0)
         return slim_errf(err, SLIM_EUNSUPPORTED, "sparse initializers are not supported");
 
-    for (size_t i = 0; i < gp->n_initializer; i++) {
-        const Onnx__TensorProto *tp = gp->initializer[i];
-        if (!tp->name || !tp->name[0])
-            return slim_errf(err, SLIM_EPARSE, "initializer %zu has no name", i);
-        int v = slim_graph_value(g, tp->name);
-        if (v < 0)
-            return slim_errf(err, SLIM_ENOMEM, "out of memory");
-        if (g->values[v].kind == SLIM_VALUE_INITIALIZER)
-            return slim_errf(err, SLIM_EPARSE, "initializer \"%s\" is defined twice", tp->name);
-        if ((st = tensor_from_proto(tp, base_dir, &g->values[v].init, err)))
-            return slim_err_prefix(err, "initializer: ");
-        g->values[v].kind = SLIM_VALUE_INITIALIZER;
-        slim_io_info *info = &g->values[v].info;
-        info->dtype = g->values[v].init.dtype;
-        info->ndim = g->values[v].init.ndim;
-        memcpy(info->dims, g->values[v].init.dims, sizeof(info->dims));
-    }
+    for (size_t i = 0; i < gp->n_initializer; i++)
+        if ((st = add_initializer(g, gp->initializer[i], i, base_dir, err)))
+            return st;
     for (size_t i = 0; i < gp->n_input; i++) {
         const Onnx__ValueInfoProto *vi = gp->input[i];
         if (!vi->name || !vi->name[0])
@@ -432,32 +441,67 @@ static slim_status convert_graph(const Onnx__ModelProto *mp, const char *base_di
     return SLIM_OK;
 }
 
-slim_status slim_onnx_load_buffer(const void *data, size_t size, const char *base_dir,
-                                  slim_graph **out, slim_err *err)
+/* Unpacks and converts one initializer at a time, straight from its bytes
+ * in the file (onnx_wire.c), then the rest of the model; with drop_pages
+ * the mapped pages of each initializer are given back once converted, so
+ * the file is not resident beside the weights made from it. */
+static slim_status load_bytes(const void *data, size_t size, const char *base_dir,
+                              bool drop_pages, slim_graph **out, slim_err *err)
 {
     *out = NULL;
-    Onnx__ModelProto *mp = onnx__model_proto__unpack(NULL, size, data);
-    if (!mp)
-        return slim_errf(err, SLIM_EPARSE, "not a valid ONNX model: the protobuf is malformed "
-                         "or truncated");
-    slim_status st;
-    if (!mp->graph) {
-        onnx__model_proto__free_unpacked(mp, NULL);
-        return slim_errf(err, SLIM_EPARSE, "not a valid ONNX model: it has no graph");
-    }
+    uint8_t *rest = NULL;
+    size_t rest_len = 0, n_inits = 0;
+    slim_onnx_span *inits = NULL;
+    slim_status st = slim_onnx_wire_split(data, size, &rest, &rest_len, &inits, &n_inits, err);
+    if (st)
+        return st;
     slim_graph *g = slim_graph_new();
     if (!g) {
-        onnx__model_proto__free_unpacked(mp, NULL);
+        free(rest);
+        free(inits);
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
     }
-    st = convert_graph(mp, base_dir, g, err);
-    onnx__model_proto__free_unpacked(mp, NULL);
+    long page = sysconf(_SC_PAGESIZE);
+    for (size_t i = 0; i < n_inits && !st; i++) {
+        Onnx__TensorProto *tp = onnx__tensor_proto__unpack(NULL, inits[i].n, inits[i].p);
+        if (!tp) {
+            st = slim_errf(err, SLIM_EPARSE, "not a valid ONNX model: initializer %zu is "
+                           "malformed or truncated", i);
+            break;
+        }
+        st = add_initializer(g, tp, i, base_dir, err);
+        onnx__tensor_proto__free_unpacked(tp, NULL);
+        if (drop_pages && page > 0) {
+            uintptr_t b = ((uintptr_t)inits[i].p + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
+            uintptr_t e = ((uintptr_t)inits[i].p + inits[i].n) & ~((uintptr_t)page - 1);
+            if (e > b)
+                madvise((void *)b, e - b, MADV_DONTNEED);
+        }
+    }
+    free(inits);
+    Onnx__ModelProto *mp = st ? NULL : onnx__model_proto__unpack(NULL, rest_len, rest);
+    free(rest);
+    if (!st && !mp)
+        st = slim_errf(err, SLIM_EPARSE, "not a valid ONNX model: the protobuf is malformed "
+                       "or truncated");
+    if (!st && !mp->graph)
+        st = slim_errf(err, SLIM_EPARSE, "not a valid ONNX model: it has no graph");
+    if (!st)
+        st = convert_graph(mp, base_dir, g, err);
+    if (mp)
+        onnx__model_proto__free_unpacked(mp, NULL);
     if (st) {
         slim_graph_free(g);
         return st;
     }
     *out = g;
     return SLIM_OK;
+}
+
+slim_status slim_onnx_load_buffer(const void *data, size_t size, const char *base_dir,
+                                  slim_graph **out, slim_err *err)
+{
+    return load_bytes(data, size, base_dir, false, out, err);
 }
 
 slim_status slim_onnx_load_file(const char *path, slim_graph **out, slim_err *err)
@@ -473,7 +517,7 @@ slim_status slim_onnx_load_file(const char *path, slim_graph **out, slim_err *er
         *slash = '\0';
     else
         snprintf(dir, sizeof(dir), ".");
-    st = slim_onnx_load_buffer(mf.data, mf.size, dir, out, err);
+    st = load_bytes(mf.data, mf.size, dir, true, out, err);
     unmap_file(&mf);
     if (st)
         slim_err_prefix(err, "%s: ", path);

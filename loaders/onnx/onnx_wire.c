@@ -1,0 +1,195 @@
+/*
+ * onnx_wire.c - splits a serialized ModelProto into the model without its
+ * weights and the byte ranges of the weights, by walking the protobuf wire
+ * format.
+ *
+ * protobuf-c unpacks a message whole, copying every bytes field: unpacking
+ * a ModelProto holds a second copy of all the weights next to the mapped
+ * file, and converting them made a third. Walking the wire format is cheap
+ * (keys and lengths only), so the loader unpacks the small rest of the
+ * model once and each initializer (GraphProto field 5) on its own, one at a
+ * time: the peak is the weights plus the largest one. Fields are facts of
+ * onnx.proto: ModelProto.graph = 7, GraphProto.initializer = 5.
+ */
+#include "onnx_wire.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define MODEL_GRAPH_FIELD 7
+#define GRAPH_INITIALIZER_FIELD 5
+
+typedef struct span_list {
+    slim_onnx_span *v;
+    size_t n, cap;
+} span_list;
+
+static bool read_varint(const uint8_t *p, size_t n, size_t *pos, uint64_t *out)
+{
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        if (*pos >= n)
+            return false;
+        uint8_t b = p[(*pos)++];
+        v |= (uint64_t)(b & 0x7F) << shift;
+        if (!(b & 0x80)) {
+            *out = v;
+            return true;
+        }
+    }
+    return false;
+}
+
+static size_t put_varint(uint8_t *out, uint64_t v)
+{
+    size_t k = 0;
+    do {
+        uint8_t b = v & 0x7F;
+        v >>= 7;
+        out[k++] = b | (v ? 0x80 : 0);
+    } while (v);
+    return k;
+}
+
+/* One field at *pos: its number, wire type, and for length-delimited ones
+ * the payload; *pos moves past it. False when the bytes are not a field. */
+static bool next_field(const uint8_t *p, size_t n, size_t *pos, uint32_t *field, int *wire,
+                       const uint8_t **payload, size_t *payload_len)
+{
+    uint64_t key, len;
+    if (!read_varint(p, n, pos, &key) || key >> 3 == 0 || key >> 3 > 0x1FFFFFFF)
+        return false;
+    *field = (uint32_t)(key >> 3);
+    *wire = (int)(key & 7);
+    *payload = NULL;
+    *payload_len = 0;
+    switch (*wire) {
+    case 0:
+        return read_varint(p, n, pos, &len);
+    case 1:
+        if (n - *pos < 8)
+            return false;
+        *pos += 8;
+        return true;
+    case 5:
+        if (n - *pos < 4)
+            return false;
+        *pos += 4;
+        return true;
+    case 2:
+        if (!read_varint(p, n, pos, &len) || len > n - *pos)
+            return false;
+        *payload = p + *pos;
+        *payload_len = (size_t)len;
+        *pos += (size_t)len;
+        return true;
+    default: /* groups (3, 4) are not used by onnx.proto */
+        return false;
+    }
+}
+
+static bool push_span(span_list *l, const uint8_t *p, size_t n)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 256;
+        slim_onnx_span *v = realloc(l->v, sizeof(*v) * cap);
+        if (!v)
+            return false;
+        l->v = v;
+        l->cap = cap;
+    }
+    l->v[l->n++] = (slim_onnx_span){p, n};
+    return true;
+}
+
+/* Copies the GraphProto at g[0..n) without its initializers into out
+ * (which has room for n bytes), recording their spans. */
+static slim_status filter_graph(const uint8_t *g, size_t n, uint8_t *out, size_t *out_len,
+                                span_list *inits, slim_err *err)
+{
+    size_t pos = 0, k = 0;
+    while (pos < n) {
+        size_t start = pos;
+        uint32_t field;
+        int wire;
+        const uint8_t *payload;
+        size_t len;
+        if (!next_field(g, n, &pos, &field, &wire, &payload, &len))
+            return slim_errf(err, SLIM_EPARSE, "not a valid ONNX model: the graph's protobuf "
+                             "is malformed or truncated");
+        if (field == GRAPH_INITIALIZER_FIELD && wire == 2) {
+            if (!push_span(inits, payload, len))
+                return slim_errf(err, SLIM_ENOMEM, "out of memory");
+            continue;
+        }
+        memcpy(out + k, g + start, pos - start);
+        k += pos - start;
+    }
+    *out_len = k;
+    return SLIM_OK;
+}
+
+slim_status slim_onnx_wire_split(const uint8_t *data, size_t size, uint8_t **rest,
+                                 size_t *rest_len, slim_onnx_span **inits, size_t *n_inits,
+                                 slim_err *err)
+{
+    *rest = NULL;
+    *rest_len = 0;
+    *inits = NULL;
+    *n_inits = 0;
+    /* The rest is never longer than the input plus a re-encoded length
+     * per graph occurrence. */
+    uint8_t *out = malloc(size + 64);
+    uint8_t *graph = NULL;
+    span_list l = {0};
+    slim_status st = SLIM_OK;
+    if (!out) {
+        st = slim_errf(err, SLIM_ENOMEM, "out of memory");
+        goto fail;
+    }
+    size_t pos = 0, k = 0;
+    while (pos < size) {
+        size_t start = pos;
+        uint32_t field;
+        int wire;
+        const uint8_t *payload;
+        size_t len;
+        if (!next_field(data, size, &pos, &field, &wire, &payload, &len)) {
+            st = slim_errf(err, SLIM_EPARSE, "not a valid ONNX model: the protobuf is malformed "
+                           "or truncated");
+            goto fail;
+        }
+        if (field != MODEL_GRAPH_FIELD || wire != 2) {
+            memcpy(out + k, data + start, pos - start);
+            k += pos - start;
+            continue;
+        }
+        free(graph);
+        if (!(graph = malloc(len ? len : 1))) {
+            st = slim_errf(err, SLIM_ENOMEM, "out of memory");
+            goto fail;
+        }
+        size_t glen = 0;
+        if ((st = filter_graph(payload, len, graph, &glen, &l, err)))
+            goto fail;
+        if (k + 16 + glen > size + 64) { /* cannot happen: glen <= len */
+            st = slim_errf(err, SLIM_EINTERNAL, "ONNX graph filter overran its buffer");
+            goto fail;
+        }
+        out[k++] = (MODEL_GRAPH_FIELD << 3) | 2;
+        k += put_varint(out + k, glen);
+        memcpy(out + k, graph, glen);
+        k += glen;
+    }
+    free(graph);
+    *rest = out;
+    *rest_len = k;
+    *inits = l.v;
+    *n_inits = l.n;
+    return SLIM_OK;
+fail:
+    free(graph);
+    free(out);
+    free(l.v);
+    return st;
+}
