@@ -13,7 +13,7 @@ JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=
 MODELS_DIR ?= $(BUILD)/models
 
-.PHONY: all deps build build-asan build-fuzz fuzz test serve demo models bench clean
+.PHONY: all deps build build-asan build-fuzz fuzz test serve demo models bench image clean
 
 all: build
 
@@ -68,6 +68,11 @@ bench: models
 	$(PY) bench/bench_server.py --slimserve $(BUILD)/bin/slimserve
 	$(PY) bench/bench_memory.py --slim $(BUILD)/bin/slim
 	$(PY) bench/bench_batching.py --slimserve $(BUILD)/bin/slimserve --slim $(BUILD)/bin/slim
+
+# The CPU container image (Dockerfile) with Docker, or with Podman where no
+# Docker daemon answers; IMAGE= names it (scripts/image.sh, docs/deploy.md).
+image:
+	./scripts/image.sh build
 
 clean:
 	rm -rf $(BUILD) $(ASAN_BUILD) $(FUZZ_BUILD)

@@ -1,0 +1,79 @@
+# slimserve on the CPU: `docker build -t slimserve .` (or `make image`, which
+# also works with Podman and without a registry; docs/deploy.md).
+#
+# Two stages. "build" compiles slim and slimserve with Debian's toolchain;
+# the final stage holds the two binaries and the shared libraries they load
+# (protobuf-c, OpenBLAS, libmicrohttpd, cJSON) and no compiler. It runs as
+# an unprivileged user and serves the model repository mounted at /models
+# on 0.0.0.0:8000:
+#
+#   docker run --rm -p 8000:8000 -v "$PWD/models:/models:ro" slimserve
+#   docker run --rm -p 8000:8000 -v ... slimserve --memory-limit 1536MiB
+#
+# Arguments after the image name are appended to slimserve's command line
+# (a flag given twice takes its last value). SIGTERM lets in-flight requests
+# finish for up to 60 s: stop with `docker stop -t 70`.
+
+# Any Debian 12 image; `make image` passes a local one when none can be pulled.
+ARG BASE=debian:12-slim
+
+FROM ${BASE} AS build
+ENV DEBIAN_FRONTEND=noninteractive
+# `check` is not linked into the programs, but configure asks for it (unit tests).
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends \
+        build-essential cmake pkg-config \
+        libprotobuf-c-dev protobuf-c-compiler libopenblas-dev \
+        libmicrohttpd-dev libcjson-dev check \
+        python3 python3-venv \
+ && rm -rf /var/lib/apt/lists/*
+# Configure takes onnx.proto (and checks for the node tests) from the onnx
+# package, pinned as scripts/install-deps.sh pins it. Behind a proxy that
+# re-signs TLS, pip needs that proxy's CA: scripts/image.sh passes the
+# host's bundle (PIP_CERT or SSL_CERT_FILE) as the build secret pip-ca;
+# without it pip uses its own. Secrets stay out of the image's layers.
+RUN --mount=type=secret,id=pip-ca \
+    python3 -m venv /opt/onnx \
+ && if [ -s /run/secrets/pip-ca ]; then export PIP_CERT=/run/secrets/pip-ca; fi \
+ && /opt/onnx/bin/pip install --no-cache-dir --disable-pip-version-check onnx==1.22.0
+WORKDIR /src
+COPY . .
+RUN cmake -S . -B /build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLIM_CUDA=OFF \
+        -DPython3_EXECUTABLE=/opt/onnx/bin/python \
+ && cmake --build /build -j "$(nproc)" --target slim slimserve \
+ && strip /build/bin/slim /build/bin/slimserve \
+ && /build/bin/slimserve --help >/dev/null
+
+FROM ${BASE}
+# libopenblas0-pthread is the variant the build links against (slimserve
+# runs OpenBLAS single-threaded inside its own workers).
+RUN apt-get update \
+ && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
+        libprotobuf-c1 libopenblas0-pthread libmicrohttpd12 libcjson1 \
+ && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/log/apt /var/log/dpkg.log \
+ && groupadd --gid 10001 slim \
+ && useradd --uid 10001 --gid 10001 --home-dir /nonexistent --no-create-home \
+        --shell /usr/sbin/nologin slim \
+ && mkdir /models
+COPY --from=build /build/bin/slim /build/bin/slimserve /usr/local/bin/
+COPY deploy/docker/ready.sh /usr/local/bin/slimserve-ready
+# Build facts last, so a new date or revision rebuilds no layer before it.
+ARG BASE
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+ARG CREATED=unknown
+LABEL org.opencontainers.image.title="slimserve" \
+      org.opencontainers.image.description="KServe v2 / Triton-compatible ONNX inference server in C (CPU)" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.base.name="${BASE}"
+# Numeric, so Kubernetes' runAsNonRoot can check it without /etc/passwd.
+USER 10001:10001
+EXPOSE 8000
+STOPSIGNAL SIGTERM
+HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
+    CMD ["/usr/local/bin/slimserve-ready", "8000"]
+ENTRYPOINT ["/usr/local/bin/slimserve", "--model-repository", "/models", \
+            "--host", "0.0.0.0", "--http-port", "8000"]
+CMD []
