@@ -649,8 +649,9 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     if (lines++ < LOG_LINES_PER_S) {
         fputs("slimserve: http: ", stderr);
         vfprintf(stderr, fmt, ap);
-    } else {
-        dropped++;
+    } else if (!dropped++) {
+        fprintf(stderr, "slimserve: http: over %d messages this second; the rest are only "
+                "counted\n", LOG_LINES_PER_S);
     }
     pthread_mutex_unlock(&mu);
 }
