@@ -42,6 +42,9 @@ pick_engine() {
     if [ -n "${ENGINE:-}" ]; then
         case "$ENGINE" in docker | podman) ;; *) die "ENGINE must be docker or podman" ;; esac
         command -v "$ENGINE" >/dev/null || unavailable "ENGINE=$ENGINE but $ENGINE is not installed"
+        if [ "$ENGINE" = docker ] && ! timeout 20 docker info >/dev/null 2>&1; then
+            unavailable "ENGINE=docker but no Docker daemon answers"
+        fi
     elif command -v docker >/dev/null && timeout 20 docker info >/dev/null 2>&1; then
         ENGINE=docker
     elif command -v podman >/dev/null; then
