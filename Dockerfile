@@ -57,6 +57,10 @@ RUN apt-get update \
  && mkdir /models
 COPY --from=build /build/bin/slim /build/bin/slimserve /usr/local/bin/
 COPY deploy/docker/ready.sh /usr/local/bin/slimserve-ready
+# Once glibc's dynamic mmap threshold has risen, freed allocator segments
+# stay in its heap and RSS grows past what --memory-limit counts, towards the
+# container's limit (docs/memory.md, "Soak"); a fixed threshold gives them back.
+ENV MALLOC_MMAP_THRESHOLD_=131072
 # Build facts last, so a new date or revision rebuilds no layer before it.
 ARG BASE
 ARG VERSION=0.1.0
