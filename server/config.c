@@ -397,6 +397,10 @@ static slim_status parse_keys(const cJSON *root, const char *dir_name, slim_serv
             }
         } else if (strcmp(key, "device") == 0 || strcmp(key, "precision") == 0) {
             s = parse_placement(k, cfg, err);
+        } else if (strcmp(key, "convert") == 0) {
+            if (!cJSON_IsBool(k))
+                return slim_errf(err, SLIM_EINVAL, "config.json: \"convert\": expected true or false");
+            cfg->convert = cJSON_IsTrue(k) ? 1 : -1;
         } else if (reserved_key_ok(k, &expect)) {
             cJSON *copy = cJSON_Duplicate(k, true);
             if (!copy || !cJSON_AddItemToObject(cfg->reserved, key, copy)) {
@@ -587,6 +591,8 @@ cJSON *slim_server_config_to_json(const slim_server_config *cfg)
         cJSON_AddStringToObject(o, "device", cfg->device);
     if (cfg->precision)
         cJSON_AddStringToObject(o, "precision", cfg->precision);
+    if (cfg->convert)
+        cJSON_AddBoolToObject(o, "convert", cfg->convert > 0);
     for (const cJSON *k = cfg->reserved ? cfg->reserved->child : NULL; k; k = k->next)
         cJSON_AddItemToObject(o, k->string, cJSON_Duplicate(k, true));
     return o;

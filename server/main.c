@@ -36,6 +36,11 @@ static void usage(FILE *f)
             "                           DEVICE=SIZE caps that device (cuda:0=20GiB), repeatable\n"
             "  --device DEV             where models run unless config.json says (cpu, cuda:N)\n"
             "                           (default: none); runs past it fail with out-of-memory\n"
+            "  --convert-cache DIR      convert every ONNX model to .slim once, into DIR,\n"
+            "                           and serve the converted file (config.json\n"
+            "                           \"convert\": false opts a model out; \"convert\": true\n"
+            "                           opts one in without this flag, into\n"
+            "                           $SLIMSERVE_CACHE_DIR or ~/.cache/slimserve)\n"
             "  --body-timeout S         a request body not complete S seconds after its\n"
             "                           headers is answered 408 (default 30)\n"
             "  --idle-timeout S         a connection with no request in progress (or whose\n"
@@ -97,6 +102,8 @@ static int parse_args(int argc, char **argv, slim_server_opts *o)
             queue = (int)n;
         } else if (strcmp(a, "--device") == 0 && v) {
             o->device = v;
+        } else if (strcmp(a, "--convert-cache") == 0 && v) {
+            o->convert_cache = v;
         } else if (strcmp(a, "--memory-limit") == 0 && v) {
             /* SIZE caps the CPU; DEVICE=SIZE caps that device (repeatable). */
             slim_err err = {0};

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 void slim_server_model_ref(slim_server_model *m)
 {
@@ -104,6 +105,54 @@ static void entry_clear(slim_server_entry *e)
     e->n_slots = 0;
 }
 
+/* Loads path; an ONNX model meant to be converted ("convert": true, or
+ * --convert-cache and not "convert": false) loads from its cached .slim,
+ * made now if missing. The precision is baked into that file, so it loads
+ * as it is. A conversion that fails (a read-only cache folder, a full disk,
+ * a damaged cached file) is logged and the ONNX file served instead: the
+ * cache saves time and memory, it must not take a model away. */
+static slim_status load_converted(slim_server_repo *repo, const char *name, int64_t version,
+                                  const char *path, const slim_load_opts *lo,
+                                  const slim_server_config *cfg, slim_model **out, slim_err *err)
+{
+    bool want = cfg->convert > 0 || (cfg->convert == 0 && repo->convert_cache);
+    if (!want || slim_model_file_is_slim(path))
+        return slim_model_load(path, lo, out, err);
+    const char *dir = repo->convert_cache ? repo->convert_cache
+                                          : slim_server_convert_cache_default();
+    char cached[4096];
+    bool fresh = false;
+    slim_err cerr = {0};
+    /* A second try converts afresh after a damaged cached file is dropped. */
+    for (int attempt = 0; attempt < 2; attempt++) {
+        if (slim_server_convert_cached(dir, name, version, path, cfg->precision, NULL, cached,
+                                       sizeof(cached), &fresh, &cerr) != SLIM_OK)
+            break;
+        slim_load_opts clo = *lo;
+        clo.precision = NULL;
+        slim_status s = slim_model_load(cached, &clo, out, &cerr);
+        if (s == SLIM_OK) {
+            fprintf(stderr, "slimserve: model \"%s\" version %lld: serving %s (%s)\n", name,
+                    (long long)version, cached, fresh ? "converted now" : "converted before");
+            return SLIM_OK;
+        }
+        /* A damaged file is dropped, so the next load converts afresh; any
+         * other failure (memory, the device) would fail the ONNX file too. */
+        if (s != SLIM_EPARSE && s != SLIM_EIO) {
+            *err = cerr;
+            return s;
+        }
+        fprintf(stderr, "slimserve: model \"%s\" version %lld: dropping %s: %s\n", name,
+                (long long)version, cached, cerr.msg);
+        unlink(cached);
+        if (fresh)
+            break; /* written and verified just now, yet unreadable: give up */
+    }
+    fprintf(stderr, "slimserve: model \"%s\" version %lld: not converted, serving %s: %s\n", name,
+            (long long)version, path, cerr.msg);
+    return slim_model_load(path, lo, out, err);
+}
+
 static slim_status load_version(slim_server_repo *repo, const char *name, const char *cfg_text,
                                 int64_t version, slim_server_model **out, slim_err *err)
 {
@@ -131,7 +180,7 @@ static slim_status load_version(slim_server_repo *repo, const char *name, const 
         goto err;
     slim_load_opts lo = {.device = m->cfg.device ? m->cfg.device : repo->default_device,
                          .precision = m->cfg.precision};
-    if ((s = slim_model_load(path, &lo, &m->model, err)) != SLIM_OK)
+    if ((s = load_converted(repo, name, version, path, &lo, &m->cfg, &m->model, err)) != SLIM_OK)
         goto err;
     if ((s = slim_server_config_resolve(&m->cfg, m->model, err)) != SLIM_OK)
         goto err;
@@ -417,10 +466,11 @@ static int cmp_str(const void *a, const void *b)
 
 slim_status slim_server_repo_open(slim_server_repo *repo, const char *root,
                                   slim_server_metrics *metrics, int instances, int queue_size,
-                                  const char *device, slim_err *err)
+                                  const char *device, const char *convert_cache, slim_err *err)
 {
     memset(repo, 0, sizeof(*repo));
     repo->default_device = device;
+    repo->convert_cache = convert_cache;
     pthread_mutex_init(&repo->mu, NULL);
     pthread_mutex_init(&repo->load_mu, NULL);
     repo->metrics = metrics;

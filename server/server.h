@@ -123,6 +123,8 @@ typedef struct slim_server_config {
     size_t memory_limit;        /* bytes the model may hold at once; 0: no limit */
     char *device;               /* "cuda:0"...; NULL: the server's --device */
     char *precision;            /* "fp16", "bf16"; NULL: fp32 */
+    int convert;                /* "convert": 1 true, -1 false, 0 not given
+                                   (then --convert-cache decides) */
     /* Keys kept as given so /config shows them: dynamic_batching (also
      * parsed into `batching`), and keys later issues act on (precision,
      * pruning). */
@@ -235,6 +237,9 @@ typedef struct slim_server_repo {
     int default_instances;          /* --workers: instance_count when not set */
     const char *default_device;     /* --device: where models run unless config.json says */
     int default_queue_size;         /* --queue-size: max_queue_size when not set */
+    const char *convert_cache;      /* --convert-cache: every ONNX model converted
+                                       there; NULL: only "convert": true ones, into
+                                       slim_server_convert_cache_default() */
     slim_server_entry *entries;
     int n_entries, cap_entries;
 } slim_server_repo;
@@ -245,7 +250,8 @@ typedef struct slim_server_repo {
  * models load unless their config.json says ("device"; NULL: the CPU). */
 slim_status slim_server_repo_open(slim_server_repo *repo, const char *root,
                                   slim_server_metrics *metrics, int instances,
-                                  int queue_size, const char *device, slim_err *err);
+                                  int queue_size, const char *device,
+                                  const char *convert_cache, slim_err *err);
 void slim_server_repo_close(slim_server_repo *repo);
 
 /* version < 0: the highest ready one. On success returns a new reference;
@@ -263,6 +269,20 @@ slim_status slim_server_repo_unload(slim_server_repo *repo, const char *name,
                                     int *http_status, slim_err *err);
 /* [{"name","version","state","reason"}...] */
 cJSON *slim_server_repo_index(slim_server_repo *repo, bool ready_only);
+
+/* ---- conversion cache (convert_cache.c) --------------------------------- */
+
+/* The .slim conversion of src for these settings, written into cache_dir
+ * (created) unless a file with its key is already there: its path in out,
+ * *converted true when it was written now. precision as config.json's;
+ * options: other settings that change what is written (they are hashed). */
+slim_status slim_server_convert_cached(const char *cache_dir, const char *model,
+                                       int64_t version, const char *src, const char *precision,
+                                       const char *options, char *out, size_t cap,
+                                       bool *converted, slim_err *err);
+/* $SLIMSERVE_CACHE_DIR, else $XDG_CACHE_HOME/slimserve, else
+ * $HOME/.cache/slimserve, else /tmp/slimserve-cache. */
+const char *slim_server_convert_cache_default(void);
 
 /* ---- memory (memory.c) -------------------------------------------------- */
 
@@ -395,6 +415,7 @@ typedef struct slim_server_opts {
     int http_threads;
     size_t memory_limit;            /* the CPU allocator's limit; 0: none */
     const char *device;             /* default device of models; NULL: cpu */
+    const char *convert_cache;      /* --convert-cache DIR */
     /* Slow or silent clients (http.c): a request whose body has not fully
      * arrived body_timeout_s after its headers is answered 408; a
      * connection with no request in progress is closed after

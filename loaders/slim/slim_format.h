@@ -44,6 +44,11 @@ slim_status slim_format_load_buffer(const void *data, size_t size, struct slim_b
  * into place, so a reader never sees half a file. */
 slim_status slim_format_write(const slim_graph *g, const char *path, slim_err *err);
 
+/* Compares a written graph with the one read back from the file: nodes,
+ * values and every weight's dtype and bytes. 0 when they match; otherwise
+ * nonzero with the first difference in why. */
+int slim_format_verify(const slim_graph *written, const slim_graph *read, char *why, size_t cap);
+
 /* CRC-32 (IEEE 802.3, as zlib's crc32), continuing from crc (0 to start). */
 uint32_t slim_format_crc32(uint32_t crc, const void *data, size_t n);
 

@@ -380,3 +380,32 @@ done:
     free(meta.p);
     return s;
 }
+
+/* Weights and nodes of the written file against the model's graph. */
+int slim_format_verify(const slim_graph *a, const slim_graph *b, char *why, size_t cap)
+{
+    if (a->n_nodes != b->n_nodes || a->n_values != b->n_values || a->n_inputs != b->n_inputs ||
+        a->n_outputs != b->n_outputs) {
+        snprintf(why, cap, "%d nodes and %d values written, %d and %d read back", a->n_nodes,
+                 a->n_values, b->n_nodes, b->n_values);
+        return 1;
+    }
+    for (int v = 0; v < a->n_values; v++) {
+        const slim_value *x = &a->values[v];
+        int w = slim_graph_find_value(b, x->name);
+        if (w < 0) {
+            snprintf(why, cap, "value \"%s\" is missing", x->name);
+            return 1;
+        }
+        const slim_value *y = &b->values[w];
+        if (x->kind != y->kind || (x->kind == SLIM_VALUE_INITIALIZER &&
+            (slim_tensor_nbytes(&x->init) != slim_tensor_nbytes(&y->init) ||
+             x->init.dtype != y->init.dtype ||
+             (slim_tensor_nbytes(&x->init) &&
+              memcmp(x->init.data, y->init.data, slim_tensor_nbytes(&x->init)) != 0)))) {
+            snprintf(why, cap, "weight \"%s\" differs", x->name);
+            return 1;
+        }
+    }
+    return 0;
+}

@@ -12,6 +12,12 @@
   * a truncated or corrupted .slim file is refused by `slim` (exit 1, a
     message naming the problem) and by the server's load (400), which goes
     on serving
+  * the conversion cache: with --convert-cache the server converts each
+    ONNX model once (its precision baked in), serves the same answers, finds
+    the file again after a restart, converts again when the precision
+    changes (dropping the old file) or the cached file is damaged, honours
+    "convert": false, refuses "convert": "yes", and serves the ONNX file
+    when the cache folder cannot be written
 
 Ends with "N passed, N failed"; exits non-zero on any failure.
 """
@@ -96,6 +102,96 @@ def t_served(srv, examples, m):
         check(status == 200, f"{model}: {status} {data}")
         outs[model] = data["outputs"][0]["data"]
     check(outs[m] == outs[m + "_onnx"], f"{m}: .slim and .onnx answers differ")
+    return body, outs[m]
+
+
+def cached_files(cache, m):
+    if not os.path.isdir(cache):
+        return []
+    return sorted(f for f in os.listdir(cache) if f.startswith(m + ".1.") and f.endswith(".slim"))
+
+
+def t_cache_first_start(srv, log, cache, answers):
+    text = open(log).read()
+    for m in ("mlp", "resnet"):
+        check(f'model "{m}" version 1: serving {cache}/' in text and "converted now" in text,
+              f"{m}: no conversion logged:\n{text}")
+        check(len(cached_files(cache, m)) == 1, f"{m}: cache holds {cached_files(cache, m)}")
+    check(cached_files(cache, "transformer") == [], "\"convert\": false was converted")
+    for m in ("mlp", "transformer"):
+        body, want = answers[m]
+        status, data = srv.http.json("POST", f"/v2/models/{m}/infer", body)
+        check(status == 200 and data["outputs"][0]["data"] == want, f"{m}: {status} answer differs")
+    # resnet was converted at fp16: half the weight bytes, answers close to fp32
+    body, want = answers["resnet"]
+    status, data = srv.http.json("POST", "/v2/models/resnet/infer", body)
+    check(status == 200, f"resnet: {status} {data}")
+    got, want = np.array(data["outputs"][0]["data"]), np.array(want)
+    err = float(np.abs(got - want).max()) / (float(np.abs(want).max()) or 1.0)
+    check(err < 2e-2, f"resnet fp16 relative error {err}")
+    fp32_size = os.path.getsize(os.path.join(os.path.dirname(cache), "resnet.slim"))
+    size = os.path.getsize(os.path.join(cache, cached_files(cache, "resnet")[0]))
+    check(size < 0.7 * fp32_size, f"fp16 conversion {size} bytes vs fp32 {fp32_size}")
+    status, cfg = srv.http.json("GET", "/v2/models/transformer/config")
+    check(status == 200 and cfg.get("convert") is False, f"config: {cfg}")
+    status, index = srv.http.json("POST", "/v2/repository/index", {})
+    bad = [e for e in index if e["name"] == "badconvert"]
+    check(bad and bad[0]["state"] == "UNAVAILABLE" and "convert" in bad[0].get("reason", ""),
+          f"badconvert: {bad}")
+
+
+def t_cache_restart(args, repo, cache):
+    before = {f: os.path.getmtime(os.path.join(cache, f)) for f in os.listdir(cache)}
+    log = os.path.join(args.workdir, "cache-2.log")
+    srv = Server(args.slimserve, repo, log, "--convert-cache", cache)
+    rc = srv.stop()
+    text = open(log).read()
+    check(rc == 0, f"exit {rc}")
+    check(text.count("converted before") == 2 and "converted now" not in text,
+          f"not found again:\n{text}")
+    after = {f: os.path.getmtime(os.path.join(cache, f)) for f in os.listdir(cache)}
+    check(before == after, f"cache changed: {before} -> {after}")
+
+
+def t_cache_settings_and_damage(args, repo, cache):
+    old_resnet = cached_files(cache, "resnet")
+    write_json(os.path.join(repo, "resnet", "config.json"), {"name": "resnet", "precision": "bf16"})
+    mlp = os.path.join(cache, cached_files(cache, "mlp")[0])
+    data = bytearray(open(mlp, "rb").read())
+    data[100] ^= 0x40
+    with open(mlp, "wb") as f:
+        f.write(bytes(data))
+    log = os.path.join(args.workdir, "cache-3.log")
+    srv = Server(args.slimserve, repo, log, "--convert-cache", cache)
+    try:
+        status, _ = srv.http.json("GET", "/v2/models/mlp/ready")
+        check(status == 200, f"mlp not ready after its cached file was damaged: {status}")
+    finally:
+        rc = srv.stop()
+    text = open(log).read()
+    check(rc == 0, f"exit {rc}")
+    check(f"dropping {mlp}" in text, f"damaged file not dropped:\n{text}")
+    check(len(cached_files(cache, "mlp")) == 1, f"mlp: {cached_files(cache, 'mlp')}")
+    new_resnet = cached_files(cache, "resnet")
+    check(len(new_resnet) == 1 and new_resnet != old_resnet,
+          f"precision change: {old_resnet} -> {new_resnet}")
+
+
+def t_cache_unwritable(args, repo):
+    blocker = os.path.join(args.workdir, "not-a-folder")
+    open(blocker, "w").close()
+    log = os.path.join(args.workdir, "cache-4.log")
+    srv = Server(args.slimserve, repo, log, "--convert-cache", os.path.join(blocker, "cache"))
+    try:
+        for m in ("mlp", "resnet"):
+            status, _ = srv.http.json("GET", f"/v2/models/{m}/ready")
+            check(status == 200, f"{m} not served from ONNX: {status}")
+    finally:
+        rc = srv.stop()
+    text = open(log).read()
+    check(rc == 0, f"exit {rc}")
+    check('model "mlp" version 1: not converted' in text and "cannot create cache folder" in text,
+          f"no reason logged:\n{text}")
 
 
 def t_server_refuses_damaged(srv):
@@ -132,13 +228,40 @@ def main():
     shutil.copy(os.path.join(args.workdir, "bad-truncated.slim"),
                 os.path.join(repo, "broken", "1", "model.slim"))
     srv = Server(args.slimserve, repo, os.path.join(args.workdir, "slimserve.log"))
+    answers = {}
     try:
         for m in MODELS:
-            r.case(f"{m}: served from model.slim, same answer", t_served, srv, examples, m)
+            r.case(f"{m}: served from model.slim, same answer",
+                   lambda m=m: answers.__setitem__(m, t_served(srv, examples, m)))
         r.case("damaged model.slim: load 400", t_server_refuses_damaged, srv)
     finally:
         rc = srv.stop()
     r.case("server exits cleanly", lambda: check(rc == 0, f"exit status {rc}"))
+
+    # The conversion cache, on a repository of ONNX files.
+    crepo, cache = os.path.join(args.workdir, "cache-repo"), os.path.join(args.workdir, "cache")
+    for m in MODELS + ["badconvert"]:
+        os.makedirs(os.path.join(crepo, m, "1"))
+        shutil.copy(os.path.join(examples, "mlp" if m == "badconvert" else m, "1", "model.onnx"),
+                    os.path.join(crepo, m, "1", "model.onnx"))
+    write_json(os.path.join(crepo, "resnet", "config.json"), {"name": "resnet", "precision": "fp16"})
+    write_json(os.path.join(crepo, "transformer", "config.json"),
+               {"name": "transformer", "convert": False})
+    write_json(os.path.join(crepo, "badconvert", "config.json"),
+               {"name": "badconvert", "convert": "yes"})
+    if len(answers) == len(MODELS):
+        log = os.path.join(args.workdir, "cache-1.log")
+        srv = Server(args.slimserve, crepo, log, "--convert-cache", cache)
+        try:
+            r.case("cache: converted once, same answers, fp16 baked in, opt-out, bad key",
+                   t_cache_first_start, srv, log, cache, answers)
+        finally:
+            rc = srv.stop()
+        r.case("cache: server exits cleanly", lambda: check(rc == 0, f"exit status {rc}"))
+        r.case("cache: found again after a restart", t_cache_restart, args, crepo, cache)
+        r.case("cache: new precision and damaged file convert again", t_cache_settings_and_damage,
+               args, crepo, cache)
+        r.case("cache: unwritable folder serves the ONNX file", t_cache_unwritable, args, crepo)
     print(f"{r.passed} passed, {r.failed} failed")
     return 1 if r.failed else 0
 
