@@ -21,14 +21,20 @@ Each figure is the median of --rounds processes; runs of the three alternate.
 The targets (issue 10): slim RSS <= weights + arena + 30 MiB and <= 0.7x ort
 RSS; onnx RSS <= 1.2 x weights + arena + 30 MiB; BERT-base .slim load < 50 ms.
 The last columns say whether each row meets them.
+
+Last, an idle server: slimserve started on an empty repository, its VmRSS
+once it answers ready (target: under 15 MiB), median of --rounds starts.
 """
 
 import argparse
 import os
+import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
+import urllib.request
 
 import numpy as np
 import onnx
@@ -44,6 +50,32 @@ MIB = 2**20
 def weight_bytes(path):
     model = onnx.load(path)
     return sum(onnx.numpy_helper.to_array(t).nbytes for t in model.graph.initializer), model
+
+
+def idle_server_rss(slimserve, workdir):
+    """VmRSS in bytes of a slimserve with no model, once it answers ready."""
+    empty = os.path.join(workdir, "empty-repo")
+    os.makedirs(empty, exist_ok=True)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen([slimserve, "--model-repository", empty, "--http-port", str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/health/ready", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.05)
+        time.sleep(0.5)
+        with open(f"/proc/{proc.pid}/status") as f:
+            fields = dict(line.split(":", 1) for line in f)
+        return int(fields["VmRSS"].split()[0]) * 1024
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
 
 
 def main():
@@ -115,6 +147,10 @@ def main():
     for r in rows:
         print("| " + " | ".join(c.ljust(w) for c, w in zip(r, widths)) + " |")
     print("\nRSS in MiB, median of %d processes each; 1 thread." % args.rounds)
+    slimserve = os.path.join(os.path.dirname(args.slim), "slimserve")
+    idle = statistics.median(idle_server_rss(slimserve, workdir) for _ in range(args.rounds))
+    print(f"idle slimserve (no model): {idle / MIB:.1f} MiB resident (target < 15 MiB: "
+          f"{'yes' if idle < 15 * MIB else 'NO'})")
 
 
 if __name__ == "__main__":

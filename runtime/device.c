@@ -99,3 +99,62 @@ void slim_buffer_unref(slim_buffer *b)
         slim_allocator_free(b->dev->alloc, b->block);
     free(b);
 }
+
+/* ---- mapped model files ----------------------------------------------------- */
+
+/* A handful of entries (one per loaded .slim model); lookups come only from
+ * Gathers over tables of several MiB, so a locked scan costs nothing. */
+typedef struct {
+    const char *base;
+    size_t size;
+    int fd;
+} file_map;
+
+static pthread_mutex_t file_maps_mu = PTHREAD_MUTEX_INITIALIZER;
+static file_map *file_maps;
+static int n_file_maps, cap_file_maps;
+
+void slim_file_map_register(const void *base, size_t size, int fd)
+{
+    pthread_mutex_lock(&file_maps_mu);
+    if (n_file_maps == cap_file_maps) {
+        int cap = cap_file_maps ? 2 * cap_file_maps : 8;
+        file_map *m = realloc(file_maps, sizeof(*m) * (size_t)cap);
+        if (!m) { /* not registered: the kernels read through the mapping */
+            pthread_mutex_unlock(&file_maps_mu);
+            return;
+        }
+        file_maps = m;
+        cap_file_maps = cap;
+    }
+    file_maps[n_file_maps++] = (file_map){base, size, fd};
+    pthread_mutex_unlock(&file_maps_mu);
+}
+
+void slim_file_map_unregister(const void *base)
+{
+    pthread_mutex_lock(&file_maps_mu);
+    for (int i = 0; i < n_file_maps; i++)
+        if (file_maps[i].base == base) {
+            file_maps[i] = file_maps[--n_file_maps];
+            break;
+        }
+    pthread_mutex_unlock(&file_maps_mu);
+}
+
+bool slim_file_map_lookup(const void *p, size_t n, int *fd, int64_t *offset)
+{
+    const char *c = p;
+    bool found = false;
+    pthread_mutex_lock(&file_maps_mu);
+    for (int i = 0; i < n_file_maps && !found; i++) {
+        const file_map *m = &file_maps[i];
+        if (c >= m->base && n <= m->size && (size_t)(c - m->base) <= m->size - n) {
+            *fd = m->fd;
+            *offset = (int64_t)(c - m->base);
+            found = true;
+        }
+    }
+    pthread_mutex_unlock(&file_maps_mu);
+    return found;
+}

@@ -7,9 +7,11 @@
  * an out-of-range index is an error naming it, never a stray read.
  */
 #include "kernel.h"
+#include "device.h"
 
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define GRAIN_BYTES (64 * 1024) /* below this, a thread is not worth waking */
 
@@ -72,6 +74,46 @@ static void gather_job(int64_t begin, int64_t end, void *user)
     }
 }
 
+/* Rows of a table in a mapped model file, read with pread (see
+ * slim_file_map_lookup): only the bytes gathered reach the process. A failed
+ * read falls back to the mapping, which gives the same bytes or the same
+ * fault. */
+typedef struct {
+    gather_plan p;
+    int fd;
+    int64_t file_off; /* of p.src */
+} gather_file_plan;
+
+static void gather_file_job(int64_t begin, int64_t end, void *user)
+{
+    const gather_file_plan *f = user;
+    const gather_plan *p = &f->p;
+    for (int64_t item = begin; item < end; item++) {
+        int64_t o = item / p->nidx, j = item % p->nidx;
+        int64_t at = (o * p->dim + p->idx[j]) * p->block;
+        char *dst = p->dst + item * p->block;
+        size_t done = 0;
+        while (done < (size_t)p->block) {
+            ssize_t n = pread(f->fd, dst + done, (size_t)p->block - done,
+                              (off_t)(f->file_off + at) + (off_t)done);
+            if (n <= 0)
+                break;
+            done += (size_t)n;
+        }
+        if (done < (size_t)p->block)
+            memcpy(dst, p->src + at, (size_t)p->block);
+    }
+}
+
+/* Worth it for a large table in a mapped file of which a small part is
+ * gathered; a whole table read row by row is faster through the mapping. */
+static bool gather_by_pread(const slim_tensor *x, int64_t rows_bytes, int *fd, int64_t *off)
+{
+    size_t nbytes = slim_tensor_nbytes(x);
+    return !x->device && nbytes >= ((size_t)4 << 20) && (uint64_t)rows_bytes * 8 <= nbytes &&
+           slim_file_map_lookup(x->data, nbytes, fd, off);
+}
+
 static slim_status gather_exec(slim_op_ctx *ctx)
 {
     const slim_tensor *x = ctx->in[0], *ind = ctx->in[1];
@@ -90,7 +132,14 @@ static slim_status gather_exec(slim_op_ctx *ctx)
         st = index_at(ind, i, x->dims[axis], &idx[i], ctx->err);
     if (!st) {
         gather_plan p = {x->data, ctx->out[0]->data, idx, nidx, x->dims[axis], block};
-        slim_parallel_for(outer * nidx, 1 + GRAIN_BYTES / block, gather_job, &p);
+        int fd;
+        int64_t off;
+        if (gather_by_pread(x, outer * nidx * block, &fd, &off)) {
+            gather_file_plan f = {p, fd, off};
+            slim_parallel_for(outer * nidx, 1 + GRAIN_BYTES / block, gather_file_job, &f);
+        } else {
+            slim_parallel_for(outer * nidx, 1 + GRAIN_BYTES / block, gather_job, &p);
+        }
     }
     free(idx);
     return st;

@@ -580,12 +580,15 @@ typedef struct mapping {
     slim_buffer buf;         /* first: the tensors hold &buf */
     slim_mem_account *acct;  /* charged with the data section while mapped */
     size_t charged;
+    int fd;                  /* the file, open while mapped */
 } mapping;
 
 static void mapping_release(slim_buffer *b)
 {
     mapping *mp = (mapping *)b;
+    slim_file_map_unregister(b->ptr);
     munmap(b->ptr, b->size);
+    close(mp->fd);
     if (mp->acct) {
         atomic_fetch_sub(&mp->acct->current, mp->charged);
         slim_mem_account_unref(mp->acct);
@@ -607,14 +610,19 @@ slim_status slim_format_load_file(const char *path, slim_graph **out, slim_err *
     }
     size_t size = (size_t)sb.st_size;
     void *p = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
-    close(fd);
-    if (p == MAP_FAILED)
+    if (p == MAP_FAILED) {
+        close(fd);
         return slim_errf(err, SLIM_EIO, "cannot map \"%s\": %s", path, strerror(errno));
+    }
     mapping *mp = calloc(1, sizeof(*mp));
     if (!mp) {
         munmap(p, size);
+        close(fd);
         return slim_errf(err, SLIM_ENOMEM, "out of memory loading %s", path);
     }
+    /* Kept open for row reads (slim_file_map_register). */
+    mp->fd = fd;
+    slim_file_map_register(p, size, fd);
     mp->buf.dev = slim_device_cpu();
     mp->buf.ptr = p;
     mp->buf.size = size;

@@ -337,6 +337,54 @@ START_TEST(test_model_from_slim_runs_the_same)
 }
 END_TEST
 
+/* Gather from a large table in a mapped file reads its rows from the file
+ * (slim_buffer.file_backed): the rows must be the table's, first, last and
+ * repeated ones included, and negative indices count from the end. */
+START_TEST(test_gather_rows_from_mapped_table)
+{
+    enum { ROWS = 8192, COLS = 256 }; /* 8 MiB of float32 */
+    slim_graph *g = tu_graph("Gather", 13, 2, (const char *[]){"table", "ids"}, 1);
+    int w = slim_graph_find_value(g, "table");
+    float *data = malloc(sizeof(float) * ROWS * COLS);
+    ck_assert_ptr_nonnull(data);
+    for (int64_t i = 0; i < (int64_t)ROWS * COLS; i++)
+        data[i] = (float)(i % 1000003) * 0.5f - 7.0f;
+    memmove(&g->inputs[0], &g->inputs[1], sizeof(g->inputs[0]));
+    g->n_inputs = 1;
+    g->values[w].kind = SLIM_VALUE_INITIALIZER;
+    g->values[w].init = tu_f32(2, (int64_t[]){ROWS, COLS}, data);
+    slim_err err = {0};
+    ck_assert_msg(slim_format_write(g, tmp_path(), &err) == SLIM_OK, "%s", err.msg);
+    slim_graph_free(g);
+    slim_model *m = NULL;
+    ck_assert_msg(slim_model_load(tmp_path(), NULL, &m, &err) == SLIM_OK, "%s", err.msg);
+    const slim_value *t = &m->graph->values[slim_graph_find_value(m->graph, "table")];
+    int fd;
+    int64_t off;
+    ck_assert(slim_file_map_lookup(t->init.data, slim_tensor_nbytes(&t->init), &fd, &off));
+    ck_assert_int_eq(off % 64, 0);
+    const int64_t ids[] = {0, ROWS - 1, 17, 17, -1, 4095, 1};
+    slim_tensor x = tu_i64(1, (int64_t[]){7}, ids);
+    slim_tensor *out = NULL;
+    int n_out = 0;
+    ck_assert_msg(slim_model_run(m, 1, (const char *[]){"ids"}, &x, &out, &n_out, &err) == SLIM_OK,
+                  "%s", err.msg);
+    ck_assert_int_eq(out[0].dims[0], 7);
+    ck_assert_int_eq(out[0].dims[1], COLS);
+    for (int r = 0; r < 7; r++) {
+        int64_t row = ids[r] < 0 ? ids[r] + ROWS : ids[r];
+        ck_assert_msg(memcmp((float *)out[0].data + r * COLS, data + row * COLS,
+                             sizeof(float) * COLS) == 0, "row %d (table row %lld) differs", r,
+                      (long long)row);
+    }
+    slim_tensors_free(out, n_out);
+    slim_tensor_release(&x);
+    slim_model_free(m);
+    free(data);
+    unlink(tmp_path());
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("format");
@@ -348,6 +396,7 @@ int main(void)
     tcase_add_test(tc, test_forged_metadata_is_refused_or_consistent);
     tcase_add_test(tc, test_header_fields_out_of_range);
     tcase_add_test(tc, test_model_from_slim_runs_the_same);
+    tcase_add_test(tc, test_gather_rows_from_mapped_table);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
