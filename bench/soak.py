@@ -40,7 +40,9 @@ reserved and allocated bytes, its segments (allocated minus given back),
 OOMs, the batch halvings, and the requests so far by status; it prints a
 row per sample, then a summary: RSS after warm-up (the first 20% of the run
 or 60 s, whichever is shorter) against RSS at the end and the growth in
-percent, requests by status (and the error messages), unanswered and wrong
+percent; because RSS under load swings with the requests in flight, also
+the idle RSS growth: the load rests 7 s once warm-up ends and again after
+the run, and the two idle samples are compared; requests by status (and the error messages), unanswered and wrong
 answers. Exits 1 if any request went unanswered, any answer was wrong or the
 server died. With --out DIR it writes DIR/STEM.txt (what it printed),
 DIR/STEM.json (samples and summary) and DIR/STEM.png (RSS and reserved bytes,
@@ -59,6 +61,7 @@ import re
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -70,6 +73,9 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HOST = "127.0.0.1"
 MODELS = ("mlp", "resnet", "transformer")
+# Seconds the load rests before an idle sample: the server gives free heap
+# pages back every 5 s (server/main.c).
+IDLE_WAIT = 7.0
 BATCHES = (1, 4, 8, 16, 32)
 BATCH_WEIGHTS = (60, 15, 10, 10, 5)
 POOL = 8  # distinct input rows per model
@@ -380,10 +386,12 @@ def normalize(msg):
     return re.sub(r"\d+(\.\d+)?", "#", msg)[:160]
 
 
-def client_loop(srv, inputs, stats, seed, stop, t0, timeout, cycle_model, down):
+def client_loop(srv, inputs, stats, seed, stop, t0, timeout, cycle_model, down, paused):
     rng = random.Random(seed)
     conn = None
     while not stop.is_set():
+        while paused.is_set() and not stop.is_set():
+            time.sleep(0.05)
         model = rng.choice(MODELS)
         encoding = rng.choice(("json", "binary"))
         batch = rng.choices(BATCHES, BATCH_WEIGHTS)[0]
@@ -438,7 +446,7 @@ def client_loop(srv, inputs, stats, seed, stop, t0, timeout, cycle_model, down):
         conn.close()
 
 
-def cycler(srv, model, stats, stop, t0, every, down_for, down):
+def cycler(srv, model, stats, stop, t0, every, down_for, down, paused):
     """Unloads model every `every` seconds and loads it again down_for later
     (also when the run ends meanwhile, so the server ends with it loaded)."""
     def call(action):
@@ -451,6 +459,8 @@ def cycler(srv, model, stats, stop, t0, every, down_for, down):
             stats.control[(action, status)] += 1
 
     while not stop.wait(every):
+        while paused.is_set() and not stop.is_set():
+            time.sleep(0.05)
         down.set()
         call("unload")
         stop.wait(down_for)
@@ -632,22 +642,24 @@ def main():
 
         stats = Stats()
         down = threading.Event()
+        paused = threading.Event()
         t0 = time.perf_counter()
         threads = [threading.Thread(target=client_loop, daemon=True,
                                     args=(srv, inputs, stats, args.seed * 1000 + i, stop, t0,
-                                          args.timeout, args.cycle_model, down))
+                                          args.timeout, args.cycle_model, down, paused))
                    for i in range(args.clients)]
         cyc = None
         if args.cycle_model != "none":
             cyc = threading.Thread(target=cycler, daemon=True,
                                    args=(srv, args.cycle_model, stats, stop, t0,
-                                         args.cycle_every, args.cycle_down, down))
+                                         args.cycle_every, args.cycle_down, down, paused))
         for th in threads:
             th.start()
         if cyc:
             cyc.start()
 
         samples = []
+        idle_warm = None
         say(HEADER)
         first = sample(srv, stats, t0, None)
         samples.append(first)
@@ -664,6 +676,17 @@ def main():
             r = sample(srv, stats, t0, samples[-1])
             samples.append(r)
             say(row_text(r))
+            if idle_warm is None and r["t"] >= warmup:
+                # Resident memory under load swings with the requests in
+                # flight (a batch-32 JSON request is megabytes); memory
+                # kept for good shows when nothing is in flight.
+                paused.set()
+                time.sleep(IDLE_WAIT)
+                idle_warm = sample(srv, stats, t0, samples[-1])
+                paused.clear()
+                say(f"  idle {IDLE_WAIT:g} s after warm-up (load paused): RSS "
+                    f"{fmt_mib(idle_warm['rss'])}, allocator reserved "
+                    f"{fmt_mib(idle_warm.get('reserved', 0))}")
         stop.set()
         for th in threads:
             th.join(timeout=args.timeout + 10)
@@ -672,7 +695,7 @@ def main():
         stuck = sum(th.is_alive() for th in threads)
         idle = None
         if srv.proc.poll() is None:
-            time.sleep(1.0)
+            time.sleep(IDLE_WAIT)
             idle = sample(srv, stats, t0, samples[-1])
 
         # ---- summary ----
@@ -712,6 +735,22 @@ def main():
         if idle is not None and idle.get("rss"):
             say(f"  idle after the load stopped: RSS {fmt_mib(idle['rss'])}, reserved "
                 f"{fmt_mib(idle.get('reserved', 0))}, allocated {fmt_mib(idle.get('allocated', 0))}")
+        idle_growth = None
+        if idle is not None and idle.get("rss") and idle_warm is not None and idle_warm.get("rss"):
+            idle_growth = (idle["rss"] - idle_warm["rss"]) / idle_warm["rss"] * 100.0
+            outside = [s["rss"] - s.get("reserved", 0) for s in (idle_warm, idle)]
+            say(f"  idle RSS growth (load paused after warm-up -> load stopped at the end): "
+                f"{fmt_mib(idle_warm['rss'])} -> {fmt_mib(idle['rss'])}, {idle_growth:+.1f}%; "
+                f"outside the allocator's reserve {fmt_mib(outside[0])} -> {fmt_mib(outside[1])}")
+        window = [s for s in samples if s["rss"]]
+        if after_warm and len(window) >= 6:
+            span = max(60.0, 2 * args.sample_every)
+            first_w = [s["rss"] for s in window if after_warm["t"] <= s["t"] < after_warm["t"] + span]
+            last_w = [s["rss"] for s in window if s["t"] > last["t"] - span]
+            if first_w and last_w:
+                a, b = statistics.median(first_w), statistics.median(last_w)
+                say(f"  RSS under load, median of the first and last {span:g} s after warm-up: "
+                    f"{fmt_mib(a)} -> {fmt_mib(b)}, {(b - a) / a * 100.0:+.1f}%")
         total = sum(stats.status.values())
         say(f"  requests answered: {total} "
             f"({total / max(last['t'], 1e-9):.1f}/s): "
@@ -756,6 +795,8 @@ def main():
                 "memory_limit_how": how, "warmup_s": warmup,
                 "rss_after_warmup": after_warm["rss"] if after_warm else None,
                 "rss_end": last["rss"], "rss_growth_pct": growth,
+                "idle_rss_after_warmup": idle_warm and idle_warm["rss"],
+                "idle_rss_growth_pct": idle_growth,
                 "status": {str(k): v for k, v in sorted(stats.status.items())},
                 "by_model": {m: {str(k): v for k, v in c.items()}
                              for m, c in stats.by_model.items()},

@@ -192,6 +192,7 @@ int main(int argc, char **argv)
         return rc;
 
     raise_fd_limit(opts.max_connections);
+    slim_server_memory_tune_heap();
 
     /* Block before any thread starts, so every thread inherits the mask. */
     sigset_t stop_signals;
@@ -215,8 +216,16 @@ int main(int argc, char **argv)
            SLIM_SERVER_VERSION, opts.host, srv.port, opts.repository, opts.workers);
     fflush(stdout);
 
-    int sig = 0;
-    sigwait(&stop_signals, &sig);
+    /* The main thread waits for a stop signal and, meanwhile, hands the
+     * heaps' free pages back every few seconds, so resident memory follows
+     * the load down instead of keeping its high-water mark. */
+    int sig;
+    do {
+        struct timespec every = {.tv_sec = 5};
+        sig = sigtimedwait(&stop_signals, NULL, &every);
+        if (sig < 0)
+            slim_server_memory_trim_heap();
+    } while (sig < 0);
     fprintf(stderr, "slimserve: %s received, finishing in-flight requests\n",
             sig == SIGINT ? "SIGINT" : "SIGTERM");
     slim_server_stop(&srv);

@@ -17,6 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __GLIBC__
+#include <malloc.h>
+#endif
 
 #define ARENA_SIZES_MAX SLIM_PLAN_CACHE_MAX
 
@@ -40,6 +43,30 @@ void slim_server_memory_trim(void)
     int n = slim_device_list(devs, MAX_DEVICES, false, NULL);
     for (int i = 0; i < n && i < MAX_DEVICES; i++)
         slim_allocator_empty_cache(devs[i]->alloc);
+}
+
+/* Request bodies, decoded tensors and JSON replies come and go through
+ * malloc at every size up to the request limit. glibc raises its mmap
+ * threshold each time a large mmap'ed block is freed, after which blocks of
+ * that size come from the heaps, and the heaps keep freed pages: the soak
+ * (docs/memory.md) saw resident memory grow by a fifth over ten minutes
+ * with the allocator flat. A fixed threshold keeps large buffers on mmap, so
+ * freeing one returns it; MALLOC_MMAP_THRESHOLD_ in the environment wins. */
+void slim_server_memory_tune_heap(void)
+{
+#ifdef __GLIBC__
+    if (!getenv("MALLOC_MMAP_THRESHOLD_"))
+        mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+#endif
+}
+
+/* The smaller blocks that stay on the heaps leave free pages between live
+ * ones, in every thread's arena; glibc gives those back only on a trim. */
+void slim_server_memory_trim_heap(void)
+{
+#ifdef __GLIBC__
+    malloc_trim(0);
+#endif
 }
 
 /* ---- walking the loaded models ------------------------------------------ */

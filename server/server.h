@@ -291,6 +291,10 @@ const char *slim_server_convert_cache_default(void);
 slim_status slim_server_memory_attach(slim_server_model *m, slim_err *err);
 /* Gives cached, unused device memory back (after an unload). */
 void slim_server_memory_trim(void);
+/* malloc settings for a long-running server (at start, before threads),
+ * and giving the heaps' free pages back (called every few seconds). */
+void slim_server_memory_tune_heap(void);
+void slim_server_memory_trim_heap(void);
 /* The slim_memory_* and slim_allocator_* families, and per-model weight
  * and arena bytes, in Prometheus text format. */
 void slim_server_memory_metrics(slim_server_repo *repo, slim_server_buf *out);
