@@ -96,35 +96,50 @@ static void printf_(line *l, const char *fmt, ...)
         put(l, tmp, (size_t)n < sizeof(tmp) ? (size_t)n : sizeof(tmp) - 1);
 }
 
-/* A JSON string: escapes, and U+FFFD for bytes that are not UTF-8 (a
- * client's path or id may be anything). A sequence is never cut in half. */
-static void json_string(line *l, const char *s)
+/* A JSON string of at most `budget` bytes, quotes included: escapes, and
+ * U+FFFD for bytes that are not UTF-8 (a client's path or id may be
+ * anything). Past the budget the string is cut, never a sequence in half,
+ * and the closing quote is always written, so a JSON line stays valid
+ * however long its parts are: the budgets of one line's strings add up to
+ * less than the buffer (see the callers). */
+static void json_string(line *l, const char *s, size_t budget)
 {
-    put(l, "\"", 1);
+    size_t room = sizeof(l->buf) - LINE_RESERVE - l->len;
+    size_t stop = l->len + (budget < room ? budget : room) - 1; /* the closing quote */
+    l->buf[l->len++] = '"';
     size_t n = strlen(s);
-    for (const unsigned char *p = (const unsigned char *)s, *end = p + n; p < end && !l->cut;) {
+    for (const unsigned char *p = (const unsigned char *)s, *end = p + n; p < end;) {
         size_t len = slim_server_utf8_len(p, (size_t)(end - p));
-        char esc[8];
+        char piece[8];
+        size_t k;
         if (*p == '"' || *p == '\\') {
-            esc[0] = '\\', esc[1] = (char)*p;
-            put(l, esc, 2);
+            piece[0] = '\\', piece[1] = (char)*p, k = 2;
         } else if (*p == '\n') {
-            put(l, "\\n", 2);
+            memcpy(piece, "\\n", 2), k = 2;
         } else if (*p < 0x20 || *p == 0x7f) {
-            snprintf(esc, sizeof(esc), "\\u%04x", *p);
-            put(l, esc, 6);
+            snprintf(piece, sizeof(piece), "\\u%04x", *p), k = 6;
         } else if (len == 0) {
-            put(l, "\\ufffd", 6);
-            len = 1;
-        } else if (l->len + len <= sizeof(l->buf) - LINE_RESERVE) {
-            put(l, (const char *)p, len);
+            memcpy(piece, "\\ufffd", 6), k = 6, len = 1;
         } else {
-            l->cut = true;
+            memcpy(piece, p, len), k = len;
         }
+        if (l->len + k > stop) {
+            l->cut = true;
+            break;
+        }
+        memcpy(l->buf + l->len, piece, k);
+        l->len += k;
         p += len ? len : 1;
     }
-    put(l, "\"", 1);
+    l->buf[l->len++] = '"';
 }
+
+/* Budgets of the JSON strings in one line (bytes, quotes included); with
+ * the timestamp, keys and numbers they stay under LINE_MAX_BYTES. */
+#define BUDGET_MSG 2048
+#define BUDGET_ID 300   /* 128 printable characters, each escaped at most to 2 */
+#define BUDGET_METHOD 40
+#define BUDGET_PATH 1024
 
 static void finish(line *l)
 {
@@ -165,10 +180,10 @@ static void json_begin(line *l, slim_log_level level, const char *msg, const cha
     size_t n = strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &tm);
     snprintf(when + n, sizeof(when) - n, ".%03ldZ", ts.tv_nsec / 1000000);
     printf_(l, "{\"ts\":\"%s\",\"level\":\"%s\",\"msg\":", when, level_name(level));
-    json_string(l, msg);
+    json_string(l, msg, BUDGET_MSG);
     if (request_id) {
         puts_(l, ",\"request_id\":");
-        json_string(l, request_id);
+        json_string(l, request_id, BUDGET_ID);
     }
 }
 
@@ -202,9 +217,9 @@ void slim_server_log_access(const char *request_id, const char *method, const ch
     if (log_format == SLIM_LOG_JSON) {
         json_begin(&l, SLIM_LOG_INFO, "request", request_id);
         puts_(&l, ",\"method\":");
-        json_string(&l, method);
+        json_string(&l, method, BUDGET_METHOD);
         puts_(&l, ",\"path\":");
-        json_string(&l, path);
+        json_string(&l, path, BUDGET_PATH);
         printf_(&l, ",\"status\":%d,\"duration_ms\":%.3f,\"bytes\":%zu", status, duration_ms,
                 bytes);
     } else {

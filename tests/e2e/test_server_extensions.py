@@ -233,6 +233,11 @@ def t_request_ids(srv):
                                               headers={"X-Request-ID": bad})
         got = headers.get("X-Request-ID", "")
         check(re.fullmatch(r"[0-9a-f]{32}", got), f"id {bad[:20]!r} not replaced: {got!r}")
+    # a long path with bytes that are not UTF-8 and a newline: its access
+    # line must still be one line of valid JSON (check_json_log)
+    status, headers, _ = srv.http.request("GET", "/v2/models/" + "a" * 3000 + "%ff%0a",
+                                          headers={"X-Request-ID": "long-path"})
+    check(status == 404 and headers.get("X-Request-ID") == "long-path", f"long path {status}")
     ids = set()
     for _ in range(5):
         ids.add(srv.http.request("GET", "/v2/health/ready")[1].get("X-Request-ID"))
@@ -264,6 +269,10 @@ def check_json_log(path):
     inf = [r for r in access if r.get("request_id") == "infer-7 with space"]
     check(len(inf) == 1 and inf[0]["method"] == "POST" and inf[0]["status"] == 200, f"{inf}")
     check(all("request_id" in r for r in access), "an access line without request_id")
+    long = [r for r in access if r.get("request_id") == "long-path"]
+    check(len(long) == 1 and long[0]["status"] == 404 and
+          long[0]["path"].startswith("/v2/models/aaaa") and len(long[0]["path"]) < 1100,
+          f"long path not cut to its budget: {str(long)[:300]}")
     bad = [r for r in records if r["level"] == "error" and "bad_zero" in r["msg"]]
     check(bad and "version_policy" in bad[0]["msg"], "the bad policy's load error is not logged")
     check(any("listening on" in r["msg"] for r in records), "no 'listening on' line")
