@@ -238,6 +238,8 @@ def t_request_ids(srv):
     status, headers, _ = srv.http.request("GET", "/v2/models/" + "a" * 3000 + "%ff%0a",
                                           headers={"X-Request-ID": "long-path"})
     check(status == 404 and headers.get("X-Request-ID") == "long-path", f"long path {status}")
+    status, _, _ = srv.http.request("GET", "/v2/x%0ay%ff", headers={"X-Request-ID": "odd-path"})
+    check(status == 404, f"odd path {status}")
     ids = set()
     for _ in range(5):
         ids.add(srv.http.request("GET", "/v2/health/ready")[1].get("X-Request-ID"))
@@ -269,6 +271,8 @@ def check_json_log(path):
     inf = [r for r in access if r.get("request_id") == "infer-7 with space"]
     check(len(inf) == 1 and inf[0]["method"] == "POST" and inf[0]["status"] == 200, f"{inf}")
     check(all("request_id" in r for r in access), "an access line without request_id")
+    odd = [r["path"] for r in access if r.get("request_id") == "odd-path"]
+    check(odd == ["/v2/x\ny\ufffd"], f"odd path logged as {odd}")
     long = [r for r in access if r.get("request_id") == "long-path"]
     check(len(long) == 1 and long[0]["status"] == 404 and
           long[0]["path"].startswith("/v2/models/aaaa") and len(long[0]["path"]) < 1100,
