@@ -12,6 +12,7 @@
  * preferred_batch_size, default_queue_policy) and oom_probe_after; see
  * batcher.c for what they do. instance_count and max_queue_size default to
  * the server's --workers and --queue-size (filled in by repository.c).
+ * "version_policy" is Triton's (version_policy.c).
  * Unknown keys and wrong types are errors naming the key: a typo that is
  * silently ignored is a setting the user believes in and does not have.
  */
@@ -395,6 +396,8 @@ static slim_status parse_keys(const cJSON *root, const char *dir_name, slim_serv
                 cJSON_Delete(copy);
                 return slim_errf(err, SLIM_ENOMEM, "out of memory");
             }
+        } else if (strcmp(key, "version_policy") == 0) {
+            s = slim_server_version_policy_parse(k, &cfg->versions, err);
         } else if (strcmp(key, "device") == 0 || strcmp(key, "precision") == 0) {
             s = parse_placement(k, cfg, err);
         } else if (strcmp(key, "convert") == 0) {
@@ -423,6 +426,7 @@ slim_status slim_server_config_parse(const char *text, const char *dir_name,
 {
     memset(cfg, 0, sizeof(*cfg));
     cfg->batching.oom_probe_after = 8;
+    slim_server_version_policy_free(&cfg->versions); /* Triton's default: latest 1 */
     cfg->name = strdup(dir_name);
     cfg->platform = strdup("onnxruntime_onnx");
     cfg->reserved = cJSON_CreateObject();
@@ -593,6 +597,7 @@ cJSON *slim_server_config_to_json(const slim_server_config *cfg)
         cJSON_AddStringToObject(o, "precision", cfg->precision);
     if (cfg->convert)
         cJSON_AddBoolToObject(o, "convert", cfg->convert > 0);
+    cJSON_AddItemToObject(o, "version_policy", slim_server_version_policy_to_json(&cfg->versions));
     for (const cJSON *k = cfg->reserved ? cfg->reserved->child : NULL; k; k = k->next)
         cJSON_AddItemToObject(o, k->string, cJSON_Duplicate(k, true));
     return o;
@@ -611,5 +616,6 @@ void slim_server_config_free(slim_server_config *cfg)
     free(cfg->precision);
     free(cfg->platform);
     cJSON_Delete(cfg->reserved);
+    free(cfg->versions.versions);
     memset(cfg, 0, sizeof(*cfg));
 }

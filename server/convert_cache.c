@@ -24,6 +24,7 @@
  * until it unmaps them.
  */
 #include "model.h"
+#include "log.h"
 #include "server.h"
 #include "slim_format.h"
 
@@ -153,7 +154,7 @@ static void evict_others(const char *dir, const char *prefix, const char *keep)
         char path[4096 + 256];
         snprintf(path, sizeof(path), "%s/%s", dir, de->d_name);
         if (unlink(path) == 0)
-            fprintf(stderr, "slimserve: removed stale conversion %s\n", path);
+            slim_server_log(SLIM_LOG_INFO, NULL, "removed stale conversion %s", path);
     }
     closedir(d);
 }

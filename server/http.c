@@ -118,7 +118,7 @@ void slim_server_buf_printf(slim_server_buf *b, const char *fmt, ...)
 /* Length of the well-formed UTF-8 sequence at p (n bytes left), or 0 when
  * it is not one (RFC 3629: no overlongs, no surrogates, nothing past
  * U+10FFFF). */
-static size_t utf8_len(const unsigned char *p, size_t n)
+size_t slim_server_utf8_len(const unsigned char *p, size_t n)
 {
     unsigned char lo = 0x80, hi = 0xBF;
     size_t len;
@@ -145,7 +145,7 @@ void slim_server_buf_json_string(slim_server_buf *b, const char *s)
     size_t n = strlen(s);
     slim_server_buf_puts(b, "\"");
     for (const unsigned char *p = (const unsigned char *)s, *end = p + n; p < end;) {
-        size_t len = utf8_len(p, (size_t)(end - p));
+        size_t len = slim_server_utf8_len(p, (size_t)(end - p));
         if (*p == '"' || *p == '\\') {
             char esc[2] = {'\\', (char)*p};
             slim_server_buf_append(b, esc, 2);
@@ -199,7 +199,7 @@ static char *utf8_sanitize(char *text)
 {
     size_t n = strlen(text), bad = 0;
     for (size_t i = 0; i < n;) {
-        size_t len = utf8_len((const unsigned char *)text + i, n - i);
+        size_t len = slim_server_utf8_len((const unsigned char *)text + i, n - i);
         bad += !len;
         i += len ? len : 1;
     }
@@ -207,7 +207,7 @@ static char *utf8_sanitize(char *text)
         return text;
     char *out = malloc(n + 2 * bad + 1), *o = out;
     for (size_t i = 0; out && i < n;) {
-        size_t len = utf8_len((const unsigned char *)text + i, n - i);
+        size_t len = slim_server_utf8_len((const unsigned char *)text + i, n - i);
         if (len) {
             memcpy(o, text + i, len);
             o += len;
@@ -505,8 +505,14 @@ static enum MHD_Result send_reply(slim_server_request *req)
         snprintf(n, sizeof(n), "%d", r->retry_after_s);
         MHD_add_response_header(resp, MHD_HTTP_HEADER_RETRY_AFTER, n);
     }
+    if (r->auth_challenge)
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
+    MHD_add_response_header(resp, "X-Request-ID", req->id);
     enum MHD_Result ok = MHD_queue_response(req->conn, (unsigned)r->status, resp);
     MHD_destroy_response(resp);
+    req->logged = true;
+    slim_server_log_access(req->id, req->method, req->url, r->status,
+                           (double)(slim_server_now_us() - req->t_arrived) / 1000.0, r->len);
     return ok;
 }
 
@@ -520,7 +526,14 @@ static slim_server_request *request_new(slim_server *srv, struct MHD_Connection 
     }
     req->srv = srv;
     req->conn = conn;
+    req->t_arrived = slim_server_now_us();
     snprintf(req->method, sizeof(req->method), "%s", method);
+    /* The client's id when it is sane, so its logs and ours line up. */
+    const char *id = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-Request-ID");
+    if (slim_server_request_id_valid(id))
+        snprintf(req->id, sizeof(req->id), "%s", id);
+    else
+        slim_server_request_id_new(req->id);
     req->infer_header_len = -1;
     req->reply.infer_header_len = -1;
     atomic_fetch_add(&srv->in_flight, 1);
@@ -543,8 +556,12 @@ static void request_free(slim_server_request *req)
 static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
                          enum MHD_RequestTerminationCode toe)
 {
-    if (*con_cls)
-        request_free(*con_cls);
+    slim_server_request *req = *con_cls;
+    if (req && !req->logged) /* the client left, or a deadline closed it */
+        slim_server_log_access(req->id, req->method, req->url, 0,
+                               (double)(slim_server_now_us() - req->t_arrived) / 1000.0, 0);
+    if (req)
+        request_free(req);
     *con_cls = NULL;
     /* Kept alive: the idle deadline runs until the next request's headers. */
     conn_set(cls, conn_of(conn), CONN_IDLE);
@@ -583,7 +600,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return MHD_NO;
         *con_cls = req;
         req->sc = conn_of(conn);
-        if (refuse_framing(req)) {
+        if (refuse_framing(req) || !slim_server_auth_check(req)) {
             conn_set(srv, req->sc, CONN_BUSY);
             req->reply_ready = true;
             return send_reply(req);
@@ -629,7 +646,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     return send_reply(req);
 }
 
-/* MHD's log lines go to stderr, LOG_LINES_PER_S a second at most: one is
+/* MHD's log lines go to the log (log.c), LOG_LINES_PER_S a second at most: one is
  * written per refused connection, and refusing a flood must not turn into
  * writing one. The budget is the process's, like stderr. */
 static void mhd_log(void *cls, const char *fmt, va_list ap)
@@ -641,17 +658,21 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
     pthread_mutex_lock(&mu);
     if (now != second) {
         if (dropped)
-            fprintf(stderr, "slimserve: http: %ld earlier messages not shown (over %d a "
-                    "second)\n", dropped, LOG_LINES_PER_S);
+            slim_server_log(SLIM_LOG_WARN, NULL, "http: %ld earlier messages not shown (over "
+                            "%d a second)", dropped, LOG_LINES_PER_S);
         second = now;
         lines = dropped = 0;
     }
     if (lines++ < LOG_LINES_PER_S) {
-        fputs("slimserve: http: ", stderr);
-        vfprintf(stderr, fmt, ap);
+        char msg[1024];
+        vsnprintf(msg, sizeof(msg), fmt, ap);
+        size_t n = strlen(msg);
+        while (n && (msg[n - 1] == '\n' || msg[n - 1] == '\r'))
+            msg[--n] = '\0'; /* MHD ends its lines; ours are ended by the log */
+        slim_server_log(SLIM_LOG_WARN, NULL, "http: %s", msg);
     } else if (!dropped++) {
-        fprintf(stderr, "slimserve: http: over %d messages this second; the rest are only "
-                "counted\n", LOG_LINES_PER_S);
+        slim_server_log(SLIM_LOG_WARN, NULL, "http: over %d messages this second; the rest "
+                        "are only counted", LOG_LINES_PER_S);
     }
     pthread_mutex_unlock(&mu);
 }

@@ -49,7 +49,13 @@ static void usage(FILE *f)
             "  --max-connections N      open connections at most (default 1000)\n"
             "  --max-connections-per-client N\n"
             "                           connections one client address may hold; more are\n"
-            "                           closed at once; 0: no limit (default 128)\n");
+            "                           closed at once; 0: no limit (default 128)\n"
+            "  --api-key KEY            requests need \"Authorization: Bearer KEY\" or\n"
+            "                           \"X-API-Key: KEY\" (health checks and /metrics exempt);\n"
+            "                           the environment's SLIMSERVE_API_KEY does the same\n"
+            "  --api-key-metrics        /metrics needs the key too\n"
+            "  --log-format text|json   log lines as text (default) or one JSON object each\n"
+            "  --access-log on|off      one log line per request (default on)\n");
 }
 
 static bool parse_count(const char *flag, const char *v, long long lo, long long hi,
@@ -58,7 +64,8 @@ static bool parse_count(const char *flag, const char *v, long long lo, long long
     char *end;
     long long n = v ? strtoll(v, &end, 10) : 0;
     if (!v || !*v || *end || n < lo || n > hi) {
-        fprintf(stderr, "slimserve: %s expects an integer from %lld to %lld\n", flag, lo, hi);
+        slim_server_log(SLIM_LOG_ERROR, NULL, "%s expects an integer from %lld to %lld", flag,
+                        lo, hi);
         return false;
     }
     *out = n;
@@ -110,7 +117,7 @@ static int parse_args(int argc, char **argv, slim_server_opts *o)
             const char *eq = strchr(v, '=');
             size_t bytes;
             if (!slim_parse_bytes(eq ? eq + 1 : v, &bytes, &err)) {
-                fprintf(stderr, "slimserve: --memory-limit: %s\n", err.msg);
+                slim_server_log(SLIM_LOG_ERROR, NULL, "--memory-limit: %s", err.msg);
                 return 2;
             }
             if (!eq || (eq - v == 3 && strncmp(v, "cpu", 3) == 0)) {
@@ -120,7 +127,7 @@ static int parse_args(int argc, char **argv, slim_server_opts *o)
                 slim_device *dev;
                 snprintf(name, sizeof(name), "%.*s", (int)(eq - v), v);
                 if (slim_device_get(name, &dev, &err) != SLIM_OK) {
-                    fprintf(stderr, "slimserve: --memory-limit %s: %s\n", v, err.msg);
+                    slim_server_log(SLIM_LOG_ERROR, NULL, "--memory-limit %s: %s", v, err.msg);
                     return 2;
                 }
                 slim_allocator_set_limit(dev->alloc, bytes);
@@ -145,25 +152,56 @@ static int parse_args(int argc, char **argv, slim_server_opts *o)
             if (!parse_count(a, v, 0, 1000000, &n))
                 return 2;
             o->max_connections_per_client = (int)n;
+        } else if (strcmp(a, "--api-key") == 0 && v) {
+            if (!*v) {
+                slim_server_log(SLIM_LOG_ERROR, NULL, "--api-key: the key is empty");
+                return 2;
+            }
+            o->api_key = v;
+        } else if (strcmp(a, "--api-key-metrics") == 0) {
+            o->api_key_metrics = true;
+            continue; /* takes no value */
+        } else if (strcmp(a, "--log-format") == 0 && v) {
+            slim_log_format f;
+            if (!slim_server_log_parse_format(v, &f)) {
+                slim_server_log(SLIM_LOG_ERROR, NULL, "--log-format expects text or json");
+                return 2;
+            }
+            slim_server_log_init(f, slim_server_log_access_enabled());
+        } else if (strcmp(a, "--access-log") == 0 && v) {
+            if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0) {
+                slim_server_log(SLIM_LOG_ERROR, NULL, "--access-log expects on or off");
+                return 2;
+            }
+            slim_server_log_init(slim_server_log_format(), strcmp(v, "on") == 0);
         } else {
-            fprintf(stderr, "slimserve: unknown or incomplete option \"%s\"\n", a);
+            slim_server_log(SLIM_LOG_ERROR, NULL, "unknown or incomplete option \"%s\"", a);
             usage(stderr);
             return 2;
         }
         i++;
     }
     if (!o->repository) {
-        fprintf(stderr, "slimserve: --model-repository is required\n");
+        slim_server_log(SLIM_LOG_ERROR, NULL, "--model-repository is required");
         usage(stderr);
         return 2;
     }
     if (o->max_connections < o->http_threads) {
         /* MHD shares the limit out among its polling threads. */
-        fprintf(stderr, "slimserve: --max-connections %d is below --http-threads %d\n",
-                o->max_connections, o->http_threads);
+        slim_server_log(SLIM_LOG_ERROR, NULL, "--max-connections %d is below --http-threads %d",
+                        o->max_connections, o->http_threads);
         return 2;
     }
     o->queue_capacity = queue ? queue : 64 * o->workers;
+    /* The environment keeps the key out of `ps` (a Kubernetes Secret). */
+    const char *env_key = getenv("SLIMSERVE_API_KEY");
+    if (!o->api_key && env_key && *env_key)
+        o->api_key = env_key;
+    if (o->api_key_metrics && !o->api_key) {
+        slim_server_log(SLIM_LOG_ERROR, NULL, "--api-key-metrics needs --api-key (or "
+                        "SLIMSERVE_API_KEY)");
+        return 2;
+    }
     return 0;
 }
 
@@ -179,9 +217,9 @@ static void raise_fd_limit(int max_connections)
     rl.rlim_cur = rl.rlim_max != RLIM_INFINITY && rl.rlim_max < want ? rl.rlim_max : want;
     setrlimit(RLIMIT_NOFILE, &rl);
     if (rl.rlim_cur < want)
-        fprintf(stderr, "slimserve: warning: only %llu file descriptors (ulimit -n) for "
-                "--max-connections %d; connections past that are refused\n",
-                (unsigned long long)rl.rlim_cur, max_connections);
+        slim_server_log(SLIM_LOG_WARN, NULL, "warning: only %llu file descriptors (ulimit -n) "
+                        "for --max-connections %d; connections past that are refused",
+                        (unsigned long long)rl.rlim_cur, max_connections);
 }
 
 int main(int argc, char **argv)
@@ -209,12 +247,20 @@ int main(int argc, char **argv)
     slim_server srv;
     slim_err err = {0};
     if (slim_server_start(&srv, &opts, &err) != SLIM_OK) {
-        fprintf(stderr, "slimserve: %s\n", err.msg);
+        slim_server_log(SLIM_LOG_ERROR, NULL, "%s", err.msg);
         return 1;
     }
-    printf("slimserve %s: listening on http://%s:%d (repository %s, %d workers)\n",
-           SLIM_SERVER_VERSION, opts.host, srv.port, opts.repository, opts.workers);
-    fflush(stdout);
+    /* Text: on stdout, as it always was. JSON: a log line like the rest. */
+    if (slim_server_log_format() == SLIM_LOG_TEXT) {
+        printf("slimserve %s: listening on http://%s:%d (repository %s, %d workers)\n",
+               SLIM_SERVER_VERSION, opts.host, srv.port, opts.repository, opts.workers);
+        fflush(stdout);
+    } else {
+        slim_server_log(SLIM_LOG_INFO, NULL, "slimserve %s: listening on http://%s:%d "
+                        "(repository %s, %d workers%s)", SLIM_SERVER_VERSION, opts.host,
+                        srv.port, opts.repository, opts.workers,
+                        opts.api_key ? ", API key required" : "");
+    }
 
     /* The main thread waits for a stop signal and, meanwhile, hands the
      * heaps' free pages back every few seconds, so resident memory follows
@@ -226,9 +272,9 @@ int main(int argc, char **argv)
         if (sig < 0)
             slim_server_memory_trim_heap();
     } while (sig < 0);
-    fprintf(stderr, "slimserve: %s received, finishing in-flight requests\n",
-            sig == SIGINT ? "SIGINT" : "SIGTERM");
+    slim_server_log(SLIM_LOG_INFO, NULL, "%s received, finishing in-flight requests",
+                    sig == SIGINT ? "SIGINT" : "SIGTERM");
     slim_server_stop(&srv);
-    fprintf(stderr, "slimserve: stopped\n");
+    slim_server_log(SLIM_LOG_INFO, NULL, "stopped");
     return 0;
 }

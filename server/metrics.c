@@ -42,6 +42,7 @@ void slim_server_metrics_free(slim_server_metrics *mx)
     slim_server_stats *s = mx->head;
     while (s) {
         slim_server_stats *next = s->next;
+        free(atomic_load(&s->batch_stats)); /* stats.c's per-batch-size table */
         free(s->model);
         free(s);
         s = next;

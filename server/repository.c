@@ -4,8 +4,10 @@
  *     ROOT/<model>/config.json        optional; defaults when absent
  *     ROOT/<model>/<version>/model.onnx (or model.slim, preferred when both are there)
  *
- * Every numeric version folder is loaded; requests that name no version go
- * to the highest ready one. A model or version that fails to load stays in
+ * The version folders that config.json's version_policy selects are loaded
+ * (Triton's default: the highest one; version_policy.c); requests that name
+ * no version go to the highest ready one. Folders the policy leaves out are
+ * listed UNAVAILABLE and answered 404, and cost no memory. A model or version that fails to load stays in
  * the table with its reason (repository index: UNAVAILABLE), and the server
  * goes on serving the rest.
  *
@@ -96,6 +98,11 @@ static int cmp_i64(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
+static int cmp_slot(const void *a, const void *b)
+{
+    return cmp_i64(&((const slim_server_slot *)a)->version, &((const slim_server_slot *)b)->version);
+}
+
 static void entry_clear(slim_server_entry *e)
 {
     for (int i = 0; i < e->n_slots; i++)
@@ -132,8 +139,9 @@ static slim_status load_converted(slim_server_repo *repo, const char *name, int6
         clo.precision = NULL;
         slim_status s = slim_model_load(cached, &clo, out, &cerr);
         if (s == SLIM_OK) {
-            fprintf(stderr, "slimserve: model \"%s\" version %lld: serving %s (%s)\n", name,
-                    (long long)version, cached, fresh ? "converted now" : "converted before");
+            slim_server_log(SLIM_LOG_INFO, NULL, "model \"%s\" version %lld: serving %s (%s)",
+                            name, (long long)version, cached,
+                            fresh ? "converted now" : "converted before");
             return SLIM_OK;
         }
         /* A damaged file is dropped, so the next load converts afresh; any
@@ -142,14 +150,14 @@ static slim_status load_converted(slim_server_repo *repo, const char *name, int6
             *err = cerr;
             return s;
         }
-        fprintf(stderr, "slimserve: model \"%s\" version %lld: dropping %s: %s\n", name,
-                (long long)version, cached, cerr.msg);
+        slim_server_log(SLIM_LOG_WARN, NULL, "model \"%s\" version %lld: dropping %s: %s",
+                        name, (long long)version, cached, cerr.msg);
         unlink(cached);
         if (fresh)
             break; /* written and verified just now, yet unreadable: give up */
     }
-    fprintf(stderr, "slimserve: model \"%s\" version %lld: not converted, serving %s: %s\n", name,
-            (long long)version, path, cerr.msg);
+    slim_server_log(SLIM_LOG_WARN, NULL, "model \"%s\" version %lld: not converted, serving %s: %s",
+                    name, (long long)version, path, cerr.msg);
     return slim_model_load(path, lo, out, err);
 }
 
@@ -245,28 +253,53 @@ static bool entry_build(slim_server_repo *repo, const char *name, slim_server_en
     /* A bad config.json fails every version with one clear reason. */
     slim_server_config probe;
     bool cfg_ok = slim_server_config_parse(cfg_text, name, &probe, &err) == SLIM_OK;
-    if (cfg_ok)
-        slim_server_config_free(&probe);
-    if (!(e->slots = calloc((size_t)n, sizeof(*e->slots)))) {
+    const slim_server_version_policy *policy = cfg_ok ? &probe.versions : NULL;
+    /* Versions a "specific" policy lists that have no folder get a slot
+     * too, so the index says why they are missing. */
+    int n_missing = 0;
+    for (int j = 0; policy && policy->kind == SLIM_SERVER_VERSIONS_SPECIFIC &&
+                    j < policy->n_versions; j++)
+        n_missing += !bsearch(&policy->versions[j], versions, (size_t)n, sizeof(int64_t), cmp_i64);
+    if (!(e->slots = calloc((size_t)(n + n_missing), sizeof(*e->slots)))) {
         snprintf(e->reason, sizeof(e->reason), "out of memory");
         e->failed = true;
+        if (cfg_ok)
+            slim_server_config_free(&probe);
         free(cfg_text);
         return false;
     }
-    e->n_slots = n;
+    e->n_slots = n + n_missing;
     bool any = false;
     for (int i = 0; i < n; i++) {
-        e->slots[i].version = versions[i];
+        slim_server_slot *slot = &e->slots[i];
+        slot->version = versions[i];
         if (!cfg_ok) {
-            snprintf(e->slots[i].reason, sizeof(e->slots[i].reason), "%s", err.msg);
-        } else if (load_version(repo, name, cfg_text, versions[i], &e->slots[i].live, &err) != SLIM_OK) {
-            snprintf(e->slots[i].reason, sizeof(e->slots[i].reason), "%s", err.msg);
-            fprintf(stderr, "slimserve: model \"%s\" version %lld failed to load: %s\n", name,
-                    (long long)versions[i], err.msg);
+            snprintf(slot->reason, sizeof(slot->reason), "%s", err.msg);
+        } else if (!slim_server_version_policy_selects(policy, versions, n, i)) {
+            slot->by_policy = true;
+            snprintf(slot->reason, sizeof(slot->reason), SLIM_SERVER_POLICY_REASON);
+        } else if (load_version(repo, name, cfg_text, versions[i], &slot->live, &err) != SLIM_OK) {
+            snprintf(slot->reason, sizeof(slot->reason), "%s", err.msg);
+            slim_server_log(SLIM_LOG_ERROR, NULL, "model \"%s\" version %lld failed to load: %s",
+                            name, (long long)versions[i], err.msg);
         } else {
             any = true;
         }
     }
+    for (int j = 0, k = n; k < n + n_missing; j++) {
+        int64_t v = policy->versions[j];
+        if (bsearch(&v, versions, (size_t)n, sizeof(int64_t), cmp_i64))
+            continue;
+        e->slots[k].version = v;
+        e->slots[k].by_policy = true;
+        snprintf(e->slots[k].reason, sizeof(e->slots[k].reason),
+                 "version_policy.specific lists version %lld but there is no folder %.900s/%lld",
+                 (long long)v, dir, (long long)v);
+        k++;
+    }
+    qsort(e->slots, (size_t)e->n_slots, sizeof(*e->slots), cmp_slot);
+    if (cfg_ok)
+        slim_server_config_free(&probe);
     free(cfg_text);
     return any;
 }
@@ -302,8 +335,11 @@ slim_status slim_server_repo_load(slim_server_repo *repo, const char *name, int 
     char why[1024] = "";
     if (!ready && fresh.failed)
         snprintf(why, sizeof(why), "%s", fresh.reason);
-    for (int i = 0; !ready && !why[0] && i < fresh.n_slots; i++)
-        snprintf(why, sizeof(why), "%s", fresh.slots[i].reason);
+    /* The reason of a version that was meant to load, when there is one. */
+    for (int pass = 0; pass < 2; pass++)
+        for (int i = 0; !ready && !why[0] && i < fresh.n_slots; i++)
+            if (pass || !fresh.slots[i].by_policy)
+                snprintf(why, sizeof(why), "%s", fresh.slots[i].reason);
 
     pthread_mutex_lock(&repo->mu);
     slim_server_entry *e = find_entry(repo, name);
@@ -355,7 +391,8 @@ slim_status slim_server_repo_unload(slim_server_repo *repo, const char *name, in
             dropped[n_dropped++] = e->slots[i].live;
             e->slots[i].live = NULL;
         }
-        snprintf(e->slots[i].reason, sizeof(e->slots[i].reason), "unloaded");
+        if (!e->slots[i].by_policy)
+            snprintf(e->slots[i].reason, sizeof(e->slots[i].reason), "unloaded");
     }
     pthread_mutex_unlock(&repo->mu);
     for (int i = 0; i < n_dropped; i++)
@@ -384,15 +421,27 @@ slim_server_model *slim_server_repo_acquire(slim_server_repo *repo, const char *
         for (int i = e->n_slots - 1; i >= 0 && !m; i--)
             m = e->slots[i].live;
         if (!m) {
+            /* Why the highest version meant to load is not ready. */
+            const char *why = e->failed ? e->reason : "no versions";
+            for (int i = e->n_slots - 1; !e->failed && i >= 0; i--)
+                if (!e->slots[i].by_policy || i == 0) {
+                    why = e->slots[i].reason;
+                    break;
+                }
             *http_status = 503;
-            snprintf(msg, cap, "model '%s' is not ready: %s", name,
-                     e->failed ? e->reason : e->n_slots ? e->slots[e->n_slots - 1].reason : "no versions");
+            snprintf(msg, cap, "model '%s' is not ready: %s", name, why);
         }
         goto out;
     }
     for (int i = 0; i < e->n_slots; i++) {
         if (e->slots[i].version != version)
             continue;
+        if (e->slots[i].by_policy) {
+            *http_status = 404;
+            snprintf(msg, cap, "Request for unknown model: '%s' version %lld is not found (%s)",
+                     name, (long long)version, e->slots[i].reason);
+            goto out;
+        }
         if (!(m = e->slots[i].live)) {
             *http_status = 503;
             snprintf(msg, cap, "model '%s' version %lld is not ready: %s", name,
@@ -419,6 +468,25 @@ int slim_server_repo_ready_versions(slim_server_repo *repo, const char *name, in
     for (int i = 0; e && i < e->n_slots && n < cap; i++)
         if (e->slots[i].live)
             out[n++] = e->slots[i].version;
+    pthread_mutex_unlock(&repo->mu);
+    return n;
+}
+
+int slim_server_repo_ready_models(slim_server_repo *repo, const char *name,
+                                  slim_server_model **out, int cap)
+{
+    int n = 0;
+    pthread_mutex_lock(&repo->mu);
+    for (int i = 0; i < repo->n_entries; i++) {
+        const slim_server_entry *e = &repo->entries[i];
+        if (name && strcmp(e->name, name) != 0)
+            continue;
+        for (int j = 0; j < e->n_slots && n < cap; j++)
+            if (e->slots[j].live) {
+                slim_server_model_ref(e->slots[j].live);
+                out[n++] = e->slots[j].live;
+            }
+    }
     pthread_mutex_unlock(&repo->mu);
     return n;
 }
@@ -498,9 +566,9 @@ slim_status slim_server_repo_open(slim_server_repo *repo, const char *root,
         int status;
         slim_err lerr = {0};
         if (slim_server_repo_load(repo, names[i], &status, &lerr) != SLIM_OK)
-            fprintf(stderr, "slimserve: %s\n", lerr.msg);
+            slim_server_log(SLIM_LOG_ERROR, NULL, "%s", lerr.msg);
         else
-            fprintf(stderr, "slimserve: loaded model \"%s\"\n", names[i]);
+            slim_server_log(SLIM_LOG_INFO, NULL, "loaded model \"%s\"", names[i]);
         free(names[i]);
     }
     return SLIM_OK;

@@ -7,6 +7,7 @@
  *   GET  /v2/models/M[/versions/V]/ready
  *   GET  /v2/models/M[/versions/V]/config
  *   POST /v2/models/M[/versions/V]/infer
+ *   GET  /v2/models[/M[/versions/V]]/stats    statistics (stats.c)
  *   POST /v2/repository/index
  *   POST /v2/repository/models/M/load | /unload
  *   GET  /v2/debug/memory[?format=text]        allocator and model memory
@@ -110,12 +111,12 @@ static bool optional_body(slim_server_request *req, cJSON **out)
 static void route_server_metadata(slim_server_request *req)
 {
     static const char *extensions[] = {"binary_tensor_data", "model_repository",
-                                       "model_configuration", "parameters"};
+                                       "model_configuration", "parameters", "statistics"};
     cJSON *o = cJSON_CreateObject();
     if (o) {
         cJSON_AddStringToObject(o, "name", SLIM_SERVER_NAME);
         cJSON_AddStringToObject(o, "version", SLIM_SERVER_VERSION);
-        cJSON_AddItemToObject(o, "extensions", cJSON_CreateStringArray(extensions, 4));
+        cJSON_AddItemToObject(o, "extensions", cJSON_CreateStringArray(extensions, 5));
     }
     slim_server_reply_json(&req->reply, 200, o);
 }
@@ -127,6 +128,7 @@ static void route_metrics(slim_server_request *req)
     slim_server_memory_metrics(&req->srv->repo, &b);
     slim_server_admission_metrics(req->srv->admission, &b);
     slim_server_http_metrics(req->srv, &b);
+    slim_server_auth_metrics(req->srv, &b);
     if (b.oom) {
         slim_server_buf_free(&b);
         slim_server_reply_error(&req->reply, 500, "out of memory while writing metrics");
@@ -238,8 +240,11 @@ static void on_task_done(slim_server_task *t)
 void slim_server_count_failure(const slim_server_model *m, slim_server_failure why,
                                int64_t t_begin)
 {
+    uint64_t us = (uint64_t)(slim_server_now_us() - t_begin);
     atomic_fetch_add(&m->stats->failure[why], 1);
-    atomic_fetch_add(&m->stats->request_us, (uint64_t)(slim_server_now_us() - t_begin));
+    atomic_fetch_add(&m->stats->request_us, us);
+    atomic_fetch_add(&m->stats->fail_us, us);
+    slim_server_stats_touch(m->stats);
 }
 
 /* The request's "parameters": {"timeout": microseconds} (Triton's name),
@@ -264,8 +269,10 @@ static bool request_timeout(const slim_server_request *req, int64_t *out, slim_e
 slim_status slim_server_infer_decode_request(slim_server_request *req, slim_err *err)
 {
     const slim_server_model *m = req->task.model;
+    int64_t t0 = slim_server_now_ns();
     slim_status s = slim_server_infer_decode(req->body ? req->body : "", req->body_len,
                                              req->infer_header_len, m, &req->infer, err);
+    req->decode_ns = slim_server_now_ns() - t0;
     if (s == SLIM_OK && m->cfg.batching.allow_timeout_override &&
         !request_timeout(req, &req->timeout_us, err)) {
         slim_server_infer_free(&req->infer);
@@ -337,6 +344,7 @@ void slim_server_infer_finish(slim_server_request *req)
         return;
     }
     slim_err err = {0};
+    int64_t t_encode = slim_server_now_ns();
     if (slim_server_infer_encode(&req->infer, m, t->outputs, t->n_outputs, &req->reply, &err) != SLIM_OK) {
         slim_server_count_failure(m, SLIM_SERVER_FAIL_OTHER, req->t_begin);
         slim_server_reply_error(&req->reply, 500, "%s", err.msg);
@@ -348,7 +356,14 @@ void slim_server_infer_finish(slim_server_request *req)
     /* execution_count is counted per batch run, in workers.c */
     atomic_fetch_add(&st->queue_us, (uint64_t)(t->t_started - t->t_queued));
     atomic_fetch_add(&st->compute_us, (uint64_t)(t->t_done - t->t_started));
-    atomic_fetch_add(&st->request_us, (uint64_t)(slim_server_now_us() - req->t_begin));
+    uint64_t us = (uint64_t)(slim_server_now_us() - req->t_begin);
+    atomic_fetch_add(&st->request_us, us);
+    atomic_fetch_add(&st->success_us, us);
+    atomic_fetch_add(&st->input_ns, (uint64_t)(req->decode_ns + t->input_ns));
+    atomic_fetch_add(&st->infer_ns, (uint64_t)t->infer_ns);
+    atomic_fetch_add(&st->output_ns,
+                     (uint64_t)(t->output_ns + slim_server_now_ns() - t_encode));
+    slim_server_stats_touch(st);
 }
 
 /* /v2/models/M[/versions/V][/ready|/config|/infer] */
@@ -369,12 +384,17 @@ static void route_model(slim_server_request *req, path *p)
     }
     const char *action = rest < p->n ? p->seg[rest] : "";
     if (p->n > rest + 1 || (action[0] && strcmp(action, "ready") != 0 &&
-                            strcmp(action, "config") != 0 && strcmp(action, "infer") != 0)) {
+                            strcmp(action, "config") != 0 && strcmp(action, "infer") != 0 &&
+                            strcmp(action, "stats") != 0)) {
         slim_server_reply_error(&req->reply, 404, "unknown endpoint %s", req->url);
         return;
     }
     if (!method_ok(req, strcmp(action, "infer") == 0))
         return;
+    if (strcmp(action, "stats") == 0) {
+        slim_server_stats_route(req, name, version);
+        return;
+    }
     int status = 404;
     char msg[1200];
     slim_server_model *m =
@@ -429,6 +449,13 @@ void slim_server_route(slim_server_request *req)
         (strcmp(p.seg[2], "live") == 0 || strcmp(p.seg[2], "ready") == 0)) {
         if (method_ok(req, false))
             reply_empty(&req->reply, 200);
+        return;
+    }
+    /* Triton's path: a model called "stats" has its metadata at
+     * /v2/models/stats/versions/V only. */
+    if (p.n == 3 && strcmp(p.seg[1], "models") == 0 && strcmp(p.seg[2], "stats") == 0) {
+        if (method_ok(req, false))
+            slim_server_stats_route(req, NULL, -1);
         return;
     }
     if (p.n >= 3 && strcmp(p.seg[1], "models") == 0) {

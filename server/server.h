@@ -25,6 +25,7 @@
 #ifndef SLIM_SERVER_H
 #define SLIM_SERVER_H
 
+#include "log.h"
 #include "slim.h"
 
 #include <cjson/cJSON.h>
@@ -57,6 +58,8 @@ void slim_server_buf_printf(slim_server_buf *b, const char *fmt, ...)
  * echoes a client's bytes is still valid UTF-8 JSON. */
 void slim_server_buf_json_string(slim_server_buf *b, const char *s);
 void slim_server_buf_free(slim_server_buf *b);
+/* Length of the well-formed UTF-8 sequence at p (n bytes left), 0 if none. */
+size_t slim_server_utf8_len(const unsigned char *p, size_t n);
 
 int64_t slim_server_now_us(void); /* monotonic clock */
 
@@ -70,6 +73,7 @@ typedef struct slim_server_reply {
     long long infer_header_len; /* >= 0: Inference-Header-Content-Length */
     const char *allow;          /* for 405: the methods that are allowed */
     int retry_after_s;          /* > 0: a Retry-After header (503 queue full) */
+    bool auth_challenge;        /* a 401: WWW-Authenticate: Bearer */
 } slim_server_reply;
 
 /* Fills reply with {"error": "..."} and the given status. */
@@ -112,6 +116,30 @@ typedef struct slim_server_batching {
     int oom_probe_after;
 } slim_server_batching;
 
+/* "version_policy" in config.json (version_policy.c), Triton's: which
+ * version folders are loaded. The default is {"latest": {"num_versions": 1}}. */
+typedef enum {
+    SLIM_SERVER_VERSIONS_LATEST,    /* the num_versions highest */
+    SLIM_SERVER_VERSIONS_ALL,
+    SLIM_SERVER_VERSIONS_SPECIFIC,  /* those listed */
+} slim_server_version_kind;
+
+typedef struct slim_server_version_policy {
+    slim_server_version_kind kind;
+    int num_versions;               /* LATEST */
+    int64_t *versions;              /* SPECIFIC: ascending, no repeats */
+    int n_versions;
+} slim_server_version_policy;
+
+/* Parses the "version_policy" value; errors name the field. */
+slim_status slim_server_version_policy_parse(const cJSON *v, slim_server_version_policy *p,
+                                             slim_err *err);
+/* Whether version folder i of the n in `all` (ascending) is loaded. */
+bool slim_server_version_policy_selects(const slim_server_version_policy *p,
+                                        const int64_t *all, int n, int i);
+cJSON *slim_server_version_policy_to_json(const slim_server_version_policy *p);
+void slim_server_version_policy_free(slim_server_version_policy *p);
+
 typedef struct slim_server_config {
     char *name;
     char *platform;
@@ -125,6 +153,7 @@ typedef struct slim_server_config {
     char *precision;            /* "fp16", "bf16"; NULL: fp32 */
     int convert;                /* "convert": 1 true, -1 false, 0 not given
                                    (then --convert-cache decides) */
+    slim_server_version_policy versions; /* which version folders load */
     /* Keys kept as given so /config shows them: dynamic_batching (also
      * parsed into `batching`), and keys later issues act on (precision,
      * pruning). */
@@ -169,12 +198,30 @@ typedef enum {
 #define SLIM_SERVER_BATCH_BUCKETS 12
 #define SLIM_SERVER_QUEUE_BUCKETS 17
 
+/* Triton's statistics extension (stats.c): counters per batch size, in an
+ * open-addressed table of this many sizes, allocated at a model version's
+ * first run. Sizes past it (a model batching over 256 distinct sizes)
+ * are counted in the totals only. */
+#define SLIM_SERVER_BATCH_STAT_SLOTS 256
+
+typedef struct slim_server_batch_stat {
+    atomic_int_least64_t size;      /* 0: a free slot */
+    atomic_uint_least64_t count, input_ns, infer_ns, output_ns;
+} slim_server_batch_stat;
+
 typedef struct slim_server_stats {
     char *model;
     int64_t version;
     atomic_uint_least64_t success, failure[SLIM_SERVER_FAIL_COUNT];
     atomic_uint_least64_t inference_count, execution_count;
     atomic_uint_least64_t request_us, queue_us, compute_us;
+    /* the statistics extension: request time split by outcome, compute
+     * split into decoding/merging inputs, the model run, and splitting/
+     * encoding outputs (of successful requests) */
+    atomic_uint_least64_t success_us, fail_us;
+    atomic_uint_least64_t input_ns, infer_ns, output_ns;
+    atomic_uint_least64_t last_inference_ms; /* wall clock, ms since the epoch */
+    _Atomic(slim_server_batch_stat *) batch_stats;
     /* batching: per-bucket (not cumulative) counts, sums */
     atomic_uint_least64_t batch_hist[SLIM_SERVER_BATCH_BUCKETS], batch_rows;
     atomic_uint_least64_t queue_hist[SLIM_SERVER_QUEUE_BUCKETS], queue_wait_us;
@@ -200,6 +247,15 @@ void slim_server_metrics_render(slim_server_metrics *mx, slim_server_buf *out);
 void slim_server_stats_observe_batch(slim_server_stats *s, int64_t rows);
 void slim_server_stats_observe_queue(slim_server_stats *s, int64_t wait_us);
 
+/* ---- the statistics extension (stats.c) --------------------------------- */
+
+int64_t slim_server_now_ns(void); /* monotonic clock */
+/* One successful model run of `rows` rows and its three phases. */
+void slim_server_stats_observe_run(slim_server_stats *s, int64_t rows, int64_t input_ns,
+                                   int64_t infer_ns, int64_t output_ns);
+/* An inference request of this model version has ended (last_inference). */
+void slim_server_stats_touch(slim_server_stats *s);
+
 /* ---- repository (repository.c) ------------------------------------------ */
 
 typedef struct slim_server_model {
@@ -218,6 +274,7 @@ void slim_server_model_release(slim_server_model *m); /* frees at zero */
 typedef struct slim_server_slot {   /* one version folder */
     int64_t version;
     slim_server_model *live;        /* the table's reference; NULL if not ready */
+    bool by_policy;                 /* left out by version_policy: 404, not 503 */
     char reason[1024];              /* why not ready */
 } slim_server_slot;
 
@@ -244,6 +301,10 @@ typedef struct slim_server_repo {
     int n_entries, cap_entries;
 } slim_server_repo;
 
+/* Why a version folder that the model's version_policy leaves out is not
+ * served (repository index). */
+#define SLIM_SERVER_POLICY_REASON "unloaded by version policy"
+
 /* Scans root and loads every model found; a model that fails is recorded,
  * not fatal. Fails only when root can't be read. instances and queue_size
  * are the defaults of instance_count and max_queue_size; device is where
@@ -267,6 +328,10 @@ slim_status slim_server_repo_load(slim_server_repo *repo, const char *name,
                                   int *http_status, slim_err *err);
 slim_status slim_server_repo_unload(slim_server_repo *repo, const char *name,
                                     int *http_status, slim_err *err);
+/* New references to the ready versions of `name` (every model when NULL),
+ * by name then version; returns how many (<= cap). */
+int slim_server_repo_ready_models(slim_server_repo *repo, const char *name,
+                                  slim_server_model **out, int cap);
 /* [{"name","version","state","reason"}...] */
 cJSON *slim_server_repo_index(slim_server_repo *repo, bool ready_only);
 
@@ -362,6 +427,7 @@ typedef struct slim_server_task {
     slim_tensor *outputs;           /* may view one buffer shared with its batch */
     int n_outputs;
     int64_t t_queued, t_started, t_done;
+    int64_t input_ns, infer_ns, output_ns; /* phases of the run that answered it */
     /* called by the instance once the task is done; must not block */
     void (*done)(struct slim_server_task *t);
     void *user;
@@ -429,6 +495,11 @@ typedef struct slim_server_opts {
     int idle_timeout_s;
     int max_connections;
     int max_connections_per_client;
+    /* When set, every endpoint but the health checks (and /metrics, unless
+     * api_key_metrics) needs "Authorization: Bearer KEY" or "X-API-Key:
+     * KEY"; others are answered 401 (auth.c). */
+    const char *api_key;
+    bool api_key_metrics;
 } slim_server_opts;
 
 struct slim_server_conn;            /* one connection's deadlines (http.c) */
@@ -454,6 +525,7 @@ typedef struct slim_server {
     struct slim_server_conn *conns;
     int64_t n_conns;
     atomic_uint_least64_t body_timeouts, idle_closes;
+    atomic_uint_least64_t unauthorized;  /* 401s (auth.c) */
 } slim_server;
 
 /* One HTTP request while it is being served. */
@@ -468,9 +540,13 @@ typedef struct slim_server_request {
     bool too_large;
     long long infer_header_len;     /* from the request header; -1 if absent */
     int64_t t_begin;                /* when the body was complete */
+    int64_t t_arrived;              /* when the headers were (the access log) */
+    char id[SLIM_REQUEST_ID_MAX + 1]; /* X-Request-ID, given or made up */
+    int64_t decode_ns;              /* decoding its inputs (statistics) */
     /* an answer waiting to be sent (set by a route or after a task) */
     bool reply_ready;
     slim_server_reply reply;
+    bool logged;                    /* its access line is written */
     /* inference in progress */
     bool suspended;
     int64_t timeout_us;             /* the request's "timeout" parameter; 0: none */
@@ -484,6 +560,17 @@ typedef struct slim_server_request {
 slim_status slim_server_start(slim_server *srv, const slim_server_opts *opts, slim_err *err);
 /* Stops accepting, lets in-flight requests finish, frees everything. */
 void slim_server_stop(slim_server *srv);
+
+/* ---- API keys (auth.c) -------------------------------------------------- */
+
+/* Whether req (its headers in, nothing of its body read) may go on. When
+ * not, req->reply holds the 401 and the refusal is counted. */
+bool slim_server_auth_check(slim_server_request *req);
+/* slim_http_unauthorized_total, in Prometheus text. */
+void slim_server_auth_metrics(slim_server *srv, slim_server_buf *out);
+/* GET /v2/models[/M[/versions/V]]/stats: Triton's statistics extension.
+ * name NULL: every model; version < 0: every ready version. */
+void slim_server_stats_route(slim_server_request *req, const char *name, int64_t version);
 
 /* slim_http_connections and slim_http_timeouts_total, in Prometheus text. */
 void slim_server_http_metrics(slim_server *srv, slim_server_buf *out);

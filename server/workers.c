@@ -119,10 +119,13 @@ static slim_status run_once(slim_server_batcher *b, slim_server_task **ts, int n
     slim__run_ticket ticket;
     slim_status s;
     slim__batcher_enter(b, exclusive, &ticket);
+    /* The statistics extension's phases: merge, run, split (stats.c). */
+    int64_t t0 = slim_server_now_ns(), t_run = t0, t_split = 0;
     if (n == 1) { /* the request's own tensors, no copy */
         const slim_server_infer *rq = ts[0]->rq;
         s = slim_model_run(m->model, rq->n_inputs, rq->names, rq->inputs, &ts[0]->outputs,
                            &ts[0]->n_outputs, err);
+        t_split = slim_server_now_ns();
     } else {
         slim_tensor *xs = calloc((size_t)(cfg->n_inputs ? cfg->n_inputs : 1), sizeof(*xs));
         const char **names = calloc((size_t)(cfg->n_inputs ? cfg->n_inputs : 1), sizeof(*names));
@@ -136,8 +139,10 @@ static slim_status run_once(slim_server_batcher *b, slim_server_task **ts, int n
             names[i] = cfg->inputs[i].name;
         if ((s = gather_inputs(cfg, ts, n, rows, xs, err)) != SLIM_OK)
             goto merged_done;
+        t_run = slim_server_now_ns();
         if ((s = slim_model_run(m->model, cfg->n_inputs, names, xs, &outs, &n_outs, err)) != SLIM_OK)
             goto merged_done;
+        t_split = slim_server_now_ns();
         s = split_outputs(m, outs, n_outs, rows, ts, n, err);
         *unsplittable = s == SLIM_ESHAPE;
     merged_done:
@@ -147,12 +152,20 @@ static slim_status run_once(slim_server_batcher *b, slim_server_task **ts, int n
         free(xs);
         free(names);
     }
+    int64_t t_end = slim_server_now_ns();
     *overlapped = slim__batcher_leave(b, &ticket);
     if (s != SLIM_OK && !err->msg[0])
         slim_errf(err, s, "%s", slim_strerror(s));
     if (s == SLIM_OK) {
         atomic_fetch_add(&m->stats->execution_count, 1);
         slim_server_stats_observe_batch(m->stats, rows);
+        slim_server_stats_observe_run(m->stats, rows, t_run - t0, t_split - t_run,
+                                      t_end - t_split);
+        for (int k = 0; k < n; k++) {
+            ts[k]->input_ns = t_run - t0;
+            ts[k]->infer_ns = t_split - t_run;
+            ts[k]->output_ns = t_end - t_split;
+        }
     }
     slim__batcher_record(b, ts[0]->shape, rows, n, s);
     return s;

@@ -113,10 +113,12 @@ def build_repository(root):
     os.makedirs(root)
     subprocess.run([sys.executable, os.path.join(REPO, "models", "gen_models.py"), root],
                    check=True, timeout=600, stdout=subprocess.DEVNULL)
-    # two versions that differ: y = x + version
+    # two versions that differ: y = x + version; both served (Triton's
+    # default version_policy would load only the latest)
     for v in (1, 2):
         add_const_model(os.path.join(root, "multi", str(v), "model.onnx"), v)
-    write_json(os.path.join(root, "multi", "config.json"), {"name": "multi", "platform": "onnx"})
+    write_json(os.path.join(root, "multi", "config.json"),
+               {"name": "multi", "platform": "onnx", "version_policy": {"all": {}}})
     # no config.json at all: defaults
     add_const_model(os.path.join(root, "nocfg", "1", "model.onnx"), 10)
     # one Identity per data type, batching on
