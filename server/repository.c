@@ -130,7 +130,9 @@ static slim_status load_version(slim_server_repo *repo, const char *name, const 
     if ((s = slim_server_config_parse(cfg_text, name, &m->cfg, err)) != SLIM_OK)
         goto err;
     slim_load_opts lo = {.device = m->cfg.device ? m->cfg.device : repo->default_device,
-                         .precision = m->cfg.precision};
+                         .precision = m->cfg.precision,
+                         .int8_exclude = (const char *const *)m->cfg.int8_exclude,
+                         .n_int8_exclude = m->cfg.n_int8_exclude};
     if ((s = slim_model_load(path, &lo, &m->model, err)) != SLIM_OK)
         goto err;
     if ((s = slim_server_config_resolve(&m->cfg, m->model, err)) != SLIM_OK)

@@ -122,7 +122,9 @@ typedef struct slim_server_config {
     int n_inputs, n_outputs;
     size_t memory_limit;        /* bytes the model may hold at once; 0: no limit */
     char *device;               /* "cuda:0"...; NULL: the server's --device */
-    char *precision;            /* "fp16", "bf16"; NULL: fp32 */
+    char *precision;            /* "fp16", "bf16", "int8"; NULL: fp32 */
+    char **int8_exclude;        /* "int8": {"exclude": [...]}: layers kept in fp32 */
+    int n_int8_exclude;
     /* Keys kept as given so /config shows them: dynamic_batching (also
      * parsed into `batching`), and keys later issues act on (precision,
      * pruning). */
