@@ -28,14 +28,19 @@ static bool is_default_domain(const char *domain)
     return !domain || !domain[0] || strcmp(domain, "ai.onnx") == 0;
 }
 
-/* slimserve's own operators: the partition pass's copies (partition.c). */
+/* slimserve's own operators: the partition pass's copies (partition.c)
+ * and the int8 pass's quantized layers (cpu/qlinear.c). */
 extern const slim_op_def slim__ops_copy[];
+extern const slim_op_def slim__ops_int8[];
 
 const slim_op_def *slim_op_lookup(const char *domain, const char *op_type, int opset)
 {
     if (domain && strcmp(domain, "com.slimserve") == 0) {
         for (const slim_op_def *d = slim__ops_copy; d->op_type; d++)
             if (strcmp(d->op_type, op_type) == 0)
+                return d;
+        for (const slim_op_def *d = slim__ops_int8; d->op_type; d++)
+            if (strcmp(d->op_type, op_type) == 0 && d->since <= opset)
                 return d;
         return NULL;
     }

@@ -4,6 +4,7 @@
 #include "plan.h"
 #include "device.h"
 #include "fp16.h"
+#include "int8.h"
 #include "slim_format.h"
 
 #include <stdio.h>
@@ -32,9 +33,11 @@ slim_status slim_model_load(const char *path, const slim_load_opts *opts,
         half = SLIM_F16;
     else if (strcmp(prec, "bf16") == 0 || strcmp(prec, "bfloat16") == 0)
         half = SLIM_BF16;
-    else if (strcmp(prec, "fp32") != 0 && strcmp(prec, "float32") != 0)
-        return slim_errf(err, SLIM_EINVAL, "unknown precision \"%s\" (expected fp32, fp16 or "
-                         "bf16)", prec);
+    bool int8 = strcmp(prec, "int8") == 0;
+    if (!int8 && half == SLIM_DTYPE_UNDEFINED && strcmp(prec, "fp32") != 0 &&
+        strcmp(prec, "float32") != 0)
+        return slim_errf(err, SLIM_EINVAL, "unknown precision \"%s\" (expected fp32, fp16, "
+                         "bf16 or int8)", prec);
     slim_device *dev = NULL;
     if (opts && opts->device) {
         slim_status st = slim_device_get(opts->device, &dev, err);
@@ -55,6 +58,14 @@ slim_status slim_model_load(const char *path, const slim_load_opts *opts,
     /* The format is told by its magic number, not the file's name. */
     slim_status st = slim_model_file_is_slim(path) ? slim_format_load_file(path, &g, err)
                                                    : slim_onnx_load_file(path, &g, err);
+    if (!st && int8) {
+        slim_int8_opts io = {opts->int8_exclude, opts->n_int8_exclude};
+        st = slim_quant_int8(g, &io, opts->int8_report, err);
+        if (st) {
+            slim_graph_free(g);
+            g = NULL;
+        }
+    }
     if (!st && half != SLIM_DTYPE_UNDEFINED) {
         st = slim_quant_half(g, half, NULL, err);
         if (st) {

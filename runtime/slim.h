@@ -145,8 +145,16 @@ typedef struct slim_load_opts {
     const char *device;
     /* "fp32" (NULL means this), "fp16" or "bf16": weights and activations
      * in half precision, normalizations and reductions accumulating in
-     * fp32; inputs and outputs keep their declared types. */
+     * fp32; inputs and outputs keep their declared types. "int8": matrix
+     * products and embedding tables with int8 weights, activations
+     * quantized per row at run time (quant/int8.h). */
     const char *precision;
+    /* With precision "int8" (quant/int8.h): node names or op types kept in
+     * float32, and where to put the pass's per-layer report (NULL: none;
+     * the caller frees it with slim_int8_report_free). */
+    const char *const *int8_exclude;
+    int n_int8_exclude;
+    struct slim_int8_report *int8_report;
 } slim_load_opts;
 
 /* Loads an ONNX model (by extension or magic). The model is read-only after

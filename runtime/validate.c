@@ -13,6 +13,8 @@
 static const slim_op_schema internal_schemas[] = {
     {"MemcpyToDevice", 1, 1, 1, 1, 1, "S", "S", ""},
     {"MemcpyToHost", 1, 1, 1, 1, 1, "S", "S", ""},
+    {"MatMulInt8", 1, 4, 5, 1, 1, "SSSSO", "S", "!K=i activation=s"},
+    {"GatherInt8", 1, 3, 3, 1, 1, "SSS", "S", ""},
     {0},
 };
 

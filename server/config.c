@@ -317,18 +317,61 @@ static slim_status parse_placement(const cJSON *k, slim_server_config *cfg, slim
              (strncmp(v, "cuda:", 5) == 0 && v[5] >= '0' && v[5] <= '9' &&
               strtol(v + 5, &end, 10) < 1024 && end && !*end);
     } else if (v) {
-        ok = strcmp(v, "fp32") == 0 || strcmp(v, "fp16") == 0 || strcmp(v, "bf16") == 0;
+        ok = strcmp(v, "fp32") == 0 || strcmp(v, "fp16") == 0 || strcmp(v, "bf16") == 0 ||
+             strcmp(v, "int8") == 0;
     }
     if (!ok)
         return slim_errf(err, SLIM_EINVAL, "config.json: \"%s\": expected %s", k->string,
                          device ? "\"cpu\", \"cuda\" or \"cuda:N\""
-                                : "\"fp32\", \"fp16\" or \"bf16\"");
+                                : "\"fp32\", \"fp16\", \"bf16\" or \"int8\"");
     char *copy = strdup(v);
     if (!copy)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
     char **dst = device ? &cfg->device : &cfg->precision;
     free(*dst);
     *dst = copy;
+    return SLIM_OK;
+}
+
+/* "int8": {"exclude": [node names or op types]}: layers the int8 pass
+ * (quant/int8.h) keeps in float32. The per-layer error budget the issue
+ * also asks for ("max_error") is refused by name until it is implemented,
+ * rather than accepted and ignored. */
+static slim_status parse_int8(const cJSON *k, slim_server_config *cfg, slim_err *err)
+{
+    if (!cJSON_IsObject(k))
+        return slim_errf(err, SLIM_EINVAL, "config.json: \"int8\": expected an object");
+    for (const cJSON *e = k->child; e; e = e->next) {
+        if (strcmp(e->string, "exclude") != 0)
+            return slim_errf(err, SLIM_EINVAL, "config.json: \"int8\": \"%s\" is not supported "
+                             "(only \"exclude\")", e->string);
+        if (!cJSON_IsArray(e))
+            return slim_errf(err, SLIM_EINVAL, "config.json: \"int8\": \"exclude\": expected "
+                             "an array of node names or op types");
+        int n = cJSON_GetArraySize(e);
+        if (n > 4096)
+            return slim_errf(err, SLIM_EINVAL, "config.json: \"int8\": \"exclude\": at most "
+                             "4096 names");
+        char **names = calloc((size_t)(n ? n : 1), sizeof(char *));
+        if (!names)
+            return slim_errf(err, SLIM_ENOMEM, "out of memory");
+        int i = 0;
+        for (const cJSON *s = e->child; s; s = s->next, i++)
+            if (!cJSON_IsString(s) || !s->valuestring[0] || !(names[i] = strdup(s->valuestring))) {
+                for (int j = 0; j < i; j++)
+                    free(names[j]);
+                free(names);
+                return cJSON_IsString(s) && s->valuestring[0]
+                           ? slim_errf(err, SLIM_ENOMEM, "out of memory")
+                           : slim_errf(err, SLIM_EINVAL, "config.json: \"int8\": \"exclude\"[%d]: "
+                                       "expected a non-empty string", i);
+            }
+        for (int j = 0; j < cfg->n_int8_exclude; j++)
+            free(cfg->int8_exclude[j]);
+        free(cfg->int8_exclude);
+        cfg->int8_exclude = names;
+        cfg->n_int8_exclude = n;
+    }
     return SLIM_OK;
 }
 
@@ -404,6 +447,15 @@ static slim_status parse_keys(const cJSON *root, const char *dir_name, slim_serv
             if (!cJSON_IsBool(k))
                 return slim_errf(err, SLIM_EINVAL, "config.json: \"convert\": expected true or false");
             cfg->convert = cJSON_IsTrue(k) ? 1 : -1;
+        } else if (strcmp(key, "int8") == 0) {
+            /* parsed, and kept as written for /config */
+            if ((s = parse_int8(k, cfg, err)) != SLIM_OK)
+                return s;
+            cJSON *copy = cJSON_Duplicate(k, true);
+            if (!copy || !cJSON_AddItemToObject(cfg->reserved, key, copy)) {
+                cJSON_Delete(copy);
+                return slim_errf(err, SLIM_ENOMEM, "out of memory");
+            }
         } else if (reserved_key_ok(k, &expect)) {
             cJSON *copy = cJSON_Duplicate(k, true);
             if (!copy || !cJSON_AddItemToObject(cfg->reserved, key, copy)) {
@@ -614,6 +666,9 @@ void slim_server_config_free(slim_server_config *cfg)
     free(cfg->name);
     free(cfg->device);
     free(cfg->precision);
+    for (int i = 0; i < cfg->n_int8_exclude; i++)
+        free(cfg->int8_exclude[i]);
+    free(cfg->int8_exclude);
     free(cfg->platform);
     cJSON_Delete(cfg->reserved);
     free(cfg->versions.versions);

@@ -160,8 +160,8 @@ static void evict_others(const char *dir, const char *prefix, const char *keep)
 }
 
 slim_status slim_server_convert_cached(const char *cache_dir, const char *model,
-                                       int64_t version, const char *src, const char *precision,
-                                       const char *options, char *out, size_t cap,
+                                       int64_t version, const char *src,
+                                       const slim_load_opts *opts, char *out, size_t cap,
                                        bool *converted, slim_err *err)
 {
     *converted = false;
@@ -169,10 +169,15 @@ slim_status slim_server_convert_cached(const char *cache_dir, const char *model,
     slim_status s = hash_file(src, &src_hash, err);
     if (s != SLIM_OK)
         return s;
-    char set[1024];
-    snprintf(set, sizeof(set), "format %d; slimserve %s; precision %s; %s", SLIM_FORMAT_VERSION,
-             SLIM_SERVER_VERSION, precision ? precision : "fp32", options ? options : "");
+    /* Everything that changes what is written, hashed in order. */
+    char set[256];
+    snprintf(set, sizeof(set), "format %d; slimserve %s; precision %s; int8 exclude",
+             SLIM_FORMAT_VERSION, SLIM_SERVER_VERSION,
+             opts->precision ? opts->precision : "fp32");
     uint64_t set_hash = hash_bytes((const unsigned char *)set, strlen(set), 1);
+    for (int i = 0; i < opts->n_int8_exclude; i++)
+        set_hash = hash_bytes((const unsigned char *)opts->int8_exclude[i],
+                              strlen(opts->int8_exclude[i]) + 1, set_hash);
     char prefix[300], name[400];
     snprintf(prefix, sizeof(prefix), "%s.%lld.", model, (long long)version);
     snprintf(name, sizeof(name), "%s%016llx-%08llx.slim", prefix, (unsigned long long)src_hash,
@@ -186,7 +191,8 @@ slim_status slim_server_convert_cached(const char *cache_dir, const char *model,
 
     /* Convert on the CPU: the device placement happens when the cached file
      * is loaded to serve. */
-    slim_load_opts lo = {.precision = precision};
+    slim_load_opts lo = {.precision = opts->precision, .int8_exclude = opts->int8_exclude,
+                         .n_int8_exclude = opts->n_int8_exclude};
     slim_model *m = NULL;
     if ((s = slim_model_load(src, &lo, &m, err)) != SLIM_OK)
         return s;

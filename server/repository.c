@@ -132,11 +132,11 @@ static slim_status load_converted(slim_server_repo *repo, const char *name, int6
     slim_err cerr = {0};
     /* A second try converts afresh after a damaged cached file is dropped. */
     for (int attempt = 0; attempt < 2; attempt++) {
-        if (slim_server_convert_cached(dir, name, version, path, cfg->precision, NULL, cached,
-                                       sizeof(cached), &fresh, &cerr) != SLIM_OK)
+        if (slim_server_convert_cached(dir, name, version, path, lo, cached, sizeof(cached),
+                                       &fresh, &cerr) != SLIM_OK)
             break;
-        slim_load_opts clo = *lo;
-        clo.precision = NULL;
+        /* The precision and int8 pass are baked into the file. */
+        slim_load_opts clo = {.device = lo->device};
         slim_status s = slim_model_load(cached, &clo, out, &cerr);
         if (s == SLIM_OK) {
             slim_server_log(SLIM_LOG_INFO, NULL, "model \"%s\" version %lld: serving %s (%s)",
@@ -187,7 +187,9 @@ static slim_status load_version(slim_server_repo *repo, const char *name, const 
     if ((s = slim_server_config_parse(cfg_text, name, &m->cfg, err)) != SLIM_OK)
         goto err;
     slim_load_opts lo = {.device = m->cfg.device ? m->cfg.device : repo->default_device,
-                         .precision = m->cfg.precision};
+                         .precision = m->cfg.precision,
+                         .int8_exclude = (const char *const *)m->cfg.int8_exclude,
+                         .n_int8_exclude = m->cfg.n_int8_exclude};
     if ((s = load_converted(repo, name, version, path, &lo, &m->cfg, &m->model, err)) != SLIM_OK)
         goto err;
     if ((s = slim_server_config_resolve(&m->cfg, m->model, err)) != SLIM_OK)

@@ -150,7 +150,9 @@ typedef struct slim_server_config {
     int n_inputs, n_outputs;
     size_t memory_limit;        /* bytes the model may hold at once; 0: no limit */
     char *device;               /* "cuda:0"...; NULL: the server's --device */
-    char *precision;            /* "fp16", "bf16"; NULL: fp32 */
+    char *precision;            /* "fp16", "bf16", "int8"; NULL: fp32 */
+    char **int8_exclude;        /* "int8": {"exclude": [...]}: layers kept in fp32 */
+    int n_int8_exclude;
     int convert;                /* "convert": 1 true, -1 false, 0 not given
                                    (then --convert-cache decides) */
     slim_server_version_policy versions; /* which version folders load */
@@ -337,13 +339,13 @@ cJSON *slim_server_repo_index(slim_server_repo *repo, bool ready_only);
 
 /* ---- conversion cache (convert_cache.c) --------------------------------- */
 
-/* The .slim conversion of src for these settings, written into cache_dir
- * (created) unless a file with its key is already there: its path in out,
- * *converted true when it was written now. precision as config.json's;
- * options: other settings that change what is written (they are hashed). */
+/* The .slim conversion of src with opts' precision and int8 exclusions
+ * (its device is ignored: the file is placed when it loads), written into
+ * cache_dir (created) unless a file with its key is already there: its path
+ * in out, *converted true when it was written now. */
 slim_status slim_server_convert_cached(const char *cache_dir, const char *model,
-                                       int64_t version, const char *src, const char *precision,
-                                       const char *options, char *out, size_t cap,
+                                       int64_t version, const char *src,
+                                       const slim_load_opts *opts, char *out, size_t cap,
                                        bool *converted, slim_err *err);
 /* $SLIMSERVE_CACHE_DIR, else $XDG_CACHE_HOME/slimserve, else
  * $HOME/.cache/slimserve, else /tmp/slimserve-cache. */

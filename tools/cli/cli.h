@@ -14,4 +14,8 @@ int slim_cmd_convert(int argc, char **argv);
 /* "[batch,3,32,32]": declared dims, symbolic ones by name ("?" unnamed). */
 char *slim_cli_declared_shape(const slim_io_info *info, char *buf, size_t cap);
 
+/* Splits a comma-separated list in place (s is modified): up to cap
+ * non-empty items into out; returns how many there were (may exceed cap). */
+int slim_cli_split_list(char *s, const char **out, int cap);
+
 #endif

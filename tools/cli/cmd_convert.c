@@ -11,6 +11,7 @@
 #include "slim_format.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -24,12 +25,14 @@ static double now_s(void)
 
 int slim_cmd_convert(int argc, char **argv)
 {
-    const char *in = NULL, *out = NULL, *precision = NULL;
+    const char *in = NULL, *out = NULL, *precision = NULL, *exclude_arg = NULL;
     for (int i = 1; i < argc; i++) {
         if ((strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0) && i + 1 < argc)
             out = argv[++i];
         else if (strcmp(argv[i], "--precision") == 0 && i + 1 < argc)
             precision = argv[++i];
+        else if (strcmp(argv[i], "--int8-exclude") == 0 && i + 1 < argc)
+            exclude_arg = argv[++i];
         else if (argv[i][0] != '-' && !in)
             in = argv[i];
         else {
@@ -39,14 +42,24 @@ int slim_cmd_convert(int argc, char **argv)
         }
     }
     if (!in || !out) {
-        fprintf(stderr, "usage: slim convert MODEL -o OUT.slim [--precision fp32|fp16|bf16]\n");
+        fprintf(stderr, "usage: slim convert MODEL -o OUT.slim [--precision fp32|fp16|bf16|int8]"
+                " [--int8-exclude LIST]\n");
         return 2;
     }
     slim_err err = {0};
     slim_model *m = NULL;
     double t0 = now_s();
     slim_load_opts opts = {.precision = precision};
-    if (slim_model_load(in, &opts, &m, &err) != SLIM_OK) {
+    const char *exclude[256];
+    char *exclude_buf = exclude_arg ? strdup(exclude_arg) : NULL;
+    if (exclude_buf) {
+        int n = slim_cli_split_list(exclude_buf, exclude, 256);
+        opts.int8_exclude = exclude;
+        opts.n_int8_exclude = n < 256 ? n : 256;
+    }
+    slim_status load_st = slim_model_load(in, &opts, &m, &err);
+    free(exclude_buf);
+    if (load_st != SLIM_OK) {
         fprintf(stderr, "slim convert: %s\n", err.msg);
         return 1;
     }

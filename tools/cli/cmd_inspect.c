@@ -16,6 +16,7 @@
  * the weight bytes.
  */
 #include "cli.h"
+#include "int8.h"
 #include "model.h"
 #include "plan.h"
 
@@ -189,7 +190,34 @@ static int print_memory(const char *path, const slim_model *m, int64_t batch)
 }
 
 #define INSPECT_USAGE "usage: slim inspect MODEL [--memory [--batch N]] [--device DEV] " \
-                      "[--precision P]\n"
+                      "[--precision P] [--int8-exclude LIST]\n"
+
+/* With --precision int8: each candidate layer, its precision, weight bytes
+ * before and after, and the weights' relative quantization error. */
+static void print_int8(const slim_int8_report *r)
+{
+    int width = 5, q = 0;
+    for (int i = 0; i < r->n_layers; i++) {
+        int len = (int)strlen(r->layers[i].name);
+        width = len > width ? len : width;
+        q += r->layers[i].quantized;
+    }
+    printf("int8 layers (%d of %d quantized):\n", q, r->n_layers);
+    printf("  %-*s  %-7s %-9s %12s %12s %9s  %s\n", width, "layer", "op", "precision",
+           "bytes_fp32", "bytes_now", "w_error", "note");
+    for (int i = 0; i < r->n_layers; i++) {
+        const slim_int8_layer *l = &r->layers[i];
+        printf("  %-*s  %-7s %-9s %12zu %12zu ", width, l->name, l->op_type,
+               l->quantized ? "int8" : "fp32", l->bytes_before, l->bytes_after);
+        if (l->quantized)
+            printf("%9.2e  %s\n", l->weight_error, "");
+        else
+            printf("%9s  %s\n", "-", l->why ? l->why : "");
+    }
+    if (r->bytes_before)
+        printf("int8 weight bytes: %zu -> %zu (%.3fx)\n", r->bytes_before, r->bytes_after,
+               (double)r->bytes_after / (double)r->bytes_before);
+}
 
 int slim_cmd_inspect(int argc, char **argv)
 {
@@ -197,6 +225,7 @@ int slim_cmd_inspect(int argc, char **argv)
     slim_load_opts opts = {0};
     bool memory = false;
     int64_t batch = 1;
+    const char *exclude_arg = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             printf(INSPECT_USAGE
@@ -205,7 +234,9 @@ int slim_cmd_inspect(int argc, char **argv)
                    "  --batch N   plan for batch N (default 1)\n"
                    "  --device D  place the model on D (cpu, cuda, cuda:N) and print where\n"
                    "              each node runs and the copies between devices\n"
-                   "  --precision fp32, fp16 or bf16\n");
+                   "  --precision fp32, fp16, bf16 or int8 (int8 also prints each\n"
+                   "              layer's precision, weight bytes and quantization error)\n"
+                   "  --int8-exclude LIST  comma-separated node names or op types kept in fp32\n");
             return 0;
         }
         if ((strcmp(argv[i], "--device") == 0 || strcmp(argv[i], "--precision") == 0) &&
@@ -215,6 +246,10 @@ int slim_cmd_inspect(int argc, char **argv)
             else
                 opts.precision = argv[i + 1];
             i++;
+            continue;
+        }
+        if (strcmp(argv[i], "--int8-exclude") == 0 && i + 1 < argc) {
+            exclude_arg = argv[++i];
             continue;
         }
         if (strcmp(argv[i], "--memory") == 0) {
@@ -250,13 +285,26 @@ int slim_cmd_inspect(int argc, char **argv)
 
     slim_err err;
     slim_model *m = NULL;
+    slim_int8_report int8 = {0};
+    const char *exclude[256];
+    char *exclude_buf = exclude_arg ? strdup(exclude_arg) : NULL;
+    if (exclude_buf) {
+        int n = slim_cli_split_list(exclude_buf, exclude, 256);
+        opts.int8_exclude = exclude;
+        opts.n_int8_exclude = n < 256 ? n : 256;
+    }
+    opts.int8_report = &int8;
     slim_status st = slim_model_load(path, &opts, &m, &err);
+    free(exclude_buf);
     if (st == SLIM_OK) {
         int rc = 0;
         if (memory)
             rc = print_memory(path, m, batch);
         else
             print_model(path, m->graph, m, m->param_count, m->weight_bytes);
+        if (!memory && opts.precision && strcmp(opts.precision, "int8") == 0)
+            print_int8(&int8);
+        slim_int8_report_free(&int8);
         if (opts.device)
             slim_model_print_placement(m, stdout);
         slim_model_free(m);

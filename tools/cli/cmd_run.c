@@ -48,7 +48,8 @@ static void usage(void)
     fprintf(stderr,
             "usage: slim run MODEL --input NAME=FILE.npy ... [--output-dir DIR] [--repeat N]\n"
             "                [--memory-limit SIZE] [--memory-stats] [--batch-invariant]\n"
-            "                [--device DEV] [--precision fp32|fp16|bf16]\n"
+            "                [--device DEV] [--precision fp32|fp16|bf16|int8]\n"
+            "                [--int8-exclude LIST]\n"
             "  --input NAME=FILE.npy  a model input (NAME= may be left out when the model\n"
             "                         has a single input); repeat for each input. A\n"
             "                         bfloat16 input is given as float32 and rounded\n"
@@ -58,7 +59,9 @@ static void usage(void)
             "                         a run over it exits with status 3\n"
             "  --device DEV           cpu (default), cuda or cuda:N: nodes with a kernel\n"
             "                         there run there, the rest on the CPU\n"
-            "  --precision P          fp32 (default), fp16 or bf16 weights and activations\n"
+            "  --precision P          fp32 (default), fp16 or bf16 weights and activations;\n"
+            "                         int8: int8 weights for matrix products and embeddings\n"
+            "  --int8-exclude LIST    comma-separated node names or op types kept in fp32\n"
             "  --profile              time each operator type (GPU work waited for per\n"
             "                         node) and print the totals after the runs\n"
             "  --memory-stats         print the allocator's summary after the runs\n"
@@ -430,6 +433,8 @@ int slim_cmd_run(int argc, char **argv)
     long repeat = 1;
     bool memory_stats = false, batch_invariant = false;
     slim_load_opts opts = {0};
+    const char *exclude[256];
+    char *exclude_buf = NULL;
     const char *memory_limit = NULL;
     bool profile = false;
 
@@ -439,7 +444,8 @@ int slim_cmd_run(int argc, char **argv)
         bool takes_value = strcmp(a, "--input") == 0 || strcmp(a, "-i") == 0 ||
                            strcmp(a, "--output-dir") == 0 || strcmp(a, "-o") == 0 ||
                            strcmp(a, "--repeat") == 0 || strcmp(a, "--memory-limit") == 0 ||
-                           strcmp(a, "--device") == 0 || strcmp(a, "--precision") == 0;
+                           strcmp(a, "--device") == 0 || strcmp(a, "--precision") == 0 ||
+                           strcmp(a, "--int8-exclude") == 0;
         if (takes_value) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "slim run: %s needs a value\n", a);
@@ -494,6 +500,15 @@ int slim_cmd_run(int argc, char **argv)
             opts.device = val;
         } else if (strcmp(a, "--precision") == 0) {
             opts.precision = val;
+        } else if (strcmp(a, "--int8-exclude") == 0) {
+            free(exclude_buf);
+            if (!(exclude_buf = strdup(val))) {
+                fprintf(stderr, "slim run: out of memory\n");
+                return 1;
+            }
+            int n = slim_cli_split_list(exclude_buf, exclude, 256);
+            opts.int8_exclude = exclude;
+            opts.n_int8_exclude = n < 256 ? n : 256;
         } else if (strcmp(a, "--memory-limit") == 0) {
             memory_limit = val;
         } else if (strcmp(a, "--repeat") == 0) {
@@ -511,6 +526,7 @@ int slim_cmd_run(int argc, char **argv)
     if (!model_path) {
         fprintf(stderr, "slim run: no model given\n");
         usage();
+        free(exclude_buf);
         return 2;
     }
 
@@ -538,7 +554,9 @@ int slim_cmd_run(int argc, char **argv)
     }
     struct timespec t_load0, t_load1;
     clock_gettime(CLOCK_MONOTONIC, &t_load0);
-    if (slim_model_load(model_path, &opts, &m, &err) != SLIM_OK) {
+    slim_status load_st = slim_model_load(model_path, &opts, &m, &err);
+    free(exclude_buf); /* the pass has run: the names are no longer read */
+    if (load_st != SLIM_OK) {
         fprintf(stderr, "slim run: %s\n", err.msg);
         return err.status == SLIM_EOOM ? 3 : 1;
     }

@@ -5,6 +5,18 @@
 #include <string.h>
 
 /* "[batch,3,32,32]": declared dims by symbolic name, "?" when unnamed. */
+int slim_cli_split_list(char *s, const char **out, int cap)
+{
+    int n = 0;
+    for (char *tok = strtok(s, ","); tok; tok = strtok(NULL, ","))
+        if (tok[0]) {
+            if (n < cap)
+                out[n] = tok;
+            n++;
+        }
+    return n;
+}
+
 char *slim_cli_declared_shape(const slim_io_info *info, char *buf, size_t cap)
 {
     if (info->ndim < 0) {

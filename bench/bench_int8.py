@@ -1,0 +1,213 @@
+#!/usr/bin/env python3
+"""slimserve's dynamic int8 against its fp32 and onnxruntime's, on one table.
+
+    python3 bench/bench_int8.py --slim build/bin/slim [--threads 2] [--rounds 3]
+                                [--models transformer,bert] [--workdir DIR]
+
+Models: the example transformer (models/gen_models.py, its own sequence of
+16) and a BERT-base-sized encoder from bench/gen_encoder.py (12 layers,
+hidden 768, ffn 3072, sequence 128; Student-t weights with 1 input channel
+in 64 scaled 8x, the outlier features of trained transformers). Batch 1
+and 8, the same token ids for every configuration.
+
+Configurations, each in its own process so that its peak RSS is its own:
+  slim fp32       slim run MODEL.onnx
+  slim int8       slim run MODEL.int8.slim (slim convert --precision int8:
+                  loads without requantizing)
+  ort fp32        onnxruntime on MODEL.onnx
+  ort int8        quantize_dynamic(QInt8, per_channel=False)
+  ort int8 pc     quantize_dynamic(QInt8, per_channel=True)
+Every process runs `repeat` timed runs after a warm-up and reports their
+median; rounds alternate the configurations (A B C D E, A B C D E, ...) and
+the table shows the median over rounds, so a busy moment on a shared
+machine hits every configuration alike. Threads: SLIM_NUM_THREADS for
+slim, intra_op_num_threads (inter-op 1, sequential) for onnxruntime.
+
+Columns: time (ms), x slim fp32, x ort int8 (the best of the two ort int8
+configurations), weight bytes (initializers as loaded; for slim int8 the
+.slim file's weights), peak RSS (MiB, the process's maximum), and the
+output's cosine similarity and maximum relative error (max |y - ref| /
+max |ref|) to onnxruntime fp32.
+"""
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import onnx
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+ORT_CHILD = r"""
+import json, sys, time
+import numpy as np, onnxruntime as ort
+model, inp, out, repeat, threads = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+so = ort.SessionOptions()
+so.intra_op_num_threads = threads
+so.inter_op_num_threads = 1
+so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+s = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+feeds = {s.get_inputs()[0].name: np.load(inp)}
+y = s.run(None, feeds)[0]
+ts = []
+for _ in range(repeat):
+    t = time.perf_counter(); s.run(None, feeds); ts.append((time.perf_counter() - t) * 1e3)
+np.save(out, y)
+ts.sort()
+print(json.dumps({"ms": ts[len(ts) // 2]}))
+"""
+
+
+def spawn(args, env=None):
+    """Runs args under /usr/bin/time; returns (output text, peak RSS MiB of
+    that process). Not wait4's rusage: a child forked from this (large)
+    Python process keeps the parent's high-water mark across exec."""
+    with tempfile.TemporaryFile("w+") as so, tempfile.TemporaryFile("w+") as se:
+        p = subprocess.run(["/usr/bin/time", "-f", "PEAK_RSS_KB %M"] + args, stdout=so,
+                           stderr=se, env=env)
+        so.seek(0)
+        se.seek(0)
+        out, err = so.read(), se.read()
+        if p.returncode:
+            sys.exit(f"{' '.join(args[:3])} failed ({p.returncode}): {err[-2000:]}")
+        peak = [l for l in err.splitlines() if l.startswith("PEAK_RSS_KB ")]
+        return out + err, int(peak[-1].split()[1]) / 1024.0
+
+
+def weight_bytes(path):
+    m = onnx.load(path)
+    return sum(onnx.numpy_helper.to_array(t).nbytes for t in m.graph.initializer)
+
+
+def slim_weight_bytes(slim, path):
+    out, _ = spawn([slim, "inspect", path])
+    for line in out.splitlines():
+        if line.startswith("weight bytes:"):
+            return int(line.split()[2])
+    return 0
+
+
+def prepare(name, workdir, slim):
+    if name == "transformer":
+        src = os.path.join(workdir, "models", "transformer", "1", "model.onnx")
+        if not os.path.exists(src):
+            subprocess.run([sys.executable, os.path.join(REPO, "models", "gen_models.py"),
+                            os.path.join(workdir, "models")], check=True, stdout=subprocess.DEVNULL)
+    else:
+        src = os.path.join(workdir, "bert.onnx")
+        if not os.path.exists(src):
+            subprocess.run([sys.executable, os.path.join(REPO, "bench", "gen_encoder.py"), src],
+                           check=True, stdout=subprocess.DEVNULL)
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+    files = {"fp32": src}
+    for pc in (False, True):
+        dst = os.path.join(workdir, f"{name}.ort_int8{'_pc' if pc else ''}.onnx")
+        if not os.path.exists(dst):
+            quantize_dynamic(src, dst, weight_type=QuantType.QInt8, per_channel=pc)
+        files["ort_pc" if pc else "ort"] = dst
+    slim8 = os.path.join(workdir, f"{name}.int8.slim")
+    if not os.path.exists(slim8):
+        spawn([slim, "convert", src, "-o", slim8, "--precision", "int8"])
+    files["slim8"] = slim8
+    model = onnx.load(src, load_external_data=False)
+    # Only the graph is needed here; the weights would raise this process's RSS.
+    inp = model.graph.input[0]
+    dims = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+    vocab = next(t.dims[0] for t in model.graph.initializer
+                 if any(n.op_type == "Gather" and n.input[0] == t.name and n.input[1] == inp.name
+                        for n in model.graph.node))
+    return files, inp.name, dims[1], vocab
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--slim", default=os.path.join(REPO, "build", "bin", "slim"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--models", default="transformer,bert")
+    ap.add_argument("--batches", default="1,8")
+    ap.add_argument("--workdir", default=os.path.join(REPO, "build", "bench-int8"))
+    a = ap.parse_args()
+    os.makedirs(a.workdir, exist_ok=True)
+    slim = os.path.abspath(a.slim)
+    env = dict(os.environ, SLIM_NUM_THREADS=str(a.threads), OMP_NUM_THREADS="1")
+    rows = []
+    for name in a.models.split(","):
+        files, in_name, seq, vocab = prepare(name, a.workdir, slim)
+        wbytes = {"slim fp32": slim_weight_bytes(slim, files["fp32"]),
+                  "slim int8": slim_weight_bytes(slim, files["slim8"]),
+                  "ort fp32": weight_bytes(files["fp32"]),
+                  "ort int8": weight_bytes(files["ort"]),
+                  "ort int8 pc": weight_bytes(files["ort_pc"])}
+        fsize = {"slim int8": os.path.getsize(files["slim8"]),
+                 "slim fp32": os.path.getsize(files["fp32"])}
+        for batch in [int(b) for b in a.batches.split(",")]:
+            rng = np.random.default_rng(batch)
+            ids = rng.integers(0, vocab, (batch, seq), dtype=np.int64)
+            d = os.path.join(a.workdir, f"{name}_b{batch}")
+            os.makedirs(d, exist_ok=True)
+            inp = os.path.join(d, "ids.npy")
+            np.save(inp, ids)
+            big = name == "bert"
+            repeat = (3 if batch > 1 else 5) if big else 50
+            configs = {
+                "slim fp32": lambda o: [slim, "run", files["fp32"], "--input", f"{in_name}={inp}",
+                                        "--repeat", str(repeat), "--output-dir", o],
+                "slim int8": lambda o: [slim, "run", files["slim8"], "--input", f"{in_name}={inp}",
+                                        "--repeat", str(repeat), "--output-dir", o],
+                "ort fp32": lambda o: [sys.executable, "-c", ORT_CHILD, files["fp32"], inp,
+                                       os.path.join(o, "y.npy"), str(repeat), str(a.threads)],
+                "ort int8": lambda o: [sys.executable, "-c", ORT_CHILD, files["ort"], inp,
+                                       os.path.join(o, "y.npy"), str(repeat), str(a.threads)],
+                "ort int8 pc": lambda o: [sys.executable, "-c", ORT_CHILD, files["ort_pc"], inp,
+                                          os.path.join(o, "y.npy"), str(repeat), str(a.threads)],
+            }
+            times = {c: [] for c in configs}
+            rss = {c: 0.0 for c in configs}
+            outs = {}
+            for _ in range(a.rounds):
+                for c, mk in configs.items():
+                    o = os.path.join(d, c.replace(" ", "_"))
+                    os.makedirs(o, exist_ok=True)
+                    text, peak = spawn(mk(o), env)
+                    if c.startswith("slim"):
+                        line = next(l for l in text.splitlines() if l.startswith("run time"))
+                        ms = float(line.split("median ")[1].split()[0]) if "median" in line \
+                            else float(line.split()[2])
+                    else:
+                        ms = json.loads(next(l for l in text.splitlines() if l.startswith("{")))["ms"]
+                    times[c].append(ms)
+                    rss[c] = max(rss[c], peak)
+                    npys = [f for f in os.listdir(o) if f.endswith(".npy")]
+                    outs[c] = np.load(os.path.join(o, npys[0])).astype(np.float64)
+            ref = outs["ort fp32"]
+            med = {c: statistics.median(t) for c, t in times.items()}
+            ort8 = min(med["ort int8"], med["ort int8 pc"])
+            for c in configs:
+                y = outs[c]
+                cos = float(y.ravel() @ ref.ravel() / (np.linalg.norm(y) * np.linalg.norm(ref)))
+                rel = float(np.abs(y - ref).max() / np.abs(ref).max())
+                rows.append((name, batch, c, med[c], med[c] / med["slim fp32"], med[c] / ort8,
+                             wbytes[c], rss[c], cos, rel))
+            print(f"# {name} batch {batch}: done", file=sys.stderr, flush=True)
+        print(f"# {name}: file bytes fp32 {fsize['slim fp32']}, slim int8 .slim "
+              f"{fsize['slim int8']} ({fsize['slim int8'] / fsize['slim fp32']:.3f}x)",
+              flush=True)
+    print(f"\nthreads {a.threads}, {a.rounds} alternating rounds, medians; error vs ort fp32")
+    hdr = ("model", "batch", "config", "ms", "x slim32", "x ort8", "weight MB", "peak RSS MiB",
+           "cosine", "max rel err")
+    print("| " + " | ".join(hdr) + " |")
+    print("|" + "---|" * len(hdr))
+    for r in rows:
+        print(f"| {r[0]} | {r[1]} | {r[2]} | {r[3]:.3g} | {r[4]:.2f} | {r[5]:.2f} | "
+              f"{r[6] / 1e6:.1f} | {r[7]:.0f} | {r[8]:.5f} | {r[9]:.2e} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

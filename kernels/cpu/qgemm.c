@@ -1,0 +1,494 @@
+/*
+ * qgemm.c - the int8 matrix product (qgemm.h): packing, per-row activation
+ * quantization, and three code paths chosen at run time by CPUID.
+ *
+ * The build targets baseline x86-64, so the AVX2 and AVX-512 VNNI paths are
+ * functions compiled with target attributes and only called once
+ * __builtin_cpu_supports (which also checks that the OS saves the wider
+ * registers) says the CPU has them. Every path computes the same exact
+ * int32 sums and the same rounded float epilogue (see qgemm.h), so they
+ * agree bit for bit and the C path is the oracle the tests hold them to.
+ *
+ * Work is split over (panel of 64 output channels) x (chunk of rows), panel
+ * major: a thread keeps one weight panel hot in L1/L2 while row chunks
+ * stream past it. Exact integer sums make the result independent of the
+ * split, as slim_parallel_for requires.
+ */
+#include "qgemm.h"
+
+#include "kernel.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#define QGEMM_X86 1
+#include <immintrin.h>
+#endif
+
+#define MR_MAX 6        /* rows per micro-kernel call (AVX-512: 6 x 4 accumulators) */
+#define ROW_CHUNK 48    /* rows per task: a multiple of MR_MAX */
+
+int64_t slim_qgemm_k4(int64_t k)
+{
+    return (k + 3) & ~(int64_t)3;
+}
+
+int64_t slim_qgemm_n16(int64_t n)
+{
+    return (n + 15) & ~(int64_t)15;
+}
+
+size_t slim_qgemm_packed_bytes(int64_t n, int64_t k)
+{
+    return (size_t)slim_qgemm_n16(n) * (size_t)slim_qgemm_k4(k);
+}
+
+/* Width in channels of panel p (a multiple of 16). */
+static int64_t panel_width(int64_t n16, int64_t p)
+{
+    int64_t w = n16 - p * SLIM_QGEMM_PANEL;
+    return w < SLIM_QGEMM_PANEL ? w : SLIM_QGEMM_PANEL;
+}
+
+static size_t packed_index(int64_t n16, int64_t k4, int64_t j, int64_t kk)
+{
+    int64_t p = j / SLIM_QGEMM_PANEL, w = panel_width(n16, p);
+    return (size_t)(p * SLIM_QGEMM_PANEL * k4 + (kk / 4) * w * 4 + (j % SLIM_QGEMM_PANEL) * 4 +
+                    kk % 4);
+}
+
+void slim_qgemm_pack(const int8_t *wq, int64_t n, int64_t k, int8_t *packed, int32_t *colsum)
+{
+    int64_t n16 = slim_qgemm_n16(n), k4 = slim_qgemm_k4(k);
+    memset(packed, 0, slim_qgemm_packed_bytes(n, k));
+    for (int64_t j = 0; j < n; j++) {
+        int32_t s = 0;
+        for (int64_t kk = 0; kk < k; kk++) {
+            packed[packed_index(n16, k4, j, kk)] = wq[j * k + kk];
+            s += wq[j * k + kk];
+        }
+        colsum[j] = s;
+    }
+}
+
+void slim_qgemm_unpack(const int8_t *packed, int64_t n, int64_t k, int8_t *wq)
+{
+    int64_t n16 = slim_qgemm_n16(n), k4 = slim_qgemm_k4(k);
+    for (int64_t j = 0; j < n; j++)
+        for (int64_t kk = 0; kk < k; kk++)
+            wq[j * k + kk] = packed[packed_index(n16, k4, j, kk)];
+}
+
+/* ---- per-row activation quantization ------------------------------------ */
+
+/* Scale and zero point of a row with minimum lo <= 0 <= hi. Shared by every
+ * path so that they agree bit for bit. */
+static void row_params(float lo, float hi, float *scale, float *inv, int32_t *zp)
+{
+    float s = (hi - lo) / 255.0f;
+    if (!(s > 0) || !isfinite(s)) {
+        /* All zeros: any scale represents them; an overflowing range
+         * (hi - lo > FLT_MAX) is treated like a non-finite row. */
+        *scale = s > 0 ? NAN : 1.0f;
+        *inv = s > 0 ? 0.0f : 1.0f;
+        *zp = 0;
+        return;
+    }
+    int32_t z = (int32_t)nearbyintf(-lo / s);
+    *zp = z < 0 ? 0 : z > 255 ? 255 : z;
+    *scale = s;
+    *inv = 1.0f / s;
+}
+
+static void quantize_row_c(const float *x, int64_t k, uint8_t *q, float *scale, int32_t *zp)
+{
+    int64_t k4 = slim_qgemm_k4(k);
+    float probe = 0, lo = 0, hi = 0;
+    for (int64_t i = 0; i < k; i++)
+        probe += x[i] * 0.0f; /* NaN when any element is NaN or infinite */
+    if (probe != 0) {
+        memset(q, 0, (size_t)k4);
+        *scale = NAN;
+        *zp = 0;
+        return;
+    }
+    for (int64_t i = 0; i < k; i++) {
+        lo = x[i] < lo ? x[i] : lo;
+        hi = x[i] > hi ? x[i] : hi;
+    }
+    float inv;
+    row_params(lo, hi, scale, &inv, zp);
+    for (int64_t i = 0; i < k; i++) {
+        int32_t v = (int32_t)nearbyintf(x[i] * inv) + *zp;
+        q[i] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+    }
+    memset(q + k, 0, (size_t)(k4 - k));
+}
+
+#ifdef QGEMM_X86
+#define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma")))
+#define AVX2_TARGET __attribute__((target("avx2,fma")))
+
+AVX512_TARGET
+static void quantize_row_avx512(const float *x, int64_t k, uint8_t *q, float *scale, int32_t *zp)
+{
+    int64_t k4 = slim_qgemm_k4(k);
+    __m512 zero = _mm512_setzero_ps(), probe = zero, lo = zero, hi = zero;
+    int64_t i = 0;
+    for (; i < k; i += 16) {
+        __mmask16 mk = k - i >= 16 ? 0xFFFF : (__mmask16)((1u << (k - i)) - 1);
+        __m512 v = _mm512_maskz_loadu_ps(mk, x + i);
+        probe = _mm512_add_ps(probe, _mm512_mul_ps(v, zero));
+        lo = _mm512_min_ps(lo, v);
+        hi = _mm512_max_ps(hi, v);
+    }
+    /* Lanes are 0 or NaN: any NaN makes the sum NaN, whatever the order. */
+    if (_mm512_reduce_add_ps(probe) != 0) {
+        memset(q, 0, (size_t)k4);
+        *scale = NAN;
+        *zp = 0;
+        return;
+    }
+    float inv;
+    row_params(_mm512_reduce_min_ps(lo), _mm512_reduce_max_ps(hi), scale, &inv, zp);
+    __m512 vinv = _mm512_set1_ps(inv);
+    __m512i vzp = _mm512_set1_epi32(*zp), v0 = _mm512_setzero_si512(),
+            v255 = _mm512_set1_epi32(255);
+    /* _mm512_cvtps_epi32 rounds by MXCSR, to nearest even by default: the
+     * same as nearbyintf in the C path. */
+    for (i = 0; i < k; i += 16) {
+        __mmask16 mk = k - i >= 16 ? 0xFFFF : (__mmask16)((1u << (k - i)) - 1);
+        __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(mk, x + i), vinv));
+        v = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(v, vzp), v0), v255);
+        _mm_mask_storeu_epi8(q + i, mk, _mm512_cvtepi32_epi8(v));
+    }
+    memset(q + k, 0, (size_t)(k4 - k));
+}
+#endif
+
+/* ---- path selection ------------------------------------------------------ */
+
+static _Atomic int forced_isa = SLIM_QGEMM_AUTO;
+
+bool slim_qgemm_isa_supported(slim_qgemm_isa isa)
+{
+    switch (isa) {
+    case SLIM_QGEMM_AUTO:
+    case SLIM_QGEMM_C:
+        return true;
+#ifdef QGEMM_X86
+    case SLIM_QGEMM_AVX2:
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case SLIM_QGEMM_AVX512VNNI:
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
+               __builtin_cpu_supports("fma");
+#endif
+    default:
+        return false;
+    }
+}
+
+const char *slim_qgemm_isa_name(slim_qgemm_isa isa)
+{
+    switch (isa) {
+    case SLIM_QGEMM_C: return "c";
+    case SLIM_QGEMM_AVX2: return "avx2";
+    case SLIM_QGEMM_AVX512VNNI: return "avx512vnni";
+    default: return "auto";
+    }
+}
+
+static slim_qgemm_isa best_isa(void)
+{
+    static _Atomic int best = -1;
+    int b = atomic_load(&best);
+    if (b >= 0)
+        return (slim_qgemm_isa)b;
+    b = SLIM_QGEMM_C;
+    const char *env = getenv("SLIM_INT8_ISA");
+    if (slim_qgemm_isa_supported(SLIM_QGEMM_AVX512VNNI))
+        b = SLIM_QGEMM_AVX512VNNI;
+    else if (slim_qgemm_isa_supported(SLIM_QGEMM_AVX2))
+        b = SLIM_QGEMM_AVX2;
+    /* The variable can only lower the path (benchmarks, bug hunts). */
+    for (int i = SLIM_QGEMM_C; env && i <= SLIM_QGEMM_AVX512VNNI; i++)
+        if (strcmp(env, slim_qgemm_isa_name((slim_qgemm_isa)i)) == 0 &&
+            slim_qgemm_isa_supported((slim_qgemm_isa)i))
+            b = i;
+    atomic_store(&best, b);
+    return (slim_qgemm_isa)b;
+}
+
+slim_qgemm_isa slim_qgemm_get_isa(void)
+{
+    int f = atomic_load(&forced_isa);
+    return f != SLIM_QGEMM_AUTO ? (slim_qgemm_isa)f : best_isa();
+}
+
+bool slim_qgemm_set_isa(slim_qgemm_isa isa)
+{
+    if (!slim_qgemm_isa_supported(isa))
+        return false;
+    atomic_store(&forced_isa, (int)isa);
+    return true;
+}
+
+void slim_qgemm_quantize_row(const float *x, int64_t k, uint8_t *q, float *scale,
+                             int32_t *zero_point)
+{
+#ifdef QGEMM_X86
+    if (slim_qgemm_get_isa() == SLIM_QGEMM_AVX512VNNI) {
+        quantize_row_avx512(x, k, q, scale, zero_point);
+        return;
+    }
+#endif
+    quantize_row_c(x, k, q, scale, zero_point);
+}
+
+/* ---- the product --------------------------------------------------------- */
+
+typedef struct {
+    const slim_qgemm_args *a;
+    const uint8_t *qx;        /* m rows of k4 bytes */
+    const float *sx;
+    const int32_t *zx;
+    int64_t k4, n16, panels, chunks;
+    slim_qgemm_isa isa;
+} qgemm_job;
+
+/* The epilogue of one output element, as every path computes it. */
+static inline float epilogue_c(int32_t acc, int32_t zx, int32_t colsum, float sx, float sw,
+                               float bias, slim_qgemm_act act)
+{
+    int32_t t = (int32_t)((uint32_t)acc - (uint32_t)zx * (uint32_t)colsum);
+    float v = fmaf((float)t, sx * sw, bias);
+    return act == SLIM_QGEMM_ACT_RELU ? (v > 0 ? v : 0.0f) : v;
+}
+
+/* Rows [r0, r1) against panel p, the portable way. */
+static void panel_c(const qgemm_job *j, int64_t p, int64_t r0, int64_t r1)
+{
+    const slim_qgemm_args *a = j->a;
+    int64_t w = panel_width(j->n16, p), n0 = p * SLIM_QGEMM_PANEL;
+    const int8_t *b = a->packed + p * SLIM_QGEMM_PANEL * j->k4;
+    int32_t acc[SLIM_QGEMM_PANEL];
+    for (int64_t r = r0; r < r1; r++) {
+        const uint8_t *x = j->qx + r * j->k4;
+        memset(acc, 0, sizeof(acc));
+        for (int64_t g = 0; g < j->k4 / 4; g++) {
+            const int8_t *bg = b + g * w * 4;
+            const uint8_t *xg = x + g * 4;
+            for (int64_t c = 0; c < w; c++)
+                acc[c] += xg[0] * bg[c * 4] + xg[1] * bg[c * 4 + 1] + xg[2] * bg[c * 4 + 2] +
+                          xg[3] * bg[c * 4 + 3];
+        }
+        float *y = a->y + r * a->ldy;
+        for (int64_t c = 0; c < w && n0 + c < a->n; c++) {
+            int64_t n = n0 + c;
+            y[n] = epilogue_c(acc[c], j->zx[r], a->colsum[n], j->sx[r], a->w_scale[n],
+                              a->bias ? a->bias[n] : 0.0f, a->act);
+        }
+    }
+}
+
+#ifdef QGEMM_X86
+/* mr rows x nv vectors of 16 channels, k4 / 4 steps of vpdpbusd, then the
+ * epilogue in registers. Inlined into one copy per (mr, nv) so that the
+ * accumulator arrays live in registers. */
+AVX512_TARGET __attribute__((always_inline))
+static inline void micro_vnni(const qgemm_job *j, int mr, int nv, int64_t r, int64_t p,
+                              const int8_t *b)
+{
+    const slim_qgemm_args *a = j->a;
+    __m512i acc[MR_MAX][4];
+    for (int i = 0; i < mr; i++)
+        for (int v = 0; v < nv; v++)
+            acc[i][v] = _mm512_setzero_si512();
+    const uint8_t *x = j->qx + r * j->k4;
+    int64_t groups = j->k4 / 4, row_bytes = (int64_t)nv * 64;
+    for (int64_t g = 0; g < groups; g++) {
+        __m512i w[4];
+        for (int v = 0; v < nv; v++)
+            w[v] = _mm512_loadu_si512(b + g * row_bytes + v * 64);
+        for (int i = 0; i < mr; i++) {
+            int32_t quad;
+            memcpy(&quad, x + i * j->k4 + g * 4, 4);
+            __m512i xv = _mm512_set1_epi32(quad);
+            for (int v = 0; v < nv; v++)
+                acc[i][v] = _mm512_dpbusd_epi32(acc[i][v], xv, w[v]);
+        }
+    }
+    int64_t n0 = p * SLIM_QGEMM_PANEL;
+    __m512 zero = _mm512_setzero_ps();
+    for (int v = 0; v < nv; v++) {
+        int64_t c = n0 + v * 16;
+        if (c >= a->n)
+            break;
+        __mmask16 mk = a->n - c >= 16 ? 0xFFFF : (__mmask16)((1u << (a->n - c)) - 1);
+        __m512i cs = _mm512_maskz_loadu_epi32(mk, a->colsum + c);
+        __m512 sw = _mm512_maskz_loadu_ps(mk, a->w_scale + c);
+        __m512 bias = a->bias ? _mm512_maskz_loadu_ps(mk, a->bias + c) : zero;
+        for (int i = 0; i < mr; i++) {
+            __m512i t = _mm512_sub_epi32(acc[i][v],
+                                         _mm512_mullo_epi32(_mm512_set1_epi32(j->zx[r + i]), cs));
+            __m512 y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t),
+                                       _mm512_mul_ps(_mm512_set1_ps(j->sx[r + i]), sw), bias);
+            if (a->act == SLIM_QGEMM_ACT_RELU)
+                y = _mm512_max_ps(y, zero);
+            _mm512_mask_storeu_ps(a->y + (r + i) * a->ldy + c, mk, y);
+        }
+    }
+}
+
+#define MICRO_CASE(MR, NV) \
+    case (MR) * 8 + (NV): micro_vnni(j, MR, NV, r, p, b); break;
+#define MICRO_ROW(MR) MICRO_CASE(MR, 1) MICRO_CASE(MR, 2) MICRO_CASE(MR, 3) MICRO_CASE(MR, 4)
+
+AVX512_TARGET
+static void panel_vnni(const qgemm_job *j, int64_t p, int64_t r0, int64_t r1)
+{
+    int nv = (int)(panel_width(j->n16, p) / 16);
+    const int8_t *b = j->a->packed + p * SLIM_QGEMM_PANEL * j->k4;
+    for (int64_t r = r0; r < r1; r += MR_MAX) {
+        int mr = r1 - r < MR_MAX ? (int)(r1 - r) : MR_MAX;
+        switch (mr * 8 + nv) {
+            MICRO_ROW(1) MICRO_ROW(2) MICRO_ROW(3) MICRO_ROW(4) MICRO_ROW(5) MICRO_ROW(6)
+        default: break;
+        }
+    }
+}
+#undef MICRO_ROW
+#undef MICRO_CASE
+
+/* AVX2 has no u8 x s8 dot product that cannot saturate (vpmaddubsw sums
+ * pairs into int16, and 2 * 255 * 127 does not fit), so both operands are
+ * widened to int16 and multiplied with vpmaddwd, which is exact: per 8
+ * channels x 4 k's, two registers of (channel, pair of k) partial sums,
+ * folded pairwise at the end. Rows two at a time, 16 channels (two
+ * 8-channel halves) per step: 8 accumulators, 4 weight registers. */
+AVX2_TARGET __attribute__((always_inline))
+static inline void micro_avx2(const qgemm_job *j, int mr, int64_t r, int64_t p, int64_t c0,
+                              const int8_t *b, int64_t w)
+{
+    const slim_qgemm_args *a = j->a;
+    __m256i acc[2][4];
+    for (int i = 0; i < 2; i++)
+        for (int h = 0; h < 4; h++)
+            acc[i][h] = _mm256_setzero_si256();
+    const uint8_t *x = j->qx + r * j->k4;
+    int64_t groups = j->k4 / 4;
+    for (int64_t g = 0; g < groups; g++) {
+        const int8_t *bg = b + g * w * 4 + c0 * 4; /* 16 channels x 4 bytes */
+        __m256i w8a = _mm256_loadu_si256((const __m256i *)bg);
+        __m256i w8b = _mm256_loadu_si256((const __m256i *)(bg + 32));
+        __m256i wv[4] = {
+            _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w8a)),      /* channels 0-3 */
+            _mm256_cvtepi8_epi16(_mm256_extracti128_si256(w8a, 1)), /* 4-7 */
+            _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w8b)),      /* 8-11 */
+            _mm256_cvtepi8_epi16(_mm256_extracti128_si256(w8b, 1)), /* 12-15 */
+        };
+        for (int i = 0; i < mr; i++) {
+            int32_t quad;
+            memcpy(&quad, x + i * j->k4 + g * 4, 4);
+            __m256i xv = _mm256_cvtepu8_epi16(_mm_set1_epi32(quad));
+            for (int h = 0; h < 4; h++)
+                acc[i][h] = _mm256_add_epi32(acc[i][h], _mm256_madd_epi16(xv, wv[h]));
+        }
+    }
+    int64_t n0 = p * SLIM_QGEMM_PANEL + c0;
+    for (int i = 0; i < mr; i++) {
+        int32_t sums[16];
+        for (int h = 0; h < 4; h += 2) {
+            /* hadd folds each channel's two pair sums; its lane order is
+             * (a0 a1 b0 b1 | a2 a3 b2 b3), put right by the permute. */
+            __m256i s = _mm256_hadd_epi32(acc[i][h], acc[i][h + 1]);
+            s = _mm256_permute4x64_epi64(s, 0xD8);
+            _mm256_storeu_si256((__m256i *)(sums + h * 4), s);
+        }
+        float *y = a->y + (r + i) * a->ldy;
+        for (int c = 0; c < 16 && n0 + c < a->n; c++) {
+            int64_t n = n0 + c;
+            y[n] = epilogue_c(sums[c], j->zx[r + i], a->colsum[n], j->sx[r + i], a->w_scale[n],
+                              a->bias ? a->bias[n] : 0.0f, a->act);
+        }
+    }
+}
+
+AVX2_TARGET
+static void panel_avx2(const qgemm_job *j, int64_t p, int64_t r0, int64_t r1)
+{
+    int64_t w = panel_width(j->n16, p);
+    const int8_t *b = j->a->packed + p * SLIM_QGEMM_PANEL * j->k4;
+    for (int64_t c0 = 0; c0 < w && p * SLIM_QGEMM_PANEL + c0 < j->a->n; c0 += 16)
+        for (int64_t r = r0; r < r1; r += 2) {
+            if (r1 - r >= 2)
+                micro_avx2(j, 2, r, p, c0, b, w);
+            else
+                micro_avx2(j, 1, r, p, c0, b, w);
+        }
+}
+#endif
+
+static void qgemm_part(int64_t begin, int64_t end, void *user)
+{
+    const qgemm_job *j = user;
+    for (int64_t t = begin; t < end; t++) {
+        int64_t p = t / j->chunks, c = t % j->chunks;
+        int64_t r0 = c * ROW_CHUNK, r1 = r0 + ROW_CHUNK < j->a->m ? r0 + ROW_CHUNK : j->a->m;
+#ifdef QGEMM_X86
+        if (j->isa == SLIM_QGEMM_AVX512VNNI) {
+            panel_vnni(j, p, r0, r1);
+            continue;
+        }
+        if (j->isa == SLIM_QGEMM_AVX2) {
+            panel_avx2(j, p, r0, r1);
+            continue;
+        }
+#endif
+        panel_c(j, p, r0, r1);
+    }
+}
+
+typedef struct {
+    const slim_qgemm_args *a;
+    uint8_t *qx;
+    float *sx;
+    int32_t *zx;
+    int64_t k4;
+} quant_job;
+
+static void quant_part(int64_t begin, int64_t end, void *user)
+{
+    const quant_job *q = user;
+    for (int64_t r = begin; r < end; r++)
+        slim_qgemm_quantize_row(q->a->x + r * q->a->ldx, q->a->k, q->qx + r * q->k4, &q->sx[r],
+                                &q->zx[r]);
+}
+
+size_t slim_qgemm_scratch_bytes(int64_t m, int64_t k)
+{
+    size_t rows = (size_t)m * (size_t)slim_qgemm_k4(k);
+    rows = (rows + 63) & ~(size_t)63;
+    return rows + (size_t)m * (sizeof(float) + sizeof(int32_t));
+}
+
+void slim_qgemm(const slim_qgemm_args *a, void *scratch)
+{
+    if (a->m <= 0 || a->n <= 0)
+        return;
+    int64_t k4 = slim_qgemm_k4(a->k);
+    size_t rows = ((size_t)a->m * (size_t)k4 + 63) & ~(size_t)63;
+    quant_job q = {a, scratch, (float *)((char *)scratch + rows),
+                   (int32_t *)((char *)scratch + rows + (size_t)a->m * sizeof(float)), k4};
+    slim_parallel_for(a->m, 1 + 16384 / (k4 ? k4 : 1), quant_part, &q);
+    qgemm_job j = {a, q.qx, q.sx, q.zx, k4, slim_qgemm_n16(a->n), 0, 0, slim_qgemm_get_isa()};
+    j.panels = j.n16 / SLIM_QGEMM_PANEL + (j.n16 % SLIM_QGEMM_PANEL != 0);
+    j.chunks = (a->m + ROW_CHUNK - 1) / ROW_CHUNK;
+    /* A task is up to ROW_CHUNK x 64 x k multiply-adds. */
+    int64_t work = (a->m < ROW_CHUNK ? a->m : ROW_CHUNK) * SLIM_QGEMM_PANEL * (k4 ? k4 : 4);
+    slim_parallel_for(j.panels * j.chunks, 1 + (1 << 18) / work, qgemm_part, &j);
+}

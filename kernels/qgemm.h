@@ -1,0 +1,104 @@
+/*
+ * qgemm.h - the int8 matrix product behind slimserve's dynamic quantization
+ * (quant/int8.c inserts it, kernels/cpu/qlinear.c runs it).
+ *
+ *     int8_t *packed = ...;  // slim_qgemm_packed_bytes(n, k) bytes, 64-byte aligned
+ *     int32_t colsum[n];
+ *     slim_qgemm_pack(wq, n, k, packed, colsum);          // once, at load
+ *     slim_qgemm_args a = {.m = m, .n = n, .k = k, .x = x, .ldx = k, .packed = packed,
+ *                          .colsum = colsum, .w_scale = scales, .bias = bias, .y = y, .ldy = n};
+ *     slim_qgemm(&a, scratch);                              // per run
+ *
+ * y[i][j] = act(sx_i * sw_j * sum_k (qx[i][k] - zx_i) * qw[j][k] + bias[j]).
+ *
+ * Weights are symmetric int8 per output channel (qw in [-127, 127], the
+ * caller's scales sw). Activations are quantized per row at run time to u8
+ * with a zero point: (sx_i, zx_i) come from row i's own minimum and maximum
+ * (always including 0), so a row's result never depends on the other rows
+ * of the call -- the batching guarantee -- and u8 with a zero point spends
+ * all 256 levels on a row's actual range, which matters after GELU and
+ * Softmax-like outputs that are far from symmetric around 0. u8 x s8 is
+ * also what vpdpbusd multiplies, with no +128 shift needed.
+ *
+ * Products accumulate exactly in int32 (k <= SLIM_QGEMM_MAX_K keeps every
+ * partial sum in range), and the float epilogue is the same sequence of
+ * correctly rounded operations on every path (convert, multiply, fused
+ * multiply-add, max), so the portable C path, AVX2 and AVX-512 VNNI give
+ * bitwise the same y: the C path is the tests' oracle.
+ *
+ * Packed layout (part of the MatMulInt8 operator's definition, stored as is
+ * in .slim files): channels padded to a multiple of 16 and cut into panels of
+ * 64 (the last one 16, 32, 48 or 64 wide); k padded to a multiple of 4 with
+ * zeros. Panel p starts at byte p * 64 * k4 and holds, for each group g of
+ * 4 k's, its width's channels j with their 4 bytes qw[j][4g .. 4g+3]: one
+ * 64-byte row is what one vpdpbusd multiplies against 4 broadcast bytes.
+ */
+#ifndef SLIM_QGEMM_H
+#define SLIM_QGEMM_H
+
+#include "slim.h"
+
+#include <stdint.h>
+
+/* Beyond this k, an int32 accumulator could overflow (k * 255 * 127 * 2). */
+#define SLIM_QGEMM_MAX_K 32768
+#define SLIM_QGEMM_PANEL 64
+
+typedef enum {
+    SLIM_QGEMM_ACT_NONE = 0,
+    SLIM_QGEMM_ACT_RELU,
+} slim_qgemm_act;
+
+/* The code paths; AUTO picks the best the CPU has (CPUID, once). */
+typedef enum {
+    SLIM_QGEMM_AUTO = 0,
+    SLIM_QGEMM_C,
+    SLIM_QGEMM_AVX2,
+    SLIM_QGEMM_AVX512VNNI,
+} slim_qgemm_isa;
+
+int64_t slim_qgemm_k4(int64_t k);             /* k rounded up to 4 */
+int64_t slim_qgemm_n16(int64_t n);            /* n rounded up to 16 */
+size_t slim_qgemm_packed_bytes(int64_t n, int64_t k);
+
+/* Packs wq (n rows of k int8, channel-major) and sums each channel's
+ * weights into colsum[n]. packed has slim_qgemm_packed_bytes(n, k) bytes. */
+void slim_qgemm_pack(const int8_t *wq, int64_t n, int64_t k, int8_t *packed, int32_t *colsum);
+/* The inverse (tests, and passes that read a packed weight back). */
+void slim_qgemm_unpack(const int8_t *packed, int64_t n, int64_t k, int8_t *wq);
+
+typedef struct slim_qgemm_args {
+    int64_t m, n, k;
+    const float *x;           /* m rows of k floats, row stride ldx */
+    int64_t ldx;
+    const int8_t *packed;     /* slim_qgemm_pack's layout */
+    const int32_t *colsum;    /* [n] */
+    const float *w_scale;     /* [n] */
+    const float *bias;        /* [n] or NULL */
+    slim_qgemm_act act;
+    float *y;                 /* m rows of n floats, row stride ldy */
+    int64_t ldy;
+} slim_qgemm_args;
+
+/* Bytes of scratch slim_qgemm needs for m rows of k. */
+size_t slim_qgemm_scratch_bytes(int64_t m, int64_t k);
+/* Runs the product on the kernel threads, on the selected path. scratch is
+ * slim_qgemm_scratch_bytes(m, k) bytes, 64-byte aligned. A row holding a
+ * NaN or an infinity gives a row of NaN (before the activation). */
+void slim_qgemm(const slim_qgemm_args *a, void *scratch);
+
+/* Quantizes one row of k floats to u8 (k4 bytes written, the padding 0):
+ * *scale and *zero_point as described above; a non-finite row gets scale
+ * NaN and all zeros. Exposed for tests. */
+void slim_qgemm_quantize_row(const float *x, int64_t k, uint8_t *q, float *scale,
+                             int32_t *zero_point);
+
+/* The path slim_qgemm uses: the best available, or the one forced with
+ * slim_qgemm_set_isa (tests) or SLIM_INT8_ISA=c|avx2|avx512vnni. */
+slim_qgemm_isa slim_qgemm_get_isa(void);
+/* Forces a path for the calling process; false if the CPU lacks it. */
+bool slim_qgemm_set_isa(slim_qgemm_isa isa);
+bool slim_qgemm_isa_supported(slim_qgemm_isa isa);
+const char *slim_qgemm_isa_name(slim_qgemm_isa isa);
+
+#endif

@@ -1,0 +1,491 @@
+/*
+ * int8.c - the dynamic int8 pass (see int8.h).
+ *
+ * Weights are symmetric per output channel: scale = max|w| / 127, codes in
+ * [-127, 127]. -128 is left out so that negating a code never overflows and
+ * the kernel's int32 bound (qgemm.h) holds; it costs half a level. Symmetric
+ * weights need no zero point, so the kernel's only correction term is the
+ * activation zero point times each channel's weight sum, computed here once.
+ *
+ * The pass edits the graph before finalize: a quantized node is rewritten
+ * in place (it keeps its name, which is what exclude lists and reports
+ * use), fused Add / Relu nodes are removed, and weights nothing reads any
+ * more are released and stop being initializers.
+ */
+#include "int8.h"
+
+#include "qgemm.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- weight quantization -------------------------------------------------- */
+
+/* Codes for one channel of k floats read with stride `step`; returns its
+ * scale and adds its squared error and squared norm to *e2 and *w2. */
+static float quantize_channel(const float *w, int64_t k, int64_t step, int8_t *q, double *e2,
+                              double *w2)
+{
+    float m = 0;
+    for (int64_t i = 0; i < k; i++) {
+        float a = fabsf(w[i * step]);
+        m = a > m ? a : m;
+    }
+    float s = m > 0 ? m / 127.0f : 1.0f;
+    float inv = 1.0f / s;
+    for (int64_t i = 0; i < k; i++) {
+        float v = w[i * step];
+        float r = nearbyintf(v * inv);
+        r = r > 127 ? 127 : r < -127 ? -127 : r;
+        q[i] = (int8_t)r;
+        double d = (double)v - (double)r * s;
+        *e2 += d * d;
+        *w2 += (double)v * v;
+    }
+    return s;
+}
+
+static slim_status alloc_tensor(slim_tensor *t, slim_dtype dt, int ndim, int64_t d0, int64_t d1,
+                                slim_err *err)
+{
+    memset(t, 0, sizeof(*t));
+    t->dtype = dt;
+    t->ndim = ndim;
+    t->dims[0] = d0;
+    t->dims[1] = d1;
+    return slim_tensor_alloc(t, err);
+}
+
+/* Adds an initializer named base + suffix (made unique) holding t; takes t. */
+static int add_initializer(slim_graph *g, const char *base, const char *suffix, slim_tensor *t,
+                           slim_err *err)
+{
+    char name[512];
+    snprintf(name, sizeof(name), "%s%s", base, suffix);
+    for (int i = 1; slim_graph_find_value(g, name) >= 0; i++)
+        snprintf(name, sizeof(name), "%s%s_%d", base, suffix, i);
+    int v = slim_graph_value(g, name);
+    if (v < 0) {
+        slim_tensor_release(t);
+        slim_errf(err, SLIM_ENOMEM, "out of memory quantizing to int8");
+        return -1;
+    }
+    slim_value *val = &g->values[v];
+    val->kind = SLIM_VALUE_INITIALIZER;
+    val->init = *t;
+    val->info.dtype = t->dtype;
+    val->info.ndim = t->ndim;
+    memcpy(val->info.dims, t->dims, sizeof(val->info.dims));
+    memset(t, 0, sizeof(*t));
+    return v;
+}
+
+/* ---- the graph ------------------------------------------------------------- */
+
+typedef struct {
+    slim_graph *g;
+    int *consumers;        /* per value: node input slots reading it */
+    int *reader;           /* per value: the last node reading it */
+    int *readers_before;   /* per value: consumers before the pass */
+    bool *dead;            /* per node: fused away */
+    slim_int8_report *rep;
+} pass;
+
+static const slim_value *const_f32(const slim_graph *g, int v)
+{
+    if (v < 0 || g->values[v].kind != SLIM_VALUE_INITIALIZER)
+        return NULL;
+    const slim_value *val = &g->values[v];
+    return val->init.dtype == SLIM_F32 && val->init.device == NULL ? val : NULL;
+}
+
+static bool excluded(const slim_int8_opts *o, const slim_node *n)
+{
+    for (int i = 0; o && i < o->n_exclude; i++)
+        if (strcmp(o->exclude[i], n->name) == 0 || strcmp(o->exclude[i], n->op_type) == 0)
+            return true;
+    return false;
+}
+
+static slim_status add_layer(pass *p, const slim_node *n, int weight, slim_int8_layer **out,
+                             slim_err *err)
+{
+    slim_int8_report *r = p->rep;
+    slim_int8_layer *ls = realloc(r->layers, sizeof(*ls) * (size_t)(r->n_layers + 1));
+    if (!ls)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    r->layers = ls;
+    slim_int8_layer *l = &ls[r->n_layers++];
+    memset(l, 0, sizeof(*l));
+    l->name = strdup(n->name);
+    l->op_type = strdup(n->op_type);
+    l->error = -1;
+    l->weight = weight;
+    l->bytes_before = slim_tensor_nbytes(&p->g->values[weight].init);
+    *out = l;
+    return l->name && l->op_type ? SLIM_OK : slim_errf(err, SLIM_ENOMEM, "out of memory");
+}
+
+/* The single node reading v when exactly one does and v is no graph output. */
+static slim_node *sole_reader(pass *p, int v, const char *op_type)
+{
+    if (v < 0 || p->consumers[v] != 1 || p->g->values[v].is_output)
+        return NULL;
+    slim_node *r = &p->g->nodes[p->reader[v]];
+    return strcmp(r->op_type, op_type) == 0 && !r->domain[0] && !p->dead[p->reader[v]] ? r : NULL;
+}
+
+/* Replaces node n's operator, inputs and attributes. */
+static slim_status rewrite_node(slim_node *n, const char *op_type, int n_in, const int *in,
+                                int out, int64_t k, bool relu, slim_err *err)
+{
+    char *ot = strdup(op_type), *dom = strdup("com.slimserve");
+    int *ins = malloc(sizeof(int) * (size_t)n_in);
+    int na = k > 0 ? 1 + relu : 0;
+    slim_attr *attrs = na ? calloc((size_t)na, sizeof(*attrs)) : NULL;
+    bool ok = ot && dom && ins && (!na || attrs);
+    if (ok && k > 0) {
+        attrs[0].name = strdup("K");
+        attrs[0].type = SLIM_ATTR_INT;
+        attrs[0].i = k;
+        ok = attrs[0].name;
+        if (relu) {
+            attrs[1].name = strdup("activation");
+            attrs[1].s = strdup("Relu");
+            attrs[1].type = SLIM_ATTR_STRING;
+            ok = ok && attrs[1].name && attrs[1].s;
+        }
+    }
+    if (!ok) {
+        for (int a = 0; a < na; a++)
+            slim_attr_clear(&attrs[a]);
+        free(attrs);
+        free(ins);
+        free(dom);
+        free(ot);
+        return slim_errf(err, SLIM_ENOMEM, "out of memory quantizing to int8");
+    }
+    memcpy(ins, in, sizeof(int) * (size_t)n_in);
+    for (int a = 0; a < n->n_attrs; a++)
+        slim_attr_clear(&n->attrs[a]);
+    free(n->attrs);
+    free(n->op_type);
+    free(n->domain);
+    free(n->in);
+    n->attrs = attrs;
+    n->n_attrs = na;
+    n->op_type = ot;
+    n->domain = dom;
+    n->opset = 1;
+    n->in = ins;
+    n->n_in = n_in;
+    n->out[0] = out;
+    n->n_out = 1;
+    return SLIM_OK;
+}
+
+/* A MatMul or Gemm with a constant weight: why it cannot be quantized, or
+ * NULL; fills the layer's geometry. */
+typedef struct {
+    int x, w;
+    int64_t n, k;
+    bool w_nk;             /* weight stored [N, K] (Gemm transB) */
+    float alpha, beta;
+    int c;                 /* Gemm's C, or -1 */
+} linear;
+
+static const char *linear_of(const pass *p, const slim_node *n, linear *l)
+{
+    const slim_graph *g = p->g;
+    bool gemm = strcmp(n->op_type, "Gemm") == 0;
+    memset(l, 0, sizeof(*l));
+    l->x = n->in[0];
+    l->w = n->in[1];
+    l->c = gemm && n->n_in > 2 ? n->in[2] : -1;
+    l->alpha = gemm ? slim_attr_float(n, "alpha", 1.0f) : 1.0f;
+    l->beta = gemm ? slim_attr_float(n, "beta", 1.0f) : 1.0f;
+    l->w_nk = gemm && slim_attr_int(n, "transB", 0) != 0;
+    const slim_tensor *w = &g->values[l->w].init;
+    l->k = w->dims[l->w_nk ? 1 : 0];
+    l->n = w->dims[l->w_nk ? 0 : 1];
+    if (gemm && slim_attr_int(n, "transA", 0) != 0)
+        return "transA is set";
+    if (l->k < 1 || l->n < 1)
+        return "empty weight";
+    if (l->k > SLIM_QGEMM_MAX_K)
+        return "K is over 32768";
+    if (l->c >= 0) {
+        const slim_value *c = const_f32(g, l->c);
+        int64_t cn = c ? slim_tensor_numel(&c->init) : 0;
+        if (!c || (cn != l->n && cn != 1) || (c->init.ndim == 2 && c->init.dims[0] != 1))
+            return "C is not a constant per-channel bias";
+    }
+    if (!isfinite(l->alpha) || !isfinite(l->beta))
+        return "alpha or beta is not finite";
+    return NULL;
+}
+
+static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, const linear *l,
+                                   slim_err *err)
+{
+    slim_graph *g = p->g;
+    slim_tensor wq = {0}, packed = {0}, scale = {0}, colsum = {0}, bias = {0};
+    slim_status st = alloc_tensor(&wq, SLIM_I8, 2, l->n, l->k, err);
+    if (!st)
+        st = alloc_tensor(&packed, SLIM_I8, 2, slim_qgemm_n16(l->n), slim_qgemm_k4(l->k), err);
+    if (!st)
+        st = alloc_tensor(&scale, SLIM_F32, 1, l->n, 0, err);
+    if (!st)
+        st = alloc_tensor(&colsum, SLIM_I32, 1, l->n, 0, err);
+    if (st)
+        goto fail;
+    const float *w = g->values[l->w].init.data;
+    float *sc = scale.data;
+    double e2 = 0, w2 = 0;
+    for (int64_t j = 0; j < l->n; j++) {
+        const float *col = l->w_nk ? w + j * l->k : w + j;
+        sc[j] = quantize_channel(col, l->k, l->w_nk ? 1 : l->n, (int8_t *)wq.data + j * l->k,
+                                 &e2, &w2) * l->alpha;
+    }
+    layer->weight_error = w2 > 0 ? sqrt(e2 / w2) : 0;
+    slim_qgemm_pack(wq.data, l->n, l->k, packed.data, colsum.data);
+    slim_tensor_release(&wq);
+
+    /* The bias: Gemm's beta * C, or a constant Add right after. */
+    slim_node *n = &g->nodes[id];
+    int out = n->out[0], add = -1, bias_src = l->c;
+    float bias_mul = l->beta;
+    if (bias_src < 0) {
+        slim_node *a = sole_reader(p, out, "Add");
+        if (a && a->n_in == 2) {
+            int other = a->in[0] == out ? a->in[1] : a->in[0];
+            const slim_value *b = const_f32(g, other);
+            if (b && a->in[0] != a->in[1] && b->init.ndim <= 1 &&
+                slim_tensor_numel(&b->init) == l->n) {
+                bias_src = other;
+                bias_mul = 1.0f;
+                add = (int)(a - g->nodes);
+            }
+        }
+    }
+    if (bias_src >= 0) {
+        if ((st = alloc_tensor(&bias, SLIM_F32, 1, l->n, 0, err)))
+            goto fail;
+        const slim_tensor *c = &g->values[bias_src].init;
+        int64_t cn = slim_tensor_numel(c);
+        for (int64_t j = 0; j < l->n; j++)
+            ((float *)bias.data)[j] = bias_mul * ((const float *)c->data)[cn == 1 ? 0 : j];
+        layer->bytes_before += slim_tensor_nbytes(c);
+    }
+    if (add >= 0) {
+        p->dead[add] = true;
+        out = g->nodes[add].out[0];
+    }
+    bool relu = false;
+    slim_node *r = sole_reader(p, out, "Relu");
+    if (r) {
+        p->dead[r - g->nodes] = true;
+        out = r->out[0];
+        relu = true;
+    }
+    layer->bytes_after = slim_tensor_nbytes(&packed) + slim_tensor_nbytes(&scale) +
+                         slim_tensor_nbytes(&colsum) + slim_tensor_nbytes(&bias);
+    char base[300];
+    snprintf(base, sizeof(base), "%s", g->nodes[id].name);
+    int in[5] = {l->x, -1, -1, -1, -1};
+    int n_in = bias.data ? 5 : 4;
+    if ((in[1] = add_initializer(g, base, ".int8_weight", &packed, err)) < 0 ||
+        (in[2] = add_initializer(g, base, ".int8_scale", &scale, err)) < 0 ||
+        (in[3] = add_initializer(g, base, ".int8_colsum", &colsum, err)) < 0 ||
+        (bias.data && (in[4] = add_initializer(g, base, ".int8_bias", &bias, err)) < 0)) {
+        st = SLIM_ENOMEM;
+        goto fail;
+    }
+    return rewrite_node(&g->nodes[id], "MatMulInt8", n_in, in, out, l->k, relu, err);
+fail:
+    slim_tensor_release(&wq);
+    slim_tensor_release(&packed);
+    slim_tensor_release(&scale);
+    slim_tensor_release(&colsum);
+    slim_tensor_release(&bias);
+    return st;
+}
+
+static slim_status quantize_gather(pass *p, int id, slim_int8_layer *layer, slim_err *err)
+{
+    slim_graph *g = p->g;
+    const slim_tensor *t = &g->values[g->nodes[id].in[0]].init;
+    int64_t rows = t->dims[0], d = t->dims[1];
+    slim_tensor q = {0}, scale = {0};
+    slim_status st = alloc_tensor(&q, SLIM_I8, 2, rows, d, err);
+    if (!st)
+        st = alloc_tensor(&scale, SLIM_F32, 1, rows, 0, err);
+    if (st) {
+        slim_tensor_release(&q);
+        return st;
+    }
+    double e2 = 0, w2 = 0;
+    for (int64_t r = 0; r < rows; r++)
+        ((float *)scale.data)[r] = quantize_channel((const float *)t->data + r * d, d, 1,
+                                                    (int8_t *)q.data + r * d, &e2, &w2);
+    layer->weight_error = w2 > 0 ? sqrt(e2 / w2) : 0;
+    layer->bytes_after = slim_tensor_nbytes(&q) + slim_tensor_nbytes(&scale);
+    char base[300];
+    snprintf(base, sizeof(base), "%s", g->nodes[id].name);
+    int in[3] = {-1, -1, g->nodes[id].in[1]};
+    if ((in[0] = add_initializer(g, base, ".int8_table", &q, err)) < 0 ||
+        (in[1] = add_initializer(g, base, ".int8_scale", &scale, err)) < 0) {
+        slim_tensor_release(&q);
+        slim_tensor_release(&scale);
+        return SLIM_ENOMEM;
+    }
+    return rewrite_node(&g->nodes[id], "GatherInt8", 3, in, g->nodes[id].out[0], 0, false, err);
+}
+
+static void count_readers(pass *p)
+{
+    slim_graph *g = p->g;
+    memset(p->consumers, 0, sizeof(int) * (size_t)g->n_values);
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int k = 0; k < g->nodes[i].n_in; k++)
+            if (g->nodes[i].in[k] >= 0 && !p->dead[i]) {
+                p->consumers[g->nodes[i].in[k]]++;
+                p->reader[g->nodes[i].in[k]] = i;
+            }
+}
+
+/* Float weights and biases that only quantized layers read stop being
+ * initializers: their memory goes back to the allocator. */
+static void drop_unread(pass *p, int first_new_value, bool recount)
+{
+    slim_graph *g = p->g;
+    if (recount)
+        count_readers(p);
+    for (int v = 0; v < first_new_value; v++) {
+        slim_value *val = &g->values[v];
+        if (val->kind != SLIM_VALUE_INITIALIZER || p->consumers[v] || val->is_output ||
+            !p->readers_before[v])
+            continue;
+        slim_tensor_release(&val->init);
+        memset(&val->init, 0, sizeof(val->init));
+        val->kind = SLIM_VALUE_INTERMEDIATE;
+    }
+}
+
+static void remove_dead(pass *p)
+{
+    slim_graph *g = p->g;
+    int w = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        slim_node *n = &g->nodes[i];
+        if (!p->dead[i]) {
+            g->nodes[w++] = *n;
+            continue;
+        }
+        for (int a = 0; a < n->n_attrs; a++)
+            slim_attr_clear(&n->attrs[a]);
+        free(n->attrs);
+        free(n->name);
+        free(n->op_type);
+        free(n->domain);
+        free(n->in);
+        free(n->out);
+    }
+    g->n_nodes = w;
+}
+
+static slim_status run_pass(pass *p, const slim_int8_opts *opts, int first_new_value,
+                            slim_err *err)
+{
+    slim_graph *g = p->g;
+    int n_nodes = g->n_nodes;
+    count_readers(p);
+    memcpy(p->readers_before, p->consumers, sizeof(int) * (size_t)g->n_values);
+    for (int i = 0; i < n_nodes; i++) {
+        if (p->dead[i])
+            continue;
+        slim_node *n = &g->nodes[i];
+        bool mm = strcmp(n->op_type, "MatMul") == 0, gemm = strcmp(n->op_type, "Gemm") == 0;
+        bool gather = strcmp(n->op_type, "Gather") == 0;
+        if (n->domain[0] || !(mm || gemm || gather) || n->n_in < 2 || n->n_out < 1)
+            continue;
+        int wv = gather ? n->in[0] : n->in[1];
+        const slim_value *w = const_f32(g, wv);
+        if (!w || w->init.ndim != 2)
+            continue;
+        slim_int8_layer *layer = NULL;
+        slim_status st = add_layer(p, n, wv, &layer, err);
+        if (st)
+            return st;
+        linear l;
+        if (excluded(opts, n))
+            layer->why = "excluded";
+        else if (gather) {
+            int64_t axis = slim_attr_int(n, "axis", 0);
+            if (axis != 0 && axis != -2)
+                layer->why = "gathers along axis 1";
+        } else {
+            layer->why = linear_of(p, n, &l);
+        }
+        if (layer->why) {
+            layer->bytes_after = layer->bytes_before;
+            continue;
+        }
+        st = gather ? quantize_gather(p, i, layer, err) : quantize_linear(p, i, layer, &l, err);
+        if (st)
+            return slim_err_prefix(err, SLIM_NODE_FMT ": ", SLIM_NODE_ARGS(&g->nodes[i]));
+        layer->quantized = true;
+        p->rep->bytes_before += layer->bytes_before;
+        p->rep->bytes_after += layer->bytes_after;
+        /* Fused nodes no longer read anything; float weights nothing reads
+         * now go at once, so that the peak is the float model plus one
+         * layer, not plus the whole int8 model. */
+        count_readers(p);
+        drop_unread(p, first_new_value, false);
+    }
+    return SLIM_OK;
+}
+
+slim_status slim_quant_int8(slim_graph *g, const slim_int8_opts *opts, slim_int8_report *rep,
+                            slim_err *err)
+{
+    slim_int8_report local = {0};
+    if (!rep)
+        rep = &local;
+    memset(rep, 0, sizeof(*rep));
+    int first_new = g->n_values;
+    /* New values are added as layers are quantized: room for 4 per node. */
+    size_t nv = (size_t)g->n_values + 4 * (size_t)g->n_nodes + 1;
+    pass p = {g, calloc(nv, sizeof(int)), calloc(nv, sizeof(int)), calloc(nv, sizeof(int)),
+              calloc((size_t)g->n_nodes + 1, sizeof(bool)), rep};
+    slim_status st = SLIM_OK;
+    if (!p.consumers || !p.reader || !p.readers_before || !p.dead)
+        st = slim_errf(err, SLIM_ENOMEM, "out of memory quantizing to int8");
+    if (!st)
+        st = run_pass(&p, opts, first_new, err);
+    if (!st) {
+        drop_unread(&p, first_new, true);
+        remove_dead(&p);
+    }
+    free(p.consumers);
+    free(p.reader);
+    free(p.readers_before);
+    free(p.dead);
+    if (rep == &local)
+        slim_int8_report_free(&local);
+    return st;
+}
+
+void slim_int8_report_free(slim_int8_report *rep)
+{
+    if (!rep)
+        return;
+    for (int i = 0; i < rep->n_layers; i++) {
+        free(rep->layers[i].name);
+        free(rep->layers[i].op_type);
+    }
+    free(rep->layers);
+    memset(rep, 0, sizeof(*rep));
+}

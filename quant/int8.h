@@ -1,0 +1,60 @@
+/*
+ * int8.h - the dynamic int8 pass: float32 weights of matrix products and
+ * embedding tables become int8 with per-channel scales.
+ *
+ *     slim_graph *g;                          (loaded, not yet finalized)
+ *     slim_int8_opts o = {.exclude = names, .n_exclude = 2};
+ *     slim_int8_report rep;
+ *     slim_quant_int8(g, &o, &rep, &err);
+ *     slim_model_from_graph(g, &m, &err);
+ *     ...
+ *     slim_int8_report_free(&rep);
+ *
+ * MatMul with a constant 2-D float32 weight, and Gemm with one (transA 0,
+ * its C a constant [N], [1, N] or scalar), become com.slimserve MatMulInt8
+ * (kernels/cpu/qlinear.c): weights int8, symmetric per output channel,
+ * packed in the kernel's layout; activations quantized per row at run time.
+ * A bias Add right after (a constant of N elements) and then a Relu are
+ * fused into it when nothing else reads the values in between. Gather on
+ * axis 0 of a constant 2-D float32 table becomes GatherInt8: int8 rows with
+ * per-row scales, dequantized as gathered. The float32 weight is dropped
+ * when nothing else reads it, so memory falls with it.
+ *
+ * Layers named in exclude (by node name or op type) stay float32.
+ * A graph quantized before (a .slim file written with --precision int8) has
+ * nothing left to quantize: the pass leaves it as it is.
+ */
+#ifndef SLIM_QUANT_INT8_H
+#define SLIM_QUANT_INT8_H
+
+#include "graph.h"
+
+typedef struct slim_int8_opts {
+    const char *const *exclude;  /* node names or op types kept in float32 */
+    int n_exclude;
+} slim_int8_opts;
+
+typedef struct slim_int8_layer {
+    char *name;                  /* the node's name */
+    char *op_type;               /* as it was: MatMul, Gemm, Gather */
+    bool quantized;
+    const char *why;             /* why it stayed float32 (static string), or NULL */
+    size_t bytes_before;         /* its float32 weight (and bias) */
+    size_t bytes_after;          /* int8 weight, scales, column sums, bias */
+    double weight_error;         /* ||W - dequant(Wq)|| / ||W|| (Frobenius) */
+    double error;                /* measured output error (slim_int8_check), -1 if not */
+    int weight;                  /* value id of the float weight (for the check) */
+} slim_int8_layer;
+
+typedef struct slim_int8_report {
+    int n_layers;
+    slim_int8_layer *layers;     /* every candidate, quantized or not */
+    size_t bytes_before, bytes_after; /* of the quantized layers */
+} slim_int8_report;
+
+/* rep may be NULL. */
+slim_status slim_quant_int8(slim_graph *g, const slim_int8_opts *opts, slim_int8_report *rep,
+                            slim_err *err);
+void slim_int8_report_free(slim_int8_report *rep);
+
+#endif

@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""int8 end to end (CTest int8_e2e): the example models through `slim`.
+
+    python3 tests/e2e/test_int8.py --slim build/bin/slim --workdir DIR
+
+- each example model's int8 output is within the stated tolerance of its
+  fp32 output (cosine >= 0.999, max |y8 - y32| <= 5% of max |y32|);
+- `slim convert --precision int8` writes a .slim that runs without
+  requantizing and gives bitwise the int8 result of the ONNX file, at most
+  0.35x the fp32 .slim (the small models' scales and biases stay fp32);
+- a row's int8 result is bitwise the same alone and in a batch;
+- `--int8-exclude MatMul,Gather` leaves the transformer bitwise fp32, and
+  `slim inspect --precision int8` says which layers are int8.
+"""
+
+import argparse
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+FAILS = []
+
+
+def check(cond, msg):
+    print(("ok    " if cond else "FAIL  ") + msg, flush=True)
+    if not cond:
+        FAILS.append(msg)
+
+
+def run(slim, model, name, x, outdir, *extra):
+    os.makedirs(outdir, exist_ok=True)
+    path = os.path.join(outdir, "in.npy")
+    np.save(path, x)
+    r = subprocess.run([slim, "run", model, "--input", f"{name}={path}", "--output-dir", outdir,
+                        *extra], capture_output=True, text=True)
+    if r.returncode:
+        sys.exit(f"slim run {model} {extra}: {r.stderr}")
+    outs = sorted(f for f in os.listdir(outdir) if f.endswith(".npy") and f != "in.npy")
+    return np.load(os.path.join(outdir, outs[0]))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--slim", required=True)
+    ap.add_argument("--workdir", required=True)
+    a = ap.parse_args()
+    models = os.path.join(a.workdir, "models")
+    subprocess.run([sys.executable, os.path.join(REPO, "models", "gen_models.py"), models],
+                   check=True, stdout=subprocess.DEVNULL)
+    for m in ("mlp", "resnet", "transformer"):
+        path = os.path.join(models, m, "1", "model.onnx")
+        name = onnx.load(path).graph.input[0].name
+        x = np.load(os.path.join(models, m, "sample_input.npy"))
+        d = os.path.join(a.workdir, m)
+        y32 = run(a.slim, path, name, x, os.path.join(d, "fp32")).astype(np.float64)
+        y8 = run(a.slim, path, name, x, os.path.join(d, "int8"), "--precision", "int8")
+        z = y8.astype(np.float64)
+        cos = float(z.ravel() @ y32.ravel() / (np.linalg.norm(z) * np.linalg.norm(y32)))
+        rel = float(np.abs(z - y32).max() / np.abs(y32).max())
+        check(cos >= 0.999 and rel <= 0.05,
+              f"{m}: int8 vs fp32 cosine {cos:.6f} (>= 0.999), max rel error {rel:.4f} (<= 0.05)")
+
+        s32, s8 = os.path.join(d, "fp32.slim"), os.path.join(d, "int8.slim")
+        for out, extra in ((s32, []), (s8, ["--precision", "int8"])):
+            r = subprocess.run([a.slim, "convert", path, "-o", out, *extra], capture_output=True,
+                               text=True)
+            if r.returncode:
+                sys.exit(f"slim convert {extra}: {r.stderr}")
+        ratio = os.path.getsize(s8) / os.path.getsize(s32)
+        if m != "resnet":  # its convolutions stay fp32: only the last Gemm is int8
+            check(ratio <= 0.35, f"{m}: int8 .slim is {ratio:.3f}x the fp32 .slim (<= 0.35)")
+        y8s = run(a.slim, s8, name, x, os.path.join(d, "int8_slim"))
+        check(y8s.tobytes() == y8.tobytes(),
+              f"{m}: the int8 .slim gives bitwise the int8 result of the ONNX file")
+
+    # The batching guarantee: rows alone == rows in a batch, bitwise.
+    path = os.path.join(models, "transformer", "1", "model.onnx")
+    rng = np.random.default_rng(5)
+    ids = rng.integers(0, 1000, (5, 16), dtype=np.int64)
+    d = os.path.join(a.workdir, "batch")
+    whole = run(a.slim, path, "tokens", ids, os.path.join(d, "all"), "--precision", "int8",
+                "--batch-invariant")
+    same = all(run(a.slim, path, "tokens", ids[i:i + 1], os.path.join(d, f"r{i}"),
+                   "--precision", "int8", "--batch-invariant").tobytes() == whole[i:i + 1].tobytes()
+               for i in range(5))
+    check(same, "transformer int8: each row alone is bitwise its row of a batch of 5")
+
+    # Exclusion, and what inspect says.
+    y32 = run(a.slim, path, "tokens", ids, os.path.join(d, "fp32"))
+    yex = run(a.slim, path, "tokens", ids, os.path.join(d, "ex"), "--precision", "int8",
+              "--int8-exclude", "MatMul,Gather")
+    check(yex.tobytes() == y32.tobytes(),
+          "transformer with MatMul and Gather excluded is bitwise its fp32 self")
+    r = subprocess.run([a.slim, "inspect", path, "--precision", "int8", "--int8-exclude",
+                        "layer0.ff1.matmul"], capture_output=True, text=True)
+    lines = r.stdout.splitlines()
+    ff1 = [l for l in lines if l.strip().startswith("layer0.ff1.matmul ")]
+    q = [l for l in lines if l.strip().startswith("layer1.ff1.matmul ")]
+    check(r.returncode == 0 and ff1 and " fp32 " in ff1[0] and "excluded" in ff1[0] and
+          q and " int8 " in q[0] and any(l.startswith("int8 weight bytes:") for l in lines),
+          "slim inspect --precision int8 lists each layer's precision (excluded ones fp32)")
+    print(f"{len(FAILS)} failed" if FAILS else "all passed")
+    return 1 if FAILS else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

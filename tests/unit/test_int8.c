@@ -1,0 +1,502 @@
+/* test_int8.c - the int8 kernel (kernels/cpu/qgemm.c) against a scalar
+ * reference written here, its AVX2 / AVX-512 VNNI paths against its C path
+ * bit for bit, and the int8 pass (quant/int8.c) on small graphs. */
+#include "testutil.h"
+
+#include "int8.h"
+#include "qgemm.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static uint32_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 11);
+}
+
+static float rndf(void) /* in [-1, 1) */
+{
+    return (float)(rnd() % 2000001) / 1000000.0f - 1.0f;
+}
+
+/* Rows of several kinds: mixed signs, all positive (zero point 0), all
+ * negative (zero point 255), zeros, one huge outlier. */
+static void fill_rows(float *x, int64_t m, int64_t k)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < k; j++) {
+            float v = rndf() * 3.0f;
+            switch (i % 5) {
+            case 1: v = fabsf(v) + 0.5f; break;
+            case 2: v = -fabsf(v) - 0.5f; break;
+            case 3: v = 0; break;
+            case 4: v = j == k / 2 ? 500.0f : v; break;
+            default: break;
+            }
+            x[i * k + j] = v;
+        }
+}
+
+static void fill_weights(int8_t *w, int64_t n, int64_t k)
+{
+    for (int64_t i = 0; i < n * k; i++)
+        w[i] = (int8_t)((int)(rnd() % 255) - 127);
+    if (n * k > 2) { /* the extremes, for saturation */
+        w[0] = 127;
+        w[1] = -127;
+    }
+}
+
+/* The definition, with 64-bit sums: what every path must give. */
+static void reference(const float *x, int64_t m, int64_t n, int64_t k, const int8_t *w,
+                      const float *sw, const float *bias, bool relu, float *y)
+{
+    uint8_t *q = malloc((size_t)slim_qgemm_k4(k));
+    for (int64_t i = 0; i < m; i++) {
+        float sx;
+        int32_t zx;
+        slim_qgemm_set_isa(SLIM_QGEMM_C);
+        slim_qgemm_quantize_row(x + i * k, k, q, &sx, &zx);
+        for (int64_t j = 0; j < n; j++) {
+            int64_t acc = 0;
+            for (int64_t c = 0; c < k; c++)
+                acc += ((int64_t)q[c] - zx) * w[j * k + c];
+            float v = fmaf((float)acc, sx * sw[j], bias ? bias[j] : 0.0f);
+            y[i * n + j] = relu ? (v > 0 ? v : 0.0f) : v;
+        }
+    }
+    free(q);
+}
+
+typedef struct {
+    int8_t *packed;
+    int32_t *colsum;
+    float *sw, *bias;
+} packed_w;
+
+static packed_w pack(const int8_t *w, int64_t n, int64_t k)
+{
+    packed_w p;
+    ck_assert_int_eq(posix_memalign((void **)&p.packed, 64, slim_qgemm_packed_bytes(n, k)), 0);
+    p.colsum = malloc(sizeof(int32_t) * (size_t)n);
+    p.sw = malloc(sizeof(float) * (size_t)n);
+    p.bias = malloc(sizeof(float) * (size_t)n);
+    for (int64_t j = 0; j < n; j++) {
+        p.sw[j] = 0.001f + 0.01f * fabsf(rndf());
+        p.bias[j] = rndf();
+    }
+    slim_qgemm_pack(w, n, k, p.packed, p.colsum);
+    return p;
+}
+
+static void unpack_free(packed_w *p)
+{
+    free(p->packed);
+    free(p->colsum);
+    free(p->sw);
+    free(p->bias);
+}
+
+static void run_isa(slim_qgemm_isa isa, const float *x, int64_t m, int64_t n, int64_t k,
+                    const packed_w *p, bool bias, bool relu, float *y)
+{
+    ck_assert(slim_qgemm_set_isa(isa));
+    slim_qgemm_args a = {.m = m, .n = n, .k = k, .x = x, .ldx = k, .packed = p->packed,
+                         .colsum = p->colsum, .w_scale = p->sw, .bias = bias ? p->bias : NULL,
+                         .act = relu ? SLIM_QGEMM_ACT_RELU : SLIM_QGEMM_ACT_NONE, .y = y,
+                         .ldy = n};
+    void *scratch;
+    ck_assert_int_eq(posix_memalign(&scratch, 64, slim_qgemm_scratch_bytes(m, k)), 0);
+    slim_qgemm(&a, scratch);
+    free(scratch);
+}
+
+static const slim_qgemm_isa isas[] = {SLIM_QGEMM_C, SLIM_QGEMM_AVX2, SLIM_QGEMM_AVX512VNNI};
+
+START_TEST(test_paths_match_reference_on_odd_shapes)
+{
+    const int64_t ms[] = {1, 2, 5, 7, 13, 50};
+    const int64_t ns[] = {1, 3, 16, 17, 63, 64, 65, 130};
+    const int64_t ks[] = {1, 3, 4, 5, 63, 64, 65, 300};
+    int checked_paths = 0;
+    for (size_t a = 0; a < sizeof(ms) / sizeof(ms[0]); a++)
+        for (size_t b = 0; b < sizeof(ns) / sizeof(ns[0]); b++)
+            for (size_t c = 0; c < sizeof(ks) / sizeof(ks[0]); c++) {
+                int64_t m = ms[a], n = ns[b], k = ks[c];
+                bool bias = (a + b) % 2, relu = (b + c) % 3 == 0;
+                float *x = malloc(sizeof(float) * (size_t)(m * k));
+                int8_t *w = malloc((size_t)(n * k));
+                float *want = malloc(sizeof(float) * (size_t)(m * n));
+                float *got = malloc(sizeof(float) * (size_t)(m * n));
+                fill_rows(x, m, k);
+                fill_weights(w, n, k);
+                packed_w p = pack(w, n, k);
+                reference(x, m, n, k, w, p.sw, bias ? p.bias : NULL, relu, want);
+                for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {
+                    if (!slim_qgemm_isa_supported(isas[i]))
+                        continue;
+                    checked_paths++;
+                    memset(got, 0xFF, sizeof(float) * (size_t)(m * n));
+                    run_isa(isas[i], x, m, n, k, &p, bias, relu, got);
+                    ck_assert_msg(memcmp(got, want, sizeof(float) * (size_t)(m * n)) == 0,
+                                  "%s differs from the reference at m=%lld n=%lld k=%lld",
+                                  slim_qgemm_isa_name(isas[i]), (long long)m, (long long)n,
+                                  (long long)k);
+                }
+                unpack_free(&p);
+                free(x);
+                free(w);
+                free(want);
+                free(got);
+            }
+    ck_assert_int_ge(checked_paths, 6 * 8 * 8); /* the C path at least */
+    slim_qgemm_set_isa(SLIM_QGEMM_AUTO);
+}
+END_TEST
+
+/* A row's result is the same bits alone and in any batch (the batching
+ * guarantee): its quantization parameters are its own. */
+START_TEST(test_row_result_independent_of_batch)
+{
+    const int64_t n = 70, k = 97, m = 23;
+    float *x = malloc(sizeof(float) * m * k), *y = malloc(sizeof(float) * m * n);
+    float *one = malloc(sizeof(float) * n);
+    int8_t *w = malloc(n * k);
+    fill_rows(x, m, k);
+    fill_weights(w, n, k);
+    packed_w p = pack(w, n, k);
+    for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {
+        if (!slim_qgemm_isa_supported(isas[i]))
+            continue;
+        run_isa(isas[i], x, m, n, k, &p, true, false, y);
+        for (int64_t r = 0; r < m; r++) {
+            run_isa(isas[i], x + r * k, 1, n, k, &p, true, false, one);
+            ck_assert_msg(memcmp(one, y + r * n, sizeof(float) * n) == 0,
+                          "%s: row %lld alone differs from row %lld of the batch",
+                          slim_qgemm_isa_name(isas[i]), (long long)r, (long long)r);
+        }
+    }
+    slim_qgemm_set_isa(SLIM_QGEMM_AUTO);
+    unpack_free(&p);
+    free(x);
+    free(y);
+    free(one);
+    free(w);
+}
+END_TEST
+
+START_TEST(test_quantize_row_round_trip_and_edges)
+{
+    for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {
+        if (!slim_qgemm_isa_supported(isas[i]))
+            continue;
+        slim_qgemm_set_isa(isas[i]);
+        float x[37];
+        uint8_t q[40];
+        float s;
+        int32_t zp;
+        for (int kind = 0; kind < 5; kind++) {
+            fill_rows(x, 1, 37);
+            for (int j = 0; j < 37; j++)
+                x[j] = kind == 1 ? fabsf(x[j]) + 0.5f : kind == 2 ? -fabsf(x[j]) - 0.5f : x[j];
+            if (kind == 3)
+                x[5] = 0;
+            memset(q, 0xAB, sizeof(q));
+            slim_qgemm_quantize_row(x, 37, q, &s, &zp);
+            ck_assert(s > 0);
+            ck_assert_int_ge(zp, 0);
+            ck_assert_int_le(zp, 255);
+            if (kind == 1)
+                ck_assert_int_eq(zp, 0);   /* all positive: 0 is the bottom */
+            if (kind == 2)
+                ck_assert_int_eq(zp, 255); /* all negative: 0 is the top */
+            if (kind == 3)
+                ck_assert_int_eq(q[5], zp); /* 0 is exact */
+            for (int j = 0; j < 37; j++)
+                ck_assert_msg(fabsf(((float)q[j] - (float)zp) * s - x[j]) <= 0.5001f * s,
+                              "%s kind %d element %d: %g back as %g", slim_qgemm_isa_name(isas[i]),
+                              kind, j, x[j], ((float)q[j] - (float)zp) * s);
+            for (int j = 37; j < 40; j++)
+                ck_assert_int_eq(q[j], 0); /* padding to k4 */
+        }
+        x[7] = NAN;
+        slim_qgemm_quantize_row(x, 37, q, &s, &zp);
+        ck_assert(isnan(s));
+        x[7] = INFINITY;
+        slim_qgemm_quantize_row(x, 37, q, &s, &zp);
+        ck_assert(isnan(s));
+    }
+    slim_qgemm_set_isa(SLIM_QGEMM_AUTO);
+}
+END_TEST
+
+START_TEST(test_pack_unpack_and_colsum)
+{
+    const int64_t n = 83, k = 131;
+    int8_t *w = malloc(n * k), *back = malloc(n * k);
+    fill_weights(w, n, k);
+    packed_w p = pack(w, n, k);
+    slim_qgemm_unpack(p.packed, n, k, back);
+    ck_assert_int_eq(memcmp(w, back, n * k), 0);
+    for (int64_t j = 0; j < n; j++) {
+        int32_t s = 0;
+        for (int64_t c = 0; c < k; c++)
+            s += w[j * k + c];
+        ck_assert_int_eq(p.colsum[j], s);
+    }
+    ck_assert_uint_eq(slim_qgemm_packed_bytes(n, k), 96 * 132);
+    unpack_free(&p);
+    free(w);
+    free(back);
+}
+END_TEST
+
+/* ---- the pass ------------------------------------------------------------ */
+
+static int add_init(slim_graph *g, const char *name, int ndim, const int64_t *dims, float scale)
+{
+    int v = slim_graph_value(g, name);
+    int64_t n = slim_shape_numel(ndim, dims);
+    float *d = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++)
+        d[i] = rndf() * scale;
+    g->values[v].kind = SLIM_VALUE_INITIALIZER;
+    g->values[v].init = tu_f32(ndim, dims, d);
+    free(d);
+    return v;
+}
+
+static void set_io(slim_graph *g, const char *in, slim_dtype dt, const char *out)
+{
+    int x = slim_graph_find_value(g, in);
+    slim_graph_add_input(g, x);
+    g->values[x].info.dtype = dt;
+    slim_graph_add_output(g, slim_graph_find_value(g, out));
+}
+
+/* x[*, 40] -> MatMul(w[40,24]) -> Add(b) -> Relu -> Gemm(transB, alpha, beta, C) -> y[*, 9] */
+static slim_graph *two_layers(void)
+{
+    slim_graph *g = slim_graph_new();
+    g->opset = 17;
+    slim_graph_add_node(g, "mm", "MatMul", "", 2, (const char *[]){"x", "w"}, 1,
+                        (const char *[]){"h"});
+    slim_graph_add_node(g, "add", "Add", "", 2, (const char *[]){"b", "h"}, 1,
+                        (const char *[]){"z"});
+    slim_graph_add_node(g, "relu", "Relu", "", 1, (const char *[]){"z"}, 1,
+                        (const char *[]){"r"});
+    int gm = slim_graph_add_node(g, "fc", "Gemm", "", 3, (const char *[]){"r", "w2", "c"}, 1,
+                                 (const char *[]){"y"});
+    for (int i = 0; i < g->n_nodes; i++)
+        g->nodes[i].opset = 17;
+    tu_attr_i(&g->nodes[gm], "transB", 1);
+    tu_attr_f(&g->nodes[gm], "alpha", 0.5f);
+    tu_attr_f(&g->nodes[gm], "beta", 2.0f);
+    rng_state = 42;
+    add_init(g, "w", 2, (int64_t[]){40, 24}, 0.3f);
+    add_init(g, "b", 1, (int64_t[]){24}, 0.1f);
+    add_init(g, "w2", 2, (int64_t[]){9, 24}, 0.3f);
+    add_init(g, "c", 2, (int64_t[]){1, 9}, 0.1f);
+    set_io(g, "x", SLIM_F32, "y");
+    return g;
+}
+
+static slim_tensor run1(slim_graph *g, const char *in_name, slim_tensor in, slim_status want,
+                        slim_err *err)
+{
+    slim_model *m;
+    ck_assert_msg(slim_model_from_graph(g, &m, err) == SLIM_OK, "%s", err->msg);
+    slim_tensor *out = NULL, y = {0};
+    int n_out;
+    slim_status st = slim_model_run(m, 1, (const char *[]){in_name}, &in, &out, &n_out, err);
+    ck_assert_msg(st == want, "status %d: %s", st, st ? err->msg : "");
+    if (!st) {
+        y = out[0];
+        free(out);
+    }
+    slim_model_free(m);
+    return y;
+}
+
+static void assert_close(const slim_tensor *a, const slim_tensor *ref, double rel)
+{
+    int64_t n = slim_tensor_numel(ref);
+    ck_assert_int_eq(slim_tensor_numel(a), n);
+    double mx = 0;
+    for (int64_t i = 0; i < n; i++)
+        mx = fmax(mx, fabs(((const float *)ref->data)[i]));
+    for (int64_t i = 0; i < n; i++) {
+        float u = ((const float *)a->data)[i], v = ((const float *)ref->data)[i];
+        ck_assert_msg(fabs(u - v) <= rel * mx, "element %lld: %g vs %g (max %g)", (long long)i, u,
+                      v, mx);
+    }
+}
+
+START_TEST(test_pass_fuses_and_matches_fp32)
+{
+    float xv[5 * 40];
+    rng_state = 7;
+    for (int i = 0; i < 200; i++)
+        xv[i] = rndf() * 2;
+    slim_tensor x = tu_f32(2, (int64_t[]){5, 40}, xv);
+    slim_err err;
+    slim_tensor ref = run1(two_layers(), "x", x, SLIM_OK, &err);
+
+    slim_graph *g = two_layers();
+    slim_int8_report rep;
+    ck_assert_int_eq(slim_quant_int8(g, NULL, &rep, &err), SLIM_OK);
+    ck_assert_int_eq(g->n_nodes, 2); /* Add and Relu fused into the first */
+    ck_assert_str_eq(g->nodes[0].op_type, "MatMulInt8");
+    ck_assert_str_eq(g->nodes[0].domain, "com.slimserve");
+    ck_assert_str_eq(slim_attr_str(&g->nodes[0], "activation", ""), "Relu");
+    ck_assert_int_eq(g->nodes[0].n_in, 5);
+    ck_assert_str_eq(g->nodes[1].op_type, "MatMulInt8");
+    /* The float weights are gone. */
+    ck_assert_int_ne(g->values[slim_graph_find_value(g, "w")].kind, SLIM_VALUE_INITIALIZER);
+    ck_assert_ptr_null(g->values[slim_graph_find_value(g, "w")].init.data);
+    ck_assert_int_ne(g->values[slim_graph_find_value(g, "w2")].kind, SLIM_VALUE_INITIALIZER);
+    ck_assert_int_eq(rep.n_layers, 2);
+    ck_assert(rep.layers[0].quantized && rep.layers[1].quantized);
+    ck_assert_uint_eq(rep.layers[0].bytes_before, (40 * 24 + 24) * 4);
+    /* 24 channels pad to 32, K 40 stays; scale, colsum, bias 24 each. */
+    ck_assert_uint_eq(rep.layers[0].bytes_after, 32 * 40 + 3 * 24 * 4);
+    ck_assert(rep.layers[0].weight_error > 0 && rep.layers[0].weight_error < 0.02);
+    slim_int8_report_free(&rep);
+    slim_tensor y = run1(g, "x", x, SLIM_OK, &err);
+    assert_close(&y, &ref, 0.03);
+    slim_tensor_release(&y);
+    slim_tensor_release(&ref);
+    slim_tensor_release(&x);
+}
+END_TEST
+
+START_TEST(test_pass_exclude_by_name_and_type)
+{
+    slim_graph *g = two_layers();
+    slim_err err;
+    slim_int8_report rep;
+    slim_int8_opts o = {(const char *[]){"mm"}, 1};
+    ck_assert_int_eq(slim_quant_int8(g, &o, &rep, &err), SLIM_OK);
+    ck_assert_str_eq(g->nodes[0].op_type, "MatMul");
+    ck_assert_int_eq(g->n_nodes, 4);
+    ck_assert(!rep.layers[0].quantized && rep.layers[1].quantized);
+    ck_assert_str_eq(rep.layers[0].why, "excluded");
+    slim_int8_report_free(&rep);
+    slim_graph_free(g);
+
+    g = two_layers();
+    slim_int8_opts o2 = {(const char *[]){"Gemm"}, 1};
+    ck_assert_int_eq(slim_quant_int8(g, &o2, NULL, &err), SLIM_OK);
+    ck_assert_str_eq(g->nodes[0].op_type, "MatMulInt8");
+    ck_assert_str_eq(g->nodes[1].op_type, "Gemm");
+    ck_assert_int_eq(g->values[slim_graph_find_value(g, "w2")].kind, SLIM_VALUE_INITIALIZER);
+    slim_graph_free(g);
+}
+END_TEST
+
+START_TEST(test_gather_int8)
+{
+    slim_graph *g = slim_graph_new();
+    g->opset = 17;
+    slim_graph_add_node(g, "emb", "Gather", "", 2, (const char *[]){"table", "ids"}, 1,
+                        (const char *[]){"y"});
+    g->nodes[0].opset = 17;
+    rng_state = 3;
+    add_init(g, "table", 2, (int64_t[]){50, 33}, 2.0f);
+    set_io(g, "ids", SLIM_I64, "y");
+    slim_err err;
+    slim_int8_report rep;
+    ck_assert_int_eq(slim_quant_int8(g, NULL, &rep, &err), SLIM_OK);
+    ck_assert_str_eq(g->nodes[0].op_type, "GatherInt8");
+    ck_assert_uint_eq(rep.bytes_after, 50 * 33 + 50 * 4);
+    slim_int8_report_free(&rep);
+    slim_tensor ids = tu_i64(2, (int64_t[]){2, 3}, (int64_t[]){0, 49, 7, -1, 7, 20});
+    slim_tensor y = run1(g, "ids", ids, SLIM_OK, &err);
+    tu_assert_shape(&y, 3, (int64_t[]){2, 3, 33});
+    /* The same rows from the float table: each within half a step. */
+    rng_state = 3;
+    float table[50 * 33];
+    for (int i = 0; i < 50 * 33; i++)
+        table[i] = rndf() * 2.0f;
+    const int64_t *iv = ids.data;
+    for (int r = 0; r < 6; r++) {
+        int64_t row = iv[r] < 0 ? iv[r] + 50 : iv[r];
+        float mx = 0;
+        for (int c = 0; c < 33; c++)
+            mx = fmaxf(mx, fabsf(table[row * 33 + c]));
+        for (int c = 0; c < 33; c++)
+            ck_assert(fabsf(((float *)y.data)[r * 33 + c] - table[row * 33 + c]) <=
+                      0.5001f * mx / 127);
+    }
+    slim_tensor_release(&y);
+    slim_tensor_release(&ids);
+
+    /* An index out of range is an error, not a stray read. */
+    g = slim_graph_new();
+    g->opset = 17;
+    slim_graph_add_node(g, "emb", "Gather", "", 2, (const char *[]){"table", "ids"}, 1,
+                        (const char *[]){"y"});
+    g->nodes[0].opset = 17;
+    add_init(g, "table", 2, (int64_t[]){50, 33}, 2.0f);
+    set_io(g, "ids", SLIM_I64, "y");
+    ck_assert_int_eq(slim_quant_int8(g, NULL, NULL, &err), SLIM_OK);
+    ids = tu_i64(1, (int64_t[]){1}, (int64_t[]){50});
+    run1(g, "ids", ids, SLIM_EINVAL, &err);
+    ck_assert_msg(strstr(err.msg, "out of range"), "%s", err.msg);
+    slim_tensor_release(&ids);
+}
+END_TEST
+
+/* A MatMulInt8 whose packed weight does not match its shape (a forged
+ * file) is refused with a message, before the kernel reads it. */
+START_TEST(test_malformed_node_refused)
+{
+    slim_graph *g = slim_graph_new();
+    g->opset = 17;
+    slim_graph_add_node(g, "q", "MatMulInt8", "com.slimserve", 4,
+                        (const char *[]){"x", "w", "s", "cs"}, 1, (const char *[]){"y"});
+    g->nodes[0].opset = 1;
+    tu_attr_i(&g->nodes[0], "K", 8);
+    int w = slim_graph_value(g, "w"), s = slim_graph_value(g, "s"), cs = slim_graph_value(g, "cs");
+    g->values[w].kind = g->values[s].kind = g->values[cs].kind = SLIM_VALUE_INITIALIZER;
+    int8_t wb[16 * 4] = {0}; /* 16 x 8 would be 128 bytes */
+    g->values[w].init = tu_tensor(SLIM_I8, 2, (int64_t[]){16, 4}, wb);
+    g->values[s].init = tu_f32(1, (int64_t[]){3}, (float[]){1, 1, 1});
+    g->values[cs].init = tu_tensor(SLIM_I32, 1, (int64_t[]){3}, (int32_t[]){0, 0, 0});
+    set_io(g, "x", SLIM_F32, "y");
+    slim_err err;
+    float xv[16] = {0};
+    slim_tensor x = tu_f32(2, (int64_t[]){2, 8}, xv);
+    run1(g, "x", x, SLIM_ESHAPE, &err);
+    ck_assert_msg(strstr(err.msg, "packed weight"), "%s", err.msg);
+    slim_tensor_release(&x);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("int8");
+    TCase *tk = tcase_create("kernel");
+    tcase_add_test(tk, test_paths_match_reference_on_odd_shapes);
+    tcase_add_test(tk, test_row_result_independent_of_batch);
+    tcase_add_test(tk, test_quantize_row_round_trip_and_edges);
+    tcase_add_test(tk, test_pack_unpack_and_colsum);
+    suite_add_tcase(s, tk);
+    TCase *tp = tcase_create("pass");
+    tcase_add_test(tp, test_pass_fuses_and_matches_fp32);
+    tcase_add_test(tp, test_pass_exclude_by_name_and_type);
+    tcase_add_test(tp, test_gather_int8);
+    tcase_add_test(tp, test_malformed_node_refused);
+    suite_add_tcase(s, tp);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
