@@ -14,7 +14,10 @@ APT_PACKAGES=(
     python3 python3-venv python3-pip
 )
 # onnx 1.22.0 is the last release that ships the backend node test data.
-PIP_PACKAGES=(onnx==1.22.0 onnxruntime numpy "tritonclient[http]" prometheus_client)
+# kubernetes-validate and pyyaml: the deploy manifests' schema test; matplotlib:
+# the soak's plot.
+PIP_PACKAGES=(onnx==1.22.0 onnxruntime numpy "tritonclient[http]" prometheus_client
+              kubernetes-validate pyyaml matplotlib)
 
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
