@@ -437,7 +437,10 @@ static slim_status pool_exec(slim_op_ctx *ctx)
         y = scratch.data;
     if (st)
         goto done;
-    j.x = x;
+    /* An empty input (a zero extent, padded to a nonempty output) has no
+     * data pointer; no tap reads it, but offsetting NULL is undefined. */
+    static const float no_input[1];
+    j.x = x ? x : no_input;
     j.y = y;
     int64_t window = p.kernel[0] * p.kernel[1] * p.kernel[2];
     slim_parallel_for(p.planes * p.out[0] * p.out[1], 1 + (1 << 14) / (p.out[2] * window),
@@ -533,7 +536,8 @@ static slim_status global_exec(slim_op_ctx *ctx)
     slim_status st;
     if ((st = slim_f32_in(x, &tx, &xf, ctx->err)) || (st = slim_f32_out(out, &ty, &y, ctx->err)))
         goto done;
-    global_job j = {ctx->state, xf, y, slim_tensor_numel(x) / planes};
+    static const float no_input[1]; /* empty planes: see pool_exec */
+    global_job j = {ctx->state, xf ? xf : no_input, y, slim_tensor_numel(x) / planes};
     slim_parallel_for(planes, 1 + (1 << 14) / (j.size ? j.size : 1), global_planes, &j);
     slim_f32_out_finish(out, &ty);
 done:
