@@ -43,6 +43,12 @@ slim_status slim_format_load_buffer(const void *data, size_t size, struct slim_b
 /* Writes g (weights on the host) to path, through a temporary file renamed
  * into place, so a reader never sees half a file. */
 slim_status slim_format_write(const slim_graph *g, const char *path, slim_err *err);
+/* The same, calling progress(tensor bytes written, all tensor bytes, user)
+ * as the data goes out (every 8 MiB at most). */
+typedef void (*slim_format_progress_fn)(uint64_t done, uint64_t total, void *user);
+slim_status slim_format_write_progress(const slim_graph *g, const char *path,
+                                       slim_format_progress_fn progress, void *user,
+                                       slim_err *err);
 
 /* Compares a written graph with the one read back from the file: nodes,
  * values and every weight's dtype and bytes. 0 when they match; otherwise

@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 typedef struct wbuf {
@@ -291,7 +292,35 @@ static bool write_zeros(FILE *f, uint64_t n)
     return true;
 }
 
+/* A tensor's bytes in pieces, so a progress callback hears of a large
+ * model as it goes, not once at the end. */
+static bool write_tensor(FILE *f, const slim_tensor *t, uint64_t *done, uint64_t total,
+                         slim_format_progress_fn progress, void *user)
+{
+    const uint8_t *p = t->data;
+    size_t n = slim_tensor_nbytes(t);
+    const size_t piece = (size_t)8 << 20;
+    while (n) {
+        size_t k = n < piece ? n : piece;
+        if (!write_all(f, p, k))
+            return false;
+        p += k;
+        n -= k;
+        *done += k;
+        if (progress)
+            progress(*done, total, user);
+    }
+    return true;
+}
+
 slim_status slim_format_write(const slim_graph *g, const char *path, slim_err *err)
+{
+    return slim_format_write_progress(g, path, NULL, NULL, err);
+}
+
+slim_status slim_format_write_progress(const slim_graph *g, const char *path,
+                                       slim_format_progress_fn progress, void *user,
+                                       slim_err *err)
 {
     strtab st = {0};
     wtensors wt = {0};
@@ -338,18 +367,32 @@ slim_status slim_format_write(const slim_graph *g, const char *path, slim_err *e
     uint32_t hcrc = slim_format_crc32(0, hdr, 60);
     memcpy(hdr + 60, &hcrc, 4);
 
-    snprintf(tmp, sizeof(tmp), "%s.tmp.%ld", path, (long)getpid());
-    if (!(f = fopen(tmp, "wb"))) {
-        s = slim_errf(err, SLIM_EIO, "cannot create \"%s\": %s", tmp, strerror(errno));
+    /* A unique name: writers in other containers sharing the folder may
+     * have the same pid. */
+    int fd = -1;
+    if ((size_t)snprintf(tmp, sizeof(tmp), "%s.tmp.XXXXXX", path) >= sizeof(tmp) ||
+        (fd = mkstemp(tmp)) < 0 || !(f = fdopen(fd, "wb"))) {
+        s = slim_errf(err, SLIM_EIO, "cannot create a file beside \"%s\": %s", path,
+                      strerror(errno));
+        if (fd >= 0) {
+            close(fd);
+            unlink(tmp);
+        }
         tmp[0] = 0;
         goto done;
     }
+    /* mkstemp makes it 0600; the model is as readable as any other file. */
+    mode_t mask = umask(0);
+    umask(mask);
+    fchmod(fd, 0666 & ~mask);
     bool ok = write_all(f, hdr, sizeof(hdr)) && write_all(f, meta.p, meta.n) &&
               write_zeros(f, data_off - meta_off - meta.n);
-    uint64_t at = 0;
+    uint64_t at = 0, done_bytes = 0, tensor_bytes = 0;
+    for (uint32_t i = 0; i < wt.n; i++)
+        tensor_bytes += slim_tensor_nbytes(wt.ts[i]);
     for (uint32_t i = 0; ok && i < wt.n; i++) {
         ok = write_zeros(f, wt.offsets[i] - at) &&
-             write_all(f, wt.ts[i]->data, slim_tensor_nbytes(wt.ts[i]));
+             write_tensor(f, wt.ts[i], &done_bytes, tensor_bytes, progress, user);
         at = wt.offsets[i] + slim_tensor_nbytes(wt.ts[i]);
     }
     ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;

@@ -4,7 +4,8 @@
  * that every weight and node came through.
  *
  * Each stage prints a line (with its time) so a long conversion shows where
- * it is, on a terminal or in a log alike.
+ * it is, on a terminal or in a log alike; on a terminal a bar shows the
+ * weights being written.
  */
 #include "cli.h"
 #include "model.h"
@@ -15,6 +16,23 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
+
+/* On a terminal, a bar redrawn in place while the weights are written. */
+static void progress_bar(uint64_t done, uint64_t total, void *user)
+{
+    (void)user;
+    const int width = 30;
+    int fill = total ? (int)(done * width / total) : width;
+    char bar[64];
+    for (int i = 0; i < width; i++)
+        bar[i] = i < fill ? '#' : '.';
+    bar[width] = 0;
+    char a[32], b[32];
+    printf("\rwriting   [%s] %3d%% %s of %s", bar, total ? (int)(done * 100 / total) : 100,
+           slim_format_bytes((size_t)done, a, sizeof(a)), slim_format_bytes((size_t)total, b, sizeof(b)));
+    fflush(stdout);
+}
 
 static double now_s(void)
 {
@@ -68,7 +86,12 @@ int slim_cmd_convert(int argc, char **argv)
            slim_format_bytes(m->weight_bytes, wb, sizeof(wb)), now_s() - t0);
     fflush(stdout);
     double t1 = now_s();
-    if (slim_format_write(m->graph, out, &err) != SLIM_OK) {
+    bool tty = isatty(STDOUT_FILENO);
+    slim_status ws = slim_format_write_progress(m->graph, out, tty ? progress_bar : NULL, NULL,
+                                                &err);
+    if (tty)
+        printf("\r\033[K"); /* the bar gives way to the stage's line */
+    if (ws != SLIM_OK) {
         fprintf(stderr, "slim convert: %s\n", err.msg);
         slim_model_free(m);
         return 1;
