@@ -289,8 +289,40 @@ done:
     return st;
 }
 
+/* A declared graph input or output shape that no tensor could have: a
+ * dimension below -1 (unknown), or fixed dimensions whose bytes pass 2^62.
+ * Refused here, so nothing that sizes buffers from declared shapes (the
+ * server's config, memory estimates) multiplies its way past int64. */
+static slim_status check_declared_shape(const slim_value *v, const char *what, slim_err *err)
+{
+    const slim_io_info *io = &v->info;
+    if (io->ndim < 0)
+        return SLIM_OK;
+    size_t es = io->dtype == SLIM_DTYPE_UNDEFINED ? 1 : slim_dtype_size(io->dtype);
+    int64_t bytes = (int64_t)(es ? es : 1), cap = (int64_t)1 << 62;
+    for (int d = 0; d < io->ndim; d++) {
+        int64_t n = io->dims[d];
+        if (n < -1)
+            return slim_errf(err, SLIM_EPARSE, "%s \"%s\": dimension %d is %lld", what, v->name, d,
+                             (long long)n);
+        if (n > 0 && bytes > cap / n)
+            return slim_errf(err, SLIM_EPARSE, "%s \"%s\": its declared shape holds more than "
+                             "2^62 bytes, so no tensor could match it", what, v->name);
+        if (n > 0)
+            bytes *= n;
+    }
+    return SLIM_OK;
+}
+
 slim_status slim_graph_finalize(slim_graph *g, slim_err *err)
 {
+    slim_status st;
+    for (int k = 0; k < g->n_inputs; k++)
+        if ((st = check_declared_shape(&g->values[g->inputs[k]], "graph input", err)))
+            return st;
+    for (int k = 0; k < g->n_outputs; k++)
+        if ((st = check_declared_shape(&g->values[g->outputs[k]], "graph output", err)))
+            return st;
     /* Producers first: each value has at most one. */
     for (int v = 0; v < g->n_values; v++) {
         g->values[v].producer = -1;
@@ -330,8 +362,7 @@ slim_status slim_graph_finalize(slim_graph *g, slim_err *err)
             return slim_errf(err, SLIM_EPARSE, "graph output \"%s\" is not produced by any node",
                              v->name);
     }
-    slim_status st = sort_nodes(g, err);
-    if (st)
+    if ((st = sort_nodes(g, err)))
         return st;
     for (int i = 0; i < g->n_nodes; i++) {
         slim_node *n = &g->nodes[i];
