@@ -55,17 +55,27 @@ slim_status slim_model_load(const char *path, const slim_load_opts *opts,
         return slim_errf(err, SLIM_ENOMEM, "out of memory loading %s", path);
     slim_mem_account *prev = slim_mem_account_enter(acct);
     slim_graph *g = NULL;
+    /* The error check's samples come from a float32 run of its own copy of
+     * the model, done and freed before this load holds any weights. */
+    slim_int8_samples samples = {0};
+    slim_status st = SLIM_OK;
+    if (int8 && (opts->int8_measure || opts->int8_max_error > 0))
+        st = slim_int8_capture(path, opts->n_int8_samples, opts->int8_sample_names,
+                               opts->int8_samples, &samples, err);
     /* The format is told by its magic number, not the file's name. */
-    slim_status st = slim_model_file_is_slim(path) ? slim_format_load_file(path, &g, err)
-                                                   : slim_onnx_load_file(path, &g, err);
+    if (!st)
+        st = slim_model_file_is_slim(path) ? slim_format_load_file(path, &g, err)
+                                           : slim_onnx_load_file(path, &g, err);
     if (!st && int8) {
-        slim_int8_opts io = {opts->int8_exclude, opts->n_int8_exclude};
+        slim_int8_opts io = {opts->int8_exclude, opts->n_int8_exclude, &samples,
+                             opts->int8_max_error};
         st = slim_quant_int8(g, &io, opts->int8_report, err);
         if (st) {
             slim_graph_free(g);
             g = NULL;
         }
     }
+    slim_int8_samples_free(&samples);
     if (!st && half != SLIM_DTYPE_UNDEFINED) {
         st = slim_quant_half(g, half, NULL, err);
         if (st) {

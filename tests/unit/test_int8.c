@@ -381,7 +381,7 @@ START_TEST(test_pass_exclude_by_name_and_type)
     slim_graph *g = two_layers();
     slim_err err;
     slim_int8_report rep;
-    slim_int8_opts o = {(const char *[]){"mm"}, 1};
+    slim_int8_opts o = {.exclude = (const char *[]){"mm"}, .n_exclude = 1};
     ck_assert_int_eq(slim_quant_int8(g, &o, &rep, &err), SLIM_OK);
     ck_assert_str_eq(g->nodes[0].op_type, "MatMul");
     ck_assert_int_eq(g->n_nodes, 4);
@@ -391,7 +391,7 @@ START_TEST(test_pass_exclude_by_name_and_type)
     slim_graph_free(g);
 
     g = two_layers();
-    slim_int8_opts o2 = {(const char *[]){"Gemm"}, 1};
+    slim_int8_opts o2 = {.exclude = (const char *[]){"Gemm"}, .n_exclude = 1};
     ck_assert_int_eq(slim_quant_int8(g, &o2, NULL, &err), SLIM_OK);
     ck_assert_str_eq(g->nodes[0].op_type, "MatMulInt8");
     ck_assert_str_eq(g->nodes[1].op_type, "Gemm");
@@ -479,6 +479,78 @@ START_TEST(test_malformed_node_refused)
 }
 END_TEST
 
+/* The error check: a layer's measured error is its output's relative L2
+ * error against float32 (recomputed here from the two models' outputs), a
+ * budget under it keeps the layer (and its Add and Relu) in float32, and a
+ * layer with no sample input is quantized unmeasured. */
+START_TEST(test_pass_max_error)
+{
+    float xv[6 * 40];
+    rng_state = 11;
+    for (int i = 0; i < 240; i++)
+        xv[i] = rndf() * 2;
+    slim_tensor x = tu_f32(2, (int64_t[]){6, 40}, xv);
+    slim_err err;
+    slim_int8_samples smp = {1, (char *[]){"x"}, &x};
+
+    /* Independent figure: r (the first layer's output) from the float and
+     * the int8 model, fc kept float32 so only the first layer differs. */
+    slim_tensor r[2];
+    for (int q = 0; q < 2; q++) {
+        slim_graph *g = two_layers();
+        slim_graph_add_output(g, slim_graph_find_value(g, "r"));
+        slim_int8_opts o = {.exclude = (const char *[]){"fc"}, .n_exclude = 1};
+        if (q)
+            ck_assert_int_eq(slim_quant_int8(g, &o, NULL, &err), SLIM_OK);
+        slim_model *m;
+        ck_assert_msg(slim_model_from_graph(g, &m, &err) == SLIM_OK, "%s", err.msg);
+        slim_tensor *out;
+        int n_out;
+        ck_assert_int_eq(slim_model_run(m, 1, (const char *[]){"x"}, &x, &out, &n_out, &err),
+                         SLIM_OK);
+        r[q] = out[1];
+        slim_tensor_release(&out[0]);
+        free(out);
+        slim_model_free(m);
+    }
+    double want = slim_int8_rel_error(r[0].data, r[1].data, slim_tensor_numel(&r[0]));
+    ck_assert(want > 1e-4 && want < 0.05);
+
+    slim_graph *g = two_layers();
+    slim_int8_report rep;
+    slim_int8_opts o = {.samples = &smp, .max_error = 1.0};
+    ck_assert_int_eq(slim_quant_int8(g, &o, &rep, &err), SLIM_OK);
+    ck_assert(rep.layers[0].quantized && rep.layers[1].quantized);
+    ck_assert_msg(fabs(rep.layers[0].error - want) <= 1e-3 * want, "measured %g, recomputed %g",
+                  rep.layers[0].error, want);
+    ck_assert(rep.layers[1].error == -1); /* fc's input r has no sample */
+    double measured = rep.layers[0].error;
+    slim_int8_report_free(&rep);
+    slim_graph_free(g);
+
+    g = two_layers();
+    o.max_error = measured * 0.999;
+    ck_assert_int_eq(slim_quant_int8(g, &o, &rep, &err), SLIM_OK);
+    ck_assert(!rep.layers[0].quantized && rep.layers[1].quantized);
+    ck_assert_str_eq(rep.layers[0].why, "over max_error");
+    ck_assert(rep.layers[0].error == measured);
+    ck_assert_uint_eq(rep.layers[0].bytes_after, rep.layers[0].bytes_before);
+    ck_assert_int_eq(g->n_nodes, 4); /* MatMul, Add, Relu kept; fc quantized */
+    ck_assert_str_eq(g->nodes[0].op_type, "MatMul");
+    ck_assert_str_eq(g->nodes[3].op_type, "MatMulInt8");
+    ck_assert_int_eq(g->values[slim_graph_find_value(g, "w")].kind, SLIM_VALUE_INITIALIZER);
+    slim_int8_report_free(&rep);
+    slim_tensor y = run1(g, "x", x, SLIM_OK, &err);
+    slim_tensor ref = run1(two_layers(), "x", x, SLIM_OK, &err);
+    assert_close(&y, &ref, 0.05);
+    slim_tensor_release(&y);
+    slim_tensor_release(&ref);
+    slim_tensor_release(&r[0]);
+    slim_tensor_release(&r[1]);
+    slim_tensor_release(&x);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("int8");
@@ -493,6 +565,7 @@ int main(void)
     tcase_add_test(tp, test_pass_exclude_by_name_and_type);
     tcase_add_test(tp, test_gather_int8);
     tcase_add_test(tp, test_malformed_node_refused);
+    tcase_add_test(tp, test_pass_max_error);
     suite_add_tcase(s, tp);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
