@@ -155,6 +155,7 @@ slim_status slim__model_refresh(slim_model *m, slim_err *err)
         m->outputs[i] = g->values[g->outputs[i]].info;
     m->param_count = 0;
     m->weight_bytes = 0;
+    memset(m->weight_bytes_by_dtype, 0, sizeof(m->weight_bytes_by_dtype));
     for (int v = 0; v < g->n_values; v++) {
         const slim_value *val = &g->values[v];
         if (val->kind != SLIM_VALUE_INITIALIZER)
@@ -164,6 +165,8 @@ slim_status slim__model_refresh(slim_model *m, slim_err *err)
         if (!strchr(val->name, '@'))
             m->param_count += slim_tensor_numel(&val->init);
         m->weight_bytes += slim_tensor_nbytes(&val->init);
+        if (val->init.dtype > SLIM_DTYPE_UNDEFINED && val->init.dtype < SLIM_DTYPE_COUNT)
+            m->weight_bytes_by_dtype[val->init.dtype] += slim_tensor_nbytes(&val->init);
     }
     return SLIM_OK;
 }
