@@ -63,6 +63,11 @@ slim_status slim_qmm_shapes(const slim_tensor *a, const slim_tensor *b, slim_qmm
 /* acc = (a - azp) @ (b - bzp), exact in int32, for 8-bit a and b; azp is
  * NULL, a scalar or one per row of a; bzp NULL, a scalar or one per column
  * of b. acc holds the broadcast batch of m x n results. */
+/* Whether slim_qmm_int32 takes the packed VNNI/AVX2 kernel (qgemm.h):
+ * u8 a with one zero point, a 2-D int8 b with none (or zeros) -- what
+ * onnxruntime's quantize_dynamic writes. */
+bool slim_qmm_fast_ok(const slim_tensor *a, const slim_tensor *azp, const slim_tensor *b,
+                      const slim_tensor *bzp);
 slim_status slim_qmm_int32(const slim_qmm_shape *sh, const slim_tensor *a, const slim_tensor *azp,
                            const slim_tensor *b, const slim_tensor *bzp, int32_t *acc,
                            slim_err *err);

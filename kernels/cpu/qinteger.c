@@ -12,12 +12,18 @@
  * output row depends only on its own input row (the batching guarantee
  * for operators whose parameters are constants).
  *
+ * The common case -- u8 activations with one zero point times a 2-D int8
+ * weight with none, what quantize_dynamic writes -- goes to the packed
+ * kernel of slimserve's own int8 path (qgemm.h, vpdpbusd), the weight
+ * packed per call (a copy, small next to the product at any batch).
+ *
  * The convolution unrolls each image and group into int16 columns
  * ([C/group x taps] x output positions, the padding already 0 in the
  * shifted domain, as ONNX pads with the zero point) and accumulates each
  * output channel over them with a vectorizable inner loop.
  */
 #include "kernel.h"
+#include "qgemm.h"
 #include "quantize_ops.h"
 
 #include <math.h>
@@ -104,10 +110,64 @@ static void qmm_rows(int64_t begin, int64_t end, void *user)
     }
 }
 
+bool slim_qmm_fast_ok(const slim_tensor *a, const slim_tensor *azp, const slim_tensor *b,
+                      const slim_tensor *bzp)
+{
+    if (a->dtype != SLIM_U8 || b->dtype != SLIM_I8 || b->ndim != 2 || a->ndim < 1 ||
+        b->dims[0] > SLIM_QGEMM_MAX_K || (azp && slim_tensor_numel(azp) != 1))
+        return false;
+    for (int64_t i = 0; bzp && i < slim_tensor_numel(bzp); i++)
+        if (((const int8_t *)bzp->data)[i] != 0)
+            return false;
+    return true;
+}
+
+static slim_status qmm_fast(const slim_qmm_shape *sh, const slim_tensor *a,
+                            const slim_tensor *azp, const slim_tensor *b, int32_t *acc,
+                            slim_err *err)
+{
+    int64_t k = sh->k, n = sh->n, k4 = slim_qgemm_k4(k);
+    int64_t rows = slim_tensor_numel(a) / (k ? k : 1);
+    if (rows == 0 || n == 0)
+        return SLIM_OK;
+    if (k == 0) {
+        memset(acc, 0, sizeof(int32_t) * (size_t)(rows * n));
+        return SLIM_OK;
+    }
+    uint8_t *qx = NULL;
+    int8_t *packed = NULL;
+    int32_t *zx = malloc(sizeof(int32_t) * (size_t)rows), *colsum = malloc(sizeof(int32_t) * (size_t)n);
+    if (!zx || !colsum || posix_memalign((void **)&qx, 64, (size_t)(rows * k4)) ||
+        posix_memalign((void **)&packed, 64, slim_qgemm_packed_bytes(n, k))) {
+        free(zx);
+        free(colsum);
+        free(qx);
+        free(packed);
+        return slim_errf(err, SLIM_ENOMEM, "out of memory for the integer product");
+    }
+    int32_t z = azp ? ((const uint8_t *)azp->data)[0] : 0;
+    for (int64_t r = 0; r < rows; r++) {
+        memcpy(qx + r * k4, (const uint8_t *)a->data + r * k, (size_t)k);
+        memset(qx + r * k4 + k, 0, (size_t)(k4 - k));
+        zx[r] = z;
+    }
+    slim_qgemm_pack_kn(b->data, k, n, n, packed, colsum);
+    slim_qgemm_args args = {.m = rows, .n = n, .k = k, .packed = packed, .colsum = colsum,
+                            .y_i32 = acc, .ldy = n};
+    slim_qgemm_u8(&args, qx, zx);
+    free(zx);
+    free(colsum);
+    free(qx);
+    free(packed);
+    return SLIM_OK;
+}
+
 slim_status slim_qmm_int32(const slim_qmm_shape *sh, const slim_tensor *a, const slim_tensor *azp,
                            const slim_tensor *b, const slim_tensor *bzp, int32_t *acc,
                            slim_err *err)
 {
+    if (slim_qmm_fast_ok(a, azp, b, bzp))
+        return qmm_fast(sh, a, azp, b, acc, err);
     int64_t n_batch = slim_shape_numel(sh->nb, sh->batch);
     int16_t *pa = shifted16(a, azp, sh->k, sh->m), *pb = shifted16(b, bzp, 1, sh->n);
     int64_t *off = malloc(sizeof(int64_t) * 2 * (size_t)(n_batch > 0 ? n_batch : 1));

@@ -257,6 +257,60 @@ START_TEST(test_pack_unpack_and_colsum)
 }
 END_TEST
 
+/* slim_qgemm_u8 (MatMulInteger's fast path): pre-quantized u8 rows times a
+ * weight packed from k x n storage give exactly sum (x - zx) * w on every
+ * path, over odd shapes, zero points 0, 131 and 255, and -128 weights
+ * (legal in ONNX's int8, unlike the pass's codes). */
+START_TEST(test_u8_int32_exact)
+{
+    const int64_t shapes[][3] = {{1, 1, 1}, {7, 19, 37}, {13, 70, 131}, {50, 130, 64}};
+    for (size_t sh = 0; sh < sizeof(shapes) / sizeof(shapes[0]); sh++) {
+        int64_t m = shapes[sh][0], n = shapes[sh][1], k = shapes[sh][2], k4 = slim_qgemm_k4(k);
+        uint8_t *qx = calloc((size_t)(m * k4), 1);
+        int8_t *b = malloc((size_t)(k * n)), *packed;
+        int32_t zx[64], *colsum = malloc(sizeof(int32_t) * (size_t)n);
+        int32_t *want = malloc(sizeof(int32_t) * (size_t)(m * n));
+        int32_t *got = malloc(sizeof(int32_t) * (size_t)(m * n));
+        ck_assert(posix_memalign((void **)&packed, 64, slim_qgemm_packed_bytes(n, k)) == 0);
+        rng_state = 99 + sh;
+        for (int64_t i = 0; i < m * k; i++)
+            qx[(i / k) * k4 + i % k] = (uint8_t)(rnd() % 256);
+        for (int64_t i = 0; i < k * n; i++)
+            b[i] = (int8_t)((int)(rnd() % 256) - 128);
+        b[0] = -128;
+        for (int64_t r = 0; r < m; r++)
+            zx[r] = r % 3 == 0 ? 0 : r % 3 == 1 ? 131 : 255;
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t j = 0; j < n; j++) {
+                int64_t acc = 0;
+                for (int64_t c = 0; c < k; c++)
+                    acc += ((int64_t)qx[r * k4 + c] - zx[r]) * b[c * n + j];
+                want[r * n + j] = (int32_t)acc;
+            }
+        slim_qgemm_pack_kn(b, k, n, n, packed, colsum);
+        for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {
+            if (!slim_qgemm_isa_supported(isas[i]))
+                continue;
+            ck_assert(slim_qgemm_set_isa(isas[i]));
+            memset(got, 0x5a, sizeof(int32_t) * (size_t)(m * n));
+            slim_qgemm_args a = {.m = m, .n = n, .k = k, .packed = packed, .colsum = colsum,
+                                 .y_i32 = got, .ldy = n};
+            slim_qgemm_u8(&a, qx, zx);
+            ck_assert_msg(memcmp(got, want, sizeof(int32_t) * (size_t)(m * n)) == 0,
+                          "%s, m %lld n %lld k %lld", slim_qgemm_isa_name(isas[i]),
+                          (long long)m, (long long)n, (long long)k);
+        }
+        slim_qgemm_set_isa(SLIM_QGEMM_AUTO);
+        free(qx);
+        free(b);
+        free(packed);
+        free(colsum);
+        free(want);
+        free(got);
+    }
+}
+END_TEST
+
 /* ---- the pass ------------------------------------------------------------ */
 
 static int add_init(slim_graph *g, const char *name, int ndim, const int64_t *dims, float scale)
@@ -559,6 +613,7 @@ int main(void)
     tcase_add_test(tk, test_row_result_independent_of_batch);
     tcase_add_test(tk, test_quantize_row_round_trip_and_edges);
     tcase_add_test(tk, test_pack_unpack_and_colsum);
+    tcase_add_test(tk, test_u8_int32_exact);
     suite_add_tcase(s, tk);
     TCase *tp = tcase_create("pass");
     tcase_add_test(tp, test_pass_fuses_and_matches_fp32);
