@@ -66,6 +66,9 @@ typedef struct slim_int8_report {
     int n_layers;
     slim_int8_layer *layers;     /* every candidate, quantized or not */
     size_t bytes_before, bytes_after; /* of the quantized layers */
+    /* Why the output errors were not measured when only a report asked
+     * for them (slim inspect); empty otherwise. */
+    char unmeasured[256];
 } slim_int8_report;
 
 /* rep may be NULL. */

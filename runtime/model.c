@@ -59,9 +59,21 @@ slim_status slim_model_load(const char *path, const slim_load_opts *opts,
      * the model, done and freed before this load holds any weights. */
     slim_int8_samples samples = {0};
     slim_status st = SLIM_OK;
-    if (int8 && (opts->int8_measure || opts->int8_max_error > 0))
+    char unmeasured[sizeof(((slim_int8_report *)0)->unmeasured)] = "";
+    if (int8 && (opts->int8_measure || opts->int8_max_error > 0)) {
         st = slim_int8_capture(path, opts->n_int8_samples, opts->int8_sample_names,
                                opts->int8_samples, &samples, err);
+        /* A budget needs the measurements; a report (inspect) does without
+         * and says why. */
+        if (st && opts->int8_max_error > 0)
+            slim_err_prefix(err, "int8 max_error: measuring the layers' error: ");
+        else if (st && st != SLIM_ENOMEM) {
+            size_t n = strnlen(err->msg, sizeof(unmeasured) - 1);
+            memcpy(unmeasured, err->msg, n);
+            unmeasured[n] = '\0';
+            st = SLIM_OK;
+        }
+    }
     /* The format is told by its magic number, not the file's name. */
     if (!st)
         st = slim_model_file_is_slim(path) ? slim_format_load_file(path, &g, err)
@@ -70,6 +82,9 @@ slim_status slim_model_load(const char *path, const slim_load_opts *opts,
         slim_int8_opts io = {opts->int8_exclude, opts->n_int8_exclude, &samples,
                              opts->int8_max_error};
         st = slim_quant_int8(g, &io, opts->int8_report, err);
+        if (!st && opts->int8_report)
+            snprintf(opts->int8_report->unmeasured, sizeof(opts->int8_report->unmeasured), "%s",
+                     unmeasured);
         if (st) {
             slim_graph_free(g);
             g = NULL;

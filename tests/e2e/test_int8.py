@@ -139,6 +139,26 @@ def main():
              "--int8-max-error", "1e-9")
     check(yb.tobytes() == y32.tobytes(),
           "slim run --int8-max-error 1e-9 (every layer over it) is bitwise fp32")
+
+    # A model whose input declares no shape: inspect still lists the layers
+    # and says why it measured nothing; a budget cannot be kept and fails.
+    import onnx.helper as oh
+    noshape = os.path.join(a.workdir, "noshape.onnx")
+    w = onnx.numpy_helper.from_array(np.ones((8, 4), np.float32), "w")
+    onnx.save(oh.make_model(oh.make_graph(
+        [oh.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+        [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, None)],
+        [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], [w]),
+        opset_imports=[oh.make_opsetid("", 17)]), noshape)
+    r = subprocess.run([a.slim, "inspect", noshape, "--precision", "int8"], capture_output=True,
+                       text=True)
+    check(r.returncode == 0 and "output errors not measured: input \"x\"" in r.stdout and
+          any(l.split()[:3] == ["mm", "MatMul", "int8"] for l in r.stdout.splitlines()),
+          "inspect of a model with an unshaped input lists its int8 layer, unmeasured")
+    r = subprocess.run([a.slim, "inspect", noshape, "--precision", "int8", "--int8-max-error",
+                        "0.1"], capture_output=True, text=True)
+    check(r.returncode != 0 and "max_error" in r.stderr and "input \"x\"" in r.stderr,
+          f"a budget on it fails, naming the input: {r.stderr.strip()}")
     print(f"{len(FAILS)} failed" if FAILS else "all passed")
     return 1 if FAILS else 0
 

@@ -220,6 +220,8 @@ static void print_int8(const slim_int8_report *r)
         else
             printf("%9s  %s\n", "-", l->why ? l->why : "");
     }
+    if (r->unmeasured[0])
+        printf("output errors not measured: %s\n", r->unmeasured);
     if (r->bytes_before)
         printf("int8 weight bytes: %zu -> %zu (%.3fx)\n", r->bytes_before, r->bytes_after,
                (double)r->bytes_after / (double)r->bytes_before);
