@@ -3,6 +3,7 @@
 
     python3 bench/bench_int8.py --slim build/bin/slim [--threads 2] [--rounds 3]
                                 [--models transformer,bert] [--workdir DIR]
+                                [--int8-max-error X]
 
 Models: the example transformer (models/gen_models.py, its own sequence of
 16) and a BERT-base-sized encoder from bench/gen_encoder.py (12 layers,
@@ -17,6 +18,9 @@ Configurations, each in its own process so that its peak RSS is its own:
   ort fp32        onnxruntime on MODEL.onnx
   ort int8        quantize_dynamic(QInt8, per_channel=False)
   ort int8 pc     quantize_dynamic(QInt8, per_channel=True)
+  slim int8 budget  with --int8-max-error X: slim convert --precision int8
+                  --int8-max-error X (layers whose own output error on
+                  drawn samples is over X stay fp32)
 Every process runs `repeat` timed runs after a warm-up and reports their
 median; rounds alternate the configurations (A B C D E, A B C D E, ...) and
 the table shows the median over rounds, so a busy moment on a shared
@@ -92,7 +96,7 @@ def slim_weight_bytes(slim, path):
     return 0
 
 
-def prepare(name, workdir, slim):
+def prepare(name, workdir, slim, max_error):
     if name == "transformer":
         src = os.path.join(workdir, "models", "transformer", "1", "model.onnx")
         if not os.path.exists(src):
@@ -114,6 +118,12 @@ def prepare(name, workdir, slim):
     if not os.path.exists(slim8):
         spawn([slim, "convert", src, "-o", slim8, "--precision", "int8"])
     files["slim8"] = slim8
+    if max_error:
+        budget = os.path.join(workdir, f"{name}.int8_e{max_error:g}.slim")
+        if not os.path.exists(budget):
+            spawn([slim, "convert", src, "-o", budget, "--precision", "int8",
+                   "--int8-max-error", f"{max_error:.17g}"])
+        files["slim8b"] = budget
     model = onnx.load(src, load_external_data=False)
     # Only the graph is needed here; the weights would raise this process's RSS.
     inp = model.graph.input[0]
@@ -132,18 +142,21 @@ def main():
     ap.add_argument("--models", default="transformer,bert")
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--workdir", default=os.path.join(REPO, "build", "bench-int8"))
+    ap.add_argument("--int8-max-error", type=float, default=0.0)
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
     slim = os.path.abspath(a.slim)
     env = dict(os.environ, SLIM_NUM_THREADS=str(a.threads), OMP_NUM_THREADS="1")
     rows = []
     for name in a.models.split(","):
-        files, in_name, seq, vocab = prepare(name, a.workdir, slim)
+        files, in_name, seq, vocab = prepare(name, a.workdir, slim, a.int8_max_error)
         wbytes = {"slim fp32": slim_weight_bytes(slim, files["fp32"]),
                   "slim int8": slim_weight_bytes(slim, files["slim8"]),
                   "ort fp32": weight_bytes(files["fp32"]),
                   "ort int8": weight_bytes(files["ort"]),
                   "ort int8 pc": weight_bytes(files["ort_pc"])}
+        if "slim8b" in files:
+            wbytes["slim int8 budget"] = slim_weight_bytes(slim, files["slim8b"])
         fsize = {"slim int8": os.path.getsize(files["slim8"]),
                  "slim fp32": os.path.getsize(files["fp32"])}
         for batch in [int(b) for b in a.batches.split(",")]:
@@ -167,6 +180,10 @@ def main():
                 "ort int8 pc": lambda o: [sys.executable, "-c", ORT_CHILD, files["ort_pc"], inp,
                                           os.path.join(o, "y.npy"), str(repeat), str(a.threads)],
             }
+            if "slim8b" in files:
+                configs["slim int8 budget"] = lambda o: [
+                    slim, "run", files["slim8b"], "--input", f"{in_name}={inp}", "--repeat",
+                    str(repeat), "--output-dir", o]
             times = {c: [] for c in configs}
             rss = {c: 0.0 for c in configs}
             outs = {}

@@ -78,6 +78,9 @@ typedef struct slim_qgemm_args {
     slim_qgemm_act act;
     float *y;                 /* m rows of n floats, row stride ldy */
     int64_t ldy;
+    /* Instead of y: the exact int32 sums sum_k (qx[i][k] - zx_i) * qw[j][k]
+     * (slim_qgemm_u8 only; w_scale, bias and act are not read). */
+    int32_t *y_i32;
 } slim_qgemm_args;
 
 /* Bytes of scratch slim_qgemm needs for m rows of k. */
@@ -86,6 +89,17 @@ size_t slim_qgemm_scratch_bytes(int64_t m, int64_t k);
  * slim_qgemm_scratch_bytes(m, k) bytes, 64-byte aligned. A row holding a
  * NaN or an infinity gives a row of NaN (before the activation). */
 void slim_qgemm(const slim_qgemm_args *a, void *scratch);
+
+/* Packs a weight stored k x n row-major with row stride ldb (as MatMul's
+ * B), the same layout and column sums as slim_qgemm_pack of its
+ * transpose; a straight copy, cheap enough to run per call. */
+void slim_qgemm_pack_kn(const int8_t *b, int64_t k, int64_t n, int64_t ldb, int8_t *packed,
+                        int32_t *colsum);
+/* The product of rows already quantized (ONNX's MatMulInteger and the
+ * like): qx is m rows of slim_qgemm_k4(k) bytes, the padding 0, zx one
+ * zero point per row; writes a->y_i32 (a->x, sx, scales unused). Exact,
+ * so bitwise the same on every path and under any split. */
+void slim_qgemm_u8(const slim_qgemm_args *a, const uint8_t *qx, const int32_t *zx);
 
 /* Quantizes one row of k floats to u8 (k4 bytes written, the padding 0):
  * *scale and *zero_point as described above; a non-finite row gets scale

@@ -11,7 +11,7 @@
 
 #define SLIM__KERNEL_TABLES(X) \
     X(elementwise) X(cast) X(conv) X(pool) X(linalg) X(norm) X(reduce) \
-    X(shape) X(movement) X(gather) X(resize) X(rnn)
+    X(shape) X(movement) X(gather) X(resize) X(rnn) X(quantize) X(qinteger)
 
 #define SLIM__DECLARE_TABLE(name) extern const slim_op_def slim__ops_##name[];
 SLIM__KERNEL_TABLES(SLIM__DECLARE_TABLE)
@@ -32,6 +32,9 @@ static bool is_default_domain(const char *domain)
  * and the int8 pass's quantized layers (cpu/qlinear.c). */
 extern const slim_op_def slim__ops_copy[];
 extern const slim_op_def slim__ops_int8[];
+/* onnxruntime's contrib operators that quantized models carry
+ * (cpu/quantize_ops.c). */
+extern const slim_op_def slim__ops_microsoft[];
 
 const slim_op_def *slim_op_lookup(const char *domain, const char *op_type, int opset)
 {
@@ -40,6 +43,12 @@ const slim_op_def *slim_op_lookup(const char *domain, const char *op_type, int o
             if (strcmp(d->op_type, op_type) == 0)
                 return d;
         for (const slim_op_def *d = slim__ops_int8; d->op_type; d++)
+            if (strcmp(d->op_type, op_type) == 0 && d->since <= opset)
+                return d;
+        return NULL;
+    }
+    if (domain && strcmp(domain, "com.microsoft") == 0) {
+        for (const slim_op_def *d = slim__ops_microsoft; d->op_type; d++)
             if (strcmp(d->op_type, op_type) == 0 && d->since <= opset)
                 return d;
         return NULL;

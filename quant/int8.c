@@ -14,6 +14,7 @@
  */
 #include "int8.h"
 
+#include "kernel.h"
 #include "qgemm.h"
 
 #include <math.h>
@@ -91,6 +92,7 @@ typedef struct {
     int *readers_before;   /* per value: consumers before the pass */
     bool *dead;            /* per node: fused away */
     slim_int8_report *rep;
+    const slim_int8_opts *opts;
 } pass;
 
 static const slim_value *const_f32(const slim_graph *g, int v)
@@ -227,6 +229,52 @@ static const char *linear_of(const pass *p, const slim_node *n, linear *l)
     return NULL;
 }
 
+/* The layer's relative output error on its sample input: y32 from the
+ * float weight as the float model computes it (alpha, bias, Relu), y8 from
+ * the int8 kernel. -1 when there is no usable sample. */
+static double measure_linear(const pass *p, const linear *l, const slim_tensor *packed,
+                             const slim_tensor *scale, const slim_tensor *colsum,
+                             const float *bias, bool relu)
+{
+    const slim_tensor *x = slim_int8_sample(p->opts ? p->opts->samples : NULL,
+                                            p->g->values[l->x].name);
+    int64_t nx = x ? slim_tensor_numel(x) : 0;
+    if (!x || x->dtype != SLIM_F32 || nx == 0 || nx % l->k)
+        return -1;
+    int64_t m = nx / l->k, n = l->n;
+    float *y32 = malloc(sizeof(float) * (size_t)(m * n)), *y8 = malloc(sizeof(float) * (size_t)(m * n));
+    void *scratch = NULL;
+    if (!y32 || !y8 || posix_memalign(&scratch, 64, slim_qgemm_scratch_bytes(m, l->k)) != 0) {
+        free(y32);
+        free(y8);
+        return -1;
+    }
+    const float *w = p->g->values[l->w].init.data;
+    slim_sgemm(false, l->w_nk, m, n, l->k, l->alpha, x->data, l->k, w, l->w_nk ? l->k : n, 0.0f,
+               y32, n);
+    for (int64_t i = 0; i < m * n; i++) {
+        float v = y32[i] + (bias ? bias[i % n] : 0.0f);
+        y32[i] = relu && !(v > 0) ? 0.0f : v;
+    }
+    slim_qgemm_args a = {
+        .m = m, .n = n, .k = l->k, .x = x->data, .ldx = l->k, .packed = packed->data,
+        .colsum = colsum->data, .w_scale = scale->data, .bias = bias,
+        .act = relu ? SLIM_QGEMM_ACT_RELU : SLIM_QGEMM_ACT_NONE, .y = y8, .ldy = n,
+    };
+    slim_qgemm(&a, scratch);
+    double e = slim_int8_rel_error(y32, y8, m * n);
+    free(scratch);
+    free(y32);
+    free(y8);
+    return e;
+}
+
+/* Whether a measured layer error is over the budget. */
+static bool over_budget(const pass *p, double error)
+{
+    return p->opts && p->opts->max_error > 0 && !(error <= p->opts->max_error) && error != -1;
+}
+
 static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, const linear *l,
                                    slim_err *err)
 {
@@ -279,12 +327,17 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
             ((float *)bias.data)[j] = bias_mul * ((const float *)c->data)[cn == 1 ? 0 : j];
         layer->bytes_before += slim_tensor_nbytes(c);
     }
+    slim_node *r = sole_reader(p, add >= 0 ? g->nodes[add].out[0] : out, "Relu");
+    layer->error = measure_linear(p, l, &packed, &scale, &colsum, bias.data, r != NULL);
+    if (over_budget(p, layer->error)) {
+        layer->why = "over max_error";
+        goto fail; /* st is SLIM_OK: the layer stays float32 */
+    }
     if (add >= 0) {
         p->dead[add] = true;
         out = g->nodes[add].out[0];
     }
     bool relu = false;
-    slim_node *r = sole_reader(p, out, "Relu");
     if (r) {
         p->dead[r - g->nodes] = true;
         out = r->out[0];
@@ -331,6 +384,34 @@ static slim_status quantize_gather(pass *p, int id, slim_int8_layer *layer, slim
         ((float *)scale.data)[r] = quantize_channel((const float *)t->data + r * d, d, 1,
                                                     (int8_t *)q.data + r * d, &e2, &w2);
     layer->weight_error = w2 > 0 ? sqrt(e2 / w2) : 0;
+    /* The output error on the sample's rows: the gathered rows against
+     * their dequantized codes. */
+    const slim_tensor *ix = slim_int8_sample(p->opts ? p->opts->samples : NULL,
+                                             g->values[g->nodes[id].in[1]].name);
+    if (ix && (ix->dtype == SLIM_I64 || ix->dtype == SLIM_I32)) {
+        double ge2 = 0, gr2 = 0;
+        for (int64_t i = 0; i < slim_tensor_numel(ix); i++) {
+            int64_t r = slim_load_i64(ix->dtype, ix->data, i);
+            r = r < 0 ? r + rows : r;
+            if (r < 0 || r >= rows)
+                continue;
+            const float *w = (const float *)t->data + r * d;
+            const int8_t *c = (const int8_t *)q.data + r * d;
+            float sr = ((const float *)scale.data)[r];
+            for (int64_t j = 0; j < d; j++) {
+                double e = (double)w[j] - (double)((float)c[j] * sr);
+                ge2 += e * e;
+                gr2 += (double)w[j] * w[j];
+            }
+        }
+        layer->error = gr2 > 0 ? sqrt(ge2 / gr2) : 0;
+        if (over_budget(p, layer->error)) {
+            layer->why = "over max_error";
+            slim_tensor_release(&q);
+            slim_tensor_release(&scale);
+            return SLIM_OK;
+        }
+    }
     layer->bytes_after = slim_tensor_nbytes(&q) + slim_tensor_nbytes(&scale);
     char base[300];
     snprintf(base, sizeof(base), "%s", g->nodes[id].name);
@@ -436,6 +517,10 @@ static slim_status run_pass(pass *p, const slim_int8_opts *opts, int first_new_v
         st = gather ? quantize_gather(p, i, layer, err) : quantize_linear(p, i, layer, &l, err);
         if (st)
             return slim_err_prefix(err, SLIM_NODE_FMT ": ", SLIM_NODE_ARGS(&g->nodes[i]));
+        if (layer->why) { /* over the error budget */
+            layer->bytes_after = layer->bytes_before;
+            continue;
+        }
         layer->quantized = true;
         p->rep->bytes_before += layer->bytes_before;
         p->rep->bytes_after += layer->bytes_after;
@@ -459,7 +544,7 @@ slim_status slim_quant_int8(slim_graph *g, const slim_int8_opts *opts, slim_int8
     /* New values are added as layers are quantized: room for 4 per node. */
     size_t nv = (size_t)g->n_values + 4 * (size_t)g->n_nodes + 1;
     pass p = {g, calloc(nv, sizeof(int)), calloc(nv, sizeof(int)), calloc(nv, sizeof(int)),
-              calloc((size_t)g->n_nodes + 1, sizeof(bool)), rep};
+              calloc((size_t)g->n_nodes + 1, sizeof(bool)), rep, opts};
     slim_status st = SLIM_OK;
     if (!p.consumers || !p.reader || !p.readers_before || !p.dead)
         st = slim_errf(err, SLIM_ENOMEM, "out of memory quantizing to int8");

@@ -20,7 +20,8 @@
  * per-row scales, dequantized as gathered. The float32 weight is dropped
  * when nothing else reads it, so memory falls with it.
  *
- * Layers named in exclude (by node name or op type) stay float32.
+ * Layers named in exclude (by node name or op type) stay float32, and so
+ * do layers whose measured error is over opts->max_error.
  * A graph quantized before (a .slim file written with --precision int8) has
  * nothing left to quantize: the pass leaves it as it is.
  */
@@ -29,9 +30,24 @@
 
 #include "graph.h"
 
+/* Float32 activations by value name, from one run of the float model on
+ * sample inputs (int8_check.c): the inputs of the layers the pass may
+ * quantize, which its error check multiplies both ways. */
+typedef struct slim_int8_samples {
+    int n;
+    char **names;
+    slim_tensor *tensors;
+} slim_int8_samples;
+
 typedef struct slim_int8_opts {
     const char *const *exclude;  /* node names or op types kept in float32 */
     int n_exclude;
+    /* With samples: each layer's output is computed from its sample input
+     * in float32 and in int8, and its relative L2 error (||y8 - y32|| /
+     * ||y32||, the layer's own error given float inputs) is reported; a
+     * layer whose error is over max_error (when > 0) stays float32. */
+    const slim_int8_samples *samples;
+    double max_error;
 } slim_int8_opts;
 
 typedef struct slim_int8_layer {
@@ -50,11 +66,25 @@ typedef struct slim_int8_report {
     int n_layers;
     slim_int8_layer *layers;     /* every candidate, quantized or not */
     size_t bytes_before, bytes_after; /* of the quantized layers */
+    /* Why the output errors were not measured when only a report asked
+     * for them (slim inspect); empty otherwise. */
+    char unmeasured[256];
 } slim_int8_report;
 
 /* rep may be NULL. */
 slim_status slim_quant_int8(slim_graph *g, const slim_int8_opts *opts, slim_int8_report *rep,
                             slim_err *err);
 void slim_int8_report_free(slim_int8_report *rep);
+
+/* Loads the model at path again on its own, runs it in float32 on the
+ * given inputs (matched by name; inputs not given are drawn from their
+ * declared specs, see int8_check.c) and keeps each candidate layer's input
+ * in *out (slim_int8_samples_free). */
+slim_status slim_int8_capture(const char *path, int n_given, const char *const *given_names,
+                              const slim_tensor *given, slim_int8_samples *out, slim_err *err);
+const slim_tensor *slim_int8_sample(const slim_int8_samples *s, const char *name);
+void slim_int8_samples_free(slim_int8_samples *s);
+/* ||got - ref|| / ||ref|| over n floats (0 when both are 0). */
+double slim_int8_rel_error(const float *ref, const float *got, int64_t n);
 
 #endif

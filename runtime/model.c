@@ -55,17 +55,42 @@ slim_status slim_model_load(const char *path, const slim_load_opts *opts,
         return slim_errf(err, SLIM_ENOMEM, "out of memory loading %s", path);
     slim_mem_account *prev = slim_mem_account_enter(acct);
     slim_graph *g = NULL;
+    /* The error check's samples come from a float32 run of its own copy of
+     * the model, done and freed before this load holds any weights. */
+    slim_int8_samples samples = {0};
+    slim_status st = SLIM_OK;
+    char unmeasured[sizeof(((slim_int8_report *)0)->unmeasured)] = "";
+    if (int8 && (opts->int8_measure || opts->int8_max_error > 0)) {
+        st = slim_int8_capture(path, opts->n_int8_samples, opts->int8_sample_names,
+                               opts->int8_samples, &samples, err);
+        /* A budget needs the measurements; a report (inspect) does without
+         * and says why. */
+        if (st && opts->int8_max_error > 0)
+            slim_err_prefix(err, "int8 max_error: measuring the layers' error: ");
+        else if (st && st != SLIM_ENOMEM) {
+            size_t n = strnlen(err->msg, sizeof(unmeasured) - 1);
+            memcpy(unmeasured, err->msg, n);
+            unmeasured[n] = '\0';
+            st = SLIM_OK;
+        }
+    }
     /* The format is told by its magic number, not the file's name. */
-    slim_status st = slim_model_file_is_slim(path) ? slim_format_load_file(path, &g, err)
-                                                   : slim_onnx_load_file(path, &g, err);
+    if (!st)
+        st = slim_model_file_is_slim(path) ? slim_format_load_file(path, &g, err)
+                                           : slim_onnx_load_file(path, &g, err);
     if (!st && int8) {
-        slim_int8_opts io = {opts->int8_exclude, opts->n_int8_exclude};
+        slim_int8_opts io = {opts->int8_exclude, opts->n_int8_exclude, &samples,
+                             opts->int8_max_error};
         st = slim_quant_int8(g, &io, opts->int8_report, err);
+        if (!st && opts->int8_report)
+            snprintf(opts->int8_report->unmeasured, sizeof(opts->int8_report->unmeasured), "%s",
+                     unmeasured);
         if (st) {
             slim_graph_free(g);
             g = NULL;
         }
     }
+    slim_int8_samples_free(&samples);
     if (!st && half != SLIM_DTYPE_UNDEFINED) {
         st = slim_quant_half(g, half, NULL, err);
         if (st) {
@@ -145,6 +170,7 @@ slim_status slim__model_refresh(slim_model *m, slim_err *err)
         m->outputs[i] = g->values[g->outputs[i]].info;
     m->param_count = 0;
     m->weight_bytes = 0;
+    memset(m->weight_bytes_by_dtype, 0, sizeof(m->weight_bytes_by_dtype));
     for (int v = 0; v < g->n_values; v++) {
         const slim_value *val = &g->values[v];
         if (val->kind != SLIM_VALUE_INITIALIZER)
@@ -154,6 +180,8 @@ slim_status slim__model_refresh(slim_model *m, slim_err *err)
         if (!strchr(val->name, '@'))
             m->param_count += slim_tensor_numel(&val->init);
         m->weight_bytes += slim_tensor_nbytes(&val->init);
+        if (val->init.dtype > SLIM_DTYPE_UNDEFINED && val->init.dtype < SLIM_DTYPE_COUNT)
+            m->weight_bytes_by_dtype[val->init.dtype] += slim_tensor_nbytes(&val->init);
     }
     return SLIM_OK;
 }

@@ -15,6 +15,7 @@ struct slim_model {
     slim_io_info *inputs;   /* views into graph values */
     slim_io_info *outputs;
     size_t weight_bytes;
+    size_t weight_bytes_by_dtype[SLIM_DTYPE_COUNT]; /* the same bytes split by dtype */
     int64_t param_count;
     /* Weights (when loaded from a file) and every run's memory are charged
      * here; its limit is the model's memory limit. */

@@ -155,6 +155,16 @@ typedef struct slim_load_opts {
     const char *const *int8_exclude;
     int n_int8_exclude;
     struct slim_int8_report *int8_report;
+    /* With precision "int8": measure each layer's output error on sample
+     * inputs (one float32 run of the model at load) and report it; layers
+     * over int8_max_error (when > 0, which implies measuring) stay float32.
+     * The samples are these inputs by name, the rest drawn from the input
+     * specs (quant/int8_check.c). */
+    bool int8_measure;
+    double int8_max_error;
+    int n_int8_samples;
+    const char *const *int8_sample_names;
+    const slim_tensor *int8_samples;
 } slim_load_opts;
 
 /* Loads an ONNX model (by extension or magic). The model is read-only after

@@ -18,6 +18,14 @@ static const slim_op_schema internal_schemas[] = {
     {0},
 };
 
+/* onnxruntime's contrib operators that slimserve runs (arity and
+ * attributes as onnxruntime's contrib_defs declare them). */
+static const slim_op_schema microsoft_schemas[] = {
+    {"MatMulIntegerToFloat", 1, 4, 7, 1, 1, "SSSSOOO", "S", ""},
+    {"DynamicQuantizeMatMul", 1, 3, 5, 1, 1, "SSSOO", "S", ""},
+    {0},
+};
+
 static size_t onnx_schema_count(void)
 {
     static size_t n; /* computed once; the table is constant */
@@ -32,6 +40,12 @@ const slim_op_schema *slim_op_schema_find(const char *domain, const char *op_typ
     if (domain && strcmp(domain, "com.slimserve") == 0) {
         for (const slim_op_schema *s = internal_schemas; s->op_type; s++)
             if (strcmp(s->op_type, op_type) == 0)
+                return s;
+        return NULL;
+    }
+    if (domain && strcmp(domain, "com.microsoft") == 0) {
+        for (const slim_op_schema *s = microsoft_schemas; s->op_type; s++)
+            if (strcmp(s->op_type, op_type) == 0 && s->since <= opset)
                 return s;
         return NULL;
     }

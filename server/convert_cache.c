@@ -171,9 +171,9 @@ slim_status slim_server_convert_cached(const char *cache_dir, const char *model,
         return s;
     /* Everything that changes what is written, hashed in order. */
     char set[256];
-    snprintf(set, sizeof(set), "format %d; slimserve %s; precision %s; int8 exclude",
-             SLIM_FORMAT_VERSION, SLIM_SERVER_VERSION,
-             opts->precision ? opts->precision : "fp32");
+    snprintf(set, sizeof(set), "format %d; slimserve %s; precision %s; int8 max_error %.17g; "
+             "int8 exclude", SLIM_FORMAT_VERSION, SLIM_SERVER_VERSION,
+             opts->precision ? opts->precision : "fp32", opts->int8_max_error);
     uint64_t set_hash = hash_bytes((const unsigned char *)set, strlen(set), 1);
     for (int i = 0; i < opts->n_int8_exclude; i++)
         set_hash = hash_bytes((const unsigned char *)opts->int8_exclude[i],
@@ -192,7 +192,8 @@ slim_status slim_server_convert_cached(const char *cache_dir, const char *model,
     /* Convert on the CPU: the device placement happens when the cached file
      * is loaded to serve. */
     slim_load_opts lo = {.precision = opts->precision, .int8_exclude = opts->int8_exclude,
-                         .n_int8_exclude = opts->n_int8_exclude};
+                         .n_int8_exclude = opts->n_int8_exclude,
+                         .int8_max_error = opts->int8_max_error};
     slim_model *m = NULL;
     if ((s = slim_model_load(src, &lo, &m, err)) != SLIM_OK)
         return s;

@@ -137,6 +137,20 @@ static void put_weight_bytes(const slim_server_model *m, void *user)
                            m->name, (long long)m->version, m->model->weight_bytes);
 }
 
+/* One sample per data type the model's weights hold: an int8 model shows
+ * its int8 codes beside the float32 scales and biases and int32 column
+ * sums, and what stayed float32. A separate family, so that the total's
+ * existing series keep their labels. */
+static void put_weight_bytes_by_dtype(const slim_server_model *m, void *user)
+{
+    for (int t = SLIM_DTYPE_UNDEFINED + 1; t < SLIM_DTYPE_COUNT; t++)
+        if (m->model->weight_bytes_by_dtype[t])
+            slim_server_buf_printf(user, "slim_model_weight_bytes_by_dtype{model=\"%s\","
+                                   "version=\"%lld\",dtype=\"%s\"} %zu\n", m->name,
+                                   (long long)m->version, slim_dtype_name((slim_dtype)t),
+                                   m->model->weight_bytes_by_dtype[t]);
+}
+
 static void put_arena_bytes(const slim_server_model *m, void *user)
 {
     int64_t batch[ARENA_SIZES_MAX];
@@ -174,6 +188,7 @@ typedef struct model_family {
 
 static const model_family model_families[] = {
     {"slim_model_weight_bytes", "Bytes of the model's weights (loaded once, shared read-only)", put_weight_bytes},
+    {"slim_model_weight_bytes_by_dtype", "The model's weight bytes by data type (they sum to slim_model_weight_bytes)", put_weight_bytes_by_dtype},
     {"slim_model_arena_bytes", "Planned activation arena per run, per cached batch size", put_arena_bytes},
     {"slim_model_memory_bytes", "Bytes the model holds now: weights and its runs' memory", put_model_held},
     {"slim_model_memory_peak_bytes", "Highest bytes the model has held at once", put_model_peak},

@@ -153,6 +153,7 @@ typedef struct slim_server_config {
     char *precision;            /* "fp16", "bf16", "int8"; NULL: fp32 */
     char **int8_exclude;        /* "int8": {"exclude": [...]}: layers kept in fp32 */
     int n_int8_exclude;
+    double int8_max_error;      /* "int8": {"max_error": x}; 0: no budget */
     int convert;                /* "convert": 1 true, -1 false, 0 not given
                                    (then --convert-cache decides) */
     slim_server_version_policy versions; /* which version folders load */

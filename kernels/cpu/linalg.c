@@ -13,6 +13,7 @@
  * of one large product, which is what BLAS is fastest at.
  */
 #include "kernel.h"
+#include "quantize_ops.h"
 
 #include <cblas.h>
 #include <limits.h>
@@ -447,6 +448,14 @@ static slim_status mmi_exec(slim_op_ctx *ctx)
     slim_status s = mm_shapes(a, b, &sh, &nd, dims, ctx->err);
     if (s || slim_tensor_numel(y) == 0)
         return s;
+    const slim_tensor *azp = ctx->n_in > 2 ? ctx->in[2] : NULL;
+    const slim_tensor *bzp = ctx->n_in > 3 ? ctx->in[3] : NULL;
+    if (slim_qmm_fast_ok(a, azp, b, bzp)) { /* u8 x int8 weights: the int8 kernel */
+        slim_qmm_shape qs;
+        if (!(s = slim_qmm_shapes(a, b, &qs, &nd, dims, ctx->err)))
+            s = slim_qmm_int32(&qs, a, azp, b, bzp, y->data, ctx->err);
+        return s;
+    }
     double *pa = mmi_shifted(a, ctx->n_in > 2 ? ctx->in[2] : NULL, sh.k, sh.m);
     double *pb = mmi_shifted(b, ctx->n_in > 3 ? ctx->in[3] : NULL, 1, sh.n);
     void *own_y, *py = calc_out(y, CT_F64, &own_y);

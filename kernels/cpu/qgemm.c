@@ -28,7 +28,11 @@
 #include <immintrin.h>
 #endif
 
-#define MR_MAX 6        /* rows per micro-kernel call (AVX-512: 6 x 4 accumulators) */
+/* Rows per micro-kernel call (AVX-512: 4 x 4 accumulators). Not 6: 24
+ * accumulators, 4 weight vectors and the row broadcasts exceed the 32
+ * registers once GCC schedules the broadcasts early, and it spilled
+ * accumulators inside the loop (a quarter of the 4-row rate). */
+#define MR_MAX 4
 #define ROW_CHUNK 48    /* rows per task: a multiple of MR_MAX */
 
 int64_t slim_qgemm_k4(int64_t k)
@@ -71,6 +75,27 @@ void slim_qgemm_pack(const int8_t *wq, int64_t n, int64_t k, int8_t *packed, int
             s += wq[j * k + kk];
         }
         colsum[j] = s;
+    }
+}
+
+void slim_qgemm_pack_kn(const int8_t *b, int64_t k, int64_t n, int64_t ldb, int8_t *packed,
+                        int32_t *colsum)
+{
+    int64_t n16 = slim_qgemm_n16(n), k4 = slim_qgemm_k4(k);
+    memset(packed, 0, slim_qgemm_packed_bytes(n, k));
+    memset(colsum, 0, sizeof(int32_t) * (size_t)n);
+    for (int64_t p = 0; p * SLIM_QGEMM_PANEL < n16; p++) {
+        int64_t w = panel_width(n16, p), n0 = p * SLIM_QGEMM_PANEL;
+        int64_t cols = n - n0 < w ? n - n0 : w;
+        int8_t *dst = packed + p * SLIM_QGEMM_PANEL * k4;
+        for (int64_t kk = 0; kk < k; kk++) {
+            const int8_t *src = b + kk * ldb + n0;
+            int8_t *d = dst + (kk / 4) * w * 4 + kk % 4;
+            for (int64_t c = 0; c < cols; c++) {
+                d[c * 4] = src[c];
+                colsum[n0 + c] += src[c];
+            }
+        }
     }
 }
 
@@ -269,6 +294,19 @@ static inline float epilogue_c(int32_t acc, int32_t zx, int32_t colsum, float sx
     return act == SLIM_QGEMM_ACT_RELU ? (v > 0 ? v : 0.0f) : v;
 }
 
+/* Output (r, n) from its int32 sum: the float epilogue, or (slim_qgemm_u8)
+ * the zero-point-corrected sum itself. */
+static inline void store_c(const qgemm_job *j, int64_t r, int64_t n, int32_t acc)
+{
+    const slim_qgemm_args *a = j->a;
+    if (a->y_i32)
+        a->y_i32[r * a->ldy + n] =
+            (int32_t)((uint32_t)acc - (uint32_t)j->zx[r] * (uint32_t)a->colsum[n]);
+    else
+        a->y[r * a->ldy + n] = epilogue_c(acc, j->zx[r], a->colsum[n], j->sx[r], a->w_scale[n],
+                                          a->bias ? a->bias[n] : 0.0f, a->act);
+}
+
 /* Rows [r0, r1) against panel p, the portable way. */
 static void panel_c(const qgemm_job *j, int64_t p, int64_t r0, int64_t r1)
 {
@@ -286,12 +324,8 @@ static void panel_c(const qgemm_job *j, int64_t p, int64_t r0, int64_t r1)
                 acc[c] += xg[0] * bg[c * 4] + xg[1] * bg[c * 4 + 1] + xg[2] * bg[c * 4 + 2] +
                           xg[3] * bg[c * 4 + 3];
         }
-        float *y = a->y + r * a->ldy;
-        for (int64_t c = 0; c < w && n0 + c < a->n; c++) {
-            int64_t n = n0 + c;
-            y[n] = epilogue_c(acc[c], j->zx[r], a->colsum[n], j->sx[r], a->w_scale[n],
-                              a->bias ? a->bias[n] : 0.0f, a->act);
-        }
+        for (int64_t c = 0; c < w && n0 + c < a->n; c++)
+            store_c(j, r, n0 + c, acc[c]);
     }
 }
 
@@ -330,6 +364,14 @@ static inline void micro_vnni(const qgemm_job *j, int mr, int nv, int64_t r, int
             break;
         __mmask16 mk = a->n - c >= 16 ? 0xFFFF : (__mmask16)((1u << (a->n - c)) - 1);
         __m512i cs = _mm512_maskz_loadu_epi32(mk, a->colsum + c);
+        if (a->y_i32) {
+            for (int i = 0; i < mr; i++)
+                _mm512_mask_storeu_epi32(
+                    a->y_i32 + (r + i) * a->ldy + c, mk,
+                    _mm512_sub_epi32(acc[i][v],
+                                     _mm512_mullo_epi32(_mm512_set1_epi32(j->zx[r + i]), cs)));
+            continue;
+        }
         __m512 sw = _mm512_maskz_loadu_ps(mk, a->w_scale + c);
         __m512 bias = a->bias ? _mm512_maskz_loadu_ps(mk, a->bias + c) : zero;
         for (int i = 0; i < mr; i++) {
@@ -356,7 +398,7 @@ static void panel_vnni(const qgemm_job *j, int64_t p, int64_t r0, int64_t r1)
     for (int64_t r = r0; r < r1; r += MR_MAX) {
         int mr = r1 - r < MR_MAX ? (int)(r1 - r) : MR_MAX;
         switch (mr * 8 + nv) {
-            MICRO_ROW(1) MICRO_ROW(2) MICRO_ROW(3) MICRO_ROW(4) MICRO_ROW(5) MICRO_ROW(6)
+            MICRO_ROW(1) MICRO_ROW(2) MICRO_ROW(3) MICRO_ROW(4)
         default: break;
         }
     }
@@ -409,12 +451,8 @@ static inline void micro_avx2(const qgemm_job *j, int mr, int64_t r, int64_t p, 
             s = _mm256_permute4x64_epi64(s, 0xD8);
             _mm256_storeu_si256((__m256i *)(sums + h * 4), s);
         }
-        float *y = a->y + (r + i) * a->ldy;
-        for (int c = 0; c < 16 && n0 + c < a->n; c++) {
-            int64_t n = n0 + c;
-            y[n] = epilogue_c(sums[c], j->zx[r + i], a->colsum[n], j->sx[r + i], a->w_scale[n],
-                              a->bias ? a->bias[n] : 0.0f, a->act);
-        }
+        for (int c = 0; c < 16 && n0 + c < a->n; c++)
+            store_c(j, r + i, n0 + c, sums[c]);
     }
 }
 
@@ -476,6 +514,18 @@ size_t slim_qgemm_scratch_bytes(int64_t m, int64_t k)
     return rows + (size_t)m * (sizeof(float) + sizeof(int32_t));
 }
 
+static void run_panels(const slim_qgemm_args *a, const uint8_t *qx, const float *sx,
+                       const int32_t *zx)
+{
+    int64_t k4 = slim_qgemm_k4(a->k);
+    qgemm_job j = {a, qx, sx, zx, k4, slim_qgemm_n16(a->n), 0, 0, slim_qgemm_get_isa()};
+    j.panels = j.n16 / SLIM_QGEMM_PANEL + (j.n16 % SLIM_QGEMM_PANEL != 0);
+    j.chunks = (a->m + ROW_CHUNK - 1) / ROW_CHUNK;
+    /* A task is up to ROW_CHUNK x 64 x k multiply-adds. */
+    int64_t work = (a->m < ROW_CHUNK ? a->m : ROW_CHUNK) * SLIM_QGEMM_PANEL * (k4 ? k4 : 4);
+    slim_parallel_for(j.panels * j.chunks, 1 + (1 << 18) / work, qgemm_part, &j);
+}
+
 void slim_qgemm(const slim_qgemm_args *a, void *scratch)
 {
     if (a->m <= 0 || a->n <= 0)
@@ -485,10 +535,11 @@ void slim_qgemm(const slim_qgemm_args *a, void *scratch)
     quant_job q = {a, scratch, (float *)((char *)scratch + rows),
                    (int32_t *)((char *)scratch + rows + (size_t)a->m * sizeof(float)), k4};
     slim_parallel_for(a->m, 1 + 16384 / (k4 ? k4 : 1), quant_part, &q);
-    qgemm_job j = {a, q.qx, q.sx, q.zx, k4, slim_qgemm_n16(a->n), 0, 0, slim_qgemm_get_isa()};
-    j.panels = j.n16 / SLIM_QGEMM_PANEL + (j.n16 % SLIM_QGEMM_PANEL != 0);
-    j.chunks = (a->m + ROW_CHUNK - 1) / ROW_CHUNK;
-    /* A task is up to ROW_CHUNK x 64 x k multiply-adds. */
-    int64_t work = (a->m < ROW_CHUNK ? a->m : ROW_CHUNK) * SLIM_QGEMM_PANEL * (k4 ? k4 : 4);
-    slim_parallel_for(j.panels * j.chunks, 1 + (1 << 18) / work, qgemm_part, &j);
+    run_panels(a, q.qx, q.sx, q.zx);
+}
+
+void slim_qgemm_u8(const slim_qgemm_args *a, const uint8_t *qx, const int32_t *zx)
+{
+    if (a->m > 0 && a->n > 0)
+        run_panels(a, qx, NULL, zx);
 }

@@ -10,7 +10,10 @@
   0.35x the fp32 .slim (the small models' scales and biases stay fp32);
 - a row's int8 result is bitwise the same alone and in a batch;
 - `--int8-exclude MatMul,Gather` leaves the transformer bitwise fp32, and
-  `slim inspect --precision int8` says which layers are int8.
+  `slim inspect --precision int8` says which layers are int8;
+- the error budget: inspect's measured per-layer errors, `--int8-max-error`
+  near their median keeps exactly the layers over it in fp32, and a budget
+  no layer meets leaves `slim run` bitwise fp32.
 """
 
 import argparse
@@ -103,6 +106,59 @@ def main():
     check(r.returncode == 0 and ff1 and " fp32 " in ff1[0] and "excluded" in ff1[0] and
           q and " int8 " in q[0] and any(l.startswith("int8 weight bytes:") for l in lines),
           "slim inspect --precision int8 lists each layer's precision (excluded ones fp32)")
+
+    # The error budget: inspect measures each layer's output error; with
+    # --int8-max-error near the median, the layers over it stay fp32 and the
+    # others are int8 (the table is parsed: layer op precision ... error).
+    def layer_rows(*extra):
+        r = subprocess.run([a.slim, "inspect", path, "--precision", "int8", *extra],
+                           capture_output=True, text=True)
+        rows = {}
+        for l in r.stdout.splitlines():
+            f = l.split()
+            if len(f) >= 7 and f[1] in ("MatMul", "Gemm", "Gather") and f[2] in ("int8", "fp32"):
+                rows[f[0]] = (f[2], float(f[6]) if f[6] != "-" else None, " ".join(f[7:]))
+        return r.returncode, rows
+    rc, rows = layer_rows()
+    errs = sorted(e for _, e, _ in rows.values() if e is not None)
+    check(rc == 0 and len(errs) == 13 and all(0 < e < 0.05 for e in errs),
+          f"slim inspect --precision int8 measures 13 layers' output error: {errs}")
+    # Between two middle errors with the widest gap: the table prints 3
+    # digits, so a budget equal to a printed value could fall either side.
+    mid = range(3, len(errs) - 4) if len(errs) > 8 else range(0)
+    i = max(mid, key=lambda j: errs[j + 1] - errs[j], default=0)
+    budget = (errs[i] + errs[i + 1]) / 2 if errs else 0.01
+    rc, rows = layer_rows("--int8-max-error", f"{budget:.17g}")
+    over = [n for n, (p, e, why) in rows.items() if p == "fp32"]
+    check(rc == 0 and over and all(rows[n][1] > budget and rows[n][2] == "over max_error"
+                                   for n in over) and
+          all(e <= budget for n, (p, e, _) in rows.items() if p == "int8") and
+          len(over) < len(rows),
+          f"--int8-max-error {budget:.3g}: {len(over)} layers over it stay fp32, the rest int8")
+    yb = run(a.slim, path, "tokens", ids, os.path.join(d, "budget"), "--precision", "int8",
+             "--int8-max-error", "1e-9")
+    check(yb.tobytes() == y32.tobytes(),
+          "slim run --int8-max-error 1e-9 (every layer over it) is bitwise fp32")
+
+    # A model whose input declares no shape: inspect still lists the layers
+    # and says why it measured nothing; a budget cannot be kept and fails.
+    import onnx.helper as oh
+    noshape = os.path.join(a.workdir, "noshape.onnx")
+    w = onnx.numpy_helper.from_array(np.ones((8, 4), np.float32), "w")
+    onnx.save(oh.make_model(oh.make_graph(
+        [oh.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+        [oh.make_tensor_value_info("x", onnx.TensorProto.FLOAT, None)],
+        [oh.make_tensor_value_info("y", onnx.TensorProto.FLOAT, None)], [w]),
+        opset_imports=[oh.make_opsetid("", 17)]), noshape)
+    r = subprocess.run([a.slim, "inspect", noshape, "--precision", "int8"], capture_output=True,
+                       text=True)
+    check(r.returncode == 0 and "output errors not measured: input \"x\"" in r.stdout and
+          any(l.split()[:3] == ["mm", "MatMul", "int8"] for l in r.stdout.splitlines()),
+          "inspect of a model with an unshaped input lists its int8 layer, unmeasured")
+    r = subprocess.run([a.slim, "inspect", noshape, "--precision", "int8", "--int8-max-error",
+                        "0.1"], capture_output=True, text=True)
+    check(r.returncode != 0 and "max_error" in r.stderr and "input \"x\"" in r.stderr,
+          f"a budget on it fails, naming the input: {r.stderr.strip()}")
     print(f"{len(FAILS)} failed" if FAILS else "all passed")
     return 1 if FAILS else 0
 

@@ -23,6 +23,7 @@ Ends with "N passed, N failed"; exits non-zero on any failure.
 """
 
 import argparse
+import json
 import os
 import re
 import shutil
@@ -83,6 +84,12 @@ def build_repository(root):
     shutil.copytree(os.path.join(root, "mlp", "1"), os.path.join(root, "tiny_limit", "1"))
     write_json(os.path.join(root, "tiny_limit", "config.json"),
                {"name": "tiny_limit", "memory_limit": 1024})
+    # int8 with an error budget every layer meets: weights by dtype.
+    shutil.copytree(os.path.join(root, "mlp", "1"), os.path.join(root, "mlp_int8", "1"))
+    with open(os.path.join(root, "mlp", "config.json")) as f:
+        cfg = json.load(f)
+    cfg.update(name="mlp_int8", precision="int8", int8={"max_error": 0.5})
+    write_json(os.path.join(root, "mlp_int8", "config.json"), cfg)
 
 
 # ---- reading /metrics -------------------------------------------------------
@@ -171,6 +178,21 @@ def weights_and_arena(srv, slim, repo):
     mx = metrics(srv)
     check(metric(mx, "slim_model_weight_bytes", model="mlp", version="1") == want,
           f"slim_model_weight_bytes is not the {want} bytes of the ONNX initializers")
+    # By dtype: they sum to the total; the fp32 model is all float32, the
+    # int8 one holds int8 codes, int32 column sums and far fewer float32s.
+    by = {}
+    for name in ("mlp", "mlp_int8"):
+        rows = [(l["dtype"], v) for l, v in mx.get("slim_model_weight_bytes_by_dtype", [])
+                if l.get("model") == name]
+        by[name] = dict(rows)
+        total = metric(mx, "slim_model_weight_bytes", model=name, version="1")
+        check(sum(by[name].values()) == total and len(rows) == len(by[name]),
+              f"{name}: weight bytes by dtype {by[name]} do not sum to {total}")
+    check(set(by["mlp"]) == {"float32"}, f"mlp weights by dtype: {by['mlp']}")
+    i8 = by["mlp_int8"]
+    check(i8.get("int8", 0) > 0 and i8.get("int32", 0) > 0 and
+          i8.get("float32", 0) < by["mlp"].get("float32", 0) / 10,
+          f"mlp_int8 weights by dtype: {i8} (fp32 model: {by['mlp']})")
     out = subprocess.run([slim, "inspect", path, "--memory", "--batch", "8"],
                          capture_output=True, text=True, timeout=120, check=True).stdout
     arena = int(re.search(r"^arena_bytes: (\d+)$", out, re.M).group(1))

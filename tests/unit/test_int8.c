@@ -257,6 +257,60 @@ START_TEST(test_pack_unpack_and_colsum)
 }
 END_TEST
 
+/* slim_qgemm_u8 (MatMulInteger's fast path): pre-quantized u8 rows times a
+ * weight packed from k x n storage give exactly sum (x - zx) * w on every
+ * path, over odd shapes, zero points 0, 131 and 255, and -128 weights
+ * (legal in ONNX's int8, unlike the pass's codes). */
+START_TEST(test_u8_int32_exact)
+{
+    const int64_t shapes[][3] = {{1, 1, 1}, {7, 19, 37}, {13, 70, 131}, {50, 130, 64}};
+    for (size_t sh = 0; sh < sizeof(shapes) / sizeof(shapes[0]); sh++) {
+        int64_t m = shapes[sh][0], n = shapes[sh][1], k = shapes[sh][2], k4 = slim_qgemm_k4(k);
+        uint8_t *qx = calloc((size_t)(m * k4), 1);
+        int8_t *b = malloc((size_t)(k * n)), *packed;
+        int32_t zx[64], *colsum = malloc(sizeof(int32_t) * (size_t)n);
+        int32_t *want = malloc(sizeof(int32_t) * (size_t)(m * n));
+        int32_t *got = malloc(sizeof(int32_t) * (size_t)(m * n));
+        ck_assert(posix_memalign((void **)&packed, 64, slim_qgemm_packed_bytes(n, k)) == 0);
+        rng_state = 99 + sh;
+        for (int64_t i = 0; i < m * k; i++)
+            qx[(i / k) * k4 + i % k] = (uint8_t)(rnd() % 256);
+        for (int64_t i = 0; i < k * n; i++)
+            b[i] = (int8_t)((int)(rnd() % 256) - 128);
+        b[0] = -128;
+        for (int64_t r = 0; r < m; r++)
+            zx[r] = r % 3 == 0 ? 0 : r % 3 == 1 ? 131 : 255;
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t j = 0; j < n; j++) {
+                int64_t acc = 0;
+                for (int64_t c = 0; c < k; c++)
+                    acc += ((int64_t)qx[r * k4 + c] - zx[r]) * b[c * n + j];
+                want[r * n + j] = (int32_t)acc;
+            }
+        slim_qgemm_pack_kn(b, k, n, n, packed, colsum);
+        for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {
+            if (!slim_qgemm_isa_supported(isas[i]))
+                continue;
+            ck_assert(slim_qgemm_set_isa(isas[i]));
+            memset(got, 0x5a, sizeof(int32_t) * (size_t)(m * n));
+            slim_qgemm_args a = {.m = m, .n = n, .k = k, .packed = packed, .colsum = colsum,
+                                 .y_i32 = got, .ldy = n};
+            slim_qgemm_u8(&a, qx, zx);
+            ck_assert_msg(memcmp(got, want, sizeof(int32_t) * (size_t)(m * n)) == 0,
+                          "%s, m %lld n %lld k %lld", slim_qgemm_isa_name(isas[i]),
+                          (long long)m, (long long)n, (long long)k);
+        }
+        slim_qgemm_set_isa(SLIM_QGEMM_AUTO);
+        free(qx);
+        free(b);
+        free(packed);
+        free(colsum);
+        free(want);
+        free(got);
+    }
+}
+END_TEST
+
 /* ---- the pass ------------------------------------------------------------ */
 
 static int add_init(slim_graph *g, const char *name, int ndim, const int64_t *dims, float scale)
@@ -381,7 +435,7 @@ START_TEST(test_pass_exclude_by_name_and_type)
     slim_graph *g = two_layers();
     slim_err err;
     slim_int8_report rep;
-    slim_int8_opts o = {(const char *[]){"mm"}, 1};
+    slim_int8_opts o = {.exclude = (const char *[]){"mm"}, .n_exclude = 1};
     ck_assert_int_eq(slim_quant_int8(g, &o, &rep, &err), SLIM_OK);
     ck_assert_str_eq(g->nodes[0].op_type, "MatMul");
     ck_assert_int_eq(g->n_nodes, 4);
@@ -391,7 +445,7 @@ START_TEST(test_pass_exclude_by_name_and_type)
     slim_graph_free(g);
 
     g = two_layers();
-    slim_int8_opts o2 = {(const char *[]){"Gemm"}, 1};
+    slim_int8_opts o2 = {.exclude = (const char *[]){"Gemm"}, .n_exclude = 1};
     ck_assert_int_eq(slim_quant_int8(g, &o2, NULL, &err), SLIM_OK);
     ck_assert_str_eq(g->nodes[0].op_type, "MatMulInt8");
     ck_assert_str_eq(g->nodes[1].op_type, "Gemm");
@@ -479,6 +533,78 @@ START_TEST(test_malformed_node_refused)
 }
 END_TEST
 
+/* The error check: a layer's measured error is its output's relative L2
+ * error against float32 (recomputed here from the two models' outputs), a
+ * budget under it keeps the layer (and its Add and Relu) in float32, and a
+ * layer with no sample input is quantized unmeasured. */
+START_TEST(test_pass_max_error)
+{
+    float xv[6 * 40];
+    rng_state = 11;
+    for (int i = 0; i < 240; i++)
+        xv[i] = rndf() * 2;
+    slim_tensor x = tu_f32(2, (int64_t[]){6, 40}, xv);
+    slim_err err;
+    slim_int8_samples smp = {1, (char *[]){"x"}, &x};
+
+    /* Independent figure: r (the first layer's output) from the float and
+     * the int8 model, fc kept float32 so only the first layer differs. */
+    slim_tensor r[2];
+    for (int q = 0; q < 2; q++) {
+        slim_graph *g = two_layers();
+        slim_graph_add_output(g, slim_graph_find_value(g, "r"));
+        slim_int8_opts o = {.exclude = (const char *[]){"fc"}, .n_exclude = 1};
+        if (q)
+            ck_assert_int_eq(slim_quant_int8(g, &o, NULL, &err), SLIM_OK);
+        slim_model *m;
+        ck_assert_msg(slim_model_from_graph(g, &m, &err) == SLIM_OK, "%s", err.msg);
+        slim_tensor *out;
+        int n_out;
+        ck_assert_int_eq(slim_model_run(m, 1, (const char *[]){"x"}, &x, &out, &n_out, &err),
+                         SLIM_OK);
+        r[q] = out[1];
+        slim_tensor_release(&out[0]);
+        free(out);
+        slim_model_free(m);
+    }
+    double want = slim_int8_rel_error(r[0].data, r[1].data, slim_tensor_numel(&r[0]));
+    ck_assert(want > 1e-4 && want < 0.05);
+
+    slim_graph *g = two_layers();
+    slim_int8_report rep;
+    slim_int8_opts o = {.samples = &smp, .max_error = 1.0};
+    ck_assert_int_eq(slim_quant_int8(g, &o, &rep, &err), SLIM_OK);
+    ck_assert(rep.layers[0].quantized && rep.layers[1].quantized);
+    ck_assert_msg(fabs(rep.layers[0].error - want) <= 1e-3 * want, "measured %g, recomputed %g",
+                  rep.layers[0].error, want);
+    ck_assert(rep.layers[1].error == -1); /* fc's input r has no sample */
+    double measured = rep.layers[0].error;
+    slim_int8_report_free(&rep);
+    slim_graph_free(g);
+
+    g = two_layers();
+    o.max_error = measured * 0.999;
+    ck_assert_int_eq(slim_quant_int8(g, &o, &rep, &err), SLIM_OK);
+    ck_assert(!rep.layers[0].quantized && rep.layers[1].quantized);
+    ck_assert_str_eq(rep.layers[0].why, "over max_error");
+    ck_assert(rep.layers[0].error == measured);
+    ck_assert_uint_eq(rep.layers[0].bytes_after, rep.layers[0].bytes_before);
+    ck_assert_int_eq(g->n_nodes, 4); /* MatMul, Add, Relu kept; fc quantized */
+    ck_assert_str_eq(g->nodes[0].op_type, "MatMul");
+    ck_assert_str_eq(g->nodes[3].op_type, "MatMulInt8");
+    ck_assert_int_eq(g->values[slim_graph_find_value(g, "w")].kind, SLIM_VALUE_INITIALIZER);
+    slim_int8_report_free(&rep);
+    slim_tensor y = run1(g, "x", x, SLIM_OK, &err);
+    slim_tensor ref = run1(two_layers(), "x", x, SLIM_OK, &err);
+    assert_close(&y, &ref, 0.05);
+    slim_tensor_release(&y);
+    slim_tensor_release(&ref);
+    slim_tensor_release(&r[0]);
+    slim_tensor_release(&r[1]);
+    slim_tensor_release(&x);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("int8");
@@ -487,12 +613,14 @@ int main(void)
     tcase_add_test(tk, test_row_result_independent_of_batch);
     tcase_add_test(tk, test_quantize_row_round_trip_and_edges);
     tcase_add_test(tk, test_pack_unpack_and_colsum);
+    tcase_add_test(tk, test_u8_int32_exact);
     suite_add_tcase(s, tk);
     TCase *tp = tcase_create("pass");
     tcase_add_test(tp, test_pass_fuses_and_matches_fp32);
     tcase_add_test(tp, test_pass_exclude_by_name_and_type);
     tcase_add_test(tp, test_gather_int8);
     tcase_add_test(tp, test_malformed_node_refused);
+    tcase_add_test(tp, test_pass_max_error);
     suite_add_tcase(s, tp);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -44,6 +44,7 @@ static double now_s(void)
 int slim_cmd_convert(int argc, char **argv)
 {
     const char *in = NULL, *out = NULL, *precision = NULL, *exclude_arg = NULL;
+    double max_error = 0;
     for (int i = 1; i < argc; i++) {
         if ((strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0) && i + 1 < argc)
             out = argv[++i];
@@ -51,6 +52,14 @@ int slim_cmd_convert(int argc, char **argv)
             precision = argv[++i];
         else if (strcmp(argv[i], "--int8-exclude") == 0 && i + 1 < argc)
             exclude_arg = argv[++i];
+        else if (strcmp(argv[i], "--int8-max-error") == 0 && i + 1 < argc) {
+            char *end;
+            max_error = strtod(argv[++i], &end);
+            if (*end || !(max_error > 0) || max_error > 1e30) {
+                fprintf(stderr, "slim convert: --int8-max-error needs a positive number\n");
+                return 2;
+            }
+        }
         else if (argv[i][0] != '-' && !in)
             in = argv[i];
         else {
@@ -61,13 +70,13 @@ int slim_cmd_convert(int argc, char **argv)
     }
     if (!in || !out) {
         fprintf(stderr, "usage: slim convert MODEL -o OUT.slim [--precision fp32|fp16|bf16|int8]"
-                " [--int8-exclude LIST]\n");
+                " [--int8-exclude LIST] [--int8-max-error X]\n");
         return 2;
     }
     slim_err err = {0};
     slim_model *m = NULL;
     double t0 = now_s();
-    slim_load_opts opts = {.precision = precision};
+    slim_load_opts opts = {.precision = precision, .int8_max_error = max_error};
     const char *exclude[256];
     char *exclude_buf = exclude_arg ? strdup(exclude_arg) : NULL;
     if (exclude_buf) {

@@ -190,10 +190,12 @@ static int print_memory(const char *path, const slim_model *m, int64_t batch)
 }
 
 #define INSPECT_USAGE "usage: slim inspect MODEL [--memory [--batch N]] [--device DEV] " \
-                      "[--precision P] [--int8-exclude LIST]\n"
+                      "[--precision P] [--int8-exclude LIST] [--int8-max-error X]\n"
 
 /* With --precision int8: each candidate layer, its precision, weight bytes
- * before and after, and the weights' relative quantization error. */
+ * before and after, the weights' relative quantization error, and the
+ * layer's measured output error (relative L2, on sample inputs drawn from
+ * the input specs, its own error given float inputs). */
 static void print_int8(const slim_int8_report *r)
 {
     int width = 5, q = 0;
@@ -203,17 +205,23 @@ static void print_int8(const slim_int8_report *r)
         q += r->layers[i].quantized;
     }
     printf("int8 layers (%d of %d quantized):\n", q, r->n_layers);
-    printf("  %-*s  %-7s %-9s %12s %12s %9s  %s\n", width, "layer", "op", "precision",
-           "bytes_fp32", "bytes_now", "w_error", "note");
+    printf("  %-*s  %-7s %-9s %12s %12s %9s %9s  %s\n", width, "layer", "op", "precision",
+           "bytes_fp32", "bytes_now", "w_error", "error", "note");
     for (int i = 0; i < r->n_layers; i++) {
         const slim_int8_layer *l = &r->layers[i];
         printf("  %-*s  %-7s %-9s %12zu %12zu ", width, l->name, l->op_type,
                l->quantized ? "int8" : "fp32", l->bytes_before, l->bytes_after);
-        if (l->quantized)
-            printf("%9.2e  %s\n", l->weight_error, "");
+        if (l->quantized || l->error >= 0)
+            printf("%9.2e ", l->weight_error);
+        else
+            printf("%9s ", "-");
+        if (l->error >= 0)
+            printf("%9.2e  %s\n", l->error, l->why ? l->why : "");
         else
             printf("%9s  %s\n", "-", l->why ? l->why : "");
     }
+    if (r->unmeasured[0])
+        printf("output errors not measured: %s\n", r->unmeasured);
     if (r->bytes_before)
         printf("int8 weight bytes: %zu -> %zu (%.3fx)\n", r->bytes_before, r->bytes_after,
                (double)r->bytes_after / (double)r->bytes_before);
@@ -236,7 +244,8 @@ int slim_cmd_inspect(int argc, char **argv)
                    "              each node runs and the copies between devices\n"
                    "  --precision fp32, fp16, bf16 or int8 (int8 also prints each\n"
                    "              layer's precision, weight bytes and quantization error)\n"
-                   "  --int8-exclude LIST  comma-separated node names or op types kept in fp32\n");
+                   "  --int8-exclude LIST  comma-separated node names or op types kept in fp32\n"
+                   "  --int8-max-error X   layers whose measured output error is over X stay fp32\n");
             return 0;
         }
         if ((strcmp(argv[i], "--device") == 0 || strcmp(argv[i], "--precision") == 0) &&
@@ -250,6 +259,16 @@ int slim_cmd_inspect(int argc, char **argv)
         }
         if (strcmp(argv[i], "--int8-exclude") == 0 && i + 1 < argc) {
             exclude_arg = argv[++i];
+            continue;
+        }
+        if (strcmp(argv[i], "--int8-max-error") == 0 && i + 1 < argc) {
+            char *end;
+            opts.int8_max_error = strtod(argv[++i], &end);
+            if (*end || !(opts.int8_max_error > 0) || opts.int8_max_error > 1e30) {
+                fprintf(stderr, "slim inspect: --int8-max-error needs a positive number, got "
+                        "\"%s\"\n" INSPECT_USAGE, argv[i]);
+                return 2;
+            }
             continue;
         }
         if (strcmp(argv[i], "--memory") == 0) {
@@ -294,6 +313,8 @@ int slim_cmd_inspect(int argc, char **argv)
         opts.n_int8_exclude = n < 256 ? n : 256;
     }
     opts.int8_report = &int8;
+    /* inspect always measures the int8 layers' output error. */
+    opts.int8_measure = opts.precision && strcmp(opts.precision, "int8") == 0;
     slim_status st = slim_model_load(path, &opts, &m, &err);
     free(exclude_buf);
     if (st == SLIM_OK) {

@@ -49,7 +49,7 @@ static void usage(void)
             "usage: slim run MODEL --input NAME=FILE.npy ... [--output-dir DIR] [--repeat N]\n"
             "                [--memory-limit SIZE] [--memory-stats] [--batch-invariant]\n"
             "                [--device DEV] [--precision fp32|fp16|bf16|int8]\n"
-            "                [--int8-exclude LIST]\n"
+            "                [--int8-exclude LIST] [--int8-max-error X]\n"
             "  --input NAME=FILE.npy  a model input (NAME= may be left out when the model\n"
             "                         has a single input); repeat for each input. A\n"
             "                         bfloat16 input is given as float32 and rounded\n"
@@ -62,6 +62,8 @@ static void usage(void)
             "  --precision P          fp32 (default), fp16 or bf16 weights and activations;\n"
             "                         int8: int8 weights for matrix products and embeddings\n"
             "  --int8-exclude LIST    comma-separated node names or op types kept in fp32\n"
+            "  --int8-max-error X     measure each int8 layer's relative output error on\n"
+            "                         this run's inputs at load; layers over X stay fp32\n"
             "  --profile              time each operator type (GPU work waited for per\n"
             "                         node) and print the totals after the runs\n"
             "  --memory-stats         print the allocator's summary after the runs\n"
@@ -445,7 +447,8 @@ int slim_cmd_run(int argc, char **argv)
                            strcmp(a, "--output-dir") == 0 || strcmp(a, "-o") == 0 ||
                            strcmp(a, "--repeat") == 0 || strcmp(a, "--memory-limit") == 0 ||
                            strcmp(a, "--device") == 0 || strcmp(a, "--precision") == 0 ||
-                           strcmp(a, "--int8-exclude") == 0;
+                           strcmp(a, "--int8-exclude") == 0 ||
+                           strcmp(a, "--int8-max-error") == 0;
         if (takes_value) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "slim run: %s needs a value\n", a);
@@ -509,6 +512,15 @@ int slim_cmd_run(int argc, char **argv)
             int n = slim_cli_split_list(exclude_buf, exclude, 256);
             opts.int8_exclude = exclude;
             opts.n_int8_exclude = n < 256 ? n : 256;
+        } else if (strcmp(a, "--int8-max-error") == 0) {
+            char *end;
+            opts.int8_max_error = strtod(val, &end);
+            if (*end || !(opts.int8_max_error > 0) || opts.int8_max_error > 1e30) {
+                fprintf(stderr, "slim run: --int8-max-error needs a positive number, got "
+                        "\"%s\"\n", val);
+                free(exclude_buf);
+                return 2;
+            }
         } else if (strcmp(a, "--memory-limit") == 0) {
             memory_limit = val;
         } else if (strcmp(a, "--repeat") == 0) {
@@ -552,10 +564,34 @@ int slim_cmd_run(int argc, char **argv)
         }
         slim_allocator_set_limit(dev->alloc, limit);
     }
+    /* The int8 error check measures on this run's own inputs. */
+    char sample_names[MAX_RUN_INPUTS][512];
+    const char *sample_ptrs[MAX_RUN_INPUTS];
+    slim_tensor samples[MAX_RUN_INPUTS];
+    int n_samples = 0;
+    if (opts.int8_max_error > 0) {
+        for (int i = 0; i < n_input_args; i++) {
+            const char *eq = strchr(input_args[i], '=');
+            size_t len = eq ? (size_t)(eq - input_args[i]) : 0;
+            if (len >= sizeof(sample_names[0]))
+                continue; /* add_input reports it */
+            memcpy(sample_names[n_samples], input_args[i], len);
+            sample_names[n_samples][len] = '\0';
+            if (slim_npy_load(eq ? eq + 1 : input_args[i], &samples[n_samples], &err) != SLIM_OK)
+                continue; /* add_input reports it; the check draws that input */
+            sample_ptrs[n_samples] = sample_names[n_samples];
+            n_samples++;
+        }
+        opts.n_int8_samples = n_samples;
+        opts.int8_sample_names = sample_ptrs;
+        opts.int8_samples = samples;
+    }
     struct timespec t_load0, t_load1;
     clock_gettime(CLOCK_MONOTONIC, &t_load0);
     slim_status load_st = slim_model_load(model_path, &opts, &m, &err);
     free(exclude_buf); /* the pass has run: the names are no longer read */
+    for (int i = 0; i < n_samples; i++)
+        slim_tensor_release(&samples[i]);
     if (load_st != SLIM_OK) {
         fprintf(stderr, "slim run: %s\n", err.msg);
         return err.status == SLIM_EOOM ? 3 : 1;
