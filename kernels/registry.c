@@ -32,6 +32,9 @@ static bool is_default_domain(const char *domain)
  * and the int8 pass's quantized layers (cpu/qlinear.c). */
 extern const slim_op_def slim__ops_copy[];
 extern const slim_op_def slim__ops_int8[];
+#ifdef SLIM_HAVE_DNNL
+extern const slim_op_def slim__ops_fconv[]; /* the fuse_conv pass's (cpu/conv_dnnl.c) */
+#endif
 
 const slim_op_def *slim_op_lookup(const char *domain, const char *op_type, int opset)
 {
@@ -42,6 +45,11 @@ const slim_op_def *slim_op_lookup(const char *domain, const char *op_type, int o
         for (const slim_op_def *d = slim__ops_int8; d->op_type; d++)
             if (strcmp(d->op_type, op_type) == 0 && d->since <= opset)
                 return d;
+#ifdef SLIM_HAVE_DNNL
+        for (const slim_op_def *d = slim__ops_fconv; d->op_type; d++)
+            if (strcmp(d->op_type, op_type) == 0 && d->since <= opset)
+                return d;
+#endif
         return NULL;
     }
     if (!is_default_domain(domain))

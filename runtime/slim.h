@@ -155,6 +155,9 @@ typedef struct slim_load_opts {
     const char *const *int8_exclude;
     int n_int8_exclude;
     struct slim_int8_report *int8_report;
+    /* Skip the graph optimization passes (passes/pass.h): the graph as
+     * written, e.g. to save it to a .slim file, whose loads run them. */
+    bool no_passes;
 } slim_load_opts;
 
 /* Loads an ONNX model (by extension or magic). The model is read-only after
