@@ -7,12 +7,15 @@
 
 extern const slim_pass slim__pass_fold_bn;
 extern const slim_pass slim__pass_fuse_conv;
+extern const slim_pass slim__pass_blocked_layout;
 
 /* Folding BatchNormalization first gives fuse_conv a Conv whose only
- * reader is the activation or the residual Add. */
+ * reader is the activation or the residual Add; blocked_layout then links
+ * the FusedConvs fuse_conv made. */
 const slim_pass *const slim_passes[] = {
     &slim__pass_fold_bn,
     &slim__pass_fuse_conv,
+    &slim__pass_blocked_layout,
     NULL,
 };
 

@@ -70,6 +70,10 @@ typedef struct fconv_state {
     int act;                   /* SLIM_FCONV_ACT_* */
     float alpha, beta;
     int wfmt;                  /* SLIM_FCONV_W_* */
+    /* Set by the blocked_layout pass: X, R or Y is held in nChw16c (same
+     * bytes as NCHW, since channels are a multiple of 16), so its reorder
+     * is skipped. */
+    bool in_blocked, res_blocked, out_blocked;
     pthread_mutex_t mu;
     int n_sets;
     prim_set sets[CACHE_SLOTS];
@@ -211,6 +215,11 @@ static slim_status fconv_prepare(slim_node *node, void **state, slim_err *err)
     s->alpha = slim_attr_float(node, "alpha", 0.0f);
     s->beta = slim_attr_float(node, "beta", 0.0f);
     s->wfmt = (int)slim_attr_int(node, "weights_format", -1);
+    s->in_blocked = slim_attr_int(node, "in_blocked", 0) != 0;
+    s->res_blocked = slim_attr_int(node, "res_blocked", 0) != 0;
+    s->out_blocked = slim_attr_int(node, "out_blocked", 0) != 0;
+    if (s->in_blocked && s->wfmt == SLIM_FCONV_W_PLAIN_SRC)
+        ok = false;
     for (int i = 0; i < 2; i++)
         ok = ok && k[i] >= 1 && st[i] >= 1 && d[i] >= 1 && p[i] >= 0 && p[i + 2] >= 0;
     if (!ok || s->group < 1 || s->wfmt < 0 || s->wfmt > SLIM_FCONV_W_PLAIN_SRC ||
@@ -353,9 +362,9 @@ static dnnl_status_t make_conv(const fconv_state *s, const slim_tensor *w, const
                 (long long)set->w, (long long)m, impl);
     }
     st = dnnl_primitive_create(&pt->conv, pd);
-    if (st == dnnl_success && set->residual)
+    if (st == dnnl_success && set->residual && !s->res_blocked)
         st = make_reorder(&pt->res_to_dst, &pt->y_md, &pt->dst_md);
-    if (st == dnnl_success)
+    if (st == dnnl_success && !s->out_blocked)
         st = make_reorder(&pt->from_dst, &pt->dst_md, &pt->y_md);
 done:
     dnnl_primitive_desc_destroy(pd);
@@ -385,7 +394,7 @@ static dnnl_status_t build_set(const fconv_state *s, const slim_tensor *w, const
         return dnnl_out_of_memory;
     }
     dnnl_status_t st = dnnl_success;
-    if (s->wfmt != SLIM_FCONV_W_PLAIN_SRC) {
+    if (s->wfmt != SLIM_FCONV_W_PLAIN_SRC && !s->in_blocked) {
         set->n_in_parts = split16(c, threads, lo, hi);
         for (int p = 0; p < set->n_in_parts && st == dnnl_success; p++) {
             part *pt = &set->in_parts[p];
@@ -403,7 +412,7 @@ static dnnl_status_t build_set(const fconv_state *s, const slim_tensor *w, const
         set->parts[p].o1 = hi[p];
         st = make_conv(s, w, set, c, &set->parts[p]);
     }
-    set->dst_floats = (size_t)(m * set->oh * set->ow);
+    set->dst_floats = s->out_blocked ? 0 : (size_t)(m * set->oh * set->ow);
     if (st != dnnl_success)
         set_release(set);
     return st;
@@ -490,15 +499,19 @@ static void conv_parts(int64_t begin, int64_t end, void *user)
         const part *pt = &j->set->parts[p];
         size_t off = (size_t)(pt->o0 * j->plane_out);
         bool dw = j->s->wfmt == SLIM_FCONV_W_DEPTHWISE;
-        void *src = j->src ? (void *)(j->src + (dw ? pt->o0 * j->plane_in : 0)) : (void *)j->x;
+        const float *sbase = j->src ? j->src : j->x;
+        void *src = (void *)(sbase + (dw ? pt->o0 * j->plane_in : 0));
+        float *dst = (j->dst ? j->dst : j->y) + off; /* y itself when it is blocked */
         dnnl_status_t st = strm ? dnnl_success : dnnl_runtime_error;
-        if (st == dnnl_success && j->r)
-            st = run_reorder(pt->res_to_dst, &pt->y_md, (void *)(j->r + off), &pt->dst_md,
-                             j->dst + off, strm);
+        if (st == dnnl_success && j->r && pt->res_to_dst)
+            st = run_reorder(pt->res_to_dst, &pt->y_md, (void *)(j->r + off), &pt->dst_md, dst,
+                             strm);
+        else if (j->r && j->r + off != dst) /* blocked already: the sum reads dst */
+            memcpy(dst, j->r + off, sizeof(float) * (size_t)((pt->o1 - pt->o0) * j->plane_out));
         if (st == dnnl_success)
-            st = run_conv(pt, src, j->w + pt->o0 * j->w_per_oc, j->b + pt->o0, j->dst + off, strm);
-        if (st == dnnl_success)
-            st = run_reorder(pt->from_dst, &pt->dst_md, j->dst + off, &pt->y_md, j->y + off, strm);
+            st = run_conv(pt, src, j->w + pt->o0 * j->w_per_oc, j->b + pt->o0, dst, strm);
+        if (st == dnnl_success && pt->from_dst)
+            st = run_reorder(pt->from_dst, &pt->dst_md, dst, &pt->y_md, j->y + off, strm);
         if (st == dnnl_success)
             st = dnnl_stream_wait(strm);
         if (st != dnnl_success)
@@ -522,7 +535,7 @@ static slim_status fconv_exec(slim_op_ctx *ctx)
     slim_tensor src = {.dtype = SLIM_F32, .ndim = 1, .dims = {(int64_t)set.src_floats}};
     slim_tensor dst = {.dtype = SLIM_F32, .ndim = 1, .dims = {(int64_t)set.dst_floats}};
     if ((set.src_floats && (st = slim_tensor_alloc(&src, ctx->err))) ||
-        (st = slim_tensor_alloc(&dst, ctx->err)))
+        (set.dst_floats && (st = slim_tensor_alloc(&dst, ctx->err))))
         goto done;
     image_job j = {.set = &set, .s = s, .w = w->data, .b = b->data, .src = src.data,
                    .dst = dst.data, .plane_in = set.h * set.w, .plane_out = set.oh * set.ow,
@@ -532,7 +545,7 @@ static slim_status fconv_exec(slim_op_ctx *ctx)
         j.x = (const float *)x->data + n * in_image;
         j.y = (float *)y->data + n * out_image;
         j.r = r ? (const float *)r->data + n * out_image : NULL;
-        if (j.src)
+        if (set.n_in_parts)
             slim_parallel_for(set.n_in_parts, 1, reorder_in_parts, &j);
         slim_parallel_for(set.n_parts, 1, conv_parts, &j);
     }

@@ -190,11 +190,36 @@ START_TEST(fuse_conv_matches)
 }
 END_TEST
 
+/* FusedConvs feeding only FusedConvs hand over nChw16c: the stem's,
+ * the shortcut's and the block's outputs; y is a graph output and stays
+ * NCHW. The answer is the unoptimized graph's. */
+START_TEST(blocked_layout_matches)
+{
+    ck_assert_str_eq(slim_passes[2]->name, "blocked_layout");
+    slim_model *ref = load(0), *opt = load(3);
+    int blocked = 0;
+    for (int i = 0; i < opt->graph->n_nodes; i++) {
+        const slim_node *n = &opt->graph->nodes[i];
+        bool is_out = opt->graph->values[n->out[0]].is_output;
+        blocked += slim_attr_int(n, "out_blocked", 0) != 0;
+        ck_assert(!(is_out && slim_attr_int(n, "out_blocked", 0)));
+    }
+    ck_assert_int_eq(blocked, 3);
+    slim_tensor x = input(3), a = run(ref, &x), b = run(opt, &x);
+    assert_close(&b, &a, 1e-5);
+    slim_tensor_release(&a);
+    slim_tensor_release(&b);
+    slim_tensor_release(&x);
+    slim_model_free(ref);
+    slim_model_free(opt);
+}
+END_TEST
+
 /* In batch-invariant mode an image's result is bitwise the same alone and
  * in a batch. */
 START_TEST(fuse_conv_batch_invariant)
 {
-    slim_model *opt = load(2);
+    slim_model *opt = load(3);
     slim_model_set_batch_invariant(opt, true);
     slim_tensor x = input(3), all = run(opt, &x);
     int64_t per_in = 3 * 144, per_out = slim_tensor_numel(&all) / 3;
@@ -236,6 +261,7 @@ Suite *passes_suite(void)
     tcase_add_test(tc, fold_bn_matches);
 #ifdef SLIM_HAVE_DNNL
     tcase_add_test(tc, fuse_conv_matches);
+    tcase_add_test(tc, blocked_layout_matches);
     tcase_add_test(tc, fuse_conv_batch_invariant);
 #endif
     tcase_add_test(tc, passes_off_by_env);
