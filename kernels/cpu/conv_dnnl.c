@@ -55,6 +55,8 @@ typedef struct part {
     dnnl_primitive_t to_src, conv, res_to_dst, from_dst;
     dnnl_memory_desc_t x_md, src_md;           /* the input slice, NCHW and blocked */
     dnnl_memory_desc_t csrc_md, wei_md, bias_md, dst_md, y_md; /* the conv's */
+    dnnl_memory_desc_t scratch_md; /* the conv's scratchpad, ours to give */
+    size_t scratch_bytes;
 } part;
 
 typedef struct prim_set {
@@ -353,6 +355,10 @@ static dnnl_status_t make_conv(const fconv_state *s, const slim_tensor *w, const
     else if (s->act == SLIM_FCONV_ACT_CLIP)
         dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip_v2, s->alpha, s->beta);
     dnnl_primitive_attr_set_post_ops(attr, po);
+    /* The library's own scratchpad is one global buffer in this build
+     * (no DNNL_ENABLE_CONCURRENT_EXEC): two threads running convs at once
+     * would share it. Each execution brings its own instead. */
+    dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
     if ((st = dnnl_primitive_desc_create(&pd, &cd, attr, engine, NULL)) != dnnl_success)
         goto done;
     if (getenv("SLIM_DNNL_VERBOSE")) {
@@ -361,6 +367,8 @@ static dnnl_status_t make_conv(const fconv_state *s, const slim_tensor *w, const
         fprintf(stderr, "FusedConv %lldx%lldx%lld -> %lld: %s\n", (long long)c, (long long)set->h,
                 (long long)set->w, (long long)m, impl);
     }
+    pt->scratch_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    pt->scratch_bytes = dnnl_memory_desc_get_size(&pt->scratch_md);
     st = dnnl_primitive_create(&pt->conv, pd);
     if (st == dnnl_success && set->residual && !s->res_blocked)
         st = make_reorder(&pt->res_to_dst, &pt->y_md, &pt->dst_md);
@@ -454,6 +462,7 @@ typedef struct image_job {
     const float *x, *w, *b, *r; /* r: NULL without a residual */
     float *y, *src, *dst;       /* src: NULL when the conv reads x */
     int64_t plane_in, plane_out, w_per_oc;
+    int64_t in_image, out_image;  /* floats per image of x (and src), y (and dst, r) */
     atomic_int failed;
 } image_job;
 
@@ -461,9 +470,9 @@ static void reorder_in_parts(int64_t begin, int64_t end, void *user)
 {
     image_job *j = user;
     dnnl_stream_t strm = get_stream();
-    for (int64_t p = begin; p < end; p++) {
-        const part *pt = &j->set->in_parts[p];
-        size_t off = (size_t)(pt->c0 * j->plane_in);
+    for (int64_t t = begin; t < end; t++) {
+        const part *pt = &j->set->in_parts[t % j->set->n_in_parts];
+        size_t off = (size_t)(t / j->set->n_in_parts * j->in_image + pt->c0 * j->plane_in);
         if (!strm || run_reorder(pt->to_src, &pt->x_md, (void *)(j->x + off), &pt->src_md,
                                  j->src + off, strm) != dnnl_success)
             atomic_store(&j->failed, 1);
@@ -473,7 +482,11 @@ static void reorder_in_parts(int64_t begin, int64_t end, void *user)
 static dnnl_status_t run_conv(const part *pt, void *src, const float *w, const float *b,
                               void *dst, dnnl_stream_t s)
 {
-    dnnl_memory_t m[4] = {NULL, NULL, NULL, NULL};
+    dnnl_memory_t m[5] = {NULL, NULL, NULL, NULL, NULL};
+    slim_tensor scratch = {.dtype = SLIM_U8, .ndim = 1, .dims = {(int64_t)pt->scratch_bytes}};
+    slim_err ignored;
+    if (pt->scratch_bytes && slim_tensor_alloc(&scratch, &ignored))
+        return dnnl_out_of_memory;
     dnnl_status_t st = dnnl_memory_create(&m[0], &pt->csrc_md, engine, src);
     if (st == dnnl_success)
         st = dnnl_memory_create(&m[1], &pt->wei_md, engine, (void *)w);
@@ -481,13 +494,19 @@ static dnnl_status_t run_conv(const part *pt, void *src, const float *w, const f
         st = dnnl_memory_create(&m[2], &pt->bias_md, engine, (void *)b);
     if (st == dnnl_success)
         st = dnnl_memory_create(&m[3], &pt->dst_md, engine, dst);
+    if (st == dnnl_success && pt->scratch_bytes)
+        st = dnnl_memory_create(&m[4], &pt->scratch_md, engine, scratch.data);
     if (st == dnnl_success) {
-        dnnl_exec_arg_t args[4] = {{DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]},
-                                   {DNNL_ARG_BIAS, m[2]}, {DNNL_ARG_DST, m[3]}};
-        st = dnnl_primitive_execute(pt->conv, s, 4, args);
+        dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]},
+                                   {DNNL_ARG_BIAS, m[2]}, {DNNL_ARG_DST, m[3]},
+                                   {DNNL_ARG_SCRATCHPAD, m[4]}};
+        st = dnnl_primitive_execute(pt->conv, s, pt->scratch_bytes ? 5 : 4, args);
+        if (st == dnnl_success)
+            st = dnnl_stream_wait(s);
     }
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         dnnl_memory_destroy(m[i]);
+    slim_tensor_release(&scratch);
     return st;
 }
 
@@ -495,11 +514,12 @@ static void conv_parts(int64_t begin, int64_t end, void *user)
 {
     image_job *j = user;
     dnnl_stream_t strm = get_stream();
-    for (int64_t p = begin; p < end; p++) {
-        const part *pt = &j->set->parts[p];
-        size_t off = (size_t)(pt->o0 * j->plane_out);
+    for (int64_t t = begin; t < end; t++) {
+        const part *pt = &j->set->parts[t % j->set->n_parts];
+        int64_t n = t / j->set->n_parts;
+        size_t off = (size_t)(n * j->out_image + pt->o0 * j->plane_out);
         bool dw = j->s->wfmt == SLIM_FCONV_W_DEPTHWISE;
-        const float *sbase = j->src ? j->src : j->x;
+        const float *sbase = (j->src ? j->src : j->x) + n * j->in_image;
         void *src = (void *)(sbase + (dw ? pt->o0 * j->plane_in : 0));
         float *dst = (j->dst ? j->dst : j->y) + off; /* y itself when it is blocked */
         dnnl_status_t st = strm ? dnnl_success : dnnl_runtime_error;
@@ -532,23 +552,27 @@ static slim_status fconv_exec(slim_op_ctx *ctx)
     slim_status st = find_set(s, w, x, r != NULL, &set, &owned, ctx->err);
     if (st)
         return st;
-    slim_tensor src = {.dtype = SLIM_F32, .ndim = 1, .dims = {(int64_t)set.src_floats}};
-    slim_tensor dst = {.dtype = SLIM_F32, .ndim = 1, .dims = {(int64_t)set.dst_floats}};
+    int64_t batch = x->dims[0];
+    slim_tensor src = {.dtype = SLIM_F32, .ndim = 1, .dims = {(int64_t)set.src_floats * batch}};
+    slim_tensor dst = {.dtype = SLIM_F32, .ndim = 1, .dims = {(int64_t)set.dst_floats * batch}};
     if ((set.src_floats && (st = slim_tensor_alloc(&src, ctx->err))) ||
         (set.dst_floats && (st = slim_tensor_alloc(&dst, ctx->err))))
         goto done;
     image_job j = {.set = &set, .s = s, .w = w->data, .b = b->data, .src = src.data,
                    .dst = dst.data, .plane_in = set.h * set.w, .plane_out = set.oh * set.ow,
                    .w_per_oc = slim_tensor_numel(w) / w->dims[0]};
-    int64_t in_image = x->dims[1] * j.plane_in, out_image = w->dims[0] * j.plane_out;
-    for (int64_t n = 0; n < x->dims[0] && !atomic_load(&j.failed); n++) {
-        j.x = (const float *)x->data + n * in_image;
-        j.y = (float *)y->data + n * out_image;
-        j.r = r ? (const float *)r->data + n * out_image : NULL;
-        if (set.n_in_parts)
-            slim_parallel_for(set.n_in_parts, 1, reorder_in_parts, &j);
-        slim_parallel_for(set.n_parts, 1, conv_parts, &j);
-    }
+    j.in_image = x->dims[1] * j.plane_in;
+    j.out_image = w->dims[0] * j.plane_out;
+    j.x = x->data;
+    j.y = y->data;
+    j.r = r ? r->data : NULL;
+    /* Tasks are (image, part) pairs: every image goes through the same
+     * batch-1 primitives whatever the batch, and a batch wakes the pool
+     * twice per conv rather than twice per image. */
+    if (set.n_in_parts)
+        slim_parallel_for(batch * set.n_in_parts, 1, reorder_in_parts, &j);
+    if (!atomic_load(&j.failed))
+        slim_parallel_for(batch * set.n_parts, 1, conv_parts, &j);
     if (atomic_load(&j.failed))
         st = slim_errf(ctx->err, SLIM_EINTERNAL, "oneDNN convolution failed");
 done:
