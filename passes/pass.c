@@ -8,6 +8,7 @@
 extern const slim_pass slim__pass_fold_bn;
 extern const slim_pass slim__pass_fuse_conv;
 extern const slim_pass slim__pass_blocked_layout;
+extern const slim_pass slim__pass_fuse_matmul;
 
 /* Folding BatchNormalization first gives fuse_conv a Conv whose only
  * reader is the activation or the residual Add; blocked_layout then links
@@ -16,6 +17,7 @@ const slim_pass *const slim_passes[] = {
     &slim__pass_fold_bn,
     &slim__pass_fuse_conv,
     &slim__pass_blocked_layout,
+    &slim__pass_fuse_matmul,
     NULL,
 };
 

@@ -5,6 +5,9 @@
 #include "testutil.h"
 
 #include "pass.h"
+#ifdef SLIM_HAVE_DNNL
+#include "matmul_dnnl.h"
+#endif
 
 #include <math.h>
 #include <stdlib.h>
@@ -238,6 +241,103 @@ START_TEST(fuse_conv_batch_invariant)
 END_TEST
 #endif
 
+#ifdef SLIM_HAVE_DNNL
+/* x[N,3,64] -> MatMul(w1[64,128]) + b1 -> GELU (erf form, as exported)
+ *   -> MatMul(w2[128,64]) + b2 -> Relu -> y */
+static slim_graph *small_mlp(void)
+{
+    slim_graph *g = slim_graph_new();
+    g->opset = 17;
+    rng_state = 11;
+    add_init(g, "w1", 2, (int64_t[]){64, 128}, -0.3f, 0.3f);
+    add_init(g, "b1", 1, (int64_t[]){128}, -0.2f, 0.2f);
+    add_init(g, "w2", 2, (int64_t[]){128, 64}, -0.3f, 0.3f);
+    add_init(g, "b2", 1, (int64_t[]){64}, -0.2f, 0.2f);
+    add_init(g, "inv_sqrt2", 0, NULL, 0.70710678f, 0.70710678f);
+    add_init(g, "one", 0, NULL, 1.0f, 1.0f);
+    add_init(g, "half", 0, NULL, 0.5f, 0.5f);
+    node(g, "mm1", "MatMul", 2, (const char *[]){"x", "w1"}, "h");
+    node(g, "add1", "Add", 2, (const char *[]){"h", "b1"}, "f");
+    node(g, "g1", "Mul", 2, (const char *[]){"f", "inv_sqrt2"}, "t1");
+    node(g, "g2", "Erf", 1, (const char *[]){"t1"}, "t2");
+    node(g, "g3", "Add", 2, (const char *[]){"t2", "one"}, "t3");
+    node(g, "g4", "Mul", 2, (const char *[]){"f", "t3"}, "t4");
+    node(g, "g5", "Mul", 2, (const char *[]){"t4", "half"}, "gelu");
+    node(g, "mm2", "MatMul", 2, (const char *[]){"gelu", "w2"}, "h2");
+    node(g, "add2", "Add", 2, (const char *[]){"b2", "h2"}, "f2");
+    node(g, "relu", "Relu", 1, (const char *[]){"f2"}, "y");
+    int x = slim_graph_find_value(g, "x");
+    slim_graph_add_input(g, x);
+    g->values[x].info.dtype = SLIM_F32;
+    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    return g;
+}
+
+static slim_model *load_mlp(bool passes)
+{
+    slim_graph *g = small_mlp();
+    slim_err err = {0};
+    if (passes)
+        ck_assert_msg(slim_passes_run(g, &err) == SLIM_OK, "%s", err.msg);
+    slim_model *m;
+    ck_assert_msg(slim_model_from_graph(g, &m, &err) == SLIM_OK, "%s", err.msg);
+    return m;
+}
+
+static slim_tensor mlp_input(int64_t n, uint32_t seed)
+{
+    int64_t count = n * 3 * 64;
+    float *d = malloc(sizeof(float) * (size_t)count);
+    rng_state = seed;
+    for (int64_t i = 0; i < count; i++)
+        d[i] = rndf();
+    slim_tensor t = tu_f32(3, (int64_t[]){n, 3, 64}, d);
+    free(d);
+    return t;
+}
+
+START_TEST(fuse_matmul_matches)
+{
+    slim_model *ref = load_mlp(false), *opt = load_mlp(true);
+    ck_assert_int_eq(opt->graph->n_nodes, 2);
+    ck_assert_int_eq(count_op(opt->graph, "FusedMatMul"), 2);
+    ck_assert_int_eq(slim_attr_int(&opt->graph->nodes[0], "activation", -1), SLIM_FMM_ACT_GELU_ERF);
+    ck_assert_int_eq(slim_attr_int(&opt->graph->nodes[1], "activation", -1), SLIM_FMM_ACT_RELU);
+    /* Packed weights replace the originals: no more bytes than before. */
+    ck_assert_uint_le(opt->weight_bytes, ref->weight_bytes);
+    slim_tensor x = mlp_input(5, 3), a = run(ref, &x), b = run(opt, &x);
+    assert_close(&b, &a, 1e-5);
+    slim_tensor_release(&a);
+    slim_tensor_release(&b);
+    slim_tensor_release(&x);
+    slim_model_free(ref);
+    slim_model_free(opt);
+}
+END_TEST
+
+/* Rows in row-invariant mode: 7 items (21 rows, a short last tile) give
+ * each item's rows bitwise as when it runs alone (3 rows). */
+START_TEST(fuse_matmul_row_invariant)
+{
+    slim_model *opt = load_mlp(true);
+    slim_model_set_batch_invariant(opt, true);
+    slim_tensor x = mlp_input(7, 5), all = run(opt, &x);
+    int64_t per_in = 3 * 64, per_out = slim_tensor_numel(&all) / 7;
+    for (int64_t n = 0; n < 7; n++) {
+        slim_tensor one = tu_f32(3, (int64_t[]){1, 3, 64}, (const float *)x.data + n * per_in);
+        slim_tensor y = run(opt, &one);
+        ck_assert_int_eq(memcmp(y.data, (const float *)all.data + n * per_out,
+                                sizeof(float) * (size_t)per_out), 0);
+        slim_tensor_release(&y);
+        slim_tensor_release(&one);
+    }
+    slim_tensor_release(&all);
+    slim_tensor_release(&x);
+    slim_model_free(opt);
+}
+END_TEST
+#endif
+
 /* SLIM_PASSES=0 turns the passes off: the graph stays as written. */
 START_TEST(passes_off_by_env)
 {
@@ -263,6 +363,8 @@ Suite *passes_suite(void)
     tcase_add_test(tc, fuse_conv_matches);
     tcase_add_test(tc, blocked_layout_matches);
     tcase_add_test(tc, fuse_conv_batch_invariant);
+    tcase_add_test(tc, fuse_matmul_matches);
+    tcase_add_test(tc, fuse_matmul_row_invariant);
 #endif
     tcase_add_test(tc, passes_off_by_env);
     suite_add_tcase(s, tc);
