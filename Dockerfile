@@ -23,7 +23,7 @@ ENV DEBIAN_FRONTEND=noninteractive
 RUN apt-get update \
  && apt-get install -y --no-install-recommends \
         build-essential cmake pkg-config \
-        libprotobuf-c-dev protobuf-c-compiler libopenblas-dev \
+        libprotobuf-c-dev protobuf-c-compiler libopenblas-dev libdnnl-dev \
         libmicrohttpd-dev libcjson-dev check \
         python3 python3-venv \
  && rm -rf /var/lib/apt/lists/*
@@ -49,7 +49,7 @@ FROM ${BASE}
 # runs OpenBLAS single-threaded inside its own workers).
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-        libprotobuf-c1 libopenblas0-pthread libmicrohttpd12 libcjson1 \
+        libprotobuf-c1 libopenblas0-pthread libdnnl2 libmicrohttpd12 libcjson1 \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/log/apt /var/log/dpkg.log \
  && groupadd --gid 10001 slim \
  && useradd --uid 10001 --gid 10001 --home-dir /nonexistent --no-create-home \

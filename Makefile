@@ -65,6 +65,7 @@ demo: models
 
 bench: models
 	$(PY) bench/bench_cpu.py --slim $(BUILD)/bin/slim
+	$(PY) bench/bench_models.py --slim $(BUILD)/bin/slim
 	$(PY) bench/bench_server.py --slimserve $(BUILD)/bin/slimserve
 	$(PY) bench/bench_memory.py --slim $(BUILD)/bin/slim
 	$(PY) bench/bench_batching.py --slimserve $(BUILD)/bin/slimserve --slim $(BUILD)/bin/slim

@@ -35,6 +35,10 @@ extern const slim_op_def slim__ops_int8[];
 /* onnxruntime's contrib operators that quantized models carry
  * (cpu/quantize_ops.c). */
 extern const slim_op_def slim__ops_microsoft[];
+#ifdef SLIM_HAVE_DNNL
+extern const slim_op_def slim__ops_fconv[]; /* the fuse_conv pass's (cpu/conv_dnnl.c) */
+extern const slim_op_def slim__ops_fmm[];   /* the fuse_matmul pass's (cpu/matmul_dnnl.c) */
+#endif
 
 const slim_op_def *slim_op_lookup(const char *domain, const char *op_type, int opset)
 {
@@ -45,6 +49,14 @@ const slim_op_def *slim_op_lookup(const char *domain, const char *op_type, int o
         for (const slim_op_def *d = slim__ops_int8; d->op_type; d++)
             if (strcmp(d->op_type, op_type) == 0 && d->since <= opset)
                 return d;
+#ifdef SLIM_HAVE_DNNL
+        for (const slim_op_def *d = slim__ops_fconv; d->op_type; d++)
+            if (strcmp(d->op_type, op_type) == 0 && d->since <= opset)
+                return d;
+        for (const slim_op_def *d = slim__ops_fmm; d->op_type; d++)
+            if (strcmp(d->op_type, op_type) == 0 && d->since <= opset)
+                return d;
+#endif
         return NULL;
     }
     if (domain && strcmp(domain, "com.microsoft") == 0) {

@@ -338,9 +338,14 @@ slim_status slim_model_run(const slim_model *m, int n_inputs,
             if (n->device)
                 st = n->device->backend->sync(n->device, err);
             clock_gettime(CLOCK_MONOTONIC, &t1);
-            slim_profile_add(n->op_type, n->device ? n->device->name : "cpu",
-                             (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
-                                 (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
+            size_t bytes = 0;
+            for (int k = 0; k < n->n_out; k++)
+                if (n->out[k] >= 0)
+                    bytes += slim_tensor_nbytes(&rs.vals[n->out[k]]);
+            slim_profile_add_node(n->name, n->op_type, n->device ? n->device->name : "cpu",
+                                  (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
+                                      (double)(t1.tv_nsec - t0.tv_nsec) / 1e6,
+                                  bytes);
         }
         if (st) {
             slim_err_prefix(err, SLIM_NODE_FMT ": ", SLIM_NODE_ARGS(n));

@@ -5,6 +5,7 @@
 #include "device.h"
 #include "fp16.h"
 #include "int8.h"
+#include "pass.h"
 #include "slim_format.h"
 
 #include <stdio.h>
@@ -93,6 +94,14 @@ slim_status slim_model_load(const char *path, const slim_load_opts *opts,
     slim_int8_samples_free(&samples);
     if (!st && half != SLIM_DTYPE_UNDEFINED) {
         st = slim_quant_half(g, half, NULL, err);
+        if (st) {
+            slim_graph_free(g);
+            g = NULL;
+        }
+    }
+    /* The optimization passes see what int8 / half left in float32. */
+    if (!st && !(opts && opts->no_passes)) {
+        st = slim_passes_run(g, err);
         if (st) {
             slim_graph_free(g);
             g = NULL;

@@ -165,6 +165,9 @@ typedef struct slim_load_opts {
     int n_int8_samples;
     const char *const *int8_sample_names;
     const slim_tensor *int8_samples;
+    /* Skip the graph optimization passes (passes/pass.h): the graph as
+     * written, e.g. to save it to a .slim file, whose loads run them. */
+    bool no_passes;
 } slim_load_opts;
 
 /* Loads an ONNX model (by extension or magic). The model is read-only after

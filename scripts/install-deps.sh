@@ -8,6 +8,7 @@ APT_PACKAGES=(
     build-essential cmake pkg-config
     libprotobuf-c-dev protobuf-c-compiler   # ONNX protobuf parsing
     libopenblas-dev                         # GEMM and convolution on the CPU
+    libdnnl-dev                             # oneDNN: fused convolutions (kernels/cpu/conv_dnnl.c)
     check                                   # unit tests
     clang libclang-rt-14-dev                # libFuzzer targets (make fuzz)
     libmicrohttpd-dev libcjson-dev          # HTTP server, JSON

@@ -193,7 +193,7 @@ slim_status slim_server_convert_cached(const char *cache_dir, const char *model,
      * is loaded to serve. */
     slim_load_opts lo = {.precision = opts->precision, .int8_exclude = opts->int8_exclude,
                          .n_int8_exclude = opts->n_int8_exclude,
-                         .int8_max_error = opts->int8_max_error};
+                         .int8_max_error = opts->int8_max_error, .no_passes = true};
     slim_model *m = NULL;
     if ((s = slim_model_load(src, &lo, &m, err)) != SLIM_OK)
         return s;

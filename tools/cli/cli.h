@@ -8,6 +8,7 @@ int slim_cmd_run(int argc, char **argv);
 int slim_cmd_conformance(int argc, char **argv);
 int slim_cmd_devices(int argc, char **argv);
 int slim_cmd_convert(int argc, char **argv);
+int slim_cmd_bench(int argc, char **argv);
 
 #include "slim.h"
 

@@ -76,7 +76,8 @@ int slim_cmd_convert(int argc, char **argv)
     slim_err err = {0};
     slim_model *m = NULL;
     double t0 = now_s();
-    slim_load_opts opts = {.precision = precision, .int8_max_error = max_error};
+    slim_load_opts opts = {.precision = precision, .int8_max_error = max_error,
+                           .no_passes = true};
     const char *exclude[256];
     char *exclude_buf = exclude_arg ? strdup(exclude_arg) : NULL;
     if (exclude_buf) {
@@ -114,7 +115,9 @@ int slim_cmd_convert(int argc, char **argv)
     double t2 = now_s();
     slim_model *back = NULL;
     int rc = 0;
-    if (slim_model_load(out, NULL, &back, &err) != SLIM_OK) {
+    /* Read back as written, to compare with what was written. */
+    slim_load_opts back_opts = {.no_passes = true};
+    if (slim_model_load(out, &back_opts, &back, &err) != SLIM_OK) {
         fprintf(stderr, "slim convert: reading %s back: %s\n", out, err.msg);
         rc = 1;
     } else {

@@ -10,6 +10,9 @@
  * with EUNSUPPORTED the graph is read again without finalizing it, and the
  * report ends with the reason the model would not run.
  *
+ * The graph is shown as written; --optimized shows it after the load-time
+ * passes (passes/pass.h), node by node, which is what runs.
+ *
  * With --memory [--batch N] it prints the activation arena plan for batch
  * N instead (plan.h): one line per arena buffer, then "arena_bytes: N",
  * "lower_bound_bytes: N" and friends as plain integers for scripts, and
@@ -189,8 +192,26 @@ static int print_memory(const char *path, const slim_model *m, int64_t batch)
     return 0;
 }
 
-#define INSPECT_USAGE "usage: slim inspect MODEL [--memory [--batch N]] [--device DEV] " \
-                      "[--precision P] [--int8-exclude LIST] [--int8-max-error X]\n"
+#define INSPECT_USAGE "usage: slim inspect MODEL [--optimized] [--memory [--batch N]] " \
+                      "[--device DEV] [--precision P] [--int8-exclude LIST] " \
+                      "[--int8-max-error X]\n"
+
+/* Every node in run order: name, operator, inputs -> outputs. */
+static void print_nodes(const slim_graph *g)
+{
+    printf("graph after the passes (%d nodes, run order):\n", g->n_nodes);
+    for (int i = 0; i < g->n_nodes; i++) {
+        const slim_node *n = &g->nodes[i];
+        printf("  %-24s %s%s%-20s ", n->name, n->domain[0] ? n->domain : "",
+               n->domain[0] ? "." : "", n->op_type);
+        for (int k = 0; k < n->n_in; k++)
+            printf("%s%s", k ? ", " : "", n->in[k] >= 0 ? g->values[n->in[k]].name : "-");
+        printf(" -> ");
+        for (int k = 0; k < n->n_out; k++)
+            printf("%s%s", k ? ", " : "", n->out[k] >= 0 ? g->values[n->out[k]].name : "-");
+        printf("\n");
+    }
+}
 
 /* With --precision int8: each candidate layer, its precision, weight bytes
  * before and after, the weights' relative quantization error, and the
@@ -231,12 +252,13 @@ int slim_cmd_inspect(int argc, char **argv)
 {
     const char *path = NULL;
     slim_load_opts opts = {0};
-    bool memory = false;
+    bool memory = false, optimized = false;
     int64_t batch = 1;
     const char *exclude_arg = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             printf(INSPECT_USAGE
+                   "  --optimized the graph after the load-time passes, node by node\n"
                    "  --memory    the activation arena plan: buffers, arena_bytes,\n"
                    "              lower_bound_bytes, weight bytes\n"
                    "  --batch N   plan for batch N (default 1)\n"
@@ -273,6 +295,10 @@ int slim_cmd_inspect(int argc, char **argv)
         }
         if (strcmp(argv[i], "--memory") == 0) {
             memory = true;
+            continue;
+        }
+        if (strcmp(argv[i], "--optimized") == 0) {
+            optimized = true;
             continue;
         }
         if (strcmp(argv[i], "--batch") == 0) {
@@ -315,6 +341,8 @@ int slim_cmd_inspect(int argc, char **argv)
     opts.int8_report = &int8;
     /* inspect always measures the int8 layers' output error. */
     opts.int8_measure = opts.precision && strcmp(opts.precision, "int8") == 0;
+    /* The arena plan is of what runs: the optimized graph. */
+    opts.no_passes = !optimized && !memory;
     slim_status st = slim_model_load(path, &opts, &m, &err);
     free(exclude_buf);
     if (st == SLIM_OK) {
@@ -323,6 +351,8 @@ int slim_cmd_inspect(int argc, char **argv)
             rc = print_memory(path, m, batch);
         else
             print_model(path, m->graph, m, m->param_count, m->weight_bytes);
+        if (!memory && optimized)
+            print_nodes(m->graph);
         if (!memory && opts.precision && strcmp(opts.precision, "int8") == 0)
             print_int8(&int8);
         slim_int8_report_free(&int8);

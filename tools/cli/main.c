@@ -51,6 +51,8 @@ static void usage(FILE *f)
             "  conformance DIR [--filter REGEX] [--verbose] [--device DEV]\n"
             "                                  run ONNX backend node tests under DIR\n"
             "  devices                         the devices there are, with their memory\n"
+            "  bench MODEL [--batch N] [--threads T] [--precision P] [--compare onnxruntime]\n"
+            "                                  latency percentiles, throughput, time per node\n"
             "  convert MODEL -o OUT.slim [--precision P]\n"
             "                                  write the native format (mapped, weights in place)\n");
 }
@@ -68,6 +70,8 @@ int main(int argc, char **argv)
         return slim_cmd_run(argc - 1, argv + 1);
     if (strcmp(cmd, "devices") == 0)
         return slim_cmd_devices(argc - 1, argv + 1);
+    if (strcmp(cmd, "bench") == 0)
+        return slim_cmd_bench(argc - 1, argv + 1);
     if (strcmp(cmd, "convert") == 0)
         return slim_cmd_convert(argc - 1, argv + 1);
     if (strcmp(cmd, "conformance") == 0)

@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""slim vs onnxruntime on ImageNet CNNs and BERT-base encoders, side by side.
+
+    python3 bench/bench_models.py --slim build/bin/slim [--threads 2] [--rounds 5]
+                                  [--only resnet18,bert128] [--batches 1,8]
+
+Generates (once, into --workdir) ResNet-18, ResNet-50 and a MobileNetV2 at
+224x224 (bench/gen_cnn.py) and a BERT-base-sized encoder at sequence 128 and
+16 (bench/gen_encoder.py), then for each model and batch alternates rounds:
+one `slim run --repeat N` process (its median), then N runs of an
+onnxruntime session (its median), both with the same thread count. The
+cores may be shared with other work, so absolute times drift; alternating
+puts both runtimes under the same drift, and the table gives the median of
+the per-round medians and the median of the per-round ratios slim/ort
+(below 1: slim is faster). onnxruntime runs twice per round, with its
+default spinning thread pool and with spinning off
+(session.intra_op.allow_spinning = 0), and the ratio is taken against the
+faster of the two in that round: on loaded cores spinning threads lose
+their time slices and onnxruntime's default can be several times slower
+than its best, which would flatter slim. N is chosen so that a round takes about a
+second. The last column is the largest |slim - ort| over the outputs,
+relative to the largest |ort| output, from a separate slim run.
+"""
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import onnxruntime as ort
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "bench"))
+from bench_cpu import TIME_RE  # noqa: E402
+
+# name -> (generator args, input kind)
+MODELS = {
+    "resnet18": (["gen_cnn.py", "resnet18"], "image"),
+    "resnet50": (["gen_cnn.py", "resnet50"], "image"),
+    "mobilenetv2": (["gen_cnn.py", "mobilenetv2"], "image"),
+    "bert128": (["gen_encoder.py", "--seq", "128"], "ids128"),
+    "bert16": (["gen_encoder.py", "--seq", "16"], "ids16"),
+}
+
+
+def ensure_model(workdir, name):
+    path = os.path.join(workdir, name + ".onnx")
+    if not os.path.exists(path):
+        gen, *args = MODELS[name][0]
+        script = os.path.join(REPO, "bench", gen)
+        if gen == "gen_cnn.py":
+            cmd = [sys.executable, script, args[0], path]
+        else:
+            cmd = [sys.executable, script, path] + args
+        subprocess.run(cmd, check=True, capture_output=True)
+    return path
+
+
+def make_feeds(kind, batch, rng):
+    if kind == "image":
+        return {"image": rng.standard_normal((batch, 3, 224, 224)).astype(np.float32)}
+    seq = int(kind[3:])
+    return {"input_ids": rng.integers(0, 30522, (batch, seq), dtype=np.int64)}
+
+
+def slim_args(slim, path, feeds, workdir):
+    args = [slim, "run", path]
+    for i, (name, arr) in enumerate(feeds.items()):
+        f = os.path.join(workdir, f"in{i}.npy")
+        np.save(f, arr)
+        args += ["--input", f"{name}={f}"]
+    return args
+
+
+def slim_round(args, repeat, env):
+    out = subprocess.run(args + ["--repeat", str(repeat)], capture_output=True, text=True, env=env)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr.strip())
+    m = TIME_RE.search(out.stdout)
+    if not m:
+        raise RuntimeError("no run time in slim's output:\n" + out.stdout)
+    return float(m.group(1))
+
+
+def ort_round(sess, feeds, repeat):
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        sess.run(None, feeds)
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+def max_error(args, sess, feeds, workdir, env):
+    outdir = tempfile.mkdtemp(dir=workdir)
+    subprocess.run(args + ["--output-dir", outdir], check=True, capture_output=True, env=env)
+    ref = sess.run(None, feeds)
+    names = [o.name for o in sess.get_outputs()]
+    worst = 0.0
+    for name, r in zip(names, ref):
+        s = np.load(os.path.join(outdir, name + ".npy"))
+        worst = max(worst, float(np.max(np.abs(s - r)) / max(np.max(np.abs(r)), 1e-30)))
+    return worst
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--slim", required=True)
+    ap.add_argument("--workdir", default=os.path.join(tempfile.gettempdir(), "slim_bench_models"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--only", default=",".join(MODELS))
+    ap.add_argument("--batches", default="1,8")
+    ap.add_argument("--round-ms", type=float, default=1000.0, help="target time of one round")
+    a = ap.parse_args()
+    slim = os.path.abspath(a.slim)
+    os.makedirs(a.workdir, exist_ok=True)
+    env = dict(os.environ, SLIM_NUM_THREADS=str(a.threads))
+    print(f"threads {a.threads}, {a.rounds} alternating rounds per row, onnxruntime "
+          f"{ort.__version__} (all graph optimizations), medians in ms")
+    head = (f"{'model':<12} {'batch':>5} {'slim ms':>9} {'ort ms':>9} {'ort nospin':>10} "
+            f"{'slim/ort':>9} "
+            f"{'runs/round':>10} {'max rel err':>12}")
+    print(head)
+    print("-" * len(head))
+    rng = np.random.default_rng(0)
+    worst = 0.0
+    for name in a.only.split(","):
+        path = ensure_model(a.workdir, name)
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = a.threads
+        opts.inter_op_num_threads = 1
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        sess = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        quiet = ort.InferenceSession(path, opts, providers=["CPUExecutionProvider"])
+        for batch in [int(b) for b in a.batches.split(",")]:
+            feeds = make_feeds(MODELS[name][1], batch, rng)
+            args = slim_args(slim, path, feeds, a.workdir)
+            sess.run(None, feeds)
+            quiet.run(None, feeds)
+            probe = min(ort_round(sess, feeds, 2), ort_round(quiet, feeds, 2))
+            repeat = max(3, min(100, int(a.round_ms / max(probe, 1e-3))))
+            s_ms, o_ms, q_ms, ratios = [], [], [], []
+            for _ in range(a.rounds):
+                s = slim_round(args, repeat, env)
+                o = ort_round(sess, feeds, repeat)
+                q = ort_round(quiet, feeds, repeat)
+                s_ms.append(s)
+                o_ms.append(o)
+                q_ms.append(q)
+                ratios.append(s / min(o, q))
+            err = max_error(args, sess, feeds, a.workdir, env)
+            ratio = statistics.median(ratios)
+            worst = max(worst, ratio)
+            print(f"{name:<12} {batch:>5} {statistics.median(s_ms):>9.2f} "
+                  f"{statistics.median(o_ms):>9.2f} {statistics.median(q_ms):>10.2f} {ratio:>9.2f} {repeat:>10} {err:>12.2e}",
+                  flush=True)
+    print(f"worst slim/ort: {worst:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,589 @@
+/*
+ * conv_dnnl.c - FusedConv (com.slimserve): a 2-D Conv with its bias, an
+ * optional residual sum and an optional activation, on oneDNN.
+ *
+ * Only the fuse_conv pass (passes/fuse_conv.c) makes these nodes. It packs
+ * the weights once at load into the blocked layout oneDNN's AVX-512 direct
+ * kernels read (OIhw16i16o; Goihw16g for depthwise; Ohwi16o when the input
+ * has few channels, the first layer), in place of the original: same
+ * element count, so weight memory does not grow. W keeps its logical
+ * [M, C/group, kh, kw] shape; weights_format says how its data is laid out.
+ *
+ * Activations stay NCHW between nodes, so that every other kernel, the
+ * planner and the callers see what they always did. Each exec reorders its
+ * input into nChw16c scratch (not for the first layer, whose kernel reads
+ * NCHW), runs the convolution with the residual (reordered into the output
+ * scratch first) and activation as oneDNN post-ops, and reorders the result
+ * back: two memory passes, against the im2col copy of K times the input
+ * that they replace. Keeping the blocked layout along whole chains would
+ * save them, at the price of every other kernel learning the layout.
+ *
+ * Threads: slimserve's pool, not oneDNN's. This oneDNN build runs on
+ * OpenMP, whose idle threads spin; on cores shared with other work (the
+ * server's other requests, other processes) that spinning made ResNet-18
+ * 13x slower (530 ms against 39 ms with OMP_WAIT_POLICY=passive, which a
+ * library cannot set for its host process). So oneDNN runs single-threaded
+ * and each image is split by output channel blocks of 16 across the pool:
+ * every part is its own primitive over a contiguous slice of the packed
+ * weights (the output-channel block is the outermost dimension of all
+ * three layouts) and of the blocked output. The input reorder is split the
+ * same way by input channels, before the convolutions start.
+ *
+ * Batch invariance: images run one at a time through primitives made for
+ * batch 1, and the channel split depends only on the thread count, so an
+ * image's result cannot depend on the batch it arrived in. Primitives are
+ * made on first use per (height, width, residual) and cached in the node's
+ * state under a lock.
+ */
+#include "conv_dnnl.h"
+
+#include <oneapi/dnnl/dnnl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void omp_set_num_threads(int n); /* libgomp, which oneDNN links */
+
+#define CACHE_SLOTS 8
+
+/* One thread's share: input channels [c0, c1) to reorder, output channels
+ * [o0, o1) to compute, with the primitives over those slices. */
+typedef struct part {
+    int64_t c0, c1, o0, o1;
+    dnnl_primitive_t to_src, conv, res_to_dst, from_dst;
+    dnnl_memory_desc_t x_md, src_md;           /* the input slice, NCHW and blocked */
+    dnnl_memory_desc_t csrc_md, wei_md, bias_md, dst_md, y_md; /* the conv's */
+    dnnl_memory_desc_t scratch_md; /* the conv's scratchpad, ours to give */
+    size_t scratch_bytes;
+} part;
+
+typedef struct prim_set {
+    int64_t h, w, oh, ow;      /* the input shape it was made for, the output's */
+    bool residual;
+    int n_in_parts, n_parts;
+    part *in_parts, *parts;
+    size_t src_floats, dst_floats; /* blocked scratch per image */
+} prim_set;
+
+typedef struct fconv_state {
+    int64_t group, kernel[2], stride[2], dilation[2], pads[4];
+    int act;                   /* SLIM_FCONV_ACT_* */
+    float alpha, beta;
+    int wfmt;                  /* SLIM_FCONV_W_* */
+    /* Set by the blocked_layout pass: X, R or Y is held in nChw16c (same
+     * bytes as NCHW, since channels are a multiple of 16), so its reorder
+     * is skipped. */
+    bool in_blocked, res_blocked, out_blocked;
+    pthread_mutex_t mu;
+    int n_sets;
+    prim_set sets[CACHE_SLOTS];
+} fconv_state;
+
+static dnnl_engine_t engine;
+static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
+static __thread dnnl_stream_t thread_stream;
+static __thread bool thread_single;
+
+static void engine_init(void)
+{
+    if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success)
+        engine = NULL;
+}
+
+static dnnl_engine_t get_engine(void)
+{
+    pthread_once(&engine_once, engine_init);
+    return engine;
+}
+
+/* The calling thread's stream (NULL when oneDNN cannot give one), with
+ * oneDNN kept to this thread. Streams of a CPU engine are cheap, but not
+ * free: one per thread, kept. */
+static dnnl_stream_t get_stream(void)
+{
+    if (!thread_single) {
+        omp_set_num_threads(1);
+        thread_single = true;
+    }
+    if (!thread_stream && get_engine())
+        if (dnnl_stream_create(&thread_stream, engine, dnnl_stream_default_flags) != dnnl_success)
+            thread_stream = NULL;
+    return thread_stream;
+}
+
+int slim_fconv_weights_format(int64_t c, int64_t m, int64_t group)
+{
+    if (group == c && group == m && c % 16 == 0)
+        return SLIM_FCONV_W_DEPTHWISE;
+    if (group != 1 || m % 16)
+        return -1;
+    if (c % 16 == 0)
+        return SLIM_FCONV_W_BLOCKED;
+    if (c <= 4)
+        return SLIM_FCONV_W_PLAIN_SRC;
+    return -1;
+}
+
+/* W's descriptor with m output channels (a slice of them when packed). */
+static void weights_md(dnnl_memory_desc_t *md, int64_t m, const int64_t *wdims, int wfmt,
+                       bool packed)
+{
+    if (wfmt == SLIM_FCONV_W_DEPTHWISE) {
+        dnnl_dims_t d = {m, 1, 1, wdims[2], wdims[3]};
+        dnnl_memory_desc_init_by_tag(md, 5, d, dnnl_f32, packed ? dnnl_Goihw16g : dnnl_goihw);
+        return;
+    }
+    dnnl_dims_t d = {m, wdims[1], wdims[2], wdims[3]};
+    dnnl_format_tag_t tag = !packed ? dnnl_oihw
+                            : wfmt == SLIM_FCONV_W_BLOCKED ? dnnl_OIhw16i16o : dnnl_Ohwi16o;
+    dnnl_memory_desc_init_by_tag(md, 4, d, dnnl_f32, tag);
+}
+
+/* Runs one reorder between two memories over the given buffers. */
+static dnnl_status_t run_reorder(dnnl_primitive_t r, const dnnl_memory_desc_t *smd, void *src,
+                                 const dnnl_memory_desc_t *dmd, void *dst, dnnl_stream_t s)
+{
+    dnnl_memory_t ms = NULL, md = NULL;
+    dnnl_status_t st = dnnl_memory_create(&ms, smd, engine, src);
+    if (st == dnnl_success)
+        st = dnnl_memory_create(&md, dmd, engine, dst);
+    if (st == dnnl_success) {
+        dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, ms}, {DNNL_ARG_TO, md}};
+        st = dnnl_primitive_execute(r, s, 2, args);
+    }
+    dnnl_memory_destroy(ms);
+    dnnl_memory_destroy(md);
+    return st;
+}
+
+static dnnl_status_t make_reorder(dnnl_primitive_t *out, const dnnl_memory_desc_t *a,
+                                  const dnnl_memory_desc_t *b)
+{
+    dnnl_primitive_desc_t pd;
+    dnnl_status_t st = dnnl_reorder_primitive_desc_create(&pd, a, engine, b, engine, NULL);
+    if (st != dnnl_success)
+        return st;
+    st = dnnl_primitive_create(out, pd);
+    dnnl_primitive_desc_destroy(pd);
+    return st;
+}
+
+slim_status slim_fconv_pack(const slim_tensor *w, int64_t group, int wfmt, slim_tensor *out,
+                            slim_err *err)
+{
+    if (!get_engine())
+        return slim_errf(err, SLIM_EUNSUPPORTED, "oneDNN has no CPU engine");
+    memset(out, 0, sizeof(*out));
+    slim_tensor_set_like(out, w);
+    slim_status st = slim_tensor_alloc(out, err);
+    if (st)
+        return st;
+    dnnl_memory_desc_t a, b;
+    (void)group; /* depthwise: group == M */
+    weights_md(&a, w->dims[0], w->dims, wfmt, false);
+    weights_md(&b, w->dims[0], w->dims, wfmt, true);
+    dnnl_primitive_t r = NULL;
+    dnnl_stream_t s = get_stream();
+    dnnl_status_t ds = s ? make_reorder(&r, &a, &b) : dnnl_runtime_error;
+    if (ds == dnnl_success)
+        ds = run_reorder(r, &a, w->data, &b, out->data, s);
+    if (ds == dnnl_success)
+        ds = dnnl_stream_wait(s);
+    dnnl_primitive_destroy(r);
+    if (ds != dnnl_success) {
+        slim_tensor_release(out);
+        return slim_errf(err, SLIM_EINTERNAL, "oneDNN could not pack the weights (status %d)",
+                         (int)ds);
+    }
+    return SLIM_OK;
+}
+
+/* ---- the operator ------------------------------------------------------ */
+
+static slim_status fconv_prepare(slim_node *node, void **state, slim_err *err)
+{
+    fconv_state *s = calloc(1, sizeof(*s));
+    if (!s)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    int64_t k[2] = {0, 0}, st[2] = {1, 1}, d[2] = {1, 1}, p[4] = {0, 0, 0, 0};
+    bool ok = slim_attr_ints(node, "kernel_shape", k, 2) == 2;
+    if (slim_attr_ints(node, "strides", st, 2) != 2 || slim_attr_ints(node, "dilations", d, 2) != 2 ||
+        slim_attr_ints(node, "pads", p, 4) != 4)
+        ok = false;
+    s->group = slim_attr_int(node, "group", 1);
+    s->act = (int)slim_attr_int(node, "activation", SLIM_FCONV_ACT_NONE);
+    s->alpha = slim_attr_float(node, "alpha", 0.0f);
+    s->beta = slim_attr_float(node, "beta", 0.0f);
+    s->wfmt = (int)slim_attr_int(node, "weights_format", -1);
+    s->in_blocked = slim_attr_int(node, "in_blocked", 0) != 0;
+    s->res_blocked = slim_attr_int(node, "res_blocked", 0) != 0;
+    s->out_blocked = slim_attr_int(node, "out_blocked", 0) != 0;
+    if (s->in_blocked && s->wfmt == SLIM_FCONV_W_PLAIN_SRC)
+        ok = false;
+    for (int i = 0; i < 2; i++)
+        ok = ok && k[i] >= 1 && st[i] >= 1 && d[i] >= 1 && p[i] >= 0 && p[i + 2] >= 0;
+    if (!ok || s->group < 1 || s->wfmt < 0 || s->wfmt > SLIM_FCONV_W_PLAIN_SRC ||
+        s->act < 0 || s->act > SLIM_FCONV_ACT_CLIP) {
+        free(s);
+        return slim_errf(err, SLIM_EINVAL, "FusedConv attributes are incomplete or out of range");
+    }
+    memcpy(s->kernel, k, sizeof(k));
+    memcpy(s->stride, st, sizeof(st));
+    memcpy(s->dilation, d, sizeof(d));
+    memcpy(s->pads, p, sizeof(p));
+    pthread_mutex_init(&s->mu, NULL);
+    *state = s;
+    return SLIM_OK;
+}
+
+static int64_t out_extent(const fconv_state *s, int i, int64_t in)
+{
+    int64_t span = (s->kernel[i] - 1) * s->dilation[i] + 1;
+    int64_t room = in + s->pads[i] + s->pads[i + 2] - span;
+    return room < 0 ? -1 : room / s->stride[i] + 1;
+}
+
+static slim_status fconv_infer(slim_op_ctx *ctx)
+{
+    const fconv_state *s = ctx->state;
+    const slim_tensor *x = ctx->in[0], *w = ctx->in[1], *b = ctx->in[2];
+    const slim_tensor *r = ctx->n_in > 3 ? ctx->in[3] : NULL;
+    if (x->dtype != SLIM_F32 || w->dtype != SLIM_F32 || b->dtype != SLIM_F32)
+        return slim_errf(ctx->err, SLIM_ETYPE, "FusedConv takes float32 X, W and B");
+    if (x->ndim != 4 || w->ndim != 4 || b->ndim != 1 || b->dims[0] != w->dims[0])
+        return slim_errf(ctx->err, SLIM_ESHAPE, "FusedConv takes X [N,C,H,W], W [M,C/g,kh,kw], B [M]");
+    if (x->dims[1] != w->dims[1] * s->group || w->dims[2] != s->kernel[0] ||
+        w->dims[3] != s->kernel[1])
+        return slim_errf(ctx->err, SLIM_ESHAPE, "X has %lld channels, W expects %lld",
+                         (long long)x->dims[1], (long long)(w->dims[1] * s->group));
+    int64_t dims[4] = {x->dims[0], w->dims[0], out_extent(s, 0, x->dims[2]),
+                       out_extent(s, 1, x->dims[3])};
+    if (dims[2] < 0 || dims[3] < 0)
+        return slim_errf(ctx->err, SLIM_ESHAPE, "input %lldx%lld is smaller than the kernel",
+                         (long long)x->dims[2], (long long)x->dims[3]);
+    if (r && (r->dtype != SLIM_F32 || r->ndim != 4 || memcmp(r->dims, dims, sizeof(dims))))
+        return slim_errf(ctx->err, SLIM_ESHAPE, "the residual input must match the output");
+    if (ctx->out[0])
+        slim_tensor_set_shape(ctx->out[0], SLIM_F32, 4, dims);
+    return SLIM_OK;
+}
+
+static void parts_release(part *ps, int n)
+{
+    for (int i = 0; ps && i < n; i++) {
+        dnnl_primitive_destroy(ps[i].to_src);
+        dnnl_primitive_destroy(ps[i].conv);
+        dnnl_primitive_destroy(ps[i].res_to_dst);
+        dnnl_primitive_destroy(ps[i].from_dst);
+    }
+    free(ps);
+}
+
+static void set_release(prim_set *ps)
+{
+    parts_release(ps->in_parts, ps->n_in_parts);
+    parts_release(ps->parts, ps->n_parts);
+    ps->in_parts = ps->parts = NULL;
+}
+
+static void fconv_release(void *state)
+{
+    fconv_state *s = state;
+    for (int i = 0; i < s->n_sets; i++)
+        set_release(&s->sets[i]);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+static void md4(dnnl_memory_desc_t *md, int64_t c, int64_t h, int64_t w, dnnl_format_tag_t tag)
+{
+    dnnl_dims_t d = {1, c, h, w};
+    dnnl_memory_desc_init_by_tag(md, 4, d, dnnl_f32, tag);
+}
+
+/* Cuts count channels (a multiple of 16) into at most n parts of whole
+ * blocks; returns how many parts it made, bounds in lo/hi. */
+static int split16(int64_t count, int n, int64_t *lo, int64_t *hi)
+{
+    int64_t blocks = count / 16;
+    if (n > blocks)
+        n = (int)blocks;
+    for (int p = 0; p < n; p++) {
+        lo[p] = blocks * p / n * 16;
+        hi[p] = blocks * (p + 1) / n * 16;
+    }
+    return n;
+}
+
+static dnnl_status_t make_conv(const fconv_state *s, const slim_tensor *w, const prim_set *set,
+                               int64_t c, part *pt)
+{
+    int64_t m = pt->o1 - pt->o0;
+    bool dw = s->wfmt == SLIM_FCONV_W_DEPTHWISE, plain = s->wfmt == SLIM_FCONV_W_PLAIN_SRC;
+    md4(&pt->csrc_md, dw ? m : c, set->h, set->w, plain ? dnnl_nchw : dnnl_nChw16c);
+    md4(&pt->dst_md, m, set->oh, set->ow, dnnl_nChw16c);
+    md4(&pt->y_md, m, set->oh, set->ow, dnnl_nchw);
+    weights_md(&pt->wei_md, m, w->dims, s->wfmt, true);
+    dnnl_dims_t bd = {m};
+    dnnl_memory_desc_init_by_tag(&pt->bias_md, 1, bd, dnnl_f32, dnnl_a);
+    dnnl_dims_t strides = {s->stride[0], s->stride[1]};
+    dnnl_dims_t dil = {s->dilation[0] - 1, s->dilation[1] - 1};
+    dnnl_dims_t pl = {s->pads[0], s->pads[1]}, pr;
+    /* oneDNN wants pr to end at the last window exactly. */
+    int64_t in[2] = {set->h, set->w}, out[2] = {set->oh, set->ow};
+    for (int i = 0; i < 2; i++)
+        pr[i] = (out[i] - 1) * s->stride[i] + (s->kernel[i] - 1) * s->dilation[i] + 1 - in[i] -
+                pl[i];
+    dnnl_convolution_desc_t cd;
+    dnnl_status_t st = dnnl_dilated_convolution_forward_desc_init(
+        &cd, dnnl_forward_inference, dnnl_convolution_direct, &pt->csrc_md, &pt->wei_md,
+        &pt->bias_md, &pt->dst_md, strides, dil, pl, pr);
+    if (st != dnnl_success)
+        return st;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    if ((st = dnnl_primitive_attr_create(&attr)) != dnnl_success ||
+        (st = dnnl_post_ops_create(&po)) != dnnl_success)
+        goto done;
+    if (set->residual)
+        dnnl_post_ops_append_sum(po, 1.0f);
+    if (s->act == SLIM_FCONV_ACT_RELU)
+        dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
+    else if (s->act == SLIM_FCONV_ACT_CLIP)
+        dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip_v2, s->alpha, s->beta);
+    dnnl_primitive_attr_set_post_ops(attr, po);
+    /* The library's own scratchpad is one global buffer in this build
+     * (no DNNL_ENABLE_CONCURRENT_EXEC): two threads running convs at once
+     * would share it. Each execution brings its own instead. */
+    dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+    if ((st = dnnl_primitive_desc_create(&pd, &cd, attr, engine, NULL)) != dnnl_success)
+        goto done;
+    if (getenv("SLIM_DNNL_VERBOSE")) {
+        const char *impl = NULL;
+        dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+        fprintf(stderr, "FusedConv %lldx%lldx%lld -> %lld: %s\n", (long long)c, (long long)set->h,
+                (long long)set->w, (long long)m, impl);
+    }
+    pt->scratch_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+    pt->scratch_bytes = dnnl_memory_desc_get_size(&pt->scratch_md);
+    st = dnnl_primitive_create(&pt->conv, pd);
+    if (st == dnnl_success && set->residual && !s->res_blocked)
+        st = make_reorder(&pt->res_to_dst, &pt->y_md, &pt->dst_md);
+    if (st == dnnl_success && !s->out_blocked)
+        st = make_reorder(&pt->from_dst, &pt->dst_md, &pt->y_md);
+done:
+    dnnl_primitive_desc_destroy(pd);
+    dnnl_post_ops_destroy(po);
+    dnnl_primitive_attr_destroy(attr);
+    return st;
+}
+
+static dnnl_status_t build_set(const fconv_state *s, const slim_tensor *w, const slim_tensor *x,
+                               bool residual, prim_set *set)
+{
+    memset(set, 0, sizeof(*set));
+    set->h = x->dims[2];
+    set->w = x->dims[3];
+    set->oh = out_extent(s, 0, set->h);
+    set->ow = out_extent(s, 1, set->w);
+    set->residual = residual;
+    int64_t c = x->dims[1], m = w->dims[0];
+    int threads = slim_num_threads();
+    int64_t lo[64], hi[64];
+    if (threads > 64)
+        threads = 64;
+    set->parts = calloc((size_t)threads, sizeof(part));
+    set->in_parts = calloc((size_t)threads, sizeof(part));
+    if (!set->parts || !set->in_parts) {
+        set_release(set);
+        return dnnl_out_of_memory;
+    }
+    dnnl_status_t st = dnnl_success;
+    if (s->wfmt != SLIM_FCONV_W_PLAIN_SRC && !s->in_blocked) {
+        set->n_in_parts = split16(c, threads, lo, hi);
+        for (int p = 0; p < set->n_in_parts && st == dnnl_success; p++) {
+            part *pt = &set->in_parts[p];
+            pt->c0 = lo[p];
+            pt->c1 = hi[p];
+            md4(&pt->x_md, hi[p] - lo[p], set->h, set->w, dnnl_nchw);
+            md4(&pt->src_md, hi[p] - lo[p], set->h, set->w, dnnl_nChw16c);
+            st = make_reorder(&pt->to_src, &pt->x_md, &pt->src_md);
+        }
+        set->src_floats = (size_t)(c * set->h * set->w);
+    }
+    set->n_parts = split16(m, threads, lo, hi);
+    for (int p = 0; p < set->n_parts && st == dnnl_success; p++) {
+        set->parts[p].o0 = lo[p];
+        set->parts[p].o1 = hi[p];
+        st = make_conv(s, w, set, c, &set->parts[p]);
+    }
+    set->dst_floats = s->out_blocked ? 0 : (size_t)(m * set->oh * set->ow);
+    if (st != dnnl_success)
+        set_release(set);
+    return st;
+}
+
+/* The primitives for this shape, made on first use and cached; once the
+ * cache is full (a server sees few shapes), made for this call only and
+ * *owned, since a cached set may be in use by another run. */
+static slim_status find_set(fconv_state *s, const slim_tensor *w, const slim_tensor *x,
+                            bool residual, prim_set *out, bool *owned, slim_err *err)
+{
+    pthread_mutex_lock(&s->mu);
+    *owned = false;
+    for (int i = 0; i < s->n_sets; i++)
+        if (s->sets[i].h == x->dims[2] && s->sets[i].w == x->dims[3] &&
+            s->sets[i].residual == residual) {
+            *out = s->sets[i];
+            pthread_mutex_unlock(&s->mu);
+            return SLIM_OK;
+        }
+    dnnl_status_t ds = get_engine() ? build_set(s, w, x, residual, out) : dnnl_runtime_error;
+    if (ds == dnnl_success) {
+        if (s->n_sets < CACHE_SLOTS)
+            s->sets[s->n_sets++] = *out;
+        else
+            *owned = true;
+    }
+    pthread_mutex_unlock(&s->mu);
+    if (ds != dnnl_success)
+        return slim_errf(err, SLIM_EINTERNAL, "oneDNN could not make the convolution (status %d)",
+                         (int)ds);
+    return SLIM_OK;
+}
+
+/* One image's work, shared by the pool's threads. */
+typedef struct image_job {
+    const prim_set *set;
+    const fconv_state *s;
+    const float *x, *w, *b, *r; /* r: NULL without a residual */
+    float *y, *src, *dst;       /* src: NULL when the conv reads x */
+    int64_t plane_in, plane_out, w_per_oc;
+    int64_t in_image, out_image;  /* floats per image of x (and src), y (and dst, r) */
+    atomic_int failed;
+} image_job;
+
+static void reorder_in_parts(int64_t begin, int64_t end, void *user)
+{
+    image_job *j = user;
+    dnnl_stream_t strm = get_stream();
+    for (int64_t t = begin; t < end; t++) {
+        const part *pt = &j->set->in_parts[t % j->set->n_in_parts];
+        size_t off = (size_t)(t / j->set->n_in_parts * j->in_image + pt->c0 * j->plane_in);
+        if (!strm || run_reorder(pt->to_src, &pt->x_md, (void *)(j->x + off), &pt->src_md,
+                                 j->src + off, strm) != dnnl_success)
+            atomic_store(&j->failed, 1);
+    }
+}
+
+static dnnl_status_t run_conv(const part *pt, void *src, const float *w, const float *b,
+                              void *dst, dnnl_stream_t s)
+{
+    dnnl_memory_t m[5] = {NULL, NULL, NULL, NULL, NULL};
+    slim_tensor scratch = {.dtype = SLIM_U8, .ndim = 1, .dims = {(int64_t)pt->scratch_bytes}};
+    slim_err ignored;
+    if (pt->scratch_bytes && slim_tensor_alloc(&scratch, &ignored))
+        return dnnl_out_of_memory;
+    dnnl_status_t st = dnnl_memory_create(&m[0], &pt->csrc_md, engine, src);
+    if (st == dnnl_success)
+        st = dnnl_memory_create(&m[1], &pt->wei_md, engine, (void *)w);
+    if (st == dnnl_success)
+        st = dnnl_memory_create(&m[2], &pt->bias_md, engine, (void *)b);
+    if (st == dnnl_success)
+        st = dnnl_memory_create(&m[3], &pt->dst_md, engine, dst);
+    if (st == dnnl_success && pt->scratch_bytes)
+        st = dnnl_memory_create(&m[4], &pt->scratch_md, engine, scratch.data);
+    if (st == dnnl_success) {
+        dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]},
+                                   {DNNL_ARG_BIAS, m[2]}, {DNNL_ARG_DST, m[3]},
+                                   {DNNL_ARG_SCRATCHPAD, m[4]}};
+        st = dnnl_primitive_execute(pt->conv, s, pt->scratch_bytes ? 5 : 4, args);
+        if (st == dnnl_success)
+            st = dnnl_stream_wait(s);
+    }
+    for (int i = 0; i < 5; i++)
+        dnnl_memory_destroy(m[i]);
+    slim_tensor_release(&scratch);
+    return st;
+}
+
+static void conv_parts(int64_t begin, int64_t end, void *user)
+{
+    image_job *j = user;
+    dnnl_stream_t strm = get_stream();
+    for (int64_t t = begin; t < end; t++) {
+        const part *pt = &j->set->parts[t % j->set->n_parts];
+        int64_t n = t / j->set->n_parts;
+        size_t off = (size_t)(n * j->out_image + pt->o0 * j->plane_out);
+        bool dw = j->s->wfmt == SLIM_FCONV_W_DEPTHWISE;
+        const float *sbase = (j->src ? j->src : j->x) + n * j->in_image;
+        void *src = (void *)(sbase + (dw ? pt->o0 * j->plane_in : 0));
+        float *dst = (j->dst ? j->dst : j->y) + off; /* y itself when it is blocked */
+        dnnl_status_t st = strm ? dnnl_success : dnnl_runtime_error;
+        if (st == dnnl_success && j->r && pt->res_to_dst)
+            st = run_reorder(pt->res_to_dst, &pt->y_md, (void *)(j->r + off), &pt->dst_md, dst,
+                             strm);
+        else if (j->r && j->r + off != dst) /* blocked already: the sum reads dst */
+            memcpy(dst, j->r + off, sizeof(float) * (size_t)((pt->o1 - pt->o0) * j->plane_out));
+        if (st == dnnl_success)
+            st = run_conv(pt, src, j->w + pt->o0 * j->w_per_oc, j->b + pt->o0, dst, strm);
+        if (st == dnnl_success && pt->from_dst)
+            st = run_reorder(pt->from_dst, &pt->dst_md, dst, &pt->y_md, j->y + off, strm);
+        if (st == dnnl_success)
+            st = dnnl_stream_wait(strm);
+        if (st != dnnl_success)
+            atomic_store(&j->failed, 1);
+    }
+}
+
+static slim_status fconv_exec(slim_op_ctx *ctx)
+{
+    fconv_state *s = (fconv_state *)ctx->state;
+    const slim_tensor *x = ctx->in[0], *w = ctx->in[1], *b = ctx->in[2];
+    const slim_tensor *r = ctx->n_in > 3 ? ctx->in[3] : NULL;
+    slim_tensor *y = ctx->out[0];
+    if (!y || slim_tensor_numel(y) == 0)
+        return SLIM_OK;
+    prim_set set;
+    bool owned;
+    slim_status st = find_set(s, w, x, r != NULL, &set, &owned, ctx->err);
+    if (st)
+        return st;
+    int64_t batch = x->dims[0];
+    slim_tensor src = {.dtype = SLIM_F32, .ndim = 1, .dims = {(int64_t)set.src_floats * batch}};
+    slim_tensor dst = {.dtype = SLIM_F32, .ndim = 1, .dims = {(int64_t)set.dst_floats * batch}};
+    if ((set.src_floats && (st = slim_tensor_alloc(&src, ctx->err))) ||
+        (set.dst_floats && (st = slim_tensor_alloc(&dst, ctx->err))))
+        goto done;
+    image_job j = {.set = &set, .s = s, .w = w->data, .b = b->data, .src = src.data,
+                   .dst = dst.data, .plane_in = set.h * set.w, .plane_out = set.oh * set.ow,
+                   .w_per_oc = slim_tensor_numel(w) / w->dims[0]};
+    j.in_image = x->dims[1] * j.plane_in;
+    j.out_image = w->dims[0] * j.plane_out;
+    j.x = x->data;
+    j.y = y->data;
+    j.r = r ? r->data : NULL;
+    /* Tasks are (image, part) pairs: every image goes through the same
+     * batch-1 primitives whatever the batch, and a batch wakes the pool
+     * twice per conv rather than twice per image. */
+    if (set.n_in_parts)
+        slim_parallel_for(batch * set.n_in_parts, 1, reorder_in_parts, &j);
+    if (!atomic_load(&j.failed))
+        slim_parallel_for(batch * set.n_parts, 1, conv_parts, &j);
+    if (atomic_load(&j.failed))
+        st = slim_errf(ctx->err, SLIM_EINTERNAL, "oneDNN convolution failed");
+done:
+    slim_tensor_release(&src);
+    slim_tensor_release(&dst);
+    if (owned)
+        set_release(&set);
+    return st;
+}
+
+const slim_op_def slim__ops_fconv[] = {
+    {"FusedConv", 1, fconv_prepare, fconv_release, fconv_infer, fconv_exec, 0},
+    {0},
+};

@@ -1,0 +1,29 @@
+/*
+ * conv_dnnl.h - FusedConv on oneDNN (conv_dnnl.c): what the fuse_conv pass
+ * needs to make such nodes.
+ *
+ *     int f = slim_fconv_weights_format(C, M, group);   // -1: not supported
+ *     slim_fconv_pack(&w, group, f, &packed, &err);     // packed replaces w
+ *
+ * The node is com.slimserve FusedConv(X, W, B[, R]) -> Y with the Conv
+ * attributes kernel_shape, strides, dilations, pads (all explicit), group,
+ * and activation (SLIM_FCONV_ACT_*, with alpha/beta the Clip bounds) and
+ * weights_format. R, when present, is added before the activation.
+ * Built only where oneDNN was found (SLIM_HAVE_DNNL).
+ */
+#ifndef SLIM_CONV_DNNL_H
+#define SLIM_CONV_DNNL_H
+
+#include "kernel.h"
+
+enum { SLIM_FCONV_ACT_NONE = 0, SLIM_FCONV_ACT_RELU = 1, SLIM_FCONV_ACT_CLIP = 2 };
+enum { SLIM_FCONV_W_BLOCKED = 0, SLIM_FCONV_W_DEPTHWISE = 1, SLIM_FCONV_W_PLAIN_SRC = 2 };
+
+/* The packed layout for a conv with c input channels, m output channels
+ * and this group count, or -1 when FusedConv does not take it. */
+int slim_fconv_weights_format(int64_t c, int64_t m, int64_t group);
+/* A new host tensor, w's shape, holding w in layout wfmt. */
+slim_status slim_fconv_pack(const slim_tensor *w, int64_t group, int wfmt, slim_tensor *out,
+                            slim_err *err);
+
+#endif

@@ -1,0 +1,420 @@
+/*
+ * matmul_dnnl.c - FusedMatMul (com.slimserve): A x W + bias, then an
+ * optional activation (Relu, or GELU in its erf form), on oneDNN's matmul.
+ *
+ * slimserve's MatMul packs W's panels on every call (sgemm does), which at
+ * the few rows of a short sequence reads and writes the weights once more
+ * than the product reads them. Here W is packed once, at load, by the
+ * fuse_matmul pass (passes/fuse_matmul.c), into the blocked layout the
+ * matmul kernel (brgemm, AVX-512) reads, replacing the original. The bias
+ * and the activation run in the kernel's output stage, so the Add and the
+ * five nodes of an exported GELU never touch memory.
+ *
+ * Threads: like FusedConv (conv_dnnl.c), oneDNN runs single-threaded and
+ * the pool splits the work: W's columns are cut into slim_num_threads()
+ * parts (multiples of 64), each packed on its own and run as its own
+ * primitive writing its column slice of Y. Each execution brings its own
+ * scratchpad (the library's is global in this build).
+ *
+ * Row invariance: with slim_gemm_row_invariant() on, rows go through in
+ * tiles of ROW_TILE with primitives made for ROW_TILE rows (the last tile
+ * zero-padded), so a row's result does not depend on how many rows came
+ * with it. Otherwise one primitive per part covers all rows; primitives
+ * are made on first use per row count and cached.
+ */
+#include "matmul_dnnl.h"
+
+#include <oneapi/dnnl/dnnl.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void omp_set_num_threads(int n); /* libgomp, which oneDNN links */
+
+#define ROW_TILE 16
+#define NOMINAL_M 128  /* rows the packed layout is chosen for */
+#define CACHE_SLOTS 8
+#define MAX_PARTS 64
+
+typedef struct fmm_layout {
+    int n_parts;
+    int64_t n0[MAX_PARTS + 1];       /* column bounds */
+    size_t off[MAX_PARTS + 1];       /* float offsets of each part in Wp */
+    dnnl_memory_desc_t wmd[MAX_PARTS];
+} fmm_layout;
+
+typedef struct fmm_prims {
+    int64_t m;
+    dnnl_primitive_t prim[MAX_PARTS];
+    dnnl_memory_desc_t src_md, dst_md[MAX_PARTS], bias_md[MAX_PARTS], scratch_md[MAX_PARTS];
+    size_t scratch_bytes[MAX_PARTS];
+} fmm_prims;
+
+typedef struct fmm_state {
+    int64_t k, n;
+    int act;
+    fmm_layout lay;
+    pthread_mutex_t mu;
+    int n_cached;
+    fmm_prims *cache[CACHE_SLOTS];
+} fmm_state;
+
+static dnnl_engine_t engine;
+static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
+static __thread dnnl_stream_t thread_stream;
+
+static void engine_init(void)
+{
+    if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success)
+        engine = NULL;
+}
+
+static dnnl_stream_t get_stream(void)
+{
+    pthread_once(&engine_once, engine_init);
+    if (!thread_stream && engine) {
+        omp_set_num_threads(1);
+        if (dnnl_stream_create(&thread_stream, engine, dnnl_stream_default_flags) != dnnl_success)
+            thread_stream = NULL;
+    }
+    return thread_stream;
+}
+
+/* The parts and their packed layouts; the pass and prepare both call it,
+ * so the layout the weights were packed in is the one the kernel reads. */
+static dnnl_status_t layout_make(int64_t k, int64_t n, fmm_layout *lay)
+{
+    if (!get_stream())
+        return dnnl_runtime_error;
+    int parts = slim_num_threads();
+    int64_t blocks = (n + 63) / 64;
+    if (parts > blocks)
+        parts = (int)blocks;
+    if (parts > MAX_PARTS)
+        parts = MAX_PARTS;
+    lay->n_parts = parts;
+    lay->off[0] = 0;
+    for (int p = 0; p <= parts; p++) {
+        int64_t c = blocks * p / parts * 64;
+        lay->n0[p] = c < n ? c : n;
+    }
+    for (int p = 0; p < parts; p++) {
+        dnnl_memory_desc_t a, w, d;
+        dnnl_dims_t ad = {NOMINAL_M, k}, wd = {k, lay->n0[p + 1] - lay->n0[p]},
+                    dd = {NOMINAL_M, wd[1]};
+        dnnl_memory_desc_init_by_tag(&a, 2, ad, dnnl_f32, dnnl_ab);
+        dnnl_memory_desc_init_by_tag(&w, 2, wd, dnnl_f32, dnnl_format_tag_any);
+        dnnl_memory_desc_init_by_tag(&d, 2, dd, dnnl_f32, dnnl_ab);
+        dnnl_matmul_desc_t md;
+        dnnl_primitive_desc_t pd;
+        dnnl_status_t st = dnnl_matmul_desc_init(&md, &a, &w, NULL, &d);
+        if (st == dnnl_success)
+            st = dnnl_primitive_desc_create(&pd, &md, NULL, engine, NULL);
+        if (st != dnnl_success)
+            return st;
+        lay->wmd[p] = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+        dnnl_primitive_desc_destroy(pd);
+        lay->off[p + 1] = lay->off[p] + dnnl_memory_desc_get_size(&lay->wmd[p]) / sizeof(float);
+    }
+    return dnnl_success;
+}
+
+static dnnl_status_t reorder(const dnnl_memory_desc_t *a, void *pa, const dnnl_memory_desc_t *b,
+                             void *pb)
+{
+    dnnl_primitive_desc_t pd;
+    dnnl_primitive_t r = NULL;
+    dnnl_memory_t ma = NULL, mb = NULL;
+    dnnl_status_t st = dnnl_reorder_primitive_desc_create(&pd, a, engine, b, engine, NULL);
+    if (st != dnnl_success)
+        return st;
+    st = dnnl_primitive_create(&r, pd);
+    dnnl_primitive_desc_destroy(pd);
+    if (st == dnnl_success)
+        st = dnnl_memory_create(&ma, a, engine, pa);
+    if (st == dnnl_success)
+        st = dnnl_memory_create(&mb, b, engine, pb);
+    if (st == dnnl_success) {
+        dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, ma}, {DNNL_ARG_TO, mb}};
+        st = dnnl_primitive_execute(r, get_stream(), 2, args);
+    }
+    if (st == dnnl_success)
+        st = dnnl_stream_wait(get_stream());
+    dnnl_memory_destroy(ma);
+    dnnl_memory_destroy(mb);
+    dnnl_primitive_destroy(r);
+    return st;
+}
+
+slim_status slim_fmm_pack(const slim_tensor *w, slim_tensor *out, slim_err *err)
+{
+    memset(out, 0, sizeof(*out));
+    if (w->dtype != SLIM_F32 || w->ndim != 2)
+        return slim_errf(err, SLIM_EUNSUPPORTED, "FusedMatMul packs float32 [K, N] weights");
+    int64_t k = w->dims[0], n = w->dims[1];
+    fmm_layout lay;
+    if (layout_make(k, n, &lay) != dnnl_success)
+        return slim_errf(err, SLIM_EUNSUPPORTED, "oneDNN has no matmul for [%lld, %lld] weights",
+                         (long long)k, (long long)n);
+    int64_t total = (int64_t)lay.off[lay.n_parts];
+    slim_tensor_set_shape(out, SLIM_F32, 1, &total);
+    slim_status st = slim_tensor_alloc(out, err);
+    if (st)
+        return st;
+    for (int p = 0; p < lay.n_parts; p++) {
+        /* W's column slice, read in place through its row stride. */
+        dnnl_memory_desc_t src;
+        dnnl_dims_t d = {k, lay.n0[p + 1] - lay.n0[p]}, strides = {n, 1};
+        dnnl_memory_desc_init_by_strides(&src, 2, d, dnnl_f32, strides);
+        if (reorder(&src, (float *)w->data + lay.n0[p], &lay.wmd[p],
+                    (float *)out->data + lay.off[p]) != dnnl_success) {
+            slim_tensor_release(out);
+            return slim_errf(err, SLIM_EINTERNAL, "oneDNN could not pack the weights");
+        }
+    }
+    return SLIM_OK;
+}
+
+/* ---- the operator ------------------------------------------------------ */
+
+static slim_status fmm_prepare(slim_node *node, void **state, slim_err *err)
+{
+    fmm_state *s = calloc(1, sizeof(*s));
+    if (!s)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    s->k = slim_attr_int(node, "K", 0);
+    s->n = slim_attr_int(node, "N", 0);
+    s->act = (int)slim_attr_int(node, "activation", 0);
+    if (s->k < 1 || s->n < 1 || s->act < 0 || s->act > SLIM_FMM_ACT_GELU_ERF ||
+        layout_make(s->k, s->n, &s->lay) != dnnl_success) {
+        free(s);
+        return slim_errf(err, SLIM_EINVAL, "FusedMatMul attributes K, N, activation are wrong "
+                         "or oneDNN cannot run them");
+    }
+    pthread_mutex_init(&s->mu, NULL);
+    *state = s;
+    return SLIM_OK;
+}
+
+static void prims_free(fmm_prims *c)
+{
+    for (int p = 0; c && p < MAX_PARTS; p++)
+        dnnl_primitive_destroy(c->prim[p]);
+    free(c);
+}
+
+static void fmm_release(void *state)
+{
+    fmm_state *s = state;
+    for (int i = 0; i < s->n_cached; i++)
+        prims_free(s->cache[i]);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+}
+
+static slim_status fmm_infer(slim_op_ctx *ctx)
+{
+    const fmm_state *s = ctx->state;
+    const slim_tensor *a = ctx->in[0], *w = ctx->in[1], *b = ctx->in[2];
+    if (a->dtype != SLIM_F32 || w->dtype != SLIM_F32 || b->dtype != SLIM_F32)
+        return slim_errf(ctx->err, SLIM_ETYPE, "FusedMatMul takes float32 A, W and B");
+    if (a->ndim < 1 || a->dims[a->ndim - 1] != s->k)
+        return slim_errf(ctx->err, SLIM_ESHAPE, "A's last dim must be K = %lld", (long long)s->k);
+    if (slim_tensor_numel(w) != (int64_t)s->lay.off[s->lay.n_parts] || slim_tensor_numel(b) != s->n)
+        return slim_errf(ctx->err, SLIM_ESHAPE, "packed W or B does not match K, N");
+    int64_t dims[SLIM_MAX_DIMS];
+    memcpy(dims, a->dims, sizeof(int64_t) * (size_t)a->ndim);
+    dims[a->ndim - 1] = s->n;
+    if (ctx->out[0])
+        slim_tensor_set_shape(ctx->out[0], SLIM_F32, a->ndim, dims);
+    return SLIM_OK;
+}
+
+static dnnl_status_t prims_make(const fmm_state *s, int64_t m, fmm_prims *c)
+{
+    c->m = m;
+    dnnl_dims_t ad = {m, s->k};
+    dnnl_memory_desc_init_by_tag(&c->src_md, 2, ad, dnnl_f32, dnnl_ab);
+    dnnl_status_t st = dnnl_success;
+    for (int p = 0; p < s->lay.n_parts && st == dnnl_success; p++) {
+        int64_t np = s->lay.n0[p + 1] - s->lay.n0[p];
+        /* Dense: brgemm refuses a strided destination (a column slice of
+         * Y), which would leave oneDNN's reference code, 1000x slower. */
+        dnnl_dims_t dd = {m, np}, bd = {1, np};
+        dnnl_memory_desc_init_by_tag(&c->dst_md[p], 2, dd, dnnl_f32, dnnl_ab);
+        dnnl_memory_desc_init_by_tag(&c->bias_md[p], 2, bd, dnnl_f32, dnnl_ab);
+        dnnl_matmul_desc_t md;
+        dnnl_primitive_attr_t attr = NULL;
+        dnnl_post_ops_t po = NULL;
+        dnnl_primitive_desc_t pd = NULL;
+        st = dnnl_matmul_desc_init(&md, &c->src_md, &s->lay.wmd[p], &c->bias_md[p], &c->dst_md[p]);
+        if (st == dnnl_success)
+            st = dnnl_primitive_attr_create(&attr);
+        if (st == dnnl_success)
+            st = dnnl_post_ops_create(&po);
+        if (st == dnnl_success) {
+            if (s->act == SLIM_FMM_ACT_RELU)
+                dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
+            else if (s->act == SLIM_FMM_ACT_GELU_ERF)
+                dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_gelu_erf, 0.0f, 0.0f);
+            dnnl_primitive_attr_set_post_ops(attr, po);
+            dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+            st = dnnl_primitive_desc_create(&pd, &md, attr, engine, NULL);
+        }
+        if (st == dnnl_success && getenv("SLIM_DNNL_VERBOSE")) {
+            const char *impl = NULL;
+            dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+            fprintf(stderr, "FusedMatMul %lldx%lldx%lld part %d: %s\n", (long long)m,
+                    (long long)s->k, (long long)np, p, impl);
+        }
+        if (st == dnnl_success) {
+            c->scratch_md[p] = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
+            c->scratch_bytes[p] = dnnl_memory_desc_get_size(&c->scratch_md[p]);
+            st = dnnl_primitive_create(&c->prim[p], pd);
+        }
+        dnnl_primitive_desc_destroy(pd);
+        dnnl_post_ops_destroy(po);
+        dnnl_primitive_attr_destroy(attr);
+    }
+    return st;
+}
+
+/* The primitives for m rows; *owned when the cache was full. */
+static fmm_prims *prims_get(fmm_state *s, int64_t m, bool *owned)
+{
+    pthread_mutex_lock(&s->mu);
+    *owned = false;
+    fmm_prims *c = NULL;
+    for (int i = 0; i < s->n_cached && !c; i++)
+        if (s->cache[i]->m == m)
+            c = s->cache[i];
+    if (!c) {
+        c = calloc(1, sizeof(*c));
+        if (c && prims_make(s, m, c) != dnnl_success) {
+            prims_free(c);
+            c = NULL;
+        }
+        if (c && s->n_cached < CACHE_SLOTS)
+            s->cache[s->n_cached++] = c;
+        else if (c)
+            *owned = true;
+    }
+    pthread_mutex_unlock(&s->mu);
+    return c;
+}
+
+typedef struct fmm_job {
+    const fmm_state *s;
+    const fmm_prims *c;
+    const float *a, *w, *b;
+    float *y;
+    int64_t rows;        /* rows per task: all, or ROW_TILE */
+    int64_t m;           /* rows in all */
+    atomic_int failed;
+} fmm_job;
+
+static dnnl_status_t run_part(const fmm_job *j, int p, const float *a, float *y)
+{
+    const fmm_prims *c = j->c;
+    dnnl_stream_t strm = get_stream();
+    int64_t c0 = j->s->lay.n0[p], np = j->s->lay.n0[p + 1] - c0;
+    slim_tensor scratch = {.dtype = SLIM_U8, .ndim = 1, .dims = {(int64_t)c->scratch_bytes[p]}};
+    slim_tensor part = {.dtype = SLIM_F32, .ndim = 1, .dims = {c->m * np}};
+    slim_err ignored;
+    if (!strm || (c->scratch_bytes[p] && slim_tensor_alloc(&scratch, &ignored)))
+        return dnnl_out_of_memory;
+    if (slim_tensor_alloc(&part, &ignored)) {
+        slim_tensor_release(&scratch);
+        return dnnl_out_of_memory;
+    }
+    dnnl_memory_t m[5] = {NULL, NULL, NULL, NULL, NULL};
+    dnnl_status_t st = dnnl_memory_create(&m[0], &c->src_md, engine, (void *)a);
+    if (st == dnnl_success)
+        st = dnnl_memory_create(&m[1], &j->s->lay.wmd[p], engine,
+                                (void *)(j->w + j->s->lay.off[p]));
+    if (st == dnnl_success)
+        st = dnnl_memory_create(&m[2], &c->bias_md[p], engine, (void *)(j->b + j->s->lay.n0[p]));
+    if (st == dnnl_success)
+        st = dnnl_memory_create(&m[3], &c->dst_md[p], engine, part.data);
+    if (st == dnnl_success && c->scratch_bytes[p])
+        st = dnnl_memory_create(&m[4], &c->scratch_md[p], engine, scratch.data);
+    if (st == dnnl_success) {
+        dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]},
+                                   {DNNL_ARG_BIAS, m[2]}, {DNNL_ARG_DST, m[3]},
+                                   {DNNL_ARG_SCRATCHPAD, m[4]}};
+        st = dnnl_primitive_execute(c->prim[p], strm, c->scratch_bytes[p] ? 5 : 4, args);
+    }
+    if (st == dnnl_success)
+        st = dnnl_stream_wait(strm);
+    for (int64_t r = 0; st == dnnl_success && r < c->m; r++)
+        memcpy(y + r * j->s->n + c0, (const float *)part.data + r * np, sizeof(float) * (size_t)np);
+    for (int i = 0; i < 5; i++)
+        dnnl_memory_destroy(m[i]);
+    slim_tensor_release(&scratch);
+    slim_tensor_release(&part);
+    return st;
+}
+
+/* Task t: row tile t / parts, column part t % parts. A short last tile goes
+ * through zero-padded copies, so it runs the same ROW_TILE-row code. */
+static void fmm_tasks(int64_t begin, int64_t end, void *user)
+{
+    fmm_job *j = user;
+    int parts = j->s->lay.n_parts;
+    for (int64_t t = begin; t < end; t++) {
+        int p = (int)(t % parts);
+        int64_t r0 = t / parts * j->rows, rows = j->m - r0 < j->rows ? j->m - r0 : j->rows;
+        const float *a = j->a + r0 * j->s->k;
+        float *y = j->y + r0 * j->s->n;
+        dnnl_status_t st;
+        if (rows == j->rows) {
+            st = run_part(j, p, a, y);
+        } else {
+            float *pa = calloc((size_t)(j->rows * (j->s->k + j->s->n)), sizeof(float));
+            if (!pa) {
+                atomic_store(&j->failed, 1);
+                continue;
+            }
+            float *py = pa + j->rows * j->s->k;
+            memcpy(pa, a, sizeof(float) * (size_t)(rows * j->s->k));
+            st = run_part(j, p, pa, py);
+            int64_t c0 = j->s->lay.n0[p], c1 = j->s->lay.n0[p + 1];
+            for (int64_t r = 0; r < rows; r++)
+                memcpy(y + r * j->s->n + c0, py + r * j->s->n + c0, sizeof(float) * (size_t)(c1 - c0));
+            free(pa);
+        }
+        if (st != dnnl_success)
+            atomic_store(&j->failed, 1);
+    }
+}
+
+static slim_status fmm_exec(slim_op_ctx *ctx)
+{
+    fmm_state *s = (fmm_state *)ctx->state;
+    const slim_tensor *a = ctx->in[0];
+    slim_tensor *y = ctx->out[0];
+    if (!y || slim_tensor_numel(y) == 0)
+        return SLIM_OK;
+    int64_t m = slim_tensor_numel(a) / s->k;
+    bool tiles = slim_gemm_row_invariant();
+    bool owned;
+    fmm_prims *c = prims_get(s, tiles ? ROW_TILE : m, &owned);
+    if (!c)
+        return slim_errf(ctx->err, SLIM_EINTERNAL, "oneDNN could not make the matmul");
+    fmm_job j = {.s = s, .c = c, .a = a->data, .w = ctx->in[1]->data, .b = ctx->in[2]->data,
+                 .y = y->data, .rows = tiles ? ROW_TILE : m, .m = m};
+    int64_t n_tiles = (m + j.rows - 1) / j.rows;
+    slim_parallel_for(n_tiles * s->lay.n_parts, 1, fmm_tasks, &j);
+    if (owned)
+        prims_free(c);
+    if (atomic_load(&j.failed))
+        return slim_errf(ctx->err, SLIM_EINTERNAL, "oneDNN matmul failed");
+    return SLIM_OK;
+}
+
+const slim_op_def slim__ops_fmm[] = {
+    {"FusedMatMul", 1, fmm_prepare, fmm_release, fmm_infer, fmm_exec, 0},
+    {0},
+};

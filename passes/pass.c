@@ -1,0 +1,211 @@
+/* pass.c - the pass list and the graph-editing helpers passes share. */
+#include "pass.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern const slim_pass slim__pass_fold_bn;
+extern const slim_pass slim__pass_fuse_conv;
+extern const slim_pass slim__pass_blocked_layout;
+extern const slim_pass slim__pass_fuse_matmul;
+
+/* Folding BatchNormalization first gives fuse_conv a Conv whose only
+ * reader is the activation or the residual Add; blocked_layout then links
+ * the FusedConvs fuse_conv made. */
+const slim_pass *const slim_passes[] = {
+    &slim__pass_fold_bn,
+    &slim__pass_fuse_conv,
+    &slim__pass_blocked_layout,
+    &slim__pass_fuse_matmul,
+    NULL,
+};
+
+slim_status slim_passes_run(slim_graph *g, slim_err *err)
+{
+    const char *env = getenv("SLIM_PASSES");
+    if (env && strcmp(env, "0") == 0)
+        return SLIM_OK;
+    for (int i = 0; slim_passes[i]; i++) {
+        int changed = 0;
+        slim_status st = slim_passes[i]->run(g, &changed, err);
+        if (st)
+            return slim_err_prefix(err, "pass %s: ", slim_passes[i]->name);
+    }
+    return SLIM_OK;
+}
+
+slim_status slim_pass_uses_init(slim_pass_uses *u, const slim_graph *g, slim_err *err)
+{
+    size_t n = (size_t)g->n_values + 1;
+    u->n_values = g->n_values;
+    u->producer = malloc(n * sizeof(int));
+    u->readers = calloc(n, sizeof(int));
+    u->reader = malloc(n * sizeof(int));
+    if (!u->producer || !u->readers || !u->reader) {
+        slim_pass_uses_free(u);
+        return slim_errf(err, SLIM_ENOMEM, "out of memory optimizing the graph");
+    }
+    for (int v = 0; v < g->n_values; v++)
+        u->producer[v] = u->reader[v] = -1;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const slim_node *nd = &g->nodes[i];
+        for (int k = 0; k < nd->n_out; k++)
+            if (nd->out[k] >= 0)
+                u->producer[nd->out[k]] = i;
+        for (int k = 0; k < nd->n_in; k++)
+            if (nd->in[k] >= 0) {
+                u->readers[nd->in[k]]++;
+                u->reader[nd->in[k]] = i;
+            }
+    }
+    return SLIM_OK;
+}
+
+void slim_pass_uses_free(slim_pass_uses *u)
+{
+    free(u->producer);
+    free(u->readers);
+    free(u->reader);
+    memset(u, 0, sizeof(*u));
+}
+
+const slim_tensor *slim_pass_const_f32(const slim_graph *g, int v)
+{
+    if (v < 0 || v >= g->n_values || g->values[v].kind != SLIM_VALUE_INITIALIZER)
+        return NULL;
+    const slim_tensor *t = &g->values[v].init;
+    return t->dtype == SLIM_F32 && !t->device && t->data ? t : NULL;
+}
+
+slim_node *slim_pass_sole_reader(slim_graph *g, const slim_pass_uses *u, int v,
+                                 const char *op_type)
+{
+    if (v < 0 || v >= u->n_values || u->readers[v] != 1 || g->values[v].is_output)
+        return NULL;
+    slim_node *r = &g->nodes[u->reader[v]];
+    return !r->domain[0] && strcmp(r->op_type, op_type) == 0 ? r : NULL;
+}
+
+int slim_pass_add_initializer(slim_graph *g, const char *base, const char *suffix,
+                              slim_tensor *t, slim_err *err)
+{
+    char name[512];
+    snprintf(name, sizeof(name), "%s%s", base, suffix);
+    for (int i = 1; slim_graph_find_value(g, name) >= 0; i++)
+        snprintf(name, sizeof(name), "%s%s_%d", base, suffix, i);
+    int v = slim_graph_value(g, name);
+    if (v < 0) {
+        slim_tensor_release(t);
+        slim_errf(err, SLIM_ENOMEM, "out of memory optimizing the graph");
+        return -1;
+    }
+    slim_value *val = &g->values[v];
+    val->kind = SLIM_VALUE_INITIALIZER;
+    val->init = *t;
+    val->info.dtype = t->dtype;
+    val->info.ndim = t->ndim;
+    memcpy(val->info.dims, t->dims, sizeof(val->info.dims));
+    memset(t, 0, sizeof(*t));
+    return v;
+}
+
+void slim_pass_sweep(slim_graph *g, bool *dead)
+{
+    int w = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        slim_node *n = &g->nodes[i];
+        if (!dead[i]) {
+            g->nodes[w++] = *n;
+            continue;
+        }
+        for (int a = 0; a < n->n_attrs; a++)
+            slim_attr_clear(&n->attrs[a]);
+        free(n->attrs);
+        free(n->name);
+        free(n->op_type);
+        free(n->domain);
+        free(n->in);
+        free(n->out);
+    }
+    g->n_nodes = w;
+    bool *read = calloc((size_t)g->n_values + 1, sizeof(bool));
+    if (!read)
+        return; /* keeping unread weights is only a waste */
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int k = 0; k < g->nodes[i].n_in; k++)
+            if (g->nodes[i].in[k] >= 0)
+                read[g->nodes[i].in[k]] = true;
+    for (int v = 0; v < g->n_values; v++) {
+        slim_value *val = &g->values[v];
+        if (val->kind != SLIM_VALUE_INITIALIZER || read[v] || val->is_output)
+            continue;
+        slim_tensor_release(&val->init);
+        memset(&val->init, 0, sizeof(val->init));
+        val->kind = SLIM_VALUE_INTERMEDIATE;
+    }
+    free(read);
+}
+
+/* The attribute called name on n, added (undefined) if absent. */
+static slim_attr *attr_slot(slim_node *n, const char *name, slim_err *err)
+{
+    for (int a = 0; a < n->n_attrs; a++)
+        if (strcmp(n->attrs[a].name, name) == 0) {
+            char *keep = n->attrs[a].name;
+            n->attrs[a].name = NULL;
+            slim_attr_clear(&n->attrs[a]);
+            memset(&n->attrs[a], 0, sizeof(slim_attr));
+            n->attrs[a].name = keep;
+            return &n->attrs[a];
+        }
+    slim_attr *as = realloc(n->attrs, sizeof(*as) * (size_t)(n->n_attrs + 1));
+    char *nm = strdup(name);
+    if (!as || !nm) {
+        if (as)
+            n->attrs = as;
+        free(nm);
+        slim_errf(err, SLIM_ENOMEM, "out of memory optimizing the graph");
+        return NULL;
+    }
+    n->attrs = as;
+    slim_attr *a = &as[n->n_attrs++];
+    memset(a, 0, sizeof(*a));
+    a->name = nm;
+    return a;
+}
+
+slim_status slim_pass_set_int(slim_node *n, const char *name, int64_t v, slim_err *err)
+{
+    slim_attr *a = attr_slot(n, name, err);
+    if (!a)
+        return SLIM_ENOMEM;
+    a->type = SLIM_ATTR_INT;
+    a->i = v;
+    return SLIM_OK;
+}
+
+slim_status slim_pass_set_float(slim_node *n, const char *name, float v, slim_err *err)
+{
+    slim_attr *a = attr_slot(n, name, err);
+    if (!a)
+        return SLIM_ENOMEM;
+    a->type = SLIM_ATTR_FLOAT;
+    a->f = v;
+    return SLIM_OK;
+}
+
+slim_status slim_pass_set_ints(slim_node *n, const char *name, const int64_t *v, int count,
+                               slim_err *err)
+{
+    slim_attr *a = attr_slot(n, name, err);
+    if (!a)
+        return SLIM_ENOMEM;
+    a->ints = malloc(sizeof(int64_t) * (size_t)(count ? count : 1));
+    if (!a->ints)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory optimizing the graph");
+    memcpy(a->ints, v, sizeof(int64_t) * (size_t)count);
+    a->n = count;
+    a->type = SLIM_ATTR_INTS;
+    return SLIM_OK;
+}

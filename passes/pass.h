@@ -1,0 +1,66 @@
+/*
+ * pass.h - graph optimization passes, run once at load on the graph before
+ * slim_graph_finalize (so the planner plans the optimized graph).
+ *
+ *     slim_status st = slim_passes_run(g, &err);
+ *
+ * A pass is one file in passes/ with one slim_pass entry. A pass must leave
+ * every graph output computing the same function of the graph inputs (up
+ * to float rounding), keep output and input names, and free what it stops
+ * using (a weight nothing reads any more stops being an initializer). Each
+ * pass sees only default-domain float32 nodes it understands and leaves the
+ * rest, so passes compose with the int8 and half-precision passes that run
+ * before them (runtime/model.c).
+ *
+ * The helpers below are for pass writers: they work on a graph that is not
+ * yet finalized, where n_consumers and producer are not set.
+ */
+#ifndef SLIM_PASS_H
+#define SLIM_PASS_H
+
+#include "graph.h"
+
+typedef struct slim_pass {
+    const char *name;
+    /* Rewrites g; *changed counts the rewrites made. */
+    slim_status (*run)(slim_graph *g, int *changed, slim_err *err);
+} slim_pass;
+
+/* Every pass, in order; stops at the first error. When SLIM_PASSES=0 is set
+ * in the environment no pass runs (for comparisons and bisecting). */
+slim_status slim_passes_run(slim_graph *g, slim_err *err);
+/* The passes in the order slim_passes_run runs them, NULL-terminated. */
+extern const slim_pass *const slim_passes[];
+
+/* ---- helpers (passes/pass.c) ---------------------------------------------- */
+
+/* Per value: the producing node (or -1), readers (input slots) and the last
+ * reading node; recompute after rewriting. */
+typedef struct slim_pass_uses {
+    int n_values;
+    int *producer, *readers, *reader;
+} slim_pass_uses;
+
+slim_status slim_pass_uses_init(slim_pass_uses *u, const slim_graph *g, slim_err *err);
+void slim_pass_uses_free(slim_pass_uses *u);
+
+/* The value's host float32 initializer, or NULL. */
+const slim_tensor *slim_pass_const_f32(const slim_graph *g, int v);
+/* The node reading v when exactly one slot does, v is no graph output and
+ * the node is a default-domain op_type; else NULL. */
+slim_node *slim_pass_sole_reader(slim_graph *g, const slim_pass_uses *u, int v,
+                                 const char *op_type);
+/* Adds an initializer named base+suffix (made unique) that takes t's data;
+ * returns its id or -1 (ENOMEM in err). */
+int slim_pass_add_initializer(slim_graph *g, const char *base, const char *suffix,
+                              slim_tensor *t, slim_err *err);
+/* Removes the nodes marked dead (freeing them), then releases initializers
+ * no node reads and no output names. */
+void slim_pass_sweep(slim_graph *g, bool *dead);
+/* Sets or adds an attribute on n; strings and arrays are copied. */
+slim_status slim_pass_set_int(slim_node *n, const char *name, int64_t v, slim_err *err);
+slim_status slim_pass_set_float(slim_node *n, const char *name, float v, slim_err *err);
+slim_status slim_pass_set_ints(slim_node *n, const char *name, const int64_t *v, int count,
+                               slim_err *err);
+
+#endif

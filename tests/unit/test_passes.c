@@ -1,0 +1,381 @@
+/*
+ * test_passes.c - the graph optimization passes (passes/): each compares a
+ * graph's outputs with and without the pass, and checks what the pass left.
+ */
+#include "testutil.h"
+
+#include "pass.h"
+#ifdef SLIM_HAVE_DNNL
+#include "matmul_dnnl.h"
+#endif
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint32_t rng_state;
+
+static float rndf(void)
+{
+    rng_state = rng_state * 1664525u + 1013904223u;
+    return (float)((rng_state >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+static void add_init(slim_graph *g, const char *name, int ndim, const int64_t *dims, float lo,
+                     float hi)
+{
+    int v = slim_graph_value(g, name);
+    int64_t n = slim_shape_numel(ndim, dims);
+    float *d = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++)
+        d[i] = lo + (hi - lo) * (rndf() + 1.0f) / 2.0f;
+    g->values[v].kind = SLIM_VALUE_INITIALIZER;
+    g->values[v].init = tu_f32(ndim, dims, d);
+    free(d);
+}
+
+static int node(slim_graph *g, const char *name, const char *op, int n_in, const char *const *in,
+                const char *out)
+{
+    int id = slim_graph_add_node(g, name, op, "", n_in, in, 1, (const char *[]){out});
+    g->nodes[id].opset = 17;
+    return id;
+}
+
+/* Conv (k x k, pad k/2, stride s, group) without bias, then BN, named p. */
+static void conv_bn(slim_graph *g, const char *p, const char *x, int64_t c, int64_t m, int64_t k,
+                    int64_t s, int64_t group, const char *out)
+{
+    char w[64], cv[64], sc[64], b[64], mu[64], var[64];
+    snprintf(w, sizeof(w), "%s.w", p);
+    snprintf(cv, sizeof(cv), "%s.conv", p);
+    snprintf(sc, sizeof(sc), "%s.scale", p);
+    snprintf(b, sizeof(b), "%s.b", p);
+    snprintf(mu, sizeof(mu), "%s.mean", p);
+    snprintf(var, sizeof(var), "%s.var", p);
+    add_init(g, w, 4, (int64_t[]){m, c / group, k, k}, -0.5f, 0.5f);
+    add_init(g, sc, 1, (int64_t[]){m}, 0.5f, 1.5f);
+    add_init(g, b, 1, (int64_t[]){m}, -0.2f, 0.2f);
+    add_init(g, mu, 1, (int64_t[]){m}, -0.2f, 0.2f);
+    add_init(g, var, 1, (int64_t[]){m}, 0.5f, 1.5f);
+    int id = node(g, cv, "Conv", 2, (const char *[]){x, w}, cv);
+    tu_attr_ints(&g->nodes[id], "kernel_shape", 2, (int64_t[]){k, k});
+    tu_attr_ints(&g->nodes[id], "strides", 2, (int64_t[]){s, s});
+    tu_attr_ints(&g->nodes[id], "pads", 4, (int64_t[]){k / 2, k / 2, k / 2, k / 2});
+    tu_attr_i(&g->nodes[id], "group", group);
+    id = node(g, p, "BatchNormalization", 5, (const char *[]){cv, sc, b, mu, var}, out);
+    tu_attr_f(&g->nodes[id], "epsilon", 1e-5f);
+}
+
+/* x[N,3,12,12] -> conv 3->16 + BN + Relu -> conv 16->32 s2 + BN (a)
+ *   + (conv 1x1 16->32 s2 + BN) (shortcut) -> Add -> Relu
+ *   -> depthwise 3x3 + BN -> Clip(0, 6) -> y[N,32,6,6] */
+static slim_graph *small_cnn(void)
+{
+    slim_graph *g = slim_graph_new();
+    g->opset = 17;
+    rng_state = 7;
+    conv_bn(g, "stem", "x", 3, 16, 3, 1, 1, "stem.bn");
+    node(g, "stem.relu", "Relu", 1, (const char *[]){"stem.bn"}, "h0");
+    conv_bn(g, "a", "h0", 16, 32, 3, 2, 1, "a.bn");
+    conv_bn(g, "sc", "h0", 16, 32, 1, 2, 1, "sc.bn");
+    node(g, "add", "Add", 2, (const char *[]){"a.bn", "sc.bn"}, "sum");
+    node(g, "relu", "Relu", 1, (const char *[]){"sum"}, "h1");
+    conv_bn(g, "dw", "h1", 32, 32, 3, 1, 32, "dw.bn");
+    add_init(g, "lo", 0, NULL, 0.0f, 0.0f);
+    add_init(g, "hi", 0, NULL, 6.0f, 6.0f);
+    node(g, "clip", "Clip", 3, (const char *[]){"dw.bn", "lo", "hi"}, "y");
+    int x = slim_graph_find_value(g, "x");
+    slim_graph_add_input(g, x);
+    g->values[x].info.dtype = SLIM_F32;
+    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    return g;
+}
+
+static slim_tensor input(int64_t n)
+{
+    int64_t dims[4] = {n, 3, 12, 12}, count = n * 3 * 144;
+    float *d = malloc(sizeof(float) * (size_t)count);
+    rng_state = 99;
+    for (int64_t i = 0; i < count; i++)
+        d[i] = rndf();
+    slim_tensor t = tu_f32(4, dims, d);
+    free(d);
+    return t;
+}
+
+static slim_tensor run(slim_model *m, const slim_tensor *x)
+{
+    slim_tensor *out = NULL, y;
+    int n_out;
+    slim_err err = {0};
+    ck_assert_msg(slim_model_run(m, 1, (const char *[]){"x"}, x, &out, &n_out, &err) == SLIM_OK,
+                  "%s", err.msg);
+    y = out[0];
+    free(out);
+    return y;
+}
+
+static int count_op(const slim_graph *g, const char *op)
+{
+    int c = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        c += strcmp(g->nodes[i].op_type, op) == 0;
+    return c;
+}
+
+static void assert_close(const slim_tensor *a, const slim_tensor *ref, double rel)
+{
+    int64_t n = slim_tensor_numel(ref);
+    ck_assert_int_eq(slim_tensor_numel(a), n);
+    double mx = 0;
+    for (int64_t i = 0; i < n; i++)
+        mx = fmax(mx, fabs(((const float *)ref->data)[i]));
+    ck_assert(mx > 0.1); /* a graph that outputs zeros would prove nothing */
+    for (int64_t i = 0; i < n; i++) {
+        float u = ((const float *)a->data)[i], v = ((const float *)ref->data)[i];
+        ck_assert_msg(fabs(u - v) <= rel * mx, "element %lld: %g vs %g (max %g)", (long long)i, u,
+                      v, mx);
+    }
+}
+
+/* Runs the passes named (a prefix of slim_passes) on a fresh small_cnn and
+ * returns the model; the reference model gets none. */
+static slim_model *load(int n_passes)
+{
+    slim_graph *g = small_cnn();
+    slim_err err = {0};
+    for (int i = 0; i < n_passes; i++) {
+        int changed = 0;
+        ck_assert_msg(slim_passes[i]->run(g, &changed, &err) == SLIM_OK, "%s", err.msg);
+        ck_assert_int_gt(changed, 0);
+    }
+    slim_model *m;
+    ck_assert_msg(slim_model_from_graph(g, &m, &err) == SLIM_OK, "%s", err.msg);
+    return m;
+}
+
+START_TEST(fold_bn_matches)
+{
+    ck_assert_str_eq(slim_passes[0]->name, "fold_bn");
+    slim_model *ref = load(0), *opt = load(1);
+    ck_assert_int_eq(count_op(ref->graph, "BatchNormalization"), 4);
+    ck_assert_int_eq(count_op(opt->graph, "BatchNormalization"), 0);
+    ck_assert_int_eq(count_op(opt->graph, "Conv"), 4);
+    /* BN's four vectors per conv are gone, a bias per conv came. */
+    ck_assert_uint_lt(opt->weight_bytes, ref->weight_bytes);
+    slim_tensor x = input(2), a = run(ref, &x), b = run(opt, &x);
+    assert_close(&b, &a, 1e-5);
+    slim_tensor_release(&a);
+    slim_tensor_release(&b);
+    slim_tensor_release(&x);
+    slim_model_free(ref);
+    slim_model_free(opt);
+}
+END_TEST
+
+#ifdef SLIM_HAVE_DNNL
+START_TEST(fuse_conv_matches)
+{
+    ck_assert_str_eq(slim_passes[1]->name, "fuse_conv");
+    slim_model *ref = load(0), *opt = load(2);
+    /* Every conv became a FusedConv that took its Relu, Add or Clip. */
+    ck_assert_int_eq(opt->graph->n_nodes, 4);
+    ck_assert_int_eq(count_op(opt->graph, "FusedConv"), 4);
+    ck_assert_uint_lt(opt->weight_bytes, ref->weight_bytes);
+    slim_tensor x = input(3), a = run(ref, &x), b = run(opt, &x);
+    assert_close(&b, &a, 1e-5);
+    slim_tensor_release(&a);
+    slim_tensor_release(&b);
+    slim_tensor_release(&x);
+    slim_model_free(ref);
+    slim_model_free(opt);
+}
+END_TEST
+
+/* FusedConvs feeding only FusedConvs hand over nChw16c: the stem's,
+ * the shortcut's and the block's outputs; y is a graph output and stays
+ * NCHW. The answer is the unoptimized graph's. */
+START_TEST(blocked_layout_matches)
+{
+    ck_assert_str_eq(slim_passes[2]->name, "blocked_layout");
+    slim_model *ref = load(0), *opt = load(3);
+    int blocked = 0;
+    for (int i = 0; i < opt->graph->n_nodes; i++) {
+        const slim_node *n = &opt->graph->nodes[i];
+        bool is_out = opt->graph->values[n->out[0]].is_output;
+        blocked += slim_attr_int(n, "out_blocked", 0) != 0;
+        ck_assert(!(is_out && slim_attr_int(n, "out_blocked", 0)));
+    }
+    ck_assert_int_eq(blocked, 3);
+    slim_tensor x = input(3), a = run(ref, &x), b = run(opt, &x);
+    assert_close(&b, &a, 1e-5);
+    slim_tensor_release(&a);
+    slim_tensor_release(&b);
+    slim_tensor_release(&x);
+    slim_model_free(ref);
+    slim_model_free(opt);
+}
+END_TEST
+
+/* In batch-invariant mode an image's result is bitwise the same alone and
+ * in a batch. */
+START_TEST(fuse_conv_batch_invariant)
+{
+    slim_model *opt = load(3);
+    slim_model_set_batch_invariant(opt, true);
+    slim_tensor x = input(3), all = run(opt, &x);
+    int64_t per_in = 3 * 144, per_out = slim_tensor_numel(&all) / 3;
+    for (int64_t n = 0; n < 3; n++) {
+        slim_tensor one = tu_f32(4, (int64_t[]){1, 3, 12, 12}, (const float *)x.data + n * per_in);
+        slim_tensor y = run(opt, &one);
+        ck_assert_int_eq(memcmp(y.data, (const float *)all.data + n * per_out,
+                                sizeof(float) * (size_t)per_out), 0);
+        slim_tensor_release(&y);
+        slim_tensor_release(&one);
+    }
+    slim_tensor_release(&all);
+    slim_tensor_release(&x);
+    slim_model_free(opt);
+}
+END_TEST
+#endif
+
+#ifdef SLIM_HAVE_DNNL
+/* x[N,3,64] -> MatMul(w1[64,128]) + b1 -> GELU (erf form, as exported)
+ *   -> MatMul(w2[128,64]) + b2 -> Relu -> y */
+static slim_graph *small_mlp(void)
+{
+    slim_graph *g = slim_graph_new();
+    g->opset = 17;
+    rng_state = 11;
+    add_init(g, "w1", 2, (int64_t[]){64, 128}, -0.3f, 0.3f);
+    add_init(g, "b1", 1, (int64_t[]){128}, -0.2f, 0.2f);
+    add_init(g, "w2", 2, (int64_t[]){128, 64}, -0.3f, 0.3f);
+    add_init(g, "b2", 1, (int64_t[]){64}, -0.2f, 0.2f);
+    add_init(g, "inv_sqrt2", 0, NULL, 0.70710678f, 0.70710678f);
+    add_init(g, "one", 0, NULL, 1.0f, 1.0f);
+    add_init(g, "half", 0, NULL, 0.5f, 0.5f);
+    node(g, "mm1", "MatMul", 2, (const char *[]){"x", "w1"}, "h");
+    node(g, "add1", "Add", 2, (const char *[]){"h", "b1"}, "f");
+    node(g, "g1", "Mul", 2, (const char *[]){"f", "inv_sqrt2"}, "t1");
+    node(g, "g2", "Erf", 1, (const char *[]){"t1"}, "t2");
+    node(g, "g3", "Add", 2, (const char *[]){"t2", "one"}, "t3");
+    node(g, "g4", "Mul", 2, (const char *[]){"f", "t3"}, "t4");
+    node(g, "g5", "Mul", 2, (const char *[]){"t4", "half"}, "gelu");
+    node(g, "mm2", "MatMul", 2, (const char *[]){"gelu", "w2"}, "h2");
+    node(g, "add2", "Add", 2, (const char *[]){"b2", "h2"}, "f2");
+    node(g, "relu", "Relu", 1, (const char *[]){"f2"}, "y");
+    int x = slim_graph_find_value(g, "x");
+    slim_graph_add_input(g, x);
+    g->values[x].info.dtype = SLIM_F32;
+    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    return g;
+}
+
+static slim_model *load_mlp(bool passes)
+{
+    slim_graph *g = small_mlp();
+    slim_err err = {0};
+    if (passes)
+        ck_assert_msg(slim_passes_run(g, &err) == SLIM_OK, "%s", err.msg);
+    slim_model *m;
+    ck_assert_msg(slim_model_from_graph(g, &m, &err) == SLIM_OK, "%s", err.msg);
+    return m;
+}
+
+static slim_tensor mlp_input(int64_t n, uint32_t seed)
+{
+    int64_t count = n * 3 * 64;
+    float *d = malloc(sizeof(float) * (size_t)count);
+    rng_state = seed;
+    for (int64_t i = 0; i < count; i++)
+        d[i] = rndf();
+    slim_tensor t = tu_f32(3, (int64_t[]){n, 3, 64}, d);
+    free(d);
+    return t;
+}
+
+START_TEST(fuse_matmul_matches)
+{
+    slim_model *ref = load_mlp(false), *opt = load_mlp(true);
+    ck_assert_int_eq(opt->graph->n_nodes, 2);
+    ck_assert_int_eq(count_op(opt->graph, "FusedMatMul"), 2);
+    ck_assert_int_eq(slim_attr_int(&opt->graph->nodes[0], "activation", -1), SLIM_FMM_ACT_GELU_ERF);
+    ck_assert_int_eq(slim_attr_int(&opt->graph->nodes[1], "activation", -1), SLIM_FMM_ACT_RELU);
+    /* Packed weights replace the originals: no more bytes than before. */
+    ck_assert_uint_le(opt->weight_bytes, ref->weight_bytes);
+    slim_tensor x = mlp_input(5, 3), a = run(ref, &x), b = run(opt, &x);
+    assert_close(&b, &a, 1e-5);
+    slim_tensor_release(&a);
+    slim_tensor_release(&b);
+    slim_tensor_release(&x);
+    slim_model_free(ref);
+    slim_model_free(opt);
+}
+END_TEST
+
+/* Rows in row-invariant mode: 7 items (21 rows, a short last tile) give
+ * each item's rows bitwise as when it runs alone (3 rows). */
+START_TEST(fuse_matmul_row_invariant)
+{
+    slim_model *opt = load_mlp(true);
+    slim_model_set_batch_invariant(opt, true);
+    slim_tensor x = mlp_input(7, 5), all = run(opt, &x);
+    int64_t per_in = 3 * 64, per_out = slim_tensor_numel(&all) / 7;
+    for (int64_t n = 0; n < 7; n++) {
+        slim_tensor one = tu_f32(3, (int64_t[]){1, 3, 64}, (const float *)x.data + n * per_in);
+        slim_tensor y = run(opt, &one);
+        ck_assert_int_eq(memcmp(y.data, (const float *)all.data + n * per_out,
+                                sizeof(float) * (size_t)per_out), 0);
+        slim_tensor_release(&y);
+        slim_tensor_release(&one);
+    }
+    slim_tensor_release(&all);
+    slim_tensor_release(&x);
+    slim_model_free(opt);
+}
+END_TEST
+#endif
+
+/* SLIM_PASSES=0 turns the passes off: the graph stays as written. */
+START_TEST(passes_off_by_env)
+{
+    slim_graph *g = small_cnn();
+    int before = g->n_nodes;
+    slim_err err = {0};
+    setenv("SLIM_PASSES", "0", 1);
+    ck_assert_int_eq(slim_passes_run(g, &err), SLIM_OK);
+    ck_assert_int_eq(g->n_nodes, before);
+    unsetenv("SLIM_PASSES");
+    ck_assert_int_eq(slim_passes_run(g, &err), SLIM_OK);
+    ck_assert_int_lt(g->n_nodes, before);
+    slim_graph_free(g);
+}
+END_TEST
+
+Suite *passes_suite(void)
+{
+    Suite *s = suite_create("passes");
+    TCase *tc = tcase_create("passes");
+    tcase_add_test(tc, fold_bn_matches);
+#ifdef SLIM_HAVE_DNNL
+    tcase_add_test(tc, fuse_conv_matches);
+    tcase_add_test(tc, blocked_layout_matches);
+    tcase_add_test(tc, fuse_conv_batch_invariant);
+    tcase_add_test(tc, fuse_matmul_matches);
+    tcase_add_test(tc, fuse_matmul_row_invariant);
+#endif
+    tcase_add_test(tc, passes_off_by_env);
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    SRunner *sr = srunner_create(passes_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
