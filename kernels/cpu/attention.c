@@ -15,6 +15,11 @@
  * (batch, head), each part one single-threaded BLAS call per product, so a
  * batch item's result does not depend on the others in the batch.
  *
+ * RotaryEmbedding (opset 23) rotates pairs of each head's first
+ * rotary_embedding_dim features by per-position angles (cos/sin caches,
+ * indexed by position_ids when given): the half-split pairs (i, i + d/2)
+ * or, interleaved, (2i, 2i + 1).
+ *
  * The order of softcap and mask follows the ONNX reference: softcap first,
  * so a -inf mask stays -inf rather than becoming -softcap. A row with every
  * key masked has no defined softmax; like the reference, it gives NaN.
@@ -415,7 +420,139 @@ done:
     return s;
 }
 
+/* ---- RotaryEmbedding ----------------------------------------------------- */
+
+typedef struct {
+    int64_t B, S, H, D, rd; /* rd: the rotated features of each head */
+    bool three_d;
+} rope_dims;
+
+static slim_status rope_dims_get(const slim_op_ctx *ctx, rope_dims *r)
+{
+    const slim_tensor *x = ctx->in[0], *cs = ctx->in[1], *sn = ctx->in[2];
+    const slim_tensor *pos = ctx->n_in > 3 ? ctx->in[3] : NULL;
+    const int64_t heads = slim_attr_int(ctx->node, "num_heads", 0);
+    const int64_t rd = slim_attr_int(ctx->node, "rotary_embedding_dim", 0);
+    char a[128], b[128];
+    slim_status s = slim_check_dtype(x, "input", ctx->err, SLIM_F32, SLIM_F16, SLIM_BF16, SLIM_F64,
+                                     SLIM_DTYPE_UNDEFINED);
+    if (s)
+        return s;
+    if (cs->dtype != x->dtype || sn->dtype != x->dtype)
+        return slim_errf(ctx->err, SLIM_ETYPE, "cos_cache (%s) and sin_cache (%s) must have the "
+                         "input's type %s", slim_dtype_name(cs->dtype), slim_dtype_name(sn->dtype),
+                         slim_dtype_name(x->dtype));
+    memset(r, 0, sizeof(*r));
+    if (x->ndim == 4) {
+        r->B = x->dims[0];
+        r->H = x->dims[1];
+        r->S = x->dims[2];
+        r->D = x->dims[3];
+    } else if (x->ndim == 3) {
+        if (heads <= 0 || x->dims[2] % heads)
+            return slim_errf(ctx->err, SLIM_EINVAL, "a 3D input needs num_heads (got %lld) "
+                             "dividing its hidden size %lld", (long long)heads,
+                             (long long)x->dims[2]);
+        r->three_d = true;
+        r->B = x->dims[0];
+        r->S = x->dims[1];
+        r->H = heads;
+        r->D = x->dims[2] / heads;
+    } else {
+        return slim_errf(ctx->err, SLIM_ESHAPE, "input has %d dims, expected 3 or 4", x->ndim);
+    }
+    r->rd = rd ? rd : r->D;
+    if (r->rd < 0 || r->rd > r->D || r->rd % 2)
+        return slim_errf(ctx->err, SLIM_EINVAL, "rotary_embedding_dim = %lld must be even and at "
+                         "most the head size %lld", (long long)r->rd, (long long)r->D);
+    /* With position_ids [B, S] the caches are tables [positions, rd/2];
+     * without, they are [B, S, rd/2] already. */
+    bool ok = cs->ndim == sn->ndim && memcmp(cs->dims, sn->dims, sizeof(int64_t) * (size_t)cs->ndim) == 0;
+    if (pos) {
+        if ((s = slim_check_dtype(pos, "position_ids", ctx->err, SLIM_I64, SLIM_DTYPE_UNDEFINED)))
+            return s;
+        if (pos->ndim != 2 || pos->dims[0] != r->B || pos->dims[1] != r->S)
+            return slim_errf(ctx->err, SLIM_ESHAPE, "position_ids %s must be [%lld,%lld]",
+                             slim_shape_str(pos->ndim, pos->dims, a, sizeof(a)), (long long)r->B,
+                             (long long)r->S);
+        ok = ok && cs->ndim == 2 && cs->dims[1] == r->rd / 2;
+    } else {
+        ok = ok && cs->ndim == 3 && cs->dims[0] == r->B && cs->dims[1] == r->S &&
+             cs->dims[2] == r->rd / 2;
+    }
+    if (!ok)
+        return slim_errf(ctx->err, SLIM_ESHAPE, "cos_cache %s and sin_cache %s must both be %s "
+                         "with last dim rotary_embedding_dim / 2 = %lld",
+                         slim_shape_str(cs->ndim, cs->dims, a, sizeof(a)),
+                         slim_shape_str(sn->ndim, sn->dims, b, sizeof(b)),
+                         pos ? "[max_position, d/2]" : "[batch, sequence, d/2]",
+                         (long long)(r->rd / 2));
+    return SLIM_OK;
+}
+
+static slim_status rope_infer(slim_op_ctx *ctx)
+{
+    rope_dims r;
+    slim_status s = rope_dims_get(ctx, &r);
+    if (!s)
+        slim_tensor_set_like(ctx->out[0], ctx->in[0]);
+    return s;
+}
+
+static slim_status rope_exec(slim_op_ctx *ctx)
+{
+    rope_dims r;
+    slim_status s = rope_dims_get(ctx, &r);
+    if (s)
+        return s;
+    const slim_tensor *pos = ctx->n_in > 3 ? ctx->in[3] : NULL;
+    const bool inter = slim_attr_int(ctx->node, "interleaved", 0) != 0;
+    const int64_t half = r.rd / 2;
+    if (pos)
+        for (int64_t i = 0; i < r.B * r.S; i++) {
+            int64_t p = ((const int64_t *)pos->data)[i];
+            if (p < 0 || p >= ctx->in[1]->dims[0])
+                return slim_errf(ctx->err, SLIM_EINVAL, "position_ids holds %lld, outside the "
+                                 "caches' [0, %lld)", (long long)p, (long long)ctx->in[1]->dims[0]);
+        }
+    slim_tensor tx = {0}, tc = {0}, ts = {0}, ty = {0};
+    const float *x, *cs, *sn;
+    float *y;
+    if ((s = slim_f32_in(ctx->in[0], &tx, &x, ctx->err)) ||
+        (s = slim_f32_in(ctx->in[1], &tc, &cs, ctx->err)) ||
+        (s = slim_f32_in(ctx->in[2], &ts, &sn, ctx->err)) ||
+        (s = slim_f32_out(ctx->out[0], &ty, &y, ctx->err)))
+        goto done;
+    for (int64_t b = 0; b < r.B; b++)
+        for (int64_t t = 0; t < r.S; t++) {
+            int64_t row = pos ? ((const int64_t *)pos->data)[b * r.S + t] : b * r.S + t;
+            const float *c = cs + row * half, *si = sn + row * half;
+            for (int64_t h = 0; h < r.H; h++) {
+                int64_t off = r.three_d ? ((b * r.S + t) * r.H + h) * r.D
+                                        : ((b * r.H + h) * r.S + t) * r.D;
+                const float *xi = x + off;
+                float *yo = y + off;
+                for (int64_t i = 0; i < half; i++) {
+                    int64_t i1 = inter ? 2 * i : i, i2 = inter ? 2 * i + 1 : i + half;
+                    float x1 = xi[i1], x2 = xi[i2];
+                    yo[i1] = c[i] * x1 - si[i] * x2;
+                    yo[i2] = si[i] * x1 + c[i] * x2;
+                }
+                for (int64_t i = r.rd; i < r.D; i++)
+                    yo[i] = xi[i];
+            }
+        }
+    slim_f32_out_finish(ctx->out[0], &ty);
+done:
+    slim_tensor_release(&tx);
+    slim_tensor_release(&tc);
+    slim_tensor_release(&ts);
+    slim_tensor_release(&ty);
+    return s;
+}
+
 const slim_op_def slim__ops_attention[] = {
     {"Attention", 23, attn_prepare, free, attn_infer, attn_exec, 0},
+    {"RotaryEmbedding", 23, NULL, NULL, rope_infer, rope_exec, 0},
     {0},
 };
