@@ -130,6 +130,27 @@ slim_status slim_model_from_graph(slim_graph *g, slim_model **out, slim_err *err
     return SLIM_OK;
 }
 
+slim_status slim__model_from_subgraph(slim_graph *g, slim_model **out, slim_err *err)
+{
+    *out = NULL;
+    slim_status st = slim_graph_finalize(g, err);
+    if (st)
+        return st;
+    slim_model *m = calloc(1, sizeof(*m));
+    if (!m)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory creating a subgraph's model");
+    m->graph = g;
+    m->nested = true;
+    m->plans = slim__plan_cache_new();
+    if (!m->plans || (st = slim__model_refresh(m, err))) {
+        m->graph = NULL;
+        slim_model_free(m);
+        return st ? st : slim_errf(err, SLIM_ENOMEM, "out of memory creating a subgraph's model");
+    }
+    *out = m;
+    return SLIM_OK;
+}
+
 slim_status slim__model_refresh(slim_model *m, slim_err *err)
 {
     const slim_graph *g = m->graph;
@@ -163,7 +184,8 @@ void slim_model_free(slim_model *m)
     if (!m)
         return;
     slim__plan_cache_free(m->plans);
-    slim_graph_free(m->graph);
+    if (!m->nested)
+        slim_graph_free(m->graph);
     slim_mem_account_unref(m->account);
     free(m->inputs);
     free(m->outputs);
