@@ -197,13 +197,30 @@ static slim_status stack_list_push(stack_list *l, slim_tensor *t, slim_err *err)
 
 /* Stacks the list along a new axis `axis` of dst (rank of each + 1), item t
  * at position t, or n - 1 - t when reverse. Every item must have the shape
- * and type of the first; with no items dst is [0] of `empty_dt`. */
-static slim_status stack_into(const stack_list *l, int64_t axis, bool reverse, slim_dtype empty_dt,
-                              slim_tensor *dst, const char *what, slim_err *err)
+ * and type of the first. With no items, dst takes the body output's
+ * declared type and shape (`decl`) with a 0 inserted, as onnxruntime does,
+ * or is a float32 [0] when the body does not declare them. */
+static slim_status stack_into(const stack_list *l, int64_t axis, bool reverse,
+                              const slim_io_info *decl, slim_tensor *dst, const char *what,
+                              slim_err *err)
 {
     memset(dst, 0, sizeof(*dst));
     if (l->n == 0) {
-        slim_tensor_set_shape(dst, empty_dt, 1, (int64_t[]){0});
+        slim_dtype dt = decl->dtype ? decl->dtype : SLIM_F32;
+        bool known = decl->ndim >= 0 && decl->ndim < SLIM_MAX_DIMS;
+        for (int d = 0; known && d < decl->ndim; d++)
+            known = decl->dims[d] >= 0;
+        int ax = 0;
+        if (known && slim_norm_axis(axis, decl->ndim + 1, &ax, NULL) != SLIM_OK)
+            known = false;
+        if (!known) {
+            slim_tensor_set_shape(dst, dt, 1, (int64_t[]){0});
+        } else {
+            int64_t dims[SLIM_MAX_DIMS];
+            for (int d = 0, k = 0; d <= decl->ndim; d++)
+                dims[d] = d == ax ? 0 : decl->dims[k++];
+            slim_tensor_set_shape(dst, dt, decl->ndim + 1, dims);
+        }
         return slim_tensor_alloc(dst, err);
     }
     const slim_tensor *f = &l->iters[0];
@@ -386,8 +403,8 @@ static slim_status loop_exec(slim_op_ctx *ctx)
             continue;
         char what[48];
         snprintf(what, sizeof(what), "scan output %d", k);
-        slim_dtype dt = st->body.m->outputs[1 + N + k].dtype;
-        if ((s = stack_into(&scans[k], 0, false, dt ? dt : SLIM_F32, o, what, ctx->err)))
+        if ((s = stack_into(&scans[k], 0, false, &st->body.m->outputs[1 + N + k], o, what,
+                            ctx->err)))
             goto done;
     }
     s = SLIM_OK;
@@ -592,9 +609,8 @@ static slim_status scan_exec(slim_op_ctx *ctx)
             continue;
         char what[48];
         snprintf(what, sizeof(what), "scan output %d", k);
-        slim_dtype dt = st->body.m->outputs[N + k].dtype;
-        if ((s = stack_into(&ys[k], st->out_axes[k], st->out_rev[k] != 0, dt ? dt : SLIM_F32, o,
-                            what, ctx->err)))
+        if ((s = stack_into(&ys[k], st->out_axes[k], st->out_rev[k] != 0,
+                            &st->body.m->outputs[N + k], o, what, ctx->err)))
             goto done;
     }
     s = SLIM_OK;
