@@ -271,7 +271,7 @@ typedef struct {
 
 /* A hostile file can nest subgraphs as deep as its size allows; each level
  * costs C stack in the loader and in the executor. */
-#define SLIM_MAX_SUBGRAPH_DEPTH 32
+#define SLIM_MAX_SUBGRAPH_DEPTH 16
 
 static slim_status convert_graph_proto(const convert_ctx *cx, const Onnx__GraphProto *gp,
                                        slim_graph *g, slim_err *err);

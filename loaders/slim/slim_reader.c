@@ -127,7 +127,7 @@ typedef struct reader {
 } reader;
 
 /* Subgraphs nest at most this deep (as from ONNX, onnx_loader.c). */
-#define SLIM_FORMAT_MAX_DEPTH 32
+#define SLIM_FORMAT_MAX_DEPTH 16
 
 static void read_values(reader *r);
 static bool read_ids(reader *r, int *n_out, int **ids, bool inputs);
