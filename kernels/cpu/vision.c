@@ -1,6 +1,7 @@
 /*
  * vision.c - spatial sampling and detection heads: GridSample, AffineGrid,
- * RoiAlign and NonMaxSuppression.
+ * RoiAlign, DeformConv (a 2-D convolution whose taps sample the input
+ * bilinearly at learned offsets) and NonMaxSuppression.
  *
  * GridSample works in any number of spatial dims: each output point has,
  * per input dim, up to 4 taps (nearest 1, linear 2, cubic 4) with weights,
@@ -413,6 +414,159 @@ static slim_status roi_exec(slim_op_ctx *ctx)
     return SLIM_OK;
 }
 
+/* ---- DeformConv ---------------------------------------------------------- */
+
+typedef struct {
+    int64_t N, C, H, W, M, kh, kw, oh, ow, group, ogroup;
+    int64_t pads[4], strides[2], dil[2];
+} dc_geom;
+
+static slim_status dc_geom_get(slim_op_ctx *ctx, dc_geom *g)
+{
+    const slim_tensor *x = ctx->in[0], *w = ctx->in[1], *off = ctx->in[2];
+    const slim_tensor *b = ctx->n_in > 3 ? ctx->in[3] : NULL;
+    const slim_tensor *mask = ctx->n_in > 4 ? ctx->in[4] : NULL;
+    char a[128], c[128];
+    int n;
+    slim_status s = slim_check_dtype(x, "X", ctx->err, SLIM_F32, SLIM_F64, SLIM_F16, SLIM_BF16,
+                                     SLIM_DTYPE_UNDEFINED);
+    if (s)
+        return s;
+    if (x->ndim != 4)
+        return slim_errf(ctx->err, SLIM_EUNSUPPORTED, "X has %d dims; only 2-D DeformConv "
+                         "([N, C, H, W]) is supported", x->ndim);
+    for (int i = 1; i < 5 && i < ctx->n_in; i++)
+        if (ctx->in[i] && ctx->in[i]->dtype != x->dtype)
+            return slim_errf(ctx->err, SLIM_ETYPE, "input %d is %s, expected X's type %s", i,
+                             slim_dtype_name(ctx->in[i]->dtype), slim_dtype_name(x->dtype));
+    memset(g, 0, sizeof(*g));
+    g->N = x->dims[0];
+    g->C = x->dims[1];
+    g->H = x->dims[2];
+    g->W = x->dims[3];
+    g->group = slim_attr_int(ctx->node, "group", 1);
+    g->ogroup = slim_attr_int(ctx->node, "offset_group", 1);
+    if (w->ndim != 4 || g->group < 1 || g->ogroup < 1 || g->C != w->dims[1] * g->group ||
+        w->dims[0] % g->group || g->C % g->ogroup)
+        return slim_errf(ctx->err, SLIM_ESHAPE, "X %s and W %s do not fit group %lld and "
+                         "offset_group %lld", slim_shape_str(x->ndim, x->dims, a, sizeof(a)),
+                         slim_shape_str(w->ndim, w->dims, c, sizeof(c)), (long long)g->group,
+                         (long long)g->ogroup);
+    g->M = w->dims[0];
+    g->kh = w->dims[2];
+    g->kw = w->dims[3];
+    int64_t ks[2];
+    if ((s = slim_attr_geometry(ctx->node, "kernel_shape", ks, 2, 1, &n, ctx->err)))
+        return s;
+    if (n >= 0 && (n != 2 || ks[0] != g->kh || ks[1] != g->kw))
+        return slim_errf(ctx->err, SLIM_EINVAL, "kernel_shape does not match W");
+    if ((s = slim_attr_geometry(ctx->node, "pads", g->pads, 4, 0, &n, ctx->err)))
+        return s;
+    if (n >= 0 && n != 4)
+        return slim_errf(ctx->err, SLIM_EINVAL, "pads has %d values, expected 4", n);
+    if ((s = slim_attr_geometry(ctx->node, "strides", g->strides, 2, 1, &n, ctx->err)))
+        return s;
+    if (n < 0)
+        g->strides[0] = g->strides[1] = 1;
+    else if (n != 2)
+        return slim_errf(ctx->err, SLIM_EINVAL, "strides has %d values, expected 2", n);
+    if ((s = slim_attr_geometry(ctx->node, "dilations", g->dil, 2, 1, &n, ctx->err)))
+        return s;
+    if (n < 0)
+        g->dil[0] = g->dil[1] = 1;
+    else if (n != 2)
+        return slim_errf(ctx->err, SLIM_EINVAL, "dilations has %d values, expected 2", n);
+    int64_t span_h = (g->kh - 1) * g->dil[0] + 1, span_w = (g->kw - 1) * g->dil[1] + 1;
+    g->oh = (g->H + g->pads[0] + g->pads[2] - span_h) / g->strides[0] + 1;
+    g->ow = (g->W + g->pads[1] + g->pads[3] - span_w) / g->strides[1] + 1;
+    const int64_t taps = g->ogroup * g->kh * g->kw;
+    if (g->oh < 1 || g->ow < 1 || off->ndim != 4 || off->dims[0] != g->N ||
+        off->dims[1] != taps * 2 || off->dims[2] != g->oh || off->dims[3] != g->ow)
+        return slim_errf(ctx->err, SLIM_ESHAPE, "offset %s must be [%lld, %lld, %lld, %lld]",
+                         slim_shape_str(off->ndim, off->dims, a, sizeof(a)), (long long)g->N,
+                         (long long)(taps * 2), (long long)g->oh, (long long)g->ow);
+    if (mask && (mask->ndim != 4 || mask->dims[0] != g->N || mask->dims[1] != taps ||
+                 mask->dims[2] != g->oh || mask->dims[3] != g->ow))
+        return slim_errf(ctx->err, SLIM_ESHAPE, "mask %s must be [%lld, %lld, %lld, %lld]",
+                         slim_shape_str(mask->ndim, mask->dims, a, sizeof(a)), (long long)g->N,
+                         (long long)taps, (long long)g->oh, (long long)g->ow);
+    if (b && (b->ndim != 1 || b->dims[0] != g->M))
+        return slim_errf(ctx->err, SLIM_ESHAPE, "B must be [%lld]", (long long)g->M);
+    return SLIM_OK;
+}
+
+static slim_status dc_infer(slim_op_ctx *ctx)
+{
+    dc_geom g;
+    slim_status s = dc_geom_get(ctx, &g);
+    if (!s)
+        slim_tensor_set_shape(ctx->out[0], ctx->in[0]->dtype, 4,
+                              (int64_t[]){g.N, g.M, g.oh, g.ow});
+    return s;
+}
+
+/* Bilinear sample of plane p (H x W) at (y, x); taps outside read zero. */
+static double dc_sample(const slim_tensor *x, int64_t base, int64_t H, int64_t W, double y,
+                        double xx)
+{
+    if (!isfinite(y) || !isfinite(xx) || y <= -1 || xx <= -1 || y >= (double)H || xx >= (double)W)
+        return 0;
+    double fy = floor(y), fx = floor(xx);
+    int64_t y0 = (int64_t)fy, x0 = (int64_t)fx;
+    double ly = y - fy, lx = xx - fx, v = 0;
+    for (int dy = 0; dy < 2; dy++)
+        for (int dx = 0; dx < 2; dx++) {
+            int64_t yy = y0 + dy, xc = x0 + dx;
+            if (yy < 0 || yy >= H || xc < 0 || xc >= W)
+                continue;
+            double wt = (dy ? ly : 1 - ly) * (dx ? lx : 1 - lx);
+            v += wt * slim_load_f64(x->dtype, x->data, base + yy * W + xc);
+        }
+    return v;
+}
+
+static slim_status dc_exec(slim_op_ctx *ctx)
+{
+    dc_geom g;
+    slim_status s = dc_geom_get(ctx, &g);
+    if (s)
+        return s;
+    const slim_tensor *x = ctx->in[0], *w = ctx->in[1], *off = ctx->in[2];
+    const slim_tensor *b = ctx->n_in > 3 ? ctx->in[3] : NULL;
+    const slim_tensor *mask = ctx->n_in > 4 ? ctx->in[4] : NULL;
+    slim_tensor *y = ctx->out[0];
+    const int64_t cpg = g.C / g.group, mpg = g.M / g.group, cpo = g.C / g.ogroup;
+    const int64_t K = g.kh * g.kw, P = g.oh * g.ow;
+    for (int64_t n = 0; n < g.N; n++)
+        for (int64_t m = 0; m < g.M; m++)
+            for (int64_t i = 0; i < g.oh; i++)
+                for (int64_t j = 0; j < g.ow; j++) {
+                    double acc = b ? slim_load_f64(b->dtype, b->data, m) : 0;
+                    const int64_t grp = m / mpg;
+                    for (int64_t ci = 0; ci < cpg; ci++) {
+                        const int64_t c = grp * cpg + ci, og = c / cpo;
+                        const int64_t base = (n * g.C + c) * g.H * g.W;
+                        for (int64_t k = 0; k < K; k++) {
+                            const int64_t ky = k / g.kw, kx = k % g.kw;
+                            const int64_t tap = og * K + k, pos = i * g.ow + j;
+                            double dy = slim_load_f64(off->dtype, off->data,
+                                                      ((n * g.ogroup * K + tap) * 2) * P + pos);
+                            double dx = slim_load_f64(off->dtype, off->data,
+                                                      ((n * g.ogroup * K + tap) * 2 + 1) * P + pos);
+                            double mk = mask ? slim_load_f64(mask->dtype, mask->data,
+                                                             (n * g.ogroup * K + tap) * P + pos)
+                                             : 1.0;
+                            double py = (double)(i * g.strides[0] - g.pads[0] + ky * g.dil[0]) + dy;
+                            double px = (double)(j * g.strides[1] - g.pads[1] + kx * g.dil[1]) + dx;
+                            double wt = slim_load_f64(w->dtype, w->data, (m * cpg + ci) * K + k);
+                            acc += wt * mk * dc_sample(x, base, g.H, g.W, py, px);
+                        }
+                    }
+                    slim_store_f64(y->dtype, y->data, ((n * g.M + m) * g.oh + i) * g.ow + j, acc);
+                }
+    return SLIM_OK;
+}
+
 /* ---- NonMaxSuppression --------------------------------------------------- */
 
 typedef struct {
@@ -562,6 +716,7 @@ const slim_op_def slim__ops_vision[] = {
     {"GridSample", 16, gs_prepare, free, gs_infer, gs_exec, 0},
     {"AffineGrid", 20, NULL, NULL, ag_infer, ag_exec, 0},
     {"RoiAlign", 10, NULL, NULL, roi_infer, roi_exec, 0},
+    {"DeformConv", 19, NULL, NULL, dc_infer, dc_exec, 0},
     {"NonMaxSuppression", 10, NULL, NULL, nms_infer, nms_exec, 0},
     {0},
 };
