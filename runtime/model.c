@@ -151,6 +151,25 @@ slim_status slim__model_from_subgraph(slim_graph *g, slim_model **out, slim_err 
     return SLIM_OK;
 }
 
+/* Weights of g and of its subgraphs (If/Loop/Scan bodies hold their own). */
+static void count_weights(const slim_graph *g, int64_t *params, size_t *bytes)
+{
+    for (int v = 0; v < g->n_values; v++) {
+        const slim_value *val = &g->values[v];
+        if (val->kind != SLIM_VALUE_INITIALIZER)
+            continue;
+        /* A weight held on the host and on a GPU counts once per copy in
+         * bytes (both are memory) and once in parameters. */
+        if (!strchr(val->name, '@'))
+            *params += slim_tensor_numel(&val->init);
+        *bytes += slim_tensor_nbytes(&val->init);
+    }
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int a = 0; a < g->nodes[i].n_attrs; a++)
+            if (g->nodes[i].attrs[a].type == SLIM_ATTR_GRAPH && g->nodes[i].attrs[a].g)
+                count_weights(g->nodes[i].attrs[a].g, params, bytes);
+}
+
 slim_status slim__model_refresh(slim_model *m, slim_err *err)
 {
     const slim_graph *g = m->graph;
@@ -166,16 +185,7 @@ slim_status slim__model_refresh(slim_model *m, slim_err *err)
         m->outputs[i] = g->values[g->outputs[i]].info;
     m->param_count = 0;
     m->weight_bytes = 0;
-    for (int v = 0; v < g->n_values; v++) {
-        const slim_value *val = &g->values[v];
-        if (val->kind != SLIM_VALUE_INITIALIZER)
-            continue;
-        /* A weight held on the host and on a GPU counts once per copy in
-         * bytes (both are memory) and once in parameters. */
-        if (!strchr(val->name, '@'))
-            m->param_count += slim_tensor_numel(&val->init);
-        m->weight_bytes += slim_tensor_nbytes(&val->init);
-    }
+    count_weights(g, &m->param_count, &m->weight_bytes);
     return SLIM_OK;
 }
 
