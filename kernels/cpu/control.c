@@ -465,13 +465,12 @@ static slim_status scan_ints(const slim_node *n, const char *name, int count, bo
 
 static slim_status scan_prepare(slim_node *node, void **state, slim_err *err)
 {
-    if (node->opset < 9)
-        return slim_errf(err, SLIM_EUNSUPPORTED, "Scan before opset 9 (with a batch axis and "
-                         "sequence_lens) is not supported");
     scan_state *st = calloc(1, sizeof(*st));
     if (!st)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
-    const int declared = node->n_in - node->n_implicit;
+    /* Opset 8 puts the optional sequence_lens first. */
+    const bool v8 = node->opset < 9;
+    const int declared = node->n_in - node->n_implicit - (v8 ? 1 : 0);
     const int64_t m = slim_attr_int(node, "num_scan_inputs", -1);
     slim_status s;
     if (m < 1 || m > declared || declared > SLIM_MAX_NODE_ARGS || node->n_out > SLIM_MAX_NODE_ARGS) {
@@ -489,10 +488,11 @@ static slim_status scan_prepare(slim_node *node, void **state, slim_err *err)
     if (st->n_out_scan < 0)
         s = slim_errf(err, SLIM_EPARSE, "%d outputs cannot hold %d states", node->n_out,
                       st->n_state);
-    if (!s)
+    if (!s && !v8)
         s = scan_ints(node, "scan_input_axes", st->n_in_scan, false, st->in_axes, err);
     if (!s)
-        s = scan_ints(node, "scan_input_directions", st->n_in_scan, true, st->in_rev, err);
+        s = scan_ints(node, v8 ? "directions" : "scan_input_directions", st->n_in_scan, true,
+                      st->in_rev, err);
     if (!s)
         s = scan_ints(node, "scan_output_axes", st->n_out_scan, false, st->out_axes, err);
     if (!s)
@@ -530,7 +530,10 @@ static slim_status scan_slice(const slim_tensor *x, int axis, int64_t t, slim_te
     return SLIM_OK;
 }
 
-static slim_status scan_exec(slim_op_ctx *ctx)
+/* One scan over ins (N states, then M scan inputs) into outs (N final
+ * states, then K stacked scan outputs; NULL where unused). */
+static slim_status scan_run(slim_op_ctx *ctx, const slim_tensor *const *ins,
+                            slim_tensor *const *outs)
 {
     const scan_state *st = ctx->state;
     const int N = st->n_state, M = st->n_in_scan, K = st->n_out_scan;
@@ -538,7 +541,7 @@ static slim_status scan_exec(slim_op_ctx *ctx)
     int64_t L = -1;
     slim_status s;
     for (int j = 0; j < M; j++) {
-        const slim_tensor *x = ctx->in[N + j];
+        const slim_tensor *x = ins[N + j];
         if ((s = slim_norm_axis(st->in_axes[j], x->ndim, &axes[j], ctx->err)))
             return slim_err_prefix(ctx->err, "scan input %d: ", j);
         if (L >= 0 && x->dims[axes[j]] != L)
@@ -551,45 +554,45 @@ static slim_status scan_exec(slim_op_ctx *ctx)
     slim_tensor *states = calloc((size_t)(N ? N : 1), sizeof(slim_tensor));
     slim_tensor *slices = calloc((size_t)M, sizeof(slim_tensor));
     stack_list *ys = calloc((size_t)(K ? K : 1), sizeof(stack_list));
-    slim_tensor *outs = NULL;
+    slim_tensor *bouts = NULL;
     int n_outs = 0;
     if (!formal || !states || !slices || !ys) {
         s = slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
         goto done;
     }
     for (int i = 0; i < N; i++) {
-        formal[i] = *ctx->in[i];
+        formal[i] = *ins[i];
         formal[i].buf = NULL;
     }
     for (int64_t t = 0; t < L; t++) {
         for (int j = 0; j < M; j++) {
             slim_tensor_release(&slices[j]);
-            if ((s = scan_slice(ctx->in[N + j], axes[j], st->in_rev[j] ? L - 1 - t : t,
+            if ((s = scan_slice(ins[N + j], axes[j], st->in_rev[j] ? L - 1 - t : t,
                                 &slices[j], ctx->err)))
                 goto done;
             formal[N + j] = slices[j];
             formal[N + j].buf = NULL;
         }
-        if ((s = body_call(&st->body, ctx, formal, N + M, &outs, &n_outs))) {
+        if ((s = body_call(&st->body, ctx, formal, N + M, &bouts, &n_outs))) {
             slim_err_prefix(ctx->err, "body, iteration %lld: ", (long long)t);
             goto done;
         }
         for (int i = 0; i < N; i++) {
             slim_tensor_release(&states[i]);
-            states[i] = outs[i];
-            memset(&outs[i], 0, sizeof(outs[i]));
+            states[i] = bouts[i];
+            memset(&bouts[i], 0, sizeof(bouts[i]));
             formal[i] = states[i];
             formal[i].buf = NULL;
         }
         for (int k = 0; k < K; k++)
-            if ((s = stack_list_push(&ys[k], &outs[N + k], ctx->err)))
+            if ((s = stack_list_push(&ys[k], &bouts[N + k], ctx->err)))
                 goto done;
-        slim_tensors_free(outs, n_outs);
-        outs = NULL;
+        slim_tensors_free(bouts, n_outs);
+        bouts = NULL;
         n_outs = 0;
     }
     for (int i = 0; i < N; i++) {
-        slim_tensor *o = ctx->out[i];
+        slim_tensor *o = outs[i];
         if (!o)
             continue;
         if (L > 0) {
@@ -604,7 +607,7 @@ static slim_status scan_exec(slim_op_ctx *ctx)
             memcpy(o->data, formal[i].data, slim_tensor_nbytes(o));
     }
     for (int k = 0; k < K; k++) {
-        slim_tensor *o = ctx->out[N + k];
+        slim_tensor *o = outs[N + k];
         if (!o)
             continue;
         char what[48];
@@ -616,10 +619,10 @@ static slim_status scan_exec(slim_op_ctx *ctx)
     s = SLIM_OK;
 done:
     if (s)
-        for (int k = 0; k < ctx->n_out; k++)
-            if (ctx->out[k])
-                slim_tensor_release(ctx->out[k]);
-    slim_tensors_free(outs, n_outs);
+        for (int k = 0; k < N + K; k++)
+            if (outs[k])
+                slim_tensor_release(outs[k]);
+    slim_tensors_free(bouts, n_outs);
     for (int i = 0; states && i < N; i++)
         slim_tensor_release(&states[i]);
     for (int j = 0; slices && j < M; j++)
@@ -633,9 +636,96 @@ done:
     return s;
 }
 
+/* Opset 9 and up: the node's inputs and outputs as they are. */
+static slim_status scan_exec(slim_op_ctx *ctx)
+{
+    return scan_run(ctx, ctx->in, ctx->out);
+}
+
+/* Opset 8: every input and output has a batch axis first, and the scan axis
+ * (1) is axis 0 of one batch item; each item is scanned on its own and the
+ * results stacked. sequence_lens shorter than the sequence would leave the
+ * tail undefined, so only full lengths are taken. */
+static slim_status scan8_exec(slim_op_ctx *ctx)
+{
+    const scan_state *st = ctx->state;
+    const int N = st->n_state, M = st->n_in_scan, K = st->n_out_scan;
+    const slim_tensor *lens = ctx->in[0];
+    const slim_tensor *const *ins = ctx->in + 1;
+    const int64_t B = ins[0]->ndim > 0 ? ins[0]->dims[0] : -1;
+    for (int i = 0; i < N + M; i++)
+        if (ins[i]->ndim < (i < N ? 1 : 2) || ins[i]->dims[0] != B)
+            return slim_errf(ctx->err, SLIM_ESHAPE, "input %d must have the batch axis first (%lld)%s",
+                             i + 1, (long long)B, i < N ? "" : " and a sequence axis");
+    if (lens) {
+        const int64_t L = ins[N]->dims[1];
+        if (lens->ndim != 1 || lens->dims[0] != B || !slim_dtype_is_int(lens->dtype))
+            return slim_errf(ctx->err, SLIM_ESHAPE, "sequence_lens must be [%lld] integers",
+                             (long long)B);
+        for (int64_t b = 0; b < B; b++)
+            if (slim_load_i64(lens->dtype, lens->data, b) != L)
+                return slim_errf(ctx->err, SLIM_EUNSUPPORTED, "sequence_lens[%lld] = %lld is "
+                                 "not the full length %lld", (long long)b,
+                                 (long long)slim_load_i64(lens->dtype, lens->data, b), (long long)L);
+    }
+    slim_tensor *items = calloc((size_t)(N + M), sizeof(slim_tensor));
+    slim_tensor *res = calloc((size_t)(N + K), sizeof(slim_tensor));
+    stack_list *acc = calloc((size_t)(N + K), sizeof(stack_list));
+    const slim_tensor **in_ptr = calloc((size_t)(N + M), sizeof(*in_ptr));
+    slim_tensor **out_ptr = calloc((size_t)(N + K), sizeof(*out_ptr));
+    slim_status s = SLIM_OK;
+    if (!items || !res || !acc || !in_ptr || !out_ptr) {
+        s = slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+        goto done;
+    }
+    for (int k = 0; k < N + K; k++)
+        out_ptr[k] = &res[k];
+    for (int64_t b = 0; b < B && !s; b++) {
+        for (int i = 0; i < N + M && !s; i++) {
+            slim_tensor_release(&items[i]);
+            s = scan_slice(ins[i], 0, b, &items[i], ctx->err);
+            in_ptr[i] = &items[i];
+        }
+        if (!s && !(s = scan_run(ctx, in_ptr, out_ptr)))
+            for (int k = 0; k < N + K && !s; k++)
+                s = stack_list_push(&acc[k], &res[k], ctx->err);
+        if (s)
+            slim_err_prefix(ctx->err, "batch item %lld: ", (long long)b);
+    }
+    for (int k = 0; k < N + K && !s; k++) {
+        slim_tensor *o = k < ctx->n_out ? ctx->out[k] : NULL;
+        if (!o)
+            continue;
+        const slim_io_info none = {.ndim = -1};
+        s = stack_into(&acc[k], 0, false, &none, o, "scan output", ctx->err);
+    }
+done:
+    if (s)
+        for (int k = 0; k < ctx->n_out; k++)
+            if (ctx->out[k])
+                slim_tensor_release(ctx->out[k]);
+    for (int i = 0; items && i < N + M; i++)
+        slim_tensor_release(&items[i]);
+    for (int k = 0; res && k < N + K; k++)
+        slim_tensor_release(&res[k]);
+    for (int k = 0; acc && k < N + K; k++)
+        stack_list_free(&acc[k]);
+    free(items);
+    free(res);
+    free(acc);
+    free(in_ptr);
+    free(out_ptr);
+    return s;
+}
+
+static slim_status scan_dispatch(slim_op_ctx *ctx)
+{
+    return ctx->node->opset < 9 ? scan8_exec(ctx) : scan_exec(ctx);
+}
+
 const slim_op_def slim__ops_control[] = {
     {"If", 1, if_prepare, if_release, if_infer, if_exec, SLIM_OP_OWN_OUTPUTS},
     {"Loop", 1, loop_prepare, loop_release, loop_infer, loop_exec, SLIM_OP_OWN_OUTPUTS},
-    {"Scan", 8, scan_prepare, scan_release, loop_infer, scan_exec, SLIM_OP_OWN_OUTPUTS},
+    {"Scan", 8, scan_prepare, scan_release, loop_infer, scan_dispatch, SLIM_OP_OWN_OUTPUTS},
     {0},
 };

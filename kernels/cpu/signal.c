@@ -421,9 +421,10 @@ static slim_status mel_exec(slim_op_ctx *ctx)
         double hz = 700 * (pow(10, ((double)i * step + lo_mel) / 2595) - 1);
         pt[i] = (int64_t)floor((double)(a.dft + 1) * hz / (double)a.rate);
         if (pt[i] < 0 || pt[i] >= bins) {
+            long long bad = (long long)pt[i];
             free(pt);
             return slim_errf(ctx->err, SLIM_EINVAL, "mel point %lld falls in bin %lld, outside "
-                             "the %lld bins", (long long)i, (long long)pt[i], (long long)bins);
+                             "the %lld bins", (long long)i, bad, (long long)bins);
         }
     }
     for (int64_t i = 0; i < bins * a.mels; i++)
