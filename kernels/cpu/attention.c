@@ -279,21 +279,28 @@ static void attn_task(int64_t begin, int64_t end, void *user)
             if (qk && j->st->qk_mode <= 1)
                 memcpy(qk + i * T, row, sizeof(float) * (size_t)T);
             float mx = -INFINITY;
-            for (int64_t c = 0; c < T; c++) {
-                row[c] += attn_bias(j, b, h, i, c);
-                if (row[c] > mx)
-                    mx = row[c];
-            }
-            if (qk && j->st->qk_mode == 2)
-                memcpy(qk + i * T, row, sizeof(float) * (size_t)T);
-            double sum = 0;
-            for (int64_t c = 0; c < T; c++) {
-                double e = exp((double)row[c] - (double)mx); /* NaN when mx is -inf */
-                row[c] = (float)e;
-                sum += e;
+            if (j->mask || j->nonpad) {
+                for (int64_t c = 0; c < T; c++)
+                    row[c] += attn_bias(j, b, h, i, c);
+            } else if (j->st->causal) { /* the common case, without a call per score */
+                for (int64_t c = i + a->P + 1; c < T; c++)
+                    row[c] = -INFINITY;
             }
             for (int64_t c = 0; c < T; c++)
-                row[c] = (float)(row[c] / sum);
+                mx = row[c] > mx ? row[c] : mx;
+            if (qk && j->st->qk_mode == 2)
+                memcpy(qk + i * T, row, sizeof(float) * (size_t)T);
+            /* expf is exact to an ulp or two of float; the sum runs in
+             * double. exp(-inf - -inf) is NaN: a fully masked row gives
+             * NaN, as in the reference. */
+            double sum = 0;
+            for (int64_t c = 0; c < T; c++) {
+                row[c] = expf(row[c] - mx);
+                sum += row[c];
+            }
+            const float inv = (float)(1.0 / sum);
+            for (int64_t c = 0; c < T; c++)
+                row[c] *= inv;
             if (qk && j->st->qk_mode == 3)
                 memcpy(qk + i * T, row, sizeof(float) * (size_t)T);
         }
