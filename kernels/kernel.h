@@ -53,6 +53,11 @@ enum {
      * moves input 0 to the node's device (H2D) or back to the host (D2H). */
     SLIM_OP_COPY_H2D = 1u << 3,
     SLIM_OP_COPY_D2H = 1u << 4,
+    /* Control flow (If, Loop, Scan): output shapes are known only once a
+     * subgraph has run, so the executor skips infer and allocation and
+     * exec sets each present output's shape and storage itself (a tensor
+     * with its own buffer). infer returns SLIM_ENEEDVALUE while planning. */
+    SLIM_OP_OWN_OUTPUTS = 1u << 5,
 };
 
 typedef struct slim_op_def {

@@ -25,7 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define SLIM_MAX_NODE_IO 64
+/* Nodes with subgraphs take every outer-scope value their bodies read as
+ * an input, so this is generous. */
+#define SLIM_MAX_NODE_IO 1024
 
 typedef struct run_state {
     const slim_graph *g;
@@ -167,6 +169,16 @@ static slim_status run_node(run_state *rs, const slim_node *n, slim_err *err)
         .node = n, .state = n->op_state, .n_in = n->n_in, .in = in,
         .n_out = n->n_out, .out = out, .err = err,
     };
+    if (n->op->flags & SLIM_OP_OWN_OUTPUTS) {
+        /* Control flow: exec gives each output its shape and storage. */
+        slim_status st = n->op->exec(&ctx);
+        for (int k = 0; !st && k < n->n_out; k++)
+            if (out[k] && (out[k]->dtype == SLIM_DTYPE_UNDEFINED || out[k]->ndim < 0 ||
+                           out[k]->ndim > SLIM_MAX_DIMS ||
+                           (slim_tensor_numel(out[k]) > 0 && !out[k]->data)))
+                st = slim_errf(err, SLIM_EINTERNAL, "output %d was left undefined", k);
+        return st;
+    }
     slim_status st = n->op->infer(&ctx);
     if (st)
         return st;
@@ -280,8 +292,11 @@ slim_status slim_model_run(const slim_model *m, int n_inputs,
     *n_outputs = 0;
     run_state rs = {.g = g, .dev = m->device};
     slim_tensor *result = NULL;
-    slim_mem_account *prev_account = slim_mem_account_enter(m->account);
-    bool prev_invariant = slim_gemm_set_row_invariant(m->batch_invariant);
+    /* A subgraph's run charges its parent's account and keeps its mode. */
+    slim_mem_account *prev_account = m->nested ? slim_mem_account_current()
+                                               : slim_mem_account_enter(m->account);
+    bool prev_invariant = m->nested ? slim_gemm_row_invariant()
+                                    : slim_gemm_set_row_invariant(m->batch_invariant);
     rs.vals = calloc(g->n_values ? g->n_values : 1, sizeof(slim_tensor));
     rs.remaining = calloc(g->n_values ? g->n_values : 1, sizeof(int));
     slim_status st;

@@ -32,6 +32,7 @@ void slim_attr_clear(slim_attr *a)
         slim_tensor_release(a->t);
         free(a->t);
     }
+    slim_graph_free(a->g);
     memset(a, 0, sizeof(*a));
 }
 
@@ -379,10 +380,10 @@ slim_status slim_graph_finalize(slim_graph *g, slim_err *err)
                              SLIM_NODE_ARGS(n), n->op_type, n->opset);
         }
         for (int a = 0; a < n->n_attrs; a++)
-            if (n->attrs[a].type == SLIM_ATTR_GRAPH)
+            if (n->attrs[a].type == SLIM_ATTR_GRAPH && !n->attrs[a].g)
                 return slim_errf(err, SLIM_EUNSUPPORTED,
-                                 SLIM_NODE_FMT ": attribute \"%s\" holds a subgraph, which is "
-                                 "not supported", SLIM_NODE_ARGS(n), n->attrs[a].name);
+                                 SLIM_NODE_FMT ": attribute \"%s\" holds a list of subgraphs, "
+                                 "which is not supported", SLIM_NODE_ARGS(n), n->attrs[a].name);
         /* The schema check comes before prepare: prepare and every kernel
          * may then index the slots and attributes the operator declares. */
         if ((st = slim_node_validate(g, n, err))) {
@@ -398,6 +399,112 @@ slim_status slim_graph_finalize(slim_graph *g, slim_err *err)
         }
     }
     return SLIM_OK;
+}
+
+/* ---- subgraphs: outer-scope values --------------------------------------- */
+
+/* Whether value v of g is read but defined nowhere in g. */
+static bool value_is_free(const slim_graph *g, int v, const bool *produced)
+{
+    return g->values[v].kind == SLIM_VALUE_INTERMEDIATE && !produced[v];
+}
+
+static bool *produced_values(const slim_graph *g)
+{
+    bool *p = calloc((size_t)(g->n_values ? g->n_values : 1), sizeof(bool));
+    if (!p)
+        return NULL;
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int k = 0; k < g->nodes[i].n_out; k++)
+            if (g->nodes[i].out[k] >= 0)
+                p[g->nodes[i].out[k]] = true;
+    return p;
+}
+
+slim_status slim_graph_capture_outer(slim_graph *g, int node_id, slim_err *err)
+{
+    slim_node *n = &g->nodes[node_id];
+    const char **names = NULL;
+    int n_names = 0, cap = 0;
+    slim_status st = SLIM_OK;
+    /* The union of the subgraphs' free names, in a stable order. */
+    for (int a = 0; a < n->n_attrs && !st; a++) {
+        const slim_graph *sub = n->attrs[a].type == SLIM_ATTR_GRAPH ? n->attrs[a].g : NULL;
+        if (!sub)
+            continue;
+        bool *prod = produced_values(sub);
+        if (!prod) {
+            st = slim_errf(err, SLIM_ENOMEM, "out of memory");
+            break;
+        }
+        for (int v = 0; v < sub->n_values; v++) {
+            if (!value_is_free(sub, v, prod))
+                continue;
+            bool seen = false;
+            for (int j = 0; j < n_names && !seen; j++)
+                seen = strcmp(names[j], sub->values[v].name) == 0;
+            if (seen)
+                continue;
+            if (n_names == cap) {
+                cap = cap ? cap * 2 : 8;
+                const char **grown = realloc(names, sizeof(*names) * (size_t)cap);
+                if (!grown) {
+                    st = slim_errf(err, SLIM_ENOMEM, "out of memory");
+                    break;
+                }
+                names = grown;
+            }
+            names[n_names++] = sub->values[v].name;
+        }
+        free(prod);
+    }
+    if (st || n_names == 0)
+        goto done;
+    int *in = realloc(n->in, sizeof(int) * (size_t)(n->n_in + n_names));
+    if (!in) {
+        st = slim_errf(err, SLIM_ENOMEM, "out of memory");
+        goto done;
+    }
+    n->in = in;
+    for (int a = 0; a < n->n_attrs && !st; a++) {
+        slim_graph *sub = n->attrs[a].type == SLIM_ATTR_GRAPH ? n->attrs[a].g : NULL;
+        if (!sub)
+            continue;
+        bool *prod = produced_values(sub);
+        const int known = sub->n_values; /* prod covers these; newer ones are free */
+        if (!prod) {
+            st = slim_errf(err, SLIM_ENOMEM, "out of memory");
+            break;
+        }
+        for (int j = 0; j < n_names && !st; j++) {
+            int v = slim_graph_value(sub, names[j]);
+            if (v < 0) {
+                st = slim_errf(err, SLIM_ENOMEM, "out of memory");
+            } else if (v < known && !value_is_free(sub, v, prod)) {
+                st = slim_errf(err, SLIM_EPARSE, SLIM_NODE_FMT ": subgraph \"%s\" defines \"%s\", "
+                               "which another of its subgraphs reads from the outer scope",
+                               SLIM_NODE_ARGS(n), n->attrs[a].name, names[j]);
+            } else {
+                sub->values[v].info.ndim = -1; /* known only when the node runs */
+                st = slim_graph_add_input(sub, v);
+            }
+        }
+        free(prod);
+    }
+    /* Parent value ids last: slim_graph_value may grow g->values, which
+     * `names` does not point into (they are the subgraphs' strings). */
+    for (int j = 0; j < n_names && !st; j++) {
+        int v = slim_graph_value(g, names[j]);
+        if (v < 0)
+            st = slim_errf(err, SLIM_ENOMEM, "out of memory");
+        else
+            g->nodes[node_id].in[g->nodes[node_id].n_in++] = v;
+    }
+    if (!st)
+        g->nodes[node_id].n_implicit = n_names;
+done:
+    free(names);
+    return st;
 }
 
 const slim_attr *slim_node_attr(const slim_node *n, const char *name)

@@ -22,8 +22,10 @@ typedef enum {
     SLIM_ATTR_FLOATS,
     SLIM_ATTR_INTS,
     SLIM_ATTR_STRINGS,
-    SLIM_ATTR_GRAPH, /* kept only to name it in "unsupported" errors */
+    SLIM_ATTR_GRAPH, /* a subgraph in g; a GRAPHS list keeps g NULL (unsupported) */
 } slim_attr_type;
+
+struct slim_graph;
 
 typedef struct slim_attr {
     char *name;
@@ -36,6 +38,7 @@ typedef struct slim_attr {
     int64_t *ints;
     char **strings;
     slim_tensor *t;        /* TENSOR, host memory owned by the attribute */
+    struct slim_graph *g;  /* GRAPH, owned by the attribute (see below) */
 } slim_attr;
 
 struct slim_op_def;
@@ -47,6 +50,11 @@ typedef struct slim_node {
     int opset;             /* opset version of the node's domain */
     int n_in, n_out;
     int *in;               /* value ids; -1 for an absent optional input */
+    /* The last n_implicit inputs are outer-scope values that the node's
+     * subgraphs read (slim_graph_capture_outer); the schema's arity covers
+     * the others. Listing them as inputs keeps them alive, and ordered
+     * before the node, like any other input. */
+    int n_implicit;
     int *out;              /* value ids; -1 for an unused optional output */
     int n_attrs;
     slim_attr *attrs;
@@ -111,6 +119,15 @@ slim_status slim_graph_add_output(slim_graph *g, int value_id);
 slim_status slim_graph_finalize(slim_graph *g, slim_err *err);
 
 void slim_attr_clear(slim_attr *a);
+
+/* Subgraphs (If, Loop, Scan bodies) are slim_graphs held by GRAPH
+ * attributes. A name a subgraph reads but does not define is an outer-scope
+ * value: this call gathers those of node node_id's subgraphs (after their
+ * own nodes were added, inner subgraphs first), appends them to the node's
+ * inputs as implicit inputs, and makes each of them an input of every one
+ * of the node's subgraphs, after its formal inputs and in the same order.
+ * A subgraph is finalized by its operator's prepare. */
+slim_status slim_graph_capture_outer(slim_graph *g, int node_id, slim_err *err);
 
 /* ---- attribute lookup used by kernels ---------------------------------- */
 

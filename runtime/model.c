@@ -164,6 +164,49 @@ slim_status slim_model_from_graph(slim_graph *g, slim_model **out, slim_err *err
     return SLIM_OK;
 }
 
+slim_status slim__model_from_subgraph(slim_graph *g, slim_model **out, slim_err *err)
+{
+    *out = NULL;
+    slim_status st = slim_graph_finalize(g, err);
+    if (st)
+        return st;
+    slim_model *m = calloc(1, sizeof(*m));
+    if (!m)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory creating a subgraph's model");
+    m->graph = g;
+    m->nested = true;
+    m->plans = slim__plan_cache_new();
+    if (!m->plans || (st = slim__model_refresh(m, err))) {
+        m->graph = NULL;
+        slim_model_free(m);
+        return st ? st : slim_errf(err, SLIM_ENOMEM, "out of memory creating a subgraph's model");
+    }
+    *out = m;
+    return SLIM_OK;
+}
+
+/* Weights of g and of its subgraphs (If/Loop/Scan bodies hold their own). */
+static void count_weights(const slim_graph *g, int64_t *params, size_t *bytes,
+                          size_t *by_dtype)
+{
+    for (int v = 0; v < g->n_values; v++) {
+        const slim_value *val = &g->values[v];
+        if (val->kind != SLIM_VALUE_INITIALIZER)
+            continue;
+        /* A weight held on the host and on a GPU counts once per copy in
+         * bytes (both are memory) and once in parameters. */
+        if (!strchr(val->name, '@'))
+            *params += slim_tensor_numel(&val->init);
+        *bytes += slim_tensor_nbytes(&val->init);
+        if (val->init.dtype > SLIM_DTYPE_UNDEFINED && val->init.dtype < SLIM_DTYPE_COUNT)
+            by_dtype[val->init.dtype] += slim_tensor_nbytes(&val->init);
+    }
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int a = 0; a < g->nodes[i].n_attrs; a++)
+            if (g->nodes[i].attrs[a].type == SLIM_ATTR_GRAPH && g->nodes[i].attrs[a].g)
+                count_weights(g->nodes[i].attrs[a].g, params, bytes, by_dtype);
+}
+
 slim_status slim__model_refresh(slim_model *m, slim_err *err)
 {
     const slim_graph *g = m->graph;
@@ -180,18 +223,7 @@ slim_status slim__model_refresh(slim_model *m, slim_err *err)
     m->param_count = 0;
     m->weight_bytes = 0;
     memset(m->weight_bytes_by_dtype, 0, sizeof(m->weight_bytes_by_dtype));
-    for (int v = 0; v < g->n_values; v++) {
-        const slim_value *val = &g->values[v];
-        if (val->kind != SLIM_VALUE_INITIALIZER)
-            continue;
-        /* A weight held on the host and on a GPU counts once per copy in
-         * bytes (both are memory) and once in parameters. */
-        if (!strchr(val->name, '@'))
-            m->param_count += slim_tensor_numel(&val->init);
-        m->weight_bytes += slim_tensor_nbytes(&val->init);
-        if (val->init.dtype > SLIM_DTYPE_UNDEFINED && val->init.dtype < SLIM_DTYPE_COUNT)
-            m->weight_bytes_by_dtype[val->init.dtype] += slim_tensor_nbytes(&val->init);
-    }
+    count_weights(g, &m->param_count, &m->weight_bytes, m->weight_bytes_by_dtype);
     return SLIM_OK;
 }
 
@@ -200,7 +232,8 @@ void slim_model_free(slim_model *m)
     if (!m)
         return;
     slim__plan_cache_free(m->plans);
-    slim_graph_free(m->graph);
+    if (!m->nested)
+        slim_graph_free(m->graph);
     slim_mem_account_unref(m->account);
     free(m->inputs);
     free(m->outputs);

@@ -27,6 +27,11 @@ struct slim_model {
     bool batch_invariant;
     /* Where the model was placed (partition.c); NULL: all on the CPU. */
     struct slim_device *device;
+    /* A subgraph's model (If/Loop/Scan bodies, kernels/cpu/control.c): its
+     * graph belongs to the node's GRAPH attribute, and its runs happen
+     * inside the parent's, charging the parent's account and keeping its
+     * GEMM mode. */
+    bool nested;
 };
 
 /* Places the model's nodes on a device ("cpu", "cuda:N"; partition.c): each
@@ -50,6 +55,12 @@ void slim_model_set_batch_invariant(slim_model *m, bool on);
 
 /* Takes ownership of g (also on failure): finalizes it and wraps it. */
 slim_status slim_model_from_graph(slim_graph *g, slim_model **out, slim_err *err);
+
+/* Finalizes subgraph g and wraps it in a nested model (above) that
+ * borrows it: freeing the model leaves g to its attribute. Runs of the
+ * model plan its activations in an arena of its own per input signature,
+ * taken and dropped within each run. */
+slim_status slim__model_from_subgraph(slim_graph *g, slim_model **out, slim_err *err);
 
 /* Whether the file at path starts with the .slim magic number. */
 bool slim_model_file_is_slim(const char *path);

@@ -216,15 +216,21 @@ slim_status slim_node_validate(const slim_graph *g, const slim_node *n, slim_err
         return slim_errf(err, SLIM_EUNSUPPORTED,
                          SLIM_NODE_FMT ": operator %s (opset %d) has no schema to check it against",
                          SLIM_NODE_ARGS(n), n->op_type, n->opset);
-    if (n->n_in < s->min_in)
+    /* Outer-scope values a subgraph reads are inputs too, past the
+     * declared ones (graph.h). */
+    const int n_in = n->n_in - n->n_implicit;
+    if (n->n_implicit < 0 || n_in < 0)
+        return slim_errf(err, SLIM_EINTERNAL, SLIM_NODE_FMT ": bad implicit input count",
+                         SLIM_NODE_ARGS(n));
+    if (n_in < s->min_in)
         return slim_errf(err, SLIM_EPARSE,
                          SLIM_NODE_FMT ": has %d input%s, but %s (opset %d) needs at least %d",
-                         SLIM_NODE_ARGS(n), n->n_in, n->n_in == 1 ? "" : "s", n->op_type,
+                         SLIM_NODE_ARGS(n), n_in, n_in == 1 ? "" : "s", n->op_type,
                          s->since, s->min_in);
-    if (n->n_in > s->max_in)
+    if (n_in > s->max_in)
         return slim_errf(err, SLIM_EPARSE,
                          SLIM_NODE_FMT ": has %d inputs, but %s (opset %d) takes at most %d",
-                         SLIM_NODE_ARGS(n), n->n_in, n->op_type, s->since, s->max_in);
+                         SLIM_NODE_ARGS(n), n_in, n->op_type, s->since, s->max_in);
     if (n->n_out < s->min_out)
         return slim_errf(err, SLIM_EPARSE,
                          SLIM_NODE_FMT ": has %d output%s, but %s (opset %d) produces at least %d",
@@ -237,7 +243,7 @@ slim_status slim_node_validate(const slim_graph *g, const slim_node *n, slim_err
     /* ONNX lets only optional slots be empty. Variadic inputs are all read
      * by slimserve's kernels (Concat, Sum, ...), so they may not be either. */
     for (int i = 0; i < n->n_in; i++) {
-        char k = slot_kind(s->in_kinds, i);
+        char k = i < n_in ? slot_kind(s->in_kinds, i) : 'S';
         if (n->in[i] < 0 && k != 'O')
             return slim_errf(err, SLIM_EPARSE,
                              SLIM_NODE_FMT ": input %d is required, but its name is empty",

@@ -427,6 +427,10 @@ static slim_status slice_exec(slim_op_ctx *ctx)
     slim_status st = slice_geometry(ctx, first, count, step);
     if (st)
         return st;
+    /* Nothing to copy; x->data may be NULL then (an empty input), and
+     * offsetting a null pointer is undefined. */
+    if (slim_tensor_numel(ctx->out[0]) == 0)
+        return SLIM_OK;
     slim_contiguous_strides(x->ndim, x->dims, s);
     strided_view v = {.ndim = x->ndim, .dst = ctx->out[0]->data, .es = slim_dtype_size(x->dtype)};
     int64_t off = 0;

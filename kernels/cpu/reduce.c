@@ -1,6 +1,6 @@
 /*
  * reduce.c - reductions along axes: ReduceSum/Mean/Max/Min/Prod/L1/L2/
- * SumSquare/LogSum/LogSumExp, ArgMax/ArgMin, TopK and CumSum.
+ * SumSquare/LogSum/LogSumExp, ArgMax/ArgMin, TopK, CumSum and CumProd.
  *
  * Every kernel here works on one view of its input, [outer, r, inner]: r is
  * the extent being reduced (or scanned, or searched), and an element sits
@@ -749,7 +749,7 @@ static slim_status topk_exec(slim_op_ctx *ctx)
     return SLIM_OK;
 }
 
-/* ---- CumSum -------------------------------------------------------------- */
+/* ---- CumSum, CumProd: one scan, + or * ------------------------------------ */
 
 static slim_status cumsum_infer(slim_op_ctx *ctx)
 {
@@ -775,15 +775,27 @@ typedef struct {
     const void *x;
     void *y;
     int64_t r, inner, n_blocks;
-    bool exclusive, reverse;
+    bool exclusive, reverse, prod;
 } cumsum_job;
+
+/* Integer products wrap (as ONNX Runtime's do) instead of overflowing,
+ * which would be undefined behaviour in signed C arithmetic. */
+static inline int64_t scan_mul_i64(int64_t a, int64_t b)
+{
+    return (int64_t)((uint64_t)a * (uint64_t)b);
+}
+static inline double scan_mul_f64(double a, double b)
+{
+    return a * b;
+}
+#define SCAN_MUL(a, b) _Generic((a), int64_t: scan_mul_i64, default: scan_mul_f64)(a, b)
 
 #define CUMSUM_UNIT(T, load, store)                                                   \
     static void cumsum_unit_##T(const cumsum_job *j, int64_t o, int64_t i0, int64_t n) \
     {                                                                                 \
         T acc[CHUNK], row[CHUNK];                                                     \
         for (int64_t i = 0; i < n; i++)                                               \
-            acc[i] = 0;                                                               \
+            acc[i] = j->prod ? 1 : 0;                                                 \
         for (int64_t step = 0; step < j->r; step++) {                                 \
             int64_t k = j->reverse ? j->r - 1 - step : step;                          \
             int64_t off = (o * j->r + k) * j->inner + i0;                             \
@@ -791,10 +803,10 @@ typedef struct {
             if (j->exclusive) {                                                       \
                 store(j->dt, j->y, off, n, acc);                                      \
                 for (int64_t i = 0; i < n; i++)                                       \
-                    acc[i] += row[i];                                                 \
+                    acc[i] = j->prod ? SCAN_MUL(acc[i], row[i]) : acc[i] + row[i];     \
             } else {                                                                  \
                 for (int64_t i = 0; i < n; i++)                                       \
-                    acc[i] += row[i];                                                 \
+                    acc[i] = j->prod ? SCAN_MUL(acc[i], row[i]) : acc[i] + row[i];     \
                 store(j->dt, j->y, off, n, acc);                                      \
             }                                                                         \
         }                                                                             \
@@ -828,7 +840,8 @@ static slim_status cumsum_exec(slim_op_ctx *ctx)
         return SLIM_OK;
     cumsum_job j = {.dt = x->dtype, .x = x->data, .y = ctx->out[0]->data,
                     .exclusive = slim_attr_int(ctx->node, "exclusive", 0) != 0,
-                    .reverse = slim_attr_int(ctx->node, "reverse", 0) != 0};
+                    .reverse = slim_attr_int(ctx->node, "reverse", 0) != 0,
+                    .prod = strcmp(ctx->node->op_type, "CumProd") == 0};
     split_at_axis(x, axis, &outer, &j.r, &j.inner);
     j.n_blocks = (j.inner + CHUNK - 1) / CHUNK;
     int64_t per_unit = j.r * (j.inner < CHUNK ? j.inner : CHUNK);
@@ -850,5 +863,6 @@ const slim_op_def slim__ops_reduce[] = {
     {"ArgMin", 1, arg_prepare, free, arg_infer, arg_exec, 0},
     {"TopK", 1, topk_prepare, free, topk_infer, topk_exec, 0},
     {"CumSum", 11, NULL, NULL, cumsum_infer, cumsum_exec, 0},
+    {"CumProd", 26, NULL, NULL, cumsum_infer, cumsum_exec, 0},
     {0},
 };

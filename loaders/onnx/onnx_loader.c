@@ -261,7 +261,23 @@ static char *dup_bytes(ProtobufCBinaryData b)
     return s;
 }
 
-static slim_status convert_attr(const Onnx__AttributeProto *ap, slim_attr *a, slim_err *err)
+/* What converting a subgraph needs from its model: opsets, the folder of
+ * external data, and how deep the subgraphs nest so far. */
+typedef struct {
+    const Onnx__ModelProto *mp;
+    const char *base_dir;
+    int depth;
+} convert_ctx;
+
+/* A hostile file can nest subgraphs as deep as its size allows; each level
+ * costs C stack in the loader and in the executor. */
+#define SLIM_MAX_SUBGRAPH_DEPTH 16
+
+static slim_status convert_graph_proto(const convert_ctx *cx, const Onnx__GraphProto *gp,
+                                       slim_graph *g, slim_err *err);
+
+static slim_status convert_attr(const convert_ctx *cx, const Onnx__AttributeProto *ap,
+                                slim_attr *a, slim_err *err)
 {
     memset(a, 0, sizeof(*a));
     a->name = strdup(ap->name ? ap->name : "");
@@ -325,9 +341,25 @@ static slim_status convert_attr(const Onnx__AttributeProto *ap, slim_attr *a, sl
         }
         break;
     }
-    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH:
-    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPHS:
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPH: {
         a->type = SLIM_ATTR_GRAPH;
+        if (!ap->g)
+            return slim_errf(err, SLIM_EPARSE, "attribute \"%s\" has no graph", a->name);
+        if (cx->depth >= SLIM_MAX_SUBGRAPH_DEPTH)
+            return slim_errf(err, SLIM_EUNSUPPORTED, "subgraphs nest more than %d deep",
+                             SLIM_MAX_SUBGRAPH_DEPTH);
+        a->g = slim_graph_new();
+        if (!a->g)
+            return slim_errf(err, SLIM_ENOMEM, "out of memory");
+        convert_ctx inner = *cx;
+        inner.depth++;
+        slim_status st = convert_graph_proto(&inner, ap->g, a->g, err);
+        if (st)
+            return slim_err_prefix(err, "attribute \"%s\": ", a->name);
+        break;
+    }
+    case ONNX__ATTRIBUTE_PROTO__ATTRIBUTE_TYPE__GRAPHS:
+        a->type = SLIM_ATTR_GRAPH; /* g stays NULL: finalize names it unsupported */
         break;
     default:
         /* Sparse tensors, type protos: kept by name so that an operator can
@@ -372,20 +404,28 @@ static int opset_for(const Onnx__ModelProto *mp, const char *domain)
     return dflt && mp->n_opset_import == 0 ? 1 : 0;
 }
 
-static slim_status convert_graph(const Onnx__ModelProto *mp, const char *base_dir,
-                                 slim_graph *g, slim_err *err)
+/* Converts gp's inputs, nodes and outputs into g (initializers of the main
+ * graph are added before, one at a time, by load_bytes). In a subgraph
+ * (depth > 0) the initializers come from gp, and names read but defined
+ * nowhere are outer-scope values: slim_graph_capture_outer makes them
+ * inputs, called by the parent for the node that holds this graph. */
+static slim_status convert_graph_proto(const convert_ctx *cx, const Onnx__GraphProto *gp,
+                                       slim_graph *g, slim_err *err)
 {
-    const Onnx__GraphProto *gp = mp->graph;
+    const Onnx__ModelProto *mp = cx->mp;
+    const bool sub = cx->depth > 0;
     slim_status st;
     g->opset = opset_for(mp, "");
     g->ir_version = mp->has_ir_version ? mp->ir_version : 0;
     g->name = strdup(gp->name ? gp->name : "");
     g->producer_name = strdup(mp->producer_name ? mp->producer_name : "");
+    if (!g->name || !g->producer_name)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
     if (gp->n_sparse_initializer > 0)
         return slim_errf(err, SLIM_EUNSUPPORTED, "sparse initializers are not supported");
 
     for (size_t i = 0; i < gp->n_initializer; i++)
-        if ((st = add_initializer(g, gp->initializer[i], i, base_dir, err)))
+        if ((st = add_initializer(g, gp->initializer[i], i, cx->base_dir, err)))
             return st;
     for (size_t i = 0; i < gp->n_input; i++) {
         const Onnx__ValueInfoProto *vi = gp->input[i];
@@ -397,6 +437,8 @@ static slim_status convert_graph(const Onnx__ModelProto *mp, const char *base_di
         /* Before IR 4 initializers were also listed as inputs: they stay weights. */
         if (g->values[v].kind == SLIM_VALUE_INITIALIZER)
             continue;
+        if (g->values[v].kind == SLIM_VALUE_INPUT)
+            return slim_errf(err, SLIM_EPARSE, "graph input \"%s\" is listed twice", vi->name);
         if ((st = read_value_info(vi, &g->values[v].info, err)))
             return st;
         if ((st = slim_graph_add_input(g, v)))
@@ -421,15 +463,22 @@ static slim_status convert_graph(const Onnx__ModelProto *mp, const char *base_di
         n->attrs = calloc(np->n_attribute ? np->n_attribute : 1, sizeof(slim_attr));
         if (!n->attrs)
             return slim_errf(err, SLIM_ENOMEM, "out of memory");
+        bool has_graph = false;
         for (size_t a = 0; a < np->n_attribute; a++) {
             n->n_attrs++;
-            if ((st = convert_attr(np->attribute[a], &n->attrs[a], err)))
+            if ((st = convert_attr(cx, np->attribute[a], &n->attrs[a], err)))
                 return slim_err_prefix(err, SLIM_NODE_FMT ": ", SLIM_NODE_ARGS(n));
+            has_graph = has_graph || n->attrs[a].g;
         }
+        if (has_graph && (st = slim_graph_capture_outer(g, id, err)))
+            return st;
     }
     for (size_t i = 0; i < gp->n_output; i++) {
         const Onnx__ValueInfoProto *vi = gp->output[i];
-        int v = vi->name && vi->name[0] ? slim_graph_find_value(g, vi->name) : -1;
+        /* A subgraph may pass an outer-scope value straight through: the
+         * name then first appears here. */
+        int v = !vi->name || !vi->name[0] ? -1
+                : sub ? slim_graph_value(g, vi->name) : slim_graph_find_value(g, vi->name);
         if (v < 0)
             return slim_errf(err, SLIM_EPARSE, "graph output \"%s\" is not produced by any node",
                              vi->name ? vi->name : "");
@@ -486,8 +535,10 @@ static slim_status load_bytes(const void *data, size_t size, const char *base_di
                        "or truncated");
     if (!st && !mp->graph)
         st = slim_errf(err, SLIM_EPARSE, "not a valid ONNX model: it has no graph");
-    if (!st)
-        st = convert_graph(mp, base_dir, g, err);
+    if (!st) {
+        convert_ctx cx = {mp, base_dir, 0};
+        st = convert_graph_proto(&cx, mp->graph, g, err);
+    }
     if (mp)
         onnx__model_proto__free_unpacked(mp, NULL);
     if (st) {

@@ -14,7 +14,7 @@
 
 #include "graph.h"
 
-#define SLIM_FORMAT_VERSION 1
+#define SLIM_FORMAT_VERSION 2 /* 1: no subgraphs; 2 adds GRAPH attributes */
 #define SLIM_FORMAT_MAGIC "\x89SLIM\r\n\x1a"
 #define SLIM_FORMAT_MAGIC_LEN 8
 #define SLIM_FORMAT_HEADER_SIZE 64

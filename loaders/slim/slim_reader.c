@@ -121,8 +121,17 @@ typedef struct reader {
     slim_tensor *tensors;    /* views into the data section */
     uint8_t *tensor_used;    /* taken by a value or an attribute */
     uint32_t n_tensors;
-    slim_graph *g;
+    slim_graph *g;           /* the graph being read: the model's or a subgraph */
+    uint32_t version;        /* 2 and up: GRAPH attributes carry their subgraph */
+    int depth;               /* subgraph nesting so far */
 } reader;
+
+/* Subgraphs nest at most this deep (as from ONNX, onnx_loader.c). */
+#define SLIM_FORMAT_MAX_DEPTH 16
+
+static void read_values(reader *r);
+static bool read_ids(reader *r, int *n_out, int **ids, bool inputs);
+static void read_nodes(reader *r);
 
 /* String id -> text; "none" gives NULL, which the caller may refuse. */
 static const char *rd_str(reader *r, const char *what, bool allow_none)
@@ -358,8 +367,35 @@ static bool read_attr(reader *r, slim_attr *a)
     a->type = (slim_attr_type)type;
     switch (type) {
     case SLIM_ATTR_UNDEFINED:
-    case SLIM_ATTR_GRAPH:
         return true;
+    case SLIM_ATTR_GRAPH: {
+        if (r->version < 2) /* no payload: refused at load, as from ONNX */
+            return true;
+        if (r->depth >= SLIM_FORMAT_MAX_DEPTH)
+            return fail(c, "attribute \"%s\": subgraphs nest more than %d deep", a->name,
+                        SLIM_FORMAT_MAX_DEPTH);
+        const char *gname = rd_str(r, "a subgraph's name", false);
+        int32_t opset = rd_i32(c, "a subgraph's opset");
+        if (c->st)
+            return false;
+        if (!(a->g = slim_graph_new()) || !(a->g->name = strdup(gname))) {
+            c->st = slim_errf(c->err, SLIM_ENOMEM, "out of memory");
+            return false;
+        }
+        a->g->opset = opset;
+        /* The subgraph's values, inputs, outputs and nodes, read as the
+         * model's are; its outer-scope values are captured by the caller. */
+        slim_graph *parent = r->g;
+        r->g = a->g;
+        r->depth++;
+        read_values(r);
+        read_ids(r, NULL, NULL, true);
+        read_ids(r, NULL, NULL, false);
+        read_nodes(r);
+        r->depth--;
+        r->g = parent;
+        return !c->st;
+    }
     case SLIM_ATTR_FLOAT:
         a->f = rd_f32(c, "a FLOAT attribute");
         return !c->st;
@@ -485,10 +521,16 @@ static void read_nodes(reader *r)
             c->st = slim_errf(c->err, SLIM_ENOMEM, "out of memory");
             break;
         }
+        bool has_graph = false;
         for (uint32_t a = 0; a < n_attrs && !c->st; a++) {
             nd->n_attrs++;
             read_attr(r, &nd->attrs[a]);
+            has_graph = has_graph || nd->attrs[a].g;
         }
+        /* As the ONNX loader does: outer-scope values become implicit
+         * inputs (they are not stored; see docs/format.md). */
+        if (!c->st && has_graph && (c->st = slim_graph_capture_outer(r->g, id, c->err)))
+            break;
     }
     free(names);
 }
@@ -529,9 +571,9 @@ slim_status slim_format_load_buffer(const void *data, size_t size, slim_buffer *
     memcpy(&header_crc, p + 60, 4);
     if (slim_format_crc32(0, p, 60) != header_crc)
         return slim_errf(err, SLIM_EPARSE, "not a valid .slim file: the header's checksum is wrong");
-    if (version != SLIM_FORMAT_VERSION)
+    if (version < 1 || version > SLIM_FORMAT_VERSION)
         return slim_errf(err, SLIM_EUNSUPPORTED, ".slim format version %u; this slimserve reads "
-                         "version %d (convert the model again)", version, SLIM_FORMAT_VERSION);
+                         "versions 1 to %d (convert the model again)", version, SLIM_FORMAT_VERSION);
     if (header_size != SLIM_FORMAT_HEADER_SIZE || file_size != size)
         return slim_errf(err, SLIM_EPARSE, "not a valid .slim file: it is %zu bytes but its header "
                          "says %llu (truncated or extended?)", size, (unsigned long long)file_size);
@@ -546,7 +588,8 @@ slim_status slim_format_load_buffer(const void *data, size_t size, slim_buffer *
         return slim_errf(err, SLIM_EPARSE, "not a valid .slim file: the metadata's checksum is "
                          "wrong (the file is corrupt)");
     reader r = {.c = {.p = p + meta_off, .n = meta_size, .err = err},
-                .data = p + data_off, .data_size = data_size, .owner = owner};
+                .data = p + data_off, .data_size = data_size, .owner = owner,
+                .version = version};
     if (!(r.g = slim_graph_new()))
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
     read_strings(&r);

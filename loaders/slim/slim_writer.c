@@ -150,14 +150,15 @@ static uint32_t add_tensor(wtensors *w, const slim_tensor *t)
 
 /* ---- the graph --------------------------------------------------------------- */
 
-/* Collects every tensor (initializers, then TENSOR attributes in node
- * order) and interns every string, in the order the metadata uses them. */
-static slim_status collect(const slim_graph *g, strtab *st, wtensors *wt, uint32_t *value_tensor,
-                           slim_err *err)
+/* Collects every tensor and interns nothing yet: a graph's initializers in
+ * value order, then per node its TENSOR attributes and, recursively, its
+ * subgraphs' tensors, in attribute order. write_graph walks the same
+ * order, so the n-th tensor met is tensor n. Sets *nested when a subgraph
+ * is met (the file is then version 2). */
+static slim_status collect(const slim_graph *g, wtensors *wt, bool *nested, slim_err *err)
 {
     for (int v = 0; v < g->n_values; v++) {
         const slim_value *val = &g->values[v];
-        value_tensor[v] = SLIM_FORMAT_NONE;
         if (val->kind != SLIM_VALUE_INITIALIZER)
             continue;
         if (val->init.device)
@@ -165,25 +166,112 @@ static slim_status collect(const slim_graph *g, strtab *st, wtensors *wt, uint32
                              "placing it on a device", val->name, val->init.device->name);
         if (slim_tensor_numel(&val->init) && !val->init.data)
             return slim_errf(err, SLIM_EINVAL, "weight \"%s\" has no data", val->name);
-        value_tensor[v] = add_tensor(wt, &val->init);
+        add_tensor(wt, &val->init);
     }
     for (int i = 0; i < g->n_nodes; i++)
         for (int a = 0; a < g->nodes[i].n_attrs; a++) {
             const slim_attr *at = &g->nodes[i].attrs[a];
             if (at->type == SLIM_ATTR_TENSOR)
                 add_tensor(wt, at->t);
-            if (at->type == SLIM_ATTR_GRAPH)
-                return slim_errf(err, SLIM_EUNSUPPORTED, SLIM_NODE_FMT ": attribute \"%s\" holds "
-                                 "a subgraph, which format version %d cannot hold",
-                                 SLIM_NODE_ARGS(&g->nodes[i]), at->name, SLIM_FORMAT_VERSION);
+            if (at->type == SLIM_ATTR_GRAPH && at->g) {
+                *nested = true;
+                slim_status s = collect(at->g, wt, nested, err);
+                if (s)
+                    return s;
+            }
         }
-    (void)st;
     return wt->oom ? slim_errf(err, SLIM_ENOMEM, "out of memory writing the model") : SLIM_OK;
 }
 
+/* Values, inputs, outputs and nodes of g. In a subgraph, its last
+ * n_captured inputs are outer-scope values that the reader captures again
+ * (slim_graph_capture_outer): they are written as plain computed values
+ * and left out of the inputs, and so are the implicit inputs of nodes. */
+static void write_graph(const slim_graph *g, int n_captured, strtab *st, uint32_t *next_tensor,
+                        wbuf *b)
+{
+    const int formal = g->n_inputs - n_captured;
+    put_u32(b, (uint32_t)g->n_values);
+    for (int v = 0; v < g->n_values; v++) {
+        const slim_value *val = &g->values[v];
+        bool captured = false;
+        for (int i = formal; i < g->n_inputs && !captured; i++)
+            captured = g->inputs[i] == v;
+        put_u32(b, intern(st, val->name));
+        put_u8(b, (uint8_t)(captured ? SLIM_VALUE_INTERMEDIATE : val->kind));
+        put_u8(b, (uint8_t)(val->info.dtype ? slim_dtype_to_onnx(val->info.dtype) : 0));
+        int ndim = val->info.ndim < 0 || val->info.ndim > SLIM_MAX_DIMS ? -1 : val->info.ndim;
+        put_u8(b, (uint8_t)(int8_t)ndim);
+        put_u8(b, 0);
+        for (int d = 0; d < ndim; d++) {
+            put_i64(b, val->info.dims[d]);
+            put_u32(b, intern(st, val->info.dim_names[d]));
+        }
+        put_u32(b, val->kind == SLIM_VALUE_INITIALIZER ? (*next_tensor)++ : SLIM_FORMAT_NONE);
+    }
+
+    put_u32(b, (uint32_t)formal);
+    for (int i = 0; i < formal; i++)
+        put_u32(b, (uint32_t)g->inputs[i]);
+    put_u32(b, (uint32_t)g->n_outputs);
+    for (int i = 0; i < g->n_outputs; i++)
+        put_u32(b, (uint32_t)g->outputs[i]);
+
+    put_u32(b, (uint32_t)g->n_nodes);
+    for (int i = 0; i < g->n_nodes; i++) {
+        const slim_node *n = &g->nodes[i];
+        const int n_in = n->n_in - n->n_implicit;
+        put_u32(b, intern(st, n->name));
+        put_u32(b, intern(st, n->op_type));
+        put_u32(b, intern(st, n->domain));
+        put_i32(b, n->opset);
+        put_u32(b, (uint32_t)n_in);
+        for (int k = 0; k < n_in; k++)
+            put_i32(b, n->in[k]);
+        put_u32(b, (uint32_t)n->n_out);
+        for (int k = 0; k < n->n_out; k++)
+            put_i32(b, n->out[k]);
+        put_u32(b, (uint32_t)n->n_attrs);
+        for (int a = 0; a < n->n_attrs; a++) {
+            const slim_attr *at = &n->attrs[a];
+            put_u32(b, intern(st, at->name));
+            put_u8(b, (uint8_t)(at->type == SLIM_ATTR_GRAPH && !at->g ? SLIM_ATTR_UNDEFINED
+                                                                      : at->type));
+            switch (at->type) {
+            case SLIM_ATTR_FLOAT: put_f32(b, at->f); break;
+            case SLIM_ATTR_INT: put_i64(b, at->i); break;
+            case SLIM_ATTR_STRING: put_u32(b, intern(st, at->s ? at->s : "")); break;
+            case SLIM_ATTR_TENSOR: put_u32(b, (*next_tensor)++); break;
+            case SLIM_ATTR_FLOATS:
+                put_u32(b, (uint32_t)at->n);
+                for (int k = 0; k < at->n; k++)
+                    put_f32(b, at->floats[k]);
+                break;
+            case SLIM_ATTR_INTS:
+                put_u32(b, (uint32_t)at->n);
+                for (int k = 0; k < at->n; k++)
+                    put_i64(b, at->ints[k]);
+                break;
+            case SLIM_ATTR_STRINGS:
+                put_u32(b, (uint32_t)at->n);
+                for (int k = 0; k < at->n; k++)
+                    put_u32(b, intern(st, at->strings[k]));
+                break;
+            case SLIM_ATTR_GRAPH:
+                if (at->g) { /* version 2: the subgraph itself */
+                    put_u32(b, intern(st, at->g->name ? at->g->name : ""));
+                    put_i32(b, at->g->opset);
+                    write_graph(at->g, n->n_implicit, st, next_tensor, b);
+                }
+                break;
+            default: break;
+            }
+        }
+    }
+}
+
 /* The metadata after the string table, with strings as ids. */
-static void write_body(const slim_graph *g, strtab *st, const wtensors *wt,
-                       const uint32_t *value_tensor, wbuf *b)
+static void write_body(const slim_graph *g, strtab *st, const wtensors *wt, wbuf *b)
 {
     put_i64(b, g->ir_version);
     put_u32(b, intern(st, g->name ? g->name : ""));
@@ -202,77 +290,8 @@ static void write_body(const slim_graph *g, strtab *st, const wtensors *wt,
         put_u64(b, wt->offsets[i]);
         put_u64(b, slim_tensor_nbytes(t));
     }
-
-    put_u32(b, (uint32_t)g->n_values);
-    for (int v = 0; v < g->n_values; v++) {
-        const slim_value *val = &g->values[v];
-        put_u32(b, intern(st, val->name));
-        put_u8(b, (uint8_t)val->kind);
-        put_u8(b, (uint8_t)(val->info.dtype ? slim_dtype_to_onnx(val->info.dtype) : 0));
-        int ndim = val->info.ndim < 0 || val->info.ndim > SLIM_MAX_DIMS ? -1 : val->info.ndim;
-        put_u8(b, (uint8_t)(int8_t)ndim);
-        put_u8(b, 0);
-        for (int d = 0; d < ndim; d++) {
-            put_i64(b, val->info.dims[d]);
-            put_u32(b, intern(st, val->info.dim_names[d]));
-        }
-        put_u32(b, value_tensor[v]);
-    }
-
-    put_u32(b, (uint32_t)g->n_inputs);
-    for (int i = 0; i < g->n_inputs; i++)
-        put_u32(b, (uint32_t)g->inputs[i]);
-    put_u32(b, (uint32_t)g->n_outputs);
-    for (int i = 0; i < g->n_outputs; i++)
-        put_u32(b, (uint32_t)g->outputs[i]);
-
-    /* Attribute tensors follow the weights in the table (collect). */
-    uint32_t attr_tensor = 0;
-    for (int v = 0; v < g->n_values; v++)
-        if (value_tensor[v] != SLIM_FORMAT_NONE)
-            attr_tensor++;
-    put_u32(b, (uint32_t)g->n_nodes);
-    for (int i = 0; i < g->n_nodes; i++) {
-        const slim_node *n = &g->nodes[i];
-        put_u32(b, intern(st, n->name));
-        put_u32(b, intern(st, n->op_type));
-        put_u32(b, intern(st, n->domain));
-        put_i32(b, n->opset);
-        put_u32(b, (uint32_t)n->n_in);
-        for (int k = 0; k < n->n_in; k++)
-            put_i32(b, n->in[k]);
-        put_u32(b, (uint32_t)n->n_out);
-        for (int k = 0; k < n->n_out; k++)
-            put_i32(b, n->out[k]);
-        put_u32(b, (uint32_t)n->n_attrs);
-        for (int a = 0; a < n->n_attrs; a++) {
-            const slim_attr *at = &n->attrs[a];
-            put_u32(b, intern(st, at->name));
-            put_u8(b, (uint8_t)at->type);
-            switch (at->type) {
-            case SLIM_ATTR_FLOAT: put_f32(b, at->f); break;
-            case SLIM_ATTR_INT: put_i64(b, at->i); break;
-            case SLIM_ATTR_STRING: put_u32(b, intern(st, at->s ? at->s : "")); break;
-            case SLIM_ATTR_TENSOR: put_u32(b, attr_tensor++); break;
-            case SLIM_ATTR_FLOATS:
-                put_u32(b, (uint32_t)at->n);
-                for (int k = 0; k < at->n; k++)
-                    put_f32(b, at->floats[k]);
-                break;
-            case SLIM_ATTR_INTS:
-                put_u32(b, (uint32_t)at->n);
-                for (int k = 0; k < at->n; k++)
-                    put_i64(b, at->ints[k]);
-                break;
-            case SLIM_ATTR_STRINGS:
-                put_u32(b, (uint32_t)at->n);
-                for (int k = 0; k < at->n; k++)
-                    put_u32(b, intern(st, at->strings[k]));
-                break;
-            default: break;
-            }
-        }
-    }
+    uint32_t next_tensor = 0;
+    write_graph(g, 0, st, &next_tensor, b);
 }
 
 static bool write_all(FILE *f, const void *p, size_t n)
@@ -325,15 +344,14 @@ slim_status slim_format_write_progress(const slim_graph *g, const char *path,
     strtab st = {0};
     wtensors wt = {0};
     wbuf body = {0}, meta = {0};
-    uint32_t *value_tensor = calloc(g->n_values ? (size_t)g->n_values : 1, sizeof(uint32_t));
-    slim_status s = value_tensor ? collect(g, &st, &wt, value_tensor, err)
-                                 : slim_errf(err, SLIM_ENOMEM, "out of memory writing the model");
+    bool nested = false;
+    slim_status s = collect(g, &wt, &nested, err);
     FILE *f = NULL;
     char tmp[4096];
     tmp[0] = 0;
     if (s)
         goto done;
-    write_body(g, &st, &wt, value_tensor, &body);
+    write_body(g, &st, &wt, &body);
     /* The string table goes first; its ids were handed out while writing
      * the body, so it is written after and placed before. */
     put_u32(&meta, st.n);
@@ -352,7 +370,8 @@ slim_status slim_format_write_progress(const slim_graph *g, const char *path,
                         SLIM_FORMAT_DATA_ALIGN;
     uint64_t data_size = wt.end;
     uint8_t hdr[SLIM_FORMAT_HEADER_SIZE] = {0};
-    uint32_t version = SLIM_FORMAT_VERSION, hsize = SLIM_FORMAT_HEADER_SIZE;
+    /* Version 1 readers keep reading files without subgraphs. */
+    uint32_t version = nested ? SLIM_FORMAT_VERSION : 1, hsize = SLIM_FORMAT_HEADER_SIZE;
     uint64_t meta_size = meta.n, file_size = data_off + data_size;
     uint32_t meta_crc = slim_format_crc32(0, meta.p, meta.n);
     memcpy(hdr, SLIM_FORMAT_MAGIC, SLIM_FORMAT_MAGIC_LEN);
@@ -414,7 +433,6 @@ done:
         fclose(f);
     if (tmp[0])
         unlink(tmp);
-    free(value_tensor);
     free(st.strs);
     free(st.slots);
     free(wt.ts);

@@ -9,7 +9,9 @@ Each model is one of the patterns a mutation fuzzer found crashing kernels
 (issue 9): a node with fewer inputs than its operator needs, an empty name in
 a required slot, a name no value defines, more outputs than the operator
 produces, an attribute of the wrong type, a STRING attribute with no payload,
-slimserve's reserved domain. For each one:
+slimserve's reserved domain; and subgraphs that do not fit their node (an If
+branch with the wrong number of outputs, one reading a name no scope
+defines, If nested 20 deep). For each one:
 
   * `slim inspect` and `slim run` exit with status 1 (not a signal) and a
     message that names the node and the problem
@@ -48,8 +50,34 @@ def empty_string_attr_node():
     return node
 
 
+def branch(out_names, read="x"):
+    return helper.make_graph([helper.make_node("Relu", [read], [out_names[0]])], "b", [],
+                             [vi(n) for n in out_names])
+
+
+def nested_ifs(depth):
+    # If inside If inside ... depth levels deep, the innermost reading x
+    g = branch(["y0"])
+    for d in range(1, depth):
+        g = helper.make_graph([helper.make_node("If", ["c"], [f"y{d}"], then_branch=g,
+                                                else_branch=branch([f"e{d}"]))],
+                              f"level{d}", [], [vi(f"y{d}")])
+    return helper.make_node("If", ["c"], ["y"], then_branch=g, else_branch=branch(["e"]))
+
+
+C = helper.make_tensor_value_info("c", TensorProto.BOOL, [])
+
 # name -> (nodes, inputs, outputs, initializers, words the error must contain)
 CASES = {
+    "if_branch_outputs": ([helper.make_node("If", ["c"], ["y"], then_branch=branch(["t", "x"]),
+                                            else_branch=branch(["e"]))],
+                          [C, vi("x")], [vi("y")], [], ["If", "then_branch has 2 output"]),
+    "if_branch_reads_ghost": ([helper.make_node("If", ["c"], ["y"],
+                                                then_branch=branch(["t"], read="ghost"),
+                                                else_branch=branch(["e"]))],
+                              [C, vi("x")], [vi("y")], [], ["ghost", "not a graph input"]),
+    "if_nested_too_deep": ([nested_ifs(20)], [C, vi("x")], [vi("y")], [],
+                           ["nest more than 16"]),
     "transpose_no_input": ([helper.make_node("Transpose", [], ["y"])],
                            [vi("x")], [vi("y")], [], ["Transpose", "needs at least 1"]),
     "softmax_no_input": ([helper.make_node("Softmax", [], ["y"])],

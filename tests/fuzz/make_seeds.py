@@ -38,12 +38,18 @@ def write(path, data):
         f.write(data)
 
 
+CONTROL_FLOW_TESTS = ["test_if", "test_loop11", "test_scan9_sum", "test_affine_grid_2d_expanded"]
+
+
 def onnx_seeds(out, limit, examples_dir):
     node = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node")
     models = sorted(glob.glob(os.path.join(node, "*", "model.onnx")))
     if limit:
         step = max(1, len(models) // limit)
         models = models[::step][:limit]
+    # Subgraphs (If, Loop, Scan) always, so mutations reach the nested paths.
+    models += [os.path.join(node, t, "model.onnx") for t in CONTROL_FLOW_TESTS
+               if os.path.join(node, t, "model.onnx") not in models]
     for m in models:
         name = os.path.basename(os.path.dirname(m))
         for t in ("fuzz_onnx", "fuzz_onnx_graph"):
@@ -62,6 +68,7 @@ def slim_seeds(out, slim, examples_dir, limit=40):
     node = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "node")
     models = sorted(glob.glob(os.path.join(node, "*", "model.onnx")))
     models = models[::max(1, len(models) // limit)][:limit]
+    models += [os.path.join(node, t, "model.onnx") for t in CONTROL_FLOW_TESTS]
     models += sorted(m for m in glob.glob(os.path.join(examples_dir, "*", "1", "model.onnx"))
                      if os.path.getsize(m) <= MAX_SEED_BYTES)
     made = 0

@@ -27,6 +27,20 @@
 #define RTOL 1e-3
 #define ATOL 1e-7
 
+/* Cases whose expected outputs carry float32 rounding noise above ATOL
+ * near zero: onnx's own reference backend runs them with these atol
+ * values (onnx/test/test_backend_reference.py, test_kwargs). */
+static const struct {
+    const char *name;
+    double atol;
+} case_atols[] = {
+    {"test_dft", 1e-6},         {"test_dft_axis", 1e-6},
+    {"test_dft_axis_opset19", 1e-6}, {"test_dft_inverse", 1e-6},
+    {"test_dft_inverse_opset19", 1e-6}, {"test_dft_opset19", 1e-6},
+};
+/* The atol of the case running in this (forked) process. */
+static double case_atol = ATOL;
+
 enum { CASE_PASS = 0, CASE_FAIL = 1, CASE_SKIP = 2 };
 /* A child's exit code is CHILD_EXIT_BASE + result; anything else (a
  * sanitizer's report, abort) is a crash. */
@@ -93,7 +107,7 @@ static bool values_close(slim_dtype dt, const void *got, const void *want, int64
         return isnan(g);
     if (isinf(w))
         return g == w;
-    return fabs(g - w) <= ATOL + RTOL * fabs(w);
+    return fabs(g - w) <= case_atol + RTOL * fabs(w);
 }
 
 /* Compares got with want; on mismatch writes why into msg. */
@@ -211,6 +225,10 @@ static slim_load_opts conf_opts;
 static int run_case(const char *case_dir, char *msg, size_t cap)
 {
     char path[4096];
+    const char *base = strrchr(case_dir, '/') ? strrchr(case_dir, '/') + 1 : case_dir;
+    for (size_t i = 0; i < sizeof(case_atols) / sizeof(case_atols[0]); i++)
+        if (strcmp(base, case_atols[i].name) == 0)
+            case_atol = case_atols[i].atol;
     snprintf(path, sizeof(path), "%s/model.onnx", case_dir);
     slim_model *m;
     slim_err err = {0};
