@@ -126,6 +126,7 @@ static slim_status rewrite(slim_graph *g, slim_node *conv, int wfmt, int res, in
     int wv = slim_pass_add_initializer(g, g->values[conv->in[1]].name, "_packed", &packed, err);
     if (wv < 0)
         return SLIM_ENOMEM;
+    slim_pass_drop_replaced(g, conv->in[1], conv);
     int bv = conv->n_in > 2 ? conv->in[2] : -1;
     if (bv < 0) {
         slim_tensor_set_shape(&bias, SLIM_F32, 1, &m);

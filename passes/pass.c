@@ -1,9 +1,12 @@
 /* pass.c - the pass list and the graph-editing helpers passes share. */
 #include "pass.h"
+#include "device.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 extern const slim_pass slim__pass_fold_bn;
 extern const slim_pass slim__pass_fuse_conv;
@@ -108,6 +111,33 @@ int slim_pass_add_initializer(slim_graph *g, const char *base, const char *suffi
     memcpy(val->info.dims, t->dims, sizeof(val->info.dims));
     memset(t, 0, sizeof(*t));
     return v;
+}
+
+void slim_pass_drop_replaced(slim_graph *g, int v, const slim_node *reader)
+{
+    slim_value *val = &g->values[v];
+    if (val->kind != SLIM_VALUE_INITIALIZER || val->is_output || !val->init.data)
+        return;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const slim_node *n = &g->nodes[i];
+        if (n == reader)
+            continue;
+        for (int k = 0; k < n->n_in; k++)
+            if (n->in[k] == v)
+                return;
+    }
+    int fd;
+    int64_t off;
+    size_t nbytes = slim_tensor_nbytes(&val->init);
+    if (slim_file_map_lookup(val->init.data, nbytes, &fd, &off)) {
+        /* Only whole pages inside the tensor: its neighbours stay mapped. */
+        uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+        uintptr_t lo = ((uintptr_t)val->init.data + page - 1) & ~(page - 1);
+        uintptr_t hi = ((uintptr_t)val->init.data + nbytes) & ~(page - 1);
+        if (hi > lo)
+            madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    }
+    slim_tensor_release(&val->init);
 }
 
 void slim_pass_sweep(slim_graph *g, bool *dead)

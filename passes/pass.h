@@ -57,6 +57,12 @@ int slim_pass_add_initializer(slim_graph *g, const char *base, const char *suffi
 /* Removes the nodes marked dead (freeing them), then releases initializers
  * no node reads and no output names. */
 void slim_pass_sweep(slim_graph *g, bool *dead);
+/* A weight just replaced by its packed copy, released now when `reader`
+ * was its only reader (and it is no graph output), so packing a model holds
+ * one original at a time beside the packed copies instead of all of them
+ * until the sweep. A weight in a mapped .slim file has its pages dropped
+ * from the process as well: packing read them all. */
+void slim_pass_drop_replaced(slim_graph *g, int v, const slim_node *reader);
 /* Sets or adds an attribute on n; strings and arrays are copied. */
 slim_status slim_pass_set_int(slim_node *n, const char *name, int64_t v, slim_err *err);
 slim_status slim_pass_set_float(slim_node *n, const char *name, float v, slim_err *err);

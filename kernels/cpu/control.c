@@ -23,6 +23,7 @@
 #include "kernel.h"
 #include "model.h"
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -264,6 +265,23 @@ static slim_status stack_into(const stack_list *l, int64_t axis, bool reverse,
 
 /* ---- Loop ---------------------------------------------------------------- */
 
+#define LOOP_MAX_ITERATIONS_DEFAULT 1000000
+
+/* SLIM_LOOP_MAX_ITERATIONS, read once: the iterations a Loop may run. */
+static int64_t loop_iteration_cap(void)
+{
+    static _Atomic int64_t cap;
+    int64_t c = atomic_load(&cap);
+    if (!c) {
+        const char *e = getenv("SLIM_LOOP_MAX_ITERATIONS");
+        char *end;
+        long long v = e ? strtoll(e, &end, 10) : 0;
+        c = e && *e && !*end && v > 0 ? (int64_t)v : LOOP_MAX_ITERATIONS_DEFAULT;
+        atomic_store(&cap, c);
+    }
+    return c;
+}
+
 /* body(iteration_num, cond, v_1..v_N) -> (cond, v_1..v_N, scan_1..scan_K);
  * the node's outputs are the final v's, then each scan output stacked
  * over the iterations along a new axis 0. */
@@ -331,6 +349,10 @@ static slim_status loop_exec(slim_op_ctx *ctx)
         trip = *(const int64_t *)m_t->data;
     if (c_t)
         cond = *(const uint8_t *)c_t->data != 0;
+    /* With no trip count and a cond that stays true (or a trip count of
+     * 2^63) a model would hold its worker forever, and the request behind
+     * it would never be answered: past the cap the Loop fails instead. */
+    const int64_t cap = loop_iteration_cap();
     /* formal = [iteration_num, cond, v...]; carried[] owns the v's after
      * the first iteration. */
     int64_t iter_v = 0;
@@ -352,6 +374,12 @@ static slim_status loop_exec(slim_op_ctx *ctx)
     }
     bool ran = false;
     for (int64_t it = 0; it < trip && cond_v; it++, ran = true) {
+        if (it >= cap) {
+            s = slim_errf(ctx->err, SLIM_EINVAL, "Loop ran %lld iterations without ending: "
+                          "over the limit (SLIM_LOOP_MAX_ITERATIONS, default %d)",
+                          (long long)it, LOOP_MAX_ITERATIONS_DEFAULT);
+            goto done;
+        }
         iter_v = it;
         if ((s = body_call(&st->body, ctx, formal, 2 + N, &outs, &n_outs))) {
             slim_err_prefix(ctx->err, "body, iteration %lld: ", (long long)it);

@@ -143,6 +143,35 @@ def t_model(args, name, model, feeds_list):
               f"{name} case {n}: the .slim run differs from the .onnx run {err}")
 
 
+def t_endless_loop(args):
+    """A Loop with no trip count whose cond stays true fails at the
+    iteration cap with a message naming it, instead of running forever."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Add", ["v_in", "one"], ["v_out"])], "body",
+        [vi("i", TensorProto.INT64, []), vi("cond_in", TensorProto.BOOL, []),
+         vi("v_in", TensorProto.FLOAT, [])],
+        [vi("cond_out", TensorProto.BOOL, []), vi("v_out", TensorProto.FLOAT, [])],
+        [helper.make_tensor("one", TensorProto.FLOAT, [], [1.0])])
+    g = helper.make_graph([helper.make_node("Loop", ["", "c", "v"], ["vf"], body=body)], "g",
+                          [vi("c", TensorProto.BOOL, []), vi("v", TensorProto.FLOAT, [])],
+                          [vi("vf", TensorProto.FLOAT, [])])
+    src = os.path.join(args.workdir, "endless.onnx")
+    onnx.save(helper.make_model(g, opset_imports=OPSET), src)
+    feeds = {"c": np.array(True), "v": np.array(0, np.float32)}
+    os.environ["SLIM_LOOP_MAX_ITERATIONS"] = "5000"
+    try:
+        got, err = run_slim(args.slim, src, feeds, os.path.join(args.workdir, "endless"))
+    finally:
+        del os.environ["SLIM_LOOP_MAX_ITERATIONS"]
+    check(got is None and "Loop ran 5000 iterations without ending" in err,
+          f"endless Loop: {got} {err!r}")
+    # Ended by its cond (false from the start): runs zero times, v unchanged.
+    got, err = run_slim(args.slim, src, {"c": np.array(False), "v": np.array(3, np.float32)},
+                        os.path.join(args.workdir, "endless-false"))
+    check(got is not None and float(got["vf"]) == 3.0, f"Loop with cond false: {got} {err}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--slim", required=True)
@@ -158,6 +187,7 @@ def main():
         {"M": np.array(m, np.int64), "a0": f2, "b0": -f2} for m in (0, 2, 10)])
     xs = np.arange(8, dtype=np.float32).reshape(4, 2) - 3
     t_model(args, "scan", scan_model(), [{"i1": f2, "i2": f2 + 1, "xs": xs}])
+    t_endless_loop(args)
     print(f"{results['passed']} passed, {results['failed']} failed")
     return 1 if results["failed"] else 0
 

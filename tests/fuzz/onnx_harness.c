@@ -70,6 +70,9 @@ void slim_fuzz_run_graph(slim_graph *g, uint32_t seed)
     static int limited;
     if (!limited) {
         slim_allocator_set_limit(slim_device_cpu()->alloc, FUZZ_MEMORY_LIMIT);
+        /* A Loop that never ends by itself stops here well inside the
+         * fuzzer's per-input timeout. */
+        setenv("SLIM_LOOP_MAX_ITERATIONS", "10000", 0);
         limited = 1;
     }
     slim_model *m = NULL;

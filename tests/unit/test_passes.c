@@ -373,6 +373,7 @@ Suite *passes_suite(void)
 
 int main(void)
 {
+    setenv("SLIM_FUSE_MATMUL", "1", 1); /* an opt-in pass (passes/fuse_matmul.c) */
     SRunner *sr = srunner_create(passes_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
