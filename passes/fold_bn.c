@@ -53,12 +53,12 @@ static slim_status fold_one(slim_graph *g, slim_node *conv, slim_node *bn, slim_
         double bias = b ? ((const float *)b->data)[c] : 0.0;
         ob[c] = (float)((bias - mean[c]) * s + beta[c]);
     }
-    int wv = slim_pass_add_initializer(g, g->values[conv->in[1]].name, "_bnfold", &nw, err);
+    int wv = slim_graph_add_initializer(g, g->values[conv->in[1]].name, "_bnfold", &nw, err);
     if (wv < 0) {
         slim_tensor_release(&nb);
         return SLIM_ENOMEM;
     }
-    int bv = slim_pass_add_initializer(g, g->values[conv->in[1]].name, "_bnbias", &nb, err);
+    int bv = slim_graph_add_initializer(g, g->values[conv->in[1]].name, "_bnbias", &nb, err);
     if (bv < 0)
         return SLIM_ENOMEM;
     if (conv->n_in < 3) {

@@ -123,7 +123,7 @@ static slim_status rewrite(slim_graph *g, slim_node *conv, int wfmt, int res, in
     slim_status st = slim_fconv_pack(w, group, wfmt, &packed, err);
     if (st)
         return st;
-    int wv = slim_pass_add_initializer(g, g->values[conv->in[1]].name, "_packed", &packed, err);
+    int wv = slim_graph_add_initializer(g, g->values[conv->in[1]].name, "_packed", &packed, err);
     if (wv < 0)
         return SLIM_ENOMEM;
     slim_pass_drop_replaced(g, conv->in[1], conv);
@@ -133,7 +133,7 @@ static slim_status rewrite(slim_graph *g, slim_node *conv, int wfmt, int res, in
         if ((st = slim_tensor_alloc(&bias, err)))
             return st;
         memset(bias.data, 0, sizeof(float) * (size_t)m);
-        if ((bv = slim_pass_add_initializer(g, g->values[conv->in[1]].name, "_zero_bias", &bias,
+        if ((bv = slim_graph_add_initializer(g, g->values[conv->in[1]].name, "_zero_bias", &bias,
                                             err)) < 0)
             return SLIM_ENOMEM;
     }

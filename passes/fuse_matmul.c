@@ -95,7 +95,7 @@ static slim_status rewrite(slim_graph *g, slim_node *mm, int bias, int out, int 
     slim_status st = slim_fmm_pack(w, &packed, err);
     if (st)
         return st;
-    int wv = slim_pass_add_initializer(g, g->values[mm->in[1]].name, "_packed", &packed, err);
+    int wv = slim_graph_add_initializer(g, g->values[mm->in[1]].name, "_packed", &packed, err);
     if (wv < 0)
         return SLIM_ENOMEM;
     slim_pass_drop_replaced(g, mm->in[1], mm);
@@ -104,7 +104,7 @@ static slim_status rewrite(slim_graph *g, slim_node *mm, int bias, int out, int 
         if ((st = slim_tensor_alloc(&zero, err)))
             return st;
         memset(zero.data, 0, sizeof(float) * (size_t)n);
-        if ((bias = slim_pass_add_initializer(g, g->values[mm->in[1]].name, "_zero_bias", &zero,
+        if ((bias = slim_graph_add_initializer(g, g->values[mm->in[1]].name, "_zero_bias", &zero,
                                               err)) < 0)
             return SLIM_ENOMEM;
     }

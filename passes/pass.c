@@ -90,29 +90,6 @@ slim_node *slim_pass_sole_reader(slim_graph *g, const slim_pass_uses *u, int v,
     return !r->domain[0] && strcmp(r->op_type, op_type) == 0 ? r : NULL;
 }
 
-int slim_pass_add_initializer(slim_graph *g, const char *base, const char *suffix,
-                              slim_tensor *t, slim_err *err)
-{
-    char name[512];
-    snprintf(name, sizeof(name), "%s%s", base, suffix);
-    for (int i = 1; slim_graph_find_value(g, name) >= 0; i++)
-        snprintf(name, sizeof(name), "%s%s_%d", base, suffix, i);
-    int v = slim_graph_value(g, name);
-    if (v < 0) {
-        slim_tensor_release(t);
-        slim_errf(err, SLIM_ENOMEM, "out of memory optimizing the graph");
-        return -1;
-    }
-    slim_value *val = &g->values[v];
-    val->kind = SLIM_VALUE_INITIALIZER;
-    val->init = *t;
-    val->info.dtype = t->dtype;
-    val->info.ndim = t->ndim;
-    memcpy(val->info.dims, t->dims, sizeof(val->info.dims));
-    memset(t, 0, sizeof(*t));
-    return v;
-}
-
 void slim_pass_drop_replaced(slim_graph *g, int v, const slim_node *reader)
 {
     slim_value *val = &g->values[v];

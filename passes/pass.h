@@ -50,10 +50,6 @@ const slim_tensor *slim_pass_const_f32(const slim_graph *g, int v);
  * the node is a default-domain op_type; else NULL. */
 slim_node *slim_pass_sole_reader(slim_graph *g, const slim_pass_uses *u, int v,
                                  const char *op_type);
-/* Adds an initializer named base+suffix (made unique) that takes t's data;
- * returns its id or -1 (ENOMEM in err). */
-int slim_pass_add_initializer(slim_graph *g, const char *base, const char *suffix,
-                              slim_tensor *t, slim_err *err);
 /* Removes the nodes marked dead (freeing them), then releases initializers
  * no node reads and no output names. */
 void slim_pass_sweep(slim_graph *g, bool *dead);

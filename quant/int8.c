@@ -59,30 +59,6 @@ static slim_status alloc_tensor(slim_tensor *t, slim_dtype dt, int ndim, int64_t
     return slim_tensor_alloc(t, err);
 }
 
-/* Adds an initializer named base + suffix (made unique) holding t; takes t. */
-static int add_initializer(slim_graph *g, const char *base, const char *suffix, slim_tensor *t,
-                           slim_err *err)
-{
-    char name[512];
-    snprintf(name, sizeof(name), "%s%s", base, suffix);
-    for (int i = 1; slim_graph_find_value(g, name) >= 0; i++)
-        snprintf(name, sizeof(name), "%s%s_%d", base, suffix, i);
-    int v = slim_graph_value(g, name);
-    if (v < 0) {
-        slim_tensor_release(t);
-        slim_errf(err, SLIM_ENOMEM, "out of memory quantizing to int8");
-        return -1;
-    }
-    slim_value *val = &g->values[v];
-    val->kind = SLIM_VALUE_INITIALIZER;
-    val->init = *t;
-    val->info.dtype = t->dtype;
-    val->info.ndim = t->ndim;
-    memcpy(val->info.dims, t->dims, sizeof(val->info.dims));
-    memset(t, 0, sizeof(*t));
-    return v;
-}
-
 /* ---- the graph ------------------------------------------------------------- */
 
 typedef struct {
@@ -349,10 +325,10 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
     snprintf(base, sizeof(base), "%s", g->nodes[id].name);
     int in[5] = {l->x, -1, -1, -1, -1};
     int n_in = bias.data ? 5 : 4;
-    if ((in[1] = add_initializer(g, base, ".int8_weight", &packed, err)) < 0 ||
-        (in[2] = add_initializer(g, base, ".int8_scale", &scale, err)) < 0 ||
-        (in[3] = add_initializer(g, base, ".int8_colsum", &colsum, err)) < 0 ||
-        (bias.data && (in[4] = add_initializer(g, base, ".int8_bias", &bias, err)) < 0)) {
+    if ((in[1] = slim_graph_add_initializer(g, base, ".int8_weight", &packed, err)) < 0 ||
+        (in[2] = slim_graph_add_initializer(g, base, ".int8_scale", &scale, err)) < 0 ||
+        (in[3] = slim_graph_add_initializer(g, base, ".int8_colsum", &colsum, err)) < 0 ||
+        (bias.data && (in[4] = slim_graph_add_initializer(g, base, ".int8_bias", &bias, err)) < 0)) {
         st = SLIM_ENOMEM;
         goto fail;
     }
@@ -416,8 +392,8 @@ static slim_status quantize_gather(pass *p, int id, slim_int8_layer *layer, slim
     char base[300];
     snprintf(base, sizeof(base), "%s", g->nodes[id].name);
     int in[3] = {-1, -1, g->nodes[id].in[1]};
-    if ((in[0] = add_initializer(g, base, ".int8_table", &q, err)) < 0 ||
-        (in[1] = add_initializer(g, base, ".int8_scale", &scale, err)) < 0) {
+    if ((in[0] = slim_graph_add_initializer(g, base, ".int8_table", &q, err)) < 0 ||
+        (in[1] = slim_graph_add_initializer(g, base, ".int8_scale", &scale, err)) < 0) {
         slim_tensor_release(&q);
         slim_tensor_release(&scale);
         return SLIM_ENOMEM;

@@ -142,6 +142,29 @@ int slim_graph_value(slim_graph *g, const char *name)
     return id;
 }
 
+int slim_graph_add_initializer(slim_graph *g, const char *base, const char *suffix,
+                               slim_tensor *t, slim_err *err)
+{
+    char name[512];
+    snprintf(name, sizeof(name), "%s%s", base, suffix);
+    for (int i = 1; slim_graph_find_value(g, name) >= 0; i++)
+        snprintf(name, sizeof(name), "%s%s_%d", base, suffix, i);
+    int v = slim_graph_value(g, name);
+    if (v < 0) {
+        slim_tensor_release(t);
+        slim_errf(err, SLIM_ENOMEM, "out of memory adding weight \"%s\"", name);
+        return -1;
+    }
+    slim_value *val = &g->values[v];
+    val->kind = SLIM_VALUE_INITIALIZER;
+    val->init = *t;
+    val->info.dtype = t->dtype;
+    val->info.ndim = t->ndim;
+    memcpy(val->info.dims, t->dims, sizeof(val->info.dims));
+    memset(t, 0, sizeof(*t));
+    return v;
+}
+
 int slim_graph_add_node(slim_graph *g, const char *name, const char *op_type,
                         const char *domain, int n_in, const char *const *in,
                         int n_out, const char *const *out)

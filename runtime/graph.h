@@ -105,6 +105,11 @@ void slim_graph_free(slim_graph *g);
 /* Returns the id of the value with this name, creating it if needed; -1 on
  * allocation failure. */
 int slim_graph_value(slim_graph *g, const char *name);
+/* A new initializer named base + suffix (made unique with _1, _2...)
+ * holding t, which it takes (t is cleared; released on failure). Its id, or
+ * -1 when out of memory. The passes that rewrite weights add theirs so. */
+int slim_graph_add_initializer(slim_graph *g, const char *base, const char *suffix,
+                               slim_tensor *t, slim_err *err);
 int slim_graph_find_value(const slim_graph *g, const char *name); /* or -1 */
 /* Appends a node; strings are copied; returns node id or -1. */
 int slim_graph_add_node(slim_graph *g, const char *name, const char *op_type,
