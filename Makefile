@@ -42,7 +42,8 @@ fuzz: build-fuzz
 # fuzz target for a short time.
 test: build build-asan build-fuzz
 	cd $(BUILD) && ctest --output-on-failure
-	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 ctest --output-on-failure
+	cd $(ASAN_BUILD) && ASAN_OPTIONS=detect_leaks=1 \
+	    LSAN_OPTIONS=suppressions=$(CURDIR)/tests/lsan.supp ctest --output-on-failure
 	PY=$(PY) FUZZ_SEED=1 tests/fuzz/run_fuzz.sh $(FUZZ_BUILD) $(FUZZ_TEST_SECONDS)
 
 models: build

@@ -22,6 +22,8 @@ PY=${PY:-.venv/bin/python}
 SEEDS=$BUILD/fuzz-seeds
 [ -d "$SEEDS/fuzz_slim" ] || "$PY" tests/fuzz/make_seeds.py "$SEEDS" --slim "$BUILD/bin/slim" >/dev/null
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
+# Leaks that are a library's, not ours (tests/lsan.supp says which).
+export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan.supp}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
 status=0
