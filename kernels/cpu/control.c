@@ -313,7 +313,10 @@ static slim_status loop_prepare(slim_node *node, void **state, slim_err *err)
     const int declared = node->n_in - node->n_implicit;
     st->n_carried = g->n_inputs - node->n_implicit - 2;
     st->n_scan = g->n_outputs - 1 - st->n_carried;
-    if (st->n_carried < 0 || st->n_scan < 0 || (declared > 2 && declared != 2 + st->n_carried) ||
+    /* M and cond may be left off only when nothing is carried: the
+     * carried values' initial inputs follow them by position. */
+    if (st->n_carried < 0 || st->n_scan < 0 ||
+        ((declared > 2 || st->n_carried > 0) && declared != 2 + st->n_carried) ||
         node->n_out > st->n_carried + st->n_scan) {
         s = slim_errf(err, SLIM_EPARSE, "body takes %d inputs and gives %d outputs, which does "
                       "not match the node's %d loop-carried inputs and %d outputs",
