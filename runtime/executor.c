@@ -139,6 +139,35 @@ static slim_status check_input(const slim_value *val, const slim_tensor *t, slim
     return SLIM_OK;
 }
 
+
+/* Whether a shape's bytes stay under 2^62 (zero dims aside: slim_shape_numel
+ * multiplies them in order, so its partial products must fit too). A
+ * hostile model can make shape inference multiply dims past int64; that
+ * node fails here, before anything sizes a buffer from the shape. */
+static bool shape_fits(const slim_tensor *t)
+{
+    size_t es = slim_dtype_size(t->dtype);
+    int64_t bytes = es ? (int64_t)es : 1, cap = (int64_t)1 << 62;
+    for (int d = 0; d < t->ndim; d++) {
+        int64_t n = t->dims[d];
+        if (n <= 0)
+            continue;
+        if (bytes > cap / n)
+            return false;
+        bytes *= n;
+    }
+    return true;
+}
+
+static slim_status check_shape_fits(const slim_tensor *t, int k, slim_err *err)
+{
+    if (shape_fits(t))
+        return SLIM_OK;
+    char s[160];
+    return slim_errf(err, SLIM_ESHAPE, "output %d would have shape %s: more than 2^62 bytes", k,
+                     slim_shape_str(t->ndim, t->dims, s, sizeof(s)));
+}
+
 /* Drops one reader of value v; frees it after its last reader. */
 static void release_reader(run_state *rs, int v)
 {
@@ -194,6 +223,8 @@ static slim_status run_node(run_state *rs, const slim_node *n, slim_err *err)
                 return slim_errf(err, SLIM_ESHAPE, "output %d would have negative shape %s", k,
                                  slim_shape_str(t->ndim, t->dims, s, sizeof(s)));
             }
+        if ((st = check_shape_fits(t, k, err)))
+            return st;
     }
     bool alias = (n->op->flags & SLIM_OP_ALIAS0) && n->n_in > 0 && in[0] && out[0];
     if (alias) {
@@ -471,6 +502,9 @@ slim_status slim_model_infer_shapes(const slim_model *m, const slim_tensor *inpu
                     out[k]->ndim = -1;
             continue;
         }
+        for (int k = 0; !st && k < n->n_out; k++)
+            if (out[k] && out[k]->ndim >= 0 && out[k]->ndim <= SLIM_MAX_DIMS)
+                st = check_shape_fits(out[k], k, err);
         if (st) {
             slim_err_prefix(err, SLIM_NODE_FMT ": ", SLIM_NODE_ARGS(n));
             break;
