@@ -27,8 +27,6 @@ import glob
 import os
 import re
 import sys
-import time
-import traceback
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEPLOY = os.path.join(REPO, "deploy")
@@ -45,32 +43,9 @@ except ImportError as e:
     sys.exit(77)
 
 
-class Failure(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
-
-
-class Runner:
-    def __init__(self):
-        self.passed = 0
-        self.failed = 0
-
-    def case(self, name, fn, *args):
-        t0 = time.time()
-        try:
-            fn(*args)
-            self.passed += 1
-            print(f"PASS {name} ({time.time() - t0:.1f}s)", flush=True)
-        except Failure as e:
-            self.failed += 1
-            print(f"FAIL {name}: {e}", flush=True)
-        except Exception:
-            self.failed += 1
-            print(f"FAIL {name}: unexpected exception\n{traceback.format_exc()}", flush=True)
+# The e2e tests' shared case runner and check (test_server.py).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_server import Failure, Runner, check  # noqa: E402
 
 
 def load_all():

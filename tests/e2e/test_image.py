@@ -45,7 +45,6 @@ import shutil
 import subprocess
 import sys
 import time
-import traceback
 import urllib.error
 import urllib.request
 
@@ -57,32 +56,9 @@ RUN_ARGS = ["--memory-limit", "cpu=1536MiB", "--workers", "2"]
 GRACE_S = 75  # terminationGracePeriodSeconds there
 
 
-class Failure(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
-
-
-class Runner:
-    def __init__(self):
-        self.passed = 0
-        self.failed = 0
-
-    def case(self, name, fn, *args):
-        t0 = time.time()
-        try:
-            fn(*args)
-            self.passed += 1
-            print(f"PASS {name} ({time.time() - t0:.1f}s)", flush=True)
-        except Failure as e:
-            self.failed += 1
-            print(f"FAIL {name}: {e}", flush=True)
-        except Exception:
-            self.failed += 1
-            print(f"FAIL {name}: unexpected exception\n{traceback.format_exc()}", flush=True)
+# The e2e tests' shared case runner and check (test_server.py).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_server import Failure, Runner, check  # noqa: E402
 
 
 # ---- reading Dockerfiles -------------------------------------------------------
