@@ -117,8 +117,10 @@ static slim_status tf_prepare(slim_node *node, void **state, slim_err *err)
             g->ids = st->pool + at;
             g->col = idx->ints[st->n_grams];
             g->weight = w ? w->floats[st->n_grams] : 1.0f;
-            if (g->col < 0 || g->col > (1 << 24))
+            if (g->col < 0 || g->col > (1 << 24)) {
                 s = slim_errf(err, SLIM_EINVAL, "ngram_indexes holds %lld", (long long)g->col);
+                break;
+            }
             if (g->col + 1 > st->n_cols)
                 st->n_cols = g->col + 1;
             st->n_grams++;
