@@ -76,15 +76,12 @@ static slim_status fold_one(slim_graph *g, slim_node *conv, slim_node *bn, slim_
 
 static slim_status fold_bn_run(slim_graph *g, int *changed, slim_err *err)
 {
-    slim_pass_uses u;
-    slim_status st = slim_pass_uses_init(&u, g, err);
+    slim_pass_walk w;
+    slim_status st = slim_pass_walk_init(&w, g, err);
     if (st)
         return st;
-    bool *dead = calloc((size_t)g->n_nodes + 1, sizeof(bool));
-    if (!dead) {
-        slim_pass_uses_free(&u);
-        return slim_errf(err, SLIM_ENOMEM, "out of memory optimizing the graph");
-    }
+    const slim_pass_uses *u = &w.uses;
+    bool *dead = w.dead;
     for (int i = 0; i < g->n_nodes && !st; i++) {
         slim_node *conv = &g->nodes[i];
         if (conv->domain[0] || strcmp(conv->op_type, "Conv") != 0 || conv->n_in < 2 ||
@@ -96,7 +93,7 @@ static slim_status fold_bn_run(slim_graph *g, int *changed, slim_err *err)
         int64_t m = w->dims[0];
         if (conv->n_in > 2 && conv->in[2] >= 0 && !per_channel(slim_pass_const_f32(g, conv->in[2]), m))
             continue;
-        slim_node *bn = slim_pass_sole_reader(g, &u, conv->out[0], "BatchNormalization");
+        slim_node *bn = slim_pass_sole_reader(g, u, conv->out[0], "BatchNormalization");
         if (!bn || bn->n_in != 5 || bn->n_out != 1 || bn->in[0] != conv->out[0] ||
             slim_attr_int(bn, "training_mode", 0) != 0)
             continue;
@@ -112,11 +109,7 @@ static slim_status fold_bn_run(slim_graph *g, int *changed, slim_err *err)
         dead[bn - g->nodes] = true;
         (*changed)++;
     }
-    if (!st)
-        slim_pass_sweep(g, dead);
-    free(dead);
-    slim_pass_uses_free(&u);
-    return st;
+    return slim_pass_walk_finish(&w, g, st);
 }
 
 const slim_pass slim__pass_fold_bn = {"fold_bn", fold_bn_run};

@@ -183,15 +183,12 @@ static slim_status rewrite(slim_graph *g, slim_node *conv, int wfmt, int res, in
 
 static slim_status fuse_conv_run(slim_graph *g, int *changed, slim_err *err)
 {
-    slim_pass_uses u;
-    slim_status st = slim_pass_uses_init(&u, g, err);
+    slim_pass_walk w;
+    slim_status st = slim_pass_walk_init(&w, g, err);
     if (st)
         return st;
-    bool *dead = calloc((size_t)g->n_nodes + 1, sizeof(bool));
-    if (!dead) {
-        slim_pass_uses_free(&u);
-        return slim_errf(err, SLIM_ENOMEM, "out of memory optimizing the graph");
-    }
+    const slim_pass_uses *u = &w.uses;
+    bool *dead = w.dead;
     for (int i = 0; i < g->n_nodes && !st; i++) {
         slim_node *conv = &g->nodes[i];
         if (dead[i])
@@ -202,26 +199,26 @@ static slim_status fuse_conv_run(slim_graph *g, int *changed, slim_err *err)
             continue;
         int out = conv->out[0], res = -1, act = 0;
         float lo = 0, hi = 0;
-        slim_node *add = slim_pass_sole_reader(g, &u, out, "Add");
+        slim_node *add = slim_pass_sole_reader(g, u, out, "Add");
         if (add && !dead[add - g->nodes] && add->n_in == 2 && add->n_out == 1) {
             int other = add->in[0] == out ? add->in[1] : add->in[0];
             /* When both operands are eligible convs, the one in slot 0
              * takes the Add, whatever order the nodes come in: a .slim
              * file stores them sorted, and the answer must not change. */
-            int po = other >= 0 && other < u.n_values ? u.producer[other] : -1;
+            int po = other >= 0 && other < u->n_values ? u->producer[other] : -1;
             bool other_takes = add->in[1] == out && po >= 0 && !dead[po] &&
                                !g->nodes[po].domain[0] &&
                                strcmp(g->nodes[po].op_type, "Conv") == 0 &&
-                               u.readers[other] == 1 && eligible(g, &g->nodes[po], NULL, NULL,
+                               u->readers[other] == 1 && eligible(g, &g->nodes[po], NULL, NULL,
                                                                  NULL, NULL, NULL);
-            if (other != out && !other_takes && keeps_shape(g, &u, other)) {
+            if (other != out && !other_takes && keeps_shape(g, u, other)) {
                 res = other;
                 out = add->out[0];
                 dead[add - g->nodes] = true;
             }
         }
-        slim_node *relu = slim_pass_sole_reader(g, &u, out, "Relu");
-        slim_node *clip = relu ? NULL : slim_pass_sole_reader(g, &u, out, "Clip");
+        slim_node *relu = slim_pass_sole_reader(g, u, out, "Relu");
+        slim_node *clip = relu ? NULL : slim_pass_sole_reader(g, u, out, "Clip");
         if (relu && relu->n_out == 1) {
             act = 1;
             out = relu->out[0];
@@ -235,11 +232,7 @@ static slim_status fuse_conv_run(slim_graph *g, int *changed, slim_err *err)
             break;
         (*changed)++;
     }
-    if (!st)
-        slim_pass_sweep(g, dead);
-    free(dead);
-    slim_pass_uses_free(&u);
-    return st;
+    return slim_pass_walk_finish(&w, g, st);
 }
 
 #else

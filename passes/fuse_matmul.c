@@ -147,15 +147,12 @@ static slim_status fuse_matmul_run(slim_graph *g, int *changed, slim_err *err)
     const char *on = getenv("SLIM_FUSE_MATMUL");
     if (!on || strcmp(on, "1") != 0)
         return SLIM_OK;
-    slim_pass_uses u;
-    slim_status st = slim_pass_uses_init(&u, g, err);
+    slim_pass_walk w;
+    slim_status st = slim_pass_walk_init(&w, g, err);
     if (st)
         return st;
-    bool *dead = calloc((size_t)g->n_nodes + 1, sizeof(bool));
-    if (!dead) {
-        slim_pass_uses_free(&u);
-        return slim_errf(err, SLIM_ENOMEM, "out of memory optimizing the graph");
-    }
+    const slim_pass_uses *u = &w.uses;
+    bool *dead = w.dead;
     for (int i = 0; i < g->n_nodes && !st; i++) {
         slim_node *mm = &g->nodes[i];
         if (dead[i] || !is_op(mm, "MatMul") || mm->n_in != 2 || mm->n_out != 1 || mm->out[0] < 0)
@@ -164,7 +161,7 @@ static slim_status fuse_matmul_run(slim_graph *g, int *changed, slim_err *err)
         if (!w || w->ndim != 2 || slim_pass_const_f32(g, mm->in[0]))
             continue;
         int out = mm->out[0], bias = -1, act = SLIM_FMM_ACT_NONE;
-        slim_node *add = slim_pass_sole_reader(g, &u, out, "Add");
+        slim_node *add = slim_pass_sole_reader(g, u, out, "Add");
         if (add && !dead[add - g->nodes]) {
             int b = other_of(add, out);
             const slim_tensor *bt = slim_pass_const_f32(g, b);
@@ -174,13 +171,13 @@ static slim_status fuse_matmul_run(slim_graph *g, int *changed, slim_err *err)
                 dead[add - g->nodes] = true;
             }
         }
-        slim_node *relu = slim_pass_sole_reader(g, &u, out, "Relu");
+        slim_node *relu = slim_pass_sole_reader(g, u, out, "Relu");
         int gelu_out;
         if (relu && !dead[relu - g->nodes]) {
             act = SLIM_FMM_ACT_RELU;
             out = relu->out[0];
             dead[relu - g->nodes] = true;
-        } else if ((gelu_out = match_gelu(g, &u, out, dead)) >= 0) {
+        } else if ((gelu_out = match_gelu(g, u, out, dead)) >= 0) {
             act = SLIM_FMM_ACT_GELU_ERF;
             out = gelu_out;
         }
@@ -188,11 +185,7 @@ static slim_status fuse_matmul_run(slim_graph *g, int *changed, slim_err *err)
             break;
         (*changed)++;
     }
-    if (!st)
-        slim_pass_sweep(g, dead);
-    free(dead);
-    slim_pass_uses_free(&u);
-    return st;
+    return slim_pass_walk_finish(&w, g, st);
 }
 
 #else

@@ -73,6 +73,28 @@ void slim_pass_uses_free(slim_pass_uses *u)
     memset(u, 0, sizeof(*u));
 }
 
+slim_status slim_pass_walk_init(slim_pass_walk *w, const slim_graph *g, slim_err *err)
+{
+    slim_status st = slim_pass_uses_init(&w->uses, g, err);
+    if (st)
+        return st;
+    if (!(w->dead = calloc((size_t)g->n_nodes + 1, sizeof(bool)))) {
+        slim_pass_uses_free(&w->uses);
+        return slim_errf(err, SLIM_ENOMEM, "out of memory optimizing the graph");
+    }
+    return SLIM_OK;
+}
+
+slim_status slim_pass_walk_finish(slim_pass_walk *w, slim_graph *g, slim_status st)
+{
+    if (!st)
+        slim_pass_sweep(g, w->dead);
+    free(w->dead);
+    w->dead = NULL;
+    slim_pass_uses_free(&w->uses);
+    return st;
+}
+
 const slim_tensor *slim_pass_const_f32(const slim_graph *g, int v)
 {
     if (v < 0 || v >= g->n_values || g->values[v].kind != SLIM_VALUE_INITIALIZER)

@@ -44,6 +44,19 @@ typedef struct slim_pass_uses {
 slim_status slim_pass_uses_init(slim_pass_uses *u, const slim_graph *g, slim_err *err);
 void slim_pass_uses_free(slim_pass_uses *u);
 
+/* What a fusing pass walks the graph with: the uses, computed once before
+ * it rewrites, and the nodes it has folded into others (marked, removed
+ * together at the end so the node indices in `uses` stay valid). */
+typedef struct slim_pass_walk {
+    slim_pass_uses uses;
+    bool *dead;                 /* one per node */
+} slim_pass_walk;
+
+slim_status slim_pass_walk_init(slim_pass_walk *w, const slim_graph *g, slim_err *err);
+/* Sweeps the dead nodes when st is SLIM_OK (slim_pass_sweep), frees the
+ * walk, and returns st. */
+slim_status slim_pass_walk_finish(slim_pass_walk *w, slim_graph *g, slim_status st);
+
 /* The value's host float32 initializer, or NULL. */
 const slim_tensor *slim_pass_const_f32(const slim_graph *g, int v);
 /* The node reading v when exactly one slot does, v is no graph output and
