@@ -14,8 +14,10 @@
 #include "device.h"
 #include "model.h"
 
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 
 #define FUZZ_MEMORY_LIMIT ((size_t)256 << 20)
 #define FUZZ_MAX_INPUT_ELEMS ((int64_t)1 << 16)
@@ -65,10 +67,42 @@ done:
         slim_tensor_release(&in[i]);
 }
 
+/* libFuzzer checks for slow inputs from a SIGALRM handler installed
+ * without SA_ONSTACK, so it runs on whatever stack the interrupted code is
+ * using. oneDNN's JIT kernels point rsp into heap blocks of their own while
+ * they run, and ASan then reports the handler's frame as a heap overflow
+ * (seen on fuzz_slim and fuzz_onnx, a few times an hour: the handler's
+ * clock_gettime writing 3 KiB left of a libdnnl allocation). The handler
+ * gets an alternate stack instead. */
+static void alarm_on_alt_stack(void)
+{
+    struct sigaction sa;
+    if (sigaction(SIGALRM, NULL, &sa) != 0 || sa.sa_handler == SIG_DFL ||
+        sa.sa_handler == SIG_IGN || (sa.sa_flags & SA_ONSTACK))
+        return;
+    stack_t ss;
+    if (sigaltstack(NULL, &ss) != 0)
+        return;
+    if (ss.ss_flags & SS_DISABLE) {
+        size_t size = (size_t)1 << 20;
+        void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        if (p == MAP_FAILED)
+            return;
+        ss = (stack_t){.ss_sp = p, .ss_size = size, .ss_flags = 0};
+        if (sigaltstack(&ss, NULL) != 0) {
+            munmap(p, size);
+            return;
+        }
+    }
+    sa.sa_flags |= SA_ONSTACK;
+    sigaction(SIGALRM, &sa, NULL);
+}
+
 void slim_fuzz_run_graph(slim_graph *g, uint32_t seed)
 {
     static int limited;
     if (!limited) {
+        alarm_on_alt_stack();
         slim_allocator_set_limit(slim_device_cpu()->alloc, FUZZ_MEMORY_LIMIT);
         /* A Loop that never ends by itself stops here well inside the
          * fuzzer's per-input timeout. */
