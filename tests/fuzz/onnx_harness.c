@@ -69,11 +69,11 @@ done:
 
 /* libFuzzer checks for slow inputs from a SIGALRM handler installed
  * without SA_ONSTACK, so it runs on whatever stack the interrupted code is
- * using. oneDNN's JIT kernels point rsp into heap blocks of their own while
- * they run, and ASan then reports the handler's frame as a heap overflow
- * (seen on fuzz_slim and fuzz_onnx, a few times an hour: the handler's
- * clock_gettime writing 3 KiB left of a libdnnl allocation). The handler
- * gets an alternate stack instead. */
+ * using. Seen on fuzz_slim and fuzz_onnx a few times an hour: the alarm
+ * interrupted oneDNN JIT code (a frame in no module), and the handler's
+ * clock_gettime wrote its result into heap memory 3 KiB left of a libdnnl
+ * allocation, which ASan reports as a heap overflow of ours. On an
+ * alternate stack the handler's frame is where it should be. */
 static void alarm_on_alt_stack(void)
 {
     struct sigaction sa;
