@@ -67,7 +67,7 @@ slim_status slim_qaxis_make(const slim_tensor *x, const slim_tensor *scale,
         return SLIM_OK;
     }
     q->bs = block;
-    q->nb = (q->A + block - 1) / block;
+    q->nb = q->A / block + (q->A % block != 0); /* no A + block - 1: block may be huge */
     if (scale->ndim != x->ndim)
         return slim_errf(err, SLIM_ESHAPE, "blocked scale must have the input's rank %d",
                          x->ndim);
