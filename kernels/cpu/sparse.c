@@ -181,10 +181,28 @@ static inline float value_at(const slim_sparse_w *w, int64_t p)
     }
 }
 
-/* Channel j's entries as (k, value) in stored order; returns their count
- * (at most max(K, 2G)). */
-static int64_t channel_entries(const slim_sparse_w *w, int64_t j, int32_t *cols, float *vals)
+/* One channel's entries: in place for float32 csr (nothing to convert),
+ * else decoded into the caller's scratch as int32 k's and float32 values. */
+typedef struct {
+    const void *cols;
+    bool narrow;          /* cols are u16, else int32 */
+    const float *vals;
+    int64_t cnt;
+} chan;
+
+static void channel_view(const slim_sparse_w *w, int64_t j, int32_t *cols, float *vals, chan *ch)
 {
+    if (w->enc == SLIM_SPARSE_CSR && w->vdtype == SLIM_F32) {
+        int64_t b = w->rowptr[j];
+        ch->narrow = w->idtype == SLIM_U16;
+        ch->cols = (const char *)w->idx + (size_t)b * (ch->narrow ? 2 : 4);
+        ch->vals = (const float *)w->values + b;
+        ch->cnt = w->rowptr[j + 1] - b;
+        return;
+    }
+    ch->narrow = false;
+    ch->cols = cols;
+    ch->vals = vals;
     if (w->enc == SLIM_SPARSE_24) {
         int64_t groups = slim_sparse_24_groups(w->k), ib = slim_sparse_24_idx_bytes(w->k);
         const uint8_t *ix = (const uint8_t *)w->idx + j * ib;
@@ -193,10 +211,14 @@ static int64_t channel_entries(const slim_sparse_w *w, int64_t j, int32_t *cols,
             int nib = ix[g / 2] >> (4 * (g & 1)) & 15;
             cols[2 * g] = (int32_t)(4 * g + (nib & 3));
             cols[2 * g + 1] = (int32_t)(4 * g + (nib >> 2));
-            vals[2 * g] = value_at(w, base + 2 * g);
-            vals[2 * g + 1] = value_at(w, base + 2 * g + 1);
         }
-        return 2 * groups;
+        if (w->vdtype == SLIM_F32)
+            memcpy(vals, (const float *)w->values + base, sizeof(float) * (size_t)(2 * groups));
+        else
+            for (int64_t p = 0; p < 2 * groups; p++)
+                vals[p] = value_at(w, base + p);
+        ch->cnt = 2 * groups;
+        return;
     }
     int64_t b = w->rowptr[j], e = w->rowptr[j + 1];
     for (int64_t p = b; p < e; p++) {
@@ -204,7 +226,12 @@ static int64_t channel_entries(const slim_sparse_w *w, int64_t j, int32_t *cols,
                                             : ((const int32_t *)w->idx)[p];
         vals[p - b] = value_at(w, p);
     }
-    return e - b;
+    ch->cnt = e - b;
+}
+
+static inline int64_t chan_col(const chan *ch, int64_t p)
+{
+    return ch->narrow ? ((const uint16_t *)ch->cols)[p] : ((const int32_t *)ch->cols)[p];
 }
 
 static int64_t max_entries(const slim_sparse_w *w)
@@ -222,28 +249,25 @@ typedef struct {
     float *y;
 } job;
 
-static inline void chain_rows(const job *jb, int64_t j0, int64_t nc, const int32_t *cols,
-                              const float *vals, const int64_t *cnt, int64_t stride)
+static inline void chain_rows(const job *jb, int64_t j0, int64_t nc, const chan *chs)
 {
     const float *bias = jb->w->bias;
     for (int64_t i = 0; i < jb->m; i++) {
         const float *x = jb->x + i * jb->ldx;
         float *y = jb->y + i * jb->ldy;
         for (int64_t c = 0; c < nc; c++) {
-            const int32_t *cc = cols + c * stride;
-            const float *vv = vals + c * stride;
+            const chan *ch = &chs[c];
             float acc = 0.0f;
-            for (int64_t p = 0; p < cnt[c]; p++)
-                acc = fmaf(vv[p], x[cc[p]], acc);
+            for (int64_t p = 0; p < ch->cnt; p++)
+                acc = fmaf(ch->vals[p], x[chan_col(ch, p)], acc);
             y[j0 + c] = bias ? acc + bias[j0 + c] : acc;
         }
     }
 }
 
-static void chain_rows_c(const job *jb, int64_t j0, int64_t nc, const int32_t *cols,
-                         const float *vals, const int64_t *cnt, int64_t stride)
+static void chain_rows_c(const job *jb, int64_t j0, int64_t nc, const chan *chs)
 {
-    chain_rows(jb, j0, nc, cols, vals, cnt, stride);
+    chain_rows(jb, j0, nc, chs);
 }
 
 #ifdef SPARSE_X86
@@ -251,10 +275,9 @@ static void chain_rows_c(const job *jb, int64_t j0, int64_t nc, const int32_t *c
 
 /* The same chain with fmaf as one instruction. */
 AVX512_TARGET
-static void chain_rows_fma(const job *jb, int64_t j0, int64_t nc, const int32_t *cols,
-                           const float *vals, const int64_t *cnt, int64_t stride)
+static void chain_rows_fma(const job *jb, int64_t j0, int64_t nc, const chan *chs)
 {
-    chain_rows(jb, j0, nc, cols, vals, cnt, stride);
+    chain_rows(jb, j0, nc, chs);
 }
 
 /* x rows [r0, r0 + rows) into xt as [k][bw], rows past m zero. */
@@ -304,37 +327,79 @@ static inline void transpose16(__m512 r[16])
         r[i] = o[i];
 }
 
+/* One channel over a block of RB rows, entries [p, end) with k below k1:
+ * four accumulators, IT the index type. */
+#define CHAIN_RB(IT)                                                              \
+    do {                                                                          \
+        const IT *cc = ch->cols;                                                  \
+        for (; p < ch->cnt && cc[p] < k1; p++) {                                  \
+            __m512 v = _mm512_set1_ps(ch->vals[p]);                               \
+            const float *xr = xt + (int64_t)cc[p] * RB;                           \
+            a0 = _mm512_fmadd_ps(v, _mm512_load_ps(xr), a0);                      \
+            a1 = _mm512_fmadd_ps(v, _mm512_load_ps(xr + 16), a1);                 \
+            a2 = _mm512_fmadd_ps(v, _mm512_load_ps(xr + 32), a2);                 \
+            a3 = _mm512_fmadd_ps(v, _mm512_load_ps(xr + 48), a3);                 \
+        }                                                                         \
+    } while (0)
+#define CHAIN_16(IT)                                                              \
+    do {                                                                          \
+        const IT *cc = ch->cols;                                                  \
+        for (int64_t p = 0; p < ch->cnt; p++)                                     \
+            a0 = _mm512_fmadd_ps(_mm512_set1_ps(ch->vals[p]),                     \
+                                 _mm512_load_ps(xt + (int64_t)cc[p] * 16), a0);   \
+    } while (0)
+
+/* K is walked in chunks of KC for blocks of RB rows: a chunk of transposed
+ * x (KC x RB floats, 128 KiB) stays in L2 while every channel of the block
+ * goes over it, where a whole K = 3072 block (768 KiB) fell out of it. The
+ * accumulators wait in the tile between chunks, so each output's chain of
+ * fused multiply-adds keeps its order: the result is bitwise the same.
+ * KC is a multiple of 4, so a 2:4 group never straddles two chunks. */
+#define KC 512
+
 /* Channels [j0, j0 + nc) over one x block of bw (64 or 16) rows from r0:
  * tile[c][bw] per channel, then transposed into y. */
 AVX512_TARGET
-static void block_avx512(const job *jb, int64_t j0, int64_t nc, const int32_t *cols,
-                         const float *vals, const int64_t *cnt, int64_t stride, int64_t r0,
+static void block_avx512(const job *jb, int64_t j0, int64_t nc, const chan *chs, int64_t r0,
                          int64_t bw, const float *xt, float *tile)
 {
-    for (int64_t c = 0; c < nc; c++) {
-        const int32_t *cc = cols + c * stride;
-        const float *vv = vals + c * stride;
-        float *t = tile + c * RB;
-        if (bw == RB) {
-            __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-            for (int64_t p = 0; p < cnt[c]; p++) {
-                __m512 v = _mm512_set1_ps(vv[p]);
-                const float *xr = xt + (int64_t)cc[p] * RB;
-                a0 = _mm512_fmadd_ps(v, _mm512_load_ps(xr), a0);
-                a1 = _mm512_fmadd_ps(v, _mm512_load_ps(xr + 16), a1);
-                a2 = _mm512_fmadd_ps(v, _mm512_load_ps(xr + 32), a2);
-                a3 = _mm512_fmadd_ps(v, _mm512_load_ps(xr + 48), a3);
+    if (bw == RB) {
+        int64_t pos[CB] = {0};
+        for (int64_t k0 = 0; k0 < jb->w->k; k0 += KC) {
+            int64_t k1 = k0 + KC;
+            for (int64_t c = 0; c < nc; c++) {
+                const chan *ch = &chs[c];
+                float *t = tile + c * RB;
+                __m512 a0, a1, a2, a3;
+                if (k0 == 0) {
+                    a0 = a1 = a2 = a3 = _mm512_setzero_ps();
+                } else {
+                    a0 = _mm512_load_ps(t);
+                    a1 = _mm512_load_ps(t + 16);
+                    a2 = _mm512_load_ps(t + 32);
+                    a3 = _mm512_load_ps(t + 48);
+                }
+                int64_t p = pos[c];
+                if (ch->narrow)
+                    CHAIN_RB(uint16_t);
+                else
+                    CHAIN_RB(int32_t);
+                pos[c] = p;
+                _mm512_store_ps(t, a0);
+                _mm512_store_ps(t + 16, a1);
+                _mm512_store_ps(t + 32, a2);
+                _mm512_store_ps(t + 48, a3);
             }
-            _mm512_store_ps(t, a0);
-            _mm512_store_ps(t + 16, a1);
-            _mm512_store_ps(t + 32, a2);
-            _mm512_store_ps(t + 48, a3);
-        } else {
+        }
+    } else {
+        for (int64_t c = 0; c < nc; c++) {
+            const chan *ch = &chs[c];
             __m512 a0 = _mm512_setzero_ps();
-            for (int64_t p = 0; p < cnt[c]; p++)
-                a0 = _mm512_fmadd_ps(_mm512_set1_ps(vv[p]),
-                                     _mm512_load_ps(xt + (int64_t)cc[p] * 16), a0);
-            _mm512_store_ps(t, a0);
+            if (ch->narrow)
+                CHAIN_16(uint16_t);
+            else
+                CHAIN_16(int32_t);
+            _mm512_store_ps(tile + c * RB, a0);
         }
     }
     __mmask16 cmask = (__mmask16)(nc >= 16 ? 0xFFFF : (1u << nc) - 1);
@@ -399,9 +464,14 @@ slim_sparse_isa slim_sparse_get_isa(void)
 typedef struct {
     job jb;
     slim_sparse_isa isa;
+    int64_t n_cb;        /* channel blocks */
+    int64_t full_rb;     /* row blocks of RB rows; 16-row blocks follow */
     _Atomic int failed;
 } run;
 
+/* Work items: channel blocks for the row-by-row paths; (row block, channel
+ * block) tiles for AVX-512, row block major so that consecutive items on a
+ * thread read the same transposed x block while it is in cache. */
 static void part(int64_t begin, int64_t end, void *user)
 {
     run *r = user;
@@ -417,29 +487,31 @@ static void part(int64_t begin, int64_t end, void *user)
         atomic_store(&r->failed, 1);
         return;
     }
-    int64_t cnt[CB];
-    for (int64_t blk = begin; blk < end; blk++) {
+    chan chs[CB];
+    int64_t have = -1; /* the channel block chs holds */
+    for (int64_t item = begin; item < end; item++) {
+        int64_t blk = jb->xt ? item % r->n_cb : item;
         int64_t j0 = blk * CB, nc = w->n - j0 < CB ? w->n - j0 : CB;
-        for (int64_t c = 0; c < nc; c++)
-            cnt[c] = channel_entries(w, j0 + c, cols + c * stride, vals + c * stride);
+        if (blk != have)
+            for (int64_t c = 0; c < nc; c++)
+                channel_view(w, j0 + c, cols + c * stride, vals + c * stride, &chs[c]);
+        have = blk;
 #ifdef SPARSE_X86
         if (r->isa == SLIM_SPARSE_ISA_AVX512) {
             if (!jb->xt) {
-                chain_rows_fma(jb, j0, nc, cols, vals, cnt, stride);
+                chain_rows_fma(jb, j0, nc, chs);
                 continue;
             }
-            int64_t r0 = 0;
-            const float *xt = jb->xt;
-            while (r0 < jb->m) {
-                int64_t bw = jb->m - r0 >= RB ? RB : 16;
-                block_avx512(jb, j0, nc, cols, vals, cnt, stride, r0, bw, xt, tile);
-                xt += bw * w->k;
-                r0 += bw;
-            }
+            int64_t rb = item / r->n_cb, r0, bw;
+            if (rb < r->full_rb)
+                r0 = rb * RB, bw = RB;
+            else
+                r0 = r->full_rb * RB + (rb - r->full_rb) * 16, bw = 16;
+            block_avx512(jb, j0, nc, chs, r0, bw, jb->xt + r0 * w->k, tile);
             continue;
         }
 #endif
-        chain_rows_c(jb, j0, nc, cols, vals, cnt, stride);
+        chain_rows_c(jb, j0, nc, chs);
     }
     free(cols);
     free(vals);
@@ -451,7 +523,9 @@ slim_status slim_sparse_matmul(const slim_sparse_w *w, int64_t m, const float *x
 {
     if (m <= 0)
         return SLIM_OK;
-    run r = {.jb = {w, m, ldx, ldy, x, NULL, y}, .isa = slim_sparse_get_isa()};
+    run r = {.jb = {w, m, ldx, ldy, x, NULL, y}, .isa = slim_sparse_get_isa(),
+             .n_cb = (w->n + CB - 1) / CB};
+    int64_t items = r.n_cb;
     float *xt = NULL;
 #ifdef SPARSE_X86
     /* Fewer than 16 rows would leave most lanes empty: those run the
@@ -461,19 +535,18 @@ slim_status slim_sparse_matmul(const slim_sparse_w *w, int64_t m, const float *x
         if (posix_memalign((void **)&xt, 64, sizeof(float) * (size_t)(padded * w->k)) != 0)
             return slim_errf(err, SLIM_ENOMEM, "out of memory transposing %lld rows",
                              (long long)m);
-        int64_t r0 = 0;
-        float *d = xt;
-        while (r0 < m) {
+        r.full_rb = m / RB;
+        int64_t n_rb = r.full_rb + (m - r.full_rb * RB + 15) / 16;
+        for (int64_t r0 = 0; r0 < m;) {
             int64_t bw = m - r0 >= RB ? RB : 16, rows = m - r0 < bw ? m - r0 : bw;
-            transpose_x(x, ldx, w->k, r0, rows, bw, d);
-            d += bw * w->k;
+            transpose_x(x, ldx, w->k, r0, rows, bw, xt + r0 * w->k);
             r0 += bw;
         }
         r.jb.xt = xt;
+        items = n_rb * r.n_cb;
     }
 #endif
-    int64_t blocks = (w->n + CB - 1) / CB;
-    slim_parallel_for(blocks, 1, part, &r);
+    slim_parallel_for(items, 1, part, &r);
     free(xt);
     if (atomic_load(&r.failed))
         return slim_errf(err, SLIM_ENOMEM, "out of memory in a sparse matrix product");

@@ -148,7 +148,9 @@ static void check_against_dense(const enc *e, int64_t m, const float *x, const f
 START_TEST(test_kernels_match_dense_on_odd_shapes)
 {
     static const int64_t shapes[][3] = {{1, 1, 1},  {3, 1, 5},    {17, 7, 1},  {16, 5, 17},
-                                        {64, 33, 19}, {130, 65, 40}, {70, 100, 33}, {5, 6, 31}};
+                                        {64, 33, 19}, {130, 65, 40}, {70, 100, 33}, {5, 6, 31},
+                                        /* K chunked (over 512), int32 indices (over 65536) */
+                                        {70, 1100, 20}, {16, 70001, 3}};
     static const double densities[] = {0.0, 0.1, 0.5, 1.0};
     static const slim_dtype vdts[] = {SLIM_F32, SLIM_F16, SLIM_BF16};
     bool avx = have_avx512();
