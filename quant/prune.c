@@ -446,8 +446,6 @@ static const char *dense_reason(const pass *p, const cand *c, bool two4, int64_t
                  "(measured break-even)", 100 * (1 - density), 100 * SLIM_PRUNE_CSR_MAX_DENSITY);
         return buf;
     }
-    if (two4 && !SLIM_PRUNE_24_PAYS)
-        return "2:4 measured slower than dense";
     return NULL;
 }
 
