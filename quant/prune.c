@@ -27,17 +27,26 @@ static inline uint32_t key_of(float v)
     return u & 0x7fffffffu; /* |v|; NaN sorts last */
 }
 
-slim_status slim_prune_smallest(float *const *w, const int64_t *len, int n_arrays,
-                                int64_t count, slim_err *err)
+/* The cut for zeroing the `count` smallest |w| over the arrays: every key
+ * below *t, then *ties of those equal to it, in array and index order.
+ * Reads the weights only. */
+typedef struct {
+    uint32_t t;
+    int64_t ties;
+    bool all;
+} cut;
+
+static slim_status find_cut(const float *const *w, const int64_t *len, int n_arrays,
+                            int64_t count, cut *c, slim_err *err)
 {
     int64_t total = 0;
     for (int a = 0; a < n_arrays; a++)
         total += len[a];
+    memset(c, 0, sizeof(*c));
     if (count <= 0)
         return SLIM_OK;
     if (count >= total) {
-        for (int a = 0; a < n_arrays; a++)
-            memset(w[a], 0, sizeof(float) * (size_t)len[a]);
+        c->all = true;
         return SLIM_OK;
     }
     int64_t *hist = calloc(65536, sizeof(int64_t));
@@ -61,18 +70,31 @@ slim_status slim_prune_smallest(float *const *w, const int64_t *len, int n_array
     while (below + hist[lo] <= count)
         below += hist[lo++];
     free(hist);
-    uint32_t t = hi << 16 | lo;
-    /* below = #(|w| < t) <= count < #(|w| <= t): ties at t in index order. */
-    int64_t ties = count - below;
-    for (int a = 0; a < n_arrays; a++)
-        for (int64_t i = 0; i < len[a]; i++) {
-            uint32_t k = key_of(w[a][i]);
-            if (k < t || (k == t && ties > 0)) {
-                ties -= k == t;
-                w[a][i] = 0.0f;
-            }
-        }
+    /* below = #(|w| < t) <= count < #(|w| <= t). */
+    c->t = hi << 16 | lo;
+    c->ties = count - below;
     return SLIM_OK;
+}
+
+static void apply_cut(float *w, int64_t len, cut *c)
+{
+    for (int64_t i = 0; i < len; i++) {
+        uint32_t k = key_of(w[i]);
+        if (c->all || k < c->t || (k == c->t && c->ties > 0)) {
+            c->ties -= !c->all && k == c->t;
+            w[i] = 0.0f;
+        }
+    }
+}
+
+slim_status slim_prune_smallest(float *const *w, const int64_t *len, int n_arrays,
+                                int64_t count, slim_err *err)
+{
+    cut c;
+    slim_status st = find_cut((const float *const *)w, len, n_arrays, count, &c, err);
+    for (int a = 0; a < n_arrays && !st; a++)
+        apply_cut(w[a], len[a], &c);
+    return st;
 }
 
 void slim_prune_24(float *w, int64_t n, int64_t k, bool w_nk)
@@ -320,40 +342,53 @@ static slim_status mask_other(pass *p, const char *file, int v, const slim_tenso
     return SLIM_OK;
 }
 
-static slim_status load_masks(pass *p, slim_err *err)
+/* Every name in the mask file must be an initializer; masks on
+ * initializers no candidate reads are applied now (dense). The candidates'
+ * masks are read one at a time as their layers are pruned. */
+static slim_status check_masks(pass *p, slim_npz *z, slim_err *err)
 {
     const char *file = p->o->masks;
-    slim_npz *z = NULL;
-    slim_status st = slim_npz_open(file, &z, err);
-    if (st)
-        return slim_err_prefix(err, "pruning: ");
+    slim_status st = SLIM_OK;
     for (int i = 0; i < slim_npz_count(z) && !st; i++) {
         const char *name = slim_npz_name(z, i);
         int v = slim_graph_find_value(p->g, name);
-        if (v < 0 || p->g->values[v].kind != SLIM_VALUE_INITIALIZER) {
-            st = slim_errf(err, SLIM_ENOTFOUND, "mask file %s: \"%s\" names no initializer of "
-                           "the model", file, name);
-            break;
-        }
-        /* A mask is at most 8 bytes an element plus its .npy header. */
-        size_t cap = slim_tensor_numel(&p->g->values[v].init) * 8 + 65536 + 128;
+        if (v < 0 || p->g->values[v].kind != SLIM_VALUE_INITIALIZER)
+            return slim_errf(err, SLIM_ENOTFOUND, "mask file %s: \"%s\" names no initializer "
+                             "of the model", file, name);
+        bool cand = false;
+        for (int j = 0; j < p->n && !cand; j++)
+            cand = p->c[j].w == v;
+        if (cand)
+            continue;
         slim_tensor mask;
-        if ((st = slim_npz_load(z, i, cap, &mask, err)))
+        if ((st = slim_npz_load(z, i, slim_tensor_numel(&p->g->values[v].init) * 8 + 65536 + 128,
+                                &mask, err)))
             break;
-        int c = -1;
-        for (int j = 0; j < p->n && c < 0; j++)
-            if (p->c[j].w == v)
-                c = j;
-        if (c >= 0) {
-            if (!(st = copy_weight(p, c, err)))
-                st = apply_mask(file, name, &mask, p->c[c].pruned, &p->g->values[v].init, err);
-        } else {
-            st = mask_other(p, file, v, &mask, err);
-        }
+        st = mask_other(p, file, v, &mask, err);
         slim_tensor_release(&mask);
     }
-    slim_npz_close(z);
     return st;
+}
+
+/* Candidate i's mask applied to its copy; *found false when the file has
+ * none for its weight (the layer is left as it is). */
+static slim_status mask_layer(pass *p, slim_npz *z, int i, bool *found, slim_err *err)
+{
+    cand *c = &p->c[i];
+    const char *name = p->g->values[c->w].name;
+    *found = false;
+    for (int e = 0; e < slim_npz_count(z); e++) {
+        if (strcmp(slim_npz_name(z, e), name) != 0)
+            continue;
+        slim_tensor mask;
+        slim_status st = slim_npz_load(z, e, (size_t)(c->n * c->k) * 8 + 65536 + 128, &mask, err);
+        if (!st && !(st = copy_weight(p, i, err)))
+            st = apply_mask(p->o->masks, name, &mask, c->pruned, &p->g->values[c->w].init, err);
+        slim_tensor_release(&mask);
+        *found = true;
+        return st;
+    }
+    return SLIM_OK;
 }
 
 /* ---- storage ------------------------------------------------------------------ */
@@ -519,35 +554,88 @@ static slim_status store_layer(pass *p, cand *c, slim_prune_layer *l, slim_err *
                         in, err);
 }
 
-/* The dense weights read by no node any more go; those still read (dense
- * layers, other readers) get their pruned copy. */
-static slim_status finish_weights(pass *p, slim_err *err)
+/* Candidate i's weight once its last reader is done: released when no node
+ * reads it any more, else given its pruned copy (dense layers, other
+ * readers). The copy is freed either way, so the load holds the model plus
+ * one pruned layer at most. */
+static slim_status finish_weight(pass *p, int i, slim_err *err)
 {
     slim_graph *g = p->g;
-    for (int i = 0; i < p->n; i++) {
-        cand *c = &p->c[i];
-        if (!c->owner)
-            continue;
-        slim_value *val = &g->values[c->w];
-        bool read = val->is_output;
-        for (int j = 0; j < g->n_nodes && !read; j++)
-            for (int q = 0; q < g->nodes[j].n_in && !read; q++)
-                read = g->nodes[j].in[q] == c->w;
-        if (!read) {
-            slim_tensor_release(&val->init);
-            memset(&val->init, 0, sizeof(val->init));
-            val->kind = SLIM_VALUE_INTERMEDIATE;
-            continue;
-        }
+    cand *c = &p->c[i];
+    slim_value *val = &g->values[c->w];
+    bool read = val->is_output;
+    for (int j = 0; j < g->n_nodes && !read; j++)
+        for (int q = 0; q < g->nodes[j].n_in && !read; q++)
+            read = g->nodes[j].in[q] == c->w;
+    slim_status st = SLIM_OK;
+    if (!read) {
+        slim_tensor_release(&val->init);
+        memset(&val->init, 0, sizeof(val->init));
+        val->kind = SLIM_VALUE_INTERMEDIATE;
+    } else {
         slim_tensor t = {.dtype = SLIM_F32, .ndim = 2};
         memcpy(t.dims, val->init.dims, sizeof(t.dims));
-        slim_status st = slim_tensor_alloc(&t, err);
-        if (st)
-            return st;
-        memcpy(t.data, c->pruned, slim_tensor_nbytes(&t));
-        slim_tensor_release(&val->init);
-        val->init = t;
+        if (!(st = slim_tensor_alloc(&t, err))) {
+            memcpy(t.data, c->pruned, slim_tensor_nbytes(&t));
+            slim_tensor_release(&val->init);
+            val->init = t;
+        }
     }
+    for (int j = 0; j < p->n; j++)
+        if (j != i && p->c[j].pruned == c->pruned)
+            p->c[j].pruned = NULL;
+    free(c->pruned);
+    c->pruned = NULL;
+    c->owner = false;
+    return st;
+}
+
+static slim_status prune_layer(pass *p, int i, slim_npz *z, cut *global, slim_err *err)
+{
+    cand *c = &p->c[i];
+    const slim_prune_opts *o = p->o;
+    bool shared = false;
+    for (int j = 0; j < i && !shared; j++)
+        shared = p->c[j].w == c->w;
+    slim_status st = SLIM_OK;
+    if (shared) { /* pruned with the first layer reading it */
+        for (int j = 0; j < i; j++)
+            if (p->c[j].w == c->w && p->c[j].pruned)
+                c->pruned = p->c[j].pruned;
+        if (!c->pruned)
+            return SLIM_OK; /* no mask for it */
+    } else if (z) {
+        bool found;
+        if ((st = mask_layer(p, z, i, &found, err)) || !found)
+            return st;
+    } else {
+        if ((st = copy_weight(p, i, err)))
+            return st;
+        int64_t len = c->n * c->k;
+        if (strcmp(o->method, "2:4") == 0) {
+            slim_prune_24(c->pruned, c->n, c->k, c->w_nk);
+        } else if (global) {
+            apply_cut(c->pruned, len, global);
+        } else {
+            cut lc;
+            const float *src = c->pruned;
+            if ((st = find_cut(&src, &len, 1, (int64_t)nearbyint(o->amount * (double)len), &lc,
+                               err)))
+                return st;
+            apply_cut(c->pruned, len, &lc);
+        }
+    }
+    slim_prune_layer *l;
+    const slim_node *n = &p->g->nodes[c->node];
+    if ((st = add_layer(p, n->name, n->op_type, p->g->values[c->w].name, &l, err)))
+        return st;
+    if ((st = store_layer(p, c, l, err)))
+        return slim_err_prefix(err, SLIM_NODE_FMT ": ", SLIM_NODE_ARGS(&p->g->nodes[c->node]));
+    int64_t total = c->n * c->k;
+    p->rep->zeros += (int64_t)llround(l->sparsity * (double)total);
+    p->rep->elements += total;
+    p->rep->bytes_before += l->bytes_before;
+    p->rep->bytes_after += l->bytes_after;
     return SLIM_OK;
 }
 
@@ -557,66 +645,52 @@ static slim_status run_pass(pass *p, slim_err *err)
     slim_status st = collect(p, err);
     if (st)
         return st;
+    slim_npz *z = NULL;
+    cut global, *gp = NULL;
     if (strcmp(o->method, "mask") == 0) {
-        if ((st = load_masks(p, err)))
-            return st;
-    } else {
-        for (int i = 0; i < p->n && !st; i++)
-            st = copy_weight(p, i, err);
-        if (st)
-            return st;
-        if (strcmp(o->method, "2:4") == 0) {
-            for (int i = 0; i < p->n; i++)
-                if (p->c[i].owner)
-                    slim_prune_24(p->c[i].pruned, p->c[i].n, p->c[i].k, p->c[i].w_nk);
-        } else if (o->global) {
-            float **ws = malloc(sizeof(float *) * (size_t)(p->n + 1));
-            int64_t *len = malloc(sizeof(int64_t) * (size_t)(p->n + 1)), total = 0;
-            int na = 0;
-            if (!ws || !len)
-                st = slim_errf(err, SLIM_ENOMEM, "out of memory pruning");
-            for (int i = 0; i < p->n && !st; i++)
-                if (p->c[i].owner) {
-                    ws[na] = p->c[i].pruned;
-                    len[na] = p->c[i].n * p->c[i].k;
-                    total += len[na++];
-                }
-            if (!st)
-                st = slim_prune_smallest(ws, len, na, (int64_t)nearbyint(o->amount * total), err);
-            free(ws);
-            free(len);
-        } else {
-            for (int i = 0; i < p->n && !st; i++) {
-                cand *c = &p->c[i];
-                int64_t len = c->n * c->k;
-                if (c->owner)
-                    st = slim_prune_smallest(&c->pruned, &len, 1,
-                                             (int64_t)nearbyint(o->amount * len), err);
-            }
+        if ((st = slim_npz_open(o->masks, &z, err)))
+            return slim_err_prefix(err, "pruning: ");
+        st = check_masks(p, z, err);
+    } else if (strcmp(o->method, "magnitude") == 0 && o->global) {
+        /* The cut over all selected weights, read in place. */
+        const float **ws = malloc(sizeof(float *) * (size_t)(p->n + 1));
+        int64_t *len = malloc(sizeof(int64_t) * (size_t)(p->n + 1)), total = 0;
+        int na = 0;
+        if (!ws || !len)
+            st = slim_errf(err, SLIM_ENOMEM, "out of memory pruning");
+        for (int i = 0; i < p->n && !st; i++) {
+            bool seen = false;
+            for (int j = 0; j < i && !seen; j++)
+                seen = p->c[j].w == p->c[i].w;
+            if (seen)
+                continue;
+            ws[na] = p->g->values[p->c[i].w].init.data;
+            len[na] = p->c[i].n * p->c[i].k;
+            total += len[na++];
         }
-        if (st)
-            return st;
+        if (!st)
+            st = find_cut(ws, len, na, (int64_t)nearbyint(o->amount * (double)total), &global,
+                          err);
+        gp = &global;
+        free(ws);
+        free(len);
     }
     for (int i = 0; i < p->n && !st; i++) {
-        cand *c = &p->c[i];
-        if (!c->pruned)
-            continue; /* no mask for this layer */
-        slim_prune_layer *l;
-        const slim_node *n = &p->g->nodes[c->node];
-        if ((st = add_layer(p, n->name, n->op_type, p->g->values[c->w].name, &l, err)))
-            break;
-        if ((st = store_layer(p, c, l, err))) {
-            slim_err_prefix(err, SLIM_NODE_FMT ": ", SLIM_NODE_ARGS(&p->g->nodes[c->node]));
-            break;
+        st = prune_layer(p, i, z, gp, err);
+        bool last = true;
+        for (int j = i + 1; j < p->n && last; j++)
+            last = p->c[j].w != p->c[i].w;
+        if (!st && last && p->c[i].pruned) {
+            int owner = i;
+            for (int j = 0; j < i; j++)
+                if (p->c[j].w == p->c[i].w) {
+                    owner = j;
+                    break;
+                }
+            st = finish_weight(p, owner, err);
         }
-        int64_t total = c->n * c->k;
-        p->rep->zeros += (int64_t)llround(l->sparsity * (double)total);
-        p->rep->elements += total;
-        p->rep->bytes_before += l->bytes_before;
-        p->rep->bytes_after += l->bytes_after;
     }
-    if (!st)
-        st = finish_weights(p, err);
+    slim_npz_close(z);
     return st;
 }
 
