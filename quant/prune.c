@@ -334,7 +334,7 @@ static slim_status mask_other(pass *p, const char *file, int v, const slim_tenso
     l->n = 1;
     l->sparsity = n ? (double)z / (double)n : 0;
     l->bytes_before = l->bytes_after = slim_tensor_nbytes(&t);
-    snprintf(l->why, sizeof(l->why), "not a MatMul/Gemm weight: zeros stored dense");
+    snprintf(l->why, sizeof(l->why), "not a pruned MatMul/Gemm weight: zeros stored dense");
     p->rep->zeros += z;
     p->rep->elements += n;
     slim_tensor_release(&val->init);

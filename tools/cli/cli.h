@@ -26,7 +26,6 @@ typedef struct slim_cli_prune {
     slim_prune_opts o;
     const char *ops[256];
     char *ops_buf;
-    char *spec;          /* owned copy of the method part */
     bool given;
 } slim_cli_prune;
 /* If argv[*i] is a pruning option, consumes it (and its value) and returns

@@ -11,8 +11,6 @@
 
 static int parse_spec(slim_cli_prune *p, const char *v, const char *cmd)
 {
-    free(p->spec);
-    p->spec = NULL;
     p->o.masks = NULL;
     p->o.amount = 0;
     if (strcmp(v, "2:4") == 0) {
@@ -102,8 +100,7 @@ int slim_cli_prune_opts(slim_cli_prune *p, const char *cmd, const slim_prune_opt
 void slim_cli_prune_free(slim_cli_prune *p)
 {
     free(p->ops_buf);
-    free(p->spec);
-    p->ops_buf = p->spec = NULL;
+    p->ops_buf = NULL;
 }
 
 void slim_cli_print_prune(const struct slim_prune_report *r)
