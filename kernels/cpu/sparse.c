@@ -280,19 +280,6 @@ static void chain_rows_fma(const job *jb, int64_t j0, int64_t nc, const chan *ch
     chain_rows(jb, j0, nc, chs);
 }
 
-/* x rows [r0, r0 + rows) into xt as [k][bw], rows past m zero. */
-static void transpose_x(const float *x, int64_t ldx, int64_t k, int64_t r0, int64_t rows,
-                        int64_t bw, float *xt)
-{
-    for (int64_t kk = 0; kk < k; kk++) {
-        float *d = xt + kk * bw;
-        for (int64_t r = 0; r < rows; r++)
-            d[r] = x[(r0 + r) * ldx + kk];
-        for (int64_t r = rows; r < bw; r++)
-            d[r] = 0.0f;
-    }
-}
-
 /* r[c] holds 16 floats of channel c; afterwards r[i] holds element i of
  * every channel (a 16 x 16 transpose in registers). */
 AVX512_TARGET
@@ -325,6 +312,51 @@ static inline void transpose16(__m512 r[16])
     }
     for (int i = 0; i < 16; i++)
         r[i] = o[i];
+}
+
+/* Rows [r0, r0 + 16) of x (those past m as zeros) into their lanes of the
+ * transposed block: dst[kk * bw + i] = x[r0 + i][kk], 16 x 16 at a time. */
+AVX512_TARGET
+static void transpose_rows(const float *x, int64_t ldx, int64_t k, int64_t m, int64_t r0,
+                           float *dst, int64_t bw)
+{
+    int64_t rows = m - r0 < 16 ? m - r0 : 16;
+    for (int64_t kk = 0; kk < k; kk += 16) {
+        int64_t kw = k - kk < 16 ? k - kk : 16;
+        __mmask16 km = (__mmask16)(kw == 16 ? 0xFFFF : (1u << kw) - 1);
+        __m512 r[16];
+        for (int i = 0; i < 16; i++)
+            r[i] = i < rows ? _mm512_maskz_loadu_ps(km, x + (r0 + i) * ldx + kk)
+                            : _mm512_setzero_ps();
+        transpose16(r);
+        for (int64_t j = 0; j < kw; j++)
+            _mm512_store_ps(dst + (kk + j) * bw, r[j]);
+    }
+}
+
+typedef struct {
+    const float *x;
+    int64_t ldx, k, m, full_rb;
+    float *xt;
+} tjob;
+
+static void transpose_part(int64_t begin, int64_t end, void *user)
+{
+    const tjob *t = user;
+    for (int64_t gi = begin; gi < end; gi++) {
+        int64_t r0 = gi * 16;
+        float *dst;
+        int64_t bw;
+        if (r0 < t->full_rb * RB) {
+            int64_t b = r0 / RB;
+            dst = t->xt + b * RB * t->k + (r0 - b * RB);
+            bw = RB;
+        } else {
+            dst = t->xt + r0 * t->k;
+            bw = 16;
+        }
+        transpose_rows(t->x, t->ldx, t->k, t->m, r0, dst, bw);
+    }
 }
 
 /* One channel over a block of RB rows, entries [p, end) with k below k1:
@@ -537,11 +569,8 @@ slim_status slim_sparse_matmul(const slim_sparse_w *w, int64_t m, const float *x
                              (long long)m);
         r.full_rb = m / RB;
         int64_t n_rb = r.full_rb + (m - r.full_rb * RB + 15) / 16;
-        for (int64_t r0 = 0; r0 < m;) {
-            int64_t bw = m - r0 >= RB ? RB : 16, rows = m - r0 < bw ? m - r0 : bw;
-            transpose_x(x, ldx, w->k, r0, rows, bw, xt + r0 * w->k);
-            r0 += bw;
-        }
+        tjob t = {x, ldx, w->k, m, r.full_rb, xt};
+        slim_parallel_for(padded / 16, 1 + 65536 / (16 * w->k), transpose_part, &t);
         r.jb.xt = xt;
         items = n_rb * r.n_cb;
     }
