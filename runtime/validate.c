@@ -260,5 +260,12 @@ slim_status slim_node_validate(const slim_graph *g, const slim_node *n, slim_err
                              SLIM_NODE_FMT ": output %d is required, but its name is empty",
                              SLIM_NODE_ARGS(n), i);
     }
+    /* SparseMatMul checks its encoding's contents once and trusts them
+     * after (kernels/cpu/sparse_op.c): that holds for constants only. */
+    if (strcmp(n->op_type, "SparseMatMul") == 0 && strcmp(n->domain, "com.slimserve") == 0)
+        for (int i = 1; i < 4 && i < n_in; i++)
+            if (n->in[i] >= 0 && g->values[n->in[i]].kind != SLIM_VALUE_INITIALIZER)
+                return slim_errf(err, SLIM_EPARSE, SLIM_NODE_FMT ": input %d (the sparse "
+                                 "weight) must be an initializer", SLIM_NODE_ARGS(n), i);
     return check_attrs(n, s, err);
 }

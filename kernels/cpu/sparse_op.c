@@ -15,7 +15,9 @@
  * The operands are ordinary tensors, so a .slim file stores them raw and
  * maps them in place. Shapes and dtypes are checked before a byte is read;
  * the contents (index ranges, row pointer order) once, at the first run,
- * since a forged file could point anywhere.
+ * since a forged file could point anywhere. Once is enough because the
+ * weight's operands must be initializers (runtime/validate.c refuses
+ * anything else).
  */
 #include "kernel.h"
 #include "sparse.h"

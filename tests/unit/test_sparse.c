@@ -463,6 +463,64 @@ START_TEST(test_bad_options_and_encodings_refused)
 }
 END_TEST
 
+/* A SparseMatMul node as a forged .slim file could hold it. */
+static slim_graph *forged(bool weight_from_input, uint16_t bad_index)
+{
+    slim_graph *g = slim_graph_new();
+    g->opset = 17;
+    int id = slim_graph_add_node(g, "sp", "SparseMatMul", "com.slimserve", 4,
+                                 (const char *[]){"x", "v", "i", "r"}, 1, (const char *[]){"y"});
+    g->nodes[id].opset = 1;
+    tu_attr_s(&g->nodes[id], "encoding", "csr");
+    tu_attr_i(&g->nodes[id], "K", 4);
+    int v = slim_graph_find_value(g, "v"), i = slim_graph_find_value(g, "i"),
+        r = slim_graph_find_value(g, "r");
+    g->values[v].kind = SLIM_VALUE_INITIALIZER;
+    g->values[v].init = tu_f32(1, (int64_t[]){3}, (float[]){1, 2, 3});
+    g->values[i].kind = SLIM_VALUE_INITIALIZER;
+    g->values[i].init = tu_tensor(SLIM_U16, 1, (int64_t[]){3}, (uint16_t[]){0, 3, bad_index});
+    g->values[r].kind = SLIM_VALUE_INITIALIZER;
+    g->values[r].init = tu_tensor(SLIM_I32, 1, (int64_t[]){3}, (int32_t[]){0, 2, 3});
+    int x = slim_graph_find_value(g, "x");
+    slim_graph_add_input(g, x);
+    g->values[x].info.dtype = SLIM_F32;
+    if (weight_from_input) {
+        slim_tensor_release(&g->values[v].init);
+        memset(&g->values[v].init, 0, sizeof(slim_tensor));
+        g->values[v].kind = SLIM_VALUE_INTERMEDIATE;
+        slim_graph_add_input(g, v);
+        g->values[v].info.dtype = SLIM_F32;
+    }
+    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    return g;
+}
+
+START_TEST(test_forged_node_refused)
+{
+    slim_err err;
+    slim_model *m;
+    /* Good: y = [x0 + 2 x3, 3 x1]. */
+    ck_assert_msg(slim_model_from_graph(forged(false, 1), &m, &err) == SLIM_OK, "%s", err.msg);
+    slim_tensor x = tu_f32(2, (int64_t[]){1, 4}, (float[]){1, 10, 100, 1000}), *out;
+    int n_out;
+    ck_assert_int_eq(slim_model_run(m, 1, (const char *[]){"x"}, &x, &out, &n_out, &err), SLIM_OK);
+    ck_assert_float_eq(((float *)out[0].data)[0], 2001.0f);
+    ck_assert_float_eq(((float *)out[0].data)[1], 30.0f);
+    slim_tensors_free(out, n_out);
+    slim_model_free(m);
+    /* An index past K: refused at the run, naming the node. */
+    ck_assert_int_eq(slim_model_from_graph(forged(false, 4), &m, &err), SLIM_OK);
+    ck_assert_int_eq(slim_model_run(m, 1, (const char *[]){"x"}, &x, &out, &n_out, &err),
+                     SLIM_EINVAL);
+    ck_assert_msg(strstr(err.msg, "\"sp\"") && strstr(err.msg, "index"), "%s", err.msg);
+    slim_model_free(m);
+    /* Values that are not a constant: refused at load. */
+    ck_assert_int_eq(slim_model_from_graph(forged(true, 1), &m, &err), SLIM_EPARSE);
+    ck_assert_msg(strstr(err.msg, "initializer"), "%s", err.msg);
+    slim_tensor_release(&x);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("sparse");
@@ -476,6 +534,7 @@ int main(void)
     tcase_add_test(tp, test_global_scope);
     tcase_add_test(tp, test_pass_sparse_equals_dense_pruned);
     tcase_add_test(tp, test_bad_options_and_encodings_refused);
+    tcase_add_test(tp, test_forged_node_refused);
     suite_add_tcase(s, tp);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
