@@ -186,12 +186,23 @@ static inline float value_at(const slim_sparse_w *w, int64_t p)
 typedef struct {
     const void *cols;
     bool narrow;          /* cols are u16, else int32 */
+    const uint8_t *nib;   /* float32 2:4 read in place: its codes (cols unused) */
     const float *vals;
     int64_t cnt;
 } chan;
 
 static void channel_view(const slim_sparse_w *w, int64_t j, int32_t *cols, float *vals, chan *ch)
 {
+    ch->nib = NULL;
+    if (w->enc == SLIM_SPARSE_24 && w->vdtype == SLIM_F32) {
+        int64_t groups = slim_sparse_24_groups(w->k);
+        ch->nib = (const uint8_t *)w->idx + j * slim_sparse_24_idx_bytes(w->k);
+        ch->vals = (const float *)w->values + j * 2 * groups;
+        ch->cnt = 2 * groups;
+        ch->cols = NULL;
+        ch->narrow = false;
+        return;
+    }
     if (w->enc == SLIM_SPARSE_CSR && w->vdtype == SLIM_F32) {
         int64_t b = w->rowptr[j];
         ch->narrow = w->idtype == SLIM_U16;
@@ -229,8 +240,17 @@ static void channel_view(const slim_sparse_w *w, int64_t j, int32_t *cols, float
     ch->cnt = e - b;
 }
 
+static inline int nib_of(const uint8_t *nib, int64_t g)
+{
+    return nib[g >> 1] >> (4 * (g & 1)) & 15;
+}
+
 static inline int64_t chan_col(const chan *ch, int64_t p)
 {
+    if (ch->nib) {
+        int nb = nib_of(ch->nib, p >> 1);
+        return 4 * (p >> 1) + ((p & 1) ? nb >> 2 : nb & 3);
+    }
     return ch->narrow ? ((const uint16_t *)ch->cols)[p] : ((const int32_t *)ch->cols)[p];
 }
 
@@ -381,6 +401,27 @@ static void transpose_part(int64_t begin, int64_t end, void *user)
                                  _mm512_load_ps(xt + (int64_t)cc[p] * 16), a0);   \
     } while (0)
 
+/* The same for float32 2:4 read in place: entries p, p + 1 are group p / 2,
+ * their k's decoded from its nibble as they are used. */
+#define CHAIN24_RB()                                                              \
+    do {                                                                          \
+        for (; p < ch->cnt && 2 * p < k1; p += 2) {                               \
+            int nb = nib_of(ch->nib, p >> 1);                                     \
+            const float *xg = xt + 2 * p * RB;                                    \
+            const float *x0 = xg + (nb & 3) * RB, *x1 = xg + (nb >> 2) * RB;      \
+            __m512 v = _mm512_set1_ps(ch->vals[p]);                               \
+            a0 = _mm512_fmadd_ps(v, _mm512_load_ps(x0), a0);                      \
+            a1 = _mm512_fmadd_ps(v, _mm512_load_ps(x0 + 16), a1);                 \
+            a2 = _mm512_fmadd_ps(v, _mm512_load_ps(x0 + 32), a2);                 \
+            a3 = _mm512_fmadd_ps(v, _mm512_load_ps(x0 + 48), a3);                 \
+            v = _mm512_set1_ps(ch->vals[p + 1]);                                  \
+            a0 = _mm512_fmadd_ps(v, _mm512_load_ps(x1), a0);                      \
+            a1 = _mm512_fmadd_ps(v, _mm512_load_ps(x1 + 16), a1);                 \
+            a2 = _mm512_fmadd_ps(v, _mm512_load_ps(x1 + 32), a2);                 \
+            a3 = _mm512_fmadd_ps(v, _mm512_load_ps(x1 + 48), a3);                 \
+        }                                                                         \
+    } while (0)
+
 /* K is walked in chunks of KC for blocks of RB rows: a chunk of transposed
  * x (KC x RB floats, 128 KiB) stays in L2 while every channel of the block
  * goes over it, where a whole K = 3072 block (768 KiB) fell out of it. The
@@ -412,7 +453,9 @@ static void block_avx512(const job *jb, int64_t j0, int64_t nc, const chan *chs,
                     a3 = _mm512_load_ps(t + 48);
                 }
                 int64_t p = pos[c];
-                if (ch->narrow)
+                if (ch->nib)
+                    CHAIN24_RB();
+                else if (ch->narrow)
                     CHAIN_RB(uint16_t);
                 else
                     CHAIN_RB(int32_t);
@@ -427,7 +470,11 @@ static void block_avx512(const job *jb, int64_t j0, int64_t nc, const chan *chs,
         for (int64_t c = 0; c < nc; c++) {
             const chan *ch = &chs[c];
             __m512 a0 = _mm512_setzero_ps();
-            if (ch->narrow)
+            if (ch->nib) {
+                for (int64_t p = 0; p < ch->cnt; p++)
+                    a0 = _mm512_fmadd_ps(_mm512_set1_ps(ch->vals[p]),
+                                         _mm512_load_ps(xt + chan_col(ch, p) * 16), a0);
+            } else if (ch->narrow)
                 CHAIN_16(uint16_t);
             else
                 CHAIN_16(int32_t);
