@@ -5,6 +5,7 @@
 
 #include "npy.h"
 
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -237,16 +238,22 @@ slim_status slim_npz_load(slim_npz *z, int i, size_t max_bytes, slim_tensor *out
         zs.next_out = buf;
         int zr = Z_OK;
         while (zr == Z_OK) {
+            bool fed = false;
             if (zs.avail_in == 0 && in_left) {
                 zs.avail_in = in_left > (1u << 30) ? (1u << 30) : (uInt)in_left;
                 in_left -= zs.avail_in;
+                fed = true;
             }
             if (zs.avail_out == 0 && out_left) {
                 zs.avail_out = out_left > (1u << 30) ? (1u << 30) : (uInt)out_left;
                 out_left -= zs.avail_out;
+                fed = true;
             }
             zr = inflate(&zs, Z_NO_FLUSH);
-            if (zr == Z_BUF_ERROR && (in_left || out_left))
+            /* No progress without more room or input: go on only after
+             * feeding (each feed shrinks what is left, so this ends; a
+             * stream longer than its declared size stops here). */
+            if (zr == Z_BUF_ERROR && fed)
                 zr = Z_OK;
         }
         uint64_t total = zs.total_out;
