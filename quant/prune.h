@@ -63,10 +63,10 @@ slim_status slim_prune(slim_graph *g, const slim_prune_opts *o, slim_prune_repor
 void slim_prune_report_free(slim_prune_report *rep);
 
 /* From bench/bench_prune.py on the BERT-base shapes (docs/prune.md): the
- * csr kernel ran 0.2-0.8x the dense product's time at 75% sparsity and
- * 0.7-2.5x at 50%, so csr is used up to a density (nonzeros / elements) of
- * 0.3; denser layers keep their zeros dense. 2:4 ran 0.8-1.7x the dense
- * time: it is kept sparse for its bytes (0.53x in fp32, 0.56x in half),
+ * csr kernel ran 0.47-0.71x the dense product's time at 75% sparsity and
+ * 1.13-1.62x at 50%, so csr is used up to a density (nonzeros / elements)
+ * of 0.3; denser layers keep their zeros dense. 2:4 ran 0.98-1.51x the
+ * dense time: it is kept sparse for its bytes (0.53x in fp32, 0.56x in half),
  * which is what asking for 2:4 asks for; storage "dense" trades them back
  * for speed. */
 #define SLIM_PRUNE_CSR_MAX_DENSITY 0.3
