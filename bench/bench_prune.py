@@ -25,6 +25,7 @@ reported, so that load from other processes spreads over all of them.
 import argparse
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -100,7 +101,8 @@ def run_layers(args, workdir):
 
 
 def outputs(slim, model, inp, outdir, extra):
-    os.makedirs(outdir, exist_ok=True)
+    shutil.rmtree(outdir, ignore_errors=True)  # no outputs left from another model
+    os.makedirs(outdir)
     subprocess.run([slim, "run", model, "--input", inp, "--output-dir", outdir] + extra,
                    check=True, capture_output=True)
     return np.concatenate([np.load(os.path.join(outdir, f)).ravel().astype(np.float64)
