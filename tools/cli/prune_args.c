@@ -113,7 +113,8 @@ void slim_cli_print_prune(const struct slim_prune_report *r)
     int sparse = 0;
     for (int i = 0; i < r->n_layers; i++)
         sparse += strcmp(r->layers[i].storage, "dense") != 0;
-    printf("pruned layers (%s; %d of %d stored sparse):\n", r->method, sparse, r->n_layers);
+    printf("pruned layers (%s; %d of %d stored sparse; bytes as float32, before fp16/bf16 "
+           "halves the values):\n", r->method, sparse, r->n_layers);
     printf("  %-*s  %-7s %12s %8s %-6s %12s %12s %7s  %s\n", width, "layer", "op", "shape KxN",
            "sparsity", "store", "bytes_before", "bytes_after", "ratio", "note");
     for (int i = 0; i < r->n_layers; i++) {
