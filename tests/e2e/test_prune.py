@@ -173,6 +173,10 @@ def test_cli(a, w, model, x):
                "--precision", "int8")
     cos = float(yi.ravel() @ ymem.ravel() / (np.linalg.norm(yi) * np.linalg.norm(ymem)))
     check(cos > 0.99, f"90% with int8 (pruned layers stay sparse float): cosine {cos:.6f}")
+    out = slim(a, "inspect", model, "--prune", "magnitude:0.9", "--prune-ops", "fc1",
+               "--precision", "int8", "--optimized").stdout
+    check("SparseMatMul" in out and "MatMulInt8" in out,
+          "--prune-ops fc1 with int8: fc1 sparse float, fc2 int8")
     # A row's result is the same alone and in a batch.
     y1 = run_y(a, model, x[3:4], os.path.join(wd, "row"), "--prune", "magnitude:0.9")
     check(y1.tobytes() == ymem[3:4].tobytes(), "a row alone equals its row in the batch, bitwise")
