@@ -30,7 +30,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends \
         build-essential cmake pkg-config \
         libprotobuf-c-dev protobuf-c-compiler libopenblas-dev \
-        libmicrohttpd-dev libcjson-dev check \
+        libmicrohttpd-dev libcjson-dev check zlib1g-dev \
         python3 python3-venv \
  && if [ "$ONEDNN" = 1 ]; then apt-get install -y --no-install-recommends libdnnl-dev; fi \
  && rm -rf /var/lib/apt/lists/*

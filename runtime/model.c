@@ -6,6 +6,7 @@
 #include "fp16.h"
 #include "int8.h"
 #include "pass.h"
+#include "prune.h"
 #include "slim_format.h"
 
 #include <stdio.h>
@@ -79,6 +80,15 @@ slim_status slim_model_load(const char *path, const slim_load_opts *opts,
     if (!st)
         st = slim_model_file_is_slim(path) ? slim_format_load_file(path, &g, err)
                                            : slim_onnx_load_file(path, &g, err);
+    /* Pruning first: the precision passes then see the pruned layers as
+     * com.slimserve operators (left sparse float) and the rest as before. */
+    if (!st && opts && opts->prune) {
+        st = slim_prune(g, opts->prune, opts->prune->report, err);
+        if (st) {
+            slim_graph_free(g);
+            g = NULL;
+        }
+    }
     if (!st && int8) {
         slim_int8_opts io = {opts->int8_exclude, opts->n_int8_exclude, &samples,
                              opts->int8_max_error};

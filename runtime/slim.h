@@ -139,6 +139,23 @@ void slim_tensors_free(slim_tensor *ts, int n); /* release each, free array */
 
 typedef struct slim_model slim_model;
 
+/* Pruning at load (quant/prune.h, docs/prune.md), before int8 or half
+ * precision: weights of MatMul and Gemm (constant, 2-D, float32) lose their
+ * smallest entries and, where that pays in bytes and time, are stored and
+ * run sparse. */
+typedef struct slim_prune_opts {
+    const char *method;       /* "magnitude", "2:4" or "mask"; NULL or "": none */
+    double amount;            /* magnitude: fraction of weights zeroed, [0, 1) */
+    bool global;              /* magnitude: ranked over all selected layers at once */
+    const char *masks;        /* mask: the .npz file (name -> 0/1 array) */
+    const char *const *ops;   /* op types or node names to prune; none: every candidate */
+    int n_ops;
+    /* "auto" (NULL): sparse where it measured cheaper; "sparse": every
+     * pruned layer sparse (benchmarks, tests); "dense": zeros stored dense. */
+    const char *storage;
+    struct slim_prune_report *report; /* per-layer report (slim_prune_report_free), or NULL */
+} slim_prune_opts;
+
 typedef struct slim_load_opts {
     /* "cpu" (NULL means this) or "cuda", "cuda:N": nodes with a kernel on
      * that device run there, the rest on the CPU, with copies between. */
@@ -168,6 +185,8 @@ typedef struct slim_load_opts {
     /* Skip the graph optimization passes (passes/pass.h): the graph as
      * written, e.g. to save it to a .slim file, whose loads run them. */
     bool no_passes;
+    /* Pruning (NULL: none); runs before the precision passes. */
+    const slim_prune_opts *prune;
 } slim_load_opts;
 
 /* Loads an ONNX model (by extension or magic). The model is read-only after

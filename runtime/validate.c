@@ -15,6 +15,7 @@ static const slim_op_schema internal_schemas[] = {
     {"MemcpyToHost", 1, 1, 1, 1, 1, "S", "S", ""},
     {"MatMulInt8", 1, 4, 5, 1, 1, "SSSSO", "S", "!K=i activation=s"},
     {"GatherInt8", 1, 3, 3, 1, 1, "SSS", "S", ""},
+    {"SparseMatMul", 1, 3, 5, 1, 1, "SSSOO", "S", "!encoding=s !K=i"},
     {"FusedConv", 1, 3, 4, 1, 1, "SSSO", "S",
      "!kernel_shape=I !strides=I !dilations=I !pads=I !group=i !activation=i alpha=f beta=f "
      "!weights_format=i in_blocked=i res_blocked=i out_blocked=i"},
@@ -259,5 +260,12 @@ slim_status slim_node_validate(const slim_graph *g, const slim_node *n, slim_err
                              SLIM_NODE_FMT ": output %d is required, but its name is empty",
                              SLIM_NODE_ARGS(n), i);
     }
+    /* SparseMatMul checks its encoding's contents once and trusts them
+     * after (kernels/cpu/sparse_op.c): that holds for constants only. */
+    if (strcmp(n->op_type, "SparseMatMul") == 0 && strcmp(n->domain, "com.slimserve") == 0)
+        for (int i = 1; i < 4 && i < n_in; i++)
+            if (n->in[i] >= 0 && g->values[n->in[i]].kind != SLIM_VALUE_INITIALIZER)
+                return slim_errf(err, SLIM_EPARSE, SLIM_NODE_FMT ": input %d (the sparse "
+                                 "weight) must be an initializer", SLIM_NODE_ARGS(n), i);
     return check_attrs(n, s, err);
 }

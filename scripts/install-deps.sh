@@ -12,6 +12,7 @@ APT_PACKAGES=(
     check                                   # unit tests
     clang libclang-rt-14-dev                # libFuzzer targets (make fuzz)
     libmicrohttpd-dev libcjson-dev          # HTTP server, JSON
+    zlib1g-dev                              # compressed .npz pruning masks (quant/npz.c)
     python3 python3-venv python3-pip
 )
 # onnx 1.22.0 is the last release that ships the backend node test data.

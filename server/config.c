@@ -382,13 +382,129 @@ static slim_status parse_int8(const cJSON *k, slim_server_config *cfg, slim_err 
     return SLIM_OK;
 }
 
-/* Keys whose meaning later issues define: checked for type, kept as given. */
+/* A list of non-empty strings (at most 4096) into *out / *n. */
+static slim_status parse_names(const cJSON *e, const char *what, char ***out, int *n_out,
+                               slim_err *err)
+{
+    if (!cJSON_IsArray(e))
+        return slim_errf(err, SLIM_EINVAL, "config.json: %s: expected an array of strings", what);
+    int n = cJSON_GetArraySize(e);
+    if (n > 4096)
+        return slim_errf(err, SLIM_EINVAL, "config.json: %s: at most 4096 names", what);
+    char **names = calloc((size_t)(n ? n : 1), sizeof(char *));
+    if (!names)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    int i = 0;
+    for (const cJSON *s = e->child; s; s = s->next, i++)
+        if (!cJSON_IsString(s) || !s->valuestring[0] || !(names[i] = strdup(s->valuestring))) {
+            for (int j = 0; j < i; j++)
+                free(names[j]);
+            free(names);
+            return cJSON_IsString(s) && s->valuestring[0]
+                       ? slim_errf(err, SLIM_ENOMEM, "out of memory")
+                       : slim_errf(err, SLIM_EINVAL, "config.json: %s[%d]: expected a non-empty "
+                                   "string", what, i);
+        }
+    *out = names;
+    *n_out = n;
+    return SLIM_OK;
+}
+
+/* "pruning": {"method": "magnitude" | "2:4" | "mask", "amount": x in [0, 1)
+ * (magnitude), "scope": "layer" | "global", "masks": "FILE.npz" (mask;
+ * relative to the model's folder, inside it), "ops": [op types or node
+ * names], "storage": "auto" | "sparse" | "dense"} (quant/prune.h). */
+static slim_status parse_pruning(const cJSON *k, slim_server_config *cfg, slim_err *err)
+{
+    if (!cJSON_IsObject(k))
+        return slim_errf(err, SLIM_EINVAL, "config.json: \"pruning\": expected an object");
+    const cJSON *method = NULL, *amount = NULL, *masks = NULL;
+    for (const cJSON *e = k->child; e; e = e->next) {
+        const char *key = e->string;
+        char **dst = NULL;
+        if (strcmp(key, "method") == 0) {
+            method = e;
+            if (!cJSON_IsString(e) || (strcmp(e->valuestring, "magnitude") &&
+                                       strcmp(e->valuestring, "2:4") &&
+                                       strcmp(e->valuestring, "mask")))
+                return slim_errf(err, SLIM_EINVAL, "config.json: \"pruning\": \"method\": "
+                                 "expected \"magnitude\", \"2:4\" or \"mask\"");
+            dst = &cfg->prune_method;
+        } else if (strcmp(key, "amount") == 0) {
+            amount = e;
+            if (!cJSON_IsNumber(e) || !(e->valuedouble >= 0 && e->valuedouble < 1))
+                return slim_errf(err, SLIM_EINVAL, "config.json: \"pruning\": \"amount\": "
+                                 "expected a number from 0 to below 1 (the fraction zeroed)");
+            cfg->prune_amount = e->valuedouble;
+        } else if (strcmp(key, "scope") == 0) {
+            if (!cJSON_IsString(e) || (strcmp(e->valuestring, "layer") &&
+                                       strcmp(e->valuestring, "global")))
+                return slim_errf(err, SLIM_EINVAL, "config.json: \"pruning\": \"scope\": "
+                                 "expected \"layer\" or \"global\"");
+            cfg->prune_global = strcmp(e->valuestring, "global") == 0;
+        } else if (strcmp(key, "masks") == 0) {
+            masks = e;
+            const char *v = cJSON_IsString(e) ? e->valuestring : NULL;
+            /* Inside the model's folder: a config may not point the server
+             * at other files. */
+            if (!v || !v[0] || v[0] == '/' || strcmp(v, "..") == 0 || strncmp(v, "../", 3) == 0 ||
+                strstr(v, "/../") || (strlen(v) >= 3 && strcmp(v + strlen(v) - 3, "/..") == 0))
+                return slim_errf(err, SLIM_EINVAL, "config.json: \"pruning\": \"masks\": "
+                                 "expected a .npz path relative to the model's folder, inside it");
+            dst = &cfg->prune_masks;
+        } else if (strcmp(key, "storage") == 0) {
+            if (!cJSON_IsString(e) || (strcmp(e->valuestring, "auto") &&
+                                       strcmp(e->valuestring, "sparse") &&
+                                       strcmp(e->valuestring, "dense")))
+                return slim_errf(err, SLIM_EINVAL, "config.json: \"pruning\": \"storage\": "
+                                 "expected \"auto\", \"sparse\" or \"dense\"");
+            dst = &cfg->prune_storage;
+        } else if (strcmp(key, "ops") == 0) {
+            char **names = NULL;
+            int n = 0;
+            slim_status s = parse_names(e, "\"pruning\": \"ops\"", &names, &n, err);
+            if (s)
+                return s;
+            for (int j = 0; j < cfg->n_prune_ops; j++)
+                free(cfg->prune_ops[j]);
+            free(cfg->prune_ops);
+            cfg->prune_ops = names;
+            cfg->n_prune_ops = n;
+        } else {
+            return slim_errf(err, SLIM_EINVAL, "config.json: \"pruning\": \"%s\" is not "
+                             "supported (method, amount, scope, masks, ops, storage)", key);
+        }
+        if (dst) {
+            char *copy = strdup(e->valuestring);
+            if (!copy)
+                return slim_errf(err, SLIM_ENOMEM, "out of memory");
+            free(*dst);
+            *dst = copy;
+        }
+    }
+    if (!method)
+        return slim_errf(err, SLIM_EINVAL, "config.json: \"pruning\": \"method\" is required");
+    bool mag = strcmp(method->valuestring, "magnitude") == 0;
+    bool mask = strcmp(method->valuestring, "mask") == 0;
+    if (mag != (amount != NULL))
+        return slim_errf(err, SLIM_EINVAL, "config.json: \"pruning\": \"amount\" %s",
+                         mag ? "is required with method \"magnitude\""
+                             : "applies to method \"magnitude\" only");
+    if (mask != (masks != NULL))
+        return slim_errf(err, SLIM_EINVAL, "config.json: \"pruning\": \"masks\" %s",
+                         mask ? "is required with method \"mask\""
+                              : "applies to method \"mask\" only");
+    if (cfg->prune_global && !mag)
+        return slim_errf(err, SLIM_EINVAL, "config.json: \"pruning\": scope \"global\" "
+                         "applies to method \"magnitude\" only");
+    return SLIM_OK;
+}
+
+/* Keys whose meaning later issues define: checked for type, kept as given.
+ * None at the moment. */
 static bool reserved_key_ok(const cJSON *k, const char **expect)
 {
-    if (strcmp(k->string, "pruning") == 0) {
-        *expect = "an object, a number or a boolean";
-        return cJSON_IsObject(k) || cJSON_IsNumber(k) || cJSON_IsBool(k);
-    }
+    (void)k;
     *expect = NULL;
     return false;
 }
@@ -454,9 +570,10 @@ static slim_status parse_keys(const cJSON *root, const char *dir_name, slim_serv
             if (!cJSON_IsBool(k))
                 return slim_errf(err, SLIM_EINVAL, "config.json: \"convert\": expected true or false");
             cfg->convert = cJSON_IsTrue(k) ? 1 : -1;
-        } else if (strcmp(key, "int8") == 0) {
+        } else if (strcmp(key, "int8") == 0 || strcmp(key, "pruning") == 0) {
             /* parsed, and kept as written for /config */
-            if ((s = parse_int8(k, cfg, err)) != SLIM_OK)
+            if ((s = key[0] == 'i' ? parse_int8(k, cfg, err) : parse_pruning(k, cfg, err)) !=
+                SLIM_OK)
                 return s;
             cJSON *copy = cJSON_Duplicate(k, true);
             if (!copy || !cJSON_AddItemToObject(cfg->reserved, key, copy)) {
@@ -676,6 +793,12 @@ void slim_server_config_free(slim_server_config *cfg)
     for (int i = 0; i < cfg->n_int8_exclude; i++)
         free(cfg->int8_exclude[i]);
     free(cfg->int8_exclude);
+    free(cfg->prune_method);
+    free(cfg->prune_masks);
+    free(cfg->prune_storage);
+    for (int i = 0; i < cfg->n_prune_ops; i++)
+        free(cfg->prune_ops[i]);
+    free(cfg->prune_ops);
     free(cfg->platform);
     cJSON_Delete(cfg->reserved);
     free(cfg->versions.versions);

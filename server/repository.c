@@ -123,7 +123,9 @@ static slim_status load_converted(slim_server_repo *repo, const char *name, int6
                                   const slim_server_config *cfg, slim_model **out, slim_err *err)
 {
     bool want = cfg->convert > 0 || (cfg->convert == 0 && repo->convert_cache);
-    if (!want || slim_model_file_is_slim(path))
+    /* The cache's key does not cover pruning: a pruned model loads (and
+     * prunes) from its own file. */
+    if (!want || slim_model_file_is_slim(path) || lo->prune)
         return slim_model_load(path, lo, out, err);
     const char *dir = repo->convert_cache ? repo->convert_cache
                                           : slim_server_convert_cache_default();
@@ -191,6 +193,18 @@ static slim_status load_version(slim_server_repo *repo, const char *name, const 
                          .int8_exclude = (const char *const *)m->cfg.int8_exclude,
                          .n_int8_exclude = m->cfg.n_int8_exclude,
                          .int8_max_error = m->cfg.int8_max_error};
+    /* "pruning": the masks path is relative to the model's folder. */
+    slim_prune_opts po = {.method = m->cfg.prune_method, .amount = m->cfg.prune_amount,
+                          .global = m->cfg.prune_global, .storage = m->cfg.prune_storage,
+                          .ops = (const char *const *)m->cfg.prune_ops,
+                          .n_ops = m->cfg.n_prune_ops};
+    char masks[4096];
+    if (m->cfg.prune_masks) {
+        snprintf(masks, sizeof(masks), "%s/%s/%s", repo->root, name, m->cfg.prune_masks);
+        po.masks = masks;
+    }
+    if (m->cfg.prune_method)
+        lo.prune = &po;
     if ((s = load_converted(repo, name, version, path, &lo, &m->cfg, &m->model, err)) != SLIM_OK)
         goto err;
     if ((s = slim_server_config_resolve(&m->cfg, m->model, err)) != SLIM_OK)

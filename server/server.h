@@ -154,6 +154,14 @@ typedef struct slim_server_config {
     char **int8_exclude;        /* "int8": {"exclude": [...]}: layers kept in fp32 */
     int n_int8_exclude;
     double int8_max_error;      /* "int8": {"max_error": x}; 0: no budget */
+    /* "pruning": {"method", "amount", "scope", "masks", "ops", "storage"}
+     * (quant/prune.h); prune_method NULL: none. prune_masks is as written,
+     * relative to the model's folder (the repository resolves it). */
+    char *prune_method, *prune_masks, *prune_storage;
+    double prune_amount;
+    bool prune_global;
+    char **prune_ops;
+    int n_prune_ops;
     int convert;                /* "convert": 1 true, -1 false, 0 not given
                                    (then --convert-cache decides) */
     slim_server_version_policy versions; /* which version folders load */

@@ -19,4 +19,33 @@ char *slim_cli_declared_shape(const slim_io_info *info, char *buf, size_t cap);
  * non-empty items into out; returns how many there were (may exceed cap). */
 int slim_cli_split_list(char *s, const char **out, int cap);
 
+/* --prune SPEC (magnitude:AMOUNT | 2:4 | mask:FILE.npz), --prune-scope
+ * layer|global, --prune-ops LIST, --prune-storage auto|sparse|dense, shared
+ * by run, bench, convert and inspect (prune_args.c). */
+typedef struct slim_cli_prune {
+    slim_prune_opts o;
+    const char *ops[256];
+    char *ops_buf;
+    bool given;
+} slim_cli_prune;
+/* If argv[*i] is a pruning option, consumes it (and its value) and returns
+ * 1; 0 if it is not one; -1 after printing an error for cmd. */
+int slim_cli_prune_arg(int argc, char **argv, int *i, slim_cli_prune *p, const char *cmd);
+/* The options to load with (NULL when --prune was not given); -1 and a
+ * message when --prune-* options came without --prune. */
+int slim_cli_prune_opts(slim_cli_prune *p, const char *cmd, const slim_prune_opts **out);
+void slim_cli_prune_free(slim_cli_prune *p);
+struct slim_prune_report;
+/* Per layer: sparsity, storage (or why dense), bytes before and after. */
+void slim_cli_print_prune(const struct slim_prune_report *r);
+/* Runs the unpruned fp32 model at path and `pruned` on seeded sample
+ * inputs and prints the outputs' relative L2 error and cosine; 1 on error. */
+int slim_cli_prune_error(const char *path, slim_model *pruned);
+#define SLIM_CLI_PRUNE_USAGE \
+    "  --prune SPEC           prune MatMul/Gemm weights: magnitude:AMOUNT (0 <= AMOUNT < 1),\n" \
+    "                         2:4, or mask:FILE.npz (docs/prune.md)\n" \
+    "  --prune-scope S        layer (default) or global magnitude ranking\n" \
+    "  --prune-ops LIST       comma-separated op types or node names to prune\n" \
+    "  --prune-storage S      auto (default: sparse where it pays), sparse or dense\n"
+
 #endif

@@ -34,7 +34,8 @@
 #include <unistd.h>
 
 #define BENCH_USAGE "usage: slim bench MODEL [--batch N] [--threads T] [--precision P] " \
-                    "[--repeat R] [--top K] [--compare onnxruntime]\n"
+                    "[--repeat R] [--top K] [--compare onnxruntime] [--prune SPEC " \
+                    "[--prune-scope S]]\n"
 
 static double now_ms(void)
 {
@@ -226,7 +227,15 @@ int slim_cmd_bench(int argc, char **argv)
 {
     const char *path = NULL, *precision = NULL, *compare = NULL;
     long batch = 1, threads = 0, repeat = 20, top = 25;
+    slim_cli_prune prune = {0};
     for (int i = 1; i < argc; i++) {
+        int pr = slim_cli_prune_arg(argc, argv, &i, &prune, "bench");
+        if (pr < 0) {
+            slim_cli_prune_free(&prune);
+            return 2;
+        }
+        if (pr)
+            continue;
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = true;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -268,10 +277,16 @@ int slim_cmd_bench(int argc, char **argv)
         setenv("SLIM_NUM_THREADS", t, 1);
     }
     slim_load_opts opts = {.precision = precision};
+    if (slim_cli_prune_opts(&prune, "bench", &opts.prune) < 0) {
+        slim_cli_prune_free(&prune);
+        return 2;
+    }
     slim_model *m = NULL;
     slim_err err;
     double t0 = now_ms();
-    if (slim_model_load(path, &opts, &m, &err)) {
+    slim_status load_st = slim_model_load(path, &opts, &m, &err);
+    slim_cli_prune_free(&prune);
+    if (load_st) {
         fprintf(stderr, "slim bench: %s\n", err.msg);
         return 1;
     }

@@ -9,6 +9,7 @@
  */
 #include "cli.h"
 #include "model.h"
+#include "prune.h"
 #include "slim_format.h"
 
 #include <stdio.h>
@@ -45,7 +46,16 @@ int slim_cmd_convert(int argc, char **argv)
 {
     const char *in = NULL, *out = NULL, *precision = NULL, *exclude_arg = NULL;
     double max_error = 0;
+    slim_cli_prune prune = {0};
+    slim_prune_report prep = {0};
     for (int i = 1; i < argc; i++) {
+        int pr = slim_cli_prune_arg(argc, argv, &i, &prune, "convert");
+        if (pr < 0) {
+            slim_cli_prune_free(&prune);
+            return 2;
+        }
+        if (pr)
+            continue;
         if ((strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0) && i + 1 < argc)
             out = argv[++i];
         else if (strcmp(argv[i], "--precision") == 0 && i + 1 < argc)
@@ -70,7 +80,8 @@ int slim_cmd_convert(int argc, char **argv)
     }
     if (!in || !out) {
         fprintf(stderr, "usage: slim convert MODEL -o OUT.slim [--precision fp32|fp16|bf16|int8]"
-                " [--int8-exclude LIST] [--int8-max-error X]\n");
+                " [--int8-exclude LIST] [--int8-max-error X] [--prune SPEC [--prune-scope S]]\n"
+                SLIM_CLI_PRUNE_USAGE);
         return 2;
     }
     slim_err err = {0};
@@ -85,8 +96,16 @@ int slim_cmd_convert(int argc, char **argv)
         opts.int8_exclude = exclude;
         opts.n_int8_exclude = n < 256 ? n : 256;
     }
+    if (slim_cli_prune_opts(&prune, "convert", &opts.prune) < 0) {
+        slim_cli_prune_free(&prune);
+        free(exclude_buf);
+        return 2;
+    }
+    prune.o.report = &prep;
     slim_status load_st = slim_model_load(in, &opts, &m, &err);
     free(exclude_buf);
+    bool pruned = opts.prune != NULL;
+    slim_cli_prune_free(&prune);
     if (load_st != SLIM_OK) {
         fprintf(stderr, "slim convert: %s\n", err.msg);
         return 1;
@@ -94,6 +113,22 @@ int slim_cmd_convert(int argc, char **argv)
     char wb[32];
     printf("loaded    %s: %d nodes, %s of weights (%.2f s)\n", in, m->graph->n_nodes,
            slim_format_bytes(m->weight_bytes, wb, sizeof(wb)), now_s() - t0);
+    if (pruned) {
+        int sparse = 0;
+        for (int i = 0; i < prep.n_layers; i++)
+            sparse += strcmp(prep.layers[i].storage, "dense") != 0;
+        printf("pruned    %s: %d layers (%d sparse), %.2f%% zeros, their bytes %zu -> %zu "
+               "(%.3fx)\n", prep.method, prep.n_layers, sparse,
+               prep.elements ? 100.0 * (double)prep.zeros / (double)prep.elements : 0.0,
+               prep.bytes_before, prep.bytes_after,
+               prep.bytes_before ? (double)prep.bytes_after / (double)prep.bytes_before : 1.0);
+        slim_prune_report_free(&prep);
+        fflush(stdout);
+        if (slim_cli_prune_error(in, m)) {
+            slim_model_free(m);
+            return 1;
+        }
+    }
     fflush(stdout);
     double t1 = now_s();
     bool tty = isatty(STDOUT_FILENO);

@@ -20,6 +20,7 @@
  */
 #include "cli.h"
 #include "int8.h"
+#include "prune.h"
 #include "model.h"
 #include "plan.h"
 
@@ -194,7 +195,7 @@ static int print_memory(const char *path, const slim_model *m, int64_t batch)
 
 #define INSPECT_USAGE "usage: slim inspect MODEL [--optimized] [--memory [--batch N]] " \
                       "[--device DEV] [--precision P] [--int8-exclude LIST] " \
-                      "[--int8-max-error X]\n"
+                      "[--int8-max-error X] [--prune SPEC [--prune-scope S]]\n"
 
 /* Every node in run order: name, operator, inputs -> outputs. */
 static void print_nodes(const slim_graph *g)
@@ -255,7 +256,16 @@ int slim_cmd_inspect(int argc, char **argv)
     bool memory = false, optimized = false;
     int64_t batch = 1;
     const char *exclude_arg = NULL;
+    slim_cli_prune prune = {0};
+    slim_prune_report prep = {0};
     for (int i = 1; i < argc; i++) {
+        int pr = slim_cli_prune_arg(argc, argv, &i, &prune, "inspect");
+        if (pr < 0) {
+            slim_cli_prune_free(&prune);
+            return 2;
+        }
+        if (pr)
+            continue;
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             printf(INSPECT_USAGE
                    "  --optimized the graph after the load-time passes, node by node\n"
@@ -267,7 +277,9 @@ int slim_cmd_inspect(int argc, char **argv)
                    "  --precision fp32, fp16, bf16 or int8 (int8 also prints each\n"
                    "              layer's precision, weight bytes and quantization error)\n"
                    "  --int8-exclude LIST  comma-separated node names or op types kept in fp32\n"
-                   "  --int8-max-error X   layers whose measured output error is over X stay fp32\n");
+                   "  --int8-max-error X   layers whose measured output error is over X stay fp32\n"
+                   SLIM_CLI_PRUNE_USAGE
+                   "              (--prune prints each layer's sparsity, storage and bytes)\n");
             return 0;
         }
         if ((strcmp(argv[i], "--device") == 0 || strcmp(argv[i], "--precision") == 0) &&
@@ -328,6 +340,11 @@ int slim_cmd_inspect(int argc, char **argv)
         return 2;
     }
 
+    if (slim_cli_prune_opts(&prune, "inspect", &opts.prune) < 0) {
+        slim_cli_prune_free(&prune);
+        return 2;
+    }
+    prune.o.report = &prep;
     slim_err err;
     slim_model *m = NULL;
     slim_int8_report int8 = {0};
@@ -345,6 +362,7 @@ int slim_cmd_inspect(int argc, char **argv)
     opts.no_passes = !optimized && !memory;
     slim_status st = slim_model_load(path, &opts, &m, &err);
     free(exclude_buf);
+    slim_cli_prune_free(&prune);
     if (st == SLIM_OK) {
         int rc = 0;
         if (memory)
@@ -356,6 +374,9 @@ int slim_cmd_inspect(int argc, char **argv)
         if (!memory && opts.precision && strcmp(opts.precision, "int8") == 0)
             print_int8(&int8);
         slim_int8_report_free(&int8);
+        if (!memory && opts.prune)
+            slim_cli_print_prune(&prep);
+        slim_prune_report_free(&prep);
         if (opts.device)
             slim_model_print_placement(m, stdout);
         slim_model_free(m);
@@ -365,7 +386,7 @@ int slim_cmd_inspect(int argc, char **argv)
         fprintf(stderr, "slim inspect: %s\n", err.msg);
         return 1;
     }
-    if (st != SLIM_EUNSUPPORTED || opts.device || opts.precision) {
+    if (st != SLIM_EUNSUPPORTED || opts.device || opts.precision || opts.prune) {
         fprintf(stderr, "slim inspect: %s\n", err.msg);
         return 1;
     }

@@ -49,7 +49,7 @@ static void usage(void)
             "usage: slim run MODEL --input NAME=FILE.npy ... [--output-dir DIR] [--repeat N]\n"
             "                [--memory-limit SIZE] [--memory-stats] [--batch-invariant]\n"
             "                [--device DEV] [--precision fp32|fp16|bf16|int8]\n"
-            "                [--int8-exclude LIST] [--int8-max-error X]\n"
+            "                [--int8-exclude LIST] [--int8-max-error X] [--prune SPEC ...]\n"
             "  --input NAME=FILE.npy  a model input (NAME= may be left out when the model\n"
             "                         has a single input); repeat for each input. A\n"
             "                         bfloat16 input is given as float32 and rounded\n"
@@ -64,6 +64,7 @@ static void usage(void)
             "  --int8-exclude LIST    comma-separated node names or op types kept in fp32\n"
             "  --int8-max-error X     measure each int8 layer's relative output error on\n"
             "                         this run's inputs at load; layers over X stay fp32\n"
+            SLIM_CLI_PRUNE_USAGE
             "  --profile              time each operator type (GPU work waited for per\n"
             "                         node) and print the totals after the runs\n"
             "  --memory-stats         print the allocator's summary after the runs\n"
@@ -440,7 +441,15 @@ int slim_cmd_run(int argc, char **argv)
     const char *memory_limit = NULL;
     bool profile = false;
 
+    slim_cli_prune prune = {0};
     for (int i = 1; i < argc; i++) {
+        int pr = slim_cli_prune_arg(argc, argv, &i, &prune, "run");
+        if (pr < 0) {
+            slim_cli_prune_free(&prune);
+            return 2;
+        }
+        if (pr)
+            continue;
         const char *a = argv[i];
         const char *val = NULL;
         bool takes_value = strcmp(a, "--input") == 0 || strcmp(a, "-i") == 0 ||
@@ -586,9 +595,15 @@ int slim_cmd_run(int argc, char **argv)
         opts.int8_sample_names = sample_ptrs;
         opts.int8_samples = samples;
     }
+    if (slim_cli_prune_opts(&prune, "run", &opts.prune) < 0) {
+        slim_cli_prune_free(&prune);
+        free(exclude_buf);
+        return 2;
+    }
     struct timespec t_load0, t_load1;
     clock_gettime(CLOCK_MONOTONIC, &t_load0);
     slim_status load_st = slim_model_load(model_path, &opts, &m, &err);
+    slim_cli_prune_free(&prune);
     free(exclude_buf); /* the pass has run: the names are no longer read */
     for (int i = 0; i < n_samples; i++)
         slim_tensor_release(&samples[i]);

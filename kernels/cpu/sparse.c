@@ -1,0 +1,624 @@
+/*
+ * sparse.c - matrix products with sparse weights (see sparse.h).
+ *
+ * Why x is transposed: a sparse weight's entries hit scattered k's, so
+ * walking x row by row would gather one float per entry. With x laid out
+ * [k][rows] in blocks of 64 rows, one entry (k, v) is one broadcast of v
+ * and four 16-wide fused multiply-adds over 64 contiguous floats: the
+ * loads are whole cache lines and the FMA units stay busy, so time falls
+ * with the number of entries. Outputs come out per channel ([channel][rows])
+ * and go back to [rows][channel] through 16 x 16 register transposes.
+ *
+ * Every output is the chain acc = fma(v_p, x[k_p], acc) over its channel's
+ * entries in stored order, from acc = 0, then + bias: the lanes of the
+ * AVX-512 path, the few-rows path and the portable C path compute exactly
+ * that, so they agree bitwise and no row depends on the others.
+ */
+#include "sparse.h"
+
+#include "kernel.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#define SPARSE_X86 1
+#include <immintrin.h>
+#endif
+
+#define CB 16   /* channels per block: one 16 x 16 transpose wide */
+#define RB 64   /* rows per full x block: four zmm accumulators */
+
+/* ---- sizes and encoding -------------------------------------------------- */
+
+size_t slim_sparse_csr_bytes(int64_t n, int64_t k, int64_t nnz, size_t value_size)
+{
+    return (size_t)nnz * (value_size + slim_dtype_size(slim_sparse_csr_idtype(k))) +
+           4 * (size_t)(n + 1);
+}
+
+size_t slim_sparse_24_bytes(int64_t n, int64_t k, size_t value_size)
+{
+    return (size_t)n * (2 * (size_t)slim_sparse_24_groups(k) * value_size +
+                        (size_t)slim_sparse_24_idx_bytes(k));
+}
+
+static inline float w_at(const float *w, int64_t n, int64_t k, bool w_nk, int64_t j, int64_t kk)
+{
+    return w_nk ? w[j * k + kk] : w[kk * n + j];
+}
+
+int64_t slim_sparse_count_nnz(const float *w, int64_t n, int64_t k, bool w_nk)
+{
+    int64_t nnz = 0, total = n * k;
+    (void)w_nk; /* the count does not depend on the layout */
+    for (int64_t i = 0; i < total; i++)
+        nnz += w[i] != 0.0f;
+    return nnz;
+}
+
+void slim_sparse_csr_encode(const float *w, int64_t n, int64_t k, bool w_nk, float alpha,
+                            float *values, void *idx, int32_t *rowptr)
+{
+    bool narrow = slim_sparse_csr_idtype(k) == SLIM_U16;
+    int64_t p = 0;
+    rowptr[0] = 0;
+    for (int64_t j = 0; j < n; j++) {
+        for (int64_t kk = 0; kk < k; kk++) {
+            float v = w_at(w, n, k, w_nk, j, kk);
+            if (v == 0.0f)
+                continue;
+            values[p] = v * alpha;
+            if (narrow)
+                ((uint16_t *)idx)[p] = (uint16_t)kk; /* k <= 65536: kk < 65536 */
+            else
+                ((int32_t *)idx)[p] = (int32_t)kk;
+            p++;
+        }
+        rowptr[j + 1] = (int32_t)p;
+    }
+}
+
+bool slim_sparse_24_encode(const float *w, int64_t n, int64_t k, bool w_nk, float alpha,
+                           float *values, uint8_t *idx)
+{
+    int64_t groups = slim_sparse_24_groups(k), ib = slim_sparse_24_idx_bytes(k);
+    for (int64_t j = 0; j < n; j++) {
+        float *v = values + j * 2 * groups;
+        uint8_t *ix = idx + j * ib;
+        memset(ix, 0, (size_t)ib);
+        for (int64_t g = 0; g < groups; g++) {
+            int width = k - 4 * g < 4 ? (int)(k - 4 * g) : 4, found = 0;
+            int pos[2] = {0, 0};
+            float val[2] = {0.0f, 0.0f};
+            for (int q = 0; q < width; q++) {
+                float x = w_at(w, n, k, w_nk, j, 4 * g + q);
+                if (x == 0.0f)
+                    continue;
+                if (found == 2)
+                    return false;
+                pos[found] = q;
+                val[found++] = x * alpha;
+            }
+            /* Fewer than 2 nonzeros: the spare slots hold 0 at valid
+             * positions, kept in increasing order where the width allows. */
+            if (found == 0 && width > 1)
+                pos[1] = 1;
+            else if (found == 1)
+                pos[1] = pos[0] + 1 < width ? pos[0] + 1 : pos[0];
+            v[2 * g] = val[0];
+            v[2 * g + 1] = val[1];
+            ix[g / 2] |= (uint8_t)((pos[0] | pos[1] << 2) << (4 * (g & 1)));
+        }
+    }
+    return true;
+}
+
+slim_status slim_sparse_check(const slim_sparse_w *w, int64_t nnz, slim_err *err)
+{
+    if (w->n < 1 || w->k < 1)
+        return slim_errf(err, SLIM_ESHAPE, "sparse weight of %lld x %lld", (long long)w->k,
+                         (long long)w->n);
+    if (w->vdtype != SLIM_F32 && w->vdtype != SLIM_F16 && w->vdtype != SLIM_BF16)
+        return slim_errf(err, SLIM_ETYPE, "sparse values must be float32, float16 or bfloat16, "
+                         "not %s", slim_dtype_name(w->vdtype));
+    if (w->enc == SLIM_SPARSE_24) {
+        int64_t groups = slim_sparse_24_groups(w->k), ib = slim_sparse_24_idx_bytes(w->k);
+        if (nnz != w->n * 2 * groups)
+            return slim_errf(err, SLIM_ESHAPE, "2:4 values hold %lld entries, %lld expected for "
+                             "%lld channels of K = %lld", (long long)nnz,
+                             (long long)(w->n * 2 * groups), (long long)w->n, (long long)w->k);
+        int tail = (int)(w->k - 4 * (groups - 1));
+        if (tail == 4)
+            return SLIM_OK; /* every 2-bit code is a valid position */
+        const uint8_t *ix = w->idx;
+        int64_t g = groups - 1;
+        for (int64_t j = 0; j < w->n; j++) {
+            int nib = ix[j * ib + g / 2] >> (4 * (g & 1)) & 15;
+            if ((nib & 3) >= tail || (nib >> 2) >= tail)
+                return slim_errf(err, SLIM_EINVAL, "2:4 channel %lld: a position in the last "
+                                 "group is past K = %lld", (long long)j, (long long)w->k);
+        }
+        return SLIM_OK;
+    }
+    if (w->idtype != slim_sparse_csr_idtype(w->k))
+        return slim_errf(err, SLIM_ETYPE, "csr indices must be %s for K = %lld, not %s",
+                         slim_dtype_name(slim_sparse_csr_idtype(w->k)), (long long)w->k,
+                         slim_dtype_name(w->idtype));
+    if (w->rowptr[0] != 0 || w->rowptr[w->n] != nnz)
+        return slim_errf(err, SLIM_EINVAL, "csr row pointers run from %d to %d, expected 0 to "
+                         "%lld", w->rowptr[0], w->rowptr[w->n], (long long)nnz);
+    for (int64_t j = 0; j < w->n; j++) {
+        int64_t prev = -1;
+        if (w->rowptr[j + 1] < w->rowptr[j])
+            return slim_errf(err, SLIM_EINVAL, "csr row pointers decrease at channel %lld",
+                             (long long)j);
+        for (int64_t p = w->rowptr[j]; p < w->rowptr[j + 1]; p++) {
+            int64_t c = w->idtype == SLIM_U16 ? ((const uint16_t *)w->idx)[p]
+                                              : ((const int32_t *)w->idx)[p];
+            /* Strictly increasing: no channel has more than K entries,
+             * which is what the kernels size their scratch by. */
+            if (c <= prev || c >= w->k)
+                return slim_errf(err, SLIM_EINVAL, "csr channel %lld: index %lld is out of "
+                                 "order or not below K = %lld", (long long)j, (long long)c,
+                                 (long long)w->k);
+            prev = c;
+        }
+    }
+    return SLIM_OK;
+}
+
+/* ---- one channel's entries ----------------------------------------------- */
+
+/* One channel's entries, read in place: values (float32, float16 or
+ * bfloat16, converted as used: exact, so every path sees the same floats)
+ * and their k's (csr indices, or 2:4 nibbles decoded as used). Decoding a
+ * channel into a scratch list per tile had cost more than its products:
+ * 2:4 at 1.3-2.3x the dense time, half values 1.8-3x their float32 time. */
+typedef struct {
+    const void *cols;
+    bool narrow;          /* csr: cols are u16, else int32 */
+    const uint8_t *nib;   /* 2:4: the channel's codes (cols unused) */
+    const void *vals;
+    int vk;               /* 0 float32, 1 float16, 2 bfloat16 */
+    int64_t cnt;
+} chan;
+
+static void channel_view(const slim_sparse_w *w, int64_t j, chan *ch)
+{
+    size_t vsize = w->vdtype == SLIM_F32 ? 4 : 2;
+    ch->vk = w->vdtype == SLIM_F32 ? 0 : w->vdtype == SLIM_F16 ? 1 : 2;
+    ch->nib = NULL;
+    ch->cols = NULL;
+    ch->narrow = false;
+    if (w->enc == SLIM_SPARSE_24) {
+        int64_t groups = slim_sparse_24_groups(w->k);
+        ch->nib = (const uint8_t *)w->idx + j * slim_sparse_24_idx_bytes(w->k);
+        ch->vals = (const char *)w->values + (size_t)(j * 2 * groups) * vsize;
+        ch->cnt = 2 * groups;
+        return;
+    }
+    int64_t b = w->rowptr[j];
+    ch->narrow = w->idtype == SLIM_U16;
+    ch->cols = (const char *)w->idx + (size_t)b * (ch->narrow ? 2 : 4);
+    ch->vals = (const char *)w->values + (size_t)b * vsize;
+    ch->cnt = w->rowptr[j + 1] - b;
+}
+
+static inline float bf16_f(uint16_t h)
+{
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static inline float chan_val(const chan *ch, int64_t p)
+{
+    switch (ch->vk) {
+    case 0: return ((const float *)ch->vals)[p];
+    case 1: return slim_f16_to_f32(((const uint16_t *)ch->vals)[p]);
+    default: return bf16_f(((const uint16_t *)ch->vals)[p]);
+    }
+}
+
+static inline int nib_of(const uint8_t *nib, int64_t g)
+{
+    return nib[g >> 1] >> (4 * (g & 1)) & 15;
+}
+
+static inline int64_t chan_col(const chan *ch, int64_t p)
+{
+    if (ch->nib) {
+        int nb = nib_of(ch->nib, p >> 1);
+        return 4 * (p >> 1) + ((p & 1) ? nb >> 2 : nb & 3);
+    }
+    return ch->narrow ? ((const uint16_t *)ch->cols)[p] : ((const int32_t *)ch->cols)[p];
+}
+
+/* ---- the chain, row by row (portable C, and few rows) ------------------- */
+
+typedef struct {
+    const slim_sparse_w *w;
+    int64_t m, ldx, ldy;
+    const float *x;   /* rows as given */
+    const float *xt;  /* transposed blocks (AVX-512 path) */
+    float *y;
+} job;
+
+static inline void chain_rows(const job *jb, int64_t j0, int64_t nc, const chan *chs)
+{
+    const float *bias = jb->w->bias;
+    for (int64_t i = 0; i < jb->m; i++) {
+        const float *x = jb->x + i * jb->ldx;
+        float *y = jb->y + i * jb->ldy;
+        for (int64_t c = 0; c < nc; c++) {
+            const chan *ch = &chs[c];
+            float acc = 0.0f;
+            for (int64_t p = 0; p < ch->cnt; p++)
+                acc = fmaf(chan_val(ch, p), x[chan_col(ch, p)], acc);
+            y[j0 + c] = bias ? acc + bias[j0 + c] : acc;
+        }
+    }
+}
+
+static void chain_rows_c(const job *jb, int64_t j0, int64_t nc, const chan *chs)
+{
+    chain_rows(jb, j0, nc, chs);
+}
+
+#ifdef SPARSE_X86
+#define AVX512_TARGET __attribute__((target("avx512f,fma,f16c")))
+
+/* The same chain with fmaf as one instruction. */
+AVX512_TARGET
+static void chain_rows_fma(const job *jb, int64_t j0, int64_t nc, const chan *chs)
+{
+    chain_rows(jb, j0, nc, chs);
+}
+
+/* r[c] holds 16 floats of channel c; afterwards r[i] holds element i of
+ * every channel (a 16 x 16 transpose in registers). */
+AVX512_TARGET
+static inline void transpose16(__m512 r[16])
+{
+    __m512 t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 2]);
+        __m512d c = _mm512_castps_pd(t[4 * i + 1]), d = _mm512_castps_pd(t[4 * i + 3]);
+        r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
+        r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
+        r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
+        r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
+    }
+    /* r[4i + q], 128-bit lane L: rows 4i..4i+3 of column 4L + q. */
+    __m512 o[16];
+    for (int q = 0; q < 4; q++) {
+        __m512 a = _mm512_shuffle_f32x4(r[q], r[4 + q], 0x88);
+        __m512 b = _mm512_shuffle_f32x4(r[q], r[4 + q], 0xdd);
+        __m512 c = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0x88);
+        __m512 d = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0xdd);
+        o[q] = _mm512_shuffle_f32x4(a, c, 0x88);
+        o[8 + q] = _mm512_shuffle_f32x4(a, c, 0xdd);
+        o[4 + q] = _mm512_shuffle_f32x4(b, d, 0x88);
+        o[12 + q] = _mm512_shuffle_f32x4(b, d, 0xdd);
+    }
+    for (int i = 0; i < 16; i++)
+        r[i] = o[i];
+}
+
+/* Rows [r0, r0 + 16) of x (those past m as zeros) into their lanes of the
+ * transposed block: dst[kk * bw + i] = x[r0 + i][kk], 16 x 16 at a time. */
+AVX512_TARGET
+static void transpose_rows(const float *x, int64_t ldx, int64_t k, int64_t m, int64_t r0,
+                           float *dst, int64_t bw)
+{
+    int64_t rows = m - r0 < 16 ? m - r0 : 16;
+    for (int64_t kk = 0; kk < k; kk += 16) {
+        int64_t kw = k - kk < 16 ? k - kk : 16;
+        __mmask16 km = (__mmask16)(kw == 16 ? 0xFFFF : (1u << kw) - 1);
+        __m512 r[16];
+        for (int i = 0; i < 16; i++)
+            r[i] = i < rows ? _mm512_maskz_loadu_ps(km, x + (r0 + i) * ldx + kk)
+                            : _mm512_setzero_ps();
+        transpose16(r);
+        for (int64_t j = 0; j < kw; j++)
+            _mm512_store_ps(dst + (kk + j) * bw, r[j]);
+    }
+}
+
+typedef struct {
+    const float *x;
+    int64_t ldx, k, m, full_rb;
+    float *xt;
+} tjob;
+
+static void transpose_part(int64_t begin, int64_t end, void *user)
+{
+    const tjob *t = user;
+    for (int64_t gi = begin; gi < end; gi++) {
+        int64_t r0 = gi * 16;
+        float *dst;
+        int64_t bw;
+        if (r0 < t->full_rb * RB) {
+            int64_t b = r0 / RB;
+            dst = t->xt + b * RB * t->k + (r0 - b * RB);
+            bw = RB;
+        } else {
+            dst = t->xt + r0 * t->k;
+            bw = 16;
+        }
+        transpose_rows(t->x, t->ldx, t->k, t->m, r0, dst, bw);
+    }
+}
+
+/* A value as a float: in place, by kind (F16C converts float16 exactly,
+ * as slim_f16_to_f32 does, so the paths agree bitwise). */
+#define V_F32(p) (((const float *)ch->vals)[p])
+#define V_F16(p) _cvtsh_ss(((const uint16_t *)ch->vals)[p])
+#define V_BF16(p) bf16_f(((const uint16_t *)ch->vals)[p])
+#define V_ANY(p) chan_val(ch, p)
+
+/* One channel over a block of RB rows, entries [p, end) with k below k1:
+ * four accumulators, IT the index type. */
+#define CHAIN_RB(IT, VAL)                                                         \
+    do {                                                                          \
+        const IT *cc = ch->cols;                                                  \
+        for (; p < ch->cnt && cc[p] < k1; p++) {                                  \
+            __m512 v = _mm512_set1_ps(VAL(p));                                    \
+            const float *xr = xt + (int64_t)cc[p] * RB;                           \
+            a0 = _mm512_fmadd_ps(v, _mm512_load_ps(xr), a0);                      \
+            a1 = _mm512_fmadd_ps(v, _mm512_load_ps(xr + 16), a1);                 \
+            a2 = _mm512_fmadd_ps(v, _mm512_load_ps(xr + 32), a2);                 \
+            a3 = _mm512_fmadd_ps(v, _mm512_load_ps(xr + 48), a3);                 \
+        }                                                                         \
+    } while (0)
+#define CHAIN_16(IT, VAL)                                                         \
+    do {                                                                          \
+        const IT *cc = ch->cols;                                                  \
+        for (int64_t p = 0; p < ch->cnt; p++)                                     \
+            a0 = _mm512_fmadd_ps(_mm512_set1_ps(VAL(p)),                          \
+                                 _mm512_load_ps(xt + (int64_t)cc[p] * 16), a0);   \
+    } while (0)
+
+/* The same for float32 2:4 read in place: entries p, p + 1 are group p / 2,
+ * their k's decoded from its nibble as they are used. */
+#define CHAIN24_RB(VAL)                                                           \
+    do {                                                                          \
+        for (; p < ch->cnt && 2 * p < k1; p += 2) {                               \
+            int nb = nib_of(ch->nib, p >> 1);                                     \
+            const float *xg = xt + 2 * p * RB;                                    \
+            const float *x0 = xg + (nb & 3) * RB, *x1 = xg + (nb >> 2) * RB;      \
+            __m512 v = _mm512_set1_ps(VAL(p));                                    \
+            a0 = _mm512_fmadd_ps(v, _mm512_load_ps(x0), a0);                      \
+            a1 = _mm512_fmadd_ps(v, _mm512_load_ps(x0 + 16), a1);                 \
+            a2 = _mm512_fmadd_ps(v, _mm512_load_ps(x0 + 32), a2);                 \
+            a3 = _mm512_fmadd_ps(v, _mm512_load_ps(x0 + 48), a3);                 \
+            v = _mm512_set1_ps(VAL(p + 1));                                       \
+            a0 = _mm512_fmadd_ps(v, _mm512_load_ps(x1), a0);                      \
+            a1 = _mm512_fmadd_ps(v, _mm512_load_ps(x1 + 16), a1);                 \
+            a2 = _mm512_fmadd_ps(v, _mm512_load_ps(x1 + 32), a2);                 \
+            a3 = _mm512_fmadd_ps(v, _mm512_load_ps(x1 + 48), a3);                 \
+        }                                                                         \
+    } while (0)
+
+/* K is walked in chunks of KC for blocks of RB rows: a chunk of transposed
+ * x (KC x RB floats, 128 KiB) stays in L2 while every channel of the block
+ * goes over it, where a whole K = 3072 block (768 KiB) fell out of it. The
+ * accumulators wait in the tile between chunks, so each output's chain of
+ * fused multiply-adds keeps its order: the result is bitwise the same.
+ * KC is a multiple of 4, so a 2:4 group never straddles two chunks. */
+#define KC 512
+
+/* Channels [j0, j0 + nc) over one x block of bw (64 or 16) rows from r0:
+ * tile[c][bw] per channel, then transposed into y. */
+AVX512_TARGET
+static void block_avx512(const job *jb, int64_t j0, int64_t nc, const chan *chs, int64_t r0,
+                         int64_t bw, const float *xt, float *tile)
+{
+    if (bw == RB) {
+        int64_t pos[CB] = {0};
+        for (int64_t k0 = 0; k0 < jb->w->k; k0 += KC) {
+            int64_t k1 = k0 + KC;
+            for (int64_t c = 0; c < nc; c++) {
+                const chan *ch = &chs[c];
+                float *t = tile + c * RB;
+                __m512 a0, a1, a2, a3;
+                if (k0 == 0) {
+                    a0 = a1 = a2 = a3 = _mm512_setzero_ps();
+                } else {
+                    a0 = _mm512_load_ps(t);
+                    a1 = _mm512_load_ps(t + 16);
+                    a2 = _mm512_load_ps(t + 32);
+                    a3 = _mm512_load_ps(t + 48);
+                }
+                int64_t p = pos[c];
+                if (ch->nib) {
+                    if (ch->vk == 0)
+                        CHAIN24_RB(V_F32);
+                    else if (ch->vk == 1)
+                        CHAIN24_RB(V_F16);
+                    else
+                        CHAIN24_RB(V_BF16);
+                } else if (ch->narrow) {
+                    if (ch->vk == 0)
+                        CHAIN_RB(uint16_t, V_F32);
+                    else if (ch->vk == 1)
+                        CHAIN_RB(uint16_t, V_F16);
+                    else
+                        CHAIN_RB(uint16_t, V_BF16);
+                } else {
+                    if (ch->vk == 0)
+                        CHAIN_RB(int32_t, V_F32);
+                    else if (ch->vk == 1)
+                        CHAIN_RB(int32_t, V_F16);
+                    else
+                        CHAIN_RB(int32_t, V_BF16);
+                }
+                pos[c] = p;
+                _mm512_store_ps(t, a0);
+                _mm512_store_ps(t + 16, a1);
+                _mm512_store_ps(t + 32, a2);
+                _mm512_store_ps(t + 48, a3);
+            }
+        }
+    } else {
+        for (int64_t c = 0; c < nc; c++) {
+            const chan *ch = &chs[c];
+            __m512 a0 = _mm512_setzero_ps();
+            /* The 16-row tail: one accumulator, values through chan_val. */
+            if (ch->nib) {
+                for (int64_t p = 0; p < ch->cnt; p++)
+                    a0 = _mm512_fmadd_ps(_mm512_set1_ps(chan_val(ch, p)),
+                                         _mm512_load_ps(xt + chan_col(ch, p) * 16), a0);
+            } else if (ch->narrow)
+                CHAIN_16(uint16_t, V_ANY);
+            else
+                CHAIN_16(int32_t, V_ANY);
+            _mm512_store_ps(tile + c * RB, a0);
+        }
+    }
+    __mmask16 cmask = (__mmask16)(nc >= 16 ? 0xFFFF : (1u << nc) - 1);
+    __m512 bias = jb->w->bias ? _mm512_maskz_loadu_ps(cmask, jb->w->bias + j0)
+                              : _mm512_setzero_ps();
+    for (int64_t g = 0; g < bw; g += 16) {
+        __m512 r[16];
+        for (int c = 0; c < 16; c++)
+            r[c] = c < nc ? _mm512_load_ps(tile + c * RB + g) : _mm512_setzero_ps();
+        transpose16(r);
+        for (int i = 0; i < 16 && r0 + g + i < jb->m; i++) {
+            __m512 o = jb->w->bias ? _mm512_add_ps(r[i], bias) : r[i];
+            _mm512_mask_storeu_ps(jb->y + (r0 + g + i) * jb->ldy + j0, cmask, o);
+        }
+    }
+}
+#endif
+
+static _Atomic int forced_isa = SLIM_SPARSE_ISA_AUTO;
+
+static bool isa_supported(slim_sparse_isa isa)
+{
+    if (isa == SLIM_SPARSE_ISA_AUTO || isa == SLIM_SPARSE_ISA_C)
+        return true;
+#ifdef SPARSE_X86
+    if (isa == SLIM_SPARSE_ISA_AVX512)
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") &&
+               __builtin_cpu_supports("f16c");
+#endif
+    return false;
+}
+
+static slim_sparse_isa best_isa(void)
+{
+    static _Atomic int best = -1;
+    int b = atomic_load(&best);
+    if (b >= 0)
+        return (slim_sparse_isa)b;
+    b = isa_supported(SLIM_SPARSE_ISA_AVX512) ? SLIM_SPARSE_ISA_AVX512 : SLIM_SPARSE_ISA_C;
+    const char *env = getenv("SLIM_SPARSE_ISA");
+    if (env && strcmp(env, "c") == 0) /* the variable can only lower the path */
+        b = SLIM_SPARSE_ISA_C;
+    atomic_store(&best, b);
+    return (slim_sparse_isa)b;
+}
+
+bool slim_sparse_set_isa(slim_sparse_isa isa)
+{
+    if (!isa_supported(isa))
+        return false;
+    atomic_store(&forced_isa, isa);
+    return true;
+}
+
+slim_sparse_isa slim_sparse_get_isa(void)
+{
+    int f = atomic_load(&forced_isa);
+    return f != SLIM_SPARSE_ISA_AUTO ? (slim_sparse_isa)f : best_isa();
+}
+
+/* ---- driver ---------------------------------------------------------------- */
+
+typedef struct {
+    job jb;
+    slim_sparse_isa isa;
+    int64_t n_cb;        /* channel blocks */
+    int64_t full_rb;     /* row blocks of RB rows; 16-row blocks follow */
+    _Atomic int failed;
+} run;
+
+/* Work items: channel blocks for the row-by-row paths; (row block, channel
+ * block) tiles for AVX-512, row block major so that consecutive items on a
+ * thread read the same transposed x block while it is in cache. */
+static void part(int64_t begin, int64_t end, void *user)
+{
+    run *r = user;
+    const job *jb = &r->jb;
+    const slim_sparse_w *w = jb->w;
+    float *tile = NULL;
+    if (posix_memalign((void **)&tile, 64, sizeof(float) * CB * RB) != 0) {
+        atomic_store(&r->failed, 1);
+        return;
+    }
+    chan chs[CB];
+    for (int64_t item = begin; item < end; item++) {
+        int64_t blk = jb->xt ? item % r->n_cb : item;
+        int64_t j0 = blk * CB, nc = w->n - j0 < CB ? w->n - j0 : CB;
+        for (int64_t c = 0; c < nc; c++)
+            channel_view(w, j0 + c, &chs[c]);
+#ifdef SPARSE_X86
+        if (r->isa == SLIM_SPARSE_ISA_AVX512) {
+            if (!jb->xt) {
+                chain_rows_fma(jb, j0, nc, chs);
+                continue;
+            }
+            int64_t rb = item / r->n_cb, r0, bw;
+            if (rb < r->full_rb)
+                r0 = rb * RB, bw = RB;
+            else
+                r0 = r->full_rb * RB + (rb - r->full_rb) * 16, bw = 16;
+            block_avx512(jb, j0, nc, chs, r0, bw, jb->xt + r0 * w->k, tile);
+            continue;
+        }
+#endif
+        chain_rows_c(jb, j0, nc, chs);
+    }
+    free(tile);
+}
+
+slim_status slim_sparse_matmul(const slim_sparse_w *w, int64_t m, const float *x, int64_t ldx,
+                               float *y, int64_t ldy, slim_err *err)
+{
+    if (m <= 0)
+        return SLIM_OK;
+    run r = {.jb = {w, m, ldx, ldy, x, NULL, y}, .isa = slim_sparse_get_isa(),
+             .n_cb = (w->n + CB - 1) / CB};
+    int64_t items = r.n_cb;
+    float *xt = NULL;
+#ifdef SPARSE_X86
+    /* Fewer than 16 rows would leave most lanes empty: those run the
+     * chain row by row. */
+    if (r.isa == SLIM_SPARSE_ISA_AVX512 && m >= 16) {
+        int64_t padded = (m + 15) / 16 * 16;
+        if (posix_memalign((void **)&xt, 64, sizeof(float) * (size_t)(padded * w->k)) != 0)
+            return slim_errf(err, SLIM_ENOMEM, "out of memory transposing %lld rows",
+                             (long long)m);
+        r.full_rb = m / RB;
+        int64_t n_rb = r.full_rb + (m - r.full_rb * RB + 15) / 16;
+        tjob t = {x, ldx, w->k, m, r.full_rb, xt};
+        slim_parallel_for(padded / 16, 1 + 65536 / (16 * w->k), transpose_part, &t);
+        r.jb.xt = xt;
+        items = n_rb * r.n_cb;
+    }
+#endif
+    slim_parallel_for(items, 1, part, &r);
+    free(xt);
+    if (atomic_load(&r.failed))
+        return slim_errf(err, SLIM_ENOMEM, "out of memory in a sparse matrix product");
+    return SLIM_OK;
+}

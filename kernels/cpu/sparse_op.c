@@ -1,0 +1,213 @@
+/*
+ * sparse_op.c - com.slimserve SparseMatMul, the operator the pruning pass
+ * (quant/prune.c) puts in place of a MatMul or Gemm whose pruned weight is
+ * cheaper sparse (kernels/sparse.h has the encodings):
+ *
+ *   SparseMatMul(X, values, indices[, rowptr][, bias]) -> Y
+ *       attrs: encoding ("csr" | "2:4"), K (int)
+ *       csr: values [nnz], indices [nnz] (uint16 for K <= 65536, else int32),
+ *            rowptr int32 [N + 1]
+ *       2:4: values [N, 2 ceil(K/4)], indices uint8 [N, ceil(ceil(K/4) / 2)],
+ *            no rowptr (an empty input)
+ *       values and bias float32, float16 or bfloat16; X float32, float16 or
+ *       bfloat16 [..., K]; Y has X's type, [..., N].
+ *
+ * The operands are ordinary tensors, so a .slim file stores them raw and
+ * maps them in place. Shapes and dtypes are checked before a byte is read;
+ * the contents (index ranges, row pointer order) once, at the first run,
+ * since a forged file could point anywhere. Once is enough because the
+ * weight's operands must be initializers (runtime/validate.c refuses
+ * anything else).
+ */
+#include "kernel.h"
+#include "sparse.h"
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    slim_sparse_enc enc;
+    int64_t k;
+    _Atomic int checked; /* the constant operands passed slim_sparse_check */
+} sparse_state;
+
+static slim_status sparse_prepare(slim_node *node, void **state, slim_err *err)
+{
+    const char *enc = slim_attr_str(node, "encoding", "");
+    int64_t k = slim_attr_int(node, "K", 0);
+    sparse_state *s = calloc(1, sizeof(*s));
+    if (!s)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    if (strcmp(enc, "csr") == 0)
+        s->enc = SLIM_SPARSE_CSR;
+    else if (strcmp(enc, "2:4") == 0)
+        s->enc = SLIM_SPARSE_24;
+    else {
+        free(s);
+        return slim_errf(err, SLIM_EINVAL, "encoding \"%s\" is not \"csr\" or \"2:4\"", enc);
+    }
+    if (k < 1 || k > (1LL << 31) - 1) {
+        free(s);
+        return slim_errf(err, SLIM_EINVAL, "attribute K = %lld must be from 1 to 2^31 - 1",
+                         (long long)k);
+    }
+    s->k = k;
+    *state = s;
+    return SLIM_OK;
+}
+
+static bool is_float(const slim_tensor *t)
+{
+    return t->dtype == SLIM_F32 || t->dtype == SLIM_F16 || t->dtype == SLIM_BF16;
+}
+
+/* Fills w's geometry from the operands after checking their dtypes and
+ * shapes; data pointers are set but not read. */
+static slim_status operands(const slim_op_ctx *ctx, slim_sparse_w *w, int64_t *nnz)
+{
+    const sparse_state *s = ctx->state;
+    const slim_tensor *v = ctx->in[1], *ix = ctx->in[2];
+    const slim_tensor *rp = ctx->n_in > 3 ? ctx->in[3] : NULL;
+    const slim_tensor *bias = ctx->n_in > 4 ? ctx->in[4] : NULL;
+    if (!v || !ix)
+        return slim_errf(ctx->err, SLIM_EINVAL, "values and indices are required");
+    if (!is_float(v))
+        return slim_errf(ctx->err, SLIM_ETYPE, "values must be float32, float16 or bfloat16, "
+                         "not %s", slim_dtype_name(v->dtype));
+    memset(w, 0, sizeof(*w));
+    w->enc = s->enc;
+    w->k = s->k;
+    w->vdtype = v->dtype;
+    w->values = v->data;
+    w->idx = ix->data;
+    w->idtype = ix->dtype;
+    if (s->enc == SLIM_SPARSE_24) {
+        if (rp)
+            return slim_errf(ctx->err, SLIM_EINVAL, "2:4 takes no row pointers (input 3)");
+        int64_t g = slim_sparse_24_groups(s->k);
+        if (v->ndim != 2 || v->dims[0] < 1 || v->dims[1] != 2 * g)
+            return slim_errf(ctx->err, SLIM_ESHAPE, "2:4 values must be [N, %lld] for K = %lld",
+                             (long long)(2 * g), (long long)s->k);
+        w->n = v->dims[0];
+        if (ix->dtype != SLIM_U8 || ix->ndim != 2 || ix->dims[0] != w->n ||
+            ix->dims[1] != slim_sparse_24_idx_bytes(s->k))
+            return slim_errf(ctx->err, SLIM_ESHAPE, "2:4 indices must be uint8 [%lld, %lld]",
+                             (long long)w->n, (long long)slim_sparse_24_idx_bytes(s->k));
+        *nnz = w->n * 2 * g;
+    } else {
+        if (!rp || rp->dtype != SLIM_I32 || rp->ndim != 1 || rp->dims[0] < 2 ||
+            rp->dims[0] - 1 > (1LL << 31))
+            return slim_errf(ctx->err, SLIM_ESHAPE, "csr row pointers (input 3) must be int32 "
+                             "[N + 1]");
+        w->n = rp->dims[0] - 1;
+        w->rowptr = rp->data;
+        if (ix->dtype != slim_sparse_csr_idtype(s->k))
+            return slim_errf(ctx->err, SLIM_ETYPE, "csr indices must be %s for K = %lld, not %s",
+                             slim_dtype_name(slim_sparse_csr_idtype(s->k)), (long long)s->k,
+                             slim_dtype_name(ix->dtype));
+        if (v->ndim != 1 || ix->ndim != 1 || ix->dims[0] != v->dims[0] ||
+            v->dims[0] >= (1LL << 31))
+            return slim_errf(ctx->err, SLIM_ESHAPE, "csr values and indices must be 1-D of "
+                             "the same length (below 2^31)");
+        *nnz = v->dims[0];
+    }
+    if (bias && (!is_float(bias) || bias->ndim != 1 || bias->dims[0] != w->n))
+        return slim_errf(ctx->err, SLIM_ESHAPE, "bias must be float [%lld]", (long long)w->n);
+    return SLIM_OK;
+}
+
+static slim_status sparse_infer(slim_op_ctx *ctx)
+{
+    const sparse_state *s = ctx->state;
+    const slim_tensor *x = ctx->in[0];
+    if (!is_float(x))
+        return slim_errf(ctx->err, SLIM_ETYPE, "input X must be float32, float16 or bfloat16, "
+                         "not %s", slim_dtype_name(x->dtype));
+    if (x->ndim < 1 || x->dims[x->ndim - 1] != s->k)
+        return slim_errf(ctx->err, SLIM_ESHAPE, "input X's last dim must be K = %lld",
+                         (long long)s->k);
+    slim_sparse_w w;
+    int64_t nnz;
+    slim_status st = operands(ctx, &w, &nnz);
+    if (st)
+        return st;
+    int64_t dims[SLIM_MAX_DIMS];
+    memcpy(dims, x->dims, sizeof(dims));
+    dims[x->ndim - 1] = w.n;
+    slim_tensor_set_shape(ctx->out[0], x->dtype, x->ndim, dims);
+    return SLIM_OK;
+}
+
+/* Half x and bias widened to float32 (exact), element by element: the
+ * generic slim_f32_in goes through double per element, which had cost a
+ * 128-row fp16 layer more than its product. */
+static slim_status widen(const slim_tensor *t, slim_tensor *tmp, const float **out, slim_err *err)
+{
+    if (!t || t->dtype == SLIM_F32)
+        return slim_f32_in(t, tmp, out, err);
+    memset(tmp, 0, sizeof(*tmp));
+    slim_tensor_set_shape(tmp, SLIM_F32, t->ndim, t->dims);
+    slim_status st = slim_tensor_alloc(tmp, err);
+    if (st)
+        return st;
+    const uint16_t *h = t->data;
+    float *f = tmp->data;
+    int64_t n = slim_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++)
+        f[i] = t->dtype == SLIM_F16 ? slim_f16_to_f32(h[i]) : slim_bf16_to_f32(h[i]);
+    *out = f;
+    return SLIM_OK;
+}
+
+static slim_status sparse_exec(slim_op_ctx *ctx)
+{
+    sparse_state *s = (sparse_state *)ctx->state;
+    slim_sparse_w w;
+    int64_t nnz;
+    slim_status st = operands(ctx, &w, &nnz);
+    if (st)
+        return st;
+    /* The operands are the node's constant weights: checked once. */
+    if (!atomic_load(&s->checked)) {
+        if ((st = slim_sparse_check(&w, nnz, ctx->err)))
+            return st;
+        atomic_store(&s->checked, 1);
+    }
+    const slim_tensor *x = ctx->in[0];
+    const slim_tensor *bias = ctx->n_in > 4 ? ctx->in[4] : NULL;
+    int64_t m = slim_tensor_numel(x) / s->k;
+    if (m == 0)
+        return SLIM_OK;
+    slim_tensor xt, yt, bt;
+    const float *xf, *bf;
+    float *yf;
+    if ((st = widen(x, &xt, &xf, ctx->err)))
+        return st;
+    if ((st = widen(bias, &bt, &bf, ctx->err))) {
+        slim_tensor_release(&xt);
+        return st;
+    }
+    if ((st = slim_f32_out(ctx->out[0], &yt, &yf, ctx->err))) {
+        slim_tensor_release(&xt);
+        slim_tensor_release(&bt);
+        return st;
+    }
+    w.bias = bf;
+    st = slim_sparse_matmul(&w, m, xf, s->k, yf, w.n, ctx->err);
+    slim_tensor *y = ctx->out[0];
+    if (!st && y->dtype != SLIM_F32) { /* rounded to nearest even, as the helpers do */
+        uint16_t *h = y->data;
+        for (int64_t i = 0; i < m * w.n; i++)
+            h[i] = y->dtype == SLIM_F16 ? slim_f32_to_f16(yf[i]) : slim_f32_to_bf16(yf[i]);
+    }
+    slim_tensor_release(&xt);
+    slim_tensor_release(&bt);
+    slim_tensor_release(&yt);
+    return st;
+}
+
+const slim_op_def slim__ops_sparse[] = {
+    {"SparseMatMul", 1, sparse_prepare, free, sparse_infer, sparse_exec, 0},
+    {0},
+};

@@ -1,0 +1,205 @@
+/* prune_args.c - the --prune options of slim run, bench, convert and
+ * inspect, and the per-layer pruning table (see cli.h). */
+#include "cli.h"
+#include "int8.h"
+#include "prune.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int parse_spec(slim_cli_prune *p, const char *v, const char *cmd)
+{
+    p->o.masks = NULL;
+    p->o.amount = 0;
+    if (strcmp(v, "2:4") == 0) {
+        p->o.method = "2:4";
+    } else if (strncmp(v, "magnitude:", 10) == 0) {
+        char *end;
+        p->o.method = "magnitude";
+        p->o.amount = strtod(v + 10, &end);
+        if (!v[10] || *end || !(p->o.amount >= 0 && p->o.amount < 1)) {
+            fprintf(stderr, "slim %s: --prune magnitude:AMOUNT needs 0 <= AMOUNT < 1, got "
+                    "\"%s\"\n", cmd, v + 10);
+            return -1;
+        }
+    } else if (strncmp(v, "mask:", 5) == 0 && v[5]) {
+        p->o.method = "mask";
+        p->o.masks = v + 5;
+    } else {
+        fprintf(stderr, "slim %s: --prune takes magnitude:AMOUNT, 2:4 or mask:FILE.npz, not "
+                "\"%s\"\n", cmd, v);
+        return -1;
+    }
+    p->given = true;
+    return 1;
+}
+
+int slim_cli_prune_arg(int argc, char **argv, int *i, slim_cli_prune *p, const char *cmd)
+{
+    const char *a = argv[*i];
+    if (strcmp(a, "--prune") && strcmp(a, "--prune-scope") && strcmp(a, "--prune-ops") &&
+        strcmp(a, "--prune-storage"))
+        return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "slim %s: %s needs a value\n", cmd, a);
+        return -1;
+    }
+    const char *v = argv[++*i];
+    if (strcmp(a, "--prune") == 0)
+        return parse_spec(p, v, cmd);
+    if (strcmp(a, "--prune-scope") == 0) {
+        if (strcmp(v, "layer") && strcmp(v, "global")) {
+            fprintf(stderr, "slim %s: --prune-scope takes layer or global, not \"%s\"\n", cmd, v);
+            return -1;
+        }
+        p->o.global = strcmp(v, "global") == 0;
+        return 1;
+    }
+    if (strcmp(a, "--prune-storage") == 0) {
+        if (strcmp(v, "auto") && strcmp(v, "sparse") && strcmp(v, "dense")) {
+            fprintf(stderr, "slim %s: --prune-storage takes auto, sparse or dense, not \"%s\"\n",
+                    cmd, v);
+            return -1;
+        }
+        p->o.storage = v;
+        return 1;
+    }
+    free(p->ops_buf);
+    if (!(p->ops_buf = strdup(v))) {
+        fprintf(stderr, "slim %s: out of memory\n", cmd);
+        return -1;
+    }
+    int n = slim_cli_split_list(p->ops_buf, p->ops, 256);
+    p->o.ops = p->ops;
+    p->o.n_ops = n < 256 ? n : 256;
+    return 1;
+}
+
+int slim_cli_prune_opts(slim_cli_prune *p, const char *cmd, const slim_prune_opts **out)
+{
+    *out = NULL;
+    if (!p->given) {
+        if (p->o.global || p->o.n_ops || p->o.storage) {
+            fprintf(stderr, "slim %s: --prune-scope, --prune-ops and --prune-storage need "
+                    "--prune\n", cmd);
+            return -1;
+        }
+        return 0;
+    }
+    slim_err err;
+    if (slim_prune_check_opts(&p->o, &err)) {
+        fprintf(stderr, "slim %s: %s\n", cmd, err.msg);
+        return -1;
+    }
+    *out = &p->o;
+    return 0;
+}
+
+void slim_cli_prune_free(slim_cli_prune *p)
+{
+    free(p->ops_buf);
+    p->ops_buf = NULL;
+}
+
+void slim_cli_print_prune(const struct slim_prune_report *r)
+{
+    int width = 5;
+    for (int i = 0; i < r->n_layers; i++) {
+        int len = (int)strlen(r->layers[i].name);
+        width = len > width ? len : width;
+    }
+    int sparse = 0;
+    for (int i = 0; i < r->n_layers; i++)
+        sparse += strcmp(r->layers[i].storage, "dense") != 0;
+    printf("pruned layers (%s; %d of %d stored sparse; bytes as float32, before fp16/bf16 "
+           "halves the values):\n", r->method, sparse, r->n_layers);
+    printf("  %-*s  %-7s %12s %8s %-6s %12s %12s %7s  %s\n", width, "layer", "op", "shape KxN",
+           "sparsity", "store", "bytes_before", "bytes_after", "ratio", "note");
+    for (int i = 0; i < r->n_layers; i++) {
+        const slim_prune_layer *l = &r->layers[i];
+        char shape[40];
+        snprintf(shape, sizeof(shape), "%lldx%lld", (long long)l->k, (long long)l->n);
+        printf("  %-*s  %-7s %12s %7.2f%% %-6s %12zu %12zu %6.3fx  %s\n", width, l->name,
+               l->op_type[0] ? l->op_type : "-", shape, 100 * l->sparsity, l->storage,
+               l->bytes_before, l->bytes_after,
+               l->bytes_before ? (double)l->bytes_after / (double)l->bytes_before : 1.0, l->why);
+    }
+    printf("pruned weights: %.2f%% zeros; bytes %zu -> %zu (%.3fx)\n",
+           r->elements ? 100.0 * (double)r->zeros / (double)r->elements : 0.0, r->bytes_before,
+           r->bytes_after,
+           r->bytes_before ? (double)r->bytes_after / (double)r->bytes_before : 1.0);
+}
+
+/* ---- the measured output error of a pruned model ------------------------- */
+
+static double load_f(const slim_tensor *t, int64_t i)
+{
+    return slim_load_f64(t->dtype, t->data, i);
+}
+
+int slim_cli_prune_error(const char *path, slim_model *pruned)
+{
+    slim_err err;
+    slim_int8_samples s = {0};
+    slim_model *ref = NULL;
+    slim_tensor *ya = NULL, *yb = NULL;
+    int na = 0, nb = 0, rc = 0;
+    int n_in = slim_model_num_inputs(pruned);
+    const char **names = calloc((size_t)n_in + 1, sizeof(char *));
+    slim_tensor *ins = calloc((size_t)n_in + 1, sizeof(slim_tensor));
+    if (!names || !ins) {
+        fprintf(stderr, "out of memory\n");
+        rc = 1;
+        goto done;
+    }
+    /* Seeded samples from the input specs, as the int8 check draws them. */
+    if (slim_int8_capture(path, 0, NULL, NULL, &s, &err)) {
+        printf("output error not measured: %s\n", err.msg);
+        goto done;
+    }
+    for (int i = 0; i < n_in; i++) {
+        names[i] = slim_model_input(pruned, i)->name;
+        const slim_tensor *t = slim_int8_sample(&s, names[i]);
+        if (!t) {
+            printf("output error not measured: no sample for input \"%s\"\n", names[i]);
+            goto done;
+        }
+        ins[i] = *t;
+        ins[i].buf = NULL; /* borrowed */
+    }
+    if (slim_model_load(path, NULL, &ref, &err) ||
+        slim_model_run(ref, n_in, names, ins, &ya, &na, &err) ||
+        slim_model_run(pruned, n_in, names, ins, &yb, &nb, &err)) {
+        fprintf(stderr, "measuring the pruned model's output error: %s\n", err.msg);
+        rc = 1;
+        goto done;
+    }
+    double e2 = 0, r2 = 0, dot = 0, b2 = 0;
+    for (int o = 0; o < na && o < nb; o++) {
+        if (!slim_dtype_is_float(ya[o].dtype) || !slim_dtype_is_float(yb[o].dtype) ||
+            slim_tensor_numel(&ya[o]) != slim_tensor_numel(&yb[o]))
+            continue;
+        for (int64_t i = 0; i < slim_tensor_numel(&ya[o]); i++) {
+            double a = load_f(&ya[o], i), b = load_f(&yb[o], i);
+            e2 += (b - a) * (b - a);
+            r2 += a * a;
+            dot += a * b;
+            b2 += b * b;
+        }
+    }
+    printf("output error vs the unpruned fp32 model (seeded sample inputs): relative L2 %.4g, "
+           "cosine %.6f\n", r2 > 0 ? sqrt(e2 / r2) : 0.0,
+           r2 > 0 && b2 > 0 ? dot / sqrt(r2 * b2) : 1.0);
+done:
+    if (ya)
+        slim_tensors_free(ya, na);
+    if (yb)
+        slim_tensors_free(yb, nb);
+    slim_model_free(ref);
+    slim_int8_samples_free(&s);
+    free(names);
+    free(ins);
+    return rc;
+}
