@@ -9,6 +9,7 @@
  * skipped ones are listed by operator at the end.
  */
 #include "cli.h"
+#include "container.h"
 #include "model.h"
 
 #include <dirent.h>
@@ -114,6 +115,27 @@ static bool values_close(slim_dtype dt, const void *got, const void *want, int64
 static bool compare(const slim_tensor *got, const slim_tensor *want, int k, char *msg, size_t cap)
 {
     char a[160], b[160];
+    if (got->kind != want->kind) {
+        snprintf(msg, cap, "output %d is a %s, expected a %s", k, slim_kind_name(got->kind),
+                 slim_kind_name(want->kind));
+        return false;
+    }
+    if (slim_is_container(want)) {
+        /* Same length, then element by element (an optional's one). */
+        int n = slim_container_len(want);
+        if (slim_container_len(got) != n) {
+            snprintf(msg, cap, "output %d holds %d value(s), expected %d", k,
+                     slim_container_len(got), n);
+            return false;
+        }
+        for (int i = 0; i < n; i++)
+            if (!compare(slim_container_at(got, i), slim_container_at(want, i), k, msg, cap)) {
+                size_t used = strlen(msg);
+                snprintf(msg + used, cap - used, " (element %d)", i);
+                return false;
+            }
+        return true;
+    }
     if (got->dtype != want->dtype) {
         snprintf(msg, cap, "output %d has data type %s, expected %s", k,
                  slim_dtype_name(got->dtype), slim_dtype_name(want->dtype));
@@ -174,7 +196,7 @@ static int run_data_set(const slim_model *m, const char *set_dir, char *msg, siz
             fmt_ok(msg, cap, "path too long");
             goto done;
         }
-        if (slim_onnx_load_tensor_file(path, &ins[i], NULL, 0, &err)) {
+        if (slim_onnx_load_value_file(path, slim_model_input(m, i)->kind, &ins[i], &err)) {
             snprintf(msg, cap, "%s", err.msg);
             result = err.status == SLIM_EUNSUPPORTED ? CASE_SKIP : CASE_FAIL;
             goto done;
@@ -186,7 +208,9 @@ static int run_data_set(const slim_model *m, const char *set_dir, char *msg, siz
             fmt_ok(msg, cap, "path too long");
             goto done;
         }
-        if (slim_onnx_load_tensor_file(path, &want[i], NULL, 0, &err)) {
+        if (slim_onnx_load_value_file(path, i < slim_model_num_outputs(m)
+                                                ? slim_model_output(m, i)->kind
+                                                : SLIM_KIND_TENSOR, &want[i], &err)) {
             snprintf(msg, cap, "%s", err.msg);
             result = err.status == SLIM_EUNSUPPORTED ? CASE_SKIP : CASE_FAIL;
             goto done;
