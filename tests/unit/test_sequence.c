@@ -8,10 +8,13 @@
  */
 #include "container.h"
 #include "device.h"
+#include "slim_format.h"
 #include "testutil.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static int64_t cpu_blocks(void)
 {
@@ -353,6 +356,59 @@ START_TEST(test_split_scalar_uneven)
 }
 END_TEST
 
+/* A model with an optional sequence input and a sequence output written
+ * to .slim (version 3) and read back keeps its value types and runs. */
+START_TEST(test_slim_format_round_trip)
+{
+    slim_graph *g = slim_graph_new();
+    input(g, "o", SLIM_KIND_OPTIONAL);
+    g->values[slim_graph_find_value(g, "o")].info.elem_kind = SLIM_KIND_SEQUENCE;
+    g->values[slim_graph_find_value(g, "o")].info.dtype = SLIM_F32;
+    add(g, "OptionalGetElement", 18, 1, (const char *[]){"o"}, 1, (const char *[]){"s"});
+    add(g, "SequenceLength", 11, 1, (const char *[]){"s"}, 1, (const char *[]){"n"});
+    output(g, "n");
+    output(g, "s");
+    slim_model *m = model(g);
+    char path[] = "/tmp/test_sequence_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    slim_err err = {0};
+    ck_assert_msg(slim_format_write(m->graph, path, &err) == SLIM_OK, "%s", err.msg);
+    slim_model_free(m);
+    FILE *f = fopen(path, "rb");
+    unsigned char hdr[12];
+    ck_assert_int_eq(fread(hdr, 1, sizeof(hdr), f), sizeof(hdr));
+    fclose(f);
+    uint32_t version;
+    memcpy(&version, hdr + 8, 4);
+    ck_assert_int_eq(version, 3);
+    ck_assert_msg(slim_model_load(path, NULL, &m, &err) == SLIM_OK, "%s", err.msg);
+    unlink(path);
+    ck_assert_int_eq(slim_model_input(m, 0)->kind, SLIM_KIND_OPTIONAL);
+    ck_assert_int_eq(slim_model_input(m, 0)->elem_kind, SLIM_KIND_SEQUENCE);
+    ck_assert_int_eq(slim_model_input(m, 0)->dtype, SLIM_F32);
+    slim_tensor o, s;
+    ck_assert_int_eq(slim_container_new(SLIM_KIND_OPTIONAL, SLIM_F32, 1, &o, &err), SLIM_OK);
+    ck_assert_int_eq(slim_container_new(SLIM_KIND_SEQUENCE, SLIM_F32, 2, &s, &err), SLIM_OK);
+    slim_tensor x = tu_f32(1, (int64_t[]){1}, (float[]){1});
+    ck_assert_int_eq(slim_container_add_copy(&s, &x, &err), SLIM_OK);
+    ck_assert_int_eq(slim_container_add_copy(&s, &x, &err), SLIM_OK);
+    ck_assert_int_eq(slim_container_take(&o, &s, &err), SLIM_OK);
+    slim_tensor *out;
+    int n_out;
+    ck_assert_msg(slim_model_run(m, 1, (const char *[]){"o"}, &o, &out, &n_out, &err) ==
+                      SLIM_OK, "%s", err.msg);
+    ck_assert_int_eq(*(int64_t *)out[0].data, 2);
+    ck_assert_int_eq(out[1].kind, SLIM_KIND_SEQUENCE);
+    ck_assert_int_eq(slim_container_len(&out[1]), 2);
+    slim_tensors_free(out, n_out);
+    slim_tensor_release(&o);
+    tu_free_inputs(&x, 1);
+    slim_model_free(m);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("sequence");
@@ -364,6 +420,7 @@ int main(void)
     tcase_add_test(tc, test_optional_get_and_has);
     tcase_add_test(tc, test_kinds_checked_per_op);
     tcase_add_test(tc, test_split_scalar_uneven);
+    tcase_add_test(tc, test_slim_format_round_trip);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
