@@ -37,6 +37,8 @@ extern const slim_op_def slim__ops_int8[];
 /* onnxruntime's contrib operators that quantized models carry
  * (cpu/quantize_ops.c). */
 extern const slim_op_def slim__ops_microsoft[];
+/* ai.onnx.ml operators on numbers (cpu/ml.c). */
+extern const slim_op_def slim__ops_ml[];
 #ifdef SLIM_HAVE_DNNL
 extern const slim_op_def slim__ops_fconv[]; /* the fuse_conv pass's (cpu/conv_dnnl.c) */
 extern const slim_op_def slim__ops_fmm[];   /* the fuse_matmul pass's (cpu/matmul_dnnl.c) */
@@ -66,6 +68,14 @@ const slim_op_def *slim_op_lookup(const char *domain, const char *op_type, int o
             if (strcmp(d->op_type, op_type) == 0 && d->since <= opset)
                 return d;
         return NULL;
+    }
+    if (domain && strcmp(domain, "ai.onnx.ml") == 0) {
+        const slim_op_def *best = NULL;
+        for (const slim_op_def *d = slim__ops_ml; d->op_type; d++)
+            if (strcmp(d->op_type, op_type) == 0 && d->since <= opset &&
+                (!best || d->since > best->since))
+                best = d;
+        return best;
     }
     if (!is_default_domain(domain))
         return NULL;
