@@ -39,6 +39,8 @@ extern const slim_op_def slim__ops_int8[];
 extern const slim_op_def slim__ops_microsoft[];
 /* ai.onnx.ml operators on numbers (cpu/ml.c). */
 extern const slim_op_def slim__ops_ml[];
+/* ai.onnx.preview (cpu/flex_attention.c). */
+extern const slim_op_def slim__ops_preview[];
 #ifdef SLIM_HAVE_DNNL
 extern const slim_op_def slim__ops_fconv[]; /* the fuse_conv pass's (cpu/conv_dnnl.c) */
 extern const slim_op_def slim__ops_fmm[];   /* the fuse_matmul pass's (cpu/matmul_dnnl.c) */
@@ -69,9 +71,10 @@ const slim_op_def *slim_op_lookup(const char *domain, const char *op_type, int o
                 return d;
         return NULL;
     }
-    if (domain && strcmp(domain, "ai.onnx.ml") == 0) {
+    if (domain && (strcmp(domain, "ai.onnx.ml") == 0 || strcmp(domain, "ai.onnx.preview") == 0)) {
         const slim_op_def *best = NULL;
-        for (const slim_op_def *d = slim__ops_ml; d->op_type; d++)
+        const slim_op_def *table = domain[8] == 'm' ? slim__ops_ml : slim__ops_preview;
+        for (const slim_op_def *d = table; d->op_type; d++)
             if (strcmp(d->op_type, op_type) == 0 && d->since <= opset &&
                 (!best || d->since > best->since))
                 best = d;

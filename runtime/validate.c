@@ -43,6 +43,13 @@ static const slim_op_schema ml_schemas[] = {
     {0},
 };
 
+/* ai.onnx.preview (kernels/cpu/flex_attention.c). */
+static const slim_op_schema preview_schemas[] = {
+    {"FlexAttention", 1, 3, 3, 1, 1, "SSS", "S",
+     "prob_mod=g scale=f score_mod=g softmax_precision=i"},
+    {0},
+};
+
 static size_t onnx_schema_count(void)
 {
     static size_t n; /* computed once; the table is constant */
@@ -66,9 +73,10 @@ const slim_op_schema *slim_op_schema_find(const char *domain, const char *op_typ
                 return s;
         return NULL;
     }
-    if (domain && strcmp(domain, "ai.onnx.ml") == 0) {
+    if (domain && (strcmp(domain, "ai.onnx.ml") == 0 || strcmp(domain, "ai.onnx.preview") == 0)) {
         const slim_op_schema *best = NULL;
-        for (const slim_op_schema *s = ml_schemas; s->op_type; s++)
+        const slim_op_schema *table = domain[8] == 'm' ? ml_schemas : preview_schemas;
+        for (const slim_op_schema *s = table; s->op_type; s++)
             if (strcmp(s->op_type, op_type) == 0 && s->since <= opset)
                 best = s;
         return best;
