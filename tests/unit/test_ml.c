@@ -13,6 +13,7 @@
 static slim_graph *ml_graph(const char *op, int opset, int n_in, const char *const *ins)
 {
     slim_graph *g = tu_graph(op, opset, n_in, ins, 1);
+    free(tu_node0(g)->domain);
     tu_node0(g)->domain = strdup("ai.onnx.ml");
     return g;
 }

@@ -130,8 +130,6 @@ START_TEST(test_like_forms_follow_input)
 {
     slim_model *m = one_node("RandomNormalLike", 1, 1, (const char *[]){"x"});
     slim_tensor x = tu_tensor(SLIM_F64, 3, (int64_t[]){2, 3, 4}, NULL);
-    slim_err err = {0};
-    ck_assert_int_eq(slim_tensor_alloc(&x, &err), SLIM_OK);
     memset(x.data, 0, slim_tensor_nbytes(&x));
     slim_tensor y = run_once(m, 1, (const char *[]){"x"}, &x);
     ck_assert_int_eq(y.dtype, SLIM_F64);
