@@ -58,6 +58,10 @@ enum {
      * exec sets each present output's shape and storage itself (a tensor
      * with its own buffer). infer returns SLIM_ENEEDVALUE while planning. */
     SLIM_OP_OWN_OUTPUTS = 1u << 5,
+    /* Inputs may be sequences or optionals (runtime/container.h), which
+     * the executor refuses to every other op. An ALIAS0 op with this flag
+     * (Identity) passes a container on by reference. */
+    SLIM_OP_CONTAINERS = 1u << 6,
 };
 
 typedef struct slim_op_def {

@@ -13,7 +13,7 @@
     X(elementwise) X(cast) X(conv) X(pool) X(linalg) X(norm) X(reduce) \
     X(shape) X(movement) X(gather) X(resize) X(rnn) X(quantize) X(qinteger) \
     X(lrn) X(attention) X(select) X(signal) X(vision) X(unpool) X(det) \
-    X(control) X(loss) X(stateful) X(text)
+    X(control) X(loss) X(stateful) X(text) X(sequence) X(random)
 
 #define SLIM__DECLARE_TABLE(name) extern const slim_op_def slim__ops_##name[];
 SLIM__KERNEL_TABLES(SLIM__DECLARE_TABLE)
@@ -38,6 +38,10 @@ extern const slim_op_def slim__ops_sparse[]; /* the pruning pass's (cpu/sparse_o
 /* onnxruntime's contrib operators that quantized models carry
  * (cpu/quantize_ops.c). */
 extern const slim_op_def slim__ops_microsoft[];
+/* ai.onnx.ml operators on numbers (cpu/ml.c). */
+extern const slim_op_def slim__ops_ml[];
+/* ai.onnx.preview (cpu/flex_attention.c). */
+extern const slim_op_def slim__ops_preview[];
 #ifdef SLIM_HAVE_DNNL
 extern const slim_op_def slim__ops_fconv[]; /* the fuse_conv pass's (cpu/conv_dnnl.c) */
 extern const slim_op_def slim__ops_fmm[];   /* the fuse_matmul pass's (cpu/matmul_dnnl.c) */
@@ -70,6 +74,15 @@ const slim_op_def *slim_op_lookup(const char *domain, const char *op_type, int o
             if (strcmp(d->op_type, op_type) == 0 && d->since <= opset)
                 return d;
         return NULL;
+    }
+    if (domain && (strcmp(domain, "ai.onnx.ml") == 0 || strcmp(domain, "ai.onnx.preview") == 0)) {
+        const slim_op_def *best = NULL;
+        const slim_op_def *table = domain[8] == 'm' ? slim__ops_ml : slim__ops_preview;
+        for (const slim_op_def *d = table; d->op_type; d++)
+            if (strcmp(d->op_type, op_type) == 0 && d->since <= opset &&
+                (!best || d->since > best->since))
+                best = d;
+        return best;
     }
     if (!is_default_domain(domain))
         return NULL;

@@ -50,7 +50,8 @@ typedef struct slim_backend_iface {
     void (*mem_info)(struct slim_device *dev, size_t *free_bytes, size_t *total_bytes);
 } slim_backend_iface;
 
-#define SLIM_BACKEND_ABI 1
+/* 2: slim_tensor gained kind (sequences and optionals, container.h) */
+#define SLIM_BACKEND_ABI 2
 
 typedef struct slim_device {
     const char *name;           /* "cpu", "cuda:0" */

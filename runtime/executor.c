@@ -14,6 +14,7 @@
  * account. Nothing in the model is written during a run (plans are shared
  * read-only), so any number of threads may run one model at once.
  */
+#include "container.h"
 #include "device.h"
 #include "kernel.h"
 #include "model.h"
@@ -111,6 +112,29 @@ static slim_status alloc_value(run_state *rs, int v, slim_device *dev, slim_tens
 static slim_status check_input(const slim_value *val, const slim_tensor *t, slim_err *err)
 {
     const slim_io_info *info = &val->info;
+    /* A value declared with no type at all (some subgraph inputs) takes
+     * anything; otherwise tensor, sequence and optional must match. */
+    bool untyped = info->kind == SLIM_KIND_TENSOR && info->dtype == SLIM_DTYPE_UNDEFINED &&
+                   info->ndim < 0;
+    /* A present value stands for an optional holding it (a Loop body's
+     * optional input fed by a sequence the previous iteration made). */
+    bool as_optional = info->kind == SLIM_KIND_OPTIONAL && t->kind == info->elem_kind;
+    if (!untyped && !as_optional && t->kind != info->kind)
+        return slim_errf(err, SLIM_ETYPE, "input \"%s\" is a %s, the model expects %s %s",
+                         val->name, slim_kind_name(t->kind),
+                         info->kind == SLIM_KIND_OPTIONAL ? "an" : "a",
+                         slim_kind_name(info->kind));
+    if (slim_is_container(t)) {
+        const slim_container *c = slim_container_get(t);
+        if (!c)
+            return slim_errf(err, SLIM_EINVAL, "input \"%s\" has no data", val->name);
+        if (info->dtype != SLIM_DTYPE_UNDEFINED && c->dtype != SLIM_DTYPE_UNDEFINED &&
+            c->dtype != info->dtype)
+            return slim_errf(err, SLIM_ETYPE, "input \"%s\" holds %s tensors, the model "
+                             "expects %s", val->name, slim_dtype_name(c->dtype),
+                             slim_dtype_name(info->dtype));
+        return SLIM_OK;
+    }
     if (info->dtype != SLIM_DTYPE_UNDEFINED && t->dtype != info->dtype)
         return slim_errf(err, SLIM_ETYPE, "input \"%s\" has data type %s, the model expects %s",
                          val->name, slim_dtype_name(t->dtype), slim_dtype_name(info->dtype));
@@ -198,14 +222,39 @@ static slim_status run_node(run_state *rs, const slim_node *n, slim_err *err)
         .node = n, .state = n->op_state, .n_in = n->n_in, .in = in,
         .n_out = n->n_out, .out = out, .err = err,
     };
+    /* Sequences and optionals reach only the ops written for them; a
+     * graph that feeds one to any other op is refused here, so no tensor
+     * kernel ever reads a container header as tensor data. */
+    for (int k = 0; k < n->n_in; k++) {
+        if (!slim_is_container(in[k]))
+            continue;
+        if (!slim_container_get(in[k]))
+            return slim_errf(err, SLIM_EINTERNAL, "input %d (a %s) has no data", k,
+                             slim_kind_name(in[k]->kind));
+        if (!(n->op->flags & SLIM_OP_CONTAINERS))
+            return slim_errf(err, SLIM_ETYPE, "input %d is a %s; the operator takes tensors", k,
+                             slim_kind_name(in[k]->kind));
+        if ((n->op->flags & SLIM_OP_ALIAS0) && k == 0) {
+            if (n->n_out != 1 || n->n_in != 1)
+                return slim_errf(err, SLIM_EINTERNAL, "a view of a %s takes one input",
+                                 slim_kind_name(in[k]->kind));
+            if (out[0])
+                slim_container_ref(in[0], out[0]);
+            return SLIM_OK;
+        }
+    }
     if (n->op->flags & SLIM_OP_OWN_OUTPUTS) {
         /* Control flow: exec gives each output its shape and storage. */
         slim_status st = n->op->exec(&ctx);
-        for (int k = 0; !st && k < n->n_out; k++)
-            if (out[k] && (out[k]->dtype == SLIM_DTYPE_UNDEFINED || out[k]->ndim < 0 ||
-                           out[k]->ndim > SLIM_MAX_DIMS ||
-                           (slim_tensor_numel(out[k]) > 0 && !out[k]->data)))
+        for (int k = 0; !st && k < n->n_out; k++) {
+            if (!out[k])
+                continue;
+            if (slim_is_container(out[k]) ? !slim_container_get(out[k])
+                                          : (out[k]->dtype == SLIM_DTYPE_UNDEFINED ||
+                                             out[k]->ndim < 0 || out[k]->ndim > SLIM_MAX_DIMS ||
+                                             (slim_tensor_numel(out[k]) > 0 && !out[k]->data)))
                 st = slim_errf(err, SLIM_EINTERNAL, "output %d was left undefined", k);
+        }
         return st;
     }
     slim_status st = n->op->infer(&ctx);
@@ -261,6 +310,20 @@ static slim_status take_output(run_state *rs, int v, bool last_use, slim_tensor 
 {
     slim_tensor *src = &rs->vals[v];
     *dst = *src;
+    if (slim_is_container(src)) {
+        /* Never in the arena; a borrowed one (an input passed straight
+         * through) gets a reference of its own. */
+        if (!slim_container_get(src))
+            return slim_errf(err, SLIM_EINTERNAL, "output \"%s\" has no data",
+                             rs->g->values[v].name);
+        if (last_use && src->buf) {
+            src->buf = NULL;
+            src->data = NULL;
+        } else {
+            slim_container_ref(src, dst);
+        }
+        return SLIM_OK;
+    }
     if (src->buf && src->buf != rs->arena) {
         if (last_use) {
             src->buf = NULL;
@@ -479,6 +542,9 @@ slim_status slim_model_infer_shapes(const slim_model *m, const slim_tensor *inpu
         for (int k = 0; known && k < n->n_in; k++) {
             in[k] = n->in[k] >= 0 ? &vals[n->in[k]] : NULL;
             if (in[k] && in[k]->ndim < 0)
+                known = false;
+            /* Containers are known only at run time. */
+            if (slim_is_container(in[k]))
                 known = false;
             if (in[k] && !in[k]->data && slim_tensor_numel(in[k]) > 0)
                 all_data = false;

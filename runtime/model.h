@@ -72,6 +72,14 @@ slim_status slim_onnx_load_buffer(const void *data, size_t size, const char *bas
 /* Parses a serialized onnx TensorProto (test data files) into a host tensor. */
 slim_status slim_onnx_load_tensor_file(const char *path, slim_tensor *out,
                                        char *name, size_t name_cap, slim_err *err);
+/* Parses a serialized TensorProto held in memory (loaders/onnx). */
+slim_status slim__onnx_tensor_from_bytes(const uint8_t *data, size_t size, const char *base_dir,
+                                         slim_tensor *out, slim_err *err);
+/* Test data of any value kind (loaders/onnx/onnx_value.c): a TensorProto
+ * for a tensor, a SequenceProto for a sequence, an OptionalProto for an
+ * optional (kind as in slim_io_info). *out is a new tensor or container. */
+slim_status slim_onnx_load_value_file(const char *path, slim_kind kind, slim_tensor *out,
+                                      slim_err *err);
 
 /* Infers every value's shape for the given input shapes without running
  * (shape-only and small constant subgraphs are evaluated). shapes[v] is

@@ -80,6 +80,7 @@ static void value_dtypes(placer *p)
         const slim_io_info *info = &g->values[g->inputs[i]].info;
         sig[i].dtype = info->dtype;
         sig[i].ndim = info->ndim;
+        sig[i].kind = info->kind;
         for (int d = 0; d < info->ndim && d < SLIM_MAX_DIMS; d++)
             sig[i].dims[d] = info->dims[d] >= 0 ? info->dims[d] : 1;
     }
@@ -91,6 +92,11 @@ static void value_dtypes(placer *p)
         if (shapes[v].dtype != SLIM_DTYPE_UNDEFINED)
             p->dtype[v] = shapes[v].dtype;
 done:
+    /* Sequences and optionals live on the host (runtime/container.h): an
+     * unknown type keeps the nodes that read them on the CPU. */
+    for (int v = 0; v < g->n_values; v++)
+        if (g->values[v].info.kind != SLIM_KIND_TENSOR)
+            p->dtype[v] = SLIM_DTYPE_UNDEFINED;
     free(sig);
     free(shapes);
 }

@@ -554,7 +554,8 @@ static bool same_signature(const slim_plan *p, int n, const slim_tensor *shapes)
         return false;
     for (int i = 0; i < n; i++) {
         const slim_tensor *a = &p->inputs[i], *b = &shapes[i];
-        if (a->dtype != b->dtype || a->ndim != b->ndim)
+        /* A container (an untyped input given a sequence) plans apart. */
+        if (a->dtype != b->dtype || a->ndim != b->ndim || a->kind != b->kind)
             return false;
         for (int d = 0; d < a->ndim && d < SLIM_MAX_DIMS; d++)
             if (a->dims[d] != b->dims[d])

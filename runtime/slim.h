@@ -114,6 +114,17 @@ void slim_store_i64(slim_dtype t, void *data, int64_t i, int64_t v);
 
 struct slim_buffer; /* refcounted device memory, see runtime/device.h */
 
+/* What a value holds. Most are tensors; ONNX's sequence and optional types
+ * (loops that collect results, optional model inputs) are containers: a
+ * slim_tensor with this kind, ndim 0, dtype the element tensors' (or
+ * UNDEFINED), whose data is a struct slim_container (runtime/container.h)
+ * owned by buf like any other storage. */
+typedef enum {
+    SLIM_KIND_TENSOR = 0,
+    SLIM_KIND_SEQUENCE,  /* of tensors */
+    SLIM_KIND_OPTIONAL,  /* of a tensor or a sequence; may be empty */
+} slim_kind;
+
 typedef struct slim_tensor {
     slim_dtype dtype;
     int ndim;                     /* 0 for a scalar */
@@ -121,6 +132,7 @@ typedef struct slim_tensor {
     void *data;                   /* NULL when numel is 0, or not yet known */
     struct slim_buffer *buf;      /* owner of data; NULL for borrowed data */
     struct slim_device *device;   /* where data lives; NULL: host memory */
+    slim_kind kind;               /* SLIM_KIND_TENSOR (0) unless a container */
 } slim_tensor;
 
 int64_t slim_tensor_numel(const slim_tensor *t);
@@ -202,6 +214,9 @@ typedef struct slim_io_info {
     int ndim;               /* -1 when the rank is unknown */
     int64_t dims[SLIM_MAX_DIMS];
     const char *dim_names[SLIM_MAX_DIMS]; /* symbolic names, or NULL */
+    /* SEQUENCE or OPTIONAL for a container; dtype and dims then describe
+     * its tensors. An OPTIONAL holds a SEQUENCE when elem_kind says so. */
+    slim_kind kind, elem_kind;
 } slim_io_info;
 
 int slim_model_num_inputs(const slim_model *m);

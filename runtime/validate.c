@@ -31,6 +31,26 @@ static const slim_op_schema microsoft_schemas[] = {
     {0},
 };
 
+/* The ai.onnx.ml operators slimserve runs (kernels/cpu/ml.c), as onnx
+ * 1.22.0 declares them. */
+static const slim_op_schema ml_schemas[] = {
+    {"ArrayFeatureExtractor", 1, 2, 2, 1, 1, "SS", "S", ""},
+    {"Binarizer", 1, 1, 1, 1, 1, "S", "S", "threshold=f"},
+    {"TreeEnsemble", 5, 1, 1, 1, 1, "S", "S",
+     "aggregate_function=i !leaf_targetids=I !leaf_weights=t membership_values=t n_targets=i "
+     "!nodes_falseleafs=I !nodes_falsenodeids=I !nodes_featureids=I nodes_hitrates=t "
+     "nodes_missing_value_tracks_true=I !nodes_modes=t !nodes_splits=t !nodes_trueleafs=I "
+     "!nodes_truenodeids=I post_transform=i !tree_roots=I"},
+    {0},
+};
+
+/* ai.onnx.preview (kernels/cpu/flex_attention.c). */
+static const slim_op_schema preview_schemas[] = {
+    {"FlexAttention", 1, 3, 3, 1, 1, "SSS", "S",
+     "prob_mod=g scale=f score_mod=g softmax_precision=i"},
+    {0},
+};
+
 static size_t onnx_schema_count(void)
 {
     static size_t n; /* computed once; the table is constant */
@@ -53,6 +73,14 @@ const slim_op_schema *slim_op_schema_find(const char *domain, const char *op_typ
             if (strcmp(s->op_type, op_type) == 0 && s->since <= opset)
                 return s;
         return NULL;
+    }
+    if (domain && (strcmp(domain, "ai.onnx.ml") == 0 || strcmp(domain, "ai.onnx.preview") == 0)) {
+        const slim_op_schema *best = NULL;
+        const slim_op_schema *table = domain[8] == 'm' ? ml_schemas : preview_schemas;
+        for (const slim_op_schema *s = table; s->op_type; s++)
+            if (strcmp(s->op_type, op_type) == 0 && s->since <= opset)
+                best = s;
+        return best;
     }
     if (domain && domain[0] && strcmp(domain, "ai.onnx") != 0)
         return NULL;

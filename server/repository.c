@@ -163,6 +163,27 @@ static slim_status load_converted(slim_server_repo *repo, const char *name, int6
     return slim_model_load(path, lo, out, err);
 }
 
+/* KServe v2 requests and responses carry tensors only: a model whose inputs
+ * or outputs are sequences or optionals (runtime/container.h) runs with
+ * `slim run`, but is not served. */
+static slim_status check_tensor_io(const slim_model *m, slim_err *err)
+{
+    for (int io = 0; io < 2; io++) {
+        int n = io ? slim_model_num_outputs(m) : slim_model_num_inputs(m);
+        for (int i = 0; i < n; i++) {
+            const slim_io_info *info = io ? slim_model_output(m, i) : slim_model_input(m, i);
+            if (info->kind != SLIM_KIND_TENSOR)
+                return slim_errf(err, SLIM_EUNSUPPORTED, "%s \"%s\" is %s %s: the server "
+                                 "serves models whose inputs and outputs are tensors (the "
+                                 "KServe v2 protocol carries nothing else)",
+                                 io ? "output" : "input", info->name,
+                                 info->kind == SLIM_KIND_OPTIONAL ? "an" : "a",
+                                 info->kind == SLIM_KIND_OPTIONAL ? "optional" : "sequence");
+        }
+    }
+    return SLIM_OK;
+}
+
 static slim_status load_version(slim_server_repo *repo, const char *name, const char *cfg_text,
                                 int64_t version, slim_server_model **out, slim_err *err)
 {
@@ -206,6 +227,8 @@ static slim_status load_version(slim_server_repo *repo, const char *name, const 
     if (m->cfg.prune_method)
         lo.prune = &po;
     if ((s = load_converted(repo, name, version, path, &lo, &m->cfg, &m->model, err)) != SLIM_OK)
+        goto err;
+    if ((s = check_tensor_io(m->model, err)) != SLIM_OK)
         goto err;
     if ((s = slim_server_config_resolve(&m->cfg, m->model, err)) != SLIM_OK)
         goto err;

@@ -20,6 +20,7 @@
  * per-iteration scan outputs are kept and stacked at the end. Every path
  * out, a failing iteration included, releases all of them.
  */
+#include "container.h"
 #include "kernel.h"
 #include "model.h"
 
@@ -153,6 +154,9 @@ static slim_status if_exec(slim_op_ctx *ctx)
 {
     const if_state *st = ctx->state;
     const slim_tensor *c = ctx->in[0];
+    if (slim_is_container(c))
+        return slim_errf(ctx->err, SLIM_ETYPE, "cond is a %s, expected a bool tensor",
+                         slim_kind_name(c->kind));
     if (slim_tensor_numel(c) != 1 || !c->data)
         return slim_errf(ctx->err, SLIM_ESHAPE, "cond must hold exactly one value, it has %lld",
                          (long long)slim_tensor_numel(c));
@@ -344,6 +348,9 @@ static slim_status loop_exec(slim_op_ctx *ctx)
     int64_t trip = INT64_MAX;
     bool cond = true;
     slim_status s;
+    if (slim_is_container(m_t) || slim_is_container(c_t))
+        return slim_errf(ctx->err, SLIM_ETYPE, "M and cond must be tensors, not sequences or "
+                         "optionals");
     if (m_t && (slim_tensor_numel(m_t) != 1 || m_t->dtype != SLIM_I64))
         return slim_errf(ctx->err, SLIM_ESHAPE, "M must be one int64");
     if (c_t && (slim_tensor_numel(c_t) != 1 || c_t->dtype != SLIM_BOOL))
@@ -389,7 +396,7 @@ static slim_status loop_exec(slim_op_ctx *ctx)
             goto done;
         }
         const slim_tensor *co = &outs[0];
-        if (co->dtype != SLIM_BOOL || slim_tensor_numel(co) != 1) {
+        if (co->dtype != SLIM_BOOL || slim_tensor_numel(co) != 1 || slim_is_container(co)) {
             s = slim_errf(ctx->err, SLIM_ETYPE, "body's cond output must be one bool, got %s",
                           slim_dtype_name(co->dtype));
             goto done;
@@ -404,9 +411,15 @@ static slim_status loop_exec(slim_op_ctx *ctx)
             formal[2 + i] = carried[i];
             formal[2 + i].buf = NULL;
         }
-        for (int k = 0; k < K; k++)
+        for (int k = 0; k < K; k++) {
+            if (slim_is_container(&outs[1 + N + k])) {
+                s = slim_errf(ctx->err, SLIM_EUNSUPPORTED, "scan output %d is a %s; only "
+                              "tensors are stacked", k, slim_kind_name(outs[1 + N + k].kind));
+                goto done;
+            }
             if ((s = stack_list_push(&scans[k], &outs[1 + N + k], ctx->err)))
                 goto done;
+        }
         slim_tensors_free(outs, n_outs);
         outs = NULL;
         n_outs = 0;
@@ -420,6 +433,10 @@ static slim_status loop_exec(slim_op_ctx *ctx)
         if (ran) {
             *o = carried[i];
             memset(&carried[i], 0, sizeof(carried[i]));
+            continue;
+        }
+        if (slim_is_container(&formal[2 + i])) {
+            slim_container_ref(&formal[2 + i], o);
             continue;
         }
         slim_tensor_set_like(o, &formal[2 + i]);
@@ -755,8 +772,9 @@ static slim_status scan_dispatch(slim_op_ctx *ctx)
 }
 
 const slim_op_def slim__ops_control[] = {
-    {"If", 1, if_prepare, if_release, if_infer, if_exec, SLIM_OP_OWN_OUTPUTS},
-    {"Loop", 1, loop_prepare, loop_release, loop_infer, loop_exec, SLIM_OP_OWN_OUTPUTS},
+    {"If", 1, if_prepare, if_release, if_infer, if_exec, SLIM_OP_OWN_OUTPUTS | SLIM_OP_CONTAINERS},
+    {"Loop", 1, loop_prepare, loop_release, loop_infer, loop_exec,
+     SLIM_OP_OWN_OUTPUTS | SLIM_OP_CONTAINERS},
     {"Scan", 8, scan_prepare, scan_release, loop_infer, scan_dispatch, SLIM_OP_OWN_OUTPUTS},
     {0},
 };

@@ -684,7 +684,7 @@ const slim_op_def slim__ops_shape[] = {
     {"Flatten", 1, NULL, NULL, flatten_infer, exec_view, SLIM_OP_ALIAS0},
     {"Squeeze", 1, NULL, NULL, squeeze_infer, exec_view, SLIM_OP_ALIAS0},
     {"Unsqueeze", 1, NULL, NULL, unsqueeze_infer, exec_view, SLIM_OP_ALIAS0},
-    {"Identity", 1, NULL, NULL, identity_infer, exec_view, SLIM_OP_ALIAS0},
+    {"Identity", 1, NULL, NULL, identity_infer, exec_view, SLIM_OP_ALIAS0 | SLIM_OP_CONTAINERS},
     {"Dropout", 1, NULL, NULL, dropout_infer, dropout_exec, SLIM_OP_ALIAS0},
     {"Shape", 1, NULL, NULL, shape_infer, shape_exec, SLIM_OP_SHAPE_ONLY},
     {"Size", 1, NULL, NULL, size_infer, size_exec, SLIM_OP_SHAPE_ONLY},

@@ -220,9 +220,30 @@ static slim_status read_value_info(const Onnx__ValueInfoProto *vi, slim_io_info 
     const Onnx__TypeProto *tp = vi->type;
     if (!tp)
         return SLIM_OK;
-    if (tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE)
-        return slim_errf(err, SLIM_EUNSUPPORTED, "value \"%s\" is not a tensor (sequence, map "
-                         "and optional types are not supported)", vi->name);
+    /* optional(T) and sequence(tensor) unwrap to the tensor type; the
+     * kinds say what wraps it (runtime/container.h). */
+    info->kind = info->elem_kind = SLIM_KIND_TENSOR;
+    if (tp->value_case == ONNX__TYPE_PROTO__VALUE_OPTIONAL_TYPE) {
+        info->kind = SLIM_KIND_OPTIONAL;
+        tp = tp->optional_type ? tp->optional_type->elem_type : NULL;
+        if (!tp)
+            return SLIM_OK;
+        if (tp->value_case == ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE)
+            info->elem_kind = SLIM_KIND_SEQUENCE;
+    }
+    if (tp->value_case == ONNX__TYPE_PROTO__VALUE_SEQUENCE_TYPE) {
+        if (info->kind == SLIM_KIND_TENSOR)
+            info->kind = SLIM_KIND_SEQUENCE;
+        tp = tp->sequence_type ? tp->sequence_type->elem_type : NULL;
+        if (!tp)
+            return SLIM_OK;
+    }
+    if (tp->value_case == ONNX__TYPE_PROTO__VALUE__NOT_SET)
+        return SLIM_OK;
+    if (tp->value_case != ONNX__TYPE_PROTO__VALUE_TENSOR_TYPE || !tp->tensor_type)
+        return slim_errf(err, SLIM_EUNSUPPORTED, "value \"%s\" is not a tensor, a sequence of "
+                         "tensors or an optional of either (maps, sparse tensors and nested "
+                         "sequences are not supported)", vi->name);
     const Onnx__TypeProto__Tensor *tt = tp->tensor_type;
     if (tt->has_elem_type) {
         info->dtype = slim_dtype_from_onnx(tt->elem_type);
@@ -597,5 +618,16 @@ slim_status slim_onnx_load_tensor_file(const char *path, slim_tensor *out, char 
     onnx__tensor_proto__free_unpacked(tp, NULL);
     if (st)
         slim_err_prefix(err, "%s: ", path);
+    return st;
+}
+
+slim_status slim__onnx_tensor_from_bytes(const uint8_t *data, size_t size, const char *base_dir,
+                                         slim_tensor *out, slim_err *err)
+{
+    Onnx__TensorProto *tp = onnx__tensor_proto__unpack(NULL, size, data);
+    if (!tp)
+        return slim_errf(err, SLIM_EPARSE, "not a valid serialized ONNX tensor");
+    slim_status st = tensor_from_proto(tp, base_dir, out, err);
+    onnx__tensor_proto__free_unpacked(tp, NULL);
     return st;
 }

@@ -14,7 +14,13 @@
 
 #include "graph.h"
 
-#define SLIM_FORMAT_VERSION 2 /* 1: no subgraphs; 2 adds GRAPH attributes */
+/* 1: no subgraphs; 2 adds GRAPH attributes; 3 adds value types (sequence,
+ * optional) in the value table. Writers write the lowest version a model
+ * needs. */
+#define SLIM_FORMAT_VERSION 3
+/* A value's type byte (version 3): slim_kind in bits 0-1, and bit 2 set for
+ * an optional that holds a sequence. */
+#define SLIM_FORMAT_TYPE_SEQ_IN_OPTIONAL 4
 #define SLIM_FORMAT_MAGIC "\x89SLIM\r\n\x1a"
 #define SLIM_FORMAT_MAGIC_LEN 8
 #define SLIM_FORMAT_HEADER_SIZE 64

@@ -289,9 +289,17 @@ static void read_values(reader *r)
         int kind = rd_u8(c, "a value's kind");
         int dcode = rd_u8(c, "a value's dtype");
         int8_t ndim = (int8_t)rd_u8(c, "a value's rank");
-        rd_u8(c, "a reserved byte");
+        int type = rd_u8(c, "a value's type");
         if (c->st)
             return;
+        if (r->version < 3) /* a reserved byte before */
+            type = 0;
+        int vkind = type & 3;
+        bool seq_in_opt = type & SLIM_FORMAT_TYPE_SEQ_IN_OPTIONAL;
+        if (type & ~7 || vkind > SLIM_KIND_OPTIONAL || (seq_in_opt && vkind != SLIM_KIND_OPTIONAL)) {
+            fail(c, "value %u (\"%s\"): unknown value type %d", i, name, type);
+            return;
+        }
         if (!name[0] || slim_graph_find_value(r->g, name) >= 0) {
             fail(c, "value %u: name \"%s\" is empty or used twice", i, name);
             return;
@@ -309,6 +317,8 @@ static void read_values(reader *r)
         val->kind = (slim_value_kind)kind;
         val->info.dtype = slim_dtype_from_onnx(dcode);
         val->info.ndim = ndim;
+        val->info.kind = (slim_kind)vkind;
+        val->info.elem_kind = seq_in_opt ? SLIM_KIND_SEQUENCE : SLIM_KIND_TENSOR;
         for (int d = 0; d < ndim && !c->st; d++) {
             val->info.dims[d] = rd_i64(c, "a value's dims");
             const char *dn = rd_str(r, "a dim's name", true);

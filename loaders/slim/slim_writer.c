@@ -183,6 +183,31 @@ static slim_status collect(const slim_graph *g, wtensors *wt, bool *nested, slim
     return wt->oom ? slim_errf(err, SLIM_ENOMEM, "out of memory writing the model") : SLIM_OK;
 }
 
+/* The type byte of a value (format version 3; 0, a tensor, before). */
+static uint8_t value_type_byte(const slim_io_info *info)
+{
+    return (uint8_t)(info->kind | (info->kind == SLIM_KIND_OPTIONAL &&
+                                           info->elem_kind == SLIM_KIND_SEQUENCE
+                                       ? SLIM_FORMAT_TYPE_SEQ_IN_OPTIONAL
+                                       : 0));
+}
+
+/* Whether g or a subgraph of it has a sequence or optional value: the
+ * file is then version 3, which older readers refuse instead of taking
+ * those values for tensors. */
+static bool has_containers(const slim_graph *g)
+{
+    for (int v = 0; v < g->n_values; v++)
+        if (g->values[v].info.kind != SLIM_KIND_TENSOR)
+            return true;
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int a = 0; a < g->nodes[i].n_attrs; a++)
+            if (g->nodes[i].attrs[a].type == SLIM_ATTR_GRAPH && g->nodes[i].attrs[a].g &&
+                has_containers(g->nodes[i].attrs[a].g))
+                return true;
+    return false;
+}
+
 /* Values, inputs, outputs and nodes of g. In a subgraph, its last
  * n_captured inputs are outer-scope values that the reader captures again
  * (slim_graph_capture_outer): they are written as plain computed values
@@ -202,7 +227,7 @@ static void write_graph(const slim_graph *g, int n_captured, strtab *st, uint32_
         put_u8(b, (uint8_t)(val->info.dtype ? slim_dtype_to_onnx(val->info.dtype) : 0));
         int ndim = val->info.ndim < 0 || val->info.ndim > SLIM_MAX_DIMS ? -1 : val->info.ndim;
         put_u8(b, (uint8_t)(int8_t)ndim);
-        put_u8(b, 0);
+        put_u8(b, value_type_byte(&val->info));
         for (int d = 0; d < ndim; d++) {
             put_i64(b, val->info.dims[d]);
             put_u32(b, intern(st, val->info.dim_names[d]));
@@ -371,7 +396,7 @@ slim_status slim_format_write_progress(const slim_graph *g, const char *path,
     uint64_t data_size = wt.end;
     uint8_t hdr[SLIM_FORMAT_HEADER_SIZE] = {0};
     /* Version 1 readers keep reading files without subgraphs. */
-    uint32_t version = nested ? SLIM_FORMAT_VERSION : 1, hsize = SLIM_FORMAT_HEADER_SIZE;
+    uint32_t version = has_containers(g) ? 3 : nested ? 2 : 1, hsize = SLIM_FORMAT_HEADER_SIZE;
     uint64_t meta_size = meta.n, file_size = data_off + data_size;
     uint32_t meta_crc = slim_format_crc32(0, meta.p, meta.n);
     memcpy(hdr, SLIM_FORMAT_MAGIC, SLIM_FORMAT_MAGIC_LEN);

@@ -10,8 +10,10 @@
     output
   * a Scan with two states, a reversed scan input and a scan output on
     axis 1
+  * a list built in a Loop (SequenceEmpty, SequenceInsert carried by the
+    Loop, ConcatFromSequence, SplitToSequence, SequenceAt)
   * each model runs from its .onnx file and from the .slim file `slim
-    convert` writes (format version 2 stores subgraphs), and agrees with
+    convert` writes (format version 2 stores subgraphs, 3 sequence types), and agrees with
     onnxruntime within 1e-5; the .slim run is bitwise the .onnx run
 
 Ends with "N passed, N failed"; exits non-zero on any failure.
@@ -106,6 +108,34 @@ def scan_model():
     return helper.make_model(g, opset_imports=OPSET)
 
 
+def seq_loop_model():
+    """What exporters write for a list built in a loop: SequenceEmpty, a
+    Loop whose body appends i * x with SequenceInsert, then
+    ConcatFromSequence (stacking) and SequenceLength; a SplitToSequence
+    and SequenceAt pick a row back out."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("Cast", ["i"], ["fi"], to=TensorProto.FLOAT),
+         helper.make_node("Mul", ["x", "fi"], ["xi"]),
+         helper.make_node("SequenceInsert", ["seq_in", "xi"], ["seq_out"])], "body",
+        [vi("i", TensorProto.INT64, []), vi("cond_in", TensorProto.BOOL, []),
+         helper.make_tensor_sequence_value_info("seq_in", TensorProto.FLOAT, None)],
+        [vi("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_sequence_value_info("seq_out", TensorProto.FLOAT, None)])
+    g = helper.make_graph(
+        [helper.make_node("SequenceEmpty", [], ["s0"], dtype=TensorProto.FLOAT),
+         helper.make_node("Loop", ["M", "", "s0"], ["sf"], body=body),
+         helper.make_node("ConcatFromSequence", ["sf"], ["y"], axis=0, new_axis=1),
+         helper.make_node("SequenceLength", ["sf"], ["n"]),
+         helper.make_node("SplitToSequence", ["y"], ["rows"], axis=0, keepdims=0),
+         helper.make_node("SequenceAt", ["rows", "last"], ["r"])], "g",
+        [vi("M", TensorProto.INT64, []), vi("x", TensorProto.FLOAT, [3])],
+        [vi("y", TensorProto.FLOAT, None), vi("n", TensorProto.INT64, []),
+         vi("r", TensorProto.FLOAT, None)],
+        [helper.make_tensor("last", TensorProto.INT64, [], [-1])])
+    return helper.make_model(g, opset_imports=OPSET)
+
+
 def run_slim(slim, model, feeds, outdir):
     os.makedirs(outdir, exist_ok=True)
     cmd = [slim, "run", model, "--output-dir", outdir]
@@ -187,6 +217,8 @@ def main():
         {"M": np.array(m, np.int64), "a0": f2, "b0": -f2} for m in (0, 2, 10)])
     xs = np.arange(8, dtype=np.float32).reshape(4, 2) - 3
     t_model(args, "scan", scan_model(), [{"i1": f2, "i2": f2 + 1, "xs": xs}])
+    t_model(args, "seq_loop", seq_loop_model(), [
+        {"M": np.array(m, np.int64), "x": np.array([1, -2, 0.5], np.float32)} for m in (1, 4)])
     t_endless_loop(args)
     print(f"{results['passed']} passed, {results['failed']} failed")
     return 1 if results["failed"] else 0

@@ -38,7 +38,13 @@ def write(path, data):
         f.write(data)
 
 
-CONTROL_FLOW_TESTS = ["test_if", "test_loop11", "test_scan9_sum", "test_affine_grid_2d_expanded"]
+CONTROL_FLOW_TESTS = ["test_if", "test_loop11", "test_scan9_sum", "test_affine_grid_2d_expanded",
+                      # sequences and optionals, subgraph-carrying and ml ops
+                      "test_loop13_seq", "test_loop16_seq_none", "test_if_opt",
+                      "test_sequence_map_add_2_sequences", "test_sequence_insert_at_front",
+                      "test_split_to_sequence_1", "test_optional_get_element_optional_sequence",
+                      "test_sequence_map_extract_shapes_expanded", "test_flexattention_score_mod",
+                      "test_ai_onnx_ml_tree_ensemble_set_membership", "test_bernoulli_seed"]
 
 
 def onnx_seeds(out, limit, examples_dir):

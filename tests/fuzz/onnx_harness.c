@@ -7,9 +7,11 @@
  * runs once, on inputs of its declared shapes (unknown dims become 2, an
  * unknown rank becomes [2]), filled with small values (integers in [0, 3],
  * so index-like inputs are mostly in range and kernels go past their
- * checks). The CPU allocator is capped so a graph asking for terabytes gets
+ * checks); a declared sequence gets two such tensors, an optional one or
+ * none. The CPU allocator is capped so a graph asking for terabytes gets
  * an out-of-memory error, as it would in the server.
  */
+#include "container.h"
 #include "fuzz.h"
 #include "device.h"
 #include "model.h"
@@ -36,6 +38,49 @@ static void fill(slim_tensor *t, uint32_t seed)
     }
 }
 
+/* A tensor of io's declared type and shape (unknowns as above), filled. */
+static slim_status make_tensor(const slim_io_info *io, uint32_t seed, slim_tensor *t)
+{
+    slim_err err;
+    memset(t, 0, sizeof(*t));
+    t->dtype = io->dtype == SLIM_DTYPE_UNDEFINED ? SLIM_F32 : io->dtype;
+    t->ndim = io->ndim < 0 ? 1 : io->ndim;
+    for (int d = 0; d < t->ndim; d++)
+        t->dims[d] = io->ndim < 0 || io->dims[d] < 0 ? 2 : io->dims[d];
+    if (slim_tensor_numel(t) > FUZZ_MAX_INPUT_ELEMS)
+        return SLIM_EINVAL;
+    slim_status st = slim_tensor_alloc(t, &err);
+    if (!st)
+        fill(t, seed);
+    return st;
+}
+
+/* A sequence of two such tensors, or an optional holding one (or a
+ * sequence), empty for odd seeds: the containers a model declares. */
+static slim_status make_value(const slim_io_info *io, uint32_t seed, slim_tensor *out)
+{
+    if (io->kind == SLIM_KIND_TENSOR)
+        return make_tensor(io, seed, out);
+    slim_err err;
+    bool seq = io->kind == SLIM_KIND_SEQUENCE;
+    slim_status st = slim_container_new(io->kind, io->dtype, seq ? 2 : 1, out, &err);
+    for (int k = 0; !st && k < (seq ? 2 : (int)(seed & 1)); k++) {
+        slim_tensor e;
+        if (!seq && io->elem_kind == SLIM_KIND_SEQUENCE) {
+            slim_io_info inner = *io;
+            inner.kind = SLIM_KIND_SEQUENCE;
+            st = make_value(&inner, seed + 7, &e);
+        } else {
+            st = make_tensor(io, seed + (uint32_t)k, &e);
+        }
+        if (!st)
+            st = slim_container_take(out, &e, &err);
+    }
+    if (st)
+        slim_tensor_release(out);
+    return st;
+}
+
 static void run_once(const slim_model *m, uint32_t seed)
 {
     int n = slim_model_num_inputs(m);
@@ -48,15 +93,9 @@ static void run_once(const slim_model *m, uint32_t seed)
     slim_err err;
     for (int i = 0; i < n; i++, made++) {
         const slim_io_info *io = slim_model_input(m, i);
-        slim_tensor *t = &in[i];
         names[i] = io->name;
-        t->dtype = io->dtype == SLIM_DTYPE_UNDEFINED ? SLIM_F32 : io->dtype;
-        t->ndim = io->ndim < 0 ? 1 : io->ndim;
-        for (int d = 0; d < t->ndim; d++)
-            t->dims[d] = io->ndim < 0 || io->dims[d] < 0 ? 2 : io->dims[d];
-        if (slim_tensor_numel(t) > FUZZ_MAX_INPUT_ELEMS || slim_tensor_alloc(t, &err))
+        if (make_value(io, seed + (uint32_t)i, &in[i]))
             goto done;
-        fill(t, seed + (uint32_t)i);
     }
     slim_tensor *out = NULL;
     int n_out = 0;

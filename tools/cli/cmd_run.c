@@ -23,6 +23,7 @@
 #include "profile.h"
 #include "device.h"
 #include "model.h"
+#include "container.h"
 #include "npy.h"
 #include "slim.h"
 
@@ -209,6 +210,12 @@ static int add_input(const slim_model *m, const char *arg, run_input *ins, int *
         fprintf(stderr, "slim run: too many inputs (at most %d)\n", MAX_RUN_INPUTS);
         return 1;
     }
+    if (info->kind != SLIM_KIND_TENSOR) {
+        fprintf(stderr, "slim run: input \"%s\" is %s: a .npy file holds one tensor, so "
+                "slim run cannot give it\n", info->name,
+                info->kind == SLIM_KIND_SEQUENCE ? "a sequence" : "an optional");
+        return 1;
+    }
     run_input *in = &ins[*n];
     in->name = info->name;
     in->file = file;
@@ -252,6 +259,35 @@ static int check_missing(const slim_model *m, const run_input *ins, int n)
 }
 
 /* ---- outputs -------------------------------------------------------------- */
+
+static void print_output(int idx, const char *name, const slim_tensor *t);
+static int write_output(const char *dir, const char *name, const slim_tensor *t);
+
+/* A sequence output prints and writes each tensor as NAME_K (NAME_K.npy);
+ * an optional its value, if any, as NAME, or an optional holding a
+ * sequence as that sequence's. */
+static int emit_container(int idx, const char *name, const slim_tensor *t, const char *out_dir)
+{
+    int n = slim_container_len(t);
+    printf("output %d \"%s\": %s of %d value(s)\n", idx, name, slim_kind_name(t->kind), n);
+    for (int k = 0; k < n; k++) {
+        const slim_tensor *e = slim_container_at(t, k);
+        char sub[512];
+        if (t->kind == SLIM_KIND_SEQUENCE)
+            snprintf(sub, sizeof(sub), "%s_%d", name, k);
+        else
+            snprintf(sub, sizeof(sub), "%s", name);
+        if (slim_is_container(e)) {
+            if (emit_container(idx, sub, e, out_dir))
+                return 1;
+            continue;
+        }
+        print_output(idx, sub, e);
+        if (out_dir && write_output(out_dir, sub, e))
+            return 1;
+    }
+    return 0;
+}
 
 static void print_output(int idx, const char *name, const slim_tensor *t)
 {
@@ -651,6 +687,11 @@ int slim_cmd_run(int argc, char **argv)
 
     for (int i = 0; i < n_outs; i++) {
         const char *name = slim_model_output(m, i)->name;
+        if (slim_is_container(&outs[i])) {
+            if (emit_container(i, name, &outs[i], out_dir))
+                goto done;
+            continue;
+        }
         print_output(i, name, &outs[i]);
         if (out_dir && write_output(out_dir, name, &outs[i]))
             goto done;

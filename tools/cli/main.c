@@ -17,10 +17,23 @@ int slim_cli_split_list(char *s, const char **out, int cap)
     return n;
 }
 
+/* " in a sequence" after the shape of a container's tensors. */
+static void kind_suffix(const slim_io_info *info, char *buf, size_t cap)
+{
+    size_t used = strlen(buf);
+    if (info->kind == SLIM_KIND_TENSOR || used >= cap)
+        return;
+    snprintf(buf + used, cap - used, " in %s",
+             info->kind == SLIM_KIND_SEQUENCE        ? "a sequence"
+             : info->elem_kind == SLIM_KIND_SEQUENCE ? "an optional sequence"
+                                                     : "an optional");
+}
+
 char *slim_cli_declared_shape(const slim_io_info *info, char *buf, size_t cap)
 {
     if (info->ndim < 0) {
         snprintf(buf, cap, "[any rank]");
+        kind_suffix(info, buf, cap);
         return buf;
     }
     size_t used = (size_t)snprintf(buf, cap, "[");
@@ -35,6 +48,7 @@ char *slim_cli_declared_shape(const slim_io_info *info, char *buf, size_t cap)
     }
     if (used < cap)
         snprintf(buf + used, cap - used, "]");
+    kind_suffix(info, buf, cap);
     return buf;
 }
 
