@@ -8,6 +8,7 @@
  * weights being written.
  */
 #include "cli.h"
+#include "half.h"
 #include "model.h"
 #include "slim_format.h"
 
@@ -45,7 +46,16 @@ int slim_cmd_convert(int argc, char **argv)
 {
     const char *in = NULL, *out = NULL, *precision = NULL, *exclude_arg = NULL;
     double max_error = 0;
+    slim_cli_half half = {0};
+    slim_load_opts opts = {.no_passes = true};
     for (int i = 1; i < argc; i++) {
+        int hr = slim_cli_half_arg(&half, "slim convert", argc, argv, &i, &opts);
+        if (hr < 0) {
+            slim_cli_half_free(&half);
+            return 2;
+        }
+        if (hr)
+            continue;
         if ((strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0) && i + 1 < argc)
             out = argv[++i];
         else if (strcmp(argv[i], "--precision") == 0 && i + 1 < argc)
@@ -70,14 +80,18 @@ int slim_cmd_convert(int argc, char **argv)
     }
     if (!in || !out) {
         fprintf(stderr, "usage: slim convert MODEL -o OUT.slim [--precision fp32|fp16|bf16|int8]"
-                " [--int8-exclude LIST] [--int8-max-error X]\n");
+                " [--int8-exclude LIST] [--int8-max-error X] [--activations A]"
+                " [--half-exclude LIST] [--int8-fallback T]\n");
+        slim_cli_half_free(&half);
         return 2;
     }
     slim_err err = {0};
     slim_model *m = NULL;
     double t0 = now_s();
-    slim_load_opts opts = {.precision = precision, .int8_max_error = max_error,
-                           .no_passes = true};
+    opts.precision = precision;
+    opts.int8_max_error = max_error;
+    slim_half_report half_rep = {0};
+    opts.half_report = &half_rep;
     const char *exclude[256];
     char *exclude_buf = exclude_arg ? strdup(exclude_arg) : NULL;
     if (exclude_buf) {
@@ -87,10 +101,14 @@ int slim_cmd_convert(int argc, char **argv)
     }
     slim_status load_st = slim_model_load(in, &opts, &m, &err);
     free(exclude_buf);
+    slim_cli_half_free(&half);
     if (load_st != SLIM_OK) {
         fprintf(stderr, "slim convert: %s\n", err.msg);
+        slim_half_report_free(&half_rep);
         return 1;
     }
+    slim_cli_print_half_totals(&half_rep);
+    slim_half_report_free(&half_rep);
     char wb[32];
     printf("loaded    %s: %d nodes, %s of weights (%.2f s)\n", in, m->graph->n_nodes,
            slim_format_bytes(m->weight_bytes, wb, sizeof(wb)), now_s() - t0);
