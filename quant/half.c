@@ -275,6 +275,48 @@ static slim_status convert_gather(pass *p, int id, slim_half_layer *layer, slim_
                         err);
 }
 
+/* Conv: the weight half in Conv's own layout, the rest of the node as it
+ * was (ConvHalf widens the weight per run, kernels/cpu/hconv.c). */
+static slim_status convert_conv(pass *p, int id, slim_half_layer *layer, slim_err *err)
+{
+    slim_graph *g = p->g;
+    slim_dtype half = p->opts->half;
+    const slim_tensor *t = &g->values[g->nodes[id].in[1]].init;
+    slim_tensor h = {.dtype = half, .ndim = t->ndim};
+    memcpy(h.dims, t->dims, sizeof(h.dims));
+    slim_status st = slim_tensor_alloc(&h, err);
+    if (st)
+        return st;
+    const float *src = t->data;
+    uint16_t *dst = h.data;
+    int64_t n = slim_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = half == SLIM_F16 ? slim_f32_to_f16(src[i]) : slim_f32_to_bf16(src[i]);
+    layer->bytes_after = slim_tensor_nbytes(&h);
+    char base[300];
+    snprintf(base, sizeof(base), "%s", g->nodes[id].name);
+    int wv = slim_graph_add_initializer(g, base, half == SLIM_F16 ? ".fp16_weight"
+                                                                  : ".bf16_weight", &h, err);
+    if (wv < 0) {
+        slim_tensor_release(&h);
+        return SLIM_ENOMEM;
+    }
+    slim_node *nd = &g->nodes[id];
+    char *ot = strdup("ConvHalf"), *dom = strdup("com.slimserve");
+    if (!ot || !dom) {
+        free(ot);
+        free(dom);
+        return slim_errf(err, SLIM_ENOMEM, "out of memory converting to half precision");
+    }
+    free(nd->op_type);
+    free(nd->domain);
+    nd->op_type = ot;
+    nd->domain = dom;
+    nd->opset = 1;
+    nd->in[1] = wv;
+    return SLIM_OK;
+}
+
 static void count_readers(pass *p)
 {
     slim_graph *g = p->g;
@@ -337,12 +379,12 @@ static slim_status run_pass(pass *p, int first_new_value, slim_err *err)
             continue;
         slim_node *n = &g->nodes[i];
         bool mm = strcmp(n->op_type, "MatMul") == 0, gemm = strcmp(n->op_type, "Gemm") == 0;
-        bool gather = strcmp(n->op_type, "Gather") == 0;
-        if (n->domain[0] || !(mm || gemm || gather) || n->n_in < 2 || n->n_out < 1)
+        bool gather = strcmp(n->op_type, "Gather") == 0, conv = strcmp(n->op_type, "Conv") == 0;
+        if (n->domain[0] || !(mm || gemm || gather || conv) || n->n_in < 2 || n->n_out < 1)
             continue;
         int wv = gather ? n->in[0] : n->in[1];
         const slim_value *w = const_f32(g, wv);
-        if (!w || w->init.ndim != 2)
+        if (!w || (conv ? w->init.ndim < 3 : w->init.ndim != 2))
             continue;
         slim_half_layer *layer = NULL;
         slim_status st = add_layer(p, n, wv, &layer, err);
@@ -355,6 +397,9 @@ static slim_status run_pass(pass *p, int first_new_value, slim_err *err)
             int64_t axis = slim_attr_int(n, "axis", 0);
             if (axis != 0 && axis != -2)
                 layer->why = "gathers along axis 1";
+        } else if (conv) {
+            /* A float32 bias that is not constant would be a graph value
+             * ConvHalf reads as float32 anyway: nothing to check. */
         } else {
             layer->why = linear_of(p, n, &l);
         }
@@ -362,7 +407,9 @@ static slim_status run_pass(pass *p, int first_new_value, slim_err *err)
             layer->bytes_after = layer->bytes_before;
             continue;
         }
-        st = gather ? convert_gather(p, i, layer, err) : convert_linear(p, i, layer, &l, err);
+        st = gather ? convert_gather(p, i, layer, err)
+             : conv ? convert_conv(p, i, layer, err)
+                    : convert_linear(p, i, layer, &l, err);
         if (st)
             return slim_err_prefix(err, SLIM_NODE_FMT ": ", SLIM_NODE_ARGS(&g->nodes[i]));
         layer->converted = true;

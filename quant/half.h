@@ -17,7 +17,9 @@
  * (Gemm's alpha folded in before rounding). A bias Add right after (a
  * constant of N elements) and then a Relu are fused into it when nothing
  * else reads the values in between. Gather on axis 0 of a constant 2-D
- * float32 table becomes GatherHalf: half rows widened as gathered. Each
+ * float32 table becomes GatherHalf: half rows widened as gathered. Conv
+ * with a constant float32 weight becomes ConvHalf: the weight half in
+ * Conv's layout, widened per run into a transient buffer. Each
  * float32 weight is released as soon as its layer is converted, so the
  * load's peak is the float model plus one layer.
  *

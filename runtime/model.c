@@ -76,10 +76,10 @@ slim_status slim_model_load(const char *path, const slim_load_opts *opts,
      * graph in half (its kernels take half operands); elsewhere it means
      * half weights with float32 activations, plus the whole-graph pass when
      * activations are half too. */
-    bool whole_half = half != SLIM_DTYPE_UNDEFINED &&
-                      (act != SLIM_F32 || (!slim_device_is_host(dev) && !opts->activations));
-    slim_dtype weights_half = half != SLIM_DTYPE_UNDEFINED && (slim_device_is_host(dev) ||
-                                                               opts->activations)
+    bool gpu_half = half != SLIM_DTYPE_UNDEFINED && !opts->activations &&
+                    (!slim_device_is_host(dev) || opts->half_whole_graph);
+    bool whole_half = half != SLIM_DTYPE_UNDEFINED && (act != SLIM_F32 || gpu_half);
+    slim_dtype weights_half = half != SLIM_DTYPE_UNDEFINED && !gpu_half
                                   ? half
                                   : int8 && fallback != SLIM_F32 ? fallback
                                                                   : SLIM_DTYPE_UNDEFINED;

@@ -179,6 +179,10 @@ typedef struct slim_load_opts {
     /* With precision "int8": "fp16" / "bf16" makes the layers the int8 pass
      * leaves float32 (excluded, over max_error) half instead. */
     const char *int8_fallback;
+    /* fp16 / bf16 as the whole graph in half, as a CUDA placement means it
+     * with activations unset: for who converts a CUDA model without placing
+     * it (the server's conversion cache). */
+    bool half_whole_graph;
     /* Skip the graph optimization passes (passes/pass.h): the graph as
      * written, e.g. to save it to a .slim file, whose loads run them. */
     bool no_passes;
