@@ -60,4 +60,10 @@ slim_status slim_quant_half_weights(slim_graph *g, const slim_half_opts *opts,
                                     slim_half_report *rep, slim_err *err);
 void slim_half_report_free(slim_half_report *rep);
 
+/* Half activations (half_guard.c): the whole-graph pass (fp16.h), except
+ * that LayerNormalization, Softmax, reductions, the spelled-out LayerNorm
+ * and the half-weight operators read and write float32, with HalfCast
+ * nodes where the two parts meet. Run after slim_quant_half_weights. */
+slim_status slim_quant_half_activations(slim_graph *g, slim_dtype half, slim_err *err);
+
 #endif

@@ -140,7 +140,8 @@ slim_status slim_model_load(const char *path, const slim_load_opts *opts,
         }
     }
     if (!st && whole_half) {
-        st = slim_quant_half(g, half, NULL, err);
+        st = gpu_half ? slim_quant_half(g, half, NULL, err)
+                      : slim_quant_half_activations(g, half, err);
         if (st) {
             slim_graph_free(g);
             g = NULL;

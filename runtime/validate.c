@@ -17,6 +17,7 @@ static const slim_op_schema internal_schemas[] = {
     {"GatherInt8", 1, 3, 3, 1, 1, "SSS", "S", ""},
     {"MatMulHalf", 1, 2, 3, 1, 1, "SSO", "S", "!K=i !N=i activation=s"},
     {"GatherHalf", 1, 2, 2, 1, 1, "SS", "S", ""},
+    {"HalfCast", 1, 1, 1, 1, 1, "S", "S", "!to=i"},
     {"ConvHalf", 1, 2, 3, 1, 1, "SSO", "S",
      "auto_pad=s dilations=I group=i kernel_shape=I pads=I strides=I"},
     {"FusedConv", 1, 3, 4, 1, 1, "SSSO", "S",

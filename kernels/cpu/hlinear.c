@@ -174,7 +174,68 @@ static slim_status gather_half_exec(slim_op_ctx *ctx)
     return SLIM_OK;
 }
 
+/* ---- HalfCast -------------------------------------------------------------- */
+
+/* HalfCast(X) -> Y, attr to (ONNX code of float32, float16 or bfloat16):
+ * a float X converted to `to`; any other X passed through as it is. The
+ * activations pass (quant/half_guard.c) puts it where float32 and half
+ * parts of a graph meet, before types are known: a reduction may just as
+ * well be summing int64 shape values. */
+static slim_status half_cast_prepare(slim_node *node, void **state, slim_err *err)
+{
+    int64_t to = slim_attr_int(node, "to", 0);
+    slim_dtype dt = to == 1 ? SLIM_F32 : to == 10 ? SLIM_F16 : to == 16 ? SLIM_BF16
+                                                                        : SLIM_DTYPE_UNDEFINED;
+    if (dt == SLIM_DTYPE_UNDEFINED)
+        return slim_errf(err, SLIM_EINVAL, "attribute to = %lld, must be 1 (float), 10 "
+                         "(float16) or 16 (bfloat16)", (long long)to);
+    slim_dtype *st = malloc(sizeof(*st));
+    if (!st)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    *st = dt;
+    *state = st;
+    return SLIM_OK;
+}
+
+static bool is_f32_or_half(slim_dtype t)
+{
+    return t == SLIM_F32 || t == SLIM_F16 || t == SLIM_BF16;
+}
+
+static slim_status half_cast_infer(slim_op_ctx *ctx)
+{
+    const slim_tensor *x = ctx->in[0];
+    slim_dtype to = *(const slim_dtype *)ctx->state;
+    slim_tensor_set_shape(ctx->out[0], is_f32_or_half(x->dtype) ? to : x->dtype, x->ndim,
+                          x->dims);
+    return SLIM_OK;
+}
+
+static slim_status half_cast_exec(slim_op_ctx *ctx)
+{
+    const slim_tensor *x = ctx->in[0];
+    slim_tensor *y = ctx->out[0];
+    int64_t n = slim_tensor_numel(x);
+    if (x->dtype == y->dtype) {
+        if (slim_tensor_nbytes(x))
+            memcpy(y->data, x->data, slim_tensor_nbytes(x));
+        return SLIM_OK;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        float f = x->dtype == SLIM_F32 ? ((const float *)x->data)[i]
+                  : x->dtype == SLIM_F16 ? slim_f16_to_f32(((const uint16_t *)x->data)[i])
+                                         : slim_bf16_to_f32(((const uint16_t *)x->data)[i]);
+        if (y->dtype == SLIM_F32)
+            ((float *)y->data)[i] = f;
+        else
+            ((uint16_t *)y->data)[i] = y->dtype == SLIM_F16 ? slim_f32_to_f16(f)
+                                                            : slim_f32_to_bf16(f);
+    }
+    return SLIM_OK;
+}
+
 const slim_op_def slim__ops_half[] = {
+    {"HalfCast", 1, half_cast_prepare, free, half_cast_infer, half_cast_exec, 0},
     {"MatMulHalf", 1, matmul_half_prepare, free, matmul_half_infer, matmul_half_exec, 0},
     {"GatherHalf", 1, NULL, NULL, gather_half_infer, gather_half_exec, 0},
     {0},
