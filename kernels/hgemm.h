@@ -86,6 +86,10 @@ size_t slim_hgemm_scratch_bytes(int64_t m, int64_t k);
  * bytes, 64-byte aligned. */
 void slim_hgemm(const slim_hgemm_args *a, void *scratch);
 
+/* dst[i] = src[i] widened from wtype (exact), on the fastest path the CPU
+ * has: what half weights cost per run where a kernel needs float32. */
+void slim_half_widen(const uint16_t *src, slim_dtype wtype, float *dst, int64_t n);
+
 /* The path slim_hgemm takes for a weight type: the best available, or the
  * one forced with slim_hgemm_set_isa (tests). */
 slim_hgemm_isa slim_hgemm_get_isa(slim_dtype wtype);

@@ -454,6 +454,115 @@ slim_status slim_quant_half_weights(slim_graph *g, const slim_half_opts *opts,
     return st;
 }
 
+/* ---- convolutions around the optimization passes ---------------------- */
+
+/* How many node inputs read each value (NULL when out of memory). */
+static int *count_all_readers(const slim_graph *g)
+{
+    int *c = calloc((size_t)g->n_values + 1, sizeof(int));
+    for (int i = 0; c && i < g->n_nodes; i++)
+        for (int k = 0; k < g->nodes[i].n_in; k++)
+            if (g->nodes[i].in[k] >= 0)
+                c[g->nodes[i].in[k]]++;
+    return c;
+}
+
+/* t converted in place to dt (float32 <-> half; widening is exact). */
+static slim_status retype(slim_tensor *t, slim_dtype dt, slim_err *err)
+{
+    slim_tensor r = {.dtype = dt, .ndim = t->ndim};
+    memcpy(r.dims, t->dims, sizeof(r.dims));
+    slim_status st = slim_tensor_alloc(&r, err);
+    if (st)
+        return st;
+    int64_t n = slim_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++) {
+        float f = t->dtype == SLIM_F32 ? ((const float *)t->data)[i]
+                  : t->dtype == SLIM_F16 ? slim_f16_to_f32(((const uint16_t *)t->data)[i])
+                                         : slim_bf16_to_f32(((const uint16_t *)t->data)[i]);
+        if (dt == SLIM_F32)
+            ((float *)r.data)[i] = f;
+        else
+            ((uint16_t *)r.data)[i] = dt == SLIM_F16 ? slim_f32_to_f16(f) : slim_f32_to_bf16(f);
+    }
+    slim_tensor_release(t);
+    *t = r;
+    return SLIM_OK;
+}
+
+static slim_status set_op(slim_node *n, const char *op_type, const char *domain, int opset,
+                          slim_err *err)
+{
+    char *ot = strdup(op_type), *dom = strdup(domain);
+    if (!ot || !dom) {
+        free(ot);
+        free(dom);
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    }
+    free(n->op_type);
+    free(n->domain);
+    n->op_type = ot;
+    n->domain = dom;
+    n->opset = opset;
+    return SLIM_OK;
+}
+
+slim_status slim_half_conv_widen(slim_graph *g, slim_dtype *half, slim_err *err)
+{
+    *half = SLIM_DTYPE_UNDEFINED;
+    int *readers = count_all_readers(g);
+    if (!readers)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    slim_status st = SLIM_OK;
+    for (int i = 0; i < g->n_nodes && !st; i++) {
+        slim_node *n = &g->nodes[i];
+        if (strcmp(n->domain, "com.slimserve") != 0 || strcmp(n->op_type, "ConvHalf") != 0 ||
+            n->n_in < 2 || n->in[1] < 0)
+            continue;
+        slim_value *w = &g->values[n->in[1]];
+        if (w->kind != SLIM_VALUE_INITIALIZER || readers[n->in[1]] != 1 || w->init.device ||
+            (w->init.dtype != SLIM_F16 && w->init.dtype != SLIM_BF16))
+            continue;
+        /* One type per model; a second one (hand-made graph) stays ConvHalf. */
+        if (*half != SLIM_DTYPE_UNDEFINED && *half != w->init.dtype)
+            continue;
+        *half = w->init.dtype;
+        if (!(st = retype(&w->init, SLIM_F32, err)))
+            st = set_op(n, "Conv", "", g->opset, err);
+    }
+    free(readers);
+    return st;
+}
+
+slim_status slim_half_conv_narrow(slim_graph *g, slim_dtype half, const slim_half_opts *opts,
+                                  slim_err *err)
+{
+    if (half != SLIM_F16 && half != SLIM_BF16)
+        return SLIM_OK;
+    int *readers = count_all_readers(g);
+    if (!readers)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    slim_status st = SLIM_OK;
+    for (int i = 0; i < g->n_nodes && !st; i++) {
+        slim_node *n = &g->nodes[i];
+        bool fused = strcmp(n->domain, "com.slimserve") == 0 && strcmp(n->op_type, "FusedConv") == 0;
+        bool conv = !n->domain[0] && strcmp(n->op_type, "Conv") == 0;
+        if (!(fused || conv) || n->n_in < 2 || n->in[1] < 0)
+            continue;
+        if (excluded(opts, n) || (fused && opts && excluded(opts, &(slim_node){
+                                                          .name = n->name, .op_type = "Conv"})))
+            continue;
+        slim_value *w = &g->values[n->in[1]];
+        if (w->kind != SLIM_VALUE_INITIALIZER || readers[n->in[1]] != 1 || w->init.device ||
+            w->init.dtype != SLIM_F32 || w->init.ndim < 3)
+            continue;
+        if (!(st = retype(&w->init, half, err)) && conv)
+            st = set_op(n, "ConvHalf", "com.slimserve", 1, err);
+    }
+    free(readers);
+    return st;
+}
+
 void slim_half_report_free(slim_half_report *rep)
 {
     if (!rep)

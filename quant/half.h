@@ -60,6 +60,18 @@ slim_status slim_quant_half_weights(slim_graph *g, const slim_half_opts *opts,
                                     slim_half_report *rep, slim_err *err);
 void slim_half_report_free(slim_half_report *rep);
 
+/* Convolutions and the optimization passes (passes/pass.h): before them,
+ * ConvHalf goes back to Conv with its weight widened (exactly) so that
+ * BatchNormalization folds into it and oneDNN's FusedConv takes it; *half
+ * says which half type was seen (UNDEFINED: none). After them, the weights
+ * of FusedConv and of Conv that stayed are made half again (Conv becomes
+ * ConvHalf; FusedConv widens per run). A model loaded from .onnx with a
+ * half precision and from its .slim conversion go the same way, so they
+ * compute the same. opts->exclude applies as in the pass. */
+slim_status slim_half_conv_widen(slim_graph *g, slim_dtype *half, slim_err *err);
+slim_status slim_half_conv_narrow(slim_graph *g, slim_dtype half, const slim_half_opts *opts,
+                                  slim_err *err);
+
 /* Half activations (half_guard.c): the whole-graph pass (fp16.h), except
  * that LayerNormalization, Softmax, reductions, the spelled-out LayerNorm
  * and the half-weight operators read and write float32, with HalfCast

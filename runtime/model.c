@@ -147,9 +147,19 @@ slim_status slim_model_load(const char *path, const slim_load_opts *opts,
             g = NULL;
         }
     }
-    /* The optimization passes see what int8 / half left in float32. */
+    /* The optimization passes see what int8 / half left in float32, and
+     * half convolutions as float32 ones, made half again after. */
     if (!st && !(opts && opts->no_passes)) {
-        st = slim_passes_run(g, err);
+        slim_dtype conv_half = SLIM_DTYPE_UNDEFINED;
+        slim_half_opts cho = {SLIM_DTYPE_UNDEFINED, opts ? opts->half_exclude : NULL,
+                              opts ? opts->n_half_exclude : 0};
+        st = slim_half_conv_widen(g, &conv_half, err);
+        if (!st)
+            st = slim_passes_run(g, err);
+        if (!st && conv_half != SLIM_DTYPE_UNDEFINED) {
+            cho.half = conv_half;
+            st = slim_half_conv_narrow(g, conv_half, &cho, err);
+        }
         if (st) {
             slim_graph_free(g);
             g = NULL;

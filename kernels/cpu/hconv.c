@@ -15,6 +15,7 @@
  * widening but also rounds activations; not done here.
  */
 #include "kernel.h"
+#include "hgemm.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -101,15 +102,7 @@ static slim_status conv_half_exec(slim_op_ctx *ctx)
     memcpy(w.dims, h->dims, sizeof(w.dims));
     if ((st = slim_tensor_alloc(&w, ctx->err)))
         return st;
-    int64_t n = slim_tensor_numel(h);
-    const uint16_t *src = h->data;
-    float *dst = w.data;
-    if (h->dtype == SLIM_F16)
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = slim_f16_to_f32(src[i]);
-    else
-        for (int64_t i = 0; i < n; i++)
-            dst[i] = slim_bf16_to_f32(src[i]);
+    slim_half_widen(h->data, h->dtype, w.data, slim_tensor_numel(h));
     const slim_tensor *ins[3];
     slim_op_ctx c;
     shadow_ctx(ctx, &w, ins, &c);

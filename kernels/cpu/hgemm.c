@@ -386,6 +386,33 @@ static void row_to_bf16(const float *x, int64_t k, uint16_t *xb)
 }
 #endif
 
+#ifdef HGEMM_X86
+AVX512_TARGET
+static void widen_avx512(const uint16_t *src, slim_dtype wtype, float *dst, int64_t n)
+{
+    int64_t i = 0;
+    for (; i + 16 <= n; i += 16)
+        _mm512_storeu_ps(dst + i, load_half(src + i, wtype));
+    for (; i < n; i++)
+        dst[i] = half_to_f32(src[i], wtype);
+}
+#endif
+
+void slim_half_widen(const uint16_t *src, slim_dtype wtype, float *dst, int64_t n)
+{
+#ifdef HGEMM_X86
+    if (slim_hgemm_get_isa(wtype) != SLIM_HGEMM_C) {
+        if (wtype == SLIM_F16)
+            widen_avx512(src, SLIM_F16, dst, n);
+        else
+            widen_avx512(src, SLIM_BF16, dst, n);
+        return;
+    }
+#endif
+    for (int64_t i = 0; i < n; i++)
+        dst[i] = half_to_f32(src[i], wtype);
+}
+
 static void hgemm_part(int64_t begin, int64_t end, void *user)
 {
     const hgemm_job *j = user;

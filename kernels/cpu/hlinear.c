@@ -139,14 +139,8 @@ static void gather_half_part(int64_t begin, int64_t end, void *user)
 {
     const gather_half_job *j = user;
     for (int64_t i = begin; i < end; i++) {
-        const uint16_t *row = j->table + j->idx[i] * j->d;
-        float *y = j->y + i * j->d;
-        if (j->f16)
-            for (int64_t c = 0; c < j->d; c++)
-                y[c] = slim_f16_to_f32(row[c]);
-        else
-            for (int64_t c = 0; c < j->d; c++)
-                y[c] = slim_bf16_to_f32(row[c]);
+        slim_half_widen(j->table + j->idx[i] * j->d, j->f16 ? SLIM_F16 : SLIM_BF16,
+                        j->y + i * j->d, j->d);
     }
 }
 
