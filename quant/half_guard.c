@@ -221,7 +221,7 @@ slim_status slim_quant_half_activations(slim_graph *g, slim_dtype half, slim_err
             int p = prod[v];
             bool from_guard = p >= 0 && p < first_new_node && guard[p];
             if (gi) {
-                if (from_guard || keep[v])
+                if (from_guard || (v < n_values && keep[v]))
                     continue;
                 /* A graph input's half copy: read the input itself. */
                 if (p >= first_new_node && is_op(&g->nodes[p], "Cast") &&
