@@ -19,8 +19,10 @@
   * bad --precision / --activations / --int8-fallback values are refused
     with messages naming them;
   * the server with config.json "precision": "bf16" answers close to fp32,
-    /metrics shows the bfloat16 weight bytes, and a config with a bad
-    "activations" value leaves that model unavailable with the reason.
+    /metrics shows the bfloat16 weight bytes, and configs with a bad
+    "activations", "half": {"exclude"} or "int8": {"fallback"} value, or
+    activations of the other half type, leave that model unavailable with
+    the reason.
 
 Ends with "N passed, N failed"; exits non-zero on any failure.
 """
@@ -213,8 +215,12 @@ def t_server(args, examples):
     repo = os.path.join(args.workdir, "repo")
     for m, cfg in (("mlp", {"precision": "bf16"}),
                    ("transformer", {"precision": "bf16", "half": {"exclude": ["Gather"]}}),
-                   ("badact", {"precision": "bf16", "activations": "fp8"})):
-        src = os.path.join(examples, "mlp" if m == "badact" else m, "1", "model.onnx")
+                   ("badact", {"precision": "bf16", "activations": "fp8"}),
+                   ("badhalf", {"precision": "bf16", "half": {"exclude": "Gather"}}),
+                   ("badfallback", {"precision": "int8", "int8": {"fallback": "fp8"}}),
+                   ("mismatch", {"precision": "fp16", "activations": "bf16"})):
+        src = os.path.join(examples, m if m in ("mlp", "transformer") else "mlp", "1",
+                           "model.onnx")
         os.makedirs(os.path.join(repo, m, "1"), exist_ok=True)
         dst = os.path.join(repo, m, "1", "model.onnx")
         if not os.path.exists(dst):
@@ -239,9 +245,11 @@ def t_server(args, examples):
         check(status == 200 and 'slim_model_weight_bytes_by_dtype{model="mlp",version="1",'
               'dtype="bfloat16"}' in text, "no bfloat16 weight bytes in /metrics")
         status, index = srv.http.json("POST", "/v2/repository/index", {})
-        bad = [e for e in index if e["name"] == "badact"]
-        check(bad and bad[0]["state"] == "UNAVAILABLE" and "activations" in bad[0].get("reason", ""),
-              f"badact: {bad}")
+        for m, words in (("badact", "activations"), ("badhalf", "exclude"),
+                         ("badfallback", "fallback"), ("mismatch", "need precision")):
+            bad = [e for e in index if e["name"] == m]
+            check(bad and bad[0]["state"] == "UNAVAILABLE" and words in bad[0].get("reason", ""),
+                  f"{m}: {bad}")
     finally:
         rc = srv.stop()
     check(rc == 0, f"server exit {rc}")
@@ -266,7 +274,7 @@ def main():
     r.case("guards: LayerNorm input past fp16's range", t_guards, args)
     r.case("bad values refused", t_bad_values, args, examples)
     r.case("int8 with a bf16 fallback", t_int8_fallback, args, examples)
-    r.case("server: config precision bf16, /metrics, bad activations", t_server, args, examples)
+    r.case("server: config precision bf16, /metrics, bad half settings", t_server, args, examples)
     print(f"{r.passed} passed, {r.failed} failed")
     return 1 if r.failed else 0
 
