@@ -143,9 +143,11 @@ typedef struct slim_load_opts {
     /* "cpu" (NULL means this) or "cuda", "cuda:N": nodes with a kernel on
      * that device run there, the rest on the CPU, with copies between. */
     const char *device;
-    /* "fp32" (NULL means this), "fp16" or "bf16": weights and activations
-     * in half precision, normalizations and reductions accumulating in
-     * fp32; inputs and outputs keep their declared types. "int8": matrix
+    /* "fp32" (NULL means this), "fp16" or "bf16": on the CPU, half weights
+     * with float32 activations (quant/half.h, see activations below); on
+     * CUDA, weights and activations in half precision, normalizations and
+     * reductions accumulating in fp32; inputs and outputs keep their
+     * declared types. "int8": matrix
      * products and embedding tables with int8 weights, activations
      * quantized per row at run time (quant/int8.h). */
     const char *precision;
