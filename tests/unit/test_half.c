@@ -526,6 +526,101 @@ START_TEST(test_malformed_node_refused)
 }
 END_TEST
 
+/* Half activations: MatMul -> LayerNormalization -> Relu. The projection
+ * (MatMulHalf) writes float32 straight into the guarded LayerNorm, whose
+ * output reaches the unguarded Relu through one HalfCast to half; the
+ * LayerNorm's parameters stay float32. Values past fp16's range in the
+ * projection's output come through. */
+START_TEST(test_guards)
+{
+    slim_graph *g = slim_graph_new();
+    g->opset = 17;
+    slim_graph_add_node(g, "proj", "MatMul", "", 2, (const char *[]){"x", "w"}, 1,
+                        (const char *[]){"h"});
+    int ln = slim_graph_add_node(g, "ln", "LayerNormalization", "", 3,
+                                 (const char *[]){"h", "gamma", "beta"}, 1, (const char *[]){"n"});
+    slim_graph_add_node(g, "relu", "Relu", "", 1, (const char *[]){"n"}, 1, (const char *[]){"y"});
+    for (int i = 0; i < g->n_nodes; i++)
+        g->nodes[i].opset = 17;
+    tu_attr_i(&g->nodes[ln], "axis", -1);
+    rng_state = 77;
+    add_init(g, "w", 2, (int64_t[]){16, 8}, 1.0f);
+    float *w = g->values[slim_graph_find_value(g, "w")].init.data;
+    for (int k = 0; k < 16; k++)
+        w[k * 8] = 30000.0f; /* channel 0: ~16 * 30000, past 65504 */
+    add_init(g, "gamma", 1, (int64_t[]){8}, 1.0f);
+    add_init(g, "beta", 1, (int64_t[]){8}, 0.1f);
+    set_io(g, "x", SLIM_F32, "y");
+    g->values[slim_graph_find_value(g, "y")].info.dtype = SLIM_F32; /* declared, as ONNX does */
+    slim_err err;
+    slim_half_opts o = {.half = SLIM_F16};
+    ck_assert_int_eq(slim_quant_half_weights(g, &o, NULL, &err), SLIM_OK);
+    ck_assert_msg(slim_quant_half_activations(g, SLIM_F16, &err) == SLIM_OK, "%s", err.msg);
+    int casts = 0, relu = -1, lnode = -1, mm = -1;
+    for (int i = 0; i < g->n_nodes; i++) {
+        casts += strcmp(g->nodes[i].op_type, "HalfCast") == 0;
+        if (strcmp(g->nodes[i].name, "relu") == 0)
+            relu = i;
+        if (strcmp(g->nodes[i].name, "ln") == 0)
+            lnode = i;
+        if (strcmp(g->nodes[i].name, "proj") == 0)
+            mm = i;
+    }
+    ck_assert_int_eq(casts, 1);
+    ck_assert_str_eq(g->nodes[mm].op_type, "MatMulHalf");
+    ck_assert_int_eq(g->nodes[mm].in[0], slim_graph_find_value(g, "x")); /* the input as given */
+    ck_assert_int_eq(g->nodes[lnode].in[0], g->nodes[mm].out[0]);      /* no cast between */
+    ck_assert_int_eq(g->values[g->nodes[lnode].in[1]].init.dtype, SLIM_F32);
+    ck_assert_int_ne(g->nodes[relu].in[0], g->nodes[lnode].out[0]);    /* through the cast */
+    float xv[2 * 16];
+    for (int i = 0; i < 32; i++)
+        xv[i] = 1.0f + 0.01f * (float)i;
+    slim_tensor x = tu_f32(2, (int64_t[]){2, 16}, xv);
+    slim_tensor y = run1(g, "x", x, SLIM_OK, &err);
+    ck_assert_int_eq(y.dtype, SLIM_F32);
+    for (int i = 0; i < 16; i++)
+        ck_assert_msg(isfinite(((float *)y.data)[i]), "element %d is not finite", i);
+    slim_tensor_release(&y);
+    slim_tensor_release(&x);
+}
+END_TEST
+
+/* HalfCast converts float values and passes anything else through. */
+START_TEST(test_half_cast_passes_ints)
+{
+    slim_graph *g = tu_graph("HalfCast", 17, 1, (const char *[]){"x"}, 1);
+    slim_node *n = tu_node0(g);
+    free(n->domain);
+    n->domain = strdup("com.slimserve");
+    n->opset = 1;
+    tu_attr_i(n, "to", 10);
+    slim_tensor in = tu_i64(1, (int64_t[]){3}, (int64_t[]){1, -2, 1LL << 40});
+    slim_tensor *out;
+    int n_out;
+    slim_err err;
+    ck_assert_msg(tu_run(g, &in, 1, &out, &n_out, &err) == SLIM_OK, "%s", err.msg);
+    ck_assert_int_eq(out[0].dtype, SLIM_I64);
+    ck_assert(memcmp(out[0].data, in.data, 3 * sizeof(int64_t)) == 0);
+    slim_tensors_free(out, n_out);
+    tu_free_inputs(&in, 1);
+    g = tu_graph("HalfCast", 17, 1, (const char *[]){"x"}, 1);
+    n = tu_node0(g);
+    free(n->domain);
+    n->domain = strdup("com.slimserve");
+    n->opset = 1;
+    tu_attr_i(n, "to", 10);
+    in = tu_f32(1, (int64_t[]){3}, (float[]){1.0f, 65520.0f, ldexpf(1, -25)});
+    ck_assert_msg(tu_run(g, &in, 1, &out, &n_out, &err) == SLIM_OK, "%s", err.msg);
+    ck_assert_int_eq(out[0].dtype, SLIM_F16);
+    const uint16_t *h = out[0].data;
+    ck_assert_uint_eq(h[0], 0x3c00);
+    ck_assert_uint_eq(h[1], 0x7c00);
+    ck_assert_uint_eq(h[2], 0x0000);
+    slim_tensors_free(out, n_out);
+    tu_free_inputs(&in, 1);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("half");
@@ -543,6 +638,8 @@ int main(void)
     tcase_add_test(tp, test_pass_exclude_by_name_and_type);
     tcase_add_test(tp, test_gather_half);
     tcase_add_test(tp, test_malformed_node_refused);
+    tcase_add_test(tp, test_guards);
+    tcase_add_test(tp, test_half_cast_passes_ints);
     suite_add_tcase(s, tp);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
