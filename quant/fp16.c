@@ -124,6 +124,12 @@ static slim_status convert_constants(slim_graph *g, slim_dtype half, slim_fp16_r
 
 slim_status slim_quant_half(slim_graph *g, slim_dtype half, slim_fp16_report *rep, slim_err *err)
 {
+    return slim_quant_half_keep(g, half, NULL, rep, err);
+}
+
+slim_status slim_quant_half_keep(slim_graph *g, slim_dtype half, const bool *keep_f32,
+                                 slim_fp16_report *rep, slim_err *err)
+{
     slim_fp16_report local = {0};
     if (!rep)
         rep = &local;
@@ -150,6 +156,8 @@ slim_status slim_quant_half(slim_graph *g, slim_dtype half, slim_fp16_report *re
                 keep[g->nodes[i].in[k]] = true;
     for (int k = 0; k < g->n_outputs; k++)
         keep[g->outputs[k]] = true; /* a weight that is an output stays as declared */
+    for (int v = 0; keep_f32 && v < n_values; v++)
+        keep[v] = keep[v] || keep_f32[v];
     slim_status st = SLIM_OK;
     for (int v = 0; v < n_values && !st; v++) {
         slim_value *val = &g->values[v];

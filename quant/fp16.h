@@ -28,5 +28,9 @@ typedef struct slim_fp16_report {
 
 /* half is SLIM_F16 or SLIM_BF16. */
 slim_status slim_quant_half(slim_graph *g, slim_dtype half, slim_fp16_report *rep, slim_err *err);
+/* The same, float32 initializers with keep_f32[value id] set left float32
+ * (keep_f32 NULL: none; quant/half_guard.c keeps what guarded nodes read). */
+slim_status slim_quant_half_keep(slim_graph *g, slim_dtype half, const bool *keep_f32,
+                                 slim_fp16_report *rep, slim_err *err);
 
 #endif

@@ -4,6 +4,7 @@
 #include "plan.h"
 #include "device.h"
 #include "fp16.h"
+#include "half.h"
 #include "int8.h"
 #include "pass.h"
 #include "prune.h"
@@ -25,27 +26,64 @@ bool slim_model_file_is_slim(const char *path)
     return slim_format_sniff(head, n);
 }
 
+/* SLIM_F32, SLIM_F16 or SLIM_BF16 for a float type's name; UNDEFINED if not. */
+static slim_dtype float_type(const char *s)
+{
+    if (strcmp(s, "fp32") == 0 || strcmp(s, "float32") == 0)
+        return SLIM_F32;
+    if (strcmp(s, "fp16") == 0 || strcmp(s, "float16") == 0)
+        return SLIM_F16;
+    if (strcmp(s, "bf16") == 0 || strcmp(s, "bfloat16") == 0)
+        return SLIM_BF16;
+    return SLIM_DTYPE_UNDEFINED;
+}
+
 slim_status slim_model_load(const char *path, const slim_load_opts *opts,
                             slim_model **out, slim_err *err)
 {
     *out = NULL;
     slim_dtype half = SLIM_DTYPE_UNDEFINED;
     const char *prec = opts && opts->precision ? opts->precision : "fp32";
-    if (strcmp(prec, "fp16") == 0 || strcmp(prec, "float16") == 0)
-        half = SLIM_F16;
-    else if (strcmp(prec, "bf16") == 0 || strcmp(prec, "bfloat16") == 0)
-        half = SLIM_BF16;
+    slim_dtype pt = float_type(prec);
+    if (pt == SLIM_F16 || pt == SLIM_BF16)
+        half = pt;
     bool int8 = strcmp(prec, "int8") == 0;
-    if (!int8 && half == SLIM_DTYPE_UNDEFINED && strcmp(prec, "fp32") != 0 &&
-        strcmp(prec, "float32") != 0)
+    if (!int8 && pt == SLIM_DTYPE_UNDEFINED)
         return slim_errf(err, SLIM_EINVAL, "unknown precision \"%s\" (expected fp32, fp16, "
                          "bf16 or int8)", prec);
+    /* Half activations ride on half weights of the same type. */
+    slim_dtype act = opts && opts->activations ? float_type(opts->activations) : SLIM_F32;
+    if (act == SLIM_DTYPE_UNDEFINED)
+        return slim_errf(err, SLIM_EINVAL, "unknown activations \"%s\" (expected fp32, fp16 "
+                         "or bf16)", opts->activations);
+    if (act != SLIM_F32 && act != half)
+        return slim_errf(err, SLIM_EINVAL, "activations \"%s\" need precision \"%s\" (the "
+                         "weights' half type), not \"%s\"", opts->activations,
+                         act == SLIM_F16 ? "fp16" : "bf16", prec);
+    slim_dtype fallback = SLIM_F32;
+    if (opts && opts->int8_fallback && opts->int8_fallback[0]) {
+        fallback = float_type(opts->int8_fallback);
+        if (fallback == SLIM_DTYPE_UNDEFINED)
+            return slim_errf(err, SLIM_EINVAL, "unknown int8 fallback \"%s\" (expected fp32, "
+                             "fp16 or bf16)", opts->int8_fallback);
+    }
     slim_device *dev = NULL;
     if (opts && opts->device) {
         slim_status st = slim_device_get(opts->device, &dev, err);
         if (st)
             return st;
     }
+    /* On CUDA with activations unset, fp16 / bf16 keeps meaning the whole
+     * graph in half (its kernels take half operands); elsewhere it means
+     * half weights with float32 activations, plus the whole-graph pass when
+     * activations are half too. */
+    bool gpu_half = half != SLIM_DTYPE_UNDEFINED && !opts->activations &&
+                    (!slim_device_is_host(dev) || opts->half_whole_graph);
+    bool whole_half = half != SLIM_DTYPE_UNDEFINED && (act != SLIM_F32 || gpu_half);
+    slim_dtype weights_half = half != SLIM_DTYPE_UNDEFINED && !gpu_half
+                                  ? half
+                                  : int8 && fallback != SLIM_F32 ? fallback
+                                                                  : SLIM_DTYPE_UNDEFINED;
     if (!path || !path[0])
         return slim_errf(err, SLIM_EINVAL, "no model path given");
     /* The weights are charged to the model's account as they are read. */
@@ -102,16 +140,36 @@ slim_status slim_model_load(const char *path, const slim_load_opts *opts,
         }
     }
     slim_int8_samples_free(&samples);
-    if (!st && half != SLIM_DTYPE_UNDEFINED) {
-        st = slim_quant_half(g, half, NULL, err);
+    /* After int8, so that with a fallback it converts what int8 left. */
+    if (!st && weights_half != SLIM_DTYPE_UNDEFINED) {
+        slim_half_opts ho = {weights_half, opts->half_exclude, opts->n_half_exclude};
+        st = slim_quant_half_weights(g, &ho, opts->half_report, err);
         if (st) {
             slim_graph_free(g);
             g = NULL;
         }
     }
-    /* The optimization passes see what int8 / half left in float32. */
+    if (!st && whole_half) {
+        st = gpu_half ? slim_quant_half(g, half, NULL, err)
+                      : slim_quant_half_activations(g, half, err);
+        if (st) {
+            slim_graph_free(g);
+            g = NULL;
+        }
+    }
+    /* The optimization passes see what int8 / half left in float32, and
+     * half convolutions as float32 ones, made half again after. */
     if (!st && !(opts && opts->no_passes)) {
-        st = slim_passes_run(g, err);
+        slim_dtype conv_half = SLIM_DTYPE_UNDEFINED;
+        slim_half_opts cho = {SLIM_DTYPE_UNDEFINED, opts ? opts->half_exclude : NULL,
+                              opts ? opts->n_half_exclude : 0};
+        st = slim_half_conv_widen(g, &conv_half, err);
+        if (!st)
+            st = slim_passes_run(g, err);
+        if (!st && conv_half != SLIM_DTYPE_UNDEFINED) {
+            cho.half = conv_half;
+            st = slim_half_conv_narrow(g, conv_half, &cho, err);
+        }
         if (st) {
             slim_graph_free(g);
             g = NULL;

@@ -172,9 +172,11 @@ typedef struct slim_load_opts {
     /* "cpu" (NULL means this) or "cuda", "cuda:N": nodes with a kernel on
      * that device run there, the rest on the CPU, with copies between. */
     const char *device;
-    /* "fp32" (NULL means this), "fp16" or "bf16": weights and activations
-     * in half precision, normalizations and reductions accumulating in
-     * fp32; inputs and outputs keep their declared types. "int8": matrix
+    /* "fp32" (NULL means this), "fp16" or "bf16": on the CPU, half weights
+     * with float32 activations (quant/half.h, see activations below); on
+     * CUDA, weights and activations in half precision, normalizations and
+     * reductions accumulating in fp32; inputs and outputs keep their
+     * declared types. "int8": matrix
      * products and embedding tables with int8 weights, activations
      * quantized per row at run time (quant/int8.h). */
     const char *precision;
@@ -194,6 +196,24 @@ typedef struct slim_load_opts {
     int n_int8_samples;
     const char *const *int8_sample_names;
     const slim_tensor *int8_samples;
+    /* With precision "fp16" / "bf16" (quant/half.h): on the CPU, the
+     * weights of MatMul, Gemm and embedding Gathers are stored half and
+     * products accumulate in float32; activations (NULL or "fp32", "fp16",
+     * "bf16") in half too adds the whole-graph pass (quant/fp16.h). A
+     * model placed on CUDA with activations unset keeps the whole-graph
+     * pass alone. half_exclude: node names or op types kept in float32;
+     * half_report: the per-layer report (slim_half_report_free). */
+    const char *activations;
+    const char *const *half_exclude;
+    int n_half_exclude;
+    struct slim_half_report *half_report;
+    /* With precision "int8": "fp16" / "bf16" makes the layers the int8 pass
+     * leaves float32 (excluded, over max_error) half instead. */
+    const char *int8_fallback;
+    /* fp16 / bf16 as the whole graph in half, as a CUDA placement means it
+     * with activations unset: for who converts a CUDA model without placing
+     * it (the server's conversion cache). */
+    bool half_whole_graph;
     /* Skip the graph optimization passes (passes/pass.h): the graph as
      * written, e.g. to save it to a .slim file, whose loads run them. */
     bool no_passes;

@@ -16,6 +16,11 @@ static const slim_op_schema internal_schemas[] = {
     {"MatMulInt8", 1, 4, 5, 1, 1, "SSSSO", "S", "!K=i activation=s"},
     {"GatherInt8", 1, 3, 3, 1, 1, "SSS", "S", ""},
     {"SparseMatMul", 1, 3, 5, 1, 1, "SSSOO", "S", "!encoding=s !K=i"},
+    {"MatMulHalf", 1, 2, 3, 1, 1, "SSO", "S", "!K=i !N=i activation=s"},
+    {"GatherHalf", 1, 2, 2, 1, 1, "SS", "S", ""},
+    {"HalfCast", 1, 1, 1, 1, 1, "S", "S", "!to=i"},
+    {"ConvHalf", 1, 2, 3, 1, 1, "SSO", "S",
+     "auto_pad=s dilations=I group=i kernel_shape=I pads=I strides=I"},
     {"FusedConv", 1, 3, 4, 1, 1, "SSSO", "S",
      "!kernel_shape=I !strides=I !dilations=I !pads=I !group=i !activation=i alpha=f beta=f "
      "!weights_format=i in_blocked=i res_blocked=i out_blocked=i"},

@@ -333,15 +333,90 @@ static slim_status parse_placement(const cJSON *k, slim_server_config *cfg, slim
     return SLIM_OK;
 }
 
-/* "int8": {"exclude": [node names or op types], "max_error": x}: layers
- * the int8 pass (quant/int8.h) keeps in float32, by name or because their
- * output error measured at load on samples drawn from the input specs is
- * over x (relative L2). */
+/* "section": {"exclude": [names]}: a list of node names or op types,
+ * replacing *names. */
+static slim_status parse_name_list(const cJSON *e, const char *section, char ***names_out,
+                                   int *n_out, slim_err *err)
+{
+    if (!cJSON_IsArray(e))
+        return slim_errf(err, SLIM_EINVAL, "config.json: \"%s\": \"exclude\": expected an "
+                         "array of node names or op types", section);
+    int n = cJSON_GetArraySize(e);
+    if (n > 4096)
+        return slim_errf(err, SLIM_EINVAL, "config.json: \"%s\": \"exclude\": at most 4096 "
+                         "names", section);
+    char **names = calloc((size_t)(n ? n : 1), sizeof(char *));
+    if (!names)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    int i = 0;
+    for (const cJSON *s = e->child; s; s = s->next, i++)
+        if (!cJSON_IsString(s) || !s->valuestring[0] || !(names[i] = strdup(s->valuestring))) {
+            for (int j = 0; j < i; j++)
+                free(names[j]);
+            free(names);
+            return cJSON_IsString(s) && s->valuestring[0]
+                       ? slim_errf(err, SLIM_ENOMEM, "out of memory")
+                       : slim_errf(err, SLIM_EINVAL, "config.json: \"%s\": \"exclude\"[%d]: "
+                                   "expected a non-empty string", section, i);
+        }
+    for (int j = 0; j < *n_out; j++)
+        free((*names_out)[j]);
+    free(*names_out);
+    *names_out = names;
+    *n_out = n;
+    return SLIM_OK;
+}
+
+/* A float type's name ("fp32", "fp16", "bf16") into *dst, or an error
+ * naming the key. */
+static slim_status parse_float_type(const cJSON *v, const char *key, char **dst, slim_err *err)
+{
+    const char *s = cJSON_IsString(v) ? v->valuestring : NULL;
+    if (!s || (strcmp(s, "fp32") != 0 && strcmp(s, "fp16") != 0 && strcmp(s, "bf16") != 0))
+        return slim_errf(err, SLIM_EINVAL, "config.json: %s: expected \"fp32\", \"fp16\" or "
+                         "\"bf16\"", key);
+    char *copy = strdup(s);
+    if (!copy)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    free(*dst);
+    *dst = copy;
+    return SLIM_OK;
+}
+
+/* "half": {"exclude": [node names or op types]}: layers the half-weights
+ * pass (quant/half.h) keeps in float32. */
+static slim_status parse_half(const cJSON *k, slim_server_config *cfg, slim_err *err)
+{
+    if (!cJSON_IsObject(k))
+        return slim_errf(err, SLIM_EINVAL, "config.json: \"half\": expected an object");
+    for (const cJSON *e = k->child; e; e = e->next) {
+        if (strcmp(e->string, "exclude") != 0)
+            return slim_errf(err, SLIM_EINVAL, "config.json: \"half\": \"%s\" is not supported "
+                             "(only \"exclude\")", e->string);
+        slim_status s = parse_name_list(e, "half", &cfg->half_exclude, &cfg->n_half_exclude, err);
+        if (s)
+            return s;
+    }
+    return SLIM_OK;
+}
+
+/* "int8": {"exclude": [node names or op types], "max_error": x,
+ * "fallback": "bf16"}: layers the int8 pass (quant/int8.h) keeps in
+ * float32, by name or because their output error measured at load on
+ * samples drawn from the input specs is over x (relative L2); with a
+ * fallback those layers get half weights instead. */
 static slim_status parse_int8(const cJSON *k, slim_server_config *cfg, slim_err *err)
 {
     if (!cJSON_IsObject(k))
         return slim_errf(err, SLIM_EINVAL, "config.json: \"int8\": expected an object");
     for (const cJSON *e = k->child; e; e = e->next) {
+        if (strcmp(e->string, "fallback") == 0) {
+            slim_status s = parse_float_type(e, "\"int8\": \"fallback\"", &cfg->int8_fallback,
+                                             err);
+            if (s)
+                return s;
+            continue;
+        }
         if (strcmp(e->string, "max_error") == 0) {
             if (!cJSON_IsNumber(e) || !(e->valuedouble > 0) || e->valuedouble > 1e30)
                 return slim_errf(err, SLIM_EINVAL, "config.json: \"int8\": \"max_error\": "
@@ -351,33 +426,10 @@ static slim_status parse_int8(const cJSON *k, slim_server_config *cfg, slim_err 
         }
         if (strcmp(e->string, "exclude") != 0)
             return slim_errf(err, SLIM_EINVAL, "config.json: \"int8\": \"%s\" is not supported "
-                             "(only \"exclude\" and \"max_error\")", e->string);
-        if (!cJSON_IsArray(e))
-            return slim_errf(err, SLIM_EINVAL, "config.json: \"int8\": \"exclude\": expected "
-                             "an array of node names or op types");
-        int n = cJSON_GetArraySize(e);
-        if (n > 4096)
-            return slim_errf(err, SLIM_EINVAL, "config.json: \"int8\": \"exclude\": at most "
-                             "4096 names");
-        char **names = calloc((size_t)(n ? n : 1), sizeof(char *));
-        if (!names)
-            return slim_errf(err, SLIM_ENOMEM, "out of memory");
-        int i = 0;
-        for (const cJSON *s = e->child; s; s = s->next, i++)
-            if (!cJSON_IsString(s) || !s->valuestring[0] || !(names[i] = strdup(s->valuestring))) {
-                for (int j = 0; j < i; j++)
-                    free(names[j]);
-                free(names);
-                return cJSON_IsString(s) && s->valuestring[0]
-                           ? slim_errf(err, SLIM_ENOMEM, "out of memory")
-                           : slim_errf(err, SLIM_EINVAL, "config.json: \"int8\": \"exclude\"[%d]: "
-                                       "expected a non-empty string", i);
-            }
-        for (int j = 0; j < cfg->n_int8_exclude; j++)
-            free(cfg->int8_exclude[j]);
-        free(cfg->int8_exclude);
-        cfg->int8_exclude = names;
-        cfg->n_int8_exclude = n;
+                             "(only \"exclude\", \"max_error\" and \"fallback\")", e->string);
+        slim_status s = parse_name_list(e, "int8", &cfg->int8_exclude, &cfg->n_int8_exclude, err);
+        if (s)
+            return s;
     }
     return SLIM_OK;
 }
@@ -570,10 +622,14 @@ static slim_status parse_keys(const cJSON *root, const char *dir_name, slim_serv
             if (!cJSON_IsBool(k))
                 return slim_errf(err, SLIM_EINVAL, "config.json: \"convert\": expected true or false");
             cfg->convert = cJSON_IsTrue(k) ? 1 : -1;
-        } else if (strcmp(key, "int8") == 0 || strcmp(key, "pruning") == 0) {
+        } else if (strcmp(key, "activations") == 0) {
+            s = parse_float_type(k, "\"activations\"", &cfg->activations, err);
+        } else if (strcmp(key, "int8") == 0 || strcmp(key, "half") == 0 ||
+                   strcmp(key, "pruning") == 0) {
             /* parsed, and kept as written for /config */
-            if ((s = key[0] == 'i' ? parse_int8(k, cfg, err) : parse_pruning(k, cfg, err)) !=
-                SLIM_OK)
+            s = key[0] == 'i' ? parse_int8(k, cfg, err)
+                : key[0] == 'h' ? parse_half(k, cfg, err) : parse_pruning(k, cfg, err);
+            if (s != SLIM_OK)
                 return s;
             cJSON *copy = cJSON_Duplicate(k, true);
             if (!copy || !cJSON_AddItemToObject(cfg->reserved, key, copy)) {
@@ -771,6 +827,8 @@ cJSON *slim_server_config_to_json(const slim_server_config *cfg)
         cJSON_AddStringToObject(o, "device", cfg->device);
     if (cfg->precision)
         cJSON_AddStringToObject(o, "precision", cfg->precision);
+    if (cfg->activations)
+        cJSON_AddStringToObject(o, "activations", cfg->activations);
     if (cfg->convert)
         cJSON_AddBoolToObject(o, "convert", cfg->convert > 0);
     cJSON_AddItemToObject(o, "version_policy", slim_server_version_policy_to_json(&cfg->versions));
@@ -799,6 +857,11 @@ void slim_server_config_free(slim_server_config *cfg)
     for (int i = 0; i < cfg->n_prune_ops; i++)
         free(cfg->prune_ops[i]);
     free(cfg->prune_ops);
+    free(cfg->int8_fallback);
+    for (int i = 0; i < cfg->n_half_exclude; i++)
+        free(cfg->half_exclude[i]);
+    free(cfg->half_exclude);
+    free(cfg->activations);
     free(cfg->platform);
     cJSON_Delete(cfg->reserved);
     free(cfg->versions.versions);

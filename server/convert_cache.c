@@ -170,14 +170,24 @@ slim_status slim_server_convert_cached(const char *cache_dir, const char *model,
     if (s != SLIM_OK)
         return s;
     /* Everything that changes what is written, hashed in order. */
-    char set[256];
+    char set[512];
+    /* fp16 / bf16 without activations means the whole graph in half on
+     * CUDA, half weights elsewhere: the conversion follows the target. */
+    bool whole = opts->device && strncmp(opts->device, "cuda", 4) == 0;
     snprintf(set, sizeof(set), "format %d; slimserve %s; precision %s; int8 max_error %.17g; "
-             "int8 exclude", SLIM_FORMAT_VERSION, SLIM_SERVER_VERSION,
-             opts->precision ? opts->precision : "fp32", opts->int8_max_error);
+             "activations %s; int8 fallback %s; whole %d; int8 exclude",
+             SLIM_FORMAT_VERSION, SLIM_SERVER_VERSION,
+             opts->precision ? opts->precision : "fp32", opts->int8_max_error,
+             opts->activations ? opts->activations : "-",
+             opts->int8_fallback ? opts->int8_fallback : "-", whole);
     uint64_t set_hash = hash_bytes((const unsigned char *)set, strlen(set), 1);
     for (int i = 0; i < opts->n_int8_exclude; i++)
         set_hash = hash_bytes((const unsigned char *)opts->int8_exclude[i],
                               strlen(opts->int8_exclude[i]) + 1, set_hash);
+    set_hash = hash_bytes((const unsigned char *)"half exclude", 13, set_hash);
+    for (int i = 0; i < opts->n_half_exclude; i++)
+        set_hash = hash_bytes((const unsigned char *)opts->half_exclude[i],
+                              strlen(opts->half_exclude[i]) + 1, set_hash);
     char prefix[300], name[400];
     snprintf(prefix, sizeof(prefix), "%s.%lld.", model, (long long)version);
     snprintf(name, sizeof(name), "%s%016llx-%08llx.slim", prefix, (unsigned long long)src_hash,
@@ -193,7 +203,10 @@ slim_status slim_server_convert_cached(const char *cache_dir, const char *model,
      * is loaded to serve. */
     slim_load_opts lo = {.precision = opts->precision, .int8_exclude = opts->int8_exclude,
                          .n_int8_exclude = opts->n_int8_exclude,
-                         .int8_max_error = opts->int8_max_error, .no_passes = true};
+                         .int8_max_error = opts->int8_max_error, .no_passes = true,
+                         .int8_fallback = opts->int8_fallback, .activations = opts->activations,
+                         .half_exclude = opts->half_exclude,
+                         .n_half_exclude = opts->n_half_exclude, .half_whole_graph = whole};
     slim_model *m = NULL;
     if ((s = slim_model_load(src, &lo, &m, err)) != SLIM_OK)
         return s;

@@ -213,7 +213,11 @@ static slim_status load_version(slim_server_repo *repo, const char *name, const 
                          .precision = m->cfg.precision,
                          .int8_exclude = (const char *const *)m->cfg.int8_exclude,
                          .n_int8_exclude = m->cfg.n_int8_exclude,
-                         .int8_max_error = m->cfg.int8_max_error};
+                         .int8_max_error = m->cfg.int8_max_error,
+                         .int8_fallback = m->cfg.int8_fallback,
+                         .activations = m->cfg.activations,
+                         .half_exclude = (const char *const *)m->cfg.half_exclude,
+                         .n_half_exclude = m->cfg.n_half_exclude};
     /* "pruning": the masks path is relative to the model's folder. */
     slim_prune_opts po = {.method = m->cfg.prune_method, .amount = m->cfg.prune_amount,
                           .global = m->cfg.prune_global, .storage = m->cfg.prune_storage,

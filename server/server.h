@@ -162,6 +162,10 @@ typedef struct slim_server_config {
     bool prune_global;
     char **prune_ops;
     int n_prune_ops;
+    char *int8_fallback;        /* "int8": {"fallback": "bf16"}: left-float layers half */
+    char *activations;          /* "activations": "fp32" | "fp16" | "bf16"; NULL: unset */
+    char **half_exclude;        /* "half": {"exclude": [...]}: layers kept in fp32 */
+    int n_half_exclude;
     int convert;                /* "convert": 1 true, -1 false, 0 not given
                                    (then --convert-cache decides) */
     slim_server_version_policy versions; /* which version folders load */

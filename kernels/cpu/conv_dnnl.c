@@ -36,6 +36,7 @@
  * state under a lock.
  */
 #include "conv_dnnl.h"
+#include "hgemm.h"
 
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
@@ -250,8 +251,11 @@ static slim_status fconv_infer(slim_op_ctx *ctx)
     const fconv_state *s = ctx->state;
     const slim_tensor *x = ctx->in[0], *w = ctx->in[1], *b = ctx->in[2];
     const slim_tensor *r = ctx->n_in > 3 ? ctx->in[3] : NULL;
-    if (x->dtype != SLIM_F32 || w->dtype != SLIM_F32 || b->dtype != SLIM_F32)
-        return slim_errf(ctx->err, SLIM_ETYPE, "FusedConv takes float32 X, W and B");
+    /* W may be half (quant/half.c): widened per run, see fconv_exec. */
+    if (x->dtype != SLIM_F32 || b->dtype != SLIM_F32 ||
+        (w->dtype != SLIM_F32 && w->dtype != SLIM_F16 && w->dtype != SLIM_BF16))
+        return slim_errf(ctx->err, SLIM_ETYPE, "FusedConv takes float32 X and B, and float32, "
+                         "float16 or bfloat16 W");
     if (x->ndim != 4 || w->ndim != 4 || b->ndim != 1 || b->dims[0] != w->dims[0])
         return slim_errf(ctx->err, SLIM_ESHAPE, "FusedConv takes X [N,C,H,W], W [M,C/g,kh,kw], B [M]");
     if (x->dims[1] != w->dims[1] * s->group || w->dims[2] != s->kernel[0] ||
@@ -547,11 +551,26 @@ static slim_status fconv_exec(slim_op_ctx *ctx)
     slim_tensor *y = ctx->out[0];
     if (!y || slim_tensor_numel(y) == 0)
         return SLIM_OK;
+    /* Half weights stay half at rest; this run's float32 copy (same packed
+     * layout, each element widened exactly) goes when the run does. */
+    slim_tensor wide = {0};
+    if (w->dtype != SLIM_F32) {
+        wide.dtype = SLIM_F32;
+        wide.ndim = w->ndim;
+        memcpy(wide.dims, w->dims, sizeof(wide.dims));
+        slim_status ws = slim_tensor_alloc(&wide, ctx->err);
+        if (ws)
+            return ws;
+        slim_half_widen(w->data, w->dtype, wide.data, slim_tensor_numel(w));
+        w = &wide;
+    }
     prim_set set;
     bool owned;
     slim_status st = find_set(s, w, x, r != NULL, &set, &owned, ctx->err);
-    if (st)
+    if (st) {
+        slim_tensor_release(&wide);
         return st;
+    }
     int64_t batch = x->dims[0];
     slim_tensor src = {.dtype = SLIM_F32, .ndim = 1, .dims = {(int64_t)set.src_floats * batch}};
     slim_tensor dst = {.dtype = SLIM_F32, .ndim = 1, .dims = {(int64_t)set.dst_floats * batch}};
@@ -578,6 +597,7 @@ static slim_status fconv_exec(slim_op_ctx *ctx)
 done:
     slim_tensor_release(&src);
     slim_tensor_release(&dst);
+    slim_tensor_release(&wide);
     if (owned)
         set_release(&set);
     return st;

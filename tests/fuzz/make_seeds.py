@@ -183,6 +183,9 @@ def config_seeds(out, examples_dir):
                      "output": [{"name": "y", "data_type": "TYPE_FP32", "dims": [-1]}],
                      "memory_limit": "64MiB", "instance_group": [{"count": 2}]},
         "device": {"name": "m", "device": "cuda:0", "precision": "fp16", "max_batch_size": 0},
+        "half": {"name": "m", "precision": "bf16", "activations": "bf16",
+                 "half": {"exclude": ["Gather", "lm_head"]},
+                 "int8": {"fallback": "fp16", "exclude": ["x"]}},
         "empty": {},
     }
     for name, cfg in variants.items():

@@ -34,8 +34,9 @@
 #include <unistd.h>
 
 #define BENCH_USAGE "usage: slim bench MODEL [--batch N] [--threads T] [--precision P] " \
-                    "[--repeat R] [--top K] [--compare onnxruntime] [--prune SPEC " \
-                    "[--prune-scope S]]\n"
+                    "[--repeat R] [--top K] [--compare onnxruntime]\n" \
+                    "                  [--activations A] [--half-exclude LIST] [--int8-fallback T]\n" \
+                    "                  [--prune SPEC [--prune-scope S]]\n"
 
 static double now_ms(void)
 {
@@ -227,14 +228,19 @@ int slim_cmd_bench(int argc, char **argv)
 {
     const char *path = NULL, *precision = NULL, *compare = NULL;
     long batch = 1, threads = 0, repeat = 20, top = 25;
+    slim_load_opts opts = {0};
+    slim_cli_half half = {0};
     slim_cli_prune prune = {0};
     for (int i = 1; i < argc; i++) {
-        int pr = slim_cli_prune_arg(argc, argv, &i, &prune, "bench");
-        if (pr < 0) {
+        int hr = slim_cli_half_arg(&half, "slim bench", argc, argv, &i, &opts);
+        if (!hr)
+            hr = slim_cli_prune_arg(argc, argv, &i, &prune, "bench");
+        if (hr < 0) {
+            slim_cli_half_free(&half);
             slim_cli_prune_free(&prune);
             return 2;
         }
-        if (pr)
+        if (hr)
             continue;
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         bool ok = true;
@@ -260,15 +266,21 @@ int slim_cmd_bench(int argc, char **argv)
         if (!ok) {
             fprintf(stderr, "slim bench: bad argument \"%s%s%s\"\n" BENCH_USAGE, a, v ? " " : "",
                     v ? v : "");
+            slim_cli_half_free(&half);
+            slim_cli_prune_free(&prune);
             return 2;
         }
     }
     if (!path) {
         fprintf(stderr, BENCH_USAGE);
+        slim_cli_half_free(&half);
+        slim_cli_prune_free(&prune);
         return 2;
     }
     if (compare && strcmp(compare, "onnxruntime") != 0) {
         fprintf(stderr, "slim bench: --compare takes onnxruntime\n");
+        slim_cli_half_free(&half);
+        slim_cli_prune_free(&prune);
         return 2;
     }
     if (threads) { /* read once, when the kernel threads start (at load) */
@@ -276,8 +288,9 @@ int slim_cmd_bench(int argc, char **argv)
         snprintf(t, sizeof(t), "%ld", threads);
         setenv("SLIM_NUM_THREADS", t, 1);
     }
-    slim_load_opts opts = {.precision = precision};
+    opts.precision = precision;
     if (slim_cli_prune_opts(&prune, "bench", &opts.prune) < 0) {
+        slim_cli_half_free(&half);
         slim_cli_prune_free(&prune);
         return 2;
     }
@@ -286,6 +299,7 @@ int slim_cmd_bench(int argc, char **argv)
     double t0 = now_ms();
     slim_status load_st = slim_model_load(path, &opts, &m, &err);
     slim_cli_prune_free(&prune);
+    slim_cli_half_free(&half);
     if (load_st) {
         fprintf(stderr, "slim bench: %s\n", err.msg);
         return 1;

@@ -8,6 +8,7 @@
  * weights being written.
  */
 #include "cli.h"
+#include "half.h"
 #include "model.h"
 #include "prune.h"
 #include "slim_format.h"
@@ -48,13 +49,18 @@ int slim_cmd_convert(int argc, char **argv)
     double max_error = 0;
     slim_cli_prune prune = {0};
     slim_prune_report prep = {0};
+    slim_cli_half half = {0};
+    slim_load_opts opts = {.no_passes = true};
     for (int i = 1; i < argc; i++) {
-        int pr = slim_cli_prune_arg(argc, argv, &i, &prune, "convert");
-        if (pr < 0) {
+        int hr = slim_cli_half_arg(&half, "slim convert", argc, argv, &i, &opts);
+        if (!hr)
+            hr = slim_cli_prune_arg(argc, argv, &i, &prune, "convert");
+        if (hr < 0) {
+            slim_cli_half_free(&half);
             slim_cli_prune_free(&prune);
             return 2;
         }
-        if (pr)
+        if (hr)
             continue;
         if ((strcmp(argv[i], "-o") == 0 || strcmp(argv[i], "--output") == 0) && i + 1 < argc)
             out = argv[++i];
@@ -80,15 +86,20 @@ int slim_cmd_convert(int argc, char **argv)
     }
     if (!in || !out) {
         fprintf(stderr, "usage: slim convert MODEL -o OUT.slim [--precision fp32|fp16|bf16|int8]"
-                " [--int8-exclude LIST] [--int8-max-error X] [--prune SPEC [--prune-scope S]]\n"
-                SLIM_CLI_PRUNE_USAGE);
+                " [--int8-exclude LIST] [--int8-max-error X] [--activations A]"
+                " [--half-exclude LIST] [--int8-fallback T] [--prune SPEC [--prune-scope S]]\n"
+                SLIM_CLI_HALF_USAGE SLIM_CLI_PRUNE_USAGE);
+        slim_cli_half_free(&half);
+        slim_cli_prune_free(&prune);
         return 2;
     }
     slim_err err = {0};
     slim_model *m = NULL;
     double t0 = now_s();
-    slim_load_opts opts = {.precision = precision, .int8_max_error = max_error,
-                           .no_passes = true};
+    opts.precision = precision;
+    opts.int8_max_error = max_error;
+    slim_half_report half_rep = {0};
+    opts.half_report = &half_rep;
     const char *exclude[256];
     char *exclude_buf = exclude_arg ? strdup(exclude_arg) : NULL;
     if (exclude_buf) {
@@ -98,6 +109,7 @@ int slim_cmd_convert(int argc, char **argv)
     }
     if (slim_cli_prune_opts(&prune, "convert", &opts.prune) < 0) {
         slim_cli_prune_free(&prune);
+        slim_cli_half_free(&half);
         free(exclude_buf);
         return 2;
     }
@@ -106,10 +118,15 @@ int slim_cmd_convert(int argc, char **argv)
     free(exclude_buf);
     bool pruned = opts.prune != NULL;
     slim_cli_prune_free(&prune);
+    slim_cli_half_free(&half);
     if (load_st != SLIM_OK) {
         fprintf(stderr, "slim convert: %s\n", err.msg);
+        slim_half_report_free(&half_rep);
+        slim_prune_report_free(&prep);
         return 1;
     }
+    slim_cli_print_half_totals(&half_rep);
+    slim_half_report_free(&half_rep);
     char wb[32];
     printf("loaded    %s: %d nodes, %s of weights (%.2f s)\n", in, m->graph->n_nodes,
            slim_format_bytes(m->weight_bytes, wb, sizeof(wb)), now_s() - t0);

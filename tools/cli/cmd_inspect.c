@@ -20,6 +20,7 @@
  */
 #include "cli.h"
 #include "int8.h"
+#include "half.h"
 #include "prune.h"
 #include "model.h"
 #include "plan.h"
@@ -258,13 +259,17 @@ int slim_cmd_inspect(int argc, char **argv)
     const char *exclude_arg = NULL;
     slim_cli_prune prune = {0};
     slim_prune_report prep = {0};
+    slim_cli_half half = {0};
     for (int i = 1; i < argc; i++) {
-        int pr = slim_cli_prune_arg(argc, argv, &i, &prune, "inspect");
-        if (pr < 0) {
+        int hr = slim_cli_half_arg(&half, "slim inspect", argc, argv, &i, &opts);
+        if (!hr)
+            hr = slim_cli_prune_arg(argc, argv, &i, &prune, "inspect");
+        if (hr < 0) {
+            slim_cli_half_free(&half);
             slim_cli_prune_free(&prune);
             return 2;
         }
-        if (pr)
+        if (hr)
             continue;
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
             printf(INSPECT_USAGE
@@ -278,8 +283,11 @@ int slim_cmd_inspect(int argc, char **argv)
                    "              layer's precision, weight bytes and quantization error)\n"
                    "  --int8-exclude LIST  comma-separated node names or op types kept in fp32\n"
                    "  --int8-max-error X   layers whose measured output error is over X stay fp32\n"
+                   SLIM_CLI_HALF_USAGE
                    SLIM_CLI_PRUNE_USAGE
                    "              (--prune prints each layer's sparsity, storage and bytes)\n");
+            slim_cli_half_free(&half);
+            slim_cli_prune_free(&prune);
             return 0;
         }
         if ((strcmp(argv[i], "--device") == 0 || strcmp(argv[i], "--precision") == 0) &&
@@ -356,6 +364,8 @@ int slim_cmd_inspect(int argc, char **argv)
         opts.n_int8_exclude = n < 256 ? n : 256;
     }
     opts.int8_report = &int8;
+    slim_half_report half_rep = {0};
+    opts.half_report = &half_rep;
     /* inspect always measures the int8 layers' output error. */
     opts.int8_measure = opts.precision && strcmp(opts.precision, "int8") == 0;
     /* The arena plan is of what runs: the optimized graph. */
@@ -363,6 +373,7 @@ int slim_cmd_inspect(int argc, char **argv)
     slim_status st = slim_model_load(path, &opts, &m, &err);
     free(exclude_buf);
     slim_cli_prune_free(&prune);
+    slim_cli_half_free(&half);
     if (st == SLIM_OK) {
         int rc = 0;
         if (memory)
@@ -377,11 +388,17 @@ int slim_cmd_inspect(int argc, char **argv)
         if (!memory && opts.prune)
             slim_cli_print_prune(&prep);
         slim_prune_report_free(&prep);
+        if (!memory && half_rep.n_layers)
+            slim_cli_print_half(&half_rep, opts.precision && strcmp(opts.precision, "int8")
+                                               ? opts.precision
+                                               : opts.int8_fallback);
+        slim_half_report_free(&half_rep);
         if (opts.device)
             slim_model_print_placement(m, stdout);
         slim_model_free(m);
         return rc;
     }
+    slim_half_report_free(&half_rep);
     if (memory) {
         fprintf(stderr, "slim inspect: %s\n", err.msg);
         return 1;

@@ -60,9 +60,11 @@ static void usage(void)
             "                         a run over it exits with status 3\n"
             "  --device DEV           cpu (default), cuda or cuda:N: nodes with a kernel\n"
             "                         there run there, the rest on the CPU\n"
-            "  --precision P          fp32 (default), fp16 or bf16 weights and activations;\n"
+            "  --precision P          fp32 (default); fp16 or bf16 weights (on the CPU with\n"
+            "                         fp32 activations; on CUDA activations too);\n"
             "                         int8: int8 weights for matrix products and embeddings\n"
             "  --int8-exclude LIST    comma-separated node names or op types kept in fp32\n"
+            SLIM_CLI_HALF_USAGE
             "  --int8-max-error X     measure each int8 layer's relative output error on\n"
             "                         this run's inputs at load; layers over X stay fp32\n"
             SLIM_CLI_PRUNE_USAGE
@@ -476,15 +478,19 @@ int slim_cmd_run(int argc, char **argv)
     char *exclude_buf = NULL;
     const char *memory_limit = NULL;
     bool profile = false;
+    slim_cli_half half = {0};
 
     slim_cli_prune prune = {0};
     for (int i = 1; i < argc; i++) {
-        int pr = slim_cli_prune_arg(argc, argv, &i, &prune, "run");
-        if (pr < 0) {
+        int hr = slim_cli_half_arg(&half, "slim run", argc, argv, &i, &opts);
+        if (!hr)
+            hr = slim_cli_prune_arg(argc, argv, &i, &prune, "run");
+        if (hr < 0) {
+            slim_cli_half_free(&half);
             slim_cli_prune_free(&prune);
             return 2;
         }
-        if (pr)
+        if (hr)
             continue;
         const char *a = argv[i];
         const char *val = NULL;
@@ -584,6 +590,7 @@ int slim_cmd_run(int argc, char **argv)
         fprintf(stderr, "slim run: no model given\n");
         usage();
         free(exclude_buf);
+        slim_cli_half_free(&half);
         return 2;
     }
 
@@ -641,6 +648,7 @@ int slim_cmd_run(int argc, char **argv)
     slim_status load_st = slim_model_load(model_path, &opts, &m, &err);
     slim_cli_prune_free(&prune);
     free(exclude_buf); /* the pass has run: the names are no longer read */
+    slim_cli_half_free(&half);
     for (int i = 0; i < n_samples; i++)
         slim_tensor_release(&samples[i]);
     if (load_st != SLIM_OK) {
