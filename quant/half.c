@@ -27,6 +27,8 @@ typedef struct {
     const slim_half_opts *opts;
 } pass;
 
+static slim_status retype(slim_tensor *t, slim_dtype dt, slim_err *err);
+
 static const slim_value *const_f32(const slim_graph *g, int v)
 {
     if (v < 0 || g->values[v].kind != SLIM_VALUE_INITIALIZER)
@@ -368,6 +370,34 @@ static void remove_dead(pass *p)
     g->n_nodes = w;
 }
 
+/* A layer the pruning pass made sparse (quant/prune.h, run first): its
+ * values become half in place; the indices stay as they are. The sparse
+ * kernel reads float32, fp16 and bf16 values alike (kernels/sparse.h). */
+static slim_status convert_sparse(pass *p, int id, slim_err *err)
+{
+    slim_node *n = &p->g->nodes[id];
+    int wv = n->n_in > 1 ? n->in[1] : -1;
+    if (!const_f32(p->g, wv) || p->consumers[wv] != 1)
+        return SLIM_OK;
+    slim_half_layer *layer = NULL;
+    slim_status st = add_layer(p, n, wv, &layer, err);
+    if (st)
+        return st;
+    if (excluded(p->opts, n)) {
+        layer->why = "excluded";
+        layer->bytes_after = layer->bytes_before;
+        return SLIM_OK;
+    }
+    slim_tensor *w = &p->g->values[wv].init;
+    if ((st = retype(w, p->opts->half, err)))
+        return st;
+    layer->bytes_after = slim_tensor_nbytes(w);
+    layer->converted = true;
+    p->rep->bytes_before += layer->bytes_before;
+    p->rep->bytes_after += layer->bytes_after;
+    return SLIM_OK;
+}
+
 static slim_status run_pass(pass *p, int first_new_value, slim_err *err)
 {
     slim_graph *g = p->g;
@@ -378,6 +408,12 @@ static slim_status run_pass(pass *p, int first_new_value, slim_err *err)
         if (p->dead[i])
             continue;
         slim_node *n = &g->nodes[i];
+        if (strcmp(n->domain, "com.slimserve") == 0 && strcmp(n->op_type, "SparseMatMul") == 0) {
+            slim_status st = convert_sparse(p, i, err);
+            if (st)
+                return slim_err_prefix(err, SLIM_NODE_FMT ": ", SLIM_NODE_ARGS(&g->nodes[i]));
+            continue;
+        }
         bool mm = strcmp(n->op_type, "MatMul") == 0, gemm = strcmp(n->op_type, "Gemm") == 0;
         bool gather = strcmp(n->op_type, "Gather") == 0, conv = strcmp(n->op_type, "Conv") == 0;
         if (n->domain[0] || !(mm || gemm || gather || conv) || n->n_in < 2 || n->n_out < 1)

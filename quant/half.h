@@ -1,7 +1,8 @@
 /*
  * half.h - the half-weights pass: float32 weights of matrix products and
  * embedding tables are stored as fp16 or bf16; activations stay float32 and
- * products accumulate in float32 (kernels/hgemm.h).
+ * products accumulate in float32 (kernels/hgemm.h). Layers the pruning
+ * pass made sparse (SparseMatMul) get their kept values in half too.
  *
  *     slim_graph *g;                          (loaded, not yet finalized)
  *     slim_half_opts o = {.half = SLIM_BF16, .exclude = names, .n_exclude = 1};

@@ -169,6 +169,13 @@ def test_cli(a, w, model, x):
     yh = run_y(a, model, x, os.path.join(wd, "h"), "--prune", "2:4", "--precision", "fp16")
     cos = float(yh.ravel() @ y24.ravel() / (np.linalg.norm(yh) * np.linalg.norm(y24)))
     check(cos > 0.999, f"2:4 in fp16: cosine {cos:.6f} to 2:4 in fp32")
+    # ... whose kept values are stored in half: a 2:4 layer's bytes halve again.
+    out = slim(a, "inspect", model, "--prune", "2:4", "--precision", "bf16").stdout
+    line = [ln for ln in out.splitlines() if ln.strip().startswith("fc1 ") and "SparseMatMul" in ln]
+    check(bool(line) and " bf16 " in line[0], f"inspect: fc1's 2:4 values in bf16: {line}")
+    if line:
+        before, now = (int(v) for v in line[0].split()[3:5])
+        check(now * 2 == before, f"fc1's 2:4 values: {before} bytes in fp32, {now} in bf16")
     yi = run_y(a, model, x, os.path.join(wd, "i8"), "--prune", "magnitude:0.9",
                "--precision", "int8")
     cos = float(yi.ravel() @ ymem.ravel() / (np.linalg.norm(yi) * np.linalg.norm(ymem)))

@@ -72,11 +72,11 @@ void slim_cli_print_half(const struct slim_half_report *r, const char *precision
         n += r->layers[i].converted;
     }
     printf("half-weight layers (%d of %d in %s):\n", n, r->n_layers, precision);
-    printf("  %-*s  %-7s %-9s %12s %12s  %s\n", width, "layer", "op", "precision", "bytes_fp32",
+    printf("  %-*s  %-12s %-9s %12s %12s  %s\n", width, "layer", "op", "precision", "bytes_fp32",
            "bytes_now", "note");
     for (int i = 0; i < r->n_layers; i++) {
         const slim_half_layer *l = &r->layers[i];
-        printf("  %-*s  %-7s %-9s %12zu %12zu  %s\n", width, l->name, l->op_type,
+        printf("  %-*s  %-12s %-9s %12zu %12zu  %s\n", width, l->name, l->op_type,
                l->converted ? precision : "fp32", l->bytes_before, l->bytes_after,
                l->why ? l->why : "");
     }
