@@ -526,6 +526,26 @@ static void run_panels(const slim_qgemm_args *a, const uint8_t *qx, const float 
     slim_parallel_for(j.panels * j.chunks, 1 + (1 << 18) / work, qgemm_part, &j);
 }
 
+/* The float32 side product of the outlier channels, row by row (so that a
+ * row's result never depends on the others), then the activation. */
+static void outlier_part(int64_t begin, int64_t end, void *user)
+{
+    const slim_qgemm_args *a = user;
+    for (int64_t r = begin; r < end; r++) {
+        float *y = a->y + r * a->ldy;
+        const float *x = a->x + r * a->ldx;
+        for (int64_t o = 0; o < a->n_outl; o++) {
+            float xv = x[a->outl_idx[o]];
+            const float *w = a->outl_w + o * a->n;
+            for (int64_t c = 0; c < a->n; c++)
+                y[c] = fmaf(xv, w[c], y[c]);
+        }
+        if (a->act == SLIM_QGEMM_ACT_RELU)
+            for (int64_t c = 0; c < a->n; c++)
+                y[c] = y[c] > 0 ? y[c] : 0.0f;
+    }
+}
+
 void slim_qgemm(const slim_qgemm_args *a, void *scratch)
 {
     if (a->m <= 0 || a->n <= 0)
@@ -535,7 +555,14 @@ void slim_qgemm(const slim_qgemm_args *a, void *scratch)
     quant_job q = {a, scratch, (float *)((char *)scratch + rows),
                    (int32_t *)((char *)scratch + rows + (size_t)a->m * sizeof(float)), k4};
     slim_parallel_for(a->m, 1 + 16384 / (k4 ? k4 : 1), quant_part, &q);
-    run_panels(a, q.qx, q.sx, q.zx);
+    if (a->n_outl <= 0) {
+        run_panels(a, q.qx, q.sx, q.zx);
+        return;
+    }
+    slim_qgemm_args b = *a;
+    b.act = SLIM_QGEMM_ACT_NONE; /* after the side product */
+    run_panels(&b, q.qx, q.sx, q.zx);
+    slim_parallel_for(a->m, 1 + 16384 / (a->n * a->n_outl + 1), outlier_part, (void *)a);
 }
 
 void slim_qgemm_u8(const slim_qgemm_args *a, const uint8_t *qx, const int32_t *zx)
