@@ -85,18 +85,101 @@ typedef struct {
     int64_t g, p0, nr, kg, mg;   /* group, first pixel and pixels of the block */
 } qconv_job;
 
+/* dst[j][i] = src[i][j] for rows x cols: the moves between the NCHW
+ * tensors and the pixel-major matrices. Pure moves, so every path gives the
+ * same bytes; AVX-512 transposes 16 x 16 tiles in registers (a scalar
+ * strided loop cost as much as the int8 product itself on ResNet-50). */
+static void transpose_c(const float *src, int64_t lds, float *dst, int64_t ldd, int64_t rows,
+                        int64_t cols)
+{
+    for (int64_t i0 = 0; i0 < rows; i0 += 16)
+        for (int64_t j = 0; j < cols; j++)
+            for (int64_t i = i0; i < rows && i < i0 + 16; i++)
+                dst[j * ldd + i] = src[i * lds + j];
+}
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+__attribute__((target("avx512f")))
+static void transpose_avx512(const float *src, int64_t lds, float *dst, int64_t ldd,
+                             int64_t rows, int64_t cols)
+{
+    int64_t r16 = rows & ~(int64_t)15, c16 = cols & ~(int64_t)15;
+    for (int64_t i0 = 0; i0 < r16; i0 += 16)
+        for (int64_t j0 = 0; j0 < c16; j0 += 16) {
+            __m512 r[16], t[16], u[16];
+            for (int i = 0; i < 16; i++)
+                r[i] = _mm512_loadu_ps(src + (i0 + i) * lds + j0);
+            /* Per 128-bit lane L: t pairs rows, u holds column 4L + k of
+             * 4 rows; then lanes are gathered across u's. */
+            for (int i = 0; i < 16; i += 2) {
+                t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+                t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+            }
+            for (int i = 0; i < 16; i += 4) {
+                __m512d a = _mm512_castps_pd(t[i]), b = _mm512_castps_pd(t[i + 1]);
+                __m512d c = _mm512_castps_pd(t[i + 2]), d = _mm512_castps_pd(t[i + 3]);
+                u[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+                u[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+                u[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+                u[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+            }
+            for (int k = 0; k < 4; k++) {
+                __m512 p = _mm512_shuffle_f32x4(u[k], u[4 + k], 0x44);
+                __m512 q = _mm512_shuffle_f32x4(u[k], u[4 + k], 0xEE);
+                __m512 p2 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0x44);
+                __m512 q2 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0xEE);
+                _mm512_storeu_ps(dst + (j0 + k) * ldd + i0, _mm512_shuffle_f32x4(p, p2, 0x88));
+                _mm512_storeu_ps(dst + (j0 + 4 + k) * ldd + i0,
+                                 _mm512_shuffle_f32x4(p, p2, 0xDD));
+                _mm512_storeu_ps(dst + (j0 + 8 + k) * ldd + i0,
+                                 _mm512_shuffle_f32x4(q, q2, 0x88));
+                _mm512_storeu_ps(dst + (j0 + 12 + k) * ldd + i0,
+                                 _mm512_shuffle_f32x4(q, q2, 0xDD));
+            }
+        }
+    /* The edges. */
+    if (c16 < cols)
+        transpose_c(src + c16, lds, dst + c16 * ldd, ldd, r16, cols - c16);
+    if (r16 < rows)
+        transpose_c(src + r16 * lds, lds, dst + r16, ldd, rows - r16, cols);
+}
+#endif
+
+static void transpose(const float *src, int64_t lds, float *dst, int64_t ldd, int64_t rows,
+                      int64_t cols)
+{
+#if defined(__x86_64__)
+    /* The qgemm path choice, so that tests forcing the C path run this one
+     * too. */
+    if (slim_qgemm_get_isa() == SLIM_QGEMM_AVX512VNNI) {
+        transpose_avx512(src, lds, dst, ldd, rows, cols);
+        return;
+    }
+#endif
+    transpose_c(src, lds, dst, ldd, rows, cols);
+}
+
+/* The image's pixels [64 b, 64 (b + 1)) to pixel-major rows. */
 static void transpose_part(int64_t begin, int64_t end, void *user)
 {
     const qconv_job *j = user;
-    int64_t hw = j->q->h * j->q->w, c = j->q->c;
-    /* 16 pixels at a time, so that the strided reads of each channel
-     * share cache lines. */
+    int64_t hw = j->q->h * j->q->w;
     for (int64_t b = begin; b < end; b++) {
-        int64_t p0 = b * 16, p1 = p0 + 16 < hw ? p0 + 16 : hw;
-        for (int64_t ci = 0; ci < c; ci++)
-            for (int64_t p = p0; p < p1; p++)
-                j->xt[p * c + ci] = j->x[ci * hw + p];
+        int64_t p0 = b * 64, p1 = p0 + 64 < hw ? p0 + 64 : hw;
+        transpose(j->x + p0, hw, j->xt + p0 * j->q->c, j->q->c, j->q->c, p1 - p0);
     }
+}
+
+/* The block's product (pixels x channels) into output channels
+ * [16 begin, 16 end) of the NCHW planes. */
+static void untranspose_part(int64_t begin, int64_t end, void *user)
+{
+    const qconv_job *j = user;
+    int64_t np = j->q->oh * j->q->ow;
+    int64_t c0 = begin * 16, c1 = end * 16 < j->mg ? end * 16 : j->mg;
+    transpose(j->tmp + c0, j->mg, j->y + c0 * np + j->p0, np, j->nr, c1 - c0);
 }
 
 static void im2col_part(int64_t begin, int64_t end, void *user)
@@ -118,17 +201,6 @@ static void im2col_part(int64_t begin, int64_t end, void *user)
                     memcpy(dst, j->xt + (iy * q->w + ix) * q->c + j->g * cg, run);
             }
         }
-    }
-}
-
-static void untranspose_part(int64_t begin, int64_t end, void *user)
-{
-    const qconv_job *j = user;
-    int64_t np = j->q->oh * j->q->ow;
-    for (int64_t c = begin; c < end; c++) {
-        float *dst = j->y + c * np + j->p0;
-        for (int64_t r = 0; r < j->nr; r++)
-            dst[r] = j->tmp[r * j->mg + c];
     }
 }
 
@@ -171,7 +243,7 @@ slim_status slim_qconv_run(const slim_qconv *q, int64_t n_images, const float *x
     }
     for (int64_t n = 0; n < n_images; n++) {
         qconv_job j = {q, x + n * q->c * hw, xt, rows, tmp, NULL, 0, 0, 0, kg, mg};
-        slim_parallel_for((hw + 15) / 16, 1 + 4096 / (16 * q->c), transpose_part, &j);
+        slim_parallel_for((hw + 63) / 64, 1 + 8192 / (64 * q->c), transpose_part, &j);
         for (int64_t g = 0; g < q->groups; g++)
             for (int64_t p0 = 0; p0 < np; p0 += block) {
                 int64_t nr = np - p0 < block ? np - p0 : block;
@@ -200,7 +272,7 @@ slim_status slim_qconv_run(const slim_qconv *q, int64_t n_images, const float *x
                     slim_qgemm(&qa, scratch);
                 }
                 j.y = y + (n * q->m + g * mg) * np;
-                slim_parallel_for(mg, 1 + 4096 / nr, untranspose_part, &j);
+                slim_parallel_for((mg + 15) / 16, 1 + 8192 / (16 * nr), untranspose_part, &j);
             }
     }
     free(xt);
