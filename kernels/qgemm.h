@@ -81,13 +81,16 @@ typedef struct slim_qgemm_args {
     /* Instead of y: the exact int32 sums sum_k (qx[i][k] - zx_i) * qw[j][k]
      * (slim_qgemm_u8 only; w_scale, bias and act are not read). */
     int32_t *y_i32;
-    /* Outlier input channels kept in float32 (quant/int8.c): their int8
-     * codes are 0 in packed, and y gets sum_o x[i][outl_idx[o]] *
-     * outl_w[o][j] added (in o order, per row) before the activation.
-     * n_outl 0: none (slim_qgemm only). */
+    /* Outlier input channels (quant/int8.c) taken out of the int8 product:
+     * their codes are 0 in packed, and they get their own int8 weights
+     * with their own per-channel scales, multiplied by the float32
+     * activations: y[i][j] += (x[i][outl_idx[o]] * outl_scale[j]) *
+     * outl_q[o][j], in o order, per row, before the activation. n_outl 0:
+     * none (slim_qgemm only). */
     int64_t n_outl;
     const int64_t *outl_idx;  /* [n_outl], each in [0, k) */
-    const float *outl_w;      /* n_outl rows of n floats */
+    const int8_t *outl_q;     /* n_outl rows of n codes */
+    const float *outl_scale;  /* [n] */
 } slim_qgemm_args;
 
 /* Bytes of scratch slim_qgemm needs for m rows of k. */

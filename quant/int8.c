@@ -30,10 +30,10 @@ extern const slim_pass slim__pass_fold_bn; /* passes/fold_bn.c */
 
 /* Codes for one channel of k floats read with stride `step`; returns its
  * scale and adds its squared error and squared norm to *e2 and *w2.
- * Entries with skip[i] set (outlier input channels, kept in float32) get
- * code 0 and take no part in the scale. */
+ * Entries with skip[i] set (outlier input channels, quantized on their own)
+ * get code 0 and take no part in the scale, the error or the norm. */
 float slim__int8_quantize_channel(const float *w, int64_t k, int64_t step, const bool *skip,
-                              int8_t *q, double *e2, double *w2)
+                                  int8_t *q, double *e2, double *w2)
 {
     float m = 0;
     for (int64_t i = 0; i < k; i++) {
@@ -45,8 +45,7 @@ float slim__int8_quantize_channel(const float *w, int64_t k, int64_t step, const
     for (int64_t i = 0; i < k; i++) {
         float v = w[i * step];
         if (skip && skip[i]) {
-            q[i] = 0;
-            *w2 += (double)v * v;
+            q[i] = 0; /* the outlier path counts its error and norm */
             continue;
         }
         float r = nearbyintf(v * inv);
@@ -67,8 +66,8 @@ static int cmp_double(const void *a, const void *b)
 
 /* Outlier input channels of a k x n weight (element (kk, j) at
  * w[kk * sk + j * sj]): the rows kk whose RMS over the n outputs is over
- * SLIM_INT8_OUTLIER_RATIO times the median row's, at most k / 16 of them,
- * largest first. One such row sets max|w| of every output channel, and so
+ * SLIM_INT8_OUTLIER_RATIO times the median row's, at most k / 16 of them
+ * (the largest, when more pass). One such row sets max|w| of every output channel, and so
  * the int8 step of all the other rows: 1 row in 64 scaled 8x (what trained
  * transformers grow, and bench/gen_encoder.py mimics) costs the rest 3 of
  * their 8 bits. Known from the weight alone, at load: no calibration.
@@ -112,8 +111,8 @@ static int64_t find_outliers(const float *w, int64_t k, int64_t n, int64_t sk, i
     return no;
 }
 
-slim_status slim__int8_alloc_tensor(slim_tensor *t, slim_dtype dt, int ndim, int64_t d0, int64_t d1,
-                                slim_err *err)
+slim_status slim__int8_alloc_tensor(slim_tensor *t, slim_dtype dt, int ndim, int64_t d0,
+                                    int64_t d1, slim_err *err)
 {
     memset(t, 0, sizeof(*t));
     t->dtype = dt;
@@ -144,8 +143,8 @@ bool slim__int8_excluded(const slim_int8_opts *o, const slim_node *n)
     return false;
 }
 
-slim_status slim__int8_add_layer(pass *p, const slim_node *n, int weight, slim_int8_layer **out,
-                             slim_err *err)
+slim_status slim__int8_add_layer(pass *p, const slim_node *n, int weight,
+                                 slim_int8_layer **out, slim_err *err)
 {
     slim_int8_report *r = p->rep;
     slim_int8_layer *ls = realloc(r->layers, sizeof(*ls) * (size_t)(r->n_layers + 1));
@@ -173,7 +172,7 @@ slim_node *slim__int8_sole_reader(pass *p, int v, const char *op_type)
 }
 
 slim_status slim__int8_rewrite(slim_node *n, const char *op_type, int n_in, const int *in,
-                              int out, slim_attr *attrs, int na, slim_err *err)
+                               int out, slim_attr *attrs, int na, slim_err *err)
 {
     char *ot = strdup(op_type), *dom = strdup("com.slimserve");
     int *ins = malloc(sizeof(int) * (size_t)n_in);
@@ -281,7 +280,7 @@ static const char *linear_of(const pass *p, const slim_node *n, linear *l)
 static double measure_linear(const pass *p, const linear *l, const slim_tensor *packed,
                              const slim_tensor *scale, const slim_tensor *colsum,
                              const float *bias, bool relu, const slim_tensor *oidx,
-                             const slim_tensor *ow)
+                             const slim_tensor *ow, const slim_tensor *os)
 {
     const slim_tensor *x = slim_int8_sample(p->opts ? p->opts->samples : NULL,
                                             p->g->values[l->x].name);
@@ -307,7 +306,8 @@ static double measure_linear(const pass *p, const linear *l, const slim_tensor *
         .m = m, .n = n, .k = l->k, .x = x->data, .ldx = l->k, .packed = packed->data,
         .colsum = colsum->data, .w_scale = scale->data, .bias = bias,
         .act = relu ? SLIM_QGEMM_ACT_RELU : SLIM_QGEMM_ACT_NONE, .y = y8, .ldy = n,
-        .n_outl = oidx->data ? oidx->dims[0] : 0, .outl_idx = oidx->data, .outl_w = ow->data,
+        .n_outl = oidx->data ? oidx->dims[0] : 0, .outl_idx = oidx->data, .outl_q = ow->data,
+        .outl_scale = os->data,
     };
     slim_qgemm(&a, scratch);
     double e = slim_int8_rel_error(y32, y8, m * n);
@@ -328,7 +328,7 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
 {
     slim_graph *g = p->g;
     slim_tensor wq = {0}, packed = {0}, scale = {0}, colsum = {0}, bias = {0}, oidx = {0},
-                ow = {0};
+                ow = {0}, os = {0};
     bool *skip = NULL;
     slim_status st = slim__int8_alloc_tensor(&wq, SLIM_I8, 2, l->n, l->k, err);
     if (!st)
@@ -351,12 +351,23 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
         no = find_outliers(w, l->k, l->n, sk, sj, skip, idx);
     else
         memset(skip, 0, sizeof(bool) * (size_t)l->k);
+    double e2 = 0, w2 = 0;
     if (no > 0 && !(st = slim__int8_alloc_tensor(&oidx, SLIM_I64, 1, no, 0, err)) &&
-        !(st = slim__int8_alloc_tensor(&ow, SLIM_F32, 2, no, l->n, err))) {
+        !(st = slim__int8_alloc_tensor(&ow, SLIM_I8, 2, no, l->n, err)) &&
+        !(st = slim__int8_alloc_tensor(&os, SLIM_F32, 1, l->n, 0, err))) {
+        /* The outlier rows' own int8 weights: per output channel j, the
+         * codes of its no entries (stride n in ow) with their own scale. */
         memcpy(oidx.data, idx, sizeof(int64_t) * (size_t)no);
-        for (int64_t o = 0; o < no; o++)
-            for (int64_t j = 0; j < l->n; j++)
-                ((float *)ow.data)[o * l->n + j] = l->alpha * w[idx[o] * sk + j * sj];
+        float col[SLIM_QGEMM_MAX_K / 16];
+        int8_t q[SLIM_QGEMM_MAX_K / 16];
+        for (int64_t j = 0; j < l->n; j++) {
+            for (int64_t o = 0; o < no; o++)
+                col[o] = w[idx[o] * sk + j * sj];
+            ((float *)os.data)[j] =
+                slim__int8_quantize_channel(col, no, 1, NULL, q, &e2, &w2) * l->alpha;
+            for (int64_t o = 0; o < no; o++)
+                ((int8_t *)ow.data)[o * l->n + j] = q[o];
+        }
     }
     free(idx);
     if (no < 0)
@@ -364,7 +375,6 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
     if (st)
         goto fail;
     float *sc = scale.data;
-    double e2 = 0, w2 = 0;
     for (int64_t j = 0; j < l->n; j++)
         sc[j] = slim__int8_quantize_channel(w + j * sj, l->k, sk, skip, (int8_t *)wq.data + j * l->k, &e2,
                                  &w2) * l->alpha;
@@ -402,7 +412,7 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
     }
     slim_node *r = slim__int8_sole_reader(p, add >= 0 ? g->nodes[add].out[0] : out, "Relu");
     layer->error = measure_linear(p, l, &packed, &scale, &colsum, bias.data, r != NULL, &oidx,
-                                  &ow);
+                                  &ow, &os);
     if (slim__int8_over_budget(p, layer->error)) {
         layer->why = "over max_error";
         goto fail; /* st is SLIM_OK: the layer stays float32 */
@@ -419,19 +429,21 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
     }
     layer->bytes_after = slim_tensor_nbytes(&packed) + slim_tensor_nbytes(&scale) +
                          slim_tensor_nbytes(&colsum) + slim_tensor_nbytes(&bias) +
-                         slim_tensor_nbytes(&oidx) + slim_tensor_nbytes(&ow);
+                         slim_tensor_nbytes(&oidx) + slim_tensor_nbytes(&ow) +
+                         slim_tensor_nbytes(&os);
     layer->n_outliers = oidx.data ? (int)oidx.dims[0] : 0;
     char base[300];
     snprintf(base, sizeof(base), "%s", g->nodes[id].name);
-    int in[7] = {l->x, -1, -1, -1, -1, -1, -1};
-    int n_in = oidx.data ? 7 : bias.data ? 5 : 4;
+    int in[8] = {l->x, -1, -1, -1, -1, -1, -1, -1};
+    int n_in = oidx.data ? 8 : bias.data ? 5 : 4;
     if ((in[1] = slim_graph_add_initializer(g, base, ".int8_weight", &packed, err)) < 0 ||
         (in[2] = slim_graph_add_initializer(g, base, ".int8_scale", &scale, err)) < 0 ||
         (in[3] = slim_graph_add_initializer(g, base, ".int8_colsum", &colsum, err)) < 0 ||
         (bias.data && (in[4] = slim_graph_add_initializer(g, base, ".int8_bias", &bias, err)) < 0) ||
         (oidx.data &&
          ((in[5] = slim_graph_add_initializer(g, base, ".int8_outlier_index", &oidx, err)) < 0 ||
-          (in[6] = slim_graph_add_initializer(g, base, ".int8_outlier_weight", &ow, err)) < 0))) {
+          (in[6] = slim_graph_add_initializer(g, base, ".int8_outlier_weight", &ow, err)) < 0 ||
+          (in[7] = slim_graph_add_initializer(g, base, ".int8_outlier_scale", &os, err)) < 0))) {
         st = SLIM_ENOMEM;
         goto fail;
     }
@@ -440,6 +452,7 @@ fail:
     free(skip);
     slim_tensor_release(&oidx);
     slim_tensor_release(&ow);
+    slim_tensor_release(&os);
     slim_tensor_release(&wq);
     slim_tensor_release(&packed);
     slim_tensor_release(&scale);
@@ -646,8 +659,8 @@ slim_status slim_quant_int8(slim_graph *g, const slim_int8_opts *opts, slim_int8
             return st;
     }
     int first_new = g->n_values;
-    /* New values are added as layers are quantized: room for 6 per node. */
-    size_t nv = (size_t)g->n_values + 6 * (size_t)g->n_nodes + 1;
+    /* New values are added as layers are quantized: room for 7 per node. */
+    size_t nv = (size_t)g->n_values + 7 * (size_t)g->n_nodes + 1;
     pass p = {g, calloc(nv, sizeof(int)), calloc(nv, sizeof(int)), calloc(nv, sizeof(int)),
               calloc((size_t)g->n_nodes + 1, sizeof(bool)), rep, opts};
     slim_status st = SLIM_OK;

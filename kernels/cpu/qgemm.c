@@ -526,8 +526,8 @@ static void run_panels(const slim_qgemm_args *a, const uint8_t *qx, const float 
     slim_parallel_for(j.panels * j.chunks, 1 + (1 << 18) / work, qgemm_part, &j);
 }
 
-/* The float32 side product of the outlier channels, row by row (so that a
- * row's result never depends on the others), then the activation. */
+/* The side product of the outlier channels, row by row (so that a row's
+ * result never depends on the others), then the activation. */
 static void outlier_part(int64_t begin, int64_t end, void *user)
 {
     const slim_qgemm_args *a = user;
@@ -536,9 +536,9 @@ static void outlier_part(int64_t begin, int64_t end, void *user)
         const float *x = a->x + r * a->ldx;
         for (int64_t o = 0; o < a->n_outl; o++) {
             float xv = x[a->outl_idx[o]];
-            const float *w = a->outl_w + o * a->n;
+            const int8_t *q = a->outl_q + o * a->n;
             for (int64_t c = 0; c < a->n; c++)
-                y[c] = fmaf(xv, w[c], y[c]);
+                y[c] = fmaf(xv * a->outl_scale[c], (float)q[c], y[c]);
         }
         if (a->act == SLIM_QGEMM_ACT_RELU)
             for (int64_t c = 0; c < a->n; c++)

@@ -2,14 +2,15 @@
  * qlinear.c - slimserve's own int8 operators (domain com.slimserve), which
  * the int8 pass (quant/int8.c) puts in place of float layers:
  *
- *   MatMulInt8(X, W, scale, colsum[, bias[, outlier_index, outlier_weight]]) -> Y
- *                                                      attrs: K (int), activation ("" | "Relu")
+ *   MatMulInt8(X, W, scale, colsum[, bias[, outlier_index, outlier_weight,
+ *              outlier_scale]]) -> Y            attrs: K (int), activation ("" | "Relu")
  *       X float32 [..., K]; W int8, N x K packed as qgemm.h lays it out;
  *       scale float32 [N] (per output channel); colsum int32 [N] (the sums
  *       of each channel's int8 weights); bias float32 [N] (optional, may be
  *       empty when the outliers follow); outlier_index int64 [O] (input
- *       channels kept in float32, their codes in W 0) and outlier_weight
- *       float32 [O, N], added as a float32 side product. Y float32 [..., N].
+ *       channels taken out of W, their codes there 0), outlier_weight int8
+ *       [O, N] and outlier_scale float32 [N]: their own int8 weights, times
+ *       the float32 activations (qgemm.h). Y float32 [..., N].
  *       X is quantized per row at run time (qgemm.h), so no row's result
  *       depends on another's.
  *   ConvInt8(X, W, scale, colsum[, bias]) -> Y
@@ -93,13 +94,16 @@ static slim_status matmul_int8_infer(slim_op_ctx *ctx)
         return st;
     const slim_tensor *oi = ctx->n_in > 5 ? ctx->in[5] : NULL;
     const slim_tensor *ow = ctx->n_in > 6 ? ctx->in[6] : NULL;
-    if (!oi != !ow)
-        return slim_errf(ctx->err, SLIM_EINVAL, "outlier_index and outlier_weight come together");
+    const slim_tensor *os = ctx->n_in > 7 ? ctx->in[7] : NULL;
+    if (!oi != !ow || !oi != !os)
+        return slim_errf(ctx->err, SLIM_EINVAL, "outlier_index, outlier_weight and "
+                         "outlier_scale come together");
     if (oi) {
         if ((st = slim_check_dtype(oi, "outlier_index", ctx->err, SLIM_I64,
                                    SLIM_DTYPE_UNDEFINED)) ||
-            (st = slim_check_dtype(ow, "outlier_weight", ctx->err, SLIM_F32,
-                                   SLIM_DTYPE_UNDEFINED)))
+            (st = slim_check_dtype(ow, "outlier_weight", ctx->err, SLIM_I8,
+                                   SLIM_DTYPE_UNDEFINED)) ||
+            (st = check_vector(os, "outlier_scale", SLIM_F32, n, ctx->err)))
             return st;
         if (oi->ndim != 1 || oi->dims[0] > s->k || ow->ndim != 2 || ow->dims[0] != oi->dims[0] ||
             ow->dims[1] != n)
@@ -122,7 +126,7 @@ static slim_status matmul_int8_exec(slim_op_ctx *ctx)
     const matmul_int8_state *s = ctx->state;
     const slim_tensor *x = ctx->in[0];
     const slim_tensor *bias = ctx->n_in > 4 ? ctx->in[4] : NULL;
-    const slim_tensor *oi = ctx->n_in > 6 ? ctx->in[5] : NULL;
+    const slim_tensor *oi = ctx->n_in > 7 ? ctx->in[5] : NULL;
     int64_t n = ctx->in[2]->dims[0], m = slim_tensor_numel(x) / s->k;
     int64_t no = oi ? oi->dims[0] : 0;
     for (int64_t o = 0; o < no; o++) {
@@ -141,7 +145,8 @@ static slim_status matmul_int8_exec(slim_op_ctx *ctx)
         .m = m, .n = n, .k = s->k, .x = x->data, .ldx = s->k, .packed = ctx->in[1]->data,
         .colsum = ctx->in[3]->data, .w_scale = ctx->in[2]->data,
         .bias = bias ? bias->data : NULL, .act = s->act, .y = ctx->out[0]->data, .ldy = n,
-        .n_outl = no, .outl_idx = oi ? oi->data : NULL, .outl_w = oi ? ctx->in[6]->data : NULL,
+        .n_outl = no, .outl_idx = oi ? oi->data : NULL, .outl_q = oi ? ctx->in[6]->data : NULL,
+        .outl_scale = oi ? ctx->in[7]->data : NULL,
     };
     slim_qgemm(&a, scratch);
     free(scratch);

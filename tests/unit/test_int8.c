@@ -607,8 +607,9 @@ END_TEST
 
 /* The outlier-channel split: a weight whose input channel 5 is 30x the
  * others costs every output channel's int8 step without the split; with
- * it, that channel runs in float32, the layer's measured error drops under
- * a bound it is far over without, and the output still matches float32. */
+ * it, that channel is quantized on its own, the layer's measured error
+ * drops under a bound it is far over without, and the run's error is the
+ * measured one. */
 START_TEST(test_outlier_channels_split)
 {
     enum { M = 8, K = 96, N = 40 };
@@ -649,10 +650,10 @@ START_TEST(test_outlier_channels_split)
         ck_assert_int_eq(slim_quant_int8(g, &o, &rep, &err), SLIM_OK);
         ck_assert(rep.layers[0].quantized);
         ck_assert_int_eq(rep.layers[0].n_outliers, split ? 1 : 0);
-        ck_assert_int_eq(g->nodes[0].n_in, split ? 7 : 4);
-        /* With the split: 4 bytes x N for the float32 row, 8 for its index. */
+        ck_assert_int_eq(g->nodes[0].n_in, split ? 8 : 4);
+        /* With the split: the row's N codes and N scales, 8 for its index. */
         ck_assert_uint_eq(rep.layers[0].bytes_after,
-                          48 * K + 2 * N * 4 + (split ? N * 4 + 8 : 0));
+                          48 * K + 2 * N * 4 + (split ? N + N * 4 + 8 : 0));
         errors[split] = rep.layers[0].error;
         slim_int8_report_free(&rep);
         slim_tensor y = run1(g, "x", x, SLIM_OK, &err);
