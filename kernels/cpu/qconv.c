@@ -40,7 +40,9 @@ size_t slim_qconv_packed_bytes(const slim_qconv *q)
 
 const char *slim_qconv_shape(slim_qconv *q, slim_qconv_pad auto_pad)
 {
-    if (q->c < 1 || q->m < 1 || q->groups < 1 || q->c % q->groups || q->m % q->groups)
+    if (q->c < 1 || q->m < 1 || q->groups < 1)
+        return "input channels, output channels and group must be >= 1";
+    if (q->c % q->groups || q->m % q->groups)
         return "channels are not divisible by group";
     if (q->kh < 1 || q->kw < 1 || q->sh < 1 || q->sw < 1 || q->dh < 1 || q->dw < 1)
         return "kernel, strides and dilations must be >= 1";
