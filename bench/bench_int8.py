@@ -3,13 +3,17 @@
 
     python3 bench/bench_int8.py --slim build/bin/slim [--threads 2] [--rounds 3]
                                 [--models transformer,bert] [--workdir DIR]
-                                [--int8-max-error X]
+                                [--int8-max-error X] [--outliers-off]
 
-Models: the example transformer (models/gen_models.py, its own sequence of
-16) and a BERT-base-sized encoder from bench/gen_encoder.py (12 layers,
+Models: the example transformer and resnet (models/gen_models.py; the
+transformer's own sequence of 16, the resnet's 32 x 32 images), a
+BERT-base-sized encoder from bench/gen_encoder.py (`bert`: 12 layers,
 hidden 768, ffn 3072, sequence 128; Student-t weights with 1 input channel
-in 64 scaled 8x, the outlier features of trained transformers). Batch 1
-and 8, the same token ids for every configuration.
+in 64 scaled 8x, the outlier features of trained transformers), and
+bench/gen_cnn.py's ImageNet-sized CNNs (`resnet18`, `resnet50`,
+`mobilenetv2`: 224 x 224 images, Conv + BatchNormalization as exported).
+Batch 1 and 8, the same inputs (token ids, or N(0, 1) images) for every
+configuration.
 
 Configurations, each in its own process so that its peak RSS is its own:
   slim fp32       slim run MODEL.onnx
@@ -18,6 +22,12 @@ Configurations, each in its own process so that its peak RSS is its own:
   ort fp32        onnxruntime on MODEL.onnx
   ort int8        quantize_dynamic(QInt8, per_channel=False)
   ort int8 pc     quantize_dynamic(QInt8, per_channel=True)
+  ort int8 static  image models only: quantize_static, QDQ, per-channel s8
+                  weights, u8 activations, calibrated on 8 N(0, 1) images
+                  (onnxruntime runs it as QLinearConv: its fast int8 CNN path)
+  slim int8 no split  with --outliers-off: slim convert --precision int8
+                  under SLIM_INT8_OUTLIERS=off (no outlier-channel split:
+                  the before of that change, docs/int8.md)
   slim int8 budget  with --int8-max-error X: slim convert --precision int8
                   --int8-max-error X (layers whose own output error on
                   drawn samples is over X stay fp32)
@@ -27,7 +37,7 @@ the table shows the median over rounds, so a busy moment on a shared
 machine hits every configuration alike. Threads: SLIM_NUM_THREADS for
 slim, intra_op_num_threads (inter-op 1, sequential) for onnxruntime.
 
-Columns: time (ms), x slim fp32, x ort int8 (the best of the two ort int8
+Columns: time (ms), x slim fp32, x ort int8 (the best of the ort int8
 configurations), weight bytes (initializers as loaded; for slim int8 the
 .slim file's weights), peak RSS (MiB, the process's maximum), and the
 output's cosine similarity and maximum relative error (max |y - ref| /

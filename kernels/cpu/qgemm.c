@@ -527,23 +527,77 @@ static void run_panels(const slim_qgemm_args *a, const uint8_t *qx, const float 
 }
 
 /* The side product of the outlier channels, row by row (so that a row's
- * result never depends on the others), then the activation. */
+ * result never depends on the others), then the activation. Every path
+ * computes y = fma(x * s[c], q[c], y) with one rounding each, so they agree
+ * bit for bit. (The build targets baseline x86-64, where fmaf is a libm
+ * call: the C path is exact but slow, the vector paths use the FMA
+ * instruction.) */
+static void outlier_row_c(const slim_qgemm_args *a, const float *x, float *y)
+{
+    for (int64_t o = 0; o < a->n_outl; o++) {
+        float xv = x[a->outl_idx[o]];
+        const int8_t *q = a->outl_q + o * a->n;
+        for (int64_t c = 0; c < a->n; c++)
+            y[c] = fmaf(xv * a->outl_scale[c], (float)q[c], y[c]);
+    }
+}
+
+#ifdef QGEMM_X86
+AVX512_TARGET
+static void outlier_row_avx512(const slim_qgemm_args *a, const float *x, float *y)
+{
+    for (int64_t o = 0; o < a->n_outl; o++) {
+        __m512 xv = _mm512_set1_ps(x[a->outl_idx[o]]);
+        const int8_t *q = a->outl_q + o * a->n;
+        for (int64_t c = 0; c < a->n; c += 16) {
+            __mmask16 mk = a->n - c >= 16 ? 0xFFFF : (__mmask16)((1u << (a->n - c)) - 1);
+            __m512 w = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mk, q + c)));
+            __m512 sx = _mm512_mul_ps(xv, _mm512_maskz_loadu_ps(mk, a->outl_scale + c));
+            _mm512_mask_storeu_ps(y + c, mk,
+                                  _mm512_fmadd_ps(sx, w, _mm512_maskz_loadu_ps(mk, y + c)));
+        }
+    }
+}
+
+AVX2_TARGET
+static void outlier_row_avx2(const slim_qgemm_args *a, const float *x, float *y)
+{
+    int64_t n8 = a->n & ~(int64_t)7;
+    for (int64_t o = 0; o < a->n_outl; o++) {
+        float xs = x[a->outl_idx[o]];
+        __m256 xv = _mm256_set1_ps(xs);
+        const int8_t *q = a->outl_q + o * a->n;
+        for (int64_t c = 0; c < n8; c += 8) {
+            __m256 w = _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_loadl_epi64((const __m128i *)(q + c))));
+            __m256 sx = _mm256_mul_ps(xv, _mm256_loadu_ps(a->outl_scale + c));
+            _mm256_storeu_ps(y + c, _mm256_fmadd_ps(sx, w, _mm256_loadu_ps(y + c)));
+        }
+        for (int64_t c = n8; c < a->n; c++)
+            y[c] = fmaf(xs * a->outl_scale[c], (float)q[c], y[c]);
+    }
+}
+#endif
+
 static void outlier_part(int64_t begin, int64_t end, void *user)
 {
     const slim_qgemm_args *a = user;
+    slim_qgemm_isa isa = slim_qgemm_get_isa();
     for (int64_t r = begin; r < end; r++) {
         float *y = a->y + r * a->ldy;
         const float *x = a->x + r * a->ldx;
-        for (int64_t o = 0; o < a->n_outl; o++) {
-            float xv = x[a->outl_idx[o]];
-            const int8_t *q = a->outl_q + o * a->n;
-            for (int64_t c = 0; c < a->n; c++)
-                y[c] = fmaf(xv * a->outl_scale[c], (float)q[c], y[c]);
-        }
+#ifdef QGEMM_X86
+        if (isa == SLIM_QGEMM_AVX512VNNI)
+            outlier_row_avx512(a, x, y);
+        else if (isa == SLIM_QGEMM_AVX2)
+            outlier_row_avx2(a, x, y);
+        else
+#endif
+            outlier_row_c(a, x, y);
         if (a->act == SLIM_QGEMM_ACT_RELU)
             for (int64_t c = 0; c < a->n; c++)
                 y[c] = y[c] > 0 ? y[c] : 0.0f;
     }
+    (void)isa;
 }
 
 void slim_qgemm(const slim_qgemm_args *a, void *scratch)
