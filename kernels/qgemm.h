@@ -84,9 +84,10 @@ typedef struct slim_qgemm_args {
     /* Outlier input channels (quant/int8.c) taken out of the int8 product:
      * their codes are 0 in packed, and they get their own int8 weights
      * with their own per-channel scales, multiplied by the float32
-     * activations: y[i][j] += (x[i][outl_idx[o]] * outl_scale[j]) *
-     * outl_q[o][j], in o order, per row, before the activation. n_outl 0:
-     * none (slim_qgemm only). */
+     * activations: y[i][j] += outl_scale[j] * sum_o x[i][outl_idx[o]] *
+     * outl_q[o][j] (the sum a chain of fused multiply-adds in o order, then
+     * one with the scale), per row, before the activation. n_outl 0: none
+     * (slim_qgemm only). */
     int64_t n_outl;
     const int64_t *outl_idx;  /* [n_outl], each in [0, k) */
     const int8_t *outl_q;     /* n_outl rows of n codes */

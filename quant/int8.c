@@ -67,8 +67,8 @@ static int cmp_double(const void *a, const void *b)
 /* Outlier input channels of a k x n weight (element (kk, j) at
  * w[kk * sk + j * sj]): the rows kk whose RMS over the n outputs is over
  * SLIM_INT8_OUTLIER_RATIO times the median row's, at most k / 16 of them
- * (the largest, when more pass). One such row sets max|w| of every output channel, and so
- * the int8 step of all the other rows: 1 row in 64 scaled 8x (what trained
+ * (the largest, when more pass). One such row sets max|w| of every output
+ * channel, and so the int8 step of all the other rows: 1 row in 64 scaled 8x (what trained
  * transformers grow, and bench/gen_encoder.py mimics) costs the rest 3 of
  * their 8 bits. Known from the weight alone, at load: no calibration.
  * Marks skip[kk], writes the rows' indices in increasing order to idx, and
@@ -80,7 +80,8 @@ static int64_t find_outliers(const float *w, int64_t k, int64_t n, int64_t sk, i
     int64_t cap = k / 16;
     if (cap < 1)
         return 0;
-    double *rms = malloc(sizeof(double) * (size_t)k), *sorted = malloc(sizeof(double) * (size_t)k);
+    double *rms = malloc(sizeof(double) * (size_t)k);
+    double *sorted = malloc(sizeof(double) * (size_t)k);
     if (!rms || !sorted) {
         free(rms);
         free(sorted);
@@ -96,13 +97,12 @@ static int64_t find_outliers(const float *w, int64_t k, int64_t n, int64_t sk, i
     }
     qsort(sorted, (size_t)k, sizeof(double), cmp_double);
     double median = sorted[k / 2];
-    /* The cap-th largest bounds the choice, so that ties cannot exceed it. */
-    double floor_v = sorted[k - cap] > SLIM_INT8_OUTLIER_RATIO * median
-                         ? sorted[k - cap] : SLIM_INT8_OUTLIER_RATIO * median;
+    /* Over the ratio, and not under the cap-th largest (ties at it are
+     * taken in index order until the cap). */
+    double over = SLIM_INT8_OUTLIER_RATIO * median, least = sorted[k - cap];
     int64_t no = 0;
     for (int64_t kk = 0; kk < k && no < cap; kk++)
-        if (isfinite(rms[kk]) && median > 0 &&
-            (rms[kk] > floor_v || (rms[kk] == floor_v && floor_v > SLIM_INT8_OUTLIER_RATIO * median))) {
+        if (isfinite(rms[kk]) && median > 0 && rms[kk] > over && rms[kk] >= least) {
             skip[kk] = true;
             idx[no++] = kk;
         }
@@ -332,7 +332,8 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
     bool *skip = NULL;
     slim_status st = slim__int8_alloc_tensor(&wq, SLIM_I8, 2, l->n, l->k, err);
     if (!st)
-        st = slim__int8_alloc_tensor(&packed, SLIM_I8, 2, slim_qgemm_n16(l->n), slim_qgemm_k4(l->k), err);
+        st = slim__int8_alloc_tensor(&packed, SLIM_I8, 2, slim_qgemm_n16(l->n),
+                                     slim_qgemm_k4(l->k), err);
     if (!st)
         st = slim__int8_alloc_tensor(&scale, SLIM_F32, 1, l->n, 0, err);
     if (!st)
@@ -376,8 +377,8 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
         goto fail;
     float *sc = scale.data;
     for (int64_t j = 0; j < l->n; j++)
-        sc[j] = slim__int8_quantize_channel(w + j * sj, l->k, sk, skip, (int8_t *)wq.data + j * l->k, &e2,
-                                 &w2) * l->alpha;
+        sc[j] = slim__int8_quantize_channel(w + j * sj, l->k, sk, skip,
+                                            (int8_t *)wq.data + j * l->k, &e2, &w2) * l->alpha;
     free(skip);
     skip = NULL;
     layer->weight_error = w2 > 0 ? sqrt(e2 / w2) : 0;
@@ -476,8 +477,8 @@ static slim_status quantize_gather(pass *p, int id, slim_int8_layer *layer, slim
     }
     double e2 = 0, w2 = 0;
     for (int64_t r = 0; r < rows; r++)
-        ((float *)scale.data)[r] = slim__int8_quantize_channel((const float *)t->data + r * d, d, 1, NULL,
-                                                    (int8_t *)q.data + r * d, &e2, &w2);
+        ((float *)scale.data)[r] = slim__int8_quantize_channel(
+            (const float *)t->data + r * d, d, 1, NULL, (int8_t *)q.data + r * d, &e2, &w2);
     layer->weight_error = w2 > 0 ? sqrt(e2 / w2) : 0;
     /* The output error on the sample's rows: the gathered rows against
      * their dequantized codes. */
