@@ -3,13 +3,17 @@
 
     python3 bench/bench_int8.py --slim build/bin/slim [--threads 2] [--rounds 3]
                                 [--models transformer,bert] [--workdir DIR]
-                                [--int8-max-error X]
+                                [--int8-max-error X] [--outliers-off]
 
-Models: the example transformer (models/gen_models.py, its own sequence of
-16) and a BERT-base-sized encoder from bench/gen_encoder.py (12 layers,
+Models: the example transformer and resnet (models/gen_models.py; the
+transformer's own sequence of 16, the resnet's 32 x 32 images), a
+BERT-base-sized encoder from bench/gen_encoder.py (`bert`: 12 layers,
 hidden 768, ffn 3072, sequence 128; Student-t weights with 1 input channel
-in 64 scaled 8x, the outlier features of trained transformers). Batch 1
-and 8, the same token ids for every configuration.
+in 64 scaled 8x, the outlier features of trained transformers), and
+bench/gen_cnn.py's ImageNet-sized CNNs (`resnet18`, `resnet50`,
+`mobilenetv2`: 224 x 224 images, Conv + BatchNormalization as exported).
+Batch 1 and 8, the same inputs (token ids, or N(0, 1) images) for every
+configuration.
 
 Configurations, each in its own process so that its peak RSS is its own:
   slim fp32       slim run MODEL.onnx
@@ -18,6 +22,12 @@ Configurations, each in its own process so that its peak RSS is its own:
   ort fp32        onnxruntime on MODEL.onnx
   ort int8        quantize_dynamic(QInt8, per_channel=False)
   ort int8 pc     quantize_dynamic(QInt8, per_channel=True)
+  ort int8 static  image models only: quantize_static, QDQ, per-channel s8
+                  weights, u8 activations, calibrated on 8 N(0, 1) images
+                  (onnxruntime runs it as QLinearConv: its fast int8 CNN path)
+  slim int8 no split  with --outliers-off: slim convert --precision int8
+                  under SLIM_INT8_OUTLIERS=off (no outlier-channel split:
+                  the before of that change, docs/int8.md)
   slim int8 budget  with --int8-max-error X: slim convert --precision int8
                   --int8-max-error X (layers whose own output error on
                   drawn samples is over X stay fp32)
@@ -27,7 +37,7 @@ the table shows the median over rounds, so a busy moment on a shared
 machine hits every configuration alike. Threads: SLIM_NUM_THREADS for
 slim, intra_op_num_threads (inter-op 1, sequential) for onnxruntime.
 
-Columns: time (ms), x slim fp32, x ort int8 (the best of the two ort int8
+Columns: time (ms), x slim fp32, x ort int8 (the best of the ort int8
 configurations), weight bytes (initializers as loaded; for slim int8 the
 .slim file's weights), peak RSS (MiB, the process's maximum), and the
 output's cosine similarity and maximum relative error (max |y - ref| /
@@ -96,42 +106,84 @@ def slim_weight_bytes(slim, path):
     return 0
 
 
-def prepare(name, workdir, slim, max_error):
-    if name == "transformer":
-        src = os.path.join(workdir, "models", "transformer", "1", "model.onnx")
+IMAGE_MODELS = ("resnet", "resnet18", "resnet50", "mobilenetv2")
+
+
+def calibration_reader(in_name, shape, n=8):
+    """Random N(0, 1) images for quantize_static (the inputs the benchmark
+    feeds are drawn the same way)."""
+    from onnxruntime.quantization import CalibrationDataReader
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            rng = np.random.default_rng(123)
+            self.data = iter([{in_name: rng.standard_normal([1] + shape[1:]).astype(np.float32)}
+                              for _ in range(n)])
+
+        def get_next(self):
+            return next(self.data, None)
+
+    return Reader()
+
+
+def prepare(name, workdir, slim, max_error, outliers_off):
+    if name in ("transformer", "resnet"):
+        src = os.path.join(workdir, "models", name, "1", "model.onnx")
         if not os.path.exists(src):
             subprocess.run([sys.executable, os.path.join(REPO, "models", "gen_models.py"),
                             os.path.join(workdir, "models")], check=True, stdout=subprocess.DEVNULL)
+    elif name in IMAGE_MODELS:
+        src = os.path.join(workdir, f"{name}.onnx")
+        if not os.path.exists(src):
+            subprocess.run([sys.executable, os.path.join(REPO, "bench", "gen_cnn.py"), name, src],
+                           check=True, stdout=subprocess.DEVNULL)
     else:
         src = os.path.join(workdir, "bert.onnx")
         if not os.path.exists(src):
             subprocess.run([sys.executable, os.path.join(REPO, "bench", "gen_encoder.py"), src],
                            check=True, stdout=subprocess.DEVNULL)
-    from onnxruntime.quantization import QuantType, quantize_dynamic
+    model = onnx.load(src, load_external_data=False)
+    # Only the graph is needed here; the weights would raise this process's RSS.
+    inp = model.graph.input[0]
+    dims = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
     files = {"fp32": src}
     for pc in (False, True):
         dst = os.path.join(workdir, f"{name}.ort_int8{'_pc' if pc else ''}.onnx")
         if not os.path.exists(dst):
             quantize_dynamic(src, dst, weight_type=QuantType.QInt8, per_channel=pc)
         files["ort_pc" if pc else "ort"] = dst
+    if name in IMAGE_MODELS:
+        # Static QDQ (u8 activations, s8 per-channel weights), which
+        # onnxruntime runs as QLinearConv: its fast int8 CNN path.
+        dst = os.path.join(workdir, f"{name}.ort_int8_static.onnx")
+        if not os.path.exists(dst):
+            quantize_static(src, dst, calibration_reader(inp.name, [1] + dims[1:]),
+                            quant_format=QuantFormat.QDQ, per_channel=True,
+                            activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
+        files["ort_static"] = dst
     slim8 = os.path.join(workdir, f"{name}.int8.slim")
     if not os.path.exists(slim8):
         spawn([slim, "convert", src, "-o", slim8, "--precision", "int8"])
     files["slim8"] = slim8
+    if outliers_off:
+        off = os.path.join(workdir, f"{name}.int8_nosplit.slim")
+        if not os.path.exists(off):
+            spawn([slim, "convert", src, "-o", off, "--precision", "int8"],
+                  dict(os.environ, SLIM_INT8_OUTLIERS="off"))
+        files["slim8off"] = off
     if max_error:
         budget = os.path.join(workdir, f"{name}.int8_e{max_error:g}.slim")
         if not os.path.exists(budget):
             spawn([slim, "convert", src, "-o", budget, "--precision", "int8",
                    "--int8-max-error", f"{max_error:.17g}"])
         files["slim8b"] = budget
-    model = onnx.load(src, load_external_data=False)
-    # Only the graph is needed here; the weights would raise this process's RSS.
-    inp = model.graph.input[0]
-    dims = [d.dim_value for d in inp.type.tensor_type.shape.dim]
+    if name in IMAGE_MODELS:
+        return files, inp.name, dims, 0
     vocab = next(t.dims[0] for t in model.graph.initializer
                  if any(n.op_type == "Gather" and n.input[0] == t.name and n.input[1] == inp.name
                         for n in model.graph.node))
-    return files, inp.name, dims[1], vocab
+    return files, inp.name, dims, vocab
 
 
 def main():
@@ -143,30 +195,41 @@ def main():
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--workdir", default=os.path.join(REPO, "build", "bench-int8"))
     ap.add_argument("--int8-max-error", type=float, default=0.0)
+    ap.add_argument("--outliers-off", action="store_true",
+                    help="also run slim int8 without the outlier-channel split "
+                         "(SLIM_INT8_OUTLIERS=off at convert): the before of that change")
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
     slim = os.path.abspath(a.slim)
     env = dict(os.environ, SLIM_NUM_THREADS=str(a.threads), OMP_NUM_THREADS="1")
     rows = []
     for name in a.models.split(","):
-        files, in_name, seq, vocab = prepare(name, a.workdir, slim, a.int8_max_error)
+        files, in_name, dims, vocab = prepare(name, a.workdir, slim, a.int8_max_error,
+                                              a.outliers_off)
         wbytes = {"slim fp32": slim_weight_bytes(slim, files["fp32"]),
                   "slim int8": slim_weight_bytes(slim, files["slim8"]),
                   "ort fp32": weight_bytes(files["fp32"]),
                   "ort int8": weight_bytes(files["ort"]),
                   "ort int8 pc": weight_bytes(files["ort_pc"])}
+        if "ort_static" in files:
+            wbytes["ort int8 static"] = weight_bytes(files["ort_static"])
         if "slim8b" in files:
             wbytes["slim int8 budget"] = slim_weight_bytes(slim, files["slim8b"])
+        if "slim8off" in files:
+            wbytes["slim int8 no split"] = slim_weight_bytes(slim, files["slim8off"])
         fsize = {"slim int8": os.path.getsize(files["slim8"]),
                  "slim fp32": os.path.getsize(files["fp32"])}
         for batch in [int(b) for b in a.batches.split(",")]:
             rng = np.random.default_rng(batch)
-            ids = rng.integers(0, vocab, (batch, seq), dtype=np.int64)
+            if vocab:
+                x = rng.integers(0, vocab, (batch, dims[1]), dtype=np.int64)
+            else:
+                x = rng.standard_normal([batch] + dims[1:]).astype(np.float32)
             d = os.path.join(a.workdir, f"{name}_b{batch}")
             os.makedirs(d, exist_ok=True)
-            inp = os.path.join(d, "ids.npy")
-            np.save(inp, ids)
-            big = name == "bert"
+            inp = os.path.join(d, "x.npy")
+            np.save(inp, x)
+            big = name in ("bert", "resnet18", "resnet50", "mobilenetv2")
             repeat = (3 if batch > 1 else 5) if big else 50
             configs = {
                 "slim fp32": lambda o: [slim, "run", files["fp32"], "--input", f"{in_name}={inp}",
@@ -180,6 +243,14 @@ def main():
                 "ort int8 pc": lambda o: [sys.executable, "-c", ORT_CHILD, files["ort_pc"], inp,
                                           os.path.join(o, "y.npy"), str(repeat), str(a.threads)],
             }
+            if "ort_static" in files:
+                configs["ort int8 static"] = lambda o: [
+                    sys.executable, "-c", ORT_CHILD, files["ort_static"], inp,
+                    os.path.join(o, "y.npy"), str(repeat), str(a.threads)]
+            if "slim8off" in files:
+                configs["slim int8 no split"] = lambda o: [
+                    slim, "run", files["slim8off"], "--input", f"{in_name}={inp}", "--repeat",
+                    str(repeat), "--output-dir", o]
             if "slim8b" in files:
                 configs["slim int8 budget"] = lambda o: [
                     slim, "run", files["slim8b"], "--input", f"{in_name}={inp}", "--repeat",
@@ -204,7 +275,7 @@ def main():
                     outs[c] = np.load(os.path.join(o, npys[0])).astype(np.float64)
             ref = outs["ort fp32"]
             med = {c: statistics.median(t) for c, t in times.items()}
-            ort8 = min(med["ort int8"], med["ort int8 pc"])
+            ort8 = min(med[c] for c in configs if c.startswith("ort int8"))
             for c in configs:
                 y = outs[c]
                 cos = float(y.ravel() @ ref.ravel() / (np.linalg.norm(y) * np.linalg.norm(ref)))

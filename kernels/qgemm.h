@@ -81,6 +81,17 @@ typedef struct slim_qgemm_args {
     /* Instead of y: the exact int32 sums sum_k (qx[i][k] - zx_i) * qw[j][k]
      * (slim_qgemm_u8 only; w_scale, bias and act are not read). */
     int32_t *y_i32;
+    /* Outlier input channels (quant/int8.c) taken out of the int8 product:
+     * their codes are 0 in packed, and they get their own int8 weights
+     * with their own per-channel scales, multiplied by the float32
+     * activations: y[i][j] += outl_scale[j] * sum_o x[i][outl_idx[o]] *
+     * outl_q[o][j] (the sum a chain of fused multiply-adds in o order, then
+     * one with the scale), per row, before the activation. n_outl 0: none
+     * (slim_qgemm only). */
+    int64_t n_outl;
+    const int64_t *outl_idx;  /* [n_outl], each in [0, k) */
+    const int8_t *outl_q;     /* n_outl rows of n codes */
+    const float *outl_scale;  /* [n] */
 } slim_qgemm_args;
 
 /* Bytes of scratch slim_qgemm needs for m rows of k. */
@@ -106,6 +117,44 @@ void slim_qgemm_u8(const slim_qgemm_args *a, const uint8_t *qx, const int32_t *z
  * NaN and all zeros. Exposed for tests. */
 void slim_qgemm_quantize_row(const float *x, int64_t k, uint8_t *q, float *scale,
                              int32_t *zero_point);
+
+/* ---- 2-D convolution on the product (kernels/cpu/qconv.c) ----------------
+ *
+ * Weights of output channel j are one qgemm row of kg = C/groups * kh * kw
+ * codes ordered (ky, kx, input channel of the group); each group's M/groups
+ * channels are packed on their own (slim_qgemm_pack), group after group, and
+ * the activations are quantized per output pixel (its im2col row). */
+typedef struct slim_qconv {
+    int64_t c, h, w;            /* input channels and size */
+    int64_t m, groups;          /* output channels, groups */
+    int64_t kh, kw, sh, sw, dh, dw;
+    int64_t pt, pl, pb, pr;     /* pads: top, left, bottom, right */
+    int64_t oh, ow;             /* output size (slim_qconv_shape) */
+} slim_qconv;
+
+typedef enum {
+    SLIM_QCONV_NOTSET = 0, SLIM_QCONV_SAME_UPPER, SLIM_QCONV_SAME_LOWER, SLIM_QCONV_VALID,
+} slim_qconv_pad;
+
+typedef struct slim_qconv_weights {
+    const int8_t *packed;       /* groups x slim_qgemm_packed_bytes(m / groups, kg) */
+    const int32_t *colsum;      /* [m] */
+    const float *scale;         /* [m] */
+    const float *bias;          /* [m] or NULL */
+    slim_qgemm_act act;
+    /* Instead of the int8 weights: float32 ones, [m][kg] in the packed K
+     * order (the int8 pass's float32 reference on the same im2col rows). */
+    const float *wf;
+} slim_qconv_weights;
+
+int64_t slim_qconv_kg(const slim_qconv *q);
+size_t slim_qconv_packed_bytes(const slim_qconv *q);
+/* Checks the geometry and sets oh, ow (and the pads, for SAME and VALID);
+ * returns why it is unusable, or NULL. */
+const char *slim_qconv_shape(slim_qconv *q, slim_qconv_pad auto_pad);
+/* y[n_images, m, oh, ow] from x[n_images, c, h, w] (NCHW float32). */
+slim_status slim_qconv_run(const slim_qconv *q, int64_t n_images, const float *x,
+                           const slim_qconv_weights *w, float *y, slim_err *err);
 
 /* The path slim_qgemm uses: the best available, or the one forced with
  * slim_qgemm_set_isa (tests) or SLIM_INT8_ISA=c|avx2|avx512vnni. */

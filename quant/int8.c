@@ -13,8 +13,10 @@
  * more are released and stop being initializers.
  */
 #include "int8.h"
+#include "int8_impl.h"
 
 #include "kernel.h"
+#include "pass.h"
 #include "qgemm.h"
 
 #include <math.h>
@@ -22,22 +24,30 @@
 #include <stdlib.h>
 #include <string.h>
 
+extern const slim_pass slim__pass_fold_bn; /* passes/fold_bn.c */
+
 /* ---- weight quantization -------------------------------------------------- */
 
 /* Codes for one channel of k floats read with stride `step`; returns its
- * scale and adds its squared error and squared norm to *e2 and *w2. */
-static float quantize_channel(const float *w, int64_t k, int64_t step, int8_t *q, double *e2,
-                              double *w2)
+ * scale and adds its squared error and squared norm to *e2 and *w2.
+ * Entries with skip[i] set (outlier input channels, quantized on their own)
+ * get code 0 and take no part in the scale, the error or the norm. */
+float slim__int8_quantize_channel(const float *w, int64_t k, int64_t step, const bool *skip,
+                                  int8_t *q, double *e2, double *w2)
 {
     float m = 0;
     for (int64_t i = 0; i < k; i++) {
-        float a = fabsf(w[i * step]);
+        float a = skip && skip[i] ? 0.0f : fabsf(w[i * step]);
         m = a > m ? a : m;
     }
     float s = m > 0 ? m / 127.0f : 1.0f;
     float inv = 1.0f / s;
     for (int64_t i = 0; i < k; i++) {
         float v = w[i * step];
+        if (skip && skip[i]) {
+            q[i] = 0; /* the outlier path counts its error and norm */
+            continue;
+        }
         float r = nearbyintf(v * inv);
         r = r > 127 ? 127 : r < -127 ? -127 : r;
         q[i] = (int8_t)r;
@@ -48,8 +58,61 @@ static float quantize_channel(const float *w, int64_t k, int64_t step, int8_t *q
     return s;
 }
 
-static slim_status alloc_tensor(slim_tensor *t, slim_dtype dt, int ndim, int64_t d0, int64_t d1,
-                                slim_err *err)
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Outlier input channels of a k x n weight (element (kk, j) at
+ * w[kk * sk + j * sj]): the rows kk whose RMS over the n outputs is over
+ * SLIM_INT8_OUTLIER_RATIO times the median row's, at most k / 16 of them
+ * (the largest, when more pass). One such row sets max|w| of every output
+ * channel, and so the int8 step of all the other rows: 1 row in 64 scaled 8x (what trained
+ * transformers grow, and bench/gen_encoder.py mimics) costs the rest 3 of
+ * their 8 bits. Known from the weight alone, at load: no calibration.
+ * Marks skip[kk], writes the rows' indices in increasing order to idx, and
+ * returns how many; -1 when out of memory. */
+static int64_t find_outliers(const float *w, int64_t k, int64_t n, int64_t sk, int64_t sj,
+                             bool *skip, int64_t *idx)
+{
+    memset(skip, 0, (size_t)k * sizeof(bool));
+    int64_t cap = k / 16;
+    if (cap < 1)
+        return 0;
+    double *rms = malloc(sizeof(double) * (size_t)k);
+    double *sorted = malloc(sizeof(double) * (size_t)k);
+    if (!rms || !sorted) {
+        free(rms);
+        free(sorted);
+        return -1;
+    }
+    for (int64_t kk = 0; kk < k; kk++) {
+        double s = 0;
+        for (int64_t j = 0; j < n; j++) {
+            double v = w[kk * sk + j * sj];
+            s += v * v;
+        }
+        rms[kk] = sorted[kk] = sqrt(s / (double)n);
+    }
+    qsort(sorted, (size_t)k, sizeof(double), cmp_double);
+    double median = sorted[k / 2];
+    /* Over the ratio, and not under the cap-th largest (ties at it are
+     * taken in index order until the cap). */
+    double over = SLIM_INT8_OUTLIER_RATIO * median, least = sorted[k - cap];
+    int64_t no = 0;
+    for (int64_t kk = 0; kk < k && no < cap; kk++)
+        if (isfinite(rms[kk]) && median > 0 && rms[kk] > over && rms[kk] >= least) {
+            skip[kk] = true;
+            idx[no++] = kk;
+        }
+    free(rms);
+    free(sorted);
+    return no;
+}
+
+slim_status slim__int8_alloc_tensor(slim_tensor *t, slim_dtype dt, int ndim, int64_t d0,
+                                    int64_t d1, slim_err *err)
 {
     memset(t, 0, sizeof(*t));
     t->dtype = dt;
@@ -61,17 +124,10 @@ static slim_status alloc_tensor(slim_tensor *t, slim_dtype dt, int ndim, int64_t
 
 /* ---- the graph ------------------------------------------------------------- */
 
-typedef struct {
-    slim_graph *g;
-    int *consumers;        /* per value: node input slots reading it */
-    int *reader;           /* per value: the last node reading it */
-    int *readers_before;   /* per value: consumers before the pass */
-    bool *dead;            /* per node: fused away */
-    slim_int8_report *rep;
-    const slim_int8_opts *opts;
-} pass;
+typedef slim__int8_pass pass;
 
-static const slim_value *const_f32(const slim_graph *g, int v)
+
+const slim_value *slim__int8_const_f32(const slim_graph *g, int v)
 {
     if (v < 0 || g->values[v].kind != SLIM_VALUE_INITIALIZER)
         return NULL;
@@ -79,7 +135,7 @@ static const slim_value *const_f32(const slim_graph *g, int v)
     return val->init.dtype == SLIM_F32 && val->init.device == NULL ? val : NULL;
 }
 
-static bool excluded(const slim_int8_opts *o, const slim_node *n)
+bool slim__int8_excluded(const slim_int8_opts *o, const slim_node *n)
 {
     for (int i = 0; o && i < o->n_exclude; i++)
         if (strcmp(o->exclude[i], n->name) == 0 || strcmp(o->exclude[i], n->op_type) == 0)
@@ -87,8 +143,8 @@ static bool excluded(const slim_int8_opts *o, const slim_node *n)
     return false;
 }
 
-static slim_status add_layer(pass *p, const slim_node *n, int weight, slim_int8_layer **out,
-                             slim_err *err)
+slim_status slim__int8_add_layer(pass *p, const slim_node *n, int weight,
+                                 slim_int8_layer **out, slim_err *err)
 {
     slim_int8_report *r = p->rep;
     slim_int8_layer *ls = realloc(r->layers, sizeof(*ls) * (size_t)(r->n_layers + 1));
@@ -107,7 +163,7 @@ static slim_status add_layer(pass *p, const slim_node *n, int weight, slim_int8_
 }
 
 /* The single node reading v when exactly one does and v is no graph output. */
-static slim_node *sole_reader(pass *p, int v, const char *op_type)
+slim_node *slim__int8_sole_reader(pass *p, int v, const char *op_type)
 {
     if (v < 0 || p->consumers[v] != 1 || p->g->values[v].is_output)
         return NULL;
@@ -115,28 +171,12 @@ static slim_node *sole_reader(pass *p, int v, const char *op_type)
     return strcmp(r->op_type, op_type) == 0 && !r->domain[0] && !p->dead[p->reader[v]] ? r : NULL;
 }
 
-/* Replaces node n's operator, inputs and attributes. */
-static slim_status rewrite_node(slim_node *n, const char *op_type, int n_in, const int *in,
-                                int out, int64_t k, bool relu, slim_err *err)
+slim_status slim__int8_rewrite(slim_node *n, const char *op_type, int n_in, const int *in,
+                               int out, slim_attr *attrs, int na, slim_err *err)
 {
     char *ot = strdup(op_type), *dom = strdup("com.slimserve");
     int *ins = malloc(sizeof(int) * (size_t)n_in);
-    int na = k > 0 ? 1 + relu : 0;
-    slim_attr *attrs = na ? calloc((size_t)na, sizeof(*attrs)) : NULL;
-    bool ok = ot && dom && ins && (!na || attrs);
-    if (ok && k > 0) {
-        attrs[0].name = strdup("K");
-        attrs[0].type = SLIM_ATTR_INT;
-        attrs[0].i = k;
-        ok = attrs[0].name;
-        if (relu) {
-            attrs[1].name = strdup("activation");
-            attrs[1].s = strdup("Relu");
-            attrs[1].type = SLIM_ATTR_STRING;
-            ok = ok && attrs[1].name && attrs[1].s;
-        }
-    }
-    if (!ok) {
+    if (!ot || !dom || !ins) {
         for (int a = 0; a < na; a++)
             slim_attr_clear(&attrs[a]);
         free(attrs);
@@ -162,6 +202,35 @@ static slim_status rewrite_node(slim_node *n, const char *op_type, int n_in, con
     n->out[0] = out;
     n->n_out = 1;
     return SLIM_OK;
+}
+
+/* Replaces node n's operator, inputs and attributes (K, and the fused
+ * activation). */
+static slim_status rewrite_node(slim_node *n, const char *op_type, int n_in, const int *in,
+                                int out, int64_t k, bool relu, slim_err *err)
+{
+    int na = k > 0 ? 1 + relu : 0;
+    slim_attr *attrs = na ? calloc((size_t)na, sizeof(*attrs)) : NULL;
+    bool ok = !na || attrs;
+    if (ok && k > 0) {
+        attrs[0].name = strdup("K");
+        attrs[0].type = SLIM_ATTR_INT;
+        attrs[0].i = k;
+        ok = attrs[0].name;
+        if (relu) {
+            attrs[1].name = strdup("activation");
+            attrs[1].s = strdup("Relu");
+            attrs[1].type = SLIM_ATTR_STRING;
+            ok = ok && attrs[1].name && attrs[1].s;
+        }
+    }
+    if (!ok) {
+        for (int a = 0; a < na; a++)
+            slim_attr_clear(&attrs[a]);
+        free(attrs);
+        return slim_errf(err, SLIM_ENOMEM, "out of memory quantizing to int8");
+    }
+    return slim__int8_rewrite(n, op_type, n_in, in, out, attrs, na, err);
 }
 
 /* A MatMul or Gemm with a constant weight: why it cannot be quantized, or
@@ -195,7 +264,7 @@ static const char *linear_of(const pass *p, const slim_node *n, linear *l)
     if (l->k > SLIM_QGEMM_MAX_K)
         return "K is over 32768";
     if (l->c >= 0) {
-        const slim_value *c = const_f32(g, l->c);
+        const slim_value *c = slim__int8_const_f32(g, l->c);
         int64_t cn = c ? slim_tensor_numel(&c->init) : 0;
         if (!c || (cn != l->n && cn != 1) || (c->init.ndim == 2 && c->init.dims[0] != 1))
             return "C is not a constant per-channel bias";
@@ -210,7 +279,8 @@ static const char *linear_of(const pass *p, const slim_node *n, linear *l)
  * the int8 kernel. -1 when there is no usable sample. */
 static double measure_linear(const pass *p, const linear *l, const slim_tensor *packed,
                              const slim_tensor *scale, const slim_tensor *colsum,
-                             const float *bias, bool relu)
+                             const float *bias, bool relu, const slim_tensor *oidx,
+                             const slim_tensor *ow, const slim_tensor *os)
 {
     const slim_tensor *x = slim_int8_sample(p->opts ? p->opts->samples : NULL,
                                             p->g->values[l->x].name);
@@ -236,6 +306,8 @@ static double measure_linear(const pass *p, const linear *l, const slim_tensor *
         .m = m, .n = n, .k = l->k, .x = x->data, .ldx = l->k, .packed = packed->data,
         .colsum = colsum->data, .w_scale = scale->data, .bias = bias,
         .act = relu ? SLIM_QGEMM_ACT_RELU : SLIM_QGEMM_ACT_NONE, .y = y8, .ldy = n,
+        .n_outl = oidx->data ? oidx->dims[0] : 0, .outl_idx = oidx->data, .outl_q = ow->data,
+        .outl_scale = os->data,
     };
     slim_qgemm(&a, scratch);
     double e = slim_int8_rel_error(y32, y8, m * n);
@@ -246,7 +318,7 @@ static double measure_linear(const pass *p, const linear *l, const slim_tensor *
 }
 
 /* Whether a measured layer error is over the budget. */
-static bool over_budget(const pass *p, double error)
+bool slim__int8_over_budget(const pass *p, double error)
 {
     return p->opts && p->opts->max_error > 0 && !(error <= p->opts->max_error) && error != -1;
 }
@@ -255,24 +327,60 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
                                    slim_err *err)
 {
     slim_graph *g = p->g;
-    slim_tensor wq = {0}, packed = {0}, scale = {0}, colsum = {0}, bias = {0};
-    slim_status st = alloc_tensor(&wq, SLIM_I8, 2, l->n, l->k, err);
+    slim_tensor wq = {0}, packed = {0}, scale = {0}, colsum = {0}, bias = {0}, oidx = {0},
+                ow = {0}, os = {0};
+    bool *skip = NULL;
+    slim_status st = slim__int8_alloc_tensor(&wq, SLIM_I8, 2, l->n, l->k, err);
     if (!st)
-        st = alloc_tensor(&packed, SLIM_I8, 2, slim_qgemm_n16(l->n), slim_qgemm_k4(l->k), err);
+        st = slim__int8_alloc_tensor(&packed, SLIM_I8, 2, slim_qgemm_n16(l->n),
+                                     slim_qgemm_k4(l->k), err);
     if (!st)
-        st = alloc_tensor(&scale, SLIM_F32, 1, l->n, 0, err);
+        st = slim__int8_alloc_tensor(&scale, SLIM_F32, 1, l->n, 0, err);
     if (!st)
-        st = alloc_tensor(&colsum, SLIM_I32, 1, l->n, 0, err);
+        st = slim__int8_alloc_tensor(&colsum, SLIM_I32, 1, l->n, 0, err);
     if (st)
         goto fail;
     const float *w = g->values[l->w].init.data;
-    float *sc = scale.data;
-    double e2 = 0, w2 = 0;
-    for (int64_t j = 0; j < l->n; j++) {
-        const float *col = l->w_nk ? w + j * l->k : w + j;
-        sc[j] = quantize_channel(col, l->k, l->w_nk ? 1 : l->n, (int8_t *)wq.data + j * l->k,
-                                 &e2, &w2) * l->alpha;
+    int64_t sk = l->w_nk ? 1 : l->n, sj = l->w_nk ? l->k : 1, no = 0;
+    int64_t *idx = malloc(sizeof(int64_t) * (size_t)(l->k / 16 + 1));
+    if (!(skip = malloc(sizeof(bool) * (size_t)l->k)) || !idx) {
+        free(idx);
+        st = slim_errf(err, SLIM_ENOMEM, "out of memory");
+        goto fail;
     }
+    if (!p->opts || !p->opts->no_outlier_split)
+        no = find_outliers(w, l->k, l->n, sk, sj, skip, idx);
+    else
+        memset(skip, 0, sizeof(bool) * (size_t)l->k);
+    double e2 = 0, w2 = 0;
+    if (no > 0 && !(st = slim__int8_alloc_tensor(&oidx, SLIM_I64, 1, no, 0, err)) &&
+        !(st = slim__int8_alloc_tensor(&ow, SLIM_I8, 2, no, l->n, err)) &&
+        !(st = slim__int8_alloc_tensor(&os, SLIM_F32, 1, l->n, 0, err))) {
+        /* The outlier rows' own int8 weights: per output channel j, the
+         * codes of its no entries (stride n in ow) with their own scale. */
+        memcpy(oidx.data, idx, sizeof(int64_t) * (size_t)no);
+        float col[SLIM_QGEMM_MAX_K / 16];
+        int8_t q[SLIM_QGEMM_MAX_K / 16];
+        for (int64_t j = 0; j < l->n; j++) {
+            for (int64_t o = 0; o < no; o++)
+                col[o] = w[idx[o] * sk + j * sj];
+            ((float *)os.data)[j] =
+                slim__int8_quantize_channel(col, no, 1, NULL, q, &e2, &w2) * l->alpha;
+            for (int64_t o = 0; o < no; o++)
+                ((int8_t *)ow.data)[o * l->n + j] = q[o];
+        }
+    }
+    free(idx);
+    if (no < 0)
+        st = slim_errf(err, SLIM_ENOMEM, "out of memory");
+    if (st)
+        goto fail;
+    float *sc = scale.data;
+    for (int64_t j = 0; j < l->n; j++)
+        sc[j] = slim__int8_quantize_channel(w + j * sj, l->k, sk, skip,
+                                            (int8_t *)wq.data + j * l->k, &e2, &w2) * l->alpha;
+    free(skip);
+    skip = NULL;
     layer->weight_error = w2 > 0 ? sqrt(e2 / w2) : 0;
     slim_qgemm_pack(wq.data, l->n, l->k, packed.data, colsum.data);
     slim_tensor_release(&wq);
@@ -282,10 +390,10 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
     int out = n->out[0], add = -1, bias_src = l->c;
     float bias_mul = l->beta;
     if (bias_src < 0) {
-        slim_node *a = sole_reader(p, out, "Add");
+        slim_node *a = slim__int8_sole_reader(p, out, "Add");
         if (a && a->n_in == 2) {
             int other = a->in[0] == out ? a->in[1] : a->in[0];
-            const slim_value *b = const_f32(g, other);
+            const slim_value *b = slim__int8_const_f32(g, other);
             if (b && a->in[0] != a->in[1] && b->init.ndim <= 1 &&
                 slim_tensor_numel(&b->init) == l->n) {
                 bias_src = other;
@@ -295,7 +403,7 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
         }
     }
     if (bias_src >= 0) {
-        if ((st = alloc_tensor(&bias, SLIM_F32, 1, l->n, 0, err)))
+        if ((st = slim__int8_alloc_tensor(&bias, SLIM_F32, 1, l->n, 0, err)))
             goto fail;
         const slim_tensor *c = &g->values[bias_src].init;
         int64_t cn = slim_tensor_numel(c);
@@ -303,9 +411,10 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
             ((float *)bias.data)[j] = bias_mul * ((const float *)c->data)[cn == 1 ? 0 : j];
         layer->bytes_before += slim_tensor_nbytes(c);
     }
-    slim_node *r = sole_reader(p, add >= 0 ? g->nodes[add].out[0] : out, "Relu");
-    layer->error = measure_linear(p, l, &packed, &scale, &colsum, bias.data, r != NULL);
-    if (over_budget(p, layer->error)) {
+    slim_node *r = slim__int8_sole_reader(p, add >= 0 ? g->nodes[add].out[0] : out, "Relu");
+    layer->error = measure_linear(p, l, &packed, &scale, &colsum, bias.data, r != NULL, &oidx,
+                                  &ow, &os);
+    if (slim__int8_over_budget(p, layer->error)) {
         layer->why = "over max_error";
         goto fail; /* st is SLIM_OK: the layer stays float32 */
     }
@@ -320,20 +429,31 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
         relu = true;
     }
     layer->bytes_after = slim_tensor_nbytes(&packed) + slim_tensor_nbytes(&scale) +
-                         slim_tensor_nbytes(&colsum) + slim_tensor_nbytes(&bias);
+                         slim_tensor_nbytes(&colsum) + slim_tensor_nbytes(&bias) +
+                         slim_tensor_nbytes(&oidx) + slim_tensor_nbytes(&ow) +
+                         slim_tensor_nbytes(&os);
+    layer->n_outliers = oidx.data ? (int)oidx.dims[0] : 0;
     char base[300];
     snprintf(base, sizeof(base), "%s", g->nodes[id].name);
-    int in[5] = {l->x, -1, -1, -1, -1};
-    int n_in = bias.data ? 5 : 4;
+    int in[8] = {l->x, -1, -1, -1, -1, -1, -1, -1};
+    int n_in = oidx.data ? 8 : bias.data ? 5 : 4;
     if ((in[1] = slim_graph_add_initializer(g, base, ".int8_weight", &packed, err)) < 0 ||
         (in[2] = slim_graph_add_initializer(g, base, ".int8_scale", &scale, err)) < 0 ||
         (in[3] = slim_graph_add_initializer(g, base, ".int8_colsum", &colsum, err)) < 0 ||
-        (bias.data && (in[4] = slim_graph_add_initializer(g, base, ".int8_bias", &bias, err)) < 0)) {
+        (bias.data && (in[4] = slim_graph_add_initializer(g, base, ".int8_bias", &bias, err)) < 0) ||
+        (oidx.data &&
+         ((in[5] = slim_graph_add_initializer(g, base, ".int8_outlier_index", &oidx, err)) < 0 ||
+          (in[6] = slim_graph_add_initializer(g, base, ".int8_outlier_weight", &ow, err)) < 0 ||
+          (in[7] = slim_graph_add_initializer(g, base, ".int8_outlier_scale", &os, err)) < 0))) {
         st = SLIM_ENOMEM;
         goto fail;
     }
     return rewrite_node(&g->nodes[id], "MatMulInt8", n_in, in, out, l->k, relu, err);
 fail:
+    free(skip);
+    slim_tensor_release(&oidx);
+    slim_tensor_release(&ow);
+    slim_tensor_release(&os);
     slim_tensor_release(&wq);
     slim_tensor_release(&packed);
     slim_tensor_release(&scale);
@@ -348,17 +468,17 @@ static slim_status quantize_gather(pass *p, int id, slim_int8_layer *layer, slim
     const slim_tensor *t = &g->values[g->nodes[id].in[0]].init;
     int64_t rows = t->dims[0], d = t->dims[1];
     slim_tensor q = {0}, scale = {0};
-    slim_status st = alloc_tensor(&q, SLIM_I8, 2, rows, d, err);
+    slim_status st = slim__int8_alloc_tensor(&q, SLIM_I8, 2, rows, d, err);
     if (!st)
-        st = alloc_tensor(&scale, SLIM_F32, 1, rows, 0, err);
+        st = slim__int8_alloc_tensor(&scale, SLIM_F32, 1, rows, 0, err);
     if (st) {
         slim_tensor_release(&q);
         return st;
     }
     double e2 = 0, w2 = 0;
     for (int64_t r = 0; r < rows; r++)
-        ((float *)scale.data)[r] = quantize_channel((const float *)t->data + r * d, d, 1,
-                                                    (int8_t *)q.data + r * d, &e2, &w2);
+        ((float *)scale.data)[r] = slim__int8_quantize_channel(
+            (const float *)t->data + r * d, d, 1, NULL, (int8_t *)q.data + r * d, &e2, &w2);
     layer->weight_error = w2 > 0 ? sqrt(e2 / w2) : 0;
     /* The output error on the sample's rows: the gathered rows against
      * their dequantized codes. */
@@ -381,7 +501,7 @@ static slim_status quantize_gather(pass *p, int id, slim_int8_layer *layer, slim
             }
         }
         layer->error = gr2 > 0 ? sqrt(ge2 / gr2) : 0;
-        if (over_budget(p, layer->error)) {
+        if (slim__int8_over_budget(p, layer->error)) {
             layer->why = "over max_error";
             slim_tensor_release(&q);
             slim_tensor_release(&scale);
@@ -465,21 +585,23 @@ static slim_status run_pass(pass *p, const slim_int8_opts *opts, int first_new_v
             continue;
         slim_node *n = &g->nodes[i];
         bool mm = strcmp(n->op_type, "MatMul") == 0, gemm = strcmp(n->op_type, "Gemm") == 0;
-        bool gather = strcmp(n->op_type, "Gather") == 0;
-        if (n->domain[0] || !(mm || gemm || gather) || n->n_in < 2 || n->n_out < 1)
+        bool gather = strcmp(n->op_type, "Gather") == 0, conv = strcmp(n->op_type, "Conv") == 0;
+        if (n->domain[0] || !(mm || gemm || gather || conv) || n->n_in < 2 || n->n_out < 1)
             continue;
         int wv = gather ? n->in[0] : n->in[1];
-        const slim_value *w = const_f32(g, wv);
-        if (!w || w->init.ndim != 2)
+        const slim_value *w = slim__int8_const_f32(g, wv);
+        if (!w || w->init.ndim != (conv ? 4 : 2))
             continue;
         slim_int8_layer *layer = NULL;
-        slim_status st = add_layer(p, n, wv, &layer, err);
+        slim_status st = slim__int8_add_layer(p, n, wv, &layer, err);
         if (st)
             return st;
         linear l;
-        if (excluded(opts, n))
+        if (slim__int8_excluded(opts, n))
             layer->why = "excluded";
-        else if (gather) {
+        else if (conv) {
+            layer->why = slim__int8_conv_why(p, n);
+        } else if (gather) {
             int64_t axis = slim_attr_int(n, "axis", 0);
             if (axis != 0 && axis != -2)
                 layer->why = "gathers along axis 1";
@@ -490,7 +612,9 @@ static slim_status run_pass(pass *p, const slim_int8_opts *opts, int first_new_v
             layer->bytes_after = layer->bytes_before;
             continue;
         }
-        st = gather ? quantize_gather(p, i, layer, err) : quantize_linear(p, i, layer, &l, err);
+        st = conv     ? slim__int8_quantize_conv(p, i, layer, err)
+             : gather ? quantize_gather(p, i, layer, err)
+                      : quantize_linear(p, i, layer, &l, err);
         if (st)
             return slim_err_prefix(err, SLIM_NODE_FMT ": ", SLIM_NODE_ARGS(&g->nodes[i]));
         if (layer->why) { /* over the error budget */
@@ -515,10 +639,29 @@ slim_status slim_quant_int8(slim_graph *g, const slim_int8_opts *opts, slim_int8
     slim_int8_report local = {0};
     if (!rep)
         rep = &local;
+    /* SLIM_INT8_OUTLIERS=off: the split off, for before / after benchmarks. */
+    slim_int8_opts o = opts ? *opts : (slim_int8_opts){0};
+    const char *env = getenv("SLIM_INT8_OUTLIERS");
+    if (env && strcmp(env, "off") == 0)
+        o.no_outlier_split = true;
+    opts = &o;
     memset(rep, 0, sizeof(*rep));
+    /* A Conv followed by BatchNormalization is folded first (the
+     * optimization pass that would fold it later only sees float32 Convs):
+     * the int8 weights are then those of the folded conv, and a Relu after
+     * the BN is fusable. */
+    bool convs = false;
+    for (int i = 0; i < g->n_nodes && !convs; i++)
+        convs = !g->nodes[i].domain[0] && strcmp(g->nodes[i].op_type, "Conv") == 0;
+    if (convs) {
+        int changed = 0;
+        slim_status st = slim__pass_fold_bn.run(g, &changed, err);
+        if (st)
+            return st;
+    }
     int first_new = g->n_values;
-    /* New values are added as layers are quantized: room for 4 per node. */
-    size_t nv = (size_t)g->n_values + 4 * (size_t)g->n_nodes + 1;
+    /* New values are added as layers are quantized: room for 7 per node. */
+    size_t nv = (size_t)g->n_values + 7 * (size_t)g->n_nodes + 1;
     pass p = {g, calloc(nv, sizeof(int)), calloc(nv, sizeof(int)), calloc(nv, sizeof(int)),
               calloc((size_t)g->n_nodes + 1, sizeof(bool)), rep, opts};
     slim_status st = SLIM_OK;

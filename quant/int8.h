@@ -48,7 +48,15 @@ typedef struct slim_int8_opts {
      * layer whose error is over max_error (when > 0) stays float32. */
     const slim_int8_samples *samples;
     double max_error;
+    /* Outlier input channels of a weight (rows with over
+     * SLIM_INT8_OUTLIER_RATIO times the median row's RMS, at most K / 16)
+     * are quantized on their own, with their own per-channel scales, and
+     * multiplied by the float32 activations beside the int8 product of the
+     * rest, unless this is set (benchmarks; the default splits them). */
+    bool no_outlier_split;
 } slim_int8_opts;
+
+#define SLIM_INT8_OUTLIER_RATIO 3.0
 
 typedef struct slim_int8_layer {
     char *name;                  /* the node's name */
@@ -60,6 +68,7 @@ typedef struct slim_int8_layer {
     double weight_error;         /* ||W - dequant(Wq)|| / ||W|| (Frobenius) */
     double error;                /* measured output error (slim_int8_check), -1 if not */
     int weight;                  /* value id of the float weight (for the check) */
+    int n_outliers;              /* input channels quantized on their own */
 } slim_int8_layer;
 
 typedef struct slim_int8_report {

@@ -37,7 +37,7 @@ static bool is_const_f32_2d(const slim_graph *g, int v)
 }
 
 /* The value whose float32 contents the pass's check reads for node n: the
- * X of a MatMul or Gemm with a constant weight, the indices of a Gather
+ * X of a MatMul, Gemm or Conv with a constant weight, the indices of a Gather
  * from a constant table; -1 for other nodes. Mirrors int8.c's candidates. */
 static int checked_input(const slim_graph *g, const slim_node *n)
 {
@@ -45,6 +45,10 @@ static int checked_input(const slim_graph *g, const slim_node *n)
         return -1;
     if ((!strcmp(n->op_type, "MatMul") || !strcmp(n->op_type, "Gemm")) &&
         is_const_f32_2d(g, n->in[1]))
+        return n->in[0];
+    if (!strcmp(n->op_type, "Conv") && n->in[1] >= 0 &&
+        g->values[n->in[1]].kind == SLIM_VALUE_INITIALIZER &&
+        g->values[n->in[1]].init.dtype == SLIM_F32 && g->values[n->in[1]].init.ndim == 4)
         return n->in[0];
     if (!strcmp(n->op_type, "Gather") && is_const_f32_2d(g, n->in[0]))
         return n->in[1];

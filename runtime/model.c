@@ -129,7 +129,7 @@ slim_status slim_model_load(const char *path, const slim_load_opts *opts,
     }
     if (!st && int8) {
         slim_int8_opts io = {opts->int8_exclude, opts->n_int8_exclude, &samples,
-                             opts->int8_max_error};
+                             opts->int8_max_error, false};
         st = slim_quant_int8(g, &io, opts->int8_report, err);
         if (!st && opts->int8_report)
             snprintf(opts->int8_report->unmeasured, sizeof(opts->int8_report->unmeasured), "%s",

@@ -13,7 +13,9 @@
 static const slim_op_schema internal_schemas[] = {
     {"MemcpyToDevice", 1, 1, 1, 1, 1, "S", "S", ""},
     {"MemcpyToHost", 1, 1, 1, 1, 1, "S", "S", ""},
-    {"MatMulInt8", 1, 4, 5, 1, 1, "SSSSO", "S", "!K=i activation=s"},
+    {"MatMulInt8", 1, 4, 8, 1, 1, "SSSSOOOO", "S", "!K=i activation=s"},
+    {"ConvInt8", 1, 4, 5, 1, 1, "SSSSO", "S",
+     "!kernel_shape=I strides=I dilations=I pads=I group=i auto_pad=s activation=s"},
     {"GatherInt8", 1, 3, 3, 1, 1, "SSS", "S", ""},
     {"SparseMatMul", 1, 3, 5, 1, 1, "SSSOO", "S", "!encoding=s !K=i"},
     {"MatMulHalf", 1, 2, 3, 1, 1, "SSO", "S", "!K=i !N=i activation=s"},

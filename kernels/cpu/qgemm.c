@@ -526,6 +526,120 @@ static void run_panels(const slim_qgemm_args *a, const uint8_t *qx, const float 
     slim_parallel_for(j.panels * j.chunks, 1 + (1 << 18) / work, qgemm_part, &j);
 }
 
+/* The side product of the outlier channels, row by row (so that a row's
+ * result never depends on the others), then the activation. Every path
+ * computes, per output, acc = fma(x[k_o], q[o], acc) over o in order from
+ * 0, then y = fma(acc, scale, y): the same roundings, so they agree bit for
+ * bit. (The build targets baseline x86-64, where fmaf is a libm call: the C
+ * path is exact but slow, the vector paths use the FMA instruction.) The
+ * vector paths keep a tile of outputs in registers over all o and, on
+ * AVX-512, share each converted weight vector among 4 rows: looping over o
+ * outside, a first version streamed the output row through memory once per
+ * outlier and took 30% of the encoder's product time for 1.6% of its
+ * multiply-adds. */
+static void outlier_rows_c(const slim_qgemm_args *a, int64_t r, int nr)
+{
+    for (int i = 0; i < nr; i++) {
+        const float *x = a->x + (r + i) * a->ldx;
+        float *y = a->y + (r + i) * a->ldy;
+        for (int64_t c = 0; c < a->n; c++) {
+            float acc = 0.0f;
+            for (int64_t o = 0; o < a->n_outl; o++)
+                acc = fmaf(x[a->outl_idx[o]], (float)a->outl_q[o * a->n + c], acc);
+            y[c] = fmaf(acc, a->outl_scale[c], y[c]);
+        }
+    }
+}
+
+#ifdef QGEMM_X86
+AVX512_TARGET __attribute__((always_inline))
+static inline void outlier_tile_avx512(const slim_qgemm_args *a, int64_t r, int nr, int64_t c,
+                                       __mmask16 mk)
+{
+    __m512 acc[4];
+    for (int i = 0; i < nr; i++)
+        acc[i] = _mm512_setzero_ps();
+    for (int64_t o = 0; o < a->n_outl; o++) {
+        __m512 w = _mm512_cvtepi32_ps(
+            _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mk, a->outl_q + o * a->n + c)));
+        const float *x = a->x + r * a->ldx + a->outl_idx[o];
+        for (int i = 0; i < nr; i++)
+            acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(x[i * a->ldx]), w, acc[i]);
+    }
+    __m512 sc = _mm512_maskz_loadu_ps(mk, a->outl_scale + c);
+    for (int i = 0; i < nr; i++) {
+        float *y = a->y + (r + i) * a->ldy + c;
+        _mm512_mask_storeu_ps(y, mk, _mm512_fmadd_ps(acc[i], sc, _mm512_maskz_loadu_ps(mk, y)));
+    }
+}
+
+AVX512_TARGET
+static void outlier_rows_avx512(const slim_qgemm_args *a, int64_t r, int nr)
+{
+    for (int64_t c = 0; c < a->n; c += 16) {
+        __mmask16 mk = a->n - c >= 16 ? 0xFFFF : (__mmask16)((1u << (a->n - c)) - 1);
+        switch (nr) {
+        case 4: outlier_tile_avx512(a, r, 4, c, mk); break;
+        case 3: outlier_tile_avx512(a, r, 3, c, mk); break;
+        case 2: outlier_tile_avx512(a, r, 2, c, mk); break;
+        default: outlier_tile_avx512(a, r, 1, c, mk); break;
+        }
+    }
+}
+
+AVX2_TARGET
+static void outlier_rows_avx2(const slim_qgemm_args *a, int64_t r, int nr)
+{
+    int64_t n8 = a->n & ~(int64_t)7;
+    for (int i = 0; i < nr; i++) {
+        const float *x = a->x + (r + i) * a->ldx;
+        float *y = a->y + (r + i) * a->ldy;
+        for (int64_t c = 0; c < n8; c += 8) {
+            __m256 acc = _mm256_setzero_ps();
+            for (int64_t o = 0; o < a->n_outl; o++) {
+                __m128i q8 = _mm_loadl_epi64((const __m128i *)(a->outl_q + o * a->n + c));
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(x[a->outl_idx[o]]),
+                                      _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q8)), acc);
+            }
+            _mm256_storeu_ps(y + c, _mm256_fmadd_ps(acc, _mm256_loadu_ps(a->outl_scale + c),
+                                                    _mm256_loadu_ps(y + c)));
+        }
+        for (int64_t c = n8; c < a->n; c++) {
+            float acc = 0.0f;
+            for (int64_t o = 0; o < a->n_outl; o++)
+                acc = fmaf(x[a->outl_idx[o]], (float)a->outl_q[o * a->n + c], acc);
+            y[c] = fmaf(acc, a->outl_scale[c], y[c]);
+        }
+    }
+}
+#endif
+
+/* Rows [4 begin, 4 end). */
+static void outlier_part(int64_t begin, int64_t end, void *user)
+{
+    const slim_qgemm_args *a = user;
+    slim_qgemm_isa isa = slim_qgemm_get_isa();
+    for (int64_t t = begin; t < end; t++) {
+        int64_t r = t * 4;
+        int nr = a->m - r < 4 ? (int)(a->m - r) : 4;
+#ifdef QGEMM_X86
+        if (isa == SLIM_QGEMM_AVX512VNNI)
+            outlier_rows_avx512(a, r, nr);
+        else if (isa == SLIM_QGEMM_AVX2)
+            outlier_rows_avx2(a, r, nr);
+        else
+#endif
+            outlier_rows_c(a, r, nr);
+        if (a->act == SLIM_QGEMM_ACT_RELU)
+            for (int i = 0; i < nr; i++) {
+                float *y = a->y + (r + i) * a->ldy;
+                for (int64_t c = 0; c < a->n; c++)
+                    y[c] = y[c] > 0 ? y[c] : 0.0f;
+            }
+    }
+    (void)isa;
+}
+
 void slim_qgemm(const slim_qgemm_args *a, void *scratch)
 {
     if (a->m <= 0 || a->n <= 0)
@@ -535,7 +649,15 @@ void slim_qgemm(const slim_qgemm_args *a, void *scratch)
     quant_job q = {a, scratch, (float *)((char *)scratch + rows),
                    (int32_t *)((char *)scratch + rows + (size_t)a->m * sizeof(float)), k4};
     slim_parallel_for(a->m, 1 + 16384 / (k4 ? k4 : 1), quant_part, &q);
-    run_panels(a, q.qx, q.sx, q.zx);
+    if (a->n_outl <= 0) {
+        run_panels(a, q.qx, q.sx, q.zx);
+        return;
+    }
+    slim_qgemm_args b = *a;
+    b.act = SLIM_QGEMM_ACT_NONE; /* after the side product */
+    run_panels(&b, q.qx, q.sx, q.zx);
+    slim_parallel_for((a->m + 3) / 4, 1 + 16384 / (4 * a->n * a->n_outl + 1), outlier_part,
+                      (void *)a);
 }
 
 void slim_qgemm_u8(const slim_qgemm_args *a, const uint8_t *qx, const int32_t *zx)

@@ -2,12 +2,23 @@
  * qlinear.c - slimserve's own int8 operators (domain com.slimserve), which
  * the int8 pass (quant/int8.c) puts in place of float layers:
  *
- *   MatMulInt8(X, W, scale, colsum[, bias]) -> Y        attrs: K (int), activation ("" | "Relu")
+ *   MatMulInt8(X, W, scale, colsum[, bias[, outlier_index, outlier_weight,
+ *              outlier_scale]]) -> Y            attrs: K (int), activation ("" | "Relu")
  *       X float32 [..., K]; W int8, N x K packed as qgemm.h lays it out;
  *       scale float32 [N] (per output channel); colsum int32 [N] (the sums
- *       of each channel's int8 weights); bias float32 [N]. Y float32 [..., N].
+ *       of each channel's int8 weights); bias float32 [N] (optional, may be
+ *       empty when the outliers follow); outlier_index int64 [O] (input
+ *       channels taken out of W, their codes there 0), outlier_weight int8
+ *       [O, N] and outlier_scale float32 [N]: their own int8 weights, times
+ *       the float32 activations (qgemm.h). Y float32 [..., N].
  *       X is quantized per row at run time (qgemm.h), so no row's result
  *       depends on another's.
+ *   ConvInt8(X, W, scale, colsum[, bias]) -> Y
+ *       attrs: kernel_shape [kh, kw], strides, dilations, pads [t, l, b, r],
+ *       group, auto_pad (as Conv's), activation ("" | "Relu").
+ *       X float32 [N, C, H, W]; W int8 packed as qgemm.h's slim_qconv
+ *       describes; scale, colsum (and bias) [M]. Y float32 [N, M, OH, OW].
+ *       Activations are quantized per output pixel (kernels/cpu/qconv.c).
  *   GatherInt8(table, scale, indices) -> Y
  *       table int8 [V, D], scale float32 [V] (per row); Y float32
  *       [indices..., D] = table[i] * scale[i], dequantized as gathered.
@@ -81,6 +92,24 @@ static slim_status matmul_int8_infer(slim_op_ctx *ctx)
         (st = check_vector(cs, "colsum", SLIM_I32, n, ctx->err)) ||
         (bias && (st = check_vector(bias, "bias", SLIM_F32, n, ctx->err))))
         return st;
+    const slim_tensor *oi = ctx->n_in > 5 ? ctx->in[5] : NULL;
+    const slim_tensor *ow = ctx->n_in > 6 ? ctx->in[6] : NULL;
+    const slim_tensor *os = ctx->n_in > 7 ? ctx->in[7] : NULL;
+    if (!oi != !ow || !oi != !os)
+        return slim_errf(ctx->err, SLIM_EINVAL, "outlier_index, outlier_weight and "
+                         "outlier_scale come together");
+    if (oi) {
+        if ((st = slim_check_dtype(oi, "outlier_index", ctx->err, SLIM_I64,
+                                   SLIM_DTYPE_UNDEFINED)) ||
+            (st = slim_check_dtype(ow, "outlier_weight", ctx->err, SLIM_I8,
+                                   SLIM_DTYPE_UNDEFINED)) ||
+            (st = check_vector(os, "outlier_scale", SLIM_F32, n, ctx->err)))
+            return st;
+        if (oi->ndim != 1 || oi->dims[0] > s->k || ow->ndim != 2 || ow->dims[0] != oi->dims[0] ||
+            ow->dims[1] != n)
+            return slim_errf(ctx->err, SLIM_ESHAPE, "outlier_index must be [O] with O <= K and "
+                             "outlier_weight [O, %lld]", (long long)n);
+    }
     if (slim_tensor_nbytes(w) != slim_qgemm_packed_bytes(n, s->k))
         return slim_errf(ctx->err, SLIM_ESHAPE, "packed weight W has %zu bytes, %zu expected for "
                          "%lld channels of K = %lld", slim_tensor_nbytes(w),
@@ -97,7 +126,15 @@ static slim_status matmul_int8_exec(slim_op_ctx *ctx)
     const matmul_int8_state *s = ctx->state;
     const slim_tensor *x = ctx->in[0];
     const slim_tensor *bias = ctx->n_in > 4 ? ctx->in[4] : NULL;
+    const slim_tensor *oi = ctx->n_in > 7 ? ctx->in[5] : NULL;
     int64_t n = ctx->in[2]->dims[0], m = slim_tensor_numel(x) / s->k;
+    int64_t no = oi ? oi->dims[0] : 0;
+    for (int64_t o = 0; o < no; o++) {
+        int64_t c = ((const int64_t *)oi->data)[o];
+        if (c < 0 || c >= s->k)
+            return slim_errf(ctx->err, SLIM_EINVAL, "outlier_index %lld is not in [0, K = %lld)",
+                             (long long)c, (long long)s->k);
+    }
     if (m == 0)
         return SLIM_OK;
     void *scratch = NULL;
@@ -108,10 +145,154 @@ static slim_status matmul_int8_exec(slim_op_ctx *ctx)
         .m = m, .n = n, .k = s->k, .x = x->data, .ldx = s->k, .packed = ctx->in[1]->data,
         .colsum = ctx->in[3]->data, .w_scale = ctx->in[2]->data,
         .bias = bias ? bias->data : NULL, .act = s->act, .y = ctx->out[0]->data, .ldy = n,
+        .n_outl = no, .outl_idx = oi ? oi->data : NULL, .outl_q = oi ? ctx->in[6]->data : NULL,
+        .outl_scale = oi ? ctx->in[7]->data : NULL,
     };
     slim_qgemm(&a, scratch);
     free(scratch);
     return SLIM_OK;
+}
+
+/* ---- ConvInt8 ------------------------------------------------------------ */
+
+typedef struct {
+    slim_qconv geom;           /* kernel, strides, dilations, pads, group */
+    slim_qconv_pad auto_pad;
+    slim_qgemm_act act;
+} conv_int8_state;
+
+/* attrs[name] as n values of at least lo, or def when absent. */
+static slim_status conv_ints(const slim_node *node, const char *name, int n, int64_t lo,
+                             int64_t def, int64_t *out, slim_err *err)
+{
+    int64_t v[8];
+    int got = slim_attr_ints(node, name, v, 8);
+    if (got < 0) {
+        for (int i = 0; i < n; i++)
+            out[i] = def;
+        return SLIM_OK;
+    }
+    if (got != n)
+        return slim_errf(err, SLIM_EINVAL, "attribute %s has %d values, expected %d", name, got,
+                         n);
+    for (int i = 0; i < n; i++) {
+        if (v[i] < lo || v[i] > (1LL << 30))
+            return slim_errf(err, SLIM_EINVAL, "attribute %s[%d] = %lld is out of range", name,
+                             i, (long long)v[i]);
+        out[i] = v[i];
+    }
+    return SLIM_OK;
+}
+
+static slim_status conv_int8_prepare(slim_node *node, void **state, slim_err *err)
+{
+    conv_int8_state *s = calloc(1, sizeof(*s));
+    if (!s)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    slim_qconv *q = &s->geom;
+    int64_t k[2], st2[2], d[2], p[4];
+    slim_status st;
+    if (slim_attr_ints(node, "kernel_shape", k, 2) != 2) {
+        st = slim_errf(err, SLIM_EINVAL, "attribute kernel_shape must have 2 values");
+        goto fail;
+    }
+    if ((st = conv_ints(node, "kernel_shape", 2, 1, 1, k, err)) ||
+        (st = conv_ints(node, "strides", 2, 1, 1, st2, err)) ||
+        (st = conv_ints(node, "dilations", 2, 1, 1, d, err)) ||
+        (st = conv_ints(node, "pads", 4, 0, 0, p, err)))
+        goto fail;
+    q->kh = k[0], q->kw = k[1], q->sh = st2[0], q->sw = st2[1], q->dh = d[0], q->dw = d[1];
+    q->pt = p[0], q->pl = p[1], q->pb = p[2], q->pr = p[3];
+    q->groups = slim_attr_int(node, "group", 1);
+    if (q->groups < 1 || q->groups > (1LL << 30)) {
+        st = slim_errf(err, SLIM_EINVAL, "group = %lld, must be >= 1", (long long)q->groups);
+        goto fail;
+    }
+    const char *pad = slim_attr_str(node, "auto_pad", "NOTSET");
+    static const char *const pads[] = {"NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"};
+    s->auto_pad = (slim_qconv_pad)-1;
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(pad, pads[i]) || (!pad[0] && i == 0))
+            s->auto_pad = (slim_qconv_pad)i;
+    if ((int)s->auto_pad < 0) {
+        st = slim_errf(err, SLIM_EINVAL, "auto_pad \"%s\" is not NOTSET, SAME_UPPER, SAME_LOWER "
+                       "or VALID", pad);
+        goto fail;
+    }
+    const char *act = slim_attr_str(node, "activation", "");
+    if (!act[0])
+        s->act = SLIM_QGEMM_ACT_NONE;
+    else if (!strcmp(act, "Relu"))
+        s->act = SLIM_QGEMM_ACT_RELU;
+    else {
+        st = slim_errf(err, SLIM_EINVAL, "activation \"%s\" is not one of \"\", \"Relu\"", act);
+        goto fail;
+    }
+    *state = s;
+    return SLIM_OK;
+fail:
+    free(s);
+    return st;
+}
+
+/* The state's geometry applied to the operands' shapes. */
+static slim_status conv_int8_geom(slim_op_ctx *ctx, slim_qconv *q)
+{
+    const conv_int8_state *s = ctx->state;
+    const slim_tensor *x = ctx->in[0], *w = ctx->in[1], *scale = ctx->in[2], *cs = ctx->in[3];
+    const slim_tensor *bias = ctx->n_in > 4 ? ctx->in[4] : NULL;
+    slim_status st = slim_check_dtype(x, "input X", ctx->err, SLIM_F32, SLIM_DTYPE_UNDEFINED);
+    if (st || (st = slim_check_dtype(w, "weight W", ctx->err, SLIM_I8, SLIM_DTYPE_UNDEFINED)))
+        return st;
+    if (x->ndim != 4)
+        return slim_errf(ctx->err, SLIM_ESHAPE, "input X has %d dims, expected [N, C, H, W]",
+                         x->ndim);
+    if (scale->ndim != 1)
+        return slim_errf(ctx->err, SLIM_ESHAPE, "scale must be 1-D");
+    *q = s->geom;
+    q->c = x->dims[1], q->h = x->dims[2], q->w = x->dims[3], q->m = scale->dims[0];
+    if (q->m > (1LL << 30) || q->c > (1LL << 30))
+        return slim_errf(ctx->err, SLIM_ESHAPE, "%lld channels is too many", (long long)q->m);
+    const char *why = slim_qconv_shape(q, s->auto_pad);
+    if (why)
+        return slim_errf(ctx->err, SLIM_ESHAPE, "%s (X [%lld, %lld, %lld, %lld], %lld output "
+                         "channels)", why, (long long)x->dims[0], (long long)q->c,
+                         (long long)q->h, (long long)q->w, (long long)q->m);
+    if ((st = check_vector(scale, "scale", SLIM_F32, q->m, ctx->err)) ||
+        (st = check_vector(cs, "colsum", SLIM_I32, q->m, ctx->err)) ||
+        (bias && (st = check_vector(bias, "bias", SLIM_F32, q->m, ctx->err))))
+        return st;
+    if (slim_tensor_nbytes(w) != slim_qconv_packed_bytes(q))
+        return slim_errf(ctx->err, SLIM_ESHAPE, "packed weight W has %zu bytes, %zu expected for "
+                         "%lld channels of %lld in %lld groups", slim_tensor_nbytes(w),
+                         slim_qconv_packed_bytes(q), (long long)q->m, (long long)slim_qconv_kg(q),
+                         (long long)q->groups);
+    return SLIM_OK;
+}
+
+static slim_status conv_int8_infer(slim_op_ctx *ctx)
+{
+    slim_qconv q;
+    slim_status st = conv_int8_geom(ctx, &q);
+    if (st)
+        return st;
+    int64_t dims[4] = {ctx->in[0]->dims[0], q.m, q.oh, q.ow};
+    slim_tensor_set_shape(ctx->out[0], SLIM_F32, 4, dims);
+    return SLIM_OK;
+}
+
+static slim_status conv_int8_exec(slim_op_ctx *ctx)
+{
+    const conv_int8_state *s = ctx->state;
+    slim_qconv q;
+    slim_status st = conv_int8_geom(ctx, &q);
+    if (st)
+        return st;
+    const slim_tensor *bias = ctx->n_in > 4 ? ctx->in[4] : NULL;
+    slim_qconv_weights w = {ctx->in[1]->data, ctx->in[3]->data, ctx->in[2]->data,
+                            bias ? bias->data : NULL, s->act, NULL};
+    return slim_qconv_run(&q, ctx->in[0]->dims[0], ctx->in[0]->data, &w, ctx->out[0]->data,
+                          ctx->err);
 }
 
 /* ---- GatherInt8 ---------------------------------------------------------- */
@@ -182,5 +363,6 @@ static slim_status gather_int8_exec(slim_op_ctx *ctx)
 const slim_op_def slim__ops_int8[] = {
     {"MatMulInt8", 1, matmul_int8_prepare, free, matmul_int8_infer, matmul_int8_exec, 0},
     {"GatherInt8", 1, NULL, NULL, gather_int8_infer, gather_int8_exec, 0},
+    {"ConvInt8", 1, conv_int8_prepare, free, conv_int8_infer, conv_int8_exec, 0},
     {0},
 };

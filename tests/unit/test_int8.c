@@ -605,6 +605,88 @@ START_TEST(test_pass_max_error)
 }
 END_TEST
 
+/* The outlier-channel split: a weight whose input channel 5 is 30x the
+ * others costs every output channel's int8 step without the split; with
+ * it, that channel is quantized on its own, the layer's measured error
+ * drops under a bound it is far over without, and the run's error is the
+ * measured one. */
+START_TEST(test_outlier_channels_split)
+{
+    enum { M = 8, K = 96, N = 40 };
+    float xv[M * K];
+    rng_state = 5;
+    for (int i = 0; i < M * K; i++)
+        xv[i] = rndf() * 2;
+    slim_tensor x = tu_f32(2, (int64_t[]){M, K}, xv);
+    slim_int8_samples smp = {1, (char *[]){"x"}, &x};
+    double errors[2];
+    for (int split = 0; split < 2; split++) {
+        slim_graph *g = slim_graph_new();
+        g->opset = 17;
+        slim_graph_add_node(g, "mm", "MatMul", "", 2, (const char *[]){"x", "w"}, 1,
+                            (const char *[]){"y"});
+        g->nodes[0].opset = 17;
+        rng_state = 9;
+        int w = add_init(g, "w", 2, (int64_t[]){K, N}, 0.3f);
+        float *wd = g->values[w].init.data;
+        for (int j = 0; j < N; j++)
+            wd[5 * N + j] *= 30.0f;
+        set_io(g, "x", SLIM_F32, "y");
+        slim_err err;
+        slim_tensor ref = run1(g, "x", x, SLIM_OK, &err);
+        g = slim_graph_new();
+        g->opset = 17;
+        slim_graph_add_node(g, "mm", "MatMul", "", 2, (const char *[]){"x", "w"}, 1,
+                            (const char *[]){"y"});
+        g->nodes[0].opset = 17;
+        rng_state = 9;
+        w = add_init(g, "w", 2, (int64_t[]){K, N}, 0.3f);
+        wd = g->values[w].init.data;
+        for (int j = 0; j < N; j++)
+            wd[5 * N + j] *= 30.0f;
+        set_io(g, "x", SLIM_F32, "y");
+        slim_int8_report rep;
+        slim_int8_opts o = {.samples = &smp, .no_outlier_split = !split};
+        ck_assert_int_eq(slim_quant_int8(g, &o, &rep, &err), SLIM_OK);
+        ck_assert(rep.layers[0].quantized);
+        ck_assert_int_eq(rep.layers[0].n_outliers, split ? 1 : 0);
+        ck_assert_int_eq(g->nodes[0].n_in, split ? 8 : 4);
+        /* With the split: the row's N codes and N scales, 8 for its index. */
+        ck_assert_uint_eq(rep.layers[0].bytes_after,
+                          48 * K + 2 * N * 4 + (split ? N + N * 4 + 8 : 0));
+        errors[split] = rep.layers[0].error;
+        slim_int8_report_free(&rep);
+        /* Every path gives bitwise the same (the side product included). */
+        slim_model *m;
+        ck_assert_msg(slim_model_from_graph(g, &m, &err) == SLIM_OK, "%s", err.msg);
+        const slim_qgemm_isa isas[] = {SLIM_QGEMM_C, SLIM_QGEMM_AVX2, SLIM_QGEMM_AVX512VNNI};
+        slim_tensor *outs[3] = {0};
+        int n_out;
+        for (int i = 0; i < 3; i++)
+            if (slim_qgemm_set_isa(isas[i]))
+                ck_assert_int_eq(slim_model_run(m, 1, (const char *[]){"x"}, &x, &outs[i],
+                                                &n_out, &err), SLIM_OK);
+        slim_qgemm_set_isa(SLIM_QGEMM_AUTO);
+        for (int i = 1; i < 3; i++)
+            if (outs[i]) {
+                ck_assert(memcmp(outs[i][0].data, outs[0][0].data, sizeof(float) * M * N) == 0);
+                slim_tensors_free(outs[i], 1);
+            }
+        slim_tensor y = outs[0][0];
+        free(outs[0]);
+        slim_model_free(m);
+        double e = slim_int8_rel_error(ref.data, y.data, M * N);
+        ck_assert_msg(fabs(e - errors[split]) <= 1e-3 * e, "run %g, measured %g", e,
+                      errors[split]);
+        slim_tensor_release(&y);
+        slim_tensor_release(&ref);
+    }
+    ck_assert_msg(errors[0] > 0.02 && errors[1] < 0.006, "without %g, with %g", errors[0],
+                  errors[1]);
+    slim_tensor_release(&x);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("int8");
@@ -621,6 +703,7 @@ int main(void)
     tcase_add_test(tp, test_gather_int8);
     tcase_add_test(tp, test_malformed_node_refused);
     tcase_add_test(tp, test_pass_max_error);
+    tcase_add_test(tp, test_outlier_channels_split);
     suite_add_tcase(s, tp);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -238,10 +238,15 @@ static void print_int8(const slim_int8_report *r)
             printf("%9.2e ", l->weight_error);
         else
             printf("%9s ", "-");
+        char note[64] = "";
+        if (l->why)
+            snprintf(note, sizeof(note), "%s", l->why);
+        else if (l->n_outliers)
+            snprintf(note, sizeof(note), "%d outlier input channels", l->n_outliers);
         if (l->error >= 0)
-            printf("%9.2e  %s\n", l->error, l->why ? l->why : "");
+            printf("%9.2e  %s\n", l->error, note);
         else
-            printf("%9s  %s\n", "-", l->why ? l->why : "");
+            printf("%9s  %s\n", "-", note);
     }
     if (r->unmeasured[0])
         printf("output errors not measured: %s\n", r->unmeasured);

@@ -1,0 +1,285 @@
+/*
+ * qconv.c - 2-D convolution on the int8 matrix product (qgemm.h): the
+ * engine of com.slimserve ConvInt8 (kernels/cpu/qlinear.c), which the int8
+ * pass (quant/int8_conv.c) puts in place of Conv.
+ *
+ * Per image, the input is first transposed to pixel-major (HWC) order, so
+ * that one output pixel's receptive field is kh * kw contiguous runs of
+ * C/group floats. Its im2col row -- K ordered (ky, kx, channel), the order
+ * the pass packs the weights in -- is then a handful of memcpy calls, and a
+ * 1x1 stride-1 unpadded conv needs no im2col at all: the transposed image is
+ * the matrix. slim_qgemm quantizes each row on its own (one scale and zero
+ * point per output pixel), so a pixel's result depends only on its own
+ * receptive field: an image's output is bitwise the same whatever batch it
+ * ran in, and however the rows are cut into blocks. The product comes out
+ * pixel-major and is transposed back into the NCHW output.
+ *
+ * The same driver runs the float32 reference (slim_qconv_weights.wf: the
+ * weights as floats in the packed K order) on the same im2col rows with
+ * slim_sgemm: the int8 pass's error check.
+ */
+#include "qgemm.h"
+
+#include "kernel.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Floats of im2col rows per block: 8 MiB, as conv.c's budget. */
+#define ROW_BUDGET (2 << 20)
+
+int64_t slim_qconv_kg(const slim_qconv *q)
+{
+    return q->c / q->groups * q->kh * q->kw;
+}
+
+size_t slim_qconv_packed_bytes(const slim_qconv *q)
+{
+    return (size_t)q->groups * slim_qgemm_packed_bytes(q->m / q->groups, slim_qconv_kg(q));
+}
+
+const char *slim_qconv_shape(slim_qconv *q, slim_qconv_pad auto_pad)
+{
+    if (q->c < 1 || q->m < 1 || q->groups < 1)
+        return "input channels, output channels and group must be >= 1";
+    if (q->c % q->groups || q->m % q->groups)
+        return "channels are not divisible by group";
+    if (q->kh < 1 || q->kw < 1 || q->sh < 1 || q->sw < 1 || q->dh < 1 || q->dw < 1)
+        return "kernel, strides and dilations must be >= 1";
+    if (q->pt < 0 || q->pl < 0 || q->pb < 0 || q->pr < 0)
+        return "pads must be >= 0";
+    if (slim_qconv_kg(q) > SLIM_QGEMM_MAX_K)
+        return "C / group x kernel is over 32768";
+    int64_t in[2] = {q->h, q->w}, k[2] = {q->kh, q->kw}, s[2] = {q->sh, q->sw};
+    int64_t d[2] = {q->dh, q->dw}, *pb[2] = {&q->pt, &q->pl}, *pe[2] = {&q->pb, &q->pr};
+    int64_t *out[2] = {&q->oh, &q->ow};
+    for (int i = 0; i < 2; i++) {
+        int64_t span = (k[i] - 1) * d[i] + 1;
+        if (in[i] > (1LL << 30) || span > (1LL << 30))
+            return "spatial size is over 2^30";
+        if (auto_pad == SLIM_QCONV_SAME_UPPER || auto_pad == SLIM_QCONV_SAME_LOWER) {
+            *out[i] = (in[i] + s[i] - 1) / s[i];
+            int64_t total = (*out[i] - 1) * s[i] + span - in[i];
+            total = total < 0 ? 0 : total;
+            *pb[i] = auto_pad == SLIM_QCONV_SAME_UPPER ? total / 2 : total - total / 2;
+            *pe[i] = total - *pb[i];
+        } else {
+            if (auto_pad == SLIM_QCONV_VALID)
+                *pb[i] = *pe[i] = 0;
+            int64_t room = in[i] + *pb[i] + *pe[i] - span;
+            if (room < 0)
+                return "the input (padded) is smaller than the kernel extent";
+            *out[i] = room / s[i] + 1;
+        }
+    }
+    return NULL;
+}
+
+/* ---- the driver ---------------------------------------------------------- */
+
+typedef struct {
+    const slim_qconv *q;
+    const float *x;      /* one image, CHW */
+    float *xt;           /* HWC */
+    float *rows;         /* im2col rows of the block, kg floats each */
+    const float *tmp;    /* the block's product, pixels x mg */
+    float *y;            /* the group's first output plane */
+    int64_t g, p0, nr, kg, mg;   /* group, first pixel and pixels of the block */
+} qconv_job;
+
+/* dst[j][i] = src[i][j] for rows x cols: the moves between the NCHW
+ * tensors and the pixel-major matrices. Pure moves, so every path gives the
+ * same bytes; AVX-512 transposes 16 x 16 tiles in registers (a scalar
+ * strided loop cost as much as the int8 product itself on ResNet-50). */
+static void transpose_c(const float *src, int64_t lds, float *dst, int64_t ldd, int64_t rows,
+                        int64_t cols)
+{
+    for (int64_t i0 = 0; i0 < rows; i0 += 16)
+        for (int64_t j = 0; j < cols; j++)
+            for (int64_t i = i0; i < rows && i < i0 + 16; i++)
+                dst[j * ldd + i] = src[i * lds + j];
+}
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+
+__attribute__((target("avx512f")))
+static void transpose_avx512(const float *src, int64_t lds, float *dst, int64_t ldd,
+                             int64_t rows, int64_t cols)
+{
+    int64_t r16 = rows & ~(int64_t)15, c16 = cols & ~(int64_t)15;
+    for (int64_t i0 = 0; i0 < r16; i0 += 16)
+        for (int64_t j0 = 0; j0 < c16; j0 += 16) {
+            __m512 r[16], t[16], u[16];
+            for (int i = 0; i < 16; i++)
+                r[i] = _mm512_loadu_ps(src + (i0 + i) * lds + j0);
+            /* Per 128-bit lane L: t pairs rows, u holds column 4L + k of
+             * 4 rows; then lanes are gathered across u's. */
+            for (int i = 0; i < 16; i += 2) {
+                t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+                t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+            }
+            for (int i = 0; i < 16; i += 4) {
+                __m512d a = _mm512_castps_pd(t[i]), b = _mm512_castps_pd(t[i + 1]);
+                __m512d c = _mm512_castps_pd(t[i + 2]), d = _mm512_castps_pd(t[i + 3]);
+                u[i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, c));
+                u[i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, c));
+                u[i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(b, d));
+                u[i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(b, d));
+            }
+            for (int k = 0; k < 4; k++) {
+                __m512 p = _mm512_shuffle_f32x4(u[k], u[4 + k], 0x44);
+                __m512 q = _mm512_shuffle_f32x4(u[k], u[4 + k], 0xEE);
+                __m512 p2 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0x44);
+                __m512 q2 = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], 0xEE);
+                _mm512_storeu_ps(dst + (j0 + k) * ldd + i0, _mm512_shuffle_f32x4(p, p2, 0x88));
+                _mm512_storeu_ps(dst + (j0 + 4 + k) * ldd + i0,
+                                 _mm512_shuffle_f32x4(p, p2, 0xDD));
+                _mm512_storeu_ps(dst + (j0 + 8 + k) * ldd + i0,
+                                 _mm512_shuffle_f32x4(q, q2, 0x88));
+                _mm512_storeu_ps(dst + (j0 + 12 + k) * ldd + i0,
+                                 _mm512_shuffle_f32x4(q, q2, 0xDD));
+            }
+        }
+    /* The edges. */
+    if (c16 < cols)
+        transpose_c(src + c16, lds, dst + c16 * ldd, ldd, r16, cols - c16);
+    if (r16 < rows)
+        transpose_c(src + r16 * lds, lds, dst + r16, ldd, rows - r16, cols);
+}
+#endif
+
+static void transpose(const float *src, int64_t lds, float *dst, int64_t ldd, int64_t rows,
+                      int64_t cols)
+{
+#if defined(__x86_64__)
+    /* The qgemm path choice, so that tests forcing the C path run this one
+     * too. */
+    if (slim_qgemm_get_isa() == SLIM_QGEMM_AVX512VNNI) {
+        transpose_avx512(src, lds, dst, ldd, rows, cols);
+        return;
+    }
+#endif
+    transpose_c(src, lds, dst, ldd, rows, cols);
+}
+
+/* The image's pixels [64 b, 64 (b + 1)) to pixel-major rows. */
+static void transpose_part(int64_t begin, int64_t end, void *user)
+{
+    const qconv_job *j = user;
+    int64_t hw = j->q->h * j->q->w;
+    for (int64_t b = begin; b < end; b++) {
+        int64_t p0 = b * 64, p1 = p0 + 64 < hw ? p0 + 64 : hw;
+        transpose(j->x + p0, hw, j->xt + p0 * j->q->c, j->q->c, j->q->c, p1 - p0);
+    }
+}
+
+/* The block's product (pixels x channels) into output channels
+ * [16 begin, 16 end) of the NCHW planes. */
+static void untranspose_part(int64_t begin, int64_t end, void *user)
+{
+    const qconv_job *j = user;
+    int64_t np = j->q->oh * j->q->ow;
+    int64_t c0 = begin * 16, c1 = end * 16 < j->mg ? end * 16 : j->mg;
+    transpose(j->tmp + c0, j->mg, j->y + c0 * np + j->p0, np, j->nr, c1 - c0);
+}
+
+static void im2col_part(int64_t begin, int64_t end, void *user)
+{
+    const qconv_job *j = user;
+    const slim_qconv *q = j->q;
+    int64_t cg = q->c / q->groups;
+    size_t run = sizeof(float) * (size_t)cg;
+    for (int64_t r = begin; r < end; r++) {
+        int64_t p = j->p0 + r, oy = p / q->ow, ox = p % q->ow;
+        float *dst = j->rows + r * j->kg;
+        for (int64_t ky = 0; ky < q->kh; ky++) {
+            int64_t iy = oy * q->sh - q->pt + ky * q->dh;
+            for (int64_t kx = 0; kx < q->kw; kx++, dst += cg) {
+                int64_t ix = ox * q->sw - q->pl + kx * q->dw;
+                if (iy < 0 || iy >= q->h || ix < 0 || ix >= q->w)
+                    memset(dst, 0, run);
+                else
+                    memcpy(dst, j->xt + (iy * q->w + ix) * q->c + j->g * cg, run);
+            }
+        }
+    }
+}
+
+/* Bias and Relu after the float reference's product, as Conv (+ Relu)
+ * computes them in float32. */
+static void float_epilogue(float *t, int64_t rows, int64_t mg, const float *bias,
+                           slim_qgemm_act act)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < mg; c++) {
+            float v = t[r * mg + c] + (bias ? bias[c] : 0.0f);
+            t[r * mg + c] = act == SLIM_QGEMM_ACT_RELU && !(v > 0) ? 0.0f : v;
+        }
+}
+
+slim_status slim_qconv_run(const slim_qconv *q, int64_t n_images, const float *x,
+                           const slim_qconv_weights *w, float *y, slim_err *err)
+{
+    int64_t hw = q->h * q->w, np = q->oh * q->ow, cg = q->c / q->groups;
+    int64_t mg = q->m / q->groups, kg = slim_qconv_kg(q);
+    bool direct = q->kh == 1 && q->kw == 1 && q->sh == 1 && q->sw == 1 && q->pt == 0 &&
+                  q->pl == 0 && q->pb == 0 && q->pr == 0;
+    if (n_images <= 0 || np <= 0)
+        return SLIM_OK;
+    int64_t block = ROW_BUDGET / kg > ROW_BUDGET / mg ? ROW_BUDGET / mg : ROW_BUDGET / kg;
+    block = block < 16 ? 16 : block;
+    block = block < np ? block : np;
+    size_t packed_g = slim_qgemm_packed_bytes(mg, kg);
+    float *xt = malloc(sizeof(float) * (size_t)(hw * q->c));
+    float *rows = direct ? NULL : malloc(sizeof(float) * (size_t)(block * kg));
+    float *tmp = malloc(sizeof(float) * (size_t)(block * mg));
+    void *scratch = NULL;
+    if (!xt || (!direct && !rows) || !tmp ||
+        (!w->wf && posix_memalign(&scratch, 64, slim_qgemm_scratch_bytes(block, kg)) != 0)) {
+        free(xt);
+        free(rows);
+        free(tmp);
+        return slim_errf(err, SLIM_ENOMEM, "out of memory for a %lld x %lld int8 convolution",
+                         (long long)np, (long long)kg);
+    }
+    for (int64_t n = 0; n < n_images; n++) {
+        qconv_job j = {q, x + n * q->c * hw, xt, rows, tmp, NULL, 0, 0, 0, kg, mg};
+        slim_parallel_for((hw + 63) / 64, 1 + 8192 / (64 * q->c), transpose_part, &j);
+        for (int64_t g = 0; g < q->groups; g++)
+            for (int64_t p0 = 0; p0 < np; p0 += block) {
+                int64_t nr = np - p0 < block ? np - p0 : block;
+                j.g = g;
+                j.p0 = p0;
+                j.nr = nr;
+                const float *a = xt + p0 * q->c + g * cg;
+                int64_t lda = q->c;
+                if (!direct) {
+                    slim_parallel_for(nr, 1 + 4096 / kg, im2col_part, &j);
+                    a = rows;
+                    lda = kg;
+                }
+                const float *bias = w->bias ? w->bias + g * mg : NULL;
+                if (w->wf) {
+                    slim_sgemm(false, true, nr, mg, kg, 1.0f, a, lda, w->wf + g * mg * kg, kg,
+                               0.0f, tmp, mg);
+                    float_epilogue(tmp, nr, mg, bias, w->act);
+                } else {
+                    slim_qgemm_args qa = {
+                        .m = nr, .n = mg, .k = kg, .x = a, .ldx = lda,
+                        .packed = w->packed + g * packed_g, .colsum = w->colsum + g * mg,
+                        .w_scale = w->scale + g * mg, .bias = bias, .act = w->act, .y = tmp,
+                        .ldy = mg,
+                    };
+                    slim_qgemm(&qa, scratch);
+                }
+                j.y = y + (n * q->m + g * mg) * np;
+                slim_parallel_for((mg + 15) / 16, 1 + 8192 / (16 * nr), untranspose_part, &j);
+            }
+    }
+    free(xt);
+    free(rows);
+    free(tmp);
+    free(scratch);
+    return SLIM_OK;
+}

@@ -1,0 +1,273 @@
+/*
+ * int8_conv.c - the int8 pass's Conv layers (see int8.h): a 2-D Conv with a
+ * constant float32 weight becomes com.slimserve ConvInt8
+ * (kernels/cpu/qlinear.c, kernels/cpu/qconv.c).
+ *
+ * Weights are symmetric int8 per output channel like MatMulInt8's, each
+ * channel's C/group x kh x kw taps reordered (ky, kx, channel) -- the order
+ * of an im2col row over a pixel-major image, where a receptive field is kh x
+ * kw contiguous runs -- and packed per group for slim_qgemm. The Conv's bias
+ * and a Relu that alone reads its output are fused. The node's geometry
+ * (strides, dilations, pads or auto_pad, group) is written out explicitly.
+ *
+ * Depthwise convs (one input channel per group) stay float32: each group is
+ * then a product of a single output channel over kh x kw taps, which the
+ * 64-channel int8 panels would pad 16-fold, and their weights are a small
+ * share of a model's bytes.
+ */
+#include "int8_impl.h"
+
+#include "kernel.h"
+#include "qgemm.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    int64_t m, cg, kh, kw, groups;
+    int64_t strides[2], dilations[2], pads[4];
+    const char *auto_pad;
+    int bias;              /* value id, or -1 */
+} conv_layer;
+
+static const char *conv_of(const slim__int8_pass *p, const slim_node *n, conv_layer *c)
+{
+    const slim_graph *g = p->g;
+    const slim_tensor *w = &g->values[n->in[1]].init;
+    memset(c, 0, sizeof(*c));
+    c->m = w->dims[0];
+    c->cg = w->dims[1];
+    c->kh = w->dims[2];
+    c->kw = w->dims[3];
+    c->groups = slim_attr_int(n, "group", 1);
+    c->bias = n->n_in > 2 ? n->in[2] : -1;
+    c->auto_pad = slim_attr_str(n, "auto_pad", "NOTSET");
+    if (!c->auto_pad[0])
+        c->auto_pad = "NOTSET";
+    if (c->m < 1 || c->cg < 1 || c->kh < 1 || c->kw < 1)
+        return "empty weight";
+    if (c->groups < 1 || c->m % c->groups)
+        return "output channels are not divisible by group";
+    if (c->cg == 1 && c->groups > 1)
+        return "depthwise";
+    if (c->cg * c->kh * c->kw > SLIM_QGEMM_MAX_K)
+        return "C / group x kernel is over 32768";
+    int64_t k[2];
+    int nk = slim_attr_ints(n, "kernel_shape", k, 2);
+    if (nk >= 0 && (nk != 2 || k[0] != c->kh || k[1] != c->kw))
+        return "kernel_shape does not match the weight";
+    int ns = slim_attr_ints(n, "strides", c->strides, 2);
+    int nd = slim_attr_ints(n, "dilations", c->dilations, 2);
+    int np = slim_attr_ints(n, "pads", c->pads, 4);
+    if ((ns >= 0 && ns != 2) || (nd >= 0 && nd != 2) || (np >= 0 && np != 4))
+        return "strides, dilations or pads do not have 2, 2 and 4 values";
+    for (int i = 0; i < 2; i++) {
+        c->strides[i] = ns < 0 ? 1 : c->strides[i];
+        c->dilations[i] = nd < 0 ? 1 : c->dilations[i];
+        if (c->strides[i] < 1 || c->dilations[i] < 1 || c->strides[i] > (1 << 30) ||
+            c->dilations[i] > (1 << 30))
+            return "strides or dilations out of range";
+    }
+    for (int i = 0; i < 4; i++) {
+        c->pads[i] = np < 0 ? 0 : c->pads[i];
+        if (c->pads[i] < 0 || c->pads[i] > (1 << 30))
+            return "pads out of range";
+    }
+    if (strcmp(c->auto_pad, "NOTSET") && strcmp(c->auto_pad, "SAME_UPPER") &&
+        strcmp(c->auto_pad, "SAME_LOWER") && strcmp(c->auto_pad, "VALID"))
+        return "unknown auto_pad";
+    if (c->bias >= 0) {
+        const slim_value *b = slim__int8_const_f32(g, c->bias);
+        if (!b || b->init.ndim != 1 || b->init.dims[0] != c->m)
+            return "B is not a constant [M] bias";
+    }
+    return NULL;
+}
+
+const char *slim__int8_conv_why(const slim__int8_pass *p, const slim_node *n)
+{
+    conv_layer c;
+    return conv_of(p, n, &c);
+}
+
+static slim_qconv_pad pad_mode(const char *s)
+{
+    return !strcmp(s, "SAME_UPPER")   ? SLIM_QCONV_SAME_UPPER
+           : !strcmp(s, "SAME_LOWER") ? SLIM_QCONV_SAME_LOWER
+           : !strcmp(s, "VALID")      ? SLIM_QCONV_VALID
+                                      : SLIM_QCONV_NOTSET;
+}
+
+/* The layer's relative output error on its sample input: the float32
+ * weights (in packed order) and the int8 ones, on the same im2col rows. -1
+ * without a usable sample. */
+static double measure_conv(const slim__int8_pass *p, const slim_node *n, const conv_layer *c,
+                           const float *wr, const slim_qconv_weights *w8)
+{
+    const slim_tensor *x = slim_int8_sample(p->opts ? p->opts->samples : NULL,
+                                            p->g->values[n->in[0]].name);
+    if (!x || x->dtype != SLIM_F32 || x->ndim != 4 || x->dims[1] != c->cg * c->groups)
+        return -1;
+    slim_qconv q = {
+        .c = x->dims[1], .h = x->dims[2], .w = x->dims[3], .m = c->m, .groups = c->groups,
+        .kh = c->kh, .kw = c->kw, .sh = c->strides[0], .sw = c->strides[1],
+        .dh = c->dilations[0], .dw = c->dilations[1],
+        .pt = c->pads[0], .pl = c->pads[1], .pb = c->pads[2], .pr = c->pads[3],
+    };
+    if (slim_qconv_shape(&q, pad_mode(c->auto_pad)))
+        return -1;
+    int64_t ny = x->dims[0] * c->m * q.oh * q.ow;
+    float *y32 = malloc(sizeof(float) * (size_t)(ny ? ny : 1));
+    float *y8 = malloc(sizeof(float) * (size_t)(ny ? ny : 1));
+    slim_qconv_weights wf = *w8;
+    wf.wf = wr;
+    slim_err e = {0};
+    double err = -1;
+    if (y32 && y8 && !slim_qconv_run(&q, x->dims[0], x->data, &wf, y32, &e) &&
+        !slim_qconv_run(&q, x->dims[0], x->data, w8, y8, &e))
+        err = slim_int8_rel_error(y32, y8, ny);
+    free(y32);
+    free(y8);
+    return err;
+}
+
+static slim_status int_attr(slim_attr *a, const char *name, int n, const int64_t *v,
+                            slim_err *err)
+{
+    a->name = strdup(name);
+    if (n < 0) {
+        a->type = SLIM_ATTR_INT;
+        a->i = v[0];
+        return a->name ? SLIM_OK : slim_errf(err, SLIM_ENOMEM, "out of memory");
+    }
+    a->type = SLIM_ATTR_INTS;
+    a->n = n;
+    a->ints = malloc(sizeof(int64_t) * (size_t)n);
+    if (!a->name || !a->ints)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    memcpy(a->ints, v, sizeof(int64_t) * (size_t)n);
+    return SLIM_OK;
+}
+
+static slim_status str_attr(slim_attr *a, const char *name, const char *v, slim_err *err)
+{
+    a->name = strdup(name);
+    a->type = SLIM_ATTR_STRING;
+    a->s = strdup(v);
+    return a->name && a->s ? SLIM_OK : slim_errf(err, SLIM_ENOMEM, "out of memory");
+}
+
+/* ConvInt8's attributes: the geometry made explicit, and the activation. */
+static slim_status conv_attrs(const conv_layer *c, bool relu, slim_attr **out, int *na,
+                              slim_err *err)
+{
+    *na = 6 + relu;
+    slim_attr *a = calloc((size_t)*na, sizeof(*a));
+    if (!a)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    int64_t k[2] = {c->kh, c->kw};
+    slim_status st;
+    if ((st = int_attr(&a[0], "kernel_shape", 2, k, err)) ||
+        (st = int_attr(&a[1], "strides", 2, c->strides, err)) ||
+        (st = int_attr(&a[2], "dilations", 2, c->dilations, err)) ||
+        (st = int_attr(&a[3], "pads", 4, c->pads, err)) ||
+        (st = int_attr(&a[4], "group", -1, &c->groups, err)) ||
+        (st = str_attr(&a[5], "auto_pad", c->auto_pad, err)) ||
+        (relu && (st = str_attr(&a[6], "activation", "Relu", err)))) {
+        for (int i = 0; i < *na; i++)
+            slim_attr_clear(&a[i]);
+        free(a);
+        return st;
+    }
+    *out = a;
+    return SLIM_OK;
+}
+
+slim_status slim__int8_quantize_conv(slim__int8_pass *p, int id, slim_int8_layer *layer,
+                                     slim_err *err)
+{
+    slim_graph *g = p->g;
+    conv_layer c;
+    if ((layer->why = conv_of(p, &g->nodes[id], &c)))
+        return SLIM_OK;
+    int64_t kg = c.cg * c.kh * c.kw, mg = c.m / c.groups, taps = c.kh * c.kw;
+    size_t packed_g = slim_qgemm_packed_bytes(mg, kg);
+    slim_tensor packed = {0}, scale = {0}, colsum = {0}, bias = {0};
+    float *wr = malloc(sizeof(float) * (size_t)(c.m * kg));
+    int8_t *wq = malloc((size_t)(c.m * kg));
+    slim_status st = SLIM_OK;
+    if (!wr || !wq)
+        st = slim_errf(err, SLIM_ENOMEM, "out of memory");
+    if (!st)
+        st = slim__int8_alloc_tensor(&packed, SLIM_I8, 2, c.groups * slim_qgemm_n16(mg),
+                                     slim_qgemm_k4(kg), err);
+    if (!st)
+        st = slim__int8_alloc_tensor(&scale, SLIM_F32, 1, c.m, 0, err);
+    if (!st)
+        st = slim__int8_alloc_tensor(&colsum, SLIM_I32, 1, c.m, 0, err);
+    if (!st && c.bias >= 0 && !(st = slim__int8_alloc_tensor(&bias, SLIM_F32, 1, c.m, 0, err))) {
+        memcpy(bias.data, g->values[c.bias].init.data, sizeof(float) * (size_t)c.m);
+        layer->bytes_before += slim_tensor_nbytes(&g->values[c.bias].init);
+    }
+    if (st)
+        goto done;
+    const float *w = g->values[g->nodes[id].in[1]].init.data;
+    for (int64_t j = 0; j < c.m; j++)
+        for (int64_t ci = 0; ci < c.cg; ci++)
+            for (int64_t t = 0; t < taps; t++)
+                wr[j * kg + t * c.cg + ci] = w[(j * c.cg + ci) * taps + t];
+    double e2 = 0, w2 = 0;
+    for (int64_t j = 0; j < c.m; j++)
+        ((float *)scale.data)[j] =
+            slim__int8_quantize_channel(wr + j * kg, kg, 1, NULL, wq + j * kg, &e2, &w2);
+    layer->weight_error = w2 > 0 ? sqrt(e2 / w2) : 0;
+    for (int64_t gi = 0; gi < c.groups; gi++)
+        slim_qgemm_pack(wq + gi * mg * kg, mg, kg, (int8_t *)packed.data + gi * packed_g,
+                        (int32_t *)colsum.data + gi * mg);
+
+    int out = g->nodes[id].out[0];
+    slim_node *r = slim__int8_sole_reader(p, out, "Relu");
+    slim_qconv_weights w8 = {packed.data, colsum.data, scale.data, bias.data,
+                             r ? SLIM_QGEMM_ACT_RELU : SLIM_QGEMM_ACT_NONE, NULL};
+    layer->error = measure_conv(p, &g->nodes[id], &c, wr, &w8);
+    if (slim__int8_over_budget(p, layer->error)) {
+        layer->why = "over max_error";
+        goto done; /* st is SLIM_OK: the layer stays float32 */
+    }
+    slim_attr *attrs = NULL;
+    int na = 0;
+    if ((st = conv_attrs(&c, r != NULL, &attrs, &na, err)))
+        goto done;
+    layer->bytes_after = slim_tensor_nbytes(&packed) + slim_tensor_nbytes(&scale) +
+                         slim_tensor_nbytes(&colsum) + slim_tensor_nbytes(&bias);
+    char base[300];
+    snprintf(base, sizeof(base), "%s", g->nodes[id].name);
+    int in[5] = {g->nodes[id].in[0], -1, -1, -1, -1};
+    bool has_bias = bias.data != NULL;
+    if ((in[1] = slim_graph_add_initializer(g, base, ".int8_weight", &packed, err)) < 0 ||
+        (in[2] = slim_graph_add_initializer(g, base, ".int8_scale", &scale, err)) < 0 ||
+        (in[3] = slim_graph_add_initializer(g, base, ".int8_colsum", &colsum, err)) < 0 ||
+        (has_bias && (in[4] = slim_graph_add_initializer(g, base, ".int8_bias", &bias, err)) < 0)) {
+        for (int i = 0; i < na; i++)
+            slim_attr_clear(&attrs[i]);
+        free(attrs);
+        st = SLIM_ENOMEM;
+        goto done;
+    }
+    if (r) {
+        p->dead[r - g->nodes] = true;
+        out = r->out[0];
+    }
+    st = slim__int8_rewrite(&g->nodes[id], "ConvInt8", has_bias ? 5 : 4, in, out, attrs, na,
+                            err);
+done:
+    free(wr);
+    free(wq);
+    slim_tensor_release(&packed);
+    slim_tensor_release(&scale);
+    slim_tensor_release(&colsum);
+    slim_tensor_release(&bias);
+    return st;
+}

@@ -1,0 +1,433 @@
+/* test_int8_conv.c - the int8 convolution (kernels/cpu/qconv.c) against
+ * references written here: bit for bit against the exact integer
+ * definition on every code path, and close to a double-precision
+ * convolution; an image's result independent of its batch; and the int8
+ * pass's Conv rewrite (quant/int8_conv.c) on small graphs. */
+#include "testutil.h"
+
+#include "int8.h"
+#include "qgemm.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
+
+static uint32_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 11);
+}
+
+static float rndf(void) /* in [-1, 1) */
+{
+    return (float)(rnd() % 2000001) / 1000000.0f - 1.0f;
+}
+
+typedef struct {
+    int64_t n, c, h, w, m, groups, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr;
+    bool relu, bias;
+} shape;
+
+/* Odd shapes: strides, pads (asymmetric too), dilations, groups, 1x1 (the
+ * direct path and a strided one), 3x3, 7x7, batch 1 and 3, sizes that are
+ * no multiple of 4, 16 or 64. */
+static const shape shapes[] = {
+    {1, 3, 11, 9, 8, 1, 7, 7, 2, 2, 1, 1, 3, 3, 3, 3, true, true},
+    {3, 5, 7, 6, 20, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, false, true},
+    {1, 16, 8, 8, 17, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, false, false},
+    {3, 12, 9, 7, 33, 1, 1, 1, 2, 2, 1, 1, 0, 0, 0, 0, true, true},
+    {1, 8, 10, 10, 12, 4, 3, 3, 1, 2, 2, 1, 2, 0, 1, 2, true, false},
+    {3, 6, 5, 9, 70, 2, 3, 2, 2, 1, 1, 3, 0, 1, 1, 0, false, true},
+    {1, 70, 4, 5, 66, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, true, true},
+};
+
+typedef struct {
+    slim_qconv q;
+    int64_t kg, mg;
+    int8_t *wq;          /* [m][kg], (ky, kx, channel) order */
+    int8_t *packed;
+    int32_t *colsum;
+    float *sw, *bias, *x;
+} problem;
+
+static void make(const shape *s, problem *p)
+{
+    slim_qconv q = {s->c, s->h, s->w, s->m, s->groups, s->kh, s->kw, s->sh, s->sw,
+                    s->dh, s->dw, s->pt, s->pl, s->pb, s->pr, 0, 0};
+    ck_assert_ptr_null(slim_qconv_shape(&q, SLIM_QCONV_NOTSET));
+    p->q = q;
+    p->kg = slim_qconv_kg(&q);
+    p->mg = s->m / s->groups;
+    p->wq = malloc((size_t)(s->m * p->kg));
+    p->packed = aligned_alloc(64, (slim_qconv_packed_bytes(&q) + 63) & ~(size_t)63);
+    p->colsum = malloc(sizeof(int32_t) * (size_t)s->m);
+    p->sw = malloc(sizeof(float) * (size_t)s->m);
+    p->bias = malloc(sizeof(float) * (size_t)s->m);
+    int64_t nx = s->n * s->c * s->h * s->w;
+    p->x = malloc(sizeof(float) * (size_t)nx);
+    for (int64_t i = 0; i < s->m * p->kg; i++)
+        p->wq[i] = (int8_t)((int)(rnd() % 255) - 127);
+    p->wq[0] = 127;
+    p->wq[1] = -127;
+    for (int64_t j = 0; j < s->m; j++) {
+        p->sw[j] = 0.01f + 0.001f * (float)(rnd() % 50);
+        p->bias[j] = rndf();
+    }
+    /* Images of different kinds: mixed signs, all positive (zero point 0),
+     * a zero image, one with an outlier pixel. */
+    int64_t per = s->c * s->h * s->w;
+    for (int64_t i = 0; i < nx; i++) {
+        int64_t img = i / per;
+        float v = rndf() * 2;
+        switch (img % 4) {
+        case 1: v = fabsf(v) + 0.25f; break;
+        case 2: v = img == 2 ? 0.0f : v; break;
+        case 3: v = i % per == per / 2 ? 80.0f : v; break;
+        default: break;
+        }
+        p->x[i] = v;
+    }
+    size_t pg = slim_qgemm_packed_bytes(p->mg, p->kg);
+    for (int64_t g = 0; g < s->groups; g++)
+        slim_qgemm_pack(p->wq + g * p->mg * p->kg, p->mg, p->kg, p->packed + g * pg,
+                        p->colsum + g * p->mg);
+}
+
+static void unmake(problem *p)
+{
+    free(p->wq);
+    free(p->packed);
+    free(p->colsum);
+    free(p->sw);
+    free(p->bias);
+    free(p->x);
+}
+
+/* Output pixel (oy, ox)'s im2col row of image n, group g, in the packed K
+ * order, read straight from the NCHW input. */
+static void field(const problem *p, int64_t n, int64_t g, int64_t oy, int64_t ox, float *row)
+{
+    const slim_qconv *q = &p->q;
+    int64_t cg = q->c / q->groups;
+    for (int64_t ky = 0; ky < q->kh; ky++)
+        for (int64_t kx = 0; kx < q->kw; kx++)
+            for (int64_t ci = 0; ci < cg; ci++) {
+                int64_t iy = oy * q->sh - q->pt + ky * q->dh, ix = ox * q->sw - q->pl + kx * q->dw;
+                bool in = iy >= 0 && iy < q->h && ix >= 0 && ix < q->w;
+                row[(ky * q->kw + kx) * cg + ci] =
+                    in ? p->x[((n * q->c + g * cg + ci) * q->h + iy) * q->w + ix] : 0.0f;
+            }
+}
+
+/* The definition: each output pixel's row quantized on its own (the C
+ * path's quantizer), exact int64 sums, the documented float epilogue. */
+static void reference_exact(const problem *p, int64_t n_img, bool relu, bool bias, float *y)
+{
+    const slim_qconv *q = &p->q;
+    float *row = malloc(sizeof(float) * (size_t)p->kg);
+    uint8_t *qr = malloc((size_t)slim_qgemm_k4(p->kg));
+    slim_qgemm_set_isa(SLIM_QGEMM_C);
+    for (int64_t n = 0; n < n_img; n++)
+        for (int64_t g = 0; g < q->groups; g++)
+            for (int64_t oy = 0; oy < q->oh; oy++)
+                for (int64_t ox = 0; ox < q->ow; ox++) {
+                    field(p, n, g, oy, ox, row);
+                    float sx;
+                    int32_t zx;
+                    slim_qgemm_quantize_row(row, p->kg, qr, &sx, &zx);
+                    for (int64_t j = g * p->mg; j < (g + 1) * p->mg; j++) {
+                        int64_t acc = 0;
+                        for (int64_t k = 0; k < p->kg; k++)
+                            acc += ((int64_t)qr[k] - zx) * p->wq[j * p->kg + k];
+                        float v = fmaf((float)acc, sx * p->sw[j], bias ? p->bias[j] : 0.0f);
+                        y[((n * q->m + j) * q->oh + oy) * q->ow + ox] =
+                            relu ? (v > 0 ? v : 0.0f) : v;
+                    }
+                }
+    slim_qgemm_set_isa(SLIM_QGEMM_AUTO);
+    free(row);
+    free(qr);
+}
+
+/* The float convolution in double with the dequantized weights. */
+static void reference_double(const problem *p, int64_t n_img, bool relu, bool bias, double *y)
+{
+    const slim_qconv *q = &p->q;
+    float *row = malloc(sizeof(float) * (size_t)p->kg);
+    for (int64_t n = 0; n < n_img; n++)
+        for (int64_t g = 0; g < q->groups; g++)
+            for (int64_t oy = 0; oy < q->oh; oy++)
+                for (int64_t ox = 0; ox < q->ow; ox++) {
+                    field(p, n, g, oy, ox, row);
+                    for (int64_t j = g * p->mg; j < (g + 1) * p->mg; j++) {
+                        double acc = bias ? p->bias[j] : 0.0;
+                        for (int64_t k = 0; k < p->kg; k++)
+                            acc += (double)row[k] * p->wq[j * p->kg + k] * p->sw[j];
+                        y[((n * q->m + j) * q->oh + oy) * q->ow + ox] =
+                            relu && acc < 0 ? 0.0 : acc;
+                    }
+                }
+    free(row);
+}
+
+START_TEST(test_conv_matches_references)
+{
+    const slim_qgemm_isa isas[] = {SLIM_QGEMM_C, SLIM_QGEMM_AVX2, SLIM_QGEMM_AVX512VNNI};
+    for (size_t t = 0; t < sizeof(shapes) / sizeof(shapes[0]); t++) {
+        const shape *s = &shapes[t];
+        problem p;
+        make(s, &p);
+        int64_t ny = s->n * s->m * p.q.oh * p.q.ow;
+        float *want = malloc(sizeof(float) * (size_t)ny), *got = malloc(sizeof(float) * (size_t)ny);
+        double *dref = malloc(sizeof(double) * (size_t)ny);
+        reference_exact(&p, s->n, s->relu, s->bias, want);
+        reference_double(&p, s->n, s->relu, s->bias, dref);
+        slim_qconv_weights w = {p.packed, p.colsum, p.sw, s->bias ? p.bias : NULL,
+                                s->relu ? SLIM_QGEMM_ACT_RELU : SLIM_QGEMM_ACT_NONE, NULL};
+        for (size_t i = 0; i < 3; i++) {
+            if (!slim_qgemm_set_isa(isas[i]))
+                continue;
+            slim_err err;
+            memset(got, 0xFF, sizeof(float) * (size_t)ny);
+            ck_assert_int_eq(slim_qconv_run(&p.q, s->n, p.x, &w, got, &err), SLIM_OK);
+            for (int64_t k = 0; k < ny; k++)
+                ck_assert_msg(memcmp(&got[k], &want[k], sizeof(float)) == 0,
+                              "shape %zu, %s, element %lld: %.9g vs %.9g", t,
+                              slim_qgemm_isa_name(isas[i]), (long long)k, got[k], want[k]);
+        }
+        slim_qgemm_set_isa(SLIM_QGEMM_AUTO);
+        /* Within the activations' quantization error of the exact
+         * convolution: a level is range / 255 of a pixel's receptive
+         * field, and the outputs sum kg of them. */
+        double mx = 0, e2 = 0, r2 = 0;
+        for (int64_t k = 0; k < ny; k++)
+            mx = fmax(mx, fabs(dref[k]));
+        for (int64_t k = 0; k < ny; k++) {
+            e2 += (want[k] - dref[k]) * (want[k] - dref[k]);
+            r2 += dref[k] * dref[k];
+        }
+        ck_assert_msg(sqrt(e2 / (r2 > 0 ? r2 : 1)) < 0.02, "shape %zu: relative error %g", t,
+                      sqrt(e2 / r2));
+        free(want);
+        free(got);
+        free(dref);
+        unmake(&p);
+    }
+}
+END_TEST
+
+/* Every image's output is bitwise the one it gets alone. */
+START_TEST(test_conv_batch_independent)
+{
+    for (size_t t = 0; t < sizeof(shapes) / sizeof(shapes[0]); t++) {
+        const shape *s = &shapes[t];
+        problem p;
+        make(s, &p);
+        int64_t per_y = s->m * p.q.oh * p.q.ow, per_x = s->c * s->h * s->w;
+        float *all = malloc(sizeof(float) * (size_t)(s->n * per_y));
+        float *one = malloc(sizeof(float) * (size_t)per_y);
+        slim_qconv_weights w = {p.packed, p.colsum, p.sw, p.bias, SLIM_QGEMM_ACT_NONE, NULL};
+        slim_err err;
+        ck_assert_int_eq(slim_qconv_run(&p.q, s->n, p.x, &w, all, &err), SLIM_OK);
+        for (int64_t n = 0; n < s->n; n++) {
+            ck_assert_int_eq(slim_qconv_run(&p.q, 1, p.x + n * per_x, &w, one, &err), SLIM_OK);
+            ck_assert_msg(memcmp(one, all + n * per_y, sizeof(float) * (size_t)per_y) == 0,
+                          "shape %zu image %lld", t, (long long)n);
+        }
+        free(all);
+        free(one);
+        unmake(&p);
+    }
+}
+END_TEST
+
+/* ---- the pass ------------------------------------------------------------ */
+
+static void add_init(slim_graph *g, const char *name, int ndim, const int64_t *dims, float lo,
+                     float hi)
+{
+    int v = slim_graph_value(g, name);
+    int64_t n = slim_shape_numel(ndim, dims);
+    float *d = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++)
+        d[i] = lo + (hi - lo) * (rndf() + 1) / 2;
+    g->values[v].kind = SLIM_VALUE_INITIALIZER;
+    g->values[v].init = tu_f32(ndim, dims, d);
+    free(d);
+}
+
+/* x[*, 6, 9, 9] -> Conv(3x3, stride 2, pad 1, group g) -> BN -> Relu -> y */
+static slim_graph *conv_bn_relu(int64_t group, int64_t cout)
+{
+    slim_graph *g = slim_graph_new();
+    g->opset = 17;
+    slim_graph_add_node(g, "conv", "Conv", "", 3, (const char *[]){"x", "w", "b"}, 1,
+                        (const char *[]){"c"});
+    slim_graph_add_node(g, "bn", "BatchNormalization", "", 5,
+                        (const char *[]){"c", "gamma", "beta", "mean", "var"}, 1,
+                        (const char *[]){"n"});
+    slim_graph_add_node(g, "relu", "Relu", "", 1, (const char *[]){"n"}, 1,
+                        (const char *[]){"y"});
+    for (int i = 0; i < g->n_nodes; i++)
+        g->nodes[i].opset = 17;
+    tu_attr_ints(&g->nodes[0], "kernel_shape", 2, (int64_t[]){3, 3});
+    tu_attr_ints(&g->nodes[0], "strides", 2, (int64_t[]){2, 2});
+    tu_attr_ints(&g->nodes[0], "pads", 4, (int64_t[]){1, 1, 1, 1});
+    tu_attr_i(&g->nodes[0], "group", group);
+    rng_state = 77;
+    add_init(g, "w", 4, (int64_t[]){cout, 6 / group, 3, 3}, -0.5f, 0.5f);
+    add_init(g, "b", 1, (int64_t[]){cout}, -0.2f, 0.2f);
+    add_init(g, "gamma", 1, (int64_t[]){cout}, 0.5f, 1.5f);
+    add_init(g, "beta", 1, (int64_t[]){cout}, -0.3f, 0.3f);
+    add_init(g, "mean", 1, (int64_t[]){cout}, -0.2f, 0.2f);
+    add_init(g, "var", 1, (int64_t[]){cout}, 0.5f, 2.0f);
+    int x = slim_graph_find_value(g, "x");
+    slim_graph_add_input(g, x);
+    g->values[x].info.dtype = SLIM_F32;
+    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    return g;
+}
+
+static slim_tensor run1(slim_graph *g, slim_tensor in, slim_status want, slim_err *err)
+{
+    slim_model *m;
+    ck_assert_msg(slim_model_from_graph(g, &m, err) == SLIM_OK, "%s", err->msg);
+    slim_tensor *out = NULL, y = {0};
+    int n_out;
+    slim_status st = slim_model_run(m, 1, (const char *[]){"x"}, &in, &out, &n_out, err);
+    ck_assert_msg(st == want, "status %d: %s", st, st ? err->msg : "");
+    if (!st) {
+        y = out[0];
+        free(out);
+    }
+    slim_model_free(m);
+    return y;
+}
+
+/* Conv + BN + Relu becomes one ConvInt8 with the BN folded and the Relu
+ * fused; its output is close to the float graph's, its measured error is
+ * the one recomputed here, and every image of a batch of 3 gets bitwise
+ * its result alone. */
+START_TEST(test_pass_conv_bn_relu)
+{
+    enum { N = 3, PER = 6 * 9 * 9 };
+    float xv[N * PER];
+    rng_state = 5;
+    for (int i = 0; i < N * PER; i++)
+        xv[i] = rndf() * 2;
+    slim_tensor x = tu_f32(4, (int64_t[]){N, 6, 9, 9}, xv);
+    slim_err err;
+    slim_tensor ref = run1(conv_bn_relu(2, 10), x, SLIM_OK, &err);
+
+    slim_graph *g = conv_bn_relu(2, 10);
+    slim_int8_samples smp = {1, (char *[]){"x"}, &x};
+    slim_int8_opts o = {.samples = &smp};
+    slim_int8_report rep;
+    ck_assert_int_eq(slim_quant_int8(g, &o, &rep, &err), SLIM_OK);
+    ck_assert_int_eq(g->n_nodes, 1);
+    ck_assert_str_eq(g->nodes[0].op_type, "ConvInt8");
+    ck_assert_str_eq(slim_attr_str(&g->nodes[0], "activation", ""), "Relu");
+    ck_assert_int_eq(rep.n_layers, 1);
+    ck_assert(rep.layers[0].quantized);
+    ck_assert_str_eq(rep.layers[0].op_type, "Conv");
+    /* 10 channels in 2 groups of 5, each padded to 16; K = 3 x 3 x 3 = 27
+     * padded to 28; scale, colsum, bias [10]. */
+    ck_assert_uint_eq(rep.layers[0].bytes_after, 2 * 16 * 28 + 3 * 10 * 4);
+    double measured = rep.layers[0].error;
+    ck_assert(measured > 1e-4 && measured < 0.02);
+    slim_int8_report_free(&rep);
+    slim_tensor y = run1(g, x, SLIM_OK, &err);
+    tu_assert_shape(&y, 4, (int64_t[]){N, 10, 5, 5});
+    double e = slim_int8_rel_error(ref.data, y.data, slim_tensor_numel(&ref));
+    ck_assert_msg(fabs(e - measured) <= 0.05 * measured, "run %g, measured %g", e, measured);
+
+    for (int n = 0; n < N; n++) {
+        g = conv_bn_relu(2, 10);
+        ck_assert_int_eq(slim_quant_int8(g, NULL, NULL, &err), SLIM_OK);
+        slim_tensor x1 = tu_f32(4, (int64_t[]){1, 6, 9, 9}, xv + n * PER);
+        slim_tensor y1 = run1(g, x1, SLIM_OK, &err);
+        ck_assert(memcmp(y1.data, (float *)y.data + n * 250, sizeof(float) * 250) == 0);
+        slim_tensor_release(&y1);
+        slim_tensor_release(&x1);
+    }
+    slim_tensor_release(&y);
+    slim_tensor_release(&ref);
+    slim_tensor_release(&x);
+}
+END_TEST
+
+/* Depthwise convs stay float32 (and so do excluded ones), with their BN
+ * folded as the optimizer would. */
+START_TEST(test_pass_depthwise_and_excluded_stay_float)
+{
+    slim_graph *g = conv_bn_relu(6, 6);
+    slim_err err;
+    slim_int8_report rep;
+    ck_assert_int_eq(slim_quant_int8(g, NULL, &rep, &err), SLIM_OK);
+    ck_assert_str_eq(g->nodes[0].op_type, "Conv");
+    ck_assert(!rep.layers[0].quantized);
+    ck_assert_str_eq(rep.layers[0].why, "depthwise");
+    slim_int8_report_free(&rep);
+    slim_graph_free(g);
+
+    g = conv_bn_relu(1, 4);
+    slim_int8_opts o = {.exclude = (const char *[]){"Conv"}, .n_exclude = 1};
+    ck_assert_int_eq(slim_quant_int8(g, &o, &rep, &err), SLIM_OK);
+    ck_assert_str_eq(g->nodes[0].op_type, "Conv");
+    ck_assert_str_eq(rep.layers[0].why, "excluded");
+    slim_int8_report_free(&rep);
+    slim_graph_free(g);
+}
+END_TEST
+
+/* A ConvInt8 whose packed weight does not fit its geometry (a forged
+ * file) is refused with a message before the kernel reads it. */
+START_TEST(test_malformed_conv_refused)
+{
+    slim_graph *g = slim_graph_new();
+    g->opset = 17;
+    slim_graph_add_node(g, "q", "ConvInt8", "com.slimserve", 4,
+                        (const char *[]){"x", "w", "s", "cs"}, 1, (const char *[]){"y"});
+    g->nodes[0].opset = 1;
+    tu_attr_ints(&g->nodes[0], "kernel_shape", 2, (int64_t[]){3, 3});
+    int w = slim_graph_value(g, "w"), s = slim_graph_value(g, "s"), cs = slim_graph_value(g, "cs");
+    g->values[w].kind = g->values[s].kind = g->values[cs].kind = SLIM_VALUE_INITIALIZER;
+    int8_t wb[16 * 8] = {0}; /* 2 channels x 4 x 3 x 3 would be 16 x 36 */
+    g->values[w].init = tu_tensor(SLIM_I8, 2, (int64_t[]){16, 8}, wb);
+    g->values[s].init = tu_f32(1, (int64_t[]){2}, (float[]){1, 1});
+    g->values[cs].init = tu_tensor(SLIM_I32, 1, (int64_t[]){2}, (int32_t[]){0, 0});
+    int x = slim_graph_find_value(g, "x");
+    slim_graph_add_input(g, x);
+    g->values[x].info.dtype = SLIM_F32;
+    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    slim_err err;
+    float xv[4 * 5 * 5] = {0};
+    slim_tensor xt = tu_f32(4, (int64_t[]){1, 4, 5, 5}, xv);
+    run1(g, xt, SLIM_ESHAPE, &err);
+    ck_assert_msg(strstr(err.msg, "packed weight"), "%s", err.msg);
+    slim_tensor_release(&xt);
+}
+END_TEST
+
+int main(void)
+{
+    Suite *s = suite_create("int8_conv");
+    TCase *tk = tcase_create("kernel");
+    tcase_add_test(tk, test_conv_matches_references);
+    tcase_add_test(tk, test_conv_batch_independent);
+    suite_add_tcase(s, tk);
+    TCase *tp = tcase_create("pass");
+    tcase_add_test(tp, test_pass_conv_bn_relu);
+    tcase_add_test(tp, test_pass_depthwise_and_excluded_stay_float);
+    tcase_add_test(tp, test_malformed_conv_refused);
+    suite_add_tcase(s, tp);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
