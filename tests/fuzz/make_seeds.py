@@ -83,7 +83,24 @@ def slim_seeds(out, slim, examples_dir, limit=40):
         r = subprocess.run([slim, "convert", m, "-o", os.path.join(d, name + ".slim")],
                            capture_output=True, timeout=120)
         made += r.returncode == 0
+        if "/node/" in m:
+            continue
+        # The compressed forms too, so the fuzzer forges the operators whose
+        # operands are packed weights: MatMulInt8 / ConvInt8 / GatherInt8,
+        # MatMulHalf / GatherHalf / ConvHalf, SparseMatMul (csr and 2:4).
+        for tag, opts in COMPRESSED_FORMS:
+            r = subprocess.run([slim, "convert", m, "-o", os.path.join(d, f"{name}_{tag}.slim")]
+                               + opts, capture_output=True, timeout=120)
+            made += r.returncode == 0
     return made
+
+
+COMPRESSED_FORMS = [
+    ("int8", ["--precision", "int8"]),
+    ("bf16", ["--precision", "bf16"]),
+    ("fp16_24", ["--precision", "fp16", "--prune", "2:4", "--prune-storage", "sparse"]),
+    ("csr90", ["--prune", "magnitude:0.9", "--prune-storage", "sparse"]),
+]
 
 
 def npy_bytes(arr, version=None):
