@@ -2,6 +2,9 @@
 #include "kernel.h"
 
 #include <stdarg.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -385,4 +388,14 @@ slim_status slim_attr_geometry(const slim_node *node, const char *name, int64_t 
                              name, i, (long long)out[i], (long long)min, INT32_MAX);
     *count = n;
     return SLIM_OK;
+}
+
+bool slim_cpu_has_f16c(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+#else
+    return false;
+#endif
 }

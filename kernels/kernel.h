@@ -162,4 +162,8 @@ bool slim_gemm_set_row_invariant(bool on);
 /* The calling thread's mode (device kernels follow it too). */
 bool slim_gemm_row_invariant(void);
 
+/* Whether the CPU converts fp16 <-> fp32 in hardware (F16C). Not through
+ * __builtin_cpu_supports("f16c"): clang 14 does not know that name. */
+bool slim_cpu_has_f16c(void);
+
 #endif

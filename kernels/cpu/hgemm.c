@@ -99,7 +99,7 @@ bool slim_hgemm_isa_supported(slim_hgemm_isa isa)
 #ifdef HGEMM_X86
     case SLIM_HGEMM_AVX512:
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("f16c") && __builtin_cpu_supports("fma");
+               slim_cpu_has_f16c() && __builtin_cpu_supports("fma");
     case SLIM_HGEMM_AVX512BF16:
         return slim_hgemm_isa_supported(SLIM_HGEMM_AVX512) &&
                __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512bf16");

@@ -509,7 +509,7 @@ static bool isa_supported(slim_sparse_isa isa)
 #ifdef SPARSE_X86
     if (isa == SLIM_SPARSE_ISA_AVX512)
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") &&
-               __builtin_cpu_supports("f16c");
+               slim_cpu_has_f16c();
 #endif
     return false;
 }
