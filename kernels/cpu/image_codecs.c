@@ -41,8 +41,8 @@
     const slim_img_codec slim_img_##var = {var##_probe, var##_decode};
 
 /* Decoded size must agree with what probe reported (infer sized the output
- * from it). */
-static slim_status same_size(const char *what, uint64_t w, uint64_t h, uint32_t want_w,
+ * from it). Unused in a build with no codec library. */
+__attribute__((unused)) static slim_status same_size(const char *what, uint64_t w, uint64_t h, uint32_t want_w,
                              uint32_t want_h, slim_err *err)
 {
     if (w == want_w && h == want_h)
@@ -224,6 +224,12 @@ static slim_status png_run(const uint8_t *buf, size_t n, uint32_t *w, uint32_t *
     int depth, ctype, interlace;
     png_get_IHDR(png, info, &pw, &ph, &depth, &ctype, &interlace, NULL, NULL);
     s = slim_img_check_size(SLIM_IMG_PNG, pw, ph, err);
+    /* Deflate expands at most 1032:1, so a stream too short for its header's
+     * size fails here, before the caller allocates that size. */
+    uint64_t least = ((uint64_t)pw * (uint64_t)depth * png_get_channels(png, info) + 7) / 8 * ph;
+    if (s == SLIM_OK && least > (uint64_t)n * 1032)
+        s = slim_errf(err, SLIM_EINVAL, "corrupt PNG: %ux%u pixels cannot fit in %zu bytes", pw, ph,
+                      n);
     if (s == SLIM_OK && !rgb) {
         *w = pw;
         *h = ph;

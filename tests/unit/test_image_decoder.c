@@ -206,6 +206,22 @@ START_TEST(test_top_down_bmp)
 }
 END_TEST
 
+static uint32_t crc32(const uint8_t *p, size_t n)
+{
+    uint32_t c = 0xFFFFFFFFu;
+    for (size_t i = 0; i < n; i++) {
+        c ^= p[i];
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+    }
+    return ~c;
+}
+
+static void put_be32(uint8_t *p, uint32_t v)
+{
+    p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16), p[2] = (uint8_t)(v >> 8), p[3] = (uint8_t)v;
+}
+
 START_TEST(test_bad_streams)
 {
     slim_tensor *out;
@@ -223,6 +239,18 @@ START_TEST(test_bad_streams)
                      SLIM_EINVAL);
     ck_assert_msg(strstr(err.msg, "PNM image of 100000x100000 pixels is over the limit of "
                                   "268435456 pixels"), "%s", err.msg);
+
+    /* a PNG whose (valid) header claims 10000 x 10000 in a 118-byte stream:
+     * deflate cannot expand that far, so it fails before the 300 MB output */
+    size_t pn;
+    uint8_t *png = read_image("rgb.png", &pn);
+    put_be32(png + 16, 10000);
+    put_be32(png + 20, 10000);
+    put_be32(png + 29, crc32(png + 12, 17)); /* "IHDR" and its 13 bytes */
+    ck_assert_int_eq(run_decoder(png, pn, NULL, &out, &n_out, &err), SLIM_EINVAL);
+    ck_assert_msg(strstr(err.msg, "corrupt PNG: 10000x10000 pixels cannot fit in 118 bytes"), "%s",
+                  err.msg);
+    free(png);
 
     /* the limit is configurable, and applies to every format */
     const char *files[] = {"rgb.bmp", "rgb.png", "rgb.tif", "rgb.webp", "rgb.jp2", "smooth.jpg",
