@@ -42,8 +42,9 @@
 
 /* Decoded size must agree with what probe reported (infer sized the output
  * from it). Unused in a build with no codec library. */
-__attribute__((unused)) static slim_status same_size(const char *what, uint64_t w, uint64_t h, uint32_t want_w,
-                             uint32_t want_h, slim_err *err)
+__attribute__((unused)) static slim_status same_size(const char *what, uint64_t w, uint64_t h,
+                                                     uint32_t want_w, uint32_t want_h,
+                                                     slim_err *err)
 {
     if (w == want_w && h == want_h)
         return SLIM_OK;
@@ -123,6 +124,18 @@ static slim_status jpeg_run(const uint8_t *buf, size_t n, uint32_t *w, uint32_t 
     jpeg_mem_src(&d, buf, (unsigned long)n);
     jpeg_read_header(&d, TRUE);
     slim_status s = slim_img_check_size(SLIM_IMG_JPEG, d.image_width, d.image_height, err);
+    /* Huffman coding spends at least one bit on each block's DC value of
+     * some component (every scan codes one per block), so a stream too
+     * short for its header's size fails here, before the caller allocates
+     * that size. Arithmetic coding has no such floor. */
+    uint64_t least = UINT64_MAX;
+    for (int c = 0; c < d.num_components; c++) {
+        uint64_t blocks = (uint64_t)d.comp_info[c].width_in_blocks * d.comp_info[c].height_in_blocks;
+        least = blocks < least ? blocks : least;
+    }
+    if (s == SLIM_OK && !d.arith_code && least > (uint64_t)n * 8)
+        s = slim_errf(err, SLIM_EINVAL, "corrupt JPEG: %ux%u pixels cannot fit in %zu bytes",
+                      d.image_width, d.image_height, n);
     if (s == SLIM_OK && !rgb) {
         *w = d.image_width;
         *h = d.image_height;

@@ -219,7 +219,8 @@ static uint32_t crc32(const uint8_t *p, size_t n)
 
 static void put_be32(uint8_t *p, uint32_t v)
 {
-    p[0] = (uint8_t)(v >> 24), p[1] = (uint8_t)(v >> 16), p[2] = (uint8_t)(v >> 8), p[3] = (uint8_t)v;
+    for (int k = 0; k < 4; k++)
+        p[k] = (uint8_t)(v >> (24 - 8 * k));
 }
 
 START_TEST(test_bad_streams)
@@ -251,6 +252,19 @@ START_TEST(test_bad_streams)
     ck_assert_msg(strstr(err.msg, "corrupt PNG: 10000x10000 pixels cannot fit in 118 bytes"), "%s",
                   err.msg);
     free(png);
+    /* the same for a (Huffman-coded) JPEG: at least a bit per 8x8 block */
+    size_t jn;
+    uint8_t *jpg = read_image("smooth.jpg", &jn);
+    size_t sof = 2;
+    while (sof + 9 < jn && !(jpg[sof] == 0xFF && jpg[sof + 1] == 0xC0))
+        sof++;
+    ck_assert_uint_lt(sof + 9, jn);
+    jpg[sof + 5] = 10000 >> 8, jpg[sof + 6] = 10000 & 255; /* height */
+    jpg[sof + 7] = 10000 >> 8, jpg[sof + 8] = 10000 & 255; /* width */
+    ck_assert_int_eq(run_decoder(jpg, jn, NULL, &out, &n_out, &err), SLIM_EINVAL);
+    ck_assert_msg(strstr(err.msg, "corrupt JPEG: 10000x10000 pixels cannot fit in 689 bytes"),
+                  "%s", err.msg);
+    free(jpg);
 
     /* the limit is configurable, and applies to every format */
     const char *files[] = {"rgb.bmp", "rgb.png", "rgb.tif", "rgb.webp", "rgb.jp2", "smooth.jpg",
