@@ -483,10 +483,14 @@ static slim_status imgdec_exec(slim_op_ctx *ctx)
     uint32_t h = (uint32_t)y->dims[0], w = (uint32_t)y->dims[1];
     size_t count = (size_t)w * h;
     /* RGB and BGR decode straight into the output; Grayscale needs the
-     * RGB pixels first (w*h is within the pixel limit). */
-    uint8_t *rgb = pf == PIX_GRAY ? malloc(count * 3) : y->data;
-    if (!rgb)
-        return slim_errf(ctx->err, SLIM_ENOMEM, "no memory for %ux%u RGB pixels", w, h);
+     * RGB pixels first, in a tensor so that the allocator counts them. */
+    slim_tensor tmp = {.dtype = SLIM_U8, .ndim = 3, .dims = {h, w, 3}};
+    uint8_t *rgb = y->data;
+    if (pf == PIX_GRAY) {
+        if ((s = slim_tensor_alloc(&tmp, ctx->err)) != SLIM_OK)
+            return s;
+        rgb = tmp.data;
+    }
     s = codec->decode(x->data, (size_t)slim_tensor_numel(x), w, h, rgb, ctx->err);
     if (s == SLIM_OK && pf == PIX_BGR) {
         for (size_t i = 0; i < count; i++) {
@@ -501,7 +505,7 @@ static slim_status imgdec_exec(slim_op_ctx *ctx)
                               7471u * rgb[3 * i + 2] + 0x8000u) >> 16);
     }
     if (pf == PIX_GRAY)
-        free(rgb);
+        slim_tensor_release(&tmp);
     return s;
 }
 
