@@ -385,6 +385,44 @@ static void tiff_silence(void)
     TIFFSetWarningHandler(NULL);
 }
 
+/* The common case, 8-bit RGB or grey (each maybe with alpha) in strips of
+ * interleaved samples, read a row at a time: alpha is dropped as it is,
+ * where the RGBA interface below would premultiply it into the colours.
+ * Returns 0 when t is not such an image, -1 on a read error, 1 done. */
+static int tiff_read_plain(TIFF *t, uint32_t w, uint32_t h, uint8_t *rgb)
+{
+    uint16_t bps = 0, spp = 0, planar = 0, photo = 0;
+    if (TIFFIsTiled(t) || !TIFFGetFieldDefaulted(t, TIFFTAG_BITSPERSAMPLE, &bps) ||
+        !TIFFGetFieldDefaulted(t, TIFFTAG_SAMPLESPERPIXEL, &spp) ||
+        !TIFFGetFieldDefaulted(t, TIFFTAG_PLANARCONFIG, &planar) ||
+        !TIFFGetField(t, TIFFTAG_PHOTOMETRIC, &photo))
+        return 0;
+    bool colour = photo == PHOTOMETRIC_RGB && spp >= 3, grey = photo == PHOTOMETRIC_MINISBLACK;
+    if (bps != 8 || planar != PLANARCONFIG_CONTIG || spp < 1 || !(colour || grey))
+        return 0;
+    tmsize_t row = TIFFScanlineSize(t);
+    if (row < (tmsize_t)w * spp)
+        return 0;
+    uint8_t *line = malloc((size_t)row);
+    if (!line)
+        return -1;
+    for (uint32_t y = 0; y < h; y++) {
+        if (TIFFReadScanline(t, line, y, 0) < 0) {
+            free(line);
+            return -1;
+        }
+        uint8_t *o = rgb + (size_t)y * w * 3;
+        for (uint32_t x = 0; x < w; x++, o += 3) {
+            const uint8_t *p = line + (size_t)x * spp;
+            o[0] = p[0];
+            o[1] = colour ? p[1] : p[0];
+            o[2] = colour ? p[2] : p[0];
+        }
+    }
+    free(line);
+    return 1;
+}
+
 static slim_status tiff_run(const uint8_t *buf, size_t n, uint32_t *w, uint32_t *h, uint8_t *rgb,
                             slim_err *err)
 {
@@ -418,6 +456,12 @@ static slim_status tiff_run(const uint8_t *buf, size_t n, uint32_t *w, uint32_t 
     }
     if (s == SLIM_OK && rgb)
         s = same_size("TIFF", tw, th, *w, *h, err);
+    int plain = s == SLIM_OK && rgb ? tiff_read_plain(t, tw, th, rgb) : 0;
+    if (plain) {
+        TIFFClose(t);
+        return plain > 0 ? SLIM_OK : slim_errf(err, SLIM_EINVAL, "corrupt TIFF: %s",
+                                               src.msg[0] ? src.msg : "a row does not decode");
+    }
     char why[1024] = "";
     if (s == SLIM_OK && rgb && !TIFFRGBAImageOK(t, why))
         s = slim_errf(err, SLIM_EUNSUPPORTED, "TIFF: %s", why);
@@ -425,10 +469,10 @@ static slim_status tiff_run(const uint8_t *buf, size_t n, uint32_t *w, uint32_t 
         TIFFClose(t);
         return s;
     }
-    /* The RGBA interface reads every photometric interpretation, bit depth
-     * and layout libtiff knows. It premultiplies unassociated alpha,
-     * which PIL does not: an RGBA TIFF's colours can differ from PIL's
-     * where alpha < 255. */
+    /* Everything else through the RGBA interface, which reads every
+     * photometric interpretation, bit depth and layout libtiff knows. It
+     * premultiplies unassociated alpha, which PIL does not: a 16-bit or
+     * tiled RGBA TIFF's colours can differ from PIL's where alpha < 255. */
     uint32_t *px = malloc((size_t)tw * th * 4);
     if (!px) {
         TIFFClose(t);

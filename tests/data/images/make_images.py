@@ -60,6 +60,8 @@ save("bitmap.pbm", bit_img)
 save("rgb.tif", rgb_img)
 save("grey_lzw.tif", grey_img, compression="tiff_lzw")
 save("rgb_deflate.tif", rgb_img, compression="tiff_adobe_deflate")
+save("rgba.tif", rgba_img)
+save("palette.tif", pal_img)  # read through libtiff's RGBA interface
 save("rgb.webp", rgb_img, lossless=True)
 save("rgba.webp", rgba_img, lossless=True, exact=True)
 save("rgb.jp2", rgb_img)  # Pillow's default: reversible (lossless) wavelet
