@@ -115,7 +115,11 @@ static slim_status jpeg_run(const uint8_t *buf, size_t n, uint32_t *w, uint32_t 
     if (n > ULONG_MAX)
         return slim_errf(err, SLIM_EINVAL, "JPEG stream of %zu bytes is too large", n);
     if (setjmp(g.jb)) {
+        /* CMYK and YCCK cannot become RGB in libjpeg */
+        bool cmyk = g.pub.msg_code == JERR_CONVERSION_NOTIMPL;
         jpeg_destroy_decompress(&d);
+        if (cmyk)
+            return slim_errf(err, SLIM_EUNSUPPORTED, "JPEG in CMYK or YCCK is not supported");
         return slim_errf(err, SLIM_EINVAL, "corrupt JPEG: %s", g.msg);
     }
     jpeg_create_decompress(&d);

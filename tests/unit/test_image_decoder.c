@@ -293,6 +293,13 @@ START_TEST(test_bad_streams)
         free(b);
     }
 
+    /* CMYK JPEG: unsupported, not corrupt */
+    size_t cn;
+    uint8_t *cmyk = read_image("cmyk.jpg", &cn);
+    ck_assert_int_eq(run_decoder(cmyk, cn, NULL, &out, &n_out, &err), SLIM_EUNSUPPORTED);
+    ck_assert_msg(strstr(err.msg, "JPEG in CMYK or YCCK is not supported"), "%s", err.msg);
+    free(cmyk);
+
     /* the stream must be 1-D bytes */
     slim_graph *g = tu_graph("ImageDecoder", 20, 1, (const char *[]){"encoded_stream"}, 1);
     slim_tensor x = tu_f32(1, (int64_t[]){2}, (float[]){1, 2});

@@ -69,6 +69,8 @@ save("rgb.j2k", rgb_img)
 save("smooth.jpg", Image.fromarray(smooth, "RGB"), quality=95)
 save("smooth_progressive.jpg", Image.fromarray(smooth, "RGB"), quality=95, progressive=True)
 save("grey.jpg", Image.fromarray((9 * x + 20 * y).astype(np.uint8), "L"), quality=95)
+# Refused: libjpeg cannot turn CMYK into RGB.
+save("cmyk.jpg", Image.fromarray(np.concatenate([pattern, alpha[:, :, None]], axis=2), "CMYK"))
 
 # Plain (ASCII) PPM, with a comment where the header allows one.
 with open(os.path.join(OUT, "rgb_plain.ppm"), "w") as f:
