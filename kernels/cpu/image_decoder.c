@@ -337,7 +337,13 @@ static slim_status pnm_header(const uint8_t *b, size_t n, pnm_hdr *hd, slim_err 
     slim_status s = slim_img_check_size(SLIM_IMG_PNM, hd->w, hd->h, err);
     if (s != SLIM_OK)
         return s;
-    if (hd->kind >= 4) {
+    if (hd->kind <= 3) {
+        /* plain (ASCII) data take a byte per sample at least */
+        uint64_t need = (uint64_t)hd->w * hd->h * (hd->kind == 3 ? 3 : 1);
+        if (need > n - at)
+            return slim_errf(err, SLIM_EINVAL, "PNM: %llu samples cannot fit in the %zu bytes "
+                             "left", (unsigned long long)need, n - at);
+    } else {
         /* binary data start after exactly one whitespace byte */
         if (at >= n || !pnm_space(b[at]))
             return slim_errf(err, SLIM_EINVAL, "PNM: no whitespace before the pixel data");
