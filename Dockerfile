@@ -4,9 +4,8 @@
 # Two stages. "build" compiles slim and slimserve with Debian's toolchain;
 # the final stage holds the two binaries and the shared libraries they load
 # (protobuf-c, OpenBLAS, libmicrohttpd, cJSON, ImageDecoder's image codecs)
-# and no compiler. It runs as
-# an unprivileged user and serves the model repository mounted at /models
-# on 0.0.0.0:8000:
+# and no compiler. It runs as an unprivileged user and serves the model
+# repository mounted at /models on 0.0.0.0:8000:
 #
 #   docker run --rm -p 8000:8000 -v "$PWD/models:/models:ro" slimserve
 #   docker run --rm -p 8000:8000 -v ... slimserve --memory-limit 1536MiB
