@@ -266,7 +266,9 @@ static slim_status png_run(const uint8_t *buf, size_t n, uint32_t *w, uint32_t *
         png_set_palette_to_rgb(png);
     if (ctype == PNG_COLOR_TYPE_GRAY && depth < 8)
         png_set_expand_gray_1_2_4_to_8(png);
-    if (ctype & PNG_COLOR_MASK_ALPHA)
+    /* libpng 1.6's palette expansion turns a tRNS chunk into alpha too */
+    if ((ctype & PNG_COLOR_MASK_ALPHA) ||
+        (ctype == PNG_COLOR_TYPE_PALETTE && png_get_valid(png, info, PNG_INFO_tRNS)))
         png_set_strip_alpha(png);
     if (!(ctype & PNG_COLOR_MASK_COLOR))
         png_set_gray_to_rgb(png);

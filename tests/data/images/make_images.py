@@ -54,6 +54,7 @@ save("rgba.png", rgba_img)
 save("grey.png", grey_img)
 save("grey16.png", Image.fromarray(grey.astype(np.uint16) * 257))
 save("palette.png", pal_img)
+save("palette_trns.png", pal_img, transparency=5)  # tRNS: ignored, as alpha is
 save("rgb.ppm", rgb_img)
 save("grey.pgm", grey_img)
 save("bitmap.pbm", bit_img)
