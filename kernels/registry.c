@@ -13,7 +13,7 @@
     X(elementwise) X(cast) X(conv) X(pool) X(linalg) X(norm) X(reduce) \
     X(shape) X(movement) X(gather) X(resize) X(rnn) X(quantize) X(qinteger) \
     X(lrn) X(attention) X(select) X(signal) X(vision) X(unpool) X(det) \
-    X(control) X(loss) X(stateful) X(text) X(sequence) X(random)
+    X(control) X(loss) X(stateful) X(text) X(sequence) X(random) X(image)
 
 #define SLIM__DECLARE_TABLE(name) extern const slim_op_def slim__ops_##name[];
 SLIM__KERNEL_TABLES(SLIM__DECLARE_TABLE)

@@ -13,6 +13,8 @@ APT_PACKAGES=(
     clang libclang-rt-14-dev                # libFuzzer targets (make fuzz)
     libmicrohttpd-dev libcjson-dev          # HTTP server, JSON
     zlib1g-dev                              # compressed .npz pruning masks (quant/npz.c)
+    libjpeg62-turbo-dev libpng-dev libtiff-dev libwebp-dev libopenjp2-7-dev
+                                            # ImageDecoder's codecs (kernels/cpu/image_codecs.c)
     python3 python3-venv python3-pip
 )
 # onnx 1.22.0 is the last release that ships the backend node test data.

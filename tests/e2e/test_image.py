@@ -180,7 +180,10 @@ BUILD_ONLY = re.compile(r"^(build-essential|gcc.*|g\+\+.*|clang.*|cmake|ninja-bu
                         r".*-dev|cuda-nvcc.*|protobuf-c-compiler|python3.*)$")
 # pkg-config libraries the programs link -> runtime package prefix.
 RUNTIME_LIBS = {"libprotobuf-c": "libprotobuf-c1", "openblas": "libopenblas0",
-                "libmicrohttpd": "libmicrohttpd12", "libcjson": "libcjson1"}
+                "libmicrohttpd": "libmicrohttpd12", "libcjson": "libcjson1",
+                # ImageDecoder's codecs (Debian's libjpeg62-turbo, Ubuntu's libjpeg-turbo8)
+                "libjpeg": "libjpeg", "libpng": "libpng16-16", "libtiff-4": "libtiff6",
+                "libwebp": "libwebp7", "libopenjp2": "libopenjp2-7"}
 
 
 def common_image_checks(path, stage, ready_script):

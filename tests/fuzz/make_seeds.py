@@ -5,7 +5,10 @@
 
   fuzz_onnx, fuzz_onnx_graph  the ONNX backend node tests' models (shipped by
                               the onnx package) and the example models
-                              (models/gen_models.py) that are small enough
+                              (models/gen_models.py) that are small enough;
+                              ImageDecoder models whose encoded stream is an
+                              initializer (tests/data/images), so mutations
+                              reach the image codecs
   fuzz_slim                   the example models and some node-test models,
                               converted with `slim convert` (--slim BIN)
   fuzz_npy                    .npy files of every dtype, 0-d, empty, Fortran
@@ -66,6 +69,32 @@ def onnx_seeds(out, limit, examples_dir):
             for t in ("fuzz_onnx", "fuzz_onnx_graph"):
                 shutil.copyfile(m, os.path.join(out, t, "example_" + name + ".onnx"))
     return len(models)
+
+
+# One image per codec (the node tests' streams are graph inputs, which the
+# harness fills with small numbers, never an image).
+IMAGE_SEEDS = [("rgb.bmp", "RGB"), ("palette.png", "RGB"), ("rgba.png", "BGR"),
+               ("grey.pgm", "Grayscale"), ("rgb_plain.ppm", "RGB"), ("smooth.jpg", "Grayscale"),
+               ("smooth_progressive.jpg", "RGB"), ("grey_lzw.tif", "RGB"), ("rgb.webp", "RGB"),
+               ("rgb.jp2", "BGR"), ("rgb.j2k", "RGB")]
+
+
+def image_seeds(out):
+    from onnx import TensorProto, helper, numpy_helper
+    images = os.path.join(REPO, "tests", "data", "images")
+    for name, pixel_format in IMAGE_SEEDS:
+        with open(os.path.join(images, name), "rb") as f:
+            stream = np.frombuffer(f.read(), np.uint8)
+        node = helper.make_node("ImageDecoder", ["stream"], ["pixels"], pixel_format=pixel_format)
+        graph = helper.make_graph(
+            [node], "image_decoder", [],
+            [helper.make_tensor_value_info("pixels", TensorProto.UINT8, None)],
+            [numpy_helper.from_array(stream, "stream")])
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)])
+        data = model.SerializeToString()
+        for t in ("fuzz_onnx", "fuzz_onnx_graph"):
+            write(os.path.join(out, t, "image_decoder_" + name.replace(".", "_") + ".onnx"), data)
+    return len(IMAGE_SEEDS)
 
 
 def slim_seeds(out, slim, examples_dir, limit=40):
@@ -223,6 +252,7 @@ def main():
         subprocess.run([sys.executable, os.path.join(REPO, "models", "gen_models.py"), examples],
                        check=True, stdout=subprocess.DEVNULL, timeout=600)
         n = onnx_seeds(args.dir, args.onnx_limit, examples)
+        image_seeds(args.dir)
         config_seeds(args.dir, examples)
         if args.slim:
             slim_seeds(args.dir, args.slim, examples)
