@@ -138,41 +138,14 @@ static slim_status convert_linear(pass *p, int id, slim_half_layer *layer, const
                         r != NULL, err);
 }
 
-static slim_status convert_gather(pass *p, int id, slim_half_layer *layer, slim_err *err)
+/* A half copy, same shape, of node id's float32 input `slot`, added as the
+ * initializer <node>.fp16_<kind> (or .bf16_<kind>): *v gets its value. */
+static slim_status add_half_copy(pass *p, int id, int slot, const char *kind,
+                                 slim_half_layer *layer, int *v, slim_err *err)
 {
     slim_graph *g = p->rw.g;
     slim_dtype half = p->opts->half;
-    const slim_tensor *t = &g->values[g->nodes[id].in[0]].init;
-    slim_tensor h = {.dtype = half, .ndim = 2, .dims = {t->dims[0], t->dims[1]}};
-    slim_status st = slim_tensor_alloc(&h, err);
-    if (st)
-        return st;
-    const float *src = t->data;
-    uint16_t *dst = h.data;
-    int64_t n = slim_tensor_numel(t);
-    for (int64_t i = 0; i < n; i++)
-        dst[i] = half == SLIM_F16 ? slim_f32_to_f16(src[i]) : slim_f32_to_bf16(src[i]);
-    layer->bytes_after = slim_tensor_nbytes(&h);
-    char base[300];
-    snprintf(base, sizeof(base), "%s", g->nodes[id].name);
-    int in[2] = {-1, g->nodes[id].in[1]};
-    if ((in[0] = slim_graph_add_initializer(g, base, half == SLIM_F16 ? ".fp16_table"
-                                                                      : ".bf16_table",
-                                            &h, err)) < 0) {
-        slim_tensor_release(&h);
-        return SLIM_ENOMEM;
-    }
-    return rewrite_node(p, &g->nodes[id], "GatherHalf", 2, in, g->nodes[id].out[0], 0, 0, false,
-                        err);
-}
-
-/* Conv: the weight half in Conv's own layout, the rest of the node as it
- * was (ConvHalf widens the weight per run, kernels/cpu/hconv.c). */
-static slim_status convert_conv(pass *p, int id, slim_half_layer *layer, slim_err *err)
-{
-    slim_graph *g = p->rw.g;
-    slim_dtype half = p->opts->half;
-    const slim_tensor *t = &g->values[g->nodes[id].in[1]].init;
+    const slim_tensor *t = &g->values[g->nodes[id].in[slot]].init;
     slim_tensor h = {.dtype = half, .ndim = t->ndim};
     memcpy(h.dims, t->dims, sizeof(h.dims));
     slim_status st = slim_tensor_alloc(&h, err);
@@ -184,15 +157,36 @@ static slim_status convert_conv(pass *p, int id, slim_half_layer *layer, slim_er
     for (int64_t i = 0; i < n; i++)
         dst[i] = half == SLIM_F16 ? slim_f32_to_f16(src[i]) : slim_f32_to_bf16(src[i]);
     layer->bytes_after = slim_tensor_nbytes(&h);
-    char base[300];
+    char base[300], suffix[32];
     snprintf(base, sizeof(base), "%s", g->nodes[id].name);
-    int wv = slim_graph_add_initializer(g, base, half == SLIM_F16 ? ".fp16_weight"
-                                                                  : ".bf16_weight", &h, err);
-    if (wv < 0) {
+    snprintf(suffix, sizeof(suffix), ".%s_%s", half == SLIM_F16 ? "fp16" : "bf16", kind);
+    if ((*v = slim_graph_add_initializer(g, base, suffix, &h, err)) < 0) {
         slim_tensor_release(&h);
         return SLIM_ENOMEM;
     }
-    slim_node *nd = &g->nodes[id];
+    return SLIM_OK;
+}
+
+static slim_status convert_gather(pass *p, int id, slim_half_layer *layer, slim_err *err)
+{
+    slim_graph *g = p->rw.g;
+    int in[2] = {-1, g->nodes[id].in[1]};
+    slim_status st = add_half_copy(p, id, 0, "table", layer, &in[0], err);
+    if (st)
+        return st;
+    return rewrite_node(p, &g->nodes[id], "GatherHalf", 2, in, g->nodes[id].out[0], 0, 0, false,
+                        err);
+}
+
+/* Conv: the weight half in Conv's own layout, the rest of the node as it
+ * was (ConvHalf widens the weight per run, kernels/cpu/hconv.c). */
+static slim_status convert_conv(pass *p, int id, slim_half_layer *layer, slim_err *err)
+{
+    int wv = -1;
+    slim_status st = add_half_copy(p, id, 1, "weight", layer, &wv, err);
+    if (st)
+        return st;
+    slim_node *nd = &p->rw.g->nodes[id];
     if ((st = set_op(nd, "ConvHalf", "com.slimserve", 1, p->rw.what, err)))
         return st;
     nd->in[1] = wv;
