@@ -50,29 +50,6 @@ static slim_status add_layer(pass *p, const slim_node *n, int weight, slim_half_
     return l->name && l->op_type ? SLIM_OK : slim_errf(err, SLIM_ENOMEM, "out of memory");
 }
 
-/* Replaces node n's operator, inputs and attributes (K, N, activation for
- * MatMulHalf; none for GatherHalf). */
-static slim_status rewrite_node(const pass *p, slim_node *n, const char *op_type, int n_in,
-                                const int *in, int out, int64_t k, int64_t nn, bool relu,
-                                slim_err *err)
-{
-    int na = k > 0 ? 2 + relu : 0;
-    slim_attr *attrs = na ? calloc((size_t)na, sizeof(*attrs)) : NULL;
-    bool ok = !na || attrs;
-    if (ok && k > 0) {
-        ok = slim_rewrite_attr_int(&attrs[0], "K", k) && slim_rewrite_attr_int(&attrs[1], "N", nn);
-        if (ok && relu)
-            ok = slim_rewrite_attr_str(&attrs[2], "activation", "Relu");
-    }
-    if (!ok) {
-        for (int a = 0; a < na; a++)
-            slim_attr_clear(&attrs[a]);
-        free(attrs);
-        return slim_errf(err, SLIM_ENOMEM, "out of memory %s", p->rw.what);
-    }
-    return slim_rewrite_node(n, op_type, n_in, in, out, attrs, na, p->rw.what, err);
-}
-
 typedef slim_rewrite_linear linear;
 
 static slim_status convert_linear(pass *p, int id, slim_half_layer *layer, const linear *l,
@@ -134,8 +111,8 @@ static slim_status convert_linear(pass *p, int id, slim_half_layer *layer, const
         slim_tensor_release(&bias);
         return SLIM_ENOMEM;
     }
-    return rewrite_node(p, &g->nodes[id], "MatMulHalf", has_bias ? 3 : 2, in, out, l->k, l->n,
-                        r != NULL, err);
+    return slim_rewrite_matmul_node(&g->nodes[id], "MatMulHalf", has_bias ? 3 : 2, in, out, l->k,
+                                    l->n, r != NULL, p->rw.what, err);
 }
 
 /* A half copy, same shape, of node id's float32 input `slot`, added as the
@@ -174,8 +151,8 @@ static slim_status convert_gather(pass *p, int id, slim_half_layer *layer, slim_
     slim_status st = add_half_copy(p, id, 0, "table", layer, &in[0], err);
     if (st)
         return st;
-    return rewrite_node(p, &g->nodes[id], "GatherHalf", 2, in, g->nodes[id].out[0], 0, 0, false,
-                        err);
+    return slim_rewrite_matmul_node(&g->nodes[id], "GatherHalf", 2, in, g->nodes[id].out[0], 0, 0,
+                                    false, p->rw.what, err);
 }
 
 /* Conv: the weight half in Conv's own layout, the rest of the node as it

@@ -134,28 +134,6 @@ slim_status slim__int8_add_layer(pass *p, const slim_node *n, int weight,
     return l->name && l->op_type ? SLIM_OK : slim_errf(err, SLIM_ENOMEM, "out of memory");
 }
 
-/* Replaces node n's operator, inputs and attributes (K, and the fused
- * activation). */
-static slim_status rewrite_node(const pass *p, slim_node *n, const char *op_type, int n_in,
-                                const int *in, int out, int64_t k, bool relu, slim_err *err)
-{
-    int na = k > 0 ? 1 + relu : 0;
-    slim_attr *attrs = na ? calloc((size_t)na, sizeof(*attrs)) : NULL;
-    bool ok = !na || attrs;
-    if (ok && k > 0) {
-        ok = slim_rewrite_attr_int(&attrs[0], "K", k);
-        if (relu)
-            ok = slim_rewrite_attr_str(&attrs[1], "activation", "Relu") && ok;
-    }
-    if (!ok) {
-        for (int a = 0; a < na; a++)
-            slim_attr_clear(&attrs[a]);
-        free(attrs);
-        return slim_errf(err, SLIM_ENOMEM, "out of memory %s", p->rw.what);
-    }
-    return slim_rewrite_node(n, op_type, n_in, in, out, attrs, na, p->rw.what, err);
-}
-
 typedef slim_rewrite_linear linear;
 
 /* The layer's relative output error on its sample input: y32 from the
@@ -311,7 +289,8 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
         st = SLIM_ENOMEM;
         goto fail;
     }
-    return rewrite_node(p, &g->nodes[id], "MatMulInt8", n_in, in, out, l->k, relu, err);
+    return slim_rewrite_matmul_node(&g->nodes[id], "MatMulInt8", n_in, in, out, l->k, 0, relu,
+                                    p->rw.what, err);
 fail:
     free(skip);
     slim_tensor_release(&oidx);
@@ -381,7 +360,8 @@ static slim_status quantize_gather(pass *p, int id, slim_int8_layer *layer, slim
         slim_tensor_release(&scale);
         return SLIM_ENOMEM;
     }
-    return rewrite_node(p, &g->nodes[id], "GatherInt8", 3, in, g->nodes[id].out[0], 0, false, err);
+    return slim_rewrite_matmul_node(&g->nodes[id], "GatherInt8", 3, in, g->nodes[id].out[0], 0, 0,
+                                    false, p->rw.what, err);
 }
 
 static slim_status run_pass(pass *p, const slim_int8_opts *opts, slim_err *err)

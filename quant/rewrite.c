@@ -180,6 +180,30 @@ slim_status slim_rewrite_node(slim_node *n, const char *op_type, int n_in, const
     return SLIM_OK;
 }
 
+slim_status slim_rewrite_matmul_node(slim_node *n, const char *op_type, int n_in, const int *in,
+                                     int out, int64_t k, int64_t nn, bool relu, const char *what,
+                                     slim_err *err)
+{
+    int na = k > 0 ? 1 + (nn > 0) + relu : 0;
+    slim_attr *attrs = na ? calloc((size_t)na, sizeof(*attrs)) : NULL;
+    bool ok = !na || attrs;
+    if (ok && k > 0) {
+        int a = 0;
+        ok = slim_rewrite_attr_int(&attrs[a++], "K", k);
+        if (ok && nn > 0)
+            ok = slim_rewrite_attr_int(&attrs[a++], "N", nn);
+        if (ok && relu)
+            ok = slim_rewrite_attr_str(&attrs[a], "activation", "Relu");
+    }
+    if (!ok) {
+        for (int a = 0; a < na; a++)
+            slim_attr_clear(&attrs[a]);
+        free(attrs);
+        return slim_errf(err, SLIM_ENOMEM, "out of memory %s", what);
+    }
+    return slim_rewrite_node(n, op_type, n_in, in, out, attrs, na, what, err);
+}
+
 void slim_rewrite_linear_geometry(const slim_graph *g, const slim_node *n, slim_rewrite_linear *l)
 {
     bool gemm = strcmp(n->op_type, "Gemm") == 0;

@@ -74,6 +74,13 @@ bool slim_rewrite_attr_str(slim_attr *a, const char *name, const char *s);
 slim_status slim_rewrite_node(slim_node *n, const char *op_type, int n_in, const int *in, int out,
                               slim_attr *attrs, int na, const char *what, slim_err *err);
 
+/* slim_rewrite_node with the attributes of a packed matrix product: K when
+ * k > 0, then N when nn > 0, then activation "Relu" when relu (none at all
+ * when k is 0: a Gather). */
+slim_status slim_rewrite_matmul_node(slim_node *n, const char *op_type, int n_in, const int *in,
+                                     int out, int64_t k, int64_t nn, bool relu, const char *what,
+                                     slim_err *err);
+
 /* A MatMul or Gemm with a constant 2-D weight: its geometry. */
 typedef struct slim_rewrite_linear {
     int x, w;
