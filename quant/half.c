@@ -213,14 +213,11 @@ static slim_status run_pass(pass *p, slim_err *err)
                 return slim_err_prefix(err, SLIM_NODE_FMT ": ", SLIM_NODE_ARGS(&g->nodes[i]));
             continue;
         }
-        bool mm = strcmp(n->op_type, "MatMul") == 0, gemm = strcmp(n->op_type, "Gemm") == 0;
-        bool gather = strcmp(n->op_type, "Gather") == 0, conv = strcmp(n->op_type, "Conv") == 0;
-        if (n->domain[0] || !(mm || gemm || gather || conv) || n->n_in < 2 || n->n_out < 1)
+        int wv = -1;
+        slim_rewrite_kind kind = slim_rewrite_layer_kind(g, n, 3, SLIM_MAX_DIMS, &wv);
+        if (kind == SLIM_REWRITE_NONE)
             continue;
-        int wv = gather ? n->in[0] : n->in[1];
-        const slim_value *w = slim_rewrite_const_f32(g, wv);
-        if (!w || (conv ? w->init.ndim < 3 : w->init.ndim != 2))
-            continue;
+        bool conv = kind == SLIM_REWRITE_CONV, gather = kind == SLIM_REWRITE_GATHER;
         slim_half_layer *layer = NULL;
         slim_status st = add_layer(p, n, wv, &layer, err);
         if (st)
@@ -229,9 +226,7 @@ static slim_status run_pass(pass *p, slim_err *err)
         if (excluded(p->opts, n))
             layer->why = "excluded";
         else if (gather) {
-            int64_t axis = slim_attr_int(n, "axis", 0);
-            if (axis != 0 && axis != -2)
-                layer->why = "gathers along axis 1";
+            layer->why = slim_rewrite_gather_why(n);
         } else if (conv) {
             /* A float32 bias that is not constant would be a graph value
              * ConvHalf reads as float32 anyway: nothing to check. */

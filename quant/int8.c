@@ -373,14 +373,11 @@ static slim_status run_pass(pass *p, const slim_int8_opts *opts, slim_err *err)
         if (p->rw.dead[i])
             continue;
         slim_node *n = &g->nodes[i];
-        bool mm = strcmp(n->op_type, "MatMul") == 0, gemm = strcmp(n->op_type, "Gemm") == 0;
-        bool gather = strcmp(n->op_type, "Gather") == 0, conv = strcmp(n->op_type, "Conv") == 0;
-        if (n->domain[0] || !(mm || gemm || gather || conv) || n->n_in < 2 || n->n_out < 1)
+        int wv = -1;
+        slim_rewrite_kind kind = slim_rewrite_layer_kind(g, n, 4, 4, &wv);
+        if (kind == SLIM_REWRITE_NONE)
             continue;
-        int wv = gather ? n->in[0] : n->in[1];
-        const slim_value *w = slim_rewrite_const_f32(g, wv);
-        if (!w || w->init.ndim != (conv ? 4 : 2))
-            continue;
+        bool conv = kind == SLIM_REWRITE_CONV, gather = kind == SLIM_REWRITE_GATHER;
         slim_int8_layer *layer = NULL;
         slim_status st = slim__int8_add_layer(p, n, wv, &layer, err);
         if (st)
@@ -391,9 +388,7 @@ static slim_status run_pass(pass *p, const slim_int8_opts *opts, slim_err *err)
         else if (conv) {
             layer->why = slim__int8_conv_why(p, n);
         } else if (gather) {
-            int64_t axis = slim_attr_int(n, "axis", 0);
-            if (axis != 0 && axis != -2)
-                layer->why = "gathers along axis 1";
+            layer->why = slim_rewrite_gather_why(n);
         } else {
             layer->why = slim_rewrite_linear_of(g, n, SLIM_QGEMM_MAX_K, INT64_MAX,
                                                 "K is over 32768", &l);

@@ -120,6 +120,27 @@ slim_node *slim_rewrite_sole_reader(const slim_rewrite *r, int v, const char *op
     return n && !r->dead[n - r->g->nodes] ? n : NULL;
 }
 
+slim_rewrite_kind slim_rewrite_layer_kind(const slim_graph *g, const slim_node *n,
+                                          int conv_min_ndim, int conv_max_ndim, int *weight)
+{
+    bool mm = strcmp(n->op_type, "MatMul") == 0, gemm = strcmp(n->op_type, "Gemm") == 0;
+    bool gather = strcmp(n->op_type, "Gather") == 0, conv = strcmp(n->op_type, "Conv") == 0;
+    if (n->domain[0] || !(mm || gemm || gather || conv) || n->n_in < 2 || n->n_out < 1)
+        return SLIM_REWRITE_NONE;
+    *weight = gather ? n->in[0] : n->in[1];
+    const slim_value *w = slim_rewrite_const_f32(g, *weight);
+    if (!w || (conv ? w->init.ndim < conv_min_ndim || w->init.ndim > conv_max_ndim
+                    : w->init.ndim != 2))
+        return SLIM_REWRITE_NONE;
+    return conv ? SLIM_REWRITE_CONV : gather ? SLIM_REWRITE_GATHER : SLIM_REWRITE_LINEAR;
+}
+
+const char *slim_rewrite_gather_why(const slim_node *n)
+{
+    int64_t axis = slim_attr_int(n, "axis", 0);
+    return axis != 0 && axis != -2 ? "gathers along axis 1" : NULL;
+}
+
 slim_status slim_rewrite_alloc_tensor(slim_tensor *t, slim_dtype dt, int ndim, int64_t d0,
                                       int64_t d1, slim_err *err)
 {

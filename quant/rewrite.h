@@ -63,6 +63,23 @@ bool slim_rewrite_named(const char *const *names, int n, const slim_node *node);
  * input slot does and v is no graph output; else NULL. */
 slim_node *slim_rewrite_sole_reader(const slim_rewrite *r, int v, const char *op_type);
 
+/* The layers the weight passes rewrite: a default-domain MatMul or Gemm
+ * (weight in[1], 2-D), Gather (table in[0], 2-D) or Conv (weight in[1],
+ * conv_min_ndim to conv_max_ndim dims), whose weight is a host float32
+ * initializer. */
+typedef enum slim_rewrite_kind {
+    SLIM_REWRITE_NONE,
+    SLIM_REWRITE_LINEAR,
+    SLIM_REWRITE_GATHER,
+    SLIM_REWRITE_CONV,
+} slim_rewrite_kind;
+
+/* What node n is (NONE: none of those); *weight gets the weight's value. */
+slim_rewrite_kind slim_rewrite_layer_kind(const slim_graph *g, const slim_node *n,
+                                          int conv_min_ndim, int conv_max_ndim, int *weight);
+/* Why a Gather stays as it is (it gathers along axis 1), or NULL. */
+const char *slim_rewrite_gather_why(const slim_node *n);
+
 /* A 1-D or 2-D tensor (d1 unused for 1-D), allocated. */
 slim_status slim_rewrite_alloc_tensor(slim_tensor *t, slim_dtype dt, int ndim, int64_t d0,
                                       int64_t d1, slim_err *err);
