@@ -9,14 +9,20 @@
  *     if ((st = slim_rewrite_init(&rw, g, 2, "converting to half precision", err)))
  *         return st;
  *     slim_rewrite_begin(&rw);                  // readers before the pass
- *     for (each node i) {
- *         ... slim_rewrite_sole_reader(&rw, out, "Relu") -> fuse, rw.dead[r] = true
+ *     for (int i = 0; i < n_nodes; i++) {       // the nodes there were at the start
+ *         int wv;
+ *         if (rw.dead[i] || slim_rewrite_layer_kind(g, &g->nodes[i], 3, 8, &wv) !=
+ *                               SLIM_REWRITE_LINEAR)
+ *             continue;
+ *         why = slim_rewrite_linear_of(g, &g->nodes[i], max_k, max_n, "too big", &l);
+ *         ... slim_rewrite_linear_bias(&rw, n, &l, &bias, &add, ...); rw.dead[add] = true
+ *         ... slim_rewrite_sole_reader(&rw, out, "Relu") -> fused: rw.dead[r] = true
  *         ... slim_graph_add_initializer(...) for the new weights
- *         st = slim_rewrite_node(&g->nodes[i], "MatMulHalf", n_in, in, out, attrs, na,
- *                                rw.what, err);
+ *         st = slim_rewrite_matmul_node(&g->nodes[i], "MatMulHalf", n_in, in, out, l.k, l.n,
+ *                                       relu, rw.what, err);
  *         slim_rewrite_drop_unread(&rw, true);  // the float weight goes now
  *     }
- *     slim_rewrite_finish(&rw, st);             // drops unread, removes dead, frees
+ *     st = slim_rewrite_finish(&rw, st);        // drops unread, removes dead, frees
  *
  * Node removal is not passes/pass.h's slim_pass_sweep: that one also
  * releases initializers nothing read before the pass, which these passes
