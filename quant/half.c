@@ -8,6 +8,7 @@
  * initializers.
  */
 #include "half.h"
+#include "rewrite.h"
 
 #include "hgemm.h"
 #include "kernel.h"
@@ -18,31 +19,18 @@
 #include <string.h>
 
 typedef struct {
-    slim_graph *g;
-    int *consumers;        /* per value: node input slots reading it */
-    int *reader;           /* per value: the last node reading it */
-    int *readers_before;   /* per value: consumers before the pass */
-    bool *dead;            /* per node: fused away */
+    slim_rewrite rw;       /* the graph, its readers, the fused nodes */
     slim_half_report *rep;
     const slim_half_opts *opts;
 } pass;
 
 static slim_status retype(slim_tensor *t, slim_dtype dt, slim_err *err);
-
-static const slim_value *const_f32(const slim_graph *g, int v)
-{
-    if (v < 0 || g->values[v].kind != SLIM_VALUE_INITIALIZER)
-        return NULL;
-    const slim_value *val = &g->values[v];
-    return val->init.dtype == SLIM_F32 && val->init.device == NULL ? val : NULL;
-}
+static slim_status set_op(slim_node *n, const char *op_type, const char *domain, int opset,
+                          const char *what, slim_err *err);
 
 static bool excluded(const slim_half_opts *o, const slim_node *n)
 {
-    for (int i = 0; o && i < o->n_exclude; i++)
-        if (strcmp(o->exclude[i], n->name) == 0 || strcmp(o->exclude[i], n->op_type) == 0)
-            return true;
-    return false;
+    return o && slim_rewrite_named(o->exclude, o->n_exclude, n);
 }
 
 static slim_status add_layer(pass *p, const slim_node *n, int weight, slim_half_layer **out,
@@ -57,124 +45,21 @@ static slim_status add_layer(pass *p, const slim_node *n, int weight, slim_half_
     memset(l, 0, sizeof(*l));
     l->name = strdup(n->name);
     l->op_type = strdup(n->op_type);
-    l->bytes_before = slim_tensor_nbytes(&p->g->values[weight].init);
+    l->bytes_before = slim_tensor_nbytes(&p->rw.g->values[weight].init);
     *out = l;
     return l->name && l->op_type ? SLIM_OK : slim_errf(err, SLIM_ENOMEM, "out of memory");
 }
 
-/* The single node reading v when exactly one does and v is no graph output. */
-static slim_node *sole_reader(pass *p, int v, const char *op_type)
-{
-    if (v < 0 || p->consumers[v] != 1 || p->g->values[v].is_output)
-        return NULL;
-    slim_node *r = &p->g->nodes[p->reader[v]];
-    return strcmp(r->op_type, op_type) == 0 && !r->domain[0] && !p->dead[p->reader[v]] ? r : NULL;
-}
-
-static slim_status set_int_attr(slim_attr *a, const char *name, int64_t v)
-{
-    a->name = strdup(name);
-    a->type = SLIM_ATTR_INT;
-    a->i = v;
-    return a->name ? SLIM_OK : SLIM_ENOMEM;
-}
-
-/* Replaces node n's operator, inputs and attributes (K, N, activation for
- * MatMulHalf; none for GatherHalf). */
-static slim_status rewrite_node(slim_node *n, const char *op_type, int n_in, const int *in,
-                                int out, int64_t k, int64_t nn, bool relu, slim_err *err)
-{
-    char *ot = strdup(op_type), *dom = strdup("com.slimserve");
-    int *ins = malloc(sizeof(int) * (size_t)n_in);
-    int na = k > 0 ? 2 + relu : 0;
-    slim_attr *attrs = na ? calloc((size_t)na, sizeof(*attrs)) : NULL;
-    bool ok = ot && dom && ins && (!na || attrs);
-    if (ok && k > 0) {
-        ok = !set_int_attr(&attrs[0], "K", k) && !set_int_attr(&attrs[1], "N", nn);
-        if (ok && relu) {
-            attrs[2].name = strdup("activation");
-            attrs[2].s = strdup("Relu");
-            attrs[2].type = SLIM_ATTR_STRING;
-            ok = attrs[2].name && attrs[2].s;
-        }
-    }
-    if (!ok) {
-        for (int a = 0; a < na; a++)
-            slim_attr_clear(&attrs[a]);
-        free(attrs);
-        free(ins);
-        free(dom);
-        free(ot);
-        return slim_errf(err, SLIM_ENOMEM, "out of memory converting to half precision");
-    }
-    memcpy(ins, in, sizeof(int) * (size_t)n_in);
-    for (int a = 0; a < n->n_attrs; a++)
-        slim_attr_clear(&n->attrs[a]);
-    free(n->attrs);
-    free(n->op_type);
-    free(n->domain);
-    free(n->in);
-    n->attrs = attrs;
-    n->n_attrs = na;
-    n->op_type = ot;
-    n->domain = dom;
-    n->opset = 1;
-    n->in = ins;
-    n->n_in = n_in;
-    n->out[0] = out;
-    n->n_out = 1;
-    return SLIM_OK;
-}
-
-typedef struct {
-    int x, w;
-    int64_t n, k;
-    bool w_nk;             /* weight stored [N, K] (Gemm transB) */
-    float alpha, beta;
-    int c;                 /* Gemm's C, or -1 */
-} linear;
-
-/* Why a MatMul or Gemm with a constant weight cannot be converted, or NULL;
- * fills the layer's geometry. */
-static const char *linear_of(const pass *p, const slim_node *n, linear *l)
-{
-    const slim_graph *g = p->g;
-    bool gemm = strcmp(n->op_type, "Gemm") == 0;
-    memset(l, 0, sizeof(*l));
-    l->x = n->in[0];
-    l->w = n->in[1];
-    l->c = gemm && n->n_in > 2 ? n->in[2] : -1;
-    l->alpha = gemm ? slim_attr_float(n, "alpha", 1.0f) : 1.0f;
-    l->beta = gemm ? slim_attr_float(n, "beta", 1.0f) : 1.0f;
-    l->w_nk = gemm && slim_attr_int(n, "transB", 0) != 0;
-    const slim_tensor *w = &g->values[l->w].init;
-    l->k = w->dims[l->w_nk ? 1 : 0];
-    l->n = w->dims[l->w_nk ? 0 : 1];
-    if (gemm && slim_attr_int(n, "transA", 0) != 0)
-        return "transA is set";
-    if (l->k < 1 || l->n < 1)
-        return "empty weight";
-    if (l->k > ((int64_t)1 << 31) || l->n > ((int64_t)1 << 31))
-        return "weight dim over 2^31";
-    if (l->c >= 0) {
-        const slim_value *c = const_f32(g, l->c);
-        int64_t cn = c ? slim_tensor_numel(&c->init) : 0;
-        if (!c || (cn != l->n && cn != 1) || (c->init.ndim == 2 && c->init.dims[0] != 1))
-            return "C is not a constant per-channel bias";
-    }
-    if (!isfinite(l->alpha) || !isfinite(l->beta))
-        return "alpha or beta is not finite";
-    return NULL;
-}
+typedef slim_rewrite_linear linear;
 
 static slim_status convert_linear(pass *p, int id, slim_half_layer *layer, const linear *l,
                                   slim_err *err)
 {
-    slim_graph *g = p->g;
+    slim_graph *g = p->rw.g;
     slim_dtype half = p->opts->half;
     slim_tensor packed = {.dtype = half, .ndim = 2, .dims = {slim_hgemm_n16(l->n),
                                                              slim_hgemm_k2(l->k)}};
-    slim_tensor bias = {.dtype = SLIM_F32, .ndim = 1, .dims = {l->n}};
+    slim_tensor bias = {0};
     slim_status st = slim_tensor_alloc(&packed, err);
     if (st)
         return st;
@@ -198,42 +83,23 @@ static slim_status convert_linear(pass *p, int id, slim_half_layer *layer, const
 
     /* The bias: Gemm's beta * C, or a constant Add right after. */
     slim_node *n = &g->nodes[id];
-    int out = n->out[0], add = -1, bias_src = l->c;
-    float bias_mul = l->beta;
-    if (bias_src < 0) {
-        slim_node *a = sole_reader(p, out, "Add");
-        if (a && a->n_in == 2) {
-            int other = a->in[0] == out ? a->in[1] : a->in[0];
-            const slim_value *b = const_f32(g, other);
-            if (b && a->in[0] != a->in[1] && b->init.ndim <= 1 &&
-                slim_tensor_numel(&b->init) == l->n) {
-                bias_src = other;
-                bias_mul = 1.0f;
-                add = (int)(a - g->nodes);
-            }
-        }
-    }
-    if (bias_src >= 0) {
-        if ((st = slim_tensor_alloc(&bias, err))) {
-            slim_tensor_release(&packed);
-            return st;
-        }
-        const slim_tensor *c = &g->values[bias_src].init;
-        int64_t cn = slim_tensor_numel(c);
-        for (int64_t j = 0; j < l->n; j++)
-            ((float *)bias.data)[j] = bias_mul * ((const float *)c->data)[cn == 1 ? 0 : j];
-        layer->bytes_before += slim_tensor_nbytes(c);
+    int out = n->out[0], add = -1;
+    if ((st = slim_rewrite_linear_bias(&p->rw, n, l, &bias, &add, &layer->bytes_before, err))) {
+        slim_tensor_release(&packed);
+        return st;
     }
     if (add >= 0) {
-        p->dead[add] = true;
+        p->rw.dead[add] = true;
         out = g->nodes[add].out[0];
     }
-    slim_node *r = sole_reader(p, out, "Relu");
+    slim_node *r = slim_rewrite_sole_reader(&p->rw, out, "Relu");
     if (r) {
-        p->dead[r - g->nodes] = true;
+        p->rw.dead[r - g->nodes] = true;
         out = r->out[0];
     }
-    layer->bytes_after = slim_tensor_nbytes(&packed) + slim_tensor_nbytes(&bias);
+    /* A float32 [N] bias is counted with or without one (as the pass
+     * always has: the reports stay as they were). */
+    layer->bytes_after = slim_tensor_nbytes(&packed) + sizeof(float) * (size_t)l->n;
     char base[300];
     snprintf(base, sizeof(base), "%s", g->nodes[id].name);
     const char *suffix = half == SLIM_F16 ? ".fp16_weight" : ".bf16_weight";
@@ -245,45 +111,18 @@ static slim_status convert_linear(pass *p, int id, slim_half_layer *layer, const
         slim_tensor_release(&bias);
         return SLIM_ENOMEM;
     }
-    return rewrite_node(&g->nodes[id], "MatMulHalf", has_bias ? 3 : 2, in, out, l->k, l->n,
-                        r != NULL, err);
+    return slim_rewrite_matmul_node(&g->nodes[id], "MatMulHalf", has_bias ? 3 : 2, in, out, l->k,
+                                    l->n, r != NULL, p->rw.what, err);
 }
 
-static slim_status convert_gather(pass *p, int id, slim_half_layer *layer, slim_err *err)
+/* A half copy, same shape, of node id's float32 input `slot`, added as the
+ * initializer <node>.fp16_<kind> (or .bf16_<kind>): *v gets its value. */
+static slim_status add_half_copy(pass *p, int id, int slot, const char *kind,
+                                 slim_half_layer *layer, int *v, slim_err *err)
 {
-    slim_graph *g = p->g;
+    slim_graph *g = p->rw.g;
     slim_dtype half = p->opts->half;
-    const slim_tensor *t = &g->values[g->nodes[id].in[0]].init;
-    slim_tensor h = {.dtype = half, .ndim = 2, .dims = {t->dims[0], t->dims[1]}};
-    slim_status st = slim_tensor_alloc(&h, err);
-    if (st)
-        return st;
-    const float *src = t->data;
-    uint16_t *dst = h.data;
-    int64_t n = slim_tensor_numel(t);
-    for (int64_t i = 0; i < n; i++)
-        dst[i] = half == SLIM_F16 ? slim_f32_to_f16(src[i]) : slim_f32_to_bf16(src[i]);
-    layer->bytes_after = slim_tensor_nbytes(&h);
-    char base[300];
-    snprintf(base, sizeof(base), "%s", g->nodes[id].name);
-    int in[2] = {-1, g->nodes[id].in[1]};
-    if ((in[0] = slim_graph_add_initializer(g, base, half == SLIM_F16 ? ".fp16_table"
-                                                                      : ".bf16_table",
-                                            &h, err)) < 0) {
-        slim_tensor_release(&h);
-        return SLIM_ENOMEM;
-    }
-    return rewrite_node(&g->nodes[id], "GatherHalf", 2, in, g->nodes[id].out[0], 0, 0, false,
-                        err);
-}
-
-/* Conv: the weight half in Conv's own layout, the rest of the node as it
- * was (ConvHalf widens the weight per run, kernels/cpu/hconv.c). */
-static slim_status convert_conv(pass *p, int id, slim_half_layer *layer, slim_err *err)
-{
-    slim_graph *g = p->g;
-    slim_dtype half = p->opts->half;
-    const slim_tensor *t = &g->values[g->nodes[id].in[1]].init;
+    const slim_tensor *t = &g->values[g->nodes[id].in[slot]].init;
     slim_tensor h = {.dtype = half, .ndim = t->ndim};
     memcpy(h.dims, t->dims, sizeof(h.dims));
     slim_status st = slim_tensor_alloc(&h, err);
@@ -295,79 +134,40 @@ static slim_status convert_conv(pass *p, int id, slim_half_layer *layer, slim_er
     for (int64_t i = 0; i < n; i++)
         dst[i] = half == SLIM_F16 ? slim_f32_to_f16(src[i]) : slim_f32_to_bf16(src[i]);
     layer->bytes_after = slim_tensor_nbytes(&h);
-    char base[300];
+    char base[300], suffix[32];
     snprintf(base, sizeof(base), "%s", g->nodes[id].name);
-    int wv = slim_graph_add_initializer(g, base, half == SLIM_F16 ? ".fp16_weight"
-                                                                  : ".bf16_weight", &h, err);
-    if (wv < 0) {
+    snprintf(suffix, sizeof(suffix), ".%s_%s", half == SLIM_F16 ? "fp16" : "bf16", kind);
+    if ((*v = slim_graph_add_initializer(g, base, suffix, &h, err)) < 0) {
         slim_tensor_release(&h);
         return SLIM_ENOMEM;
     }
-    slim_node *nd = &g->nodes[id];
-    char *ot = strdup("ConvHalf"), *dom = strdup("com.slimserve");
-    if (!ot || !dom) {
-        free(ot);
-        free(dom);
-        return slim_errf(err, SLIM_ENOMEM, "out of memory converting to half precision");
-    }
-    free(nd->op_type);
-    free(nd->domain);
-    nd->op_type = ot;
-    nd->domain = dom;
-    nd->opset = 1;
-    nd->in[1] = wv;
     return SLIM_OK;
 }
 
-static void count_readers(pass *p)
+static slim_status convert_gather(pass *p, int id, slim_half_layer *layer, slim_err *err)
 {
-    slim_graph *g = p->g;
-    memset(p->consumers, 0, sizeof(int) * (size_t)g->n_values);
-    for (int i = 0; i < g->n_nodes; i++)
-        for (int k = 0; k < g->nodes[i].n_in; k++)
-            if (g->nodes[i].in[k] >= 0 && !p->dead[i]) {
-                p->consumers[g->nodes[i].in[k]]++;
-                p->reader[g->nodes[i].in[k]] = i;
-            }
+    slim_graph *g = p->rw.g;
+    int in[2] = {-1, g->nodes[id].in[1]};
+    slim_status st = add_half_copy(p, id, 0, "table", layer, &in[0], err);
+    if (st)
+        return st;
+    return slim_rewrite_matmul_node(&g->nodes[id], "GatherHalf", 2, in, g->nodes[id].out[0], 0, 0,
+                                    false, p->rw.what, err);
 }
 
-/* Float weights and biases that only converted layers read stop being
- * initializers: their memory goes back to the allocator. */
-static void drop_unread(pass *p, int first_new_value)
+/* Conv: the weight half in Conv's own layout, the rest of the node as it
+ * was (ConvHalf widens the weight per run, kernels/cpu/hconv.c). */
+static slim_status convert_conv(pass *p, int id, slim_half_layer *layer, slim_err *err)
 {
-    slim_graph *g = p->g;
-    count_readers(p);
-    for (int v = 0; v < first_new_value; v++) {
-        slim_value *val = &g->values[v];
-        if (val->kind != SLIM_VALUE_INITIALIZER || p->consumers[v] || val->is_output ||
-            !p->readers_before[v])
-            continue;
-        slim_tensor_release(&val->init);
-        memset(&val->init, 0, sizeof(val->init));
-        val->kind = SLIM_VALUE_INTERMEDIATE;
-    }
-}
-
-static void remove_dead(pass *p)
-{
-    slim_graph *g = p->g;
-    int w = 0;
-    for (int i = 0; i < g->n_nodes; i++) {
-        slim_node *n = &g->nodes[i];
-        if (!p->dead[i]) {
-            g->nodes[w++] = *n;
-            continue;
-        }
-        for (int a = 0; a < n->n_attrs; a++)
-            slim_attr_clear(&n->attrs[a]);
-        free(n->attrs);
-        free(n->name);
-        free(n->op_type);
-        free(n->domain);
-        free(n->in);
-        free(n->out);
-    }
-    g->n_nodes = w;
+    int wv = -1;
+    slim_status st = add_half_copy(p, id, 1, "weight", layer, &wv, err);
+    if (st)
+        return st;
+    slim_node *nd = &p->rw.g->nodes[id];
+    if ((st = set_op(nd, "ConvHalf", "com.slimserve", 1, p->rw.what, err)))
+        return st;
+    nd->in[1] = wv;
+    return SLIM_OK;
 }
 
 /* A layer the pruning pass made sparse (quant/prune.h, run first): its
@@ -375,9 +175,9 @@ static void remove_dead(pass *p)
  * kernel reads float32, fp16 and bf16 values alike (kernels/sparse.h). */
 static slim_status convert_sparse(pass *p, int id, slim_err *err)
 {
-    slim_node *n = &p->g->nodes[id];
+    slim_node *n = &p->rw.g->nodes[id];
     int wv = n->n_in > 1 ? n->in[1] : -1;
-    if (!const_f32(p->g, wv) || p->consumers[wv] != 1)
+    if (!slim_rewrite_const_f32(p->rw.g, wv) || p->rw.uses.readers[wv] != 1)
         return SLIM_OK;
     slim_half_layer *layer = NULL;
     slim_status st = add_layer(p, n, wv, &layer, err);
@@ -388,7 +188,7 @@ static slim_status convert_sparse(pass *p, int id, slim_err *err)
         layer->bytes_after = layer->bytes_before;
         return SLIM_OK;
     }
-    slim_tensor *w = &p->g->values[wv].init;
+    slim_tensor *w = &p->rw.g->values[wv].init;
     if ((st = retype(w, p->opts->half, err)))
         return st;
     layer->bytes_after = slim_tensor_nbytes(w);
@@ -398,14 +198,13 @@ static slim_status convert_sparse(pass *p, int id, slim_err *err)
     return SLIM_OK;
 }
 
-static slim_status run_pass(pass *p, int first_new_value, slim_err *err)
+static slim_status run_pass(pass *p, slim_err *err)
 {
-    slim_graph *g = p->g;
+    slim_graph *g = p->rw.g;
     int n_nodes = g->n_nodes;
-    count_readers(p);
-    memcpy(p->readers_before, p->consumers, sizeof(int) * (size_t)g->n_values);
+    slim_rewrite_begin(&p->rw);
     for (int i = 0; i < n_nodes; i++) {
-        if (p->dead[i])
+        if (p->rw.dead[i])
             continue;
         slim_node *n = &g->nodes[i];
         if (strcmp(n->domain, "com.slimserve") == 0 && strcmp(n->op_type, "SparseMatMul") == 0) {
@@ -414,14 +213,11 @@ static slim_status run_pass(pass *p, int first_new_value, slim_err *err)
                 return slim_err_prefix(err, SLIM_NODE_FMT ": ", SLIM_NODE_ARGS(&g->nodes[i]));
             continue;
         }
-        bool mm = strcmp(n->op_type, "MatMul") == 0, gemm = strcmp(n->op_type, "Gemm") == 0;
-        bool gather = strcmp(n->op_type, "Gather") == 0, conv = strcmp(n->op_type, "Conv") == 0;
-        if (n->domain[0] || !(mm || gemm || gather || conv) || n->n_in < 2 || n->n_out < 1)
+        int wv = -1;
+        slim_rewrite_kind kind = slim_rewrite_layer_kind(g, n, 3, SLIM_MAX_DIMS, &wv);
+        if (kind == SLIM_REWRITE_NONE)
             continue;
-        int wv = gather ? n->in[0] : n->in[1];
-        const slim_value *w = const_f32(g, wv);
-        if (!w || (conv ? w->init.ndim < 3 : w->init.ndim != 2))
-            continue;
+        bool conv = kind == SLIM_REWRITE_CONV, gather = kind == SLIM_REWRITE_GATHER;
         slim_half_layer *layer = NULL;
         slim_status st = add_layer(p, n, wv, &layer, err);
         if (st)
@@ -430,14 +226,13 @@ static slim_status run_pass(pass *p, int first_new_value, slim_err *err)
         if (excluded(p->opts, n))
             layer->why = "excluded";
         else if (gather) {
-            int64_t axis = slim_attr_int(n, "axis", 0);
-            if (axis != 0 && axis != -2)
-                layer->why = "gathers along axis 1";
+            layer->why = slim_rewrite_gather_why(n);
         } else if (conv) {
             /* A float32 bias that is not constant would be a graph value
              * ConvHalf reads as float32 anyway: nothing to check. */
         } else {
-            layer->why = linear_of(p, n, &l);
+            layer->why = slim_rewrite_linear_of(g, n, (int64_t)1 << 31, (int64_t)1 << 31,
+                                                "weight dim over 2^31", &l);
         }
         if (layer->why) {
             layer->bytes_after = layer->bytes_before;
@@ -453,7 +248,7 @@ static slim_status run_pass(pass *p, int first_new_value, slim_err *err)
         p->rep->bytes_after += layer->bytes_after;
         /* The float weight goes now, not at the end: the peak is the float
          * model plus one layer. */
-        drop_unread(p, first_new_value);
+        slim_rewrite_drop_unread(&p->rw, true);
     }
     return SLIM_OK;
 }
@@ -467,24 +262,11 @@ slim_status slim_quant_half_weights(slim_graph *g, const slim_half_opts *opts,
     if (!rep)
         rep = &local;
     memset(rep, 0, sizeof(*rep));
-    int first_new = g->n_values;
     /* New values are added as layers are converted: room for 2 per node. */
-    size_t nv = (size_t)g->n_values + 2 * (size_t)g->n_nodes + 1;
-    pass p = {g, calloc(nv, sizeof(int)), calloc(nv, sizeof(int)), calloc(nv, sizeof(int)),
-              calloc((size_t)g->n_nodes + 1, sizeof(bool)), rep, opts};
-    slim_status st = SLIM_OK;
-    if (!p.consumers || !p.reader || !p.readers_before || !p.dead)
-        st = slim_errf(err, SLIM_ENOMEM, "out of memory converting to half precision");
+    pass p = {.rep = rep, .opts = opts};
+    slim_status st = slim_rewrite_init(&p.rw, g, 2, "converting to half precision", err);
     if (!st)
-        st = run_pass(&p, first_new, err);
-    if (!st) {
-        drop_unread(&p, first_new);
-        remove_dead(&p);
-    }
-    free(p.consumers);
-    free(p.reader);
-    free(p.readers_before);
-    free(p.dead);
+        st = slim_rewrite_finish(&p.rw, run_pass(&p, err));
     if (rep == &local)
         slim_half_report_free(&local);
     return st;
@@ -526,14 +308,17 @@ static slim_status retype(slim_tensor *t, slim_dtype dt, slim_err *err)
     return SLIM_OK;
 }
 
+/* n's operator set to op_type in domain; what (or NULL) names the pass in
+ * the out-of-memory error. */
 static slim_status set_op(slim_node *n, const char *op_type, const char *domain, int opset,
-                          slim_err *err)
+                          const char *what, slim_err *err)
 {
     char *ot = strdup(op_type), *dom = strdup(domain);
     if (!ot || !dom) {
         free(ot);
         free(dom);
-        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+        return what ? slim_errf(err, SLIM_ENOMEM, "out of memory %s", what)
+                    : slim_errf(err, SLIM_ENOMEM, "out of memory");
     }
     free(n->op_type);
     free(n->domain);
@@ -564,7 +349,7 @@ slim_status slim_half_conv_widen(slim_graph *g, slim_dtype *half, slim_err *err)
             continue;
         *half = w->init.dtype;
         if (!(st = retype(&w->init, SLIM_F32, err)))
-            st = set_op(n, "Conv", "", g->opset, err);
+            st = set_op(n, "Conv", "", g->opset, NULL, err);
     }
     free(readers);
     return st;
@@ -593,7 +378,7 @@ slim_status slim_half_conv_narrow(slim_graph *g, slim_dtype half, const slim_hal
             w->init.dtype != SLIM_F32 || w->init.ndim < 3)
             continue;
         if (!(st = retype(&w->init, half, err)) && conv)
-            st = set_op(n, "ConvHalf", "com.slimserve", 1, err);
+            st = set_op(n, "ConvHalf", "com.slimserve", 1, NULL, err);
     }
     free(readers);
     return st;

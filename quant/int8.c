@@ -111,37 +111,9 @@ static int64_t find_outliers(const float *w, int64_t k, int64_t n, int64_t sk, i
     return no;
 }
 
-slim_status slim__int8_alloc_tensor(slim_tensor *t, slim_dtype dt, int ndim, int64_t d0,
-                                    int64_t d1, slim_err *err)
-{
-    memset(t, 0, sizeof(*t));
-    t->dtype = dt;
-    t->ndim = ndim;
-    t->dims[0] = d0;
-    t->dims[1] = d1;
-    return slim_tensor_alloc(t, err);
-}
-
 /* ---- the graph ------------------------------------------------------------- */
 
 typedef slim__int8_pass pass;
-
-
-const slim_value *slim__int8_const_f32(const slim_graph *g, int v)
-{
-    if (v < 0 || g->values[v].kind != SLIM_VALUE_INITIALIZER)
-        return NULL;
-    const slim_value *val = &g->values[v];
-    return val->init.dtype == SLIM_F32 && val->init.device == NULL ? val : NULL;
-}
-
-bool slim__int8_excluded(const slim_int8_opts *o, const slim_node *n)
-{
-    for (int i = 0; o && i < o->n_exclude; i++)
-        if (strcmp(o->exclude[i], n->name) == 0 || strcmp(o->exclude[i], n->op_type) == 0)
-            return true;
-    return false;
-}
 
 slim_status slim__int8_add_layer(pass *p, const slim_node *n, int weight,
                                  slim_int8_layer **out, slim_err *err)
@@ -157,122 +129,12 @@ slim_status slim__int8_add_layer(pass *p, const slim_node *n, int weight,
     l->op_type = strdup(n->op_type);
     l->error = -1;
     l->weight = weight;
-    l->bytes_before = slim_tensor_nbytes(&p->g->values[weight].init);
+    l->bytes_before = slim_tensor_nbytes(&p->rw.g->values[weight].init);
     *out = l;
     return l->name && l->op_type ? SLIM_OK : slim_errf(err, SLIM_ENOMEM, "out of memory");
 }
 
-/* The single node reading v when exactly one does and v is no graph output. */
-slim_node *slim__int8_sole_reader(pass *p, int v, const char *op_type)
-{
-    if (v < 0 || p->consumers[v] != 1 || p->g->values[v].is_output)
-        return NULL;
-    slim_node *r = &p->g->nodes[p->reader[v]];
-    return strcmp(r->op_type, op_type) == 0 && !r->domain[0] && !p->dead[p->reader[v]] ? r : NULL;
-}
-
-slim_status slim__int8_rewrite(slim_node *n, const char *op_type, int n_in, const int *in,
-                               int out, slim_attr *attrs, int na, slim_err *err)
-{
-    char *ot = strdup(op_type), *dom = strdup("com.slimserve");
-    int *ins = malloc(sizeof(int) * (size_t)n_in);
-    if (!ot || !dom || !ins) {
-        for (int a = 0; a < na; a++)
-            slim_attr_clear(&attrs[a]);
-        free(attrs);
-        free(ins);
-        free(dom);
-        free(ot);
-        return slim_errf(err, SLIM_ENOMEM, "out of memory quantizing to int8");
-    }
-    memcpy(ins, in, sizeof(int) * (size_t)n_in);
-    for (int a = 0; a < n->n_attrs; a++)
-        slim_attr_clear(&n->attrs[a]);
-    free(n->attrs);
-    free(n->op_type);
-    free(n->domain);
-    free(n->in);
-    n->attrs = attrs;
-    n->n_attrs = na;
-    n->op_type = ot;
-    n->domain = dom;
-    n->opset = 1;
-    n->in = ins;
-    n->n_in = n_in;
-    n->out[0] = out;
-    n->n_out = 1;
-    return SLIM_OK;
-}
-
-/* Replaces node n's operator, inputs and attributes (K, and the fused
- * activation). */
-static slim_status rewrite_node(slim_node *n, const char *op_type, int n_in, const int *in,
-                                int out, int64_t k, bool relu, slim_err *err)
-{
-    int na = k > 0 ? 1 + relu : 0;
-    slim_attr *attrs = na ? calloc((size_t)na, sizeof(*attrs)) : NULL;
-    bool ok = !na || attrs;
-    if (ok && k > 0) {
-        attrs[0].name = strdup("K");
-        attrs[0].type = SLIM_ATTR_INT;
-        attrs[0].i = k;
-        ok = attrs[0].name;
-        if (relu) {
-            attrs[1].name = strdup("activation");
-            attrs[1].s = strdup("Relu");
-            attrs[1].type = SLIM_ATTR_STRING;
-            ok = ok && attrs[1].name && attrs[1].s;
-        }
-    }
-    if (!ok) {
-        for (int a = 0; a < na; a++)
-            slim_attr_clear(&attrs[a]);
-        free(attrs);
-        return slim_errf(err, SLIM_ENOMEM, "out of memory quantizing to int8");
-    }
-    return slim__int8_rewrite(n, op_type, n_in, in, out, attrs, na, err);
-}
-
-/* A MatMul or Gemm with a constant weight: why it cannot be quantized, or
- * NULL; fills the layer's geometry. */
-typedef struct {
-    int x, w;
-    int64_t n, k;
-    bool w_nk;             /* weight stored [N, K] (Gemm transB) */
-    float alpha, beta;
-    int c;                 /* Gemm's C, or -1 */
-} linear;
-
-static const char *linear_of(const pass *p, const slim_node *n, linear *l)
-{
-    const slim_graph *g = p->g;
-    bool gemm = strcmp(n->op_type, "Gemm") == 0;
-    memset(l, 0, sizeof(*l));
-    l->x = n->in[0];
-    l->w = n->in[1];
-    l->c = gemm && n->n_in > 2 ? n->in[2] : -1;
-    l->alpha = gemm ? slim_attr_float(n, "alpha", 1.0f) : 1.0f;
-    l->beta = gemm ? slim_attr_float(n, "beta", 1.0f) : 1.0f;
-    l->w_nk = gemm && slim_attr_int(n, "transB", 0) != 0;
-    const slim_tensor *w = &g->values[l->w].init;
-    l->k = w->dims[l->w_nk ? 1 : 0];
-    l->n = w->dims[l->w_nk ? 0 : 1];
-    if (gemm && slim_attr_int(n, "transA", 0) != 0)
-        return "transA is set";
-    if (l->k < 1 || l->n < 1)
-        return "empty weight";
-    if (l->k > SLIM_QGEMM_MAX_K)
-        return "K is over 32768";
-    if (l->c >= 0) {
-        const slim_value *c = slim__int8_const_f32(g, l->c);
-        int64_t cn = c ? slim_tensor_numel(&c->init) : 0;
-        if (!c || (cn != l->n && cn != 1) || (c->init.ndim == 2 && c->init.dims[0] != 1))
-            return "C is not a constant per-channel bias";
-    }
-    if (!isfinite(l->alpha) || !isfinite(l->beta))
-        return "alpha or beta is not finite";
-    return NULL;
-}
+typedef slim_rewrite_linear linear;
 
 /* The layer's relative output error on its sample input: y32 from the
  * float weight as the float model computes it (alpha, bias, Relu), y8 from
@@ -283,7 +145,7 @@ static double measure_linear(const pass *p, const linear *l, const slim_tensor *
                              const slim_tensor *ow, const slim_tensor *os)
 {
     const slim_tensor *x = slim_int8_sample(p->opts ? p->opts->samples : NULL,
-                                            p->g->values[l->x].name);
+                                            p->rw.g->values[l->x].name);
     int64_t nx = x ? slim_tensor_numel(x) : 0;
     if (!x || x->dtype != SLIM_F32 || nx == 0 || nx % l->k)
         return -1;
@@ -295,7 +157,7 @@ static double measure_linear(const pass *p, const linear *l, const slim_tensor *
         free(y8);
         return -1;
     }
-    const float *w = p->g->values[l->w].init.data;
+    const float *w = p->rw.g->values[l->w].init.data;
     slim_sgemm(false, l->w_nk, m, n, l->k, l->alpha, x->data, l->k, w, l->w_nk ? l->k : n, 0.0f,
                y32, n);
     for (int64_t i = 0; i < m * n; i++) {
@@ -326,18 +188,18 @@ bool slim__int8_over_budget(const pass *p, double error)
 static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, const linear *l,
                                    slim_err *err)
 {
-    slim_graph *g = p->g;
+    slim_graph *g = p->rw.g;
     slim_tensor wq = {0}, packed = {0}, scale = {0}, colsum = {0}, bias = {0}, oidx = {0},
                 ow = {0}, os = {0};
     bool *skip = NULL;
-    slim_status st = slim__int8_alloc_tensor(&wq, SLIM_I8, 2, l->n, l->k, err);
+    slim_status st = slim_rewrite_alloc_tensor(&wq, SLIM_I8, 2, l->n, l->k, err);
     if (!st)
-        st = slim__int8_alloc_tensor(&packed, SLIM_I8, 2, slim_qgemm_n16(l->n),
+        st = slim_rewrite_alloc_tensor(&packed, SLIM_I8, 2, slim_qgemm_n16(l->n),
                                      slim_qgemm_k4(l->k), err);
     if (!st)
-        st = slim__int8_alloc_tensor(&scale, SLIM_F32, 1, l->n, 0, err);
+        st = slim_rewrite_alloc_tensor(&scale, SLIM_F32, 1, l->n, 0, err);
     if (!st)
-        st = slim__int8_alloc_tensor(&colsum, SLIM_I32, 1, l->n, 0, err);
+        st = slim_rewrite_alloc_tensor(&colsum, SLIM_I32, 1, l->n, 0, err);
     if (st)
         goto fail;
     const float *w = g->values[l->w].init.data;
@@ -353,9 +215,9 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
     else
         memset(skip, 0, sizeof(bool) * (size_t)l->k);
     double e2 = 0, w2 = 0;
-    if (no > 0 && !(st = slim__int8_alloc_tensor(&oidx, SLIM_I64, 1, no, 0, err)) &&
-        !(st = slim__int8_alloc_tensor(&ow, SLIM_I8, 2, no, l->n, err)) &&
-        !(st = slim__int8_alloc_tensor(&os, SLIM_F32, 1, l->n, 0, err))) {
+    if (no > 0 && !(st = slim_rewrite_alloc_tensor(&oidx, SLIM_I64, 1, no, 0, err)) &&
+        !(st = slim_rewrite_alloc_tensor(&ow, SLIM_I8, 2, no, l->n, err)) &&
+        !(st = slim_rewrite_alloc_tensor(&os, SLIM_F32, 1, l->n, 0, err))) {
         /* The outlier rows' own int8 weights: per output channel j, the
          * codes of its no entries (stride n in ow) with their own scale. */
         memcpy(oidx.data, idx, sizeof(int64_t) * (size_t)no);
@@ -387,31 +249,10 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
 
     /* The bias: Gemm's beta * C, or a constant Add right after. */
     slim_node *n = &g->nodes[id];
-    int out = n->out[0], add = -1, bias_src = l->c;
-    float bias_mul = l->beta;
-    if (bias_src < 0) {
-        slim_node *a = slim__int8_sole_reader(p, out, "Add");
-        if (a && a->n_in == 2) {
-            int other = a->in[0] == out ? a->in[1] : a->in[0];
-            const slim_value *b = slim__int8_const_f32(g, other);
-            if (b && a->in[0] != a->in[1] && b->init.ndim <= 1 &&
-                slim_tensor_numel(&b->init) == l->n) {
-                bias_src = other;
-                bias_mul = 1.0f;
-                add = (int)(a - g->nodes);
-            }
-        }
-    }
-    if (bias_src >= 0) {
-        if ((st = slim__int8_alloc_tensor(&bias, SLIM_F32, 1, l->n, 0, err)))
-            goto fail;
-        const slim_tensor *c = &g->values[bias_src].init;
-        int64_t cn = slim_tensor_numel(c);
-        for (int64_t j = 0; j < l->n; j++)
-            ((float *)bias.data)[j] = bias_mul * ((const float *)c->data)[cn == 1 ? 0 : j];
-        layer->bytes_before += slim_tensor_nbytes(c);
-    }
-    slim_node *r = slim__int8_sole_reader(p, add >= 0 ? g->nodes[add].out[0] : out, "Relu");
+    int out = n->out[0], add = -1;
+    if ((st = slim_rewrite_linear_bias(&p->rw, n, l, &bias, &add, &layer->bytes_before, err)))
+        goto fail;
+    slim_node *r = slim_rewrite_sole_reader(&p->rw, add >= 0 ? g->nodes[add].out[0] : out, "Relu");
     layer->error = measure_linear(p, l, &packed, &scale, &colsum, bias.data, r != NULL, &oidx,
                                   &ow, &os);
     if (slim__int8_over_budget(p, layer->error)) {
@@ -419,12 +260,12 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
         goto fail; /* st is SLIM_OK: the layer stays float32 */
     }
     if (add >= 0) {
-        p->dead[add] = true;
+        p->rw.dead[add] = true;
         out = g->nodes[add].out[0];
     }
     bool relu = false;
     if (r) {
-        p->dead[r - g->nodes] = true;
+        p->rw.dead[r - g->nodes] = true;
         out = r->out[0];
         relu = true;
     }
@@ -448,7 +289,8 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
         st = SLIM_ENOMEM;
         goto fail;
     }
-    return rewrite_node(&g->nodes[id], "MatMulInt8", n_in, in, out, l->k, relu, err);
+    return slim_rewrite_matmul_node(&g->nodes[id], "MatMulInt8", n_in, in, out, l->k, 0, relu,
+                                    p->rw.what, err);
 fail:
     free(skip);
     slim_tensor_release(&oidx);
@@ -464,13 +306,13 @@ fail:
 
 static slim_status quantize_gather(pass *p, int id, slim_int8_layer *layer, slim_err *err)
 {
-    slim_graph *g = p->g;
+    slim_graph *g = p->rw.g;
     const slim_tensor *t = &g->values[g->nodes[id].in[0]].init;
     int64_t rows = t->dims[0], d = t->dims[1];
     slim_tensor q = {0}, scale = {0};
-    slim_status st = slim__int8_alloc_tensor(&q, SLIM_I8, 2, rows, d, err);
+    slim_status st = slim_rewrite_alloc_tensor(&q, SLIM_I8, 2, rows, d, err);
     if (!st)
-        st = slim__int8_alloc_tensor(&scale, SLIM_F32, 1, rows, 0, err);
+        st = slim_rewrite_alloc_tensor(&scale, SLIM_F32, 1, rows, 0, err);
     if (st) {
         slim_tensor_release(&q);
         return st;
@@ -518,95 +360,38 @@ static slim_status quantize_gather(pass *p, int id, slim_int8_layer *layer, slim
         slim_tensor_release(&scale);
         return SLIM_ENOMEM;
     }
-    return rewrite_node(&g->nodes[id], "GatherInt8", 3, in, g->nodes[id].out[0], 0, false, err);
+    return slim_rewrite_matmul_node(&g->nodes[id], "GatherInt8", 3, in, g->nodes[id].out[0], 0, 0,
+                                    false, p->rw.what, err);
 }
 
-static void count_readers(pass *p)
+static slim_status run_pass(pass *p, const slim_int8_opts *opts, slim_err *err)
 {
-    slim_graph *g = p->g;
-    memset(p->consumers, 0, sizeof(int) * (size_t)g->n_values);
-    for (int i = 0; i < g->n_nodes; i++)
-        for (int k = 0; k < g->nodes[i].n_in; k++)
-            if (g->nodes[i].in[k] >= 0 && !p->dead[i]) {
-                p->consumers[g->nodes[i].in[k]]++;
-                p->reader[g->nodes[i].in[k]] = i;
-            }
-}
-
-/* Float weights and biases that only quantized layers read stop being
- * initializers: their memory goes back to the allocator. */
-static void drop_unread(pass *p, int first_new_value, bool recount)
-{
-    slim_graph *g = p->g;
-    if (recount)
-        count_readers(p);
-    for (int v = 0; v < first_new_value; v++) {
-        slim_value *val = &g->values[v];
-        if (val->kind != SLIM_VALUE_INITIALIZER || p->consumers[v] || val->is_output ||
-            !p->readers_before[v])
-            continue;
-        slim_tensor_release(&val->init);
-        memset(&val->init, 0, sizeof(val->init));
-        val->kind = SLIM_VALUE_INTERMEDIATE;
-    }
-}
-
-static void remove_dead(pass *p)
-{
-    slim_graph *g = p->g;
-    int w = 0;
-    for (int i = 0; i < g->n_nodes; i++) {
-        slim_node *n = &g->nodes[i];
-        if (!p->dead[i]) {
-            g->nodes[w++] = *n;
-            continue;
-        }
-        for (int a = 0; a < n->n_attrs; a++)
-            slim_attr_clear(&n->attrs[a]);
-        free(n->attrs);
-        free(n->name);
-        free(n->op_type);
-        free(n->domain);
-        free(n->in);
-        free(n->out);
-    }
-    g->n_nodes = w;
-}
-
-static slim_status run_pass(pass *p, const slim_int8_opts *opts, int first_new_value,
-                            slim_err *err)
-{
-    slim_graph *g = p->g;
+    slim_graph *g = p->rw.g;
     int n_nodes = g->n_nodes;
-    count_readers(p);
-    memcpy(p->readers_before, p->consumers, sizeof(int) * (size_t)g->n_values);
+    slim_rewrite_begin(&p->rw);
     for (int i = 0; i < n_nodes; i++) {
-        if (p->dead[i])
+        if (p->rw.dead[i])
             continue;
         slim_node *n = &g->nodes[i];
-        bool mm = strcmp(n->op_type, "MatMul") == 0, gemm = strcmp(n->op_type, "Gemm") == 0;
-        bool gather = strcmp(n->op_type, "Gather") == 0, conv = strcmp(n->op_type, "Conv") == 0;
-        if (n->domain[0] || !(mm || gemm || gather || conv) || n->n_in < 2 || n->n_out < 1)
+        int wv = -1;
+        slim_rewrite_kind kind = slim_rewrite_layer_kind(g, n, 4, 4, &wv);
+        if (kind == SLIM_REWRITE_NONE)
             continue;
-        int wv = gather ? n->in[0] : n->in[1];
-        const slim_value *w = slim__int8_const_f32(g, wv);
-        if (!w || w->init.ndim != (conv ? 4 : 2))
-            continue;
+        bool conv = kind == SLIM_REWRITE_CONV, gather = kind == SLIM_REWRITE_GATHER;
         slim_int8_layer *layer = NULL;
         slim_status st = slim__int8_add_layer(p, n, wv, &layer, err);
         if (st)
             return st;
         linear l;
-        if (slim__int8_excluded(opts, n))
+        if (opts && slim_rewrite_named(opts->exclude, opts->n_exclude, n))
             layer->why = "excluded";
         else if (conv) {
             layer->why = slim__int8_conv_why(p, n);
         } else if (gather) {
-            int64_t axis = slim_attr_int(n, "axis", 0);
-            if (axis != 0 && axis != -2)
-                layer->why = "gathers along axis 1";
+            layer->why = slim_rewrite_gather_why(n);
         } else {
-            layer->why = linear_of(p, n, &l);
+            layer->why = slim_rewrite_linear_of(g, n, SLIM_QGEMM_MAX_K, INT64_MAX,
+                                                "K is over 32768", &l);
         }
         if (layer->why) {
             layer->bytes_after = layer->bytes_before;
@@ -627,8 +412,7 @@ static slim_status run_pass(pass *p, const slim_int8_opts *opts, int first_new_v
         /* Fused nodes no longer read anything; float weights nothing reads
          * now go at once, so that the peak is the float model plus one
          * layer, not plus the whole int8 model. */
-        count_readers(p);
-        drop_unread(p, first_new_value, false);
+        slim_rewrite_drop_unread(&p->rw, true);
     }
     return SLIM_OK;
 }
@@ -659,24 +443,11 @@ slim_status slim_quant_int8(slim_graph *g, const slim_int8_opts *opts, slim_int8
         if (st)
             return st;
     }
-    int first_new = g->n_values;
     /* New values are added as layers are quantized: room for 7 per node. */
-    size_t nv = (size_t)g->n_values + 7 * (size_t)g->n_nodes + 1;
-    pass p = {g, calloc(nv, sizeof(int)), calloc(nv, sizeof(int)), calloc(nv, sizeof(int)),
-              calloc((size_t)g->n_nodes + 1, sizeof(bool)), rep, opts};
-    slim_status st = SLIM_OK;
-    if (!p.consumers || !p.reader || !p.readers_before || !p.dead)
-        st = slim_errf(err, SLIM_ENOMEM, "out of memory quantizing to int8");
+    pass p = {.rep = rep, .opts = opts};
+    slim_status st = slim_rewrite_init(&p.rw, g, 7, "quantizing to int8", err);
     if (!st)
-        st = run_pass(&p, opts, first_new, err);
-    if (!st) {
-        drop_unread(&p, first_new, true);
-        remove_dead(&p);
-    }
-    free(p.consumers);
-    free(p.reader);
-    free(p.readers_before);
-    free(p.dead);
+        st = slim_rewrite_finish(&p.rw, run_pass(&p, opts, err));
     if (rep == &local)
         slim_int8_report_free(&local);
     return st;

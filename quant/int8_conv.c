@@ -34,7 +34,7 @@ typedef struct {
 
 static const char *conv_of(const slim__int8_pass *p, const slim_node *n, conv_layer *c)
 {
-    const slim_graph *g = p->g;
+    const slim_graph *g = p->rw.g;
     const slim_tensor *w = &g->values[n->in[1]].init;
     memset(c, 0, sizeof(*c));
     c->m = w->dims[0];
@@ -79,7 +79,7 @@ static const char *conv_of(const slim__int8_pass *p, const slim_node *n, conv_la
         strcmp(c->auto_pad, "SAME_LOWER") && strcmp(c->auto_pad, "VALID"))
         return "unknown auto_pad";
     if (c->bias >= 0) {
-        const slim_value *b = slim__int8_const_f32(g, c->bias);
+        const slim_value *b = slim_rewrite_const_f32(g, c->bias);
         if (!b || b->init.ndim != 1 || b->init.dims[0] != c->m)
             return "B is not a constant [M] bias";
     }
@@ -107,7 +107,7 @@ static double measure_conv(const slim__int8_pass *p, const slim_node *n, const c
                            const float *wr, const slim_qconv_weights *w8)
 {
     const slim_tensor *x = slim_int8_sample(p->opts ? p->opts->samples : NULL,
-                                            p->g->values[n->in[0]].name);
+                                            p->rw.g->values[n->in[0]].name);
     if (!x || x->dtype != SLIM_F32 || x->ndim != 4 || x->dims[1] != c->cg * c->groups)
         return -1;
     slim_qconv q = {
@@ -188,7 +188,7 @@ static slim_status conv_attrs(const conv_layer *c, bool relu, slim_attr **out, i
 slim_status slim__int8_quantize_conv(slim__int8_pass *p, int id, slim_int8_layer *layer,
                                      slim_err *err)
 {
-    slim_graph *g = p->g;
+    slim_graph *g = p->rw.g;
     conv_layer c;
     if ((layer->why = conv_of(p, &g->nodes[id], &c)))
         return SLIM_OK;
@@ -201,13 +201,14 @@ slim_status slim__int8_quantize_conv(slim__int8_pass *p, int id, slim_int8_layer
     if (!wr || !wq)
         st = slim_errf(err, SLIM_ENOMEM, "out of memory");
     if (!st)
-        st = slim__int8_alloc_tensor(&packed, SLIM_I8, 2, c.groups * slim_qgemm_n16(mg),
-                                     slim_qgemm_k4(kg), err);
+        st = slim_rewrite_alloc_tensor(&packed, SLIM_I8, 2, c.groups * slim_qgemm_n16(mg),
+                                       slim_qgemm_k4(kg), err);
     if (!st)
-        st = slim__int8_alloc_tensor(&scale, SLIM_F32, 1, c.m, 0, err);
+        st = slim_rewrite_alloc_tensor(&scale, SLIM_F32, 1, c.m, 0, err);
     if (!st)
-        st = slim__int8_alloc_tensor(&colsum, SLIM_I32, 1, c.m, 0, err);
-    if (!st && c.bias >= 0 && !(st = slim__int8_alloc_tensor(&bias, SLIM_F32, 1, c.m, 0, err))) {
+        st = slim_rewrite_alloc_tensor(&colsum, SLIM_I32, 1, c.m, 0, err);
+    if (!st && c.bias >= 0 &&
+        !(st = slim_rewrite_alloc_tensor(&bias, SLIM_F32, 1, c.m, 0, err))) {
         memcpy(bias.data, g->values[c.bias].init.data, sizeof(float) * (size_t)c.m);
         layer->bytes_before += slim_tensor_nbytes(&g->values[c.bias].init);
     }
@@ -228,7 +229,7 @@ slim_status slim__int8_quantize_conv(slim__int8_pass *p, int id, slim_int8_layer
                         (int32_t *)colsum.data + gi * mg);
 
     int out = g->nodes[id].out[0];
-    slim_node *r = slim__int8_sole_reader(p, out, "Relu");
+    slim_node *r = slim_rewrite_sole_reader(&p->rw, out, "Relu");
     slim_qconv_weights w8 = {packed.data, colsum.data, scale.data, bias.data,
                              r ? SLIM_QGEMM_ACT_RELU : SLIM_QGEMM_ACT_NONE, NULL};
     layer->error = measure_conv(p, &g->nodes[id], &c, wr, &w8);
@@ -257,11 +258,11 @@ slim_status slim__int8_quantize_conv(slim__int8_pass *p, int id, slim_int8_layer
         goto done;
     }
     if (r) {
-        p->dead[r - g->nodes] = true;
+        p->rw.dead[r - g->nodes] = true;
         out = r->out[0];
     }
-    st = slim__int8_rewrite(&g->nodes[id], "ConvInt8", has_bias ? 5 : 4, in, out, attrs, na,
-                            err);
+    st = slim_rewrite_node(&g->nodes[id], "ConvInt8", has_bias ? 5 : 4, in, out, attrs, na,
+                           p->rw.what, err);
 done:
     free(wr);
     free(wq);

@@ -11,6 +11,7 @@
  * the global scope would double the model in memory.
  */
 #include "prune.h"
+#include "rewrite.h"
 
 #include "npz.h"
 #include "sparse.h"
@@ -173,19 +174,13 @@ typedef struct {
 
 static bool is_const_f32_2d(const slim_graph *g, int v)
 {
-    return v >= 0 && g->values[v].kind == SLIM_VALUE_INITIALIZER &&
-           g->values[v].init.dtype == SLIM_F32 && g->values[v].init.ndim == 2 &&
-           !g->values[v].init.device && g->values[v].init.data;
+    const slim_tensor *t = slim_pass_const_f32(g, v);
+    return t && t->ndim == 2;
 }
 
 static bool selected(const slim_prune_opts *o, const slim_node *n)
 {
-    if (!o->n_ops)
-        return true;
-    for (int i = 0; i < o->n_ops; i++)
-        if (strcmp(o->ops[i], n->name) == 0 || strcmp(o->ops[i], n->op_type) == 0)
-            return true;
-    return false;
+    return !o->n_ops || slim_rewrite_named(o->ops, o->n_ops, n);
 }
 
 static slim_status collect(pass *p, slim_err *err)
@@ -218,7 +213,7 @@ static slim_status collect(pass *p, slim_err *err)
         bool hit = false;
         for (int j = 0; j < p->n && !hit; j++) {
             const slim_node *n = &g->nodes[p->c[j].node];
-            hit = strcmp(p->o->ops[i], n->name) == 0 || strcmp(p->o->ops[i], n->op_type) == 0;
+            hit = slim_rewrite_named(&p->o->ops[i], 1, n);
         }
         if (!hit)
             return slim_errf(err, SLIM_EINVAL, "pruning: \"ops\" entry \"%s\" names no MatMul "
@@ -393,58 +388,18 @@ static slim_status mask_layer(pass *p, slim_npz *z, int i, bool *found, slim_err
 
 /* ---- storage ------------------------------------------------------------------ */
 
-static slim_status new_tensor(slim_tensor *t, slim_dtype dt, int ndim, int64_t d0, int64_t d1,
-                              slim_err *err)
-{
-    memset(t, 0, sizeof(*t));
-    t->dtype = dt;
-    t->ndim = ndim;
-    t->dims[0] = d0;
-    t->dims[1] = d1;
-    return slim_tensor_alloc(t, err);
-}
-
 static slim_status rewrite_node(slim_node *n, const char *enc, int64_t k, int n_in, const int *in,
                                 slim_err *err)
 {
-    char *ot = strdup("SparseMatMul"), *dom = strdup("com.slimserve");
-    int *ins = malloc(sizeof(int) * (size_t)n_in);
     slim_attr *a = calloc(2, sizeof(*a));
-    bool ok = ot && dom && ins && a;
-    if (ok) {
-        a[0].name = strdup("encoding");
-        a[0].type = SLIM_ATTR_STRING;
-        a[0].s = strdup(enc);
-        a[1].name = strdup("K");
-        a[1].type = SLIM_ATTR_INT;
-        a[1].i = k;
-        ok = a[0].name && a[0].s && a[1].name;
-    }
-    if (!ok) {
+    if (!a || !slim_rewrite_attr_str(&a[0], "encoding", enc) ||
+        !slim_rewrite_attr_int(&a[1], "K", k)) {
         for (int i = 0; a && i < 2; i++)
             slim_attr_clear(&a[i]);
         free(a);
-        free(ins);
-        free(dom);
-        free(ot);
         return slim_errf(err, SLIM_ENOMEM, "out of memory pruning");
     }
-    memcpy(ins, in, sizeof(int) * (size_t)n_in);
-    for (int i = 0; i < n->n_attrs; i++)
-        slim_attr_clear(&n->attrs[i]);
-    free(n->attrs);
-    free(n->op_type);
-    free(n->domain);
-    free(n->in);
-    n->attrs = a;
-    n->n_attrs = 2;
-    n->op_type = ot;
-    n->domain = dom;
-    n->opset = 1;
-    n->in = ins;
-    n->n_in = n_in;
-    n->n_out = 1;
-    return SLIM_OK;
+    return slim_rewrite_node(n, "SparseMatMul", n_in, in, n->out[0], a, 2, "pruning", err);
 }
 
 /* Why layer c stays dense, or NULL when sparse pays; *bytes gets the sparse
@@ -507,19 +462,21 @@ static slim_status store_layer(pass *p, cand *c, slim_prune_layer *l, slim_err *
     slim_status st;
     if (two4) {
         int64_t gr = slim_sparse_24_groups(c->k);
-        st = new_tensor(&vals, SLIM_F32, 2, c->n, 2 * gr, err);
+        st = slim_rewrite_alloc_tensor(&vals, SLIM_F32, 2, c->n, 2 * gr, err);
         if (!st)
-            st = new_tensor(&idx, SLIM_U8, 2, c->n, slim_sparse_24_idx_bytes(c->k), err);
+            st = slim_rewrite_alloc_tensor(&idx, SLIM_U8, 2, c->n, slim_sparse_24_idx_bytes(c->k),
+                                           err);
         if (!st && !slim_sparse_24_encode(c->pruned, c->n, c->k, c->w_nk, c->alpha, vals.data,
                                           idx.data))
             st = slim_errf(err, SLIM_EINTERNAL, "weight \"%s\" is not 2:4 after pruning",
                            g->values[c->w].name);
     } else {
-        st = new_tensor(&vals, SLIM_F32, 1, nnz, 0, err);
+        st = slim_rewrite_alloc_tensor(&vals, SLIM_F32, 1, nnz, 0, err);
         if (!st)
-            st = new_tensor(&idx, slim_sparse_csr_idtype(c->k), 1, nnz, 0, err);
+            st = slim_rewrite_alloc_tensor(&idx, slim_sparse_csr_idtype(c->k), 1, nnz, 0,
+                                           err);
         if (!st)
-            st = new_tensor(&rp, SLIM_I32, 1, c->n + 1, 0, err);
+            st = slim_rewrite_alloc_tensor(&rp, SLIM_I32, 1, c->n + 1, 0, err);
         if (!st)
             slim_sparse_csr_encode(c->pruned, c->n, c->k, c->w_nk, c->alpha, vals.data,
                                    idx.data, rp.data);
@@ -527,7 +484,7 @@ static slim_status store_layer(pass *p, cand *c, slim_prune_layer *l, slim_err *
     if (!st && c->c >= 0) {
         const slim_tensor *ct = &g->values[c->c].init;
         int64_t cn = slim_tensor_numel(ct);
-        if (!(st = new_tensor(&bias, SLIM_F32, 1, c->n, 0, err)))
+        if (!(st = slim_rewrite_alloc_tensor(&bias, SLIM_F32, 1, c->n, 0, err)))
             for (int64_t j = 0; j < c->n; j++)
                 ((float *)bias.data)[j] = c->beta * ((const float *)ct->data)[cn == 1 ? 0 : j];
     }
