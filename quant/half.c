@@ -97,9 +97,7 @@ static slim_status convert_linear(pass *p, int id, slim_half_layer *layer, const
         p->rw.dead[r - g->nodes] = true;
         out = r->out[0];
     }
-    /* A float32 [N] bias is counted with or without one (as the pass
-     * always has: the reports stay as they were). */
-    layer->bytes_after = slim_tensor_nbytes(&packed) + sizeof(float) * (size_t)l->n;
+    layer->bytes_after = slim_tensor_nbytes(&packed) + (bias.data ? slim_tensor_nbytes(&bias) : 0);
     char base[300];
     snprintf(base, sizeof(base), "%s", g->nodes[id].name);
     const char *suffix = half == SLIM_F16 ? ".fp16_weight" : ".bf16_weight";
