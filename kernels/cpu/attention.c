@@ -239,6 +239,18 @@ static float attn_bias(const attn_job *j, int64_t b, int64_t h, int64_t i, int64
     return bias;
 }
 
+/* p + off, where an empty operand's data may be NULL (and NULL + 0 is
+ * undefined in C). */
+static inline const float *attn_at(const float *p, int64_t off)
+{
+    return p ? p + off : p;
+}
+
+static inline float *attn_at_mut(float *p, int64_t off)
+{
+    return p ? p + off : p;
+}
+
 static void attn_task(int64_t begin, int64_t end, void *user)
 {
     attn_job *j = user;
@@ -251,18 +263,19 @@ static void attn_task(int64_t begin, int64_t end, void *user)
     }
     for (int64_t bh = begin; bh < end; bh++) {
         const int64_t b = bh / a->Hq, h = bh % a->Hq, hk = h / rep;
-        const float *q, *k = j->k + (b * a->Hkv + hk) * T * D, *v = j->v + (b * a->Hkv + hk) * T * Dv;
+        const float *q, *k = attn_at(j->k, (b * a->Hkv + hk) * T * D),
+                        *v = attn_at(j->v, (b * a->Hkv + hk) * T * Dv);
         int64_t ldq, ldy;
         float *y;
         if (a->three_d) {
-            q = j->q + b * a->Sq * a->Hq * D + h * D;
+            q = attn_at(j->q, b * a->Sq * a->Hq * D + h * D);
             ldq = a->Hq * D;
-            y = j->y + b * a->Sq * a->Hq * Dv + h * Dv;
+            y = attn_at_mut(j->y, b * a->Sq * a->Hq * Dv + h * Dv);
             ldy = a->Hq * Dv;
         } else {
-            q = j->q + bh * a->Sq * D;
+            q = attn_at(j->q, bh * a->Sq * D);
             ldq = D;
-            y = j->y + bh * a->Sq * Dv;
+            y = attn_at_mut(j->y, bh * a->Sq * Dv);
             ldy = Dv;
         }
         if (T > 0 && D > 0)
@@ -322,6 +335,8 @@ static void attn_task(int64_t begin, int64_t end, void *user)
 static void cache_put(float *dst, int64_t T, int64_t p0, const float *src, bool three_d,
                       int64_t B, int64_t H, int64_t S, int64_t D)
 {
+    if (D <= 0 || S <= 0) /* nothing to copy, and empty tensors may have no data */
+        return;
     for (int64_t b = 0; b < B; b++)
         for (int64_t h = 0; h < H; h++)
             for (int64_t t = 0; t < S; t++) {
