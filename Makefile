@@ -7,7 +7,7 @@ FUZZ_BUILD ?= build-fuzz
 # libFuzzer time per target: `make fuzz` (long) and within `make test` (short).
 FUZZ_SECONDS      ?= 300
 FUZZ_TEST_SECONDS ?= 30
-FUZZ_TARGETS      := fuzz_onnx fuzz_onnx_graph fuzz_slim fuzz_npy fuzz_infer_request fuzz_config
+FUZZ_TARGETS      := fuzz_onnx fuzz_onnx_graph fuzz_slim fuzz_npy fuzz_npz fuzz_image fuzz_infer_request fuzz_config
 PY         := $(CURDIR)/.venv/bin/python
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=

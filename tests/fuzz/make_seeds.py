@@ -238,6 +238,26 @@ def config_seeds(out, examples_dir):
         write(os.path.join(d, name + ".json"), json.dumps(cfg).encode())
 
 
+def npz_seeds(out):
+    """Mask files as pruning reads them: stored and deflated, several dtypes."""
+    d = os.path.join(out, "fuzz_npz")
+    rng = np.random.default_rng(1)
+    masks = {"w1": rng.random((8, 12)) < 0.5, "w2": (rng.random((4, 4)) < 0.5).astype(np.uint8),
+             "b": np.ones(3, np.float32)}
+    np.savez(os.path.join(d, "stored.npz"), **masks)
+    np.savez_compressed(os.path.join(d, "deflated.npz"), **masks)
+    np.savez_compressed(os.path.join(d, "one.npz"), m=np.zeros((2, 3), np.int64))
+
+
+def codec_seeds(out):
+    """The test images (tests/data/images): every format ImageDecoder reads."""
+    d = os.path.join(out, "fuzz_image")
+    src = os.path.join(REPO, "tests", "data", "images")
+    for f in sorted(os.listdir(src)) if os.path.isdir(src) else []:
+        if not f.endswith(".py"):
+            shutil.copyfile(os.path.join(src, f), os.path.join(d, f))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("dir")
@@ -245,8 +265,8 @@ def main():
                     help="at most this many node-test models (0: all)")
     ap.add_argument("--slim", help="the slim command, to convert models for fuzz_slim")
     args = ap.parse_args()
-    for t in ("fuzz_onnx", "fuzz_onnx_graph", "fuzz_slim", "fuzz_npy", "fuzz_infer_request",
-              "fuzz_config"):
+    for t in ("fuzz_onnx", "fuzz_onnx_graph", "fuzz_slim", "fuzz_npy", "fuzz_npz", "fuzz_image",
+              "fuzz_infer_request", "fuzz_config"):
         os.makedirs(os.path.join(args.dir, t), exist_ok=True)
     with tempfile.TemporaryDirectory() as examples:
         subprocess.run([sys.executable, os.path.join(REPO, "models", "gen_models.py"), examples],
@@ -257,6 +277,8 @@ def main():
         if args.slim:
             slim_seeds(args.dir, args.slim, examples)
     npy_seeds(args.dir)
+    npz_seeds(args.dir)
+    codec_seeds(args.dir)
     request_seeds(args.dir)
     print(f"make_seeds: {n} node-test models and the rest under {args.dir}")
 

@@ -14,8 +14,8 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-TARGETS = ["fuzz_onnx", "fuzz_onnx_graph", "fuzz_slim", "fuzz_npy", "fuzz_infer_request",
-           "fuzz_config"]
+TARGETS = ["fuzz_onnx", "fuzz_onnx_graph", "fuzz_slim", "fuzz_npy", "fuzz_npz", "fuzz_image",
+           "fuzz_infer_request", "fuzz_config"]
 
 
 def main():

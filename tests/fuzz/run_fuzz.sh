@@ -16,7 +16,8 @@ SECONDS_EACH=${2:?usage: run_fuzz.sh BUILD_DIR SECONDS [TARGET...]}
 shift 2
 TARGETS=("$@")
 if [ ${#TARGETS[@]} -eq 0 ]; then
-    TARGETS=(fuzz_onnx fuzz_onnx_graph fuzz_slim fuzz_npy fuzz_infer_request fuzz_config)
+    TARGETS=(fuzz_onnx fuzz_onnx_graph fuzz_slim fuzz_npy fuzz_npz fuzz_image fuzz_infer_request
+             fuzz_config)
 fi
 PY=${PY:-.venv/bin/python}
 SEEDS=$BUILD/fuzz-seeds
