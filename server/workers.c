@@ -10,9 +10,14 @@
  * shape's ceiling on the way, so later batches are formed at a size that
  * fits. A single request that still runs out of memory is retried once
  * alone on the model when other runs overlapped it (their memory may be
- * what it lacked), and otherwise answered 507 with the allocator's message,
- * which names the bytes asked for, held and allowed. Nothing else in the
- * batch is affected.
+ * what it lacked). A request of several rows that still does not fit is
+ * run in parts of its rows, halving the part until it fits (the rows are
+ * independent, as max_batch_size > 0 asserts, so the parts' outputs are
+ * the request's outputs bit for bit), and its outputs are assembled from
+ * them. Only a request that fails one row at a time, or whose whole outputs
+ * cannot be held, is answered 507 with the allocator's message, which
+ * names the bytes asked for, held and allowed. Nothing else in the batch
+ * is affected.
  *
  * Any other failure of a merged batch reruns its requests alone, so one bad
  * request (a token id past the vocabulary, say) fails only itself.
@@ -171,6 +176,129 @@ static slim_status run_once(slim_server_batcher *b, slim_server_task **ts, int n
     return s;
 }
 
+/* ---- a lone request run in parts of its rows --------------------------- */
+
+typedef struct row_split {
+    slim_server_batcher *b;
+    slim_server_task *t;
+    slim_tensor *outs;  /* the request's whole outputs, made by the first part */
+    int n_outs;
+    int parts;
+} row_split;
+
+/* Whether t's inputs all have its rows as their first dimension. */
+static bool rows_splittable(const slim_server_task *t)
+{
+    const slim_server_infer *rq = t->rq;
+    if (t->rows < 2)
+        return false;
+    for (int i = 0; i < rq->n_inputs; i++)
+        if (rq->inputs[i].ndim < 1 || rq->inputs[i].dims[0] != t->rows ||
+            (slim_tensor_numel(&rq->inputs[i]) > 0 && !rq->inputs[i].data))
+            return false;
+    return true;
+}
+
+/* Copies part outputs ys (rows [r0, r0 + n)) into the whole outputs,
+ * allocating them on the first part. */
+static slim_status place_part(row_split *rs, slim_tensor *ys, int n_ys, int64_t r0, int64_t n,
+                              slim_err *err)
+{
+    const slim_server_model *m = slim__batcher_model(rs->b);
+    if (!rs->outs) {
+        if (!(rs->outs = calloc((size_t)(n_ys ? n_ys : 1), sizeof(slim_tensor))))
+            return slim_errf(err, SLIM_ENOMEM, "out of memory");
+        rs->n_outs = n_ys;
+        for (int o = 0; o < n_ys; o++) {
+            if (ys[o].ndim < 1 || ys[o].dims[0] != n || ys[o].kind != SLIM_KIND_TENSOR)
+                return slim_errf(err, SLIM_ESHAPE, "model '%s': output %d has no batch "
+                                 "dimension to assemble a request's parts along", m->name, o);
+            rs->outs[o] = (slim_tensor){.dtype = ys[o].dtype, .ndim = ys[o].ndim};
+            memcpy(rs->outs[o].dims, ys[o].dims, sizeof(ys[o].dims));
+            rs->outs[o].dims[0] = rs->t->rows;
+            slim_status s = slim_tensor_alloc(&rs->outs[o], err);
+            if (s != SLIM_OK)
+                return s;
+        }
+    }
+    if (n_ys != rs->n_outs)
+        return slim_errf(err, SLIM_ESHAPE, "model '%s': parts of a request gave %d and %d "
+                         "outputs", m->name, rs->n_outs, n_ys);
+    for (int o = 0; o < n_ys; o++) {
+        slim_tensor *y = &rs->outs[o];
+        bool same = ys[o].dtype == y->dtype && ys[o].ndim == y->ndim && ys[o].dims[0] == n;
+        for (int d = 1; same && d < y->ndim; d++)
+            same = ys[o].dims[d] == y->dims[d];
+        if (!same)
+            return slim_errf(err, SLIM_ESHAPE, "model '%s': output %d of a part of a request "
+                             "has another shape than the first part's", m->name, o);
+        size_t row_bytes = slim_tensor_nbytes(y) / (size_t)rs->t->rows;
+        if (row_bytes && ys[o].data)
+            memcpy((char *)y->data + (size_t)r0 * row_bytes, ys[o].data, (size_t)n * row_bytes);
+    }
+    return SLIM_OK;
+}
+
+/* Runs rows [r0, r0 + n) of the request alone on the model, halving on
+ * out of memory down to single rows. Inputs are views into the request's. */
+static slim_status run_part(row_split *rs, int64_t r0, int64_t n, slim_err *err)
+{
+    const slim_server_model *m = slim__batcher_model(rs->b);
+    const slim_server_infer *rq = rs->t->rq;
+    slim_tensor *xs = calloc((size_t)(rq->n_inputs ? rq->n_inputs : 1), sizeof(*xs));
+    if (!xs)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    for (int i = 0; i < rq->n_inputs; i++) {
+        const slim_tensor *x = &rq->inputs[i];
+        size_t row_bytes = slim_tensor_nbytes(x) / (size_t)rs->t->rows;
+        xs[i] = *x;
+        xs[i].buf = NULL; /* borrowed: the request keeps its inputs until answered */
+        xs[i].dims[0] = n;
+        xs[i].data = row_bytes ? (char *)x->data + (size_t)r0 * row_bytes : NULL;
+    }
+    slim_tensor *ys = NULL;
+    int n_ys = 0;
+    slim__run_ticket ticket;
+    slim__batcher_enter(rs->b, true, &ticket);
+    slim_status s = slim_model_run(m->model, rq->n_inputs, rq->names, xs, &ys, &n_ys, err);
+    slim__batcher_leave(rs->b, &ticket);
+    free(xs);
+    if (s == SLIM_OK) {
+        rs->parts++;
+        atomic_fetch_add(&m->stats->execution_count, 1);
+        slim_server_stats_observe_batch(m->stats, n);
+        s = place_part(rs, ys, n_ys, r0, n, err);
+        slim_tensors_free(ys, n_ys);
+        return s;
+    }
+    slim_tensors_free(ys, n_ys);
+    if (s != SLIM_EOOM || n < 2)
+        return s;
+    *err = (slim_err){0};
+    int64_t half = n / 2;
+    if ((s = run_part(rs, r0, half, err)) != SLIM_OK)
+        return s;
+    return run_part(rs, r0 + half, n - half, err);
+}
+
+/* The request ran out of memory alone: its rows in halves, quarters...
+ * On success t has its outputs. */
+static slim_status run_in_parts(slim_server_batcher *b, slim_server_task *t, slim_err *err)
+{
+    row_split rs = {.b = b, .t = t};
+    int64_t half = t->rows / 2;
+    slim_status s = run_part(&rs, 0, half, err);
+    if (s == SLIM_OK)
+        s = run_part(&rs, half, t->rows - half, err);
+    if (s != SLIM_OK) {
+        slim_tensors_free(rs.outs, rs.n_outs);
+        return s;
+    }
+    t->outputs = rs.outs;
+    t->n_outputs = rs.n_outs;
+    return SLIM_OK;
+}
+
 static void answer(slim_server_task *t, slim_status s, const slim_err *err, int http_status)
 {
     t->status = s;
@@ -213,6 +341,16 @@ void slim_server_batch_run(slim_server_batcher *b, slim_server_task **ts, int n)
             answer(ts[0], SLIM_OK, NULL, 0);
             return;
         }
+    }
+    if (s == SLIM_EOOM && ts[0]->shape && rows_splittable(ts[0])) {
+        slim_err part_err = {0};
+        slim_status ps = run_in_parts(b, ts[0], &part_err);
+        if (ps == SLIM_OK) {
+            answer(ts[0], SLIM_OK, NULL, 0);
+            return;
+        }
+        if (ps == SLIM_EOOM) /* a single row, or the whole outputs, did not fit */
+            err = part_err;
     }
     if (s == SLIM_EOOM) {
         const slim_server_model *m = slim__batcher_model(b);
