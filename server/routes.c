@@ -338,9 +338,10 @@ void slim_server_infer_finish(slim_server_request *req)
         return;
     if (t->status != SLIM_OK) {
         slim_server_count_failure(m, t->failure, req->t_begin);
-        slim_server_reply_error(&req->reply,
-                                t->http_status ? t->http_status : runtime_error_status(t->status),
-                                "%s", t->err.msg);
+        int http_status = t->http_status ? t->http_status : runtime_error_status(t->status);
+        slim_server_reply_error(&req->reply, http_status, "%s", t->err.msg);
+        if (http_status == 503) /* a queue timeout: worth retrying, say when */
+            req->reply.retry_after_s = 1;
         return;
     }
     slim_err err = {0};

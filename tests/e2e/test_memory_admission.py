@@ -4,7 +4,8 @@
     python3 tests/e2e/test_memory_admission.py --slimserve build/bin/slimserve \\
         --slim build/bin/slim --workdir /tmp/e2e-admission
 
-The example ResNet-18-sized model is served with dynamic batching under a
+The example CNN (or, with --resnet18, a full ImageNet ResNet-18 from
+bench/gen_cnn.py) is served with dynamic batching under a
 device limit (--memory-limit cpu=...) that fits a run of batch 4 but not
 one of 32. Then:
 
@@ -40,15 +41,24 @@ from test_server import (REPO, Runner, Server, binary_request, check,  # noqa: E
                          parse_binary_response, write_json)
 
 
-def build_repository(root, slim):
+SIDE = 32  # the example CNN's images; 224 with --resnet18
+
+
+def build_repository(root, slim, resnet18=False):
     if os.path.exists(root):
         shutil.rmtree(root)
     examples = root + "-examples"
     if os.path.exists(examples):
         shutil.rmtree(examples)
-    subprocess.run([sys.executable, os.path.join(REPO, "models", "gen_models.py"), examples],
-                   check=True, timeout=600, stdout=subprocess.DEVNULL)
-    resnet = os.path.join(examples, "resnet", "1", "model.onnx")
+    if resnet18:  # bench/gen_cnn.py's ImageNet ResNet-18 (47 MB of weights)
+        os.makedirs(os.path.join(examples, "resnet", "1"))
+        resnet = os.path.join(examples, "resnet", "1", "model.onnx")
+        subprocess.run([sys.executable, os.path.join(REPO, "bench", "gen_cnn.py"), "resnet18",
+                        resnet], check=True, timeout=600, stdout=subprocess.DEVNULL)
+    else:
+        subprocess.run([sys.executable, os.path.join(REPO, "models", "gen_models.py"), examples],
+                       check=True, timeout=600, stdout=subprocess.DEVNULL)
+        resnet = os.path.join(examples, "resnet", "1", "model.onnx")
     limit, weights, a4, a32 = cnn_limit(slim, resnet)
     for name, policy in (("cnn", {"max_queue_size": 256}),
                          ("cnn_short", {"max_queue_size": 256,
@@ -94,7 +104,7 @@ def t_concurrent(srv, must_fit):
     """must_fit: the largest batch that must be answered 200."""
     rng = np.random.default_rng(7)
     batches = [1, 8, 32] * 21 + [1]
-    xs = [rng.standard_normal((b, 3, 32, 32)).astype(np.float32) for b in batches]
+    xs = [rng.standard_normal((b, 3, SIDE, SIDE)).astype(np.float32) for b in batches]
     results = [None] * len(xs)
 
     def worker(i):
@@ -136,8 +146,8 @@ def t_concurrent(srv, must_fit):
 
 
 def t_never_fits(srv, limit):
-    rows = limit // (3 * 32 * 32 * 4) + 1
-    x = np.zeros((rows, 3, 32, 32), np.float32)
+    rows = limit // (3 * SIDE * SIDE * 4) + 1
+    x = np.zeros((rows, 3, SIDE, SIDE), np.float32)
     status, err, _ = infer(srv, "cnn", x)
     check(status in (507, 413), f"inputs over the limit: {status} {err}")
     if status == 507:
@@ -146,7 +156,7 @@ def t_never_fits(srv, limit):
 
 def t_timeout_then_normal(srv):
     rng = np.random.default_rng(3)
-    xs = [rng.standard_normal((32, 3, 32, 32)).astype(np.float32) for _ in range(12)]
+    xs = [rng.standard_normal((32, 3, SIDE, SIDE)).astype(np.float32) for _ in range(12)]
     results = [None] * len(xs)
 
     def worker(i):
@@ -162,7 +172,7 @@ def t_timeout_then_normal(srv):
     for status, err, hdrs in results:
         if status == 503:
             check(hdrs.get("Retry-After"), f"503 without Retry-After: {err}")
-    x = rng.standard_normal((1, 3, 32, 32)).astype(np.float32)
+    x = rng.standard_normal((1, 3, SIDE, SIDE)).astype(np.float32)
     status, out, _ = infer(srv, "cnn_short", x)
     check(status == 200, f"after the burst: {status} {out}")
 
@@ -172,10 +182,15 @@ def main():
     ap.add_argument("--slimserve", required=True)
     ap.add_argument("--slim", required=True)
     ap.add_argument("--workdir", required=True)
+    ap.add_argument("--resnet18", action="store_true",
+                    help="serve a full-size ResNet-18 at 224x224 instead of the example CNN "
+                         "(minutes; not part of make test)")
     args = ap.parse_args()
+    global SIDE
+    SIDE = 224 if args.resnet18 else 32
     os.makedirs(args.workdir, exist_ok=True)
     root = os.path.join(args.workdir, "repo")
-    limit, weights, a4, a32 = build_repository(root, args.slim)
+    limit, weights, a4, a32 = build_repository(root, args.slim, args.resnet18)
     # Two models' weights live under the device limit, plus the runs.
     device_limit = limit + weights
     print(f"--memory-limit cpu={device_limit} (weights {weights} x2, arena(4) {a4}, "
