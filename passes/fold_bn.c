@@ -61,6 +61,7 @@ static slim_status fold_one(slim_graph *g, slim_node *conv, slim_node *bn, slim_
     int bv = slim_graph_add_initializer(g, g->values[conv->in[1]].name, "_bnbias", &nb, err);
     if (bv < 0)
         return SLIM_ENOMEM;
+    int old_w = conv->in[1], old_b = conv->n_in > 2 ? conv->in[2] : -1;
     if (conv->n_in < 3) {
         int *in = realloc(conv->in, sizeof(int) * 3);
         if (!in)
@@ -71,6 +72,12 @@ static slim_status fold_one(slim_graph *g, slim_node *conv, slim_node *bn, slim_
     conv->in[1] = wv;
     conv->in[2] = bv;
     conv->out[0] = bn->out[0];
+    /* Release the unfolded weights now rather than at the sweep: a model
+     * being folded would otherwise hold every conv's weights twice (a
+     * ResNet-18 peaked at 1.8x its weights under --memory-limit). */
+    slim_pass_drop_replaced(g, old_w, conv);
+    if (old_b >= 0)
+        slim_pass_drop_replaced(g, old_b, conv);
     return SLIM_OK;
 }
 
