@@ -21,7 +21,15 @@ if [ ${#TARGETS[@]} -eq 0 ]; then
 fi
 PY=${PY:-.venv/bin/python}
 SEEDS=$BUILD/fuzz-seeds
-[ -d "$SEEDS/fuzz_slim" ] || "$PY" tests/fuzz/make_seeds.py "$SEEDS" --slim "$BUILD/bin/slim" >/dev/null
+# Seeds are made once per build dir; again when a target newer than them
+# has none (fuzz_onnx_graph mutates fuzz_onnx's).
+for t in "${TARGETS[@]}"; do
+    [ "$t" = fuzz_onnx_graph ] && continue
+    if [ ! -d "$SEEDS/$t" ]; then
+        "$PY" tests/fuzz/make_seeds.py "$SEEDS" --slim "$BUILD/bin/slim" >/dev/null
+        break
+    fi
+done
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:allocator_may_return_null=1}
 # Leaks that are a library's, not ours (tests/lsan.supp says which).
 export LSAN_OPTIONS=${LSAN_OPTIONS:-suppressions=$PWD/tests/lsan.supp}
