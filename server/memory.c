@@ -51,12 +51,22 @@ void slim_server_memory_trim(void)
  * that size come from the heaps, and the heaps keep freed pages: the soak
  * (docs/memory.md) saw resident memory grow by a fifth over ten minutes
  * with the allocator flat. A fixed threshold keeps large buffers on mmap, so
- * freeing one returns it; MALLOC_MMAP_THRESHOLD_ in the environment wins. */
+ * freeing one returns it; MALLOC_MMAP_THRESHOLD_ in the environment wins.
+ *
+ * glibc also gives threads their own heaps (arenas), up to 8 per core, each
+ * keeping its own free pages: with the HTTP, admission and instance threads
+ * spread over them, the soak still grew idle RSS outside the allocator by
+ * 5 MiB in six minutes (+7.5%); with two arenas it was flat (+0.5% idle,
+ * -0.2% under load) at the same request rate. MALLOC_ARENA_MAX wins. */
+#define HEAP_ARENAS 2
+
 void slim_server_memory_tune_heap(void)
 {
 #ifdef __GLIBC__
     if (!getenv("MALLOC_MMAP_THRESHOLD_"))
         mallopt(M_MMAP_THRESHOLD, 128 * 1024);
+    if (!getenv("MALLOC_ARENA_MAX"))
+        mallopt(M_ARENA_MAX, HEAP_ARENAS);
 #endif
 }
 
