@@ -9,10 +9,15 @@
  * with the number of entries. Outputs come out per channel ([channel][rows])
  * and go back to [rows][channel] through 16 x 16 register transposes.
  *
+ * Batches of fewer than SMALL_M rows skip the transposition and read their
+ * rows in place, eight channels' chains interleaved (rows_small); 4 to 63
+ * rows go in 16-row blocks, four channels interleaved (chains16).
+ *
  * Every output is the chain acc = fma(v_p, x[k_p], acc) over its channel's
  * entries in stored order, from acc = 0, then + bias: the lanes of the
- * AVX-512 path, the few-rows path and the portable C path compute exactly
- * that, so they agree bitwise and no row depends on the others.
+ * AVX-512 blocks, the few-rows path and the portable C path compute exactly
+ * that, so they agree bitwise and no row depends on the others (the paths
+ * only differ in which chains run side by side, never in a chain's order).
  */
 #include "sparse.h"
 
@@ -30,6 +35,7 @@
 
 #define CB 16   /* channels per block: one 16 x 16 transpose wide */
 #define RB 64   /* rows per full x block: four zmm accumulators */
+#define SMALL_M 4 /* fewer rows read x in place (rows_small), more go transposed */
 
 /* ---- sizes and encoding -------------------------------------------------- */
 
@@ -272,13 +278,6 @@ static void chain_rows_c(const job *jb, int64_t j0, int64_t nc, const chan *chs)
 #ifdef SPARSE_X86
 #define AVX512_TARGET __attribute__((target("avx512f,fma,f16c")))
 
-/* The same chain with fmaf as one instruction. */
-AVX512_TARGET
-static void chain_rows_fma(const job *jb, int64_t j0, int64_t nc, const chan *chs)
-{
-    chain_rows(jb, j0, nc, chs);
-}
-
 /* r[c] holds 16 floats of channel c; afterwards r[i] holds element i of
  * every channel (a 16 x 16 transpose in registers). */
 AVX512_TARGET
@@ -408,6 +407,204 @@ static void transpose_part(int64_t begin, int64_t end, void *user)
         }                                                                         \
     } while (0)
 
+/* Blocks of 16 rows (fewer than 64 rows left, or a batch of 1 to 15 rows
+ * padded to 16): one accumulator per channel, so a lone channel's chain
+ * waits on each fused multiply-add's latency (4 cycles). Up to four
+ * channels run side by side instead, each its own chain in its own stored
+ * order (the result is the same bitwise), over their common length; each
+ * channel's rest then runs alone. This is what makes batch 1 and 2 of an
+ * MLP cheap: the rows are padded to 16 lanes, but one entry is still one
+ * fused multiply-add, and four of them are in flight. */
+#define VF32(ch, p) (((const float *)(ch)->vals)[p])
+#define VF16(ch, p) _cvtsh_ss(((const uint16_t *)(ch)->vals)[p])
+#define VBF16(ch, p) bf16_f(((const uint16_t *)(ch)->vals)[p])
+#define COL_U16(ch, p) (((const uint16_t *)(ch)->cols)[p])
+#define COL_I32(ch, p) (((const int32_t *)(ch)->cols)[p])
+#define COL_24(ch, p)                                                             \
+    (4 * ((p) >> 1) + (((p) & 1) ? nib_of((ch)->nib, (p) >> 1) >> 2                \
+                                 : nib_of((ch)->nib, (p) >> 1) & 3))
+#define FMA16(a, ch, p)                                                           \
+    a = _mm512_fmadd_ps(_mm512_set1_ps(VAL(ch, p)),                               \
+                        _mm512_load_ps(xt + (int64_t)COL(ch, p) * 16), a)
+
+typedef void (*chains16_fn)(const chan *chs, int g, const float *xt, float *tile);
+
+#define CHAINS16(NAME)                                                            \
+    AVX512_TARGET                                                                 \
+    static void NAME(const chan *chs, int g, const float *xt, float *tile)        \
+    {                                                                             \
+        __m512 acc[4];                                                            \
+        for (int q = 0; q < 4; q++)                                               \
+            acc[q] = _mm512_setzero_ps();                                         \
+        int64_t common = 0;                                                       \
+        if (g == 4) {                                                             \
+            const chan *c0 = &chs[0], *c1 = &chs[1], *c2 = &chs[2], *c3 = &chs[3]; \
+            __m512 a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];            \
+            common = c0->cnt;                                                     \
+            for (int q = 1; q < 4; q++)                                           \
+                common = chs[q].cnt < common ? chs[q].cnt : common;               \
+            for (int64_t p = 0; p < common; p++) {                                \
+                FMA16(a0, c0, p);                                                 \
+                FMA16(a1, c1, p);                                                 \
+                FMA16(a2, c2, p);                                                 \
+                FMA16(a3, c3, p);                                                 \
+            }                                                                     \
+            acc[0] = a0, acc[1] = a1, acc[2] = a2, acc[3] = a3;                   \
+        }                                                                         \
+        for (int q = 0; q < g; q++) {                                             \
+            const chan *ch = &chs[q];                                             \
+            __m512 a = acc[q];                                                    \
+            for (int64_t p = common; p < ch->cnt; p++)                            \
+                FMA16(a, ch, p);                                                  \
+            _mm512_store_ps(tile + q * RB, a);                                    \
+        }                                                                         \
+    }
+
+#define COL COL_U16
+#define VAL VF32
+CHAINS16(ch16_u16_f32)
+#undef VAL
+#define VAL VF16
+CHAINS16(ch16_u16_f16)
+#undef VAL
+#define VAL VBF16
+CHAINS16(ch16_u16_bf16)
+#undef VAL
+#undef COL
+#define COL COL_I32
+#define VAL VF32
+CHAINS16(ch16_i32_f32)
+#undef VAL
+#define VAL VF16
+CHAINS16(ch16_i32_f16)
+#undef VAL
+#define VAL VBF16
+CHAINS16(ch16_i32_bf16)
+#undef VAL
+#undef COL
+#define COL COL_24
+#define VAL VF32
+CHAINS16(ch16_24_f32)
+#undef VAL
+#define VAL VF16
+CHAINS16(ch16_24_f16)
+#undef VAL
+#define VAL VBF16
+CHAINS16(ch16_24_bf16)
+#undef VAL
+#undef COL
+
+/* Batches of 1 to 3 rows read x in place: padded to 16 lanes, a K = 784
+ * block of transposed x is 50 KiB, past L1, and each entry loads a whole
+ * line of it for one useful float (a 90% pruned MLP at batch 1 still took
+ * 1.5x its dense time that way). A row of x stays in L1 instead, and eight
+ * channels' scalar chains run side by side (each its own chain in its own
+ * stored order: the same bits as every other path), so their fused
+ * multiply-adds overlap instead of waiting on each other's latency. */
+#define FMA1(a, ch, p) a = fmaf(VAL(ch, p), x[COL(ch, p)], a)
+#define G1 8
+
+typedef void (*chains1_fn)(const chan *chs, int g, const float *x, float *out);
+
+#define CHAINS1(NAME)                                                             \
+    AVX512_TARGET                                                                 \
+    static void NAME(const chan *chs, int g, const float *x, float *out)          \
+    {                                                                             \
+        float acc[G1] = {0};                                                      \
+        int64_t common = 0;                                                       \
+        if (g == G1) {                                                            \
+            const chan *c0 = &chs[0], *c1 = &chs[1], *c2 = &chs[2], *c3 = &chs[3]; \
+            const chan *c4 = &chs[4], *c5 = &chs[5], *c6 = &chs[6], *c7 = &chs[7]; \
+            float a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;  \
+            common = c0->cnt;                                                     \
+            for (int q = 1; q < G1; q++)                                          \
+                common = chs[q].cnt < common ? chs[q].cnt : common;               \
+            for (int64_t p = 0; p < common; p++) {                                \
+                FMA1(a0, c0, p);                                                  \
+                FMA1(a1, c1, p);                                                  \
+                FMA1(a2, c2, p);                                                  \
+                FMA1(a3, c3, p);                                                  \
+                FMA1(a4, c4, p);                                                  \
+                FMA1(a5, c5, p);                                                  \
+                FMA1(a6, c6, p);                                                  \
+                FMA1(a7, c7, p);                                                  \
+            }                                                                     \
+            acc[0] = a0, acc[1] = a1, acc[2] = a2, acc[3] = a3;                   \
+            acc[4] = a4, acc[5] = a5, acc[6] = a6, acc[7] = a7;                   \
+        }                                                                         \
+        for (int q = 0; q < g; q++) {                                             \
+            const chan *ch = &chs[q];                                             \
+            float a = acc[q];                                                     \
+            for (int64_t p = common; p < ch->cnt; p++)                            \
+                FMA1(a, ch, p);                                                   \
+            out[q] = a;                                                           \
+        }                                                                         \
+    }
+
+#define COL COL_U16
+#define VAL VF32
+CHAINS1(ch1_u16_f32)
+#undef VAL
+#define VAL VF16
+CHAINS1(ch1_u16_f16)
+#undef VAL
+#define VAL VBF16
+CHAINS1(ch1_u16_bf16)
+#undef VAL
+#undef COL
+#define COL COL_I32
+#define VAL VF32
+CHAINS1(ch1_i32_f32)
+#undef VAL
+#define VAL VF16
+CHAINS1(ch1_i32_f16)
+#undef VAL
+#define VAL VBF16
+CHAINS1(ch1_i32_bf16)
+#undef VAL
+#undef COL
+#define COL COL_24
+#define VAL VF32
+CHAINS1(ch1_24_f32)
+#undef VAL
+#define VAL VF16
+CHAINS1(ch1_24_f16)
+#undef VAL
+#define VAL VBF16
+CHAINS1(ch1_24_bf16)
+#undef VAL
+#undef COL
+
+static const chains1_fn chains1[3][3] = {
+    {ch1_u16_f32, ch1_u16_f16, ch1_u16_bf16},
+    {ch1_i32_f32, ch1_i32_f16, ch1_i32_bf16},
+    {ch1_24_f32, ch1_24_f16, ch1_24_bf16},
+};
+
+/* Rows of x in place (batches below SMALL_M), channels [j0, j0 + nc). */
+static void rows_small(const job *jb, int64_t j0, int64_t nc, const chan *chs)
+{
+    chains1_fn fn = chains1[chs[0].nib ? 2 : chs[0].narrow ? 0 : 1][chs[0].vk];
+    const float *bias = jb->w->bias;
+    for (int64_t i = 0; i < jb->m; i++) {
+        float *y = jb->y + i * jb->ldy + j0;
+        for (int64_t c = 0; c < nc; c += G1) {
+            int g = nc - c < G1 ? (int)(nc - c) : G1;
+            float out[G1];
+            fn(chs + c, g, jb->x + i * jb->ldx, out);
+            for (int q = 0; q < g; q++)
+                y[c + q] = bias ? out[q] + bias[j0 + c + q] : out[q];
+        }
+    }
+}
+
+/* [csr u16, csr int32, 2:4][float32, float16, bfloat16] */
+static const chains16_fn chains16[3][3] = {
+    {ch16_u16_f32, ch16_u16_f16, ch16_u16_bf16},
+    {ch16_i32_f32, ch16_i32_f16, ch16_i32_bf16},
+    {ch16_24_f32, ch16_24_f16, ch16_24_bf16},
+};
+
 /* K is walked in chunks of KC for blocks of RB rows: a chunk of transposed
  * x (KC x RB floats, 128 KiB) stays in L2 while every channel of the block
  * goes over it, where a whole K = 3072 block (768 KiB) fell out of it. The
@@ -469,19 +666,10 @@ static void block_avx512(const job *jb, int64_t j0, int64_t nc, const chan *chs,
             }
         }
     } else {
-        for (int64_t c = 0; c < nc; c++) {
-            const chan *ch = &chs[c];
-            __m512 a0 = _mm512_setzero_ps();
-            /* The 16-row tail: one accumulator, values through chan_val. */
-            if (ch->nib) {
-                for (int64_t p = 0; p < ch->cnt; p++)
-                    a0 = _mm512_fmadd_ps(_mm512_set1_ps(chan_val(ch, p)),
-                                         _mm512_load_ps(xt + chan_col(ch, p) * 16), a0);
-            } else if (ch->narrow)
-                CHAIN_16(uint16_t, V_ANY);
-            else
-                CHAIN_16(int32_t, V_ANY);
-            _mm512_store_ps(tile + c * RB, a0);
+        for (int64_t c = 0; c < nc; c += 4) {
+            int g = nc - c < 4 ? (int)(nc - c) : 4;
+            chains16[chs[0].nib ? 2 : chs[0].narrow ? 0 : 1][chs[0].vk](chs + c, g, xt,
+                                                                       tile + c * RB);
         }
     }
     __mmask16 cmask = (__mmask16)(nc >= 16 ? 0xFFFF : (1u << nc) - 1);
@@ -549,10 +737,9 @@ typedef struct {
     slim_sparse_isa isa;
     int64_t n_cb;        /* channel blocks */
     int64_t full_rb;     /* row blocks of RB rows; 16-row blocks follow */
-    _Atomic int failed;
 } run;
 
-/* Work items: channel blocks for the row-by-row paths; (row block, channel
+/* Work items: channel blocks for the portable path; (row block, channel
  * block) tiles for AVX-512, row block major so that consecutive items on a
  * thread read the same transposed x block while it is in cache. */
 static void part(int64_t begin, int64_t end, void *user)
@@ -560,11 +747,9 @@ static void part(int64_t begin, int64_t end, void *user)
     run *r = user;
     const job *jb = &r->jb;
     const slim_sparse_w *w = jb->w;
-    float *tile = NULL;
-    if (posix_memalign((void **)&tile, 64, sizeof(float) * CB * RB) != 0) {
-        atomic_store(&r->failed, 1);
-        return;
-    }
+    /* One tile of outputs per thread: 4 KiB, on the stack (no allocation
+     * per call, nothing the allocator's accounting would miss). */
+    _Alignas(64) float tile[CB * RB];
     chan chs[CB];
     for (int64_t item = begin; item < end; item++) {
         int64_t blk = jb->xt ? item % r->n_cb : item;
@@ -572,11 +757,11 @@ static void part(int64_t begin, int64_t end, void *user)
         for (int64_t c = 0; c < nc; c++)
             channel_view(w, j0 + c, &chs[c]);
 #ifdef SPARSE_X86
-        if (r->isa == SLIM_SPARSE_ISA_AVX512) {
-            if (!jb->xt) {
-                chain_rows_fma(jb, j0, nc, chs);
-                continue;
-            }
+        if (r->isa == SLIM_SPARSE_ISA_AVX512 && !jb->xt) {
+            rows_small(jb, j0, nc, chs);
+            continue;
+        }
+        if (jb->xt) {
             int64_t rb = item / r->n_cb, r0, bw;
             if (rb < r->full_rb)
                 r0 = rb * RB, bw = RB;
@@ -586,9 +771,9 @@ static void part(int64_t begin, int64_t end, void *user)
             continue;
         }
 #endif
+        (void)tile;
         chain_rows_c(jb, j0, nc, chs);
     }
-    free(tile);
 }
 
 slim_status slim_sparse_matmul(const slim_sparse_w *w, int64_t m, const float *x, int64_t ldx,
@@ -599,26 +784,35 @@ slim_status slim_sparse_matmul(const slim_sparse_w *w, int64_t m, const float *x
     run r = {.jb = {w, m, ldx, ldy, x, NULL, y}, .isa = slim_sparse_get_isa(),
              .n_cb = (w->n + CB - 1) / CB};
     int64_t items = r.n_cb;
-    float *xt = NULL;
+    slim_tensor xt = {.dtype = SLIM_F32, .ndim = 1};
 #ifdef SPARSE_X86
-    /* Fewer than 16 rows would leave most lanes empty: those run the
-     * chain row by row. */
-    if (r.isa == SLIM_SPARSE_ISA_AVX512 && m >= 16) {
+    /* From SMALL_M rows on, x goes through the transposed blocks, 4 to 15
+     * rows padded to 16 lanes: a row by row chain of scalar fused
+     * multiply-adds had made a 90% pruned MLP at batch 8 6.8x slower than
+     * its dense product (one entry per 4-cycle latency), and 16 padded
+     * lanes still do one entry per instruction. The transposed x is
+     * scratch from the allocator (64-byte aligned, counted in /metrics),
+     * like the other kernels' buffers. */
+    if (r.isa == SLIM_SPARSE_ISA_AVX512 && m >= SMALL_M) {
         int64_t padded = (m + 15) / 16 * 16;
-        if (posix_memalign((void **)&xt, 64, sizeof(float) * (size_t)(padded * w->k)) != 0)
-            return slim_errf(err, SLIM_ENOMEM, "out of memory transposing %lld rows",
-                             (long long)m);
+        xt.dims[0] = padded * w->k;
+        if (slim_tensor_alloc(&xt, err) != SLIM_OK)
+            return slim_errf(err, SLIM_ENOMEM, "out of memory transposing %lld rows of K = %lld",
+                             (long long)m, (long long)w->k);
         r.full_rb = m / RB;
         int64_t n_rb = r.full_rb + (m - r.full_rb * RB + 15) / 16;
-        tjob t = {x, ldx, w->k, m, r.full_rb, xt};
+        tjob t = {x, ldx, w->k, m, r.full_rb, xt.data};
         slim_parallel_for(padded / 16, 1 + 65536 / (16 * w->k), transpose_part, &t);
-        r.jb.xt = xt;
+        r.jb.xt = xt.data;
         items = n_rb * r.n_cb;
     }
 #endif
-    slim_parallel_for(items, 1, part, &r);
-    free(xt);
-    if (atomic_load(&r.failed))
-        return slim_errf(err, SLIM_ENOMEM, "out of memory in a sparse matrix product");
+    /* Waking a second thread costs microseconds: a small layer (an MLP's
+     * 3k entries at batch 1) runs on one, about 64k multiply-adds a task. */
+    int64_t nnz = w->enc == SLIM_SPARSE_24 ? w->n * 2 * slim_sparse_24_groups(w->k)
+                                           : w->rowptr[w->n];
+    int64_t per_item = nnz / r.n_cb * (r.jb.xt ? 16 : m) + 1;
+    slim_parallel_for(items, 1 + 65536 / per_item, part, &r);
+    slim_tensor_release(&xt);
     return SLIM_OK;
 }
