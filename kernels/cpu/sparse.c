@@ -36,6 +36,8 @@
 #define CB 16   /* channels per block: one 16 x 16 transpose wide */
 #define RB 64   /* rows per full x block: four zmm accumulators */
 #define SMALL_M 4 /* fewer rows read x in place (rows_small), more go transposed */
+#define SMALL_M24 16 /* the same for 2:4 (rows_small_24, in chunks of RC24 rows) */
+#define RC24 8
 
 /* ---- sizes and encoding -------------------------------------------------- */
 
@@ -581,6 +583,77 @@ static const chains1_fn chains1[3][3] = {
     {ch1_24_f32, ch1_24_f16, ch1_24_bf16},
 };
 
+#define AVX512BW_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
+
+/* 2:4 below SMALL_M rows, vectorized across the block's channels: lane c is
+ * channel c's chain in stored order (the same bits as every path). Entry p
+ * of every channel lies in the same group of 4 k's, so x is no gather: its
+ * 4 floats broadcast to the four 128-bit lanes, and vpermps picks each
+ * channel's one by its 2-bit code. The values of 16 entries of the 16
+ * channels are loaded and transposed in registers; the codes of 8 groups
+ * are one 32-bit word per channel, shifted per step. (The csr chains keep
+ * the scalar form: gathering x at their k's measured twice as slow.) */
+AVX512BW_TARGET __attribute__((always_inline))
+static inline void rows_24(const job *jb, int64_t j0, int64_t nc, const chan *chs, int64_t k,
+                           int64_t groups, int vk, int64_t r0, int64_t m)
+{
+    const float *x0 = jb->x + r0 * jb->ldx;
+    __m512 acc[RC24];
+    for (int i = 0; i < RC24; i++)
+        acc[i] = _mm512_setzero_ps();
+    for (int64_t g0 = 0; g0 < groups; g0 += 8) {
+        int gs = groups - g0 < 8 ? (int)(groups - g0) : 8;
+        __mmask16 mk = (__mmask16)((1u << (2 * gs)) - 1);
+        _Alignas(64) uint32_t cw[16] = {0};
+        __m512 v[16];
+        for (int64_t c = 0; c < 16; c++) {
+            if (c >= nc) {
+                v[c] = _mm512_setzero_ps();
+                continue;
+            }
+            memcpy(&cw[c], chs[c].nib + g0 / 2, (size_t)(gs + 1) / 2);
+            const void *vp = chs[c].vals;
+            if (vk == 0)
+                v[c] = _mm512_maskz_loadu_ps(mk, (const float *)vp + 2 * g0);
+            else {
+                __m256i h = _mm256_maskz_loadu_epi16(mk, (const uint16_t *)vp + 2 * g0);
+                v[c] = vk == 1 ? _mm512_cvtph_ps(h)
+                               : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h),
+                                                                       16));
+            }
+        }
+        transpose16(v);
+        __m512i codes = _mm512_load_si512(cw);
+        const __m512i three = _mm512_set1_epi32(3);
+        for (int q = 0; q < gs; q++) {
+            int64_t kk = 4 * (g0 + q);
+            __mmask8 xm = (__mmask8)(k - kk >= 4 ? 0xF : (1u << (k - kk)) - 1);
+            __m512i c0 = _mm512_and_si512(_mm512_srli_epi32(codes, 4 * q), three);
+            __m512i c1 = _mm512_and_si512(_mm512_srli_epi32(codes, 4 * q + 2), three);
+            for (int64_t i = 0; i < m; i++) {
+                __m512 xb = _mm512_broadcast_f32x4(_mm_maskz_loadu_ps(xm, x0 + i * jb->ldx + kk));
+                acc[i] = _mm512_fmadd_ps(v[2 * q], _mm512_permutexvar_ps(c0, xb), acc[i]);
+                acc[i] = _mm512_fmadd_ps(v[2 * q + 1], _mm512_permutexvar_ps(c1, xb), acc[i]);
+            }
+        }
+    }
+    __mmask16 cm = (__mmask16)(nc >= 16 ? 0xFFFF : (1u << nc) - 1);
+    for (int64_t i = 0; i < m; i++) {
+        __m512 o = jb->w->bias ? _mm512_add_ps(acc[i], _mm512_maskz_loadu_ps(cm, jb->w->bias + j0))
+                               : acc[i];
+        _mm512_mask_storeu_ps(jb->y + (r0 + i) * jb->ldy + j0, cm, o);
+    }
+}
+
+AVX512BW_TARGET
+static void rows_small_24(const job *jb, int64_t j0, int64_t nc, const chan *chs)
+{
+    int64_t k = jb->w->k, groups = slim_sparse_24_groups(k), m = jb->m;
+    int vk = chs[0].vk;
+    for (int64_t r0 = 0; r0 < m; r0 += RC24)
+        rows_24(jb, j0, nc, chs, k, groups, vk, r0, m - r0 < RC24 ? m - r0 : RC24);
+}
+
 /* Rows of x in place (batches below SMALL_M), channels [j0, j0 + nc). */
 static void rows_small(const job *jb, int64_t j0, int64_t nc, const chan *chs)
 {
@@ -696,7 +769,8 @@ static bool isa_supported(slim_sparse_isa isa)
         return true;
 #ifdef SPARSE_X86
     if (isa == SLIM_SPARSE_ISA_AVX512)
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") &&
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma") &&
                slim_cpu_has_f16c();
 #endif
     return false;
@@ -758,7 +832,10 @@ static void part(int64_t begin, int64_t end, void *user)
             channel_view(w, j0 + c, &chs[c]);
 #ifdef SPARSE_X86
         if (r->isa == SLIM_SPARSE_ISA_AVX512 && !jb->xt) {
-            rows_small(jb, j0, nc, chs);
+            if (chs[0].nib)
+                rows_small_24(jb, j0, nc, chs);
+            else
+                rows_small(jb, j0, nc, chs);
             continue;
         }
         if (jb->xt) {
@@ -793,7 +870,8 @@ slim_status slim_sparse_matmul(const slim_sparse_w *w, int64_t m, const float *x
      * lanes still do one entry per instruction. The transposed x is
      * scratch from the allocator (64-byte aligned, counted in /metrics),
      * like the other kernels' buffers. */
-    if (r.isa == SLIM_SPARSE_ISA_AVX512 && m >= SMALL_M) {
+    if (r.isa == SLIM_SPARSE_ISA_AVX512 &&
+        m >= (w->enc == SLIM_SPARSE_24 ? SMALL_M24 : SMALL_M)) {
         int64_t padded = (m + 15) / 16 * 16;
         xt.dims[0] = padded * w->k;
         if (slim_tensor_alloc(&xt, err) != SLIM_OK)
