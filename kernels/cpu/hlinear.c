@@ -96,9 +96,9 @@ static slim_status matmul_half_exec(slim_op_ctx *ctx)
      * counted in /metrics and in the memory limit), as other kernels'. */
     slim_tensor scratch = {.dtype = SLIM_U8, .ndim = 1,
                            .dims = {(int64_t)slim_hgemm_scratch_bytes(m, s->k) + 64}};
-    if (slim_tensor_alloc(&scratch, ctx->err) != SLIM_OK)
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory converting %lld rows",
-                         (long long)m);
+    slim_status st = slim_tensor_alloc(&scratch, ctx->err);
+    if (st) /* the allocator's message: bytes asked, held and allowed */
+        return st;
     slim_hgemm_args a = {
         .m = m, .n = s->n, .k = s->k, .x = x->data, .ldx = s->k, .packed = w->data,
         .wtype = w->dtype, .bias = bias ? bias->data : NULL, .act = s->act,

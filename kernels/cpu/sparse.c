@@ -731,9 +731,9 @@ slim_status slim_sparse_matmul(const slim_sparse_w *w, int64_t m, const float *x
         m >= (w->enc == SLIM_SPARSE_24 ? SMALL_M24 : SMALL_M)) {
         int64_t padded = (m + 15) / 16 * 16;
         xt.dims[0] = padded * w->k;
-        if (slim_tensor_alloc(&xt, err) != SLIM_OK)
-            return slim_errf(err, SLIM_ENOMEM, "out of memory transposing %lld rows of K = %lld",
-                             (long long)m, (long long)w->k);
+        slim_status st = slim_tensor_alloc(&xt, err);
+        if (st) /* the allocator's message: bytes asked, held and allowed */
+            return st;
         r.full_rb = m / RB;
         int64_t n_rb = r.full_rb + (m - r.full_rb * RB + 15) / 16;
         tjob t = {x, ldx, w->k, m, r.full_rb, xt.data};
