@@ -48,7 +48,9 @@ typedef struct slim_sparse_w {
 
 /* y[i][j] = sum over channel j's entries of values * x[i][k] (+ bias[j]);
  * x is m rows of k floats (stride ldx), y m rows of n (stride ldy). Runs on
- * the kernel threads. Returns ENOMEM (scratch) or OK; w must be valid
+ * the kernel threads. Returns OK, or the allocator's error when the
+ * scratch (x transposed, from 4 rows on; 2:4 from 16) is refused (a
+ * memory limit, SLIM_EOOM); w must be valid
  * (slim_sparse_check). */
 slim_status slim_sparse_matmul(const slim_sparse_w *w, int64_t m, const float *x, int64_t ldx,
                                float *y, int64_t ldy, slim_err *err);

@@ -92,17 +92,20 @@ static slim_status matmul_half_exec(slim_op_ctx *ctx)
     int64_t m = slim_tensor_numel(x) / s->k;
     if (m == 0)
         return SLIM_OK;
-    void *scratch = NULL;
-    if (posix_memalign(&scratch, 64, slim_hgemm_scratch_bytes(m, s->k) + 64) != 0)
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory converting %lld rows",
-                         (long long)m);
+    /* The bf16 copy of x: scratch from the allocator (64-byte aligned,
+     * counted in /metrics and in the memory limit), as other kernels'. */
+    slim_tensor scratch = {.dtype = SLIM_U8, .ndim = 1,
+                           .dims = {(int64_t)slim_hgemm_scratch_bytes(m, s->k) + 64}};
+    slim_status st = slim_tensor_alloc(&scratch, ctx->err);
+    if (st) /* the allocator's message: bytes asked, held and allowed */
+        return st;
     slim_hgemm_args a = {
         .m = m, .n = s->n, .k = s->k, .x = x->data, .ldx = s->k, .packed = w->data,
         .wtype = w->dtype, .bias = bias ? bias->data : NULL, .act = s->act,
         .y = ctx->out[0]->data, .ldy = s->n,
     };
-    slim_hgemm(&a, scratch);
-    free(scratch);
+    slim_hgemm(&a, scratch.data);
+    slim_tensor_release(&scratch);
     return SLIM_OK;
 }
 

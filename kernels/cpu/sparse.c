@@ -9,10 +9,17 @@
  * with the number of entries. Outputs come out per channel ([channel][rows])
  * and go back to [rows][channel] through 16 x 16 register transposes.
  *
+ * Small batches skip the transposition and read their rows in place: csr
+ * below SMALL_M rows with eight channels' scalar chains interleaved
+ * (rows_small), 2:4 below SMALL_M24 rows vectorized across 16 channels
+ * (rows_small_24); the rest of a batch below 64 rows goes in 16-row
+ * blocks, four channels interleaved (chains16).
+ *
  * Every output is the chain acc = fma(v_p, x[k_p], acc) over its channel's
  * entries in stored order, from acc = 0, then + bias: the lanes of the
- * AVX-512 path, the few-rows path and the portable C path compute exactly
- * that, so they agree bitwise and no row depends on the others.
+ * AVX-512 blocks, the few-rows path and the portable C path compute exactly
+ * that, so they agree bitwise and no row depends on the others (the paths
+ * only differ in which chains run side by side, never in a chain's order).
  */
 #include "sparse.h"
 
@@ -30,145 +37,9 @@
 
 #define CB 16   /* channels per block: one 16 x 16 transpose wide */
 #define RB 64   /* rows per full x block: four zmm accumulators */
-
-/* ---- sizes and encoding -------------------------------------------------- */
-
-size_t slim_sparse_csr_bytes(int64_t n, int64_t k, int64_t nnz, size_t value_size)
-{
-    return (size_t)nnz * (value_size + slim_dtype_size(slim_sparse_csr_idtype(k))) +
-           4 * (size_t)(n + 1);
-}
-
-size_t slim_sparse_24_bytes(int64_t n, int64_t k, size_t value_size)
-{
-    return (size_t)n * (2 * (size_t)slim_sparse_24_groups(k) * value_size +
-                        (size_t)slim_sparse_24_idx_bytes(k));
-}
-
-static inline float w_at(const float *w, int64_t n, int64_t k, bool w_nk, int64_t j, int64_t kk)
-{
-    return w_nk ? w[j * k + kk] : w[kk * n + j];
-}
-
-int64_t slim_sparse_count_nnz(const float *w, int64_t n, int64_t k, bool w_nk)
-{
-    int64_t nnz = 0, total = n * k;
-    (void)w_nk; /* the count does not depend on the layout */
-    for (int64_t i = 0; i < total; i++)
-        nnz += w[i] != 0.0f;
-    return nnz;
-}
-
-void slim_sparse_csr_encode(const float *w, int64_t n, int64_t k, bool w_nk, float alpha,
-                            float *values, void *idx, int32_t *rowptr)
-{
-    bool narrow = slim_sparse_csr_idtype(k) == SLIM_U16;
-    int64_t p = 0;
-    rowptr[0] = 0;
-    for (int64_t j = 0; j < n; j++) {
-        for (int64_t kk = 0; kk < k; kk++) {
-            float v = w_at(w, n, k, w_nk, j, kk);
-            if (v == 0.0f)
-                continue;
-            values[p] = v * alpha;
-            if (narrow)
-                ((uint16_t *)idx)[p] = (uint16_t)kk; /* k <= 65536: kk < 65536 */
-            else
-                ((int32_t *)idx)[p] = (int32_t)kk;
-            p++;
-        }
-        rowptr[j + 1] = (int32_t)p;
-    }
-}
-
-bool slim_sparse_24_encode(const float *w, int64_t n, int64_t k, bool w_nk, float alpha,
-                           float *values, uint8_t *idx)
-{
-    int64_t groups = slim_sparse_24_groups(k), ib = slim_sparse_24_idx_bytes(k);
-    for (int64_t j = 0; j < n; j++) {
-        float *v = values + j * 2 * groups;
-        uint8_t *ix = idx + j * ib;
-        memset(ix, 0, (size_t)ib);
-        for (int64_t g = 0; g < groups; g++) {
-            int width = k - 4 * g < 4 ? (int)(k - 4 * g) : 4, found = 0;
-            int pos[2] = {0, 0};
-            float val[2] = {0.0f, 0.0f};
-            for (int q = 0; q < width; q++) {
-                float x = w_at(w, n, k, w_nk, j, 4 * g + q);
-                if (x == 0.0f)
-                    continue;
-                if (found == 2)
-                    return false;
-                pos[found] = q;
-                val[found++] = x * alpha;
-            }
-            /* Fewer than 2 nonzeros: the spare slots hold 0 at valid
-             * positions, kept in increasing order where the width allows. */
-            if (found == 0 && width > 1)
-                pos[1] = 1;
-            else if (found == 1)
-                pos[1] = pos[0] + 1 < width ? pos[0] + 1 : pos[0];
-            v[2 * g] = val[0];
-            v[2 * g + 1] = val[1];
-            ix[g / 2] |= (uint8_t)((pos[0] | pos[1] << 2) << (4 * (g & 1)));
-        }
-    }
-    return true;
-}
-
-slim_status slim_sparse_check(const slim_sparse_w *w, int64_t nnz, slim_err *err)
-{
-    if (w->n < 1 || w->k < 1)
-        return slim_errf(err, SLIM_ESHAPE, "sparse weight of %lld x %lld", (long long)w->k,
-                         (long long)w->n);
-    if (w->vdtype != SLIM_F32 && w->vdtype != SLIM_F16 && w->vdtype != SLIM_BF16)
-        return slim_errf(err, SLIM_ETYPE, "sparse values must be float32, float16 or bfloat16, "
-                         "not %s", slim_dtype_name(w->vdtype));
-    if (w->enc == SLIM_SPARSE_24) {
-        int64_t groups = slim_sparse_24_groups(w->k), ib = slim_sparse_24_idx_bytes(w->k);
-        if (nnz != w->n * 2 * groups)
-            return slim_errf(err, SLIM_ESHAPE, "2:4 values hold %lld entries, %lld expected for "
-                             "%lld channels of K = %lld", (long long)nnz,
-                             (long long)(w->n * 2 * groups), (long long)w->n, (long long)w->k);
-        int tail = (int)(w->k - 4 * (groups - 1));
-        if (tail == 4)
-            return SLIM_OK; /* every 2-bit code is a valid position */
-        const uint8_t *ix = w->idx;
-        int64_t g = groups - 1;
-        for (int64_t j = 0; j < w->n; j++) {
-            int nib = ix[j * ib + g / 2] >> (4 * (g & 1)) & 15;
-            if ((nib & 3) >= tail || (nib >> 2) >= tail)
-                return slim_errf(err, SLIM_EINVAL, "2:4 channel %lld: a position in the last "
-                                 "group is past K = %lld", (long long)j, (long long)w->k);
-        }
-        return SLIM_OK;
-    }
-    if (w->idtype != slim_sparse_csr_idtype(w->k))
-        return slim_errf(err, SLIM_ETYPE, "csr indices must be %s for K = %lld, not %s",
-                         slim_dtype_name(slim_sparse_csr_idtype(w->k)), (long long)w->k,
-                         slim_dtype_name(w->idtype));
-    if (w->rowptr[0] != 0 || w->rowptr[w->n] != nnz)
-        return slim_errf(err, SLIM_EINVAL, "csr row pointers run from %d to %d, expected 0 to "
-                         "%lld", w->rowptr[0], w->rowptr[w->n], (long long)nnz);
-    for (int64_t j = 0; j < w->n; j++) {
-        int64_t prev = -1;
-        if (w->rowptr[j + 1] < w->rowptr[j])
-            return slim_errf(err, SLIM_EINVAL, "csr row pointers decrease at channel %lld",
-                             (long long)j);
-        for (int64_t p = w->rowptr[j]; p < w->rowptr[j + 1]; p++) {
-            int64_t c = w->idtype == SLIM_U16 ? ((const uint16_t *)w->idx)[p]
-                                              : ((const int32_t *)w->idx)[p];
-            /* Strictly increasing: no channel has more than K entries,
-             * which is what the kernels size their scratch by. */
-            if (c <= prev || c >= w->k)
-                return slim_errf(err, SLIM_EINVAL, "csr channel %lld: index %lld is out of "
-                                 "order or not below K = %lld", (long long)j, (long long)c,
-                                 (long long)w->k);
-            prev = c;
-        }
-    }
-    return SLIM_OK;
-}
+#define SMALL_M 4 /* fewer rows read x in place (rows_small), more go transposed */
+#define SMALL_M24 16 /* the same for 2:4 (rows_small_24, in chunks of RC24 rows) */
+#define RC24 8
 
 /* ---- one channel's entries ----------------------------------------------- */
 
@@ -271,13 +142,6 @@ static void chain_rows_c(const job *jb, int64_t j0, int64_t nc, const chan *chs)
 
 #ifdef SPARSE_X86
 #define AVX512_TARGET __attribute__((target("avx512f,fma,f16c")))
-
-/* The same chain with fmaf as one instruction. */
-AVX512_TARGET
-static void chain_rows_fma(const job *jb, int64_t j0, int64_t nc, const chan *chs)
-{
-    chain_rows(jb, j0, nc, chs);
-}
 
 /* r[c] holds 16 floats of channel c; afterwards r[i] holds element i of
  * every channel (a 16 x 16 transpose in registers). */
@@ -408,13 +272,275 @@ static void transpose_part(int64_t begin, int64_t end, void *user)
         }                                                                         \
     } while (0)
 
+/* Blocks of 16 rows (fewer than 64 rows left, or a csr batch of 4 to 15
+ * rows padded to 16): one accumulator per channel, so a lone channel's
+ * chain waits on each fused multiply-add's latency (4 cycles). Up to four
+ * channels run side by side instead, each its own chain in its own stored
+ * order (the result is the same bitwise), over their common length; each
+ * channel's rest then runs alone. Single chains had made a 90% pruned MLP
+ * at batch 8 4.5x slower than dense; four in flight, 0.4-0.5x. */
+#define VF32(ch, p) (((const float *)(ch)->vals)[p])
+#define VF16(ch, p) _cvtsh_ss(((const uint16_t *)(ch)->vals)[p])
+#define VBF16(ch, p) bf16_f(((const uint16_t *)(ch)->vals)[p])
+#define COL_U16(ch, p) (((const uint16_t *)(ch)->cols)[p])
+#define COL_I32(ch, p) (((const int32_t *)(ch)->cols)[p])
+#define COL_24(ch, p)                                                             \
+    (4 * ((p) >> 1) + (((p) & 1) ? nib_of((ch)->nib, (p) >> 1) >> 2                \
+                                 : nib_of((ch)->nib, (p) >> 1) & 3))
+#define FMA16(a, ch, p)                                                           \
+    a = _mm512_fmadd_ps(_mm512_set1_ps(VAL(ch, p)),                               \
+                        _mm512_load_ps(xt + (int64_t)COL(ch, p) * 16), a)
+
+typedef void (*chains16_fn)(const chan *chs, int g, const float *xt, float *tile);
+
+#define CHAINS16(NAME)                                                            \
+    AVX512_TARGET                                                                 \
+    static void NAME(const chan *chs, int g, const float *xt, float *tile)        \
+    {                                                                             \
+        __m512 acc[4];                                                            \
+        for (int q = 0; q < 4; q++)                                               \
+            acc[q] = _mm512_setzero_ps();                                         \
+        int64_t common = 0;                                                       \
+        if (g == 4) {                                                             \
+            const chan *c0 = &chs[0], *c1 = &chs[1], *c2 = &chs[2], *c3 = &chs[3]; \
+            __m512 a0 = acc[0], a1 = acc[1], a2 = acc[2], a3 = acc[3];            \
+            common = c0->cnt;                                                     \
+            for (int q = 1; q < 4; q++)                                           \
+                common = chs[q].cnt < common ? chs[q].cnt : common;               \
+            for (int64_t p = 0; p < common; p++) {                                \
+                FMA16(a0, c0, p);                                                 \
+                FMA16(a1, c1, p);                                                 \
+                FMA16(a2, c2, p);                                                 \
+                FMA16(a3, c3, p);                                                 \
+            }                                                                     \
+            acc[0] = a0, acc[1] = a1, acc[2] = a2, acc[3] = a3;                   \
+        }                                                                         \
+        for (int q = 0; q < g; q++) {                                             \
+            const chan *ch = &chs[q];                                             \
+            __m512 a = acc[q];                                                    \
+            for (int64_t p = common; p < ch->cnt; p++)                            \
+                FMA16(a, ch, p);                                                  \
+            _mm512_store_ps(tile + q * RB, a);                                    \
+        }                                                                         \
+    }
+
+#define COL COL_U16
+#define VAL VF32
+CHAINS16(ch16_u16_f32)
+#undef VAL
+#define VAL VF16
+CHAINS16(ch16_u16_f16)
+#undef VAL
+#define VAL VBF16
+CHAINS16(ch16_u16_bf16)
+#undef VAL
+#undef COL
+#define COL COL_I32
+#define VAL VF32
+CHAINS16(ch16_i32_f32)
+#undef VAL
+#define VAL VF16
+CHAINS16(ch16_i32_f16)
+#undef VAL
+#define VAL VBF16
+CHAINS16(ch16_i32_bf16)
+#undef VAL
+#undef COL
+#define COL COL_24
+#define VAL VF32
+CHAINS16(ch16_24_f32)
+#undef VAL
+#define VAL VF16
+CHAINS16(ch16_24_f16)
+#undef VAL
+#define VAL VBF16
+CHAINS16(ch16_24_bf16)
+#undef VAL
+#undef COL
+
+/* csr batches of 1 to 3 rows read x in place: padded to 16 lanes, a K = 784
+ * block of transposed x is 50 KiB, past L1, and each entry loads a whole
+ * line of it for one useful float (a 90% pruned MLP at batch 1 still took
+ * 1.5x its dense time that way). A row of x stays in L1 instead, and eight
+ * channels' scalar chains run side by side (each its own chain in its own
+ * stored order: the same bits as every other path), so their fused
+ * multiply-adds overlap instead of waiting on each other's latency. */
+#define FMA1(a, ch, p) a = fmaf(VAL(ch, p), x[COL(ch, p)], a)
+#define G1 8
+
+typedef void (*chains1_fn)(const chan *chs, int g, const float *x, float *out);
+
+#define CHAINS1(NAME)                                                             \
+    AVX512_TARGET                                                                 \
+    static void NAME(const chan *chs, int g, const float *x, float *out)          \
+    {                                                                             \
+        float acc[G1] = {0};                                                      \
+        int64_t common = 0;                                                       \
+        if (g == G1) {                                                            \
+            const chan *c0 = &chs[0], *c1 = &chs[1], *c2 = &chs[2], *c3 = &chs[3]; \
+            const chan *c4 = &chs[4], *c5 = &chs[5], *c6 = &chs[6], *c7 = &chs[7]; \
+            float a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;  \
+            common = c0->cnt;                                                     \
+            for (int q = 1; q < G1; q++)                                          \
+                common = chs[q].cnt < common ? chs[q].cnt : common;               \
+            for (int64_t p = 0; p < common; p++) {                                \
+                FMA1(a0, c0, p);                                                  \
+                FMA1(a1, c1, p);                                                  \
+                FMA1(a2, c2, p);                                                  \
+                FMA1(a3, c3, p);                                                  \
+                FMA1(a4, c4, p);                                                  \
+                FMA1(a5, c5, p);                                                  \
+                FMA1(a6, c6, p);                                                  \
+                FMA1(a7, c7, p);                                                  \
+            }                                                                     \
+            acc[0] = a0, acc[1] = a1, acc[2] = a2, acc[3] = a3;                   \
+            acc[4] = a4, acc[5] = a5, acc[6] = a6, acc[7] = a7;                   \
+        }                                                                         \
+        for (int q = 0; q < g; q++) {                                             \
+            const chan *ch = &chs[q];                                             \
+            float a = acc[q];                                                     \
+            for (int64_t p = common; p < ch->cnt; p++)                            \
+                FMA1(a, ch, p);                                                   \
+            out[q] = a;                                                           \
+        }                                                                         \
+    }
+
+#define COL COL_U16
+#define VAL VF32
+CHAINS1(ch1_u16_f32)
+#undef VAL
+#define VAL VF16
+CHAINS1(ch1_u16_f16)
+#undef VAL
+#define VAL VBF16
+CHAINS1(ch1_u16_bf16)
+#undef VAL
+#undef COL
+#define COL COL_I32
+#define VAL VF32
+CHAINS1(ch1_i32_f32)
+#undef VAL
+#define VAL VF16
+CHAINS1(ch1_i32_f16)
+#undef VAL
+#define VAL VBF16
+CHAINS1(ch1_i32_bf16)
+#undef VAL
+#undef COL
+/* [csr u16, csr int32][float32, float16, bfloat16]; 2:4 has rows_small_24 */
+static const chains1_fn chains1[2][3] = {
+    {ch1_u16_f32, ch1_u16_f16, ch1_u16_bf16},
+    {ch1_i32_f32, ch1_i32_f16, ch1_i32_bf16},
+};
+
+#define AVX512BW_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
+
+/* 2:4 below SMALL_M24 rows, vectorized across the block's channels: lane c is
+ * channel c's chain in stored order (the same bits as every path). Entry p
+ * of every channel lies in the same group of 4 k's, so x is no gather: its
+ * 4 floats broadcast to the four 128-bit lanes, and vpermps picks each
+ * channel's one by its 2-bit code. The values of 16 entries of the 16
+ * channels are loaded and transposed in registers; the codes of 8 groups
+ * are one 32-bit word per channel, shifted per step. (The csr chains keep
+ * the scalar form: gathering x at their k's measured twice as slow.) */
+AVX512BW_TARGET __attribute__((always_inline))
+static inline void rows_24(const job *jb, int64_t j0, int64_t nc, const chan *chs, int64_t k,
+                           int64_t groups, int vk, int64_t r0, int64_t m)
+{
+    const float *x0 = jb->x + r0 * jb->ldx;
+    __m512 acc[RC24];
+    for (int i = 0; i < RC24; i++)
+        acc[i] = _mm512_setzero_ps();
+    for (int64_t g0 = 0; g0 < groups; g0 += 8) {
+        int gs = groups - g0 < 8 ? (int)(groups - g0) : 8;
+        __mmask16 mk = (__mmask16)((1u << (2 * gs)) - 1);
+        _Alignas(64) uint32_t cw[16] = {0};
+        __m512 v[16];
+        for (int64_t c = 0; c < 16; c++) {
+            if (c >= nc) {
+                v[c] = _mm512_setzero_ps();
+                continue;
+            }
+            memcpy(&cw[c], chs[c].nib + g0 / 2, (size_t)(gs + 1) / 2);
+            const void *vp = chs[c].vals;
+            if (vk == 0)
+                v[c] = _mm512_maskz_loadu_ps(mk, (const float *)vp + 2 * g0);
+            else {
+                __m256i h = _mm256_maskz_loadu_epi16(mk, (const uint16_t *)vp + 2 * g0);
+                v[c] = vk == 1 ? _mm512_cvtph_ps(h)
+                               : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h),
+                                                                       16));
+            }
+        }
+        transpose16(v);
+        __m512i codes = _mm512_load_si512(cw);
+        const __m512i three = _mm512_set1_epi32(3);
+        for (int q = 0; q < gs; q++) {
+            int64_t kk = 4 * (g0 + q);
+            __mmask8 xm = (__mmask8)(k - kk >= 4 ? 0xF : (1u << (k - kk)) - 1);
+            __m512i c0 = _mm512_and_si512(_mm512_srli_epi32(codes, 4 * q), three);
+            __m512i c1 = _mm512_and_si512(_mm512_srli_epi32(codes, 4 * q + 2), three);
+            for (int64_t i = 0; i < m; i++) {
+                __m512 xb = _mm512_broadcast_f32x4(_mm_maskz_loadu_ps(xm, x0 + i * jb->ldx + kk));
+                acc[i] = _mm512_fmadd_ps(v[2 * q], _mm512_permutexvar_ps(c0, xb), acc[i]);
+                acc[i] = _mm512_fmadd_ps(v[2 * q + 1], _mm512_permutexvar_ps(c1, xb), acc[i]);
+            }
+        }
+    }
+    __mmask16 cm = (__mmask16)(nc >= 16 ? 0xFFFF : (1u << nc) - 1);
+    for (int64_t i = 0; i < m; i++) {
+        __m512 o = jb->w->bias ? _mm512_add_ps(acc[i], _mm512_maskz_loadu_ps(cm, jb->w->bias + j0))
+                               : acc[i];
+        _mm512_mask_storeu_ps(jb->y + (r0 + i) * jb->ldy + j0, cm, o);
+    }
+}
+
+AVX512BW_TARGET
+static void rows_small_24(const job *jb, int64_t j0, int64_t nc, const chan *chs)
+{
+    int64_t k = jb->w->k, groups = slim_sparse_24_groups(k), m = jb->m;
+    int vk = chs[0].vk;
+    for (int64_t r0 = 0; r0 < m; r0 += RC24)
+        rows_24(jb, j0, nc, chs, k, groups, vk, r0, m - r0 < RC24 ? m - r0 : RC24);
+}
+
+/* csr rows of x in place (batches below SMALL_M), channels [j0, j0 + nc). */
+static void rows_small(const job *jb, int64_t j0, int64_t nc, const chan *chs)
+{
+    chains1_fn fn = chains1[chs[0].narrow ? 0 : 1][chs[0].vk];
+    const float *bias = jb->w->bias;
+    for (int64_t i = 0; i < jb->m; i++) {
+        float *y = jb->y + i * jb->ldy + j0;
+        for (int64_t c = 0; c < nc; c += G1) {
+            int g = nc - c < G1 ? (int)(nc - c) : G1;
+            float out[G1];
+            fn(chs + c, g, jb->x + i * jb->ldx, out);
+            for (int q = 0; q < g; q++)
+                y[c + q] = bias ? out[q] + bias[j0 + c + q] : out[q];
+        }
+    }
+}
+
+/* [csr u16, csr int32, 2:4][float32, float16, bfloat16] */
+static const chains16_fn chains16[3][3] = {
+    {ch16_u16_f32, ch16_u16_f16, ch16_u16_bf16},
+    {ch16_i32_f32, ch16_i32_f16, ch16_i32_bf16},
+    {ch16_24_f32, ch16_24_f16, ch16_24_bf16},
+};
+
 /* K is walked in chunks of KC for blocks of RB rows: a chunk of transposed
  * x (KC x RB floats, 128 KiB) stays in L2 while every channel of the block
  * goes over it, where a whole K = 3072 block (768 KiB) fell out of it. The
  * accumulators wait in the tile between chunks, so each output's chain of
  * fused multiply-adds keeps its order: the result is bitwise the same.
- * KC is a multiple of 4, so a 2:4 group never straddles two chunks. */
+ * KC is a multiple of 4, so a 2:4 group never straddles two chunks.
+ * 2:4 reads every group of x, so its chunk is cut to 128 k's (32 KiB, about
+ * L1): at 1024 x 3072 x 768 that measured 0.80x the time of 512 (1.19x the
+ * dense product instead of 1.48x), at 1024 x 768 x 3072 the same; 64 k's
+ * was 1.5x slower (the sums go back to the tile every chunk). A 90% csr
+ * channel has too few entries in a short chunk for that to pay. */
 #define KC 512
+#define KC24 128
 
 /* Channels [j0, j0 + nc) over one x block of bw (64 or 16) rows from r0:
  * tile[c][bw] per channel, then transposed into y. */
@@ -424,8 +550,9 @@ static void block_avx512(const job *jb, int64_t j0, int64_t nc, const chan *chs,
 {
     if (bw == RB) {
         int64_t pos[CB] = {0};
-        for (int64_t k0 = 0; k0 < jb->w->k; k0 += KC) {
-            int64_t k1 = k0 + KC;
+        int64_t kc = chs[0].nib ? KC24 : KC;
+        for (int64_t k0 = 0; k0 < jb->w->k; k0 += kc) {
+            int64_t k1 = k0 + kc;
             for (int64_t c = 0; c < nc; c++) {
                 const chan *ch = &chs[c];
                 float *t = tile + c * RB;
@@ -469,19 +596,10 @@ static void block_avx512(const job *jb, int64_t j0, int64_t nc, const chan *chs,
             }
         }
     } else {
-        for (int64_t c = 0; c < nc; c++) {
-            const chan *ch = &chs[c];
-            __m512 a0 = _mm512_setzero_ps();
-            /* The 16-row tail: one accumulator, values through chan_val. */
-            if (ch->nib) {
-                for (int64_t p = 0; p < ch->cnt; p++)
-                    a0 = _mm512_fmadd_ps(_mm512_set1_ps(chan_val(ch, p)),
-                                         _mm512_load_ps(xt + chan_col(ch, p) * 16), a0);
-            } else if (ch->narrow)
-                CHAIN_16(uint16_t, V_ANY);
-            else
-                CHAIN_16(int32_t, V_ANY);
-            _mm512_store_ps(tile + c * RB, a0);
+        for (int64_t c = 0; c < nc; c += 4) {
+            int g = nc - c < 4 ? (int)(nc - c) : 4;
+            chains16[chs[0].nib ? 2 : chs[0].narrow ? 0 : 1][chs[0].vk](chs + c, g, xt,
+                                                                       tile + c * RB);
         }
     }
     __mmask16 cmask = (__mmask16)(nc >= 16 ? 0xFFFF : (1u << nc) - 1);
@@ -508,7 +626,8 @@ static bool isa_supported(slim_sparse_isa isa)
         return true;
 #ifdef SPARSE_X86
     if (isa == SLIM_SPARSE_ISA_AVX512)
-        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("fma") &&
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("fma") &&
                slim_cpu_has_f16c();
 #endif
     return false;
@@ -549,10 +668,9 @@ typedef struct {
     slim_sparse_isa isa;
     int64_t n_cb;        /* channel blocks */
     int64_t full_rb;     /* row blocks of RB rows; 16-row blocks follow */
-    _Atomic int failed;
 } run;
 
-/* Work items: channel blocks for the row-by-row paths; (row block, channel
+/* Work items: channel blocks for the portable path; (row block, channel
  * block) tiles for AVX-512, row block major so that consecutive items on a
  * thread read the same transposed x block while it is in cache. */
 static void part(int64_t begin, int64_t end, void *user)
@@ -560,11 +678,9 @@ static void part(int64_t begin, int64_t end, void *user)
     run *r = user;
     const job *jb = &r->jb;
     const slim_sparse_w *w = jb->w;
-    float *tile = NULL;
-    if (posix_memalign((void **)&tile, 64, sizeof(float) * CB * RB) != 0) {
-        atomic_store(&r->failed, 1);
-        return;
-    }
+    /* One tile of outputs per thread: 4 KiB, on the stack (no allocation
+     * per call, nothing the allocator's accounting would miss). */
+    _Alignas(64) float tile[CB * RB];
     chan chs[CB];
     for (int64_t item = begin; item < end; item++) {
         int64_t blk = jb->xt ? item % r->n_cb : item;
@@ -572,11 +688,14 @@ static void part(int64_t begin, int64_t end, void *user)
         for (int64_t c = 0; c < nc; c++)
             channel_view(w, j0 + c, &chs[c]);
 #ifdef SPARSE_X86
-        if (r->isa == SLIM_SPARSE_ISA_AVX512) {
-            if (!jb->xt) {
-                chain_rows_fma(jb, j0, nc, chs);
-                continue;
-            }
+        if (r->isa == SLIM_SPARSE_ISA_AVX512 && !jb->xt) {
+            if (chs[0].nib)
+                rows_small_24(jb, j0, nc, chs);
+            else
+                rows_small(jb, j0, nc, chs);
+            continue;
+        }
+        if (jb->xt) {
             int64_t rb = item / r->n_cb, r0, bw;
             if (rb < r->full_rb)
                 r0 = rb * RB, bw = RB;
@@ -586,9 +705,9 @@ static void part(int64_t begin, int64_t end, void *user)
             continue;
         }
 #endif
+        (void)tile;
         chain_rows_c(jb, j0, nc, chs);
     }
-    free(tile);
 }
 
 slim_status slim_sparse_matmul(const slim_sparse_w *w, int64_t m, const float *x, int64_t ldx,
@@ -599,26 +718,36 @@ slim_status slim_sparse_matmul(const slim_sparse_w *w, int64_t m, const float *x
     run r = {.jb = {w, m, ldx, ldy, x, NULL, y}, .isa = slim_sparse_get_isa(),
              .n_cb = (w->n + CB - 1) / CB};
     int64_t items = r.n_cb;
-    float *xt = NULL;
+    slim_tensor xt = {.dtype = SLIM_F32, .ndim = 1};
 #ifdef SPARSE_X86
-    /* Fewer than 16 rows would leave most lanes empty: those run the
-     * chain row by row. */
-    if (r.isa == SLIM_SPARSE_ISA_AVX512 && m >= 16) {
+    /* From SMALL_M rows on, x goes through the transposed blocks, 4 to 15
+     * rows padded to 16 lanes: a row by row chain of scalar fused
+     * multiply-adds had made a 90% pruned MLP at batch 8 6.8x slower than
+     * its dense product (one entry per 4-cycle latency), and 16 padded
+     * lanes still do one entry per instruction. The transposed x is
+     * scratch from the allocator (64-byte aligned, counted in /metrics),
+     * like the other kernels' buffers. */
+    if (r.isa == SLIM_SPARSE_ISA_AVX512 &&
+        m >= (w->enc == SLIM_SPARSE_24 ? SMALL_M24 : SMALL_M)) {
         int64_t padded = (m + 15) / 16 * 16;
-        if (posix_memalign((void **)&xt, 64, sizeof(float) * (size_t)(padded * w->k)) != 0)
-            return slim_errf(err, SLIM_ENOMEM, "out of memory transposing %lld rows",
-                             (long long)m);
+        xt.dims[0] = padded * w->k;
+        slim_status st = slim_tensor_alloc(&xt, err);
+        if (st) /* the allocator's message: bytes asked, held and allowed */
+            return st;
         r.full_rb = m / RB;
         int64_t n_rb = r.full_rb + (m - r.full_rb * RB + 15) / 16;
-        tjob t = {x, ldx, w->k, m, r.full_rb, xt};
+        tjob t = {x, ldx, w->k, m, r.full_rb, xt.data};
         slim_parallel_for(padded / 16, 1 + 65536 / (16 * w->k), transpose_part, &t);
-        r.jb.xt = xt;
+        r.jb.xt = xt.data;
         items = n_rb * r.n_cb;
     }
 #endif
-    slim_parallel_for(items, 1, part, &r);
-    free(xt);
-    if (atomic_load(&r.failed))
-        return slim_errf(err, SLIM_ENOMEM, "out of memory in a sparse matrix product");
+    /* Waking a second thread costs microseconds: a small layer (an MLP's
+     * 3k entries at batch 1) runs on one, about 64k multiply-adds a task. */
+    int64_t nnz = w->enc == SLIM_SPARSE_24 ? w->n * 2 * slim_sparse_24_groups(w->k)
+                                           : w->rowptr[w->n];
+    int64_t per_item = nnz / r.n_cb * (r.jb.xt ? 16 : m) + 1;
+    slim_parallel_for(items, 1 + 65536 / per_item, part, &r);
+    slim_tensor_release(&xt);
     return SLIM_OK;
 }

@@ -8,6 +8,7 @@
 #include "npz.h"
 #include "prune.h"
 #include "sparse.h"
+#include "alloc.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -208,6 +209,96 @@ START_TEST(test_row_result_independent_of_batch)
                 }
             free(all);
         }
+        free(x);
+        enc_free(&e);
+    }
+}
+END_TEST
+
+/* Every batch size from 1 to 20 (the in-place rows below 4, padded 16-row
+ * blocks, a 64-row block plus a tail), cut from anywhere in a batch of 70,
+ * gives bitwise the full batch's rows, on every path and encoding; and the
+ * AVX-512 path gives the C path's bits. Densities 0.05 to 0.9 make the
+ * interleaved channels' lengths differ (their common part and their tails),
+ * n = 37 leaves partial groups of 8 and 16 channels, K = 1100 crosses the
+ * 512-wide K chunks. Each sub-batch is copied to a buffer of its exact
+ * size, so a read past its last row shows under the sanitizers. */
+START_TEST(test_small_batches_bitwise)
+{
+    static const int64_t ks[] = {9, 100, 1100};
+    static const double densities[] = {0.05, 0.3, 0.9};
+    static const slim_dtype vdts[] = {SLIM_F32, SLIM_F16, SLIM_BF16};
+    bool avx = have_avx512();
+    rng_state = 23;
+    for (int ki = 0; ki < 3; ki++)
+        for (int two4 = 0; two4 < 2; two4++)
+            for (int vd = 0; vd < 3; vd++) {
+                int64_t k = ks[ki], n = 37, m = 70;
+                enc e;
+                make(&e, k, n, densities[(ki + vd) % 3], two4, vdts[vd], vd != 1);
+                float *x = rand_x(m, k);
+                float *ref = run_isa(&e, SLIM_SPARSE_ISA_C, m, x);
+                if (avx) {
+                    float *all = run_isa(&e, SLIM_SPARSE_ISA_AVX512, m, x);
+                    ck_assert_msg(memcmp(all, ref, sizeof(float) * (size_t)(m * n)) == 0,
+                                  "AVX-512 differs from C: k %lld 2:4 %d dtype %d", (long long)k,
+                                  two4, vd);
+                    free(all);
+                }
+                for (int pass = 0; pass < 1 + avx; pass++)
+                    for (int64_t len = 1; len <= 20; len++) {
+                        int64_t r0 = (len * 13) % (m - len + 1);
+                        float *xs = malloc(sizeof(float) * (size_t)(len * k));
+                        memcpy(xs, x + r0 * k, sizeof(float) * (size_t)(len * k));
+                        float *y = run_isa(&e, pass ? SLIM_SPARSE_ISA_AVX512 : SLIM_SPARSE_ISA_C,
+                                           len, xs);
+                        ck_assert_msg(memcmp(y, ref + r0 * n, sizeof(float) * (size_t)(len * n))
+                                      == 0, "%lld rows from %lld differ from the batch of %lld "
+                                      "(k %lld, 2:4 %d, dtype %d, %s)", (long long)len,
+                                      (long long)r0, (long long)m, (long long)k, two4, vd,
+                                      pass ? "avx512" : "c");
+                        free(y);
+                        free(xs);
+                    }
+                free(ref);
+                free(x);
+                enc_free(&e);
+            }
+}
+END_TEST
+
+/* The transposed x is scratch from the allocator, so a memory account's
+ * limit refuses it (a clean error, no crash, nothing written past y);
+ * batches small enough to read x in place need none and still run. */
+START_TEST(test_scratch_through_allocator)
+{
+    if (!have_avx512())
+        return;
+    rng_state = 31;
+    for (int two4 = 0; two4 < 2; two4++) {
+        enc e;
+        make(&e, 1024, 40, 0.2, two4, SLIM_F32, true);
+        float *x = rand_x(64, 1024);
+        float *y = malloc(sizeof(float) * 64 * 40);
+        slim_mem_account *acct = slim_mem_account_new("test_sparse", 64 << 10);
+        ck_assert_ptr_nonnull(acct);
+        slim_mem_account *prev = slim_mem_account_enter(acct);
+        slim_err err;
+        ck_assert(slim_sparse_set_isa(SLIM_SPARSE_ISA_AVX512));
+        /* 64 rows x 1024 k transposed: 256 KiB, over the 64 KiB limit */
+        slim_status st = slim_sparse_matmul(&e.w, 64, x, 1024, y, 40, &err);
+        ck_assert_int_eq(st, SLIM_EOOM);
+        ck_assert_msg(strlen(err.msg) > 0, "no message");
+        /* 2 rows: in place, no scratch */
+        ck_assert_int_eq(slim_sparse_matmul(&e.w, 2, x, 1024, y, 40, &err), SLIM_OK);
+        slim_sparse_set_isa(SLIM_SPARSE_ISA_AUTO);
+        slim_mem_account_enter(prev);
+        ck_assert_uint_eq(atomic_load(&acct->current), 0);  /* nothing left charged */
+        slim_mem_account_unref(acct);
+        float *ref = run_isa(&e, SLIM_SPARSE_ISA_C, 2, x);
+        ck_assert(memcmp(ref, y, sizeof(float) * 2 * 40) == 0);
+        free(ref);
+        free(y);
         free(x);
         enc_free(&e);
     }
@@ -606,6 +697,8 @@ int main(void)
     TCase *tk = tcase_create("kernel");
     tcase_add_test(tk, test_kernels_match_dense_on_odd_shapes);
     tcase_add_test(tk, test_row_result_independent_of_batch);
+    tcase_add_test(tk, test_small_batches_bitwise);
+    tcase_add_test(tk, test_scratch_through_allocator);
     suite_add_tcase(s, tk);
     TCase *tp = tcase_create("pass");
     tcase_add_test(tp, test_24_pattern);
