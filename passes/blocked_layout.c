@@ -9,8 +9,8 @@
  * input, or as the residual) and it is no graph output; the producer then
  * writes nChw16c and the readers skip their reorders.
  *
- * The value keeps its logical [N, C, H, W] shape and, as C is a multiple of
- * 16 (the weight layouts require it), its byte size, so the planner and the
+ * The value keeps its logical [N, C, H, W] shape and, as C must be a
+ * multiple of 16 for this (other counts pad their last block), its byte size, so the planner and the
  * executor treat it as before; only FusedConv ever sees its data.
  */
 #include "pass.h"
@@ -50,7 +50,10 @@ static slim_status blocked_layout_run(slim_graph *g, int *changed, slim_err *err
     for (int i = 0; i < g->n_nodes; i++) {
         slim_node *n = &g->nodes[i];
         int v = n->n_out == 1 ? n->out[0] : -1;
-        if (!is_fconv(n) || v < 0 || g->values[v].is_output || !readers_take_blocked(g, v))
+        /* nChw16c has NCHW's size only when C is a multiple of 16; other
+         * counts are padded, which the planner does not know. */
+        if (!is_fconv(n) || v < 0 || g->values[v].is_output ||
+            slim_attr_int(n, "out_channels", 0) % 16 || !readers_take_blocked(g, v))
             continue;
         slim_status st = slim_pass_set_int(n, "out_blocked", 1, err);
         for (int r = 0; r < g->n_nodes && !st; r++) {

@@ -169,7 +169,8 @@ static slim_status rewrite(slim_graph *g, slim_node *conv, int wfmt, int res, in
         (st = slim_pass_set_int(conv, "activation", act, err)) ||
         (st = slim_pass_set_float(conv, "alpha", lo, err)) ||
         (st = slim_pass_set_float(conv, "beta", hi, err)) ||
-        (st = slim_pass_set_int(conv, "weights_format", wfmt, err)))
+        (st = slim_pass_set_int(conv, "weights_format", wfmt, err)) ||
+        (st = slim_pass_set_int(conv, "out_channels", m, err)))
         return st;
     /* auto_pad VALID means no padding, which pads now says. */
     for (int a = 0; a < conv->n_attrs; a++)

@@ -25,7 +25,7 @@ static const slim_op_schema internal_schemas[] = {
      "auto_pad=s dilations=I group=i kernel_shape=I pads=I strides=I"},
     {"FusedConv", 1, 3, 4, 1, 1, "SSSO", "S",
      "!kernel_shape=I !strides=I !dilations=I !pads=I !group=i !activation=i alpha=f beta=f "
-     "!weights_format=i in_blocked=i res_blocked=i out_blocked=i"},
+     "!weights_format=i in_blocked=i res_blocked=i out_blocked=i out_channels=i"},
     {"FusedMatMul", 1, 3, 3, 1, 1, "SSS", "S", "!K=i !N=i !activation=i"},
     {0},
 };
