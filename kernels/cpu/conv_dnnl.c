@@ -504,6 +504,15 @@ static slim_status find_set(fconv_state *s, const slim_tensor *w, const slim_ten
     return SLIM_OK;
 }
 
+/* Below this much work (multiply-adds x 2) per chunk, waking a second
+ * thread costs more than it saves. */
+#define MIN_CHUNK_FLOPS 1000000
+
+static int64_t flops_per_image(const fconv_state *s, const prim_set *set, int64_t c, int64_t m)
+{
+    return 2 * m * (c / s->group) * s->kernel[0] * s->kernel[1] * set->oh * set->ow;
+}
+
 /* One image's work, shared by the pool's threads. */
 typedef struct image_job {
     const prim_set *set;
@@ -638,11 +647,17 @@ static slim_status fconv_exec(slim_op_ctx *ctx)
     j.r = r ? r->data : NULL;
     /* Tasks are (image, part) pairs: every image goes through the same
      * batch-1 primitives whatever the batch, and a batch wakes the pool
-     * twice per conv rather than twice per image. */
+     * twice per conv rather than twice per image. Waking the pool costs
+     * tens of microseconds, as much as a small conv's part (MobileNetV2's
+     * late depthwise convs), so parts run in chunks of at least
+     * MIN_CHUNK_FLOPS, inline when all fit one: the same primitives on the
+     * same data, only on fewer threads. */
+    int64_t per_part = flops_per_image(s, &set, x->dims[1], out_channels(s, w)) / set.n_parts;
+    int64_t grain = MIN_CHUNK_FLOPS / (per_part > 0 ? per_part : 1) + 1;
     if (set.n_in_parts)
-        slim_parallel_for(batch * set.n_in_parts, 1, reorder_in_parts, &j);
+        slim_parallel_for(batch * set.n_in_parts, grain, reorder_in_parts, &j);
     if (!atomic_load(&j.failed))
-        slim_parallel_for(batch * set.n_parts, 1, conv_parts, &j);
+        slim_parallel_for(batch * set.n_parts, grain, conv_parts, &j);
     if (atomic_load(&j.failed))
         st = slim_errf(ctx->err, SLIM_EINTERNAL, "oneDNN convolution failed");
 done:
