@@ -61,12 +61,14 @@ typedef struct part {
     dnnl_primitive_t to_src, conv, res_to_dst, from_dst;
     dnnl_memory_desc_t x_md, src_md;           /* the input slice, NCHW and blocked */
     dnnl_memory_desc_t csrc_md, wei_md, bias_md, dst_md, y_md; /* the conv's */
+    dnnl_memory_desc_t dww_md, dwb_md;         /* the depthwise post-op's W and B */
     dnnl_memory_desc_t scratch_md; /* the conv's scratchpad, ours to give */
     size_t scratch_bytes;
 } part;
 
 typedef struct prim_set {
     int64_t h, w, oh, ow;      /* the input shape it was made for, the output's */
+    int64_t oh1, ow1;          /* the 1x1's output, before a depthwise post-op */
     bool residual;
     int n_in_parts, n_parts;
     part *in_parts, *parts;
@@ -83,6 +85,11 @@ typedef struct fconv_state {
      * bytes as NCHW, since channels are a multiple of 16), so its reorder
      * is skipped. */
     bool in_blocked, res_blocked, out_blocked;
+    /* A depthwise 3x3 (pad 1) merged in after a 1x1 (merge_depthwise in
+     * fuse_conv.c): its stride, 0 when there is none, and activation. */
+    int64_t dw_stride;
+    int dw_act;
+    float dw_alpha, dw_beta;
     pthread_mutex_t mu;
     int n_sets;
     prim_set sets[CACHE_SLOTS];
@@ -251,6 +258,15 @@ static slim_status fconv_prepare(slim_node *node, void **state, slim_err *err)
     s->in_blocked = slim_attr_int(node, "in_blocked", 0) != 0;
     s->res_blocked = slim_attr_int(node, "res_blocked", 0) != 0;
     s->out_blocked = slim_attr_int(node, "out_blocked", 0) != 0;
+    s->dw_stride = slim_attr_int(node, "dw_stride", 0);
+    s->dw_act = (int)slim_attr_int(node, "dw_activation", SLIM_FCONV_ACT_NONE);
+    s->dw_alpha = slim_attr_float(node, "dw_alpha", 0.0f);
+    s->dw_beta = slim_attr_float(node, "dw_beta", 0.0f);
+    if (s->dw_stride < 0 || s->dw_stride > 2 || s->dw_act < 0 || s->dw_act > SLIM_FCONV_ACT_CLIP)
+        ok = false;
+    if (s->dw_stride && (s->wfmt != SLIM_FCONV_W_BLOCKED || k[0] != 1 || k[1] != 1 ||
+                         st[0] != 1 || st[1] != 1 || p[0] || p[1] || p[2] || p[3]))
+        ok = false;
     if (s->in_blocked && s->wfmt == SLIM_FCONV_W_PLAIN_SRC)
         ok = false;
     for (int i = 0; i < 2; i++)
@@ -310,6 +326,19 @@ static slim_status fconv_infer(slim_op_ctx *ctx)
     if (dims[2] < 0 || dims[3] < 0)
         return slim_errf(ctx->err, SLIM_ESHAPE, "input %lldx%lld is smaller than the kernel",
                          (long long)x->dims[2], (long long)x->dims[3]);
+    if (s->dw_stride) {
+        const slim_tensor *dw = ctx->n_in > 5 ? ctx->in[4] : NULL;
+        const slim_tensor *db = ctx->n_in > 5 ? ctx->in[5] : NULL;
+        if (!dw || !db || dw->dtype != SLIM_F32 || db->dtype != SLIM_F32 || dw->ndim != 4 ||
+            dw->dims[0] != m || dw->dims[1] != 1 || dw->dims[2] != 3 || dw->dims[3] != 3 ||
+            db->ndim != 1 || db->dims[0] != m || m % 16 || (ctx->n_in > 3 && ctx->in[3]))
+            return slim_errf(ctx->err, SLIM_ESHAPE, "a FusedConv with dw_stride takes float32 "
+                             "depthwise W [%lld,1,3,3] and B [%lld] as inputs 5 and 6, and no "
+                             "residual", (long long)m, (long long)m);
+        /* 3x3, pad 1: ceil(extent / stride) */
+        dims[2] = (dims[2] - 1) / s->dw_stride + 1;
+        dims[3] = (dims[3] - 1) / s->dw_stride + 1;
+    }
     if (r && (r->dtype != SLIM_F32 || r->ndim != 4 || memcmp(r->dims, dims, sizeof(dims))))
         return slim_errf(ctx->err, SLIM_ESHAPE, "the residual input must match the output");
     if (ctx->out[0])
@@ -372,7 +401,7 @@ static dnnl_status_t make_conv(const fconv_state *s, const slim_tensor *w, const
     int64_t m = pt->o1 - pt->o0;
     bool dw = s->wfmt == SLIM_FCONV_W_DEPTHWISE, plain = s->wfmt == SLIM_FCONV_W_PLAIN_SRC;
     md4(&pt->csrc_md, dw ? m : c, set->h, set->w, plain ? dnnl_nchw : dnnl_nChw16c);
-    md4(&pt->dst_md, m, set->oh, set->ow, dnnl_nChw16c);
+    md4(&pt->dst_md, m, set->oh1, set->ow1, dnnl_nChw16c); /* the 1x1's, with dw */
     md4(&pt->y_md, m, set->oh, set->ow, dnnl_nchw);
     weights_md(&pt->wei_md, m, dw ? 1 : c, w->dims[2], w->dims[3], s->wfmt, true);
     dnnl_dims_t bd = {m};
@@ -381,7 +410,7 @@ static dnnl_status_t make_conv(const fconv_state *s, const slim_tensor *w, const
     dnnl_dims_t dil = {s->dilation[0] - 1, s->dilation[1] - 1};
     dnnl_dims_t pl = {s->pads[0], s->pads[1]}, pr;
     /* oneDNN wants pr to end at the last window exactly. */
-    int64_t in[2] = {set->h, set->w}, out[2] = {set->oh, set->ow};
+    int64_t in[2] = {set->h, set->w}, out[2] = {set->oh1, set->ow1};
     for (int i = 0; i < 2; i++)
         pr[i] = (out[i] - 1) * s->stride[i] + (s->kernel[i] - 1) * s->dilation[i] + 1 - in[i] -
                 pl[i];
@@ -403,6 +432,15 @@ static dnnl_status_t make_conv(const fconv_state *s, const slim_tensor *w, const
         dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
     else if (s->act == SLIM_FCONV_ACT_CLIP)
         dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip_v2, s->alpha, s->beta);
+    if (s->dw_stride) {
+        if ((st = dnnl_post_ops_append_dw(po, dnnl_f32, dnnl_f32, dnnl_f32, 3, s->dw_stride, 1, 0,
+                                          0, NULL)) != dnnl_success)
+            goto done;
+        if (s->dw_act == SLIM_FCONV_ACT_RELU)
+            dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
+        else if (s->dw_act == SLIM_FCONV_ACT_CLIP)
+            dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip_v2, s->dw_alpha, s->dw_beta);
+    }
     dnnl_primitive_attr_set_post_ops(attr, po);
     /* The library's own scratchpad is one global buffer in this build
      * (no DNNL_ENABLE_CONCURRENT_EXEC): two threads running convs at once
@@ -415,6 +453,22 @@ static dnnl_status_t make_conv(const fconv_state *s, const slim_tensor *w, const
         dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
         fprintf(stderr, "FusedConv %lldx%lldx%lld -> %lld: %s\n", (long long)c, (long long)set->h,
                 (long long)set->w, (long long)m, impl);
+    }
+    if (s->dw_stride) {
+        /* The fused primitive's dst is the depthwise conv's; its W must be
+         * the Goihw16g slice the pass packed. */
+        pt->dst_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+        pt->dww_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md,
+                                                   DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS);
+        pt->dwb_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md,
+                                                   DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS);
+        dnnl_memory_desc_t want;
+        weights_md(&want, m, 1, 3, 3, SLIM_FCONV_W_DEPTHWISE, true);
+        if (!dnnl_memory_desc_equal(&pt->dww_md, &want) || pt->dst_md.dims[2] != set->oh ||
+            pt->dst_md.dims[3] != set->ow) {
+            st = dnnl_unimplemented;
+            goto done;
+        }
     }
     pt->scratch_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     pt->scratch_bytes = dnnl_memory_desc_get_size(&pt->scratch_md);
@@ -436,8 +490,12 @@ static dnnl_status_t build_set(const fconv_state *s, const slim_tensor *w, const
     memset(set, 0, sizeof(*set));
     set->h = x->dims[2];
     set->w = x->dims[3];
-    set->oh = out_extent(s, 0, set->h);
-    set->ow = out_extent(s, 1, set->w);
+    set->oh = set->oh1 = out_extent(s, 0, set->h);
+    set->ow = set->ow1 = out_extent(s, 1, set->w);
+    if (s->dw_stride) {
+        set->oh = (set->oh1 - 1) / s->dw_stride + 1;
+        set->ow = (set->ow1 - 1) / s->dw_stride + 1;
+    }
     set->residual = residual;
     int64_t c = x->dims[1], m = out_channels(s, w);
     int threads = slim_num_threads();
@@ -510,7 +568,8 @@ static slim_status find_set(fconv_state *s, const slim_tensor *w, const slim_ten
 
 static int64_t flops_per_image(const fconv_state *s, const prim_set *set, int64_t c, int64_t m)
 {
-    return 2 * m * (c / s->group) * s->kernel[0] * s->kernel[1] * set->oh * set->ow;
+    return 2 * m * (c / s->group) * s->kernel[0] * s->kernel[1] * set->oh1 * set->ow1 +
+           (s->dw_stride ? 2 * m * 9 * set->oh * set->ow : 0);
 }
 
 /* One image's work, shared by the pool's threads. */
@@ -518,6 +577,7 @@ typedef struct image_job {
     const prim_set *set;
     const fconv_state *s;
     const float *x, *w, *b, *r; /* r: NULL without a residual */
+    const float *dww, *dwb;     /* the depthwise post-op's, or NULL */
     float *y, *src, *dst;       /* src: NULL when the conv reads x */
     int64_t plane_in, plane_out, w_per_oc;
     int64_t in_image, out_image;  /* floats per image of x, y (and r) */
@@ -541,9 +601,9 @@ static void reorder_in_parts(int64_t begin, int64_t end, void *user)
 }
 
 static dnnl_status_t run_conv(const part *pt, void *src, const float *w, const float *b,
-                              void *dst, dnnl_stream_t s)
+                              const float *dww, const float *dwb, void *dst, dnnl_stream_t s)
 {
-    dnnl_memory_t m[5] = {NULL, NULL, NULL, NULL, NULL};
+    dnnl_memory_t m[7] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     slim_tensor scratch = {.dtype = SLIM_U8, .ndim = 1, .dims = {(int64_t)pt->scratch_bytes}};
     slim_err ignored;
     if (pt->scratch_bytes && slim_tensor_alloc(&scratch, &ignored))
@@ -555,17 +615,27 @@ static dnnl_status_t run_conv(const part *pt, void *src, const float *w, const f
         st = dnnl_memory_create(&m[2], &pt->bias_md, engine, (void *)b);
     if (st == dnnl_success)
         st = dnnl_memory_create(&m[3], &pt->dst_md, engine, dst);
+    if (st == dnnl_success && dww)
+        st = dnnl_memory_create(&m[4], &pt->dww_md, engine, (void *)dww);
+    if (st == dnnl_success && dww)
+        st = dnnl_memory_create(&m[5], &pt->dwb_md, engine, (void *)dwb);
     if (st == dnnl_success && pt->scratch_bytes)
-        st = dnnl_memory_create(&m[4], &pt->scratch_md, engine, scratch.data);
+        st = dnnl_memory_create(&m[6], &pt->scratch_md, engine, scratch.data);
     if (st == dnnl_success) {
-        dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]},
-                                   {DNNL_ARG_BIAS, m[2]}, {DNNL_ARG_DST, m[3]},
-                                   {DNNL_ARG_SCRATCHPAD, m[4]}};
-        st = dnnl_primitive_execute(pt->conv, s, pt->scratch_bytes ? 5 : 4, args);
+        dnnl_exec_arg_t args[7] = {{DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]},
+                                   {DNNL_ARG_BIAS, m[2]}, {DNNL_ARG_DST, m[3]}};
+        int n = 4;
+        if (dww) {
+            args[n++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS, m[4]};
+            args[n++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS, m[5]};
+        }
+        if (pt->scratch_bytes)
+            args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, m[6]};
+        st = dnnl_primitive_execute(pt->conv, s, n, args);
         if (st == dnnl_success)
             st = dnnl_stream_wait(s);
     }
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 7; i++)
         dnnl_memory_destroy(m[i]);
     slim_tensor_release(&scratch);
     return st;
@@ -591,7 +661,9 @@ static void conv_parts(int64_t begin, int64_t end, void *user)
         else if (j->r && j->r + off != dst) /* blocked already: the sum reads dst */
             memcpy(dst, j->r + off, sizeof(float) * (size_t)((pt->o1 - pt->o0) * j->plane_out));
         if (st == dnnl_success)
-            st = run_conv(pt, src, j->w + pt->o0 * j->w_per_oc, j->b + pt->o0, dst, strm);
+            st = run_conv(pt, src, j->w + pt->o0 * j->w_per_oc, j->b + pt->o0,
+                          j->dww ? j->dww + pt->o0 * 9 : NULL, j->dww ? j->dwb + pt->o0 : NULL,
+                          dst, strm);
         if (st == dnnl_success && pt->from_dst)
             st = run_reorder(pt->from_dst, &pt->dst_md, dst, &pt->y_md, j->y + off, strm);
         if (st == dnnl_success)
@@ -645,6 +717,10 @@ static slim_status fconv_exec(slim_op_ctx *ctx)
     j.x = x->data;
     j.y = y->data;
     j.r = r ? r->data : NULL;
+    if (s->dw_stride) {
+        j.dww = ctx->in[4]->data;
+        j.dwb = ctx->in[5]->data;
+    }
     /* Tasks are (image, part) pairs: every image goes through the same
      * batch-1 primitives whatever the batch, and a batch wakes the pool
      * twice per conv rather than twice per image. Waking the pool costs

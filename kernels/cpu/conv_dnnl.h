@@ -5,10 +5,11 @@
  *     int f = slim_fconv_weights_format(C, M, group);   // -1: not supported
  *     slim_fconv_pack(&w, group, f, &packed, &err);     // packed replaces w
  *
- * The node is com.slimserve FusedConv(X, W, B[, R]) -> Y with the Conv
+ * The node is com.slimserve FusedConv(X, W, B[, R[, DW, DB]]) -> Y with the Conv
  * attributes kernel_shape, strides, dilations, pads (all explicit), group,
  * and activation (SLIM_FCONV_ACT_*, with alpha/beta the Clip bounds),
- * weights_format and out_channels (M). R, when present, is added before the activation.
+ * weights_format and out_channels (M). DW, DB: a depthwise 3x3 (pad 1,
+ * stride dw_stride, then dw_activation) run on Y, after a 1x1 conv. R, when present, is added before the activation.
  * Built only where oneDNN was found (SLIM_HAVE_DNNL).
  */
 #ifndef SLIM_CONV_DNNL_H

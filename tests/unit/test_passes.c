@@ -334,6 +334,71 @@ START_TEST(conv_odd_channels_and_blocked_pool)
     slim_model_free(opt);
 }
 END_TEST
+
+/* MobileNetV2's expand + depthwise pairs, odd sizes: x[N,16,9,7]
+ *   -> 1x1 16->32 + BN + Clip(0, 6) -> depthwise 3x3 s1 + BN + Clip(0, 6)
+ *   -> 1x1 32->48 + BN + Relu -> depthwise 3x3 s2 + BN -> y[N,48,5,4].
+ * Each pair becomes one FusedConv with the depthwise conv as its post-op. */
+static slim_graph *dw_cnn(void)
+{
+    slim_graph *g = slim_graph_new();
+    g->opset = 17;
+    rng_state = 9;
+    add_init(g, "lo", 0, NULL, 0.0f, 0.0f);
+    add_init(g, "hi", 0, NULL, 6.0f, 6.0f);
+    conv_bn(g, "e1", "x", 16, 32, 1, 1, 1, "e1.bn");
+    node(g, "e1.clip", "Clip", 3, (const char *[]){"e1.bn", "lo", "hi"}, "h1");
+    conv_bn(g, "d1", "h1", 32, 32, 3, 1, 32, "d1.bn");
+    node(g, "d1.clip", "Clip", 3, (const char *[]){"d1.bn", "lo", "hi"}, "h2");
+    conv_bn(g, "e2", "h2", 32, 48, 1, 1, 1, "e2.bn");
+    node(g, "e2.relu", "Relu", 1, (const char *[]){"e2.bn"}, "h3");
+    conv_bn(g, "d2", "h3", 48, 48, 3, 2, 48, "y");
+    int x = slim_graph_find_value(g, "x");
+    slim_graph_add_input(g, x);
+    g->values[x].info.dtype = SLIM_F32;
+    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    return g;
+}
+
+START_TEST(conv_depthwise_post_op)
+{
+    slim_err err = {0};
+    slim_graph *gr = dw_cnn(), *go = dw_cnn();
+    ck_assert_msg(slim_passes_run(go, &err) == SLIM_OK, "%s", err.msg);
+    slim_model *ref, *opt;
+    ck_assert_msg(slim_model_from_graph(gr, &ref, &err) == SLIM_OK, "%s", err.msg);
+    ck_assert_msg(slim_model_from_graph(go, &opt, &err) == SLIM_OK, "%s", err.msg);
+    ck_assert_int_eq(opt->graph->n_nodes, 2);
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(slim_attr_int(&opt->graph->nodes[i], "dw_stride", 0), i + 1);
+    slim_model_set_batch_invariant(opt, true);
+    int64_t per_in = 16 * 9 * 7, count = 3 * per_in;
+    float *d = malloc(sizeof(float) * (size_t)count);
+    rng_state = 17;
+    for (int64_t i = 0; i < count; i++)
+        d[i] = rndf();
+    slim_tensor x = tu_f32(4, (int64_t[]){3, 16, 9, 7}, d), a = run(ref, &x), b = run(opt, &x);
+    free(d);
+    ck_assert_int_eq(b.dims[1], 48);
+    ck_assert_int_eq(b.dims[2], 5);
+    ck_assert_int_eq(b.dims[3], 4);
+    assert_close(&b, &a, 1e-5);
+    int64_t per_out = slim_tensor_numel(&b) / 3;
+    for (int64_t n = 0; n < 3; n++) {
+        slim_tensor one = tu_f32(4, (int64_t[]){1, 16, 9, 7}, (const float *)x.data + n * per_in);
+        slim_tensor y = run(opt, &one);
+        ck_assert_int_eq(memcmp(y.data, (const float *)b.data + n * per_out,
+                                sizeof(float) * (size_t)per_out), 0);
+        slim_tensor_release(&y);
+        slim_tensor_release(&one);
+    }
+    slim_tensor_release(&a);
+    slim_tensor_release(&b);
+    slim_tensor_release(&x);
+    slim_model_free(ref);
+    slim_model_free(opt);
+}
+END_TEST
 #endif
 
 #ifdef SLIM_HAVE_DNNL
@@ -459,6 +524,7 @@ Suite *passes_suite(void)
     tcase_add_test(tc, blocked_layout_matches);
     tcase_add_test(tc, fuse_conv_batch_invariant);
     tcase_add_test(tc, conv_odd_channels_and_blocked_pool);
+    tcase_add_test(tc, conv_depthwise_post_op);
     tcase_add_test(tc, fuse_matmul_matches);
     tcase_add_test(tc, fuse_matmul_row_invariant);
 #endif
