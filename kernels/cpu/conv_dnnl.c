@@ -456,16 +456,19 @@ static dnnl_status_t make_conv(const fconv_state *s, const slim_tensor *w, const
     }
     if (s->dw_stride) {
         /* The fused primitive's dst is the depthwise conv's; its W must be
-         * the Goihw16g slice the pass packed. */
+         * the Goihw16g slice the pass packed, */
         pt->dst_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
         pt->dww_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md,
                                                    DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS);
         pt->dwb_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md,
                                                    DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS);
-        dnnl_memory_desc_t want;
+        /* and its dst nChw16c at the depthwise conv's size, as the rest
+         * of this file (and a blocked reader) takes it */
+        dnnl_memory_desc_t want, want_dst;
         weights_md(&want, m, 1, 3, 3, SLIM_FCONV_W_DEPTHWISE, true);
-        if (!dnnl_memory_desc_equal(&pt->dww_md, &want) || pt->dst_md.dims[2] != set->oh ||
-            pt->dst_md.dims[3] != set->ow) {
+        md4(&want_dst, m, set->oh, set->ow, dnnl_nChw16c);
+        if (!dnnl_memory_desc_equal(&pt->dww_md, &want) ||
+            !dnnl_memory_desc_equal(&pt->dst_md, &want_dst)) {
             st = dnnl_unimplemented;
             goto done;
         }
