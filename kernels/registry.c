@@ -44,6 +44,8 @@ extern const slim_op_def slim__ops_microsoft[];
 extern const slim_op_def slim__ops_ml[];
 /* ai.onnx.preview (cpu/flex_attention.c). */
 extern const slim_op_def slim__ops_preview[];
+/* the blocked_layout pass's MaxPool over nChw16c (cpu/pool_blocked.c) */
+extern const slim_op_def slim__ops_pool_blocked[];
 #ifdef SLIM_HAVE_DNNL
 extern const slim_op_def slim__ops_fconv[]; /* the fuse_conv pass's (cpu/conv_dnnl.c) */
 extern const slim_op_def slim__ops_fmm[];   /* the fuse_matmul pass's (cpu/matmul_dnnl.c) */
@@ -65,6 +67,9 @@ const slim_op_def *slim_op_lookup(const char *domain, const char *op_type, int o
             if (strcmp(d->op_type, op_type) == 0 && d->since <= opset)
                 return d;
         for (const slim_op_def *d = slim__ops_hconv; d->op_type; d++)
+            if (strcmp(d->op_type, op_type) == 0 && d->since <= opset)
+                return d;
+        for (const slim_op_def *d = slim__ops_pool_blocked; d->op_type; d++)
             if (strcmp(d->op_type, op_type) == 0 && d->since <= opset)
                 return d;
 #ifdef SLIM_HAVE_DNNL

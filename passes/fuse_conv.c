@@ -14,6 +14,9 @@
  * are not known before the first run. The Add must be the conv output's
  * only reader, and the Relu / Clip the Add's (or the conv's).
  *
+ * A 1x1 conv feeding only a depthwise 3x3 (MobileNetV2) then takes it in
+ * as well (merge_depthwise).
+ *
  * Only 2-D convs with float32 weights, explicit padding and channel counts
  * the packed layouts take (slim_fconv_weights_format) are rewritten; the
  * rest keep the im2col kernel. Without oneDNN the pass does nothing.
@@ -169,7 +172,8 @@ static slim_status rewrite(slim_graph *g, slim_node *conv, int wfmt, int res, in
         (st = slim_pass_set_int(conv, "activation", act, err)) ||
         (st = slim_pass_set_float(conv, "alpha", lo, err)) ||
         (st = slim_pass_set_float(conv, "beta", hi, err)) ||
-        (st = slim_pass_set_int(conv, "weights_format", wfmt, err)))
+        (st = slim_pass_set_int(conv, "weights_format", wfmt, err)) ||
+        (st = slim_pass_set_int(conv, "out_channels", m, err)))
         return st;
     /* auto_pad VALID means no padding, which pads now says. */
     for (int a = 0; a < conv->n_attrs; a++)
@@ -179,6 +183,79 @@ static slim_status rewrite(slim_graph *g, slim_node *conv, int wfmt, int res, in
             break;
         }
     return SLIM_OK;
+}
+
+static bool is_fconv(const slim_node *n)
+{
+    return strcmp(n->domain, "com.slimserve") == 0 && strcmp(n->op_type, "FusedConv") == 0;
+}
+
+/* The FusedConv's geometry attribute, all of whose count entries equal v. */
+static bool ints_all(const slim_node *n, const char *name, int count, int64_t v)
+{
+    int64_t a[4];
+    if (slim_attr_ints(n, name, a, count) != count)
+        return false;
+    for (int i = 0; i < count; i++)
+        if (a[i] != v)
+            return false;
+    return true;
+}
+
+/* A 1x1 FusedConv whose only reader is a depthwise 3x3 FusedConv (pad 1,
+ * stride 1 or 2: MobileNetV2's expand and depthwise pair) takes the
+ * depthwise conv in, as oneDNN's depthwise post-op: one node, so one wake
+ * of the pool instead of two and no round trip of the expanded activation
+ * (the model's largest) through memory. The 1x1 gains inputs 4 and 5 (the
+ * depthwise W, packed, and B) and dw_stride, dw_activation, dw_alpha,
+ * dw_beta; neither conv may have a residual. */
+static slim_status merge_depthwise(slim_graph *g, int *changed, slim_err *err)
+{
+    slim_pass_walk w;
+    slim_status st = slim_pass_walk_init(&w, g, err);
+    if (st)
+        return st;
+    const slim_pass_uses *u = &w.uses;
+    for (int i = 0; i < g->n_nodes && !st; i++) {
+        slim_node *a = &g->nodes[i];
+        if (w.dead[i] || !is_fconv(a) || a->n_in != 3 || a->n_out != 1 ||
+            slim_attr_int(a, "weights_format", -1) != SLIM_FCONV_W_BLOCKED ||
+            slim_attr_int(a, "group", 1) != 1 || !ints_all(a, "kernel_shape", 2, 1) ||
+            !ints_all(a, "strides", 2, 1) || !ints_all(a, "pads", 4, 0) ||
+            !ints_all(a, "dilations", 2, 1))
+            continue;
+        int v = a->out[0];
+        if (v < 0 || u->readers[v] != 1 || g->values[v].is_output)
+            continue;
+        slim_node *b = &g->nodes[u->reader[v]];
+        int64_t stride[2];
+        if (w.dead[b - g->nodes] || !is_fconv(b) || b->n_in != 3 || b->in[0] != v ||
+            slim_attr_int(b, "weights_format", -1) != SLIM_FCONV_W_DEPTHWISE ||
+            !ints_all(b, "kernel_shape", 2, 3) || !ints_all(b, "pads", 4, 1) ||
+            !ints_all(b, "dilations", 2, 1) || slim_attr_ints(b, "strides", stride, 2) != 2 ||
+            stride[0] != stride[1] || (stride[0] != 1 && stride[0] != 2))
+            continue;
+        int *in = realloc(a->in, sizeof(int) * 6);
+        if (!in) {
+            st = slim_errf(err, SLIM_ENOMEM, "out of memory optimizing the graph");
+            break;
+        }
+        a->in = in;
+        in[3] = -1;
+        in[4] = b->in[1];
+        in[5] = b->in[2];
+        a->n_in = 6;
+        a->out[0] = b->out[0];
+        if ((st = slim_pass_set_int(a, "dw_stride", stride[0], err)) ||
+            (st = slim_pass_set_int(a, "dw_activation", slim_attr_int(b, "activation", 0),
+                                    err)) ||
+            (st = slim_pass_set_float(a, "dw_alpha", slim_attr_float(b, "alpha", 0), err)) ||
+            (st = slim_pass_set_float(a, "dw_beta", slim_attr_float(b, "beta", 0), err)))
+            break;
+        w.dead[b - g->nodes] = true;
+        (*changed)++;
+    }
+    return slim_pass_walk_finish(&w, g, st);
 }
 
 static slim_status fuse_conv_run(slim_graph *g, int *changed, slim_err *err)
@@ -232,7 +309,8 @@ static slim_status fuse_conv_run(slim_graph *g, int *changed, slim_err *err)
             break;
         (*changed)++;
     }
-    return slim_pass_walk_finish(&w, g, st);
+    st = slim_pass_walk_finish(&w, g, st);
+    return st ? st : merge_depthwise(g, changed, err);
 }
 
 #else

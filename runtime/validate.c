@@ -23,10 +23,13 @@ static const slim_op_schema internal_schemas[] = {
     {"HalfCast", 1, 1, 1, 1, 1, "S", "S", "!to=i"},
     {"ConvHalf", 1, 2, 3, 1, 1, "SSO", "S",
      "auto_pad=s dilations=I group=i kernel_shape=I pads=I strides=I"},
-    {"FusedConv", 1, 3, 4, 1, 1, "SSSO", "S",
+    {"FusedConv", 1, 3, 6, 1, 1, "SSSOOO", "S",
      "!kernel_shape=I !strides=I !dilations=I !pads=I !group=i !activation=i alpha=f beta=f "
-     "!weights_format=i in_blocked=i res_blocked=i out_blocked=i"},
+     "!weights_format=i in_blocked=i res_blocked=i out_blocked=i out_channels=i dw_stride=i "
+     "dw_activation=i dw_alpha=f dw_beta=f"},
     {"FusedMatMul", 1, 3, 3, 1, 1, "SSS", "S", "!K=i !N=i !activation=i"},
+    {"MaxPoolBlocked", 1, 1, 1, 1, 1, "S", "S",
+     "!kernel_shape=I !strides=I !pads=I !dilations=I"},
     {0},
 };
 

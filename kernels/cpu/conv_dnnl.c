@@ -6,8 +6,13 @@
  * the weights once at load into the blocked layout oneDNN's AVX-512 direct
  * kernels read (OIhw16i16o; Goihw16g for depthwise; Ohwi16o when the input
  * has few channels, the first layer), in place of the original: same
- * element count, so weight memory does not grow. W keeps its logical
- * [M, C/group, kh, kw] shape; weights_format says how its data is laid out.
+ * element count when M and C are multiples of 16, so weight memory does
+ * not grow. Other counts (a multiple of 8: MobileNetV2's 24-channel
+ * stage) have their last block padded with zeros, and W's dims say so
+ * (slim_fconv_packed_dims); out_channels keeps M, weights_format the
+ * layout. Their activations go through nChw16c scratch padded the same
+ * way, reordered on both sides, since a padded value is no longer NCHW's
+ * size.
  *
  * Activations stay NCHW between nodes, so that every other kernel, the
  * planner and the callers see what they always did. Each exec reorders its
@@ -56,12 +61,14 @@ typedef struct part {
     dnnl_primitive_t to_src, conv, res_to_dst, from_dst;
     dnnl_memory_desc_t x_md, src_md;           /* the input slice, NCHW and blocked */
     dnnl_memory_desc_t csrc_md, wei_md, bias_md, dst_md, y_md; /* the conv's */
+    dnnl_memory_desc_t dww_md, dwb_md;         /* the depthwise post-op's W and B */
     dnnl_memory_desc_t scratch_md; /* the conv's scratchpad, ours to give */
     size_t scratch_bytes;
 } part;
 
 typedef struct prim_set {
     int64_t h, w, oh, ow;      /* the input shape it was made for, the output's */
+    int64_t oh1, ow1;          /* the 1x1's output, before a depthwise post-op */
     bool residual;
     int n_in_parts, n_parts;
     part *in_parts, *parts;
@@ -73,10 +80,16 @@ typedef struct fconv_state {
     int act;                   /* SLIM_FCONV_ACT_* */
     float alpha, beta;
     int wfmt;                  /* SLIM_FCONV_W_* */
+    int64_t m; /* output channels (W's first dim is padded to 16); 0: W's, unpadded */
     /* Set by the blocked_layout pass: X, R or Y is held in nChw16c (same
      * bytes as NCHW, since channels are a multiple of 16), so its reorder
      * is skipped. */
     bool in_blocked, res_blocked, out_blocked;
+    /* A depthwise 3x3 (pad 1) merged in after a 1x1 (merge_depthwise in
+     * fuse_conv.c): its stride, 0 when there is none, and activation. */
+    int64_t dw_stride;
+    int dw_act;
+    float dw_alpha, dw_beta;
     pthread_mutex_t mu;
     int n_sets;
     prim_set sets[CACHE_SLOTS];
@@ -118,25 +131,40 @@ int slim_fconv_weights_format(int64_t c, int64_t m, int64_t group)
 {
     if (group == c && group == m && c % 16 == 0)
         return SLIM_FCONV_W_DEPTHWISE;
-    if (group != 1 || m % 16)
+    if (group != 1 || m % 8 || m < 1)
         return -1;
-    if (c % 16 == 0)
+    if (c % 8 == 0 && c > 0)
         return SLIM_FCONV_W_BLOCKED;
-    if (c <= 4)
+    if (c >= 1 && c <= 4)
         return SLIM_FCONV_W_PLAIN_SRC;
     return -1;
 }
 
-/* W's descriptor with m output channels (a slice of them when packed). */
-static void weights_md(dnnl_memory_desc_t *md, int64_t m, const int64_t *wdims, int wfmt,
-                       bool packed)
+static int64_t round16(int64_t n)
+{
+    return (n + 15) / 16 * 16;
+}
+
+void slim_fconv_packed_dims(int wfmt, int64_t m, int64_t c_per_group, int64_t kh, int64_t kw,
+                            int64_t dims[4])
+{
+    dims[0] = wfmt == SLIM_FCONV_W_DEPTHWISE ? m : round16(m);
+    dims[1] = wfmt == SLIM_FCONV_W_BLOCKED ? round16(c_per_group) : c_per_group;
+    dims[2] = kh;
+    dims[3] = kw;
+}
+
+/* W's descriptor with m output channels (a slice of them when packed) of
+ * c input channels per group; oneDNN pads m and (blocked) c to 16. */
+static void weights_md(dnnl_memory_desc_t *md, int64_t m, int64_t c, int64_t kh, int64_t kw,
+                       int wfmt, bool packed)
 {
     if (wfmt == SLIM_FCONV_W_DEPTHWISE) {
-        dnnl_dims_t d = {m, 1, 1, wdims[2], wdims[3]};
+        dnnl_dims_t d = {m, 1, 1, kh, kw};
         dnnl_memory_desc_init_by_tag(md, 5, d, dnnl_f32, packed ? dnnl_Goihw16g : dnnl_goihw);
         return;
     }
-    dnnl_dims_t d = {m, wdims[1], wdims[2], wdims[3]};
+    dnnl_dims_t d = {m, c, kh, kw};
     dnnl_format_tag_t tag = !packed ? dnnl_oihw
                             : wfmt == SLIM_FCONV_W_BLOCKED ? dnnl_OIhw16i16o : dnnl_Ohwi16o;
     dnnl_memory_desc_init_by_tag(md, 4, d, dnnl_f32, tag);
@@ -177,14 +205,22 @@ slim_status slim_fconv_pack(const slim_tensor *w, int64_t group, int wfmt, slim_
     if (!get_engine())
         return slim_errf(err, SLIM_EUNSUPPORTED, "oneDNN has no CPU engine");
     memset(out, 0, sizeof(*out));
-    slim_tensor_set_like(out, w);
+    int64_t dims[4];
+    (void)group; /* depthwise: group == M */
+    slim_fconv_packed_dims(wfmt, w->dims[0], w->dims[1], w->dims[2], w->dims[3], dims);
+    slim_tensor_set_shape(out, SLIM_F32, 4, dims);
+    dnnl_memory_desc_t a, b;
+    weights_md(&a, w->dims[0], w->dims[1], w->dims[2], w->dims[3], wfmt, false);
+    weights_md(&b, w->dims[0], w->dims[1], w->dims[2], w->dims[3], wfmt, true);
+    if (dnnl_memory_desc_get_size(&b) != sizeof(float) * (size_t)slim_tensor_numel(out))
+        return slim_errf(err, SLIM_EINTERNAL, "oneDNN's packed weights are not %lldx%lldx%lldx%lld",
+                         (long long)dims[0], (long long)dims[1], (long long)dims[2],
+                         (long long)dims[3]);
     slim_status st = slim_tensor_alloc(out, err);
     if (st)
         return st;
-    dnnl_memory_desc_t a, b;
-    (void)group; /* depthwise: group == M */
-    weights_md(&a, w->dims[0], w->dims, wfmt, false);
-    weights_md(&b, w->dims[0], w->dims, wfmt, true);
+    /* The padding channels must read as zeros; the reorder may leave them. */
+    memset(out->data, 0, sizeof(float) * (size_t)slim_tensor_numel(out));
     dnnl_primitive_t r = NULL;
     dnnl_stream_t s = get_stream();
     dnnl_status_t ds = s ? make_reorder(&r, &a, &b) : dnnl_runtime_error;
@@ -218,14 +254,24 @@ static slim_status fconv_prepare(slim_node *node, void **state, slim_err *err)
     s->alpha = slim_attr_float(node, "alpha", 0.0f);
     s->beta = slim_attr_float(node, "beta", 0.0f);
     s->wfmt = (int)slim_attr_int(node, "weights_format", -1);
+    s->m = slim_attr_int(node, "out_channels", 0);
     s->in_blocked = slim_attr_int(node, "in_blocked", 0) != 0;
     s->res_blocked = slim_attr_int(node, "res_blocked", 0) != 0;
     s->out_blocked = slim_attr_int(node, "out_blocked", 0) != 0;
+    s->dw_stride = slim_attr_int(node, "dw_stride", 0);
+    s->dw_act = (int)slim_attr_int(node, "dw_activation", SLIM_FCONV_ACT_NONE);
+    s->dw_alpha = slim_attr_float(node, "dw_alpha", 0.0f);
+    s->dw_beta = slim_attr_float(node, "dw_beta", 0.0f);
+    if (s->dw_stride < 0 || s->dw_stride > 2 || s->dw_act < 0 || s->dw_act > SLIM_FCONV_ACT_CLIP)
+        ok = false;
+    if (s->dw_stride && (s->wfmt != SLIM_FCONV_W_BLOCKED || k[0] != 1 || k[1] != 1 ||
+                         st[0] != 1 || st[1] != 1 || p[0] || p[1] || p[2] || p[3]))
+        ok = false;
     if (s->in_blocked && s->wfmt == SLIM_FCONV_W_PLAIN_SRC)
         ok = false;
     for (int i = 0; i < 2; i++)
         ok = ok && k[i] >= 1 && st[i] >= 1 && d[i] >= 1 && p[i] >= 0 && p[i + 2] >= 0;
-    if (!ok || s->group < 1 || s->wfmt < 0 || s->wfmt > SLIM_FCONV_W_PLAIN_SRC ||
+    if (!ok || s->group < 1 || s->m < 0 || s->wfmt < 0 || s->wfmt > SLIM_FCONV_W_PLAIN_SRC ||
         s->act < 0 || s->act > SLIM_FCONV_ACT_CLIP) {
         free(s);
         return slim_errf(err, SLIM_EINVAL, "FusedConv attributes are incomplete or out of range");
@@ -237,6 +283,12 @@ static slim_status fconv_prepare(slim_node *node, void **state, slim_err *err)
     pthread_mutex_init(&s->mu, NULL);
     *state = s;
     return SLIM_OK;
+}
+
+/* M: out_channels, or W's first dim in graphs made before the attribute. */
+static int64_t out_channels(const fconv_state *s, const slim_tensor *w)
+{
+    return s->m ? s->m : w->dims[0];
 }
 
 static int64_t out_extent(const fconv_state *s, int i, int64_t in)
@@ -256,17 +308,37 @@ static slim_status fconv_infer(slim_op_ctx *ctx)
         (w->dtype != SLIM_F32 && w->dtype != SLIM_F16 && w->dtype != SLIM_BF16))
         return slim_errf(ctx->err, SLIM_ETYPE, "FusedConv takes float32 X and B, and float32, "
                          "float16 or bfloat16 W");
-    if (x->ndim != 4 || w->ndim != 4 || b->ndim != 1 || b->dims[0] != w->dims[0])
-        return slim_errf(ctx->err, SLIM_ESHAPE, "FusedConv takes X [N,C,H,W], W [M,C/g,kh,kw], B [M]");
-    if (x->dims[1] != w->dims[1] * s->group || w->dims[2] != s->kernel[0] ||
-        w->dims[3] != s->kernel[1])
-        return slim_errf(ctx->err, SLIM_ESHAPE, "X has %lld channels, W expects %lld",
-                         (long long)x->dims[1], (long long)(w->dims[1] * s->group));
-    int64_t dims[4] = {x->dims[0], w->dims[0], out_extent(s, 0, x->dims[2]),
+    if (x->ndim != 4 || w->ndim != 4 || b->ndim != 1 || b->dims[0] != out_channels(s, w))
+        return slim_errf(ctx->err, SLIM_ESHAPE, "FusedConv takes X [N,C,H,W], W [M,C/g,kh,kw] "
+                         "(packed), B [M] with M = out_channels (%lld)",
+                         (long long)out_channels(s, w));
+    int64_t want[4], m = out_channels(s, w);
+    slim_fconv_packed_dims(s->wfmt, m, x->dims[1] / s->group, s->kernel[0], s->kernel[1], want);
+    if (x->dims[1] % s->group || memcmp(want, w->dims, sizeof(want)))
+        return slim_errf(ctx->err, SLIM_ESHAPE, "X has %lld channels, which W (packed "
+                         "%lldx%lldx%lldx%lld) does not take", (long long)x->dims[1],
+                         (long long)w->dims[0], (long long)w->dims[1], (long long)w->dims[2],
+                         (long long)w->dims[3]);
+    if (s->wfmt == SLIM_FCONV_W_DEPTHWISE && (s->group != x->dims[1] || m != x->dims[1]))
+        return slim_errf(ctx->err, SLIM_ESHAPE, "a depthwise FusedConv needs group = C = M");
+    int64_t dims[4] = {x->dims[0], m, out_extent(s, 0, x->dims[2]),
                        out_extent(s, 1, x->dims[3])};
     if (dims[2] < 0 || dims[3] < 0)
         return slim_errf(ctx->err, SLIM_ESHAPE, "input %lldx%lld is smaller than the kernel",
                          (long long)x->dims[2], (long long)x->dims[3]);
+    if (s->dw_stride) {
+        const slim_tensor *dw = ctx->n_in > 5 ? ctx->in[4] : NULL;
+        const slim_tensor *db = ctx->n_in > 5 ? ctx->in[5] : NULL;
+        if (!dw || !db || dw->dtype != SLIM_F32 || db->dtype != SLIM_F32 || dw->ndim != 4 ||
+            dw->dims[0] != m || dw->dims[1] != 1 || dw->dims[2] != 3 || dw->dims[3] != 3 ||
+            db->ndim != 1 || db->dims[0] != m || m % 16 || (ctx->n_in > 3 && ctx->in[3]))
+            return slim_errf(ctx->err, SLIM_ESHAPE, "a FusedConv with dw_stride takes float32 "
+                             "depthwise W [%lld,1,3,3] and B [%lld] as inputs 5 and 6, and no "
+                             "residual", (long long)m, (long long)m);
+        /* 3x3, pad 1: ceil(extent / stride) */
+        dims[2] = (dims[2] - 1) / s->dw_stride + 1;
+        dims[3] = (dims[3] - 1) / s->dw_stride + 1;
+    }
     if (r && (r->dtype != SLIM_F32 || r->ndim != 4 || memcmp(r->dims, dims, sizeof(dims))))
         return slim_errf(ctx->err, SLIM_ESHAPE, "the residual input must match the output");
     if (ctx->out[0])
@@ -307,16 +379,18 @@ static void md4(dnnl_memory_desc_t *md, int64_t c, int64_t h, int64_t w, dnnl_fo
     dnnl_memory_desc_init_by_tag(md, 4, d, dnnl_f32, tag);
 }
 
-/* Cuts count channels (a multiple of 16) into at most n parts of whole
- * blocks; returns how many parts it made, bounds in lo/hi. */
+/* Cuts count channels into at most n parts of whole blocks of 16 (the
+ * last may be short); returns how many parts it made, bounds in lo/hi. */
 static int split16(int64_t count, int n, int64_t *lo, int64_t *hi)
 {
-    int64_t blocks = count / 16;
+    int64_t blocks = (count + 15) / 16;
     if (n > blocks)
         n = (int)blocks;
     for (int p = 0; p < n; p++) {
         lo[p] = blocks * p / n * 16;
         hi[p] = blocks * (p + 1) / n * 16;
+        if (hi[p] > count)
+            hi[p] = count;
     }
     return n;
 }
@@ -327,16 +401,16 @@ static dnnl_status_t make_conv(const fconv_state *s, const slim_tensor *w, const
     int64_t m = pt->o1 - pt->o0;
     bool dw = s->wfmt == SLIM_FCONV_W_DEPTHWISE, plain = s->wfmt == SLIM_FCONV_W_PLAIN_SRC;
     md4(&pt->csrc_md, dw ? m : c, set->h, set->w, plain ? dnnl_nchw : dnnl_nChw16c);
-    md4(&pt->dst_md, m, set->oh, set->ow, dnnl_nChw16c);
+    md4(&pt->dst_md, m, set->oh1, set->ow1, dnnl_nChw16c); /* the 1x1's, with dw */
     md4(&pt->y_md, m, set->oh, set->ow, dnnl_nchw);
-    weights_md(&pt->wei_md, m, w->dims, s->wfmt, true);
+    weights_md(&pt->wei_md, m, dw ? 1 : c, w->dims[2], w->dims[3], s->wfmt, true);
     dnnl_dims_t bd = {m};
     dnnl_memory_desc_init_by_tag(&pt->bias_md, 1, bd, dnnl_f32, dnnl_a);
     dnnl_dims_t strides = {s->stride[0], s->stride[1]};
     dnnl_dims_t dil = {s->dilation[0] - 1, s->dilation[1] - 1};
     dnnl_dims_t pl = {s->pads[0], s->pads[1]}, pr;
     /* oneDNN wants pr to end at the last window exactly. */
-    int64_t in[2] = {set->h, set->w}, out[2] = {set->oh, set->ow};
+    int64_t in[2] = {set->h, set->w}, out[2] = {set->oh1, set->ow1};
     for (int i = 0; i < 2; i++)
         pr[i] = (out[i] - 1) * s->stride[i] + (s->kernel[i] - 1) * s->dilation[i] + 1 - in[i] -
                 pl[i];
@@ -358,6 +432,15 @@ static dnnl_status_t make_conv(const fconv_state *s, const slim_tensor *w, const
         dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
     else if (s->act == SLIM_FCONV_ACT_CLIP)
         dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip_v2, s->alpha, s->beta);
+    if (s->dw_stride) {
+        if ((st = dnnl_post_ops_append_dw(po, dnnl_f32, dnnl_f32, dnnl_f32, 3, s->dw_stride, 1, 0,
+                                          0, NULL)) != dnnl_success)
+            goto done;
+        if (s->dw_act == SLIM_FCONV_ACT_RELU)
+            dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
+        else if (s->dw_act == SLIM_FCONV_ACT_CLIP)
+            dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip_v2, s->dw_alpha, s->dw_beta);
+    }
     dnnl_primitive_attr_set_post_ops(attr, po);
     /* The library's own scratchpad is one global buffer in this build
      * (no DNNL_ENABLE_CONCURRENT_EXEC): two threads running convs at once
@@ -370,6 +453,25 @@ static dnnl_status_t make_conv(const fconv_state *s, const slim_tensor *w, const
         dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
         fprintf(stderr, "FusedConv %lldx%lldx%lld -> %lld: %s\n", (long long)c, (long long)set->h,
                 (long long)set->w, (long long)m, impl);
+    }
+    if (s->dw_stride) {
+        /* The fused primitive's dst is the depthwise conv's; its W must be
+         * the Goihw16g slice the pass packed, */
+        pt->dst_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
+        pt->dww_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md,
+                                                   DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS);
+        pt->dwb_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md,
+                                                   DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS);
+        /* and its dst nChw16c at the depthwise conv's size, as the rest
+         * of this file (and a blocked reader) takes it */
+        dnnl_memory_desc_t want, want_dst;
+        weights_md(&want, m, 1, 3, 3, SLIM_FCONV_W_DEPTHWISE, true);
+        md4(&want_dst, m, set->oh, set->ow, dnnl_nChw16c);
+        if (!dnnl_memory_desc_equal(&pt->dww_md, &want) ||
+            !dnnl_memory_desc_equal(&pt->dst_md, &want_dst)) {
+            st = dnnl_unimplemented;
+            goto done;
+        }
     }
     pt->scratch_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
     pt->scratch_bytes = dnnl_memory_desc_get_size(&pt->scratch_md);
@@ -391,10 +493,14 @@ static dnnl_status_t build_set(const fconv_state *s, const slim_tensor *w, const
     memset(set, 0, sizeof(*set));
     set->h = x->dims[2];
     set->w = x->dims[3];
-    set->oh = out_extent(s, 0, set->h);
-    set->ow = out_extent(s, 1, set->w);
+    set->oh = set->oh1 = out_extent(s, 0, set->h);
+    set->ow = set->ow1 = out_extent(s, 1, set->w);
+    if (s->dw_stride) {
+        set->oh = (set->oh1 - 1) / s->dw_stride + 1;
+        set->ow = (set->ow1 - 1) / s->dw_stride + 1;
+    }
     set->residual = residual;
-    int64_t c = x->dims[1], m = w->dims[0];
+    int64_t c = x->dims[1], m = out_channels(s, w);
     int threads = slim_num_threads();
     int64_t lo[64], hi[64];
     if (threads > 64)
@@ -416,7 +522,7 @@ static dnnl_status_t build_set(const fconv_state *s, const slim_tensor *w, const
             md4(&pt->src_md, hi[p] - lo[p], set->h, set->w, dnnl_nChw16c);
             st = make_reorder(&pt->to_src, &pt->x_md, &pt->src_md);
         }
-        set->src_floats = (size_t)(c * set->h * set->w);
+        set->src_floats = (size_t)(round16(c) * set->h * set->w);
     }
     set->n_parts = split16(m, threads, lo, hi);
     for (int p = 0; p < set->n_parts && st == dnnl_success; p++) {
@@ -424,7 +530,7 @@ static dnnl_status_t build_set(const fconv_state *s, const slim_tensor *w, const
         set->parts[p].o1 = hi[p];
         st = make_conv(s, w, set, c, &set->parts[p]);
     }
-    set->dst_floats = s->out_blocked ? 0 : (size_t)(m * set->oh * set->ow);
+    set->dst_floats = s->out_blocked ? 0 : (size_t)(round16(m) * set->oh * set->ow);
     if (st != dnnl_success)
         set_release(set);
     return st;
@@ -459,14 +565,26 @@ static slim_status find_set(fconv_state *s, const slim_tensor *w, const slim_ten
     return SLIM_OK;
 }
 
+/* Below this much work (multiply-adds x 2) per chunk, waking a second
+ * thread costs more than it saves. */
+#define MIN_CHUNK_FLOPS 1000000
+
+static int64_t flops_per_image(const fconv_state *s, const prim_set *set, int64_t c, int64_t m)
+{
+    return 2 * m * (c / s->group) * s->kernel[0] * s->kernel[1] * set->oh1 * set->ow1 +
+           (s->dw_stride ? 2 * m * 9 * set->oh * set->ow : 0);
+}
+
 /* One image's work, shared by the pool's threads. */
 typedef struct image_job {
     const prim_set *set;
     const fconv_state *s;
     const float *x, *w, *b, *r; /* r: NULL without a residual */
+    const float *dww, *dwb;     /* the depthwise post-op's, or NULL */
     float *y, *src, *dst;       /* src: NULL when the conv reads x */
     int64_t plane_in, plane_out, w_per_oc;
-    int64_t in_image, out_image;  /* floats per image of x (and src), y (and dst, r) */
+    int64_t in_image, out_image;  /* floats per image of x, y (and r) */
+    int64_t src_image, dst_image; /* of src, dst: channels padded to 16 */
     atomic_int failed;
 } image_job;
 
@@ -476,17 +594,19 @@ static void reorder_in_parts(int64_t begin, int64_t end, void *user)
     dnnl_stream_t strm = get_stream();
     for (int64_t t = begin; t < end; t++) {
         const part *pt = &j->set->in_parts[t % j->set->n_in_parts];
-        size_t off = (size_t)(t / j->set->n_in_parts * j->in_image + pt->c0 * j->plane_in);
+        int64_t n = t / j->set->n_in_parts;
+        size_t off = (size_t)(n * j->in_image + pt->c0 * j->plane_in);
+        size_t soff = (size_t)(n * j->src_image + pt->c0 * j->plane_in);
         if (!strm || run_reorder(pt->to_src, &pt->x_md, (void *)(j->x + off), &pt->src_md,
-                                 j->src + off, strm) != dnnl_success)
+                                 j->src + soff, strm) != dnnl_success)
             atomic_store(&j->failed, 1);
     }
 }
 
 static dnnl_status_t run_conv(const part *pt, void *src, const float *w, const float *b,
-                              void *dst, dnnl_stream_t s)
+                              const float *dww, const float *dwb, void *dst, dnnl_stream_t s)
 {
-    dnnl_memory_t m[5] = {NULL, NULL, NULL, NULL, NULL};
+    dnnl_memory_t m[7] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     slim_tensor scratch = {.dtype = SLIM_U8, .ndim = 1, .dims = {(int64_t)pt->scratch_bytes}};
     slim_err ignored;
     if (pt->scratch_bytes && slim_tensor_alloc(&scratch, &ignored))
@@ -498,17 +618,27 @@ static dnnl_status_t run_conv(const part *pt, void *src, const float *w, const f
         st = dnnl_memory_create(&m[2], &pt->bias_md, engine, (void *)b);
     if (st == dnnl_success)
         st = dnnl_memory_create(&m[3], &pt->dst_md, engine, dst);
+    if (st == dnnl_success && dww)
+        st = dnnl_memory_create(&m[4], &pt->dww_md, engine, (void *)dww);
+    if (st == dnnl_success && dww)
+        st = dnnl_memory_create(&m[5], &pt->dwb_md, engine, (void *)dwb);
     if (st == dnnl_success && pt->scratch_bytes)
-        st = dnnl_memory_create(&m[4], &pt->scratch_md, engine, scratch.data);
+        st = dnnl_memory_create(&m[6], &pt->scratch_md, engine, scratch.data);
     if (st == dnnl_success) {
-        dnnl_exec_arg_t args[5] = {{DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]},
-                                   {DNNL_ARG_BIAS, m[2]}, {DNNL_ARG_DST, m[3]},
-                                   {DNNL_ARG_SCRATCHPAD, m[4]}};
-        st = dnnl_primitive_execute(pt->conv, s, pt->scratch_bytes ? 5 : 4, args);
+        dnnl_exec_arg_t args[7] = {{DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]},
+                                   {DNNL_ARG_BIAS, m[2]}, {DNNL_ARG_DST, m[3]}};
+        int n = 4;
+        if (dww) {
+            args[n++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS, m[4]};
+            args[n++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS, m[5]};
+        }
+        if (pt->scratch_bytes)
+            args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, m[6]};
+        st = dnnl_primitive_execute(pt->conv, s, n, args);
         if (st == dnnl_success)
             st = dnnl_stream_wait(s);
     }
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 7; i++)
         dnnl_memory_destroy(m[i]);
     slim_tensor_release(&scratch);
     return st;
@@ -523,9 +653,10 @@ static void conv_parts(int64_t begin, int64_t end, void *user)
         int64_t n = t / j->set->n_parts;
         size_t off = (size_t)(n * j->out_image + pt->o0 * j->plane_out);
         bool dw = j->s->wfmt == SLIM_FCONV_W_DEPTHWISE;
-        const float *sbase = (j->src ? j->src : j->x) + n * j->in_image;
+        const float *sbase = j->src ? j->src + n * j->src_image : j->x + n * j->in_image;
         void *src = (void *)(sbase + (dw ? pt->o0 * j->plane_in : 0));
-        float *dst = (j->dst ? j->dst : j->y) + off; /* y itself when it is blocked */
+        /* y itself when it is blocked (then M is a multiple of 16) */
+        float *dst = j->dst ? j->dst + n * j->dst_image + pt->o0 * j->plane_out : j->y + off;
         dnnl_status_t st = strm ? dnnl_success : dnnl_runtime_error;
         if (st == dnnl_success && j->r && pt->res_to_dst)
             st = run_reorder(pt->res_to_dst, &pt->y_md, (void *)(j->r + off), &pt->dst_md, dst,
@@ -533,7 +664,9 @@ static void conv_parts(int64_t begin, int64_t end, void *user)
         else if (j->r && j->r + off != dst) /* blocked already: the sum reads dst */
             memcpy(dst, j->r + off, sizeof(float) * (size_t)((pt->o1 - pt->o0) * j->plane_out));
         if (st == dnnl_success)
-            st = run_conv(pt, src, j->w + pt->o0 * j->w_per_oc, j->b + pt->o0, dst, strm);
+            st = run_conv(pt, src, j->w + pt->o0 * j->w_per_oc, j->b + pt->o0,
+                          j->dww ? j->dww + pt->o0 * 9 : NULL, j->dww ? j->dwb + pt->o0 : NULL,
+                          dst, strm);
         if (st == dnnl_success && pt->from_dst)
             st = run_reorder(pt->from_dst, &pt->dst_md, dst, &pt->y_md, j->y + off, strm);
         if (st == dnnl_success)
@@ -581,17 +714,29 @@ static slim_status fconv_exec(slim_op_ctx *ctx)
                    .dst = dst.data, .plane_in = set.h * set.w, .plane_out = set.oh * set.ow,
                    .w_per_oc = slim_tensor_numel(w) / w->dims[0]};
     j.in_image = x->dims[1] * j.plane_in;
-    j.out_image = w->dims[0] * j.plane_out;
+    j.out_image = out_channels(s, w) * j.plane_out;
+    j.src_image = round16(x->dims[1]) * j.plane_in;
+    j.dst_image = round16(out_channels(s, w)) * j.plane_out;
     j.x = x->data;
     j.y = y->data;
     j.r = r ? r->data : NULL;
+    if (s->dw_stride) {
+        j.dww = ctx->in[4]->data;
+        j.dwb = ctx->in[5]->data;
+    }
     /* Tasks are (image, part) pairs: every image goes through the same
      * batch-1 primitives whatever the batch, and a batch wakes the pool
-     * twice per conv rather than twice per image. */
+     * twice per conv rather than twice per image. Waking the pool costs
+     * tens of microseconds, as much as a small conv's part (MobileNetV2's
+     * late depthwise convs), so parts run in chunks of at least
+     * MIN_CHUNK_FLOPS, inline when all fit one: the same primitives on the
+     * same data, only on fewer threads. */
+    int64_t per_part = flops_per_image(s, &set, x->dims[1], out_channels(s, w)) / set.n_parts;
+    int64_t grain = MIN_CHUNK_FLOPS / (per_part > 0 ? per_part : 1) + 1;
     if (set.n_in_parts)
-        slim_parallel_for(batch * set.n_in_parts, 1, reorder_in_parts, &j);
+        slim_parallel_for(batch * set.n_in_parts, grain, reorder_in_parts, &j);
     if (!atomic_load(&j.failed))
-        slim_parallel_for(batch * set.n_parts, 1, conv_parts, &j);
+        slim_parallel_for(batch * set.n_parts, grain, conv_parts, &j);
     if (atomic_load(&j.failed))
         st = slim_errf(ctx->err, SLIM_EINTERNAL, "oneDNN convolution failed");
 done:

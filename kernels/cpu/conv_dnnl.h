@@ -5,10 +5,11 @@
  *     int f = slim_fconv_weights_format(C, M, group);   // -1: not supported
  *     slim_fconv_pack(&w, group, f, &packed, &err);     // packed replaces w
  *
- * The node is com.slimserve FusedConv(X, W, B[, R]) -> Y with the Conv
+ * The node is com.slimserve FusedConv(X, W, B[, R[, DW, DB]]) -> Y with the Conv
  * attributes kernel_shape, strides, dilations, pads (all explicit), group,
- * and activation (SLIM_FCONV_ACT_*, with alpha/beta the Clip bounds) and
- * weights_format. R, when present, is added before the activation.
+ * and activation (SLIM_FCONV_ACT_*, with alpha/beta the Clip bounds),
+ * weights_format and out_channels (M). DW, DB: a depthwise 3x3 (pad 1,
+ * stride dw_stride, then dw_activation) run on Y, after a 1x1 conv. R, when present, is added before the activation.
  * Built only where oneDNN was found (SLIM_HAVE_DNNL).
  */
 #ifndef SLIM_CONV_DNNL_H
@@ -22,7 +23,13 @@ enum { SLIM_FCONV_W_BLOCKED = 0, SLIM_FCONV_W_DEPTHWISE = 1, SLIM_FCONV_W_PLAIN_
 /* The packed layout for a conv with c input channels, m output channels
  * and this group count, or -1 when FusedConv does not take it. */
 int slim_fconv_weights_format(int64_t c, int64_t m, int64_t group);
-/* A new host tensor, w's shape, holding w in layout wfmt. */
+/* The packed W's dims for m output channels of c_per_group inputs: oneDNN
+ * pads the channel blocks of 16, so m (and c, blocked) round up to 16
+ * there, with zeros; the node's out_channels attribute keeps m. */
+void slim_fconv_packed_dims(int wfmt, int64_t m, int64_t c_per_group, int64_t kh, int64_t kw,
+                            int64_t dims[4]);
+/* A new host tensor, slim_fconv_packed_dims's shape, holding w in layout
+ * wfmt. */
 slim_status slim_fconv_pack(const slim_tensor *w, int64_t group, int wfmt, slim_tensor *out,
                             slim_err *err);
 

@@ -239,6 +239,166 @@ START_TEST(fuse_conv_batch_invariant)
     slim_model_free(opt);
 }
 END_TEST
+
+/* Odd shapes: x[N,3,13,11] -> conv 3->16 + BN + Relu -> MaxPool 3x3 s2 p1
+ *   -> conv 1x1 16->24 + BN + Relu (h) -> conv 3x3 24->24 + BN + h -> Relu
+ *   -> conv 1x1 24->32 + BN -> MaxPool 2x2 s2 pads (0,0,1,1)
+ *   -> conv 3x3 32->16 + BN -> y.
+ * 24 channels (MobileNetV2's) pad their last block of 16 and stay NCHW;
+ * both MaxPools sit between FusedConvs and run blocked. */
+static slim_graph *odd_cnn(void)
+{
+    slim_graph *g = slim_graph_new();
+    g->opset = 17;
+    rng_state = 5;
+    conv_bn(g, "stem", "x", 3, 16, 3, 1, 1, "stem.bn");
+    node(g, "stem.relu", "Relu", 1, (const char *[]){"stem.bn"}, "s");
+    int id = node(g, "pool1", "MaxPool", 1, (const char *[]){"s"}, "p1");
+    tu_attr_ints(&g->nodes[id], "kernel_shape", 2, (int64_t[]){3, 3});
+    tu_attr_ints(&g->nodes[id], "strides", 2, (int64_t[]){2, 2});
+    tu_attr_ints(&g->nodes[id], "pads", 4, (int64_t[]){1, 1, 1, 1});
+    conv_bn(g, "e", "p1", 16, 24, 1, 1, 1, "e.bn");
+    node(g, "e.relu", "Relu", 1, (const char *[]){"e.bn"}, "h");
+    conv_bn(g, "b", "h", 24, 24, 3, 1, 1, "b.bn");
+    node(g, "add", "Add", 2, (const char *[]){"b.bn", "h"}, "sum");
+    node(g, "relu", "Relu", 1, (const char *[]){"sum"}, "h2");
+    conv_bn(g, "p", "h2", 24, 32, 1, 1, 1, "p.bn");
+    id = node(g, "pool2", "MaxPool", 1, (const char *[]){"p.bn"}, "p2");
+    tu_attr_ints(&g->nodes[id], "kernel_shape", 2, (int64_t[]){2, 2});
+    tu_attr_ints(&g->nodes[id], "strides", 2, (int64_t[]){2, 2});
+    tu_attr_ints(&g->nodes[id], "pads", 4, (int64_t[]){0, 0, 1, 1});
+    conv_bn(g, "o", "p2", 32, 16, 3, 1, 1, "y");
+    int x = slim_graph_find_value(g, "x");
+    slim_graph_add_input(g, x);
+    g->values[x].info.dtype = SLIM_F32;
+    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    return g;
+}
+
+static slim_model *load_odd(bool passes)
+{
+    slim_graph *g = odd_cnn();
+    slim_err err = {0};
+    if (passes)
+        ck_assert_msg(slim_passes_run(g, &err) == SLIM_OK, "%s", err.msg);
+    slim_model *m;
+    ck_assert_msg(slim_model_from_graph(g, &m, &err) == SLIM_OK, "%s", err.msg);
+    return m;
+}
+
+static slim_tensor odd_input(int64_t n)
+{
+    int64_t count = n * 3 * 13 * 11;
+    float *d = malloc(sizeof(float) * (size_t)count);
+    rng_state = 41;
+    for (int64_t i = 0; i < count; i++)
+        d[i] = rndf();
+    slim_tensor t = tu_f32(4, (int64_t[]){n, 3, 13, 11}, d);
+    free(d);
+    return t;
+}
+
+START_TEST(conv_odd_channels_and_blocked_pool)
+{
+    slim_model *ref = load_odd(false), *opt = load_odd(true);
+    ck_assert_int_eq(count_op(opt->graph, "FusedConv"), 5);
+    ck_assert_int_eq(count_op(opt->graph, "MaxPoolBlocked"), 2);
+    ck_assert_int_eq(count_op(opt->graph, "MaxPool"), 0);
+    for (int i = 0; i < opt->graph->n_nodes; i++) {
+        const slim_node *n = &opt->graph->nodes[i];
+        /* 24-channel outputs are padded in nChw16c, so they stay NCHW */
+        if (strcmp(n->op_type, "FusedConv") == 0 && slim_attr_int(n, "out_channels", 0) == 24)
+            ck_assert_int_eq(slim_attr_int(n, "out_blocked", 0), 0);
+    }
+    slim_model_set_batch_invariant(opt, true);
+    slim_tensor x = odd_input(3), a = run(ref, &x), b = run(opt, &x);
+    ck_assert_int_eq(b.ndim, 4);
+    ck_assert_int_eq(b.dims[1], 16);
+    ck_assert_int_eq(b.dims[2], 4); /* 13 -> 7 -> 4 */
+    ck_assert_int_eq(b.dims[3], 3); /* 11 -> 6 -> 3 */
+    assert_close(&b, &a, 1e-5);
+    /* each image alone gives its bits in the batch */
+    int64_t per_in = 3 * 13 * 11, per_out = slim_tensor_numel(&b) / 3;
+    for (int64_t n = 0; n < 3; n++) {
+        slim_tensor one = tu_f32(4, (int64_t[]){1, 3, 13, 11}, (const float *)x.data + n * per_in);
+        slim_tensor y = run(opt, &one);
+        ck_assert_int_eq(memcmp(y.data, (const float *)b.data + n * per_out,
+                                sizeof(float) * (size_t)per_out), 0);
+        slim_tensor_release(&y);
+        slim_tensor_release(&one);
+    }
+    slim_tensor_release(&a);
+    slim_tensor_release(&b);
+    slim_tensor_release(&x);
+    slim_model_free(ref);
+    slim_model_free(opt);
+}
+END_TEST
+
+/* MobileNetV2's expand + depthwise pairs, odd sizes: x[N,16,9,7]
+ *   -> 1x1 16->32 + BN + Clip(0, 6) -> depthwise 3x3 s1 + BN + Clip(0, 6)
+ *   -> 1x1 32->48 + BN + Relu -> depthwise 3x3 s2 + BN -> y[N,48,5,4].
+ * Each pair becomes one FusedConv with the depthwise conv as its post-op. */
+static slim_graph *dw_cnn(void)
+{
+    slim_graph *g = slim_graph_new();
+    g->opset = 17;
+    rng_state = 9;
+    add_init(g, "lo", 0, NULL, 0.0f, 0.0f);
+    add_init(g, "hi", 0, NULL, 6.0f, 6.0f);
+    conv_bn(g, "e1", "x", 16, 32, 1, 1, 1, "e1.bn");
+    node(g, "e1.clip", "Clip", 3, (const char *[]){"e1.bn", "lo", "hi"}, "h1");
+    conv_bn(g, "d1", "h1", 32, 32, 3, 1, 32, "d1.bn");
+    node(g, "d1.clip", "Clip", 3, (const char *[]){"d1.bn", "lo", "hi"}, "h2");
+    conv_bn(g, "e2", "h2", 32, 48, 1, 1, 1, "e2.bn");
+    node(g, "e2.relu", "Relu", 1, (const char *[]){"e2.bn"}, "h3");
+    conv_bn(g, "d2", "h3", 48, 48, 3, 2, 48, "y");
+    int x = slim_graph_find_value(g, "x");
+    slim_graph_add_input(g, x);
+    g->values[x].info.dtype = SLIM_F32;
+    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    return g;
+}
+
+START_TEST(conv_depthwise_post_op)
+{
+    slim_err err = {0};
+    slim_graph *gr = dw_cnn(), *go = dw_cnn();
+    ck_assert_msg(slim_passes_run(go, &err) == SLIM_OK, "%s", err.msg);
+    slim_model *ref, *opt;
+    ck_assert_msg(slim_model_from_graph(gr, &ref, &err) == SLIM_OK, "%s", err.msg);
+    ck_assert_msg(slim_model_from_graph(go, &opt, &err) == SLIM_OK, "%s", err.msg);
+    ck_assert_int_eq(opt->graph->n_nodes, 2);
+    for (int i = 0; i < 2; i++)
+        ck_assert_int_eq(slim_attr_int(&opt->graph->nodes[i], "dw_stride", 0), i + 1);
+    slim_model_set_batch_invariant(opt, true);
+    int64_t per_in = 16 * 9 * 7, count = 3 * per_in;
+    float *d = malloc(sizeof(float) * (size_t)count);
+    rng_state = 17;
+    for (int64_t i = 0; i < count; i++)
+        d[i] = rndf();
+    slim_tensor x = tu_f32(4, (int64_t[]){3, 16, 9, 7}, d), a = run(ref, &x), b = run(opt, &x);
+    free(d);
+    ck_assert_int_eq(b.dims[1], 48);
+    ck_assert_int_eq(b.dims[2], 5);
+    ck_assert_int_eq(b.dims[3], 4);
+    assert_close(&b, &a, 1e-5);
+    int64_t per_out = slim_tensor_numel(&b) / 3;
+    for (int64_t n = 0; n < 3; n++) {
+        slim_tensor one = tu_f32(4, (int64_t[]){1, 16, 9, 7}, (const float *)x.data + n * per_in);
+        slim_tensor y = run(opt, &one);
+        ck_assert_int_eq(memcmp(y.data, (const float *)b.data + n * per_out,
+                                sizeof(float) * (size_t)per_out), 0);
+        slim_tensor_release(&y);
+        slim_tensor_release(&one);
+    }
+    slim_tensor_release(&a);
+    slim_tensor_release(&b);
+    slim_tensor_release(&x);
+    slim_model_free(ref);
+    slim_model_free(opt);
+}
+END_TEST
 #endif
 
 #ifdef SLIM_HAVE_DNNL
@@ -363,6 +523,8 @@ Suite *passes_suite(void)
     tcase_add_test(tc, fuse_conv_matches);
     tcase_add_test(tc, blocked_layout_matches);
     tcase_add_test(tc, fuse_conv_batch_invariant);
+    tcase_add_test(tc, conv_odd_channels_and_blocked_pool);
+    tcase_add_test(tc, conv_depthwise_post_op);
     tcase_add_test(tc, fuse_matmul_matches);
     tcase_add_test(tc, fuse_matmul_row_invariant);
 #endif
