@@ -12,12 +12,15 @@ BERT-base-sized encoder at sequence 16 and 128 as written at opset 17
 opset 14, the way PyTorch exports it below opset 17). With one binary for
 both, A runs with SLIM_PASSES=0 (no pass at all) and B with the passes.
 
-Per model and batch, rounds alternate A and B, each one `slim run --repeat
-N` process (its median); the table gives each side's median of round
-medians and the median of the per-round ratios B/A (below 1: B is faster),
-plus the node count each runs and the largest |B - A| output difference
-relative to the largest |A| output. The machine's cores may be shared, so
-only the alternating ratios compare.
+Per model and batch, rounds alternate A and B, each one `slim bench
+--repeat N` process (it generates the token ids); the table gives each
+side's median of the rounds' p50 latencies and the median of the per-round
+ratios B/A (below 1: B is faster), the same for the minimum latency (min
+over rounds; on cores shared with other work, time slicing only ever adds,
+so the minimum is the steadier figure), the median load time, the node
+count each runs, and the largest |B - A| output difference (a `slim run`
+on the same ids) relative to the largest |A| output. The machine's cores
+may be shared, so only the alternating ratios compare.
 """
 
 import argparse
@@ -32,7 +35,8 @@ import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "bench"))
-from bench_cpu import TIME_RE  # noqa: E402
+BENCH_RE = re.compile(r"load (\d+) ms, (\d+) nodes after the passes.*?"
+                      r"latency ms: p50 ([0-9.]+) .*? min ([0-9.]+)", re.S)
 
 MODELS = {
     "bert16": ["--seq", "16"],
@@ -50,22 +54,15 @@ def ensure_model(workdir, name):
     return path
 
 
-def run_ms(args, repeat, env):
-    out = subprocess.run(args + ["--repeat", str(repeat)], capture_output=True, text=True,
-                         env=env)
-    if out.returncode != 0:
-        raise RuntimeError(out.stderr.strip())
-    m = TIME_RE.search(out.stdout)
-    if not m:
-        raise RuntimeError("no run time in slim's output:\n" + out.stdout)
-    return float(m.group(1))
-
-
-def node_count(slim, path, env):
-    out = subprocess.run([slim, "inspect", path, "--optimized"], capture_output=True, text=True,
-                         env=env)
-    m = re.search(r"graph after the passes \((\d+) nodes", out.stdout)
-    return int(m.group(1)) if m else -1
+def bench(slim, path, batch, threads, repeat, env):
+    """(load ms, nodes, p50 ms, min ms) of one `slim bench` process."""
+    out = subprocess.run([slim, "bench", path, "--batch", str(batch), "--threads", str(threads),
+                          "--repeat", str(repeat), "--top", "1"],
+                         capture_output=True, text=True, env=env)
+    m = BENCH_RE.search(out.stdout)
+    if out.returncode != 0 or not m:
+        raise RuntimeError("slim bench failed:\n" + out.stdout + out.stderr)
+    return float(m.group(1)), int(m.group(2)), float(m.group(3)), float(m.group(4))
 
 
 def outputs(args, workdir, env):
@@ -94,36 +91,37 @@ def main():
         env_a["SLIM_PASSES"] = "0"
     print(f"A: {slim_a}{' (SLIM_PASSES=0)' if slim_a == slim_b else ''}\nB: {slim_b}\n"
           f"threads {a.threads}, {a.rounds} alternating rounds per row, medians in ms")
-    head = (f"{'model':<10} {'batch':>5} {'nodes A':>8} {'nodes B':>8} {'A ms':>9} {'B ms':>9} "
-            f"{'B/A':>6} {'runs/round':>10} {'max rel diff':>13}")
+    head = (f"{'model':<10} {'batch':>5} {'nodes A':>7} {'nodes B':>7} {'A p50':>8} {'B p50':>8} "
+            f"{'B/A':>6} {'A min':>8} {'B min':>8} {'B/A min':>7} {'load A':>7} {'load B':>7} "
+            f"{'runs':>4} {'max rel diff':>12}")
     print(head)
     print("-" * len(head))
     rng = np.random.default_rng(0)
     for name in a.only.split(","):
         path = ensure_model(a.workdir, name)
         seq = int(MODELS[name][1])
-        na, nb = node_count(slim_a, path, env_a), node_count(slim_b, path, env_b)
         for batch in [int(b) for b in a.batches.split(",")]:
+            probe = bench(slim_b, path, batch, a.threads, 1, env_b)[2]
+            repeat = max(3, min(100, int(a.round_ms / max(probe, 1e-3))))
+            ra, rb = [], []
+            for _ in range(a.rounds):
+                ra.append(bench(slim_a, path, batch, a.threads, repeat, env_a))
+                rb.append(bench(slim_b, path, batch, a.threads, repeat, env_b))
             ids = rng.integers(0, 30522, (batch, seq), dtype=np.int64)
             f = os.path.join(a.workdir, "input_ids.npy")
             np.save(f, ids)
-            args_a = [slim_a, "run", path, "--input", f"input_ids={f}"]
-            args_b = [slim_b, "run", path, "--input", f"input_ids={f}"]
-            probe = run_ms(args_b, 1, env_b)
-            repeat = max(3, min(100, int(a.round_ms / max(probe, 1e-3))))
-            ta, tb, ratios = [], [], []
-            for _ in range(a.rounds):
-                x = run_ms(args_a, repeat, env_a)
-                y = run_ms(args_b, repeat, env_b)
-                ta.append(x)
-                tb.append(y)
-                ratios.append(y / x)
-            oa, ob = outputs(args_a, a.workdir, env_a), outputs(args_b, a.workdir, env_b)
+            oa = outputs([slim_a, "run", path, "--input", f"input_ids={f}"], a.workdir, env_a)
+            ob = outputs([slim_b, "run", path, "--input", f"input_ids={f}"], a.workdir, env_b)
             diff = max(float(np.max(np.abs(p - q)) / max(np.max(np.abs(p)), 1e-30))
                        for p, q in zip(oa, ob))
-            print(f"{name:<10} {batch:>5} {na:>8} {nb:>8} {statistics.median(ta):>9.2f} "
-                  f"{statistics.median(tb):>9.2f} {statistics.median(ratios):>6.3f} "
-                  f"{repeat:>10} {diff:>13.2e}", flush=True)
+            med = statistics.median
+            print(f"{name:<10} {batch:>5} {ra[0][1]:>7} {rb[0][1]:>7} "
+                  f"{med(r[2] for r in ra):>8.2f} {med(r[2] for r in rb):>8.2f} "
+                  f"{med(y[2] / x[2] for x, y in zip(ra, rb)):>6.3f} "
+                  f"{min(r[3] for r in ra):>8.2f} {min(r[3] for r in rb):>8.2f} "
+                  f"{min(r[3] for r in rb) / min(r[3] for r in ra):>7.3f} "
+                  f"{med(r[0] for r in ra):>7.0f} {med(r[0] for r in rb):>7.0f} "
+                  f"{repeat:>4} {diff:>12.2e}", flush=True)
     return 0
 
 

@@ -6,9 +6,9 @@
  *   m = ReduceMean(x, axes=[-1])      d = Sub(x, m)
  *   v = ReduceMean(Pow(d, 2), [-1])   n = Div(d, Sqrt(Add(v, eps)))
  *   y = Add(Mul(n, gamma), beta)
- * and hand-written models square with Mul(d, d) and divide by multiplying
- * with the reciprocal square root: Reciprocal(Sqrt(.)), Div(1, Sqrt(.)) or
- * Pow(., -0.5). Nine nodes and four passes over the activation become one
+ * and hand-written models square with Mul(d, d), compute x - m twice (one
+ * squared, one divided) and divide by multiplying with the reciprocal
+ * square root: Reciprocal(Sqrt(.)), Div(1, Sqrt(.)) or Pow(., -0.5). Nine nodes and four passes over the activation become one
  * node that reads each row once, with the statistics in double.
  *
  * It matches only what is provably the same function: both reductions
@@ -94,29 +94,46 @@ static slim_status match(slim__pattern *p, slim_node *rm1, int *changed, slim_er
     if (!mean_last_axis(p, rm1) || rm1->in[0] < 0 || rm1->out[0] < 0)
         return SLIM_OK;
     int x = rm1->in[0], m = rm1->out[0];
-    slim_node *used[12];
+    slim_node *used[16];
     int n_used = 0;
     used[n_used++] = rm1;
-    slim_node *sub = slim__pattern_sole(p, m, "Sub");
-    if (!sub || sub->n_in != 2 || sub->in[0] != x || sub->in[1] != m)
+    /* x - m once, or twice as older BERT code writes it ((x - u).pow(2)
+     * and (x - u) / ...): each a Sub(x, m), nothing else reading m. */
+    slim_node *subs[2];
+    int n_subs = 0;
+    if (g->values[m].is_output)
         return SLIM_OK;
-    used[n_used++] = sub;
-    int d = sub->out[0];
-    if (g->values[d].is_output)
-        return SLIM_OK;
-    /* d is read by the square (once by Pow, twice by Mul(d, d)) and by
-     * the normalizing node, nothing else. */
-    slim_node *sqr = NULL;
-    for (int r = p->start[d]; r < p->start[d + 1]; r++) {
+    for (int r = p->start[m]; r < p->start[m + 1]; r++) {
         slim_node *n = &g->nodes[p->readers[r]];
-        if (slim__pattern_is(n, "Pow") && n->n_in == 2 && n->in[0] == d &&
-            scalar_is(g, n->in[1], 2.0))
-            sqr = n;
-        else if (slim__pattern_is(n, "Mul") && n->n_in == 2 && n->in[0] == d && n->in[1] == d)
-            sqr = n;
+        if (n_subs == 2 || p->w.dead[n - g->nodes] || !slim__pattern_is(n, "Sub") ||
+            n->n_in != 2 || n->in[0] != x || n->in[1] != m || n->n_out != 1 || n->out[0] < 0 ||
+            g->values[n->out[0]].is_output)
+            return SLIM_OK;
+        subs[n_subs++] = n;
+        used[n_used++] = n;
     }
-    if (!sqr || p->w.dead[sqr - g->nodes] || sqr->n_out != 1 ||
-        p->w.uses.readers[d] != (sqr->in[1] == d ? 3 : 2))
+    if (!n_subs)
+        return SLIM_OK;
+    /* One difference is squared (once by Pow, twice by Mul(d, d)) and the
+     * other (or the same) divided; nothing else reads them. */
+    slim_node *sqr = NULL;
+    int sq_d = -1;
+    for (int i = 0; i < n_subs && !sqr; i++) {
+        int dv = subs[i]->out[0];
+        for (int r = p->start[dv]; r < p->start[dv + 1]; r++) {
+            slim_node *n = &g->nodes[p->readers[r]];
+            if ((slim__pattern_is(n, "Pow") && n->n_in == 2 && n->in[0] == dv &&
+                 scalar_is(g, n->in[1], 2.0)) ||
+                (slim__pattern_is(n, "Mul") && n->n_in == 2 && n->in[0] == dv && n->in[1] == dv))
+                sqr = n, sq_d = dv;
+        }
+    }
+    if (!sqr || p->w.dead[sqr - g->nodes] || sqr->n_out != 1 || sqr->out[0] < 0)
+        return SLIM_OK;
+    int sq_slots = sqr->in[1] == sq_d ? 2 : 1;
+    int d = n_subs == 1 ? sq_d : subs[0]->out[0] == sq_d ? subs[1]->out[0] : subs[0]->out[0];
+    if (n_subs == 1 ? p->w.uses.readers[d] != sq_slots + 1
+                    : p->w.uses.readers[sq_d] != sq_slots || p->w.uses.readers[d] != 1)
         return SLIM_OK;
     used[n_used++] = sqr;
     slim_node *rm2 = slim__pattern_sole(p, sqr->out[0], "ReduceMean");

@@ -451,7 +451,8 @@ END_TEST
 enum { LN_POW, LN_MUL_SQUARE };
 enum { LN_DIV, LN_RECIPROCAL, LN_ONE_OVER, LN_POW_HALF };
 
-static int ln_square, ln_norm, ln_beta = 1, ln_axis = -1, ln_sub_swapped, ln_leak;
+static int ln_square, ln_norm, ln_beta = 1, ln_axis = -1, ln_sub_swapped, ln_leak, ln_constant_nodes,
+    ln_two_subs;
 static float ln_exponent = 2.0f;
 
 /* x[N,5,16] -> LayerNorm spelled out over the last axis -> y. */
@@ -461,8 +462,13 @@ static void build_ln(void)
     rng_state = 77;
     vec("gamma", 16, 0.5f, 1.5f);
     vec("beta", 16, -0.3f, 0.3f);
-    scalar("eps", 1e-5f);
-    scalar("two", ln_exponent);
+    if (ln_constant_nodes) { /* as torch.onnx writes Python scalars */
+        tu_attr_f(op("Constant", "eps", 0), "value_float", 1e-5f);
+        tu_attr_f(op("Constant", "two", 0), "value_float", ln_exponent);
+    } else {
+        scalar("eps", 1e-5f);
+        scalar("two", ln_exponent);
+    }
     scalar("one", 1.0f);
     scalar("mhalf", -0.5f);
     slim_node *m = op("ReduceMean", "m", 1, "x");
@@ -471,6 +477,11 @@ static void build_ln(void)
         op("Sub", "d", 2, "m", "x");
     else
         op("Sub", "d", 2, "x", "m");
+    const char *dn = "d"; /* the divided difference */
+    if (ln_two_subs) { /* x - m again for the division */
+        op("Sub", "d2", 2, "x", "m");
+        dn = "d2";
+    }
     if (ln_square == LN_POW)
         op("Pow", "sq", 2, "d", "two");
     else
@@ -480,17 +491,17 @@ static void build_ln(void)
     op("Add", "e", 2, "eps", "v");
     if (ln_norm == LN_POW_HALF) {
         op("Pow", "r", 2, "e", "mhalf");
-        op("Mul", "n", 2, "r", "d");
+        op("Mul", "n", 2, "r", dn);
     } else {
         op("Sqrt", "s", 1, "e");
         if (ln_norm == LN_DIV)
-            op("Div", "n", 2, "d", "s");
+            op("Div", "n", 2, dn, "s");
         else {
             if (ln_norm == LN_RECIPROCAL)
                 op("Reciprocal", "r", 1, "s");
             else
                 op("Div", "r", 2, "one", "s");
-            op("Mul", "n", 2, "d", "r");
+            op("Mul", "n", 2, dn, "r");
         }
     }
     op("Mul", ln_beta ? "g" : "y", 2, "gamma", "n");
@@ -507,7 +518,7 @@ static void ln_reset(void)
     ln_norm = LN_DIV;
     ln_beta = 1;
     ln_axis = -1;
-    ln_sub_swapped = ln_leak = 0;
+    ln_sub_swapped = ln_leak = ln_constant_nodes = ln_two_subs = 0;
     ln_exponent = 2.0f;
 }
 
@@ -516,21 +527,35 @@ START_TEST(fuse_layernorm_variants)
     int64_t dims[3] = {3, 5, 16};
     for (int sq = LN_POW; sq <= LN_MUL_SQUARE; sq++)
         for (int nm = LN_DIV; nm <= LN_POW_HALF; nm++)
-            for (int b = 0; b < 2; b++) {
+            for (int b = 0; b < 4; b++) {
                 ln_reset();
                 ln_square = sq;
                 ln_norm = nm;
-                ln_beta = b;
+                ln_beta = b & 1;
+                ln_two_subs = b >> 1;
                 pair p = both(build_ln, 3, dims, 3.0f, 1e-5);
                 const slim_graph *g = p.opt->graph;
                 ck_assert_int_eq(g->n_nodes, 1);
                 const slim_node *n = &g->nodes[0];
                 ck_assert_str_eq(n->op_type, "LayerNormalization");
-                ck_assert_int_eq(n->n_in, b ? 3 : 2);
+                ck_assert_int_eq(n->n_in, ln_beta ? 3 : 2);
                 ck_assert_int_eq(slim_attr_int(n, "axis", 0), -1);
                 ck_assert(slim_attr_float(n, "epsilon", 0) == 1e-5f);
                 pair_free(&p);
             }
+}
+END_TEST
+
+/* Epsilon and the exponent from Constant nodes: fold_constants makes them
+ * initializers first. */
+START_TEST(fuse_layernorm_constant_nodes)
+{
+    ln_reset();
+    ln_constant_nodes = 1;
+    pair p = both(build_ln, 3, (int64_t[]){2, 5, 16}, 3.0f, 1e-5);
+    ck_assert_int_eq(p.opt->graph->n_nodes, 1);
+    ck_assert_str_eq(p.opt->graph->nodes[0].op_type, "LayerNormalization");
+    pair_free(&p);
 }
 END_TEST
 
@@ -736,6 +761,7 @@ Suite *rewrite_suite(void)
     tcase_add_test(tc, simplify_transposes);
     tcase_add_test(tc, simplify_near_misses);
     tcase_add_test(tc, fuse_layernorm_variants);
+    tcase_add_test(tc, fuse_layernorm_constant_nodes);
     tcase_add_test(tc, fuse_layernorm_near_misses);
     tcase_add_test(tc, fuse_gelu_erf_orders);
     tcase_add_test(tc, fuse_gelu_tanh_forms);
