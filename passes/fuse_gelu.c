@@ -90,7 +90,8 @@ static slim_node *product(slim__pattern *p, int x, int s, gelu_match *m)
         if (m2 && with_const(m2, m1->out[0], &c) && exact(g, c, 0.5))
             return m2;
         m2 = slim__pattern_sole(p, m1->out[0], "Div");
-        return m2 && m2->in[0] == m1->out[0] && exact(g, m2->in[1], 2.0) ? m2 : NULL;
+        return m2 && m2->n_in == 2 && m2->in[0] == m1->out[0] && exact(g, m2->in[1], 2.0) ? m2
+                                                                                         : NULL;
     }
     if (exact(g, o, 0.5)) { /* (s * 0.5) * x */
         m->nodes[m->n++] = m1;

@@ -69,6 +69,8 @@ static slim_node *normalize(slim__pattern *p, int e, int d, slim_node **used, in
         used[(*n_used)++] = sq;
         int s = sq->out[0];
         slim_node *div = slim__pattern_sole(p, s, "Div");
+        if (div && div->n_in != 2)
+            div = NULL;
         if (div && div->in[0] == d && div->in[1] == s)
             return div;
         r = slim__pattern_sole(p, s, "Reciprocal");
@@ -77,7 +79,7 @@ static slim_node *normalize(slim__pattern *p, int e, int d, slim_node **used, in
             r = div;
     } else {
         slim_node *pw = slim__pattern_sole(p, e, "Pow");
-        if (pw && pw->in[0] == e && scalar_is(p->g, pw->in[1], -0.5))
+        if (pw && pw->n_in == 2 && pw->in[0] == e && scalar_is(p->g, pw->in[1], -0.5))
             r = pw;
     }
     if (!r)
@@ -137,7 +139,7 @@ static slim_status match(slim__pattern *p, slim_node *rm1, int *changed, slim_er
         return SLIM_OK;
     used[n_used++] = sqr;
     slim_node *rm2 = slim__pattern_sole(p, sqr->out[0], "ReduceMean");
-    if (!rm2 || rm2->in[0] != sqr->out[0] || !mean_last_axis(p, rm2))
+    if (!rm2 || !mean_last_axis(p, rm2) || rm2->in[0] != sqr->out[0])
         return SLIM_OK;
     used[n_used++] = rm2;
     slim_node *add = slim__pattern_sole(p, rm2->out[0], "Add");
