@@ -9,8 +9,13 @@ Models (generated once into --workdir by bench/gen_encoder.py): the
 BERT-base-sized encoder at sequence 16 and 128 as written at opset 17
 (LayerNormalization, GELU spelled out with Erf), and the same with
 --spelled-layernorm (`...ln`: LayerNorm as ReduceMean, Sub, Pow, ...,
-opset 14, the way PyTorch exports it below opset 17). With one binary for
-both, A runs with SLIM_PASSES=0 (no pass at all) and B with the passes.
+opset 14, the way PyTorch exports it below opset 17). Two one-pattern
+graphs show the rewrites alone: `gelu`, x[batch, 128, 3072] through the
+exported erf GELU (Div, Erf, Add, Mul, Mul), and `layernorm`,
+x[batch, 128, 768] through the exported LayerNorm (nine nodes); `gelu_op`
+is one Gelu node (opset 20) for the kernel itself. With one
+binary for both, A runs with SLIM_PASSES=0 (no pass at all) and B with the
+passes.
 
 Per model and batch, rounds alternate A and B, each one `slim bench
 --repeat N` process (it generates the token ids); the table gives each
@@ -43,12 +48,60 @@ MODELS = {
     "bert128": ["--seq", "128"],
     "bert16ln": ["--seq", "16", "--spelled-layernorm"],
     "bert128ln": ["--seq", "128", "--spelled-layernorm"],
+    "gelu": None,
+    "layernorm": None,
+    "gelu_op": None,
 }
+
+
+def pattern_model(name, path):
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    def c(nm, v):
+        return numpy_helper.from_array(np.array(v, np.float32), nm)
+
+    opset = 14
+    if name == "gelu_op":
+        width, inits, opset = 3072, [], 20
+        nodes = [helper.make_node("Gelu", ["x"], ["y"])]
+    elif name == "gelu":
+        width = 3072
+        inits = [c("sqrt2", 1.4142135623730951), c("one", 1.0), c("half", 0.5)]
+        nodes = [helper.make_node("Div", ["x", "sqrt2"], ["t"]),
+                 helper.make_node("Erf", ["t"], ["e"]),
+                 helper.make_node("Add", ["e", "one"], ["s"]),
+                 helper.make_node("Mul", ["x", "s"], ["p"]),
+                 helper.make_node("Mul", ["p", "half"], ["y"])]
+    else:
+        width = 768
+        rng = np.random.default_rng(1)
+        inits = [c("two", 2.0), c("eps", 1e-12),
+                 c("gamma", 1 + 0.1 * rng.standard_normal(width)),
+                 c("beta", 0.05 * rng.standard_normal(width))]
+        nodes = [helper.make_node("ReduceMean", ["x"], ["m"], axes=[-1]),
+                 helper.make_node("Sub", ["x", "m"], ["d"]),
+                 helper.make_node("Pow", ["d", "two"], ["sq"]),
+                 helper.make_node("ReduceMean", ["sq"], ["v"], axes=[-1]),
+                 helper.make_node("Add", ["v", "eps"], ["ve"]),
+                 helper.make_node("Sqrt", ["ve"], ["sd"]),
+                 helper.make_node("Div", ["d", "sd"], ["n"]),
+                 helper.make_node("Mul", ["n", "gamma"], ["g"]),
+                 helper.make_node("Add", ["g", "beta"], ["y"])]
+    graph = helper.make_graph(
+        nodes, name, [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 128, width])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 128, width])],
+        initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 8
+    onnx.save(model, path)
 
 
 def ensure_model(workdir, name):
     path = os.path.join(workdir, name + ".onnx")
-    if not os.path.exists(path):
+    if not os.path.exists(path) and MODELS[name] is None:
+        pattern_model(name, path)
+    elif not os.path.exists(path):
         subprocess.run([sys.executable, os.path.join(REPO, "bench", "gen_encoder.py"), path]
                        + MODELS[name], check=True, capture_output=True)
     return path
@@ -99,7 +152,7 @@ def main():
     rng = np.random.default_rng(0)
     for name in a.only.split(","):
         path = ensure_model(a.workdir, name)
-        seq = int(MODELS[name][1])
+        seq = int(MODELS[name][1]) if MODELS[name] else 0
         for batch in [int(b) for b in a.batches.split(",")]:
             probe = bench(slim_b, path, batch, a.threads, 1, env_b)[2]
             repeat = max(3, min(100, int(a.round_ms / max(probe, 1e-3))))
@@ -107,11 +160,15 @@ def main():
             for _ in range(a.rounds):
                 ra.append(bench(slim_a, path, batch, a.threads, repeat, env_a))
                 rb.append(bench(slim_b, path, batch, a.threads, repeat, env_b))
-            ids = rng.integers(0, 30522, (batch, seq), dtype=np.int64)
-            f = os.path.join(a.workdir, "input_ids.npy")
-            np.save(f, ids)
-            oa = outputs([slim_a, "run", path, "--input", f"input_ids={f}"], a.workdir, env_a)
-            ob = outputs([slim_b, "run", path, "--input", f"input_ids={f}"], a.workdir, env_b)
+            if seq:
+                feed, x = "input_ids", rng.integers(0, 30522, (batch, seq), dtype=np.int64)
+            else:
+                width = 768 if name == "layernorm" else 3072
+                feed, x = "x", (3 * rng.standard_normal((batch, 128, width))).astype(np.float32)
+            f = os.path.join(a.workdir, feed + ".npy")
+            np.save(f, x)
+            oa = outputs([slim_a, "run", path, "--input", f"{feed}={f}"], a.workdir, env_a)
+            ob = outputs([slim_b, "run", path, "--input", f"{feed}={f}"], a.workdir, env_b)
             diff = max(float(np.max(np.abs(p - q)) / max(np.max(np.abs(p)), 1e-30))
                        for p, q in zip(oa, ob))
             med = statistics.median
