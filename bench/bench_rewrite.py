@@ -26,11 +26,18 @@ so the minimum is the steadier figure), the median load time, the node
 count each runs, and the largest |B - A| output difference (a `slim run`
 on the same ids) relative to the largest |A| output. The machine's cores
 may be shared, so only the alternating ratios compare.
+
+--cpu-time measures instead the CPU time a run takes (user + system of a
+`slim run --repeat N` process less that of a `--repeat 1` process on the
+same input, over N - 1): on cores oversubscribed by other work, wall
+times swing by 3x from minute to minute while CPU time stays put. Use it
+with --threads 1, where no pool thread waits.
 """
 
 import argparse
 import os
 import re
+import resource
 import statistics
 import subprocess
 import sys
@@ -118,10 +125,67 @@ def bench(slim, path, batch, threads, repeat, env):
     return float(m.group(1)), int(m.group(2)), float(m.group(3)), float(m.group(4))
 
 
+def cpu_ms(args, repeat, env):
+    """CPU ms of one `slim run --repeat repeat` process, load included."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    out = subprocess.run(args + ["--repeat", str(repeat)], capture_output=True, text=True,
+                         env=env)
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr.strip())
+    return 1e3 * ((after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime))
+
+
+def run_cpu(args, repeat, env):
+    """CPU ms per run: the load and first run taken out."""
+    return (cpu_ms(args, repeat, env) - cpu_ms(args, 1, env)) / (repeat - 1)
+
+
 def outputs(args, workdir, env):
     d = tempfile.mkdtemp(dir=workdir)
     subprocess.run(args + ["--output-dir", d], check=True, capture_output=True, env=env)
     return [np.load(os.path.join(d, f)) for f in sorted(os.listdir(d))]
+
+
+def feed_for(a, name, batch, rng):
+    """(input name, .npy path) of a fresh input for model name."""
+    seq = int(MODELS[name][1]) if MODELS[name] else 0
+    if seq:
+        feed, x = "input_ids", rng.integers(0, 30522, (batch, seq), dtype=np.int64)
+    else:
+        width = 768 if name == "layernorm" else 3072
+        feed, x = "x", (3 * rng.standard_normal((batch, 128, width))).astype(np.float32)
+    f = os.path.join(a.workdir, f"{name}_{batch}_{feed}.npy")
+    np.save(f, x)
+    return feed, f
+
+
+def cpu_table(a, slim_a, slim_b, env_a, env_b):
+    head = (f"{'model':<10} {'batch':>5} {'A cpu ms':>9} {'B cpu ms':>9} {'B/A':>6} "
+            f"{'runs':>4} {'max rel diff':>12}")
+    print(head)
+    print("-" * len(head))
+    rng = np.random.default_rng(0)
+    for name in a.only.split(","):
+        path = ensure_model(a.workdir, name)
+        for batch in [int(b) for b in a.batches.split(",")]:
+            feed, f = feed_for(a, name, batch, rng)
+            args_a = [slim_a, "run", path, "--input", f"{feed}={f}"]
+            args_b = [slim_b, "run", path, "--input", f"{feed}={f}"]
+            probe = max(run_cpu(args_b, 3, env_b), 1e-3)
+            repeat = max(3, min(200, int(a.round_ms / probe)))
+            ta, tb = [], []
+            for _ in range(a.rounds):
+                ta.append(run_cpu(args_a, repeat, env_a))
+                tb.append(run_cpu(args_b, repeat, env_b))
+            oa, ob = outputs(args_a, a.workdir, env_a), outputs(args_b, a.workdir, env_b)
+            diff = max(float(np.max(np.abs(p - q)) / max(np.max(np.abs(p)), 1e-30))
+                       for p, q in zip(oa, ob))
+            med = statistics.median
+            print(f"{name:<10} {batch:>5} {med(ta):>9.2f} {med(tb):>9.2f} "
+                  f"{med(y / x for x, y in zip(ta, tb)):>6.3f} {repeat:>4} {diff:>12.2e}",
+                  flush=True)
+    return 0
 
 
 def main():
@@ -135,6 +199,8 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--round-ms", type=float, default=1500.0, help="target time of one round")
+    ap.add_argument("--cpu-time", action="store_true",
+                    help="CPU ms per run instead of latency (see above)")
     a = ap.parse_args()
     slim_a, slim_b = os.path.abspath(a.slim_a), os.path.abspath(a.slim_b)
     os.makedirs(a.workdir, exist_ok=True)
@@ -144,6 +210,8 @@ def main():
         env_a["SLIM_PASSES"] = "0"
     print(f"A: {slim_a}{' (SLIM_PASSES=0)' if slim_a == slim_b else ''}\nB: {slim_b}\n"
           f"threads {a.threads}, {a.rounds} alternating rounds per row, medians in ms")
+    if a.cpu_time:
+        return cpu_table(a, slim_a, slim_b, env_a, env_b)
     head = (f"{'model':<10} {'batch':>5} {'nodes A':>7} {'nodes B':>7} {'A p50':>8} {'B p50':>8} "
             f"{'B/A':>6} {'A min':>8} {'B min':>8} {'B/A min':>7} {'load A':>7} {'load B':>7} "
             f"{'runs':>4} {'max rel diff':>12}")
