@@ -114,10 +114,10 @@ def ensure_model(workdir, name):
     return path
 
 
-def bench(slim, path, batch, threads, repeat, env):
+def bench(slim, path, batch, threads, repeat, env, precision="fp32"):
     """(load ms, nodes, p50 ms, min ms) of one `slim bench` process."""
     out = subprocess.run([slim, "bench", path, "--batch", str(batch), "--threads", str(threads),
-                          "--repeat", str(repeat), "--top", "1"],
+                          "--repeat", str(repeat), "--top", "1", "--precision", precision],
                          capture_output=True, text=True, env=env)
     m = BENCH_RE.search(out.stdout)
     if out.returncode != 0 or not m:
@@ -170,8 +170,9 @@ def cpu_table(a, slim_a, slim_b, env_a, env_b):
         path = ensure_model(a.workdir, name)
         for batch in [int(b) for b in a.batches.split(",")]:
             feed, f = feed_for(a, name, batch, rng)
-            args_a = [slim_a, "run", path, "--input", f"{feed}={f}"]
-            args_b = [slim_b, "run", path, "--input", f"{feed}={f}"]
+            prec = ["--precision", a.precision]
+            args_a = [slim_a, "run", path, "--input", f"{feed}={f}"] + prec
+            args_b = [slim_b, "run", path, "--input", f"{feed}={f}"] + prec
             probe = max(run_cpu(args_b, 3, env_b), 1e-3)
             repeat = max(3, min(200, int(a.round_ms / probe)))
             ta, tb = [], []
@@ -199,6 +200,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--round-ms", type=float, default=1500.0, help="target time of one round")
+    ap.add_argument("--precision", default="fp32", help="slim's --precision (fp32, int8, ...)")
     ap.add_argument("--cpu-time", action="store_true",
                     help="CPU ms per run instead of latency (see above)")
     a = ap.parse_args()
@@ -209,7 +211,8 @@ def main():
     if slim_a == slim_b:
         env_a["SLIM_PASSES"] = "0"
     print(f"A: {slim_a}{' (SLIM_PASSES=0)' if slim_a == slim_b else ''}\nB: {slim_b}\n"
-          f"threads {a.threads}, {a.rounds} alternating rounds per row, medians in ms")
+          f"threads {a.threads}, precision {a.precision}, {a.rounds} alternating rounds per row, "
+          f"medians in ms")
     if a.cpu_time:
         return cpu_table(a, slim_a, slim_b, env_a, env_b)
     head = (f"{'model':<10} {'batch':>5} {'nodes A':>7} {'nodes B':>7} {'A p50':>8} {'B p50':>8} "
@@ -222,12 +225,12 @@ def main():
         path = ensure_model(a.workdir, name)
         seq = int(MODELS[name][1]) if MODELS[name] else 0
         for batch in [int(b) for b in a.batches.split(",")]:
-            probe = bench(slim_b, path, batch, a.threads, 1, env_b)[2]
+            probe = bench(slim_b, path, batch, a.threads, 1, env_b, a.precision)[2]
             repeat = max(3, min(100, int(a.round_ms / max(probe, 1e-3))))
             ra, rb = [], []
             for _ in range(a.rounds):
-                ra.append(bench(slim_a, path, batch, a.threads, repeat, env_a))
-                rb.append(bench(slim_b, path, batch, a.threads, repeat, env_b))
+                ra.append(bench(slim_a, path, batch, a.threads, repeat, env_a, a.precision))
+                rb.append(bench(slim_b, path, batch, a.threads, repeat, env_b, a.precision))
             if seq:
                 feed, x = "input_ids", rng.integers(0, 30522, (batch, seq), dtype=np.int64)
             else:
@@ -235,8 +238,10 @@ def main():
                 feed, x = "x", (3 * rng.standard_normal((batch, 128, width))).astype(np.float32)
             f = os.path.join(a.workdir, feed + ".npy")
             np.save(f, x)
-            oa = outputs([slim_a, "run", path, "--input", f"{feed}={f}"], a.workdir, env_a)
-            ob = outputs([slim_b, "run", path, "--input", f"{feed}={f}"], a.workdir, env_b)
+            oa = outputs([slim_a, "run", path, "--input", f"{feed}={f}", "--precision", a.precision],
+                         a.workdir, env_a)
+            ob = outputs([slim_b, "run", path, "--input", f"{feed}={f}", "--precision", a.precision],
+                         a.workdir, env_b)
             diff = max(float(np.max(np.abs(p - q)) / max(np.max(np.abs(p)), 1e-30))
                        for p, q in zip(oa, ob))
             med = statistics.median
