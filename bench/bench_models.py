@@ -6,7 +6,8 @@
 
 Generates (once, into --workdir) ResNet-18, ResNet-50 and a MobileNetV2 at
 224x224 (bench/gen_cnn.py) and a BERT-base-sized encoder at sequence 128 and
-16 (bench/gen_encoder.py), then for each model and batch alternates rounds:
+16 (bench/gen_encoder.py; bert128ln and bert16ln with its LayerNorms spelled
+out, --spelled-layernorm), then for each model and batch alternates rounds:
 one `slim run --repeat N` process (its median), then N runs of an
 onnxruntime session (its median), both with the same thread count. The
 cores may be shared with other work, so absolute times drift; alternating
@@ -44,6 +45,9 @@ MODELS = {
     "mobilenetv2": (["gen_cnn.py", "mobilenetv2"], "image"),
     "bert128": (["gen_encoder.py", "--seq", "128"], "ids128"),
     "bert16": (["gen_encoder.py", "--seq", "16"], "ids16"),
+    # LayerNorm spelled out as PyTorch exports it below opset 17
+    "bert128ln": (["gen_encoder.py", "--seq", "128", "--spelled-layernorm"], "ids128"),
+    "bert16ln": (["gen_encoder.py", "--seq", "16", "--spelled-layernorm"], "ids16"),
 }
 
 

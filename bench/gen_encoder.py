@@ -3,13 +3,16 @@
 
     python3 bench/gen_encoder.py OUT.onnx [--layers 12] [--hidden 768] [--heads 12]
                                  [--ffn 3072] [--seq 128] [--vocab 30522]
+                                 [--spelled-layernorm]
 
 Token ids [batch, seq] (int64) -> hidden states [batch, seq, hidden] (float32),
 written the way PyTorch exports BERT at opset 17: MatMul + Add projections,
 Reshape/Transpose heads, MatMul/Mul/Softmax/MatMul attention, Erf GELU,
 LayerNormalization. The defaults are BERT-base: 12 layers, hidden 768, 12
 heads, 3072 feed-forward, 30522 tokens, sequence 128 (about 436 MB of fp32
-weights).
+weights). --spelled-layernorm writes each LayerNorm as PyTorch exports it
+below opset 17 (ReduceMean, Sub, Pow 2, ReduceMean, Add eps, Sqrt, Div, Mul
+gamma, Add beta, its scalars as Constant nodes); the function is the same.
 
 Random Gaussian weights hide precision problems, so the weights look
 trained: Student-t (3 degrees of freedom) entries scaled to 1/sqrt(fan_in),
@@ -28,9 +31,18 @@ from onnx import TensorProto, helper, numpy_helper
 
 
 class Builder:
-    def __init__(self, seed):
+    def __init__(self, seed, spelled_layernorm=False):
         self.rng = np.random.default_rng(seed)
         self.nodes, self.inits, self.count = [], [], 0
+        self.spelled_layernorm = spelled_layernorm
+
+    def constant(self, arr):
+        """A Constant node, as torch.onnx writes a Python scalar."""
+        self.count += 1
+        out = f"constant_{self.count}"
+        self.nodes.append(helper.make_node(
+            "Constant", [], [out], name=out, value=numpy_helper.from_array(np.asarray(arr))))
+        return out
 
     def const(self, name, arr):
         self.inits.append(numpy_helper.from_array(np.asarray(arr), name))
@@ -56,13 +68,19 @@ class Builder:
     def layer_norm(self, x, d, name):
         scale = (1.0 + 0.1 * self.rng.standard_normal(d)).astype(np.float32)
         shift = (0.05 * self.rng.standard_normal(d)).astype(np.float32)
-        return self.op("LayerNormalization", [x, self.const(f"{name}.weight", scale),
-                                              self.const(f"{name}.bias", shift)],
-                       axis=-1, epsilon=1e-12)
+        gamma, beta = self.const(f"{name}.weight", scale), self.const(f"{name}.bias", shift)
+        if self.spelled_layernorm:
+            mean = self.op("ReduceMean", [x], axes=[-1], keepdims=1)
+            dev = self.op("Sub", [x, mean])
+            var = self.op("ReduceMean", [self.op("Pow", [dev, self.constant(np.float32(2.0))])],
+                          axes=[-1], keepdims=1)
+            std = self.op("Sqrt", [self.op("Add", [var, self.constant(np.float32(1e-12))])])
+            return self.op("Add", [self.op("Mul", [self.op("Div", [dev, std]), gamma]), beta])
+        return self.op("LayerNormalization", [x, gamma, beta], axis=-1, epsilon=1e-12)
 
 
-def build(layers, hidden, heads, ffn, seq, vocab, seed=7):
-    b = Builder(seed)
+def build(layers, hidden, heads, ffn, seq, vocab, seed=7, spelled_layernorm=False):
+    b = Builder(seed, spelled_layernorm)
     d_head = hidden // heads
     emb = (b.rng.standard_t(3, (vocab, hidden)) * 0.05).astype(np.float32)
     pos = (b.rng.standard_normal((seq, hidden)) * 0.02).astype(np.float32)
@@ -103,7 +121,9 @@ def build(layers, hidden, heads, ffn, seq, vocab, seed=7):
         [helper.make_tensor_value_info("last_hidden_state", TensorProto.FLOAT,
                                        ["batch", seq, hidden])],
         initializer=b.inits)
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)],
+    # Spelled out, the model is what an exporter writes below opset 17.
+    opset = 14 if spelled_layernorm else 17
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)],
                               producer_name="slimserve-bench")
     model.ir_version = 8
     return model
@@ -118,8 +138,11 @@ def main():
     ap.add_argument("--ffn", type=int, default=3072)
     ap.add_argument("--seq", type=int, default=128)
     ap.add_argument("--vocab", type=int, default=30522)
+    ap.add_argument("--spelled-layernorm", action="store_true",
+                    help="LayerNorm as ReduceMean/Sub/Pow/.../Add, as exported below opset 17")
     a = ap.parse_args()
-    model = build(a.layers, a.hidden, a.heads, a.ffn, a.seq, a.vocab)
+    model = build(a.layers, a.hidden, a.heads, a.ffn, a.seq, a.vocab,
+                  spelled_layernorm=a.spelled_layernorm)
     onnx.save(model, a.out)
     params = sum(int(np.prod(t.dims)) for t in model.graph.initializer)
     print(f"{a.out}: {len(model.graph.node)} nodes, {params} parameters "

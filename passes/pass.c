@@ -12,6 +12,10 @@ extern const slim_pass slim__pass_fold_bn;
 extern const slim_pass slim__pass_fuse_conv;
 extern const slim_pass slim__pass_blocked_layout;
 extern const slim_pass slim__pass_fuse_matmul;
+extern const slim_pass slim__pass_fold_constants;
+extern const slim_pass slim__pass_simplify_shapes;
+extern const slim_pass slim__pass_fuse_layernorm;
+extern const slim_pass slim__pass_fuse_gelu;
 
 /* Folding BatchNormalization first gives fuse_conv a Conv whose only
  * reader is the activation or the residual Add; blocked_layout then links
@@ -21,6 +25,13 @@ const slim_pass *const slim_passes[] = {
     &slim__pass_fuse_conv,
     &slim__pass_blocked_layout,
     &slim__pass_fuse_matmul,
+    /* After fuse_matmul, which takes the GELUs it can fuse into a product;
+     * fuse_layernorm and fuse_gelu read the scalars fold_constants made
+     * initializers. */
+    &slim__pass_fold_constants,
+    &slim__pass_simplify_shapes,
+    &slim__pass_fuse_layernorm,
+    &slim__pass_fuse_gelu,
     NULL,
 };
 
