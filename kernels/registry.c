@@ -37,6 +37,8 @@ extern const slim_op_def slim__ops_int8[];
 extern const slim_op_def slim__ops_sparse[]; /* the pruning pass's (cpu/sparse_op.c) */
 extern const slim_op_def slim__ops_half[]; /* the half-weights pass's (cpu/hlinear.c) */
 extern const slim_op_def slim__ops_hconv[]; /* and its ConvHalf (cpu/hconv.c) */
+/* the fuse_attention pass's (cpu/attention.c) */
+extern const slim_op_def slim__ops_fused_attention[];
 /* onnxruntime's contrib operators that quantized models carry
  * (cpu/quantize_ops.c). */
 extern const slim_op_def slim__ops_microsoft[];
@@ -65,6 +67,9 @@ const slim_op_def *slim_op_lookup(const char *domain, const char *op_type, int o
             if (strcmp(d->op_type, op_type) == 0 && d->since <= opset)
                 return d;
         for (const slim_op_def *d = slim__ops_hconv; d->op_type; d++)
+            if (strcmp(d->op_type, op_type) == 0 && d->since <= opset)
+                return d;
+        for (const slim_op_def *d = slim__ops_fused_attention; d->op_type; d++)
             if (strcmp(d->op_type, op_type) == 0 && d->since <= opset)
                 return d;
 #ifdef SLIM_HAVE_DNNL

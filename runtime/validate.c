@@ -27,6 +27,9 @@ static const slim_op_schema internal_schemas[] = {
      "!kernel_shape=I !strides=I !dilations=I !pads=I !group=i !activation=i alpha=f beta=f "
      "!weights_format=i in_blocked=i res_blocked=i out_blocked=i"},
     {"FusedMatMul", 1, 3, 3, 1, 1, "SSS", "S", "!K=i !N=i !activation=i"},
+    {"FusedAttention", 1, 3, 4, 1, 1, "SSSO", "S",
+     "!num_heads=i !head_size=i !v_head_size=i !scale=f !q_shape=I !k_shape=I !v_shape=I "
+     "!out_shape=I"},
     {0},
 };
 
