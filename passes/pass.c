@@ -28,11 +28,18 @@ const slim_pass *const slim_passes[] = {
 
 slim_status slim_passes_run(slim_graph *g, slim_err *err)
 {
+    return slim_passes_run_for(g, true, err);
+}
+
+slim_status slim_passes_run_for(slim_graph *g, bool host, slim_err *err)
+{
     const char *env = getenv("SLIM_PASSES");
     if (env && strcmp(env, "0") == 0)
         return SLIM_OK;
     for (int i = 0; slim_passes[i]; i++) {
         int changed = 0;
+        if (!host && slim_passes[i] == &slim__pass_fuse_attention)
+            continue;
         slim_status st = slim_passes[i]->run(g, &changed, err);
         if (st)
             return slim_err_prefix(err, "pass %s: ", slim_passes[i]->name);

@@ -435,8 +435,10 @@ static slim_status fattn_view(const fattn_state *st, const slim_tensor *x, const
     int64_t out[4];
     slim_status s = fattn_reshape(x->ndim, x->dims, 4, (int64_t[]){r[0], r[1], st->heads, d},
                                   out, what, err);
-    bs[0] = out[0];
-    bs[1] = out[1];
+    if (!s) {
+        bs[0] = out[0];
+        bs[1] = out[1];
+    }
     return s;
 }
 

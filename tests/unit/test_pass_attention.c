@@ -3,9 +3,10 @@
  * and the FusedAttention kernel: small random encoders in the exporters'
  * variants give the same outputs with and without the pass, and the pass
  * fired (FusedAttention nodes, no Softmax or Transpose left); variants the
- * fused node cannot reproduce are left alone; a sequence's result is
- * bitwise the same alone and in a batch; the AVX-512 and portable softmax
- * rows agree with a double-precision reference.
+ * fused node cannot reproduce are left alone, and so is a model placed on
+ * a GPU; a sequence's result is bitwise the same alone and in a batch; the
+ * AVX-512 and portable softmax rows agree with a double-precision
+ * reference.
  */
 #include "testutil.h"
 
@@ -343,6 +344,15 @@ START_TEST(non_matching_left_alone)
             ck_assert_int_eq(slim_passes[i]->run(g, &fused, &err), SLIM_OK);
     ck_assert_int_eq(fused, 0);
     ck_assert_int_eq(count_op(g, "Softmax"), LAYERS);
+    slim_graph_free(g);
+    /* For a model placed on a GPU the pass does not run: FusedAttention
+     * has no GPU kernel. */
+    g = encoder(&matching[0]);
+    ck_assert_int_eq(slim_passes_run_for(g, false, &err), SLIM_OK);
+    ck_assert_int_eq(count_op(g, "FusedAttention"), 0);
+    ck_assert_int_eq(count_op(g, "Softmax"), LAYERS);
+    ck_assert_int_eq(slim_passes_run_for(g, true, &err), SLIM_OK);
+    ck_assert_int_eq(count_op(g, "FusedAttention"), LAYERS);
     slim_graph_free(g);
 }
 END_TEST
