@@ -124,8 +124,10 @@ static bool perm_is(const slim_node *n, int64_t a, int64_t b, int64_t c, int64_t
            p[0] == a && p[1] == b && p[2] == c && p[3] == d;
 }
 
-/* The constant int64 target of a Reshape (allowzero off): count entries. */
-static bool reshape_target(const slim_graph *g, const slim_node *n, int64_t *r, int *count)
+/* The constant int64 target of a Reshape (allowzero off): count entries,
+ * at most cap. */
+static bool reshape_target(const slim_graph *g, const slim_node *n, int64_t *r, int cap,
+                           int *count)
 {
     if (!is_op(n, "Reshape") || n->n_in != 2 || slim_attr_int(n, "allowzero", 0) != 0)
         return false;
@@ -134,7 +136,7 @@ static bool reshape_target(const slim_graph *g, const slim_node *n, int64_t *r, 
         return false;
     const slim_tensor *t = &g->values[v].init;
     if (t->dtype != SLIM_I64 || t->device || !t->data || t->ndim != 1 || t->dims[0] < 1 ||
-        t->dims[0] > SLIM_MAX_DIMS)
+        t->dims[0] > cap)
         return false;
     int minus = 0;
     for (int i = 0; i < t->dims[0]; i++) {
@@ -155,8 +157,11 @@ static bool match_split(slim_graph *g, const slim_pass_uses *u, const bool *dead
     if (!peel_scales(g, u, dead, &v, 4, m))
         return false;
     slim_node *rs = sole_producer(g, u, dead, v, "Reshape");
-    if (!rs || !reshape_target(g, rs, h->r, &count) || count != 4 || h->r[2] < 1 ||
-        h->r[3] < 1 || !take(m, g, rs))
+    /* Head counts and sizes the kernel takes (FusedAttention's prepare);
+     * a block with others stays as it is. */
+    const int64_t cap = (int64_t)1 << 24;
+    if (!rs || !reshape_target(g, rs, h->r, 4, &count) || count != 4 || h->r[2] < 1 ||
+        h->r[3] < 1 || h->r[2] > cap || h->r[3] > cap || !take(m, g, rs))
         return false;
     h->x = rs->in[0];
     /* A scale on the 3D input: only rank 0 or 1 constants, which cannot
@@ -190,11 +195,13 @@ static bool match_keys(slim_graph *g, const slim_pass_uses *u, const bool *dead,
 }
 
 /* The static shape of a mask value: rank and dims (-1 where known only at
- * run time), through the ops a mask is built with. */
-static bool mask_shape(const slim_graph *g, const slim_pass_uses *u, int v, int depth, int *rank,
-                       int64_t *dims)
+ * run time), through the ops a mask is built with. *budget caps the values
+ * visited: a graph of Adds reading one value twice, nested, would
+ * otherwise take exponential time. */
+static bool mask_shape(const slim_graph *g, const slim_pass_uses *u, int v, int *budget,
+                       int *rank, int64_t *dims)
 {
-    if (v < 0 || depth > 32)
+    if (v < 0 || --*budget < 0)
         return false;
     const slim_value *val = &g->values[v];
     if (val->kind == SLIM_VALUE_INITIALIZER || val->kind == SLIM_VALUE_INPUT) {
@@ -217,7 +224,7 @@ static bool mask_shape(const slim_graph *g, const slim_pass_uses *u, int v, int 
     if (n->domain[0] || n->n_out != 1 || n->n_in < 1)
         return false;
     if (is_op(n, "Cast") || is_op(n, "Identity") || is_op(n, "Neg") || is_op(n, "Not"))
-        return mask_shape(g, u, n->in[0], depth + 1, rank, dims);
+        return mask_shape(g, u, n->in[0], budget, rank, dims);
     if (is_op(n, "Unsqueeze")) {
         int64_t axes[SLIM_MAX_DIMS];
         int na = -1;
@@ -234,7 +241,7 @@ static bool mask_shape(const slim_graph *g, const slim_pass_uses *u, int v, int 
         }
         int r;
         int64_t in[SLIM_MAX_DIMS];
-        if (na < 1 || !mask_shape(g, u, n->in[0], depth + 1, &r, in) || r + na > SLIM_MAX_DIMS)
+        if (na < 1 || !mask_shape(g, u, n->in[0], budget, &r, in) || r + na > SLIM_MAX_DIMS)
             return false;
         bool ones[SLIM_MAX_DIMS] = {false};
         for (int i = 0; i < na; i++) {
@@ -252,8 +259,8 @@ static bool mask_shape(const slim_graph *g, const slim_pass_uses *u, int v, int 
         n->n_in == 2) {
         int ra, rb;
         int64_t a[SLIM_MAX_DIMS], b[SLIM_MAX_DIMS];
-        if (!mask_shape(g, u, n->in[0], depth + 1, &ra, a) ||
-            !mask_shape(g, u, n->in[1], depth + 1, &rb, b))
+        if (!mask_shape(g, u, n->in[0], budget, &ra, a) ||
+            !mask_shape(g, u, n->in[1], budget, &rb, b))
             return false;
         *rank = ra > rb ? ra : rb;
         for (int i = 0; i < *rank; i++) {
@@ -277,9 +284,9 @@ static bool mask_shape(const slim_graph *g, const slim_pass_uses *u, int v, int 
  * known here of 1 or H. */
 static bool mask_fits(const slim_graph *g, const slim_pass_uses *u, int mask, int64_t heads)
 {
-    int rank;
+    int rank, budget = 64;
     int64_t dims[SLIM_MAX_DIMS];
-    if (!mask_shape(g, u, mask, 0, &rank, dims) || rank > 4)
+    if (!mask_shape(g, u, mask, &budget, &rank, dims) || rank > 4)
         return false;
     int h = rank - 3; /* the head axis, when the mask reaches it */
     return h < 0 || dims[h] < 0 || dims[h] == 1 || dims[h] == heads;
@@ -382,7 +389,8 @@ static slim_status try_block(slim_graph *g, slim_pass_walk *w, slim_node *sm, bo
     slim_node *rs = slim_pass_sole_reader(g, u, tr->out[0], "Reshape");
     int64_t out[SLIM_MAX_DIMS];
     int n_out;
-    if (!rs || dead[rs - g->nodes] || rs->n_out != 1 || !reshape_target(g, rs, out, &n_out))
+    if (!rs || dead[rs - g->nodes] || rs->n_out != 1 ||
+        !reshape_target(g, rs, out, SLIM_MAX_DIMS, &n_out))
         return SLIM_OK;
     /* One head count and one key size for all three; the block's MatMuls
      * would broadcast or refuse anything else. */

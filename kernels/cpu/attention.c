@@ -377,7 +377,7 @@ static slim_status fattn_prepare(slim_node *node, void **state, slim_err *err)
                       (long long)st->dv, (long long)cap);
     else if (!isfinite(st->scale))
         s = slim_errf(err, SLIM_EINVAL, "scale = %g must be finite", st->scale);
-    else if (st->n_out < 1)
+    else if (st->n_out < 1 || st->n_out > SLIM_MAX_DIMS)
         s = slim_errf(err, SLIM_EINVAL, "out_shape must have 1 to %d entries", SLIM_MAX_DIMS);
     else if (!(s = fattn_pair(node, "q_shape", st->qr, err)) &&
              !(s = fattn_pair(node, "k_shape", st->kr, err)))

@@ -33,9 +33,12 @@ typedef struct {
     int64_t B, Hq, Hkv, Sq, Skv, P, T, D, Dv;
 } slim__attn_dims;
 
-/* Query rows per score block: the block (ATTN_ROWS x T floats) is what a
- * task holds, never a head's whole Sq x T matrix, let alone every head's. */
-#define ATTN_ROWS 64
+/* A task's score block holds rows x T floats, rows = ATTN_BLOCK / T
+ * within [ATTN_MIN_ROWS, Sq]: a whole head's scores while they fit in
+ * 128 KiB (fewer, larger products: each call packs K and V again), never
+ * every head's at once. rows depends on Sq and T only, never on the batch. */
+#define ATTN_BLOCK (32 * 1024)
+#define ATTN_MIN_ROWS 16
 
 typedef struct {
     const slim__attn_state *st;
@@ -54,8 +57,8 @@ typedef struct {
     const slim_tensor *mask;
     int64_t mstride[3];
     const int64_t *nonpad;    /* [B] or NULL */
-    float *scratch;           /* ATTN_ROWS * T floats per task */
-    int64_t per_task, n_bh;
+    float *scratch;           /* rows * T floats per task */
+    int64_t rows, per_task, n_bh;
 } slim__attn_job;
 
 /* Runs the job over every (batch, head), each task with its own score
@@ -73,6 +76,10 @@ void slim__attn_mask_strides(slim__attn_job *j, const slim_tensor *m);
  * maximum is -inf (every key masked) becomes NaN, as the ONNX reference
  * gives. The result depends only on the row itself. */
 void slim__attn_softmax_row(float *row, int64_t n);
+
+/* Sets the score block's budget in floats (0: ATTN_BLOCK), so that tests
+ * reach several blocks per head with short sequences. */
+void slim__attn_set_block(int64_t floats);
 
 /* Forces the portable path (true) or lets CPUID choose (false); returns
  * whether the AVX-512 path exists on this CPU. For tests. */

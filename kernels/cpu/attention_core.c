@@ -1,6 +1,6 @@
 /*
  * attention_core.c - scaled dot-product attention for one job (attention.h):
- * per (batch, head), blocks of ATTN_ROWS query rows: the scores Q K^T (one
+ * per (batch, head), blocks of query rows: the scores Q K^T (one
  * single-threaded BLAS call), softcap and masks per row, a softmax per row
  * (AVX-512 where the CPU has it), then the block's rows of P V. The 3D
  * layout needs no transposes: a head is a column block of the rows, so the
@@ -134,6 +134,13 @@ void slim__attn_softmax_row(float *row, int64_t n)
 
 /* ---- the attention core, shared by Attention and FusedAttention ---------- */
 
+static _Atomic int64_t block_floats; /* 0: ATTN_BLOCK */
+
+void slim__attn_set_block(int64_t floats)
+{
+    atomic_store(&block_floats, floats);
+}
+
 
 /* The additive bias of score (b, h, i, col) from a mask of another type
  * than float32, or from nonpad_kv_seqlen. */
@@ -213,14 +220,14 @@ static void attn_task(int64_t begin, int64_t end, void *user)
     const slim__attn_dims *a = &j->a;
     const int64_t T = a->T, D = a->D, Dv = a->Dv, rep = a->Hq / a->Hkv;
     for (int64_t task = begin; task < end; task++) {
-        float *s = j->scratch + task * ATTN_ROWS * T;
+        float *s = j->scratch + task * j->rows * T;
         int64_t last = (task + 1) * j->per_task < j->n_bh ? (task + 1) * j->per_task : j->n_bh;
         for (int64_t bh = task * j->per_task; bh < last; bh++) {
             const int64_t b = bh / a->Hq, h = bh % a->Hq, hk = h / rep;
             const float *k = attn_at(j->k, b * j->ks[0] + hk * j->ks[1]);
             const float *v = attn_at(j->v, b * j->vs[0] + hk * j->vs[1]);
-            for (int64_t i0 = 0; i0 < a->Sq; i0 += ATTN_ROWS) {
-                const int64_t rows = a->Sq - i0 < ATTN_ROWS ? a->Sq - i0 : ATTN_ROWS;
+            for (int64_t i0 = 0; i0 < a->Sq; i0 += j->rows) {
+                const int64_t rows = a->Sq - i0 < j->rows ? a->Sq - i0 : j->rows;
                 const float *q = attn_at(j->q, b * j->qs[0] + h * j->qs[1] + i0 * j->qs[2]);
                 float *y = attn_at_mut(j->y, b * j->ys[0] + h * j->ys[1] + i0 * j->ys[2]);
                 if (T > 0 && D > 0)
@@ -280,8 +287,14 @@ slim_status slim__attn_run(slim__attn_job *j, slim_err *err)
         tasks = j->n_bh;
     j->per_task = (j->n_bh + tasks - 1) / tasks;
     tasks = (j->n_bh + j->per_task - 1) / j->per_task;
+    const int64_t budget = atomic_load(&block_floats);
+    j->rows = (budget > 0 ? budget : ATTN_BLOCK) / (a->T > 0 ? a->T : 1);
+    if (j->rows < ATTN_MIN_ROWS)
+        j->rows = ATTN_MIN_ROWS;
+    if (j->rows > a->Sq)
+        j->rows = a->Sq;
     slim_tensor scratch = {.dtype = SLIM_F32, .ndim = 1,
-                           .dims = {tasks * ATTN_ROWS * (a->T > 0 ? a->T : 1)}};
+                           .dims = {tasks * j->rows * (a->T > 0 ? a->T : 1)}};
     slim_status s = slim_tensor_alloc(&scratch, err);
     if (s)
         return slim_err_prefix(err, "attention scores: ");

@@ -278,9 +278,9 @@ static const variant matching[] = {
     {SC_DIV, MASK_KEYS, true, false, 13, false},
 };
 
-/* Each matching variant at batch 1 and 3, S odd (5) and past one score
- * block (67): the pass fused both layers and the outputs agree, on the
- * AVX-512 path and the portable one. */
+/* Each matching variant at batch 1 and 3, S odd (5, 67; 67 in blocks of
+ * 16 rows and one of 3): the pass fused both layers and the outputs agree,
+ * on the AVX-512 path and the portable one. */
 START_TEST(fused_matches_unfused)
 {
     const variant *vr = &matching[_i];
@@ -292,6 +292,7 @@ START_TEST(fused_matches_unfused)
     ck_assert_int_eq(count_op(opt->graph, "Transpose"), 0);
     ck_assert_int_eq(count_op(opt->graph, "Reshape"), 0);
     const int64_t shapes[4][2] = {{1, 5}, {3, 5}, {1, 67}, {3, 67}};
+    slim__attn_set_block(16 * 67);
     for (int portable = 0; portable < 2; portable++) {
         slim__attn_force_portable(portable);
         for (int c = 0; c < 4; c++) {
@@ -310,6 +311,7 @@ START_TEST(fused_matches_unfused)
         }
     }
     slim__attn_force_portable(false);
+    slim__attn_set_block(0);
     slim_model_free(ref);
     slim_model_free(opt);
 }
@@ -364,6 +366,7 @@ START_TEST(fused_batch_invariant)
     int fused;
     slim_model *opt = load(vr, true, &fused);
     slim_model_set_batch_invariant(opt, true);
+    slim__attn_set_block(16 * 67); /* several blocks per head */
     const int64_t S = 67;
     slim_tensor x = inputs_x(3, S), mk = inputs_m(3, S), all;
     slim_err err = {0};
@@ -384,6 +387,7 @@ START_TEST(fused_batch_invariant)
     slim_tensor x1 = inputs_x(1, S), y;
     ck_assert_int_eq(run(opt, vr, &x1, &mk, &y, &err), SLIM_ESHAPE);
     ck_assert_msg(strstr(err.msg, "mask") != NULL, "%s", err.msg);
+    slim__attn_set_block(0);
     slim_tensor_release(&x1);
     slim_tensor_release(&all);
     slim_tensor_release(&x);
