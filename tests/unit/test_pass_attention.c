@@ -396,6 +396,62 @@ START_TEST(fused_batch_invariant)
 }
 END_TEST
 
+/* A FusedAttention node as a .slim file could carry it: two heads of 3. */
+static slim_graph *fused_node(int n_in, int n_out_shape)
+{
+    slim_graph *g = tu_graph("FusedAttention", 1, n_in, (const char *[]){"q", "k", "v", "m"}, 1);
+    slim_node *n = tu_node0(g);
+    free(n->domain);
+    n->domain = strdup("com.slimserve");
+    tu_attr_i(n, "num_heads", 2);
+    tu_attr_i(n, "head_size", 3);
+    tu_attr_i(n, "v_head_size", 3);
+    tu_attr_f(n, "scale", 0.5f);
+    tu_attr_ints(n, "q_shape", 2, (int64_t[]){0, 0});
+    tu_attr_ints(n, "k_shape", 2, (int64_t[]){0, -1});
+    tu_attr_ints(n, "v_shape", 2, (int64_t[]){0, 0});
+    tu_attr_ints(n, "out_shape", n_out_shape, (int64_t[]){0, 0, 6, 1, 1, 1, 1, 1, 1});
+    return g;
+}
+
+static void expect_error(slim_graph *g, slim_tensor *in, int n, slim_status want,
+                         const char *words)
+{
+    slim_tensor *out = NULL;
+    int n_out = 0;
+    slim_err err = {0};
+    ck_assert_int_eq(tu_run(g, in, n, &out, &n_out, &err), want);
+    ck_assert_msg(strstr(err.msg, words) != NULL, "message \"%s\" lacks \"%s\"", err.msg, words);
+    tu_free_inputs(in, n);
+}
+
+/* Shapes the unfused block would have refused are refused, by name. */
+START_TEST(fused_node_refuses_bad_shapes)
+{
+    /* V's hidden size 5 is not 2 heads of 3: its Reshape would fail. */
+    slim_tensor a[3] = {tu_f32(3, (int64_t[]){1, 2, 6}, NULL),
+                        tu_f32(3, (int64_t[]){1, 2, 6}, NULL),
+                        tu_f32(3, (int64_t[]){1, 2, 5}, NULL)};
+    expect_error(fused_node(3, 3), a, 3, SLIM_ESHAPE, "V [1,2,5] cannot be reshaped");
+    /* K has 3 positions, V 2: P V would not multiply. */
+    slim_tensor b[3] = {tu_f32(3, (int64_t[]){1, 2, 6}, NULL),
+                        tu_f32(3, (int64_t[]){1, 3, 6}, NULL),
+                        tu_f32(3, (int64_t[]){1, 2, 6}, NULL)};
+    expect_error(fused_node(3, 3), b, 3, SLIM_ESHAPE, "disagree");
+    /* A mask over 3 keys for 2. */
+    slim_tensor c[4] = {tu_f32(3, (int64_t[]){1, 2, 6}, NULL),
+                        tu_f32(3, (int64_t[]){1, 2, 6}, NULL),
+                        tu_f32(3, (int64_t[]){1, 2, 6}, NULL),
+                        tu_f32(4, (int64_t[]){1, 1, 1, 3}, NULL)};
+    expect_error(fused_node(4, 3), c, 4, SLIM_ESHAPE, "mask");
+    /* An output shape of 9 dims is no shape at all. */
+    slim_tensor d[3] = {tu_f32(3, (int64_t[]){1, 2, 6}, NULL),
+                        tu_f32(3, (int64_t[]){1, 2, 6}, NULL),
+                        tu_f32(3, (int64_t[]){1, 2, 6}, NULL)};
+    expect_error(fused_node(3, 9), d, 3, SLIM_EINVAL, "out_shape");
+}
+END_TEST
+
 /* Both softmax paths against double precision: lengths around the 16-lane
  * width, masked (-inf) entries, large spreads; a fully masked row is NaN. */
 START_TEST(softmax_rows_match_reference)
@@ -440,6 +496,7 @@ int main(void)
                         (int)(sizeof(matching) / sizeof(matching[0])));
     tcase_add_test(tc, non_matching_left_alone);
     tcase_add_test(tc, fused_batch_invariant);
+    tcase_add_test(tc, fused_node_refuses_bad_shapes);
     tcase_add_test(tc, softmax_rows_match_reference);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
