@@ -37,6 +37,8 @@ extern const slim_op_def slim__ops_int8[];
 extern const slim_op_def slim__ops_sparse[]; /* the pruning pass's (cpu/sparse_op.c) */
 extern const slim_op_def slim__ops_half[]; /* the half-weights pass's (cpu/hlinear.c) */
 extern const slim_op_def slim__ops_hconv[]; /* and its ConvHalf (cpu/hconv.c) */
+/* the fuse_attention pass's (cpu/attention.c) */
+extern const slim_op_def slim__ops_fused_attention[];
 /* onnxruntime's contrib operators that quantized models carry
  * (cpu/quantize_ops.c). */
 extern const slim_op_def slim__ops_microsoft[];
@@ -51,35 +53,25 @@ extern const slim_op_def slim__ops_fconv[]; /* the fuse_conv pass's (cpu/conv_dn
 extern const slim_op_def slim__ops_fmm[];   /* the fuse_matmul pass's (cpu/matmul_dnnl.c) */
 #endif
 
+/* The com.slimserve tables after the copies, searched in this order. */
+static const slim_op_def *const slimserve_tables[] = {
+    slim__ops_int8, slim__ops_sparse, slim__ops_half, slim__ops_hconv, slim__ops_pool_blocked,
+    slim__ops_fused_attention,
+#ifdef SLIM_HAVE_DNNL
+    slim__ops_fconv, slim__ops_fmm,
+#endif
+};
+
 const slim_op_def *slim_op_lookup(const char *domain, const char *op_type, int opset)
 {
     if (domain && strcmp(domain, "com.slimserve") == 0) {
         for (const slim_op_def *d = slim__ops_copy; d->op_type; d++)
             if (strcmp(d->op_type, op_type) == 0)
                 return d;
-        for (const slim_op_def *d = slim__ops_int8; d->op_type; d++)
-            if (strcmp(d->op_type, op_type) == 0 && d->since <= opset)
-                return d;
-        for (const slim_op_def *d = slim__ops_sparse; d->op_type; d++)
-            if (strcmp(d->op_type, op_type) == 0 && d->since <= opset)
-                return d;
-        for (const slim_op_def *d = slim__ops_half; d->op_type; d++)
-            if (strcmp(d->op_type, op_type) == 0 && d->since <= opset)
-                return d;
-        for (const slim_op_def *d = slim__ops_hconv; d->op_type; d++)
-            if (strcmp(d->op_type, op_type) == 0 && d->since <= opset)
-                return d;
-        for (const slim_op_def *d = slim__ops_pool_blocked; d->op_type; d++)
-            if (strcmp(d->op_type, op_type) == 0 && d->since <= opset)
-                return d;
-#ifdef SLIM_HAVE_DNNL
-        for (const slim_op_def *d = slim__ops_fconv; d->op_type; d++)
-            if (strcmp(d->op_type, op_type) == 0 && d->since <= opset)
-                return d;
-        for (const slim_op_def *d = slim__ops_fmm; d->op_type; d++)
-            if (strcmp(d->op_type, op_type) == 0 && d->since <= opset)
-                return d;
-#endif
+        for (size_t t = 0; t < sizeof(slimserve_tables) / sizeof(slimserve_tables[0]); t++)
+            for (const slim_op_def *d = slimserve_tables[t]; d->op_type; d++)
+                if (strcmp(d->op_type, op_type) == 0 && d->since <= opset)
+                    return d;
         return NULL;
     }
     if (domain && strcmp(domain, "com.microsoft") == 0) {

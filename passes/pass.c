@@ -16,6 +16,7 @@ extern const slim_pass slim__pass_fold_constants;
 extern const slim_pass slim__pass_simplify_shapes;
 extern const slim_pass slim__pass_fuse_layernorm;
 extern const slim_pass slim__pass_fuse_gelu;
+extern const slim_pass slim__pass_fuse_attention;
 
 /* Folding BatchNormalization first gives fuse_conv a Conv whose only
  * reader is the activation or the residual Add; blocked_layout then links
@@ -26,22 +27,30 @@ const slim_pass *const slim_passes[] = {
     &slim__pass_blocked_layout,
     &slim__pass_fuse_matmul,
     /* After fuse_matmul, which takes the GELUs it can fuse into a product;
-     * fuse_layernorm and fuse_gelu read the scalars fold_constants made
-     * initializers. */
+     * fuse_layernorm, fuse_gelu and fuse_attention read the scalars (and
+     * the Reshape shapes) fold_constants made initializers. */
     &slim__pass_fold_constants,
     &slim__pass_simplify_shapes,
     &slim__pass_fuse_layernorm,
     &slim__pass_fuse_gelu,
+    &slim__pass_fuse_attention,
     NULL,
 };
 
 slim_status slim_passes_run(slim_graph *g, slim_err *err)
+{
+    return slim_passes_run_for(g, true, err);
+}
+
+slim_status slim_passes_run_for(slim_graph *g, bool host, slim_err *err)
 {
     const char *env = getenv("SLIM_PASSES");
     if (env && strcmp(env, "0") == 0)
         return SLIM_OK;
     for (int i = 0; slim_passes[i]; i++) {
         int changed = 0;
+        if (!host && slim_passes[i] == &slim__pass_fuse_attention)
+            continue;
         slim_status st = slim_passes[i]->run(g, &changed, err);
         if (st)
             return slim_err_prefix(err, "pass %s: ", slim_passes[i]->name);

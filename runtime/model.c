@@ -165,7 +165,7 @@ slim_status slim_model_load(const char *path, const slim_load_opts *opts,
                               opts ? opts->n_half_exclude : 0};
         st = slim_half_conv_widen(g, &conv_half, err);
         if (!st)
-            st = slim_passes_run(g, err);
+            st = slim_passes_run_for(g, slim_device_is_host(dev), err);
         if (!st && conv_half != SLIM_DTYPE_UNDEFINED) {
             cho.half = conv_half;
             st = slim_half_conv_narrow(g, conv_half, &cho, err);

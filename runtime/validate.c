@@ -30,6 +30,9 @@ static const slim_op_schema internal_schemas[] = {
     {"FusedMatMul", 1, 3, 3, 1, 1, "SSS", "S", "!K=i !N=i !activation=i"},
     {"MaxPoolBlocked", 1, 1, 1, 1, 1, "S", "S",
      "!kernel_shape=I !strides=I !pads=I !dilations=I"},
+    {"FusedAttention", 1, 3, 4, 1, 1, "SSSO", "S",
+     "!num_heads=i !head_size=i !v_head_size=i !scale=f !q_shape=I !k_shape=I !v_shape=I "
+     "!out_shape=I"},
     {0},
 };
 

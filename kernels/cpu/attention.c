@@ -9,11 +9,12 @@
  * h / (Hq / Hkv) (grouped-query attention repeats each KV head in place).
  *
  * For each (batch, query head): S = scale * Q K^T (Sq x T), softcap, plus
- * the bias (attn_mask, causal, padding), a softmax per row, then S V. The
- * 3D layout needs no transposes: a head is a column block of the rows, so
- * the GEMMs read it with a leading dimension of H*D. Work splits by
- * (batch, head), each part one single-threaded BLAS call per product, so a
- * batch item's result does not depend on the others in the batch.
+ * the bias (attn_mask, causal, padding), a softmax per row, then S V, all
+ * in attention_core.c. Keys and values are read in place unless a past
+ * cache or present outputs need the concatenated [B, Hkv, T, d] copy.
+ *
+ * FusedAttention (com.slimserve) is the same core behind the interface
+ * passes/fuse_attention.c needs: see its section below.
  *
  * RotaryEmbedding (opset 23) rotates pairs of each head's first
  * rotary_embedding_dim features by per-position angles (cos/sin caches,
@@ -25,23 +26,16 @@
  * key masked has no defined softmax; like the reference, it gives NaN.
  */
 #include "kernel.h"
+#include "attention.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef struct {
-    bool causal;
-    int64_t q_heads, kv_heads; /* 0 when absent */
-    int64_t qk_mode;
-    bool has_scale;
-    float scale, softcap;
-} attn_state;
 
 static slim_status attn_prepare(slim_node *node, void **state, slim_err *err)
 {
-    attn_state *st = calloc(1, sizeof(*st));
+    slim__attn_state *st = calloc(1, sizeof(*st));
     if (!st)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
     st->causal = slim_attr_int(node, "is_causal", 0) != 0;
@@ -69,15 +63,10 @@ static slim_status attn_prepare(slim_node *node, void **state, slim_err *err)
     return SLIM_OK;
 }
 
-/* The problem's sizes, from the inputs' shapes. */
-typedef struct {
-    bool three_d;
-    int64_t B, Hq, Hkv, Sq, Skv, P, T, D, Dv;
-} attn_dims;
 
-static slim_status attn_dims_get(const slim_op_ctx *ctx, attn_dims *a)
+static slim_status attn_dims_get(const slim_op_ctx *ctx, slim__attn_dims *a)
 {
-    const attn_state *st = ctx->state;
+    const slim__attn_state *st = ctx->state;
     const slim_tensor *q = ctx->in[0], *k = ctx->in[1], *v = ctx->in[2];
     slim_err *err = ctx->err;
     char sq[128], sk[128], sv[128];
@@ -188,7 +177,7 @@ bad:
 
 static slim_status attn_infer(slim_op_ctx *ctx)
 {
-    attn_dims a;
+    slim__attn_dims a;
     slim_status s = attn_dims_get(ctx, &a);
     if (s)
         return s;
@@ -204,130 +193,6 @@ static slim_status attn_infer(slim_op_ctx *ctx)
     if (ctx->n_out > 3 && ctx->out[3])
         slim_tensor_set_shape(ctx->out[3], dt, 4, (int64_t[]){a.B, a.Hq, a.Sq, a.T});
     return SLIM_OK;
-}
-
-typedef struct {
-    const attn_state *st;
-    attn_dims a;
-    const float *q, *k, *v;   /* k, v: the present cache, [B, Hkv, T, D|Dv] */
-    const slim_tensor *mask;  /* or NULL; any dtype it was given in */
-    int64_t mstride[3];       /* mask strides over (B, Hq, Sq), 0 on broadcast */
-    const int64_t *nonpad;    /* [B] or NULL */
-    float scale;
-    float *y, *qk;            /* qk: [B, Hq, Sq, T] or NULL */
-    bool failed;
-} attn_job;
-
-/* The additive bias of score (b, h, i, j): 0 or -inf, or the float mask. */
-static float attn_bias(const attn_job *j, int64_t b, int64_t h, int64_t i, int64_t col)
-{
-    float bias = 0;
-    if (j->mask) {
-        int64_t tm = j->mask->dims[j->mask->ndim - 1];
-        if (col >= tm)
-            return -INFINITY;
-        int64_t off = b * j->mstride[0] + h * j->mstride[1] + i * j->mstride[2] + col;
-        if (j->mask->dtype == SLIM_BOOL)
-            bias = ((const uint8_t *)j->mask->data)[off] ? 0.0f : -INFINITY;
-        else
-            bias = (float)slim_load_f64(j->mask->dtype, j->mask->data, off);
-    }
-    if (j->st->causal && col > i + j->a.P)
-        bias += -INFINITY;
-    if (j->nonpad && col >= j->nonpad[b])
-        bias += -INFINITY;
-    return bias;
-}
-
-/* p + off, where an empty operand's data may be NULL (and NULL + 0 is
- * undefined in C). */
-static inline const float *attn_at(const float *p, int64_t off)
-{
-    return p ? p + off : p;
-}
-
-static inline float *attn_at_mut(float *p, int64_t off)
-{
-    return p ? p + off : p;
-}
-
-static void attn_task(int64_t begin, int64_t end, void *user)
-{
-    attn_job *j = user;
-    const attn_dims *a = &j->a;
-    const int64_t T = a->T, D = a->D, Dv = a->Dv, rep = a->Hq / a->Hkv;
-    float *s = malloc(sizeof(float) * (size_t)(a->Sq * T > 0 ? a->Sq * T : 1));
-    if (!s) {
-        j->failed = true;
-        return;
-    }
-    for (int64_t bh = begin; bh < end; bh++) {
-        const int64_t b = bh / a->Hq, h = bh % a->Hq, hk = h / rep;
-        const float *q, *k = attn_at(j->k, (b * a->Hkv + hk) * T * D),
-                        *v = attn_at(j->v, (b * a->Hkv + hk) * T * Dv);
-        int64_t ldq, ldy;
-        float *y;
-        if (a->three_d) {
-            q = attn_at(j->q, b * a->Sq * a->Hq * D + h * D);
-            ldq = a->Hq * D;
-            y = attn_at_mut(j->y, b * a->Sq * a->Hq * Dv + h * Dv);
-            ldy = a->Hq * Dv;
-        } else {
-            q = attn_at(j->q, bh * a->Sq * D);
-            ldq = D;
-            y = attn_at_mut(j->y, bh * a->Sq * Dv);
-            ldy = Dv;
-        }
-        if (T > 0 && D > 0)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)a->Sq, (int)T, (int)D,
-                        j->scale, q, (int)ldq, k, (int)D, 0.0f, s, (int)T);
-        else
-            memset(s, 0, sizeof(float) * (size_t)(a->Sq * T));
-        float *qk = j->qk ? j->qk + bh * a->Sq * T : NULL;
-        for (int64_t i = 0; i < a->Sq; i++) {
-            float *row = s + i * T;
-            if (j->st->softcap > 0)
-                for (int64_t c = 0; c < T; c++)
-                    row[c] = j->st->softcap * tanhf(row[c] / j->st->softcap);
-            if (qk && j->st->qk_mode <= 1)
-                memcpy(qk + i * T, row, sizeof(float) * (size_t)T);
-            float mx = -INFINITY;
-            if (j->mask || j->nonpad) {
-                for (int64_t c = 0; c < T; c++)
-                    row[c] += attn_bias(j, b, h, i, c);
-            } else if (j->st->causal) { /* the common case, without a call per score */
-                for (int64_t c = i + a->P + 1; c < T; c++)
-                    row[c] = -INFINITY;
-            }
-            for (int64_t c = 0; c < T; c++)
-                mx = row[c] > mx ? row[c] : mx;
-            if (qk && j->st->qk_mode == 2)
-                memcpy(qk + i * T, row, sizeof(float) * (size_t)T);
-            /* expf is exact to an ulp or two of float; the sum runs in
-             * double. exp(-inf - -inf) is NaN: a fully masked row gives
-             * NaN, as in the reference. */
-            double sum = 0;
-            for (int64_t c = 0; c < T; c++) {
-                row[c] = expf(row[c] - mx);
-                sum += row[c];
-            }
-            const float inv = (float)(1.0 / sum);
-            for (int64_t c = 0; c < T; c++)
-                row[c] *= inv;
-            if (qk && j->st->qk_mode == 3)
-                memcpy(qk + i * T, row, sizeof(float) * (size_t)T);
-        }
-        if (Dv > 0 && a->Sq > 0) {
-            if (T > 0)
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)a->Sq, (int)Dv, (int)T,
-                            1.0f, s, (int)T, v, (int)Dv, 0.0f, y, (int)ldy);
-            else
-                for (int64_t i = 0; i < a->Sq; i++)
-                    for (int64_t c = 0; c < Dv; c++)
-                        y[i * ldy + c] = NAN; /* a softmax over no keys */
-        }
-    }
-    free(s);
 }
 
 /* dst[b, h, p0 + t, :] = src[b, t, h, :] (3D) or src[b, h, t, :] (4D), for
@@ -361,15 +226,15 @@ static void cache_out(slim_tensor *out, const slim_tensor *cache)
 
 static slim_status attn_exec(slim_op_ctx *ctx)
 {
-    const attn_state *st = ctx->state;
-    attn_job j;
+    const slim__attn_state *st = ctx->state;
+    slim__attn_job j;
     memset(&j, 0, sizeof(j));
     slim_status s = attn_dims_get(ctx, &j.a);
     if (s)
         return s;
-    const attn_dims *a = &j.a;
+    const slim__attn_dims *a = &j.a;
     slim_tensor tq = {0}, tk = {0}, tv = {0}, tpk = {0}, tpv = {0}, ty = {0}, tqk = {0};
-    slim_tensor pk = {0}, pv = {0};
+    slim_tensor tm = {0}, pk = {0}, pv = {0};
     const float *q, *k, *v, *pastk = NULL, *pastv = NULL;
     float *y, *qk = NULL;
     const slim_tensor *in_pk = ctx->n_in > 4 ? ctx->in[4] : NULL;
@@ -377,6 +242,7 @@ static slim_status attn_exec(slim_op_ctx *ctx)
     slim_tensor *out_k = ctx->n_out > 1 ? ctx->out[1] : NULL;
     slim_tensor *out_v = ctx->n_out > 2 ? ctx->out[2] : NULL;
     slim_tensor *out_qk = ctx->n_out > 3 ? ctx->out[3] : NULL;
+    const slim_tensor *mask = ctx->n_in > 3 ? ctx->in[3] : NULL;
     if ((s = slim_f32_in(ctx->in[0], &tq, &q, ctx->err)) ||
         (s = slim_f32_in(ctx->in[1], &tk, &k, ctx->err)) ||
         (s = slim_f32_in(ctx->in[2], &tv, &v, ctx->err)) ||
@@ -384,46 +250,60 @@ static slim_status attn_exec(slim_op_ctx *ctx)
         (s = slim_f32_in(in_pv, &tpv, &pastv, ctx->err)) ||
         (s = slim_f32_out(ctx->out[0], &ty, &y, ctx->err)))
         goto done;
-    /* The present cache in float32: the output's own buffer when it is
-     * float32 and wanted, scratch otherwise. */
-    slim_tensor_set_shape(&pk, SLIM_F32, 4, (int64_t[]){a->B, a->Hkv, a->T, a->D});
-    slim_tensor_set_shape(&pv, SLIM_F32, 4, (int64_t[]){a->B, a->Hkv, a->T, a->Dv});
-    if ((s = slim_tensor_alloc(&pk, ctx->err)) || (s = slim_tensor_alloc(&pv, ctx->err)))
-        goto done;
-    if (a->P > 0) {
-        cache_put(pk.data, a->T, 0, pastk, false, a->B, a->Hkv, a->P, a->D);
-        cache_put(pv.data, a->T, 0, pastv, false, a->B, a->Hkv, a->P, a->Dv);
+    slim__attn_strides(j.qs, a->three_d, a->Hq, a->Sq, a->D);
+    slim__attn_strides(j.ys, a->three_d, a->Hq, a->Sq, a->Dv);
+    if (a->P > 0 || out_k || out_v) {
+        /* The present cache in float32, [B, Hkv, T, D|Dv]: the keys are
+         * read from it. Without a past and without present outputs they
+         * are read in place instead. */
+        slim_tensor_set_shape(&pk, SLIM_F32, 4, (int64_t[]){a->B, a->Hkv, a->T, a->D});
+        slim_tensor_set_shape(&pv, SLIM_F32, 4, (int64_t[]){a->B, a->Hkv, a->T, a->Dv});
+        if ((s = slim_tensor_alloc(&pk, ctx->err)) || (s = slim_tensor_alloc(&pv, ctx->err)))
+            goto done;
+        if (a->P > 0) {
+            cache_put(pk.data, a->T, 0, pastk, false, a->B, a->Hkv, a->P, a->D);
+            cache_put(pv.data, a->T, 0, pastv, false, a->B, a->Hkv, a->P, a->Dv);
+        }
+        cache_put(pk.data, a->T, a->P, k, a->three_d, a->B, a->Hkv, a->Skv, a->D);
+        cache_put(pv.data, a->T, a->P, v, a->three_d, a->B, a->Hkv, a->Skv, a->Dv);
+        j.k = pk.data;
+        j.v = pv.data;
+        slim__attn_strides(j.ks, false, a->Hkv, a->T, a->D);
+        slim__attn_strides(j.vs, false, a->Hkv, a->T, a->Dv);
+    } else {
+        j.k = k;
+        j.v = v;
+        slim__attn_strides(j.ks, a->three_d, a->Hkv, a->T, a->D);
+        slim__attn_strides(j.vs, a->three_d, a->Hkv, a->T, a->Dv);
     }
-    cache_put(pk.data, a->T, a->P, k, a->three_d, a->B, a->Hkv, a->Skv, a->D);
-    cache_put(pv.data, a->T, a->P, v, a->three_d, a->B, a->Hkv, a->Skv, a->Dv);
     if (out_qk && (s = slim_f32_out(out_qk, &tqk, &qk, ctx->err)))
         goto done;
     j.st = st;
     j.q = q;
-    j.k = pk.data;
-    j.v = pv.data;
     j.y = y;
     j.qk = qk;
     j.scale = st->has_scale ? st->scale : (float)(1.0 / sqrt((double)(a->D > 0 ? a->D : 1)));
-    j.mask = ctx->n_in > 3 ? ctx->in[3] : NULL;
-    if (j.mask) {
+    if (mask && mask->dtype != SLIM_BOOL) {
+        if ((s = slim_f32_in(mask, &tm, &j.mf, ctx->err)))
+            goto done;
+        slim__attn_mask_strides(&j, mask);
+        j.ms[3] = 1; /* a last dim of 1 is one column here, the rest masked */
+        j.mcols = mask->dims[mask->ndim - 1];
+    } else if (mask) {
         /* Strides over (B, Hq, Sq) of the mask, right-aligned, 0 where it
          * broadcasts; rows are its own last dim apart. */
-        const slim_tensor *m = j.mask;
-        int64_t stride = m->dims[m->ndim - 1];
+        j.mask = mask;
+        int64_t stride = mask->dims[mask->ndim - 1];
         for (int i = 2; i >= 0; i--) {
-            int mi = i - (4 - m->ndim);
-            j.mstride[i] = (mi < 0 || m->dims[mi] == 1) ? 0 : stride;
+            int mi = i - (4 - mask->ndim);
+            j.mstride[i] = (mi < 0 || mask->dims[mi] == 1) ? 0 : stride;
             if (mi >= 0)
-                stride *= m->dims[mi];
+                stride *= mask->dims[mi];
         }
     }
     j.nonpad = ctx->n_in > 6 && ctx->in[6] ? ctx->in[6]->data : NULL;
-    slim_parallel_for(a->B * a->Hq, 1, attn_task, &j);
-    if (j.failed) {
-        s = slim_errf(ctx->err, SLIM_ENOMEM, "out of memory for attention scores");
+    if ((s = slim__attn_run(&j, ctx->err)))
         goto done;
-    }
     slim_f32_out_finish(ctx->out[0], &ty);
     if (out_qk)
         slim_f32_out_finish(out_qk, &tqk);
@@ -437,8 +317,232 @@ done:
     slim_tensor_release(&tpv);
     slim_tensor_release(&ty);
     slim_tensor_release(&tqk);
+    slim_tensor_release(&tm);
     slim_tensor_release(&pk);
     slim_tensor_release(&pv);
+    return s;
+}
+
+/* ---- FusedAttention (com.slimserve) -------------------------------------- */
+
+/*
+ * What passes/fuse_attention.c makes of an exported attention block. Q, K
+ * and V are the projections as the block read them, before its Reshapes
+ * to [B, S, H, d]; each Reshape's first two target entries are kept
+ * (q_shape, k_shape, v_shape) and applied here with Reshape's own rules,
+ * so the fused node accepts and refuses exactly the shapes the block did.
+ * The data is contiguous, so the reshaped [B, S, H, d] is the same bytes
+ * as [B, S, H*d]: the 3D layout, read per head with a stride. The optional
+ * mask is what the block added to the scaled scores [B, H, Sq, T], with
+ * numpy broadcasting; a mask that would have broadcast the scores to a
+ * larger shape is refused (the block's output would have grown with it).
+ * The result, [B, Sq, H, dv] in memory, takes the shape of the block's
+ * final Reshape (out_shape).
+ */
+
+typedef struct {
+    int64_t heads, dk, dv;
+    float scale;
+    int64_t qr[2], kr[2], vr[2];
+    int n_out;
+    int64_t out[SLIM_MAX_DIMS];
+} fattn_state;
+
+static slim_status fattn_pair(const slim_node *node, const char *name, int64_t *r,
+                              slim_err *err)
+{
+    if (slim_attr_ints(node, name, r, 2) != 2 || r[0] < -1 || r[1] < -1 ||
+        (r[0] == -1 && r[1] == -1))
+        return slim_errf(err, SLIM_EINVAL, "%s must be two Reshape entries (0, -1 or a size; "
+                         "at most one -1)", name);
+    return SLIM_OK;
+}
+
+static slim_status fattn_prepare(slim_node *node, void **state, slim_err *err)
+{
+    fattn_state *st = calloc(1, sizeof(*st));
+    if (!st)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    st->heads = slim_attr_int(node, "num_heads", 0);
+    st->dk = slim_attr_int(node, "head_size", 0);
+    st->dv = slim_attr_int(node, "v_head_size", 0);
+    st->scale = slim_attr_float(node, "scale", 1.0f);
+    st->n_out = slim_attr_ints(node, "out_shape", st->out, SLIM_MAX_DIMS);
+    slim_status s = SLIM_OK;
+    const int64_t cap = (int64_t)1 << 24;
+    if (st->heads < 1 || st->dk < 1 || st->dv < 1 || st->heads > cap || st->dk > cap ||
+        st->dv > cap)
+        s = slim_errf(err, SLIM_EINVAL, "num_heads = %lld, head_size = %lld and v_head_size = "
+                      "%lld must be in [1, %lld]", (long long)st->heads, (long long)st->dk,
+                      (long long)st->dv, (long long)cap);
+    else if (!isfinite(st->scale))
+        s = slim_errf(err, SLIM_EINVAL, "scale = %g must be finite", st->scale);
+    else if (st->n_out < 1 || st->n_out > SLIM_MAX_DIMS)
+        s = slim_errf(err, SLIM_EINVAL, "out_shape must have 1 to %d entries", SLIM_MAX_DIMS);
+    else if (!(s = fattn_pair(node, "q_shape", st->qr, err)) &&
+             !(s = fattn_pair(node, "k_shape", st->kr, err)))
+        s = fattn_pair(node, "v_shape", st->vr, err);
+    for (int i = 0; !s && i < st->n_out; i++)
+        if (st->out[i] < -1)
+            s = slim_errf(err, SLIM_EINVAL, "out_shape holds %lld", (long long)st->out[i]);
+    if (s) {
+        free(st);
+        return s;
+    }
+    *state = st;
+    return SLIM_OK;
+}
+
+/* Reshape (allowzero 0) of dims[0..nd) to target[0..nt): 0 copies the
+ * input's dim, one -1 takes the rest. */
+static slim_status fattn_reshape(int nd, const int64_t *dims, int nt, const int64_t *target,
+                                 int64_t *out, const char *what, slim_err *err)
+{
+    int64_t total = 1, known = 1;
+    int infer = -1;
+    char a[128], b[128];
+    for (int i = 0; i < nd; i++)
+        total *= dims[i];
+    for (int i = 0; i < nt; i++) {
+        if (target[i] == -1) {
+            infer = i;
+            continue;
+        }
+        if (target[i] == 0 && i >= nd)
+            goto bad;
+        out[i] = target[i] == 0 ? dims[i] : target[i];
+        if (out[i] && known > INT64_MAX / out[i])
+            goto bad;
+        known *= out[i];
+    }
+    if (infer >= 0) {
+        if (known == 0 || total % known)
+            goto bad;
+        out[infer] = total / known;
+    } else if (known != total) {
+        goto bad;
+    }
+    return SLIM_OK;
+bad:
+    return slim_errf(err, SLIM_ESHAPE, "%s %s cannot be reshaped to %s", what,
+                     slim_shape_str(nd, dims, a, sizeof(a)), slim_shape_str(nt, target, b, sizeof(b)));
+}
+
+/* [B, S] of x viewed as [B, S, heads, d] through the block's Reshape. */
+static slim_status fattn_view(const fattn_state *st, const slim_tensor *x, const int64_t *r,
+                              int64_t d, const char *what, int64_t *bs, slim_err *err)
+{
+    int64_t out[4];
+    slim_status s = fattn_reshape(x->ndim, x->dims, 4, (int64_t[]){r[0], r[1], st->heads, d},
+                                  out, what, err);
+    if (!s) {
+        bs[0] = out[0];
+        bs[1] = out[1];
+    }
+    return s;
+}
+
+static slim_status fattn_dims(slim_op_ctx *ctx, slim__attn_dims *a, int64_t *out)
+{
+    const fattn_state *st = ctx->state;
+    const slim_tensor *q = ctx->in[0], *k = ctx->in[1], *v = ctx->in[2];
+    const slim_tensor *m = ctx->n_in > 3 ? ctx->in[3] : NULL;
+    char sa[128], sb[128];
+    slim_status s;
+    for (int i = 0; i < 3; i++)
+        if ((s = slim_check_dtype(ctx->in[i], i == 0 ? "Q" : i == 1 ? "K" : "V", ctx->err,
+                                  SLIM_F32, SLIM_F16, SLIM_BF16, SLIM_DTYPE_UNDEFINED)))
+            return s;
+    if (k->dtype != q->dtype || v->dtype != q->dtype || (m && m->dtype != q->dtype))
+        return slim_errf(ctx->err, SLIM_ETYPE, "Q, K, V and the mask must share a type");
+    int64_t qb[2], kb[2], vb[2];
+    if ((s = fattn_view(st, q, st->qr, st->dk, "Q", qb, ctx->err)) ||
+        (s = fattn_view(st, k, st->kr, st->dk, "K", kb, ctx->err)) ||
+        (s = fattn_view(st, v, st->vr, st->dv, "V", vb, ctx->err)))
+        return s;
+    /* The block's MatMuls would broadcast a batch of 1 against a larger
+     * one; attention over one shared key set is not what it computes for
+     * requests, so that is refused rather than copied. */
+    if (qb[0] != kb[0] || vb[0] != kb[0] || vb[1] != kb[1])
+        return slim_errf(ctx->err, SLIM_ESHAPE, "Q [%lld,%lld], K [%lld,%lld] and V [%lld,%lld] "
+                         "(batch, sequence) disagree", (long long)qb[0], (long long)qb[1],
+                         (long long)kb[0], (long long)kb[1], (long long)vb[0], (long long)vb[1]);
+    memset(a, 0, sizeof(*a));
+    a->three_d = true;
+    a->B = qb[0];
+    a->Hq = a->Hkv = st->heads;
+    a->Sq = qb[1];
+    a->Skv = a->T = kb[1];
+    a->D = st->dk;
+    a->Dv = st->dv;
+    if (m) {
+        const int64_t full[4] = {a->B, a->Hq, a->Sq, a->T};
+        bool ok = m->ndim <= 4;
+        for (int i = 0; ok && i < m->ndim; i++) {
+            int64_t want = full[4 - m->ndim + i];
+            ok = m->dims[i] == want || m->dims[i] == 1;
+        }
+        if (!ok)
+            return slim_errf(ctx->err, SLIM_ESHAPE, "the mask %s does not broadcast to the "
+                             "scores %s without changing their shape",
+                             slim_shape_str(m->ndim, m->dims, sa, sizeof(sa)),
+                             slim_shape_str(4, full, sb, sizeof(sb)));
+    }
+    return fattn_reshape(4, (int64_t[]){a->B, a->Sq, a->Hq, a->Dv}, st->n_out, st->out, out,
+                         "the attention output", ctx->err);
+}
+
+static slim_status fattn_infer(slim_op_ctx *ctx)
+{
+    const fattn_state *st = ctx->state;
+    slim__attn_dims a;
+    int64_t out[SLIM_MAX_DIMS];
+    slim_status s = fattn_dims(ctx, &a, out);
+    if (!s)
+        slim_tensor_set_shape(ctx->out[0], ctx->in[0]->dtype, st->n_out, out);
+    return s;
+}
+
+static slim_status fattn_exec(slim_op_ctx *ctx)
+{
+    static const slim__attn_state plain = {0};
+    const fattn_state *st = ctx->state;
+    slim__attn_job j;
+    memset(&j, 0, sizeof(j));
+    int64_t out[SLIM_MAX_DIMS];
+    slim_status s = fattn_dims(ctx, &j.a, out);
+    if (s)
+        return s;
+    const slim__attn_dims *a = &j.a;
+    const slim_tensor *m = ctx->n_in > 3 ? ctx->in[3] : NULL;
+    slim_tensor tq = {0}, tk = {0}, tv = {0}, tm = {0}, ty = {0};
+    float *y;
+    if ((s = slim_f32_in(ctx->in[0], &tq, &j.q, ctx->err)) ||
+        (s = slim_f32_in(ctx->in[1], &tk, &j.k, ctx->err)) ||
+        (s = slim_f32_in(ctx->in[2], &tv, &j.v, ctx->err)) ||
+        (s = slim_f32_in(m, &tm, &j.mf, ctx->err)) ||
+        (s = slim_f32_out(ctx->out[0], &ty, &y, ctx->err)))
+        goto done;
+    j.st = &plain;
+    j.y = y;
+    j.scale = st->scale;
+    slim__attn_strides(j.qs, true, a->Hq, a->Sq, a->D);
+    slim__attn_strides(j.ks, true, a->Hkv, a->T, a->D);
+    slim__attn_strides(j.vs, true, a->Hkv, a->T, a->Dv);
+    slim__attn_strides(j.ys, true, a->Hq, a->Sq, a->Dv);
+    if (m) {
+        slim__attn_mask_strides(&j, m); /* a last dim of 1 broadcasts, as in Add */
+        j.mcols = a->T;
+    }
+    if ((s = slim__attn_run(&j, ctx->err)))
+        goto done;
+    slim_f32_out_finish(ctx->out[0], &ty);
+done:
+    slim_tensor_release(&tq);
+    slim_tensor_release(&tk);
+    slim_tensor_release(&tv);
+    slim_tensor_release(&tm);
+    slim_tensor_release(&ty);
     return s;
 }
 
@@ -576,5 +680,11 @@ done:
 const slim_op_def slim__ops_attention[] = {
     {"Attention", 23, attn_prepare, free, attn_infer, attn_exec, 0},
     {"RotaryEmbedding", 23, NULL, NULL, rope_infer, rope_exec, 0},
+    {0},
+};
+
+/* slimserve's own (kernels/registry.c looks it up under com.slimserve). */
+const slim_op_def slim__ops_fused_attention[] = {
+    {"FusedAttention", 1, fattn_prepare, free, fattn_infer, fattn_exec, 0},
     {0},
 };

@@ -1,0 +1,306 @@
+/*
+ * attention_core.c - scaled dot-product attention for one job (attention.h):
+ * per (batch, head), blocks of query rows: the scores Q K^T (one
+ * single-threaded BLAS call), softcap and masks per row, a softmax per row
+ * (AVX-512 where the CPU has it), then the block's rows of P V. The 3D
+ * layout needs no transposes: a head is a column block of the rows, so the
+ * products read it with a leading dimension of H*d.
+ */
+#include "attention.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- the softmax of one score row ---------------------------------------- */
+
+static _Atomic int force_portable;
+
+/* expf per element and the sum in double: the reference the fast path is
+ * held to. */
+static void softmax_row_c(float *row, int64_t n)
+{
+    float mx = -INFINITY;
+    for (int64_t c = 0; c < n; c++)
+        mx = row[c] > mx ? row[c] : mx;
+    /* exp(-inf - -inf) is NaN: a fully masked row gives NaN, as in the
+     * reference. */
+    double sum = 0;
+    for (int64_t c = 0; c < n; c++) {
+        row[c] = expf(row[c] - mx);
+        sum += row[c];
+    }
+    const float inv = (float)(1.0 / sum);
+    for (int64_t c = 0; c < n; c++)
+        row[c] *= inv;
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define ATTN_X86 1
+#define ATTN_AVX512 __attribute__((target("avx512f")))
+
+/* e^x for x <= 0 (a score minus its row's maximum), 16 at a time: x = n ln2
+ * + r with |r| <= ln2/2, e^r by a degree-7 polynomial (the classic cephes
+ * expf coefficients, within about 1 ulp of expf), times 2^n by vscalefps.
+ * Below ln(FLT_MIN) the result is 0 (expf gives denormals there, which add
+ * nothing a float sum keeps); NaN stays NaN. */
+ATTN_AVX512 static inline __m512 exp512(__m512 x)
+{
+    const __m512 lo = _mm512_set1_ps(-87.33654475f), hi = _mm512_set1_ps(88.72283905f);
+    const __mmask16 under = _mm512_cmp_ps_mask(x, lo, _CMP_LT_OQ);
+    /* max/min return their second operand when either is NaN. */
+    x = _mm512_min_ps(hi, _mm512_max_ps(lo, x));
+    const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504089f)),
+                                          _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+    r = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), r);
+    __m512 p = _mm512_set1_ps(1.9875691500e-4f);
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.3981999507e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(8.3334519073e-3f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(4.1665795894e-2f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.6666665459e-1f));
+    p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(5.0000001201e-1f));
+    p = _mm512_fmadd_ps(p, _mm512_mul_ps(r, r), _mm512_add_ps(r, _mm512_set1_ps(1.0f)));
+    return _mm512_maskz_mov_ps((__mmask16)~under, _mm512_scalef_ps(p, n));
+}
+
+/* Three passes over the row (max, exp and sum, scale), 16 lanes wide, the
+ * tail under a mask. The lane sums are reduced in a fixed order, so a
+ * row's result depends on the row alone. */
+ATTN_AVX512 static void softmax_row_avx512(float *row, int64_t n)
+{
+    const int64_t full = n & ~(int64_t)15;
+    const __mmask16 tail = (__mmask16)((1u << (n - full)) - 1);
+    __m512 vmax = _mm512_set1_ps(-INFINITY);
+    for (int64_t c = 0; c < full; c += 16)
+        vmax = _mm512_max_ps(vmax, _mm512_loadu_ps(row + c));
+    if (tail)
+        vmax = _mm512_mask_max_ps(vmax, tail, vmax, _mm512_maskz_loadu_ps(tail, row + full));
+    const __m512 vm = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
+    __m512 vsum = _mm512_setzero_ps();
+    for (int64_t c = 0; c < full; c += 16) {
+        __m512 e = exp512(_mm512_sub_ps(_mm512_loadu_ps(row + c), vm));
+        _mm512_storeu_ps(row + c, e);
+        vsum = _mm512_add_ps(vsum, e);
+    }
+    if (tail) {
+        __m512 e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, row + full), vm));
+        _mm512_mask_storeu_ps(row + full, tail, e);
+        vsum = _mm512_mask_add_ps(vsum, tail, vsum, e);
+    }
+    const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(vsum));
+    for (int64_t c = 0; c < full; c += 16)
+        _mm512_storeu_ps(row + c, _mm512_mul_ps(_mm512_loadu_ps(row + c), inv));
+    if (tail)
+        _mm512_mask_storeu_ps(row + full, tail,
+                              _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, row + full), inv));
+}
+
+static bool have_avx512(void)
+{
+    static _Atomic int known = -1;
+    int k = atomic_load(&known);
+    if (k < 0) {
+        k = __builtin_cpu_supports("avx512f") ? 1 : 0;
+        atomic_store(&known, k);
+    }
+    return k == 1;
+}
+#endif
+
+bool slim__attn_force_portable(bool on)
+{
+    atomic_store(&force_portable, on ? 1 : 0);
+#ifdef ATTN_X86
+    return have_avx512();
+#else
+    return false;
+#endif
+}
+
+void slim__attn_softmax_row(float *row, int64_t n)
+{
+#ifdef ATTN_X86
+    if (!atomic_load(&force_portable) && have_avx512()) {
+        softmax_row_avx512(row, n);
+        return;
+    }
+#endif
+    softmax_row_c(row, n);
+}
+
+/* ---- the attention core, shared by Attention and FusedAttention ---------- */
+
+static _Atomic int64_t block_floats; /* 0: ATTN_BLOCK */
+
+void slim__attn_set_block(int64_t floats)
+{
+    atomic_store(&block_floats, floats);
+}
+
+
+/* The additive bias of score (b, h, i, col) from a mask of another type
+ * than float32, or from nonpad_kv_seqlen. */
+static float attn_bias(const slim__attn_job *j, int64_t b, int64_t h, int64_t i, int64_t col)
+{
+    float bias = 0;
+    if (j->mask) {
+        int64_t tm = j->mask->dims[j->mask->ndim - 1];
+        if (col >= tm)
+            return -INFINITY;
+        int64_t off = b * j->mstride[0] + h * j->mstride[1] + i * j->mstride[2] + col;
+        if (j->mask->dtype == SLIM_BOOL)
+            bias = ((const uint8_t *)j->mask->data)[off] ? 0.0f : -INFINITY;
+        else
+            bias = (float)slim_load_f64(j->mask->dtype, j->mask->data, off);
+    }
+    if (j->nonpad && col >= j->nonpad[b])
+        bias += -INFINITY;
+    return bias;
+}
+
+/* p + off, where an empty operand's data may be NULL (and NULL + 0 is
+ * undefined in C). */
+static inline const float *attn_at(const float *p, int64_t off)
+{
+    return p ? p + off : p;
+}
+
+static inline float *attn_at_mut(float *p, int64_t off)
+{
+    return p ? p + off : p;
+}
+
+/* Score row i of (b, h) after the product: softcap, the masks, softmax,
+ * with the qk output copies Attention asks for. */
+static void attn_row(const slim__attn_job *j, float *row, int64_t b, int64_t h, int64_t i)
+{
+    const slim__attn_state *st = j->st;
+    const int64_t T = j->a.T;
+    float *qk = j->qk ? j->qk + ((b * j->a.Hq + h) * j->a.Sq + i) * T : NULL;
+    if (st->softcap > 0)
+        for (int64_t c = 0; c < T; c++)
+            row[c] = st->softcap * tanhf(row[c] / st->softcap);
+    if (qk && st->qk_mode <= 1)
+        memcpy(qk, row, sizeof(float) * (size_t)T);
+    if (j->mf) {
+        const float *m = j->mf + b * j->ms[0] + h * j->ms[1] + i * j->ms[2];
+        const int64_t n = j->mcols < T ? j->mcols : T;
+        if (j->ms[3])
+            for (int64_t c = 0; c < n; c++)
+                row[c] += m[c];
+        else
+            for (int64_t c = 0; c < n; c++)
+                row[c] += m[0];
+        for (int64_t c = n; c < T; c++)
+            row[c] = -INFINITY;
+    }
+    if (j->mask || j->nonpad)
+        for (int64_t c = 0; c < T; c++)
+            row[c] += attn_bias(j, b, h, i, c);
+    if (st->causal)
+        for (int64_t c = i + j->a.P + 1; c < T; c++)
+            row[c] = -INFINITY;
+    if (qk && st->qk_mode == 2)
+        memcpy(qk, row, sizeof(float) * (size_t)T);
+    slim__attn_softmax_row(row, T);
+    if (qk && st->qk_mode == 3)
+        memcpy(qk, row, sizeof(float) * (size_t)T);
+}
+
+/* Tasks are runs of per_task (batch, head) pairs, each with its own score
+ * block. A pair's result comes from the same calls on the same data
+ * whatever the batch and the split, so it is bitwise independent of both. */
+static void attn_task(int64_t begin, int64_t end, void *user)
+{
+    slim__attn_job *j = user;
+    const slim__attn_dims *a = &j->a;
+    const int64_t T = a->T, D = a->D, Dv = a->Dv, rep = a->Hq / a->Hkv;
+    for (int64_t task = begin; task < end; task++) {
+        float *s = j->scratch + task * j->rows * T;
+        int64_t last = (task + 1) * j->per_task < j->n_bh ? (task + 1) * j->per_task : j->n_bh;
+        for (int64_t bh = task * j->per_task; bh < last; bh++) {
+            const int64_t b = bh / a->Hq, h = bh % a->Hq, hk = h / rep;
+            const float *k = attn_at(j->k, b * j->ks[0] + hk * j->ks[1]);
+            const float *v = attn_at(j->v, b * j->vs[0] + hk * j->vs[1]);
+            for (int64_t i0 = 0; i0 < a->Sq; i0 += j->rows) {
+                const int64_t rows = a->Sq - i0 < j->rows ? a->Sq - i0 : j->rows;
+                const float *q = attn_at(j->q, b * j->qs[0] + h * j->qs[1] + i0 * j->qs[2]);
+                float *y = attn_at_mut(j->y, b * j->ys[0] + h * j->ys[1] + i0 * j->ys[2]);
+                if (T > 0 && D > 0)
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)T,
+                                (int)D, j->scale, q, (int)j->qs[2], k, (int)j->ks[2], 0.0f, s,
+                                (int)T);
+                else if (T > 0)
+                    memset(s, 0, sizeof(float) * (size_t)(rows * T));
+                for (int64_t r = 0; r < rows; r++)
+                    attn_row(j, s + r * T, b, h, i0 + r);
+                if (Dv <= 0)
+                    continue;
+                if (T > 0)
+                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)Dv,
+                                (int)T, 1.0f, s, (int)T, v, (int)j->vs[2], 0.0f, y,
+                                (int)j->ys[2]);
+                else
+                    for (int64_t r = 0; r < rows; r++)
+                        for (int64_t c = 0; c < Dv; c++)
+                            y[r * j->ys[2] + c] = NAN; /* a softmax over no keys */
+            }
+        }
+    }
+}
+
+/* Strides of an operand [B, S, H*d] (3D) or [B, H, S, d] (4D). */
+void slim__attn_strides(int64_t *s, bool three_d, int64_t H, int64_t S, int64_t d)
+{
+    s[0] = H * S * d;
+    s[1] = three_d ? d : S * d;
+    s[2] = three_d ? H * d : d;
+}
+
+/* Float32 mask strides over (B, Hq, Sq, T) for mask dims right-aligned
+ * against them, 0 on size-1 (broadcast) dims. */
+void slim__attn_mask_strides(slim__attn_job *j, const slim_tensor *m)
+{
+    int64_t stride = 1;
+    for (int i = 3; i >= 0; i--) {
+        int mi = i - (4 - m->ndim);
+        j->ms[i] = (mi < 0 || m->dims[mi] == 1) ? 0 : stride;
+        if (mi >= 0)
+            stride *= m->dims[mi];
+    }
+}
+
+/* Runs the job over every (batch, head) with score blocks from the
+ * allocator. */
+slim_status slim__attn_run(slim__attn_job *j, slim_err *err)
+{
+    const slim__attn_dims *a = &j->a;
+    j->n_bh = a->B * a->Hq;
+    if (j->n_bh <= 0 || a->Sq <= 0)
+        return SLIM_OK;
+    int64_t tasks = (int64_t)slim_num_threads() * 2;
+    if (tasks > j->n_bh)
+        tasks = j->n_bh;
+    j->per_task = (j->n_bh + tasks - 1) / tasks;
+    tasks = (j->n_bh + j->per_task - 1) / j->per_task;
+    const int64_t budget = atomic_load(&block_floats);
+    j->rows = (budget > 0 ? budget : ATTN_BLOCK) / (a->T > 0 ? a->T : 1);
+    if (j->rows < ATTN_MIN_ROWS)
+        j->rows = ATTN_MIN_ROWS;
+    if (j->rows > a->Sq)
+        j->rows = a->Sq;
+    slim_tensor scratch = {.dtype = SLIM_F32, .ndim = 1,
+                           .dims = {tasks * j->rows * (a->T > 0 ? a->T : 1)}};
+    slim_status s = slim_tensor_alloc(&scratch, err);
+    if (s)
+        return slim_err_prefix(err, "attention scores: ");
+    j->scratch = scratch.data;
+    slim_parallel_for(tasks, 1, attn_task, j);
+    slim_tensor_release(&scratch);
+    return SLIM_OK;
+}
+
