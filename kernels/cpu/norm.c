@@ -12,6 +12,7 @@
  * E[x^2] - E[x]^2 does not cancel catastrophically for large offsets.
  */
 #include "kernel.h"
+#include "norm_simd.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -397,10 +398,35 @@ static void ln_rows_f32(const ln_job *j, int64_t begin, int64_t end)
     }
 }
 
+/* 1: the AVX-512 rows; SLIM_LN_PORTABLE=1 keeps the portable ones (tests). */
+static int ln_kernel(void)
+{
+    static int k = -1;
+    if (k < 0) {
+        const char *env = getenv("SLIM_LN_PORTABLE");
+        k = 0;
+#if defined(__x86_64__) && defined(__GNUC__)
+        if (!(env && strcmp(env, "1") == 0) && __builtin_cpu_supports("avx512f") &&
+            __builtin_cpu_supports("avx512vl"))
+            k = 1;
+#endif
+    }
+    return k;
+}
+
 static void ln_task(int64_t begin, int64_t end, void *user)
 {
     ln_job *j = user;
     if (j->x->dtype == SLIM_F32 && j->y->dtype == SLIM_F32 && !j->mean && !j->inv_std) {
+#if defined(__x86_64__) && defined(__GNUC__)
+        if (ln_kernel() == 1) {
+            const int64_t r = j->r;
+            slim_ln_rows_f32_avx512((const float *)j->x->data + begin * r,
+                                    (float *)j->y->data + begin * r, end - begin, r, j->st->rms,
+                                    j->st->epsilon, j->scale, j->bias);
+            return;
+        }
+#endif
         ln_rows_f32(j, begin, end);
         return;
     }

@@ -4,6 +4,7 @@
  * against direct loops written from the operator definitions, and bad
  * inputs that must fail with a status rather than crash. */
 #include "testutil.h"
+#include "norm_simd.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -303,6 +304,81 @@ START_TEST(test_layer_norm_outputs)
     g = tu_graph("LayerNormalization", 17, 2, (const char *[]){"x", "s"}, 1);
     slim_tensor in2[2] = {tu_f32(2, (int64_t[]){2, 3}, x), tu_f32(1, (int64_t[]){2}, s)};
     run_fails(g, in2, 2, SLIM_ESHAPE);
+}
+END_TEST
+
+/* The float32 rows without stashed statistics: the AVX-512 rows (where the
+ * CPU has them) and the graph's path against a long double reference, for
+ * row lengths around the 8- and 16-lane steps, with a large mean. */
+static void ln_reference(const float *x, int64_t r, bool rms, const double *s, const double *b,
+                         double *want)
+{
+    long double m = 0, ss = 0;
+    for (int64_t i = 0; !rms && i < r; i++)
+        m += x[i];
+    m = rms ? 0 : m / r;
+    for (int64_t i = 0; i < r; i++)
+        ss += (x[i] - m) * (x[i] - m);
+    long double inv = 1 / sqrtl(ss / r + 1e-5L);
+    for (int64_t i = 0; i < r; i++)
+        want[i] = (double)((x[i] - m) * inv * s[i] + b[i]);
+}
+
+START_TEST(test_layer_norm_rows_simd)
+{
+    const int64_t lens[] = {1, 7, 8, 9, 15, 16, 17, 33, 768, 769};
+    srand(11);
+    for (size_t t = 0; t < sizeof(lens) / sizeof(lens[0]); t++) {
+        int64_t r = lens[t], rows = 3;
+        float *x = malloc(sizeof(float) * (size_t)(r * rows)), *y = malloc(sizeof(float) * (size_t)(r * rows));
+        double *s = malloc(sizeof(double) * (size_t)r), *b = malloc(sizeof(double) * (size_t)r);
+        double *want = malloc(sizeof(double) * (size_t)r);
+        for (int64_t i = 0; i < r * rows; i++)
+            x[i] = 50.0f + (float)(rand() % 2001 - 1000) / 100.0f;
+        for (int64_t i = 0; i < r; i++) {
+            s[i] = 0.5 + (rand() % 100) / 100.0;
+            b[i] = (rand() % 100) / 50.0 - 1;
+        }
+        /* the graph: x [rows, r], scale and bias as floats */
+        slim_graph *g = tu_graph("LayerNormalization", 17, 3, (const char *[]){"x", "s", "b"}, 1);
+        tu_attr_f(tu_node0(g), "epsilon", 1e-5f);
+        float *sf = malloc(sizeof(float) * (size_t)r), *bf = malloc(sizeof(float) * (size_t)r);
+        for (int64_t i = 0; i < r; i++) {
+            sf[i] = (float)s[i];
+            bf[i] = (float)b[i];
+            s[i] = sf[i];
+            b[i] = bf[i];
+        }
+        slim_tensor in[3] = {tu_f32(2, (int64_t[]){rows, r}, x), tu_f32(1, (int64_t[]){r}, sf),
+                             tu_f32(1, (int64_t[]){r}, bf)};
+        int n_out;
+        slim_tensor *out = run_ok(g, in, 3, &n_out);
+        for (int rms = 0; rms < 2; rms++) {
+#if defined(__x86_64__) && defined(__GNUC__)
+            bool simd = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
+            if (simd)
+                slim_ln_rows_f32_avx512(x, y, rows, r, rms, 1e-5, s, b);
+#else
+            bool simd = false;
+#endif
+            for (int64_t o = 0; o < rows; o++) {
+                ln_reference(x + o * r, r, rms, s, b, want);
+                for (int64_t i = 0; i < r; i++) {
+                    double tol = 2e-6 * (1 + fabs(want[i]));
+                    if (simd)
+                        ck_assert_msg(fabs(y[o * r + i] - want[i]) < tol, "r %lld rms %d row %lld "
+                                      "[%lld]: %g vs %g", (long long)r, rms, (long long)o,
+                                      (long long)i, y[o * r + i], want[i]);
+                    if (!rms)
+                        ck_assert_msg(fabs(((float *)out[0].data)[o * r + i] - want[i]) < tol,
+                                      "graph r %lld [%lld]", (long long)r, (long long)i);
+                }
+            }
+        }
+        slim_tensors_free(out, n_out);
+        tu_free_inputs(in, 3);
+        free(x), free(y), free(s), free(b), free(want), free(sf), free(bf);
+    }
 }
 END_TEST
 
@@ -622,6 +698,7 @@ static Suite *linalg_norm_reduce_suite(void)
     tcase_add_test(tc, test_logsoftmax_hardmax);
     tcase_add_test(tc, test_layer_norm_outputs);
     tcase_add_test(tc, test_rms_norm);
+    tcase_add_test(tc, test_layer_norm_rows_simd);
     tcase_add_test(tc, test_batch_and_instance_norm);
     tcase_add_test(tc, test_lp_and_mvn);
     suite_add_tcase(s, tc);
