@@ -5,16 +5,31 @@
  * them (im2col, elementwise, pooling). One job runs at a time: a caller that
  * finds the pool busy (another request's kernel) runs its loop inline rather
  * than queueing, since the cores are already in use.
+ *
+ * Waking a sleeping worker through the condition variable, and the caller
+ * sleeping until the last part is done, cost tens of microseconds each: as
+ * much as a whole small convolution (MobileNetV2 runs ~35 convs of 20-200
+ * us per image). So a worker that finished a job watches for the next one,
+ * and the caller for the last part, for a short while (SLIM_POOL_SPIN_US,
+ * default POOL_SPIN_US) before sleeping. The spin is bounded and short, so
+ * on cores shared with other work it wastes at most that much per job
+ * (unlike an OpenMP runtime's spin of milliseconds; see conv_dnnl.c).
  */
 #include "kernel.h"
 
 #include <cblas.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <time.h>
 #include <unistd.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
 #define SLIM_MAX_THREADS 64
+#define POOL_SPIN_US 30
 
 static struct {
     pthread_once_t once;
@@ -22,8 +37,9 @@ static struct {
     pthread_mutex_t job_lock;        /* held by the caller running a job */
     pthread_mutex_t mu;
     pthread_cond_t cv_start, cv_done;
-    unsigned long generation;
-    int pending;                     /* workers still in the current job */
+    atomic_ulong generation;
+    atomic_int pending;              /* workers still in the current job */
+    int64_t spin_ns;                 /* how long to watch before sleeping */
     void (*fn)(int64_t, int64_t, void *);
     void *user;
     int64_t n, chunk;
@@ -41,20 +57,74 @@ static void run_chunks(void)
     }
 }
 
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__)
+    _mm_pause();
+#endif
+}
+
+/* Watches *v for up to the spin time; whether it became != old. */
+static bool spin_while_ulong(atomic_ulong *v, unsigned long old)
+{
+    if (pool.spin_ns <= 0)
+        return false;
+    int64_t until = now_ns() + pool.spin_ns;
+    for (;;) {
+        for (int i = 0; i < 64; i++) {
+            if (atomic_load_explicit(v, memory_order_acquire) != old)
+                return true;
+            cpu_relax();
+        }
+        if (now_ns() > until)
+            return false;
+        sched_yield(); /* another thread wanting this core runs first */
+    }
+}
+
+static bool spin_until_zero(atomic_int *v)
+{
+    if (pool.spin_ns <= 0)
+        return atomic_load(v) == 0;
+    int64_t until = now_ns() + pool.spin_ns;
+    for (;;) {
+        for (int i = 0; i < 64; i++) {
+            if (atomic_load_explicit(v, memory_order_acquire) == 0)
+                return true;
+            cpu_relax();
+        }
+        if (now_ns() > until)
+            return false;
+        sched_yield();
+    }
+}
+
 static void *worker_main(void *arg)
 {
     unsigned long seen = 0;
     for (;;) {
-        pthread_mutex_lock(&pool.mu);
-        while (pool.generation == seen)
-            pthread_cond_wait(&pool.cv_start, &pool.mu);
-        seen = pool.generation;
-        pthread_mutex_unlock(&pool.mu);
+        if (!spin_while_ulong(&pool.generation, seen)) {
+            pthread_mutex_lock(&pool.mu);
+            while (atomic_load(&pool.generation) == seen)
+                pthread_cond_wait(&pool.cv_start, &pool.mu);
+            pthread_mutex_unlock(&pool.mu);
+        }
+        seen = atomic_load(&pool.generation);
         run_chunks();
-        pthread_mutex_lock(&pool.mu);
-        if (--pool.pending == 0)
+        if (atomic_fetch_sub(&pool.pending, 1) == 1) {
+            /* Under the lock, so a caller that saw pending > 0 is already
+             * waiting when the signal comes. */
+            pthread_mutex_lock(&pool.mu);
             pthread_cond_signal(&pool.cv_done);
-        pthread_mutex_unlock(&pool.mu);
+            pthread_mutex_unlock(&pool.mu);
+        }
     }
     return arg;
 }
@@ -68,6 +138,9 @@ static void pool_init(void)
         n = 1;
     if (n > SLIM_MAX_THREADS)
         n = SLIM_MAX_THREADS;
+    const char *spin = getenv("SLIM_POOL_SPIN_US");
+    long spin_us = spin ? atol(spin) : POOL_SPIN_US;
+    pool.spin_ns = (spin_us < 0 ? 0 : spin_us > 10000 ? 10000 : spin_us) * 1000;
     /* BLAS runs single-threaded inside our parts (see slim_sgemm). */
     openblas_set_num_threads(1);
     pthread_mutex_init(&pool.job_lock, NULL);
@@ -113,14 +186,16 @@ void slim_parallel_for(int64_t n, int64_t grain,
     pool.n = n;
     pool.chunk = chunk;
     atomic_store(&pool.next, 0);
-    pool.pending = threads - 1;
-    pool.generation++;
+    atomic_store(&pool.pending, threads - 1);
+    atomic_fetch_add(&pool.generation, 1); /* publishes the job to spinning workers */
     pthread_cond_broadcast(&pool.cv_start);
     pthread_mutex_unlock(&pool.mu);
     run_chunks();
-    pthread_mutex_lock(&pool.mu);
-    while (pool.pending > 0)
-        pthread_cond_wait(&pool.cv_done, &pool.mu);
-    pthread_mutex_unlock(&pool.mu);
+    if (!spin_until_zero(&pool.pending)) {
+        pthread_mutex_lock(&pool.mu);
+        while (atomic_load(&pool.pending) > 0)
+            pthread_cond_wait(&pool.cv_done, &pool.mu);
+        pthread_mutex_unlock(&pool.mu);
+    }
     pthread_mutex_unlock(&pool.job_lock);
 }
