@@ -33,7 +33,7 @@
  * registers once GCC schedules the broadcasts early, and it spilled
  * accumulators inside the loop (a quarter of the 4-row rate). */
 #define MR_MAX 4
-#define ROW_CHUNK 48    /* rows per task: a multiple of MR_MAX */
+#define ROW_CHUNK 48    /* rows per task: a multiple of MR_MAX and of 6 */
 
 int64_t slim_qgemm_k4(int64_t k)
 {
@@ -390,11 +390,119 @@ static inline void micro_vnni(const qgemm_job *j, int mr, int nv, int64_t r, int
     case (MR) * 8 + (NV): micro_vnni(j, MR, NV, r, p, b); break;
 #define MICRO_ROW(MR) MICRO_CASE(MR, 1) MICRO_CASE(MR, 2) MICRO_CASE(MR, 3) MICRO_CASE(MR, 4)
 
+/* The full-width panels' loop, 6 rows x 64 channels: 24 accumulators, 4
+ * weight vectors and one row broadcast, 31 of the 32 registers. Written
+ * out with one named variable per accumulator: with micro_vnni's
+ * acc[i][v] arrays GCC 12 copied every accumulator through a second
+ * register (and one through the stack) on each k step, 33 extra moves per
+ * 16 vpdpbusd, which is what held the 4-row kernel to about half of the
+ * vpdpbusd rate. The sums go to acc (exact int32, so any blocking gives
+ * the same) for the epilogue. */
+#define WIDE_MR 6
+#define WIDE_ZERO(i) \
+    __m512i a##i##0 = _mm512_setzero_si512(), a##i##1 = a##i##0, a##i##2 = a##i##0, \
+            a##i##3 = a##i##0;
+#define WIDE_STEP(i)                                                                  \
+    if ((i) < mr) {                                                                   \
+        int32_t quad;                                                                 \
+        memcpy(&quad, x + (i) * k4 + g * 4, 4);                                       \
+        __m512i xv = _mm512_set1_epi32(quad);                                         \
+        a##i##0 = _mm512_dpbusd_epi32(a##i##0, xv, w0);                               \
+        a##i##1 = _mm512_dpbusd_epi32(a##i##1, xv, w1);                               \
+        a##i##2 = _mm512_dpbusd_epi32(a##i##2, xv, w2);                               \
+        a##i##3 = _mm512_dpbusd_epi32(a##i##3, xv, w3);                               \
+    }
+#define WIDE_STORE(i)                                                                 \
+    if ((i) < mr) {                                                                   \
+        _mm512_store_si512(acc + (i) * 64, a##i##0);                                  \
+        _mm512_store_si512(acc + (i) * 64 + 16, a##i##1);                             \
+        _mm512_store_si512(acc + (i) * 64 + 32, a##i##2);                             \
+        _mm512_store_si512(acc + (i) * 64 + 48, a##i##3);                             \
+    }
+
+AVX512_TARGET __attribute__((always_inline))
+static inline void wide_loop(const uint8_t *x, int64_t k4, const int8_t *b, int mr, int32_t *acc)
+{
+    WIDE_ZERO(0) WIDE_ZERO(1) WIDE_ZERO(2) WIDE_ZERO(3) WIDE_ZERO(4) WIDE_ZERO(5)
+    for (int64_t g = 0; g < k4 / 4; g++, b += 4 * SLIM_QGEMM_PANEL) {
+        __m512i w0 = _mm512_loadu_si512(b), w1 = _mm512_loadu_si512(b + 64),
+                w2 = _mm512_loadu_si512(b + 128), w3 = _mm512_loadu_si512(b + 192);
+        WIDE_STEP(0) WIDE_STEP(1) WIDE_STEP(2) WIDE_STEP(3) WIDE_STEP(4) WIDE_STEP(5)
+    }
+    WIDE_STORE(0) WIDE_STORE(1) WIDE_STORE(2) WIDE_STORE(3) WIDE_STORE(4) WIDE_STORE(5)
+}
+#undef WIDE_ZERO
+#undef WIDE_STEP
+#undef WIDE_STORE
+
+/* One copy of the loop per row count, each with its registers to itself. */
+#define WIDE_FN(MR)                                                                   \
+    AVX512_TARGET __attribute__((noinline)) static void wide_loop_##MR(              \
+        const uint8_t *x, int64_t k4, const int8_t *b, int32_t *acc)                  \
+    {                                                                                 \
+        wide_loop(x, k4, b, MR, acc);                                                 \
+    }
+WIDE_FN(1) WIDE_FN(2) WIDE_FN(3) WIDE_FN(4) WIDE_FN(5) WIDE_FN(6)
+#undef WIDE_FN
+
+/* The epilogue of wide_loop's mr x 64 sums (the same operations as
+ * micro_vnni's). */
+AVX512_TARGET
+static void wide_epilogue(const qgemm_job *j, int mr, int64_t r, int64_t p, const int32_t *accs)
+{
+    const slim_qgemm_args *a = j->a;
+    int64_t n0 = p * SLIM_QGEMM_PANEL;
+    __m512 zero = _mm512_setzero_ps();
+    for (int v = 0; v < 4; v++) {
+        int64_t c = n0 + v * 16;
+        if (c >= a->n)
+            break;
+        __mmask16 mk = a->n - c >= 16 ? 0xFFFF : (__mmask16)((1u << (a->n - c)) - 1);
+        __m512i cs = _mm512_maskz_loadu_epi32(mk, a->colsum + c);
+        if (a->y_i32) {
+            for (int i = 0; i < mr; i++)
+                _mm512_mask_storeu_epi32(
+                    a->y_i32 + (r + i) * a->ldy + c, mk,
+                    _mm512_sub_epi32(_mm512_load_si512(accs + i * 64 + v * 16),
+                                     _mm512_mullo_epi32(_mm512_set1_epi32(j->zx[r + i]), cs)));
+            continue;
+        }
+        __m512 sw = _mm512_maskz_loadu_ps(mk, a->w_scale + c);
+        __m512 bias = a->bias ? _mm512_maskz_loadu_ps(mk, a->bias + c) : zero;
+        for (int i = 0; i < mr; i++) {
+            __m512i t = _mm512_sub_epi32(_mm512_load_si512(accs + i * 64 + v * 16),
+                                         _mm512_mullo_epi32(_mm512_set1_epi32(j->zx[r + i]), cs));
+            __m512 y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t),
+                                       _mm512_mul_ps(_mm512_set1_ps(j->sx[r + i]), sw), bias);
+            if (a->act == SLIM_QGEMM_ACT_RELU)
+                y = _mm512_max_ps(y, zero);
+            _mm512_mask_storeu_ps(a->y + (r + i) * a->ldy + c, mk, y);
+        }
+    }
+}
+
 AVX512_TARGET
 static void panel_vnni(const qgemm_job *j, int64_t p, int64_t r0, int64_t r1)
 {
     int nv = (int)(panel_width(j->n16, p) / 16);
     const int8_t *b = j->a->packed + p * SLIM_QGEMM_PANEL * j->k4;
+    if (nv == 4) {
+        _Alignas(64) int32_t accs[WIDE_MR * SLIM_QGEMM_PANEL];
+        for (int64_t r = r0; r < r1; r += WIDE_MR) {
+            int mr = r1 - r < WIDE_MR ? (int)(r1 - r) : WIDE_MR;
+            const uint8_t *x = j->qx + r * j->k4;
+            switch (mr) {
+            case 1: wide_loop_1(x, j->k4, b, accs); break;
+            case 2: wide_loop_2(x, j->k4, b, accs); break;
+            case 3: wide_loop_3(x, j->k4, b, accs); break;
+            case 4: wide_loop_4(x, j->k4, b, accs); break;
+            case 5: wide_loop_5(x, j->k4, b, accs); break;
+            default: wide_loop_6(x, j->k4, b, accs); break;
+            }
+            wide_epilogue(j, mr, r, p, accs);
+        }
+        return;
+    }
     for (int64_t r = r0; r < r1; r += MR_MAX) {
         int mr = r1 - r < MR_MAX ? (int)(r1 - r) : MR_MAX;
         switch (mr * 8 + nv) {

@@ -121,7 +121,7 @@ static const slim_qgemm_isa isas[] = {SLIM_QGEMM_C, SLIM_QGEMM_AVX2, SLIM_QGEMM_
 
 START_TEST(test_paths_match_reference_on_odd_shapes)
 {
-    const int64_t ms[] = {1, 2, 5, 7, 13, 50};
+    const int64_t ms[] = {1, 2, 3, 4, 5, 7, 13, 50};
     const int64_t ns[] = {1, 3, 16, 17, 63, 64, 65, 130};
     const int64_t ks[] = {1, 3, 4, 5, 63, 64, 65, 300};
     int checked_paths = 0;
