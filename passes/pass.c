@@ -12,6 +12,7 @@ extern const slim_pass slim__pass_fold_bn;
 extern const slim_pass slim__pass_fuse_conv;
 extern const slim_pass slim__pass_blocked_layout;
 extern const slim_pass slim__pass_fuse_matmul;
+extern const slim_pass slim__pass_fuse_int8_epilogue; /* after fuse_gelu */
 
 /* Folding BatchNormalization first gives fuse_conv a Conv whose only
  * reader is the activation or the residual Add; blocked_layout then links
@@ -21,6 +22,7 @@ const slim_pass *const slim_passes[] = {
     &slim__pass_fuse_conv,
     &slim__pass_blocked_layout,
     &slim__pass_fuse_matmul,
+    &slim__pass_fuse_int8_epilogue,
     NULL,
 };
 

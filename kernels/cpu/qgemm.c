@@ -33,6 +33,8 @@
  * registers once GCC schedules the broadcasts early, and it spilled
  * accumulators inside the loop (a quarter of the 4-row rate). */
 #define MR_MAX 4
+/* Rows per call of the full-panel loop (wide_loop, below). */
+#define WIDE_MR 6
 #define ROW_CHUNK 48    /* rows per task: a multiple of MR_MAX and of 6 */
 
 int64_t slim_qgemm_k4(int64_t k)
@@ -285,13 +287,78 @@ typedef struct {
     slim_qgemm_isa isa;
 } qgemm_job;
 
+/* Gelu(y) = h + h * erf(y / sqrt 2), h = y / 2. erf by two polynomials
+ * (|x| < 0.921875, and 1 - exp(-x^2) * poly(|x|) up to 3.925, then 1),
+ * exp by a rounded power of two times a polynomial. Every step is one
+ * correctly rounded operation written out -- fmaf, never a * b + c that a
+ * compiler may or may not contract -- and the AVX-512 version below
+ * performs the same ones in the same order, so the paths agree bit for
+ * bit. (On baseline x86-64 fmaf is a libm call: the C path is exact but
+ * slow; it is the oracle and the fallback.) */
+static inline float exp_neg_c(float x) /* x <= 0 or NaN */
+{
+    float xc = x < -87.0f ? -87.0f : x; /* 2^n stays normal; NaN passes */
+    float n = fmaf(xc, 1.44269504088896341f, 12582912.0f) - 12582912.0f; /* round */
+    float r = fmaf(n, -0.693359375f, xc);
+    r = fmaf(n, 2.12194440e-4f, r);
+    float q = 1.9875691500e-4f;
+    q = fmaf(q, r, 1.3981999507e-3f);
+    q = fmaf(q, r, 8.3334519073e-3f);
+    q = fmaf(q, r, 4.1665795894e-2f);
+    q = fmaf(q, r, 1.6666665459e-1f);
+    q = fmaf(q, r, 5.0000001201e-1f);
+    q = fmaf(q * r, r, r) + 1.0f;
+    /* 2^n from the low mantissa bits of 2^23 + 127 + n (no float-to-int
+     * conversion, which NaN would make undefined) */
+    float t = n + 8388735.0f;
+    uint32_t bits;
+    memcpy(&bits, &t, sizeof(bits));
+    bits = (bits - 0x4B000000u) << 23;
+    float sc;
+    memcpy(&sc, &bits, sizeof(sc));
+    return q * sc;
+}
+
+float slim_qgemm_gelu(float y)
+{
+    float h = 0.5f * y, x = y * 0.70710678118654752f;
+    float a = fabsf(x), z = a * a;
+    float s = 8.36500622e-05f;
+    s = fmaf(s, z, -0.000814139203f);
+    s = fmaf(s, z, 0.00520090526f);
+    s = fmaf(s, z, -0.0268593412f);
+    s = fmaf(s, z, 0.112836942f);
+    s = fmaf(s, z, -0.376126349f);
+    s = fmaf(s, z, 1.12837923f) * a;
+    float b = 1.87023306e-06f;
+    b = fmaf(b, a, -5.31483784e-05f);
+    b = fmaf(b, a, 0.000683296297f);
+    b = fmaf(b, a, -0.00526775047f);
+    b = fmaf(b, a, 0.0272385683f);
+    b = fmaf(b, a, -0.10024523f);
+    b = fmaf(b, a, 0.272415906f);
+    b = fmaf(b, a, -0.560680807f);
+    b = fmaf(b, a, 0.889092207f);
+    b = fmaf(b, a, -1.08935606f);
+    b = fmaf(b, a, 0.993754804f);
+    b = fmaf(-exp_neg_c(-z), b, 1.0f);
+    float e = a < 0.921875f ? s : a >= 3.925f ? 1.0f : b; /* NaN takes b: NaN */
+    return fmaf(h, copysignf(e, x), h);
+}
+
+static inline float act_c(float v, slim_qgemm_act act)
+{
+    if (act == SLIM_QGEMM_ACT_RELU)
+        return v > 0 ? v : 0.0f;
+    return act == SLIM_QGEMM_ACT_GELU ? slim_qgemm_gelu(v) : v;
+}
+
 /* The epilogue of one output element, as every path computes it. */
 static inline float epilogue_c(int32_t acc, int32_t zx, int32_t colsum, float sx, float sw,
                                float bias, slim_qgemm_act act)
 {
     int32_t t = (int32_t)((uint32_t)acc - (uint32_t)zx * (uint32_t)colsum);
-    float v = fmaf((float)t, sx * sw, bias);
-    return act == SLIM_QGEMM_ACT_RELU ? (v > 0 ? v : 0.0f) : v;
+    return act_c(fmaf((float)t, sx * sw, bias), act);
 }
 
 /* Output (r, n) from its int32 sum: the float epilogue, or (slim_qgemm_u8)
@@ -330,14 +397,132 @@ static void panel_c(const qgemm_job *j, int64_t p, int64_t r0, int64_t r1)
 }
 
 #ifdef QGEMM_X86
-/* mr rows x nv vectors of 16 channels, k4 / 4 steps of vpdpbusd, then the
- * epilogue in registers. Inlined into one copy per (mr, nv) so that the
- * accumulator arrays live in registers. */
+/* The activation on 16 outputs: slim_qgemm_gelu's operations, vectorized. */
+AVX512_TARGET __attribute__((always_inline))
+static inline __m512 exp_neg_avx512(__m512 x)
+{
+    __m512 xc = _mm512_max_ps(_mm512_set1_ps(-87.0f), x); /* NaN passes (2nd operand) */
+    __m512 big = _mm512_set1_ps(12582912.0f);
+    __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(xc, _mm512_set1_ps(1.44269504088896341f), big), big);
+    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), xc);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+    __m512 q = _mm512_set1_ps(1.9875691500e-4f);
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.3981999507e-3f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(8.3334519073e-3f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(4.1665795894e-2f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.6666665459e-1f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(5.0000001201e-1f));
+    q = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(q, r), r, r), _mm512_set1_ps(1.0f));
+    __m512i bits = _mm512_castps_si512(_mm512_add_ps(n, _mm512_set1_ps(8388735.0f)));
+    bits = _mm512_slli_epi32(_mm512_sub_epi32(bits, _mm512_set1_epi32(0x4B000000)), 23);
+    return _mm512_mul_ps(q, _mm512_castsi512_ps(bits));
+}
+
+AVX512_TARGET __attribute__((always_inline))
+static inline __m512 gelu_avx512(__m512 y)
+{
+    __m512i sign = _mm512_set1_epi32((int32_t)0x80000000u);
+    __m512 h = _mm512_mul_ps(_mm512_set1_ps(0.5f), y);
+    __m512 x = _mm512_mul_ps(y, _mm512_set1_ps(0.70710678118654752f));
+    __m512 a = _mm512_castsi512_ps(_mm512_andnot_si512(sign, _mm512_castps_si512(x)));
+    __m512 z = _mm512_mul_ps(a, a);
+    __m512 s = _mm512_set1_ps(8.36500622e-05f);
+    s = _mm512_fmadd_ps(s, z, _mm512_set1_ps(-0.000814139203f));
+    s = _mm512_fmadd_ps(s, z, _mm512_set1_ps(0.00520090526f));
+    s = _mm512_fmadd_ps(s, z, _mm512_set1_ps(-0.0268593412f));
+    s = _mm512_fmadd_ps(s, z, _mm512_set1_ps(0.112836942f));
+    s = _mm512_fmadd_ps(s, z, _mm512_set1_ps(-0.376126349f));
+    s = _mm512_mul_ps(_mm512_fmadd_ps(s, z, _mm512_set1_ps(1.12837923f)), a);
+    __m512 b = _mm512_set1_ps(1.87023306e-06f);
+    b = _mm512_fmadd_ps(b, a, _mm512_set1_ps(-5.31483784e-05f));
+    b = _mm512_fmadd_ps(b, a, _mm512_set1_ps(0.000683296297f));
+    b = _mm512_fmadd_ps(b, a, _mm512_set1_ps(-0.00526775047f));
+    b = _mm512_fmadd_ps(b, a, _mm512_set1_ps(0.0272385683f));
+    b = _mm512_fmadd_ps(b, a, _mm512_set1_ps(-0.10024523f));
+    b = _mm512_fmadd_ps(b, a, _mm512_set1_ps(0.272415906f));
+    b = _mm512_fmadd_ps(b, a, _mm512_set1_ps(-0.560680807f));
+    b = _mm512_fmadd_ps(b, a, _mm512_set1_ps(0.889092207f));
+    b = _mm512_fmadd_ps(b, a, _mm512_set1_ps(-1.08935606f));
+    b = _mm512_fmadd_ps(b, a, _mm512_set1_ps(0.993754804f));
+    __m512 nz = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(z), sign));
+    b = _mm512_fnmadd_ps(exp_neg_avx512(nz), b, _mm512_set1_ps(1.0f)); /* = fma(-e, b, 1) */
+    __m512 e = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, _mm512_set1_ps(3.925f), _CMP_GE_OQ), b,
+                                    _mm512_set1_ps(1.0f));
+    e = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, _mm512_set1_ps(0.921875f), _CMP_LT_OQ), e, s);
+    e = _mm512_castsi512_ps(_mm512_or_si512(_mm512_andnot_si512(sign, _mm512_castps_si512(e)),
+                                            _mm512_and_si512(sign, _mm512_castps_si512(x))));
+    return _mm512_fmadd_ps(h, e, h);
+}
+
+AVX512_TARGET __attribute__((always_inline))
+static inline __m512 act_avx512(__m512 y, slim_qgemm_act act)
+{
+    if (act == SLIM_QGEMM_ACT_RELU)
+        return _mm512_max_ps(y, _mm512_setzero_ps());
+    return act == SLIM_QGEMM_ACT_GELU ? gelu_avx512(y) : y;
+}
+
+/* The epilogue of mr rows x nv vectors of int32 sums (accs[i * 64 + v *
+ * 16 ..], rows r.., panel p): zero-point correction, scales and bias, the
+ * outlier channels' side product (outlier_tile's operations, here while
+ * the outputs are in registers: no second pass over y), the activation.
+ * Each converted outlier weight vector serves all mr rows. */
+AVX512_TARGET __attribute__((always_inline))
+static inline void vnni_epilogue(const qgemm_job *j, int mr, int nv, int64_t r, int64_t p,
+                                 const int32_t *accs)
+{
+    const slim_qgemm_args *a = j->a;
+    int64_t n0 = p * SLIM_QGEMM_PANEL;
+    __m512 zero = _mm512_setzero_ps();
+    for (int v = 0; v < nv; v++) {
+        int64_t c = n0 + v * 16;
+        if (c >= a->n)
+            break;
+        __mmask16 mk = a->n - c >= 16 ? 0xFFFF : (__mmask16)((1u << (a->n - c)) - 1);
+        __m512i cs = _mm512_maskz_loadu_epi32(mk, a->colsum + c);
+        if (a->y_i32) {
+            for (int i = 0; i < mr; i++)
+                _mm512_mask_storeu_epi32(
+                    a->y_i32 + (r + i) * a->ldy + c, mk,
+                    _mm512_sub_epi32(_mm512_load_si512(accs + i * 64 + v * 16),
+                                     _mm512_mullo_epi32(_mm512_set1_epi32(j->zx[r + i]), cs)));
+            continue;
+        }
+        __m512 sw = _mm512_maskz_loadu_ps(mk, a->w_scale + c);
+        __m512 bias = a->bias ? _mm512_maskz_loadu_ps(mk, a->bias + c) : zero;
+        __m512 oacc[WIDE_MR];
+        for (int i = 0; i < mr; i++)
+            oacc[i] = zero;
+        bool outl = a->n_outl > 0;
+        if (outl) {
+            const float *xo = a->x + r * a->ldx;
+            for (int64_t o = 0; o < a->n_outl; o++) {
+                __m512 w = _mm512_cvtepi32_ps(
+                    _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mk, a->outl_q + o * a->n + c)));
+                int64_t k = a->outl_idx[o];
+                for (int i = 0; i < mr; i++)
+                    oacc[i] = _mm512_fmadd_ps(_mm512_set1_ps(xo[i * a->ldx + k]), w, oacc[i]);
+            }
+        }
+        __m512 osc = outl ? _mm512_maskz_loadu_ps(mk, a->outl_scale + c) : zero;
+        for (int i = 0; i < mr; i++) {
+            __m512i t = _mm512_sub_epi32(_mm512_load_si512(accs + i * 64 + v * 16),
+                                         _mm512_mullo_epi32(_mm512_set1_epi32(j->zx[r + i]), cs));
+            __m512 y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t),
+                                       _mm512_mul_ps(_mm512_set1_ps(j->sx[r + i]), sw), bias);
+            if (outl)
+                y = _mm512_fmadd_ps(oacc[i], osc, y);
+            _mm512_mask_storeu_ps(a->y + (r + i) * a->ldy + c, mk, act_avx512(y, a->act));
+        }
+    }
+}
+
+/* mr rows x nv vectors of 16 channels, k4 / 4 steps of vpdpbusd (panels
+ * narrower than 64 channels; wide_loop below takes the full ones). */
 AVX512_TARGET __attribute__((always_inline))
 static inline void micro_vnni(const qgemm_job *j, int mr, int nv, int64_t r, int64_t p,
                               const int8_t *b)
 {
-    const slim_qgemm_args *a = j->a;
     __m512i acc[MR_MAX][4];
     for (int i = 0; i < mr; i++)
         for (int v = 0; v < nv; v++)
@@ -356,34 +541,11 @@ static inline void micro_vnni(const qgemm_job *j, int mr, int nv, int64_t r, int
                 acc[i][v] = _mm512_dpbusd_epi32(acc[i][v], xv, w[v]);
         }
     }
-    int64_t n0 = p * SLIM_QGEMM_PANEL;
-    __m512 zero = _mm512_setzero_ps();
-    for (int v = 0; v < nv; v++) {
-        int64_t c = n0 + v * 16;
-        if (c >= a->n)
-            break;
-        __mmask16 mk = a->n - c >= 16 ? 0xFFFF : (__mmask16)((1u << (a->n - c)) - 1);
-        __m512i cs = _mm512_maskz_loadu_epi32(mk, a->colsum + c);
-        if (a->y_i32) {
-            for (int i = 0; i < mr; i++)
-                _mm512_mask_storeu_epi32(
-                    a->y_i32 + (r + i) * a->ldy + c, mk,
-                    _mm512_sub_epi32(acc[i][v],
-                                     _mm512_mullo_epi32(_mm512_set1_epi32(j->zx[r + i]), cs)));
-            continue;
-        }
-        __m512 sw = _mm512_maskz_loadu_ps(mk, a->w_scale + c);
-        __m512 bias = a->bias ? _mm512_maskz_loadu_ps(mk, a->bias + c) : zero;
-        for (int i = 0; i < mr; i++) {
-            __m512i t = _mm512_sub_epi32(acc[i][v],
-                                         _mm512_mullo_epi32(_mm512_set1_epi32(j->zx[r + i]), cs));
-            __m512 y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t),
-                                       _mm512_mul_ps(_mm512_set1_ps(j->sx[r + i]), sw), bias);
-            if (a->act == SLIM_QGEMM_ACT_RELU)
-                y = _mm512_max_ps(y, zero);
-            _mm512_mask_storeu_ps(a->y + (r + i) * a->ldy + c, mk, y);
-        }
-    }
+    _Alignas(64) int32_t accs[MR_MAX * SLIM_QGEMM_PANEL];
+    for (int i = 0; i < mr; i++)
+        for (int v = 0; v < nv; v++)
+            _mm512_store_si512(accs + i * 64 + v * 16, acc[i][v]);
+    vnni_epilogue(j, mr, nv, r, p, accs);
 }
 
 #define MICRO_CASE(MR, NV) \
@@ -398,7 +560,6 @@ static inline void micro_vnni(const qgemm_job *j, int mr, int nv, int64_t r, int
  * 16 vpdpbusd, which is what held the 4-row kernel to about half of the
  * vpdpbusd rate. The sums go to acc (exact int32, so any blocking gives
  * the same) for the epilogue. */
-#define WIDE_MR 6
 #define WIDE_ZERO(i) \
     __m512i a##i##0 = _mm512_setzero_si512(), a##i##1 = a##i##0, a##i##2 = a##i##0, \
             a##i##3 = a##i##0;
@@ -435,51 +596,18 @@ static inline void wide_loop(const uint8_t *x, int64_t k4, const int8_t *b, int 
 #undef WIDE_STEP
 #undef WIDE_STORE
 
-/* One copy of the loop per row count, each with its registers to itself. */
+/* One copy of the loop and epilogue per row count, each with its
+ * registers to itself. */
 #define WIDE_FN(MR)                                                                   \
-    AVX512_TARGET __attribute__((noinline)) static void wide_loop_##MR(              \
-        const uint8_t *x, int64_t k4, const int8_t *b, int32_t *acc)                  \
+    AVX512_TARGET __attribute__((noinline)) static void wide_tile_##MR(              \
+        const qgemm_job *j, int64_t r, int64_t p, const int8_t *b)                    \
     {                                                                                 \
-        wide_loop(x, k4, b, MR, acc);                                                 \
+        _Alignas(64) int32_t accs[WIDE_MR * SLIM_QGEMM_PANEL];                        \
+        wide_loop(j->qx + r * j->k4, j->k4, b, MR, accs);                             \
+        vnni_epilogue(j, MR, 4, r, p, accs);                                          \
     }
 WIDE_FN(1) WIDE_FN(2) WIDE_FN(3) WIDE_FN(4) WIDE_FN(5) WIDE_FN(6)
 #undef WIDE_FN
-
-/* The epilogue of wide_loop's mr x 64 sums (the same operations as
- * micro_vnni's). */
-AVX512_TARGET
-static void wide_epilogue(const qgemm_job *j, int mr, int64_t r, int64_t p, const int32_t *accs)
-{
-    const slim_qgemm_args *a = j->a;
-    int64_t n0 = p * SLIM_QGEMM_PANEL;
-    __m512 zero = _mm512_setzero_ps();
-    for (int v = 0; v < 4; v++) {
-        int64_t c = n0 + v * 16;
-        if (c >= a->n)
-            break;
-        __mmask16 mk = a->n - c >= 16 ? 0xFFFF : (__mmask16)((1u << (a->n - c)) - 1);
-        __m512i cs = _mm512_maskz_loadu_epi32(mk, a->colsum + c);
-        if (a->y_i32) {
-            for (int i = 0; i < mr; i++)
-                _mm512_mask_storeu_epi32(
-                    a->y_i32 + (r + i) * a->ldy + c, mk,
-                    _mm512_sub_epi32(_mm512_load_si512(accs + i * 64 + v * 16),
-                                     _mm512_mullo_epi32(_mm512_set1_epi32(j->zx[r + i]), cs)));
-            continue;
-        }
-        __m512 sw = _mm512_maskz_loadu_ps(mk, a->w_scale + c);
-        __m512 bias = a->bias ? _mm512_maskz_loadu_ps(mk, a->bias + c) : zero;
-        for (int i = 0; i < mr; i++) {
-            __m512i t = _mm512_sub_epi32(_mm512_load_si512(accs + i * 64 + v * 16),
-                                         _mm512_mullo_epi32(_mm512_set1_epi32(j->zx[r + i]), cs));
-            __m512 y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t),
-                                       _mm512_mul_ps(_mm512_set1_ps(j->sx[r + i]), sw), bias);
-            if (a->act == SLIM_QGEMM_ACT_RELU)
-                y = _mm512_max_ps(y, zero);
-            _mm512_mask_storeu_ps(a->y + (r + i) * a->ldy + c, mk, y);
-        }
-    }
-}
 
 AVX512_TARGET
 static void panel_vnni(const qgemm_job *j, int64_t p, int64_t r0, int64_t r1)
@@ -487,19 +615,15 @@ static void panel_vnni(const qgemm_job *j, int64_t p, int64_t r0, int64_t r1)
     int nv = (int)(panel_width(j->n16, p) / 16);
     const int8_t *b = j->a->packed + p * SLIM_QGEMM_PANEL * j->k4;
     if (nv == 4) {
-        _Alignas(64) int32_t accs[WIDE_MR * SLIM_QGEMM_PANEL];
         for (int64_t r = r0; r < r1; r += WIDE_MR) {
-            int mr = r1 - r < WIDE_MR ? (int)(r1 - r) : WIDE_MR;
-            const uint8_t *x = j->qx + r * j->k4;
-            switch (mr) {
-            case 1: wide_loop_1(x, j->k4, b, accs); break;
-            case 2: wide_loop_2(x, j->k4, b, accs); break;
-            case 3: wide_loop_3(x, j->k4, b, accs); break;
-            case 4: wide_loop_4(x, j->k4, b, accs); break;
-            case 5: wide_loop_5(x, j->k4, b, accs); break;
-            default: wide_loop_6(x, j->k4, b, accs); break;
+            switch (r1 - r < WIDE_MR ? (int)(r1 - r) : WIDE_MR) {
+            case 1: wide_tile_1(j, r, p, b); break;
+            case 2: wide_tile_2(j, r, p, b); break;
+            case 3: wide_tile_3(j, r, p, b); break;
+            case 4: wide_tile_4(j, r, p, b); break;
+            case 5: wide_tile_5(j, r, p, b); break;
+            default: wide_tile_6(j, r, p, b); break;
             }
-            wide_epilogue(j, mr, r, p, accs);
         }
         return;
     }
@@ -640,11 +764,12 @@ static void run_panels(const slim_qgemm_args *a, const uint8_t *qx, const float 
  * 0, then y = fma(acc, scale, y): the same roundings, so they agree bit for
  * bit. (The build targets baseline x86-64, where fmaf is a libm call: the C
  * path is exact but slow, the vector paths use the FMA instruction.) The
- * vector paths keep a tile of outputs in registers over all o and, on
- * AVX-512, share each converted weight vector among 4 rows: looping over o
- * outside, a first version streamed the output row through memory once per
- * outlier and took 30% of the encoder's product time for 1.6% of its
- * multiply-adds. */
+ * AVX-512 VNNI path does it in the product's epilogue (vnni_epilogue),
+ * while the outputs are still in registers; the C and AVX2 paths in this
+ * second pass over y, a tile of outputs in registers over all o (looping
+ * over o outside, a first version streamed the output row through memory
+ * once per outlier and took 30% of the encoder's product time for 1.6% of
+ * its multiply-adds). */
 static void outlier_rows_c(const slim_qgemm_args *a, int64_t r, int nr)
 {
     for (int i = 0; i < nr; i++) {
@@ -660,41 +785,6 @@ static void outlier_rows_c(const slim_qgemm_args *a, int64_t r, int nr)
 }
 
 #ifdef QGEMM_X86
-AVX512_TARGET __attribute__((always_inline))
-static inline void outlier_tile_avx512(const slim_qgemm_args *a, int64_t r, int nr, int64_t c,
-                                       __mmask16 mk)
-{
-    __m512 acc[4];
-    for (int i = 0; i < nr; i++)
-        acc[i] = _mm512_setzero_ps();
-    for (int64_t o = 0; o < a->n_outl; o++) {
-        __m512 w = _mm512_cvtepi32_ps(
-            _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mk, a->outl_q + o * a->n + c)));
-        const float *x = a->x + r * a->ldx + a->outl_idx[o];
-        for (int i = 0; i < nr; i++)
-            acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(x[i * a->ldx]), w, acc[i]);
-    }
-    __m512 sc = _mm512_maskz_loadu_ps(mk, a->outl_scale + c);
-    for (int i = 0; i < nr; i++) {
-        float *y = a->y + (r + i) * a->ldy + c;
-        _mm512_mask_storeu_ps(y, mk, _mm512_fmadd_ps(acc[i], sc, _mm512_maskz_loadu_ps(mk, y)));
-    }
-}
-
-AVX512_TARGET
-static void outlier_rows_avx512(const slim_qgemm_args *a, int64_t r, int nr)
-{
-    for (int64_t c = 0; c < a->n; c += 16) {
-        __mmask16 mk = a->n - c >= 16 ? 0xFFFF : (__mmask16)((1u << (a->n - c)) - 1);
-        switch (nr) {
-        case 4: outlier_tile_avx512(a, r, 4, c, mk); break;
-        case 3: outlier_tile_avx512(a, r, 3, c, mk); break;
-        case 2: outlier_tile_avx512(a, r, 2, c, mk); break;
-        default: outlier_tile_avx512(a, r, 1, c, mk); break;
-        }
-    }
-}
-
 AVX2_TARGET
 static void outlier_rows_avx2(const slim_qgemm_args *a, int64_t r, int nr)
 {
@@ -731,18 +821,16 @@ static void outlier_part(int64_t begin, int64_t end, void *user)
         int64_t r = t * 4;
         int nr = a->m - r < 4 ? (int)(a->m - r) : 4;
 #ifdef QGEMM_X86
-        if (isa == SLIM_QGEMM_AVX512VNNI)
-            outlier_rows_avx512(a, r, nr);
-        else if (isa == SLIM_QGEMM_AVX2)
+        if (isa == SLIM_QGEMM_AVX2)
             outlier_rows_avx2(a, r, nr);
         else
 #endif
             outlier_rows_c(a, r, nr);
-        if (a->act == SLIM_QGEMM_ACT_RELU)
+        if (a->act != SLIM_QGEMM_ACT_NONE)
             for (int i = 0; i < nr; i++) {
                 float *y = a->y + (r + i) * a->ldy;
                 for (int64_t c = 0; c < a->n; c++)
-                    y[c] = y[c] > 0 ? y[c] : 0.0f;
+                    y[c] = act_c(y[c], a->act);
             }
     }
     (void)isa;
@@ -757,7 +845,8 @@ void slim_qgemm(const slim_qgemm_args *a, void *scratch)
     quant_job q = {a, scratch, (float *)((char *)scratch + rows),
                    (int32_t *)((char *)scratch + rows + (size_t)a->m * sizeof(float)), k4};
     slim_parallel_for(a->m, 1 + 16384 / (k4 ? k4 : 1), quant_part, &q);
-    if (a->n_outl <= 0) {
+    /* The VNNI epilogue adds the outlier channels itself. */
+    if (a->n_outl <= 0 || slim_qgemm_get_isa() == SLIM_QGEMM_AVX512VNNI) {
         run_panels(a, q.qx, q.sx, q.zx);
         return;
     }
@@ -770,6 +859,9 @@ void slim_qgemm(const slim_qgemm_args *a, void *scratch)
 
 void slim_qgemm_u8(const slim_qgemm_args *a, const uint8_t *qx, const int32_t *zx)
 {
-    if (a->m > 0 && a->n > 0)
-        run_panels(a, qx, NULL, zx);
+    if (a->m > 0 && a->n > 0) {
+        slim_qgemm_args b = *a;
+        b.n_outl = 0; /* y_i32 has no float epilogue to add them to */
+        run_panels(&b, qx, NULL, zx);
+    }
 }
