@@ -35,7 +35,7 @@
 #define MR_MAX 4
 /* Rows per call of the full-panel loop (wide_loop, below). */
 #define WIDE_MR 6
-#define ROW_CHUNK 48    /* rows per task: a multiple of MR_MAX and of 6 */
+#define ROW_CHUNK 24    /* rows per task: a multiple of MR_MAX and of WIDE_MR */
 
 int64_t slim_qgemm_k4(int64_t k)
 {
@@ -490,20 +490,33 @@ static inline void vnni_epilogue(const qgemm_job *j, int mr, int nv, int64_t r, 
         }
         __m512 sw = _mm512_maskz_loadu_ps(mk, a->w_scale + c);
         __m512 bias = a->bias ? _mm512_maskz_loadu_ps(mk, a->bias + c) : zero;
-        __m512 oacc[WIDE_MR];
-        for (int i = 0; i < mr; i++)
-            oacc[i] = zero;
+        /* Named accumulators and the operands in locals: with an array
+         * GCC stored all six to the stack on every o. */
+        __m512 o0 = zero, o1 = zero, o2 = zero, o3 = zero, o4 = zero, o5 = zero;
         bool outl = a->n_outl > 0;
         if (outl) {
-            const float *xo = a->x + r * a->ldx;
-            for (int64_t o = 0; o < a->n_outl; o++) {
-                __m512 w = _mm512_cvtepi32_ps(
-                    _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mk, a->outl_q + o * a->n + c)));
-                int64_t k = a->outl_idx[o];
-                for (int i = 0; i < mr; i++)
-                    oacc[i] = _mm512_fmadd_ps(_mm512_set1_ps(xo[i * a->ldx + k]), w, oacc[i]);
+            const float *x0 = a->x + r * a->ldx;
+            const int8_t *q = a->outl_q + c;
+            const int64_t *idx = a->outl_idx;
+            int64_t ld = a->ldx, n = a->n, no = a->n_outl;
+            for (int64_t o = 0; o < no; o++) {
+                __m512 w = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mk, q)));
+                const float *xo = x0 + idx[o];
+                q += n;
+                o0 = _mm512_fmadd_ps(_mm512_set1_ps(xo[0]), w, o0);
+                if (mr > 1)
+                    o1 = _mm512_fmadd_ps(_mm512_set1_ps(xo[ld]), w, o1);
+                if (mr > 2)
+                    o2 = _mm512_fmadd_ps(_mm512_set1_ps(xo[2 * ld]), w, o2);
+                if (mr > 3)
+                    o3 = _mm512_fmadd_ps(_mm512_set1_ps(xo[3 * ld]), w, o3);
+                if (mr > 4)
+                    o4 = _mm512_fmadd_ps(_mm512_set1_ps(xo[4 * ld]), w, o4);
+                if (mr > 5)
+                    o5 = _mm512_fmadd_ps(_mm512_set1_ps(xo[5 * ld]), w, o5);
             }
         }
+        __m512 oacc[WIDE_MR] = {o0, o1, o2, o3, o4, o5};
         __m512 osc = outl ? _mm512_maskz_loadu_ps(mk, a->outl_scale + c) : zero;
         for (int i = 0; i < mr; i++) {
             __m512i t = _mm512_sub_epi32(_mm512_load_si512(accs + i * 64 + v * 16),
@@ -703,59 +716,130 @@ static void panel_avx2(const qgemm_job *j, int64_t p, int64_t r0, int64_t r1)
 }
 #endif
 
-static void qgemm_part(int64_t begin, int64_t end, void *user)
+/* ---- scheduling ------------------------------------------------------------
+ *
+ * One parallel region per call. Its tasks, handed out one at a time from an
+ * atomic counter in this order: quantize row chunk c (c < chunks), then the
+ * products, panel-major (panel p x row chunk c), each product waiting for
+ * its chunk's rows (a flag per chunk; their quantization was handed out
+ * earlier, so the wait is at most one chunk's quantization). Before, three
+ * slim_parallel_for calls (quantize, product, outliers) each woke the
+ * workers and cut the work into the pool's 4 x threads parts, where a
+ * worker waking late left the caller one part of up to 1/8 of the product
+ * to finish alone; ROW_CHUNK-row tasks taken one by one balance to a task.
+ * Every task computes exact integer sums and the same epilogue for its
+ * rows, so the results do not depend on who ran what. */
+typedef struct {
+    qgemm_job j;
+    const slim_qgemm_args *a;
+    uint8_t *qx;              /* writable views of j's rows, when quantizing */
+    float *sx;
+    int32_t *zx;
+    _Atomic int *ready;       /* per chunk, when quantizing; else NULL */
+    atomic_llong next;
+    int64_t n_tasks;
+} qgemm_run;
+
+static void run_task(qgemm_run *q, int64_t t)
 {
-    const qgemm_job *j = user;
-    for (int64_t t = begin; t < end; t++) {
-        int64_t p = t / j->chunks, c = t % j->chunks;
-        int64_t r0 = c * ROW_CHUNK, r1 = r0 + ROW_CHUNK < j->a->m ? r0 + ROW_CHUNK : j->a->m;
+    const qgemm_job *j = &q->j;
+    int64_t chunks = j->chunks;
+    if (q->ready) {
+        if (t < chunks) {
+            int64_t r1 = (t + 1) * ROW_CHUNK < j->a->m ? (t + 1) * ROW_CHUNK : j->a->m;
+            for (int64_t r = t * ROW_CHUNK; r < r1; r++)
+                slim_qgemm_quantize_row(q->a->x + r * q->a->ldx, q->a->k, q->qx + r * j->k4,
+                                        &q->sx[r], &q->zx[r]);
+            atomic_store_explicit(&q->ready[t], 1, memory_order_release);
+            return;
+        }
+        t -= chunks;
+    }
+    int64_t p = t / chunks, c = t % chunks;
+    if (q->ready)
+        while (!atomic_load_explicit(&q->ready[c], memory_order_acquire)) {
 #ifdef QGEMM_X86
-        if (j->isa == SLIM_QGEMM_AVX512VNNI) {
-            panel_vnni(j, p, r0, r1);
-            continue;
-        }
-        if (j->isa == SLIM_QGEMM_AVX2) {
-            panel_avx2(j, p, r0, r1);
-            continue;
-        }
+            _mm_pause();
 #endif
-        panel_c(j, p, r0, r1);
+        }
+    int64_t r0 = c * ROW_CHUNK, r1 = r0 + ROW_CHUNK < j->a->m ? r0 + ROW_CHUNK : j->a->m;
+#ifdef QGEMM_X86
+    if (j->isa == SLIM_QGEMM_AVX512VNNI) {
+        panel_vnni(j, p, r0, r1);
+        return;
+    }
+    if (j->isa == SLIM_QGEMM_AVX2) {
+        panel_avx2(j, p, r0, r1);
+        return;
+    }
+#endif
+    panel_c(j, p, r0, r1);
+}
+
+static void qgemm_worker(int64_t begin, int64_t end, void *user)
+{
+    qgemm_run *q = user;
+    (void)begin;
+    (void)end;
+    for (;;) {
+        int64_t t = atomic_fetch_add_explicit(&q->next, 1, memory_order_relaxed);
+        if (t >= q->n_tasks)
+            return;
+        run_task(q, t);
     }
 }
 
-typedef struct {
-    const slim_qgemm_args *a;
-    uint8_t *qx;
-    float *sx;
-    int32_t *zx;
-    int64_t k4;
-} quant_job;
-
-static void quant_part(int64_t begin, int64_t end, void *user)
+static size_t rows_bytes(int64_t m, int64_t k)
 {
-    const quant_job *q = user;
-    for (int64_t r = begin; r < end; r++)
-        slim_qgemm_quantize_row(q->a->x + r * q->a->ldx, q->a->k, q->qx + r * q->k4, &q->sx[r],
-                                &q->zx[r]);
+    return ((size_t)m * (size_t)slim_qgemm_k4(k) + 63) & ~(size_t)63;
 }
 
 size_t slim_qgemm_scratch_bytes(int64_t m, int64_t k)
 {
-    size_t rows = (size_t)m * (size_t)slim_qgemm_k4(k);
-    rows = (rows + 63) & ~(size_t)63;
-    return rows + (size_t)m * (sizeof(float) + sizeof(int32_t));
+    size_t chunks = (size_t)((m + ROW_CHUNK - 1) / ROW_CHUNK);
+    return rows_bytes(m, k) + (size_t)m * (sizeof(float) + sizeof(int32_t)) +
+           chunks * sizeof(_Atomic int);
 }
 
-static void run_panels(const slim_qgemm_args *a, const uint8_t *qx, const float *sx,
+/* The product of a's rows: quantized here into scratch when qx is NULL,
+ * else already quantized (qx, zx: slim_qgemm_u8). */
+static void run_panels(const slim_qgemm_args *a, void *scratch, const uint8_t *qx,
                        const int32_t *zx)
 {
-    int64_t k4 = slim_qgemm_k4(a->k);
-    qgemm_job j = {a, qx, sx, zx, k4, slim_qgemm_n16(a->n), 0, 0, slim_qgemm_get_isa()};
-    j.panels = j.n16 / SLIM_QGEMM_PANEL + (j.n16 % SLIM_QGEMM_PANEL != 0);
-    j.chunks = (a->m + ROW_CHUNK - 1) / ROW_CHUNK;
-    /* A task is up to ROW_CHUNK x 64 x k multiply-adds. */
-    int64_t work = (a->m < ROW_CHUNK ? a->m : ROW_CHUNK) * SLIM_QGEMM_PANEL * (k4 ? k4 : 4);
-    slim_parallel_for(j.panels * j.chunks, 1 + (1 << 18) / work, qgemm_part, &j);
+    qgemm_run q = {.a = a};
+    qgemm_job *j = &q.j;
+    j->a = a;
+    j->k4 = slim_qgemm_k4(a->k);
+    j->n16 = slim_qgemm_n16(a->n);
+    j->isa = slim_qgemm_get_isa();
+    j->panels = j->n16 / SLIM_QGEMM_PANEL + (j->n16 % SLIM_QGEMM_PANEL != 0);
+    j->chunks = (a->m + ROW_CHUNK - 1) / ROW_CHUNK;
+    q.n_tasks = j->panels * j->chunks;
+    if (!qx) {
+        size_t rows = rows_bytes(a->m, a->k);
+        q.qx = scratch;
+        q.sx = (float *)((char *)scratch + rows);
+        q.zx = (int32_t *)((char *)scratch + rows + (size_t)a->m * sizeof(float));
+        q.ready = (_Atomic int *)((char *)scratch + rows +
+                                  (size_t)a->m * (sizeof(float) + sizeof(int32_t)));
+        for (int64_t c = 0; c < j->chunks; c++)
+            atomic_store_explicit(&q.ready[c], 0, memory_order_relaxed);
+        q.n_tasks += j->chunks;
+        j->qx = q.qx;
+        j->sx = q.sx;
+        j->zx = q.zx;
+    } else {
+        j->qx = qx;
+        j->zx = zx;
+    }
+    atomic_store_explicit(&q.next, 0, memory_order_relaxed);
+    /* Under about 2^19 multiply-adds (a few microseconds) waking a worker
+     * costs more than it saves. */
+    double work = (double)a->m * (double)j->n16 * (double)(j->k4 ? j->k4 : 4);
+    if (work < (double)(1 << 19) || slim_num_threads() == 1)
+        qgemm_worker(0, 1, &q);
+    else
+        slim_parallel_for(slim_num_threads(), 1, qgemm_worker, &q);
 }
 
 /* The side product of the outlier channels, row by row (so that a row's
@@ -840,19 +924,14 @@ void slim_qgemm(const slim_qgemm_args *a, void *scratch)
 {
     if (a->m <= 0 || a->n <= 0)
         return;
-    int64_t k4 = slim_qgemm_k4(a->k);
-    size_t rows = ((size_t)a->m * (size_t)k4 + 63) & ~(size_t)63;
-    quant_job q = {a, scratch, (float *)((char *)scratch + rows),
-                   (int32_t *)((char *)scratch + rows + (size_t)a->m * sizeof(float)), k4};
-    slim_parallel_for(a->m, 1 + 16384 / (k4 ? k4 : 1), quant_part, &q);
     /* The VNNI epilogue adds the outlier channels itself. */
     if (a->n_outl <= 0 || slim_qgemm_get_isa() == SLIM_QGEMM_AVX512VNNI) {
-        run_panels(a, q.qx, q.sx, q.zx);
+        run_panels(a, scratch, NULL, NULL);
         return;
     }
     slim_qgemm_args b = *a;
     b.act = SLIM_QGEMM_ACT_NONE; /* after the side product */
-    run_panels(&b, q.qx, q.sx, q.zx);
+    run_panels(&b, scratch, NULL, NULL);
     slim_parallel_for((a->m + 3) / 4, 1 + 16384 / (4 * a->n * a->n_outl + 1), outlier_part,
                       (void *)a);
 }
@@ -862,6 +941,6 @@ void slim_qgemm_u8(const slim_qgemm_args *a, const uint8_t *qx, const int32_t *z
     if (a->m > 0 && a->n > 0) {
         slim_qgemm_args b = *a;
         b.n_outl = 0; /* y_i32 has no float epilogue to add them to */
-        run_panels(&b, qx, NULL, zx);
+        run_panels(&b, NULL, qx, zx);
     }
 }
