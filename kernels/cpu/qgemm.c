@@ -662,30 +662,37 @@ static inline void micro_avx2(const qgemm_job *j, int mr, int64_t r, int64_t p, 
                               const int8_t *b, int64_t w)
 {
     const slim_qgemm_args *a = j->a;
-    __m256i acc[2][4];
-    for (int i = 0; i < 2; i++)
-        for (int h = 0; h < 4; h++)
-            acc[i][h] = _mm256_setzero_si256();
+    /* Named accumulators: as acc[2][4] GCC copied them through other
+     * registers and the stack on every k step (as in the VNNI loop). */
+    __m256i a00 = _mm256_setzero_si256(), a01 = a00, a02 = a00, a03 = a00;
+    __m256i a10 = a00, a11 = a00, a12 = a00, a13 = a00;
     const uint8_t *x = j->qx + r * j->k4;
-    int64_t groups = j->k4 / 4;
-    for (int64_t g = 0; g < groups; g++) {
-        const int8_t *bg = b + g * w * 4 + c0 * 4; /* 16 channels x 4 bytes */
+    int64_t groups = j->k4 / 4, k4 = j->k4;
+    const int8_t *bg = b + c0 * 4; /* 16 channels x 4 bytes per group */
+    for (int64_t g = 0; g < groups; g++, bg += w * 4) {
         __m256i w8a = _mm256_loadu_si256((const __m256i *)bg);
         __m256i w8b = _mm256_loadu_si256((const __m256i *)(bg + 32));
-        __m256i wv[4] = {
-            _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w8a)),      /* channels 0-3 */
-            _mm256_cvtepi8_epi16(_mm256_extracti128_si256(w8a, 1)), /* 4-7 */
-            _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w8b)),      /* 8-11 */
-            _mm256_cvtepi8_epi16(_mm256_extracti128_si256(w8b, 1)), /* 12-15 */
-        };
-        for (int i = 0; i < mr; i++) {
-            int32_t quad;
-            memcpy(&quad, x + i * j->k4 + g * 4, 4);
-            __m256i xv = _mm256_cvtepu8_epi16(_mm_set1_epi32(quad));
-            for (int h = 0; h < 4; h++)
-                acc[i][h] = _mm256_add_epi32(acc[i][h], _mm256_madd_epi16(xv, wv[h]));
+        __m256i w0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w8a));      /* channels 0-3 */
+        __m256i w1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(w8a, 1)); /* 4-7 */
+        __m256i w2 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w8b));      /* 8-11 */
+        __m256i w3 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(w8b, 1)); /* 12-15 */
+        int32_t quad;
+        memcpy(&quad, x + g * 4, 4);
+        __m256i xv = _mm256_cvtepu8_epi16(_mm_set1_epi32(quad));
+        a00 = _mm256_add_epi32(a00, _mm256_madd_epi16(xv, w0));
+        a01 = _mm256_add_epi32(a01, _mm256_madd_epi16(xv, w1));
+        a02 = _mm256_add_epi32(a02, _mm256_madd_epi16(xv, w2));
+        a03 = _mm256_add_epi32(a03, _mm256_madd_epi16(xv, w3));
+        if (mr > 1) {
+            memcpy(&quad, x + k4 + g * 4, 4);
+            xv = _mm256_cvtepu8_epi16(_mm_set1_epi32(quad));
+            a10 = _mm256_add_epi32(a10, _mm256_madd_epi16(xv, w0));
+            a11 = _mm256_add_epi32(a11, _mm256_madd_epi16(xv, w1));
+            a12 = _mm256_add_epi32(a12, _mm256_madd_epi16(xv, w2));
+            a13 = _mm256_add_epi32(a13, _mm256_madd_epi16(xv, w3));
         }
     }
+    __m256i acc[2][4] = {{a00, a01, a02, a03}, {a10, a11, a12, a13}};
     int64_t n0 = p * SLIM_QGEMM_PANEL + c0;
     for (int i = 0; i < mr; i++) {
         int32_t sums[16];
