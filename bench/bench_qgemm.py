@@ -3,6 +3,7 @@
 
     python3 bench/bench_qgemm.py [--bin build/bin/bench_qgemm] [--threads 2] [--rounds 5]
                                  [--rows 128,1024] [--shapes 768x768,768x3072,3072x768]
+                                 [--base OTHER_BENCH_QGEMM]
 
 Shapes are K x N (BERT-base: q/k/v/out 768x768, ffn_in 768x3072, ffn_out
 3072x768), M rows (128: one sequence, 1024: batch 8). For each:
@@ -12,6 +13,8 @@ Shapes are K x N (BERT-base: q/k/v/out 768x768, ffn_in 768x3072, ffn_out
               includes the per-row quantization of x
   slim plain  the same without outlier channels
   slim quant  the per-row quantization alone (one thread)
+  base        with --base: the same as `slim`, by bench_qgemm built against
+              another qgemm.c (the before of a kernel change), same rounds
   ort int8    a one-node MatMul model through onnxruntime.quantization's
               quantize_dynamic (QInt8 weights, per_channel), which
               onnxruntime runs as DynamicQuantizeMatMul (the activation's
@@ -96,6 +99,7 @@ def main():
     ap.add_argument("--rows", default="128,1024")
     ap.add_argument("--shapes", default="768x768,768x3072,3072x768")
     ap.add_argument("--no-ort", action="store_true")
+    ap.add_argument("--base", default=None, help="another bench_qgemm binary (A/B)")
     ap.add_argument("--stat", choices=("min", "median"), default="min")
     args = ap.parse_args()
 
@@ -112,7 +116,7 @@ def main():
             rep = args.repeat or max(5, min(200, int(4e9 / (2 * m * n * k))))
             cases.append((m, k, n, path, rep))
 
-    res = {c[:3]: {"full": [], "plain": [], "quant": [], "ort": []} for c in cases}
+    res = {c[:3]: {"full": [], "plain": [], "quant": [], "ort": [], "base": []} for c in cases}
     peaks = []
     for _ in range(args.rounds):
         peaks.append(run_json([args.bin, "--peak"], env)["peak_gops"])
@@ -124,6 +128,10 @@ def main():
             r["full"].append(j["full" + sfx])
             r["plain"].append(j["plain" + sfx])
             r["quant"].append(j["quant" + sfx])
+            if args.base:
+                jb = run_json([args.base, str(m), str(n), str(k), "--outliers", str(k // 64),
+                               "--repeat", str(rep)], env)
+                r["base"].append(jb["full" + sfx])
             if not args.no_ort:
                 o = run_json([sys.executable, "-c", ORT_CHILD, path, str(m), str(k), str(rep),
                               str(args.threads)])
@@ -134,16 +142,17 @@ def main():
           "GOPS = 2 M N K / time; VNNI peak (registers only) %.0f GOPS"
           % (args.threads, args.rounds, "fastest" if args.stat == "min" else "median", peak))
     print("| M | K x N | slim ms | slim GOPS | % peak | plain GOPS | quant ms | ort int8 ms "
-          "| ort GOPS | slim x ort |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
+          "| ort GOPS | slim x ort | base ms | base GOPS | slim x base |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for m, k, n, _, _ in cases:
         r = res[(m, k, n)]
         ops = 2.0 * m * n * k
         f, p, q = (statistics.median(r[x]) for x in ("full", "plain", "quant"))
         o = statistics.median(r["ort"]) if r["ort"] else float("nan")
-        print("| %d | %dx%d | %.3f | %.0f | %.0f%% | %.0f | %.3f | %.3f | %.0f | %.2f |" % (
-            m, k, n, f, ops / f / 1e6, 100 * ops / f / 1e6 / peak, ops / p / 1e6, q, o,
-            ops / o / 1e6, f / o))
+        b = statistics.median(r["base"]) if r["base"] else float("nan")
+        print("| %d | %dx%d | %.3f | %.0f | %.0f%% | %.0f | %.3f | %.3f | %.0f | %.2f | %.3f | %.0f "
+              "| %.2f |" % (m, k, n, f, ops / f / 1e6, 100 * ops / f / 1e6 / peak, ops / p / 1e6,
+                            q, o, ops / o / 1e6, f / o, b, ops / b / 1e6, f / b))
 
 
 if __name__ == "__main__":

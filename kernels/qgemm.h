@@ -51,6 +51,7 @@ typedef enum {
      * slim_qgemm_gelu (every path the same operations: bitwise equal). */
     SLIM_QGEMM_ACT_GELU,
 } slim_qgemm_act;
+#define SLIM_QGEMM_HAS_GELU 1 /* for code built against older versions too (bench) */
 
 /* The code paths; AUTO picks the best the CPU has (CPUID, once). */
 typedef enum {
