@@ -194,6 +194,59 @@ static void quantize_row_avx512(const float *x, int64_t k, uint8_t *q, float *sc
     }
     memset(q + k, 0, (size_t)(k4 - k));
 }
+
+/* The same on AVX2 (the C loop took 20x as long: 0.4 ms for 128 rows of
+ * 768, a sixth of the AVX2 product's time). The tail of k % 8 elements
+ * goes through the C expressions, which round the same way. */
+AVX2_TARGET
+static void quantize_row_avx2(const float *x, int64_t k, uint8_t *q, float *scale, int32_t *zp)
+{
+    int64_t k4 = slim_qgemm_k4(k), k8 = k & ~(int64_t)7, i = 0;
+    __m256 zero = _mm256_setzero_ps(), probe = zero, lo = zero, hi = zero;
+    for (; i < k8; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        probe = _mm256_add_ps(probe, _mm256_mul_ps(v, zero));
+        lo = _mm256_min_ps(lo, v);
+        hi = _mm256_max_ps(hi, v);
+    }
+    float pr[8], l8[8], h8[8], p = 0, l = 0, h = 0;
+    _mm256_storeu_ps(pr, probe);
+    _mm256_storeu_ps(l8, lo);
+    _mm256_storeu_ps(h8, hi);
+    for (int c = 0; c < 8; c++) {
+        p += pr[c];
+        l = l8[c] < l ? l8[c] : l;
+        h = h8[c] > h ? h8[c] : h;
+    }
+    for (; i < k; i++) {
+        p += x[i] * 0.0f;
+        l = x[i] < l ? x[i] : l;
+        h = x[i] > h ? x[i] : h;
+    }
+    if (p != 0) { /* a NaN or an infinity somewhere */
+        memset(q, 0, (size_t)k4);
+        *scale = NAN;
+        *zp = 0;
+        return;
+    }
+    float inv;
+    row_params(l, h, scale, &inv, zp);
+    __m256 vinv = _mm256_set1_ps(inv);
+    __m256i vzp = _mm256_set1_epi32(*zp), v0 = _mm256_setzero_si256(),
+            v255 = _mm256_set1_epi32(255);
+    for (i = 0; i < k8; i += 8) {
+        /* cvtps rounds to nearest even (MXCSR default), as nearbyintf */
+        __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i), vinv));
+        v = _mm256_min_epi32(_mm256_max_epi32(_mm256_add_epi32(v, vzp), v0), v255);
+        __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        _mm_storel_epi64((__m128i *)(q + i), _mm_packus_epi16(w, w));
+    }
+    for (; i < k; i++) {
+        int32_t v = (int32_t)nearbyintf(x[i] * inv) + *zp;
+        q[i] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+    }
+    memset(q + k, 0, (size_t)(k4 - k));
+}
 #endif
 
 /* ---- path selection ------------------------------------------------------ */
@@ -268,8 +321,13 @@ void slim_qgemm_quantize_row(const float *x, int64_t k, uint8_t *q, float *scale
                              int32_t *zero_point)
 {
 #ifdef QGEMM_X86
-    if (slim_qgemm_get_isa() == SLIM_QGEMM_AVX512VNNI) {
+    slim_qgemm_isa isa = slim_qgemm_get_isa();
+    if (isa == SLIM_QGEMM_AVX512VNNI) {
         quantize_row_avx512(x, k, q, scale, zero_point);
+        return;
+    }
+    if (isa == SLIM_QGEMM_AVX2) {
+        quantize_row_avx2(x, k, q, scale, zero_point);
         return;
     }
 #endif

@@ -332,6 +332,31 @@ START_TEST(test_quantize_row_round_trip_and_edges)
         x[7] = INFINITY;
         slim_qgemm_quantize_row(x, 37, q, &s, &zp);
         ck_assert(isnan(s));
+        x[7] = 1.0f;
+        x[35] = -INFINITY; /* in the vector paths' scalar tail */
+        slim_qgemm_quantize_row(x, 37, q, &s, &zp);
+        ck_assert(isnan(s));
+    }
+    /* Every path quantizes to the C path's bytes, signed zeros included. */
+    for (int kind = 0; kind < 4; kind++) {
+        float x[45];
+        uint8_t want[48], got[48];
+        float ws, gs;
+        int32_t wz, gz;
+        fill_rows(x, 1, 45);
+        for (int j = 0; j < 45; j++)
+            x[j] = kind == 0 ? x[j] : kind == 1 ? (j % 3 ? -0.0f : fabsf(x[j]))
+                 : kind == 2 ? (j % 3 ? -0.0f : -fabsf(x[j])) : -0.0f;
+        slim_qgemm_set_isa(SLIM_QGEMM_C);
+        slim_qgemm_quantize_row(x, 45, want, &ws, &wz);
+        for (size_t i = 1; i < sizeof(isas) / sizeof(isas[0]); i++) {
+            if (!slim_qgemm_set_isa(isas[i]))
+                continue;
+            slim_qgemm_quantize_row(x, 45, got, &gs, &gz);
+            ck_assert_msg(memcmp(got, want, 48) == 0 && gz == wz &&
+                              memcmp(&gs, &ws, sizeof(float)) == 0,
+                          "%s kind %d", slim_qgemm_isa_name(isas[i]), kind);
+        }
     }
     slim_qgemm_set_isa(SLIM_QGEMM_AUTO);
 }
