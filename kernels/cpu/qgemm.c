@@ -19,6 +19,7 @@
 #include "kernel.h"
 
 #include <math.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -821,12 +822,18 @@ static void run_task(qgemm_run *q, int64_t t)
         t -= chunks;
     }
     int64_t p = t / chunks, c = t % chunks;
-    if (q->ready)
-        while (!atomic_load_explicit(&q->ready[c], memory_order_acquire)) {
+    /* The wait is at most one chunk's quantization, unless its thread was
+     * preempted (a busy machine): then give the core away rather than spin
+     * through the time slice that thread needs. */
+    for (int spins = 0; q->ready && !atomic_load_explicit(&q->ready[c], memory_order_acquire);
+         spins++) {
+        if (spins >= 2000)
+            sched_yield();
 #ifdef QGEMM_X86
+        else
             _mm_pause();
 #endif
-        }
+    }
     int64_t r0 = c * ROW_CHUNK, r1 = r0 + ROW_CHUNK < j->a->m ? r0 + ROW_CHUNK : j->a->m;
 #ifdef QGEMM_X86
     if (j->isa == SLIM_QGEMM_AVX512VNNI) {
