@@ -3,7 +3,7 @@
 
     python3 bench/bench_int8.py --slim build/bin/slim [--threads 2] [--rounds 3]
                                 [--models transformer,bert] [--workdir DIR]
-                                [--int8-max-error X] [--outliers-off]
+                                [--int8-max-error X] [--outliers-off] [--slim-base BIN]
 
 Models: the example transformer and resnet (models/gen_models.py; the
 transformer's own sequence of 16, the resnet's 32 x 32 images), a
