@@ -194,25 +194,26 @@ END_TEST
 
 /* Outlier channels with every activation, on full 64-channel panels (the
  * 6-row loop, whose epilogue adds them in registers) and narrow ones, rows
- * 1 to 50: every path gives the C path's bits, and a row alone gives the
- * same bits as in the batch. */
+ * 1 to 50, 5 outliers in k = 100 (gathered per row at quantization) and in
+ * k = 40 (more than k / 16 + 1: read from x): every path gives the C path's
+ * bits, and a row alone gives the same bits as in the batch. */
 START_TEST(test_outliers_and_activations_all_paths)
 {
     const int64_t ms[] = {1, 5, 6, 7, 13, 50};
     const int64_t ns[] = {64, 130, 40};
-    const int64_t k = 100, no = 5;
+    const int64_t no = 5;
     const slim_qgemm_act acts[] = {SLIM_QGEMM_ACT_NONE, SLIM_QGEMM_ACT_RELU,
                                    SLIM_QGEMM_ACT_GELU};
     for (size_t a = 0; a < sizeof(ms) / sizeof(ms[0]); a++)
         for (size_t b = 0; b < sizeof(ns) / sizeof(ns[0]); b++)
-            for (size_t c = 0; c < 3; c++) {
-                int64_t m = ms[a], n = ns[b];
+            for (size_t c = 0; c < 6; c++) {
+                int64_t m = ms[a], n = ns[b], k = c < 3 ? 100 : 40;
                 float *x = malloc(sizeof(float) * (size_t)(m * k));
                 int8_t *w = malloc((size_t)(n * k)), *oq = malloc((size_t)(no * n));
                 float *os = malloc(sizeof(float) * (size_t)n);
                 float *want = malloc(sizeof(float) * (size_t)(m * n));
                 float *got = malloc(sizeof(float) * (size_t)(m * n));
-                int64_t oidx[5] = {3, 17, 50, 51, 99};
+                int64_t oidx[5] = {3, 17, 50 % k, 51 % k, 99 % k};
                 fill_rows(x, m, k);
                 fill_weights(w, n, k);
                 for (int64_t o = 0; o < no; o++)
@@ -229,7 +230,7 @@ START_TEST(test_outliers_and_activations_all_paths)
                         continue;
                     slim_qgemm_args q = {.m = m, .n = n, .k = k, .x = x, .ldx = k,
                                          .packed = p.packed, .colsum = p.colsum, .w_scale = p.sw,
-                                         .bias = p.bias, .act = acts[c], .y = got, .ldy = n,
+                                         .bias = p.bias, .act = acts[c % 3], .y = got, .ldy = n,
                                          .n_outl = no, .outl_idx = oidx, .outl_q = oq,
                                          .outl_scale = os};
                     slim_qgemm(&q, scratch);
@@ -238,7 +239,7 @@ START_TEST(test_outliers_and_activations_all_paths)
                     ck_assert_msg(memcmp(got, want, sizeof(float) * (size_t)(m * n)) == 0,
                                   "%s differs from c at m=%lld n=%lld act %d",
                                   slim_qgemm_isa_name(isas[i]), (long long)m, (long long)n,
-                                  (int)acts[c]);
+                                  (int)acts[c % 3]);
                     float one[130];
                     q.m = 1;
                     q.y = one;
