@@ -9,10 +9,11 @@
  * int32 sums and the same rounded float epilogue (see qgemm.h), so they
  * agree bit for bit and the C path is the oracle the tests hold them to.
  *
- * Work is split over (panel of 64 output channels) x (chunk of rows), panel
- * major: a thread keeps one weight panel hot in L1/L2 while row chunks
- * stream past it. Exact integer sums make the result independent of the
- * split, as slim_parallel_for requires.
+ * Work is one parallel region per call (see "scheduling"): the rows'
+ * quantization in chunks, then (panel of 64 output channels) x (chunk of
+ * rows) products, panel major, taken one by one. Exact integer sums and a
+ * per-row epilogue make the result independent of who ran what, as
+ * slim_parallel_for requires.
  */
 #include "qgemm.h"
 
@@ -29,12 +30,10 @@
 #include <immintrin.h>
 #endif
 
-/* Rows per micro-kernel call (AVX-512: 4 x 4 accumulators). Not 6: 24
- * accumulators, 4 weight vectors and the row broadcasts exceed the 32
- * registers once GCC schedules the broadcasts early, and it spilled
- * accumulators inside the loop (a quarter of the 4-row rate). */
+/* Rows per micro-kernel call on panels narrower than 64 channels
+ * (micro_vnni's accumulator arrays; with 6 rows GCC spilled them). */
 #define MR_MAX 4
-/* Rows per call of the full-panel loop (wide_loop, below). */
+/* Rows per call of the full-panel loop (wide_loop: 24 named accumulators). */
 #define WIDE_MR 6
 #define ROW_CHUNK 24    /* rows per task: a multiple of MR_MAX and of WIDE_MR */
 
