@@ -3,7 +3,7 @@
 
     python3 bench/bench_int8.py --slim build/bin/slim [--threads 2] [--rounds 3]
                                 [--models transformer,bert] [--workdir DIR]
-                                [--int8-max-error X] [--outliers-off]
+                                [--int8-max-error X] [--outliers-off] [--slim-base BIN]
 
 Models: the example transformer and resnet (models/gen_models.py; the
 transformer's own sequence of 16, the resnet's 32 x 32 images), a
@@ -31,6 +31,9 @@ Configurations, each in its own process so that its peak RSS is its own:
   slim int8 budget  with --int8-max-error X: slim convert --precision int8
                   --int8-max-error X (layers whose own output error on
                   drawn samples is over X stay fp32)
+  slim int8 base  with --slim-base BIN: another build's slim (say main's,
+                  before a kernel change) converting and running the same
+                  model, in the same alternating rounds: the A/B of a change
 Every process runs `repeat` timed runs after a warm-up and reports their
 median; rounds alternate the configurations (A B C D E, A B C D E, ...) and
 the table shows the median over rounds, so a busy moment on a shared
@@ -126,7 +129,7 @@ def calibration_reader(in_name, shape, n=8):
     return Reader()
 
 
-def prepare(name, workdir, slim, max_error, outliers_off):
+def prepare(name, workdir, slim, max_error, outliers_off, slim_base=None):
     if name in ("transformer", "resnet"):
         src = os.path.join(workdir, "models", name, "1", "model.onnx")
         if not os.path.exists(src):
@@ -166,6 +169,11 @@ def prepare(name, workdir, slim, max_error, outliers_off):
     if not os.path.exists(slim8):
         spawn([slim, "convert", src, "-o", slim8, "--precision", "int8"])
     files["slim8"] = slim8
+    if slim_base:
+        base = os.path.join(workdir, f"{name}.int8_base.slim")
+        if not os.path.exists(base):
+            spawn([slim_base, "convert", src, "-o", base, "--precision", "int8"])
+        files["slim8base"] = base
     if outliers_off:
         off = os.path.join(workdir, f"{name}.int8_nosplit.slim")
         if not os.path.exists(off):
@@ -195,6 +203,8 @@ def main():
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--workdir", default=os.path.join(REPO, "build", "bench-int8"))
     ap.add_argument("--int8-max-error", type=float, default=0.0)
+    ap.add_argument("--slim-base", default=None,
+                    help="also run slim int8 with this other slim binary (A/B of a change)")
     ap.add_argument("--outliers-off", action="store_true",
                     help="also run slim int8 without the outlier-channel split "
                          "(SLIM_INT8_OUTLIERS=off at convert): the before of that change")
@@ -204,8 +214,9 @@ def main():
     env = dict(os.environ, SLIM_NUM_THREADS=str(a.threads), OMP_NUM_THREADS="1")
     rows = []
     for name in a.models.split(","):
+        slim_base = os.path.abspath(a.slim_base) if a.slim_base else None
         files, in_name, dims, vocab = prepare(name, a.workdir, slim, a.int8_max_error,
-                                              a.outliers_off)
+                                              a.outliers_off, slim_base)
         wbytes = {"slim fp32": slim_weight_bytes(slim, files["fp32"]),
                   "slim int8": slim_weight_bytes(slim, files["slim8"]),
                   "ort fp32": weight_bytes(files["fp32"]),
@@ -217,6 +228,8 @@ def main():
             wbytes["slim int8 budget"] = slim_weight_bytes(slim, files["slim8b"])
         if "slim8off" in files:
             wbytes["slim int8 no split"] = slim_weight_bytes(slim, files["slim8off"])
+        if "slim8base" in files:
+            wbytes["slim int8 base"] = slim_weight_bytes(slim_base, files["slim8base"])
         fsize = {"slim int8": os.path.getsize(files["slim8"]),
                  "slim fp32": os.path.getsize(files["fp32"])}
         for batch in [int(b) for b in a.batches.split(",")]:
@@ -251,6 +264,10 @@ def main():
                 configs["slim int8 no split"] = lambda o: [
                     slim, "run", files["slim8off"], "--input", f"{in_name}={inp}", "--repeat",
                     str(repeat), "--output-dir", o]
+            if "slim8base" in files:
+                configs["slim int8 base"] = lambda o: [
+                    slim_base, "run", files["slim8base"], "--input", f"{in_name}={inp}",
+                    "--repeat", str(repeat), "--output-dir", o]
             if "slim8b" in files:
                 configs["slim int8 budget"] = lambda o: [
                     slim, "run", files["slim8b"], "--input", f"{in_name}={inp}", "--repeat",

@@ -47,7 +47,11 @@
 typedef enum {
     SLIM_QGEMM_ACT_NONE = 0,
     SLIM_QGEMM_ACT_RELU,
+    /* ONNX Gelu with approximate "none": y * (1 + erf(y / sqrt 2)) / 2, by
+     * slim_qgemm_gelu (every path the same operations: bitwise equal). */
+    SLIM_QGEMM_ACT_GELU,
 } slim_qgemm_act;
+#define SLIM_QGEMM_HAS_GELU 1 /* for code built against older versions too (bench) */
 
 /* The code paths; AUTO picks the best the CPU has (CPUID, once). */
 typedef enum {
@@ -111,6 +115,11 @@ void slim_qgemm_pack_kn(const int8_t *b, int64_t k, int64_t n, int64_t ldb, int8
  * zero point per row; writes a->y_i32 (a->x, sx, scales unused). Exact,
  * so bitwise the same on every path and under any split. */
 void slim_qgemm_u8(const slim_qgemm_args *a, const uint8_t *qx, const int32_t *zx);
+
+/* The epilogue's Gelu of one value: a polynomial erf in fused
+ * multiply-adds, within 1e-7 x max(|y|, 1) of the exact Gelu (9.2e-8 on
+ * [-10, 10]). Exposed for tests. */
+float slim_qgemm_gelu(float y);
 
 /* Quantizes one row of k floats to u8 (k4 bytes written, the padding 0):
  * *scale and *zero_point as described above; a non-finite row gets scale

@@ -17,6 +17,7 @@ extern const slim_pass slim__pass_simplify_shapes;
 extern const slim_pass slim__pass_fuse_layernorm;
 extern const slim_pass slim__pass_fuse_gelu;
 extern const slim_pass slim__pass_fuse_attention;
+extern const slim_pass slim__pass_fuse_int8_epilogue; /* after fuse_gelu */
 
 /* Folding BatchNormalization first gives fuse_conv a Conv whose only
  * reader is the activation or the residual Add; blocked_layout then links
@@ -34,6 +35,7 @@ const slim_pass *const slim_passes[] = {
     &slim__pass_fuse_layernorm,
     &slim__pass_fuse_gelu,
     &slim__pass_fuse_attention,
+    &slim__pass_fuse_int8_epilogue,
     NULL,
 };
 

@@ -9,16 +9,18 @@
  * int32 sums and the same rounded float epilogue (see qgemm.h), so they
  * agree bit for bit and the C path is the oracle the tests hold them to.
  *
- * Work is split over (panel of 64 output channels) x (chunk of rows), panel
- * major: a thread keeps one weight panel hot in L1/L2 while row chunks
- * stream past it. Exact integer sums make the result independent of the
- * split, as slim_parallel_for requires.
+ * Work is one parallel region per call (see "scheduling"): the rows'
+ * quantization in chunks, then (panel of 64 output channels) x (chunk of
+ * rows) products, panel major, taken one by one. Exact integer sums and a
+ * per-row epilogue make the result independent of who ran what, as
+ * slim_parallel_for requires.
  */
 #include "qgemm.h"
 
 #include "kernel.h"
 
 #include <math.h>
+#include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,12 +30,12 @@
 #include <immintrin.h>
 #endif
 
-/* Rows per micro-kernel call (AVX-512: 4 x 4 accumulators). Not 6: 24
- * accumulators, 4 weight vectors and the row broadcasts exceed the 32
- * registers once GCC schedules the broadcasts early, and it spilled
- * accumulators inside the loop (a quarter of the 4-row rate). */
+/* Rows per micro-kernel call on panels narrower than 64 channels
+ * (micro_vnni's accumulator arrays; with 6 rows GCC spilled them). */
 #define MR_MAX 4
-#define ROW_CHUNK 48    /* rows per task: a multiple of MR_MAX */
+/* Rows per call of the full-panel loop (wide_loop: 24 named accumulators). */
+#define WIDE_MR 6
+#define ROW_CHUNK 24    /* rows per task: a multiple of MR_MAX and of WIDE_MR */
 
 int64_t slim_qgemm_k4(int64_t k)
 {
@@ -192,6 +194,59 @@ static void quantize_row_avx512(const float *x, int64_t k, uint8_t *q, float *sc
     }
     memset(q + k, 0, (size_t)(k4 - k));
 }
+
+/* The same on AVX2 (the C loop took 20x as long: 0.4 ms for 128 rows of
+ * 768, a sixth of the AVX2 product's time). The tail of k % 8 elements
+ * goes through the C expressions, which round the same way. */
+AVX2_TARGET
+static void quantize_row_avx2(const float *x, int64_t k, uint8_t *q, float *scale, int32_t *zp)
+{
+    int64_t k4 = slim_qgemm_k4(k), k8 = k & ~(int64_t)7, i = 0;
+    __m256 zero = _mm256_setzero_ps(), probe = zero, lo = zero, hi = zero;
+    for (; i < k8; i += 8) {
+        __m256 v = _mm256_loadu_ps(x + i);
+        probe = _mm256_add_ps(probe, _mm256_mul_ps(v, zero));
+        lo = _mm256_min_ps(lo, v);
+        hi = _mm256_max_ps(hi, v);
+    }
+    float pr[8], l8[8], h8[8], p = 0, l = 0, h = 0;
+    _mm256_storeu_ps(pr, probe);
+    _mm256_storeu_ps(l8, lo);
+    _mm256_storeu_ps(h8, hi);
+    for (int c = 0; c < 8; c++) {
+        p += pr[c];
+        l = l8[c] < l ? l8[c] : l;
+        h = h8[c] > h ? h8[c] : h;
+    }
+    for (; i < k; i++) {
+        p += x[i] * 0.0f;
+        l = x[i] < l ? x[i] : l;
+        h = x[i] > h ? x[i] : h;
+    }
+    if (p != 0) { /* a NaN or an infinity somewhere */
+        memset(q, 0, (size_t)k4);
+        *scale = NAN;
+        *zp = 0;
+        return;
+    }
+    float inv;
+    row_params(l, h, scale, &inv, zp);
+    __m256 vinv = _mm256_set1_ps(inv);
+    __m256i vzp = _mm256_set1_epi32(*zp), v0 = _mm256_setzero_si256(),
+            v255 = _mm256_set1_epi32(255);
+    for (i = 0; i < k8; i += 8) {
+        /* cvtps rounds to nearest even (MXCSR default), as nearbyintf */
+        __m256i v = _mm256_cvtps_epi32(_mm256_mul_ps(_mm256_loadu_ps(x + i), vinv));
+        v = _mm256_min_epi32(_mm256_max_epi32(_mm256_add_epi32(v, vzp), v0), v255);
+        __m128i w = _mm_packus_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+        _mm_storel_epi64((__m128i *)(q + i), _mm_packus_epi16(w, w));
+    }
+    for (; i < k; i++) {
+        int32_t v = (int32_t)nearbyintf(x[i] * inv) + *zp;
+        q[i] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+    }
+    memset(q + k, 0, (size_t)(k4 - k));
+}
 #endif
 
 /* ---- path selection ------------------------------------------------------ */
@@ -266,8 +321,13 @@ void slim_qgemm_quantize_row(const float *x, int64_t k, uint8_t *q, float *scale
                              int32_t *zero_point)
 {
 #ifdef QGEMM_X86
-    if (slim_qgemm_get_isa() == SLIM_QGEMM_AVX512VNNI) {
+    slim_qgemm_isa isa = slim_qgemm_get_isa();
+    if (isa == SLIM_QGEMM_AVX512VNNI) {
         quantize_row_avx512(x, k, q, scale, zero_point);
+        return;
+    }
+    if (isa == SLIM_QGEMM_AVX2) {
+        quantize_row_avx2(x, k, q, scale, zero_point);
         return;
     }
 #endif
@@ -283,15 +343,83 @@ typedef struct {
     const int32_t *zx;
     int64_t k4, n16, panels, chunks;
     slim_qgemm_isa isa;
+    /* The outlier channels' activations, gathered per row while it is
+     * quantized (m rows of a->n_outl floats), or NULL: then read from x. */
+    const float *xo;
 } qgemm_job;
+
+/* Gelu(y) = h + h * erf(y / sqrt 2), h = y / 2. erf by two polynomials
+ * (|x| < 0.921875, and 1 - exp(-x^2) * poly(|x|) up to 3.925, then 1),
+ * exp by a rounded power of two times a polynomial. Every step is one
+ * correctly rounded operation written out -- fmaf, never a * b + c that a
+ * compiler may or may not contract -- and the AVX-512 version below
+ * performs the same ones in the same order, so the paths agree bit for
+ * bit. (On baseline x86-64 fmaf is a libm call: the C path is exact but
+ * slow; it is the oracle and the fallback.) */
+static inline float exp_neg_c(float x) /* x <= 0 or NaN */
+{
+    float xc = x < -87.0f ? -87.0f : x; /* 2^n stays normal; NaN passes */
+    float n = fmaf(xc, 1.44269504088896341f, 12582912.0f) - 12582912.0f; /* round */
+    float r = fmaf(n, -0.693359375f, xc);
+    r = fmaf(n, 2.12194440e-4f, r);
+    float q = 1.9875691500e-4f;
+    q = fmaf(q, r, 1.3981999507e-3f);
+    q = fmaf(q, r, 8.3334519073e-3f);
+    q = fmaf(q, r, 4.1665795894e-2f);
+    q = fmaf(q, r, 1.6666665459e-1f);
+    q = fmaf(q, r, 5.0000001201e-1f);
+    q = fmaf(q * r, r, r) + 1.0f;
+    /* 2^n from the low mantissa bits of 2^23 + 127 + n (no float-to-int
+     * conversion, which NaN would make undefined) */
+    float t = n + 8388735.0f;
+    uint32_t bits;
+    memcpy(&bits, &t, sizeof(bits));
+    bits = (bits - 0x4B000000u) << 23;
+    float sc;
+    memcpy(&sc, &bits, sizeof(sc));
+    return q * sc;
+}
+
+float slim_qgemm_gelu(float y)
+{
+    float h = 0.5f * y, x = y * 0.70710678118654752f;
+    float a = fabsf(x), z = a * a;
+    float s = 8.36500622e-05f;
+    s = fmaf(s, z, -0.000814139203f);
+    s = fmaf(s, z, 0.00520090526f);
+    s = fmaf(s, z, -0.0268593412f);
+    s = fmaf(s, z, 0.112836942f);
+    s = fmaf(s, z, -0.376126349f);
+    s = fmaf(s, z, 1.12837923f) * a;
+    float b = 1.87023306e-06f;
+    b = fmaf(b, a, -5.31483784e-05f);
+    b = fmaf(b, a, 0.000683296297f);
+    b = fmaf(b, a, -0.00526775047f);
+    b = fmaf(b, a, 0.0272385683f);
+    b = fmaf(b, a, -0.10024523f);
+    b = fmaf(b, a, 0.272415906f);
+    b = fmaf(b, a, -0.560680807f);
+    b = fmaf(b, a, 0.889092207f);
+    b = fmaf(b, a, -1.08935606f);
+    b = fmaf(b, a, 0.993754804f);
+    b = fmaf(-exp_neg_c(-z), b, 1.0f);
+    float e = a < 0.921875f ? s : a >= 3.925f ? 1.0f : b; /* NaN takes b: NaN */
+    return fmaf(h, copysignf(e, x), h);
+}
+
+static inline float act_c(float v, slim_qgemm_act act)
+{
+    if (act == SLIM_QGEMM_ACT_RELU)
+        return v > 0 ? v : 0.0f;
+    return act == SLIM_QGEMM_ACT_GELU ? slim_qgemm_gelu(v) : v;
+}
 
 /* The epilogue of one output element, as every path computes it. */
 static inline float epilogue_c(int32_t acc, int32_t zx, int32_t colsum, float sx, float sw,
                                float bias, slim_qgemm_act act)
 {
     int32_t t = (int32_t)((uint32_t)acc - (uint32_t)zx * (uint32_t)colsum);
-    float v = fmaf((float)t, sx * sw, bias);
-    return act == SLIM_QGEMM_ACT_RELU ? (v > 0 ? v : 0.0f) : v;
+    return act_c(fmaf((float)t, sx * sw, bias), act);
 }
 
 /* Output (r, n) from its int32 sum: the float epilogue, or (slim_qgemm_u8)
@@ -330,14 +458,150 @@ static void panel_c(const qgemm_job *j, int64_t p, int64_t r0, int64_t r1)
 }
 
 #ifdef QGEMM_X86
-/* mr rows x nv vectors of 16 channels, k4 / 4 steps of vpdpbusd, then the
- * epilogue in registers. Inlined into one copy per (mr, nv) so that the
- * accumulator arrays live in registers. */
+/* The activation on 16 outputs: slim_qgemm_gelu's operations, vectorized. */
+AVX512_TARGET __attribute__((always_inline))
+static inline __m512 exp_neg_avx512(__m512 x)
+{
+    __m512 xc = _mm512_max_ps(_mm512_set1_ps(-87.0f), x); /* NaN passes (2nd operand) */
+    __m512 big = _mm512_set1_ps(12582912.0f);
+    __m512 n = _mm512_sub_ps(_mm512_fmadd_ps(xc, _mm512_set1_ps(1.44269504088896341f), big), big);
+    __m512 r = _mm512_fmadd_ps(n, _mm512_set1_ps(-0.693359375f), xc);
+    r = _mm512_fmadd_ps(n, _mm512_set1_ps(2.12194440e-4f), r);
+    __m512 q = _mm512_set1_ps(1.9875691500e-4f);
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.3981999507e-3f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(8.3334519073e-3f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(4.1665795894e-2f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(1.6666665459e-1f));
+    q = _mm512_fmadd_ps(q, r, _mm512_set1_ps(5.0000001201e-1f));
+    q = _mm512_add_ps(_mm512_fmadd_ps(_mm512_mul_ps(q, r), r, r), _mm512_set1_ps(1.0f));
+    __m512i bits = _mm512_castps_si512(_mm512_add_ps(n, _mm512_set1_ps(8388735.0f)));
+    bits = _mm512_slli_epi32(_mm512_sub_epi32(bits, _mm512_set1_epi32(0x4B000000)), 23);
+    return _mm512_mul_ps(q, _mm512_castsi512_ps(bits));
+}
+
+AVX512_TARGET __attribute__((always_inline))
+static inline __m512 gelu_avx512(__m512 y)
+{
+    __m512i sign = _mm512_set1_epi32((int32_t)0x80000000u);
+    __m512 h = _mm512_mul_ps(_mm512_set1_ps(0.5f), y);
+    __m512 x = _mm512_mul_ps(y, _mm512_set1_ps(0.70710678118654752f));
+    __m512 a = _mm512_castsi512_ps(_mm512_andnot_si512(sign, _mm512_castps_si512(x)));
+    __m512 z = _mm512_mul_ps(a, a);
+    __m512 s = _mm512_set1_ps(8.36500622e-05f);
+    s = _mm512_fmadd_ps(s, z, _mm512_set1_ps(-0.000814139203f));
+    s = _mm512_fmadd_ps(s, z, _mm512_set1_ps(0.00520090526f));
+    s = _mm512_fmadd_ps(s, z, _mm512_set1_ps(-0.0268593412f));
+    s = _mm512_fmadd_ps(s, z, _mm512_set1_ps(0.112836942f));
+    s = _mm512_fmadd_ps(s, z, _mm512_set1_ps(-0.376126349f));
+    s = _mm512_mul_ps(_mm512_fmadd_ps(s, z, _mm512_set1_ps(1.12837923f)), a);
+    __m512 b = _mm512_set1_ps(1.87023306e-06f);
+    b = _mm512_fmadd_ps(b, a, _mm512_set1_ps(-5.31483784e-05f));
+    b = _mm512_fmadd_ps(b, a, _mm512_set1_ps(0.000683296297f));
+    b = _mm512_fmadd_ps(b, a, _mm512_set1_ps(-0.00526775047f));
+    b = _mm512_fmadd_ps(b, a, _mm512_set1_ps(0.0272385683f));
+    b = _mm512_fmadd_ps(b, a, _mm512_set1_ps(-0.10024523f));
+    b = _mm512_fmadd_ps(b, a, _mm512_set1_ps(0.272415906f));
+    b = _mm512_fmadd_ps(b, a, _mm512_set1_ps(-0.560680807f));
+    b = _mm512_fmadd_ps(b, a, _mm512_set1_ps(0.889092207f));
+    b = _mm512_fmadd_ps(b, a, _mm512_set1_ps(-1.08935606f));
+    b = _mm512_fmadd_ps(b, a, _mm512_set1_ps(0.993754804f));
+    __m512 nz = _mm512_castsi512_ps(_mm512_xor_si512(_mm512_castps_si512(z), sign));
+    b = _mm512_fnmadd_ps(exp_neg_avx512(nz), b, _mm512_set1_ps(1.0f)); /* = fma(-e, b, 1) */
+    __m512 e = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, _mm512_set1_ps(3.925f), _CMP_GE_OQ), b,
+                                    _mm512_set1_ps(1.0f));
+    e = _mm512_mask_blend_ps(_mm512_cmp_ps_mask(a, _mm512_set1_ps(0.921875f), _CMP_LT_OQ), e, s);
+    e = _mm512_castsi512_ps(_mm512_or_si512(_mm512_andnot_si512(sign, _mm512_castps_si512(e)),
+                                            _mm512_and_si512(sign, _mm512_castps_si512(x))));
+    return _mm512_fmadd_ps(h, e, h);
+}
+
+AVX512_TARGET __attribute__((always_inline))
+static inline __m512 act_avx512(__m512 y, slim_qgemm_act act)
+{
+    if (act == SLIM_QGEMM_ACT_RELU)
+        return _mm512_max_ps(y, _mm512_setzero_ps());
+    return act == SLIM_QGEMM_ACT_GELU ? gelu_avx512(y) : y;
+}
+
+/* The epilogue of mr rows x nv vectors of int32 sums (accs[i * 64 + v *
+ * 16 ..], rows r.., panel p): zero-point correction, scales and bias, the
+ * outlier channels' side product (outlier_tile's operations, here while
+ * the outputs are in registers: no second pass over y), the activation.
+ * Each converted outlier weight vector serves all mr rows. */
+AVX512_TARGET __attribute__((always_inline))
+static inline void vnni_epilogue(const qgemm_job *j, int mr, int nv, int64_t r, int64_t p,
+                                 const int32_t *accs)
+{
+    const slim_qgemm_args *a = j->a;
+    int64_t n0 = p * SLIM_QGEMM_PANEL;
+    __m512 zero = _mm512_setzero_ps();
+    for (int v = 0; v < nv; v++) {
+        int64_t c = n0 + v * 16;
+        if (c >= a->n)
+            break;
+        __mmask16 mk = a->n - c >= 16 ? 0xFFFF : (__mmask16)((1u << (a->n - c)) - 1);
+        __m512i cs = _mm512_maskz_loadu_epi32(mk, a->colsum + c);
+        if (a->y_i32) {
+            for (int i = 0; i < mr; i++)
+                _mm512_mask_storeu_epi32(
+                    a->y_i32 + (r + i) * a->ldy + c, mk,
+                    _mm512_sub_epi32(_mm512_load_si512(accs + i * 64 + v * 16),
+                                     _mm512_mullo_epi32(_mm512_set1_epi32(j->zx[r + i]), cs)));
+            continue;
+        }
+        __m512 sw = _mm512_maskz_loadu_ps(mk, a->w_scale + c);
+        __m512 bias = a->bias ? _mm512_maskz_loadu_ps(mk, a->bias + c) : zero;
+        /* Named accumulators and the operands in locals: with an array
+         * GCC stored all six to the stack on every o. */
+        __m512 o0 = zero, o1 = zero, o2 = zero, o3 = zero, o4 = zero, o5 = zero;
+        bool outl = a->n_outl > 0;
+        if (outl) {
+            /* From the gathered copy when there is one: read from x, each
+             * of a tile's rows x outliers is its own cache line, which
+             * for a 1024 x 3072 x that no longer sits in cache cost a
+             * third of the product's time. */
+            int64_t n = a->n, no = a->n_outl;
+            const float *x0 = j->xo ? j->xo + r * no : a->x + r * a->ldx;
+            const int64_t *idx = j->xo ? NULL : a->outl_idx;
+            int64_t ld = j->xo ? no : a->ldx;
+            const int8_t *q = a->outl_q + c;
+            for (int64_t o = 0; o < no; o++) {
+                __m512 w = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mk, q)));
+                const float *xo = x0 + (idx ? idx[o] : o);
+                q += n;
+                o0 = _mm512_fmadd_ps(_mm512_set1_ps(xo[0]), w, o0);
+                if (mr > 1)
+                    o1 = _mm512_fmadd_ps(_mm512_set1_ps(xo[ld]), w, o1);
+                if (mr > 2)
+                    o2 = _mm512_fmadd_ps(_mm512_set1_ps(xo[2 * ld]), w, o2);
+                if (mr > 3)
+                    o3 = _mm512_fmadd_ps(_mm512_set1_ps(xo[3 * ld]), w, o3);
+                if (mr > 4)
+                    o4 = _mm512_fmadd_ps(_mm512_set1_ps(xo[4 * ld]), w, o4);
+                if (mr > 5)
+                    o5 = _mm512_fmadd_ps(_mm512_set1_ps(xo[5 * ld]), w, o5);
+            }
+        }
+        __m512 oacc[WIDE_MR] = {o0, o1, o2, o3, o4, o5};
+        __m512 osc = outl ? _mm512_maskz_loadu_ps(mk, a->outl_scale + c) : zero;
+        for (int i = 0; i < mr; i++) {
+            __m512i t = _mm512_sub_epi32(_mm512_load_si512(accs + i * 64 + v * 16),
+                                         _mm512_mullo_epi32(_mm512_set1_epi32(j->zx[r + i]), cs));
+            __m512 y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t),
+                                       _mm512_mul_ps(_mm512_set1_ps(j->sx[r + i]), sw), bias);
+            if (outl)
+                y = _mm512_fmadd_ps(oacc[i], osc, y);
+            _mm512_mask_storeu_ps(a->y + (r + i) * a->ldy + c, mk, act_avx512(y, a->act));
+        }
+    }
+}
+
+/* mr rows x nv vectors of 16 channels, k4 / 4 steps of vpdpbusd (panels
+ * narrower than 64 channels; wide_loop below takes the full ones). */
 AVX512_TARGET __attribute__((always_inline))
 static inline void micro_vnni(const qgemm_job *j, int mr, int nv, int64_t r, int64_t p,
                               const int8_t *b)
 {
-    const slim_qgemm_args *a = j->a;
     __m512i acc[MR_MAX][4];
     for (int i = 0; i < mr; i++)
         for (int v = 0; v < nv; v++)
@@ -356,45 +620,92 @@ static inline void micro_vnni(const qgemm_job *j, int mr, int nv, int64_t r, int
                 acc[i][v] = _mm512_dpbusd_epi32(acc[i][v], xv, w[v]);
         }
     }
-    int64_t n0 = p * SLIM_QGEMM_PANEL;
-    __m512 zero = _mm512_setzero_ps();
-    for (int v = 0; v < nv; v++) {
-        int64_t c = n0 + v * 16;
-        if (c >= a->n)
-            break;
-        __mmask16 mk = a->n - c >= 16 ? 0xFFFF : (__mmask16)((1u << (a->n - c)) - 1);
-        __m512i cs = _mm512_maskz_loadu_epi32(mk, a->colsum + c);
-        if (a->y_i32) {
-            for (int i = 0; i < mr; i++)
-                _mm512_mask_storeu_epi32(
-                    a->y_i32 + (r + i) * a->ldy + c, mk,
-                    _mm512_sub_epi32(acc[i][v],
-                                     _mm512_mullo_epi32(_mm512_set1_epi32(j->zx[r + i]), cs)));
-            continue;
-        }
-        __m512 sw = _mm512_maskz_loadu_ps(mk, a->w_scale + c);
-        __m512 bias = a->bias ? _mm512_maskz_loadu_ps(mk, a->bias + c) : zero;
-        for (int i = 0; i < mr; i++) {
-            __m512i t = _mm512_sub_epi32(acc[i][v],
-                                         _mm512_mullo_epi32(_mm512_set1_epi32(j->zx[r + i]), cs));
-            __m512 y = _mm512_fmadd_ps(_mm512_cvtepi32_ps(t),
-                                       _mm512_mul_ps(_mm512_set1_ps(j->sx[r + i]), sw), bias);
-            if (a->act == SLIM_QGEMM_ACT_RELU)
-                y = _mm512_max_ps(y, zero);
-            _mm512_mask_storeu_ps(a->y + (r + i) * a->ldy + c, mk, y);
-        }
-    }
+    _Alignas(64) int32_t accs[MR_MAX * SLIM_QGEMM_PANEL];
+    for (int i = 0; i < mr; i++)
+        for (int v = 0; v < nv; v++)
+            _mm512_store_si512(accs + i * 64 + v * 16, acc[i][v]);
+    vnni_epilogue(j, mr, nv, r, p, accs);
 }
 
 #define MICRO_CASE(MR, NV) \
     case (MR) * 8 + (NV): micro_vnni(j, MR, NV, r, p, b); break;
 #define MICRO_ROW(MR) MICRO_CASE(MR, 1) MICRO_CASE(MR, 2) MICRO_CASE(MR, 3) MICRO_CASE(MR, 4)
 
+/* The full-width panels' loop, 6 rows x 64 channels: 24 accumulators, 4
+ * weight vectors and one row broadcast, 31 of the 32 registers. Written
+ * out with one named variable per accumulator: with micro_vnni's
+ * acc[i][v] arrays GCC 12 copied every accumulator through a second
+ * register (and one through the stack) on each k step, 33 extra moves per
+ * 16 vpdpbusd, which is what held the 4-row kernel to about half of the
+ * vpdpbusd rate. The sums go to acc (exact int32, so any blocking gives
+ * the same) for the epilogue. */
+#define WIDE_ZERO(i) \
+    __m512i a##i##0 = _mm512_setzero_si512(), a##i##1 = a##i##0, a##i##2 = a##i##0, \
+            a##i##3 = a##i##0;
+#define WIDE_STEP(i)                                                                  \
+    if ((i) < mr) {                                                                   \
+        int32_t quad;                                                                 \
+        memcpy(&quad, x + (i) * k4 + g * 4, 4);                                       \
+        __m512i xv = _mm512_set1_epi32(quad);                                         \
+        a##i##0 = _mm512_dpbusd_epi32(a##i##0, xv, w0);                               \
+        a##i##1 = _mm512_dpbusd_epi32(a##i##1, xv, w1);                               \
+        a##i##2 = _mm512_dpbusd_epi32(a##i##2, xv, w2);                               \
+        a##i##3 = _mm512_dpbusd_epi32(a##i##3, xv, w3);                               \
+    }
+#define WIDE_STORE(i)                                                                 \
+    if ((i) < mr) {                                                                   \
+        _mm512_store_si512(acc + (i) * 64, a##i##0);                                  \
+        _mm512_store_si512(acc + (i) * 64 + 16, a##i##1);                             \
+        _mm512_store_si512(acc + (i) * 64 + 32, a##i##2);                             \
+        _mm512_store_si512(acc + (i) * 64 + 48, a##i##3);                             \
+    }
+
+AVX512_TARGET __attribute__((always_inline))
+static inline void wide_loop(const uint8_t *x, int64_t k4, const int8_t *b, int mr, int32_t *acc)
+{
+    WIDE_ZERO(0) WIDE_ZERO(1) WIDE_ZERO(2) WIDE_ZERO(3) WIDE_ZERO(4) WIDE_ZERO(5)
+    for (int64_t g = 0; g < k4 / 4; g++, b += 4 * SLIM_QGEMM_PANEL) {
+        __m512i w0 = _mm512_loadu_si512(b), w1 = _mm512_loadu_si512(b + 64),
+                w2 = _mm512_loadu_si512(b + 128), w3 = _mm512_loadu_si512(b + 192);
+        WIDE_STEP(0) WIDE_STEP(1) WIDE_STEP(2) WIDE_STEP(3) WIDE_STEP(4) WIDE_STEP(5)
+    }
+    WIDE_STORE(0) WIDE_STORE(1) WIDE_STORE(2) WIDE_STORE(3) WIDE_STORE(4) WIDE_STORE(5)
+}
+#undef WIDE_ZERO
+#undef WIDE_STEP
+#undef WIDE_STORE
+
+/* One copy of the loop and epilogue per row count, each with its
+ * registers to itself. */
+#define WIDE_FN(MR)                                                                   \
+    AVX512_TARGET __attribute__((noinline)) static void wide_tile_##MR(              \
+        const qgemm_job *j, int64_t r, int64_t p, const int8_t *b)                    \
+    {                                                                                 \
+        _Alignas(64) int32_t accs[WIDE_MR * SLIM_QGEMM_PANEL];                        \
+        wide_loop(j->qx + r * j->k4, j->k4, b, MR, accs);                             \
+        vnni_epilogue(j, MR, 4, r, p, accs);                                          \
+    }
+WIDE_FN(1) WIDE_FN(2) WIDE_FN(3) WIDE_FN(4) WIDE_FN(5) WIDE_FN(6)
+#undef WIDE_FN
+
 AVX512_TARGET
 static void panel_vnni(const qgemm_job *j, int64_t p, int64_t r0, int64_t r1)
 {
     int nv = (int)(panel_width(j->n16, p) / 16);
     const int8_t *b = j->a->packed + p * SLIM_QGEMM_PANEL * j->k4;
+    if (nv == 4) {
+        for (int64_t r = r0; r < r1; r += WIDE_MR) {
+            switch (r1 - r < WIDE_MR ? (int)(r1 - r) : WIDE_MR) {
+            case 1: wide_tile_1(j, r, p, b); break;
+            case 2: wide_tile_2(j, r, p, b); break;
+            case 3: wide_tile_3(j, r, p, b); break;
+            case 4: wide_tile_4(j, r, p, b); break;
+            case 5: wide_tile_5(j, r, p, b); break;
+            default: wide_tile_6(j, r, p, b); break;
+            }
+        }
+        return;
+    }
     for (int64_t r = r0; r < r1; r += MR_MAX) {
         int mr = r1 - r < MR_MAX ? (int)(r1 - r) : MR_MAX;
         switch (mr * 8 + nv) {
@@ -417,30 +728,37 @@ static inline void micro_avx2(const qgemm_job *j, int mr, int64_t r, int64_t p, 
                               const int8_t *b, int64_t w)
 {
     const slim_qgemm_args *a = j->a;
-    __m256i acc[2][4];
-    for (int i = 0; i < 2; i++)
-        for (int h = 0; h < 4; h++)
-            acc[i][h] = _mm256_setzero_si256();
+    /* Named accumulators: as acc[2][4] GCC copied them through other
+     * registers and the stack on every k step (as in the VNNI loop). */
+    __m256i a00 = _mm256_setzero_si256(), a01 = a00, a02 = a00, a03 = a00;
+    __m256i a10 = a00, a11 = a00, a12 = a00, a13 = a00;
     const uint8_t *x = j->qx + r * j->k4;
-    int64_t groups = j->k4 / 4;
-    for (int64_t g = 0; g < groups; g++) {
-        const int8_t *bg = b + g * w * 4 + c0 * 4; /* 16 channels x 4 bytes */
+    int64_t groups = j->k4 / 4, k4 = j->k4;
+    const int8_t *bg = b + c0 * 4; /* 16 channels x 4 bytes per group */
+    for (int64_t g = 0; g < groups; g++, bg += w * 4) {
         __m256i w8a = _mm256_loadu_si256((const __m256i *)bg);
         __m256i w8b = _mm256_loadu_si256((const __m256i *)(bg + 32));
-        __m256i wv[4] = {
-            _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w8a)),      /* channels 0-3 */
-            _mm256_cvtepi8_epi16(_mm256_extracti128_si256(w8a, 1)), /* 4-7 */
-            _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w8b)),      /* 8-11 */
-            _mm256_cvtepi8_epi16(_mm256_extracti128_si256(w8b, 1)), /* 12-15 */
-        };
-        for (int i = 0; i < mr; i++) {
-            int32_t quad;
-            memcpy(&quad, x + i * j->k4 + g * 4, 4);
-            __m256i xv = _mm256_cvtepu8_epi16(_mm_set1_epi32(quad));
-            for (int h = 0; h < 4; h++)
-                acc[i][h] = _mm256_add_epi32(acc[i][h], _mm256_madd_epi16(xv, wv[h]));
+        __m256i w0 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w8a));      /* channels 0-3 */
+        __m256i w1 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(w8a, 1)); /* 4-7 */
+        __m256i w2 = _mm256_cvtepi8_epi16(_mm256_castsi256_si128(w8b));      /* 8-11 */
+        __m256i w3 = _mm256_cvtepi8_epi16(_mm256_extracti128_si256(w8b, 1)); /* 12-15 */
+        int32_t quad;
+        memcpy(&quad, x + g * 4, 4);
+        __m256i xv = _mm256_cvtepu8_epi16(_mm_set1_epi32(quad));
+        a00 = _mm256_add_epi32(a00, _mm256_madd_epi16(xv, w0));
+        a01 = _mm256_add_epi32(a01, _mm256_madd_epi16(xv, w1));
+        a02 = _mm256_add_epi32(a02, _mm256_madd_epi16(xv, w2));
+        a03 = _mm256_add_epi32(a03, _mm256_madd_epi16(xv, w3));
+        if (mr > 1) {
+            memcpy(&quad, x + k4 + g * 4, 4);
+            xv = _mm256_cvtepu8_epi16(_mm_set1_epi32(quad));
+            a10 = _mm256_add_epi32(a10, _mm256_madd_epi16(xv, w0));
+            a11 = _mm256_add_epi32(a11, _mm256_madd_epi16(xv, w1));
+            a12 = _mm256_add_epi32(a12, _mm256_madd_epi16(xv, w2));
+            a13 = _mm256_add_epi32(a13, _mm256_madd_epi16(xv, w3));
         }
     }
+    __m256i acc[2][4] = {{a00, a01, a02, a03}, {a10, a11, a12, a13}};
     int64_t n0 = p * SLIM_QGEMM_PANEL + c0;
     for (int i = 0; i < mr; i++) {
         int32_t sums[16];
@@ -471,59 +789,158 @@ static void panel_avx2(const qgemm_job *j, int64_t p, int64_t r0, int64_t r1)
 }
 #endif
 
-static void qgemm_part(int64_t begin, int64_t end, void *user)
+/* ---- scheduling ------------------------------------------------------------
+ *
+ * One parallel region per call. Its tasks, handed out one at a time from an
+ * atomic counter in this order: quantize row chunk c (c < chunks), then the
+ * products, panel-major (panel p x row chunk c), each product waiting for
+ * its chunk's rows (a flag per chunk; their quantization was handed out
+ * earlier, so the wait is at most one chunk's quantization). Before, three
+ * slim_parallel_for calls (quantize, product, outliers) each woke the
+ * workers and cut the work into the pool's 4 x threads parts, where a
+ * worker waking late left the caller one part of up to 1/8 of the product
+ * to finish alone; ROW_CHUNK-row tasks taken one by one balance to a task.
+ * Every task computes exact integer sums and the same epilogue for its
+ * rows, so the results do not depend on who ran what. */
+typedef struct {
+    qgemm_job j;
+    const slim_qgemm_args *a;
+    uint8_t *qx;              /* writable views of j's rows, when quantizing */
+    float *sx;
+    int32_t *zx;
+    _Atomic int *ready;       /* per chunk, when quantizing; else NULL */
+    float *xo;                /* writable view of j.xo */
+    atomic_llong next;
+    int64_t n_tasks;
+} qgemm_run;
+
+static void run_task(qgemm_run *q, int64_t t)
 {
-    const qgemm_job *j = user;
-    for (int64_t t = begin; t < end; t++) {
-        int64_t p = t / j->chunks, c = t % j->chunks;
-        int64_t r0 = c * ROW_CHUNK, r1 = r0 + ROW_CHUNK < j->a->m ? r0 + ROW_CHUNK : j->a->m;
+    const qgemm_job *j = &q->j;
+    int64_t chunks = j->chunks;
+    if (q->ready) {
+        if (t < chunks) {
+            int64_t r1 = (t + 1) * ROW_CHUNK < j->a->m ? (t + 1) * ROW_CHUNK : j->a->m;
+            const slim_qgemm_args *a = q->a;
+            for (int64_t r = t * ROW_CHUNK; r < r1; r++) {
+                slim_qgemm_quantize_row(a->x + r * a->ldx, a->k, q->qx + r * j->k4, &q->sx[r],
+                                        &q->zx[r]);
+                for (int64_t o = 0; q->xo && o < a->n_outl; o++)
+                    q->xo[r * a->n_outl + o] = a->x[r * a->ldx + a->outl_idx[o]];
+            }
+            atomic_store_explicit(&q->ready[t], 1, memory_order_release);
+            return;
+        }
+        t -= chunks;
+    }
+    int64_t p = t / chunks, c = t % chunks;
+    /* The wait is at most one chunk's quantization, unless its thread was
+     * preempted (a busy machine): then give the core away rather than spin
+     * through the time slice that thread needs. */
+    for (int spins = 0; q->ready && !atomic_load_explicit(&q->ready[c], memory_order_acquire);
+         spins++) {
+        if (spins >= 2000)
+            sched_yield();
 #ifdef QGEMM_X86
-        if (j->isa == SLIM_QGEMM_AVX512VNNI) {
-            panel_vnni(j, p, r0, r1);
-            continue;
-        }
-        if (j->isa == SLIM_QGEMM_AVX2) {
-            panel_avx2(j, p, r0, r1);
-            continue;
-        }
+        else
+            _mm_pause();
 #endif
-        panel_c(j, p, r0, r1);
+    }
+    int64_t r0 = c * ROW_CHUNK, r1 = r0 + ROW_CHUNK < j->a->m ? r0 + ROW_CHUNK : j->a->m;
+#ifdef QGEMM_X86
+    if (j->isa == SLIM_QGEMM_AVX512VNNI) {
+        panel_vnni(j, p, r0, r1);
+        return;
+    }
+    if (j->isa == SLIM_QGEMM_AVX2) {
+        panel_avx2(j, p, r0, r1);
+        return;
+    }
+#endif
+    panel_c(j, p, r0, r1);
+}
+
+static void qgemm_worker(int64_t begin, int64_t end, void *user)
+{
+    qgemm_run *q = user;
+    (void)begin;
+    (void)end;
+    for (;;) {
+        int64_t t = atomic_fetch_add_explicit(&q->next, 1, memory_order_relaxed);
+        if (t >= q->n_tasks)
+            return;
+        run_task(q, t);
     }
 }
 
-typedef struct {
-    const slim_qgemm_args *a;
-    uint8_t *qx;
-    float *sx;
-    int32_t *zx;
-    int64_t k4;
-} quant_job;
-
-static void quant_part(int64_t begin, int64_t end, void *user)
+static size_t rows_bytes(int64_t m, int64_t k)
 {
-    const quant_job *q = user;
-    for (int64_t r = begin; r < end; r++)
-        slim_qgemm_quantize_row(q->a->x + r * q->a->ldx, q->a->k, q->qx + r * q->k4, &q->sx[r],
-                                &q->zx[r]);
+    return ((size_t)m * (size_t)slim_qgemm_k4(k) + 63) & ~(size_t)63;
+}
+
+/* Room for the gathered outlier activations: up to k / 16 + 1 a row (the
+ * int8 pass takes at most k / 16; a node with more reads them from x). */
+static int64_t xo_cap(int64_t k)
+{
+    return k / 16 + 1;
+}
+
+static size_t flags_bytes(int64_t m)
+{
+    size_t chunks = (size_t)((m + ROW_CHUNK - 1) / ROW_CHUNK);
+    return (chunks * sizeof(_Atomic int) + 63) & ~(size_t)63;
 }
 
 size_t slim_qgemm_scratch_bytes(int64_t m, int64_t k)
 {
-    size_t rows = (size_t)m * (size_t)slim_qgemm_k4(k);
-    rows = (rows + 63) & ~(size_t)63;
-    return rows + (size_t)m * (sizeof(float) + sizeof(int32_t));
+    return rows_bytes(m, k) + (size_t)m * (sizeof(float) + sizeof(int32_t)) + flags_bytes(m) +
+           (size_t)m * (size_t)xo_cap(k) * sizeof(float);
 }
 
-static void run_panels(const slim_qgemm_args *a, const uint8_t *qx, const float *sx,
+/* The product of a's rows: quantized here into scratch when qx is NULL,
+ * else already quantized (qx, zx: slim_qgemm_u8). */
+static void run_panels(const slim_qgemm_args *a, void *scratch, const uint8_t *qx,
                        const int32_t *zx)
 {
-    int64_t k4 = slim_qgemm_k4(a->k);
-    qgemm_job j = {a, qx, sx, zx, k4, slim_qgemm_n16(a->n), 0, 0, slim_qgemm_get_isa()};
-    j.panels = j.n16 / SLIM_QGEMM_PANEL + (j.n16 % SLIM_QGEMM_PANEL != 0);
-    j.chunks = (a->m + ROW_CHUNK - 1) / ROW_CHUNK;
-    /* A task is up to ROW_CHUNK x 64 x k multiply-adds. */
-    int64_t work = (a->m < ROW_CHUNK ? a->m : ROW_CHUNK) * SLIM_QGEMM_PANEL * (k4 ? k4 : 4);
-    slim_parallel_for(j.panels * j.chunks, 1 + (1 << 18) / work, qgemm_part, &j);
+    qgemm_run q = {.a = a};
+    qgemm_job *j = &q.j;
+    j->a = a;
+    j->k4 = slim_qgemm_k4(a->k);
+    j->n16 = slim_qgemm_n16(a->n);
+    j->isa = slim_qgemm_get_isa();
+    j->panels = j->n16 / SLIM_QGEMM_PANEL + (j->n16 % SLIM_QGEMM_PANEL != 0);
+    j->chunks = (a->m + ROW_CHUNK - 1) / ROW_CHUNK;
+    q.n_tasks = j->panels * j->chunks;
+    if (!qx) {
+        size_t rows = rows_bytes(a->m, a->k);
+        q.qx = scratch;
+        q.sx = (float *)((char *)scratch + rows);
+        q.zx = (int32_t *)((char *)scratch + rows + (size_t)a->m * sizeof(float));
+        q.ready = (_Atomic int *)((char *)scratch + rows +
+                                  (size_t)a->m * (sizeof(float) + sizeof(int32_t)));
+        for (int64_t c = 0; c < j->chunks; c++)
+            atomic_store_explicit(&q.ready[c], 0, memory_order_relaxed);
+        if (a->n_outl > 0 && a->n_outl <= xo_cap(a->k) && a->y &&
+            j->isa == SLIM_QGEMM_AVX512VNNI) {
+            q.xo = (float *)((char *)q.ready + flags_bytes(a->m));
+            j->xo = q.xo;
+        }
+        q.n_tasks += j->chunks;
+        j->qx = q.qx;
+        j->sx = q.sx;
+        j->zx = q.zx;
+    } else {
+        j->qx = qx;
+        j->zx = zx;
+    }
+    atomic_store_explicit(&q.next, 0, memory_order_relaxed);
+    /* Under about 2^19 multiply-adds (a few microseconds) waking a worker
+     * costs more than it saves. */
+    double work = (double)a->m * (double)j->n16 * (double)(j->k4 ? j->k4 : 4);
+    if (work < (double)(1 << 19) || slim_num_threads() == 1)
+        qgemm_worker(0, 1, &q);
+    else
+        slim_parallel_for(slim_num_threads(), 1, qgemm_worker, &q);
 }
 
 /* The side product of the outlier channels, row by row (so that a row's
@@ -532,11 +949,12 @@ static void run_panels(const slim_qgemm_args *a, const uint8_t *qx, const float 
  * 0, then y = fma(acc, scale, y): the same roundings, so they agree bit for
  * bit. (The build targets baseline x86-64, where fmaf is a libm call: the C
  * path is exact but slow, the vector paths use the FMA instruction.) The
- * vector paths keep a tile of outputs in registers over all o and, on
- * AVX-512, share each converted weight vector among 4 rows: looping over o
- * outside, a first version streamed the output row through memory once per
- * outlier and took 30% of the encoder's product time for 1.6% of its
- * multiply-adds. */
+ * AVX-512 VNNI path does it in the product's epilogue (vnni_epilogue),
+ * while the outputs are still in registers; the C and AVX2 paths in this
+ * second pass over y, a tile of outputs in registers over all o (looping
+ * over o outside, a first version streamed the output row through memory
+ * once per outlier and took 30% of the encoder's product time for 1.6% of
+ * its multiply-adds). */
 static void outlier_rows_c(const slim_qgemm_args *a, int64_t r, int nr)
 {
     for (int i = 0; i < nr; i++) {
@@ -552,41 +970,6 @@ static void outlier_rows_c(const slim_qgemm_args *a, int64_t r, int nr)
 }
 
 #ifdef QGEMM_X86
-AVX512_TARGET __attribute__((always_inline))
-static inline void outlier_tile_avx512(const slim_qgemm_args *a, int64_t r, int nr, int64_t c,
-                                       __mmask16 mk)
-{
-    __m512 acc[4];
-    for (int i = 0; i < nr; i++)
-        acc[i] = _mm512_setzero_ps();
-    for (int64_t o = 0; o < a->n_outl; o++) {
-        __m512 w = _mm512_cvtepi32_ps(
-            _mm512_cvtepi8_epi32(_mm_maskz_loadu_epi8(mk, a->outl_q + o * a->n + c)));
-        const float *x = a->x + r * a->ldx + a->outl_idx[o];
-        for (int i = 0; i < nr; i++)
-            acc[i] = _mm512_fmadd_ps(_mm512_set1_ps(x[i * a->ldx]), w, acc[i]);
-    }
-    __m512 sc = _mm512_maskz_loadu_ps(mk, a->outl_scale + c);
-    for (int i = 0; i < nr; i++) {
-        float *y = a->y + (r + i) * a->ldy + c;
-        _mm512_mask_storeu_ps(y, mk, _mm512_fmadd_ps(acc[i], sc, _mm512_maskz_loadu_ps(mk, y)));
-    }
-}
-
-AVX512_TARGET
-static void outlier_rows_avx512(const slim_qgemm_args *a, int64_t r, int nr)
-{
-    for (int64_t c = 0; c < a->n; c += 16) {
-        __mmask16 mk = a->n - c >= 16 ? 0xFFFF : (__mmask16)((1u << (a->n - c)) - 1);
-        switch (nr) {
-        case 4: outlier_tile_avx512(a, r, 4, c, mk); break;
-        case 3: outlier_tile_avx512(a, r, 3, c, mk); break;
-        case 2: outlier_tile_avx512(a, r, 2, c, mk); break;
-        default: outlier_tile_avx512(a, r, 1, c, mk); break;
-        }
-    }
-}
-
 AVX2_TARGET
 static void outlier_rows_avx2(const slim_qgemm_args *a, int64_t r, int nr)
 {
@@ -623,18 +1006,16 @@ static void outlier_part(int64_t begin, int64_t end, void *user)
         int64_t r = t * 4;
         int nr = a->m - r < 4 ? (int)(a->m - r) : 4;
 #ifdef QGEMM_X86
-        if (isa == SLIM_QGEMM_AVX512VNNI)
-            outlier_rows_avx512(a, r, nr);
-        else if (isa == SLIM_QGEMM_AVX2)
+        if (isa == SLIM_QGEMM_AVX2)
             outlier_rows_avx2(a, r, nr);
         else
 #endif
             outlier_rows_c(a, r, nr);
-        if (a->act == SLIM_QGEMM_ACT_RELU)
+        if (a->act != SLIM_QGEMM_ACT_NONE)
             for (int i = 0; i < nr; i++) {
                 float *y = a->y + (r + i) * a->ldy;
                 for (int64_t c = 0; c < a->n; c++)
-                    y[c] = y[c] > 0 ? y[c] : 0.0f;
+                    y[c] = act_c(y[c], a->act);
             }
     }
     (void)isa;
@@ -644,24 +1025,23 @@ void slim_qgemm(const slim_qgemm_args *a, void *scratch)
 {
     if (a->m <= 0 || a->n <= 0)
         return;
-    int64_t k4 = slim_qgemm_k4(a->k);
-    size_t rows = ((size_t)a->m * (size_t)k4 + 63) & ~(size_t)63;
-    quant_job q = {a, scratch, (float *)((char *)scratch + rows),
-                   (int32_t *)((char *)scratch + rows + (size_t)a->m * sizeof(float)), k4};
-    slim_parallel_for(a->m, 1 + 16384 / (k4 ? k4 : 1), quant_part, &q);
-    if (a->n_outl <= 0) {
-        run_panels(a, q.qx, q.sx, q.zx);
+    /* The VNNI epilogue adds the outlier channels itself. */
+    if (a->n_outl <= 0 || slim_qgemm_get_isa() == SLIM_QGEMM_AVX512VNNI) {
+        run_panels(a, scratch, NULL, NULL);
         return;
     }
     slim_qgemm_args b = *a;
     b.act = SLIM_QGEMM_ACT_NONE; /* after the side product */
-    run_panels(&b, q.qx, q.sx, q.zx);
+    run_panels(&b, scratch, NULL, NULL);
     slim_parallel_for((a->m + 3) / 4, 1 + 16384 / (4 * a->n * a->n_outl + 1), outlier_part,
                       (void *)a);
 }
 
 void slim_qgemm_u8(const slim_qgemm_args *a, const uint8_t *qx, const int32_t *zx)
 {
-    if (a->m > 0 && a->n > 0)
-        run_panels(a, qx, NULL, zx);
+    if (a->m > 0 && a->n > 0) {
+        slim_qgemm_args b = *a;
+        b.n_outl = 0; /* y_i32 has no float epilogue to add them to */
+        run_panels(&b, NULL, qx, zx);
+    }
 }

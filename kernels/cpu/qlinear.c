@@ -3,7 +3,7 @@
  * the int8 pass (quant/int8.c) puts in place of float layers:
  *
  *   MatMulInt8(X, W, scale, colsum[, bias[, outlier_index, outlier_weight,
- *              outlier_scale]]) -> Y            attrs: K (int), activation ("" | "Relu")
+ *              outlier_scale]]) -> Y            attrs: K (int), activation ("" | "Relu" | "Gelu")
  *       X float32 [..., K]; W int8, N x K packed as qgemm.h lays it out;
  *       scale float32 [N] (per output channel); colsum int32 [N] (the sums
  *       of each channel's int8 weights); bias float32 [N] (optional, may be
@@ -12,7 +12,8 @@
  *       [O, N] and outlier_scale float32 [N]: their own int8 weights, times
  *       the float32 activations (qgemm.h). Y float32 [..., N].
  *       X is quantized per row at run time (qgemm.h), so no row's result
- *       depends on another's.
+ *       depends on another's. "Gelu" is ONNX Gelu with approximate "none"
+ *       (passes/fuse_int8_epilogue.c fuses it), in the product's epilogue.
  *   ConvInt8(X, W, scale, colsum[, bias]) -> Y
  *       attrs: kernel_shape [kh, kw], strides, dilations, pads [t, l, b, r],
  *       group, auto_pad (as Conv's), activation ("" | "Relu").
@@ -49,8 +50,11 @@ static slim_status matmul_int8_prepare(slim_node *node, void **state, slim_err *
         a = SLIM_QGEMM_ACT_NONE;
     else if (strcmp(act, "Relu") == 0)
         a = SLIM_QGEMM_ACT_RELU;
+    else if (strcmp(act, "Gelu") == 0)
+        a = SLIM_QGEMM_ACT_GELU;
     else
-        return slim_errf(err, SLIM_EINVAL, "activation \"%s\" is not one of \"\", \"Relu\"", act);
+        return slim_errf(err, SLIM_EINVAL, "activation \"%s\" is not one of \"\", \"Relu\", "
+                         "\"Gelu\"", act);
     matmul_int8_state *st = calloc(1, sizeof(*st));
     if (!st)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");

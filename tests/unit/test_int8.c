@@ -4,6 +4,7 @@
 #include "testutil.h"
 
 #include "int8.h"
+#include "pass.h"
 #include "qgemm.h"
 
 #include <math.h>
@@ -54,8 +55,15 @@ static void fill_weights(int8_t *w, int64_t n, int64_t k)
 }
 
 /* The definition, with 64-bit sums: what every path must give. */
+static float act_ref(float v, slim_qgemm_act act)
+{
+    if (act == SLIM_QGEMM_ACT_RELU)
+        return v > 0 ? v : 0.0f;
+    return act == SLIM_QGEMM_ACT_GELU ? slim_qgemm_gelu(v) : v;
+}
+
 static void reference(const float *x, int64_t m, int64_t n, int64_t k, const int8_t *w,
-                      const float *sw, const float *bias, bool relu, float *y)
+                      const float *sw, const float *bias, slim_qgemm_act act, float *y)
 {
     uint8_t *q = malloc((size_t)slim_qgemm_k4(k));
     for (int64_t i = 0; i < m; i++) {
@@ -68,7 +76,7 @@ static void reference(const float *x, int64_t m, int64_t n, int64_t k, const int
             for (int64_t c = 0; c < k; c++)
                 acc += ((int64_t)q[c] - zx) * w[j * k + c];
             float v = fmaf((float)acc, sx * sw[j], bias ? bias[j] : 0.0f);
-            y[i * n + j] = relu ? (v > 0 ? v : 0.0f) : v;
+            y[i * n + j] = act_ref(v, act);
         }
     }
     free(q);
@@ -104,13 +112,12 @@ static void unpack_free(packed_w *p)
 }
 
 static void run_isa(slim_qgemm_isa isa, const float *x, int64_t m, int64_t n, int64_t k,
-                    const packed_w *p, bool bias, bool relu, float *y)
+                    const packed_w *p, bool bias, slim_qgemm_act act, float *y)
 {
     ck_assert(slim_qgemm_set_isa(isa));
     slim_qgemm_args a = {.m = m, .n = n, .k = k, .x = x, .ldx = k, .packed = p->packed,
                          .colsum = p->colsum, .w_scale = p->sw, .bias = bias ? p->bias : NULL,
-                         .act = relu ? SLIM_QGEMM_ACT_RELU : SLIM_QGEMM_ACT_NONE, .y = y,
-                         .ldy = n};
+                         .act = act, .y = y, .ldy = n};
     void *scratch;
     ck_assert_int_eq(posix_memalign(&scratch, 64, slim_qgemm_scratch_bytes(m, k)), 0);
     slim_qgemm(&a, scratch);
@@ -121,7 +128,7 @@ static const slim_qgemm_isa isas[] = {SLIM_QGEMM_C, SLIM_QGEMM_AVX2, SLIM_QGEMM_
 
 START_TEST(test_paths_match_reference_on_odd_shapes)
 {
-    const int64_t ms[] = {1, 2, 5, 7, 13, 50};
+    const int64_t ms[] = {1, 2, 3, 4, 5, 7, 13, 50};
     const int64_t ns[] = {1, 3, 16, 17, 63, 64, 65, 130};
     const int64_t ks[] = {1, 3, 4, 5, 63, 64, 65, 300};
     int checked_paths = 0;
@@ -129,7 +136,10 @@ START_TEST(test_paths_match_reference_on_odd_shapes)
         for (size_t b = 0; b < sizeof(ns) / sizeof(ns[0]); b++)
             for (size_t c = 0; c < sizeof(ks) / sizeof(ks[0]); c++) {
                 int64_t m = ms[a], n = ns[b], k = ks[c];
-                bool bias = (a + b) % 2, relu = (b + c) % 3 == 0;
+                bool bias = (a + b) % 2;
+                slim_qgemm_act act = (b + c) % 3 == 0   ? SLIM_QGEMM_ACT_RELU
+                                     : (b + c) % 3 == 1 ? SLIM_QGEMM_ACT_GELU
+                                                        : SLIM_QGEMM_ACT_NONE;
                 float *x = malloc(sizeof(float) * (size_t)(m * k));
                 int8_t *w = malloc((size_t)(n * k));
                 float *want = malloc(sizeof(float) * (size_t)(m * n));
@@ -137,13 +147,13 @@ START_TEST(test_paths_match_reference_on_odd_shapes)
                 fill_rows(x, m, k);
                 fill_weights(w, n, k);
                 packed_w p = pack(w, n, k);
-                reference(x, m, n, k, w, p.sw, bias ? p.bias : NULL, relu, want);
+                reference(x, m, n, k, w, p.sw, bias ? p.bias : NULL, act, want);
                 for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {
                     if (!slim_qgemm_isa_supported(isas[i]))
                         continue;
                     checked_paths++;
                     memset(got, 0xFF, sizeof(float) * (size_t)(m * n));
-                    run_isa(isas[i], x, m, n, k, &p, bias, relu, got);
+                    run_isa(isas[i], x, m, n, k, &p, bias, act, got);
                     ck_assert_msg(memcmp(got, want, sizeof(float) * (size_t)(m * n)) == 0,
                                   "%s differs from the reference at m=%lld n=%lld k=%lld",
                                   slim_qgemm_isa_name(isas[i]), (long long)m, (long long)n,
@@ -155,8 +165,100 @@ START_TEST(test_paths_match_reference_on_odd_shapes)
                 free(want);
                 free(got);
             }
-    ck_assert_int_ge(checked_paths, 6 * 8 * 8); /* the C path at least */
+    ck_assert_int_ge(checked_paths, 8 * 8 * 8); /* the C path at least */
     slim_qgemm_set_isa(SLIM_QGEMM_AUTO);
+}
+END_TEST
+
+/* The epilogue's Gelu against erf in double precision: what lets the
+ * fusion pass replace the float Gelu op by it. */
+START_TEST(test_gelu_accuracy)
+{
+    /* Relative to max(|y|, 1): where erf is near -1, 1 + erf cancels (in
+     * any float Gelu), leaving an absolute error of a few 1e-8. */
+    double worst = 0;
+    for (int i = -200000; i <= 200000; i++) {
+        float y = (float)i * 5e-5f; /* [-10, 10] */
+        double want = 0.5 * (double)y * (1.0 + erf((double)y / sqrt(2.0)));
+        double got = slim_qgemm_gelu(y);
+        double e = fabs(got - want) / fmax(fabs((double)y), 1.0);
+        worst = e > worst ? e : worst;
+    }
+    ck_assert_msg(worst < 3e-7, "worst error %g", worst); /* 9.2e-8 measured */
+    ck_assert_float_eq(slim_qgemm_gelu(0.0f), 0.0f);
+    ck_assert_float_eq(slim_qgemm_gelu(100.0f), 100.0f);
+    ck_assert_float_eq(slim_qgemm_gelu(-100.0f), 0.0f);
+    ck_assert(isnan(slim_qgemm_gelu(NAN)));
+}
+END_TEST
+
+/* Outlier channels with every activation, on full 64-channel panels (the
+ * 6-row loop, whose epilogue adds them in registers) and narrow ones, rows
+ * 1 to 50, 5 outliers in k = 100 (gathered per row at quantization) and in
+ * k = 40 (more than k / 16 + 1: read from x): every path gives the C path's
+ * bits, and a row alone gives the same bits as in the batch. */
+START_TEST(test_outliers_and_activations_all_paths)
+{
+    const int64_t ms[] = {1, 5, 6, 7, 13, 50};
+    const int64_t ns[] = {64, 130, 40};
+    const int64_t no = 5;
+    const slim_qgemm_act acts[] = {SLIM_QGEMM_ACT_NONE, SLIM_QGEMM_ACT_RELU,
+                                   SLIM_QGEMM_ACT_GELU};
+    for (size_t a = 0; a < sizeof(ms) / sizeof(ms[0]); a++)
+        for (size_t b = 0; b < sizeof(ns) / sizeof(ns[0]); b++)
+            for (size_t c = 0; c < 6; c++) {
+                int64_t m = ms[a], n = ns[b], k = c < 3 ? 100 : 40;
+                float *x = malloc(sizeof(float) * (size_t)(m * k));
+                int8_t *w = malloc((size_t)(n * k)), *oq = malloc((size_t)(no * n));
+                float *os = malloc(sizeof(float) * (size_t)n);
+                float *want = malloc(sizeof(float) * (size_t)(m * n));
+                float *got = malloc(sizeof(float) * (size_t)(m * n));
+                int64_t oidx[5] = {3, 17, 50 % k, 51 % k, 99 % k};
+                fill_rows(x, m, k);
+                fill_weights(w, n, k);
+                for (int64_t o = 0; o < no; o++)
+                    for (int64_t j = 0; j < n; j++)
+                        w[j * k + oidx[o]] = 0;
+                fill_weights(oq, no, n);
+                for (int64_t j = 0; j < n; j++)
+                    os[j] = 0.02f * fabsf(rndf());
+                packed_w p = pack(w, n, k);
+                void *scratch;
+                ck_assert_int_eq(posix_memalign(&scratch, 64, slim_qgemm_scratch_bytes(m, k)), 0);
+                for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {
+                    if (!slim_qgemm_set_isa(isas[i]))
+                        continue;
+                    slim_qgemm_args q = {.m = m, .n = n, .k = k, .x = x, .ldx = k,
+                                         .packed = p.packed, .colsum = p.colsum, .w_scale = p.sw,
+                                         .bias = p.bias, .act = acts[c % 3], .y = got, .ldy = n,
+                                         .n_outl = no, .outl_idx = oidx, .outl_q = oq,
+                                         .outl_scale = os};
+                    slim_qgemm(&q, scratch);
+                    if (i == 0)
+                        memcpy(want, got, sizeof(float) * (size_t)(m * n));
+                    ck_assert_msg(memcmp(got, want, sizeof(float) * (size_t)(m * n)) == 0,
+                                  "%s differs from c at m=%lld n=%lld act %d",
+                                  slim_qgemm_isa_name(isas[i]), (long long)m, (long long)n,
+                                  (int)acts[c % 3]);
+                    float one[130];
+                    q.m = 1;
+                    q.y = one;
+                    for (int64_t r = 0; r < m; r += 3) {
+                        q.x = x + r * k;
+                        slim_qgemm(&q, scratch);
+                        ck_assert(memcmp(one, want + r * n, sizeof(float) * (size_t)n) == 0);
+                    }
+                }
+                slim_qgemm_set_isa(SLIM_QGEMM_AUTO);
+                free(scratch);
+                unpack_free(&p);
+                free(x);
+                free(w);
+                free(oq);
+                free(os);
+                free(want);
+                free(got);
+            }
 }
 END_TEST
 
@@ -174,9 +276,9 @@ START_TEST(test_row_result_independent_of_batch)
     for (size_t i = 0; i < sizeof(isas) / sizeof(isas[0]); i++) {
         if (!slim_qgemm_isa_supported(isas[i]))
             continue;
-        run_isa(isas[i], x, m, n, k, &p, true, false, y);
+        run_isa(isas[i], x, m, n, k, &p, true, SLIM_QGEMM_ACT_NONE, y);
         for (int64_t r = 0; r < m; r++) {
-            run_isa(isas[i], x + r * k, 1, n, k, &p, true, false, one);
+            run_isa(isas[i], x + r * k, 1, n, k, &p, true, SLIM_QGEMM_ACT_NONE, one);
             ck_assert_msg(memcmp(one, y + r * n, sizeof(float) * n) == 0,
                           "%s: row %lld alone differs from row %lld of the batch",
                           slim_qgemm_isa_name(isas[i]), (long long)r, (long long)r);
@@ -231,6 +333,31 @@ START_TEST(test_quantize_row_round_trip_and_edges)
         x[7] = INFINITY;
         slim_qgemm_quantize_row(x, 37, q, &s, &zp);
         ck_assert(isnan(s));
+        x[7] = 1.0f;
+        x[35] = -INFINITY; /* in the vector paths' scalar tail */
+        slim_qgemm_quantize_row(x, 37, q, &s, &zp);
+        ck_assert(isnan(s));
+    }
+    /* Every path quantizes to the C path's bytes, signed zeros included. */
+    for (int kind = 0; kind < 4; kind++) {
+        float x[45];
+        uint8_t want[48], got[48];
+        float ws, gs;
+        int32_t wz, gz;
+        fill_rows(x, 1, 45);
+        for (int j = 0; j < 45; j++)
+            x[j] = kind == 0 ? x[j] : kind == 1 ? (j % 3 ? -0.0f : fabsf(x[j]))
+                 : kind == 2 ? (j % 3 ? -0.0f : -fabsf(x[j])) : -0.0f;
+        slim_qgemm_set_isa(SLIM_QGEMM_C);
+        slim_qgemm_quantize_row(x, 45, want, &ws, &wz);
+        for (size_t i = 1; i < sizeof(isas) / sizeof(isas[0]); i++) {
+            if (!slim_qgemm_set_isa(isas[i]))
+                continue;
+            slim_qgemm_quantize_row(x, 45, got, &gs, &gz);
+            ck_assert_msg(memcmp(got, want, 48) == 0 && gz == wz &&
+                              memcmp(&gs, &ws, sizeof(float)) == 0,
+                          "%s kind %d", slim_qgemm_isa_name(isas[i]), kind);
+        }
     }
     slim_qgemm_set_isa(SLIM_QGEMM_AUTO);
 }
@@ -687,6 +814,60 @@ START_TEST(test_outlier_channels_split)
 }
 END_TEST
 
+/* x -> MatMul(w) -> Add(b) -> Gelu -> y, int8: the graph passes move the
+ * Gelu into MatMulInt8's epilogue (passes/fuse_int8_epilogue.c), which
+ * gives the unfused graph's result to the float Gelu's rounding. A Gelu
+ * with approximate "tanh" stays a node of its own. */
+START_TEST(test_gelu_fused_into_epilogue)
+{
+    enum { M = 7, K = 48, N = 80 };
+    float xv[M * K];
+    rng_state = 11;
+    for (int i = 0; i < M * K; i++)
+        xv[i] = rndf() * 2;
+    slim_tensor x = tu_f32(2, (int64_t[]){M, K}, xv);
+    slim_tensor ys[2];
+    for (int fuse = 0; fuse < 3; fuse++) {
+        slim_graph *g = slim_graph_new();
+        g->opset = 20;
+        slim_graph_add_node(g, "mm", "MatMul", "", 2, (const char *[]){"x", "w"}, 1,
+                            (const char *[]){"h"});
+        slim_graph_add_node(g, "add", "Add", "", 2, (const char *[]){"h", "b"}, 1,
+                            (const char *[]){"z"});
+        int gl = slim_graph_add_node(g, "gelu", "Gelu", "", 1, (const char *[]){"z"}, 1,
+                                     (const char *[]){"y"});
+        for (int i = 0; i < g->n_nodes; i++)
+            g->nodes[i].opset = 20;
+        if (fuse == 2)
+            tu_attr_s(&g->nodes[gl], "approximate", "tanh");
+        rng_state = 12;
+        add_init(g, "w", 2, (int64_t[]){K, N}, 0.3f);
+        add_init(g, "b", 1, (int64_t[]){N}, 0.1f);
+        set_io(g, "x", SLIM_F32, "y");
+        slim_err err;
+        slim_int8_report rep;
+        slim_int8_opts o = {0};
+        ck_assert_int_eq(slim_quant_int8(g, &o, &rep, &err), SLIM_OK);
+        slim_int8_report_free(&rep);
+        if (fuse)
+            ck_assert_int_eq(slim_passes_run(g, &err), SLIM_OK);
+        int want_nodes = fuse == 1 ? 1 : 2;
+        ck_assert_int_eq(g->n_nodes, want_nodes);
+        ck_assert_str_eq(g->nodes[0].op_type, "MatMulInt8");
+        ck_assert_str_eq(slim_attr_str(&g->nodes[0], "activation", ""), fuse == 1 ? "Gelu" : "");
+        if (fuse == 2) {
+            slim_graph_free(g);
+            continue;
+        }
+        ys[fuse] = run1(g, "x", x, SLIM_OK, &err);
+    }
+    assert_close(&ys[1], &ys[0], 1e-5);
+    slim_tensor_release(&ys[0]);
+    slim_tensor_release(&ys[1]);
+    slim_tensor_release(&x);
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("int8");
@@ -696,6 +877,8 @@ int main(void)
     tcase_add_test(tk, test_quantize_row_round_trip_and_edges);
     tcase_add_test(tk, test_pack_unpack_and_colsum);
     tcase_add_test(tk, test_u8_int32_exact);
+    tcase_add_test(tk, test_gelu_accuracy);
+    tcase_add_test(tk, test_outliers_and_activations_all_paths);
     suite_add_tcase(s, tk);
     TCase *tp = tcase_create("pass");
     tcase_add_test(tp, test_pass_fuses_and_matches_fp32);
@@ -704,6 +887,7 @@ int main(void)
     tcase_add_test(tp, test_malformed_node_refused);
     tcase_add_test(tp, test_pass_max_error);
     tcase_add_test(tp, test_outlier_channels_split);
+    tcase_add_test(tp, test_gelu_fused_into_epilogue);
     suite_add_tcase(s, tp);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

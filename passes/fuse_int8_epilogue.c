@@ -1,0 +1,99 @@
+/*
+ * fuse_int8_epilogue.c - a Gelu (ONNX opset 20, approximate "none") or a
+ * Relu that is the only reader of a MatMulInt8's output becomes that
+ * node's activation, computed in the product's epilogue
+ * (kernels/cpu/qgemm.c) while the outputs are still in registers: a
+ * BERT-base encoder's ffn_in output is 128 x 3072 floats per sequence,
+ * which the separate Gelu read and wrote back once more.
+ *
+ * The int8 pass (quant/int8.c) already fuses a Relu that directly follows
+ * the product (or its bias Add); this pass sees the graph after the other
+ * graph passes, where fuse_gelu has turned an exported GELU (x * 0.5 *
+ * (1 + erf(x / sqrt 2))) into one Gelu node. So it must stay after
+ * fuse_gelu in slim_passes. The epilogue's Gelu is slim_qgemm_gelu, a
+ * polynomial erf (within 1e-7 x max(|y|, 1) of the exact Gelu): the float
+ * Gelu op's result to within its own rounding, not bitwise.
+ */
+#include "pass.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* n's string attribute `name` set to v (replaced, or added). */
+static slim_status set_str(slim_node *n, const char *name, const char *v, slim_err *err)
+{
+    char *copy = strdup(v);
+    if (!copy)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory optimizing the graph");
+    for (int a = 0; a < n->n_attrs; a++)
+        if (strcmp(n->attrs[a].name, name) == 0) {
+            char *keep = n->attrs[a].name;
+            n->attrs[a].name = NULL;
+            slim_attr_clear(&n->attrs[a]);
+            memset(&n->attrs[a], 0, sizeof(slim_attr));
+            n->attrs[a].name = keep;
+            n->attrs[a].type = SLIM_ATTR_STRING;
+            n->attrs[a].s = copy;
+            return SLIM_OK;
+        }
+    slim_attr *as = realloc(n->attrs, sizeof(*as) * (size_t)(n->n_attrs + 1));
+    char *nm = strdup(name);
+    if (!as || !nm) {
+        if (as)
+            n->attrs = as;
+        free(nm);
+        free(copy);
+        return slim_errf(err, SLIM_ENOMEM, "out of memory optimizing the graph");
+    }
+    n->attrs = as;
+    slim_attr *a = &as[n->n_attrs++];
+    memset(a, 0, sizeof(*a));
+    a->name = nm;
+    a->type = SLIM_ATTR_STRING;
+    a->s = copy;
+    return SLIM_OK;
+}
+
+/* The activation a sole reader of v can become, and that reader; NULL when
+ * none. */
+static slim_node *fusable_reader(slim_graph *g, const slim_pass_uses *u, const bool *dead, int v,
+                                 const char **act)
+{
+    slim_node *r = slim_pass_sole_reader(g, u, v, "Gelu");
+    if (r && strcmp(slim_attr_str(r, "approximate", "none"), "none") == 0)
+        *act = "Gelu";
+    else if ((r = slim_pass_sole_reader(g, u, v, "Relu")))
+        *act = "Relu";
+    if (!r || dead[r - g->nodes] || r->n_in < 1 || r->in[0] != v || r->n_out != 1 ||
+        r->out[0] < 0)
+        return NULL;
+    return r;
+}
+
+static slim_status fuse_int8_epilogue_run(slim_graph *g, int *changed, slim_err *err)
+{
+    slim_pass_walk w;
+    slim_status st = slim_pass_walk_init(&w, g, err);
+    if (st)
+        return st;
+    for (int i = 0; i < g->n_nodes && !st; i++) {
+        slim_node *mm = &g->nodes[i];
+        if (w.dead[i] || strcmp(mm->domain, "com.slimserve") != 0 ||
+            strcmp(mm->op_type, "MatMulInt8") != 0 || mm->n_out != 1 || mm->out[0] < 0 ||
+            slim_attr_str(mm, "activation", "")[0])
+            continue;
+        const char *act = NULL;
+        slim_node *r = fusable_reader(g, &w.uses, w.dead, mm->out[0], &act);
+        if (!r)
+            continue;
+        if ((st = set_str(mm, "activation", act, err)))
+            break;
+        mm->out[0] = r->out[0];
+        w.dead[r - g->nodes] = true;
+        (*changed)++;
+    }
+    return slim_pass_walk_finish(&w, g, st);
+}
+
+const slim_pass slim__pass_fuse_int8_epilogue = {"fuse_int8_epilogue",
+                                                  fuse_int8_epilogue_run};
