@@ -19,41 +19,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* n's string attribute `name` set to v (replaced, or added). */
-static slim_status set_str(slim_node *n, const char *name, const char *v, slim_err *err)
-{
-    char *copy = strdup(v);
-    if (!copy)
-        return slim_errf(err, SLIM_ENOMEM, "out of memory optimizing the graph");
-    for (int a = 0; a < n->n_attrs; a++)
-        if (strcmp(n->attrs[a].name, name) == 0) {
-            char *keep = n->attrs[a].name;
-            n->attrs[a].name = NULL;
-            slim_attr_clear(&n->attrs[a]);
-            memset(&n->attrs[a], 0, sizeof(slim_attr));
-            n->attrs[a].name = keep;
-            n->attrs[a].type = SLIM_ATTR_STRING;
-            n->attrs[a].s = copy;
-            return SLIM_OK;
-        }
-    slim_attr *as = realloc(n->attrs, sizeof(*as) * (size_t)(n->n_attrs + 1));
-    char *nm = strdup(name);
-    if (!as || !nm) {
-        if (as)
-            n->attrs = as;
-        free(nm);
-        free(copy);
-        return slim_errf(err, SLIM_ENOMEM, "out of memory optimizing the graph");
-    }
-    n->attrs = as;
-    slim_attr *a = &as[n->n_attrs++];
-    memset(a, 0, sizeof(*a));
-    a->name = nm;
-    a->type = SLIM_ATTR_STRING;
-    a->s = copy;
-    return SLIM_OK;
-}
-
 /* The activation a sole reader of v can become, and that reader; NULL when
  * none. */
 static slim_node *fusable_reader(slim_graph *g, const slim_pass_uses *u, const bool *dead, int v,
@@ -86,7 +51,7 @@ static slim_status fuse_int8_epilogue_run(slim_graph *g, int *changed, slim_err 
         slim_node *r = fusable_reader(g, &w.uses, w.dead, mm->out[0], &act);
         if (!r)
             continue;
-        if ((st = set_str(mm, "activation", act, err)))
+        if ((st = slim_pass_set_str(mm, "activation", act, err)))
             break;
         mm->out[0] = r->out[0];
         w.dead[r - g->nodes] = true;

@@ -246,6 +246,21 @@ slim_status slim_pass_set_float(slim_node *n, const char *name, float v, slim_er
     return SLIM_OK;
 }
 
+slim_status slim_pass_set_str(slim_node *n, const char *name, const char *v, slim_err *err)
+{
+    char *copy = strdup(v);
+    if (!copy)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory optimizing the graph");
+    slim_attr *a = attr_slot(n, name, err);
+    if (!a) {
+        free(copy);
+        return SLIM_ENOMEM;
+    }
+    a->type = SLIM_ATTR_STRING;
+    a->s = copy;
+    return SLIM_OK;
+}
+
 slim_status slim_pass_set_ints(slim_node *n, const char *name, const int64_t *v, int count,
                                slim_err *err)
 {

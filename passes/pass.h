@@ -80,6 +80,7 @@ void slim_pass_drop_replaced(slim_graph *g, int v, const slim_node *reader);
 /* Sets or adds an attribute on n; strings and arrays are copied. */
 slim_status slim_pass_set_int(slim_node *n, const char *name, int64_t v, slim_err *err);
 slim_status slim_pass_set_float(slim_node *n, const char *name, float v, slim_err *err);
+slim_status slim_pass_set_str(slim_node *n, const char *name, const char *v, slim_err *err);
 slim_status slim_pass_set_ints(slim_node *n, const char *name, const int64_t *v, int count,
                                slim_err *err);
 
