@@ -150,6 +150,14 @@ void slim_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, flo
                 const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                 float *c, int64_t ldc);
 
+/* One product on the calling thread, through the same BLAS as slim_sgemm
+ * (oneDNN's sgemm where built in): for kernels that split their own work
+ * across the pool. Calling cblas_sgemm directly would wake OpenBLAS's
+ * per-thread buffers besides (about 17 MiB resident for BERT-base's
+ * attention at batch 8). */
+void slim_sgemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                       const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                       float *c, int64_t ldc);
 /* The same product where the rows of A are independent items (a batch):
  * in row-invariant mode (slim_gemm_set_row_invariant, set per thread by the
  * executor for models that batch) a row's result is bitwise the same

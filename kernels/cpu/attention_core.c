@@ -8,7 +8,6 @@
  */
 #include "attention.h"
 
-#include <cblas.h>
 #include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
@@ -231,9 +230,8 @@ static void attn_task(int64_t begin, int64_t end, void *user)
                 const float *q = attn_at(j->q, b * j->qs[0] + h * j->qs[1] + i0 * j->qs[2]);
                 float *y = attn_at_mut(j->y, b * j->ys[0] + h * j->ys[1] + i0 * j->ys[2]);
                 if (T > 0 && D > 0)
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)T,
-                                (int)D, j->scale, q, (int)j->qs[2], k, (int)j->ks[2], 0.0f, s,
-                                (int)T);
+                    slim_sgemm_serial(false, true, rows, T, D, j->scale, q, j->qs[2], k,
+                                      j->ks[2], 0.0f, s, T);
                 else if (T > 0)
                     memset(s, 0, sizeof(float) * (size_t)(rows * T));
                 for (int64_t r = 0; r < rows; r++)
@@ -241,9 +239,8 @@ static void attn_task(int64_t begin, int64_t end, void *user)
                 if (Dv <= 0)
                     continue;
                 if (T > 0)
-                    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)Dv,
-                                (int)T, 1.0f, s, (int)T, v, (int)j->vs[2], 0.0f, y,
-                                (int)j->ys[2]);
+                    slim_sgemm_serial(false, false, rows, Dv, T, 1.0f, s, T, v, j->vs[2], 0.0f,
+                                      y, j->ys[2]);
                 else
                     for (int64_t r = 0; r < rows; r++)
                         for (int64_t c = 0; c < Dv; c++)
