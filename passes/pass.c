@@ -163,23 +163,7 @@ void slim_pass_drop_replaced(slim_graph *g, int v, const slim_node *reader)
 
 void slim_pass_sweep(slim_graph *g, bool *dead)
 {
-    int w = 0;
-    for (int i = 0; i < g->n_nodes; i++) {
-        slim_node *n = &g->nodes[i];
-        if (!dead[i]) {
-            g->nodes[w++] = *n;
-            continue;
-        }
-        for (int a = 0; a < n->n_attrs; a++)
-            slim_attr_clear(&n->attrs[a]);
-        free(n->attrs);
-        free(n->name);
-        free(n->op_type);
-        free(n->domain);
-        free(n->in);
-        free(n->out);
-    }
-    g->n_nodes = w;
+    slim_graph_remove_nodes(g, dead);
     bool *read = calloc((size_t)g->n_values + 1, sizeof(bool));
     if (!read)
         return; /* keeping unread weights is only a waste */

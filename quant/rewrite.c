@@ -62,33 +62,11 @@ void slim_rewrite_drop_unread(slim_rewrite *r, bool recount)
     }
 }
 
-static void remove_dead(slim_rewrite *r)
-{
-    slim_graph *g = r->g;
-    int w = 0;
-    for (int i = 0; i < g->n_nodes; i++) {
-        slim_node *n = &g->nodes[i];
-        if (!r->dead[i]) {
-            g->nodes[w++] = *n;
-            continue;
-        }
-        for (int a = 0; a < n->n_attrs; a++)
-            slim_attr_clear(&n->attrs[a]);
-        free(n->attrs);
-        free(n->name);
-        free(n->op_type);
-        free(n->domain);
-        free(n->in);
-        free(n->out);
-    }
-    g->n_nodes = w;
-}
-
 slim_status slim_rewrite_finish(slim_rewrite *r, slim_status st)
 {
     if (!st) {
         slim_rewrite_drop_unread(r, true);
-        remove_dead(r);
+        slim_graph_remove_nodes(r->g, r->dead);
     }
     free(r->uses.readers);
     free(r->uses.reader);

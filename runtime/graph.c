@@ -36,6 +36,30 @@ void slim_attr_clear(slim_attr *a)
     memset(a, 0, sizeof(*a));
 }
 
+void slim_node_clear(slim_node *n)
+{
+    for (int a = 0; a < n->n_attrs; a++)
+        slim_attr_clear(&n->attrs[a]);
+    free(n->attrs);
+    free(n->name);
+    free(n->op_type);
+    free(n->domain);
+    free(n->in);
+    free(n->out);
+}
+
+void slim_graph_remove_nodes(slim_graph *g, const bool *dead)
+{
+    int w = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        if (dead[i])
+            slim_node_clear(&g->nodes[i]);
+        else
+            g->nodes[w++] = g->nodes[i];
+    }
+    g->n_nodes = w;
+}
+
 void slim_graph_free(slim_graph *g)
 {
     if (!g)
@@ -44,14 +68,7 @@ void slim_graph_free(slim_graph *g)
         slim_node *n = &g->nodes[i];
         if (n->op && n->op->release && n->op_state)
             n->op->release(n->op_state);
-        for (int a = 0; a < n->n_attrs; a++)
-            slim_attr_clear(&n->attrs[a]);
-        free(n->attrs);
-        free(n->name);
-        free(n->op_type);
-        free(n->domain);
-        free(n->in);
-        free(n->out);
+        slim_node_clear(n);
     }
     for (int i = 0; i < g->n_values; i++) {
         slim_value *v = &g->values[i];

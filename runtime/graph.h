@@ -101,6 +101,11 @@ typedef struct slim_graph {
 
 slim_graph *slim_graph_new(void);
 void slim_graph_free(slim_graph *g);
+/* Frees what a node owns (attributes, names, slots), not its kernel state. */
+void slim_node_clear(slim_node *n);
+/* Removes the nodes marked dead (one flag per node), clearing each, and
+ * keeps the others in order; for passes, before finalize. */
+void slim_graph_remove_nodes(slim_graph *g, const bool *dead);
 
 /* Returns the id of the value with this name, creating it if needed; -1 on
  * allocation failure. */
