@@ -57,7 +57,8 @@ typedef struct {
     const slim_tensor *mask;
     int64_t mstride[3];
     const int64_t *nonpad;    /* [B] or NULL */
-    float *scratch;           /* rows * T floats per task */
+    float *scratch;           /* task_floats per task */
+    int64_t task_floats;      /* rows * T, + D * T rounded up to 16 for short T */
     int64_t rows, per_task, n_bh;
 } slim__attn_job;
 

@@ -131,6 +131,146 @@ void slim__attn_softmax_row(float *row, int64_t n)
     softmax_row_c(row, n);
 }
 
+/* ---- products for short sequences --------------------------------------- */
+
+/* A BLAS call costs about a microsecond before it multiplies anything; a
+ * head of a 16-token sequence is 16 x 16 x 64 multiply-adds, which takes
+ * less. Below these sizes the two products of a block are done here, with
+ * K transposed once per (batch, head) into the task's scratch so that
+ * both are broadcast-FMA loops over contiguous rows. The choice depends
+ * only on the dims, so every (batch, head) of a model takes the same path
+ * and the batch never changes a result. */
+#define ATTN_SMALL_T 64
+#define ATTN_SMALL_D 256
+
+static bool attn_small(const slim__attn_dims *a)
+{
+    return a->T > 0 && a->T <= ATTN_SMALL_T && a->D > 0 && a->D <= ATTN_SMALL_D &&
+           a->Dv <= ATTN_SMALL_D;
+}
+
+static int64_t attn_t16(int64_t t)
+{
+    return (t + 15) & ~(int64_t)15;
+}
+
+/* kt[d][c] = k[c][d], columns padded to a multiple of 16 with zeros. */
+static void attn_transpose_k(const float *k, int64_t ldk, int64_t T, int64_t D, float *kt)
+{
+    const int64_t T16 = attn_t16(T);
+    for (int64_t d = 0; d < D; d++) {
+        float *row = kt + d * T16;
+        for (int64_t c = 0; c < T; c++)
+            row[c] = k[c * ldk + d];
+        for (int64_t c = T; c < T16; c++)
+            row[c] = 0.0f;
+    }
+}
+
+/* s[r][c] = scale * sum_d q[r][d] kt[d][c], the sum in order of d. */
+static void attn_scores_c(const float *q, int64_t ldq, const float *kt, int64_t rows, int64_t T,
+                          int64_t D, float scale, float *s)
+{
+    const int64_t T16 = attn_t16(T);
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t c = 0; c < T; c++) {
+            float acc = 0.0f;
+            for (int64_t d = 0; d < D; d++)
+                acc = fmaf(q[r * ldq + d], kt[d * T16 + c], acc);
+            s[r * T + c] = acc * scale;
+        }
+}
+
+/* y[r][j] = sum_c p[r][c] v[c][j], the sum in order of c. */
+static void attn_pv_c(const float *p, int64_t T, const float *v, int64_t ldv, int64_t rows,
+                      int64_t Dv, float *y, int64_t ldy)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < Dv; j++) {
+            float acc = 0.0f;
+            for (int64_t c = 0; c < T; c++)
+                acc = fmaf(p[r * T + c], v[c * ldv + j], acc);
+            y[r * ldy + j] = acc;
+        }
+}
+
+#ifdef ATTN_X86
+/* The same operations, 16 columns at a time: each lane is one (r, c) or
+ * (r, j) sum taken in the C path's order, so both give the same bits. */
+ATTN_AVX512 static void attn_scores_avx512(const float *q, int64_t ldq, const float *kt,
+                                           int64_t rows, int64_t T, int64_t D, float scale,
+                                           float *s)
+{
+    const int64_t T16 = attn_t16(T), nv = T16 / 16;
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int64_t r = 0; r < rows; r++) {
+        __m512 acc[ATTN_SMALL_T / 16];
+        for (int64_t v = 0; v < nv; v++)
+            acc[v] = _mm512_setzero_ps();
+        for (int64_t d = 0; d < D; d++) {
+            const __m512 x = _mm512_set1_ps(q[r * ldq + d]);
+            for (int64_t v = 0; v < nv; v++)
+                acc[v] = _mm512_fmadd_ps(x, _mm512_loadu_ps(kt + d * T16 + v * 16), acc[v]);
+        }
+        for (int64_t v = 0; v < nv; v++) {
+            const int64_t left = T - v * 16;
+            const __mmask16 m = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
+            _mm512_mask_storeu_ps(s + r * T + v * 16, m, _mm512_mul_ps(acc[v], vs));
+        }
+    }
+}
+
+ATTN_AVX512 static void attn_pv_avx512(const float *p, int64_t T, const float *v, int64_t ldv,
+                                       int64_t rows, int64_t Dv, float *y, int64_t ldy)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < Dv; j += 64) {
+            const int64_t w = Dv - j < 64 ? Dv - j : 64;
+            const int nv = (int)((w + 15) / 16);
+            __mmask16 m[4];
+            __m512 acc[4];
+            for (int i = 0; i < 4; i++) {
+                const int64_t left = w - i * 16;
+                m[i] = left >= 16 ? (__mmask16)0xFFFF
+                                  : left > 0 ? (__mmask16)((1u << left) - 1) : (__mmask16)0;
+                acc[i] = _mm512_setzero_ps();
+            }
+            for (int64_t c = 0; c < T; c++) {
+                const __m512 x = _mm512_set1_ps(p[r * T + c]);
+                const float *vr = v + c * ldv + j;
+                for (int i = 0; i < nv; i++)
+                    acc[i] = _mm512_fmadd_ps(x, _mm512_maskz_loadu_ps(m[i], vr + i * 16), acc[i]);
+            }
+            for (int i = 0; i < nv; i++)
+                _mm512_mask_storeu_ps(y + r * ldy + j + i * 16, m[i], acc[i]);
+        }
+}
+#endif
+
+static void attn_scores_small(const float *q, int64_t ldq, const float *kt, int64_t rows,
+                              int64_t T, int64_t D, float scale, float *s)
+{
+#ifdef ATTN_X86
+    if (!atomic_load(&force_portable) && have_avx512()) {
+        attn_scores_avx512(q, ldq, kt, rows, T, D, scale, s);
+        return;
+    }
+#endif
+    attn_scores_c(q, ldq, kt, rows, T, D, scale, s);
+}
+
+static void attn_pv_small(const float *p, int64_t T, const float *v, int64_t ldv, int64_t rows,
+                          int64_t Dv, float *y, int64_t ldy)
+{
+#ifdef ATTN_X86
+    if (!atomic_load(&force_portable) && have_avx512()) {
+        attn_pv_avx512(p, T, v, ldv, rows, Dv, y, ldy);
+        return;
+    }
+#endif
+    attn_pv_c(p, T, v, ldv, rows, Dv, y, ldy);
+}
+
 /* ---- the attention core, shared by Attention and FusedAttention ---------- */
 
 static _Atomic int64_t block_floats; /* 0: ATTN_BLOCK */
@@ -218,18 +358,24 @@ static void attn_task(int64_t begin, int64_t end, void *user)
     slim__attn_job *j = user;
     const slim__attn_dims *a = &j->a;
     const int64_t T = a->T, D = a->D, Dv = a->Dv, rep = a->Hq / a->Hkv;
+    const bool small = attn_small(a);
     for (int64_t task = begin; task < end; task++) {
-        float *s = j->scratch + task * j->rows * T;
+        float *s = j->scratch + task * j->task_floats;
+        float *kt = s + j->rows * T; /* small path: K transposed */
         int64_t last = (task + 1) * j->per_task < j->n_bh ? (task + 1) * j->per_task : j->n_bh;
         for (int64_t bh = task * j->per_task; bh < last; bh++) {
             const int64_t b = bh / a->Hq, h = bh % a->Hq, hk = h / rep;
             const float *k = attn_at(j->k, b * j->ks[0] + hk * j->ks[1]);
             const float *v = attn_at(j->v, b * j->vs[0] + hk * j->vs[1]);
+            if (small)
+                attn_transpose_k(k, j->ks[2], T, D, kt);
             for (int64_t i0 = 0; i0 < a->Sq; i0 += j->rows) {
                 const int64_t rows = a->Sq - i0 < j->rows ? a->Sq - i0 : j->rows;
                 const float *q = attn_at(j->q, b * j->qs[0] + h * j->qs[1] + i0 * j->qs[2]);
                 float *y = attn_at_mut(j->y, b * j->ys[0] + h * j->ys[1] + i0 * j->ys[2]);
-                if (T > 0 && D > 0)
+                if (small)
+                    attn_scores_small(q, j->qs[2], kt, rows, T, D, j->scale, s);
+                else if (T > 0 && D > 0)
                     slim_sgemm_serial(false, true, rows, T, D, j->scale, q, j->qs[2], k,
                                       j->ks[2], 0.0f, s, T);
                 else if (T > 0)
@@ -238,7 +384,9 @@ static void attn_task(int64_t begin, int64_t end, void *user)
                     attn_row(j, s + r * T, b, h, i0 + r);
                 if (Dv <= 0)
                     continue;
-                if (T > 0)
+                if (small)
+                    attn_pv_small(s, T, v, j->vs[2], rows, Dv, y, j->ys[2]);
+                else if (T > 0)
                     slim_sgemm_serial(false, false, rows, Dv, T, 1.0f, s, T, v, j->vs[2], 0.0f,
                                       y, j->ys[2]);
                 else
@@ -290,8 +438,10 @@ slim_status slim__attn_run(slim__attn_job *j, slim_err *err)
         j->rows = ATTN_MIN_ROWS;
     if (j->rows > a->Sq)
         j->rows = a->Sq;
-    slim_tensor scratch = {.dtype = SLIM_F32, .ndim = 1,
-                           .dims = {tasks * j->rows * (a->T > 0 ? a->T : 1)}};
+    j->task_floats = j->rows * (a->T > 0 ? a->T : 1);
+    if (attn_small(a))
+        j->task_floats += a->D * attn_t16(a->T);
+    slim_tensor scratch = {.dtype = SLIM_F32, .ndim = 1, .dims = {tasks * j->task_floats}};
     slim_status s = slim_tensor_alloc(&scratch, err);
     if (s)
         return slim_err_prefix(err, "attention scores: ");

@@ -278,9 +278,10 @@ static const variant matching[] = {
     {SC_DIV, MASK_KEYS, true, false, 13, false},
 };
 
-/* Each matching variant at batch 1 and 3, S odd (5, 67; 67 in blocks of
- * 16 rows and one of 3): the pass fused both layers and the outputs agree,
- * on the AVX-512 path and the portable one. */
+/* Each matching variant at batch 1 and 3 with S odd (5, 67), and 2 x 17:
+ * 67 runs through BLAS in blocks of 16 rows and one of 3, 5 and 17 through
+ * the short-sequence products. The pass fused both layers and the outputs
+ * agree, on the AVX-512 path and the portable one. */
 START_TEST(fused_matches_unfused)
 {
     const variant *vr = &matching[_i];
@@ -291,11 +292,11 @@ START_TEST(fused_matches_unfused)
     ck_assert_int_eq(count_op(opt->graph, "Softmax"), 0);
     ck_assert_int_eq(count_op(opt->graph, "Transpose"), 0);
     ck_assert_int_eq(count_op(opt->graph, "Reshape"), 0);
-    const int64_t shapes[4][2] = {{1, 5}, {3, 5}, {1, 67}, {3, 67}};
+    const int64_t shapes[5][2] = {{1, 5}, {3, 5}, {1, 67}, {3, 67}, {2, 17}};
     slim__attn_set_block(16 * 67);
     for (int portable = 0; portable < 2; portable++) {
         slim__attn_force_portable(portable);
-        for (int c = 0; c < 4; c++) {
+        for (int c = 0; c < 5; c++) {
             slim_tensor x = inputs_x(shapes[c][0], shapes[c][1]);
             slim_tensor mk = inputs_m(shapes[c][0], shapes[c][1]);
             slim_tensor a, b;
@@ -359,7 +360,9 @@ START_TEST(non_matching_left_alone)
 }
 END_TEST
 
-/* A sequence's output is bitwise the same alone as in a batch of 3. */
+/* A sequence's output is bitwise the same alone as in a batch of 3: 67
+ * tokens (BLAS products, several blocks per head) and 17 (the short-
+ * sequence products, a partial vector of keys). */
 START_TEST(fused_batch_invariant)
 {
     const variant *vr = &matching[0];
@@ -367,7 +370,7 @@ START_TEST(fused_batch_invariant)
     slim_model *opt = load(vr, true, &fused);
     slim_model_set_batch_invariant(opt, true);
     slim__attn_set_block(16 * 67); /* several blocks per head */
-    const int64_t S = 67;
+    const int64_t S = _i == 0 ? 67 : 17;
     slim_tensor x = inputs_x(3, S), mk = inputs_m(3, S), all;
     slim_err err = {0};
     ck_assert_msg(run(opt, vr, &x, &mk, &all, &err) == SLIM_OK, "%s", err.msg);
@@ -495,7 +498,7 @@ int main(void)
     tcase_add_loop_test(tc, fused_matches_unfused, 0,
                         (int)(sizeof(matching) / sizeof(matching[0])));
     tcase_add_test(tc, non_matching_left_alone);
-    tcase_add_test(tc, fused_batch_invariant);
+    tcase_add_loop_test(tc, fused_batch_invariant, 0, 2);
     tcase_add_test(tc, fused_node_refuses_bad_shapes);
     tcase_add_test(tc, softmax_rows_match_reference);
     suite_add_tcase(s, tc);
