@@ -34,9 +34,10 @@ Configurations, each in its own process so that its peak RSS is its own:
   slim int8 base  with --slim-base BIN: another build's slim (say main's,
                   before a kernel change) converting and running the same
                   model, in the same alternating rounds: the A/B of a change
-Every process runs `repeat` timed runs after a warm-up and reports their
-median; rounds alternate the configurations (A B C D E, A B C D E, ...) and
-the table shows the median over rounds, so a busy moment on a shared
+Every process runs `repeat` timed runs (500 for the small models, 3 or 5
+for the big ones) after 200 ms of warm-up runs and reports their median;
+rounds alternate the configurations (A B C D E, A B C D E, ...) and the
+table shows the median over rounds, so a busy moment on a shared
 machine hits every configuration alike. Threads: SLIM_NUM_THREADS for
 slim, intra_op_num_threads (inter-op 1, sequential) for onnxruntime.
 
@@ -71,6 +72,9 @@ so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
 s = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
 feeds = {s.get_inputs()[0].name: np.load(inp)}
 y = s.run(None, feeds)[0]
+t0 = time.perf_counter()  # warm for 200 ms, as `slim run --repeat` does
+while time.perf_counter() - t0 < 0.2:
+    s.run(None, feeds)
 ts = []
 for _ in range(repeat):
     t = time.perf_counter(); s.run(None, feeds); ts.append((time.perf_counter() - t) * 1e3)
@@ -243,7 +247,7 @@ def main():
             inp = os.path.join(d, "x.npy")
             np.save(inp, x)
             big = name in ("bert", "resnet18", "resnet50", "mobilenetv2")
-            repeat = (3 if batch > 1 else 5) if big else 50
+            repeat = (3 if batch > 1 else 5) if big else 500
             configs = {
                 "slim fp32": lambda o: [slim, "run", files["fp32"], "--input", f"{in_name}={inp}",
                                         "--repeat", str(repeat), "--output-dir", o],
