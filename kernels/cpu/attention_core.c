@@ -196,55 +196,82 @@ static void attn_pv_c(const float *p, int64_t T, const float *v, int64_t ldv, in
 
 #ifdef ATTN_X86
 /* The same operations, 16 columns at a time: each lane is one (r, c) or
- * (r, j) sum taken in the C path's order, so both give the same bits. */
+ * (r, j) sum taken in the C path's order, so both give the same bits. The
+ * vector counts are compile-time constants in each copy (NV), so the sums
+ * stay in registers. */
+#define ATTN_MASK(left) \
+    ((left) >= 16 ? (__mmask16)0xFFFF : (left) > 0 ? (__mmask16)((1u << (left)) - 1) : (__mmask16)0)
+
+ATTN_AVX512 __attribute__((always_inline)) static inline void
+attn_scores_nv(const float *q, int64_t ldq, const float *kt, int64_t rows, int64_t T, int64_t D,
+               float scale, float *s, const int nv)
+{
+    const int64_t T16 = attn_t16(T);
+    const __m512 vs = _mm512_set1_ps(scale);
+    for (int64_t r = 0; r < rows; r++) {
+        __m512 acc[ATTN_SMALL_T / 16];
+        for (int v = 0; v < nv; v++)
+            acc[v] = _mm512_setzero_ps();
+        for (int64_t d = 0; d < D; d++) {
+            const __m512 x = _mm512_set1_ps(q[r * ldq + d]);
+            for (int v = 0; v < nv; v++)
+                acc[v] = _mm512_fmadd_ps(x, _mm512_loadu_ps(kt + d * T16 + v * 16), acc[v]);
+        }
+        for (int v = 0; v < nv; v++)
+            _mm512_mask_storeu_ps(s + r * T + v * 16, ATTN_MASK(T - v * 16),
+                                  _mm512_mul_ps(acc[v], vs));
+    }
+}
+
 ATTN_AVX512 static void attn_scores_avx512(const float *q, int64_t ldq, const float *kt,
                                            int64_t rows, int64_t T, int64_t D, float scale,
                                            float *s)
 {
-    const int64_t T16 = attn_t16(T), nv = T16 / 16;
-    const __m512 vs = _mm512_set1_ps(scale);
+    switch (attn_t16(T) / 16) {
+    case 1: attn_scores_nv(q, ldq, kt, rows, T, D, scale, s, 1); break;
+    case 2: attn_scores_nv(q, ldq, kt, rows, T, D, scale, s, 2); break;
+    case 3: attn_scores_nv(q, ldq, kt, rows, T, D, scale, s, 3); break;
+    default: attn_scores_nv(q, ldq, kt, rows, T, D, scale, s, 4); break;
+    }
+}
+
+/* Columns [j, j + 16 nv) of rows' P V, the last vector under a mask. */
+ATTN_AVX512 __attribute__((always_inline)) static inline void
+attn_pv_nv(const float *p, int64_t T, const float *v, int64_t ldv, int64_t rows, int64_t j,
+           int64_t w, float *y, int64_t ldy, const int nv)
+{
+    __mmask16 m[4];
+    for (int i = 0; i < nv; i++)
+        m[i] = ATTN_MASK(w - i * 16);
     for (int64_t r = 0; r < rows; r++) {
-        __m512 acc[ATTN_SMALL_T / 16];
-        for (int64_t v = 0; v < nv; v++)
-            acc[v] = _mm512_setzero_ps();
-        for (int64_t d = 0; d < D; d++) {
-            const __m512 x = _mm512_set1_ps(q[r * ldq + d]);
-            for (int64_t v = 0; v < nv; v++)
-                acc[v] = _mm512_fmadd_ps(x, _mm512_loadu_ps(kt + d * T16 + v * 16), acc[v]);
+        __m512 acc[4];
+        for (int i = 0; i < nv; i++)
+            acc[i] = _mm512_setzero_ps();
+        for (int64_t c = 0; c < T; c++) {
+            const __m512 x = _mm512_set1_ps(p[r * T + c]);
+            const float *vr = v + c * ldv + j;
+            for (int i = 0; i < nv; i++)
+                acc[i] = _mm512_fmadd_ps(x, _mm512_maskz_loadu_ps(m[i], vr + i * 16), acc[i]);
         }
-        for (int64_t v = 0; v < nv; v++) {
-            const int64_t left = T - v * 16;
-            const __mmask16 m = left >= 16 ? (__mmask16)0xFFFF : (__mmask16)((1u << left) - 1);
-            _mm512_mask_storeu_ps(s + r * T + v * 16, m, _mm512_mul_ps(acc[v], vs));
-        }
+        for (int i = 0; i < nv; i++)
+            _mm512_mask_storeu_ps(y + r * ldy + j + i * 16, m[i], acc[i]);
     }
 }
 
 ATTN_AVX512 static void attn_pv_avx512(const float *p, int64_t T, const float *v, int64_t ldv,
                                        int64_t rows, int64_t Dv, float *y, int64_t ldy)
 {
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t j = 0; j < Dv; j += 64) {
-            const int64_t w = Dv - j < 64 ? Dv - j : 64;
-            const int nv = (int)((w + 15) / 16);
-            __mmask16 m[4];
-            __m512 acc[4];
-            for (int i = 0; i < 4; i++) {
-                const int64_t left = w - i * 16;
-                m[i] = left >= 16 ? (__mmask16)0xFFFF
-                                  : left > 0 ? (__mmask16)((1u << left) - 1) : (__mmask16)0;
-                acc[i] = _mm512_setzero_ps();
-            }
-            for (int64_t c = 0; c < T; c++) {
-                const __m512 x = _mm512_set1_ps(p[r * T + c]);
-                const float *vr = v + c * ldv + j;
-                for (int i = 0; i < nv; i++)
-                    acc[i] = _mm512_fmadd_ps(x, _mm512_maskz_loadu_ps(m[i], vr + i * 16), acc[i]);
-            }
-            for (int i = 0; i < nv; i++)
-                _mm512_mask_storeu_ps(y + r * ldy + j + i * 16, m[i], acc[i]);
+    for (int64_t j = 0; j < Dv; j += 64) {
+        const int64_t w = Dv - j < 64 ? Dv - j : 64;
+        switch ((w + 15) / 16) {
+        case 1: attn_pv_nv(p, T, v, ldv, rows, j, w, y, ldy, 1); break;
+        case 2: attn_pv_nv(p, T, v, ldv, rows, j, w, y, ldy, 2); break;
+        case 3: attn_pv_nv(p, T, v, ldv, rows, j, w, y, ldy, 3); break;
+        default: attn_pv_nv(p, T, v, ldv, rows, j, w, y, ldy, 4); break;
         }
+    }
 }
+#undef ATTN_MASK
 #endif
 
 static void attn_scores_small(const float *q, int64_t ldq, const float *kt, int64_t rows,
