@@ -74,7 +74,8 @@ def make_feeds(kind, batch, rng):
 def slim_args(slim, path, feeds, workdir):
     args = [slim, "run", path]
     for i, (name, arr) in enumerate(feeds.items()):
-        f = os.path.join(workdir, f"in{i}.npy")
+        # the pid: two benchmarks sharing the workdir must not swap inputs
+        f = os.path.join(workdir, f"in{os.getpid()}_{i}.npy")
         np.save(f, arr)
         args += ["--input", f"{name}={f}"]
     return args
