@@ -21,6 +21,10 @@ their time slices and onnxruntime's default can be several times slower
 than its best, which would flatter slim. N is chosen so that a round takes about a
 second. The last column is the largest |slim - ort| over the outputs,
 relative to the largest |ort| output, from a separate slim run.
+
+--ab NAME=VALUE runs slim a second time in each round with that variable
+set (e.g. SLIM_FUSE_MATMUL=0), and adds its median, its ratio against
+onnxruntime and the median of the per-round ratios slim/slim-B.
 """
 
 import argparse
@@ -121,15 +125,24 @@ def main():
     ap.add_argument("--only", default=",".join(MODELS))
     ap.add_argument("--batches", default="1,8")
     ap.add_argument("--round-ms", type=float, default=1000.0, help="target time of one round")
+    ap.add_argument("--ab", metavar="NAME=VALUE",
+                    help="also run slim with this environment variable set, alternating")
     a = ap.parse_args()
     slim = os.path.abspath(a.slim)
     os.makedirs(a.workdir, exist_ok=True)
     env = dict(os.environ, SLIM_NUM_THREADS=str(a.threads))
+    env_b = None
+    if a.ab:
+        key, _, value = a.ab.partition("=")
+        env_b = dict(env, **{key: value})
     print(f"threads {a.threads}, {a.rounds} alternating rounds per row, onnxruntime "
           f"{ort.__version__} (all graph optimizations), medians in ms")
     head = (f"{'model':<12} {'batch':>5} {'slim ms':>9} {'ort ms':>9} {'ort nospin':>10} "
             f"{'slim/ort':>9} "
             f"{'runs/round':>10} {'max rel err':>12}")
+    if env_b:
+        head += f" {'slim B ms':>9} {'B/ort':>6} {'slim/B':>7}"
+        print(f"slim B: slim with {a.ab}")
     print(head)
     print("-" * len(head))
     rng = np.random.default_rng(0)
@@ -150,7 +163,7 @@ def main():
             quiet.run(None, feeds)
             probe = min(ort_round(sess, feeds, 2), ort_round(quiet, feeds, 2))
             repeat = max(3, min(100, int(a.round_ms / max(probe, 1e-3))))
-            s_ms, o_ms, q_ms, ratios = [], [], [], []
+            s_ms, o_ms, q_ms, ratios, b_ms, b_ratios, ab = [], [], [], [], [], [], []
             for _ in range(a.rounds):
                 s = slim_round(args, repeat, env)
                 o = ort_round(sess, feeds, repeat)
@@ -159,11 +172,18 @@ def main():
                 o_ms.append(o)
                 q_ms.append(q)
                 ratios.append(s / min(o, q))
+                if env_b:
+                    sb = slim_round(args, repeat, env_b)
+                    b_ms.append(sb)
+                    b_ratios.append(sb / min(o, q))
+                    ab.append(s / sb)
             err = max_error(args, sess, feeds, a.workdir, env)
             ratio = statistics.median(ratios)
             worst = max(worst, ratio)
             print(f"{name:<12} {batch:>5} {statistics.median(s_ms):>9.2f} "
-                  f"{statistics.median(o_ms):>9.2f} {statistics.median(q_ms):>10.2f} {ratio:>9.2f} {repeat:>10} {err:>12.2e}",
+                  f"{statistics.median(o_ms):>9.2f} {statistics.median(q_ms):>10.2f} {ratio:>9.2f} {repeat:>10} {err:>12.2e}"
+                  + (f" {statistics.median(b_ms):>9.2f} {statistics.median(b_ratios):>6.2f}"
+                     f" {statistics.median(ab):>7.3f}" if env_b else ""),
                   flush=True)
     print(f"worst slim/ort: {worst:.2f}")
     return 0

@@ -10,9 +10,10 @@
  * product) must be read by exactly those two Muls. The result is
  * oneDNN's gelu_erf, the same function rounded once.
  *
- * Only float32 MatMuls are seen: the int8 pass, which runs first, has
- * already rewritten the ones it quantized. Without oneDNN the pass does
- * nothing.
+ * Only float32 MatMuls are seen: the int8, half-precision and pruning
+ * rewrites, which run first, have already taken the ones they converted.
+ * On by default (SLIM_FUSE_MATMUL=0 turns it off); left out for GPU models
+ * (pass.c). Without oneDNN the pass does nothing.
  */
 #include "pass.h"
 #include "device.h"
@@ -86,16 +87,15 @@ static int match_gelu(slim_graph *g, const slim_pass_uses *u, int f, bool *dead)
     return half->out[0];
 }
 
-static slim_status rewrite(slim_graph *g, slim_node *mm, int bias, int out, int act,
-                           slim_err *err)
+/* mm becomes a FusedMatMul reading packed (which it takes). */
+static slim_status rewrite(slim_graph *g, slim_node *mm, slim_tensor *packed, int bias, int out,
+                           int act, slim_err *err)
 {
     const slim_tensor *w = slim_pass_const_f32(g, mm->in[1]);
     int64_t k = w->dims[0], n = w->dims[1];
-    slim_tensor packed, zero = {0};
-    slim_status st = slim_fmm_pack(w, &packed, err);
-    if (st)
-        return st;
-    int wv = slim_graph_add_initializer(g, g->values[mm->in[1]].name, "_packed", &packed, err);
+    slim_tensor zero = {0};
+    slim_status st;
+    int wv = slim_graph_add_initializer(g, g->values[mm->in[1]].name, "_packed", packed, err);
     if (wv < 0)
         return SLIM_ENOMEM;
     slim_pass_drop_replaced(g, mm->in[1], mm);
@@ -136,16 +136,19 @@ static slim_status rewrite(slim_graph *g, slim_node *mm, int bias, int out, int 
 
 static slim_status fuse_matmul_run(slim_graph *g, int *changed, slim_err *err)
 {
-    /* Off unless SLIM_FUSE_MATMUL=1. The packed copy costs a weight's bytes
-     * again where the weight is used in place from a mapped .slim file (and
-     * replicas no longer share those pages): BERT-base from .slim peaked at
-     * 460 MiB packed against 346 MiB not. Skipping only mapped weights would
-     * make .slim and .onnx outputs differ in their last bits. What packing
-     * bought: batch 8 about 10% (1.0 s vs 1.1 s, 2 threads), batch 1
-     * nothing measurable (157.8 vs 155.0 ms). Fusing the epilogue on the
-     * unpacked weight is the way to both. */
+    /* On unless SLIM_FUSE_MATMUL=0 (for A/B comparisons). The packed copy
+     * replaces the original in both load paths, so weight memory does not
+     * grow: from .onnx the heap original is freed as each weight is packed;
+     * from a mapped .slim file slim_pass_drop_replaced gives the weight's
+     * pages back (MADV_DONTNEED on the whole pages inside it), so resident
+     * memory holds the packed copy instead of the mapped one. Both paths
+     * pack the same bytes the same way, so their outputs are bitwise equal.
+     * What the mapping no longer gives: pages shared between processes
+     * serving the same file, and a load that reads nothing (packing reads
+     * every weight once). Storing the packed layout in the file would give
+     * both back, at the cost of tying the file to one oneDNN build and ISA. */
     const char *on = getenv("SLIM_FUSE_MATMUL");
-    if (!on || strcmp(on, "1") != 0)
+    if (on && strcmp(on, "0") == 0)
         return SLIM_OK;
     slim_pass_walk w;
     slim_status st = slim_pass_walk_init(&w, g, err);
@@ -158,8 +161,22 @@ static slim_status fuse_matmul_run(slim_graph *g, int *changed, slim_err *err)
         if (dead[i] || !is_op(mm, "MatMul") || mm->n_in != 2 || mm->n_out != 1 || mm->out[0] < 0)
             continue;
         const slim_tensor *w = slim_pass_const_f32(g, mm->in[1]);
-        if (!w || w->ndim != 2 || slim_pass_const_f32(g, mm->in[0]))
+        if (!w || w->ndim != 2 || w->dims[0] < 1 || w->dims[1] < 1 ||
+            slim_pass_const_f32(g, mm->in[0]))
             continue;
+        /* Packed before the epilogue is matched, so a shape oneDNN takes no
+         * matmul for leaves the MatMul (and its readers) as they are. */
+        slim_tensor packed;
+        slim_err why = {0};
+        st = slim_fmm_pack(w, &packed, &why);
+        if (st == SLIM_EUNSUPPORTED) {
+            st = SLIM_OK;
+            continue;
+        }
+        if (st) {
+            *err = why;
+            break;
+        }
         int out = mm->out[0], bias = -1, act = SLIM_FMM_ACT_NONE;
         slim_node *add = slim_pass_sole_reader(g, u, out, "Add");
         if (add && !dead[add - g->nodes]) {
@@ -181,7 +198,7 @@ static slim_status fuse_matmul_run(slim_graph *g, int *changed, slim_err *err)
             act = SLIM_FMM_ACT_GELU_ERF;
             out = gelu_out;
         }
-        if ((st = rewrite(g, mm, bias, out, act, err)))
+        if ((st = rewrite(g, mm, &packed, bias, out, act, err)))
             break;
         (*changed)++;
     }

@@ -51,7 +51,8 @@ slim_status slim_passes_run_for(slim_graph *g, bool host, slim_err *err)
         return SLIM_OK;
     for (int i = 0; slim_passes[i]; i++) {
         int changed = 0;
-        if (!host && slim_passes[i] == &slim__pass_fuse_attention)
+        if (!host && (slim_passes[i] == &slim__pass_fuse_attention ||
+                      slim_passes[i] == &slim__pass_fuse_matmul))
             continue;
         slim_status st = slim_passes[i]->run(g, &changed, err);
         if (st)

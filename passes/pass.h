@@ -30,9 +30,9 @@ typedef struct slim_pass {
  * in the environment no pass runs (for comparisons and bisecting). */
 slim_status slim_passes_run(slim_graph *g, slim_err *err);
 /* The same for a model whose nodes run on the host (true) or a GPU: the
- * passes making nodes that only the CPU runs (fuse_attention) are left out
- * for a GPU, where those nodes would pull the work, with copies each way,
- * back to the host. */
+ * passes making nodes that only the CPU runs (fuse_attention, fuse_matmul)
+ * are left out for a GPU, where those nodes would pull the work, with
+ * copies each way, back to the host. */
 slim_status slim_passes_run_for(slim_graph *g, bool host, slim_err *err);
 /* The passes in the order slim_passes_run runs them, NULL-terminated. */
 extern const slim_pass *const slim_passes[];

@@ -321,11 +321,16 @@ static dnnl_status_t run_part(const fmm_job *j, int p, const float *a, float *y)
     dnnl_stream_t strm = get_stream();
     int64_t c0 = j->s->lay.n0[p], np = j->s->lay.n0[p + 1] - c0;
     slim_tensor scratch = {.dtype = SLIM_U8, .ndim = 1, .dims = {(int64_t)c->scratch_bytes[p]}};
+    /* One part covers all of Y's columns: its rows are Y's, written in
+     * place (a copy of Y's size saved, at batch 8 x 128 tokens 12 MiB). */
+    bool whole = np == j->s->n;
     slim_tensor part = {.dtype = SLIM_F32, .ndim = 1, .dims = {c->m * np}};
     slim_err ignored;
     if (!strm || (c->scratch_bytes[p] && slim_tensor_alloc(&scratch, &ignored)))
         return dnnl_out_of_memory;
-    if (slim_tensor_alloc(&part, &ignored)) {
+    if (whole) {
+        part.data = y;
+    } else if (slim_tensor_alloc(&part, &ignored)) {
         slim_tensor_release(&scratch);
         return dnnl_out_of_memory;
     }
@@ -348,12 +353,13 @@ static dnnl_status_t run_part(const fmm_job *j, int p, const float *a, float *y)
     }
     if (st == dnnl_success)
         st = dnnl_stream_wait(strm);
-    for (int64_t r = 0; st == dnnl_success && r < c->m; r++)
+    for (int64_t r = 0; st == dnnl_success && !whole && r < c->m; r++)
         memcpy(y + r * j->s->n + c0, (const float *)part.data + r * np, sizeof(float) * (size_t)np);
     for (int i = 0; i < 5; i++)
         dnnl_memory_destroy(m[i]);
     slim_tensor_release(&scratch);
-    slim_tensor_release(&part);
+    if (!whole)
+        slim_tensor_release(&part);
     return st;
 }
 

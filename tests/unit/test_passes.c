@@ -4,14 +4,18 @@
  */
 #include "testutil.h"
 
+#include "device.h"
 #include "pass.h"
+#include "slim_format.h"
 #ifdef SLIM_HAVE_DNNL
 #include "matmul_dnnl.h"
 #endif
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static uint32_t rng_state;
 
@@ -496,6 +500,65 @@ START_TEST(fuse_matmul_row_invariant)
     slim_model_free(opt);
 }
 END_TEST
+
+/* The same graph from a mapped .slim file (whose weights the pass packs
+ * and whose pages it gives back) and from memory: FusedMatMuls in both,
+ * bitwise the same outputs, and packed weights of the .slim model held
+ * outside the mapping (the originals are no longer weights of the model). */
+START_TEST(fuse_matmul_slim_file_same_bits)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "/tmp/test_passes_fmm_%ld.slim", (long)getpid());
+    slim_graph *g = small_mlp();
+    slim_err err = {0};
+    ck_assert_msg(slim_format_write(g, path, &err) == SLIM_OK, "%s", err.msg);
+    slim_graph_free(g);
+    slim_model *file = NULL, *mem = load_mlp(true);
+    ck_assert_msg(slim_model_load(path, NULL, &file, &err) == SLIM_OK, "%s", err.msg);
+    ck_assert_int_eq(count_op(file->graph, "FusedMatMul"), 2);
+    ck_assert_int_eq(count_op(file->graph, "MatMul"), 0);
+    int mapped = 0, packed = 0;
+    for (int v = 0; v < file->graph->n_values; v++) {
+        const slim_value *val = &file->graph->values[v];
+        if (val->kind != SLIM_VALUE_INITIALIZER || !val->init.data)
+            continue;
+        ck_assert_msg(strcmp(val->name, "w1") && strcmp(val->name, "w2"),
+                      "%s is still a weight", val->name);
+        int fd;
+        int64_t off;
+        if (slim_file_map_lookup(val->init.data, slim_tensor_nbytes(&val->init), &fd, &off))
+            mapped++;
+        else if (strstr(val->name, "_packed"))
+            packed++;
+    }
+    ck_assert_int_eq(packed, 2);
+    ck_assert_int_ge(mapped, 2); /* the biases stay in the file */
+    slim_tensor x = mlp_input(5, 9), a = run(mem, &x), b = run(file, &x);
+    ck_assert_int_eq(slim_tensor_numel(&a), slim_tensor_numel(&b));
+    ck_assert_int_eq(memcmp(a.data, b.data, slim_tensor_nbytes(&a)), 0);
+    slim_tensor_release(&a);
+    slim_tensor_release(&b);
+    slim_tensor_release(&x);
+    slim_model_free(file);
+    slim_model_free(mem);
+    unlink(path);
+}
+END_TEST
+
+/* The pass is on by default; SLIM_FUSE_MATMUL=0 leaves the MatMuls. */
+START_TEST(fuse_matmul_off_by_env)
+{
+    setenv("SLIM_FUSE_MATMUL", "0", 1);
+    slim_model *off = load_mlp(true);
+    unsetenv("SLIM_FUSE_MATMUL");
+    ck_assert_int_eq(count_op(off->graph, "FusedMatMul"), 0);
+    ck_assert_int_eq(count_op(off->graph, "MatMul"), 2);
+    slim_model_free(off);
+    slim_model *on = load_mlp(true);
+    ck_assert_int_eq(count_op(on->graph, "FusedMatMul"), 2);
+    slim_model_free(on);
+}
+END_TEST
 #endif
 
 /* SLIM_PASSES=0 turns the passes off: the graph stays as written. */
@@ -527,6 +590,8 @@ Suite *passes_suite(void)
     tcase_add_test(tc, conv_depthwise_post_op);
     tcase_add_test(tc, fuse_matmul_matches);
     tcase_add_test(tc, fuse_matmul_row_invariant);
+    tcase_add_test(tc, fuse_matmul_slim_file_same_bits);
+    tcase_add_test(tc, fuse_matmul_off_by_env);
 #endif
     tcase_add_test(tc, passes_off_by_env);
     suite_add_tcase(s, tc);
@@ -535,7 +600,6 @@ Suite *passes_suite(void)
 
 int main(void)
 {
-    setenv("SLIM_FUSE_MATMUL", "1", 1); /* an opt-in pass (passes/fuse_matmul.c) */
     SRunner *sr = srunner_create(passes_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
