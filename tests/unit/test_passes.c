@@ -399,6 +399,80 @@ START_TEST(conv_depthwise_post_op)
     slim_model_free(opt);
 }
 END_TEST
+
+/* x[N,16,30,30] -> conv 3x3 16->32 + BN + Relu (h) -> conv 3x3 32->32 + BN
+ *   + h -> Relu -> y: stride-1 3x3 convs on planes of 900 pixels, which
+ * FusedConv runs with Winograd (conv_dnnl.c, use_winograd), h blocked. */
+static slim_graph *wino_cnn(void)
+{
+    slim_graph *g = slim_graph_new();
+    g->opset = 17;
+    rng_state = 23;
+    conv_bn(g, "c1", "x", 16, 32, 3, 1, 1, "c1.bn");
+    node(g, "c1.relu", "Relu", 1, (const char *[]){"c1.bn"}, "h");
+    conv_bn(g, "c2", "h", 32, 32, 3, 1, 1, "c2.bn");
+    node(g, "add", "Add", 2, (const char *[]){"c2.bn", "h"}, "sum");
+    node(g, "relu", "Relu", 1, (const char *[]){"sum"}, "y");
+    int x = slim_graph_find_value(g, "x");
+    slim_graph_add_input(g, x);
+    g->values[x].info.dtype = SLIM_F32;
+    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    return g;
+}
+
+static slim_model *load_wino(bool passes)
+{
+    slim_graph *g = wino_cnn();
+    slim_err err = {0};
+    if (passes)
+        ck_assert_msg(slim_passes_run(g, &err) == SLIM_OK, "%s", err.msg);
+    slim_model *m;
+    ck_assert_msg(slim_model_from_graph(g, &m, &err) == SLIM_OK, "%s", err.msg);
+    return m;
+}
+
+/* Winograd's answer is the reference's within float rounding, not the
+ * direct kernel's bits (so it did run), and an image's bits do not depend
+ * on its batch. */
+START_TEST(conv_winograd)
+{
+    slim_model *ref = load_wino(false), *wino = load_wino(true), *direct = load_wino(true);
+    ck_assert_int_eq(count_op(wino->graph, "FusedConv"), 2);
+    slim_model_set_batch_invariant(wino, true);
+    int64_t per_in = 16 * 30 * 30, count = 3 * per_in;
+    float *d = malloc(sizeof(float) * (size_t)count);
+    rng_state = 31;
+    for (int64_t i = 0; i < count; i++)
+        d[i] = rndf();
+    slim_tensor x = tu_f32(4, (int64_t[]){3, 16, 30, 30}, d), a = run(ref, &x), b = run(wino, &x);
+    free(d);
+    /* primitives are made on first run, which reads the switch */
+    setenv("SLIM_CONV_WINOGRAD", "0", 1);
+    slim_tensor c = run(direct, &x);
+    unsetenv("SLIM_CONV_WINOGRAD");
+    ck_assert_int_eq(b.dims[1], 32);
+    ck_assert_int_eq(b.dims[2], 30);
+    assert_close(&b, &a, 1e-5);
+    assert_close(&c, &a, 1e-5);
+    ck_assert_int_ne(memcmp(b.data, c.data, sizeof(float) * (size_t)slim_tensor_numel(&b)), 0);
+    int64_t per_out = slim_tensor_numel(&b) / 3;
+    for (int64_t n = 0; n < 3; n++) {
+        slim_tensor one = tu_f32(4, (int64_t[]){1, 16, 30, 30}, (const float *)x.data + n * per_in);
+        slim_tensor y = run(wino, &one);
+        ck_assert_int_eq(memcmp(y.data, (const float *)b.data + n * per_out,
+                                sizeof(float) * (size_t)per_out), 0);
+        slim_tensor_release(&y);
+        slim_tensor_release(&one);
+    }
+    slim_tensor_release(&a);
+    slim_tensor_release(&b);
+    slim_tensor_release(&c);
+    slim_tensor_release(&x);
+    slim_model_free(ref);
+    slim_model_free(wino);
+    slim_model_free(direct);
+}
+END_TEST
 #endif
 
 #ifdef SLIM_HAVE_DNNL
@@ -525,6 +599,7 @@ Suite *passes_suite(void)
     tcase_add_test(tc, fuse_conv_batch_invariant);
     tcase_add_test(tc, conv_odd_channels_and_blocked_pool);
     tcase_add_test(tc, conv_depthwise_post_op);
+    tcase_add_test(tc, conv_winograd);
     tcase_add_test(tc, fuse_matmul_matches);
     tcase_add_test(tc, fuse_matmul_row_invariant);
 #endif
