@@ -7,6 +7,7 @@
 #include "pass.h"
 #ifdef SLIM_HAVE_DNNL
 #include "matmul_dnnl.h"
+#include "pool_blocked.h"
 #endif
 
 #include <math.h>
@@ -317,6 +318,12 @@ START_TEST(conv_odd_channels_and_blocked_pool)
     ck_assert_int_eq(b.dims[2], 4); /* 13 -> 7 -> 4 */
     ck_assert_int_eq(b.dims[3], 3); /* 11 -> 6 -> 3 */
     assert_close(&b, &a, 1e-5);
+    /* MaxPoolBlocked's portable loop gives the SIMD loop's bits */
+    slim__mpb_force_portable(true);
+    slim_tensor c = run(opt, &x);
+    slim__mpb_force_portable(false);
+    ck_assert_int_eq(memcmp(c.data, b.data, sizeof(float) * (size_t)slim_tensor_numel(&b)), 0);
+    slim_tensor_release(&c);
     /* each image alone gives its bits in the batch */
     int64_t per_in = 3 * 13 * 11, per_out = slim_tensor_numel(&b) / 3;
     for (int64_t n = 0; n < 3; n++) {
