@@ -346,8 +346,16 @@ static slim_status fconv_infer(slim_op_ctx *ctx)
         dims[2] = (dims[2] - 1) / s->dw_stride + 1;
         dims[3] = (dims[3] - 1) / s->dw_stride + 1;
     }
-    if (r && (r->dtype != SLIM_F32 || r->ndim != 4 || memcmp(r->dims, dims, sizeof(dims))))
+    /* R's channels: padded like Y's when it comes blocked */
+    int64_t rdims[4] = {dims[0], s->res_blocked ? round16(m) : m, dims[2], dims[3]};
+    if (r && (r->dtype != SLIM_F32 || r->ndim != 4 || memcmp(r->dims, rdims, sizeof(rdims))))
         return slim_errf(ctx->err, SLIM_ESHAPE, "the residual input must match the output");
+    /* A blocked Y of M channels, M not a multiple of 16, is stored padded
+     * to the next 16 (zeros there, oneDNN keeps them so), and says so: only
+     * FusedConv reads it (blocked_layout.c), taking C as the padded count,
+     * which W's packed input channels are padded to already. */
+    if (s->out_blocked)
+        dims[1] = round16(m);
     if (ctx->out[0])
         slim_tensor_set_shape(ctx->out[0], SLIM_F32, 4, dims);
     return SLIM_OK;
@@ -626,7 +634,7 @@ typedef struct image_job {
     const float *dww, *dwb;     /* the depthwise post-op's, or NULL */
     float *y, *src, *dst;       /* src: NULL when the conv reads x */
     int64_t plane_in, plane_out, w_per_oc;
-    int64_t in_image, out_image;  /* floats per image of x, y (and r) */
+    int64_t in_image, out_image, r_image; /* floats per image of x, y, r */
     int64_t src_image, dst_image; /* of src, dst: channels padded to 16 */
     atomic_int failed;
 } image_job;
@@ -695,17 +703,19 @@ static void conv_parts(int64_t begin, int64_t end, void *user)
         const part *pt = &j->set->parts[t % j->set->n_parts];
         int64_t n = t / j->set->n_parts;
         size_t off = (size_t)(n * j->out_image + pt->o0 * j->plane_out);
+        size_t roff = (size_t)(n * j->r_image + pt->o0 * j->plane_out);
         bool dw = j->s->wfmt == SLIM_FCONV_W_DEPTHWISE;
         const float *sbase = j->src ? j->src + n * j->src_image : j->x + n * j->in_image;
         void *src = (void *)(sbase + (dw ? pt->o0 * j->plane_in : 0));
-        /* y itself when it is blocked (then M is a multiple of 16) */
+        /* y itself when it is blocked (padded to 16 channels) */
         float *dst = j->dst ? j->dst + n * j->dst_image + pt->o0 * j->plane_out : j->y + off;
         dnnl_status_t st = strm ? dnnl_success : dnnl_runtime_error;
         if (st == dnnl_success && j->r && pt->res_to_dst)
-            st = run_reorder(pt->res_to_dst, &pt->y_md, (void *)(j->r + off), &pt->dst_md, dst,
+            st = run_reorder(pt->res_to_dst, &pt->y_md, (void *)(j->r + roff), &pt->dst_md, dst,
                              strm);
-        else if (j->r && j->r + off != dst) /* blocked already: the sum reads dst */
-            memcpy(dst, j->r + off, sizeof(float) * (size_t)((pt->o1 - pt->o0) * j->plane_out));
+        else if (j->r && j->r + roff != dst) /* blocked already: the sum reads dst */
+            memcpy(dst, j->r + roff,
+                   sizeof(float) * (size_t)((round16(pt->o1) - pt->o0) * j->plane_out));
         if (st == dnnl_success)
             st = run_conv(pt, src, j->w + pt->o0 * j->w_per_oc, j->b + pt->o0,
                           j->dww ? j->dww + pt->o0 * 9 : NULL, j->dww ? j->dwb + pt->o0 : NULL,
@@ -757,7 +767,8 @@ static slim_status fconv_exec(slim_op_ctx *ctx)
                    .dst = dst.data, .plane_in = set.h * set.w, .plane_out = set.oh * set.ow,
                    .w_per_oc = slim_tensor_numel(w) / w->dims[0]};
     j.in_image = x->dims[1] * j.plane_in;
-    j.out_image = out_channels(s, w) * j.plane_out;
+    j.out_image = y->dims[1] * j.plane_out; /* padded to 16 when blocked */
+    j.r_image = r ? r->dims[1] * j.plane_out : 0;
     j.src_image = round16(x->dims[1]) * j.plane_in;
     j.dst_image = round16(out_channels(s, w)) * j.plane_out;
     j.x = x->data;
