@@ -20,8 +20,10 @@
  * NCHW), runs the convolution with the residual (reordered into the output
  * scratch first) and activation as oneDNN post-ops, and reorders the result
  * back: two memory passes, against the im2col copy of K times the input
- * that they replace. Keeping the blocked layout along whole chains would
- * save them, at the price of every other kernel learning the layout.
+ * that they replace. Between FusedConvs the blocked_layout pass keeps the
+ * blocked layout instead (in_blocked, res_blocked, out_blocked), with no
+ * reorders; a blocked value whose channels are not a multiple of 16 is
+ * padded with zeros to the next 16 and its shape says so (fconv_infer).
  *
  * 3x3 stride-1 convs with outputs of 28x28 and more run oneDNN's Winograd
  * F(4x4, 3x3) instead (use_winograd): a quarter of the multiplies, W
@@ -89,8 +91,8 @@ typedef struct fconv_state {
     int wfmt;                  /* SLIM_FCONV_W_* */
     int64_t m; /* output channels (W's first dim is padded to 16); 0: W's, unpadded */
     /* Set by the blocked_layout pass: X, R or Y is held in nChw16c (same
-     * bytes as NCHW, since channels are a multiple of 16), so its reorder
-     * is skipped. */
+     * bytes as NCHW when channels are a multiple of 16, else padded to one
+     * and shaped so), so its reorder is skipped. */
     bool in_blocked, res_blocked, out_blocked;
     /* A depthwise 3x3 (pad 1) merged in after a 1x1 (merge_depthwise in
      * fuse_conv.c): its stride, 0 when there is none, and activation. */
