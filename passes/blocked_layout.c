@@ -12,9 +12,13 @@
  * A MaxPool between such convs (ResNet's stem) goes blocked too, as
  * MaxPoolBlocked (kernels/cpu/pool_blocked.c), when its readers take it.
  *
- * The value keeps its logical [N, C, H, W] shape and, as C must be a
- * multiple of 16 for this (other counts pad their last block), its byte size, so the planner and the
- * executor treat it as before; only FusedConv ever sees its data.
+ * The value keeps its logical [N, C, H, W] shape and, when C is a multiple
+ * of 16, its byte size, so the planner and the executor treat it as
+ * before; only FusedConv (and MaxPoolBlocked) ever sees its data. Other
+ * counts (MobileNetV2's 24 channels) pad their last block with zeros; such
+ * a value's shape says the padded count (FusedConv's infer), and only
+ * convs with group 1 may read it, whose packed W has zeros for the padded
+ * input channels, so the padding adds nothing.
  */
 #include "pass.h"
 
@@ -48,8 +52,10 @@ static bool pool_can_block(const slim_graph *g, const slim_node *n)
 
 /* Whether every reader of v can read it blocked: a FusedConv as its input
  * (unless it reads NCHW itself) or residual, or a MaxPool that can run
- * blocked and whose own readers can (depth bounds that search). */
-static bool readers_take_blocked(const slim_graph *g, int v, int depth)
+ * blocked and whose own readers can (depth bounds that search). A padded
+ * v (channels not a multiple of 16) goes only to convs with group 1, whose
+ * packed W pads its input channels the same way. */
+static bool readers_take_blocked(const slim_graph *g, int v, bool padded, int depth)
 {
     int readers = 0;
     for (int i = 0; i < g->n_nodes; i++) {
@@ -58,11 +64,15 @@ static bool readers_take_blocked(const slim_graph *g, int v, int depth)
             if (n->in[k] != v)
                 continue;
             readers++;
-            if (depth < 4 && pool_can_block(g, n) && readers_take_blocked(g, n->out[0], depth + 1))
+            if (depth < 4 && pool_can_block(g, n) &&
+                readers_take_blocked(g, n->out[0], padded, depth + 1))
                 continue;
             if (!is_fconv(n) || (k != 0 && k != 3))
                 return false;
-            if (k == 0 && slim_attr_int(n, "weights_format", -1) == SLIM_FCONV_W_PLAIN_SRC)
+            int wfmt = (int)slim_attr_int(n, "weights_format", -1);
+            if (k == 0 && (wfmt == SLIM_FCONV_W_PLAIN_SRC ||
+                           (padded && (wfmt != SLIM_FCONV_W_BLOCKED ||
+                                       slim_attr_int(n, "group", 1) != 1))))
                 return false;
         }
     }
@@ -141,11 +151,12 @@ static slim_status blocked_layout_run(slim_graph *g, int *changed, slim_err *err
     for (int i = 0; i < g->n_nodes; i++) {
         slim_node *n = &g->nodes[i];
         int v = n->n_out == 1 ? n->out[0] : -1;
-        /* nChw16c has NCHW's size only when C is a multiple of 16; other
-         * counts are padded, which the planner does not know. */
+        /* Other channel counts than multiples of 16 are padded in nChw16c
+         * (MobileNetV2's 24): the value's shape then says the padded count
+         * (conv_dnnl.c), so the planner sizes it right. */
         if (!is_fconv(n) || v < 0 || g->values[v].is_output ||
-            slim_attr_int(n, "out_blocked", 0) || slim_attr_int(n, "out_channels", 0) % 16 ||
-            !readers_take_blocked(g, v, 0))
+            slim_attr_int(n, "out_blocked", 0) ||
+            !readers_take_blocked(g, v, slim_attr_int(n, "out_channels", 0) % 16 != 0, 0))
             continue;
         slim_status st = slim_pass_set_int(n, "out_blocked", 1, err);
         if (!st)

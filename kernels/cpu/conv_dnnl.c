@@ -20,8 +20,17 @@
  * NCHW), runs the convolution with the residual (reordered into the output
  * scratch first) and activation as oneDNN post-ops, and reorders the result
  * back: two memory passes, against the im2col copy of K times the input
- * that they replace. Keeping the blocked layout along whole chains would
- * save them, at the price of every other kernel learning the layout.
+ * that they replace. Between FusedConvs the blocked_layout pass keeps the
+ * blocked layout instead (in_blocked, res_blocked, out_blocked), with no
+ * reorders; a blocked value whose channels are not a multiple of 16 is
+ * padded with zeros to the next 16 and its shape says so (fconv_infer).
+ *
+ * 3x3 stride-1 convs with outputs of 28x28 and more run oneDNN's Winograd
+ * F(4x4, 3x3) instead (use_winograd): a quarter of the multiplies, W
+ * transformed into the scratchpad on each run rather than stored
+ * transformed (which would take 4x its bytes). About 0.6x direct's time on
+ * ResNet's 56x56 and 28x28 convs; smaller planes do not repay the
+ * transform. Max error against onnxruntime stays below 1e-6 of the output.
  *
  * Threads: slimserve's pool, not oneDNN's. This oneDNN build runs on
  * OpenMP, whose idle threads spin; on cores shared with other work (the
@@ -82,8 +91,8 @@ typedef struct fconv_state {
     int wfmt;                  /* SLIM_FCONV_W_* */
     int64_t m; /* output channels (W's first dim is padded to 16); 0: W's, unpadded */
     /* Set by the blocked_layout pass: X, R or Y is held in nChw16c (same
-     * bytes as NCHW, since channels are a multiple of 16), so its reorder
-     * is skipped. */
+     * bytes as NCHW when channels are a multiple of 16, else padded to one
+     * and shaped so), so its reorder is skipped. */
     bool in_blocked, res_blocked, out_blocked;
     /* A depthwise 3x3 (pad 1) merged in after a 1x1 (merge_depthwise in
      * fuse_conv.c): its stride, 0 when there is none, and activation. */
@@ -339,8 +348,16 @@ static slim_status fconv_infer(slim_op_ctx *ctx)
         dims[2] = (dims[2] - 1) / s->dw_stride + 1;
         dims[3] = (dims[3] - 1) / s->dw_stride + 1;
     }
-    if (r && (r->dtype != SLIM_F32 || r->ndim != 4 || memcmp(r->dims, dims, sizeof(dims))))
+    /* R's channels: padded like Y's when it comes blocked */
+    int64_t rdims[4] = {dims[0], s->res_blocked ? round16(m) : m, dims[2], dims[3]};
+    if (r && (r->dtype != SLIM_F32 || r->ndim != 4 || memcmp(r->dims, rdims, sizeof(rdims))))
         return slim_errf(ctx->err, SLIM_ESHAPE, "the residual input must match the output");
+    /* A blocked Y of M channels, M not a multiple of 16, is stored padded
+     * to the next 16 (zeros there, oneDNN keeps them so), and says so: only
+     * FusedConv reads it (blocked_layout.c), taking C as the padded count,
+     * which W's packed input channels are padded to already. */
+    if (s->out_blocked)
+        dims[1] = round16(m);
     if (ctx->out[0])
         slim_tensor_set_shape(ctx->out[0], SLIM_F32, 4, dims);
     return SLIM_OK;
@@ -395,6 +412,24 @@ static int split16(int64_t count, int n, int64_t *lo, int64_t *hi)
     return n;
 }
 
+/* Output planes of at least this many pixels take Winograd F(4x4, 3x3).
+ * It does a quarter of direct's multiplies on the activation but
+ * transforms W on every run (36 values per 9): measured single-threaded
+ * on ResNet-18's convs, 56x56 and 28x28 planes ran in 0.55-0.6x direct's
+ * time, 14x14 in 1.3x and 7x7 in 3x. */
+#define WINO_MIN_PLANE (28 * 28)
+
+/* Whether this conv should try Winograd: 3x3, stride 1, no dilation, W
+ * blocked (oneDNN's Winograd reads OIhw16i16o), no depthwise post-op, a
+ * large enough output; SLIM_CONV_WINOGRAD=0 turns it off (A/B). */
+static bool use_winograd(const fconv_state *s, const prim_set *set)
+{
+    const char *off = getenv("SLIM_CONV_WINOGRAD"); /* read when primitives are made */
+    return !(off && strcmp(off, "0") == 0) && s->wfmt == SLIM_FCONV_W_BLOCKED && !s->dw_stride && s->kernel[0] == 3 &&
+           s->kernel[1] == 3 && s->stride[0] == 1 && s->stride[1] == 1 && s->dilation[0] == 1 &&
+           s->dilation[1] == 1 && set->oh1 * set->ow1 >= WINO_MIN_PLANE;
+}
+
 static dnnl_status_t make_conv(const fconv_state *s, const slim_tensor *w, const prim_set *set,
                                int64_t c, part *pt)
 {
@@ -415,11 +450,7 @@ static dnnl_status_t make_conv(const fconv_state *s, const slim_tensor *w, const
         pr[i] = (out[i] - 1) * s->stride[i] + (s->kernel[i] - 1) * s->dilation[i] + 1 - in[i] -
                 pl[i];
     dnnl_convolution_desc_t cd;
-    dnnl_status_t st = dnnl_dilated_convolution_forward_desc_init(
-        &cd, dnnl_forward_inference, dnnl_convolution_direct, &pt->csrc_md, &pt->wei_md,
-        &pt->bias_md, &pt->dst_md, strides, dil, pl, pr);
-    if (st != dnnl_success)
-        return st;
+    dnnl_status_t st;
     dnnl_primitive_attr_t attr = NULL;
     dnnl_post_ops_t po = NULL;
     dnnl_primitive_desc_t pd = NULL;
@@ -446,7 +477,26 @@ static dnnl_status_t make_conv(const fconv_state *s, const slim_tensor *w, const
      * (no DNNL_ENABLE_CONCURRENT_EXEC): two threads running convs at once
      * would share it. Each execution brings its own instead. */
     dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
-    if ((st = dnnl_primitive_desc_create(&pd, &cd, attr, engine, NULL)) != dnnl_success)
+    /* Winograd where it pays (use_winograd), direct where oneDNN turns it
+     * down. Winograd is asked for as forward_training: for inference
+     * oneDNN's Winograd kernels read only their own transformed weight
+     * format (1.8x to 4x the bytes, which would have to replace W at
+     * load), while the training kernel takes W packed as it is and
+     * transforms it into the scratchpad each run. The result is the same
+     * convolution; a convolution keeps no workspace for training. */
+    bool wino = use_winograd(s, set);
+    for (;;) {
+        st = dnnl_dilated_convolution_forward_desc_init(
+            &cd, wino ? dnnl_forward_training : dnnl_forward_inference,
+            wino ? dnnl_convolution_winograd : dnnl_convolution_direct, &pt->csrc_md,
+            &pt->wei_md, &pt->bias_md, &pt->dst_md, strides, dil, pl, pr);
+        if (st == dnnl_success)
+            st = dnnl_primitive_desc_create(&pd, &cd, attr, engine, NULL);
+        if (st == dnnl_success || !wino)
+            break;
+        wino = false;
+    }
+    if (st != dnnl_success)
         goto done;
     if (getenv("SLIM_DNNL_VERBOSE")) {
         const char *impl = NULL;
@@ -551,7 +601,10 @@ static slim_status find_set(fconv_state *s, const slim_tensor *w, const slim_ten
             pthread_mutex_unlock(&s->mu);
             return SLIM_OK;
         }
-    dnnl_status_t ds = get_engine() ? build_set(s, w, x, residual, out) : dnnl_runtime_error;
+    /* get_stream keeps oneDNN to this thread first: a primitive sizes its
+     * work split (Winograd's, at least) by the thread count it sees when
+     * made. */
+    dnnl_status_t ds = get_stream() ? build_set(s, w, x, residual, out) : dnnl_runtime_error;
     if (ds == dnnl_success) {
         if (s->n_sets < CACHE_SLOTS)
             s->sets[s->n_sets++] = *out;
@@ -583,7 +636,7 @@ typedef struct image_job {
     const float *dww, *dwb;     /* the depthwise post-op's, or NULL */
     float *y, *src, *dst;       /* src: NULL when the conv reads x */
     int64_t plane_in, plane_out, w_per_oc;
-    int64_t in_image, out_image;  /* floats per image of x, y (and r) */
+    int64_t in_image, out_image, r_image; /* floats per image of x, y, r */
     int64_t src_image, dst_image; /* of src, dst: channels padded to 16 */
     atomic_int failed;
 } image_job;
@@ -652,17 +705,19 @@ static void conv_parts(int64_t begin, int64_t end, void *user)
         const part *pt = &j->set->parts[t % j->set->n_parts];
         int64_t n = t / j->set->n_parts;
         size_t off = (size_t)(n * j->out_image + pt->o0 * j->plane_out);
+        size_t roff = (size_t)(n * j->r_image + pt->o0 * j->plane_out);
         bool dw = j->s->wfmt == SLIM_FCONV_W_DEPTHWISE;
         const float *sbase = j->src ? j->src + n * j->src_image : j->x + n * j->in_image;
         void *src = (void *)(sbase + (dw ? pt->o0 * j->plane_in : 0));
-        /* y itself when it is blocked (then M is a multiple of 16) */
+        /* y itself when it is blocked (padded to 16 channels) */
         float *dst = j->dst ? j->dst + n * j->dst_image + pt->o0 * j->plane_out : j->y + off;
         dnnl_status_t st = strm ? dnnl_success : dnnl_runtime_error;
         if (st == dnnl_success && j->r && pt->res_to_dst)
-            st = run_reorder(pt->res_to_dst, &pt->y_md, (void *)(j->r + off), &pt->dst_md, dst,
+            st = run_reorder(pt->res_to_dst, &pt->y_md, (void *)(j->r + roff), &pt->dst_md, dst,
                              strm);
-        else if (j->r && j->r + off != dst) /* blocked already: the sum reads dst */
-            memcpy(dst, j->r + off, sizeof(float) * (size_t)((pt->o1 - pt->o0) * j->plane_out));
+        else if (j->r && j->r + roff != dst) /* blocked already: the sum reads dst */
+            memcpy(dst, j->r + roff,
+                   sizeof(float) * (size_t)((round16(pt->o1) - pt->o0) * j->plane_out));
         if (st == dnnl_success)
             st = run_conv(pt, src, j->w + pt->o0 * j->w_per_oc, j->b + pt->o0,
                           j->dww ? j->dww + pt->o0 * 9 : NULL, j->dww ? j->dwb + pt->o0 : NULL,
@@ -714,7 +769,8 @@ static slim_status fconv_exec(slim_op_ctx *ctx)
                    .dst = dst.data, .plane_in = set.h * set.w, .plane_out = set.oh * set.ow,
                    .w_per_oc = slim_tensor_numel(w) / w->dims[0]};
     j.in_image = x->dims[1] * j.plane_in;
-    j.out_image = out_channels(s, w) * j.plane_out;
+    j.out_image = y->dims[1] * j.plane_out; /* padded to 16 when blocked */
+    j.r_image = r ? r->dims[1] * j.plane_out : 0;
     j.src_image = round16(x->dims[1]) * j.plane_in;
     j.dst_image = round16(out_channels(s, w)) * j.plane_out;
     j.x = x->data;

@@ -19,9 +19,10 @@
  * Each output element is the max of its window's taps, in tap order, on its
  * own: nothing depends on the batch or on how the rows are split.
  */
-#include "kernel.h"
+#include "pool_blocked.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -88,11 +89,75 @@ typedef struct mpb_job {
     int64_t h, w, oh, ow;
 } mpb_job;
 
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define MPB_X86 1
+
+static bool have_avx512(void)
+{
+    static _Atomic int known = -1;
+    int k = atomic_load(&known);
+    if (k < 0) {
+        k = __builtin_cpu_supports("avx512f") ? 1 : 0;
+        atomic_store(&known, k);
+    }
+    return k == 1;
+}
+
+/* mpb_rows with one 16-channel block per register. max_ps(v, acc) is
+ * v > acc ? v : acc (it returns its second operand when either is NaN
+ * and for equal zeros): the portable loop's comparison, so both paths
+ * give the same bits. */
+__attribute__((target("avx512f"))) static void mpb_rows_avx512(const mpb_job *j, int64_t begin,
+                                                               int64_t end)
+{
+    const mpb_state *s = j->s;
+    for (int64_t r = begin; r < end; r++) {
+        int64_t plane = r / j->oh, oh = r % j->oh;
+        const float *x = j->x + plane * j->h * j->w * BLK;
+        float *y = j->y + (plane * j->oh + oh) * j->ow * BLK;
+        int64_t hlo, hhi;
+        slim_window_range(oh * s->stride[0] - s->pads[0], s->dilation[0], s->kernel[0], j->h,
+                          &hlo, &hhi);
+        for (int64_t ow = 0; ow < j->ow; ow++) {
+            int64_t wlo, whi, w0 = ow * s->stride[1] - s->pads[1];
+            slim_window_range(w0, s->dilation[1], s->kernel[1], j->w, &wlo, &whi);
+            __m512 acc = _mm512_set1_ps(hhi > hlo && whi > wlo ? -INFINITY : 0.0f);
+            for (int64_t kh = hlo; kh < hhi; kh++) {
+                int64_t ih = oh * s->stride[0] - s->pads[0] + kh * s->dilation[0];
+                for (int64_t kw = wlo; kw < whi; kw++)
+                    acc = _mm512_max_ps(
+                        _mm512_loadu_ps(x + (ih * j->w + w0 + kw * s->dilation[1]) * BLK), acc);
+            }
+            _mm512_storeu_ps(y + ow * BLK, acc);
+        }
+    }
+}
+#endif
+
+static _Atomic int force_portable;
+
+bool slim__mpb_force_portable(bool on)
+{
+    atomic_store(&force_portable, on ? 1 : 0);
+#ifdef MPB_X86
+    return have_avx512();
+#else
+    return false;
+#endif
+}
+
 /* Rows are (image, channel block, output row). */
 static void mpb_rows(int64_t begin, int64_t end, void *user)
 {
     const mpb_job *j = user;
     const mpb_state *s = j->s;
+#ifdef MPB_X86
+    if (!atomic_load(&force_portable) && have_avx512()) {
+        mpb_rows_avx512(j, begin, end);
+        return;
+    }
+#endif
     for (int64_t r = begin; r < end; r++) {
         int64_t plane = r / j->oh, oh = r % j->oh;
         const float *x = j->x + plane * j->h * j->w * BLK;

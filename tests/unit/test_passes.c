@@ -9,6 +9,7 @@
 #include "slim_format.h"
 #ifdef SLIM_HAVE_DNNL
 #include "matmul_dnnl.h"
+#include "pool_blocked.h"
 #endif
 
 #include <math.h>
@@ -116,6 +117,8 @@ static slim_tensor run(slim_model *m, const slim_tensor *x)
     ck_assert_msg(slim_model_run(m, 1, (const char *[]){"x"}, x, &out, &n_out, &err) == SLIM_OK,
                   "%s", err.msg);
     y = out[0];
+    for (int i = 1; i < n_out; i++) /* the first output is the one compared */
+        slim_tensor_release(&out[i]);
     free(out);
     return y;
 }
@@ -248,9 +251,10 @@ END_TEST
  *   -> conv 1x1 16->24 + BN + Relu (h) -> conv 3x3 24->24 + BN + h -> Relu
  *   -> conv 1x1 24->32 + BN -> MaxPool 2x2 s2 pads (0,0,1,1)
  *   -> conv 3x3 32->16 + BN -> y.
- * 24 channels (MobileNetV2's) pad their last block of 16 and stay NCHW;
- * both MaxPools sit between FusedConvs and run blocked. */
-static slim_graph *odd_cnn(void)
+ * 24 channels (MobileNetV2's) pad their last block of 16, blocked between
+ * FusedConvs as well (h2 NCHW when it is a graph output too); both MaxPools
+ * sit between FusedConvs and run blocked. */
+static slim_graph *odd_cnn(bool h2_out)
 {
     slim_graph *g = slim_graph_new();
     g->opset = 17;
@@ -276,12 +280,14 @@ static slim_graph *odd_cnn(void)
     slim_graph_add_input(g, x);
     g->values[x].info.dtype = SLIM_F32;
     slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    if (h2_out) /* then h2 stays NCHW: b reads blocked and writes NCHW */
+        slim_graph_add_output(g, slim_graph_find_value(g, "h2"));
     return g;
 }
 
-static slim_model *load_odd(bool passes)
+static slim_model *load_odd(bool passes, bool h2_out)
 {
-    slim_graph *g = odd_cnn();
+    slim_graph *g = odd_cnn(h2_out);
     slim_err err = {0};
     if (passes)
         ck_assert_msg(slim_passes_run(g, &err) == SLIM_OK, "%s", err.msg);
@@ -304,15 +310,17 @@ static slim_tensor odd_input(int64_t n)
 
 START_TEST(conv_odd_channels_and_blocked_pool)
 {
-    slim_model *ref = load_odd(false), *opt = load_odd(true);
+    bool h2_out = _i == 1;
+    slim_model *ref = load_odd(false, h2_out), *opt = load_odd(true, h2_out);
     ck_assert_int_eq(count_op(opt->graph, "FusedConv"), 5);
     ck_assert_int_eq(count_op(opt->graph, "MaxPoolBlocked"), 2);
     ck_assert_int_eq(count_op(opt->graph, "MaxPool"), 0);
     for (int i = 0; i < opt->graph->n_nodes; i++) {
         const slim_node *n = &opt->graph->nodes[i];
-        /* 24-channel outputs are padded in nChw16c, so they stay NCHW */
+        /* 24-channel outputs go blocked, padded to 32, unless graph outputs */
         if (strcmp(n->op_type, "FusedConv") == 0 && slim_attr_int(n, "out_channels", 0) == 24)
-            ck_assert_int_eq(slim_attr_int(n, "out_blocked", 0), 0);
+            ck_assert_int_eq(slim_attr_int(n, "out_blocked", 0),
+                             !opt->graph->values[n->out[0]].is_output);
     }
     slim_model_set_batch_invariant(opt, true);
     slim_tensor x = odd_input(3), a = run(ref, &x), b = run(opt, &x);
@@ -321,6 +329,12 @@ START_TEST(conv_odd_channels_and_blocked_pool)
     ck_assert_int_eq(b.dims[2], 4); /* 13 -> 7 -> 4 */
     ck_assert_int_eq(b.dims[3], 3); /* 11 -> 6 -> 3 */
     assert_close(&b, &a, 1e-5);
+    /* MaxPoolBlocked's portable loop gives the SIMD loop's bits */
+    slim__mpb_force_portable(true);
+    slim_tensor c = run(opt, &x);
+    slim__mpb_force_portable(false);
+    ck_assert_int_eq(memcmp(c.data, b.data, sizeof(float) * (size_t)slim_tensor_numel(&b)), 0);
+    slim_tensor_release(&c);
     /* each image alone gives its bits in the batch */
     int64_t per_in = 3 * 13 * 11, per_out = slim_tensor_numel(&b) / 3;
     for (int64_t n = 0; n < 3; n++) {
@@ -401,6 +415,80 @@ START_TEST(conv_depthwise_post_op)
     slim_tensor_release(&x);
     slim_model_free(ref);
     slim_model_free(opt);
+}
+END_TEST
+
+/* x[N,16,30,30] -> conv 3x3 16->32 + BN + Relu (h) -> conv 3x3 32->32 + BN
+ *   + h -> Relu -> y: stride-1 3x3 convs on planes of 900 pixels, which
+ * FusedConv runs with Winograd (conv_dnnl.c, use_winograd), h blocked. */
+static slim_graph *wino_cnn(void)
+{
+    slim_graph *g = slim_graph_new();
+    g->opset = 17;
+    rng_state = 23;
+    conv_bn(g, "c1", "x", 16, 32, 3, 1, 1, "c1.bn");
+    node(g, "c1.relu", "Relu", 1, (const char *[]){"c1.bn"}, "h");
+    conv_bn(g, "c2", "h", 32, 32, 3, 1, 1, "c2.bn");
+    node(g, "add", "Add", 2, (const char *[]){"c2.bn", "h"}, "sum");
+    node(g, "relu", "Relu", 1, (const char *[]){"sum"}, "y");
+    int x = slim_graph_find_value(g, "x");
+    slim_graph_add_input(g, x);
+    g->values[x].info.dtype = SLIM_F32;
+    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    return g;
+}
+
+static slim_model *load_wino(bool passes)
+{
+    slim_graph *g = wino_cnn();
+    slim_err err = {0};
+    if (passes)
+        ck_assert_msg(slim_passes_run(g, &err) == SLIM_OK, "%s", err.msg);
+    slim_model *m;
+    ck_assert_msg(slim_model_from_graph(g, &m, &err) == SLIM_OK, "%s", err.msg);
+    return m;
+}
+
+/* Winograd's answer is the reference's within float rounding, not the
+ * direct kernel's bits (so it did run), and an image's bits do not depend
+ * on its batch. */
+START_TEST(conv_winograd)
+{
+    slim_model *ref = load_wino(false), *wino = load_wino(true), *direct = load_wino(true);
+    ck_assert_int_eq(count_op(wino->graph, "FusedConv"), 2);
+    slim_model_set_batch_invariant(wino, true);
+    int64_t per_in = 16 * 30 * 30, count = 3 * per_in;
+    float *d = malloc(sizeof(float) * (size_t)count);
+    rng_state = 31;
+    for (int64_t i = 0; i < count; i++)
+        d[i] = rndf();
+    slim_tensor x = tu_f32(4, (int64_t[]){3, 16, 30, 30}, d), a = run(ref, &x), b = run(wino, &x);
+    free(d);
+    /* primitives are made on first run, which reads the switch */
+    setenv("SLIM_CONV_WINOGRAD", "0", 1);
+    slim_tensor c = run(direct, &x);
+    unsetenv("SLIM_CONV_WINOGRAD");
+    ck_assert_int_eq(b.dims[1], 32);
+    ck_assert_int_eq(b.dims[2], 30);
+    assert_close(&b, &a, 1e-5);
+    assert_close(&c, &a, 1e-5);
+    ck_assert_int_ne(memcmp(b.data, c.data, sizeof(float) * (size_t)slim_tensor_numel(&b)), 0);
+    int64_t per_out = slim_tensor_numel(&b) / 3;
+    for (int64_t n = 0; n < 3; n++) {
+        slim_tensor one = tu_f32(4, (int64_t[]){1, 16, 30, 30}, (const float *)x.data + n * per_in);
+        slim_tensor y = run(wino, &one);
+        ck_assert_int_eq(memcmp(y.data, (const float *)b.data + n * per_out,
+                                sizeof(float) * (size_t)per_out), 0);
+        slim_tensor_release(&y);
+        slim_tensor_release(&one);
+    }
+    slim_tensor_release(&a);
+    slim_tensor_release(&b);
+    slim_tensor_release(&c);
+    slim_tensor_release(&x);
+    slim_model_free(ref);
+    slim_model_free(wino);
+    slim_model_free(direct);
 }
 END_TEST
 #endif
@@ -586,8 +674,9 @@ Suite *passes_suite(void)
     tcase_add_test(tc, fuse_conv_matches);
     tcase_add_test(tc, blocked_layout_matches);
     tcase_add_test(tc, fuse_conv_batch_invariant);
-    tcase_add_test(tc, conv_odd_channels_and_blocked_pool);
+    tcase_add_loop_test(tc, conv_odd_channels_and_blocked_pool, 0, 2);
     tcase_add_test(tc, conv_depthwise_post_op);
+    tcase_add_test(tc, conv_winograd);
     tcase_add_test(tc, fuse_matmul_matches);
     tcase_add_test(tc, fuse_matmul_row_invariant);
     tcase_add_test(tc, fuse_matmul_slim_file_same_bits);
