@@ -290,6 +290,93 @@ START_TEST(test_row_result_independent_of_batch)
 }
 END_TEST
 
+/* Many tasks on several threads (m up to 300: 7 chunks of rows; n = 150:
+ * 3 panels, the last 32 wide with 10 channels past n; k odd): every path
+ * agrees with C bit for bit (the float32 ones) and each row of the big
+ * call is bitwise the row computed alone, wherever the threads took it. */
+START_TEST(test_threaded_shapes_match_c)
+{
+    rng_state = 4242;
+    const int64_t ms[] = {1, 7, 100, 300}, n = 150, k = 301;
+    int64_t mmax = 300;
+    float *x = malloc(sizeof(float) * (size_t)(mmax * k)), *w = malloc(sizeof(float) * (size_t)(n * k));
+    float *bias = malloc(sizeof(float) * (size_t)n);
+    fill(x, mmax * k, 2.0f);
+    fill(w, n * k, 0.5f);
+    fill(bias, n, 0.3f);
+    float *yc = malloc(sizeof(float) * (size_t)(mmax * n)), *y = malloc(sizeof(float) * (size_t)(mmax * n));
+    float *y1 = malloc(sizeof(float) * (size_t)n);
+    uint16_t *packed = malloc(sizeof(uint16_t) * slim_hgemm_packed_elems(n, k));
+    int checked = 0;
+    for (int wi = 0; wi < 2; wi++) {
+        slim_dtype wt = wi ? SLIM_BF16 : SLIM_F16;
+        slim_hgemm_pack(w, n, k, k, 1, wt, packed);
+        for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++) {
+            int64_t m = ms[mi];
+            bool relu = mi % 2 == 1;
+            run_isa(SLIM_HGEMM_C, x, m, n, k, packed, wt, bias, relu, yc);
+            for (size_t i = 0; i < sizeof(all_isas) / sizeof(all_isas[0]); i++) {
+                slim_hgemm_isa isa = all_isas[i];
+                if (!slim_hgemm_isa_supported(isa))
+                    continue;
+                memset(y, 0x5a, sizeof(float) * (size_t)(m * n));
+                run_isa(isa, x, m, n, k, packed, wt, bias, relu, y);
+                if (!(isa == SLIM_HGEMM_AVX512BF16 && wt == SLIM_BF16))
+                    ck_assert_msg(memcmp(y, yc, sizeof(float) * (size_t)(m * n)) == 0,
+                                  "%s %s m %lld differs from c", slim_hgemm_isa_name(isa),
+                                  slim_dtype_name(wt), (long long)m);
+                for (int64_t r = 0; r < m; r += 37) {
+                    run_isa(isa, x + r * k, 1, n, k, packed, wt, bias, relu, y1);
+                    ck_assert_msg(memcmp(y + r * n, y1, sizeof(float) * (size_t)n) == 0,
+                                  "%s %s: row %lld of %lld differs alone", slim_hgemm_isa_name(isa),
+                                  slim_dtype_name(wt), (long long)r, (long long)m);
+                }
+                checked++;
+            }
+        }
+    }
+    ck_assert_int_ge(checked, 16);
+    free(x);
+    free(w);
+    free(bias);
+    free(yc);
+    free(y);
+    free(y1);
+    free(packed);
+}
+END_TEST
+
+/* slim_half_widen over many blocks (split across the threads) and odd
+ * tails: every element exactly its scalar conversion, nothing written past
+ * n. */
+START_TEST(test_widen_matches_scalar)
+{
+    rng_state = 31337;
+    const int64_t ns[] = {1, 15, 17, 4095, 4097, 100003};
+    uint16_t *h = malloc(sizeof(uint16_t) * 100003);
+    float *f = malloc(sizeof(float) * (100003 + 1));
+    for (int64_t i = 0; i < 100003; i++)
+        h[i] = (uint16_t)rnd();
+    for (int wi = 0; wi < 2; wi++) {
+        slim_dtype wt = wi ? SLIM_BF16 : SLIM_F16;
+        for (size_t c = 0; c < sizeof(ns) / sizeof(ns[0]); c++) {
+            int64_t n = ns[c];
+            f[n] = 12345.0f;
+            slim_half_widen(h, wt, f, n);
+            ck_assert(f[n] == 12345.0f);
+            for (int64_t i = 0; i < n; i++) {
+                float want = wt == SLIM_F16 ? slim_f16_to_f32(h[i]) : slim_bf16_to_f32(h[i]);
+                ck_assert_msg(f_bits(f[i]) == f_bits(want) || (isnan(f[i]) && isnan(want)),
+                              "%s n %lld [%lld]: %08x vs %08x", slim_dtype_name(wt), (long long)n,
+                              (long long)i, f_bits(f[i]), f_bits(want));
+            }
+        }
+    }
+    free(h);
+    free(f);
+}
+END_TEST
+
 /* The layout hgemm.h documents: element (j, kk) at panel p = j / 64,
  * p * 64 * k2 + (kk / 2) * width * 2 + (j % 64) * 2 + kk % 2; padding 0. */
 START_TEST(test_pack_layout)
@@ -631,6 +718,8 @@ int main(void)
     TCase *tk = tcase_create("kernel");
     tcase_add_test(tk, test_paths_match_reference_on_odd_shapes);
     tcase_add_test(tk, test_row_result_independent_of_batch);
+    tcase_add_test(tk, test_threaded_shapes_match_c);
+    tcase_add_test(tk, test_widen_matches_scalar);
     tcase_add_test(tk, test_pack_layout);
     suite_add_tcase(s, tk);
     TCase *tp = tcase_create("pass");
