@@ -726,8 +726,8 @@ static void conv_parts(int64_t begin, int64_t end, void *user)
             st = run_reorder(pt->from_dst, &pt->dst_md, dst, &pt->y_md, j->y + off, strm);
         if (st == dnnl_success)
             st = dnnl_stream_wait(strm);
-        if (st != dnnl_success)
-            atomic_store(&j->failed, 1);
+        if (st != dnnl_success) /* 2: a scratchpad the allocator refused */
+            atomic_store(&j->failed, st == dnnl_out_of_memory ? 2 : 1);
     }
 }
 
@@ -793,7 +793,9 @@ static slim_status fconv_exec(slim_op_ctx *ctx)
         slim_parallel_for(batch * set.n_in_parts, grain, reorder_in_parts, &j);
     if (!atomic_load(&j.failed))
         slim_parallel_for(batch * set.n_parts, grain, conv_parts, &j);
-    if (atomic_load(&j.failed))
+    if (atomic_load(&j.failed) == 2) /* the batcher halves the batch on this */
+        st = slim_errf(ctx->err, SLIM_EOOM, "out of memory on cpu: a convolution's scratchpad");
+    else if (atomic_load(&j.failed))
         st = slim_errf(ctx->err, SLIM_EINTERNAL, "oneDNN convolution failed");
 done:
     slim_tensor_release(&src);
