@@ -237,7 +237,14 @@ static inline void store16(const slim_hgemm_args *a, int64_t r, int64_t c, __m51
  * registers: up to 6 x 4 of them, 4 weight vectors, one broadcast (29 of
  * the 32; 6 rows measured a few percent faster than 4 on the encoder, and
  * widening a task's panel once into float32 scratch instead of per tile
- * measured slower: the FMAs, not the widening, bound this path). */
+ * measured slower: the FMAs, not the widening, bound this path). Tried
+ * again: a 32-channel block widened once per thread and reused over
+ * successive row chunks (106-109 GFLOP/s a thread against 107-110), the
+ * same in K blocks of 64-256 pairs that stay in L1 with the tiles' sums
+ * kept in scratch between blocks (100-103 against 111-112 at m = 128),
+ * and 12 x 2 or 3 x 8 tiles (93, 102-106): none beat this 6 x 4 tile,
+ * which runs within ~5% of the FMA peak (~116). Needs -O3 (the kernel sources get it) to unroll the
+ * i and v loops; at -O2 acc[] lives in memory, 2.7x slower. */
 AVX512_TARGET __attribute__((always_inline))
 static inline void micro_f32(const hgemm_job *j, int mr, int nv, int64_t r, int64_t p,
                              int64_t c0, slim_dtype wtype)
