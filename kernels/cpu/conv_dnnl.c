@@ -31,6 +31,7 @@
  * transformed (which would take 4x its bytes). About 0.6x direct's time on
  * ResNet's 56x56 and 28x28 convs; smaller planes do not repay the
  * transform. Max error against onnxruntime stays below 1e-6 of the output.
+ * Its scratchpad is 6-8 MB, so small convs keep direct (wino_scratch_fits).
  *
  * Threads: slimserve's pool, not oneDNN's. This oneDNN build runs on
  * OpenMP, whose idle threads spin; on cores shared with other work (the
@@ -430,6 +431,24 @@ static bool use_winograd(const fconv_state *s, const prim_set *set)
            s->dilation[1] == 1 && set->oh1 * set->ow1 >= WINO_MIN_PLANE;
 }
 
+/* Winograd's scratchpad is 6-8 MB whatever the plane (oneDNN sizes its
+ * blocks by the caches), per part running at once. Next to ResNet's 56x56
+ * and 28x28 activations that is 4-10x one image's input and output; next
+ * to the example resnet's 32x32x32 (models/gen_models.py) it is 25x, more
+ * than a memory limit sized for that model leaves a run (tests/e2e/
+ * test_batching.py). Above WINO_MAX_SCRATCH times, direct it is. */
+#define WINO_MAX_SCRATCH 16
+
+static bool wino_scratch_fits(const fconv_state *s, const slim_tensor *w, const prim_set *set,
+                              int64_t c, const_dnnl_primitive_desc_t pd)
+{
+    size_t scratch = dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(
+        pd, dnnl_query_scratchpad_md, 0));
+    size_t image = sizeof(float) * (size_t)(c * set->h * set->w +
+                                            out_channels(s, w) * set->oh1 * set->ow1);
+    return scratch <= WINO_MAX_SCRATCH * image;
+}
+
 static dnnl_status_t make_conv(const fconv_state *s, const slim_tensor *w, const prim_set *set,
                                int64_t c, part *pt)
 {
@@ -492,8 +511,12 @@ static dnnl_status_t make_conv(const fconv_state *s, const slim_tensor *w, const
             &pt->wei_md, &pt->bias_md, &pt->dst_md, strides, dil, pl, pr);
         if (st == dnnl_success)
             st = dnnl_primitive_desc_create(&pd, &cd, attr, engine, NULL);
+        if (st == dnnl_success && wino && !wino_scratch_fits(s, w, set, c, pd))
+            st = dnnl_unimplemented;
         if (st == dnnl_success || !wino)
             break;
+        dnnl_primitive_desc_destroy(pd);
+        pd = NULL;
         wino = false;
     }
     if (st != dnnl_success)
@@ -501,8 +524,10 @@ static dnnl_status_t make_conv(const fconv_state *s, const slim_tensor *w, const
     if (getenv("SLIM_DNNL_VERBOSE")) {
         const char *impl = NULL;
         dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
-        fprintf(stderr, "FusedConv %lldx%lldx%lld -> %lld: %s\n", (long long)c, (long long)set->h,
-                (long long)set->w, (long long)m, impl);
+        fprintf(stderr, "FusedConv %lldx%lldx%lld -> %lld: %s, scratchpad %zu bytes\n",
+                (long long)c, (long long)set->h, (long long)set->w, (long long)m, impl,
+                dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md,
+                                                                       0)));
     }
     if (s->dw_stride) {
         /* The fused primitive's dst is the depthwise conv's; its W must be

@@ -418,17 +418,18 @@ START_TEST(conv_depthwise_post_op)
 }
 END_TEST
 
-/* x[N,16,30,30] -> conv 3x3 16->32 + BN + Relu (h) -> conv 3x3 32->32 + BN
- *   + h -> Relu -> y: stride-1 3x3 convs on planes of 900 pixels, which
- * FusedConv runs with Winograd (conv_dnnl.c, use_winograd), h blocked. */
+/* x[N,48,40,40] -> conv 3x3 48->48 + BN + Relu (h) -> conv 3x3 48->48 + BN
+ *   + h -> Relu -> y: stride-1 3x3 convs on planes of 1600 pixels and
+ * enough channels for Winograd's scratchpad (conv_dnnl.c, use_winograd,
+ * wino_scratch_fits), h blocked. */
 static slim_graph *wino_cnn(void)
 {
     slim_graph *g = slim_graph_new();
     g->opset = 17;
     rng_state = 23;
-    conv_bn(g, "c1", "x", 16, 32, 3, 1, 1, "c1.bn");
+    conv_bn(g, "c1", "x", 48, 48, 3, 1, 1, "c1.bn");
     node(g, "c1.relu", "Relu", 1, (const char *[]){"c1.bn"}, "h");
-    conv_bn(g, "c2", "h", 32, 32, 3, 1, 1, "c2.bn");
+    conv_bn(g, "c2", "h", 48, 48, 3, 1, 1, "c2.bn");
     node(g, "add", "Add", 2, (const char *[]){"c2.bn", "h"}, "sum");
     node(g, "relu", "Relu", 1, (const char *[]){"sum"}, "y");
     int x = slim_graph_find_value(g, "x");
@@ -457,25 +458,25 @@ START_TEST(conv_winograd)
     slim_model *ref = load_wino(false), *wino = load_wino(true), *direct = load_wino(true);
     ck_assert_int_eq(count_op(wino->graph, "FusedConv"), 2);
     slim_model_set_batch_invariant(wino, true);
-    int64_t per_in = 16 * 30 * 30, count = 3 * per_in;
+    int64_t per_in = 48 * 40 * 40, count = 3 * per_in;
     float *d = malloc(sizeof(float) * (size_t)count);
     rng_state = 31;
     for (int64_t i = 0; i < count; i++)
         d[i] = rndf();
-    slim_tensor x = tu_f32(4, (int64_t[]){3, 16, 30, 30}, d), a = run(ref, &x), b = run(wino, &x);
+    slim_tensor x = tu_f32(4, (int64_t[]){3, 48, 40, 40}, d), a = run(ref, &x), b = run(wino, &x);
     free(d);
     /* primitives are made on first run, which reads the switch */
     setenv("SLIM_CONV_WINOGRAD", "0", 1);
     slim_tensor c = run(direct, &x);
     unsetenv("SLIM_CONV_WINOGRAD");
-    ck_assert_int_eq(b.dims[1], 32);
-    ck_assert_int_eq(b.dims[2], 30);
+    ck_assert_int_eq(b.dims[1], 48);
+    ck_assert_int_eq(b.dims[2], 40);
     assert_close(&b, &a, 1e-5);
     assert_close(&c, &a, 1e-5);
     ck_assert_int_ne(memcmp(b.data, c.data, sizeof(float) * (size_t)slim_tensor_numel(&b)), 0);
     int64_t per_out = slim_tensor_numel(&b) / 3;
     for (int64_t n = 0; n < 3; n++) {
-        slim_tensor one = tu_f32(4, (int64_t[]){1, 16, 30, 30}, (const float *)x.data + n * per_in);
+        slim_tensor one = tu_f32(4, (int64_t[]){1, 48, 40, 40}, (const float *)x.data + n * per_in);
         slim_tensor y = run(wino, &one);
         ck_assert_int_eq(memcmp(y.data, (const float *)b.data + n * per_out,
                                 sizeof(float) * (size_t)per_out), 0);
