@@ -148,6 +148,28 @@ static dnnl_status_t reorder(const dnnl_memory_desc_t *a, void *pa, const dnnl_m
     return st;
 }
 
+typedef struct pack_job {
+    const fmm_layout *lay;
+    int64_t k, n;
+    const float *w;
+    float *out;
+    atomic_int failed;
+} pack_job;
+
+static void pack_parts(int64_t begin, int64_t end, void *user)
+{
+    pack_job *j = user;
+    for (int64_t p = begin; p < end; p++) {
+        /* W's column slice, read in place through its row stride. */
+        dnnl_memory_desc_t src;
+        dnnl_dims_t d = {j->k, j->lay->n0[p + 1] - j->lay->n0[p]}, strides = {j->n, 1};
+        dnnl_memory_desc_init_by_strides(&src, 2, d, dnnl_f32, strides);
+        if (reorder(&src, (float *)(j->w + j->lay->n0[p]), &j->lay->wmd[p],
+                    j->out + j->lay->off[p]) != dnnl_success)
+            atomic_store(&j->failed, 1);
+    }
+}
+
 slim_status slim_fmm_pack(const slim_tensor *w, slim_tensor *out, slim_err *err)
 {
     memset(out, 0, sizeof(*out));
@@ -163,16 +185,15 @@ slim_status slim_fmm_pack(const slim_tensor *w, slim_tensor *out, slim_err *err)
     slim_status st = slim_tensor_alloc(out, err);
     if (st)
         return st;
-    for (int p = 0; p < lay.n_parts; p++) {
-        /* W's column slice, read in place through its row stride. */
-        dnnl_memory_desc_t src;
-        dnnl_dims_t d = {k, lay.n0[p + 1] - lay.n0[p]}, strides = {n, 1};
-        dnnl_memory_desc_init_by_strides(&src, 2, d, dnnl_f32, strides);
-        if (reorder(&src, (float *)w->data + lay.n0[p], &lay.wmd[p],
-                    (float *)out->data + lay.off[p]) != dnnl_success) {
-            slim_tensor_release(out);
-            return slim_errf(err, SLIM_EINTERNAL, "oneDNN could not pack the weights");
-        }
+    /* The parts are packed side by side on the kernel threads (a reorder
+     * moves bytes only, so how they are cut changes nothing): loading a
+     * model packs all its MatMul weights, 324 MiB for BERT-base. */
+    pack_job j = {.lay = &lay, .k = k, .n = n, .w = w->data, .out = out->data};
+    atomic_init(&j.failed, 0);
+    slim_parallel_for(lay.n_parts, 1, pack_parts, &j);
+    if (atomic_load(&j.failed)) {
+        slim_tensor_release(out);
+        return slim_errf(err, SLIM_EINTERNAL, "oneDNN could not pack the weights");
     }
     return SLIM_OK;
 }
