@@ -501,6 +501,32 @@ START_TEST(fuse_matmul_row_invariant)
 }
 END_TEST
 
+/* Not row-invariant, 47 items (141 rows) with two column parts run in
+ * even chunks of 71 and 70 rows, the short one padded: every row as the
+ * unfused graph gives it, and each item's rows as when it runs alone up to
+ * rounding (the chunks need not sum alike). */
+START_TEST(fuse_matmul_row_chunks)
+{
+    ck_assert_int_eq(slim_num_threads(), 2); /* main sets it: w1's 128 columns in 2 parts */
+    slim_model *ref = load_mlp(false), *opt = load_mlp(true);
+    slim_tensor x = mlp_input(47, 13), a = run(ref, &x), b = run(opt, &x);
+    assert_close(&b, &a, 1e-5);
+    int64_t per_in = 3 * 64, per_out = slim_tensor_numel(&b) / 47;
+    slim_tensor last = tu_f32(3, (int64_t[]){1, 3, 64}, (const float *)x.data + 46 * per_in);
+    slim_tensor y = run(opt, &last), want = tu_f32(1, (int64_t[]){per_out},
+                                                   (const float *)b.data + 46 * per_out);
+    assert_close(&y, &want, 1e-5);
+    slim_tensor_release(&y);
+    slim_tensor_release(&want);
+    slim_tensor_release(&last);
+    slim_tensor_release(&a);
+    slim_tensor_release(&b);
+    slim_tensor_release(&x);
+    slim_model_free(ref);
+    slim_model_free(opt);
+}
+END_TEST
+
 /* The same graph from a mapped .slim file (whose weights the pass packs
  * and whose pages it gives back) and from memory: FusedMatMuls in both,
  * bitwise the same outputs, and packed weights of the .slim model held
@@ -590,6 +616,7 @@ Suite *passes_suite(void)
     tcase_add_test(tc, conv_depthwise_post_op);
     tcase_add_test(tc, fuse_matmul_matches);
     tcase_add_test(tc, fuse_matmul_row_invariant);
+    tcase_add_test(tc, fuse_matmul_row_chunks);
     tcase_add_test(tc, fuse_matmul_slim_file_same_bits);
     tcase_add_test(tc, fuse_matmul_off_by_env);
 #endif
@@ -600,6 +627,7 @@ Suite *passes_suite(void)
 
 int main(void)
 {
+    setenv("SLIM_NUM_THREADS", "2", 1); /* FusedMatMul's column parts: one per thread */
     SRunner *sr = srunner_create(passes_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
