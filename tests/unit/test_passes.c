@@ -559,6 +559,18 @@ START_TEST(fuse_matmul_slim_file_same_bits)
     }
     ck_assert_int_eq(packed, 2);
     ck_assert_int_ge(mapped, 2); /* the biases stay in the file */
+    /* The model's account holds the weights once: the mapping stops
+     * counting what was packed (64 KiB of w1 and w2 here). */
+    setenv("SLIM_FUSE_MATMUL", "0", 1);
+    slim_model *plain = NULL;
+    ck_assert_msg(slim_model_load(path, NULL, &plain, &err) == SLIM_OK, "%s", err.msg);
+    unsetenv("SLIM_FUSE_MATMUL");
+    size_t held = atomic_load(&file->account->current),
+           held_plain = atomic_load(&plain->account->current);
+    ck_assert_uint_ge(held_plain, 64 * 1024);
+    ck_assert_msg(held <= held_plain + 8192, "packed model holds %zu bytes, unpacked %zu", held,
+                  held_plain);
+    slim_model_free(plain);
     slim_tensor x = mlp_input(5, 9), a = run(mem, &x), b = run(file, &x);
     ck_assert_int_eq(slim_tensor_numel(&a), slim_tensor_numel(&b));
     ck_assert_int_eq(memcmp(a.data, b.data, slim_tensor_nbytes(&a)), 0);
