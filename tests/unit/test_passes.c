@@ -527,6 +527,34 @@ START_TEST(fuse_matmul_row_chunks)
 }
 END_TEST
 
+/* Two MatMuls reading one weight (layers that share it) share one packed
+ * copy, and the original goes: no more weight bytes than unfused. */
+START_TEST(fuse_matmul_shared_weight_packed_once)
+{
+    slim_graph *g = slim_graph_new();
+    g->opset = 17;
+    rng_state = 21;
+    add_init(g, "w", 2, (int64_t[]){64, 64}, -0.3f, 0.3f);
+    node(g, "mm1", "MatMul", 2, (const char *[]){"x", "w"}, "h");
+    node(g, "relu", "Relu", 1, (const char *[]){"h"}, "r");
+    node(g, "mm2", "MatMul", 2, (const char *[]){"r", "w"}, "y");
+    int x = slim_graph_find_value(g, "x");
+    slim_graph_add_input(g, x);
+    g->values[x].info.dtype = SLIM_F32;
+    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    slim_err err = {0};
+    ck_assert_msg(slim_passes_run(g, &err) == SLIM_OK, "%s", err.msg);
+    ck_assert_int_eq(count_op(g, "FusedMatMul"), 2);
+    ck_assert_int_eq(g->nodes[0].in[1], g->nodes[1].in[1]);
+    int weights = 0;
+    for (int v = 0; v < g->n_values; v++)
+        weights += g->values[v].kind == SLIM_VALUE_INITIALIZER && g->values[v].init.data &&
+                   g->values[v].init.dtype == SLIM_F32 && slim_tensor_numel(&g->values[v].init) >= 64 * 64;
+    ck_assert_int_eq(weights, 1);
+    slim_graph_free(g);
+}
+END_TEST
+
 /* The same graph from a mapped .slim file (whose weights the pass packs
  * and whose pages it gives back) and from memory: FusedMatMuls in both,
  * bitwise the same outputs, and packed weights of the .slim model held
@@ -629,6 +657,7 @@ Suite *passes_suite(void)
     tcase_add_test(tc, fuse_matmul_matches);
     tcase_add_test(tc, fuse_matmul_row_invariant);
     tcase_add_test(tc, fuse_matmul_row_chunks);
+    tcase_add_test(tc, fuse_matmul_shared_weight_packed_once);
     tcase_add_test(tc, fuse_matmul_slim_file_same_bits);
     tcase_add_test(tc, fuse_matmul_off_by_env);
 #endif
