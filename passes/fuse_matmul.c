@@ -87,17 +87,14 @@ static int match_gelu(slim_graph *g, const slim_pass_uses *u, int f, bool *dead)
     return half->out[0];
 }
 
-/* mm becomes a FusedMatMul reading packed (which it takes). */
-static slim_status rewrite(slim_graph *g, slim_node *mm, slim_tensor *packed, int bias, int out,
-                           int act, slim_err *err)
+/* mm becomes a FusedMatMul reading the packed weight wv. */
+static slim_status rewrite(slim_graph *g, slim_node *mm, int wv, int bias, int out, int act,
+                           slim_err *err)
 {
     const slim_tensor *w = slim_pass_const_f32(g, mm->in[1]);
     int64_t k = w->dims[0], n = w->dims[1];
     slim_tensor zero = {0};
     slim_status st;
-    int wv = slim_graph_add_initializer(g, g->values[mm->in[1]].name, "_packed", packed, err);
-    if (wv < 0)
-        return SLIM_ENOMEM;
     slim_pass_drop_replaced(g, mm->in[1], mm);
     if (bias < 0) {
         slim_tensor_set_shape(&zero, SLIM_F32, 1, &n);
@@ -156,6 +153,15 @@ static slim_status fuse_matmul_run(slim_graph *g, int *changed, slim_err *err)
         return st;
     const slim_pass_uses *u = &w.uses;
     bool *dead = w.dead;
+    /* A weight read by several MatMuls (layers sharing weights) is packed
+     * once: packed_of[v] is its packed copy's value, or -1. */
+    int n_values = g->n_values;
+    int *packed_of = malloc(sizeof(int) * ((size_t)n_values + 1));
+    if (!packed_of)
+        return slim_pass_walk_finish(&w, g, slim_errf(err, SLIM_ENOMEM,
+                                                      "out of memory optimizing the graph"));
+    for (int v = 0; v < n_values; v++)
+        packed_of[v] = -1;
     for (int i = 0; i < g->n_nodes && !st; i++) {
         slim_node *mm = &g->nodes[i];
         if (dead[i] || !is_op(mm, "MatMul") || mm->n_in != 2 || mm->n_out != 1 || mm->out[0] < 0)
@@ -166,16 +172,26 @@ static slim_status fuse_matmul_run(slim_graph *g, int *changed, slim_err *err)
             continue;
         /* Packed before the epilogue is matched, so a shape oneDNN takes no
          * matmul for leaves the MatMul (and its readers) as they are. */
-        slim_tensor packed;
-        slim_err why = {0};
-        st = slim_fmm_pack(w, &packed, &why);
-        if (st == SLIM_EUNSUPPORTED) {
-            st = SLIM_OK;
-            continue;
-        }
-        if (st) {
-            *err = why;
-            break;
+        int wv = packed_of[mm->in[1]];
+        if (wv < 0) {
+            slim_tensor packed;
+            slim_err why = {0};
+            st = slim_fmm_pack(w, &packed, &why);
+            if (st == SLIM_EUNSUPPORTED) {
+                st = SLIM_OK;
+                continue;
+            }
+            if (st) {
+                *err = why;
+                break;
+            }
+            wv = slim_graph_add_initializer(g, g->values[mm->in[1]].name, "_packed", &packed, err);
+            if (wv < 0) {
+                st = SLIM_ENOMEM;
+                break;
+            }
+            packed_of[mm->in[1]] = wv;
+            w = slim_pass_const_f32(g, mm->in[1]); /* g->values may have moved */
         }
         int out = mm->out[0], bias = -1, act = SLIM_FMM_ACT_NONE;
         slim_node *add = slim_pass_sole_reader(g, u, out, "Add");
@@ -198,10 +214,11 @@ static slim_status fuse_matmul_run(slim_graph *g, int *changed, slim_err *err)
             act = SLIM_FMM_ACT_GELU_ERF;
             out = gelu_out;
         }
-        if ((st = rewrite(g, mm, &packed, bias, out, act, err)))
+        if ((st = rewrite(g, mm, wv, bias, out, act, err)))
             break;
         (*changed)++;
     }
+    free(packed_of);
     return slim_pass_walk_finish(&w, g, st);
 }
 

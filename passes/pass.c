@@ -1,6 +1,7 @@
 /* pass.c - the pass list and the graph-editing helpers passes share. */
 #include "pass.h"
 #include "device.h"
+#include "slim_format.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -158,6 +159,8 @@ void slim_pass_drop_replaced(slim_graph *g, int v, const slim_node *reader)
         uintptr_t hi = ((uintptr_t)val->init.data + nbytes) & ~(page - 1);
         if (hi > lo)
             madvise((void *)lo, hi - lo, MADV_DONTNEED);
+        /* The packed copy is charged now; the mapping stops counting it. */
+        slim_format_uncharge(val->init.buf, nbytes);
     }
     slim_tensor_release(&val->init);
 }

@@ -19,7 +19,8 @@
  * Row invariance: with slim_gemm_row_invariant() on, rows go through in
  * tiles of ROW_TILE with primitives made for ROW_TILE rows (the last tile
  * zero-padded), so a row's result does not depend on how many rows came
- * with it. Otherwise one primitive per part covers all rows; primitives
+ * with it. Otherwise one primitive per part covers all rows (or, with
+ * more than one part, even chunks of up to ROW_CHUNK rows); primitives
  * are made on first use per row count and cached.
  */
 #include "matmul_dnnl.h"
@@ -34,6 +35,7 @@
 void omp_set_num_threads(int n); /* libgomp, which oneDNN links */
 
 #define ROW_TILE 16
+#define ROW_CHUNK 128  /* rows per task when not row-invariant, with parts */
 #define NOMINAL_M 128  /* rows the packed layout is chosen for */
 #define CACHE_SLOTS 8
 #define MAX_PARTS 64
@@ -148,6 +150,28 @@ static dnnl_status_t reorder(const dnnl_memory_desc_t *a, void *pa, const dnnl_m
     return st;
 }
 
+typedef struct pack_job {
+    const fmm_layout *lay;
+    int64_t k, n;
+    const float *w;
+    float *out;
+    atomic_int failed;
+} pack_job;
+
+static void pack_parts(int64_t begin, int64_t end, void *user)
+{
+    pack_job *j = user;
+    for (int64_t p = begin; p < end; p++) {
+        /* W's column slice, read in place through its row stride. */
+        dnnl_memory_desc_t src;
+        dnnl_dims_t d = {j->k, j->lay->n0[p + 1] - j->lay->n0[p]}, strides = {j->n, 1};
+        dnnl_memory_desc_init_by_strides(&src, 2, d, dnnl_f32, strides);
+        if (reorder(&src, (float *)(j->w + j->lay->n0[p]), &j->lay->wmd[p],
+                    j->out + j->lay->off[p]) != dnnl_success)
+            atomic_store(&j->failed, 1);
+    }
+}
+
 slim_status slim_fmm_pack(const slim_tensor *w, slim_tensor *out, slim_err *err)
 {
     memset(out, 0, sizeof(*out));
@@ -163,16 +187,15 @@ slim_status slim_fmm_pack(const slim_tensor *w, slim_tensor *out, slim_err *err)
     slim_status st = slim_tensor_alloc(out, err);
     if (st)
         return st;
-    for (int p = 0; p < lay.n_parts; p++) {
-        /* W's column slice, read in place through its row stride. */
-        dnnl_memory_desc_t src;
-        dnnl_dims_t d = {k, lay.n0[p + 1] - lay.n0[p]}, strides = {n, 1};
-        dnnl_memory_desc_init_by_strides(&src, 2, d, dnnl_f32, strides);
-        if (reorder(&src, (float *)w->data + lay.n0[p], &lay.wmd[p],
-                    (float *)out->data + lay.off[p]) != dnnl_success) {
-            slim_tensor_release(out);
-            return slim_errf(err, SLIM_EINTERNAL, "oneDNN could not pack the weights");
-        }
+    /* The parts are packed side by side on the kernel threads (a reorder
+     * moves bytes only, so how they are cut changes nothing): loading a
+     * model packs all its MatMul weights, 324 MiB for BERT-base. */
+    pack_job j = {.lay = &lay, .k = k, .n = n, .w = w->data, .out = out->data};
+    atomic_init(&j.failed, 0);
+    slim_parallel_for(lay.n_parts, 1, pack_parts, &j);
+    if (atomic_load(&j.failed)) {
+        slim_tensor_release(out);
+        return slim_errf(err, SLIM_EINTERNAL, "oneDNN could not pack the weights");
     }
     return SLIM_OK;
 }
@@ -310,7 +333,7 @@ typedef struct fmm_job {
     const fmm_prims *c;
     const float *a, *w, *b;
     float *y;
-    int64_t rows;        /* rows per task: all, or ROW_TILE */
+    int64_t rows;        /* rows per task: all, ROW_TILE or a chunk */
     int64_t m;           /* rows in all */
     atomic_int failed;
 } fmm_job;
@@ -404,13 +427,23 @@ static slim_status fmm_exec(slim_op_ctx *ctx)
     if (!y || slim_tensor_numel(y) == 0)
         return SLIM_OK;
     int64_t m = slim_tensor_numel(a) / s->k;
-    bool tiles = slim_gemm_row_invariant();
+    int64_t rows = m;
+    if (slim_gemm_row_invariant()) {
+        rows = ROW_TILE;
+    } else if (s->lay.n_parts > 1 && m > ROW_CHUNK) {
+        /* Column parts go through a buffer of rows x part: in chunks of
+         * about ROW_CHUNK rows it stays in cache instead of making a round
+         * trip of Y's size through memory (BERT-base batch 8 x 128). The
+         * chunks are even, so a short last one pads few rows. */
+        int64_t chunks = (m + ROW_CHUNK - 1) / ROW_CHUNK;
+        rows = (m + chunks - 1) / chunks;
+    }
     bool owned;
-    fmm_prims *c = prims_get(s, tiles ? ROW_TILE : m, &owned);
+    fmm_prims *c = prims_get(s, rows, &owned);
     if (!c)
         return slim_errf(ctx->err, SLIM_EINTERNAL, "oneDNN could not make the matmul");
     fmm_job j = {.s = s, .c = c, .a = a->data, .w = ctx->in[1]->data, .b = ctx->in[2]->data,
-                 .y = y->data, .rows = tiles ? ROW_TILE : m, .m = m};
+                 .y = y->data, .rows = rows, .m = m};
     int64_t n_tiles = (m + j.rows - 1) / j.rows;
     slim_parallel_for(n_tiles * s->lay.n_parts, 1, fmm_tasks, &j);
     if (owned)

@@ -41,6 +41,11 @@ bool slim_format_sniff(const void *head, size_t n);
  * while mapped. */
 slim_status slim_format_load_file(const char *path, slim_graph **out, slim_err *err);
 
+/* Bytes of a mapping (owner, a weight's buffer) that no longer count: a
+ * pass replaced a weight by a packed copy and gave its pages back
+ * (slim_pass_drop_replaced). Does nothing for any other buffer. */
+void slim_format_uncharge(struct slim_buffer *owner, size_t bytes);
+
 /* The same from bytes in memory; owner (may be NULL) is referenced by each
  * initializer, and without one the bytes must outlive the graph. */
 slim_status slim_format_load_buffer(const void *data, size_t size, struct slim_buffer *owner,

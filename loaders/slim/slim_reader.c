@@ -649,6 +649,19 @@ static void mapping_release(slim_buffer *b)
     free(mp);
 }
 
+void slim_format_uncharge(struct slim_buffer *owner, size_t bytes)
+{
+    if (!owner || owner->release != mapping_release)
+        return;
+    mapping *mp = (mapping *)owner;
+    if (bytes > mp->charged)
+        bytes = mp->charged;
+    if (mp->acct && bytes) {
+        atomic_fetch_sub(&mp->acct->current, bytes);
+        mp->charged -= bytes;
+    }
+}
+
 slim_status slim_format_load_file(const char *path, slim_graph **out, slim_err *err)
 {
     *out = NULL;

@@ -6,7 +6,8 @@
 
   * `slim convert` writes each example model (and an fp16 copy), reads it
     back and verifies it; `slim run` gives bitwise the same outputs from the
-    .slim file as from the .onnx file
+    .slim file as from the .onnx file, and with --batch-invariant each row
+    of a batch from the .slim file is bitwise that row alone from the .onnx
   * a repository holding only model.slim files is served, and answers equal
     the .onnx model's bitwise
   * a truncated or corrupted .slim file is refused by `slim` (exit 1, a
@@ -38,8 +39,8 @@ from test_server import REPO, Runner, Server, check, write_json  # noqa: E402
 MODELS = ["mlp", "resnet", "transformer"]
 
 
-def run_slim(slim, model, inputs, outdir):
-    args = [slim, "run", model, "--output-dir", outdir]
+def run_slim(slim, model, inputs, outdir, *extra):
+    args = [slim, "run", model, "--output-dir", outdir, *extra]
     for name, path in inputs.items():
         args += ["--input", f"{name}={path}"]
     r = subprocess.run(args, capture_output=True, text=True, timeout=300)
@@ -72,6 +73,28 @@ def t_convert_and_run(args, examples, m):
         scale = float(np.abs(a[k]).max()) or 1.0
         err = float(np.abs(a[k].astype(np.float64) - c[k].astype(np.float64)).max()) / scale
         check(err < 2e-2, f"fp16 {k}: relative error {err}")
+
+
+def t_rows_across_formats(args, examples):
+    """FusedMatMul (on by default) packs the weights at load from either file:
+    with --batch-invariant each row of a batch of 8 from the .slim file is
+    bitwise that row run alone from the .onnx file."""
+    src = os.path.join(examples, "transformer", "1", "model.onnx")
+    dst = os.path.join(args.workdir, "transformer.slim")
+    name = onnx.load(src).graph.input[0].name
+    ids = np.random.default_rng(11).integers(0, 1000, (8, 16), dtype=np.int64)
+    d = os.path.join(args.workdir, "rows")
+    os.makedirs(d, exist_ok=True)
+    np.save(os.path.join(d, "all.npy"), ids)
+    whole = run_slim(args.slim, dst, {name: os.path.join(d, "all.npy")}, os.path.join(d, "all"),
+                     "--batch-invariant")
+    for i in (0, 3, 7):
+        np.save(os.path.join(d, f"r{i}.npy"), ids[i:i + 1])
+        one = run_slim(args.slim, src, {name: os.path.join(d, f"r{i}.npy")},
+                       os.path.join(d, f"r{i}"), "--batch-invariant")
+        for k in one:
+            check(one[k].tobytes() == whole[k][i:i + 1].tobytes(),
+                  f"{k}: row {i} alone (.onnx) differs from in a batch of 8 (.slim)")
 
 
 def t_damaged_refused(args):
@@ -215,6 +238,8 @@ def main():
     r = Runner()
     for m in MODELS:
         r.case(f"{m}: convert, run bitwise equal, fp16", t_convert_and_run, args, examples, m)
+    r.case("transformer: batch rows from .slim == rows alone from .onnx", t_rows_across_formats,
+           args, examples)
     r.case("damaged files refused by slim", t_damaged_refused, args)
     repo = os.path.join(args.workdir, "repo")
     for m in MODELS:

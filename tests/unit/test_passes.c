@@ -590,6 +590,60 @@ START_TEST(fuse_matmul_row_invariant)
 }
 END_TEST
 
+/* Not row-invariant, 47 items (141 rows) with two column parts run in
+ * even chunks of 71 and 70 rows, the short one padded: every row as the
+ * unfused graph gives it, and each item's rows as when it runs alone up to
+ * rounding (the chunks need not sum alike). */
+START_TEST(fuse_matmul_row_chunks)
+{
+    ck_assert_int_eq(slim_num_threads(), 2); /* main sets it: w1's 128 columns in 2 parts */
+    slim_model *ref = load_mlp(false), *opt = load_mlp(true);
+    slim_tensor x = mlp_input(47, 13), a = run(ref, &x), b = run(opt, &x);
+    assert_close(&b, &a, 1e-5);
+    int64_t per_in = 3 * 64, per_out = slim_tensor_numel(&b) / 47;
+    slim_tensor last = tu_f32(3, (int64_t[]){1, 3, 64}, (const float *)x.data + 46 * per_in);
+    slim_tensor y = run(opt, &last), want = tu_f32(1, (int64_t[]){per_out},
+                                                   (const float *)b.data + 46 * per_out);
+    assert_close(&y, &want, 1e-5);
+    slim_tensor_release(&y);
+    slim_tensor_release(&want);
+    slim_tensor_release(&last);
+    slim_tensor_release(&a);
+    slim_tensor_release(&b);
+    slim_tensor_release(&x);
+    slim_model_free(ref);
+    slim_model_free(opt);
+}
+END_TEST
+
+/* Two MatMuls reading one weight (layers that share it) share one packed
+ * copy, and the original goes: no more weight bytes than unfused. */
+START_TEST(fuse_matmul_shared_weight_packed_once)
+{
+    slim_graph *g = slim_graph_new();
+    g->opset = 17;
+    rng_state = 21;
+    add_init(g, "w", 2, (int64_t[]){64, 64}, -0.3f, 0.3f);
+    node(g, "mm1", "MatMul", 2, (const char *[]){"x", "w"}, "h");
+    node(g, "relu", "Relu", 1, (const char *[]){"h"}, "r");
+    node(g, "mm2", "MatMul", 2, (const char *[]){"r", "w"}, "y");
+    int x = slim_graph_find_value(g, "x");
+    slim_graph_add_input(g, x);
+    g->values[x].info.dtype = SLIM_F32;
+    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    slim_err err = {0};
+    ck_assert_msg(slim_passes_run(g, &err) == SLIM_OK, "%s", err.msg);
+    ck_assert_int_eq(count_op(g, "FusedMatMul"), 2);
+    ck_assert_int_eq(g->nodes[0].in[1], g->nodes[1].in[1]);
+    int weights = 0;
+    for (int v = 0; v < g->n_values; v++)
+        weights += g->values[v].kind == SLIM_VALUE_INITIALIZER && g->values[v].init.data &&
+                   g->values[v].init.dtype == SLIM_F32 && slim_tensor_numel(&g->values[v].init) >= 64 * 64;
+    ck_assert_int_eq(weights, 1);
+    slim_graph_free(g);
+}
+END_TEST
+
 /* The same graph from a mapped .slim file (whose weights the pass packs
  * and whose pages it gives back) and from memory: FusedMatMuls in both,
  * bitwise the same outputs, and packed weights of the .slim model held
@@ -622,6 +676,18 @@ START_TEST(fuse_matmul_slim_file_same_bits)
     }
     ck_assert_int_eq(packed, 2);
     ck_assert_int_ge(mapped, 2); /* the biases stay in the file */
+    /* The model's account holds the weights once: the mapping stops
+     * counting what was packed (64 KiB of w1 and w2 here). */
+    setenv("SLIM_FUSE_MATMUL", "0", 1);
+    slim_model *plain = NULL;
+    ck_assert_msg(slim_model_load(path, NULL, &plain, &err) == SLIM_OK, "%s", err.msg);
+    unsetenv("SLIM_FUSE_MATMUL");
+    size_t held = atomic_load(&file->account->current),
+           held_plain = atomic_load(&plain->account->current);
+    ck_assert_uint_ge(held_plain, 64 * 1024);
+    ck_assert_msg(held <= held_plain + 8192, "packed model holds %zu bytes, unpacked %zu", held,
+                  held_plain);
+    slim_model_free(plain);
     slim_tensor x = mlp_input(5, 9), a = run(mem, &x), b = run(file, &x);
     ck_assert_int_eq(slim_tensor_numel(&a), slim_tensor_numel(&b));
     ck_assert_int_eq(memcmp(a.data, b.data, slim_tensor_nbytes(&a)), 0);
@@ -680,6 +746,8 @@ Suite *passes_suite(void)
     tcase_add_test(tc, conv_winograd);
     tcase_add_test(tc, fuse_matmul_matches);
     tcase_add_test(tc, fuse_matmul_row_invariant);
+    tcase_add_test(tc, fuse_matmul_row_chunks);
+    tcase_add_test(tc, fuse_matmul_shared_weight_packed_once);
     tcase_add_test(tc, fuse_matmul_slim_file_same_bits);
     tcase_add_test(tc, fuse_matmul_off_by_env);
 #endif
@@ -690,6 +758,7 @@ Suite *passes_suite(void)
 
 int main(void)
 {
+    setenv("SLIM_NUM_THREADS", "2", 1); /* FusedMatMul's column parts: one per thread */
     SRunner *sr = srunner_create(passes_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
