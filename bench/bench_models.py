@@ -23,8 +23,9 @@ second. The last column is the largest |slim - ort| over the outputs,
 relative to the largest |ort| output, from a separate slim run.
 
 --ab NAME=VALUE runs slim a second time in each round with that variable
-set (e.g. SLIM_FUSE_MATMUL=0), and adds its median, its ratio against
-onnxruntime and the median of the per-round ratios slim/slim-B.
+set (e.g. SLIM_FUSE_MATMUL=1 or SLIM_CONV_WINOGRAD=0), and adds its median,
+its ratio against onnxruntime and the median of the per-round ratios
+slim/slim-B.
 """
 
 import argparse

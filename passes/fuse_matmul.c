@@ -12,7 +12,7 @@
  *
  * Only float32 MatMuls are seen: the int8, half-precision and pruning
  * rewrites, which run first, have already taken the ones they converted.
- * On by default (SLIM_FUSE_MATMUL=0 turns it off); left out for GPU models
+ * Opt-in (SLIM_FUSE_MATMUL=1; see fuse_matmul_run); left out for GPU models
  * (pass.c). Without oneDNN the pass does nothing.
  */
 #include "pass.h"
@@ -133,7 +133,7 @@ static slim_status rewrite(slim_graph *g, slim_node *mm, int wv, int bias, int o
 
 static slim_status fuse_matmul_run(slim_graph *g, int *changed, slim_err *err)
 {
-    /* On unless SLIM_FUSE_MATMUL=0 (for A/B comparisons). The packed copy
+    /* Off unless SLIM_FUSE_MATMUL=1. The packed copy
      * replaces the original in both load paths, so weight memory does not
      * grow: from .onnx the heap original is freed as each weight is packed;
      * from a mapped .slim file slim_pass_drop_replaced gives the weight's
@@ -142,10 +142,14 @@ static slim_status fuse_matmul_run(slim_graph *g, int *changed, slim_err *err)
      * pack the same bytes the same way, so their outputs are bitwise equal.
      * What the mapping no longer gives: pages shared between processes
      * serving the same file, and a load that reads nothing (packing reads
-     * every weight once). Storing the packed layout in the file would give
-     * both back, at the cost of tying the file to one oneDNN build and ISA. */
+     * every weight once): BERT-base from .slim loads in ~190 ms instead of
+     * 1.5 ms and holds 324 MiB of its own instead of shared page cache.
+     * Those are the .slim format's promises (zero-copy, replicas sharing
+     * pages), so the pass stays opt-in until the file stores the packed
+     * layout, which ties a file to one oneDNN build and ISA and needs a
+     * repack path for the others. */
     const char *on = getenv("SLIM_FUSE_MATMUL");
-    if (on && strcmp(on, "0") == 0)
+    if (!on || strcmp(on, "1") != 0)
         return SLIM_OK;
     slim_pass_walk w;
     slim_status st = slim_pass_walk_init(&w, g, err);

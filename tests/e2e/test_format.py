@@ -76,14 +76,28 @@ def t_convert_and_run(args, examples, m):
 
 
 def t_rows_across_formats(args, examples):
-    """FusedMatMul (on by default) packs the weights at load from either file:
-    with --batch-invariant each row of a batch of 8 from the .slim file is
-    bitwise that row run alone from the .onnx file."""
+    """With --batch-invariant each row of a batch of 8 from the .slim file is
+    bitwise that row run alone from the .onnx file: by default, and with
+    FusedMatMul (SLIM_FUSE_MATMUL=1), which packs the weights at load from
+    either file."""
+    prev = os.environ.get("SLIM_FUSE_MATMUL")
+    try:
+        for fuse in ("0", "1"):
+            os.environ["SLIM_FUSE_MATMUL"] = fuse
+            rows_across_formats(args, examples, fuse)
+    finally:
+        if prev is None:
+            os.environ.pop("SLIM_FUSE_MATMUL", None)
+        else:
+            os.environ["SLIM_FUSE_MATMUL"] = prev
+
+
+def rows_across_formats(args, examples, fuse):
     src = os.path.join(examples, "transformer", "1", "model.onnx")
     dst = os.path.join(args.workdir, "transformer.slim")
     name = onnx.load(src).graph.input[0].name
     ids = np.random.default_rng(11).integers(0, 1000, (8, 16), dtype=np.int64)
-    d = os.path.join(args.workdir, "rows")
+    d = os.path.join(args.workdir, "rows" + fuse)
     os.makedirs(d, exist_ok=True)
     np.save(os.path.join(d, "all.npy"), ids)
     whole = run_slim(args.slim, dst, {name: os.path.join(d, "all.npy")}, os.path.join(d, "all"),
@@ -94,7 +108,8 @@ def t_rows_across_formats(args, examples):
                        os.path.join(d, f"r{i}"), "--batch-invariant")
         for k in one:
             check(one[k].tobytes() == whole[k][i:i + 1].tobytes(),
-                  f"{k}: row {i} alone (.onnx) differs from in a batch of 8 (.slim)")
+                  f"{k}: row {i} alone (.onnx) differs from in a batch of 8 (.slim), "
+                  f"SLIM_FUSE_MATMUL={fuse}")
 
 
 def t_damaged_refused(args):

@@ -681,7 +681,7 @@ START_TEST(fuse_matmul_slim_file_same_bits)
     setenv("SLIM_FUSE_MATMUL", "0", 1);
     slim_model *plain = NULL;
     ck_assert_msg(slim_model_load(path, NULL, &plain, &err) == SLIM_OK, "%s", err.msg);
-    unsetenv("SLIM_FUSE_MATMUL");
+    setenv("SLIM_FUSE_MATMUL", "1", 1);
     size_t held = atomic_load(&file->account->current),
            held_plain = atomic_load(&plain->account->current);
     ck_assert_uint_ge(held_plain, 64 * 1024);
@@ -700,12 +700,13 @@ START_TEST(fuse_matmul_slim_file_same_bits)
 }
 END_TEST
 
-/* The pass is on by default; SLIM_FUSE_MATMUL=0 leaves the MatMuls. */
+/* The pass is opt-in: unset (or 0) leaves the MatMuls, SLIM_FUSE_MATMUL=1
+ * fuses them (this suite's main sets it for the other tests). */
 START_TEST(fuse_matmul_off_by_env)
 {
-    setenv("SLIM_FUSE_MATMUL", "0", 1);
-    slim_model *off = load_mlp(true);
     unsetenv("SLIM_FUSE_MATMUL");
+    slim_model *off = load_mlp(true);
+    setenv("SLIM_FUSE_MATMUL", "1", 1);
     ck_assert_int_eq(count_op(off->graph, "FusedMatMul"), 0);
     ck_assert_int_eq(count_op(off->graph, "MatMul"), 2);
     slim_model_free(off);
@@ -759,6 +760,7 @@ Suite *passes_suite(void)
 int main(void)
 {
     setenv("SLIM_NUM_THREADS", "2", 1); /* FusedMatMul's column parts: one per thread */
+    setenv("SLIM_FUSE_MATMUL", "1", 1); /* the pass is opt-in */
     SRunner *sr = srunner_create(passes_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
