@@ -14,6 +14,19 @@
  * default POOL_SPIN_US) before sleeping. The spin is bounded and short, so
  * on cores shared with other work it wastes at most that much per job
  * (unlike an OpenMP runtime's spin of milliseconds; see conv_dnnl.c).
+ *
+ * The caller waits only for the workers that joined the job. On cores
+ * shared with other processes a sleeping worker can take a scheduler
+ * timeslice (milliseconds) to run; the caller has meanwhile taken all the
+ * chunks itself, and waiting for that worker to wake up only to find
+ * nothing left stalled the caller for as long (MobileNetV2 runs ~40 jobs
+ * of 20-300 us per image). So the caller closes the job when it runs out
+ * of chunks, and a worker joins (counts itself in `active`) before it
+ * looks at whether the job is still open: either the caller sees it
+ * counted and waits for it, or it sees the job closed and goes back to
+ * waiting (both sides use sequentially consistent atomics, so at least
+ * one sees the other). Which thread runs a chunk never changes what the
+ * chunk computes. SLIM_POOL_WAIT_ALL=1 waits for every worker (A/B).
  */
 #include "kernel.h"
 
@@ -22,6 +35,7 @@
 #include <sched.h>
 #include <stdatomic.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 #if defined(__x86_64__)
@@ -38,7 +52,10 @@ static struct {
     pthread_mutex_t mu;
     pthread_cond_t cv_start, cv_done;
     atomic_ulong generation;
-    atomic_int pending;              /* workers still in the current job */
+    atomic_int active;               /* workers inside the current job */
+    atomic_bool open;                /* whether workers may still join it */
+    atomic_int passed;               /* workers done with it (wait_all) */
+    bool wait_all;                   /* SLIM_POOL_WAIT_ALL=1: old wait */
     int64_t spin_ns;                 /* how long to watch before sleeping */
     void (*fn)(int64_t, int64_t, void *);
     void *user;
@@ -89,14 +106,14 @@ static bool spin_while_ulong(atomic_ulong *v, unsigned long old)
     }
 }
 
-static bool spin_until_zero(atomic_int *v)
+static bool spin_until_value(atomic_int *v, int want)
 {
     if (pool.spin_ns <= 0)
-        return atomic_load(v) == 0;
+        return atomic_load(v) == want;
     int64_t until = now_ns() + pool.spin_ns;
     for (;;) {
         for (int i = 0; i < 64; i++) {
-            if (atomic_load_explicit(v, memory_order_acquire) == 0)
+            if (atomic_load_explicit(v, memory_order_acquire) == want)
                 return true;
             cpu_relax();
         }
@@ -117,9 +134,16 @@ static void *worker_main(void *arg)
             pthread_mutex_unlock(&pool.mu);
         }
         seen = atomic_load(&pool.generation);
-        run_chunks();
-        if (atomic_fetch_sub(&pool.pending, 1) == 1) {
-            /* Under the lock, so a caller that saw pending > 0 is already
+        atomic_fetch_add(&pool.active, 1);
+        /* A job published after the generation was read is as good: its
+         * fields were written before it was opened. */
+        if (atomic_load(&pool.open))
+            run_chunks();
+        bool last = atomic_fetch_sub(&pool.active, 1) == 1;
+        if (pool.wait_all)
+            last = atomic_fetch_add(&pool.passed, 1) == pool.n_threads - 2;
+        if (last) {
+            /* Under the lock, so a caller that saw active > 0 is already
              * waiting when the signal comes. */
             pthread_mutex_lock(&pool.mu);
             pthread_cond_signal(&pool.cv_done);
@@ -141,6 +165,8 @@ static void pool_init(void)
     const char *spin = getenv("SLIM_POOL_SPIN_US");
     long spin_us = spin ? atol(spin) : POOL_SPIN_US;
     pool.spin_ns = (spin_us < 0 ? 0 : spin_us > 10000 ? 10000 : spin_us) * 1000;
+    const char *all = getenv("SLIM_POOL_WAIT_ALL");
+    pool.wait_all = all && strcmp(all, "1") == 0;
     /* BLAS runs single-threaded inside our parts (see slim_sgemm). */
     openblas_set_num_threads(1);
     pthread_mutex_init(&pool.job_lock, NULL);
@@ -186,14 +212,25 @@ void slim_parallel_for(int64_t n, int64_t grain,
     pool.n = n;
     pool.chunk = chunk;
     atomic_store(&pool.next, 0);
-    atomic_store(&pool.pending, threads - 1);
+    atomic_store(&pool.passed, 0);
+    atomic_store(&pool.open, true);        /* after the fields: see worker_main */
     atomic_fetch_add(&pool.generation, 1); /* publishes the job to spinning workers */
     pthread_cond_broadcast(&pool.cv_start);
     pthread_mutex_unlock(&pool.mu);
     run_chunks();
-    if (!spin_until_zero(&pool.pending)) {
+    if (pool.wait_all) {
+        while (!spin_until_value(&pool.passed, threads - 1)) {
+            pthread_mutex_lock(&pool.mu);
+            while (atomic_load(&pool.passed) != threads - 1)
+                pthread_cond_wait(&pool.cv_done, &pool.mu);
+            pthread_mutex_unlock(&pool.mu);
+        }
+    }
+    /* No chunk is left to take: a worker that has not joined yet need not. */
+    atomic_store(&pool.open, false);
+    if (!spin_until_value(&pool.active, 0)) {
         pthread_mutex_lock(&pool.mu);
-        while (atomic_load(&pool.pending) > 0)
+        while (atomic_load(&pool.active) > 0)
             pthread_cond_wait(&pool.cv_done, &pool.mu);
         pthread_mutex_unlock(&pool.mu);
     }

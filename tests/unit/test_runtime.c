@@ -1,9 +1,11 @@
 /* test_runtime.c - dtype conversions (runtime/dtype.c), NumPy files
- * (runtime/npy.c) and the shape helpers of kernels/common.c. */
+ * (runtime/npy.c), the shape helpers of kernels/common.c and the thread
+ * pool (runtime/parallel.c). */
 #include "testutil.h"
 #include "npy.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -528,6 +530,61 @@ START_TEST(test_dtype_checks_and_reads)
 }
 END_TEST
 
+/* ---- thread pool (runtime/parallel.c) ---------------------------------------- */
+
+typedef struct pool_job {
+    _Atomic int *count;
+    int64_t n;
+    int slow;                  /* every slow-th index spins a while */
+} pool_job;
+
+static void pool_mark(int64_t begin, int64_t end, void *user)
+{
+    pool_job *j = user;
+    for (int64_t i = begin; i < end; i++) {
+        if (j->slow && i % j->slow == 0)
+            for (volatile int spin = 0; spin < 20000; spin++)
+                ;
+        atomic_fetch_add(&j->count[i], 1);
+    }
+}
+
+/* More threads than cores, so workers often wake after the caller has
+ * taken every chunk: the caller may then return without them (it closes
+ * the job), but never before a worker that did take a chunk has finished
+ * it, and no chunk may run twice or be skipped. */
+static void pool_jobs_each_index_once(const char *wait_all)
+{
+    setenv("SLIM_NUM_THREADS", "4", 1);
+    setenv("SLIM_POOL_SPIN_US", "0", 1); /* workers sleep: the late-wake case */
+    setenv("SLIM_POOL_WAIT_ALL", wait_all, 1);
+    ck_assert_int_eq(slim_num_threads(), 4);
+    enum { MAX_N = 61 };
+    _Atomic int count[MAX_N];
+    for (int job = 0; job < 3000; job++) {
+        pool_job j = {count, 1 + job % MAX_N, job % 3 ? 0 : 1 + job % 5};
+        for (int i = 0; i < MAX_N; i++)
+            atomic_store(&count[i], 0);
+        slim_parallel_for(j.n, 1, pool_mark, &j);
+        for (int64_t i = 0; i < MAX_N; i++)
+            ck_assert_msg(atomic_load(&count[i]) == (i < j.n), "job %d (n %lld): index %lld "
+                          "ran %d times", job, (long long)j.n, (long long)i,
+                          atomic_load(&count[i]));
+    }
+}
+
+START_TEST(test_pool_jobs_each_index_once)
+{
+    pool_jobs_each_index_once("0");
+}
+END_TEST
+
+START_TEST(test_pool_jobs_each_index_once_wait_all)
+{
+    pool_jobs_each_index_once("1");
+}
+END_TEST
+
 static Suite *runtime_suite(void)
 {
     Suite *s = suite_create("runtime");
@@ -555,6 +612,12 @@ static Suite *runtime_suite(void)
     tcase_add_test(common, test_norm_axis);
     tcase_add_test(common, test_dtype_checks_and_reads);
     suite_add_tcase(s, common);
+
+    TCase *pool = tcase_create("pool"); /* each test forks: its own pool */
+    tcase_add_test(pool, test_pool_jobs_each_index_once);
+    tcase_add_test(pool, test_pool_jobs_each_index_once_wait_all);
+    tcase_set_timeout(pool, 60);
+    suite_add_tcase(s, pool);
     return s;
 }
 
