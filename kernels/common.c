@@ -6,6 +6,7 @@
 #include <cpuid.h>
 #endif
 #include <stdio.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -396,6 +397,21 @@ slim_status slim_attr_geometry(const slim_node *node, const char *name, int64_t 
                              name, i, (long long)out[i], (long long)min, INT32_MAX);
     *count = n;
     return SLIM_OK;
+}
+
+bool slim_cpu_has_avx512f(void)
+{
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+    static _Atomic int known = -1;
+    int k = atomic_load(&known);
+    if (k < 0) {
+        k = __builtin_cpu_supports("avx512f") ? 1 : 0;
+        atomic_store(&known, k);
+    }
+    return k == 1;
+#else
+    return false;
+#endif
 }
 
 bool slim_cpu_has_f16c(void)

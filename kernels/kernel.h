@@ -173,5 +173,7 @@ bool slim_gemm_row_invariant(void);
 /* Whether the CPU converts fp16 <-> fp32 in hardware (F16C). Not through
  * __builtin_cpu_supports("f16c"): clang 14 does not know that name. */
 bool slim_cpu_has_f16c(void);
+/* Whether the CPU (and OS) run AVX-512F; the answer is cached. */
+bool slim_cpu_has_avx512f(void);
 
 #endif

@@ -98,23 +98,13 @@ ATTN_AVX512 static void softmax_row_avx512(float *row, int64_t n)
                               _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, row + full), inv));
 }
 
-static bool have_avx512(void)
-{
-    static _Atomic int known = -1;
-    int k = atomic_load(&known);
-    if (k < 0) {
-        k = __builtin_cpu_supports("avx512f") ? 1 : 0;
-        atomic_store(&known, k);
-    }
-    return k == 1;
-}
 #endif
 
 bool slim__attn_force_portable(bool on)
 {
     atomic_store(&force_portable, on ? 1 : 0);
 #ifdef ATTN_X86
-    return have_avx512();
+    return slim_cpu_has_avx512f();
 #else
     return false;
 #endif
@@ -123,7 +113,7 @@ bool slim__attn_force_portable(bool on)
 void slim__attn_softmax_row(float *row, int64_t n)
 {
 #ifdef ATTN_X86
-    if (!atomic_load(&force_portable) && have_avx512()) {
+    if (!atomic_load(&force_portable) && slim_cpu_has_avx512f()) {
         softmax_row_avx512(row, n);
         return;
     }
@@ -278,7 +268,7 @@ static void attn_scores_small(const float *q, int64_t ldq, const float *kt, int6
                               int64_t T, int64_t D, float scale, float *s)
 {
 #ifdef ATTN_X86
-    if (!atomic_load(&force_portable) && have_avx512()) {
+    if (!atomic_load(&force_portable) && slim_cpu_has_avx512f()) {
         attn_scores_avx512(q, ldq, kt, rows, T, D, scale, s);
         return;
     }
@@ -290,7 +280,7 @@ static void attn_pv_small(const float *p, int64_t T, const float *v, int64_t ldv
                           int64_t Dv, float *y, int64_t ldy)
 {
 #ifdef ATTN_X86
-    if (!atomic_load(&force_portable) && have_avx512()) {
+    if (!atomic_load(&force_portable) && slim_cpu_has_avx512f()) {
         attn_pv_avx512(p, T, v, ldv, rows, Dv, y, ldy);
         return;
     }

@@ -93,16 +93,6 @@ typedef struct mpb_job {
 #include <immintrin.h>
 #define MPB_X86 1
 
-static bool have_avx512(void)
-{
-    static _Atomic int known = -1;
-    int k = atomic_load(&known);
-    if (k < 0) {
-        k = __builtin_cpu_supports("avx512f") ? 1 : 0;
-        atomic_store(&known, k);
-    }
-    return k == 1;
-}
 
 /* mpb_rows with one 16-channel block per register. max_ps(v, acc) is
  * v > acc ? v : acc (it returns its second operand when either is NaN
@@ -141,7 +131,7 @@ bool slim__mpb_force_portable(bool on)
 {
     atomic_store(&force_portable, on ? 1 : 0);
 #ifdef MPB_X86
-    return have_avx512();
+    return slim_cpu_has_avx512f();
 #else
     return false;
 #endif
@@ -153,7 +143,7 @@ static void mpb_rows(int64_t begin, int64_t end, void *user)
     const mpb_job *j = user;
     const mpb_state *s = j->s;
 #ifdef MPB_X86
-    if (!atomic_load(&force_portable) && have_avx512()) {
+    if (!atomic_load(&force_portable) && slim_cpu_has_avx512f()) {
         mpb_rows_avx512(j, begin, end);
         return;
     }
