@@ -21,8 +21,9 @@ stored result and measures the model as served, not the conversion):
   mag50   --prune magnitude:0.5         50% smallest |w| per layer
   mag90   --prune magnitude:0.9         90%
   bf16+2:4  --precision bf16 --prune 2:4
-Each configuration runs in its own process (`slim run --repeat R`, the
-median of R runs after a warm-up), so its peak RSS is its own; rounds
+Each configuration runs in its own process (`slim run --repeat R`, R = 500
+for the small models, 3 or 5 for BERT: the median of R runs after 200 ms
+of warm-up), so its peak RSS is its own; rounds
 alternate the configurations (A B C ..., A B C ...) and the table shows
 the median over rounds, so a busy moment of a shared machine hits every
 configuration alike. Threads: SLIM_NUM_THREADS.
@@ -169,7 +170,7 @@ def main():
             d = os.path.join(a.workdir, f"{name}_b{batch}")
             os.makedirs(d, exist_ok=True)
             in_args = make_inputs(src, batch, np.random.default_rng(batch), d)
-            repeat = (3 if batch > 1 else 5) if big else 30
+            repeat = (3 if batch > 1 else 5) if big else 500
             times = {c: [] for c in configs}
             rss = {c: 0.0 for c in configs}
             outs = {}
