@@ -660,6 +660,9 @@ typedef struct image_job {
     const float *x, *w, *b, *r; /* r: NULL without a residual */
     const float *dww, *dwb;     /* the depthwise post-op's, or NULL */
     float *y, *src, *dst;       /* src: NULL when the conv reads x */
+    const uint16_t *hw;         /* half W, widened per part; w is NULL then */
+    slim_dtype hw_type;
+    int64_t w_numel;
     int64_t plane_in, plane_out, w_per_oc;
     int64_t in_image, out_image, r_image; /* floats per image of x, y, r */
     int64_t src_image, dst_image; /* of src, dst: channels padded to 16 */
@@ -743,10 +746,29 @@ static void conv_parts(int64_t begin, int64_t end, void *user)
         else if (j->r && j->r + roff != dst) /* blocked already: the sum reads dst */
             memcpy(dst, j->r + roff,
                    sizeof(float) * (size_t)((round16(pt->o1) - pt->o0) * j->plane_out));
+        const float *w = j->w ? j->w + pt->o0 * j->w_per_oc : NULL;
+        slim_tensor wpart = {.dtype = SLIM_F32, .ndim = 1};
+        if (st == dnnl_success && j->hw) {
+            /* This part's slice of half W, widened by the thread that runs
+             * it, right before: it stays in this core's cache for the conv,
+             * and the parts widen side by side. */
+            int64_t first = pt->o0 * j->w_per_oc;
+            int64_t n = (int64_t)(dnnl_memory_desc_get_size(&pt->wei_md) / sizeof(float));
+            if (n > j->w_numel - first)
+                n = j->w_numel - first;
+            wpart.dims[0] = n;
+            slim_err ignored;
+            if (slim_tensor_alloc(&wpart, &ignored)) {
+                st = dnnl_out_of_memory;
+            } else {
+                slim_half_widen(j->hw + first, j->hw_type, wpart.data, n);
+                w = wpart.data;
+            }
+        }
         if (st == dnnl_success)
-            st = run_conv(pt, src, j->w + pt->o0 * j->w_per_oc, j->b + pt->o0,
-                          j->dww ? j->dww + pt->o0 * 9 : NULL, j->dww ? j->dwb + pt->o0 : NULL,
-                          dst, strm);
+            st = run_conv(pt, src, w, j->b + pt->o0, j->dww ? j->dww + pt->o0 * 9 : NULL,
+                          j->dww ? j->dwb + pt->o0 : NULL, dst, strm);
+        slim_tensor_release(&wpart);
         if (st == dnnl_success && pt->from_dst)
             st = run_reorder(pt->from_dst, &pt->dst_md, dst, &pt->y_md, j->y + off, strm);
         if (st == dnnl_success)
@@ -765,9 +787,14 @@ static slim_status fconv_exec(slim_op_ctx *ctx)
     if (!y || slim_tensor_numel(y) == 0)
         return SLIM_OK;
     /* Half weights stay half at rest; this run's float32 copy (same packed
-     * layout, each element widened exactly) goes when the run does. */
+     * layout, each element widened exactly) goes when the run does. One
+     * image runs each part once, so each part widens its own slice
+     * (conv_parts); a batch widens all of W once, here, first. */
     slim_tensor wide = {0};
-    if (w->dtype != SLIM_F32) {
+    const slim_tensor *half = NULL;
+    if (w->dtype != SLIM_F32 && x->dims[0] == 1) {
+        half = w;
+    } else if (w->dtype != SLIM_F32) {
         wide.dtype = SLIM_F32;
         wide.ndim = w->ndim;
         memcpy(wide.dims, w->dims, sizeof(wide.dims));
@@ -790,7 +817,9 @@ static slim_status fconv_exec(slim_op_ctx *ctx)
     if ((set.src_floats && (st = slim_tensor_alloc(&src, ctx->err))) ||
         (set.dst_floats && (st = slim_tensor_alloc(&dst, ctx->err))))
         goto done;
-    image_job j = {.set = &set, .s = s, .w = w->data, .b = b->data, .src = src.data,
+    image_job j = {.set = &set, .s = s, .w = half ? NULL : w->data, .b = b->data,
+                   .hw = half ? half->data : NULL, .hw_type = w->dtype,
+                   .w_numel = slim_tensor_numel(w), .src = src.data,
                    .dst = dst.data, .plane_in = set.h * set.w, .plane_out = set.oh * set.ow,
                    .w_per_oc = slim_tensor_numel(w) / w->dims[0]};
     j.in_image = x->dims[1] * j.plane_in;

@@ -6,6 +6,7 @@
 
 #include "device.h"
 #include "pass.h"
+#include "half.h"
 #include "slim_format.h"
 #ifdef SLIM_HAVE_DNNL
 #include "matmul_dnnl.h"
@@ -244,6 +245,56 @@ START_TEST(fuse_conv_batch_invariant)
     slim_tensor_release(&all);
     slim_tensor_release(&x);
     slim_model_free(opt);
+}
+END_TEST
+
+/* Half weights in FusedConv: one image widens each part's slice of W as
+ * the part runs, a batch widens all of W first; the same values through
+ * the same primitives, so each row of a batch of 3 is bitwise that image
+ * alone, and all agree with the float32 model to the weights' rounding. */
+START_TEST(fuse_conv_half_weights)
+{
+    slim_model *ref = load(3);
+    slim_tensor x = input(3), want = run(ref, &x);
+    for (int h = 0; h < 2; h++) {
+        slim_dtype half = h ? SLIM_BF16 : SLIM_F16;
+        slim_graph *g = small_cnn();
+        slim_half_opts o = {.half = half};
+        slim_err err = {0};
+        ck_assert_msg(slim_quant_half_weights(g, &o, NULL, &err) == SLIM_OK, "%s", err.msg);
+        /* As slim_model_load runs them: the passes see float32 convs. */
+        slim_dtype conv_half;
+        ck_assert_int_eq(slim_half_conv_widen(g, &conv_half, &err), SLIM_OK);
+        ck_assert_int_eq(conv_half, half);
+        ck_assert_msg(slim_passes_run(g, &err) == SLIM_OK, "%s", err.msg);
+        ck_assert_int_eq(slim_half_conv_narrow(g, half, &o, &err), SLIM_OK);
+        int half_convs = 0;
+        for (int i = 0; i < g->n_nodes; i++)
+            half_convs += strcmp(g->nodes[i].op_type, "FusedConv") == 0 &&
+                          g->values[g->nodes[i].in[1]].init.dtype == half;
+        ck_assert_int_ge(half_convs, 3);
+        slim_model *m;
+        ck_assert_msg(slim_model_from_graph(g, &m, &err) == SLIM_OK, "%s", err.msg);
+        slim_model_set_batch_invariant(m, true);
+        slim_tensor all = run(m, &x);
+        assert_close(&all, &want, h ? 3e-2 : 3e-3);
+        int64_t per_in = 3 * 144, per_out = slim_tensor_numel(&all) / 3;
+        for (int64_t n = 0; n < 3; n++) {
+            slim_tensor one = tu_f32(4, (int64_t[]){1, 3, 12, 12}, (const float *)x.data + n * per_in);
+            slim_tensor y = run(m, &one);
+            ck_assert_msg(memcmp(y.data, (const float *)all.data + n * per_out,
+                                 sizeof(float) * (size_t)per_out) == 0,
+                          "%s: image %lld alone differs from in the batch",
+                          h ? "bf16" : "fp16", (long long)n);
+            slim_tensor_release(&y);
+            slim_tensor_release(&one);
+        }
+        slim_tensor_release(&all);
+        slim_model_free(m);
+    }
+    slim_tensor_release(&want);
+    slim_tensor_release(&x);
+    slim_model_free(ref);
 }
 END_TEST
 
@@ -742,6 +793,7 @@ Suite *passes_suite(void)
     tcase_add_test(tc, fuse_conv_matches);
     tcase_add_test(tc, blocked_layout_matches);
     tcase_add_test(tc, fuse_conv_batch_invariant);
+    tcase_add_test(tc, fuse_conv_half_weights);
     tcase_add_loop_test(tc, conv_odd_channels_and_blocked_pool, 0, 2);
     tcase_add_test(tc, conv_depthwise_post_op);
     tcase_add_test(tc, conv_winograd);
