@@ -32,6 +32,9 @@
 
 #define MR_MAX 4
 #define MR_F32 6        /* rows per float32-path micro-tile */
+#ifndef HGEMM_W_ROWS
+#define HGEMM_W_ROWS 8 /* see slim_hgemm */
+#endif
 #define ROW_CHUNK 48    /* rows per task: a multiple of MR_MAX and MR_F32 */
 
 int64_t slim_hgemm_k2(int64_t k)
@@ -527,8 +530,12 @@ void slim_hgemm(const slim_hgemm_args *a, void *scratch)
     int64_t panels = (j.n16 + SLIM_HGEMM_PANEL - 1) / SLIM_HGEMM_PANEL;
     j.tasks = panels * j.chunks;
     /* A task is up to ROW_CHUNK x 64 x k multiply-adds; a thread is worth
-     * waking for ~2^18 of them. */
-    int64_t work = (a->m < ROW_CHUNK ? a->m : ROW_CHUNK) * SLIM_HGEMM_PANEL * j.k2;
+     * waking for ~2^18 of them. Each weight a task reads costs about as
+     * much as HGEMM_W_ROWS rows' multiply-adds (loaded and widened, or
+     * paired, once per task), which is what a few rows are made of: an MLP's
+     * 784 x 256 layer at one row ran on one thread, 1.6x the float32 sgemm
+     * that splits it. */
+    int64_t work = ((a->m < ROW_CHUNK ? a->m : ROW_CHUNK) + HGEMM_W_ROWS) * SLIM_HGEMM_PANEL * j.k2;
     int64_t grain = 1 + (1 << 18) / (work ? work : 1);
     int64_t loops = (j.tasks + grain - 1) / grain;
     if (loops > slim_num_threads())
