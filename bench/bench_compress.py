@@ -174,8 +174,10 @@ def main():
             times = {c: [] for c in configs}
             rss = {c: 0.0 for c in configs}
             outs = {}
-            for _ in range(a.rounds):
-                for c in configs:
+            for rnd in range(a.rounds):
+                # Each round starts one config later: no config always runs
+                # first (right after a conversion or another model's runs).
+                for c in configs[rnd % len(configs):] + configs[:rnd % len(configs)]:
                     o = os.path.join(d, c.replace(":", "_").replace("+", "_"))
                     os.makedirs(o, exist_ok=True)
                     text, peak = spawn([slim, "run", stored[c]] + in_args +
@@ -193,10 +195,14 @@ def main():
                 y = outs[c]
                 cos = float(y @ ref / (np.linalg.norm(y) * np.linalg.norm(ref)))
                 rel = float(np.linalg.norm(y - ref) / np.linalg.norm(ref))
+                # the median of per-round ratios: a round's runs are minutes
+                # apart at most, so a drifting machine load cancels in each
+                ratio = statistics.median(t / f for t, f in zip(times[c], times["fp32"]))
                 rows.append((name, batch, c, wbytes[c], wbytes[c] / wbytes["fp32"], rss[c],
-                             med[c], med[c] / med["fp32"], cos, rel))
+                             med[c], ratio, cos, rel))
             print(f"# {name} batch {batch}: done", file=sys.stderr, flush=True)
-    print(f"\nthreads {a.threads}, {a.rounds} alternating rounds, medians; error vs fp32's "
+    print(f"\nthreads {a.threads}, {a.rounds} alternating rounds (rotating order), medians, "
+          f"x fp32 time = median of per-round ratios; error vs fp32's "
           f"output; bert = {a.layers} layers")
     hdr = ("model", "batch", "config", "weight MB", "x fp32 bytes", "peak RSS MiB", "ms",
            "x fp32 time", "cosine", "rel L2 err")
