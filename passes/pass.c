@@ -52,10 +52,13 @@ slim_status slim_passes_run_for(slim_graph *g, bool host, slim_err *err)
         return SLIM_OK;
     for (int i = 0; slim_passes[i]; i++) {
         int changed = 0;
-        if (!host && (slim_passes[i] == &slim__pass_fuse_attention ||
-                      slim_passes[i] == &slim__pass_fuse_matmul))
+        slim_status st = SLIM_OK;
+        if (!host && slim_passes[i] == &slim__pass_fuse_attention)
             continue;
-        slim_status st = slim_passes[i]->run(g, &changed, err);
+        if (!host && slim_passes[i] == &slim__pass_fuse_matmul)
+            st = slim_pass_defuse_matmul(g, err); /* a file's */
+        else
+            st = slim_passes[i]->run(g, &changed, err);
         if (st)
             return slim_err_prefix(err, "pass %s: ", slim_passes[i]->name);
     }

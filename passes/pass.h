@@ -34,6 +34,13 @@ slim_status slim_passes_run(slim_graph *g, slim_err *err);
  * are left out for a GPU, where those nodes would pull the work, with
  * copies each way, back to the host. */
 slim_status slim_passes_run_for(slim_graph *g, bool host, slim_err *err);
+/* FusedMatMul (passes/fuse_matmul.c) for a file: every float32 MatMul
+ * weight packed, as `slim convert` stores them (none with
+ * SLIM_FUSE_MATMUL=0, or without oneDNN). */
+slim_status slim_pass_pack_matmul(slim_graph *g, slim_err *err);
+/* Every FusedMatMul back to MatMul [+ Add] [+ Relu | GELU's nodes], its
+ * weight unpacked: for a GPU, where no kernel runs it. */
+slim_status slim_pass_defuse_matmul(slim_graph *g, slim_err *err);
 /* The passes in the order slim_passes_run runs them, NULL-terminated. */
 extern const slim_pass *const slim_passes[];
 

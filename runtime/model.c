@@ -159,6 +159,13 @@ slim_status slim_model_load(const char *path, const slim_load_opts *opts,
     }
     /* The optimization passes see what int8 / half left in float32, and
      * half convolutions as float32 ones, made half again after. */
+    if (!st && opts && opts->no_passes && opts->pack_matmul) {
+        st = slim_pass_pack_matmul(g, err);
+        if (st) {
+            slim_graph_free(g);
+            g = NULL;
+        }
+    }
     if (!st && !(opts && opts->no_passes)) {
         slim_dtype conv_half = SLIM_DTYPE_UNDEFINED;
         slim_half_opts cho = {SLIM_DTYPE_UNDEFINED, opts ? opts->half_exclude : NULL,

@@ -217,6 +217,9 @@ typedef struct slim_load_opts {
     /* Skip the graph optimization passes (passes/pass.h): the graph as
      * written, e.g. to save it to a .slim file, whose loads run them. */
     bool no_passes;
+    /* With no_passes: still pack the float32 MatMul weights for this CPU
+     * (slim_pass_pack_matmul), which a .slim file stores packed. */
+    bool pack_matmul;
     /* Pruning (NULL: none); runs before the precision passes. */
     const slim_prune_opts *prune;
 } slim_load_opts;

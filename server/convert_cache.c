@@ -174,12 +174,16 @@ slim_status slim_server_convert_cached(const char *cache_dir, const char *model,
     /* fp16 / bf16 without activations means the whole graph in half on
      * CUDA, half weights elsewhere: the conversion follows the target. */
     bool whole = opts->device && strncmp(opts->device, "cuda", 4) == 0;
+    /* MatMul weights packed for this CPU (passes/fuse_matmul.c) when the
+     * CPU will run them; a GPU would only unpack them again. */
+    const char *fmm = getenv("SLIM_FUSE_MATMUL");
+    bool pack = !whole && !(fmm && strcmp(fmm, "0") == 0);
     snprintf(set, sizeof(set), "format %d; slimserve %s; precision %s; int8 max_error %.17g; "
-             "activations %s; int8 fallback %s; whole %d; int8 exclude",
+             "activations %s; int8 fallback %s; whole %d; pack %d; int8 exclude",
              SLIM_FORMAT_VERSION, SLIM_SERVER_VERSION,
              opts->precision ? opts->precision : "fp32", opts->int8_max_error,
              opts->activations ? opts->activations : "-",
-             opts->int8_fallback ? opts->int8_fallback : "-", whole);
+             opts->int8_fallback ? opts->int8_fallback : "-", whole, pack);
     uint64_t set_hash = hash_bytes((const unsigned char *)set, strlen(set), 1);
     for (int i = 0; i < opts->n_int8_exclude; i++)
         set_hash = hash_bytes((const unsigned char *)opts->int8_exclude[i],
@@ -206,7 +210,8 @@ slim_status slim_server_convert_cached(const char *cache_dir, const char *model,
                          .int8_max_error = opts->int8_max_error, .no_passes = true,
                          .int8_fallback = opts->int8_fallback, .activations = opts->activations,
                          .half_exclude = opts->half_exclude,
-                         .n_half_exclude = opts->n_half_exclude, .half_whole_graph = whole};
+                         .n_half_exclude = opts->n_half_exclude, .half_whole_graph = whole,
+                         .pack_matmul = pack};
     slim_model *m = NULL;
     if ((s = slim_model_load(src, &lo, &m, err)) != SLIM_OK)
         return s;

@@ -24,6 +24,7 @@
  * are made on first use per row count and cached.
  */
 #include "matmul_dnnl.h"
+#include "matmul_layout.h"
 
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
@@ -38,7 +39,7 @@ void omp_set_num_threads(int n); /* libgomp, which oneDNN links */
 #define ROW_CHUNK 128  /* rows per task when not row-invariant, with parts */
 #define NOMINAL_M 128  /* rows the packed layout is chosen for */
 #define CACHE_SLOTS 8
-#define MAX_PARTS 64
+#define MAX_PARTS SLIM_FMM_MAX_PARTS
 
 typedef struct fmm_layout {
     int n_parts;
@@ -57,6 +58,7 @@ typedef struct fmm_prims {
 typedef struct fmm_state {
     int64_t k, n;
     int act;
+    bool foreign; /* packed by another CPU or oneDNN build: not run */
     fmm_layout lay;
     pthread_mutex_t mu;
     int n_cached;
@@ -85,23 +87,34 @@ static dnnl_stream_t get_stream(void)
 }
 
 /* The parts and their packed layouts; the pass and prepare both call it,
- * so the layout the weights were packed in is the one the kernel reads. */
-static dnnl_status_t layout_make(int64_t k, int64_t n, fmm_layout *lay)
+ * so the layout the weights were packed in is the one the kernel reads.
+ * bounds (n_parts + 1 column bounds) are a file's; NULL: one part per
+ * thread, in multiples of 64 columns. */
+static dnnl_status_t layout_make(int64_t k, int64_t n, const int64_t *bounds, int n_parts,
+                                 fmm_layout *lay)
 {
     if (!get_stream())
         return dnnl_runtime_error;
-    int parts = slim_num_threads();
-    int64_t blocks = (n + 63) / 64;
-    if (parts > blocks)
-        parts = (int)blocks;
-    if (parts > MAX_PARTS)
-        parts = MAX_PARTS;
+    int parts = n_parts;
+    if (bounds) {
+        if (parts < 1 || parts > MAX_PARTS)
+            return dnnl_invalid_arguments;
+        for (int p = 0; p <= parts; p++)
+            lay->n0[p] = bounds[p];
+    } else {
+        parts = slim_num_threads();
+        int64_t blocks = (n + 63) / 64;
+        if (parts > blocks)
+            parts = (int)blocks;
+        if (parts > MAX_PARTS)
+            parts = MAX_PARTS;
+        for (int p = 0; p <= parts; p++) {
+            int64_t c = blocks * p / parts * 64;
+            lay->n0[p] = c < n ? c : n;
+        }
+    }
     lay->n_parts = parts;
     lay->off[0] = 0;
-    for (int p = 0; p <= parts; p++) {
-        int64_t c = blocks * p / parts * 64;
-        lay->n0[p] = c < n ? c : n;
-    }
     for (int p = 0; p < parts; p++) {
         dnnl_memory_desc_t a, w, d;
         dnnl_dims_t ad = {NOMINAL_M, k}, wd = {k, lay->n0[p + 1] - lay->n0[p]},
@@ -121,6 +134,41 @@ static dnnl_status_t layout_make(int64_t k, int64_t n, fmm_layout *lay)
         lay->off[p + 1] = lay->off[p] + dnnl_memory_desc_get_size(&lay->wmd[p]) / sizeof(float);
     }
     return dnnl_success;
+}
+
+/* Part p's layout in matmul_layout.h's words; false when oneDNN's is not
+ * a plain blocked one those words say (it has been, on every ISA seen). */
+static bool layout_describe(const fmm_layout *lay, int p, int64_t *d)
+{
+    const dnnl_memory_desc_t *m = &lay->wmd[p];
+    const dnnl_blocking_desc_t *b = &m->format_desc.blocking;
+    if (m->ndims != 2 || m->format_kind != dnnl_blocked || m->offset0 || m->padded_offsets[0] ||
+        m->padded_offsets[1] || m->extra.flags || b->inner_nblks < 0 || b->inner_nblks > 4)
+        return false;
+    memset(d, 0, sizeof(int64_t) * SLIM_FMM_DESC);
+    d[0] = m->padded_dims[0];
+    d[1] = m->padded_dims[1];
+    d[2] = b->strides[0];
+    d[3] = b->strides[1];
+    d[4] = b->inner_nblks;
+    for (int i = 0; i < b->inner_nblks; i++) {
+        d[5 + i] = b->inner_blks[i];
+        d[9 + i] = b->inner_idxs[i];
+    }
+    d[13] = (int64_t)(lay->off[p + 1] - lay->off[p]);
+    return true;
+}
+
+bool slim_fmm_layout_here(int64_t k, int64_t n, const int64_t *bounds, int n_parts,
+                          int64_t *layout)
+{
+    fmm_layout lay;
+    if (layout_make(k, n, bounds, n_parts, &lay) != dnnl_success)
+        return false;
+    for (int p = 0; p < lay.n_parts; p++)
+        if (!layout_describe(&lay, p, layout + p * SLIM_FMM_DESC))
+            return false;
+    return true;
 }
 
 static dnnl_status_t reorder(const dnnl_memory_desc_t *a, void *pa, const dnnl_memory_desc_t *b,
@@ -172,16 +220,25 @@ static void pack_parts(int64_t begin, int64_t end, void *user)
     }
 }
 
-slim_status slim_fmm_pack(const slim_tensor *w, slim_tensor *out, slim_err *err)
+slim_status slim_fmm_pack(const slim_tensor *w, slim_tensor *out, slim_fmm_packing *how,
+                          slim_err *err)
 {
     memset(out, 0, sizeof(*out));
     if (w->dtype != SLIM_F32 || w->ndim != 2)
         return slim_errf(err, SLIM_EUNSUPPORTED, "FusedMatMul packs float32 [K, N] weights");
     int64_t k = w->dims[0], n = w->dims[1];
     fmm_layout lay;
-    if (layout_make(k, n, &lay) != dnnl_success)
+    if (layout_make(k, n, NULL, 0, &lay) != dnnl_success)
         return slim_errf(err, SLIM_EUNSUPPORTED, "oneDNN has no matmul for [%lld, %lld] weights",
                          (long long)k, (long long)n);
+    how->n_bounds = lay.n_parts + 1;
+    for (int p = 0; p <= lay.n_parts; p++)
+        how->parts[p] = lay.n0[p];
+    for (int p = 0; p < lay.n_parts; p++)
+        if (!layout_describe(&lay, p, how->layout + p * SLIM_FMM_DESC))
+            return slim_errf(err, SLIM_EUNSUPPORTED, "oneDNN packs [%lld, %lld] weights in a "
+                             "layout a file cannot describe", (long long)k, (long long)n);
+    how->n_layout = lay.n_parts * SLIM_FMM_DESC;
     int64_t total = (int64_t)lay.off[lay.n_parts];
     slim_tensor_set_shape(out, SLIM_F32, 1, &total);
     slim_status st = slim_tensor_alloc(out, err);
@@ -210,12 +267,25 @@ static slim_status fmm_prepare(slim_node *node, void **state, slim_err *err)
     s->k = slim_attr_int(node, "K", 0);
     s->n = slim_attr_int(node, "N", 0);
     s->act = (int)slim_attr_int(node, "activation", 0);
+    /* Packed by a file's writer: its parts, and its layout, which the
+     * fuse_matmul pass has checked is this machine's (or repacked). */
+    int64_t bounds[MAX_PARTS + 1], layout[MAX_PARTS * SLIM_FMM_DESC],
+            here[MAX_PARTS * SLIM_FMM_DESC];
+    int n_bounds = slim_attr_ints(node, "parts", bounds, MAX_PARTS + 1);
+    int n_layout = slim_attr_ints(node, "layout", layout, MAX_PARTS * SLIM_FMM_DESC);
+    bool filed = n_bounds > 0 || n_layout > 0;
     if (s->k < 1 || s->n < 1 || s->act < 0 || s->act > SLIM_FMM_ACT_GELU_ERF ||
-        layout_make(s->k, s->n, &s->lay) != dnnl_success) {
+        (filed && (n_bounds < 2 || n_bounds > MAX_PARTS + 1 ||
+                   n_layout != (n_bounds - 1) * SLIM_FMM_DESC)) ||
+        layout_make(s->k, s->n, filed ? bounds : NULL, n_bounds - 1, &s->lay) != dnnl_success) {
         free(s);
-        return slim_errf(err, SLIM_EINVAL, "FusedMatMul attributes K, N, activation are wrong "
-                         "or oneDNN cannot run them");
+        return slim_errf(err, SLIM_EINVAL, "FusedMatMul attributes K, N, activation, parts, "
+                         "layout are wrong or oneDNN cannot run them");
     }
+    /* Only a load without the passes (slim inspect, SLIM_PASSES=0) sees
+     * another machine's layout here: it may look, not run. */
+    s->foreign = filed && (!slim_fmm_layout_here(s->k, s->n, bounds, n_bounds - 1, here) ||
+                           memcmp(here, layout, sizeof(int64_t) * (size_t)n_layout) != 0);
     pthread_mutex_init(&s->mu, NULL);
     *state = s;
     return SLIM_OK;
@@ -426,6 +496,9 @@ static slim_status fmm_exec(slim_op_ctx *ctx)
     slim_tensor *y = ctx->out[0];
     if (!y || slim_tensor_numel(y) == 0)
         return SLIM_OK;
+    if (s->foreign)
+        return slim_errf(ctx->err, SLIM_EUNSUPPORTED, "FusedMatMul: its weight was packed for "
+                         "another CPU or oneDNN build; a load with the graph passes repacks it");
     int64_t m = slim_tensor_numel(a) / s->k;
     int64_t rows = m;
     if (slim_gemm_row_invariant()) {

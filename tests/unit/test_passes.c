@@ -751,20 +751,244 @@ START_TEST(fuse_matmul_slim_file_same_bits)
 }
 END_TEST
 
-/* The pass is opt-in: unset (or 0) leaves the MatMuls, SLIM_FUSE_MATMUL=1
- * fuses them (this suite's main sets it for the other tests). */
+/* SLIM_FUSE_MATMUL=0 leaves the MatMuls; unset (auto) fuses weights in the
+ * process's memory, which a graph built in memory has, as =1 does (this
+ * suite's main sets 1 for the other tests). */
 START_TEST(fuse_matmul_off_by_env)
 {
-    unsetenv("SLIM_FUSE_MATMUL");
+    setenv("SLIM_FUSE_MATMUL", "0", 1);
     slim_model *off = load_mlp(true);
-    setenv("SLIM_FUSE_MATMUL", "1", 1);
+    unsetenv("SLIM_FUSE_MATMUL");
     ck_assert_int_eq(count_op(off->graph, "FusedMatMul"), 0);
     ck_assert_int_eq(count_op(off->graph, "MatMul"), 2);
     slim_model_free(off);
-    slim_model *on = load_mlp(true);
-    ck_assert_int_eq(count_op(on->graph, "FusedMatMul"), 2);
-    slim_model_free(on);
+    slim_model *aut = load_mlp(true);
+    setenv("SLIM_FUSE_MATMUL", "1", 1);
+    ck_assert_int_eq(count_op(aut->graph, "FusedMatMul"), 2);
+    slim_model_free(aut);
 }
+END_TEST
+
+/* ---- packed weights in a .slim file ---------------------------------------- */
+
+/* small_mlp as `slim convert` writes it: MatMul weights packed. */
+static void write_packed_mlp(const char *path)
+{
+    slim_graph *g = small_mlp();
+    slim_err err = {0};
+    ck_assert_msg(slim_pass_pack_matmul(g, &err) == SLIM_OK, "%s", err.msg);
+    ck_assert_int_eq(count_op(g, "FusedMatMul"), 2);
+    ck_assert_msg(slim_format_write(g, path, &err) == SLIM_OK, "%s", err.msg);
+    slim_graph_free(g);
+}
+
+static slim_graph *read_graph(const char *path)
+{
+    slim_graph *g = NULL;
+    slim_err err = {0};
+    ck_assert_msg(slim_format_load_file(path, &g, &err) == SLIM_OK, "%s", err.msg);
+    return g;
+}
+
+static void assert_same_bits(slim_model *a, slim_model *b)
+{
+    slim_tensor x = mlp_input(4, 17), ya = run(a, &x), yb = run(b, &x);
+    ck_assert_int_eq(slim_tensor_numel(&ya), slim_tensor_numel(&yb));
+    ck_assert_int_eq(memcmp(ya.data, yb.data, slim_tensor_nbytes(&ya)), 0);
+    slim_tensor_release(&ya);
+    slim_tensor_release(&yb);
+    slim_tensor_release(&x);
+}
+
+/* By default a file's packed weights are run in place (still mapped), and
+ * compute bitwise what the same graph packed at load computes. */
+START_TEST(fuse_matmul_packed_file_in_place)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "/tmp/test_passes_fmmp_%ld.slim", (long)getpid());
+    write_packed_mlp(path);
+    unsetenv("SLIM_FUSE_MATMUL");
+    slim_model *file = NULL, *mem = load_mlp(true);
+    slim_err err = {0};
+    ck_assert_msg(slim_model_load(path, NULL, &file, &err) == SLIM_OK, "%s", err.msg);
+    setenv("SLIM_FUSE_MATMUL", "1", 1);
+    ck_assert_int_eq(count_op(file->graph, "FusedMatMul"), 2);
+    int mapped = 0;
+    for (int i = 0; i < file->graph->n_nodes; i++) {
+        const slim_node *n = &file->graph->nodes[i];
+        if (strcmp(n->op_type, "FusedMatMul"))
+            continue;
+        const slim_tensor *w = &file->graph->values[n->in[1]].init;
+        int fd;
+        int64_t off;
+        mapped += slim_file_map_lookup(w->data, slim_tensor_nbytes(w), &fd, &off);
+    }
+    ck_assert_int_eq(mapped, 2);
+    assert_same_bits(file, mem);
+    slim_model_free(file);
+    slim_model_free(mem);
+    unlink(path);
+}
+END_TEST
+
+/* Set node `name`'s weight to W [k, n] stored plain (no inner blocks), one
+ * part, as another machine's oneDNN might have laid it out. */
+static void make_plain(slim_graph *g, const char *name, const char *wname)
+{
+    slim_graph *src = small_mlp();
+    const slim_tensor *w = &src->values[slim_graph_find_value(src, wname)].init;
+    int64_t k = w->dims[0], n = w->dims[1];
+    for (int i = 0; i < g->n_nodes; i++) {
+        slim_node *nd = &g->nodes[i];
+        if (strcmp(nd->name, name))
+            continue;
+        slim_tensor t = tu_f32(1, (int64_t[]){k * n}, w->data);
+        slim_err err = {0};
+        int v = slim_graph_add_initializer(g, wname, "_plain", &t, &err);
+        ck_assert_int_ge(v, 0);
+        g->nodes[i].in[1] = v;
+        int64_t parts[2] = {0, n};
+        int64_t layout[SLIM_FMM_DESC] = {k, n, n, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, k * n};
+        ck_assert_int_eq(slim_pass_set_ints(&g->nodes[i], "parts", parts, 2, &err), SLIM_OK);
+        ck_assert_int_eq(slim_pass_set_ints(&g->nodes[i], "layout", layout, SLIM_FMM_DESC, &err),
+                         SLIM_OK);
+    }
+    slim_graph_free(src);
+}
+
+/* A file packed in a layout this machine's oneDNN does not pick is
+ * repacked at load, and computes bitwise what packing here computes. */
+START_TEST(fuse_matmul_foreign_layout_repacked)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "/tmp/test_passes_fmmf_%ld.slim", (long)getpid());
+    write_packed_mlp(path);
+    slim_graph *g = read_graph(path);
+    make_plain(g, "mm1", "w1");
+    slim_err err = {0};
+    ck_assert_msg(slim_format_write(g, path, &err) == SLIM_OK, "%s", err.msg);
+    slim_graph_free(g);
+    slim_model *file = NULL, *mem = load_mlp(true);
+    ck_assert_msg(slim_model_load(path, NULL, &file, &err) == SLIM_OK, "%s", err.msg);
+    ck_assert_int_eq(count_op(file->graph, "FusedMatMul"), 2);
+    assert_same_bits(file, mem);
+    slim_model_free(file);
+    /* Without the passes it loads (to be looked at) but does not run. */
+    slim_load_opts raw = {.no_passes = true};
+    ck_assert_msg(slim_model_load(path, &raw, &file, &err) == SLIM_OK, "%s", err.msg);
+    slim_tensor x = mlp_input(1, 3), *out = NULL;
+    int n_out;
+    ck_assert_int_eq(slim_model_run(file, 1, (const char *[]){"x"}, &x, &out, &n_out, &err),
+                     SLIM_EUNSUPPORTED);
+    ck_assert_ptr_nonnull(strstr(err.msg, "another CPU"));
+    slim_tensor_release(&x);
+    slim_model_free(file);
+    slim_model_free(mem);
+    unlink(path);
+}
+END_TEST
+
+/* Undone (SLIM_FUSE_MATMUL=0 here; a GPU load the same way): MatMul, Add,
+ * the GELU's nodes and Relu again, bitwise the unfused model's results. */
+START_TEST(fuse_matmul_packed_file_undone)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "/tmp/test_passes_fmmu_%ld.slim", (long)getpid());
+    write_packed_mlp(path);
+    setenv("SLIM_FUSE_MATMUL", "0", 1);
+    slim_model *file = NULL, *plain = load_mlp(true);
+    slim_err err = {0};
+    ck_assert_msg(slim_model_load(path, NULL, &file, &err) == SLIM_OK, "%s", err.msg);
+    setenv("SLIM_FUSE_MATMUL", "1", 1);
+    ck_assert_int_eq(count_op(file->graph, "FusedMatMul"), 0);
+    ck_assert_int_eq(count_op(file->graph, "MatMul"), 2);
+    ck_assert_int_eq(count_op(plain->graph, "MatMul"), 2);
+    assert_same_bits(file, plain);
+    slim_model_free(file);
+    slim_model_free(plain);
+    /* The GPU's path, on the graph as read. */
+    slim_graph *g = read_graph(path);
+    ck_assert_msg(slim_pass_defuse_matmul(g, &err) == SLIM_OK, "%s", err.msg);
+    ck_assert_int_eq(count_op(g, "FusedMatMul"), 0);
+    ck_assert_int_eq(count_op(g, "Erf"), 1);
+    ck_assert_int_eq(count_op(g, "Relu"), 1);
+    slim_graph_free(g);
+    unlink(path);
+}
+END_TEST
+
+/* A damaged layout is refused at load, naming the node; nothing is read
+ * outside the weight. */
+START_TEST(fuse_matmul_bad_layout_refused)
+{
+    char path[256];
+    snprintf(path, sizeof(path), "/tmp/test_passes_fmmb_%ld.slim", (long)getpid());
+    write_packed_mlp(path);
+    for (int c = 0; c < 4; c++) {
+        slim_graph *g = read_graph(path);
+        for (int i = 0; i < g->n_nodes; i++) {
+            slim_node *n = &g->nodes[i];
+            if (strcmp(n->name, "mm2"))
+                continue;
+            int64_t parts[SLIM_FMM_MAX_PARTS + 1], layout[SLIM_FMM_MAX_PARTS * SLIM_FMM_DESC];
+            int nb = slim_attr_ints(n, "parts", parts, SLIM_FMM_MAX_PARTS + 1);
+            int nl = slim_attr_ints(n, "layout", layout, SLIM_FMM_MAX_PARTS * SLIM_FMM_DESC);
+            if (c == 0)
+                layout[2] = (int64_t)1 << 30; /* a stride past the weight */
+            else if (c == 1)
+                layout[4] = 9; /* blocks */
+            else if (c == 2)
+                parts[nb - 1] = 63; /* not N */
+            else
+                layout[13] += 16; /* more floats than the weight holds */
+            slim_err e = {0};
+            ck_assert_int_eq(slim_pass_set_ints(n, "parts", parts, nb, &e), SLIM_OK);
+            ck_assert_int_eq(slim_pass_set_ints(n, "layout", layout, nl, &e), SLIM_OK);
+        }
+        slim_err err = {0};
+        ck_assert_msg(slim_format_write(g, path, &err) == SLIM_OK, "%s", err.msg);
+        slim_graph_free(g);
+        for (int mode = 0; mode < 2; mode++) { /* repacked here; undone */
+            setenv("SLIM_FUSE_MATMUL", mode ? "0" : "1", 1);
+            slim_model *m = NULL;
+            ck_assert_int_ne(slim_model_load(path, NULL, &m, &err), SLIM_OK);
+            ck_assert_msg(strstr(err.msg, "mm2") != NULL, "case %d: %s", c, err.msg);
+        }
+        setenv("SLIM_FUSE_MATMUL", "1", 1);
+        write_packed_mlp(path);
+    }
+    unlink(path);
+}
+END_TEST
+
+/* Unpacking gives W back bitwise, over shapes whose blocks do not divide. */
+START_TEST(fuse_matmul_unpack_roundtrip)
+{
+    int64_t shapes[3][2] = {{100, 37}, {64, 130}, {7, 200}};
+    for (int s = 0; s < 3; s++) {
+        int64_t k = shapes[s][0], n = shapes[s][1];
+        float *d = malloc(sizeof(float) * (size_t)(k * n));
+        rng_state = 40 + s;
+        for (int64_t i = 0; i < k * n; i++)
+            d[i] = rndf();
+        slim_tensor w = tu_f32(2, (int64_t[]){k, n}, d), packed;
+        slim_fmm_packing how;
+        slim_err err = {0};
+        ck_assert_msg(slim_fmm_pack(&w, &packed, &how, &err) == SLIM_OK, "%s", err.msg);
+        int parts;
+        ck_assert_msg(slim_fmm_layout_check(how.parts, how.n_bounds, how.layout, how.n_layout, k,
+                                            n, slim_tensor_numel(&packed), &parts, &err) == SLIM_OK,
+                      "%s", err.msg);
+        float *back = calloc((size_t)(k * n), sizeof(float));
+        slim_fmm_unpack(packed.data, how.parts, parts, how.layout, k, n, back);
+        ck_assert_int_eq(memcmp(back, d, sizeof(float) * (size_t)(k * n)), 0);
+        free(back);
+        free(d);
+        slim_tensor_release(&w);
+        slim_tensor_release(&packed);
+    }
+}
+END_TEST
 END_TEST
 #endif
 
@@ -803,6 +1027,11 @@ Suite *passes_suite(void)
     tcase_add_test(tc, fuse_matmul_shared_weight_packed_once);
     tcase_add_test(tc, fuse_matmul_slim_file_same_bits);
     tcase_add_test(tc, fuse_matmul_off_by_env);
+    tcase_add_test(tc, fuse_matmul_packed_file_in_place);
+    tcase_add_test(tc, fuse_matmul_foreign_layout_repacked);
+    tcase_add_test(tc, fuse_matmul_packed_file_undone);
+    tcase_add_test(tc, fuse_matmul_bad_layout_refused);
+    tcase_add_test(tc, fuse_matmul_unpack_roundtrip);
 #endif
     tcase_add_test(tc, passes_off_by_env);
     suite_add_tcase(s, tc);
@@ -812,7 +1041,7 @@ Suite *passes_suite(void)
 int main(void)
 {
     setenv("SLIM_NUM_THREADS", "2", 1); /* FusedMatMul's column parts: one per thread */
-    setenv("SLIM_FUSE_MATMUL", "1", 1); /* the pass is opt-in */
+    setenv("SLIM_FUSE_MATMUL", "1", 1); /* packs mapped weights too */
     SRunner *sr = srunner_create(passes_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

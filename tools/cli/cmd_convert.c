@@ -50,7 +50,10 @@ int slim_cmd_convert(int argc, char **argv)
     slim_cli_prune prune = {0};
     slim_prune_report prep = {0};
     slim_cli_half half = {0};
-    slim_load_opts opts = {.no_passes = true};
+    /* The MatMul weights go in packed for this CPU (SLIM_FUSE_MATMUL=0:
+     * as they are): loads here run them in place; others repack or unpack
+     * (passes/fuse_matmul.c). */
+    slim_load_opts opts = {.no_passes = true, .pack_matmul = true};
     for (int i = 1; i < argc; i++) {
         int hr = slim_cli_half_arg(&half, "slim convert", argc, argv, &i, &opts);
         if (!hr)
@@ -146,6 +149,12 @@ int slim_cmd_convert(int argc, char **argv)
             return 1;
         }
     }
+    int packed = 0;
+    for (int i = 0; i < m->graph->n_nodes; i++)
+        packed += strcmp(m->graph->nodes[i].op_type, "FusedMatMul") == 0;
+    if (packed)
+        printf("packed    %d MatMul weights in this CPU's oneDNN layout (loads here run them in "
+               "place; other CPUs repack, GPUs unpack)\n", packed);
     fflush(stdout);
     double t1 = now_s();
     bool tty = isatty(STDOUT_FILENO);
