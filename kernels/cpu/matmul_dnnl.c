@@ -274,9 +274,12 @@ static slim_status fmm_prepare(slim_node *node, void **state, slim_err *err)
     int n_bounds = slim_attr_ints(node, "parts", bounds, MAX_PARTS + 1);
     int n_layout = slim_attr_ints(node, "layout", layout, MAX_PARTS * SLIM_FMM_DESC);
     bool filed = n_bounds > 0 || n_layout > 0;
-    if (s->k < 1 || s->n < 1 || s->act < 0 || s->act > SLIM_FMM_ACT_GELU_ERF ||
-        (filed && (n_bounds < 2 || n_bounds > MAX_PARTS + 1 ||
-                   n_layout != (n_bounds - 1) * SLIM_FMM_DESC)) ||
+    bool bad_bounds = filed && (n_bounds < 2 || n_bounds > MAX_PARTS + 1 ||
+                                n_layout != (n_bounds - 1) * SLIM_FMM_DESC);
+    for (int p = 0; filed && !bad_bounds && p < n_bounds - 1; p++)
+        bad_bounds = bounds[0] != 0 || bounds[p + 1] <= bounds[p] ||
+                     bounds[n_bounds - 1] != s->n;
+    if (s->k < 1 || s->n < 1 || s->act < 0 || s->act > SLIM_FMM_ACT_GELU_ERF || bad_bounds ||
         layout_make(s->k, s->n, filed ? bounds : NULL, n_bounds - 1, &s->lay) != dnnl_success) {
         free(s);
         return slim_errf(err, SLIM_EINVAL, "FusedMatMul attributes K, N, activation, parts, "
