@@ -46,6 +46,7 @@
 typedef enum {
     SLIM_HGEMM_ACT_NONE = 0,
     SLIM_HGEMM_ACT_RELU,
+    SLIM_HGEMM_ACT_GELU, /* ONNX Gelu, approximate "none" (kernels/cpu/gelu_poly.h) */
 } slim_hgemm_act;
 
 typedef enum {

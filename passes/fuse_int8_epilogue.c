@@ -1,8 +1,8 @@
 /*
  * fuse_int8_epilogue.c - a Gelu (ONNX opset 20, approximate "none") or a
- * Relu that is the only reader of a MatMulInt8's output becomes that
- * node's activation, computed in the product's epilogue
- * (kernels/cpu/qgemm.c) while the outputs are still in registers: a
+ * Relu that is the only reader of a MatMulInt8's or a MatMulHalf's output
+ * becomes that node's activation, computed in the product's epilogue
+ * (kernels/cpu/qgemm.c, hgemm.c) while the outputs are still in registers: a
  * BERT-base encoder's ffn_in output is 128 x 3072 floats per sequence,
  * which the separate Gelu read and wrote back once more.
  *
@@ -10,7 +10,7 @@
  * the product (or its bias Add); this pass sees the graph after the other
  * graph passes, where fuse_gelu has turned an exported GELU (x * 0.5 *
  * (1 + erf(x / sqrt 2))) into one Gelu node. So it must stay after
- * fuse_gelu in slim_passes. The epilogue's Gelu is slim_qgemm_gelu, a
+ * fuse_gelu in slim_passes. The epilogue's Gelu is kernels/cpu/gelu_poly.h's, a
  * polynomial erf (within 1e-7 x max(|y|, 1) of the exact Gelu): the float
  * Gelu op's result to within its own rounding, not bitwise.
  */
@@ -44,7 +44,8 @@ static slim_status fuse_int8_epilogue_run(slim_graph *g, int *changed, slim_err 
     for (int i = 0; i < g->n_nodes && !st; i++) {
         slim_node *mm = &g->nodes[i];
         if (w.dead[i] || strcmp(mm->domain, "com.slimserve") != 0 ||
-            strcmp(mm->op_type, "MatMulInt8") != 0 || mm->n_out != 1 || mm->out[0] < 0 ||
+            (strcmp(mm->op_type, "MatMulInt8") != 0 && strcmp(mm->op_type, "MatMulHalf") != 0) ||
+            mm->n_out != 1 || mm->out[0] < 0 ||
             slim_attr_str(mm, "activation", "")[0])
             continue;
         const char *act = NULL;

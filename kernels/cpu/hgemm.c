@@ -17,6 +17,7 @@
  * or micro-tile it falls in, so the split never changes a result.
  */
 #include "hgemm.h"
+#include "gelu_poly.h"
 
 #include "kernel.h"
 
@@ -174,6 +175,8 @@ static inline float finish(float even, float odd, const slim_hgemm_args *a, int6
     float y = even + odd;
     if (a->bias)
         y = y + a->bias[c];
+    if (a->act == SLIM_HGEMM_ACT_GELU)
+        return slim_gelu_poly(y);
     return a->act == SLIM_HGEMM_ACT_RELU ? (y > 0 ? y : 0.0f) : y;
 }
 
@@ -232,6 +235,8 @@ static inline void store16(const slim_hgemm_args *a, int64_t r, int64_t c, __m51
         y = _mm512_add_ps(y, _mm512_maskz_loadu_ps(mk, a->bias + c));
     if (a->act == SLIM_HGEMM_ACT_RELU)
         y = _mm512_max_ps(y, _mm512_setzero_ps());
+    else if (a->act == SLIM_HGEMM_ACT_GELU)
+        y = slim_gelu_poly16(y);
     _mm512_mask_storeu_ps(a->y + r * a->ldy + c, mk, y);
 }
 
@@ -362,6 +367,8 @@ static inline void micro_dp(const hgemm_job *j, int mr, int nv, int64_t r, int64
             __m512 y = a->bias ? _mm512_add_ps(acc[i][v], bias) : acc[i][v];
             if (a->act == SLIM_HGEMM_ACT_RELU)
                 y = _mm512_max_ps(y, _mm512_setzero_ps());
+            else if (a->act == SLIM_HGEMM_ACT_GELU)
+                y = slim_gelu_poly16(y);
             _mm512_mask_storeu_ps(a->y + (r + i) * a->ldy + c, mk, y);
         }
     }

@@ -2,7 +2,8 @@
  * hlinear.c - slimserve's half-weight operators (domain com.slimserve),
  * which the half-weights pass (quant/half.c) puts in place of float layers:
  *
- *   MatMulHalf(X, W[, bias]) -> Y        attrs: K, N (ints), activation ("" | "Relu")
+ *   MatMulHalf(X, W[, bias]) -> Y        attrs: K, N (ints), activation ("" | "Relu" |
+ *                                        "Gelu": ONNX Gelu, approximate "none")
  *       X float32 [..., K]; W float16 or bfloat16, N x K packed as hgemm.h
  *       lays it out (dims [N rounded up to 16, K rounded up to 2]); bias
  *       float32 [N]. Y float32 [..., N], each row computed on its own.
@@ -42,8 +43,11 @@ static slim_status matmul_half_prepare(slim_node *node, void **state, slim_err *
         a = SLIM_HGEMM_ACT_NONE;
     else if (strcmp(act, "Relu") == 0)
         a = SLIM_HGEMM_ACT_RELU;
+    else if (strcmp(act, "Gelu") == 0)
+        a = SLIM_HGEMM_ACT_GELU;
     else
-        return slim_errf(err, SLIM_EINVAL, "activation \"%s\" is not one of \"\", \"Relu\"", act);
+        return slim_errf(err, SLIM_EINVAL, "activation \"%s\" is not one of \"\", \"Relu\", "
+                         "\"Gelu\"", act);
     matmul_half_state *st = calloc(1, sizeof(*st));
     if (!st)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");

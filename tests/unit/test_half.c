@@ -6,6 +6,7 @@
 
 #include "half.h"
 #include "hgemm.h"
+#include "pass.h"
 
 #include <float.h>
 #include <math.h>
@@ -152,7 +153,7 @@ static void fill(float *x, int64_t n, float scale)
 /* y in double from the packed (rounded) weights; xround rounds x to bf16
  * first (what the vdpbf16ps path multiplies). */
 static void reference(const float *x, int64_t m, int64_t n, int64_t k, const uint16_t *packed,
-                      slim_dtype wt, const float *bias, bool relu, bool xround, double *y,
+                      slim_dtype wt, const float *bias, int act, bool xround, double *y,
                       double *mag)
 {
     for (int64_t r = 0; r < m; r++)
@@ -166,19 +167,25 @@ static void reference(const float *x, int64_t m, int64_t n, int64_t k, const uin
             }
             if (bias)
                 s += bias[j];
-            y[r * n + j] = relu && !(s > 0) ? 0 : s;
+            y[r * n + j] = act == SLIM_HGEMM_ACT_RELU && !(s > 0) ? 0
+                           : act == SLIM_HGEMM_ACT_GELU ? 0.5 * s * (1 + erf(s / sqrt(2.0)))
+                                                        : s;
             mag[r * n + j] = a + (bias ? fabs(bias[j]) : 0);
+            /* Gelu's slope is at most 1.13; its polynomial is within
+             * 1e-7 x max(|y|, 1) (gelu_poly.h), folded into the magnitude. */
+            if (act == SLIM_HGEMM_ACT_GELU)
+                mag[r * n + j] = 1.13 * mag[r * n + j] + 2e-7 * fmax(fabs(s), 1.0) / ldexp(1, -23);
         }
 }
 
 static void run_isa(slim_hgemm_isa isa, const float *x, int64_t m, int64_t n, int64_t k,
-                    const uint16_t *packed, slim_dtype wt, const float *bias, bool relu, float *y)
+                    const uint16_t *packed, slim_dtype wt, const float *bias, int act, float *y)
 {
     ck_assert(slim_hgemm_set_isa(isa));
     void *scratch = NULL;
     ck_assert_int_eq(posix_memalign(&scratch, 64, slim_hgemm_scratch_bytes(m, k) + 64), 0);
     slim_hgemm_args a = {.m = m, .n = n, .k = k, .x = x, .ldx = k, .packed = packed, .wtype = wt,
-                         .bias = bias, .act = relu ? SLIM_HGEMM_ACT_RELU : SLIM_HGEMM_ACT_NONE,
+                         .bias = bias, .act = (slim_hgemm_act)act,
                          .y = y, .ldy = n};
     slim_hgemm(&a, scratch);
     free(scratch);
@@ -197,7 +204,8 @@ START_TEST(test_paths_match_reference_on_odd_shapes)
             k = it < 2 ? 1 : 67;
         }
         slim_dtype wt = it % 2 ? SLIM_BF16 : SLIM_F16;
-        bool relu = it % 3 == 1, with_bias = it % 4 != 0;
+        int act = it % 3; /* none, Relu, Gelu */
+        bool with_bias = it % 4 != 0;
         float *x = malloc(sizeof(float) * (size_t)(m * k)), *w = malloc(sizeof(float) * (size_t)(n * k));
         float *bias = malloc(sizeof(float) * (size_t)n);
         fill(x, m * k, 2.0f);
@@ -217,15 +225,15 @@ START_TEST(test_paths_match_reference_on_odd_shapes)
         }
         double *ref = malloc(sizeof(double) * (size_t)(m * n)), *mag = malloc(sizeof(double) * (size_t)(m * n));
         float *yc = malloc(sizeof(float) * (size_t)(m * n)), *y = malloc(sizeof(float) * (size_t)(m * n));
-        run_isa(SLIM_HGEMM_C, x, m, n, k, packed, wt, with_bias ? bias : NULL, relu, yc);
+        run_isa(SLIM_HGEMM_C, x, m, n, k, packed, wt, with_bias ? bias : NULL, act, yc);
         for (size_t i = 0; i < sizeof(all_isas) / sizeof(all_isas[0]); i++) {
             slim_hgemm_isa isa = all_isas[i];
             if (!slim_hgemm_isa_supported(isa))
                 continue;
             bool dp = isa == SLIM_HGEMM_AVX512BF16 && wt == SLIM_BF16;
-            reference(x, m, n, k, packed, wt, with_bias ? bias : NULL, relu, dp, ref, mag);
+            reference(x, m, n, k, packed, wt, with_bias ? bias : NULL, act, dp, ref, mag);
             memset(y, 0x5a, sizeof(float) * (size_t)(m * n));
-            run_isa(isa, x, m, n, k, packed, wt, with_bias ? bias : NULL, relu, y);
+            run_isa(isa, x, m, n, k, packed, wt, with_bias ? bias : NULL, act, y);
             for (int64_t e = 0; e < m * n; e++) {
                 /* float32 sums of k products: k ulps of the magnitude. */
                 double tol = (double)(k + 2) * ldexp(1, -23) * mag[e] + 1e-30;
@@ -313,20 +321,20 @@ START_TEST(test_threaded_shapes_match_c)
         slim_hgemm_pack(w, n, k, k, 1, wt, packed);
         for (size_t mi = 0; mi < sizeof(ms) / sizeof(ms[0]); mi++) {
             int64_t m = ms[mi];
-            bool relu = mi % 2 == 1;
-            run_isa(SLIM_HGEMM_C, x, m, n, k, packed, wt, bias, relu, yc);
+            int act = mi % 3; /* none, Relu, Gelu */
+            run_isa(SLIM_HGEMM_C, x, m, n, k, packed, wt, bias, act, yc);
             for (size_t i = 0; i < sizeof(all_isas) / sizeof(all_isas[0]); i++) {
                 slim_hgemm_isa isa = all_isas[i];
                 if (!slim_hgemm_isa_supported(isa))
                     continue;
                 memset(y, 0x5a, sizeof(float) * (size_t)(m * n));
-                run_isa(isa, x, m, n, k, packed, wt, bias, relu, y);
+                run_isa(isa, x, m, n, k, packed, wt, bias, act, y);
                 if (!(isa == SLIM_HGEMM_AVX512BF16 && wt == SLIM_BF16))
                     ck_assert_msg(memcmp(y, yc, sizeof(float) * (size_t)(m * n)) == 0,
                                   "%s %s m %lld differs from c", slim_hgemm_isa_name(isa),
                                   slim_dtype_name(wt), (long long)m);
                 for (int64_t r = 0; r < m; r += 37) {
-                    run_isa(isa, x + r * k, 1, n, k, packed, wt, bias, relu, y1);
+                    run_isa(isa, x + r * k, 1, n, k, packed, wt, bias, act, y1);
                     ck_assert_msg(memcmp(y + r * n, y1, sizeof(float) * (size_t)n) == 0,
                                   "%s %s: row %lld of %lld differs alone", slim_hgemm_isa_name(isa),
                                   slim_dtype_name(wt), (long long)r, (long long)m);
@@ -517,6 +525,54 @@ START_TEST(test_pass_fuses_and_matches_fp32)
         /* 24 channels pad to 32, k 40: 32 * 40 halves + the bias. */
         ck_assert_uint_eq(rep.layers[0].bytes_after, 32 * 40 * 2 + 24 * 4);
         slim_half_report_free(&rep);
+        slim_tensor y = run1(g, "x", x, SLIM_OK, &err);
+        assert_close(&y, &ref, h ? 2e-2 : 2e-3);
+        slim_tensor_release(&y);
+    }
+    slim_tensor_release(&ref);
+    slim_tensor_release(&x);
+}
+END_TEST
+
+/* x [5, 40] -> MatMul(w [40, 24]) -> Add(b) -> Gelu (opset 20) -> y */
+static slim_graph *gelu_layer(void)
+{
+    slim_graph *g = slim_graph_new();
+    g->opset = 20;
+    slim_graph_add_node(g, "mm", "MatMul", "", 2, (const char *[]){"x", "w"}, 1,
+                        (const char *[]){"hh"});
+    slim_graph_add_node(g, "add", "Add", "", 2, (const char *[]){"hh", "b"}, 1,
+                        (const char *[]){"z"});
+    slim_graph_add_node(g, "gelu", "Gelu", "", 1, (const char *[]){"z"}, 1, (const char *[]){"y"});
+    for (int i = 0; i < g->n_nodes; i++)
+        g->nodes[i].opset = 20;
+    rng_state = 42;
+    add_init(g, "w", 2, (int64_t[]){40, 24}, 0.3f);
+    add_init(g, "b", 1, (int64_t[]){24}, 0.1f);
+    set_io(g, "x", SLIM_F32, "y");
+    return g;
+}
+
+/* A Gelu reading a MatMulHalf becomes its activation (the graph passes'
+ * fuse_int8_epilogue), computed in the product's epilogue; the result
+ * stays the float32 model's to the weights' rounding. */
+START_TEST(test_gelu_fused_into_epilogue)
+{
+    float xv[5 * 40];
+    rng_state = 8;
+    for (int i = 0; i < 200; i++)
+        xv[i] = rndf() * 2;
+    slim_tensor x = tu_f32(2, (int64_t[]){5, 40}, xv);
+    slim_err err;
+    slim_tensor ref = run1(gelu_layer(), "x", x, SLIM_OK, &err);
+    for (int h = 0; h < 2; h++) {
+        slim_graph *g = gelu_layer();
+        slim_half_opts o = {.half = h ? SLIM_BF16 : SLIM_F16};
+        ck_assert_int_eq(slim_quant_half_weights(g, &o, NULL, &err), SLIM_OK);
+        ck_assert_msg(slim_passes_run(g, &err) == SLIM_OK, "%s", err.msg);
+        ck_assert_int_eq(g->n_nodes, 1);
+        ck_assert_str_eq(g->nodes[0].op_type, "MatMulHalf");
+        ck_assert_str_eq(slim_attr_str(&g->nodes[0], "activation", ""), "Gelu");
         slim_tensor y = run1(g, "x", x, SLIM_OK, &err);
         assert_close(&y, &ref, h ? 2e-2 : 2e-3);
         slim_tensor_release(&y);
@@ -725,6 +781,7 @@ int main(void)
     TCase *tp = tcase_create("pass");
     tcase_add_test(tp, test_pass_fuses_and_matches_fp32);
     tcase_add_test(tp, test_pass_exclude_by_name_and_type);
+    tcase_add_test(tp, test_gelu_fused_into_epilogue);
     tcase_add_test(tp, test_gather_half);
     tcase_add_test(tp, test_malformed_node_refused);
     tcase_add_test(tp, test_guards);
