@@ -434,12 +434,15 @@ slim_status slim_format_write_progress(const slim_graph *g, const char *path,
         goto done;
     }
     uint64_t meta_off = SLIM_FORMAT_HEADER_SIZE;
-    uint64_t data_off = (meta_off + meta.n + SLIM_FORMAT_DATA_ALIGN - 1) / SLIM_FORMAT_DATA_ALIGN *
-                        SLIM_FORMAT_DATA_ALIGN;
     uint64_t data_size = wt.end;
+    bool small = data_size < SLIM_FORMAT_SMALL_DATA;
+    uint64_t align = small ? SLIM_FORMAT_TENSOR_ALIGN : SLIM_FORMAT_DATA_ALIGN;
+    uint64_t data_off = (meta_off + meta.n + align - 1) / align * align;
     uint8_t hdr[SLIM_FORMAT_HEADER_SIZE] = {0};
-    /* Version 1 readers keep reading files without subgraphs. */
-    uint32_t version = has_containers(g) ? 3 : nested ? 2 : 1, hsize = SLIM_FORMAT_HEADER_SIZE;
+    /* Version 1 readers keep reading files without subgraphs, and older
+     * readers refuse a small model's data section by its version. */
+    uint32_t version = small ? 4 : has_containers(g) ? 3 : nested ? 2 : 1;
+    uint32_t hsize = SLIM_FORMAT_HEADER_SIZE;
     uint64_t meta_size = meta.n, file_size = data_off + data_size;
     uint32_t meta_crc = slim_format_crc32(0, meta.p, meta.n);
     memcpy(hdr, SLIM_FORMAT_MAGIC, SLIM_FORMAT_MAGIC_LEN);
