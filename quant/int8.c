@@ -32,15 +32,20 @@ extern const slim_pass slim__pass_fold_bn; /* passes/fold_bn.c */
  * scale and adds its squared error and squared norm to *e2 and *w2.
  * Entries with skip[i] set (outlier input channels, quantized on their own)
  * get code 0 and take no part in the scale, the error or the norm. */
-float slim__int8_quantize_channel(const float *w, int64_t k, int64_t step, const bool *skip,
-                                  int8_t *q, double *e2, double *w2)
+static float channel_scale(const float *w, int64_t k, int64_t step, const bool *skip)
 {
     float m = 0;
     for (int64_t i = 0; i < k; i++) {
         float a = skip && skip[i] ? 0.0f : fabsf(w[i * step]);
         m = a > m ? a : m;
     }
-    float s = m > 0 ? m / 127.0f : 1.0f;
+    return m > 0 ? m / 127.0f : 1.0f;
+}
+
+/* The codes of one channel with step s (see slim__int8_quantize_channel). */
+static void quantize_with(const float *w, int64_t k, int64_t step, const bool *skip, float s,
+                          int8_t *q, double *e2, double *w2)
+{
     float inv = 1.0f / s;
     for (int64_t i = 0; i < k; i++) {
         float v = w[i * step];
@@ -55,7 +60,70 @@ float slim__int8_quantize_channel(const float *w, int64_t k, int64_t step, const
         *e2 += d * d;
         *w2 += (double)v * v;
     }
+}
+
+float slim__int8_quantize_channel(const float *w, int64_t k, int64_t step, const bool *skip,
+                                  int8_t *q, double *e2, double *w2)
+{
+    float s = channel_scale(w, k, step, skip);
+    quantize_with(w, k, step, skip, s, q, e2, w2);
     return s;
+}
+
+/* The float16 nearest s from above (so that max|w| still fits in 127
+ * codes), or 0 when s is outside float16's normal range, where it would
+ * lose bits. */
+static uint16_t half_up(float s)
+{
+    if (!(s >= 6.103515625e-05f && s <= 65504.0f))
+        return 0;
+    uint16_t h = slim_f32_to_f16(s);
+    return slim_f16_to_f32(h) < s ? (uint16_t)(h + 1) : h;
+}
+
+/* Per-channel scales of n channels (channel j: k floats from w + j * sj,
+ * stride sk) as float16 when every channel's scale * alpha is a normal
+ * float16, else float32 (*half says which). The float16 scale is rounded
+ * first and the codes made with it, so the smaller scale adds no error
+ * beyond its own rounding (at most 2^-11 of a step). Fills codes q
+ * (n x k) and returns the tensor through *scale. */
+static slim_status quantize_scales(const float *w, int64_t n, int64_t k, int64_t sk, int64_t sj,
+                                   const bool *skip, float alpha, int8_t *q, slim_tensor *scale,
+                                   double *e2, double *w2, slim_err *err)
+{
+    bool half = alpha > 0 && isfinite(alpha);
+    for (int64_t j = 0; j < n && half; j++)
+        half = half_up(channel_scale(w + j * sj, k, sk, skip) * alpha) != 0;
+    slim_status st = slim_rewrite_alloc_tensor(scale, half ? SLIM_F16 : SLIM_F32, 1, n, 0, err);
+    if (st)
+        return st;
+    for (int64_t j = 0; j < n; j++) {
+        float s = channel_scale(w + j * sj, k, sk, skip);
+        if (half) {
+            uint16_t h = half_up(s * alpha);
+            ((uint16_t *)scale->data)[j] = h;
+            s = slim_f16_to_f32(h) / alpha;
+        } else {
+            ((float *)scale->data)[j] = s * alpha;
+        }
+        quantize_with(w + j * sj, k, sk, skip, s, q + j * k, e2, w2);
+    }
+    return SLIM_OK;
+}
+
+/* scale as float32 (a copy in *tmp when it is float16), for the error
+ * measurements, which call the kernel directly. */
+static const float *scale_f32(const slim_tensor *scale, float **tmp)
+{
+    *tmp = NULL;
+    if (scale->dtype != SLIM_F16)
+        return scale->data;
+    int64_t n = slim_tensor_numel(scale);
+    if (!(*tmp = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1))))
+        return NULL;
+    for (int64_t i = 0; i < n; i++)
+        (*tmp)[i] = slim_f16_to_f32(((const uint16_t *)scale->data)[i]);
+    return *tmp;
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -152,9 +220,13 @@ static double measure_linear(const pass *p, const linear *l, const slim_tensor *
     int64_t m = nx / l->k, n = l->n;
     float *y32 = malloc(sizeof(float) * (size_t)(m * n)), *y8 = malloc(sizeof(float) * (size_t)(m * n));
     void *scratch = NULL;
-    if (!y32 || !y8 || posix_memalign(&scratch, 64, slim_qgemm_scratch_bytes(m, l->k)) != 0) {
+    float *tmp = NULL;
+    const float *w_scale = scale_f32(scale, &tmp);
+    if (!y32 || !y8 || !w_scale ||
+        posix_memalign(&scratch, 64, slim_qgemm_scratch_bytes(m, l->k)) != 0) {
         free(y32);
         free(y8);
+        free(tmp);
         return -1;
     }
     const float *w = p->rw.g->values[l->w].init.data;
@@ -166,13 +238,14 @@ static double measure_linear(const pass *p, const linear *l, const slim_tensor *
     }
     slim_qgemm_args a = {
         .m = m, .n = n, .k = l->k, .x = x->data, .ldx = l->k, .packed = packed->data,
-        .colsum = colsum->data, .w_scale = scale->data, .bias = bias,
+        .colsum = colsum->data, .w_scale = w_scale, .bias = bias,
         .act = relu ? SLIM_QGEMM_ACT_RELU : SLIM_QGEMM_ACT_NONE, .y = y8, .ldy = n,
         .n_outl = oidx->data ? oidx->dims[0] : 0, .outl_idx = oidx->data, .outl_q = ow->data,
         .outl_scale = os->data,
     };
     slim_qgemm(&a, scratch);
     double e = slim_int8_rel_error(y32, y8, m * n);
+    free(tmp);
     free(scratch);
     free(y32);
     free(y8);
@@ -196,8 +269,6 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
     if (!st)
         st = slim_rewrite_alloc_tensor(&packed, SLIM_I8, 2, slim_qgemm_n16(l->n),
                                      slim_qgemm_k4(l->k), err);
-    if (!st)
-        st = slim_rewrite_alloc_tensor(&scale, SLIM_F32, 1, l->n, 0, err);
     if (!st)
         st = slim_rewrite_alloc_tensor(&colsum, SLIM_I32, 1, l->n, 0, err);
     if (st)
@@ -237,10 +308,9 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
         st = slim_errf(err, SLIM_ENOMEM, "out of memory");
     if (st)
         goto fail;
-    float *sc = scale.data;
-    for (int64_t j = 0; j < l->n; j++)
-        sc[j] = slim__int8_quantize_channel(w + j * sj, l->k, sk, skip,
-                                            (int8_t *)wq.data + j * l->k, &e2, &w2) * l->alpha;
+    st = quantize_scales(w, l->n, l->k, sk, sj, skip, l->alpha, wq.data, &scale, &e2, &w2, err);
+    if (st)
+        goto fail;
     free(skip);
     skip = NULL;
     layer->weight_error = w2 > 0 ? sqrt(e2 / w2) : 0;
@@ -310,17 +380,14 @@ static slim_status quantize_gather(pass *p, int id, slim_int8_layer *layer, slim
     const slim_tensor *t = &g->values[g->nodes[id].in[0]].init;
     int64_t rows = t->dims[0], d = t->dims[1];
     slim_tensor q = {0}, scale = {0};
+    double e2 = 0, w2 = 0;
     slim_status st = slim_rewrite_alloc_tensor(&q, SLIM_I8, 2, rows, d, err);
     if (!st)
-        st = slim_rewrite_alloc_tensor(&scale, SLIM_F32, 1, rows, 0, err);
+        st = quantize_scales(t->data, rows, d, 1, d, NULL, 1.0f, q.data, &scale, &e2, &w2, err);
     if (st) {
         slim_tensor_release(&q);
         return st;
     }
-    double e2 = 0, w2 = 0;
-    for (int64_t r = 0; r < rows; r++)
-        ((float *)scale.data)[r] = slim__int8_quantize_channel(
-            (const float *)t->data + r * d, d, 1, NULL, (int8_t *)q.data + r * d, &e2, &w2);
     layer->weight_error = w2 > 0 ? sqrt(e2 / w2) : 0;
     /* The output error on the sample's rows: the gathered rows against
      * their dequantized codes. */
@@ -335,7 +402,9 @@ static slim_status quantize_gather(pass *p, int id, slim_int8_layer *layer, slim
                 continue;
             const float *w = (const float *)t->data + r * d;
             const int8_t *c = (const int8_t *)q.data + r * d;
-            float sr = ((const float *)scale.data)[r];
+            float sr = scale.dtype == SLIM_F16
+                           ? slim_f16_to_f32(((const uint16_t *)scale.data)[r])
+                           : ((const float *)scale.data)[r];
             for (int64_t j = 0; j < d; j++) {
                 double e = (double)w[j] - (double)((float)c[j] * sr);
                 ge2 += e * e;

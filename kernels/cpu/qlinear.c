@@ -5,7 +5,8 @@
  *   MatMulInt8(X, W, scale, colsum[, bias[, outlier_index, outlier_weight,
  *              outlier_scale]]) -> Y            attrs: K (int), activation ("" | "Relu" | "Gelu")
  *       X float32 [..., K]; W int8, N x K packed as qgemm.h lays it out;
- *       scale float32 [N] (per output channel); colsum int32 [N] (the sums
+ *       scale float32 or float16 [N] (per output channel; float16 since
+ *       the int8 pass stores it so: 2 bytes of a K = 64 channel's 76); colsum int32 [N] (the sums
  *       of each channel's int8 weights); bias float32 [N] (optional, may be
  *       empty when the outliers follow); outlier_index int64 [O] (input
  *       channels taken out of W, their codes there 0), outlier_weight int8
@@ -21,12 +22,13 @@
  *       describes; scale, colsum (and bias) [M]. Y float32 [N, M, OH, OW].
  *       Activations are quantized per output pixel (kernels/cpu/qconv.c).
  *   GatherInt8(table, scale, indices) -> Y
- *       table int8 [V, D], scale float32 [V] (per row); Y float32
+ *       table int8 [V, D], scale float32 or float16 [V] (per row); Y float32
  *       [indices..., D] = table[i] * scale[i], dequantized as gathered.
  *
  * The graph may come from an untrusted file, so every operand's dtype and
  * shape is checked against the others before a byte is read.
  */
+#include "hgemm.h"
 #include "kernel.h"
 #include "qgemm.h"
 
@@ -92,7 +94,8 @@ static slim_status matmul_int8_infer(slim_op_ctx *ctx)
     int64_t n = scale->dims[0];
     if (n < 1 || n > (1LL << 31))
         return slim_errf(ctx->err, SLIM_ESHAPE, "scale has %lld channels", (long long)n);
-    if ((st = check_vector(scale, "scale", SLIM_F32, n, ctx->err)) ||
+    if ((st = check_vector(scale, "scale", scale->dtype == SLIM_F16 ? SLIM_F16 : SLIM_F32, n,
+                           ctx->err)) ||
         (st = check_vector(cs, "colsum", SLIM_I32, n, ctx->err)) ||
         (bias && (st = check_vector(bias, "bias", SLIM_F32, n, ctx->err))))
         return st;
@@ -141,13 +144,24 @@ static slim_status matmul_int8_exec(slim_op_ctx *ctx)
     }
     if (m == 0)
         return SLIM_OK;
+    /* float16 scales are widened behind the quantized rows (n floats, no
+     * more than the output's one row). */
+    const slim_tensor *sc = ctx->in[2];
+    size_t qbytes = (slim_qgemm_scratch_bytes(m, s->k) + 63) / 64 * 64;
     void *scratch = NULL;
-    if (posix_memalign(&scratch, 64, slim_qgemm_scratch_bytes(m, s->k)) != 0)
+    if (posix_memalign(&scratch, 64, qbytes + (sc->dtype == SLIM_F16 ? sizeof(float) * (size_t)n
+                                                                      : 0)) != 0)
         return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory quantizing %lld rows",
                          (long long)m);
+    const float *w_scale = sc->data;
+    if (sc->dtype == SLIM_F16) {
+        float *ws = (float *)((char *)scratch + qbytes);
+        slim_half_widen(sc->data, SLIM_F16, ws, n);
+        w_scale = ws;
+    }
     slim_qgemm_args a = {
         .m = m, .n = n, .k = s->k, .x = x->data, .ldx = s->k, .packed = ctx->in[1]->data,
-        .colsum = ctx->in[3]->data, .w_scale = ctx->in[2]->data,
+        .colsum = ctx->in[3]->data, .w_scale = w_scale,
         .bias = bias ? bias->data : NULL, .act = s->act, .y = ctx->out[0]->data, .ldy = n,
         .n_outl = no, .outl_idx = oi ? oi->data : NULL, .outl_q = oi ? ctx->in[6]->data : NULL,
         .outl_scale = oi ? ctx->in[7]->data : NULL,
@@ -310,7 +324,8 @@ static slim_status gather_int8_infer(slim_op_ctx *ctx)
         return st;
     if (t->ndim != 2)
         return slim_errf(ctx->err, SLIM_ESHAPE, "table must be 2-D, not %d-D", t->ndim);
-    if ((st = check_vector(scale, "scale", SLIM_F32, t->dims[0], ctx->err)))
+    if ((st = check_vector(scale, "scale", scale->dtype == SLIM_F16 ? SLIM_F16 : SLIM_F32,
+                           t->dims[0], ctx->err)))
         return st;
     if (ind->ndim + 1 > SLIM_MAX_DIMS)
         return slim_errf(ctx->err, SLIM_ESHAPE, "indices rank %d is not supported", ind->ndim);
@@ -323,7 +338,8 @@ static slim_status gather_int8_infer(slim_op_ctx *ctx)
 
 typedef struct {
     const int8_t *table;
-    const float *scale;
+    const float *scale;        /* float32 scales, or */
+    const uint16_t *scale16;   /* float16 ones */
     const int64_t *idx;
     float *y;
     int64_t d;
@@ -334,7 +350,8 @@ static void gather_int8_part(int64_t begin, int64_t end, void *user)
     const gather_int8_job *j = user;
     for (int64_t i = begin; i < end; i++) {
         const int8_t *row = j->table + j->idx[i] * j->d;
-        float s = j->scale[j->idx[i]], *y = j->y + i * j->d;
+        float s = j->scale16 ? slim_f16_to_f32(j->scale16[j->idx[i]]) : j->scale[j->idx[i]];
+        float *y = j->y + i * j->d;
         for (int64_t c = 0; c < j->d; c++)
             y[c] = (float)row[c] * s;
     }
@@ -358,7 +375,9 @@ static slim_status gather_int8_exec(slim_op_ctx *ctx)
         }
         idx[i] = k < 0 ? k + v : k;
     }
-    gather_int8_job j = {t->data, ctx->in[1]->data, idx, ctx->out[0]->data, d};
+    bool h = ctx->in[1]->dtype == SLIM_F16;
+    gather_int8_job j = {t->data, h ? NULL : ctx->in[1]->data, h ? ctx->in[1]->data : NULL, idx,
+                         ctx->out[0]->data, d};
     slim_parallel_for(n, 1 + 16384 / d, gather_int8_part, &j);
     free(idx);
     return SLIM_OK;

@@ -588,7 +588,8 @@ slim_status slim_format_load_buffer(const void *data, size_t size, slim_buffer *
         return slim_errf(err, SLIM_EPARSE, "not a valid .slim file: it is %zu bytes but its header "
                          "says %llu (truncated or extended?)", size, (unsigned long long)file_size);
     if (meta_off != SLIM_FORMAT_HEADER_SIZE || meta_size > size - meta_off ||
-        data_off % SLIM_FORMAT_DATA_ALIGN || data_off < meta_off + meta_size || data_off > size ||
+        data_off % (version >= 4 ? SLIM_FORMAT_TENSOR_ALIGN : SLIM_FORMAT_DATA_ALIGN) ||
+        data_off < meta_off + meta_size || data_off > size ||
         data_size != size - data_off)
         return slim_errf(err, SLIM_EPARSE, "not a valid .slim file: sections [%llu, +%llu) and "
                          "[%llu, +%llu) do not fit a %zu-byte file as the format lays them out",

@@ -208,6 +208,41 @@ static bool has_containers(const slim_graph *g)
     return false;
 }
 
+/* Which values of g the file keeps, and their ids in it: map[v] is v's id
+ * or -1. A pass that fuses nodes or replaces weights (the int8 and half
+ * passes) leaves values nothing reads or writes any more; their names and
+ * shapes were a third of a small int8 model's metadata. Weights, inputs,
+ * outputs and whatever a node names (implicit inputs too) stay. Returns
+ * how many are kept. */
+static int live_values(const slim_graph *g, int *map)
+{
+    for (int v = 0; v < g->n_values; v++)
+        map[v] = g->values[v].kind != SLIM_VALUE_INTERMEDIATE ? 0 : -1;
+    for (int i = 0; i < g->n_inputs; i++)
+        map[g->inputs[i]] = 0;
+    for (int i = 0; i < g->n_outputs; i++)
+        map[g->outputs[i]] = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const slim_node *n = &g->nodes[i];
+        for (int k = 0; k < n->n_in; k++)
+            if (n->in[k] >= 0 && n->in[k] < g->n_values)
+                map[n->in[k]] = 0;
+        for (int k = 0; k < n->n_out; k++)
+            if (n->out[k] >= 0 && n->out[k] < g->n_values)
+                map[n->out[k]] = 0;
+    }
+    int kept = 0;
+    for (int v = 0; v < g->n_values; v++)
+        if (map[v] == 0)
+            map[v] = kept++;
+    return kept;
+}
+
+static int32_t mapped(const int *map, int v)
+{
+    return v < 0 ? v : map[v];
+}
+
 /* Values, inputs, outputs and nodes of g. In a subgraph, its last
  * n_captured inputs are outer-scope values that the reader captures again
  * (slim_graph_capture_outer): they are written as plain computed values
@@ -216,9 +251,16 @@ static void write_graph(const slim_graph *g, int n_captured, strtab *st, uint32_
                         wbuf *b)
 {
     const int formal = g->n_inputs - n_captured;
-    put_u32(b, (uint32_t)g->n_values);
+    int *map = malloc(sizeof(int) * (size_t)(g->n_values > 0 ? g->n_values : 1));
+    if (!map) {
+        b->oom = true;
+        return;
+    }
+    put_u32(b, (uint32_t)live_values(g, map));
     for (int v = 0; v < g->n_values; v++) {
         const slim_value *val = &g->values[v];
+        if (map[v] < 0)
+            continue;
         bool captured = false;
         for (int i = formal; i < g->n_inputs && !captured; i++)
             captured = g->inputs[i] == v;
@@ -237,10 +279,10 @@ static void write_graph(const slim_graph *g, int n_captured, strtab *st, uint32_
 
     put_u32(b, (uint32_t)formal);
     for (int i = 0; i < formal; i++)
-        put_u32(b, (uint32_t)g->inputs[i]);
+        put_u32(b, (uint32_t)map[g->inputs[i]]);
     put_u32(b, (uint32_t)g->n_outputs);
     for (int i = 0; i < g->n_outputs; i++)
-        put_u32(b, (uint32_t)g->outputs[i]);
+        put_u32(b, (uint32_t)map[g->outputs[i]]);
 
     put_u32(b, (uint32_t)g->n_nodes);
     for (int i = 0; i < g->n_nodes; i++) {
@@ -252,10 +294,10 @@ static void write_graph(const slim_graph *g, int n_captured, strtab *st, uint32_
         put_i32(b, n->opset);
         put_u32(b, (uint32_t)n_in);
         for (int k = 0; k < n_in; k++)
-            put_i32(b, n->in[k]);
+            put_i32(b, mapped(map, n->in[k]));
         put_u32(b, (uint32_t)n->n_out);
         for (int k = 0; k < n->n_out; k++)
-            put_i32(b, n->out[k]);
+            put_i32(b, mapped(map, n->out[k]));
         put_u32(b, (uint32_t)n->n_attrs);
         for (int a = 0; a < n->n_attrs; a++) {
             const slim_attr *at = &n->attrs[a];
@@ -293,6 +335,7 @@ static void write_graph(const slim_graph *g, int n_captured, strtab *st, uint32_
             }
         }
     }
+    free(map);
 }
 
 /* The metadata after the string table, with strings as ids. */
@@ -391,12 +434,15 @@ slim_status slim_format_write_progress(const slim_graph *g, const char *path,
         goto done;
     }
     uint64_t meta_off = SLIM_FORMAT_HEADER_SIZE;
-    uint64_t data_off = (meta_off + meta.n + SLIM_FORMAT_DATA_ALIGN - 1) / SLIM_FORMAT_DATA_ALIGN *
-                        SLIM_FORMAT_DATA_ALIGN;
     uint64_t data_size = wt.end;
+    bool small = data_size < SLIM_FORMAT_SMALL_DATA;
+    uint64_t align = small ? SLIM_FORMAT_TENSOR_ALIGN : SLIM_FORMAT_DATA_ALIGN;
+    uint64_t data_off = (meta_off + meta.n + align - 1) / align * align;
     uint8_t hdr[SLIM_FORMAT_HEADER_SIZE] = {0};
-    /* Version 1 readers keep reading files without subgraphs. */
-    uint32_t version = has_containers(g) ? 3 : nested ? 2 : 1, hsize = SLIM_FORMAT_HEADER_SIZE;
+    /* Version 1 readers keep reading files without subgraphs, and older
+     * readers refuse a small model's data section by its version. */
+    uint32_t version = small ? 4 : has_containers(g) ? 3 : nested ? 2 : 1;
+    uint32_t hsize = SLIM_FORMAT_HEADER_SIZE;
     uint64_t meta_size = meta.n, file_size = data_off + data_size;
     uint32_t meta_crc = slim_format_crc32(0, meta.p, meta.n);
     memcpy(hdr, SLIM_FORMAT_MAGIC, SLIM_FORMAT_MAGIC_LEN);
@@ -470,17 +516,28 @@ done:
 /* Weights and nodes of the written file against the model's graph. */
 int slim_format_verify(const slim_graph *a, const slim_graph *b, char *why, size_t cap)
 {
-    if (a->n_nodes != b->n_nodes || a->n_values != b->n_values || a->n_inputs != b->n_inputs ||
+    /* Values no node uses are not written (live_values). */
+    int *map = malloc(sizeof(int) * (size_t)(a->n_values > 0 ? a->n_values : 1));
+    if (!map) {
+        snprintf(why, cap, "out of memory");
+        return 1;
+    }
+    int n_live = live_values(a, map);
+    if (a->n_nodes != b->n_nodes || n_live != b->n_values || a->n_inputs != b->n_inputs ||
         a->n_outputs != b->n_outputs) {
         snprintf(why, cap, "%d nodes and %d values written, %d and %d read back", a->n_nodes,
-                 a->n_values, b->n_nodes, b->n_values);
+                 n_live, b->n_nodes, b->n_values);
+        free(map);
         return 1;
     }
     for (int v = 0; v < a->n_values; v++) {
         const slim_value *x = &a->values[v];
+        if (map[v] < 0)
+            continue;
         int w = slim_graph_find_value(b, x->name);
         if (w < 0) {
             snprintf(why, cap, "value \"%s\" is missing", x->name);
+            free(map);
             return 1;
         }
         const slim_value *y = &b->values[w];
@@ -490,8 +547,10 @@ int slim_format_verify(const slim_graph *a, const slim_graph *b, char *why, size
              (slim_tensor_nbytes(&x->init) &&
               memcmp(x->init.data, y->init.data, slim_tensor_nbytes(&x->init)) != 0)))) {
             snprintf(why, cap, "weight \"%s\" differs", x->name);
+            free(map);
             return 1;
         }
     }
+    free(map);
     return 0;
 }

@@ -545,14 +545,73 @@ START_TEST(test_pass_fuses_and_matches_fp32)
     ck_assert_int_eq(rep.n_layers, 2);
     ck_assert(rep.layers[0].quantized && rep.layers[1].quantized);
     ck_assert_uint_eq(rep.layers[0].bytes_before, (40 * 24 + 24) * 4);
-    /* 24 channels pad to 32, K 40 stays; scale, colsum, bias 24 each. */
-    ck_assert_uint_eq(rep.layers[0].bytes_after, 32 * 40 + 3 * 24 * 4);
+    /* 24 channels pad to 32, K 40 stays; colsum, bias 24 each, and the
+     * scale as float16 (these scales are normal float16 numbers). */
+    ck_assert_uint_eq(rep.layers[0].bytes_after, 32 * 40 + 2 * 24 * 4 + 24 * 2);
+    const slim_tensor *sc = &g->values[g->nodes[0].in[2]].init;
+    ck_assert_int_eq(sc->dtype, SLIM_F16);
     ck_assert(rep.layers[0].weight_error > 0 && rep.layers[0].weight_error < 0.02);
     slim_int8_report_free(&rep);
     slim_tensor y = run1(g, "x", x, SLIM_OK, &err);
     assert_close(&y, &ref, 0.03);
     slim_tensor_release(&y);
     slim_tensor_release(&ref);
+    slim_tensor_release(&x);
+}
+END_TEST
+
+/* Scales are float16, rounded up from max|w| / 127 before the codes are
+ * made, when every channel's is a normal float16; weights so small that
+ * one is not keep float32 scales (the kernel takes both). */
+static slim_graph *one_matmul(float wscale)
+{
+    slim_graph *g = slim_graph_new();
+    g->opset = 17;
+    slim_graph_add_node(g, "mm", "MatMul", "", 2, (const char *[]){"x", "w"}, 1,
+                        (const char *[]){"y"});
+    g->nodes[0].opset = 17;
+    rng_state = 11;
+    add_init(g, "w", 2, (int64_t[]){40, 24}, wscale);
+    set_io(g, "x", SLIM_F32, "y");
+    return g;
+}
+
+START_TEST(test_scale_half_or_float)
+{
+    float xv[3 * 40];
+    rng_state = 5;
+    for (int i = 0; i < 120; i++)
+        xv[i] = rndf() * 2;
+    slim_tensor x = tu_f32(2, (int64_t[]){3, 40}, xv);
+    slim_err err;
+    const float wscales[] = {0.3f, 1e-5f};
+    for (int t = 0; t < 2; t++) {
+        slim_tensor ref = run1(one_matmul(wscales[t]), "x", x, SLIM_OK, &err);
+        slim_graph *g = one_matmul(wscales[t]);
+        /* The float weight, for the scale bound below. */
+        float w[40 * 24];
+        memcpy(w, g->values[slim_graph_find_value(g, "w")].init.data, sizeof(w));
+        ck_assert_int_eq(slim_quant_int8(g, NULL, NULL, &err), SLIM_OK);
+        ck_assert_str_eq(g->nodes[0].op_type, "MatMulInt8");
+        const slim_tensor *sc = &g->values[g->nodes[0].in[2]].init;
+        ck_assert_int_eq(sc->dtype, t == 0 ? SLIM_F16 : SLIM_F32);
+        for (int j = 0; j < 24; j++) {
+            float m = 0;
+            for (int k = 0; k < 40; k++)
+                m = fmaxf(m, fabsf(w[k * 24 + j]));
+            float s = t == 0 ? slim_f16_to_f32(((const uint16_t *)sc->data)[j])
+                             : ((const float *)sc->data)[j];
+            /* Never under max|w| / 127 (no code clipped), and in float16
+             * at most one float16 step (2^-10 relative) over it. */
+            ck_assert_msg(s * 127.0f >= m * (1 - 1e-6f), "channel %d: scale %g, max %g", j, s, m);
+            ck_assert_msg(s * 127.0f <= m * (1 + (t == 0 ? 1.0f / 1024 : 1e-6f)),
+                          "channel %d: scale %g, max %g", j, s, m);
+        }
+        slim_tensor y = run1(g, "x", x, SLIM_OK, &err);
+        assert_close(&y, &ref, 0.02);
+        slim_tensor_release(&y);
+        slim_tensor_release(&ref);
+    }
     slim_tensor_release(&x);
 }
 END_TEST
@@ -595,7 +654,8 @@ START_TEST(test_gather_int8)
     slim_int8_report rep;
     ck_assert_int_eq(slim_quant_int8(g, NULL, &rep, &err), SLIM_OK);
     ck_assert_str_eq(g->nodes[0].op_type, "GatherInt8");
-    ck_assert_uint_eq(rep.bytes_after, 50 * 33 + 50 * 4);
+    ck_assert_uint_eq(rep.bytes_after, 50 * 33 + 50 * 2); /* float16 row scales */
+    ck_assert_int_eq(g->values[g->nodes[0].in[1]].init.dtype, SLIM_F16);
     slim_int8_report_free(&rep);
     slim_tensor ids = tu_i64(2, (int64_t[]){2, 3}, (int64_t[]){0, 49, 7, -1, 7, 20});
     slim_tensor y = run1(g, "ids", ids, SLIM_OK, &err);
@@ -778,9 +838,10 @@ START_TEST(test_outlier_channels_split)
         ck_assert(rep.layers[0].quantized);
         ck_assert_int_eq(rep.layers[0].n_outliers, split ? 1 : 0);
         ck_assert_int_eq(g->nodes[0].n_in, split ? 8 : 4);
-        /* With the split: the row's N codes and N scales, 8 for its index. */
+        /* With the split: the row's N codes and N scales, 8 for its index;
+         * the main scales float16. */
         ck_assert_uint_eq(rep.layers[0].bytes_after,
-                          48 * K + 2 * N * 4 + (split ? N + N * 4 + 8 : 0));
+                          48 * K + N * 4 + N * 2 + (split ? N + N * 4 + 8 : 0));
         errors[split] = rep.layers[0].error;
         slim_int8_report_free(&rep);
         /* Every path gives bitwise the same (the side product included). */
@@ -884,6 +945,7 @@ int main(void)
     tcase_add_test(tp, test_pass_fuses_and_matches_fp32);
     tcase_add_test(tp, test_pass_exclude_by_name_and_type);
     tcase_add_test(tp, test_gather_int8);
+    tcase_add_test(tp, test_scale_half_or_float);
     tcase_add_test(tp, test_malformed_node_refused);
     tcase_add_test(tp, test_pass_max_error);
     tcase_add_test(tp, test_outlier_channels_split);
