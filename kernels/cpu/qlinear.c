@@ -148,11 +148,16 @@ static slim_status matmul_int8_exec(slim_op_ctx *ctx)
      * more than the output's one row). */
     const slim_tensor *sc = ctx->in[2];
     size_t qbytes = (slim_qgemm_scratch_bytes(m, s->k) + 63) / 64 * 64;
-    void *scratch = NULL;
-    if (posix_memalign(&scratch, 64, qbytes + (sc->dtype == SLIM_F16 ? sizeof(float) * (size_t)n
-                                                                      : 0)) != 0)
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory quantizing %lld rows",
-                         (long long)m);
+    /* From the allocator (64-byte aligned), so the device's limit and
+     * accounts see it and a refusal is SLIM_EOOM, which the batcher halves. */
+    slim_tensor st_scratch = {.dtype = SLIM_U8, .ndim = 1,
+                              .dims = {(int64_t)(qbytes + (sc->dtype == SLIM_F16
+                                                                ? sizeof(float) * (size_t)n
+                                                                : 0))}};
+    slim_status st = slim_tensor_alloc(&st_scratch, ctx->err);
+    if (st)
+        return st;
+    void *scratch = st_scratch.data;
     const float *w_scale = sc->data;
     if (sc->dtype == SLIM_F16) {
         float *ws = (float *)((char *)scratch + qbytes);
@@ -167,7 +172,7 @@ static slim_status matmul_int8_exec(slim_op_ctx *ctx)
         .outl_scale = oi ? ctx->in[7]->data : NULL,
     };
     slim_qgemm(&a, scratch);
-    free(scratch);
+    slim_tensor_release(&st_scratch);
     return SLIM_OK;
 }
 
