@@ -39,6 +39,8 @@ extern const slim_op_def slim__ops_half[]; /* the half-weights pass's (cpu/hline
 extern const slim_op_def slim__ops_hconv[]; /* and its ConvHalf (cpu/hconv.c) */
 /* the fuse_attention pass's (cpu/attention.c) */
 extern const slim_op_def slim__ops_fused_attention[];
+/* the fuse_add_layernorm pass's (cpu/add_layernorm.c) */
+extern const slim_op_def slim__ops_add_layernorm[];
 /* onnxruntime's contrib operators that quantized models carry
  * (cpu/quantize_ops.c). */
 extern const slim_op_def slim__ops_microsoft[];
@@ -56,7 +58,7 @@ extern const slim_op_def slim__ops_fmm[];   /* the fuse_matmul pass's (cpu/matmu
 /* The com.slimserve tables after the copies, searched in this order. */
 static const slim_op_def *const slimserve_tables[] = {
     slim__ops_int8, slim__ops_sparse, slim__ops_half, slim__ops_hconv, slim__ops_pool_blocked,
-    slim__ops_fused_attention,
+    slim__ops_fused_attention, slim__ops_add_layernorm,
 #ifdef SLIM_HAVE_DNNL
     slim__ops_fconv, slim__ops_fmm,
 #endif

@@ -16,6 +16,7 @@ extern const slim_pass slim__pass_fuse_matmul;
 extern const slim_pass slim__pass_fold_constants;
 extern const slim_pass slim__pass_simplify_shapes;
 extern const slim_pass slim__pass_fuse_layernorm;
+extern const slim_pass slim__pass_fuse_add_layernorm; /* after fuse_layernorm */
 extern const slim_pass slim__pass_fuse_gelu;
 extern const slim_pass slim__pass_fuse_attention;
 extern const slim_pass slim__pass_fuse_int8_epilogue; /* after fuse_gelu */
@@ -34,6 +35,7 @@ const slim_pass *const slim_passes[] = {
     &slim__pass_fold_constants,
     &slim__pass_simplify_shapes,
     &slim__pass_fuse_layernorm,
+    &slim__pass_fuse_add_layernorm,
     &slim__pass_fuse_gelu,
     &slim__pass_fuse_attention,
     &slim__pass_fuse_int8_epilogue,
@@ -53,7 +55,8 @@ slim_status slim_passes_run_for(slim_graph *g, bool host, slim_err *err)
     for (int i = 0; slim_passes[i]; i++) {
         int changed = 0;
         slim_status st = SLIM_OK;
-        if (!host && slim_passes[i] == &slim__pass_fuse_attention)
+        if (!host && (slim_passes[i] == &slim__pass_fuse_attention ||
+                      slim_passes[i] == &slim__pass_fuse_add_layernorm))
             continue;
         if (!host && slim_passes[i] == &slim__pass_fuse_matmul)
             st = slim_pass_defuse_matmul(g, err); /* a file's */

@@ -27,6 +27,7 @@ static const slim_op_schema internal_schemas[] = {
      "!kernel_shape=I !strides=I !dilations=I !pads=I !group=i !activation=i alpha=f beta=f "
      "!weights_format=i in_blocked=i res_blocked=i out_blocked=i out_channels=i dw_stride=i "
      "dw_activation=i dw_alpha=f dw_beta=f"},
+    {"AddLayerNorm", 1, 3, 4, 1, 2, "SSSO", "SO", "epsilon=f"},
     {"FusedMatMul", 1, 3, 3, 1, 1, "SSS", "S", "!K=i !N=i !activation=i parts=I layout=I"},
     {"MaxPoolBlocked", 1, 1, 1, 1, 1, "S", "S",
      "!kernel_shape=I !strides=I !pads=I !dilations=I"},

@@ -374,30 +374,6 @@ typedef struct {
     bool failed;
 } ln_job;
 
-/* float32 in and out, no stashed statistics: the rows are read in place
- * rather than widened through gather / scatter one element at a time,
- * which cost more than the arithmetic (a BERT layer norm of 16 x 768 took
- * 0.37 ms). Sums stay in double, so the result is the generic path's. */
-static void ln_rows_f32(const ln_job *j, int64_t begin, int64_t end)
-{
-    const int64_t r = j->r;
-    for (int64_t o = begin; o < end; o++) {
-        const float *x = (const float *)j->x->data + o * r;
-        float *y = (float *)j->y->data + o * r;
-        double m = 0, ss = 0;
-        if (!j->st->rms) {
-            for (int64_t i = 0; i < r; i++)
-                m += x[i];
-            m /= (double)r;
-        }
-        for (int64_t i = 0; i < r; i++)
-            ss += ((double)x[i] - m) * ((double)x[i] - m);
-        double inv = 1.0 / sqrt(ss / (double)r + j->st->epsilon);
-        for (int64_t i = 0; i < r; i++)
-            y[i] = (float)(((double)x[i] - m) * inv * j->scale[i] + j->bias[i]);
-    }
-}
-
 /* 1: the AVX-512 rows; SLIM_LN_PORTABLE=1 keeps the portable ones (tests). */
 static int ln_kernel(void)
 {
@@ -414,20 +390,43 @@ static int ln_kernel(void)
     return k;
 }
 
+/* float32 in and out, no stashed statistics: the rows are read in place
+ * rather than widened through gather / scatter one element at a time,
+ * which cost more than the arithmetic (a BERT layer norm of 16 x 768 took
+ * 0.37 ms). Sums stay in double, so the result is the generic path's. */
+void slim_ln_rows_f32(const float *xs, float *ys, int64_t rows, int64_t r, bool rms, double eps,
+                      const double *scale, const double *bias)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (ln_kernel() == 1) {
+        slim_ln_rows_f32_avx512(xs, ys, rows, r, rms, eps, scale, bias);
+        return;
+    }
+#endif
+    for (int64_t o = 0; o < rows; o++) {
+        const float *x = xs + o * r;
+        float *y = ys + o * r;
+        double m = 0, ss = 0;
+        if (!rms) {
+            for (int64_t i = 0; i < r; i++)
+                m += x[i];
+            m /= (double)r;
+        }
+        for (int64_t i = 0; i < r; i++)
+            ss += ((double)x[i] - m) * ((double)x[i] - m);
+        double inv = 1.0 / sqrt(ss / (double)r + eps);
+        for (int64_t i = 0; i < r; i++)
+            y[i] = (float)(((double)x[i] - m) * inv * scale[i] + bias[i]);
+    }
+}
+
 static void ln_task(int64_t begin, int64_t end, void *user)
 {
     ln_job *j = user;
     if (j->x->dtype == SLIM_F32 && j->y->dtype == SLIM_F32 && !j->mean && !j->inv_std) {
-#if defined(__x86_64__) && defined(__GNUC__)
-        if (ln_kernel() == 1) {
-            const int64_t r = j->r;
-            slim_ln_rows_f32_avx512((const float *)j->x->data + begin * r,
-                                    (float *)j->y->data + begin * r, end - begin, r, j->st->rms,
-                                    j->st->epsilon, j->scale, j->bias);
-            return;
-        }
-#endif
-        ln_rows_f32(j, begin, end);
+        slim_ln_rows_f32((const float *)j->x->data + begin * j->r,
+                         (float *)j->y->data + begin * j->r, end - begin, j->r, j->st->rms,
+                         j->st->epsilon, j->scale, j->bias);
         return;
     }
     double *row = malloc(sizeof(double) * (size_t)j->r);

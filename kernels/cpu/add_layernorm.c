@@ -1,0 +1,172 @@
+/*
+ * add_layernorm.c - AddLayerNorm (domain com.slimserve), which the
+ * fuse_add_layernorm pass puts in place of Add -> LayerNormalization:
+ *
+ *   AddLayerNorm(A, B, Scale[, Bias]) -> Y[, Sum]     attrs: epsilon (float)
+ *       A, B float32, broadcast together as Add does; Sum = A + B; Y =
+ *       LayerNormalization(Sum) over the last axis with Scale and Bias [D].
+ *
+ * Each row's sum is written once (into Sum when something reads it, else
+ * into Y) and normalized in place by the LayerNormalization rows
+ * (slim_ln_rows_f32): the same float additions and the same rows as the
+ * two nodes, so the same bits, without Add's pass over the activation, its
+ * node, or its wake of the thread pool. In an encoder every LayerNorm
+ * reads a residual Add (25 of them in BERT-base).
+ */
+#include "kernel.h"
+#include "norm_simd.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    float epsilon;
+} aln_state;
+
+static slim_status aln_prepare(slim_node *node, void **state, slim_err *err)
+{
+    aln_state *s = calloc(1, sizeof(*s));
+    if (!s)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    s->epsilon = slim_attr_float(node, "epsilon", 1e-5f);
+    *state = s;
+    return SLIM_OK;
+}
+
+static void aln_release(void *state)
+{
+    free(state);
+}
+
+/* out = broadcast(a, b), numpy's rules; false when they do not. */
+static bool broadcast_dims(const slim_tensor *a, const slim_tensor *b, int *nd, int64_t *out)
+{
+    *nd = a->ndim > b->ndim ? a->ndim : b->ndim;
+    for (int i = 0; i < *nd; i++) {
+        int ia = i - (*nd - a->ndim), ib = i - (*nd - b->ndim);
+        int64_t da = ia >= 0 ? a->dims[ia] : 1, db = ib >= 0 ? b->dims[ib] : 1;
+        if (da != db && da != 1 && db != 1)
+            return false;
+        out[i] = da == 1 ? db : da;
+    }
+    return true;
+}
+
+static slim_status aln_infer(slim_op_ctx *ctx)
+{
+    const slim_tensor *a = ctx->in[0], *b = ctx->in[1], *sc = ctx->in[2];
+    const slim_tensor *bi = ctx->n_in > 3 ? ctx->in[3] : NULL;
+    if (a->dtype != SLIM_F32 || b->dtype != SLIM_F32 || sc->dtype != SLIM_F32 ||
+        (bi && bi->dtype != SLIM_F32))
+        return slim_errf(ctx->err, SLIM_ETYPE, "AddLayerNorm takes float32 A, B, Scale, Bias");
+    int nd;
+    int64_t dims[SLIM_MAX_DIMS];
+    if (!broadcast_dims(a, b, &nd, dims))
+        return slim_errf(ctx->err, SLIM_ESHAPE, "AddLayerNorm: A and B do not broadcast");
+    if (nd == 0)
+        return slim_errf(ctx->err, SLIM_EINVAL, "AddLayerNorm: A + B is a scalar; needs rank >= 1");
+    int64_t d = dims[nd - 1];
+    if (sc->ndim != 1 || sc->dims[0] != d || (bi && (bi->ndim != 1 || bi->dims[0] != d)))
+        return slim_errf(ctx->err, SLIM_ESHAPE, "AddLayerNorm: Scale and Bias must be [%lld], "
+                         "the last dim of A + B", (long long)d);
+    for (int k = 0; k < ctx->n_out && k < 2; k++)
+        if (ctx->out[k])
+            slim_tensor_set_shape(ctx->out[k], SLIM_F32, nd, dims);
+    return SLIM_OK;
+}
+
+typedef struct {
+    const float *a, *b;
+    float *s, *y;          /* s: where the sums go (Sum, or Y itself) */
+    int64_t d, na, nb;     /* row length; elements of A, B */
+    int nd;
+    int64_t dims[SLIM_MAX_DIMS], sa[SLIM_MAX_DIMS], sb[SLIM_MAX_DIMS]; /* 0: broadcast */
+    bool plain;            /* A is the output's shape, B a suffix of it */
+    double eps;
+    const double *scale, *bias;
+} aln_job;
+
+static void aln_rows(int64_t begin, int64_t end, void *user)
+{
+    const aln_job *j = user;
+    for (int64_t row = begin; row < end; row++) {
+        float *s = j->s + row * j->d;
+        int64_t base = row * j->d;
+        if (j->plain) {
+            const float *a = j->a + base;
+            int64_t off = base % j->nb; /* B's rows repeat */
+            for (int64_t i = 0; i < j->d; i++)
+                s[i] = a[i] + j->b[off + i];
+        } else {
+            for (int64_t i = 0; i < j->d; i++) {
+                int64_t e = base + i, ia = 0, ib = 0;
+                for (int k = j->nd - 1; k >= 0; k--) {
+                    int64_t c = e % j->dims[k];
+                    e /= j->dims[k];
+                    ia += c * j->sa[k];
+                    ib += c * j->sb[k];
+                }
+                s[i] = j->a[ia] + j->b[ib];
+            }
+        }
+        slim_ln_rows_f32(s, j->y + row * j->d, 1, j->d, false, j->eps, j->scale, j->bias);
+    }
+}
+
+/* Element strides of t inside the broadcast shape (0 along broadcast dims). */
+static void strides_in(const slim_tensor *t, int nd, const int64_t *dims, int64_t *st)
+{
+    int64_t acc = 1;
+    for (int k = nd - 1; k >= 0; k--) {
+        int kt = k - (nd - t->ndim);
+        int64_t dt = kt >= 0 ? t->dims[kt] : 1;
+        st[k] = dt == 1 && dims[k] != 1 ? 0 : acc;
+        acc *= dt;
+    }
+}
+
+static slim_status aln_exec(slim_op_ctx *ctx)
+{
+    const aln_state *st = ctx->state;
+    const slim_tensor *a = ctx->in[0], *b = ctx->in[1], *sc = ctx->in[2];
+    const slim_tensor *bi = ctx->n_in > 3 ? ctx->in[3] : NULL;
+    slim_tensor *y = ctx->out[0], *sum = ctx->n_out > 1 ? ctx->out[1] : NULL;
+    if (slim_tensor_numel(y) == 0)
+        return SLIM_OK;
+    /* A + B = B + A bit for bit: the operand of the output's shape first. */
+    if (slim_tensor_numel(b) == slim_tensor_numel(y) && slim_tensor_numel(a) != slim_tensor_numel(y)) {
+        const slim_tensor *t = a;
+        a = b;
+        b = t;
+    }
+    aln_job j = {.a = a->data, .b = b->data, .y = y->data, .s = sum ? sum->data : y->data,
+                 .nd = y->ndim, .na = slim_tensor_numel(a), .nb = slim_tensor_numel(b),
+                 .eps = st->epsilon};
+    memcpy(j.dims, y->dims, sizeof(int64_t) * (size_t)y->ndim);
+    j.d = y->dims[y->ndim - 1];
+    strides_in(a, j.nd, j.dims, j.sa);
+    strides_in(b, j.nd, j.dims, j.sb);
+    /* B a suffix of the output's shape (the same shape, [D], [S, D]): its
+     * rows repeat in order. */
+    j.plain = j.na == slim_tensor_numel(y) && j.nb > 0 && j.nb % j.d == 0 && b->ndim <= y->ndim &&
+              memcmp(b->dims, y->dims + (y->ndim - b->ndim), sizeof(int64_t) * (size_t)b->ndim) == 0;
+    double *p = malloc(sizeof(double) * (size_t)(2 * j.d));
+    if (!p)
+        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+    for (int64_t i = 0; i < j.d; i++) {
+        p[i] = ((const float *)sc->data)[i];
+        p[j.d + i] = bi ? ((const float *)bi->data)[i] : 0.0;
+    }
+    j.scale = p;
+    j.bias = p + j.d;
+    int64_t rows = slim_tensor_numel(y) / j.d;
+    /* A thread per ~16K values: below that the wake costs more. */
+    slim_parallel_for(rows, 1 + 16384 / j.d, aln_rows, &j);
+    free(p);
+    return SLIM_OK;
+}
+
+const slim_op_def slim__ops_add_layernorm[] = {
+    {"AddLayerNorm", 1, aln_prepare, aln_release, aln_infer, aln_exec, 0},
+    {0},
+};
