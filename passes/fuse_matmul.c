@@ -475,11 +475,8 @@ static slim_status fuse_matmul(slim_graph *g, fmm_mode mode, int *changed, slim_
             act = SLIM_FMM_ACT_GELU_ERF;
             out = gelu_out;
         }
-        int orig = -1; /* the weight this packed value was made from */
-        for (int v = 0; v < n_values && orig < 0; v++)
-            if (packed_of[v] == wv)
-                orig = v;
-        if ((st = rewrite(g, mm, wv, how_of[orig], bias, out, act, err)))
+        /* mm->in[1] is still the weight wv was packed from. */
+        if ((st = rewrite(g, mm, wv, how_of[mm->in[1]], bias, out, act, err)))
             break;
         (*changed)++;
     }
