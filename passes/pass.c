@@ -19,6 +19,7 @@ extern const slim_pass slim__pass_fuse_layernorm;
 extern const slim_pass slim__pass_fuse_add_layernorm; /* after fuse_layernorm */
 extern const slim_pass slim__pass_fuse_gelu;
 extern const slim_pass slim__pass_fuse_attention;
+extern const slim_pass slim__pass_attention_qkv; /* after fuse_attention */
 extern const slim_pass slim__pass_fuse_int8_epilogue; /* after fuse_gelu */
 
 /* Folding BatchNormalization first gives fuse_conv a Conv whose only
@@ -38,6 +39,7 @@ const slim_pass *const slim_passes[] = {
     &slim__pass_fuse_add_layernorm,
     &slim__pass_fuse_gelu,
     &slim__pass_fuse_attention,
+    &slim__pass_attention_qkv,
     &slim__pass_fuse_int8_epilogue,
     NULL,
 };

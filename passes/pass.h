@@ -41,6 +41,12 @@ slim_status slim_pass_pack_matmul(slim_graph *g, slim_err *err);
 /* Every FusedMatMul back to MatMul [+ Add] [+ Relu | GELU's nodes], its
  * weight unpacked: for a GPU, where no kernel runs it. */
 slim_status slim_pass_defuse_matmul(slim_graph *g, slim_err *err);
+/* Three sibling projections of one input (an attention block's Q, K, V)
+ * as one MatMul [+ Add] + Split (passes/merge_qkv.c), before the int8 and
+ * half passes; nodes for which skip(node, user) says true stay as they
+ * are. *merged counts the groups merged. */
+slim_status slim_pass_merge_qkv(slim_graph *g, bool (*skip)(const slim_node *, void *),
+                                void *user, int *merged, slim_err *err);
 /* The passes in the order slim_passes_run runs them, NULL-terminated. */
 extern const slim_pass *const slim_passes[];
 

@@ -8,6 +8,7 @@
 #include "int8.h"
 #include "pass.h"
 #include "prune.h"
+#include "rewrite.h"
 #include "slim_format.h"
 
 #include <stdio.h>
@@ -36,6 +37,15 @@ static slim_dtype float_type(const char *s)
     if (strcmp(s, "bf16") == 0 || strcmp(s, "bfloat16") == 0)
         return SLIM_BF16;
     return SLIM_DTYPE_UNDEFINED;
+}
+
+/* A node the int8 or half pass was told to leave float32 (by name or op
+ * type): merging it with others would take its name away. */
+static bool named_excluded(const slim_node *n, void *user)
+{
+    const slim_load_opts *o = user;
+    return o && (slim_rewrite_named(o->int8_exclude, o->n_int8_exclude, n) ||
+                 slim_rewrite_named(o->half_exclude, o->n_half_exclude, n));
 }
 
 slim_status slim_model_load(const char *path, const slim_load_opts *opts,
@@ -122,6 +132,19 @@ slim_status slim_model_load(const char *path, const slim_load_opts *opts,
      * com.slimserve operators (left sparse float) and the rest as before. */
     if (!st && opts && opts->prune) {
         st = slim_prune(g, opts->prune, opts->prune->report, err);
+        if (st) {
+            slim_graph_free(g);
+            g = NULL;
+        }
+    }
+    /* Q, K and V as one product before the precision passes, which then
+     * quantize or narrow it whole; on the host only, where FusedAttention
+     * reads the merged result in place (a GPU would run the Split), and
+     * not for a caller that wants the graph as written (inspect). */
+    if (!st && slim_device_is_host(dev) && !whole_half &&
+        !(opts && opts->no_passes && !opts->pack_matmul)) {
+        int merged;
+        st = slim_pass_merge_qkv(g, named_excluded, (void *)opts, &merged, err);
         if (st) {
             slim_graph_free(g);
             g = NULL;

@@ -218,7 +218,8 @@ typedef struct slim_load_opts {
      * written, e.g. to save it to a .slim file, whose loads run them. */
     bool no_passes;
     /* With no_passes: still pack the float32 MatMul weights for this CPU
-     * (slim_pass_pack_matmul), which a .slim file stores packed. */
+     * (slim_pass_pack_matmul), which a .slim file stores packed, and merge
+     * attention projections (slim_pass_merge_qkv), which it stores merged. */
     bool pack_matmul;
     /* Pruning (NULL: none); runs before the precision passes. */
     const slim_prune_opts *prune;

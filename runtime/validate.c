@@ -31,9 +31,10 @@ static const slim_op_schema internal_schemas[] = {
     {"FusedMatMul", 1, 3, 3, 1, 1, "SSS", "S", "!K=i !N=i !activation=i parts=I layout=I"},
     {"MaxPoolBlocked", 1, 1, 1, 1, 1, "S", "S",
      "!kernel_shape=I !strides=I !pads=I !dilations=I"},
-    {"FusedAttention", 1, 3, 4, 1, 1, "SSSO", "S",
+    /* K and V absent when qkv_sizes packs them into Q (passes/merge_qkv.c). */
+    {"FusedAttention", 1, 3, 4, 1, 1, "SOOO", "S",
      "!num_heads=i !head_size=i !v_head_size=i !scale=f !q_shape=I !k_shape=I !v_shape=I "
-     "!out_shape=I"},
+     "!out_shape=I qkv_sizes=I"},
     {0},
 };
 

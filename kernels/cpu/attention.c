@@ -346,6 +346,8 @@ typedef struct {
     int64_t qr[2], kr[2], vr[2];
     int n_out;
     int64_t out[SLIM_MAX_DIMS];
+    bool packed;            /* qkv_sizes: Q, K, V side by side in input 0 */
+    int64_t qkv[3];
 } fattn_state;
 
 static slim_status fattn_pair(const slim_node *node, const char *name, int64_t *r,
@@ -385,6 +387,17 @@ static slim_status fattn_prepare(slim_node *node, void **state, slim_err *err)
     for (int i = 0; !s && i < st->n_out; i++)
         if (st->out[i] < -1)
             s = slim_errf(err, SLIM_EINVAL, "out_shape holds %lld", (long long)st->out[i]);
+    /* passes/merge_qkv.c: the three parts of one row, H*dk, H*dk, H*dv. */
+    if (!s && slim_node_attr(node, "qkv_sizes")) {
+        st->packed = true;
+        if (slim_attr_ints(node, "qkv_sizes", st->qkv, 3) != 3 ||
+            st->qkv[0] != st->heads * st->dk || st->qkv[1] != st->heads * st->dk ||
+            st->qkv[2] != st->heads * st->dv)
+            s = slim_errf(err, SLIM_EINVAL, "qkv_sizes must be num_heads x head_size twice, "
+                          "then num_heads x v_head_size (%lld, %lld, %lld)",
+                          (long long)(st->heads * st->dk), (long long)(st->heads * st->dk),
+                          (long long)(st->heads * st->dv));
+    }
     if (s) {
         free(st);
         return s;
@@ -442,15 +455,49 @@ static slim_status fattn_view(const fattn_state *st, const slim_tensor *x, const
     return s;
 }
 
+/* Q, K and V for their shapes and types: the inputs, or with qkv_sizes
+ * headers (no data) of input 0 with its last dim cut to each part. */
+static slim_status fattn_operands(slim_op_ctx *ctx, slim_tensor *view, const slim_tensor **t)
+{
+    const fattn_state *st = ctx->state;
+    const char *names[3] = {"Q", "K", "V"};
+    if (!st->packed) {
+        for (int i = 0; i < 3; i++)
+            if (!(t[i] = ctx->n_in > i ? ctx->in[i] : NULL))
+                return slim_errf(ctx->err, SLIM_EINVAL, "input %s is missing", names[i]);
+        return SLIM_OK;
+    }
+    const slim_tensor *x = ctx->in[0];
+    char sx[128];
+    if (!x || x->ndim < 1 || x->dims[x->ndim - 1] != st->qkv[0] + st->qkv[1] + st->qkv[2])
+        return slim_errf(ctx->err, SLIM_ESHAPE, "the packed Q|K|V input %s must end in "
+                         "%lld + %lld + %lld (qkv_sizes)",
+                         x ? slim_shape_str(x->ndim, x->dims, sx, sizeof(sx)) : "(missing)",
+                         (long long)st->qkv[0], (long long)st->qkv[1], (long long)st->qkv[2]);
+    for (int i = 0; i < 3; i++) {
+        memset(&view[i], 0, sizeof(view[i]));
+        view[i].dtype = x->dtype;
+        view[i].ndim = x->ndim;
+        memcpy(view[i].dims, x->dims, sizeof(x->dims[0]) * (size_t)x->ndim);
+        view[i].dims[x->ndim - 1] = st->qkv[i];
+        t[i] = &view[i];
+    }
+    return SLIM_OK;
+}
+
 static slim_status fattn_dims(slim_op_ctx *ctx, slim__attn_dims *a, int64_t *out)
 {
     const fattn_state *st = ctx->state;
-    const slim_tensor *q = ctx->in[0], *k = ctx->in[1], *v = ctx->in[2];
+    const slim_tensor *qkv[3];
+    slim_tensor view[3];
+    slim_status s = fattn_operands(ctx, view, qkv);
+    if (s)
+        return s;
+    const slim_tensor *q = qkv[0], *k = qkv[1], *v = qkv[2];
     const slim_tensor *m = ctx->n_in > 3 ? ctx->in[3] : NULL;
     char sa[128], sb[128];
-    slim_status s;
     for (int i = 0; i < 3; i++)
-        if ((s = slim_check_dtype(ctx->in[i], i == 0 ? "Q" : i == 1 ? "K" : "V", ctx->err,
+        if ((s = slim_check_dtype(qkv[i], i == 0 ? "Q" : i == 1 ? "K" : "V", ctx->err,
                                   SLIM_F32, SLIM_F16, SLIM_BF16, SLIM_DTYPE_UNDEFINED)))
             return s;
     if (k->dtype != q->dtype || v->dtype != q->dtype || (m && m->dtype != q->dtype))
@@ -463,7 +510,7 @@ static slim_status fattn_dims(slim_op_ctx *ctx, slim__attn_dims *a, int64_t *out
     /* The block's MatMuls would broadcast a batch of 1 against a larger
      * one; attention over one shared key set is not what it computes for
      * requests, so that is refused rather than copied. */
-    if (qb[0] != kb[0] || vb[0] != kb[0] || vb[1] != kb[1])
+    if (qb[0] != kb[0] || vb[0] != kb[0] || vb[1] != kb[1] || (st->packed && qb[1] != kb[1]))
         return slim_errf(ctx->err, SLIM_ESHAPE, "Q [%lld,%lld], K [%lld,%lld] and V [%lld,%lld] "
                          "(batch, sequence) disagree", (long long)qb[0], (long long)qb[1],
                          (long long)kb[0], (long long)kb[1], (long long)vb[0], (long long)vb[1]);
@@ -518,8 +565,8 @@ static slim_status fattn_exec(slim_op_ctx *ctx)
     slim_tensor tq = {0}, tk = {0}, tv = {0}, tm = {0}, ty = {0};
     float *y;
     if ((s = slim_f32_in(ctx->in[0], &tq, &j.q, ctx->err)) ||
-        (s = slim_f32_in(ctx->in[1], &tk, &j.k, ctx->err)) ||
-        (s = slim_f32_in(ctx->in[2], &tv, &j.v, ctx->err)) ||
+        (!st->packed && (s = slim_f32_in(ctx->in[1], &tk, &j.k, ctx->err))) ||
+        (!st->packed && (s = slim_f32_in(ctx->in[2], &tv, &j.v, ctx->err))) ||
         (s = slim_f32_in(m, &tm, &j.mf, ctx->err)) ||
         (s = slim_f32_out(ctx->out[0], &ty, &y, ctx->err)))
         goto done;
@@ -529,6 +576,18 @@ static slim_status fattn_exec(slim_op_ctx *ctx)
     slim__attn_strides(j.qs, true, a->Hq, a->Sq, a->D);
     slim__attn_strides(j.ks, true, a->Hkv, a->T, a->D);
     slim__attn_strides(j.vs, true, a->Hkv, a->T, a->Dv);
+    if (st->packed) {
+        /* Each position's row holds its query, key and value parts: the
+         * same per-head reads at the packed row's stride. */
+        int64_t row = st->qkv[0] + st->qkv[1] + st->qkv[2];
+        j.k = j.q + st->qkv[0];
+        j.v = j.k + st->qkv[1];
+        int64_t *sv[3] = {j.qs, j.ks, j.vs};
+        for (int i = 0; i < 3; i++) {
+            sv[i][0] = a->Sq * row;
+            sv[i][2] = row;
+        }
+    }
     slim__attn_strides(j.ys, true, a->Hq, a->Sq, a->Dv);
     if (m) {
         slim__attn_mask_strides(&j, m); /* a last dim of 1 broadcasts, as in Add */

@@ -370,6 +370,7 @@ typedef struct {
     const slim_tensor *x;
     slim_tensor *y, *mean, *inv_std;
     const double *scale, *bias; /* expanded to r */
+    const float *scale_f, *bias_f; /* the float32 rows' (bias_f NULL: none) */
     int64_t r;
     bool failed;
 } ln_job;
@@ -393,9 +394,10 @@ static int ln_kernel(void)
 /* float32 in and out, no stashed statistics: the rows are read in place
  * rather than widened through gather / scatter one element at a time,
  * which cost more than the arithmetic (a BERT layer norm of 16 x 768 took
- * 0.37 ms). Sums stay in double, so the result is the generic path's. */
-void slim_ln_rows_f32(const float *xs, float *ys, int64_t rows, int64_t r, bool rms, double eps,
-                      const double *scale, const double *bias)
+ * 0.37 ms), and computed in float32 with the correction norm_simd.c
+ * describes. */
+void slim_ln_rows_f32(const float *xs, float *ys, int64_t rows, int64_t r, bool rms, float eps,
+                      const float *scale, const float *bias)
 {
 #if defined(__x86_64__) && defined(__GNUC__)
     if (ln_kernel() == 1) {
@@ -406,27 +408,49 @@ void slim_ln_rows_f32(const float *xs, float *ys, int64_t rows, int64_t r, bool 
     for (int64_t o = 0; o < rows; o++) {
         const float *x = xs + o * r;
         float *y = ys + o * r;
-        double m = 0, ss = 0;
+        float m = 0, c = 0, q = 0;
         if (!rms) {
             for (int64_t i = 0; i < r; i++)
                 m += x[i];
-            m /= (double)r;
+            m /= (float)r;
         }
+        for (int64_t i = 0; i < r; i++) {
+            float d = x[i] - m;
+            c += d;
+            q += d * d;
+        }
+        if (rms)
+            c = 0;
+        float var = (q - c * (c / (float)r)) / (float)r;
+        float inv = 1.0f / sqrtf((var > 0.0f ? var : 0.0f) + eps);
+        float mean = m + c / (float)r;
         for (int64_t i = 0; i < r; i++)
-            ss += ((double)x[i] - m) * ((double)x[i] - m);
-        double inv = 1.0 / sqrt(ss / (double)r + eps);
-        for (int64_t i = 0; i < r; i++)
-            y[i] = (float)(((double)x[i] - m) * inv * scale[i] + bias[i]);
+            y[i] = (x[i] - mean) * inv * scale[i] + (bias ? bias[i] : 0.0f);
     }
+}
+
+/* Scale or bias as r floats for the rows above: the tensor's own data when
+ * it is float32 with r elements (the usual [r]), else expanded from the
+ * double parameter into *own (freed by the caller). */
+static const float *ln_param_f32(const slim_tensor *p, const double *expanded, int64_t r,
+                                 float **own)
+{
+    if (p && p->dtype == SLIM_F32 && slim_tensor_numel(p) == r)
+        return p->data;
+    float *f = malloc(sizeof(float) * (size_t)(r > 0 ? r : 1));
+    for (int64_t i = 0; f && i < r; i++)
+        f[i] = (float)expanded[i];
+    *own = f;
+    return f;
 }
 
 static void ln_task(int64_t begin, int64_t end, void *user)
 {
     ln_job *j = user;
-    if (j->x->dtype == SLIM_F32 && j->y->dtype == SLIM_F32 && !j->mean && !j->inv_std) {
+    if (j->scale_f) {
         slim_ln_rows_f32((const float *)j->x->data + begin * j->r,
                          (float *)j->y->data + begin * j->r, end - begin, j->r, j->st->rms,
-                         j->st->epsilon, j->scale, j->bias);
+                         (float)j->st->epsilon, j->scale_f, j->bias_f);
         return;
     }
     double *row = malloc(sizeof(double) * (size_t)j->r);
@@ -466,17 +490,42 @@ static slim_status ln_exec(slim_op_ctx *ctx)
     if (outer * j.r == 0)
         return SLIM_OK;
     const slim_tensor *bias = !st->rms && ctx->n_in > 2 ? ctx->in[2] : NULL;
-    double *scale = expand_param(ctx->in[1], nd, x->dims + axis, 1.0);
-    double *b = expand_param(bias, nd, x->dims + axis, 0.0);
+    bool rows_f32 = x->dtype == SLIM_F32 && j.y->dtype == SLIM_F32 && !j.mean && !j.inv_std;
+    double *scale = NULL, *b = NULL;
+    float *own_s = NULL, *own_b = NULL;
+    /* The float32 rows read a float32 [r] scale and bias where they are;
+     * everything else goes through the double expansion. */
+    bool direct = rows_f32 && ctx->in[1]->dtype == SLIM_F32 &&
+                  slim_tensor_numel(ctx->in[1]) == j.r &&
+                  (!bias || (bias->dtype == SLIM_F32 && slim_tensor_numel(bias) == j.r));
+    if (!direct) {
+        scale = expand_param(ctx->in[1], nd, x->dims + axis, 1.0);
+        b = expand_param(bias, nd, x->dims + axis, 0.0);
+        if (!scale || !b)
+            goto oom;
+    }
     j.scale = scale;
     j.bias = b;
-    if (scale && b)
-        slim_parallel_for(outer, grain_for(j.r * 4), ln_task, &j);
+    if (rows_f32) {
+        j.scale_f = ln_param_f32(ctx->in[1], scale, j.r, &own_s);
+        j.bias_f = bias ? ln_param_f32(bias, b, j.r, &own_b) : NULL;
+        if (!j.scale_f || (bias && !j.bias_f))
+            goto oom;
+    }
+    slim_parallel_for(outer, grain_for(j.r * 4), ln_task, &j);
     free(scale);
     free(b);
-    if (!scale || !b || j.failed)
+    free(own_s);
+    free(own_b);
+    if (j.failed)
         return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
     return SLIM_OK;
+oom:
+    free(scale);
+    free(b);
+    free(own_s);
+    free(own_b);
+    return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
 }
 
 /* ---- GroupNormalization / InstanceNormalization -------------------------- */

@@ -8,19 +8,19 @@
 #include <stdint.h>
 
 /* rows rows of r floats from xs to ys (xs == ys allowed): y = (x - mean) /
- * sqrt(var + eps) * scale + bias, mean 0 when rms; statistics and the
- * affine step in double. The AVX-512 rows where the CPU has them (and
- * SLIM_LN_PORTABLE is not 1), else portable ones: what LayerNormalization
- * computes for float32 (norm.c), so a fused caller gets its bits. */
-void slim_ln_rows_f32(const float *xs, float *ys, int64_t rows, int64_t r, bool rms, double eps,
-                      const double *scale, const double *bias);
+ * sqrt(var + eps) * scale + bias (bias NULL: none), mean 0 when rms; in
+ * float32, the statistics corrected by a second pass (norm_simd.c). The
+ * AVX-512 rows where the CPU has them (and SLIM_LN_PORTABLE is not 1),
+ * else portable ones (the same method, summed in another order): what
+ * LayerNormalization computes for float32 (norm.c), so a fused caller gets
+ * its bits. */
+void slim_ln_rows_f32(const float *xs, float *ys, int64_t rows, int64_t r, bool rms, float eps,
+                      const float *scale, const float *bias);
 
 #if defined(__x86_64__) && defined(__GNUC__)
-/* rows rows of r floats from xs to ys: y = (x - mean) / sqrt(var + eps) *
- * scale + bias, mean 0 when rms; statistics and the affine step in double,
- * as the portable rows. Only on a CPU with AVX-512F and VL. */
+/* The same rows on AVX-512F and VL, only on a CPU that has them. */
 void slim_ln_rows_f32_avx512(const float *xs, float *ys, int64_t rows, int64_t r, bool rms,
-                             double eps, const double *scale, const double *bias);
+                             float eps, const float *scale, const float *bias);
 #endif
 
 #endif

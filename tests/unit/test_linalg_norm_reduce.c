@@ -357,7 +357,7 @@ START_TEST(test_layer_norm_rows_simd)
 #if defined(__x86_64__) && defined(__GNUC__)
             bool simd = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
             if (simd)
-                slim_ln_rows_f32_avx512(x, y, rows, r, rms, 1e-5, s, b);
+                slim_ln_rows_f32_avx512(x, y, rows, r, rms, 1e-5f, sf, bf);
 #else
             bool simd = false;
 #endif

@@ -6,7 +6,9 @@
  * fused node cannot reproduce are left alone, and so is a model placed on
  * a GPU; a sequence's result is bitwise the same alone and in a batch; the
  * AVX-512 and portable softmax rows agree with a double-precision
- * reference.
+ * reference. With passes/merge_qkv.c first, each layer's projections are
+ * one MatMul + Add whose result the FusedAttention reads packed (no Split
+ * left), with the same outputs; near misses are not merged.
  */
 #include "testutil.h"
 
@@ -196,23 +198,42 @@ static int count_op(const slim_graph *g, const char *op)
     return c;
 }
 
-/* The encoder as a model, with the fuse_attention pass or without. */
-static slim_model *load(const variant *vr, bool fuse, int *fused)
+static void run_pass(slim_graph *g, const char *name, int *changed)
+{
+    const slim_pass *p = NULL;
+    slim_err err = {0};
+    for (int i = 0; slim_passes[i]; i++)
+        if (strcmp(slim_passes[i]->name, name) == 0)
+            p = slim_passes[i];
+    ck_assert_ptr_nonnull(p);
+    ck_assert_msg(p->run(g, changed, &err) == SLIM_OK, "%s", err.msg);
+}
+
+/* The encoder as a model, with the fuse_attention pass or without, and
+ * with the projections merged first (then attention_qkv after it). */
+static slim_model *load_merged(const variant *vr, bool fuse, bool merge, int *fused, int *merged)
 {
     slim_graph *g = encoder(vr);
     slim_err err = {0};
-    *fused = 0;
+    *fused = *merged = 0;
+    if (merge)
+        ck_assert_msg(slim_pass_merge_qkv(g, NULL, NULL, merged, &err) == SLIM_OK, "%s",
+                      err.msg);
     if (fuse) {
-        const slim_pass *p = NULL;
-        for (int i = 0; slim_passes[i]; i++)
-            if (strcmp(slim_passes[i]->name, "fuse_attention") == 0)
-                p = slim_passes[i];
-        ck_assert_ptr_nonnull(p);
-        ck_assert_msg(p->run(g, fused, &err) == SLIM_OK, "%s", err.msg);
+        run_pass(g, "fuse_attention", fused);
+        int packed = 0;
+        run_pass(g, "attention_qkv", &packed);
+        ck_assert_int_eq(packed, *merged);
     }
     slim_model *m;
     ck_assert_msg(slim_model_from_graph(g, &m, &err) == SLIM_OK, "%s", err.msg);
     return m;
+}
+
+static slim_model *load(const variant *vr, bool fuse, int *fused)
+{
+    int merged;
+    return load_merged(vr, fuse, false, fused, &merged);
 }
 
 static slim_tensor inputs_x(int64_t b, int64_t s)
@@ -399,6 +420,102 @@ START_TEST(fused_batch_invariant)
 }
 END_TEST
 
+/* Merged projections: one MatMul and one Add per layer, no Split left (the
+ * FusedAttention reads the packed rows), outputs as the unmerged model's
+ * on the AVX-512 and portable paths; merged but not fused, the Splits
+ * stay and compute the same. */
+START_TEST(merged_matches_unmerged)
+{
+    const variant *vr = &matching[_i];
+    int fused, merged;
+    slim_model *ref = load(vr, true, &fused);
+    slim_model *opt = load_merged(vr, true, true, &fused, &merged);
+    slim_model *split = load_merged(vr, false, true, &fused, &merged);
+    ck_assert_int_eq(merged, LAYERS);
+    ck_assert_int_eq(count_op(opt->graph, "FusedAttention"), LAYERS);
+    ck_assert_int_eq(count_op(opt->graph, "Split"), 0);
+    ck_assert_int_eq(count_op(opt->graph, "MatMul"), 2 * LAYERS); /* QKV and the output */
+    ck_assert_int_eq(count_op(split->graph, "Split"), LAYERS);
+    for (int i = 0; i < opt->graph->n_nodes; i++)
+        if (strcmp(opt->graph->nodes[i].op_type, "FusedAttention") == 0)
+            ck_assert_int_eq(slim_attr_ints(&opt->graph->nodes[i], "qkv_sizes",
+                                            (int64_t[3]){0}, 3), 3);
+    for (int portable = 0; portable < 2; portable++) {
+        slim__attn_force_portable(portable);
+        const int64_t shapes[3][2] = {{1, 5}, {3, 67}, {2, 17}};
+        for (int c = 0; c < 3; c++) {
+            slim_tensor x = inputs_x(shapes[c][0], shapes[c][1]);
+            slim_tensor mk = inputs_m(shapes[c][0], shapes[c][1]);
+            slim_tensor a, b, d;
+            slim_err err = {0};
+            ck_assert_msg(run(ref, vr, &x, &mk, &a, &err) == SLIM_OK, "%s", err.msg);
+            ck_assert_msg(run(opt, vr, &x, &mk, &b, &err) == SLIM_OK, "%s", err.msg);
+            ck_assert_msg(run(split, vr, &x, &mk, &d, &err) == SLIM_OK, "%s", err.msg);
+            assert_close(&b, &a, 2e-5);
+            assert_close(&d, &a, 2e-5);
+            slim_tensor_release(&a);
+            slim_tensor_release(&b);
+            slim_tensor_release(&d);
+            slim_tensor_release(&x);
+            slim_tensor_release(&mk);
+        }
+    }
+    slim__attn_force_portable(false);
+    slim_model_free(ref);
+    slim_model_free(opt);
+    slim_model_free(split);
+}
+END_TEST
+
+static slim_node *writer(slim_graph *g, const char *value)
+{
+    int v = slim_graph_find_value(g, value);
+    for (int i = 0; i < g->n_nodes; i++)
+        if (g->nodes[i].n_out > 0 && g->nodes[i].out[0] == v)
+            return &g->nodes[i];
+    ck_abort_msg("no node writes %s", value);
+    return NULL;
+}
+
+static bool skip_named(const slim_node *n, void *user)
+{
+    return strcmp(n->name, (const char *)user) == 0;
+}
+
+/* Not merged: a projection excluded by name (the int8 and half passes'
+ * lists), a bias on two projections of three, a fourth sibling MatMul of
+ * the same input. */
+START_TEST(merge_near_misses)
+{
+    slim_err err = {0};
+    int merged;
+    slim_graph *g = encoder(&matching[0]);
+    /* Exclude layer 0's K projection (node names are "Op_index"). */
+    ck_assert_int_eq(slim_pass_merge_qkv(g, skip_named, writer(g, "mm1_0")->name, &merged, &err),
+                     SLIM_OK);
+    ck_assert_int_eq(merged, LAYERS - 1);
+    slim_graph_free(g);
+
+    g = encoder(&matching[0]);
+    slim_node *vb = writer(g, "p2_0"); /* V's bias Add, layer 0: a Relu instead */
+    free(vb->op_type);
+    vb->op_type = strdup("Relu");
+    vb->n_in = 1;
+    ck_assert_int_eq(slim_pass_merge_qkv(g, NULL, NULL, &merged, &err), SLIM_OK);
+    ck_assert_int_eq(merged, LAYERS - 1);
+    slim_graph_free(g);
+
+    g = encoder(&matching[0]);
+    add_init(g, "w_extra", 2, (int64_t[]){E, E}, NULL, 0.5f);
+    node(g, "MatMul", 2, (const char *[]){"x", "w_extra"}, "extra");
+    node(g, "Reshape", 2, (const char *[]){"extra", "split"}, "extra4");
+    slim_graph_add_output(g, slim_graph_find_value(g, "extra4"));
+    ck_assert_int_eq(slim_pass_merge_qkv(g, NULL, NULL, &merged, &err), SLIM_OK);
+    ck_assert_int_eq(merged, LAYERS - 1); /* layer 0 reads x four times */
+    slim_graph_free(g);
+}
+END_TEST
+
 /* A FusedAttention node as a .slim file could carry it: two heads of 3. */
 static slim_graph *fused_node(int n_in, int n_out_shape)
 {
@@ -455,6 +572,57 @@ START_TEST(fused_node_refuses_bad_shapes)
 }
 END_TEST
 
+/* The packed form (qkv_sizes, K and V absent) reads input 0's rows as
+ * [Q | K | V]: bitwise what the three inputs give; a row of another width,
+ * or sizes other than the heads', are refused by name. */
+static slim_graph *packed_node(int64_t v_size)
+{
+    slim_graph *g = fused_node(3, 3);
+    slim_node *n = tu_node0(g);
+    n->in[1] = n->in[2] = -1;
+    tu_attr_ints(n, "qkv_sizes", 3, (int64_t[]){6, 6, v_size});
+    return g;
+}
+
+START_TEST(packed_node_reads_rows)
+{
+    enum { B = 2, S = 5, W = 18 };
+    float x[B * S * W], q[B * S * 6], k[B * S * 6], v[B * S * 6];
+    rng_state = 7;
+    for (int i = 0; i < B * S * W; i++)
+        x[i] = rndf();
+    for (int r = 0; r < B * S; r++)
+        for (int c = 0; c < 6; c++) {
+            q[r * 6 + c] = x[r * W + c];
+            k[r * 6 + c] = x[r * W + 6 + c];
+            v[r * 6 + c] = x[r * W + 12 + c];
+        }
+    slim_tensor sep[3] = {tu_f32(3, (int64_t[]){B, S, 6}, q), tu_f32(3, (int64_t[]){B, S, 6}, k),
+                          tu_f32(3, (int64_t[]){B, S, 6}, v)};
+    slim_tensor pk[3] = {tu_f32(3, (int64_t[]){B, S, W}, x), tu_f32(1, (int64_t[]){1}, NULL),
+                         tu_f32(1, (int64_t[]){1}, NULL)};
+    slim_tensor *ya = NULL, *yb = NULL;
+    int na = 0, nb = 0;
+    slim_err err = {0};
+    slim_graph *ga = fused_node(3, 3), *gb = packed_node(6);
+    ck_assert_msg(tu_run(ga, sep, 3, &ya, &na, &err) == SLIM_OK, "%s", err.msg);
+    ck_assert_msg(tu_run(gb, pk, 3, &yb, &nb, &err) == SLIM_OK, "%s", err.msg);
+    tu_assert_shape(&yb[0], 3, (int64_t[]){B, S, 6});
+    ck_assert_int_eq(memcmp(ya[0].data, yb[0].data, sizeof(float) * B * S * 6), 0);
+    slim_tensors_free(ya, na);
+    slim_tensors_free(yb, nb);
+    tu_free_inputs(sep, 3);
+    tu_free_inputs(pk, 3);
+
+    slim_tensor c[3] = {tu_f32(3, (int64_t[]){1, 2, 17}, NULL), tu_f32(1, (int64_t[]){1}, NULL),
+                        tu_f32(1, (int64_t[]){1}, NULL)};
+    expect_error(packed_node(6), c, 3, SLIM_ESHAPE, "qkv_sizes");
+    slim_tensor d[3] = {tu_f32(3, (int64_t[]){1, 2, 17}, NULL), tu_f32(1, (int64_t[]){1}, NULL),
+                        tu_f32(1, (int64_t[]){1}, NULL)};
+    expect_error(packed_node(5), d, 3, SLIM_EINVAL, "qkv_sizes");
+}
+END_TEST
+
 /* Both softmax paths against double precision: lengths around the 16-lane
  * width, masked (-inf) entries, large spreads; a fully masked row is NaN. */
 START_TEST(softmax_rows_match_reference)
@@ -499,7 +667,11 @@ int main(void)
                         (int)(sizeof(matching) / sizeof(matching[0])));
     tcase_add_test(tc, non_matching_left_alone);
     tcase_add_loop_test(tc, fused_batch_invariant, 0, 2);
+    tcase_add_loop_test(tc, merged_matches_unmerged, 0,
+                        (int)(sizeof(matching) / sizeof(matching[0])));
+    tcase_add_test(tc, merge_near_misses);
     tcase_add_test(tc, fused_node_refuses_bad_shapes);
+    tcase_add_test(tc, packed_node_reads_rows);
     tcase_add_test(tc, softmax_rows_match_reference);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
