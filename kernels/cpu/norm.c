@@ -512,7 +512,8 @@ static slim_status ln_exec(slim_op_ctx *ctx)
         if (!j.scale_f || (bias && !j.bias_f))
             goto oom;
     }
-    slim_parallel_for(outer, grain_for(j.r * 4), ln_task, &j);
+    /* ~8 KiB of rows a chunk (see add_layernorm.c). */
+    slim_parallel_for(outer, grain_for(j.r * 16), ln_task, &j);
     free(scale);
     free(b);
     free(own_s);

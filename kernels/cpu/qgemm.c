@@ -125,7 +125,13 @@ static void row_params(float lo, float hi, float *scale, float *inv, int32_t *zp
         *zp = 0;
         return;
     }
-    int32_t z = (int32_t)nearbyintf(-lo / s);
+    /* -lo / s is in [0, 255] (lo <= 0 <= hi): adding and taking away 2^23
+     * rounds it to the nearest integer, ties to even, as nearbyintf did,
+     * without its call (a libm call on the baseline build, which saves and
+     * restores the FP environment: the larger part of quantizing a short
+     * row). volatile keeps the compiler from folding the two steps. */
+    volatile float t = -lo / s + 0x1.0p23f;
+    int32_t z = (int32_t)(t - 0x1.0p23f);
     *zp = z < 0 ? 0 : z > 255 ? 255 : z;
     *scale = s;
     *inv = 1.0f / s;
@@ -157,31 +163,47 @@ static void quantize_row_c(const float *x, int64_t k, uint8_t *q, float *scale, 
 }
 
 #ifdef QGEMM_X86
-#define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512vnni,fma")))
+#define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma")))
 #define AVX2_TARGET __attribute__((target("avx2,fma")))
+
+/* The row's minimum (with 0) and maximum (with 0) in one reduction tree:
+ * max over hi's lanes and over -lo's lanes side by side, 4 shuffles. */
+AVX512_TARGET
+static inline void minmax_reduce(__m512 lo, __m512 hi, float *mn, float *mx)
+{
+    __m512 nlo = _mm512_sub_ps(_mm512_setzero_ps(), lo);
+    __m512 m = _mm512_max_ps(_mm512_shuffle_f32x4(hi, nlo, 0x44), _mm512_shuffle_f32x4(hi, nlo, 0xEE));
+    m = _mm512_max_ps(m, _mm512_shuffle_f32x4(m, m, 0xB1));
+    m = _mm512_max_ps(m, _mm512_permute_ps(m, 0x4E));
+    m = _mm512_max_ps(m, _mm512_permute_ps(m, 0xB1));
+    *mx = _mm512_cvtss_f32(m);
+    *mn = -_mm512_cvtss_f32(_mm512_shuffle_f32x4(m, m, 0xEE));
+}
 
 AVX512_TARGET
 static void quantize_row_avx512(const float *x, int64_t k, uint8_t *q, float *scale, int32_t *zp)
 {
     int64_t k4 = slim_qgemm_k4(k);
-    __m512 zero = _mm512_setzero_ps(), probe = zero, lo = zero, hi = zero;
+    __m512 zero = _mm512_setzero_ps(), lo = zero, hi = zero;
+    /* NaN or an infinity anywhere (fpclass: QNaN, +Inf, -Inf, SNaN). */
+    __mmask16 bad = 0;
     int64_t i = 0;
     for (; i < k; i += 16) {
         __mmask16 mk = k - i >= 16 ? 0xFFFF : (__mmask16)((1u << (k - i)) - 1);
         __m512 v = _mm512_maskz_loadu_ps(mk, x + i);
-        probe = _mm512_add_ps(probe, _mm512_mul_ps(v, zero));
+        bad |= _mm512_fpclass_ps_mask(v, 0x99);
         lo = _mm512_min_ps(lo, v);
         hi = _mm512_max_ps(hi, v);
     }
-    /* Lanes are 0 or NaN: any NaN makes the sum NaN, whatever the order. */
-    if (_mm512_reduce_add_ps(probe) != 0) {
+    if (bad) {
         memset(q, 0, (size_t)k4);
         *scale = NAN;
         *zp = 0;
         return;
     }
-    float inv;
-    row_params(_mm512_reduce_min_ps(lo), _mm512_reduce_max_ps(hi), scale, &inv, zp);
+    float inv, mn, mx;
+    minmax_reduce(lo, hi, &mn, &mx);
+    row_params(mn, mx, scale, &inv, zp);
     __m512 vinv = _mm512_set1_ps(inv);
     __m512i vzp = _mm512_set1_epi32(*zp), v0 = _mm512_setzero_si512(),
             v255 = _mm512_set1_epi32(255);
@@ -193,7 +215,8 @@ static void quantize_row_avx512(const float *x, int64_t k, uint8_t *q, float *sc
         v = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(v, vzp), v0), v255);
         _mm_mask_storeu_epi8(q + i, mk, _mm512_cvtepi32_epi8(v));
     }
-    memset(q + k, 0, (size_t)(k4 - k));
+    if (k4 > k)
+        memset(q + k, 0, (size_t)(k4 - k));
 }
 
 /* The same on AVX2 (the C loop took 20x as long: 0.4 ms for 128 rows of
@@ -265,8 +288,8 @@ bool slim_qgemm_isa_supported(slim_qgemm_isa isa)
         return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
     case SLIM_QGEMM_AVX512VNNI:
         return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni") &&
-               __builtin_cpu_supports("fma");
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+               __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("fma");
 #endif
     default:
         return false;
@@ -702,6 +725,8 @@ typedef struct {
     int32_t *zx;
     _Atomic int *ready;       /* per chunk, when quantizing; else NULL */
     float *xo;                /* writable view of j.xo */
+    /* The row quantizer of j.isa, chosen once per call, not per row. */
+    void (*quantize)(const float *x, int64_t k, uint8_t *q, float *scale, int32_t *zp);
     atomic_llong next;
     int64_t n_tasks;
 } qgemm_run;
@@ -715,8 +740,7 @@ static void run_task(qgemm_run *q, int64_t t)
             int64_t r1 = (t + 1) * ROW_CHUNK < j->a->m ? (t + 1) * ROW_CHUNK : j->a->m;
             const slim_qgemm_args *a = q->a;
             for (int64_t r = t * ROW_CHUNK; r < r1; r++) {
-                slim_qgemm_quantize_row(a->x + r * a->ldx, a->k, q->qx + r * j->k4, &q->sx[r],
-                                        &q->zx[r]);
+                q->quantize(a->x + r * a->ldx, a->k, q->qx + r * j->k4, &q->sx[r], &q->zx[r]);
                 for (int64_t o = 0; q->xo && o < a->n_outl; o++)
                     q->xo[r * a->n_outl + o] = a->x[r * a->ldx + a->outl_idx[o]];
             }
@@ -818,6 +842,13 @@ static void run_panels(const slim_qgemm_args *a, void *scratch, const uint8_t *q
             j->xo = q.xo;
         }
         q.n_tasks += j->chunks;
+        q.quantize = quantize_row_c;
+#ifdef QGEMM_X86
+        if (j->isa == SLIM_QGEMM_AVX512VNNI)
+            q.quantize = quantize_row_avx512;
+        else if (j->isa == SLIM_QGEMM_AVX2)
+            q.quantize = quantize_row_avx2;
+#endif
         j->qx = q.qx;
         j->sx = q.sx;
         j->zx = q.zx;
