@@ -301,3 +301,116 @@ static slim_status attention_qkv_run(slim_graph *g, int *changed, slim_err *err)
 }
 
 const slim_pass slim__pass_attention_qkv = {"attention_qkv", attention_qkv_run};
+
+/* ---- undoing the merge, for a GPU --------------------------------------- */
+
+/* A Split of Add(MatMul(X, W), b) or of MatMul(X, W) along the last axis
+ * into three, each part read back as its own MatMul [+ Add] of W's (and
+ * b's) columns: on a GPU, which runs MatMul and Add but would take the
+ * Split back to the host with a copy each way. What a .slim file written
+ * by `slim convert` for the CPU holds, loaded on a GPU. */
+static slim_status unmerge_one(slim_graph *g, slim_pass_walk *w, int si, int *done, slim_err *err)
+{
+    slim_node *sp = &g->nodes[si];
+    int64_t sizes[3];
+    if (!split_last3(g, sp, sizes))
+        return SLIM_OK;
+    int v = sp->in[0], p = w->uses.producer[v];
+    if (p < 0 || w->dead[p] || w->uses.readers[v] != 1 || g->values[v].is_output)
+        return SLIM_OK;
+    slim_node *add = NULL, *mm = &g->nodes[p];
+    const slim_tensor *b = NULL;
+    if (is_op(mm, "Add")) {
+        add = mm;
+        int x = add->in[0], other = add->in[1];
+        if (add->n_in != 2 || x < 0 || other < 0)
+            return SLIM_OK;
+        int px = w->uses.producer[x], po = w->uses.producer[other];
+        if (px >= 0 && is_op(&g->nodes[px], "MatMul") && (b = slim_pass_const_f32(g, other))) {
+            p = px;
+        } else if (po >= 0 && is_op(&g->nodes[po], "MatMul") && (b = slim_pass_const_f32(g, x))) {
+            p = po;
+            x = other;
+        } else {
+            return SLIM_OK;
+        }
+        if (w->dead[p] || w->uses.readers[x] != 1 || g->values[x].is_output)
+            return SLIM_OK;
+        mm = &g->nodes[p];
+    }
+    const slim_tensor *wt = mm->n_in == 2 ? slim_pass_const_f32(g, mm->in[1]) : NULL;
+    int64_t n = sizes[0] + sizes[1] + sizes[2];
+    if (!is_op(mm, "MatMul") || mm->n_out != 1 || !wt || wt->ndim != 2 || wt->dims[1] != n ||
+        (b && (b->ndim != 1 || b->dims[0] != n)))
+        return SLIM_OK;
+    int64_t k = wt->dims[0];
+    slim_tensor parts[3] = {{0}}, biases[3] = {{0}};
+    slim_status st = SLIM_OK;
+    for (int i = 0, c = 0; i < 3 && !st; c += (int)sizes[i], i++) {
+        parts[i] = (slim_tensor){.dtype = SLIM_F32, .ndim = 2, .dims = {k, sizes[i]}};
+        biases[i] = (slim_tensor){.dtype = SLIM_F32, .ndim = 1, .dims = {sizes[i]}};
+        if ((st = slim_tensor_alloc(&parts[i], err)) || (b && (st = slim_tensor_alloc(&biases[i], err))))
+            break;
+        for (int64_t r = 0; r < k; r++)
+            memcpy((float *)parts[i].data + r * sizes[i], (const float *)wt->data + r * n + c,
+                   sizeof(float) * (size_t)sizes[i]);
+        if (b)
+            memcpy(biases[i].data, (const float *)b->data + c, sizeof(float) * (size_t)sizes[i]);
+    }
+    char base[400], wname[400];
+    snprintf(base, sizeof(base), "%s", mm->name);
+    snprintf(wname, sizeof(wname), "%s", g->values[mm->in[1]].name);
+    int x = mm->in[0], outs[3] = {sp->out[0], sp->out[1], sp->out[2]};
+    bool has_bias = b != NULL;
+    w->dead[si] = w->dead[p] = true;
+    if (add)
+        w->dead[add - g->nodes] = true;
+    for (int i = 0; i < 3 && !st; i++) {
+        char suffix[32], name[512];
+        snprintf(suffix, sizeof(suffix), "_part%d", i);
+        int wv = slim_graph_add_initializer(g, wname, suffix, &parts[i], err);
+        snprintf(suffix, sizeof(suffix), "_part%d_bias", i);
+        int bv = has_bias ? slim_graph_add_initializer(g, wname, suffix, &biases[i], err) : -1;
+        snprintf(suffix, sizeof(suffix), "_part%d_out", i);
+        int prod = has_bias ? new_value(g, base, suffix) : outs[i];
+        snprintf(name, sizeof(name), "%s_part%d", base, i);
+        bool ok = wv >= 0 && (!has_bias || bv >= 0) && prod >= 0 &&
+                  add_node(g, name, "MatMul", 2, (int[]){x, wv}, 1, &prod) >= 0;
+        snprintf(name, sizeof(name), "%s_part%d_bias", base, i);
+        ok = ok && (!has_bias || add_node(g, name, "Add", 2, (int[]){prod, bv}, 1, &outs[i]) >= 0);
+        if (!ok)
+            st = slim_errf(err, SLIM_ENOMEM, "out of memory splitting the projections of %s",
+                           base);
+    }
+    for (int i = 0; i < 3; i++) {
+        slim_tensor_release(&parts[i]);
+        slim_tensor_release(&biases[i]);
+    }
+    *done += !st;
+    return st;
+}
+
+slim_status slim_pass_unmerge_qkv(slim_graph *g, slim_err *err)
+{
+    slim_pass_walk w;
+    slim_status st = slim_pass_walk_init(&w, g, err);
+    if (st)
+        return st;
+    int n0 = g->n_nodes, done = 0;
+    for (int i = 0; i < n0 && !st; i++)
+        if (!w.dead[i] && is_op(&g->nodes[i], "Split"))
+            st = unmerge_one(g, &w, i, &done, err);
+    if (!st && done) {
+        bool *dead = calloc((size_t)g->n_nodes, sizeof(bool));
+        if (!dead) {
+            st = slim_errf(err, SLIM_ENOMEM, "out of memory splitting projections");
+        } else {
+            memcpy(dead, w.dead, sizeof(bool) * (size_t)n0);
+            slim_pass_sweep(g, dead);
+            free(dead);
+        }
+    }
+    slim_pass_uses_free(&w.uses);
+    free(w.dead);
+    return st;
+}

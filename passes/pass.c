@@ -62,6 +62,8 @@ slim_status slim_passes_run_for(slim_graph *g, bool host, slim_err *err)
             continue;
         if (!host && slim_passes[i] == &slim__pass_fuse_matmul)
             st = slim_pass_defuse_matmul(g, err); /* a file's */
+        else if (!host && slim_passes[i] == &slim__pass_attention_qkv)
+            st = slim_pass_unmerge_qkv(g, err); /* a file's merged projections */
         else
             st = slim_passes[i]->run(g, &changed, err);
         if (st)

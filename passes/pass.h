@@ -47,6 +47,9 @@ slim_status slim_pass_defuse_matmul(slim_graph *g, slim_err *err);
  * are. *merged counts the groups merged. */
 slim_status slim_pass_merge_qkv(slim_graph *g, bool (*skip)(const slim_node *, void *),
                                 void *user, int *merged, slim_err *err);
+/* The merge undone (MatMul [+ Add] per part of a Split of the last axis
+ * into three): for a GPU, which has no Split kernel. */
+slim_status slim_pass_unmerge_qkv(slim_graph *g, slim_err *err);
 /* The passes in the order slim_passes_run runs them, NULL-terminated. */
 extern const slim_pass *const slim_passes[];
 

@@ -8,7 +8,8 @@
  * AVX-512 and portable softmax rows agree with a double-precision
  * reference. With passes/merge_qkv.c first, each layer's projections are
  * one MatMul + Add whose result the FusedAttention reads packed (no Split
- * left), with the same outputs; near misses are not merged.
+ * left), with the same outputs; near misses are not merged; undone (for a
+ * GPU) the Splits go and the outputs stay.
  */
 #include "testutil.h"
 
@@ -230,6 +231,21 @@ static slim_model *load_merged(const variant *vr, bool fuse, bool merge, int *fu
     return m;
 }
 
+/* Merged, then undone as for a GPU: the Splits gone, three MatMul + Add
+ * per layer again. */
+static slim_model *load_unmerged(const variant *vr)
+{
+    slim_graph *g = encoder(vr);
+    slim_err err = {0};
+    int merged;
+    ck_assert_msg(slim_pass_merge_qkv(g, NULL, NULL, &merged, &err) == SLIM_OK, "%s", err.msg);
+    ck_assert_int_eq(merged, LAYERS);
+    ck_assert_msg(slim_pass_unmerge_qkv(g, &err) == SLIM_OK, "%s", err.msg);
+    slim_model *m;
+    ck_assert_msg(slim_model_from_graph(g, &m, &err) == SLIM_OK, "%s", err.msg);
+    return m;
+}
+
 static slim_model *load(const variant *vr, bool fuse, int *fused)
 {
     int merged;
@@ -431,6 +447,9 @@ START_TEST(merged_matches_unmerged)
     slim_model *ref = load(vr, true, &fused);
     slim_model *opt = load_merged(vr, true, true, &fused, &merged);
     slim_model *split = load_merged(vr, false, true, &fused, &merged);
+    slim_model *undone = load_unmerged(vr);
+    ck_assert_int_eq(count_op(undone->graph, "Split"), 0);
+    ck_assert_int_eq(count_op(undone->graph, "MatMul"), 4 * LAYERS + 2 * LAYERS);
     ck_assert_int_eq(merged, LAYERS);
     ck_assert_int_eq(count_op(opt->graph, "FusedAttention"), LAYERS);
     ck_assert_int_eq(count_op(opt->graph, "Split"), 0);
@@ -453,6 +472,9 @@ START_TEST(merged_matches_unmerged)
             ck_assert_msg(run(split, vr, &x, &mk, &d, &err) == SLIM_OK, "%s", err.msg);
             assert_close(&b, &a, 2e-5);
             assert_close(&d, &a, 2e-5);
+            slim_tensor_release(&d);
+            ck_assert_msg(run(undone, vr, &x, &mk, &d, &err) == SLIM_OK, "%s", err.msg);
+            assert_close(&d, &a, 2e-5);
             slim_tensor_release(&a);
             slim_tensor_release(&b);
             slim_tensor_release(&d);
@@ -464,6 +486,7 @@ START_TEST(merged_matches_unmerged)
     slim_model_free(ref);
     slim_model_free(opt);
     slim_model_free(split);
+    slim_model_free(undone);
 }
 END_TEST
 
