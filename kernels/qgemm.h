@@ -117,8 +117,8 @@ void slim_qgemm_pack_kn(const int8_t *b, int64_t k, int64_t n, int64_t ldb, int8
 void slim_qgemm_u8(const slim_qgemm_args *a, const uint8_t *qx, const int32_t *zx);
 
 /* The epilogue's Gelu of one value: a polynomial erf in fused
- * multiply-adds, within 1e-7 x max(|y|, 1) of the exact Gelu (9.2e-8 on
- * [-10, 10]). Exposed for tests. */
+ * multiply-adds and one division (gelu_poly.h), within 3e-7 x max(|y|, 1)
+ * of the exact Gelu (1.5e-7 on [-20, 20]). Exposed for tests. */
 float slim_qgemm_gelu(float y);
 
 /* Quantizes one row of k floats to u8 (k4 bytes written, the padding 0):
