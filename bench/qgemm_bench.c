@@ -11,7 +11,8 @@
  * robin (on a shared machine the fastest call is the least disturbed):
  *   full     slim_qgemm with O outlier channels (as quant/int8.c makes them)
  *   plain    the same without the outliers
- *   quant    only the per-row quantization of x (one thread, all rows)
+ *   quant    only the per-row quantization of x (one thread, all rows, as
+ *            slim_qgemm does it: slim_qgemm_quantize_rows)
  * --peak times a register-only vpdpbusd loop on every pool thread (16
  * independent accumulators, no loads) and prints its GOPS: what the
  * product can reach at most on this machine.
@@ -142,9 +143,11 @@ int main(int argc, char **argv)
     int8_t *oq = malloc((size_t)((n_outl + 1) * n));
     size_t sb = (slim_qgemm_scratch_bytes(m, k) + 63) & ~(size_t)63;
     void *scratch = aligned_alloc(64, sb);
-    uint8_t *qx = malloc((size_t)slim_qgemm_k4(k));
+    uint8_t *qx = malloc((size_t)(m * slim_qgemm_k4(k)));
+    float *sx = malloc(sizeof(float) * (size_t)m);
+    int32_t *zx = malloc(sizeof(int32_t) * (size_t)m);
     if (!x || !wq || !packed || !colsum || !sw || !bias || !osc || !y || !oidx || !oq ||
-        !scratch || !qx) {
+        !scratch || !qx || !sx || !zx) {
         fprintf(stderr, "bench_qgemm: out of memory\n");
         return 1;
     }
@@ -186,11 +189,7 @@ int main(int argc, char **argv)
         double t1 = now_ms();
         slim_qgemm(&plain, scratch);
         double t2 = now_ms();
-        for (int64_t i = 0; i < m; i++) {
-            float s;
-            int32_t z;
-            slim_qgemm_quantize_row(x + i * k, k, qx, &s, &z);
-        }
+        slim_qgemm_quantize_rows(x, k, m, k, qx, sx, zx);
         double t3 = now_ms();
         t_full[r] = t1 - t0;
         t_plain[r] = t2 - t1;
@@ -204,6 +203,6 @@ int main(int argc, char **argv)
            (long long)m, (long long)n, (long long)k, (long long)n_outl, slim_num_threads(),
            slim_qgemm_isa_name(slim_qgemm_get_isa()), mf, mp, mq, t_full[0], t_plain[0], t_quant[0]);
     free(x), free(wq), free(packed), free(colsum), free(sw), free(bias), free(osc), free(y);
-    free(oidx), free(oq), free(scratch), free(qx), free(t_full), free(t_plain), free(t_quant);
+    free(oidx), free(oq), free(scratch), free(qx), free(sx), free(zx), free(t_full), free(t_plain), free(t_quant);
     return 0;
 }

@@ -126,6 +126,10 @@ float slim_qgemm_gelu(float y);
  * NaN and all zeros. Exposed for tests. */
 void slim_qgemm_quantize_row(const float *x, int64_t k, uint8_t *q, float *scale,
                              int32_t *zero_point);
+/* The same for rows rows (row i at x + i * ldx, its bytes at q + i * k4),
+ * as slim_qgemm quantizes them: bitwise slim_qgemm_quantize_row's. */
+void slim_qgemm_quantize_rows(const float *x, int64_t ldx, int64_t rows, int64_t k, uint8_t *q,
+                              float *scale, int32_t *zero_point);
 
 /* ---- 2-D convolution on the product (kernels/cpu/qconv.c) ----------------
  *

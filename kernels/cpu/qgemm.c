@@ -180,43 +180,89 @@ static inline void minmax_reduce(__m512 lo, __m512 hi, float *mn, float *mx)
     *mn = -_mm512_cvtss_f32(_mm512_shuffle_f32x4(m, m, 0xEE));
 }
 
+/* Rows a block at a time in three passes -- every row's range, then every
+ * row's scale and zero point, then every row's bytes -- so that the
+ * out-of-order core overlaps one row's reductions and divisions with the
+ * next row's instead of waiting on each: a short row (d = 64) had been one
+ * chain of latencies, 85 cycles. Each row gets the arithmetic of the C path
+ * (the same range, row_params, and rounding), so the results are bitwise
+ * the same. */
+#define QROWS 16
+
 AVX512_TARGET
-static void quantize_row_avx512(const float *x, int64_t k, uint8_t *q, float *scale, int32_t *zp)
+static void quantize_rows_avx512(const float *x, int64_t ldx, int64_t rows, int64_t k, uint8_t *q,
+                                 int64_t ldq, float *scale, int32_t *zp)
 {
     int64_t k4 = slim_qgemm_k4(k);
-    __m512 zero = _mm512_setzero_ps(), lo = zero, hi = zero;
-    /* NaN or an infinity anywhere (fpclass: QNaN, +Inf, -Inf, SNaN). */
-    __mmask16 bad = 0;
-    int64_t i = 0;
-    for (; i < k; i += 16) {
-        __mmask16 mk = k - i >= 16 ? 0xFFFF : (__mmask16)((1u << (k - i)) - 1);
-        __m512 v = _mm512_maskz_loadu_ps(mk, x + i);
-        bad |= _mm512_fpclass_ps_mask(v, 0x99);
-        lo = _mm512_min_ps(lo, v);
-        hi = _mm512_max_ps(hi, v);
+    const __m512 zero = _mm512_setzero_ps();
+    for (int64_t r0 = 0; r0 < rows; r0 += QROWS) {
+        int n = rows - r0 < QROWS ? (int)(rows - r0) : QROWS;
+        float mn[QROWS], mx[QROWS], inv[QROWS];
+        unsigned bad = 0;
+        for (int i = 0; i < n; i++) {
+            const float *xr = x + (r0 + i) * ldx;
+            __m512 lo0 = zero, lo1 = zero, hi0 = zero, hi1 = zero;
+            /* NaN or an infinity anywhere (fpclass: QNaN, +Inf, -Inf, SNaN). */
+            __mmask16 b = 0;
+            int64_t c = 0;
+            for (; c + 32 <= k; c += 32) {
+                __m512 v0 = _mm512_loadu_ps(xr + c), v1 = _mm512_loadu_ps(xr + c + 16);
+                b |= _mm512_fpclass_ps_mask(v0, 0x99) | _mm512_fpclass_ps_mask(v1, 0x99);
+                lo0 = _mm512_min_ps(lo0, v0);
+                hi0 = _mm512_max_ps(hi0, v0);
+                lo1 = _mm512_min_ps(lo1, v1);
+                hi1 = _mm512_max_ps(hi1, v1);
+            }
+            for (; c < k; c += 16) {
+                __mmask16 mk = k - c >= 16 ? 0xFFFF : (__mmask16)((1u << (k - c)) - 1);
+                __m512 v = _mm512_maskz_loadu_ps(mk, xr + c);
+                b |= _mm512_fpclass_ps_mask(v, 0x99);
+                lo0 = _mm512_min_ps(lo0, v);
+                hi0 = _mm512_max_ps(hi0, v);
+            }
+            /* min and max are exact: the order of the lanes cannot matter
+             * (a zero's sign may, and row_params gives both the same). */
+            minmax_reduce(_mm512_min_ps(lo0, lo1), _mm512_max_ps(hi0, hi1), &mn[i], &mx[i]);
+            bad |= (b != 0) << i;
+        }
+        for (int i = 0; i < n; i++) {
+            if (bad >> i & 1) {
+                scale[r0 + i] = NAN;
+                zp[r0 + i] = 0;
+            } else {
+                row_params(mn[i], mx[i], &scale[r0 + i], &inv[i], &zp[r0 + i]);
+            }
+        }
+        const __m512i v0 = _mm512_setzero_si512();
+        for (int i = 0; i < n; i++) {
+            const float *xr = x + (r0 + i) * ldx;
+            uint8_t *qr = q + (r0 + i) * ldq;
+            if (bad >> i & 1) {
+                memset(qr, 0, (size_t)k4);
+                continue;
+            }
+            __m512 vinv = _mm512_set1_ps(inv[i]);
+            __m512i vzp = _mm512_set1_epi32(zp[r0 + i]);
+            /* _mm512_cvtps_epi32 rounds by MXCSR, to nearest even by
+             * default: the same as nearbyintf in the C path. */
+            /* max(v, 0) then unsigned saturation to 255; whole vectors
+             * stored plainly (a masked store costs several on Zen 4). */
+            int64_t c = 0;
+            for (; c + 16 <= k; c += 16) {
+                __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(xr + c), vinv));
+                v = _mm512_max_epi32(_mm512_add_epi32(v, vzp), v0);
+                _mm_storeu_si128((__m128i *)(qr + c), _mm512_cvtusepi32_epi8(v));
+            }
+            if (c < k) {
+                __mmask16 mk = (__mmask16)((1u << (k - c)) - 1);
+                __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(mk, xr + c), vinv));
+                v = _mm512_max_epi32(_mm512_add_epi32(v, vzp), v0);
+                _mm_mask_storeu_epi8(qr + c, mk, _mm512_cvtusepi32_epi8(v));
+            }
+            if (k4 > k)
+                memset(qr + k, 0, (size_t)(k4 - k));
+        }
     }
-    if (bad) {
-        memset(q, 0, (size_t)k4);
-        *scale = NAN;
-        *zp = 0;
-        return;
-    }
-    float inv, mn, mx;
-    minmax_reduce(lo, hi, &mn, &mx);
-    row_params(mn, mx, scale, &inv, zp);
-    __m512 vinv = _mm512_set1_ps(inv);
-    __m512i vzp = _mm512_set1_epi32(*zp), v0 = _mm512_setzero_si512(),
-            v255 = _mm512_set1_epi32(255);
-    /* _mm512_cvtps_epi32 rounds by MXCSR, to nearest even by default: the
-     * same as nearbyintf in the C path. */
-    for (i = 0; i < k; i += 16) {
-        __mmask16 mk = k - i >= 16 ? 0xFFFF : (__mmask16)((1u << (k - i)) - 1);
-        __m512i v = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_maskz_loadu_ps(mk, x + i), vinv));
-        v = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(v, vzp), v0), v255);
-        _mm_mask_storeu_epi8(q + i, mk, _mm512_cvtepi32_epi8(v));
-    }
-    if (k4 > k)
-        memset(q + k, 0, (size_t)(k4 - k));
 }
 
 /* The same on AVX2 (the C loop took 20x as long: 0.4 ms for 128 rows of
@@ -341,13 +387,29 @@ bool slim_qgemm_set_isa(slim_qgemm_isa isa)
     return true;
 }
 
+static void quantize_rows_c(const float *x, int64_t ldx, int64_t rows, int64_t k, uint8_t *q,
+                            int64_t ldq, float *scale, int32_t *zp)
+{
+    for (int64_t i = 0; i < rows; i++)
+        quantize_row_c(x + i * ldx, k, q + i * ldq, &scale[i], &zp[i]);
+}
+
+#ifdef QGEMM_X86
+static void quantize_rows_avx2(const float *x, int64_t ldx, int64_t rows, int64_t k, uint8_t *q,
+                               int64_t ldq, float *scale, int32_t *zp)
+{
+    for (int64_t i = 0; i < rows; i++)
+        quantize_row_avx2(x + i * ldx, k, q + i * ldq, &scale[i], &zp[i]);
+}
+#endif
+
 void slim_qgemm_quantize_row(const float *x, int64_t k, uint8_t *q, float *scale,
                              int32_t *zero_point)
 {
 #ifdef QGEMM_X86
     slim_qgemm_isa isa = slim_qgemm_get_isa();
     if (isa == SLIM_QGEMM_AVX512VNNI) {
-        quantize_row_avx512(x, k, q, scale, zero_point);
+        quantize_rows_avx512(x, k, 1, k, q, slim_qgemm_k4(k), scale, zero_point);
         return;
     }
     if (isa == SLIM_QGEMM_AVX2) {
@@ -356,6 +418,24 @@ void slim_qgemm_quantize_row(const float *x, int64_t k, uint8_t *q, float *scale
     }
 #endif
     quantize_row_c(x, k, q, scale, zero_point);
+}
+
+void slim_qgemm_quantize_rows(const float *x, int64_t ldx, int64_t rows, int64_t k, uint8_t *q,
+                              float *scale, int32_t *zero_point)
+{
+    int64_t k4 = slim_qgemm_k4(k);
+#ifdef QGEMM_X86
+    slim_qgemm_isa isa = slim_qgemm_get_isa();
+    if (isa == SLIM_QGEMM_AVX512VNNI) {
+        quantize_rows_avx512(x, ldx, rows, k, q, k4, scale, zero_point);
+        return;
+    }
+    if (isa == SLIM_QGEMM_AVX2) {
+        quantize_rows_avx2(x, ldx, rows, k, q, k4, scale, zero_point);
+        return;
+    }
+#endif
+    quantize_rows_c(x, ldx, rows, k, q, k4, scale, zero_point);
 }
 
 /* ---- the product --------------------------------------------------------- */
@@ -725,8 +805,9 @@ typedef struct {
     int32_t *zx;
     _Atomic int *ready;       /* per chunk, when quantizing; else NULL */
     float *xo;                /* writable view of j.xo */
-    /* The row quantizer of j.isa, chosen once per call, not per row. */
-    void (*quantize)(const float *x, int64_t k, uint8_t *q, float *scale, int32_t *zp);
+    /* The rows quantizer of j.isa, chosen once per call. */
+    void (*quantize)(const float *x, int64_t ldx, int64_t rows, int64_t k, uint8_t *q,
+                     int64_t ldq, float *scale, int32_t *zp);
     atomic_llong next;
     int64_t n_tasks;
 } qgemm_run;
@@ -739,11 +820,12 @@ static void run_task(qgemm_run *q, int64_t t)
         if (t < chunks) {
             int64_t r1 = (t + 1) * ROW_CHUNK < j->a->m ? (t + 1) * ROW_CHUNK : j->a->m;
             const slim_qgemm_args *a = q->a;
-            for (int64_t r = t * ROW_CHUNK; r < r1; r++) {
-                q->quantize(a->x + r * a->ldx, a->k, q->qx + r * j->k4, &q->sx[r], &q->zx[r]);
-                for (int64_t o = 0; q->xo && o < a->n_outl; o++)
+            int64_t r0 = t * ROW_CHUNK;
+            q->quantize(a->x + r0 * a->ldx, a->ldx, r1 - r0, a->k, q->qx + r0 * j->k4, j->k4,
+                        q->sx + r0, q->zx + r0);
+            for (int64_t r = r0; q->xo && r < r1; r++)
+                for (int64_t o = 0; o < a->n_outl; o++)
                     q->xo[r * a->n_outl + o] = a->x[r * a->ldx + a->outl_idx[o]];
-            }
             atomic_store_explicit(&q->ready[t], 1, memory_order_release);
             return;
         }
@@ -842,12 +924,12 @@ static void run_panels(const slim_qgemm_args *a, void *scratch, const uint8_t *q
             j->xo = q.xo;
         }
         q.n_tasks += j->chunks;
-        q.quantize = quantize_row_c;
+        q.quantize = quantize_rows_c;
 #ifdef QGEMM_X86
         if (j->isa == SLIM_QGEMM_AVX512VNNI)
-            q.quantize = quantize_row_avx512;
+            q.quantize = quantize_rows_avx512;
         else if (j->isa == SLIM_QGEMM_AVX2)
-            q.quantize = quantize_row_avx2;
+            q.quantize = quantize_rows_avx2;
 #endif
         j->qx = q.qx;
         j->sx = q.sx;

@@ -126,6 +126,45 @@ static void run_isa(slim_qgemm_isa isa, const float *x, int64_t m, int64_t n, in
 
 static const slim_qgemm_isa isas[] = {SLIM_QGEMM_C, SLIM_QGEMM_AVX2, SLIM_QGEMM_AVX512VNNI};
 
+/* Rows with a NaN or an infinity among others in one call (the AVX-512
+ * path quantizes 16 rows at a time): those rows' outputs are NaN on every
+ * path, the others bitwise the C path's. */
+START_TEST(test_bad_rows_inside_a_block)
+{
+    const int64_t m = 37, n = 20, k = 65;
+    float *x = malloc(sizeof(float) * (size_t)(m * k));
+    int8_t *w = malloc((size_t)(n * k));
+    float *want = malloc(sizeof(float) * (size_t)(m * n));
+    float *got = malloc(sizeof(float) * (size_t)(m * n));
+    fill_rows(x, m, k);
+    fill_weights(w, n, k);
+    x[5 * k + 3] = NAN;
+    x[20 * k + 64] = INFINITY;
+    x[33 * k] = -INFINITY;
+    packed_w p = pack(w, n, k);
+    run_isa(SLIM_QGEMM_C, x, m, n, k, &p, true, SLIM_QGEMM_ACT_NONE, want);
+    for (size_t i = 1; i < sizeof(isas) / sizeof(isas[0]); i++) {
+        if (!slim_qgemm_isa_supported(isas[i]))
+            continue;
+        run_isa(isas[i], x, m, n, k, &p, true, SLIM_QGEMM_ACT_NONE, got);
+        for (int64_t r = 0; r < m; r++)
+            for (int64_t c = 0; c < n; c++) {
+                float u = got[r * n + c], v = want[r * n + c];
+                bool bad = r == 5 || r == 20 || r == 33;
+                ck_assert_msg(bad ? isnan(u) && isnan(v) : memcmp(&u, &v, sizeof(u)) == 0,
+                              "%s row %lld col %lld: %g vs %g", slim_qgemm_isa_name(isas[i]),
+                              (long long)r, (long long)c, u, v);
+            }
+    }
+    slim_qgemm_set_isa(SLIM_QGEMM_AUTO);
+    unpack_free(&p);
+    free(x);
+    free(w);
+    free(want);
+    free(got);
+}
+END_TEST
+
 START_TEST(test_paths_match_reference_on_odd_shapes)
 {
     const int64_t ms[] = {1, 2, 3, 4, 5, 7, 13, 50};
@@ -939,6 +978,7 @@ int main(void)
     tcase_add_test(tk, test_pack_unpack_and_colsum);
     tcase_add_test(tk, test_u8_int32_exact);
     tcase_add_test(tk, test_gelu_accuracy);
+    tcase_add_test(tk, test_bad_rows_inside_a_block);
     tcase_add_test(tk, test_outliers_and_activations_all_paths);
     suite_add_tcase(s, tk);
     TCase *tp = tcase_create("pass");
