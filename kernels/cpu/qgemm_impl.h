@@ -1,0 +1,27 @@
+/*
+ * qgemm_impl.h - what qgemm.c and qgemm_quant.c share inside the int8
+ * product: the x86 target attributes and the rows quantizer of a path.
+ */
+#ifndef SLIM_QGEMM_IMPL_H
+#define SLIM_QGEMM_IMPL_H
+
+#include "qgemm.h"
+
+#include <stdint.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#define QGEMM_X86 1
+#include <immintrin.h>
+#define AVX512_TARGET __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,fma")))
+#define AVX2_TARGET __attribute__((target("avx2,fma")))
+#endif
+
+/* Rows rows of k floats (row i at x + i * ldx) to u8 (row i at q + i *
+ * ldq, k4 bytes, the padding 0), scale[i] and zp[i] as qgemm.h says. */
+typedef void (*slim__qgemm_rows_fn)(const float *x, int64_t ldx, int64_t rows, int64_t k,
+                                    uint8_t *q, int64_t ldq, float *scale, int32_t *zp);
+
+/* The rows quantizer of a path (qgemm_quant.c). */
+slim__qgemm_rows_fn slim__qgemm_quantizer(slim_qgemm_isa isa);
+
+#endif
