@@ -103,12 +103,15 @@ static void add_row(const float *restrict a, const float *restrict b, float *res
 static void aln_rows(int64_t begin, int64_t end, void *user)
 {
     const aln_job *j = user;
-    for (int64_t row = begin; row < end; row++) {
+    if (j->plain && j->nb == j->na) { /* the same shape: the chunk's rows in one call */
+        int64_t base = begin * j->d;
+        add_row(j->a + base, j->b + base, j->s + base, (end - begin) * j->d);
+    }
+    for (int64_t row = begin; row < end && !(j->plain && j->nb == j->na); row++) {
         float *s = j->s + row * j->d;
         int64_t base = row * j->d;
         if (j->plain) {
-            /* B's rows repeat (a division only when they do). */
-            add_row(j->a + base, j->b + (j->nb == j->na ? base : base % j->nb), s, j->d);
+            add_row(j->a + base, j->b + base % j->nb, s, j->d); /* B's rows repeat */
         } else {
             for (int64_t i = 0; i < j->d; i++) {
                 int64_t e = base + i, ia = 0, ib = 0;

@@ -11,8 +11,8 @@
 /* The rows sixteen floats at a time, in float32 with a correction: the
  * mean m of a first pass, then c = sum(x - m) and q = sum((x - m)^2) in a
  * second, so mean = m + c / r and var = (q - c^2 / r) / r are the centred
- * statistics even where m was rounded (x = 50 +- 10: the double version's
- * results to 2e-6). Each sum runs in two 16-lane accumulators over the row
+ * statistics even where m was rounded (x = 50 +- 10: within 2e-6 of a
+ * long double reference, as the tests hold them). Each sum runs in two 16-lane accumulators over the row
  * in order, then a fixed tree, so a row's result depends on the row alone.
  * The double version spent a third of a short row (d = 64: 128 rows took 5
  * us) in its dependency chain of conversions and sums. */
