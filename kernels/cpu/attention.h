@@ -77,6 +77,10 @@ void slim__attn_mask_strides(slim__attn_job *j, const slim_tensor *m);
  * maximum is -inf (every key masked) becomes NaN, as the ONNX reference
  * gives. The result depends only on the row itself. */
 void slim__attn_softmax_row(float *row, int64_t n);
+/* rows consecutive rows of n, each as slim__attn_softmax_row gives it
+ * (bitwise): rows of at most 16 grouped on AVX-512, so that their
+ * reductions overlap. */
+void slim__attn_softmax_rows(float *s, int64_t rows, int64_t n);
 
 /* Sets the score block's budget in floats (0: ATTN_BLOCK), so that tests
  * reach several blocks per head with short sequences. */

@@ -98,6 +98,54 @@ ATTN_AVX512 static void softmax_row_avx512(float *row, int64_t n)
                               _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, row + full), inv));
 }
 
+/* Short rows (n <= 16, one vector each: a 16-token sequence's scores) a
+ * group of 16 at a time, in phases -- every row's maximum, then every
+ * row's exponentials and sum, then every row's scaling -- so the
+ * out-of-order core overlaps the rows' reductions instead of running one
+ * row's chain after another's. Each row gets softmax_row_avx512's
+ * operations on it, in its order: the same bits. */
+ATTN_AVX512 static void softmax_rows_short_avx512(float *s, int64_t rows, int64_t n)
+{
+    const bool full = n == 16;
+    const __mmask16 tail = full ? (__mmask16)0xFFFF : (__mmask16)((1u << n) - 1);
+    const __m512 ninf = _mm512_set1_ps(-INFINITY), zero = _mm512_setzero_ps();
+    for (int64_t g = 0; g < rows; g += 16) {
+        const int cnt = rows - g < 16 ? (int)(rows - g) : 16;
+        float mx[16], sum[16];
+        for (int i = 0; i < cnt; i++) {
+            const float *row = s + (g + i) * n;
+            __m512 vmax = full ? _mm512_max_ps(ninf, _mm512_loadu_ps(row))
+                               : _mm512_mask_max_ps(ninf, tail, ninf,
+                                                    _mm512_maskz_loadu_ps(tail, row));
+            mx[i] = _mm512_reduce_max_ps(vmax);
+        }
+        for (int i = 0; i < cnt; i++) {
+            float *row = s + (g + i) * n;
+            const __m512 vm = _mm512_set1_ps(mx[i]);
+            __m512 e, vsum;
+            if (full) {
+                e = exp512(_mm512_sub_ps(_mm512_loadu_ps(row), vm));
+                _mm512_storeu_ps(row, e);
+                vsum = _mm512_add_ps(zero, e);
+            } else {
+                e = exp512(_mm512_sub_ps(_mm512_maskz_loadu_ps(tail, row), vm));
+                _mm512_mask_storeu_ps(row, tail, e);
+                vsum = _mm512_mask_add_ps(zero, tail, zero, e);
+            }
+            sum[i] = _mm512_reduce_add_ps(vsum);
+        }
+        for (int i = 0; i < cnt; i++) {
+            float *row = s + (g + i) * n;
+            const __m512 inv = _mm512_set1_ps(1.0f / sum[i]);
+            if (full)
+                _mm512_storeu_ps(row, _mm512_mul_ps(_mm512_loadu_ps(row), inv));
+            else
+                _mm512_mask_storeu_ps(row, tail,
+                                      _mm512_mul_ps(_mm512_maskz_loadu_ps(tail, row), inv));
+        }
+    }
+}
+
 #endif
 
 bool slim__attn_force_portable(bool on)
@@ -119,6 +167,18 @@ void slim__attn_softmax_row(float *row, int64_t n)
     }
 #endif
     softmax_row_c(row, n);
+}
+
+void slim__attn_softmax_rows(float *s, int64_t rows, int64_t n)
+{
+#ifdef ATTN_X86
+    if (n > 0 && n <= 16 && !atomic_load(&force_portable) && slim_cpu_has_avx512f()) {
+        softmax_rows_short_avx512(s, rows, n);
+        return;
+    }
+#endif
+    for (int64_t r = 0; r < rows; r++)
+        slim__attn_softmax_row(s + r * n, n);
 }
 
 /* ---- products for short sequences --------------------------------------- */
@@ -330,8 +390,8 @@ static inline float *attn_at_mut(float *p, int64_t off)
     return p ? p + off : p;
 }
 
-/* Score row i of (b, h) after the product: softcap, the masks, softmax,
- * with the qk output copies Attention asks for. */
+/* Score row i of (b, h) after the product, up to its softmax: softcap and
+ * the masks, with the qk output copies Attention asks for before it. */
 static void attn_row(const slim__attn_job *j, float *row, int64_t b, int64_t h, int64_t i)
 {
     const slim__attn_state *st = j->st;
@@ -362,9 +422,19 @@ static void attn_row(const slim__attn_job *j, float *row, int64_t b, int64_t h, 
             row[c] = -INFINITY;
     if (qk && st->qk_mode == 2)
         memcpy(qk, row, sizeof(float) * (size_t)T);
-    slim__attn_softmax_row(row, T);
-    if (qk && st->qk_mode == 3)
-        memcpy(qk, row, sizeof(float) * (size_t)T);
+}
+
+/* The block's rows [i0, i0 + rows) of (b, h): softmax, then the copy of
+ * the probabilities Attention's qk output mode 3 asks for. */
+static void attn_rows_softmax(const slim__attn_job *j, float *s, int64_t rows, int64_t b,
+                              int64_t h, int64_t i0)
+{
+    const int64_t T = j->a.T;
+    slim__attn_softmax_rows(s, rows, T);
+    if (j->qk && j->st->qk_mode == 3)
+        for (int64_t r = 0; r < rows; r++)
+            memcpy(j->qk + ((b * j->a.Hq + h) * j->a.Sq + i0 + r) * T, s + r * T,
+                   sizeof(float) * (size_t)T);
 }
 
 /* Tasks are runs of per_task (batch, head) pairs, each with its own score
@@ -399,6 +469,7 @@ static void attn_task(int64_t begin, int64_t end, void *user)
                     memset(s, 0, sizeof(float) * (size_t)(rows * T));
                 for (int64_t r = 0; r < rows; r++)
                     attn_row(j, s + r * T, b, h, i0 + r);
+                attn_rows_softmax(j, s, rows, b, h, i0);
                 if (Dv <= 0)
                     continue;
                 if (small)

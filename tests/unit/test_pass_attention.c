@@ -682,6 +682,34 @@ START_TEST(softmax_rows_match_reference)
 }
 END_TEST
 
+/* Short rows softmaxed in groups are bitwise the rows one at a time: every
+ * length to 16 (and 17, one at a time), 37 rows (two groups and a part),
+ * masked (-inf) entries and a fully masked row among them. */
+START_TEST(softmax_rows_grouped_match_single)
+{
+    for (int64_t n = 1; n <= 17; n++) {
+        enum { R = 37 };
+        float *a = malloc(sizeof(float) * (size_t)(R * n)), *b = malloc(sizeof(float) * (size_t)(R * n));
+        rng_state = (uint32_t)(100 + n);
+        for (int64_t i = 0; i < R * n; i++)
+            a[i] = 8.0f * rndf();
+        for (int64_t r = 0; r < R; r += 5)
+            a[r * n + (r % n)] = -INFINITY;
+        for (int64_t c = 0; c < n; c++)
+            a[20 * n + c] = -INFINITY;
+        memcpy(b, a, sizeof(float) * (size_t)(R * n));
+        slim__attn_softmax_rows(a, R, n);
+        for (int64_t r = 0; r < R; r++)
+            slim__attn_softmax_row(b + r * n, n);
+        for (int64_t i = 0; i < R * n; i++)
+            ck_assert_msg(memcmp(&a[i], &b[i], sizeof(float)) == 0 || (isnan(a[i]) && isnan(b[i])),
+                          "n %lld element %lld: %g vs %g", (long long)n, (long long)i, a[i], b[i]);
+        free(a);
+        free(b);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("pass_attention");
@@ -696,6 +724,7 @@ int main(void)
     tcase_add_test(tc, fused_node_refuses_bad_shapes);
     tcase_add_test(tc, packed_node_reads_rows);
     tcase_add_test(tc, softmax_rows_match_reference);
+    tcase_add_test(tc, softmax_rows_grouped_match_single);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
