@@ -8,7 +8,7 @@
  * erf), Gelu(y) = y - h q for y >= 0 and h q below: no 1 + erf that
  * cancels for negative y, one branch for every y. exp by a rounded power
  * of two times a polynomial. Within 3e-7 x max(|y|, 1) of the exact Gelu
- * (1.5e-7 measured on [-20, 20]); 27 operations a vector against the 42 of the earlier
+ * (1.5e-7 measured on [-20, 20]); about 36 operations a vector against the 48 of the earlier
  * two-polynomial erf, which took half of a d = 64 int8 product with its
  * epilogue (128 x 256 x 64 with Gelu, one thread: 38.5 -> 33.8 us). Every step is one correctly rounded operation written out --
  * fmaf, never a * b + c that a compiler may or may not contract -- and the
