@@ -174,6 +174,27 @@ static slim_status merge(slim_graph *g, const qkv_proj *p, slim_err *err)
     return slim_pass_set_int(&g->nodes[d], "axis", -1, err);
 }
 
+/* slim_pass_walk_finish for a walk over the first n0 nodes of a graph that
+ * has grown since (its flags cover those alone): sweeps the dead nodes
+ * when anything changed and st is SLIM_OK, frees the walk, returns st. */
+static slim_status finish_grown(slim_graph *g, slim_pass_walk *w, int n0, slim_status st,
+                                bool changed, slim_err *err)
+{
+    if (!st && changed) {
+        bool *dead = calloc((size_t)g->n_nodes, sizeof(bool));
+        if (!dead) {
+            st = slim_errf(err, SLIM_ENOMEM, "out of memory rewriting attention projections");
+        } else {
+            memcpy(dead, w->dead, sizeof(bool) * (size_t)n0);
+            slim_pass_sweep(g, dead);
+            free(dead);
+        }
+    }
+    slim_pass_uses_free(&w->uses);
+    free(w->dead);
+    return st;
+}
+
 slim_status slim_pass_merge_qkv(slim_graph *g, bool (*skip)(const slim_node *, void *),
                                 void *user, int *merged, slim_err *err)
 {
@@ -222,20 +243,7 @@ slim_status slim_pass_merge_qkv(slim_graph *g, bool (*skip)(const slim_node *, v
         st = merge(g, p, err);
         *merged += !st;
     }
-    if (!st && *merged) {
-        /* walk.dead has one flag per node of the graph it was made for. */
-        bool *dead = calloc((size_t)g->n_nodes, sizeof(bool));
-        if (!dead) {
-            st = slim_errf(err, SLIM_ENOMEM, "out of memory merging projections");
-        } else {
-            memcpy(dead, wk.dead, sizeof(bool) * (size_t)n0);
-            slim_pass_sweep(g, dead);
-            free(dead);
-        }
-    }
-    slim_pass_uses_free(&wk.uses);
-    free(wk.dead);
-    return st;
+    return finish_grown(g, &wk, n0, st, *merged > 0, err);
 }
 
 /* The three sizes of a Split of its input's last axis into three parts,
@@ -400,17 +408,5 @@ slim_status slim_pass_unmerge_qkv(slim_graph *g, slim_err *err)
     for (int i = 0; i < n0 && !st; i++)
         if (!w.dead[i] && is_op(&g->nodes[i], "Split"))
             st = unmerge_one(g, &w, i, &done, err);
-    if (!st && done) {
-        bool *dead = calloc((size_t)g->n_nodes, sizeof(bool));
-        if (!dead) {
-            st = slim_errf(err, SLIM_ENOMEM, "out of memory splitting projections");
-        } else {
-            memcpy(dead, w.dead, sizeof(bool) * (size_t)n0);
-            slim_pass_sweep(g, dead);
-            free(dead);
-        }
-    }
-    slim_pass_uses_free(&w.uses);
-    free(w.dead);
-    return st;
+    return finish_grown(g, &w, n0, st, done > 0, err);
 }
