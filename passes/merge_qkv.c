@@ -18,6 +18,12 @@
  * three (int8), one wake of the threads, one packed panel set. The example
  * transformer's int8 projections took 3 x 5.5 us at batch 8; merged, 10 us.
  *
+ * The caller may refuse a group (slim_merge_hooks): an int8 load merges
+ * only projections whose outlier input channels (quant/int8.c) are the
+ * same, since a merged weight splits off at most K / 16 rows where three
+ * weights would each split off their own (BERT-sized encoder, outliers in
+ * different rows: cosine to fp32 0.994 -> 0.992 merged).
+ *
  * Only weights in the process's own memory are merged (an .onnx file's, or
  * `slim convert`'s, which stores the merged weight): one mapped from a
  * .slim file would be copied out of the page cache that replicas share.
@@ -195,9 +201,11 @@ static slim_status finish_grown(slim_graph *g, slim_pass_walk *w, int n0, slim_s
     return st;
 }
 
-slim_status slim_pass_merge_qkv(slim_graph *g, bool (*skip)(const slim_node *, void *),
-                                void *user, int *merged, slim_err *err)
+slim_status slim_pass_merge_qkv(slim_graph *g, const slim_merge_hooks *hooks, int *merged,
+                                slim_err *err)
 {
+    bool (*skip)(const slim_node *, void *) = hooks ? hooks->skip : NULL;
+    void *user = hooks ? hooks->user : NULL;
     *merged = 0;
     const char *env = getenv("SLIM_MERGE_QKV"), *all = getenv("SLIM_PASSES");
     /* The Split takes its sizes as an input from opset 13. */
@@ -233,7 +241,8 @@ slim_status slim_pass_merge_qkv(slim_graph *g, bool (*skip)(const slim_node *, v
         bool alike = true;
         for (int j = 1; j < 3; j++)
             alike = alike && p[j].w->dims[0] == p[0].w->dims[0] && !p[j].add == !p[0].add;
-        if (!alike)
+        const slim_tensor *ws[3] = {p[0].w, p[1].w, p[2].w};
+        if (!alike || (hooks && hooks->group_ok && !hooks->group_ok(ws, 3, user)))
             continue;
         for (int j = 0; j < 3; j++) {
             wk.dead[p[j].mm - g->nodes] = true;

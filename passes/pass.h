@@ -43,10 +43,17 @@ slim_status slim_pass_pack_matmul(slim_graph *g, slim_err *err);
 slim_status slim_pass_defuse_matmul(slim_graph *g, slim_err *err);
 /* Three sibling projections of one input (an attention block's Q, K, V)
  * as one MatMul [+ Add] + Split (passes/merge_qkv.c), before the int8 and
- * half passes; nodes for which skip(node, user) says true stay as they
- * are. *merged counts the groups merged. */
-slim_status slim_pass_merge_qkv(slim_graph *g, bool (*skip)(const slim_node *, void *),
-                                void *user, int *merged, slim_err *err);
+ * half passes. The caller's hooks (each may be NULL): nodes for which
+ * skip(node, user) says true stay as they are, and so do the three whose
+ * weights [K, N_i] group_ok(w, 3, user) refuses. *merged counts the groups
+ * merged. */
+typedef struct {
+    bool (*skip)(const slim_node *n, void *user);
+    bool (*group_ok)(const slim_tensor *const *w, int n, void *user);
+    void *user;
+} slim_merge_hooks;
+slim_status slim_pass_merge_qkv(slim_graph *g, const slim_merge_hooks *hooks, int *merged,
+                                slim_err *err);
 /* The merge undone (MatMul [+ Add] per part of a Split of the last axis
  * into three): for a GPU, which has no Split kernel. */
 slim_status slim_pass_unmerge_qkv(slim_graph *g, slim_err *err);

@@ -179,6 +179,30 @@ static int64_t find_outliers(const float *w, int64_t k, int64_t n, int64_t sk, i
     return no;
 }
 
+bool slim_int8_same_outliers(const slim_tensor *const *w, int n)
+{
+    const char *env = getenv("SLIM_INT8_OUTLIERS");
+    if ((env && strcmp(env, "off") == 0) || n < 2)
+        return true;
+    int64_t k = w[0]->dims[0];
+    bool *skip = malloc(sizeof(bool) * (size_t)k);
+    int64_t *idx = malloc(sizeof(int64_t) * (size_t)(k / 16 + 1) * 2);
+    bool same = skip && idx;
+    int64_t n0 = -1;
+    for (int i = 0; same && i < n; i++) {
+        int64_t *mine = idx + (i == 0 ? 0 : k / 16 + 1);
+        int64_t no = w[i]->ndim == 2 && w[i]->dims[0] == k
+                         ? find_outliers(w[i]->data, k, w[i]->dims[1], w[i]->dims[1], 1, skip, mine)
+                         : -1;
+        if (i == 0)
+            n0 = no;
+        same = no >= 0 && no == n0 && (i == 0 || memcmp(idx, mine, sizeof(int64_t) * (size_t)no) == 0);
+    }
+    free(skip);
+    free(idx);
+    return same;
+}
+
 /* ---- the graph ------------------------------------------------------------- */
 
 typedef slim__int8_pass pass;

@@ -84,6 +84,11 @@ typedef struct slim_int8_report {
 slim_status slim_quant_int8(slim_graph *g, const slim_int8_opts *opts, slim_int8_report *rep,
                             slim_err *err);
 void slim_int8_report_free(slim_int8_report *rep);
+/* Whether the pass would split off the same outlier input channels (none
+ * alike) from each of the n float32 MatMul weights [K, N_i]: then their
+ * merge (passes/merge_qkv.c) quantizes as they would one by one. With
+ * different ones a merged weight would keep only K / 16 of their union. */
+bool slim_int8_same_outliers(const slim_tensor *const *w, int n);
 
 /* Loads the model at path again on its own, runs it in float32 on the
  * given inputs (matched by name; inputs not given are drawn from their

@@ -48,6 +48,12 @@ static bool named_excluded(const slim_node *n, void *user)
                  slim_rewrite_named(o->half_exclude, o->n_half_exclude, n));
 }
 
+static bool int8_group_ok(const slim_tensor *const *w, int n, void *user)
+{
+    (void)user;
+    return slim_int8_same_outliers(w, n);
+}
+
 slim_status slim_model_load(const char *path, const slim_load_opts *opts,
                             slim_model **out, slim_err *err)
 {
@@ -144,7 +150,8 @@ slim_status slim_model_load(const char *path, const slim_load_opts *opts,
     if (!st && slim_device_is_host(dev) && !whole_half &&
         !(opts && opts->no_passes && !opts->pack_matmul)) {
         int merged;
-        st = slim_pass_merge_qkv(g, named_excluded, (void *)opts, &merged, err);
+        slim_merge_hooks hooks = {named_excluded, int8 ? int8_group_ok : NULL, (void *)opts};
+        st = slim_pass_merge_qkv(g, &hooks, &merged, err);
         if (st) {
             slim_graph_free(g);
             g = NULL;

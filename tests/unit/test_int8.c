@@ -126,6 +126,36 @@ static void run_isa(slim_qgemm_isa isa, const float *x, int64_t m, int64_t n, in
 
 static const slim_qgemm_isa isas[] = {SLIM_QGEMM_C, SLIM_QGEMM_AVX2, SLIM_QGEMM_AVX512VNNI};
 
+/* Three projections' outlier input channels: the same rows scaled up in
+ * all three agree (they can be merged and quantized as one), another row
+ * in one of them does not, and no outliers anywhere agree. */
+START_TEST(test_same_outliers)
+{
+    enum { K = 64, N = 32 };
+    float *d[3];
+    slim_tensor t[3];
+    const slim_tensor *w[3] = {&t[0], &t[1], &t[2]};
+    for (int i = 0; i < 3; i++) {
+        d[i] = malloc(sizeof(float) * K * N);
+        for (int j = 0; j < K * N; j++)
+            d[i][j] = rndf();
+        t[i] = (slim_tensor){.dtype = SLIM_F32, .ndim = 2, .dims = {K, N}, .data = d[i]};
+    }
+    ck_assert(slim_int8_same_outliers(w, 3)); /* none */
+    for (int i = 0; i < 3; i++)
+        for (int j = 0; j < N; j++) {
+            d[i][7 * N + j] *= 8.0f;
+            d[i][40 * N + j] *= 8.0f;
+        }
+    ck_assert(slim_int8_same_outliers(w, 3));
+    for (int j = 0; j < N; j++)
+        d[2][21 * N + j] *= 8.0f;
+    ck_assert(!slim_int8_same_outliers(w, 3));
+    for (int i = 0; i < 3; i++)
+        free(d[i]);
+}
+END_TEST
+
 /* Rows with a NaN or an infinity among others in one call (the AVX-512
  * path quantizes 16 rows at a time): those rows' outputs are NaN on every
  * path, the others bitwise the C path's. */
@@ -979,6 +1009,7 @@ int main(void)
     tcase_add_test(tk, test_u8_int32_exact);
     tcase_add_test(tk, test_gelu_accuracy);
     tcase_add_test(tk, test_bad_rows_inside_a_block);
+    tcase_add_test(tk, test_same_outliers);
     tcase_add_test(tk, test_outliers_and_activations_all_paths);
     suite_add_tcase(s, tk);
     TCase *tp = tcase_create("pass");

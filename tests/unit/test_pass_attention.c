@@ -218,7 +218,7 @@ static slim_model *load_merged(const variant *vr, bool fuse, bool merge, int *fu
     slim_err err = {0};
     *fused = *merged = 0;
     if (merge)
-        ck_assert_msg(slim_pass_merge_qkv(g, NULL, NULL, merged, &err) == SLIM_OK, "%s",
+        ck_assert_msg(slim_pass_merge_qkv(g, NULL, merged, &err) == SLIM_OK, "%s",
                       err.msg);
     if (fuse) {
         run_pass(g, "fuse_attention", fused);
@@ -238,7 +238,7 @@ static slim_model *load_unmerged(const variant *vr)
     slim_graph *g = encoder(vr);
     slim_err err = {0};
     int merged;
-    ck_assert_msg(slim_pass_merge_qkv(g, NULL, NULL, &merged, &err) == SLIM_OK, "%s", err.msg);
+    ck_assert_msg(slim_pass_merge_qkv(g, NULL, &merged, &err) == SLIM_OK, "%s", err.msg);
     ck_assert_int_eq(merged, LAYERS);
     ck_assert_msg(slim_pass_unmerge_qkv(g, &err) == SLIM_OK, "%s", err.msg);
     slim_model *m;
@@ -500,6 +500,15 @@ static slim_node *writer(slim_graph *g, const char *value)
     return NULL;
 }
 
+static bool refuse_wide(const slim_tensor *const *w, int n, void *user)
+{
+    (void)user;
+    ck_assert_int_eq(n, 3);
+    for (int i = 0; i < n; i++)
+        ck_assert(w[i]->ndim == 2 && w[i]->dims[0] == E && w[i]->dims[1] == E);
+    return false;
+}
+
 static bool skip_named(const slim_node *n, void *user)
 {
     return strcmp(n->name, (const char *)user) == 0;
@@ -514,9 +523,16 @@ START_TEST(merge_near_misses)
     int merged;
     slim_graph *g = encoder(&matching[0]);
     /* Exclude layer 0's K projection (node names are "Op_index"). */
-    ck_assert_int_eq(slim_pass_merge_qkv(g, skip_named, writer(g, "mm1_0")->name, &merged, &err),
-                     SLIM_OK);
+    slim_merge_hooks skip_k = {.skip = skip_named, .user = writer(g, "mm1_0")->name};
+    ck_assert_int_eq(slim_pass_merge_qkv(g, &skip_k, &merged, &err), SLIM_OK);
     ck_assert_int_eq(merged, LAYERS - 1);
+    slim_graph_free(g);
+
+    /* A group the caller refuses (int8: outliers in different rows). */
+    g = encoder(&matching[0]);
+    slim_merge_hooks refuse = {.group_ok = refuse_wide, .user = NULL};
+    ck_assert_int_eq(slim_pass_merge_qkv(g, &refuse, &merged, &err), SLIM_OK);
+    ck_assert_int_eq(merged, 0);
     slim_graph_free(g);
 
     g = encoder(&matching[0]);
@@ -524,7 +540,7 @@ START_TEST(merge_near_misses)
     free(vb->op_type);
     vb->op_type = strdup("Relu");
     vb->n_in = 1;
-    ck_assert_int_eq(slim_pass_merge_qkv(g, NULL, NULL, &merged, &err), SLIM_OK);
+    ck_assert_int_eq(slim_pass_merge_qkv(g, NULL, &merged, &err), SLIM_OK);
     ck_assert_int_eq(merged, LAYERS - 1);
     slim_graph_free(g);
 
@@ -533,7 +549,7 @@ START_TEST(merge_near_misses)
     node(g, "MatMul", 2, (const char *[]){"x", "w_extra"}, "extra");
     node(g, "Reshape", 2, (const char *[]){"extra", "split"}, "extra4");
     slim_graph_add_output(g, slim_graph_find_value(g, "extra4"));
-    ck_assert_int_eq(slim_pass_merge_qkv(g, NULL, NULL, &merged, &err), SLIM_OK);
+    ck_assert_int_eq(slim_pass_merge_qkv(g, NULL, &merged, &err), SLIM_OK);
     ck_assert_int_eq(merged, LAYERS - 1); /* layer 0 reads x four times */
     slim_graph_free(g);
 }
