@@ -147,11 +147,14 @@ static slim_status merge(slim_graph *g, const qkv_proj *p, slim_err *err)
         return st;
     }
     float *wd = w.data, *bd = b.data;
-    for (int64_t r = 0; r < k; r++)
-        for (int i = 0, c = 0; i < 3; c += (int)sizes[i], i++)
+    for (int64_t r = 0; r < k; r++) {
+        int64_t c = 0;
+        for (int i = 0; i < 3; c += sizes[i], i++)
             memcpy(wd + r * n + c, (const float *)p[i].w->data + r * sizes[i],
                    sizeof(float) * (size_t)sizes[i]);
-    for (int i = 0, c = 0; has_bias && i < 3; c += (int)sizes[i], i++)
+    }
+    int64_t c = 0;
+    for (int i = 0; has_bias && i < 3; c += sizes[i], i++)
         memcpy(bd + c, p[i].b->data, sizeof(float) * (size_t)sizes[i]);
     memcpy(s.data, sizes, sizeof(sizes));
     char base[400], wname[400];
@@ -363,7 +366,8 @@ static slim_status unmerge_one(slim_graph *g, slim_pass_walk *w, int si, int *do
     int64_t k = wt->dims[0];
     slim_tensor parts[3] = {{0}}, biases[3] = {{0}};
     slim_status st = SLIM_OK;
-    for (int i = 0, c = 0; i < 3 && !st; c += (int)sizes[i], i++) {
+    int64_t c = 0;
+    for (int i = 0; i < 3 && !st; c += sizes[i], i++) {
         parts[i] = (slim_tensor){.dtype = SLIM_F32, .ndim = 2, .dims = {k, sizes[i]}};
         biases[i] = (slim_tensor){.dtype = SLIM_F32, .ndim = 1, .dims = {sizes[i]}};
         if ((st = slim_tensor_alloc(&parts[i], err)) || (b && (st = slim_tensor_alloc(&biases[i], err))))
