@@ -667,8 +667,10 @@ static slim_status split_geometry(slim_op_ctx *ctx, int *axis, int64_t **sizes)
             free(s);
             return slim_errf(ctx->err, SLIM_EINVAL, "split has %d sizes for %d outputs", given, n);
         }
-        for (int i = 0; i < n; i++)
-            sum += s[i] >= 0 ? s[i] : -1 - dim; /* a negative size can never add up */
+        /* Each size within what the axis has left: a negative one, or a
+         * hostile file's that would overflow the sum, cannot add up. */
+        for (int i = 0; i < n && sum >= 0; i++)
+            sum = s[i] >= 0 && s[i] <= dim - sum ? sum + s[i] : -1;
     } else if (num_outputs) {
         if (num_outputs != n) {
             free(s);

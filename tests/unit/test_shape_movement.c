@@ -388,6 +388,15 @@ START_TEST(test_concat_split)
     g = tu_graph("Split", 13, 2, NAMES("x", "s"), 2);
     slim_tensor bad[2] = {tu_f32(1, I64S(5), NULL), tu_i64(1, I64S(2), I64S(2, 2))};
     ck_assert_int_eq(run_status(g, bad, 2), SLIM_ESHAPE);
+    /* Sizes whose sum overflows int64 (a fuzzed file's) are refused, not
+     * added up (the fuzzer's UBSan report). */
+    g = tu_graph("Split", 13, 2, NAMES("x", "s"), 2);
+    slim_tensor huge[2] = {tu_f32(1, I64S(5), NULL),
+                           tu_i64(1, I64S(2), I64S(INT64_MAX - 2, INT64_MAX - 2))};
+    ck_assert_int_eq(run_status(g, huge, 2), SLIM_ESHAPE);
+    g = tu_graph("Split", 13, 2, NAMES("x", "s"), 2);
+    slim_tensor neg[2] = {tu_f32(1, I64S(5), NULL), tu_i64(1, I64S(2), I64S(7, -2))};
+    ck_assert_int_eq(run_status(g, neg, 2), SLIM_ESHAPE);
 
     g = tu_graph("Concat", 13, 2, NAMES("a", "b"), 1);
     tu_attr_i(tu_node0(g), "axis", 0);
