@@ -7,6 +7,7 @@
 #include "device.h"
 #include "pass.h"
 #include "half.h"
+#include "hgemm.h"
 #include "slim_format.h"
 #ifdef SLIM_HAVE_DNNL
 #include "matmul_dnnl.h"
@@ -251,13 +252,19 @@ END_TEST
 /* Half weights in FusedConv: one image widens each part's slice of W as
  * the part runs, a batch widens all of W first; the same values through
  * the same primitives, so each row of a batch of 3 is bitwise that image
- * alone, and all agree with the float32 model to the weights' rounding. */
+ * alone, and all agree with the float32 model to the weights' rounding.
+ * bf16 W runs as bf16 products where the CPU has AVX512_BF16 (h = 1: W
+ * reordered per part, activations rounded to bf16), and widened with
+ * SLIM_CONV_BF16=0 (h = 2); the two differ there, and both keep the
+ * batch invariance. */
 START_TEST(fuse_conv_half_weights)
 {
     slim_model *ref = load(3);
-    slim_tensor x = input(3), want = run(ref, &x);
-    for (int h = 0; h < 2; h++) {
+    slim_tensor x = input(3), want = run(ref, &x), products = {0};
+    for (int h = 0; h < 3; h++) {
         slim_dtype half = h ? SLIM_BF16 : SLIM_F16;
+        if (h == 2)
+            setenv("SLIM_CONV_BF16", "0", 1);
         slim_graph *g = small_cnn();
         slim_half_opts o = {.half = half};
         slim_err err = {0};
@@ -289,9 +296,16 @@ START_TEST(fuse_conv_half_weights)
             slim_tensor_release(&y);
             slim_tensor_release(&one);
         }
+        if (h == 1)
+            products = tu_f32(all.ndim, all.dims, all.data); /* a copy: all is the model's */
+        if (h == 2 && slim_hgemm_get_isa(SLIM_BF16) == SLIM_HGEMM_AVX512BF16)
+            ck_assert_msg(memcmp(products.data, all.data, slim_tensor_nbytes(&all)) != 0,
+                          "bf16 products and widened bf16 W gave the same bits");
         slim_tensor_release(&all);
         slim_model_free(m);
     }
+    unsetenv("SLIM_CONV_BF16");
+    slim_tensor_release(&products);
     slim_tensor_release(&want);
     slim_tensor_release(&x);
     slim_model_free(ref);
