@@ -252,25 +252,46 @@ static void attn_pv_c(const float *p, int64_t T, const float *v, int64_t ldv, in
 #define ATTN_MASK(left) \
     ((left) >= 16 ? (__mmask16)0xFFFF : (left) > 0 ? (__mmask16)((1u << (left)) - 1) : (__mmask16)0)
 
+/* rb rows of scores at once: a row's sum is one chain of D dependent
+ * FMAs, which at nv = 1 (a 16-token sequence) would leave the FMA units
+ * waiting on latency; rb rows make rb * nv independent chains. Each lane's
+ * sum keeps the order of d, so the grouping changes no bit. */
+ATTN_AVX512 __attribute__((always_inline)) static inline void
+attn_scores_rows(const float *q, int64_t ldq, const float *kt, int64_t T16, int64_t T,
+                 int64_t D, __m512 vs, float *s, const int nv, const int rb)
+{
+    __m512 acc[8][ATTN_SMALL_T / 16];
+    for (int i = 0; i < rb; i++)
+        for (int v = 0; v < nv; v++)
+            acc[i][v] = _mm512_setzero_ps();
+    for (int64_t d = 0; d < D; d++) {
+        __m512 kv[ATTN_SMALL_T / 16];
+        for (int v = 0; v < nv; v++)
+            kv[v] = _mm512_loadu_ps(kt + d * T16 + v * 16);
+        for (int i = 0; i < rb; i++) {
+            const __m512 x = _mm512_set1_ps(q[i * ldq + d]);
+            for (int v = 0; v < nv; v++)
+                acc[i][v] = _mm512_fmadd_ps(x, kv[v], acc[i][v]);
+        }
+    }
+    for (int i = 0; i < rb; i++)
+        for (int v = 0; v < nv; v++)
+            _mm512_mask_storeu_ps(s + i * T + v * 16, ATTN_MASK(T - v * 16),
+                                  _mm512_mul_ps(acc[i][v], vs));
+}
+
 ATTN_AVX512 __attribute__((always_inline)) static inline void
 attn_scores_nv(const float *q, int64_t ldq, const float *kt, int64_t rows, int64_t T, int64_t D,
                float scale, float *s, const int nv)
 {
     const int64_t T16 = attn_t16(T);
     const __m512 vs = _mm512_set1_ps(scale);
-    for (int64_t r = 0; r < rows; r++) {
-        __m512 acc[ATTN_SMALL_T / 16];
-        for (int v = 0; v < nv; v++)
-            acc[v] = _mm512_setzero_ps();
-        for (int64_t d = 0; d < D; d++) {
-            const __m512 x = _mm512_set1_ps(q[r * ldq + d]);
-            for (int v = 0; v < nv; v++)
-                acc[v] = _mm512_fmadd_ps(x, _mm512_loadu_ps(kt + d * T16 + v * 16), acc[v]);
-        }
-        for (int v = 0; v < nv; v++)
-            _mm512_mask_storeu_ps(s + r * T + v * 16, ATTN_MASK(T - v * 16),
-                                  _mm512_mul_ps(acc[v], vs));
-    }
+    const int rb = nv == 1 ? 8 : nv == 2 ? 4 : 2;
+    int64_t r = 0;
+    for (; r + rb <= rows; r += rb)
+        attn_scores_rows(q + r * ldq, ldq, kt, T16, T, D, vs, s + r * T, nv, rb);
+    for (; r < rows; r++)
+        attn_scores_rows(q + r * ldq, ldq, kt, T16, T, D, vs, s + r * T, nv, 1);
 }
 
 ATTN_AVX512 static void attn_scores_avx512(const float *q, int64_t ldq, const float *kt,
@@ -285,7 +306,32 @@ ATTN_AVX512 static void attn_scores_avx512(const float *q, int64_t ldq, const fl
     }
 }
 
-/* Columns [j, j + 16 nv) of rows' P V, the last vector under a mask. */
+/* Columns [j, j + 16 nv) of rb rows' P V, the last vector under a mask;
+ * rb rows at once for independent FMA chains, as in the scores. */
+ATTN_AVX512 __attribute__((always_inline)) static inline void
+attn_pv_rows(const float *p, int64_t T, const float *v, int64_t ldv, const __mmask16 *m,
+             int64_t j, float *y, int64_t ldy, const int nv, const int rb)
+{
+    __m512 acc[8][4];
+    for (int r = 0; r < rb; r++)
+        for (int i = 0; i < nv; i++)
+            acc[r][i] = _mm512_setzero_ps();
+    for (int64_t c = 0; c < T; c++) {
+        const float *vr = v + c * ldv + j;
+        __m512 vv[4];
+        for (int i = 0; i < nv; i++)
+            vv[i] = _mm512_maskz_loadu_ps(m[i], vr + i * 16);
+        for (int r = 0; r < rb; r++) {
+            const __m512 x = _mm512_set1_ps(p[r * T + c]);
+            for (int i = 0; i < nv; i++)
+                acc[r][i] = _mm512_fmadd_ps(x, vv[i], acc[r][i]);
+        }
+    }
+    for (int r = 0; r < rb; r++)
+        for (int i = 0; i < nv; i++)
+            _mm512_mask_storeu_ps(y + r * ldy + j + i * 16, m[i], acc[r][i]);
+}
+
 ATTN_AVX512 __attribute__((always_inline)) static inline void
 attn_pv_nv(const float *p, int64_t T, const float *v, int64_t ldv, int64_t rows, int64_t j,
            int64_t w, float *y, int64_t ldy, const int nv)
@@ -293,19 +339,12 @@ attn_pv_nv(const float *p, int64_t T, const float *v, int64_t ldv, int64_t rows,
     __mmask16 m[4];
     for (int i = 0; i < nv; i++)
         m[i] = ATTN_MASK(w - i * 16);
-    for (int64_t r = 0; r < rows; r++) {
-        __m512 acc[4];
-        for (int i = 0; i < nv; i++)
-            acc[i] = _mm512_setzero_ps();
-        for (int64_t c = 0; c < T; c++) {
-            const __m512 x = _mm512_set1_ps(p[r * T + c]);
-            const float *vr = v + c * ldv + j;
-            for (int i = 0; i < nv; i++)
-                acc[i] = _mm512_fmadd_ps(x, _mm512_maskz_loadu_ps(m[i], vr + i * 16), acc[i]);
-        }
-        for (int i = 0; i < nv; i++)
-            _mm512_mask_storeu_ps(y + r * ldy + j + i * 16, m[i], acc[i]);
-    }
+    const int rb = nv == 1 ? 8 : nv == 2 ? 4 : 2;
+    int64_t r = 0;
+    for (; r + rb <= rows; r += rb)
+        attn_pv_rows(p + r * T, T, v, ldv, m, j, y + r * ldy, ldy, nv, rb);
+    for (; r < rows; r++)
+        attn_pv_rows(p + r * T, T, v, ldv, m, j, y + r * ldy, ldy, nv, 1);
 }
 
 ATTN_AVX512 static void attn_pv_avx512(const float *p, int64_t T, const float *v, int64_t ldv,
