@@ -22,6 +22,14 @@ than its best, which would flatter slim. N is chosen so that a round takes about
 second. The last column is the largest |slim - ort| over the outputs,
 relative to the largest |ort| output, from a separate slim run.
 
+Each row also gives slim's arithmetic rate, GF/s = 2 x the model's
+multiply-adds (Conv, MatMul and Gemm, counted from the shape-inferred
+graph) / slim's time, as a share of the float32 FMA peak that
+`bench_qgemm --peak-f32` measures on the same threads before the table
+(%peak), and the share a slim/ort ratio of 0.83 would take (0.83 needs):
+above 100% no exact float32 kernel can reach it; only fewer
+multiplications (Winograd, FFT) could.
+
 --ab NAME=VALUE runs slim a second time in each round with that variable
 set (e.g. SLIM_FUSE_MATMUL=1 or SLIM_CONV_WINOGRAD=0), and adds its median,
 its ratio against onnxruntime and the median of the per-round ratios
@@ -29,7 +37,9 @@ slim/slim-B.
 """
 
 import argparse
+import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -67,6 +77,53 @@ def ensure_model(workdir, name):
             cmd = [sys.executable, script, path] + args
         subprocess.run(cmd, check=True, capture_output=True)
     return path
+
+
+def model_macs(path, feeds):
+    """Multiply-adds of one run on these inputs: Conv (output elements x
+    input channels per group x kernel) plus MatMul and Gemm (output
+    elements x the inner dimension), from onnx's shape inference."""
+    import onnx
+    from onnx import shape_inference
+
+    m = onnx.load(path, load_external_data=False)
+    for inp in m.graph.input:
+        if inp.name in feeds:
+            shape = feeds[inp.name].shape
+            for d, v in zip(inp.type.tensor_type.shape.dim, shape):
+                d.Clear()
+                d.dim_value = v
+    m = shape_inference.infer_shapes(m)
+    shapes = {t.name: list(t.dims) for t in m.graph.initializer}
+    for v in list(m.graph.value_info) + list(m.graph.input) + list(m.graph.output):
+        shapes[v.name] = [d.dim_value for d in v.type.tensor_type.shape.dim]
+    macs = 0
+    for n in m.graph.node:
+        y = shapes.get(n.output[0])
+        if not y or 0 in y:
+            continue
+        if n.op_type == "Conv":
+            macs += int(np.prod(y)) * int(np.prod(shapes[n.input[1]][1:]))
+        elif n.op_type in ("MatMul", "Gemm"):
+            a = shapes.get(n.input[0])
+            trans_a = any(at.name == "transA" and at.i for at in n.attribute)
+            if a:
+                macs += int(np.prod(y)) * a[-2 if trans_a else -1]
+    return macs
+
+
+def f32_peak(slim, threads):
+    """GFLOP/s of float32 FMAs on `threads` threads (bench_qgemm beside slim),
+    or None without it."""
+    tool = os.path.join(os.path.dirname(slim), "bench_qgemm")
+    if not os.path.exists(tool):
+        return None
+    out = subprocess.run([tool, "--peak-f32"], capture_output=True, text=True,
+                         env=dict(os.environ, SLIM_NUM_THREADS=str(threads)))
+    try:
+        return json.loads(out.stdout)["peak_gflops"]
+    except (ValueError, KeyError):
+        return None
 
 
 def make_feeds(kind, batch, rng):
@@ -114,6 +171,7 @@ def max_error(args, sess, feeds, workdir, env):
     for name, r in zip(names, ref):
         s = np.load(os.path.join(outdir, name + ".npy"))
         worst = max(worst, float(np.max(np.abs(s - r)) / max(np.max(np.abs(r)), 1e-30)))
+    shutil.rmtree(outdir, ignore_errors=True)
     return worst
 
 
@@ -136,11 +194,14 @@ def main():
     if a.ab:
         key, _, value = a.ab.partition("=")
         env_b = dict(env, **{key: value})
+    peak = f32_peak(slim, a.threads)
     print(f"threads {a.threads}, {a.rounds} alternating rounds per row, onnxruntime "
-          f"{ort.__version__} (all graph optimizations), medians in ms")
+          f"{ort.__version__} (all graph optimizations), medians in ms; float32 FMA peak "
+          + (f"{peak:.1f} GFLOP/s" if peak else "unknown"))
     head = (f"{'model':<12} {'batch':>5} {'slim ms':>9} {'ort ms':>9} {'ort nospin':>10} "
             f"{'slim/ort':>9} "
-            f"{'runs/round':>10} {'max rel err':>12}")
+            f"{'runs/round':>10} {'max rel err':>12} {'GF/s':>6} {'%peak':>6} "
+            f"{'0.83 needs':>10}")
     if env_b:
         head += f" {'slim B ms':>9} {'B/ort':>6} {'slim/B':>7}"
         print(f"slim B: slim with {a.ab}")
@@ -181,8 +242,15 @@ def main():
             err = max_error(args, sess, feeds, a.workdir, env)
             ratio = statistics.median(ratios)
             worst = max(worst, ratio)
+            flops = 2.0 * model_macs(path, feeds)
+            gfs = flops / statistics.median(s_ms) / 1e6
+            best_ort = min(statistics.median(o_ms), statistics.median(q_ms))
+            need = flops / (0.83 * best_ort) / 1e6
+            pct = (f"{100 * gfs / peak:>5.0f}% {100 * need / peak:>9.0f}%" if peak
+                   else f"{'-':>6} {'-':>10}")
             print(f"{name:<12} {batch:>5} {statistics.median(s_ms):>9.2f} "
                   f"{statistics.median(o_ms):>9.2f} {statistics.median(q_ms):>10.2f} {ratio:>9.2f} {repeat:>10} {err:>12.2e}"
+                  f" {gfs:>6.0f} {pct}"
                   + (f" {statistics.median(b_ms):>9.2f} {statistics.median(b_ratios):>6.2f}"
                      f" {statistics.median(ab):>7.3f}" if env_b else ""),
                   flush=True)

@@ -5,6 +5,7 @@
  *
  *     bench_qgemm M N K [--outliers O] [--act none|relu|gelu] [--repeat R]
  *     bench_qgemm --peak
+ *     bench_qgemm --peak-f32
  *
  * Threads: SLIM_NUM_THREADS (the kernel pool). Prints one JSON object:
  * the median and the fastest ms of R calls of each configuration, round
@@ -15,7 +16,10 @@
  *            slim_qgemm does it: slim_qgemm_quantize_rows)
  * --peak times a register-only vpdpbusd loop on every pool thread (16
  * independent accumulators, no loads) and prints its GOPS: what the
- * product can reach at most on this machine.
+ * product can reach at most on this machine. --peak-f32 does the same with
+ * float32 FMAs (vfmadd, 16 lanes, two flops each) and prints GFLOP/s: the
+ * ceiling of a float32 convolution or product (bench/bench_models.py
+ * divides each model's multiply-adds by it).
  */
 #include "kernel.h"
 #include "qgemm.h"
@@ -79,27 +83,50 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"))) static void peak_part(int
         s += _mm512_reduce_add_epi32(acc[i]);
     *(volatile int32_t *)user = s;
 }
+__attribute__((target("avx512f"))) static void peak_f32_part(int64_t b, int64_t e, void *user)
+{
+    __m512 acc[16];
+    const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
+    for (int i = 0; i < 16; i++)
+        acc[i] = _mm512_set1_ps((float)i);
+    for (int64_t t = b; t < e; t++)
+        for (long long it = 0; it < PEAK_ITERS / 16; it++) {
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++)
+                acc[i] = _mm512_fmadd_ps(acc[i], x, y);
+        }
+    float s = 0;
+    for (int i = 0; i < 16; i++)
+        s += _mm512_reduce_add_ps(acc[i]);
+    *(volatile float *)user = s;
+}
 #endif
 
-static int run_peak(void)
+static int run_peak(bool f32)
 {
 #if defined(__x86_64__)
     int threads = slim_num_threads();
     volatile int32_t sink = 0;
+    volatile float fsink = 0;
     double best = 1e30;
     for (int r = 0; r < 40; r++) {
         double t0 = now_ms();
         /* one task per thread: grain 1, n = threads */
-        slim_parallel_for(threads, 1, peak_part, (void *)&sink);
+        if (f32)
+            slim_parallel_for(threads, 1, peak_f32_part, (void *)&fsink);
+        else
+            slim_parallel_for(threads, 1, peak_part, (void *)&sink);
         double t = now_ms() - t0;
         best = t < best ? t : best;
     }
-    /* each vpdpbusd: 16 lanes x 4 multiply-adds = 128 ops */
-    double ops = (double)threads * PEAK_ITERS * 128.0;
-    printf("{\"threads\": %d, \"peak_gops\": %.1f}\n", threads, ops / best / 1e6);
+    /* each vpdpbusd: 16 lanes x 4 multiply-adds = 128 ops; each vfmadd
+     * 16 lanes x 2 flops */
+    double ops = (double)threads * PEAK_ITERS * (f32 ? 32.0 : 128.0);
+    printf("{\"threads\": %d, \"%s\": %.1f}\n", threads, f32 ? "peak_gflops" : "peak_gops",
+           ops / best / 1e6);
     return 0;
 #else
-    printf("{\"peak_gops\": null}\n");
+    printf("{\"%s\": null}\n", f32 ? "peak_gflops" : "peak_gops");
     return 0;
 #endif
 }
@@ -107,10 +134,12 @@ static int run_peak(void)
 int main(int argc, char **argv)
 {
     if (argc > 1 && strcmp(argv[1], "--peak") == 0)
-        return run_peak();
+        return run_peak(false);
+    if (argc > 1 && strcmp(argv[1], "--peak-f32") == 0)
+        return run_peak(true);
     if (argc < 4) {
         fprintf(stderr, "usage: bench_qgemm M N K [--outliers O] [--act none|relu|gelu] "
-                        "[--repeat R] | --peak\n");
+                        "[--repeat R] | --peak | --peak-f32\n");
         return 2;
     }
     int64_t m = atoll(argv[1]), n = atoll(argv[2]), k = atoll(argv[3]), n_outl = 0;
