@@ -319,8 +319,16 @@ int slim_cmd_bench(int argc, char **argv)
         sum += times[r];
     printf("model: %s (load %.0f ms, %d nodes after the passes)\n", path, load_ms,
            m->graph->n_nodes);
+    /* Without --precision the file's own: a converted .slim may hold int8
+     * or half weights already, so the weights' dtypes say what runs. */
     printf("batch %ld, threads %d, precision %s, %ld runs\n", batch, slim_num_threads(),
-           precision ? precision : "fp32", repeat);
+           precision ? precision : "as stored", repeat);
+    printf("weights:");
+    for (int t = 0; t < SLIM_DTYPE_COUNT; t++)
+        if (m->weight_bytes_by_dtype[t])
+            printf(" %s %.1f KiB", slim_dtype_name((slim_dtype)t),
+                   (double)m->weight_bytes_by_dtype[t] / 1024.0);
+    printf("\n");
     printf("latency ms: p50 %.3f  p90 %.3f  p99 %.3f  min %.3f  mean %.3f\n",
            pct(times, repeat, 50), pct(times, repeat, 90), pct(times, repeat, 99), times[0],
            sum / (double)repeat);
