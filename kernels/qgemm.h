@@ -116,9 +116,9 @@ void slim_qgemm_pack_kn(const int8_t *b, int64_t k, int64_t n, int64_t ldb, int8
  * so bitwise the same on every path and under any split. */
 void slim_qgemm_u8(const slim_qgemm_args *a, const uint8_t *qx, const int32_t *zx);
 
-/* The epilogue's Gelu of one value: a polynomial erf in fused
- * multiply-adds and one division (gelu_poly.h), within 3e-7 x max(|y|, 1)
- * of the exact Gelu (1.5e-7 on [-20, 20]). Exposed for tests. */
+/* The epilogue's Gelu of one value: a table of polynomials in fused
+ * multiply-adds (gelu_poly.h), within 1e-7 x max(|y|, 1) of the exact
+ * Gelu (7.5e-8 on [-10, 10]). Exposed for tests. */
 float slim_qgemm_gelu(float y);
 
 /* Quantizes one row of k floats to u8 (k4 bytes written, the padding 0):

@@ -10,8 +10,8 @@
  * the product (or its bias Add); this pass sees the graph after the other
  * graph passes, where fuse_gelu has turned an exported GELU (x * 0.5 *
  * (1 + erf(x / sqrt 2))) into one Gelu node. So it must stay after
- * fuse_gelu in slim_passes. The epilogue's Gelu is kernels/cpu/gelu_poly.h's, a
- * polynomial erf (within 1e-7 x max(|y|, 1) of the exact Gelu): the float
+ * fuse_gelu in slim_passes. The epilogue's Gelu is kernels/cpu/gelu_poly.h's,
+ * a table of polynomials (within 1e-7 x max(|y|, 1) of the exact Gelu): the float
  * Gelu op's result to within its own rounding, not bitwise.
  */
 #include "pass.h"

@@ -325,7 +325,7 @@ static inline void vnni_epilogue(const qgemm_job *j, int mr, int nv, int64_t r, 
                                        _mm512_mul_ps(_mm512_set1_ps(j->sx[r + i]), sw), bias);
             ys[i] = outl ? _mm512_fmadd_ps(oacc[i], osc, y) : y;
         }
-        /* The activation two rows at a time: Gelu is a chain of ~27
+        /* The activation two rows at a time: Gelu is a chain of ~16
          * dependent operations, and two side by side fill the pipes. */
         int i = 0;
         for (; i + 1 < mr; i += 2) {
