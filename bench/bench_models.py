@@ -26,9 +26,11 @@ Each row also gives slim's arithmetic rate, GF/s = 2 x the model's
 multiply-adds (Conv, MatMul and Gemm, counted from the shape-inferred
 graph) / slim's time, as a share of the float32 FMA peak that
 `bench_qgemm --peak-f32` measures on the same threads before the table
-(%peak), and the share a slim/ort ratio of 0.83 would take (0.83 needs):
-above 100% no exact float32 kernel can reach it; only fewer
-multiplications (Winograd, FFT) could.
+(%peak), and the share a slim/ort ratio of 0.83 would take (0.83 needs).
+The count is a direct convolution's: where 3x3 convolutions run as
+Winograd F(4x4, 3x3) (a quarter of the multiplies; slimserve does on
+planes of 28x28 and more) the rate can pass 100%. Anywhere else, above
+100% is more than the FMA units can do.
 
 --ab NAME=VALUE runs slim a second time in each round with that variable
 set (e.g. SLIM_FUSE_MATMUL=1 or SLIM_CONV_WINOGRAD=0), and adds its median,
@@ -118,12 +120,18 @@ def f32_peak(slim, threads):
     tool = os.path.join(os.path.dirname(slim), "bench_qgemm")
     if not os.path.exists(tool):
         return None
-    out = subprocess.run([tool, "--peak-f32"], capture_output=True, text=True,
-                         env=dict(os.environ, SLIM_NUM_THREADS=str(threads)))
-    try:
-        return json.loads(out.stdout)["peak_gflops"]
-    except (ValueError, KeyError):
-        return None
+    best = None
+    # The best of three: on a shared machine one try can lose a core to
+    # other work for its whole second.
+    for _ in range(3):
+        out = subprocess.run([tool, "--peak-f32"], capture_output=True, text=True,
+                             env=dict(os.environ, SLIM_NUM_THREADS=str(threads)))
+        try:
+            g = json.loads(out.stdout)["peak_gflops"]
+        except (ValueError, KeyError):
+            continue
+        best = g if best is None or g > best else best
+    return best
 
 
 def make_feeds(kind, batch, rng):
