@@ -29,6 +29,26 @@ slim_status slim_broadcast_shape(int na, const int64_t *a, int nb, const int64_t
     return SLIM_OK;
 }
 
+void slim_fill_elems(void *dst, int64_t n, const void *elem, size_t esize)
+{
+    if (n <= 0)
+        return;
+    size_t total = (size_t)n * esize, done = esize;
+    bool zero = true;
+    for (size_t i = 0; i < esize; i++)
+        zero = zero && ((const unsigned char *)elem)[i] == 0;
+    if (zero) {
+        memset(dst, 0, total);
+        return;
+    }
+    memcpy(dst, elem, esize);
+    while (done < total) {
+        size_t chunk = done < total - done ? done : total - done;
+        memcpy((char *)dst + done, dst, chunk);
+        done += chunk;
+    }
+}
+
 void slim_contiguous_strides(int ndim, const int64_t *dims, int64_t *strides)
 {
     int64_t s = 1;

@@ -88,6 +88,16 @@ void slim_op_foreach(void (*fn)(const slim_op_def *def, void *user), void *user)
 
 /* ---- helpers shared by kernels (kernels/common.c) ----------------------- */
 
+/* Input i, or NULL when the node has fewer inputs (an optional one left
+ * off the end). An empty name in the middle is NULL in ctx->in already. */
+static inline const slim_tensor *slim_opt_in(const slim_op_ctx *ctx, int i)
+{
+    return i < ctx->n_in ? ctx->in[i] : NULL;
+}
+/* Writes n copies of one es-byte element at dst (memset for an all-zero
+ * element, else doubling memcpy: fast for any element size). */
+void slim_fill_elems(void *dst, int64_t n, const void *elem, size_t es);
+
 /* Sets out shape to the numpy broadcast of a and b; ESHAPE if incompatible. */
 slim_status slim_broadcast_shape(int na, const int64_t *a, int nb, const int64_t *b,
                                  int *nout, int64_t *out, slim_err *err);

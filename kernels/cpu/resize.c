@@ -207,11 +207,6 @@ static slim_status read_floats(const slim_tensor *t, const char *what, double *o
     return SLIM_OK;
 }
 
-static const slim_tensor *input_or_null(const slim_op_ctx *ctx, int i)
-{
-    return i < ctx->n_in ? ctx->in[i] : NULL;
-}
-
 /* Output lengths this large mean a mistaken scale, not a real image. */
 #define MAX_OUTPUT_LEN ((double)(1LL << 40))
 
@@ -258,16 +253,16 @@ static slim_status build_plan(const slim_op_ctx *ctx, resize_plan *p)
             scales[i] = st->attr_scales[i];
         break;
     case IFACE_SCALES_INPUT:
-        if (!input_or_null(ctx, 1))
+        if (!slim_opt_in(ctx, 1))
             return slim_errf(err, SLIM_EINVAL, "input scales is required");
         s = read_floats(ctx->in[1], "scales", scales, SLIM_MAX_DIMS, &n_scales, err);
         break;
     case IFACE_ROI_SCALES_SIZES:
-        s = read_floats(input_or_null(ctx, 2), "scales", scales, SLIM_MAX_DIMS, &n_scales, err);
-        if (!s && input_or_null(ctx, 3))
+        s = read_floats(slim_opt_in(ctx, 2), "scales", scales, SLIM_MAX_DIMS, &n_scales, err);
+        if (!s && slim_opt_in(ctx, 3))
             s = slim_read_ints(ctx->in[3], "sizes", sizes, SLIM_MAX_DIMS, &n_sizes, err);
         if (!s && st->coord == COORD_TF_CROP_AND_RESIZE)
-            s = read_floats(input_or_null(ctx, 1), "roi", roi, 2 * SLIM_MAX_DIMS, &n_roi, err);
+            s = read_floats(slim_opt_in(ctx, 1), "roi", roi, 2 * SLIM_MAX_DIMS, &n_roi, err);
         break;
     }
     if (s)

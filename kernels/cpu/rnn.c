@@ -275,11 +275,6 @@ typedef struct rnn_dims {
     int64_t seq, batch, input, hidden, dirs, gates;
 } rnn_dims;
 
-static const slim_tensor *opt_in(const slim_op_ctx *ctx, int i)
-{
-    return i < ctx->n_in ? ctx->in[i] : NULL;
-}
-
 static slim_status expect_shape(const slim_tensor *t, const char *what, int ndim,
                                 const int64_t *dims, slim_err *err)
 {
@@ -298,7 +293,7 @@ static slim_status check_inputs(const slim_op_ctx *ctx, rnn_dims *dm)
 {
     const rnn_state *st = ctx->state;
     slim_err *err = ctx->err;
-    const slim_tensor *x = opt_in(ctx, IN_X), *w = opt_in(ctx, IN_W), *r = opt_in(ctx, IN_R);
+    const slim_tensor *x = slim_opt_in(ctx, IN_X), *w = slim_opt_in(ctx, IN_W), *r = slim_opt_in(ctx, IN_R);
     if (!x || !w || !r)
         return slim_errf(err, SLIM_EINVAL, "inputs X, W and R are required");
     for (int i = 0; i < ctx->n_in && i <= IN_P; i++) {
@@ -328,7 +323,7 @@ static slim_status check_inputs(const slim_op_ctx *ctx, rnn_dims *dm)
     if ((s = expect_shape(w, "W", 3, (int64_t[]){dm->dirs, GH, dm->input}, err)) ||
         (s = expect_shape(r, "R", 3, (int64_t[]){dm->dirs, GH, dm->hidden}, err)))
         return s;
-    const slim_tensor *b = opt_in(ctx, IN_B), *lens = opt_in(ctx, IN_LENS);
+    const slim_tensor *b = slim_opt_in(ctx, IN_B), *lens = slim_opt_in(ctx, IN_LENS);
     if (b && (s = expect_shape(b, "B", 2, (int64_t[]){dm->dirs, 2 * GH}, err)))
         return s;
     if (lens) {
@@ -340,11 +335,11 @@ static slim_status check_inputs(const slim_op_ctx *ctx, rnn_dims *dm)
     int64_t state_dims[3] = {dm->dirs, dm->batch, dm->hidden};
     if (st->layout)
         state_dims[0] = dm->batch, state_dims[1] = dm->dirs;
-    const slim_tensor *h0 = opt_in(ctx, IN_H0), *c0 = opt_in(ctx, IN_C0);
+    const slim_tensor *h0 = slim_opt_in(ctx, IN_H0), *c0 = slim_opt_in(ctx, IN_C0);
     if (h0 && (s = expect_shape(h0, "initial_h", 3, state_dims, err)))
         return s;
     if (st->cell == CELL_LSTM) {
-        const slim_tensor *p = opt_in(ctx, IN_P);
+        const slim_tensor *p = slim_opt_in(ctx, IN_P);
         if (c0 && (s = expect_shape(c0, "initial_c", 3, state_dims, err)))
             return s;
         if (p && (s = expect_shape(p, "P", 2, (int64_t[]){dm->dirs, 3 * dm->hidden}, err)))
@@ -568,8 +563,8 @@ static slim_status run_direction(slim_op_ctx *ctx, const rnn_dims *dm, int d,
     const float *x = ctx->in[IN_X]->data;
     const float *w = (const float *)ctx->in[IN_W]->data + d * GH * In;
     const float *r = (const float *)ctx->in[IN_R]->data + d * GH * H;
-    const slim_tensor *bt = opt_in(ctx, IN_B), *h0 = opt_in(ctx, IN_H0);
-    const slim_tensor *c0 = opt_in(ctx, IN_C0), *pt = opt_in(ctx, IN_P);
+    const slim_tensor *bt = slim_opt_in(ctx, IN_B), *h0 = slim_opt_in(ctx, IN_H0);
+    const slim_tensor *c0 = slim_opt_in(ctx, IN_C0), *pt = slim_opt_in(ctx, IN_P);
     bool lbr = st->cell == CELL_GRU && st->linear_before_reset;
 
     float *bias = s->bias.data, *rbias_h = bias + GH;
@@ -645,7 +640,7 @@ static slim_status rnn_exec(slim_op_ctx *ctx)
     int64_t *lens = malloc(sizeof(int64_t) * dm.batch);
     if (!lens)
         return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
-    const slim_tensor *lt = opt_in(ctx, IN_LENS);
+    const slim_tensor *lt = slim_opt_in(ctx, IN_LENS);
     bool ragged = false;
     for (int64_t b = 0; b < dm.batch; b++) {
         lens[b] = lt ? slim_load_i64(lt->dtype, lt->data, b) : dm.seq;

@@ -24,11 +24,6 @@
 
 /* ---- helpers ------------------------------------------------------------ */
 
-static const slim_tensor *opt_in(const slim_op_ctx *ctx, int i)
-{
-    return i < ctx->n_in ? ctx->in[i] : NULL;
-}
-
 static slim_tensor *opt_out(const slim_op_ctx *ctx, int i)
 {
     return i < ctx->n_out ? ctx->out[i] : NULL;
@@ -48,27 +43,6 @@ static slim_status exec_view(slim_op_ctx *ctx)
     return SLIM_OK;
 }
 
-/* Writes n copies of one esize-byte element; doubling memcpy keeps it
- * fast for any element size. */
-static void fill_elems(void *dst, int64_t n, const void *elem, size_t esize)
-{
-    if (n <= 0)
-        return;
-    size_t total = (size_t)n * esize, done = esize;
-    bool zero = true;
-    for (size_t i = 0; i < esize; i++)
-        zero = zero && ((const unsigned char *)elem)[i] == 0;
-    if (zero) {
-        memset(dst, 0, total);
-        return;
-    }
-    memcpy(dst, elem, esize);
-    while (done < total) {
-        size_t chunk = done < total - done ? done : total - done;
-        memcpy((char *)dst + done, dst, chunk);
-        done += chunk;
-    }
-}
 
 /* Reads an int list that is an attribute before opset `input_since` and an
  * optional input (index `slot`) from then on. *given is false if absent. */
@@ -88,7 +62,7 @@ static slim_status read_ints_attr_or_input(slim_op_ctx *ctx, const char *name, i
         *given = true;
         return SLIM_OK;
     }
-    const slim_tensor *t = opt_in(ctx, slot);
+    const slim_tensor *t = slim_opt_in(ctx, slot);
     if (!t)
         return SLIM_OK;
     *given = true;
@@ -242,8 +216,8 @@ static slim_status identity_infer(slim_op_ctx *ctx)
 static slim_status dropout_infer(slim_op_ctx *ctx)
 {
     const slim_tensor *x = ctx->in[0];
-    const slim_tensor *training = ctx->node->opset >= 12 ? opt_in(ctx, 2) : NULL;
-    const slim_tensor *ratio = opt_in(ctx, 1);
+    const slim_tensor *training = ctx->node->opset >= 12 ? slim_opt_in(ctx, 2) : NULL;
+    const slim_tensor *ratio = slim_opt_in(ctx, 1);
     bool train = training && slim_tensor_numel(training) > 0 && training->data &&
                  slim_load_f64(training->dtype, training->data, 0) != 0;
     /* training with ratio 0 drops nothing: still the identity */
@@ -269,7 +243,7 @@ static slim_status dropout_exec(slim_op_ctx *ctx)
         /* every element is kept: the mask is all ones of its type */
         unsigned char one[8];
         slim_store_f64(mask->dtype, one, 0, 1.0);
-        fill_elems(mask->data, slim_tensor_numel(mask), one, slim_dtype_size(mask->dtype));
+        slim_fill_elems(mask->data, slim_tensor_numel(mask), one, slim_dtype_size(mask->dtype));
     }
     return SLIM_OK;
 }
@@ -420,7 +394,7 @@ static slim_status cos_infer(slim_op_ctx *ctx)
 static slim_status cos_exec(slim_op_ctx *ctx)
 {
     const fill_state *s = ctx->state;
-    fill_elems(ctx->out[0]->data, slim_tensor_numel(ctx->out[0]), s->value,
+    slim_fill_elems(ctx->out[0]->data, slim_tensor_numel(ctx->out[0]), s->value,
                slim_dtype_size(s->dtype));
     return SLIM_OK;
 }
@@ -570,7 +544,7 @@ static slim_status onehot_exec(slim_op_ctx *ctx)
         return st;
     size_t es = slim_dtype_size(y->dtype);
     const char *off = vals->data, *on = (const char *)vals->data + es;
-    fill_elems(y->data, slim_tensor_numel(y), off, es);
+    slim_fill_elems(y->data, slim_tensor_numel(y), off, es);
     /* y viewed as [outer, depth, inner]; indices as [outer, inner] */
     int64_t outer = slim_shape_numel(axis, ind->dims);
     int64_t inner = slim_shape_numel(ind->ndim - axis, ind->dims + axis);
@@ -590,7 +564,7 @@ static slim_status onehot_exec(slim_op_ctx *ctx)
 
 static slim_status trilu_infer(slim_op_ctx *ctx)
 {
-    const slim_tensor *x = ctx->in[0], *k = opt_in(ctx, 1);
+    const slim_tensor *x = ctx->in[0], *k = slim_opt_in(ctx, 1);
     if (x->ndim < 2)
         return slim_errf(ctx->err, SLIM_ESHAPE, "input has rank %d, expected at least 2",
                          x->ndim);
@@ -602,7 +576,7 @@ static slim_status trilu_infer(slim_op_ctx *ctx)
 
 static slim_status trilu_exec(slim_op_ctx *ctx)
 {
-    const slim_tensor *x = ctx->in[0], *kt = opt_in(ctx, 1);
+    const slim_tensor *x = ctx->in[0], *kt = slim_opt_in(ctx, 1);
     slim_tensor *y = ctx->out[0];
     int64_t k = 0;
     slim_status st;
