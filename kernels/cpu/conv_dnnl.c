@@ -34,8 +34,8 @@
  * Its scratchpad is 6-8 MB, so small convs keep direct (wino_scratch_fits).
  *
  * Half weights (quant/half.c) keep the packed layout, each element fp16 or
- * bf16. fp16 W is widened to float32 per run (each part its slice at batch
- * 1). bf16 W on a CPU with AVX512_BF16 runs as bf16 products instead
+ * bf16. fp16 W is widened to float32 per run (each part its slice, once
+ * for all of a batch's images). bf16 W on a CPU with AVX512_BF16 runs as bf16 products instead
  * (bf16_products): the input reordered into bf16 (rounded, as MatMulHalf
  * rounds x), W's slice reordered per run into the layout oneDNN's bf16
  * kernels read, sums in float32: ResNet-50 in 0.60x its float32 time
@@ -580,7 +580,7 @@ typedef struct image_job {
     float *y, *src, *dst;       /* src: NULL when the conv reads x */
     const uint16_t *hw;         /* half W, widened per part; w is NULL then */
     slim_dtype hw_type;
-    int64_t w_numel;
+    int64_t w_numel, batch;
     int64_t plane_in, plane_out, w_per_oc;
     int64_t in_image, out_image, r_image; /* floats per image of x, y, r */
     int64_t src_image, dst_image; /* of src, dst: channels padded to 16 */
@@ -650,13 +650,63 @@ static dnnl_status_t run_conv(const part *pt, void *src, const float *w, const f
     return st;
 }
 
+/* This part's weights for the run: W's own slice when float32; for half W
+ * a float32 copy (fp16, widened) or the bf16 kernels' layout (bf16
+ * products, reordered), made into *wpart. One pass over the slice either
+ * way, by the thread that runs the part, right before: it stays in this
+ * core's cache for the conv, and the parts convert side by side. */
+static dnnl_status_t part_weights(const image_job *j, const part *pt, dnnl_stream_t strm,
+                                  slim_tensor *wpart, const float **w)
+{
+    slim_err ignored;
+    *w = j->w ? j->w + pt->o0 * j->w_per_oc : NULL;
+    if (j->bf16) {
+        wpart->dtype = SLIM_U8;
+        wpart->ndim = 1;
+        wpart->dims[0] = (int64_t)dnnl_memory_desc_get_size(&pt->wei_md);
+        if (slim_tensor_alloc(wpart, &ignored))
+            return dnnl_out_of_memory;
+        *w = wpart->data;
+        return slim__fconv_run_reorder(pt->w_to_run, &pt->wst_md,
+                                       (void *)(j->hw + pt->o0 * j->w_per_oc), &pt->wei_md,
+                                       wpart->data, strm);
+    }
+    if (!j->hw)
+        return dnnl_success;
+    int64_t first = pt->o0 * j->w_per_oc;
+    int64_t n = (int64_t)(dnnl_memory_desc_get_size(&pt->wei_md) / sizeof(float));
+    if (n > j->w_numel - first)
+        n = j->w_numel - first;
+    wpart->dtype = SLIM_F32;
+    wpart->ndim = 1;
+    wpart->dims[0] = n;
+    if (slim_tensor_alloc(wpart, &ignored))
+        return dnnl_out_of_memory;
+    slim_half_widen(j->hw + first, j->hw_type, wpart->data, n);
+    *w = wpart->data;
+    return dnnl_success;
+}
+
+/* Tasks t in [begin, end). Float32 W: image-major (t = image x parts +
+ * part), so an image's parts run side by side. Half W: part-major (t = part
+ * x batch + image), so a run of tasks shares one part and converts its
+ * slice of W once for all of its images, not once per image (at batch 8
+ * that was 8 conversions a part, or one serial widening of all of W before
+ * the parts started). Either order runs the same primitive on the same
+ * data for each (image, part), so no result changes. */
 static void conv_parts(int64_t begin, int64_t end, void *user)
 {
     image_job *j = user;
     dnnl_stream_t strm = slim__fconv_stream();
+    bool part_major = j->hw != NULL;
+    int64_t have = -1; /* the part whose converted W wpart holds */
+    slim_tensor wpart = {0};
+    const float *w = NULL;
+    dnnl_status_t wst = dnnl_success;
     for (int64_t t = begin; t < end; t++) {
-        const part *pt = &j->set->parts[t % j->set->n_parts];
-        int64_t n = t / j->set->n_parts;
+        int64_t ip = part_major ? t / j->batch : t % j->set->n_parts;
+        int64_t n = part_major ? t % j->batch : t / j->set->n_parts;
+        const part *pt = &j->set->parts[ip];
         size_t off = (size_t)(n * j->out_image + pt->o0 * j->plane_out);
         size_t roff = (size_t)(n * j->r_image + pt->o0 * j->plane_out);
         bool dw = j->s->wfmt == SLIM_FCONV_W_DEPTHWISE;
@@ -671,42 +721,16 @@ static void conv_parts(int64_t begin, int64_t end, void *user)
         else if (j->r && j->r + roff != dst) /* blocked already: the sum reads dst */
             memcpy(dst, j->r + roff,
                    sizeof(float) * (size_t)((slim__fconv_round16(pt->o1) - pt->o0) * j->plane_out));
-        const float *w = j->w ? j->w + pt->o0 * j->w_per_oc : NULL;
-        slim_tensor wpart = {.dtype = SLIM_F32, .ndim = 1};
-        if (st == dnnl_success && j->bf16) {
-            /* This part's slice of bf16 W in the layout its kernel reads:
-             * one pass over the slice, as widening was. */
-            wpart.dtype = SLIM_U8;
-            wpart.dims[0] = (int64_t)dnnl_memory_desc_get_size(&pt->wei_md);
-            slim_err ignored;
-            if (slim_tensor_alloc(&wpart, &ignored))
-                st = dnnl_out_of_memory;
-            else
-                st = slim__fconv_run_reorder(pt->w_to_run, &pt->wst_md,
-                                 (void *)(j->hw + pt->o0 * j->w_per_oc), &pt->wei_md, wpart.data,
-                                 strm);
-            w = wpart.data;
-        } else if (st == dnnl_success && j->hw) {
-            /* This part's slice of half W, widened by the thread that runs
-             * it, right before: it stays in this core's cache for the conv,
-             * and the parts widen side by side. */
-            int64_t first = pt->o0 * j->w_per_oc;
-            int64_t n = (int64_t)(dnnl_memory_desc_get_size(&pt->wei_md) / sizeof(float));
-            if (n > j->w_numel - first)
-                n = j->w_numel - first;
-            wpart.dims[0] = n;
-            slim_err ignored;
-            if (slim_tensor_alloc(&wpart, &ignored)) {
-                st = dnnl_out_of_memory;
-            } else {
-                slim_half_widen(j->hw + first, j->hw_type, wpart.data, n);
-                w = wpart.data;
-            }
+        if (st == dnnl_success && ip != have) {
+            slim_tensor_release(&wpart);
+            wst = part_weights(j, pt, strm, &wpart, &w);
+            have = ip;
         }
+        if (st == dnnl_success)
+            st = wst;
         if (st == dnnl_success)
             st = run_conv(pt, src, w, j->b + pt->o0, j->dww ? j->dww + pt->o0 * 9 : NULL,
                           j->dww ? j->dwb + pt->o0 : NULL, dst, strm);
-        slim_tensor_release(&wpart);
         if (st == dnnl_success && pt->from_dst)
             st = slim__fconv_run_reorder(pt->from_dst, &pt->dst_md, dst, &pt->y_md, j->y + off, strm);
         if (st == dnnl_success)
@@ -714,6 +738,7 @@ static void conv_parts(int64_t begin, int64_t end, void *user)
         if (st != dnnl_success) /* 2: a scratchpad the allocator refused */
             atomic_store(&j->failed, st == dnnl_out_of_memory ? 2 : 1);
     }
+    slim_tensor_release(&wpart);
 }
 
 static slim_status fconv_exec(slim_op_ctx *ctx)
@@ -724,25 +749,11 @@ static slim_status fconv_exec(slim_op_ctx *ctx)
     slim_tensor *y = ctx->out[0];
     if (!y || slim_tensor_numel(y) == 0)
         return SLIM_OK;
-    /* Half weights stay half at rest; this run's float32 copy (same packed
-     * layout, each element widened exactly) goes when the run does. One
-     * image runs each part once, so each part widens its own slice
-     * (conv_parts); a batch widens all of W once, here, first. */
-    slim_tensor wide = {0};
-    const slim_tensor *half = NULL;
+    /* Half weights stay half at rest: each part converts its slice for the
+     * run, once for all the batch's images (conv_parts, part_weights), and
+     * the copy goes when the part is done. */
+    const slim_tensor *half = w->dtype != SLIM_F32 ? w : NULL;
     bool bf16 = bf16_products(s, w); /* then W is reordered per part, never widened */
-    if (w->dtype != SLIM_F32 && (x->dims[0] == 1 || bf16)) {
-        half = w;
-    } else if (w->dtype != SLIM_F32) {
-        wide.dtype = SLIM_F32;
-        wide.ndim = w->ndim;
-        memcpy(wide.dims, w->dims, sizeof(wide.dims));
-        slim_status ws = slim_tensor_alloc(&wide, ctx->err);
-        if (ws)
-            return ws;
-        slim_half_widen(w->data, w->dtype, wide.data, slim_tensor_numel(w));
-        w = &wide;
-    }
     prim_set set;
     bool owned;
     slim_status st = find_set(s, w, x, r != NULL, &set, &owned, ctx->err);
@@ -751,7 +762,6 @@ static slim_status fconv_exec(slim_op_ctx *ctx)
     if (st) {
         if (owned)
             set_release(&set);
-        slim_tensor_release(&wide);
         return st;
     }
     int64_t batch = x->dims[0];
@@ -762,7 +772,8 @@ static slim_status fconv_exec(slim_op_ctx *ctx)
         goto done;
     image_job j = {.set = &set, .s = s, .w = half ? NULL : w->data, .b = b->data,
                    .hw = half ? half->data : NULL, .hw_type = w->dtype,
-                   .w_numel = slim_tensor_numel(w), .src = src.data, .bf16 = bf16,
+                   .w_numel = slim_tensor_numel(w), .batch = x->dims[0], .src = src.data,
+                   .bf16 = bf16,
                    .dst = dst.data, .plane_in = set.h * set.w, .plane_out = set.oh * set.ow,
                    .w_per_oc = slim_tensor_numel(w) / w->dims[0]};
     j.in_image = x->dims[1] * j.plane_in;
@@ -797,7 +808,6 @@ static slim_status fconv_exec(slim_op_ctx *ctx)
 done:
     slim_tensor_release(&src);
     slim_tensor_release(&dst);
-    slim_tensor_release(&wide);
     if (owned)
         set_release(&set);
     return st;
