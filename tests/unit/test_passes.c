@@ -681,6 +681,36 @@ START_TEST(fuse_matmul_row_chunks)
 }
 END_TEST
 
+/* From 256 rows (101 items, 303 rows: two chunks of 152 and 151, the
+ * short one padded), the column parts run as one primitive over the whole
+ * packed W, writing Y's rows in place; w2's 64 columns are one part. Every
+ * row as the unfused graph gives it, and as the same items give it in
+ * fewer rows, through the column parts. */
+START_TEST(fuse_matmul_whole_rows)
+{
+    ck_assert_int_eq(slim_num_threads(), 2);
+    slim_model *ref = load_mlp(false), *opt = load_mlp(true);
+    slim_tensor x = mlp_input(101, 17), a = run(ref, &x), b = run(opt, &x);
+    assert_close(&b, &a, 1e-5);
+    int64_t per_in = 3 * 64, per_out = slim_tensor_numel(&b) / 101;
+    for (int64_t first = 0; first < 101; first += 25) {
+        int64_t n = 101 - first < 25 ? 101 - first : 25;
+        slim_tensor part = tu_f32(3, (int64_t[]){n, 3, 64}, (const float *)x.data + first * per_in);
+        slim_tensor y = run(opt, &part), want = tu_f32(1, (int64_t[]){n * per_out},
+                                                       (const float *)b.data + first * per_out);
+        assert_close(&y, &want, 1e-5);
+        slim_tensor_release(&y);
+        slim_tensor_release(&want);
+        slim_tensor_release(&part);
+    }
+    slim_tensor_release(&a);
+    slim_tensor_release(&b);
+    slim_tensor_release(&x);
+    slim_model_free(ref);
+    slim_model_free(opt);
+}
+END_TEST
+
 /* Two MatMuls reading one weight (layers that share it) share one packed
  * copy, and the original goes: no more weight bytes than unfused. */
 START_TEST(fuse_matmul_shared_weight_packed_once)
@@ -1038,6 +1068,7 @@ Suite *passes_suite(void)
     tcase_add_test(tc, fuse_matmul_matches);
     tcase_add_test(tc, fuse_matmul_row_invariant);
     tcase_add_test(tc, fuse_matmul_row_chunks);
+    tcase_add_test(tc, fuse_matmul_whole_rows);
     tcase_add_test(tc, fuse_matmul_shared_weight_packed_once);
     tcase_add_test(tc, fuse_matmul_slim_file_same_bits);
     tcase_add_test(tc, fuse_matmul_off_by_env);
