@@ -442,66 +442,103 @@ static const chains1_fn chains1[2][3] = {
  * channel's one by its 2-bit code. The values of 16 entries of the 16
  * channels are loaded and transposed in registers; the codes of 8 groups
  * are one 32-bit word per channel, shifted per step. (The csr chains keep
- * the scalar form: gathering x at their k's measured twice as slow.) */
+ * the scalar form: gathering x at their k's measured twice as slow.)
+ *
+ * A lane's chain is two dependent fused multiply-adds per group, so one
+ * row through one block waits on the FMA latency: nb blocks (up to 4, for
+ * 1-2 rows) go side by side, 8 groups of each in turn, and their chains
+ * overlap. Each chain keeps its order, so no bit changes. */
+typedef struct {
+    int64_t j0, nc;
+    const chan *chs;
+} block24;
+
 AVX512BW_TARGET __attribute__((always_inline))
-static inline void rows_24(const job *jb, int64_t j0, int64_t nc, const chan *chs, int64_t k,
-                           int64_t groups, int vk, int64_t r0, int64_t m)
+static inline void rows_24(const job *jb, const block24 *bl, int nb, int64_t k, int64_t groups,
+                           int vk, int64_t r0, int64_t m)
 {
     const float *x0 = jb->x + r0 * jb->ldx;
-    __m512 acc[RC24];
-    for (int i = 0; i < RC24; i++)
-        acc[i] = _mm512_setzero_ps();
+    __m512 acc[4][RC24];
+    for (int b = 0; b < nb; b++)
+        for (int i = 0; i < RC24; i++)
+            acc[b][i] = _mm512_setzero_ps();
+    const __m512i three = _mm512_set1_epi32(3);
     for (int64_t g0 = 0; g0 < groups; g0 += 8) {
         int gs = groups - g0 < 8 ? (int)(groups - g0) : 8;
         __mmask16 mk = (__mmask16)((1u << (2 * gs)) - 1);
-        _Alignas(64) uint32_t cw[16] = {0};
-        __m512 v[16];
-        for (int64_t c = 0; c < 16; c++) {
-            if (c >= nc) {
-                v[c] = _mm512_setzero_ps();
-                continue;
+        for (int b = 0; b < nb; b++) {
+            const chan *chs = bl[b].chs;
+            _Alignas(64) uint32_t cw[16] = {0};
+            __m512 v[16];
+            for (int64_t c = 0; c < 16; c++) {
+                if (c >= bl[b].nc) {
+                    v[c] = _mm512_setzero_ps();
+                    continue;
+                }
+                memcpy(&cw[c], chs[c].nib + g0 / 2, (size_t)(gs + 1) / 2);
+                const void *vp = chs[c].vals;
+                if (vk == 0)
+                    v[c] = _mm512_maskz_loadu_ps(mk, (const float *)vp + 2 * g0);
+                else {
+                    __m256i h = _mm256_maskz_loadu_epi16(mk, (const uint16_t *)vp + 2 * g0);
+                    v[c] = vk == 1 ? _mm512_cvtph_ps(h)
+                                   : _mm512_castsi512_ps(
+                                         _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+                }
             }
-            memcpy(&cw[c], chs[c].nib + g0 / 2, (size_t)(gs + 1) / 2);
-            const void *vp = chs[c].vals;
-            if (vk == 0)
-                v[c] = _mm512_maskz_loadu_ps(mk, (const float *)vp + 2 * g0);
-            else {
-                __m256i h = _mm256_maskz_loadu_epi16(mk, (const uint16_t *)vp + 2 * g0);
-                v[c] = vk == 1 ? _mm512_cvtph_ps(h)
-                               : _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h),
-                                                                       16));
-            }
-        }
-        transpose16(v);
-        __m512i codes = _mm512_load_si512(cw);
-        const __m512i three = _mm512_set1_epi32(3);
-        for (int q = 0; q < gs; q++) {
-            int64_t kk = 4 * (g0 + q);
-            __mmask8 xm = (__mmask8)(k - kk >= 4 ? 0xF : (1u << (k - kk)) - 1);
-            __m512i c0 = _mm512_and_si512(_mm512_srli_epi32(codes, 4 * q), three);
-            __m512i c1 = _mm512_and_si512(_mm512_srli_epi32(codes, 4 * q + 2), three);
-            for (int64_t i = 0; i < m; i++) {
-                __m512 xb = _mm512_broadcast_f32x4(_mm_maskz_loadu_ps(xm, x0 + i * jb->ldx + kk));
-                acc[i] = _mm512_fmadd_ps(v[2 * q], _mm512_permutexvar_ps(c0, xb), acc[i]);
-                acc[i] = _mm512_fmadd_ps(v[2 * q + 1], _mm512_permutexvar_ps(c1, xb), acc[i]);
+            transpose16(v);
+            __m512i codes = _mm512_load_si512(cw);
+            for (int q = 0; q < gs; q++) {
+                int64_t kk = 4 * (g0 + q);
+                __mmask8 xm = (__mmask8)(k - kk >= 4 ? 0xF : (1u << (k - kk)) - 1);
+                __m512i c0 = _mm512_and_si512(_mm512_srli_epi32(codes, 4 * q), three);
+                __m512i c1 = _mm512_and_si512(_mm512_srli_epi32(codes, 4 * q + 2), three);
+                for (int64_t i = 0; i < m; i++) {
+                    __m512 xb =
+                        _mm512_broadcast_f32x4(_mm_maskz_loadu_ps(xm, x0 + i * jb->ldx + kk));
+                    acc[b][i] =
+                        _mm512_fmadd_ps(v[2 * q], _mm512_permutexvar_ps(c0, xb), acc[b][i]);
+                    acc[b][i] =
+                        _mm512_fmadd_ps(v[2 * q + 1], _mm512_permutexvar_ps(c1, xb), acc[b][i]);
+                }
             }
         }
     }
-    __mmask16 cm = (__mmask16)(nc >= 16 ? 0xFFFF : (1u << nc) - 1);
-    for (int64_t i = 0; i < m; i++) {
-        __m512 o = jb->w->bias ? _mm512_add_ps(acc[i], _mm512_maskz_loadu_ps(cm, jb->w->bias + j0))
-                               : acc[i];
-        _mm512_mask_storeu_ps(jb->y + (r0 + i) * jb->ldy + j0, cm, o);
+    for (int b = 0; b < nb; b++) {
+        int64_t j0 = bl[b].j0, nc = bl[b].nc;
+        __mmask16 cm = (__mmask16)(nc >= 16 ? 0xFFFF : (1u << nc) - 1);
+        for (int64_t i = 0; i < m; i++) {
+            __m512 o = jb->w->bias
+                           ? _mm512_add_ps(acc[b][i], _mm512_maskz_loadu_ps(cm, jb->w->bias + j0))
+                           : acc[b][i];
+            _mm512_mask_storeu_ps(jb->y + (r0 + i) * jb->ldy + j0, cm, o);
+        }
     }
 }
 
+/* nb blocks (1-4) of channels, all rows: 4 blocks side by side for 1-2
+ * rows, 2 for 3-4, one block for more (its rows' chains overlap already). */
 AVX512BW_TARGET
-static void rows_small_24(const job *jb, int64_t j0, int64_t nc, const chan *chs)
+static void rows_small_24(const job *jb, const block24 *bl, int nb)
 {
     int64_t k = jb->w->k, groups = slim_sparse_24_groups(k), m = jb->m;
-    int vk = chs[0].vk;
-    for (int64_t r0 = 0; r0 < m; r0 += RC24)
-        rows_24(jb, j0, nc, chs, k, groups, vk, r0, m - r0 < RC24 ? m - r0 : RC24);
+    int vk = bl[0].chs[0].vk;
+    int per = m <= 2 ? 4 : m <= 4 ? 2 : 1;
+    for (int b = 0; b < nb;) {
+        int n = nb - b < per ? nb - b : per;
+        if (n == 3) /* 2, then 1 */
+            n = 2;
+        for (int64_t r0 = 0; r0 < m; r0 += RC24) {
+            int64_t rows = m - r0 < RC24 ? m - r0 : RC24;
+            if (n == 4)
+                rows_24(jb, bl + b, 4, k, groups, vk, r0, rows);
+            else if (n == 2)
+                rows_24(jb, bl + b, 2, k, groups, vk, r0, rows);
+            else
+                rows_24(jb, bl + b, 1, k, groups, vk, r0, rows);
+        }
+        b += n;
+    }
 }
 
 /* csr rows of x in place (batches below SMALL_M), channels [j0, j0 + nc). */
@@ -682,6 +719,24 @@ static void part(int64_t begin, int64_t end, void *user)
      * per call, nothing the allocator's accounting would miss). */
     _Alignas(64) float tile[CB * RB];
     chan chs[CB];
+#ifdef SPARSE_X86
+    if (r->isa == SLIM_SPARSE_ISA_AVX512 && !jb->xt && w->enc == SLIM_SPARSE_24) {
+        /* Up to four channel blocks at a time (rows_small_24). */
+        chan chs4[4][CB];
+        block24 bl[4];
+        for (int64_t item = begin; item < end;) {
+            int nb = 0;
+            for (; nb < 4 && item < end; nb++, item++) {
+                int64_t j0 = item * CB, nc = w->n - j0 < CB ? w->n - j0 : CB;
+                for (int64_t c = 0; c < nc; c++)
+                    channel_view(w, j0 + c, &chs4[nb][c]);
+                bl[nb] = (block24){j0, nc, chs4[nb]};
+            }
+            rows_small_24(jb, bl, nb);
+        }
+        return;
+    }
+#endif
     for (int64_t item = begin; item < end; item++) {
         int64_t blk = jb->xt ? item % r->n_cb : item;
         int64_t j0 = blk * CB, nc = w->n - j0 < CB ? w->n - j0 : CB;
@@ -689,10 +744,7 @@ static void part(int64_t begin, int64_t end, void *user)
             channel_view(w, j0 + c, &chs[c]);
 #ifdef SPARSE_X86
         if (r->isa == SLIM_SPARSE_ISA_AVX512 && !jb->xt) {
-            if (chs[0].nib)
-                rows_small_24(jb, j0, nc, chs);
-            else
-                rows_small(jb, j0, nc, chs);
+            rows_small(jb, j0, nc, chs);
             continue;
         }
         if (jb->xt) {

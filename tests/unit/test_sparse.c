@@ -233,7 +233,9 @@ START_TEST(test_small_batches_bitwise)
     for (int ki = 0; ki < 3; ki++)
         for (int two4 = 0; two4 < 2; two4++)
             for (int vd = 0; vd < 3; vd++) {
-                int64_t k = ks[ki], n = 37, m = 70;
+                /* 37 channels: blocks of 16, 16, 5; 70: five blocks, so the
+                 * few-rows 2:4 path runs four blocks side by side and one */
+                int64_t k = ks[ki], n = vd == 2 ? 70 : 37, m = 70;
                 enc e;
                 make(&e, k, n, densities[(ki + vd) % 3], two4, vdts[vd], vd != 1);
                 float *x = rand_x(m, k);
