@@ -186,7 +186,7 @@ static slim_status fconv_infer(slim_op_ctx *ctx)
     const fconv_state *s = ctx->state;
     const slim_tensor *x = ctx->in[0], *w = ctx->in[1], *b = ctx->in[2];
     const slim_tensor *r = ctx->n_in > 3 ? ctx->in[3] : NULL;
-    /* W may be half (quant/half.c): widened per run, see fconv_exec. */
+    /* W may be half (quant/half.c): converted per run, see part_weights. */
     if (x->dtype != SLIM_F32 || b->dtype != SLIM_F32 ||
         (w->dtype != SLIM_F32 && w->dtype != SLIM_F16 && w->dtype != SLIM_BF16))
         return slim_errf(ctx->err, SLIM_ETYPE, "FusedConv takes float32 X and B, and float32, "
