@@ -35,10 +35,10 @@
  *
  * Half weights (quant/half.c) keep the packed layout, each element fp16 or
  * bf16. fp16 W is widened to float32 per run (each part its slice, once
- * for all of a batch's images). bf16 W on a CPU with AVX512_BF16 runs as bf16 products instead
- * (bf16_products): the input reordered into bf16 (rounded, as MatMulHalf
- * rounds x), W's slice reordered per run into the layout oneDNN's bf16
- * kernels read, sums in float32: ResNet-50 in 0.60x its float32 time
+ * for all of a batch's images). bf16 W on a CPU with AVX512_BF16 runs as
+ * bf16 products instead (bf16_products): the input reordered into bf16
+ * (rounded, as MatMulHalf rounds x), W's slice reordered per run into
+ * the layout oneDNN's bf16 kernels read, sums in float32: ResNet-50 in 0.60x its float32 time
  * (widened: 1.00x), cosine 0.99999 to it.
  *
  * Engine, streams, reorders and the packing are conv_dnnl_pack.c's.
@@ -772,7 +772,7 @@ static slim_status fconv_exec(slim_op_ctx *ctx)
         goto done;
     image_job j = {.set = &set, .s = s, .w = half ? NULL : w->data, .b = b->data,
                    .hw = half ? half->data : NULL, .hw_type = w->dtype,
-                   .w_numel = slim_tensor_numel(w), .batch = x->dims[0], .src = src.data,
+                   .w_numel = slim_tensor_numel(w), .batch = batch, .src = src.data,
                    .bf16 = bf16,
                    .dst = dst.data, .plane_in = set.h * set.w, .plane_out = set.oh * set.ow,
                    .w_per_oc = slim_tensor_numel(w) / w->dims[0]};
