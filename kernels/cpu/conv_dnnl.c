@@ -38,8 +38,8 @@
  * for all of a batch's images). bf16 W on a CPU with AVX512_BF16 runs as
  * bf16 products instead (bf16_products): the input reordered into bf16
  * (rounded, as MatMulHalf rounds x), W's slice reordered per run into
- * the layout oneDNN's bf16 kernels read, sums in float32: ResNet-50 in 0.60x its float32 time
- * (widened: 1.00x), cosine 0.99999 to it.
+ * the layout oneDNN's bf16 kernels read, sums in float32: ResNet-50 in
+ * 0.60x its float32 time (widened: 1.00x), cosine 0.99999 to it.
  *
  * Engine, streams, reorders and the packing are conv_dnnl_pack.c's.
  *
