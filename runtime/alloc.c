@@ -1,5 +1,6 @@
 /*
- * alloc.c - the caching allocator (alloc.h), its accounts and statistics.
+ * alloc.c - the caching allocator (alloc.h) and its statistics; the accounts
+ * it charges are in mem_account.c.
  *
  * Layout. A segment is one piece of device memory; its blocks tile it and
  * form a doubly linked list by address, so a freed block can merge with
@@ -26,6 +27,7 @@
  * stays cached.
  */
 #include "alloc.h"
+#include "mem_account.h"
 
 #include <assert.h>
 #include <pthread.h>
@@ -98,6 +100,7 @@ struct slim_allocator {
     pthread_mutex_t lock;
     slim_alloc_backend backend;
     char device[32];
+    int slot;                   /* the device's slot in accounts; -1: none */
     bool host_memory;           /* the backend hands out host addresses */
     atomic_size_t limit;
     slim_pool pools[SLIM_POOL_COUNT]; /* SMALL and LARGE used */
@@ -105,79 +108,6 @@ struct slim_allocator {
     slim_block *spare;          /* recycled block headers */
     slim_mem_stats stats;
 };
-
-/* ---- accounts ----------------------------------------------------------- */
-
-static _Thread_local slim_mem_account *current_account;
-
-slim_mem_account *slim_mem_account_new(const char *name, size_t limit)
-{
-    slim_mem_account *acct = calloc(1, sizeof(*acct));
-    if (!acct)
-        return NULL;
-    snprintf(acct->name, sizeof(acct->name), "%s", name ? name : "");
-    atomic_init(&acct->limit, limit);
-    atomic_init(&acct->current, 0);
-    atomic_init(&acct->peak, 0);
-    atomic_init(&acct->ooms, 0);
-    atomic_init(&acct->refs, 1);
-    return acct;
-}
-
-void slim_mem_account_ref(slim_mem_account *acct)
-{
-    if (acct)
-        atomic_fetch_add(&acct->refs, 1);
-}
-
-void slim_mem_account_unref(slim_mem_account *acct)
-{
-    if (acct && atomic_fetch_sub(&acct->refs, 1) == 1)
-        free(acct);
-}
-
-slim_mem_account *slim_mem_account_enter(slim_mem_account *acct)
-{
-    slim_mem_account *prev = current_account;
-    current_account = acct;
-    return prev;
-}
-
-slim_mem_account *slim_mem_account_current(void)
-{
-    return current_account;
-}
-
-/* Reserves bytes in the account, or says how much it holds when they would
- * pass its limit. A compare-and-swap, so two threads cannot both squeeze
- * under the same limit. */
-static bool account_charge(slim_mem_account *acct, size_t bytes, size_t *held)
-{
-    size_t limit = atomic_load(&acct->limit);
-    size_t cur = atomic_load(&acct->current);
-    do {
-        if (limit && (bytes > limit || cur > limit - bytes)) {
-            *held = cur;
-            return false;
-        }
-    } while (!atomic_compare_exchange_weak(&acct->current, &cur, cur + bytes));
-    *held = cur + bytes;
-    return true;
-}
-
-/* Once the block is really there: a charge undone by a device OOM should
- * not leave a peak behind. */
-static void account_note_peak(slim_mem_account *acct, size_t held)
-{
-    size_t peak = atomic_load(&acct->peak);
-    while (held > peak && !atomic_compare_exchange_weak(&acct->peak, &peak, held))
-        ;
-}
-
-static void account_credit(slim_mem_account *acct, size_t bytes)
-{
-    atomic_fetch_sub(&acct->current, bytes);
-}
 
 /* ---- statistics ----------------------------------------------------------- */
 
@@ -509,6 +439,7 @@ slim_allocator *slim_allocator_new(const slim_alloc_backend *backend)
     /* Only host memory may be poisoned: ASan's shadow knows nothing of a
      * GPU's address space. "cpu" is the host device by definition. */
     a->host_memory = strcmp(a->device, "cpu") == 0;
+    a->slot = slim_mem_device_slot(a->device);
     atomic_init(&a->limit, 0);
     return a;
 }
@@ -525,7 +456,7 @@ void slim_allocator_free_all(slim_allocator *a)
             slim_block *next = b->next;
             /* Blocks still out die here: their owners must not stay charged. */
             if (b->in_use && b->acct) {
-                account_credit(b->acct, b->charged);
+                slim_mem_account_credit(b->acct, a->slot, b->charged);
                 slim_mem_account_unref(b->acct);
             }
             free(b);
@@ -606,7 +537,7 @@ void *slim_allocator_alloc(slim_allocator *a, size_t size, slim_block **block, s
         slim_errf(err, SLIM_ENOMEM, "no allocator: the device could not be set up");
         return NULL;
     }
-    slim_mem_account *acct = current_account;
+    slim_mem_account *acct = slim_mem_account_current();
     if (size > MAX_REQUEST) {
         pthread_mutex_lock(&a->lock);
         slim_errf(err, SLIM_EOOM, "out of memory on %s: tried to allocate %zu bytes, more than "
@@ -614,13 +545,8 @@ void *slim_allocator_alloc(slim_allocator *a, size_t size, slim_block **block, s
         return fail(a, acct);
     }
     size_t rounded = round_size(size);
-    size_t held;
-    if (acct && !account_charge(acct, rounded, &held)) {
-        char h[32], l[32], s[32];
-        slim_errf(err, SLIM_EOOM, "out of memory: %s holds %s of its %s limit and asked for %s "
-                  "(%zu bytes)", acct->name, slim_format_bytes(held, h, sizeof(h)),
-                  slim_format_bytes(atomic_load(&acct->limit), l, sizeof(l)),
-                  slim_format_bytes(size, s, sizeof(s)), size);
+    size_t held[2] = {0, 0};
+    if (acct && !slim_mem_account_charge(acct, a->slot, a->device, rounded, size, held, err)) {
         pthread_mutex_lock(&a->lock);
         return fail(a, acct);
     }
@@ -634,7 +560,7 @@ void *slim_allocator_alloc(slim_allocator *a, size_t size, slim_block **block, s
     else if (!(b = grow(a, pool, rounded, &why))) {
         explain_failure(a, why, size, err);
         if (acct)
-            account_credit(acct, rounded);
+            slim_mem_account_credit(acct, a->slot, rounded);
         return fail(a, acct);
     }
     block_take(a, b, rounded);
@@ -651,7 +577,7 @@ void *slim_allocator_alloc(slim_allocator *a, size_t size, slim_block **block, s
     UNPOISON(a, b->ptr, usable < b->size ? usable : b->size);
     pthread_mutex_unlock(&a->lock);
     if (acct)
-        account_note_peak(acct, held);
+        slim_mem_account_note_peak(acct, a->slot, held);
     *block = b;
     return b->ptr;
 }
@@ -681,7 +607,7 @@ void slim_allocator_free(slim_allocator *a, slim_block *b)
     block_give_back(a, b);      /* b may be merged away here */
     pthread_mutex_unlock(&a->lock);
     if (acct) {
-        account_credit(acct, charged);
+        slim_mem_account_credit(acct, a->slot, charged);
         slim_mem_account_unref(acct);
     }
 }

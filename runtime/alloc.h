@@ -31,7 +31,9 @@
  * current one (slim_mem_account_enter); a block remembers it, so a free
  * from another thread credits the right owner. Accounts are what give
  * per-model limits and per-model figures; the device limit caps reserved
- * (segment) bytes across all of them.
+ * (segment) bytes across all of them. An account also keeps its figures per
+ * device, with an optional limit on each, so a model placed on a GPU can be
+ * held to so much of that GPU whatever it holds on the host.
  *
  * Everything here is thread-safe (one mutex per allocator; a cache hit is
  * a bin lookup under that mutex).
@@ -102,17 +104,38 @@ typedef struct slim_mem_stats {
 
 /* ---- accounts ----------------------------------------------------------- */
 
+/* An account's figures on one device. Slot 0 is "cpu", slot 1 + N is
+ * "cuda:N"; an allocator whose device has no slot charges only the total. */
+#define SLIM_MEM_DEVICE_SLOTS 17
+
+typedef struct slim_mem_account_device {
+    atomic_size_t limit;        /* 0: no limit on this device */
+    atomic_size_t current;
+    atomic_size_t peak;
+} slim_mem_account_device;
+
 /* Refcounted: the owner holds one reference and every block charged to the
  * account holds another, so an output freed after its model is gone still
  * credits a live account. */
 typedef struct slim_mem_account {
     char name[128];             /* in OOM messages, e.g. model "resnet" */
-    atomic_size_t limit;        /* 0: no limit */
+    atomic_size_t limit;        /* 0: no limit; caps the sum over devices */
     atomic_size_t current;      /* bytes of blocks it holds (rounded) */
     atomic_size_t peak;
     atomic_uint_least64_t ooms; /* allocations that failed while it was charged */
     atomic_int refs;
+    slim_mem_account_device dev[SLIM_MEM_DEVICE_SLOTS];
 } slim_mem_account;
+
+/* The slot of a device name ("cpu" 0, "cuda:N" 1 + N), or -1 when it has
+ * none. */
+int slim_mem_device_slot(const char *device);
+/* The device name of a slot into buf ("cpu", "cuda:3"). */
+const char *slim_mem_device_slot_name(int slot, char *buf, size_t cap);
+/* Sets acct's limit on device (0: none). Fails, naming both, when the
+ * device has no slot or the account already holds more there. */
+slim_status slim_mem_account_set_device_limit(slim_mem_account *acct, const char *device,
+                                              size_t bytes, slim_err *err);
 
 /* NULL when out of memory. */
 slim_mem_account *slim_mem_account_new(const char *name, size_t limit);

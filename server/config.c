@@ -157,21 +157,48 @@ static slim_status parse_io_list(const cJSON *arr, const char *key, slim_server_
     return SLIM_OK;
 }
 
-/* A number of bytes, or text such as "512MiB"; 0 means no limit. */
-static slim_status parse_memory_limit(const cJSON *k, size_t *out, slim_err *err)
+/* A number of bytes, or text such as "512MiB"; 0 means no limit. where
+ * names the key in messages. */
+static slim_status parse_bytes_value(const cJSON *k, const char *where, size_t *out, slim_err *err)
 {
     if (cJSON_IsNumber(k)) {
         if (!is_int(k, 0, 9.0e18))
-            return slim_errf(err, SLIM_EINVAL, "config.json: \"memory_limit\": expected a whole "
-                             "number of bytes >= 0 or a string such as \"512MiB\"");
+            return slim_errf(err, SLIM_EINVAL, "config.json: %s: expected a whole number of "
+                             "bytes >= 0 or a string such as \"512MiB\"", where);
         *out = (size_t)k->valuedouble;
         return SLIM_OK;
     }
     if (!cJSON_IsString(k))
-        return slim_errf(err, SLIM_EINVAL, "config.json: \"memory_limit\": expected a number of "
-                         "bytes or a string such as \"512MiB\"");
+        return slim_errf(err, SLIM_EINVAL, "config.json: %s: expected a number of bytes or a "
+                         "string such as \"512MiB\"", where);
     if (!slim_parse_bytes(k->valuestring, out, err))
-        return slim_err_prefix(err, "config.json: \"memory_limit\": ");
+        return slim_err_prefix(err, "config.json: %s: ", where);
+    return SLIM_OK;
+}
+
+/* "memory_limit": what the model may hold in all (a size), or an object
+ * of sizes by device ("cpu", "cuda:N") with "total" for the sum. */
+static slim_status parse_memory_limit(const cJSON *k, slim_server_config *cfg, slim_err *err)
+{
+    if (!cJSON_IsObject(k))
+        return parse_bytes_value(k, "\"memory_limit\"", &cfg->memory_limit, err);
+    const cJSON *d;
+    cJSON_ArrayForEach(d, k) {
+        char where[96];
+        snprintf(where, sizeof(where), "\"memory_limit\": \"%.60s\"", d->string);
+        if (strcmp(d->string, "total") == 0) {
+            if (parse_bytes_value(d, where, &cfg->memory_limit, err) != SLIM_OK)
+                return err->status;
+            continue;
+        }
+        int slot = slim_mem_device_slot(d->string);
+        if (slot < 0 || slot >= SLIM_SERVER_DEVICE_SLOTS)
+            return slim_errf(err, SLIM_EINVAL, "config.json: %s: not a device; expected \"total\", "
+                             "\"cpu\" or \"cuda:N\" (N from 0 to %d)", where,
+                             SLIM_SERVER_DEVICE_SLOTS - 2);
+        if (parse_bytes_value(d, where, &cfg->device_limits[slot], err) != SLIM_OK)
+            return err->status;
+    }
     return SLIM_OK;
 }
 
@@ -600,7 +627,7 @@ static slim_status parse_keys(const cJSON *root, const char *dir_name, slim_serv
                 return slim_errf(err, SLIM_EINVAL, "config.json: \"instance_count\": expected an integer from 1 to 1024");
             cfg->instance_count = (int)k->valuedouble;
         } else if (strcmp(key, "memory_limit") == 0) {
-            s = parse_memory_limit(k, &cfg->memory_limit, err);
+            s = parse_memory_limit(k, cfg, err);
         } else if (strcmp(key, "input") == 0) {
             s = parse_io_list(k, "input", &cfg->inputs, &cfg->n_inputs, err);
         } else if (strcmp(key, "output") == 0) {
@@ -809,6 +836,30 @@ static cJSON *io_list_json(const slim_server_io *ios, int n)
     return arr;
 }
 
+/* As written: a size, or an object by device when any device has one. */
+static void add_memory_limit_json(cJSON *o, const slim_server_config *cfg)
+{
+    bool by_device = false;
+    for (int i = 0; i < SLIM_SERVER_DEVICE_SLOTS; i++)
+        by_device |= cfg->device_limits[i] != 0;
+    if (!by_device) {
+        if (cfg->memory_limit)
+            cJSON_AddNumberToObject(o, "memory_limit", (double)cfg->memory_limit);
+        return;
+    }
+    cJSON *l = cJSON_AddObjectToObject(o, "memory_limit");
+    if (!l)
+        return;
+    if (cfg->memory_limit)
+        cJSON_AddNumberToObject(l, "total", (double)cfg->memory_limit);
+    for (int i = 0; i < SLIM_SERVER_DEVICE_SLOTS; i++) {
+        char name[16];
+        if (cfg->device_limits[i])
+            cJSON_AddNumberToObject(l, slim_mem_device_slot_name(i, name, sizeof(name)),
+                                    (double)cfg->device_limits[i]);
+    }
+}
+
 cJSON *slim_server_config_to_json(const slim_server_config *cfg)
 {
     cJSON *o = cJSON_CreateObject();
@@ -821,8 +872,7 @@ cJSON *slim_server_config_to_json(const slim_server_config *cfg)
     cJSON_AddItemToObject(o, "input", io_list_json(cfg->inputs, cfg->n_inputs));
     cJSON_AddItemToObject(o, "output", io_list_json(cfg->outputs, cfg->n_outputs));
     cJSON_AddNumberToObject(o, "instance_count", cfg->instance_count);
-    if (cfg->memory_limit)
-        cJSON_AddNumberToObject(o, "memory_limit", (double)cfg->memory_limit);
+    add_memory_limit_json(o, cfg);
     if (cfg->device)
         cJSON_AddStringToObject(o, "device", cfg->device);
     if (cfg->precision)

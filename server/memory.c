@@ -28,11 +28,27 @@ slim_status slim_server_memory_attach(slim_server_model *m, slim_err *err)
     slim_mem_account *acct = m->model->account;
     snprintf(acct->name, sizeof(acct->name), "model \"%s\" version %lld", m->name,
              (long long)m->version);
-    if (!m->cfg.memory_limit)
-        return SLIM_OK;
-    if (slim_model_set_memory_limit(m->model, m->cfg.memory_limit, err) != SLIM_OK)
+    if (m->cfg.memory_limit &&
+        slim_model_set_memory_limit(m->model, m->cfg.memory_limit, err) != SLIM_OK)
         return slim_err_prefix(err, "config.json: \"memory_limit\": ");
+    for (int i = 0; i < SLIM_SERVER_DEVICE_SLOTS; i++) {
+        char name[16];
+        if (m->cfg.device_limits[i] &&
+            slim_mem_account_set_device_limit(acct, slim_mem_device_slot_name(i, name, sizeof(name)),
+                                              m->cfg.device_limits[i], err) != SLIM_OK)
+            return slim_err_prefix(err, "config.json: \"memory_limit\": ");
+    }
     return SLIM_OK;
+}
+
+_Static_assert(SLIM_SERVER_DEVICE_SLOTS == SLIM_MEM_DEVICE_SLOTS,
+               "server.h's device slots are the allocator's");
+
+/* A device slot the model has touched or is limited on: the per-device
+ * families show only those. */
+static bool slot_used(const slim_mem_account *acct, int slot)
+{
+    return atomic_load(&acct->dev[slot].peak) || atomic_load(&acct->dev[slot].limit);
 }
 
 #define MAX_DEVICES 17
@@ -191,6 +207,40 @@ static void put_model_limit(const slim_server_model *m, void *user)
                            m->name, (long long)m->version, atomic_load(&m->model->account->limit));
 }
 
+/* One series per device the model holds memory on (or is limited on). */
+static void put_device_figure(const slim_server_model *m, void *user, const char *family,
+                              size_t (*figure)(const slim_mem_account_device *d))
+{
+    const slim_mem_account *acct = m->model->account;
+    for (int i = 0; i < SLIM_MEM_DEVICE_SLOTS; i++) {
+        char dev[16];
+        if (slot_used(acct, i))
+            slim_server_buf_printf(user, "%s{model=\"%s\",version=\"%lld\",device=\"%s\"} %zu\n",
+                                   family, m->name, (long long)m->version,
+                                   slim_mem_device_slot_name(i, dev, sizeof(dev)),
+                                   figure(&acct->dev[i]));
+    }
+}
+
+static size_t dev_current(const slim_mem_account_device *d) { return atomic_load(&d->current); }
+static size_t dev_peak(const slim_mem_account_device *d) { return atomic_load(&d->peak); }
+static size_t dev_limit(const slim_mem_account_device *d) { return atomic_load(&d->limit); }
+
+static void put_model_device_held(const slim_server_model *m, void *user)
+{
+    put_device_figure(m, user, "slim_model_device_memory_bytes", dev_current);
+}
+
+static void put_model_device_peak(const slim_server_model *m, void *user)
+{
+    put_device_figure(m, user, "slim_model_device_memory_peak_bytes", dev_peak);
+}
+
+static void put_model_device_limit(const slim_server_model *m, void *user)
+{
+    put_device_figure(m, user, "slim_model_device_memory_limit_bytes", dev_limit);
+}
+
 typedef struct model_family {
     const char *name, *help;
     model_visit put;
@@ -203,6 +253,9 @@ static const model_family model_families[] = {
     {"slim_model_memory_bytes", "Bytes the model holds now: weights and its runs' memory", put_model_held},
     {"slim_model_memory_peak_bytes", "Highest bytes the model has held at once", put_model_peak},
     {"slim_model_memory_limit_bytes", "The model's memory limit from config.json (0: none)", put_model_limit},
+    {"slim_model_device_memory_bytes", "Bytes the model holds now on each device", put_model_device_held},
+    {"slim_model_device_memory_peak_bytes", "Highest bytes the model has held at once on each device", put_model_device_peak},
+    {"slim_model_device_memory_limit_bytes", "The model's memory limit on each device from config.json (0: none)", put_model_device_limit},
 };
 
 static void put_model_device(const slim_server_model *m, void *user)
@@ -320,6 +373,17 @@ static void add_model_json(const slim_server_model *m, void *user)
     cJSON_AddNumberToObject(o, "memory_peak_bytes", (double)atomic_load(&acct->peak));
     cJSON_AddNumberToObject(o, "memory_limit_bytes", (double)atomic_load(&acct->limit));
     cJSON_AddNumberToObject(o, "ooms", (double)atomic_load(&acct->ooms));
+    cJSON *by_device = cJSON_AddObjectToObject(o, "devices");
+    for (int i = 0; by_device && i < SLIM_MEM_DEVICE_SLOTS; i++) {
+        char dev[16];
+        cJSON *d;
+        if (!slot_used(acct, i) ||
+            !(d = cJSON_AddObjectToObject(by_device, slim_mem_device_slot_name(i, dev, sizeof(dev)))))
+            continue;
+        cJSON_AddNumberToObject(d, "memory_bytes", (double)atomic_load(&acct->dev[i].current));
+        cJSON_AddNumberToObject(d, "memory_peak_bytes", (double)atomic_load(&acct->dev[i].peak));
+        cJSON_AddNumberToObject(d, "memory_limit_bytes", (double)atomic_load(&acct->dev[i].limit));
+    }
     int64_t batch[ARENA_SIZES_MAX];
     size_t bytes[ARENA_SIZES_MAX];
     int n = slim_model_plan_sizes(m->model, batch, bytes, ARENA_SIZES_MAX);
@@ -415,6 +479,8 @@ static void reset_model_peak(const slim_server_model *m, void *user)
     (void)user;
     slim_mem_account *acct = m->model->account;
     atomic_store(&acct->peak, atomic_load(&acct->current));
+    for (int i = 0; i < SLIM_MEM_DEVICE_SLOTS; i++)
+        atomic_store(&acct->dev[i].peak, atomic_load(&acct->dev[i].current));
 }
 
 void slim_server_memory_reset_peaks(slim_server_repo *repo, slim_server_reply *reply)

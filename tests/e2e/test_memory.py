@@ -14,7 +14,10 @@ and checks, against a running server:
     segment (everything comes from the cache)
   * a request over a model's memory_limit gets an out-of-memory error that
     names the bytes, leaves the model holding exactly what it held before,
-    and the next small request succeeds; likewise under --memory-limit
+    and the next small request succeeds; likewise under --memory-limit, and
+    under a limit on one device ("memory_limit": {"cpu": ...}), whose error
+    names the device and whose figures /metrics and /v2/debug/memory give
+    per device
   * GET /v2/debug/memory (JSON and ?format=text), reset_peaks, bad format
   * bad memory_limit values in config.json and on the command line are
     refused with a message naming them
@@ -81,6 +84,14 @@ def build_repository(root):
     add_wide_model(os.path.join(root, "bad_limit", "1", "model.onnx"))
     write_json(os.path.join(root, "bad_limit", "config.json"),
                {"name": "bad_limit", "memory_limit": "lots"})
+    # the same room as wide's, given as a limit on the host device alone
+    add_wide_model(os.path.join(root, "wide_cpu", "1", "model.onnx"))
+    write_json(os.path.join(root, "wide_cpu", "config.json"),
+               {"name": "wide_cpu", "max_batch_size": 0,
+                "memory_limit": {"cpu": "256KiB", "cuda:0": "1GiB"}})
+    add_wide_model(os.path.join(root, "bad_device_limit", "1", "model.onnx"))
+    write_json(os.path.join(root, "bad_device_limit", "config.json"),
+               {"name": "bad_device_limit", "memory_limit": {"tpu:0": "1MiB"}})
     shutil.copytree(os.path.join(root, "mlp", "1"), os.path.join(root, "tiny_limit", "1"))
     write_json(os.path.join(root, "tiny_limit", "config.json"),
                {"name": "tiny_limit", "memory_limit": 1024})
@@ -241,6 +252,39 @@ def model_limit_oom(srv):
     check(status == 200, f"a small request after the OOM answered {status}: {data[:300]!r}")
 
 
+def device_model_limit_oom(srv):
+    """A limit on one device: the run over it fails naming the device, the
+    per-device families and /v2/debug/memory show it, /config echoes it."""
+    mx = metrics(srv)
+    check(metric(mx, "slim_model_device_memory_limit_bytes", model="wide_cpu", device="cpu")
+          == 256 * 1024, "wide_cpu's cpu limit is not in /metrics")
+    check(metric(mx, "slim_model_device_memory_limit_bytes", model="wide_cpu", device="cuda:0")
+          == 1 << 30, "wide_cpu's cuda:0 limit is not in /metrics")
+    check(metric(mx, "slim_model_memory_limit_bytes", model="wide_cpu") == 0,
+          "a limit by device set the total's")
+    held = metric(mx, "slim_model_device_memory_bytes", model="wide_cpu", device="cpu")
+    check(held == metric(mx, "slim_model_memory_bytes", model="wide_cpu"),
+          "a CPU model's cpu bytes are not its total")
+    rng = np.random.default_rng(5)
+    status, data = infer(srv, "wide_cpu", "x", rng.standard_normal((512, WIDE)).astype(np.float32))
+    check(status in (503, 507), f"an over-limit request answered {status}: {data[:300]!r}")
+    msg = data.decode(errors="replace")
+    check("out of memory on cpu" in msg and "limit there" in msg and "wide_cpu" in msg,
+          f"the error does not name the device's limit: {msg}")
+    entry = model_memory(srv, "wide_cpu")
+    cpu = entry["devices"]["cpu"]
+    check(cpu["memory_limit_bytes"] == 256 * 1024 and
+          cpu["memory_peak_bytes"] >= cpu["memory_bytes"] > 0,
+          f"/v2/debug/memory's cpu entry: {cpu}")
+    check(entry["devices"]["cuda:0"]["memory_peak_bytes"] == 0,
+          f"wide_cpu never ran on cuda:0: {entry['devices']}")
+    status, data = infer(srv, "wide_cpu", "x", rng.standard_normal((8, WIDE)).astype(np.float32))
+    check(status == 200, f"a small request after the OOM answered {status}: {data[:300]!r}")
+    status, body = srv.http.json("GET", "/v2/models/wide_cpu/config")
+    check(status == 200 and body.get("memory_limit") == {"cpu": 256 * 1024, "cuda:0": 1 << 30},
+          f"/config shows memory_limit {body.get('memory_limit')!r}")
+
+
 def debug_endpoint(srv):
     status, body = srv.http.json("GET", "/v2/debug/memory")
     check(status == 200, f"answered {status}")
@@ -271,6 +315,9 @@ def bad_limits_refused(srv):
     reasons = {m["name"]: m.get("reason", "") for m in body}
     check("memory_limit" in reasons.get("bad_limit", "") and "lots" in reasons["bad_limit"],
           f"bad_limit's reason: {reasons.get('bad_limit')!r}")
+    check("tpu:0" in reasons.get("bad_device_limit", "") and
+          "not a device" in reasons["bad_device_limit"],
+          f"bad_device_limit's reason: {reasons.get('bad_device_limit')!r}")
     check("weights" in reasons.get("tiny_limit", ""),
           f"tiny_limit's reason: {reasons.get('tiny_limit')!r}")
 
@@ -326,6 +373,8 @@ def main():
                weights_and_arena, srv, args.slim, repo)
         r.case("200 warm requests allocate no new segment", no_new_segments, srv)
         r.case("a request over the model's limit fails and leaks nothing", model_limit_oom, srv)
+        r.case("a request over the model's cpu limit fails naming the device",
+               device_model_limit_oom, srv)
         r.case("/v2/debug/memory", debug_endpoint, srv)
         r.case("bad memory limits in config.json are named", bad_limits_refused, srv)
     finally:

@@ -503,6 +503,89 @@ START_TEST(test_account_counts_device_oom)
 }
 END_TEST
 
+/* An account keeps figures per device, each with its own limit beside the
+ * total's: a model may be held to so much of a GPU whatever it holds on the
+ * host. */
+START_TEST(test_account_device_limits)
+{
+    ck_assert_int_eq(slim_mem_device_slot("cpu"), 0);
+    ck_assert_int_eq(slim_mem_device_slot("cuda:0"), 1);
+    ck_assert_int_eq(slim_mem_device_slot("cuda:15"), 16);
+    ck_assert_int_eq(slim_mem_device_slot("cuda:16"), -1);
+    ck_assert_int_eq(slim_mem_device_slot("cuda:"), -1);
+    ck_assert_int_eq(slim_mem_device_slot("cuda:-1"), -1);
+    ck_assert_int_eq(slim_mem_device_slot("cuda:1x"), -1);
+    ck_assert_int_eq(slim_mem_device_slot("tpu:0"), -1);
+    char name[16];
+    ck_assert_str_eq(slim_mem_device_slot_name(16, name, sizeof(name)), "cuda:15");
+
+    test_backend tb_cpu, tb_gpu, tb_other;
+    slim_allocator *cpu = new_allocator(&tb_cpu, "cpu");
+    slim_allocator *gpu = new_allocator(&tb_gpu, "cuda:1");
+    slim_allocator *other = new_allocator(&tb_other, "test");
+    slim_mem_account *acct = slim_mem_account_new("model \"g\"", 0);
+    ck_assert_ptr_nonnull(acct);
+    slim_err err = {0};
+    ck_assert_int_eq(slim_mem_account_set_device_limit(acct, "cuda:1", 8 * KiB, &err), SLIM_OK);
+    ck_assert_int_eq(slim_mem_account_set_device_limit(acct, "tpu:0", KiB, &err), SLIM_EINVAL);
+    ck_assert_msg(strstr(err.msg, "\"tpu:0\""), "%s", err.msg);
+    slim_mem_account *prev = slim_mem_account_enter(acct);
+
+    slim_block *g1 = must_alloc(gpu, 6 * KiB);
+    slim_block *none;
+    err = (slim_err){0};
+    ck_assert_ptr_null(slim_allocator_alloc(gpu, 4 * KiB, &none, &err));
+    ck_assert_int_eq(err.status, SLIM_EOOM);
+    ck_assert_msg(strstr(err.msg, "out of memory on cuda:1: model \"g\" holds 6.0 KiB of its "
+                                  "8.0 KiB limit there"), "%s", err.msg);
+    ck_assert_uint_eq(atomic_load(&acct->ooms), 1);
+    /* The refused charge left neither the total nor the slot raised. */
+    ck_assert_uint_eq(atomic_load(&acct->current), 6 * KiB);
+    ck_assert_uint_eq(atomic_load(&acct->dev[2].current), 6 * KiB);
+    /* The host has no limit of its own; a device without a slot charges
+     * only the total. */
+    slim_block *c1 = must_alloc(cpu, 20 * KiB);
+    slim_block *o1 = must_alloc(other, 2 * KiB);
+    ck_assert_uint_eq(atomic_load(&acct->dev[0].current), 20 * KiB);
+    ck_assert_uint_eq(atomic_load(&acct->dev[2].current), 6 * KiB);
+    ck_assert_uint_eq(atomic_load(&acct->current), 28 * KiB);
+    /* The total's limit still caps the sum over devices. */
+    atomic_store(&acct->limit, 29 * KiB);
+    err = (slim_err){0};
+    ck_assert_ptr_null(slim_allocator_alloc(cpu, 2 * KiB, &none, &err));
+    ck_assert_msg(strstr(err.msg, "holds 28.0 KiB of its 29.0 KiB limit and asked"), "%s",
+                  err.msg);
+    ck_assert_uint_eq(atomic_load(&acct->dev[0].current), 20 * KiB);
+    /* Exactly up to the device limit is allowed. */
+    slim_block *g2 = must_alloc(gpu, KiB);
+    ck_assert_uint_eq(atomic_load(&acct->dev[2].current), 7 * KiB);
+    /* A limit below what the account holds there is refused. */
+    err = (slim_err){0};
+    ck_assert_int_eq(slim_mem_account_set_device_limit(acct, "cuda:1", 4 * KiB, &err), SLIM_EOOM);
+    ck_assert_msg(strstr(err.msg, "below the 7.0 KiB it already holds there"), "%s", err.msg);
+    ck_assert_uint_eq(atomic_load(&acct->dev[2].limit), 8 * KiB);
+    slim_mem_account_enter(prev);
+
+    /* Frees from any thread credit the slot they were charged to. */
+    slim_allocator_free(gpu, g1);
+    slim_allocator_free(gpu, g2);
+    slim_allocator_free(cpu, c1);
+    slim_allocator_free(other, o1);
+    ck_assert_uint_eq(atomic_load(&acct->current), 0);
+    for (int i = 0; i < SLIM_MEM_DEVICE_SLOTS; i++)
+        ck_assert_uint_eq(atomic_load(&acct->dev[i].current), 0);
+    ck_assert_uint_eq(atomic_load(&acct->dev[0].peak), 20 * KiB);
+    ck_assert_uint_eq(atomic_load(&acct->dev[2].peak), 7 * KiB);
+    ck_assert_uint_eq(atomic_load(&acct->dev[1].peak), 0);
+    ck_assert_uint_eq(atomic_load(&acct->peak), 29 * KiB);
+    ck_assert_int_eq(atomic_load(&acct->refs), 1);
+    slim_mem_account_unref(acct);
+    slim_allocator_free_all(cpu);
+    slim_allocator_free_all(gpu);
+    slim_allocator_free_all(other);
+}
+END_TEST
+
 typedef struct {
     slim_allocator *a;
     slim_mem_account *acct;
@@ -917,6 +1000,7 @@ static Suite *alloc_suite(void)
     suite_add_tcase(s, tc);
     tc = tcase_create("accounts");
     tcase_add_test(tc, test_account_limit);
+    tcase_add_test(tc, test_account_device_limits);
     tcase_add_test(tc, test_account_counts_device_oom);
     tcase_add_test(tc, test_account_attribution_across_threads);
     tcase_add_test(tc, test_free_all_credits_accounts);
