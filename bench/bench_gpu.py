@@ -126,9 +126,9 @@ def ort_worker(model_path, inputs_npz, repeat):
     return 0
 
 
-def run_slim(slim, model, precision, feeds, repeat, workdir):
+def run_slim(slim, model, precision, feeds, repeat, workdir, invariant=False):
     args = [slim, "run", model, "--device", "cuda:0", "--precision", precision,
-            "--repeat", str(repeat), "--memory-stats"]
+            "--repeat", str(repeat), "--memory-stats"] + (["--batch-invariant"] if invariant else [])
     for name, arr in feeds.items():
         path = os.path.join(workdir, f"in_{name}.npy")
         np.save(path, arr)
@@ -180,13 +180,16 @@ def main():
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--repeat", type=int, default=50)
     ap.add_argument("--json")
+    ap.add_argument("--batch-invariant", action="store_true",
+                    help="run slim as the server runs a model that batches (row-invariant "
+                         "products; SLIM_CUDA_GROUPED=1 in the environment groups them)")
     ap.add_argument("--ort-worker", nargs=3, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.ort_worker:
         return ort_worker(a.ort_worker[0], a.ort_worker[1], int(a.ort_worker[2]))
 
     models = {}
-    for name in ("mlp", "resnet", "transformer"):
+    for name in ("mlp", "resnet", "transformer") if a.models else ():
         path = os.path.join(a.models, name, "1", "model.onnx")
         if os.path.exists(path):
             models[name] = path
@@ -210,7 +213,8 @@ def main():
                         order = ("slim", "ort") if r % 2 == 0 else ("ort", "slim")
                         for who in order:
                             if who == "slim":
-                                s_runs.append(run_slim(a.slim, path, prec, feeds, a.repeat, work))
+                                s_runs.append(run_slim(a.slim, path, prec, feeds, a.repeat, work,
+                                                           a.batch_invariant))
                             else:
                                 o_runs.append(run_ort(ort_path, feeds, a.repeat, work))
                     row = {

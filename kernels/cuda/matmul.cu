@@ -13,6 +13,17 @@
  * SLIM_CUDA_ROW_BLOCK rows, the last one zero-padded in scratch: every
  * block is the same GEMM shape, so a row's result does not depend on how
  * many rows shared the call.
+ *
+ * Grouped (SLIM_CUDA_GROUPED=1; not yet the default: it has not run on a
+ * GPU): the same fixed items, 64-row blocks of a product with a weight or
+ * the items of a batched product, go G at a time through one
+ * cublasGemmBatchedEx, its pointer arrays written on the device. G depends
+ * on the item's shape only, never on how many items there are, and the last
+ * group is padded with items that read item 0 and write scratch, so every
+ * call of a product has the same parameters and cuBLAS picks the same
+ * kernel; within a call every item runs the same code. A 4096-row product
+ * then takes 64 / G calls instead of 64, and a batched one items / G
+ * instead of one call per item.
  */
 #include "common.cuh"
 
@@ -37,6 +48,111 @@ static cublasComputeType_t compute_of(slim_dtype dt, const slim_cuda_ctx *cu)
     return CUBLAS_COMPUTE_32F;
 }
 
+#define GROUP_MAX 64          /* items per grouped call */
+#define GROUP_TILES 256       /* about two waves of 128 x 128 tiles on an H100 */
+
+static bool grouped_on(void)
+{
+    const char *e = getenv("SLIM_CUDA_GROUPED");
+    return e && e[0] == '1';
+}
+
+/* Items per grouped call for items of m x n outputs: enough 128 x 128
+ * tiles to fill the GPU about twice. A function of the item's shape only. */
+static int group_size(int64_t m, int64_t n)
+{
+    int64_t tiles = ((m + 127) / 128) * ((n + 127) / 128);
+    int64_t g = GROUP_TILES / (tiles > 0 ? tiles : 1);
+    return (int)(g < 1 ? 1 : g > GROUP_MAX ? GROUP_MAX : g);
+}
+
+/* Where the items of a grouped product are, in bytes: item i's batch index
+ * decomposes over bdims (row-major) into offsets by astr / bstr; its C is
+ * at c + i * cstr. Item tail (if >= 0) reads tail_a and writes tail_c (a
+ * short last row block, zero-padded in scratch). Items from n_items on are
+ * padding: they read pad_a / pad_b and write pad_c. */
+typedef struct group_items {
+    const char *a, *b;
+    char *c;
+    int64_t n_items, cstr, tail;
+    const char *tail_a;
+    char *tail_c;
+    const char *pad_a, *pad_b;
+    char *pad_c;
+    int nb;
+    int64_t bdims[SLIM_MAX_DIMS], astr[SLIM_MAX_DIMS], bstr[SLIM_MAX_DIMS];
+} group_items;
+
+/* One thread per slot of one group; group `group` covers items from
+ * group * G. ptrs holds, per group, G pointers for A, then B, then C. */
+__global__ void group_ptrs_kernel(group_items it, int G, const void **ptrs)
+{
+    int64_t group = blockIdx.x;
+    int j = threadIdx.x;
+    if (j >= G)
+        return;
+    const void **pa = ptrs + group * 3 * G, **pb = pa + G;
+    void **pc = (void **)(pb + G);
+    int64_t item = group * G + j;
+    if (item >= it.n_items) {
+        pa[j] = it.pad_a;
+        pb[j] = it.pad_b;
+        pc[j] = it.pad_c;
+        return;
+    }
+    int64_t rem = item, oa = 0, ob = 0;
+    for (int i = it.nb - 1; i >= 0; i--) {
+        int64_t idx = rem % it.bdims[i];
+        rem /= it.bdims[i];
+        oa += idx * it.astr[i];
+        ob += idx * it.bstr[i];
+    }
+    pa[j] = item == it.tail ? it.tail_a : it.a + oa;
+    pb[j] = it.b + ob;
+    pc[j] = item == it.tail ? it.tail_c : it.c + item * it.cstr;
+}
+
+/* Row-major C_i[m,n] = alpha * A_i[m,k] op(B_i)[k,n] for every item, G
+ * items per call (file comment). lda = k, ldc = n. */
+static slim_status gemm_grouped(slim_cuda_ctx *cu, slim_dtype dt, bool tb, int64_t m, int64_t n,
+                                int64_t k, float alpha, int64_t ldb, group_items *it,
+                                slim_err *err)
+{
+    if (m > INT32_MAX || n > INT32_MAX || k > INT32_MAX)
+        return slim_errf(err, SLIM_EUNSUPPORTED, "matrix product of %lld x %lld x %lld is past "
+                         "cuBLAS's 32-bit sizes", (long long)m, (long long)n, (long long)k);
+    if (it->n_items == 0 || m == 0 || n == 0)
+        return SLIM_OK;
+    size_t es = slim_dtype_size(dt);
+    int G = group_size(m, n);
+    int64_t groups = (it->n_items + G - 1) / G;
+    void *ptrs, *junk;
+    slim_status st;
+    if ((st = slim_cuda_scratch(cu, (size_t)(groups * 3 * G) * sizeof(void *), &ptrs, err)) ||
+        (st = slim_cuda_scratch(cu, (size_t)(m * n) * es, &junk, err)))
+        return st;
+    it->pad_a = it->tail == 0 ? it->tail_a : it->a;
+    it->pad_b = it->b;
+    it->pad_c = (char *)junk;
+    group_ptrs_kernel<<<(unsigned)groups, GROUP_MAX, 0, cu->stream>>>(*it, G,
+                                                                     (const void **)ptrs);
+    SLIM_CUDA_LAUNCH_CHECK(err);
+    cudaDataType_t t = CUDA_R_32F;
+    dtype_of(dt, &t);
+    float beta = 0.0f;
+    for (int64_t g = 0; g < groups; g++) {
+        const void **pa = (const void **)ptrs + g * 3 * G, **pb = pa + G;
+        void **pc = (void **)(pb + G);
+        /* Column-major C^T = op(B)^T A^T: B's pointers first (gemm_rm). */
+        SLIM_CUBLAS_CHECK(cublasGemmBatchedEx(cu->cublas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
+                                              CUBLAS_OP_N, (int)n, (int)m, (int)k, &alpha, pb, t,
+                                              (int)ldb, pa, t, (int)k, &beta, pc, t, (int)n, G,
+                                              compute_of(dt, cu), CUBLAS_GEMM_DEFAULT),
+                          err);
+    }
+    return SLIM_OK;
+}
+
 /* Row-major C[m,n] = alpha * op(A)[m,k] op(B)[k,n] + beta * C. */
 static slim_status gemm_rm(slim_cuda_ctx *cu, slim_dtype dt, bool ta, bool tb, int64_t m,
                            int64_t n, int64_t k, float alpha, const void *a, int64_t lda,
@@ -57,6 +173,50 @@ static slim_status gemm_rm(slim_cuda_ctx *cu, slim_dtype dt, bool ta, bool tb, i
     return SLIM_OK;
 }
 
+/* gemm_rows in groups: the 64-row blocks are the items, the last one
+ * zero-padded in scratch when short. */
+static slim_status gemm_rows_grouped(slim_cuda_ctx *cu, slim_dtype dt, bool tb, int64_t m,
+                                     int64_t n, int64_t k, float alpha, const void *a,
+                                     const void *b, int64_t ldb, void *c, slim_err *err)
+{
+    size_t es = slim_dtype_size(dt);
+    const int64_t R = SLIM_CUDA_ROW_BLOCK;
+    int64_t blocks = (m + R - 1) / R, rest = m - (m / R) * R;
+    group_items it;
+    memset(&it, 0, sizeof(it));
+    it.a = (const char *)a;
+    it.b = (const char *)b;
+    it.c = (char *)c;
+    it.n_items = blocks;
+    it.cstr = R * n * (int64_t)es;
+    it.tail = -1;
+    it.nb = 1;
+    it.bdims[0] = blocks;
+    it.astr[0] = R * k * (int64_t)es;
+    it.bstr[0] = 0;
+    slim_status st;
+    if (rest) {
+        void *pa, *pc;
+        if ((st = slim_cuda_scratch(cu, (size_t)(R * k) * es, &pa, err)) ||
+            (st = slim_cuda_scratch(cu, (size_t)(R * n) * es, &pc, err)))
+            return st;
+        SLIM_CUDA_CHECK(cudaMemsetAsync(pa, 0, (size_t)(R * k) * es, cu->stream), err);
+        SLIM_CUDA_CHECK(cudaMemcpyAsync(pa, (const char *)a + (m - rest) * k * es,
+                                        (size_t)(rest * k) * es, cudaMemcpyDeviceToDevice,
+                                        cu->stream), err);
+        it.tail = blocks - 1;
+        it.tail_a = (const char *)pa;
+        it.tail_c = (char *)pc;
+    }
+    if ((st = gemm_grouped(cu, dt, tb, R, n, k, alpha, ldb, &it, err)))
+        return st;
+    if (rest)
+        SLIM_CUDA_CHECK(cudaMemcpyAsync((char *)c + (m - rest) * n * es, it.tail_c,
+                                        (size_t)(rest * n) * es, cudaMemcpyDeviceToDevice,
+                                        cu->stream), err);
+    return SLIM_OK;
+}
+
 /* As gemm_rm for A not transposed, with the rows of A independent items:
  * in row-invariant mode cut into fixed blocks (file comment). */
 static slim_status gemm_rows(slim_cuda_ctx *cu, slim_dtype dt, bool tb, int64_t m, int64_t n,
@@ -65,6 +225,8 @@ static slim_status gemm_rows(slim_cuda_ctx *cu, slim_dtype dt, bool tb, int64_t 
 {
     if (!slim_gemm_row_invariant() || beta != 0.0f)
         return gemm_rm(cu, dt, false, tb, m, n, k, alpha, a, k, b, ldb, beta, c, n, err);
+    if (grouped_on())
+        return gemm_rows_grouped(cu, dt, tb, m, n, k, alpha, a, b, ldb, c, err);
     size_t es = slim_dtype_size(dt);
     const int64_t R = SLIM_CUDA_ROW_BLOCK;
     int64_t full = m / R * R;
@@ -147,6 +309,23 @@ static slim_status matmul_exec(slim_op_ctx *ctx, slim_cuda_ctx *cu)
                               CUBLAS_GEMM_DEFAULT),
                           ctx->err);
         return SLIM_OK;
+    }
+    if (slim_gemm_row_invariant() && grouped_on()) {
+        group_items it;
+        memset(&it, 0, sizeof(it));
+        it.a = (const char *)A->data;
+        it.b = (const char *)B->data;
+        it.c = (char *)Y->data;
+        it.n_items = batch;
+        it.cstr = m * n * (int64_t)es;
+        it.tail = -1;
+        it.nb = nb;
+        for (int i = 0; i < nb; i++) {
+            it.bdims[i] = bdims[i];
+            it.astr[i] = astr[i] * (int64_t)es;
+            it.bstr[i] = bstr[i] * (int64_t)es;
+        }
+        return gemm_grouped(cu, dt, false, m, n, k, 1.0f, n, &it, ctx->err);
     }
     /* Broadcast batch dims (or invariant mode): one product per item, the
      * same shape each time. */

@@ -62,3 +62,37 @@ const cc_case cc_cases_matmul[] = {
     {"Gemm f16 both transposed, no C", gemm_nobias_f16, 2e-2, false},
     {0},
 };
+
+/* Row invariance: shapes with a short last 64-row block, more items than
+ * one grouped call takes, broadcasting and fp16. */
+static void rows_weight(cc_builder *b) { mm(b, SLIM_F32, 2, (int64_t[]){200, 96}, 2, (int64_t[]){96, 136}, true); }
+static void rows_weight_f16(cc_builder *b) { mm(b, SLIM_F16, 3, (int64_t[]){5, 67, 128}, 2, (int64_t[]){128, 40}, true); }
+static void rows_many_blocks(cc_builder *b) { mm(b, SLIM_F16, 2, (int64_t[]){64 * 70 + 3, 32}, 2, (int64_t[]){32, 8}, true); }
+static void rows_attention(cc_builder *b) { mm(b, SLIM_F32, 4, (int64_t[]){5, 4, 33, 16}, 4, (int64_t[]){5, 4, 16, 33}, false); }
+static void rows_attention_f16(cc_builder *b) { mm(b, SLIM_F16, 4, (int64_t[]){9, 12, 20, 64}, 4, (int64_t[]){9, 12, 64, 20}, false); }
+/* Items of 70 and 90 bytes: pointers not 16-byte aligned after item 0. */
+static void rows_odd_f16(cc_builder *b) { mm(b, SLIM_F16, 4, (int64_t[]){3, 2, 7, 5}, 4, (int64_t[]){3, 2, 5, 9}, false); }
+static void rows_bcast(cc_builder *b) { mm(b, SLIM_F32, 4, (int64_t[]){5, 1, 9, 8}, 3, (int64_t[]){3, 8, 6}, true); }
+
+static void rows_gemm(cc_builder *b)
+{
+    cc_op(b, "Gemm", 13, 3, ABC, 1);
+    cc_attr_i(b, "transB", 1);
+    cc_randn(b, 0, SLIM_F32, 2, (int64_t[]){150, 34});
+    cc_randn(b, 1, SLIM_F32, 2, (int64_t[]){21, 34});
+    cc_randn(b, 2, SLIM_F32, 1, (int64_t[]){21});
+    cc_weight(b, 1);
+    cc_weight(b, 2);
+}
+
+const cc_rows_case cc_cases_rows[] = {
+    {{"rows: MatMul [200,96]x[96,136], 70 alone", rows_weight, 1e-4, false}, 70},
+    {{"rows: MatMul f16 [5,67,128]x[128,40], 1 alone", rows_weight_f16, 2e-2, false}, 1},
+    {{"rows: MatMul f16 4483 rows x [32,8], 65 alone", rows_many_blocks, 2e-2, false}, 65},
+    {{"rows: MatMul [5,4,33,16]x[5,4,16,33], 2 alone", rows_attention, 1e-4, false}, 2},
+    {{"rows: MatMul f16 [9,12,20,64]x[9,12,64,20], 1 alone", rows_attention_f16, 2e-2, false}, 1},
+    {{"rows: MatMul f16 [3,2,7,5]x[3,2,5,9], 1 alone", rows_odd_f16, 2e-2, false}, 1},
+    {{"rows: MatMul [5,1,9,8]x[3,8,6], 2 alone", rows_bcast, 1e-4, false}, 2},
+    {{"rows: Gemm transB [150,34] + bias, 7 alone", rows_gemm, 1e-4, false}, 7},
+    {{0}, 0},
+};

@@ -53,6 +53,11 @@ typedef struct cc_case {
     bool cpu_ok;                 /* the node may stay on the CPU (not supported there) */
 } cc_case;
 
+typedef struct cc_rows_case {
+    cc_case c;
+    int64_t keep;                /* the leading items run again alone */
+} cc_rows_case;
+
 /* Makes the one node: inputs named in[] ("" or NULL: absent optional), n_out
  * outputs "y0".."yN". The node is named "node0". */
 void cc_op(cc_builder *b, const char *op_type, int opset, int n_in, const char *const *in,
@@ -85,5 +90,10 @@ extern const cc_case cc_cases_movement[];
 extern const cc_case cc_cases_pool[];
 extern const cc_case cc_cases_matmul[];
 extern const cc_case cc_cases_conv[];
+/* Row invariance (not in the op tables): in the executor's row-invariant
+ * mode each case runs whole and with only the first `keep` items of its
+ * graph inputs' leading dim; those items' outputs must match bitwise, and
+ * the whole run must match the CPU within tol. */
+extern const cc_rows_case cc_cases_rows[];
 
 #endif

@@ -162,13 +162,20 @@ void cc_weight(cc_builder *b, int k)
 
 /* ---- running ------------------------------------------------------------- */
 
-/* Builds the case's model (placed on dev unless NULL) and runs it. */
-static void run_case(const cc_case *c, uint64_t seed, slim_device *dev, slim_tensor **out,
-                     int *n_out, int *on_dev, int *on_cpu)
+/* Builds the case's model (placed on dev unless NULL) and runs it; with
+ * keep > 0 only the first keep items of each graph input's leading dim,
+ * and with invariant set in the executor's row-invariant mode. */
+static void run_case_as(const cc_case *c, uint64_t seed, slim_device *dev, bool invariant,
+                        int64_t keep, slim_tensor **out, int *n_out, int *on_dev, int *on_cpu)
 {
     cc_builder b = {.rng = seed | 1};
     c->build(&b);
     ck_assert_ptr_nonnull(b.g);
+    /* The values were drawn whole, so the weights are the same either way
+     * and the kept items are a prefix of the whole run's. */
+    for (int k = 0; keep > 0 && k < b.n_in; k++)
+        if (!b.weight[k] && b.in[k].ndim > 0 && b.in[k].dims[0] > keep)
+            b.in[k].dims[0] = keep;
     slim_graph *g = b.g;
     const char *names[CC_MAX_IN];
     slim_tensor given[CC_MAX_IN];
@@ -205,6 +212,7 @@ static void run_case(const cc_case *c, uint64_t seed, slim_device *dev, slim_ten
         st = slim_model_place(m, dev, &err);
         ck_assert_msg(st == SLIM_OK, "%s: placing: %s", c->name, err.msg);
     }
+    slim_model_set_batch_invariant(m, invariant);
     int copies;
     slim_model_placement(m, on_dev, on_cpu, &copies);
     /* Inputs are matched by name: the model's own (placing rebuilt the
@@ -218,6 +226,12 @@ static void run_case(const cc_case *c, uint64_t seed, slim_device *dev, slim_ten
     for (int k = 0; k < CC_MAX_IN; k++)
         slim_tensor_release(&b.in[k]);
     slim_model_free(m);
+}
+
+static void run_case(const cc_case *c, uint64_t seed, slim_device *dev, slim_tensor **out,
+                     int *n_out, int *on_dev, int *on_cpu)
+{
+    run_case_as(c, seed, dev, false, 0, out, n_out, on_dev, on_cpu);
 }
 
 static void compare(const cc_case *c, int k, const slim_tensor *got, const slim_tensor *want)
@@ -281,6 +295,49 @@ START_TEST(test_case)
     }
     slim_tensors_free(cpu_out, n_cpu);
     slim_tensors_free(gpu_out, n_gpu);
+}
+END_TEST
+
+/* ---- row invariance ---------------------------------------------------------- */
+
+static int n_rows_cases;
+
+/* Each case in the executor's row-invariant mode, once with the products
+ * one fixed block or item per call and once grouped (SLIM_CUDA_GROUPED):
+ * the whole run against the CPU, and its leading items against the same
+ * items run alone, bitwise. */
+START_TEST(test_rows_invariant)
+{
+    const cc_rows_case *r = &cc_cases_rows[_i / 2];
+    const cc_case *c = &r->c;
+    bool grouped = _i % 2;
+    setenv("SLIM_CUDA_GROUPED", grouped ? "1" : "0", 1);
+    uint64_t seed = 0xD1B54A32D192ED03ull * (uint64_t)(_i / 2 + 1);
+    slim_tensor *cpu_out, *whole, *alone;
+    int n_cpu, n_whole, n_alone, on_dev, on_cpu;
+    run_case_as(c, seed, NULL, true, 0, &cpu_out, &n_cpu, &on_dev, &on_cpu);
+    run_case_as(c, seed, gpu, true, 0, &whole, &n_whole, &on_dev, &on_cpu);
+    ck_assert_msg(on_dev == 1 && on_cpu == 0, "%s: the node did not run on %s", c->name,
+                  gpu->name);
+    run_case_as(c, seed, gpu, true, r->keep, &alone, &n_alone, &on_dev, &on_cpu);
+    ck_assert_int_eq(n_cpu, n_whole);
+    ck_assert_int_eq(n_whole, n_alone);
+    for (int k = 0; k < n_whole; k++) {
+        compare(c, k, &whole[k], &cpu_out[k]);
+        const slim_tensor *w = &whole[k], *a = &alone[k];
+        ck_assert_int_eq(w->ndim, a->ndim);
+        ck_assert_int_eq(a->dims[0], r->keep);
+        size_t bytes = slim_tensor_nbytes(a);
+        ck_assert_uint_le(bytes, slim_tensor_nbytes(w));
+        ck_assert_msg(memcmp(w->data, a->data, bytes) == 0,
+                      "%s (%s): the first %lld items alone differ from the same items in the "
+                      "whole run", c->name, grouped ? "grouped" : "one call per block",
+                      (long long)r->keep);
+    }
+    slim_tensors_free(cpu_out, n_cpu);
+    slim_tensors_free(whole, n_whole);
+    slim_tensors_free(alone, n_alone);
+    unsetenv("SLIM_CUDA_GROUPED");
 }
 END_TEST
 
@@ -364,6 +421,9 @@ int main(void)
     Suite *s = suite_create("cuda_ops");
     TCase *tc = tcase_create("ops");
     tcase_add_loop_test(tc, test_case, 0, n_cases);
+    for (const cc_rows_case *r = cc_cases_rows; r->c.name; r++)
+        n_rows_cases++;
+    tcase_add_loop_test(tc, test_rows_invariant, 0, 2 * n_rows_cases);
     tcase_add_test(tc, test_gpu_allocator_oom_and_retry);
     tcase_add_test(tc, test_gpu_copy_roundtrip);
     suite_add_tcase(s, tc);
@@ -375,6 +435,6 @@ int main(void)
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
     free(cases);
-    printf("test_cuda_ops: %d cases\n", n_cases);
+    printf("test_cuda_ops: %d cases, %d row-invariance cases (twice)\n", n_cases, n_rows_cases);
     return failed ? 1 : 0;
 }
