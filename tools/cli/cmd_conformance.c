@@ -3,7 +3,11 @@
  *
  * Each test folder holds model.onnx and test_data_set_N/{input,output}_K.pb.
  * Every case runs in a forked child so that a crash or a hang in one kernel
- * is reported as that case's failure instead of ending the whole run.
+ * is reported as that case's failure instead of ending the whole run. With
+ * --cases-per-process N (the default on a GPU, whose start costs a second
+ * per process) one child runs up to N cases in turn, taking them over a
+ * pipe; a child that crashes or hangs fails the case it was running and the
+ * next case starts a fresh child.
  * A case is skipped only when the engine reports the model as unsupported
  * (an operator, or a variant of one, that it does not implement), or when
  * it runs a random generator, whose values cannot be compared (its outputs'
@@ -19,6 +23,7 @@
 #include <regex.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -286,6 +291,7 @@ static int run_case(const char *case_dir, char *msg, size_t cap)
 {
     char path[4096];
     const char *base = strrchr(case_dir, '/') ? strrchr(case_dir, '/') + 1 : case_dir;
+    case_atol = ATOL; /* a child may run several cases */
     for (size_t i = 0; i < sizeof(case_atols) / sizeof(case_atols[0]); i++)
         if (strcmp(base, case_atols[i].name) == 0)
             case_atol = case_atols[i].atol;
@@ -350,6 +356,132 @@ static int run_case_isolated(const char *case_dir, char *msg, size_t cap)
     return CASE_FAIL;
 }
 
+/* ---- a child that runs many cases (--cases-per-process) ---------------- */
+
+typedef struct case_worker {
+    pid_t pid;                  /* 0: none running */
+    int to, from;               /* pipes: case paths in, results out */
+    int served, per_process;
+} case_worker;
+
+static bool io_full(int fd, void *buf, size_t n, bool writing)
+{
+    char *p = buf;
+    while (n) {
+        ssize_t got = writing ? write(fd, p, n) : read(fd, p, n);
+        if (got <= 0)
+            return false;
+        p += got;
+        n -= (size_t)got;
+    }
+    return true;
+}
+
+/* The child: reads a length and a case folder, runs it under the case
+ * timeout, writes the result, a length and the message; ends at EOF. */
+static void worker_loop(int in, int out)
+{
+    char path[4096], buf[2048];
+    uint32_t len;
+    while (io_full(in, &len, sizeof(len), false) && len < sizeof(path) &&
+           io_full(in, path, len, false)) {
+        path[len] = '\0';
+        buf[0] = '\0';
+        alarm(CASE_TIMEOUT_S);
+        int32_t r = run_case(path, buf, sizeof(buf));
+        alarm(0);
+        uint32_t n = (uint32_t)strlen(buf);
+        if (!io_full(out, &r, sizeof(r), true) || !io_full(out, &n, sizeof(n), true) ||
+            !io_full(out, buf, n, true))
+            break;
+    }
+    _exit(0);
+}
+
+/* Reaps the child and says how it ended, as run_case_isolated does. */
+static int worker_reap(case_worker *w, char *msg, size_t cap)
+{
+    close(w->to);
+    close(w->from);
+    int status = 0;
+    waitpid(w->pid, &status, 0);
+    w->pid = 0;
+    if (WIFEXITED(status))
+        snprintf(msg, cap, "crashed: exited with code %d (a sanitizer report or an abort, "
+                 "see stderr)", WEXITSTATUS(status));
+    else
+        snprintf(msg, cap, "crashed with signal %d (%s)", WTERMSIG(status),
+                 WTERMSIG(status) == SIGALRM ? "timeout" : strsignal(WTERMSIG(status)));
+    return CASE_FAIL;
+}
+
+static bool worker_start(case_worker *w)
+{
+    int down[2], up[2];
+    if (pipe(down) != 0)
+        return false;
+    if (pipe(up) != 0) {
+        close(down[0]);
+        close(down[1]);
+        return false;
+    }
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(down[0]);
+        close(down[1]);
+        close(up[0]);
+        close(up[1]);
+        return false;
+    }
+    if (pid == 0) {
+        close(down[1]);
+        close(up[0]);
+        worker_loop(down[0], up[1]);
+    }
+    close(down[0]);
+    close(up[1]);
+    *w = (case_worker){.pid = pid, .to = down[1], .from = up[0], .per_process = w->per_process};
+    return true;
+}
+
+static void worker_stop(case_worker *w)
+{
+    if (!w->pid)
+        return;
+    close(w->to); /* EOF: the child leaves its loop */
+    close(w->from);
+    waitpid(w->pid, NULL, 0);
+    w->pid = 0;
+}
+
+static int run_case_pooled(case_worker *w, const char *case_dir, char *msg, size_t cap)
+{
+    if (w->pid && w->served >= w->per_process)
+        worker_stop(w);
+    if (!w->pid && !worker_start(w))
+        return run_case_isolated(case_dir, msg, cap);
+    uint32_t len = (uint32_t)strlen(case_dir);
+    int32_t r;
+    uint32_t n;
+    if (!io_full(w->to, &len, sizeof(len), true) || !io_full(w->to, (void *)case_dir, len, true) ||
+        !io_full(w->from, &r, sizeof(r), false) || !io_full(w->from, &n, sizeof(n), false))
+        return worker_reap(w, msg, cap);
+    w->served++;
+    size_t keep = n < cap ? n : cap - 1;
+    char rest[256];
+    if (!io_full(w->from, msg, keep, false))
+        return worker_reap(w, msg, cap);
+    msg[keep] = '\0';
+    for (size_t left = n - keep; left;) { /* a longer message than msg holds */
+        size_t step = left < sizeof(rest) ? left : sizeof(rest);
+        if (!io_full(w->from, rest, step, false))
+            return worker_reap(w, msg, cap);
+        left -= step;
+    }
+    return r >= CASE_PASS && r <= CASE_SKIP ? r : CASE_FAIL;
+}
+
 /* Pulls the operator out of `node "x" (Op): ...`, else "?". */
 static void op_from_message(const char *msg, char *op, size_t cap)
 {
@@ -375,6 +507,7 @@ int slim_cmd_conformance(int argc, char **argv)
 {
     const char *dir = NULL, *filter = NULL;
     bool verbose = false;
+    long per_process = 0;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--filter") == 0 && i + 1 < argc)
             filter = argv[++i];
@@ -382,6 +515,15 @@ int slim_cmd_conformance(int argc, char **argv)
             verbose = true;
         else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc)
             conf_opts.device = argv[++i];
+        else if (strcmp(argv[i], "--cases-per-process") == 0 && i + 1 < argc) {
+            char *end;
+            per_process = strtol(argv[++i], &end, 10);
+            if (*end || per_process < 1 || per_process > 1000000) {
+                fprintf(stderr, "slim conformance: --cases-per-process expects a count from 1 "
+                        "to 1000000, not \"%s\"\n", argv[i]);
+                return 2;
+            }
+        }
         else if (argv[i][0] != '-' && !dir)
             dir = argv[i];
         else {
@@ -390,9 +532,17 @@ int slim_cmd_conformance(int argc, char **argv)
         }
     }
     if (!dir) {
-        fprintf(stderr, "usage: slim conformance DIR [--filter REGEX] [--verbose] [--device DEV]\n");
+        fprintf(stderr, "usage: slim conformance DIR [--filter REGEX] [--verbose] [--device DEV] "
+                "[--cases-per-process N]\n");
         return 2;
     }
+    /* A fresh process per case on the host (fork is cheap there); on a
+     * device, whose runtime starts in every process, many per child. */
+    if (!per_process)
+        per_process = conf_opts.device && strcmp(conf_opts.device, "cpu") != 0 ? 256 : 1;
+    case_worker worker = {.per_process = (int)per_process};
+    /* A child that dies leaves its pipe: a write to it must fail, not kill. */
+    signal(SIGPIPE, SIG_IGN);
     regex_t re;
     if (filter && regcomp(&re, filter, REG_EXTENDED | REG_NOSUB) != 0) {
         fprintf(stderr, "slim conformance: invalid --filter regex \"%s\"\n", filter);
@@ -413,7 +563,8 @@ int slim_cmd_conformance(int argc, char **argv)
             continue;
         snprintf(path, sizeof(path), "%s/%s", dir, cases[i]);
         msg[0] = '\0';
-        int r = run_case_isolated(path, msg, sizeof(msg));
+        int r = per_process > 1 ? run_case_pooled(&worker, path, msg, sizeof(msg))
+                                : run_case_isolated(path, msg, sizeof(msg));
         if (r == CASE_PASS) {
             passed++;
             if (verbose)
@@ -444,6 +595,7 @@ int slim_cmd_conformance(int argc, char **argv)
         for (int k = 0; k < n_skips; k++)
             printf("  %-28s %4d  %s\n", skips[k].op, skips[k].count, skips[k].example);
     }
+    worker_stop(&worker);
     printf("\n%d passed, %d failed, %d skipped\n", passed, failed, skipped);
     free(skips);
     free_list(cases, nc);
