@@ -7,48 +7,107 @@
  * every dtype.
  */
 #include "common.cuh"
+#include "transpose_plan.h"
 
 #include <string.h>
 
-template <typename T>
-__global__ void transpose_kernel(const T *x, T *y, int64_t n, slim_cuda_shape out,
-                                 slim_cuda_shape in_str)
+/* ---- Transpose ----------------------------------------------------------- */
+
+/* transpose_plan.h reduces the permutation first; then a plain copy, a
+ * gather with 32-bit index arithmetic when the plan fits (64-bit division
+ * costs tens of instructions per element and axis), or, for a batch of
+ * 2-D transposes (attention's K^T), 32 x 32 tiles through shared memory so
+ * that both the reads and the writes are coalesced. */
+
+static_assert(SLIM_TRANSPOSE_MAX_DIMS == SLIM_MAX_DIMS, "a plan holds any tensor's axes");
+
+/* Output element i reads input element sum(idx[d] * strides[d]). */
+template <typename T, typename I>
+__global__ void transpose_gather_kernel(const T *x, T *y, I n, slim_cuda_shape sh)
 {
-    /* out.dims: output dims; in_str.strides[d]: input stride of output axis d. */
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t rem = i, off = 0;
-        for (int d = out.ndim - 1; d >= 0; d--) {
-            int64_t idx = rem % out.dims[d];
-            rem /= out.dims[d];
-            off += idx * in_str.strides[d];
+    for (I i = blockIdx.x * (I)blockDim.x + threadIdx.x; i < n; i += (I)gridDim.x * blockDim.x) {
+        I rem = i, off = 0;
+        for (int d = sh.ndim - 1; d >= 0; d--) {
+            I dim = (I)sh.dims[d];
+            off += rem % dim * (I)sh.strides[d];
+            rem /= dim;
         }
         y[i] = x[off];
     }
 }
 
+#define TP_TILE 32
+#define TP_ROWS 8
+
+/* Per batch item b (over batch's dims and input strides): out[b][a][c] =
+ * in[base(b) + a + c * sc], out rows of C. Threads are TP_TILE x TP_ROWS; a
+ * block moves one tile, reading along a and writing along c. */
 template <typename T>
-static void launch_transpose(const void *x, void *y, int64_t n, const slim_cuda_shape &o,
-                             const slim_cuda_shape &s, cudaStream_t st)
+__global__ void transpose_tiled_kernel(const T *x, T *y, int64_t A, int64_t C, int64_t sc,
+                                       slim_cuda_shape batch, int64_t n_batch)
 {
-    transpose_kernel<T><<<slim_cuda_blocks(n, SLIM_CUDA_BLOCK), SLIM_CUDA_BLOCK, 0, st>>>(
-        (const T *)x, (T *)y, n, o, s);
+    __shared__ T tile[TP_TILE][TP_TILE + 1];
+    int64_t a0 = (int64_t)blockIdx.x * TP_TILE, c0 = (int64_t)blockIdx.y * TP_TILE;
+    for (int64_t b = blockIdx.z; b < n_batch; b += gridDim.z) {
+        int64_t rem = b, base = 0;
+        for (int d = batch.ndim - 1; d >= 0; d--) {
+            base += rem % batch.dims[d] * batch.strides[d];
+            rem /= batch.dims[d];
+        }
+        const T *xb = x + base;
+        T *yb = y + b * A * C;
+        for (int k = 0; k < TP_TILE; k += TP_ROWS) {
+            int64_t a = a0 + threadIdx.x, c = c0 + threadIdx.y + k;
+            if (a < A && c < C)
+                tile[threadIdx.y + k][threadIdx.x] = xb[a + c * sc];
+        }
+        __syncthreads();
+        for (int k = 0; k < TP_TILE; k += TP_ROWS) {
+            int64_t a = a0 + threadIdx.y + k, c = c0 + threadIdx.x;
+            if (a < A && c < C)
+                yb[a * C + c] = tile[threadIdx.x][threadIdx.y + k];
+        }
+        __syncthreads();
+    }
 }
 
-/* Launches the generic strided gather of es-byte elements. */
-static slim_status strided_copy(const void *x, void *y, int64_t n, const slim_cuda_shape &o,
-                                const slim_cuda_shape &s, size_t es, cudaStream_t st,
-                                slim_err *err)
+template <typename T>
+static void launch_transpose_gather(const void *x, void *y, const slim_transpose_plan &p,
+                                    cudaStream_t st)
 {
-    switch (es) {
-    case 1: launch_transpose<uint8_t>(x, y, n, o, s, st); break;
-    case 2: launch_transpose<uint16_t>(x, y, n, o, s, st); break;
-    case 4: launch_transpose<uint32_t>(x, y, n, o, s, st); break;
-    case 8: launch_transpose<uint64_t>(x, y, n, o, s, st); break;
-    default:
-        return slim_errf(err, SLIM_EUNSUPPORTED, "no GPU copy for %zu-byte elements", es);
+    slim_cuda_shape sh;
+    memset(&sh, 0, sizeof(sh));
+    sh.ndim = p.ndim;
+    for (int d = 0; d < p.ndim; d++) {
+        sh.dims[d] = p.dims[d];
+        sh.strides[d] = p.strides[d];
     }
-    return SLIM_OK;
+    unsigned g = slim_cuda_blocks(p.n, SLIM_CUDA_BLOCK);
+    /* Every input offset is below n: 32 bits do when n does. */
+    if (p.n <= INT32_MAX)
+        transpose_gather_kernel<T, uint32_t><<<g, SLIM_CUDA_BLOCK, 0, st>>>(
+            (const T *)x, (T *)y, (uint32_t)p.n, sh);
+    else
+        transpose_gather_kernel<T, int64_t><<<g, SLIM_CUDA_BLOCK, 0, st>>>(
+            (const T *)x, (T *)y, p.n, sh);
+}
+
+template <typename T>
+static void launch_tiled(const void *x, void *y, const slim_transpose_plan &p, dim3 grid,
+                         cudaStream_t st)
+{
+    slim_cuda_shape batch;
+    memset(&batch, 0, sizeof(batch));
+    batch.ndim = p.ndim - 2;
+    int64_t n_batch = 1;
+    for (int d = 0; d < batch.ndim; d++) {
+        batch.dims[d] = p.dims[d];
+        batch.strides[d] = p.strides[d];
+        n_batch *= p.dims[d];
+    }
+    transpose_tiled_kernel<T><<<grid, dim3(TP_TILE, TP_ROWS), 0, st>>>(
+        (const T *)x, (T *)y, p.dims[p.ndim - 2], p.dims[p.ndim - 1], p.strides[p.ndim - 1],
+        batch, n_batch);
 }
 
 static slim_status transpose_exec(slim_op_ctx *ctx, slim_cuda_ctx *cu)
@@ -65,18 +124,45 @@ static slim_status transpose_exec(slim_op_ctx *ctx, slim_cuda_ctx *cu)
         for (int d = 0; d < x->ndim; d++)
             perm[d] = x->ndim - 1 - d;
     }
-    int64_t xstr[SLIM_MAX_DIMS];
-    slim_contiguous_strides(x->ndim, x->dims, xstr);
-    slim_cuda_shape o, s;
-    memset(&o, 0, sizeof(o));
-    memset(&s, 0, sizeof(s));
-    o.ndim = s.ndim = y->ndim;
-    for (int d = 0; d < y->ndim; d++) {
-        o.dims[d] = y->dims[d];
-        s.strides[d] = xstr[perm[d]];
+    size_t es = slim_dtype_size(x->dtype);
+    uintptr_t addr = (uintptr_t)x->data | (uintptr_t)y->data;
+    slim_transpose_plan p;
+    slim_transpose_plan_make(x->ndim, x->dims, perm, es, addr ? (size_t)(addr & (~addr + 1)) : 256,
+                             &p);
+    int last = p.ndim - 1;
+    if (p.ndim == 1 && p.strides[0] == 1) {
+        SLIM_CUDA_CHECK(cudaMemcpyAsync(y->data, x->data, (size_t)p.n * p.es,
+                                        cudaMemcpyDeviceToDevice, cu->stream), ctx->err);
+        return SLIM_OK;
     }
-    return strided_copy(x->data, y->data, n, o, s, slim_dtype_size(x->dtype), cu->stream,
-                        ctx->err);
+    int64_t n_batch = 1;
+    for (int d = 0; d + 2 < p.ndim; d++)
+        n_batch *= p.dims[d];
+    int64_t gx = p.ndim >= 2 ? (p.dims[last - 1] + TP_TILE - 1) / TP_TILE : 0;
+    int64_t gy = (p.dims[last] + TP_TILE - 1) / TP_TILE;
+    if (p.ndim >= 2 && p.strides[last] != 1 && p.strides[last - 1] == 1 && p.es <= 8 &&
+        gx <= INT32_MAX && gy <= 65535) {
+        dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)(n_batch < 65535 ? n_batch : 65535));
+        switch (p.es) {
+        case 1: launch_tiled<uint8_t>(x->data, y->data, p, grid, cu->stream); break;
+        case 2: launch_tiled<uint16_t>(x->data, y->data, p, grid, cu->stream); break;
+        case 4: launch_tiled<uint32_t>(x->data, y->data, p, grid, cu->stream); break;
+        default: launch_tiled<uint64_t>(x->data, y->data, p, grid, cu->stream); break;
+        }
+        SLIM_CUDA_LAUNCH_CHECK(ctx->err);
+        return SLIM_OK;
+    }
+    switch (p.es) {
+    case 1: launch_transpose_gather<uint8_t>(x->data, y->data, p, cu->stream); break;
+    case 2: launch_transpose_gather<uint16_t>(x->data, y->data, p, cu->stream); break;
+    case 4: launch_transpose_gather<uint32_t>(x->data, y->data, p, cu->stream); break;
+    case 8: launch_transpose_gather<uint64_t>(x->data, y->data, p, cu->stream); break;
+    case 16: launch_transpose_gather<uint4>(x->data, y->data, p, cu->stream); break;
+    default:
+        return slim_errf(ctx->err, SLIM_EUNSUPPORTED, "no GPU copy for %zu-byte elements", p.es);
+    }
+    SLIM_CUDA_LAUNCH_CHECK(ctx->err);
+    return SLIM_OK;
 }
 
 /* ---- Gather ------------------------------------------------------------ */

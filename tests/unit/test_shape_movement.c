@@ -3,6 +3,7 @@
  * hand-computed cases, random cases checked against loops written from the
  * operator definitions, and bad inputs that must fail cleanly. */
 #include "testutil.h"
+#include "cuda/transpose_plan.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -570,6 +571,119 @@ START_TEST(test_center_crop_pad)
 }
 END_TEST
 
+/* ---- the GPU's transpose plan (kernels/cuda/transpose_plan.h) ---------------- */
+
+/* Moves x by the plan, element by element, as the GPU kernels do. */
+static void plan_apply(const slim_transpose_plan *p, const uint8_t *x, uint8_t *y)
+{
+    for (int64_t i = 0; i < p->n; i++) {
+        int64_t rem = i, off = 0;
+        for (int d = p->ndim - 1; d >= 0; d--) {
+            off += rem % p->dims[d] * p->strides[d];
+            rem /= p->dims[d];
+        }
+        memcpy(y + i * (int64_t)p->es, x + off * (int64_t)p->es, p->es);
+    }
+}
+
+/* Random shapes (size-1 axes, runs that merge), permutations, element sizes
+ * and alignments: the plan moves exactly what the definition does. */
+START_TEST(test_transpose_plan_random)
+{
+    uint64_t rng = 0x2545F4914F6CDD1Dull;
+    for (int iter = 0; iter < 3000; iter++) {
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        int ndim = 1 + (int)((rng >> 33) % 6);
+        int64_t dims[8], perm[8], out_dims[8], in_str[8], n = 1;
+        for (int d = 0; d < ndim; d++) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            dims[d] = (int64_t)((rng >> 35) % 5) + ((rng >> 20) % 3 == 0 ? 0 : 1);
+            if (dims[d] == 0)
+                dims[d] = 1;
+            if ((rng >> 50) % 7 == 0)
+                dims[d] *= 8; /* runs long enough to widen */
+            if (n * dims[d] > 4096)
+                dims[d] = 1;
+            perm[d] = d;
+            n *= dims[d];
+        }
+        for (int d = ndim - 1; d > 0; d--) {
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            int j = (int)((rng >> 33) % (uint64_t)(d + 1));
+            int64_t t = perm[d];
+            perm[d] = perm[j];
+            perm[j] = t;
+        }
+        size_t es = (size_t)1 << ((rng >> 40) % 4);
+        size_t align = (size_t)1 << ((rng >> 44) % 6);
+        int64_t s = 1;
+        for (int d = ndim - 1; d >= 0; d--) {
+            in_str[d] = s;
+            s *= dims[d];
+        }
+        for (int d = 0; d < ndim; d++)
+            out_dims[d] = dims[perm[d]];
+        uint8_t *x = malloc((size_t)n * es), *want = malloc((size_t)n * es),
+                *got = malloc((size_t)n * es);
+        for (int64_t i = 0; i < n * (int64_t)es; i++)
+            x[i] = (uint8_t)(i * 131 + iter);
+        for (int64_t i = 0; i < n; i++) { /* the definition */
+            int64_t rem = i, off = 0;
+            for (int d = ndim - 1; d >= 0; d--) {
+                off += rem % out_dims[d] * in_str[perm[d]];
+                rem /= out_dims[d];
+            }
+            memcpy(want + i * (int64_t)es, x + off * (int64_t)es, es);
+        }
+        slim_transpose_plan p;
+        slim_transpose_plan_make(ndim, dims, perm, es, align, &p);
+        ck_assert_int_ge(p.ndim, 1);
+        ck_assert_int_le(p.ndim, ndim);
+        ck_assert_int_eq(p.n * (int64_t)p.es, n * (int64_t)es);
+        ck_assert_uint_le(p.es, align > es ? align : es);
+        memset(got, 0xAB, (size_t)n * es);
+        plan_apply(&p, x, got);
+        ck_assert_msg(memcmp(got, want, (size_t)n * es) == 0, "iteration %d: ndim %d, es %zu",
+                      iter, ndim, es);
+        free(x);
+        free(want);
+        free(got);
+    }
+}
+END_TEST
+
+/* The attention head moves become the copies movement.cu has fast paths for. */
+START_TEST(test_transpose_plan_shapes)
+{
+    slim_transpose_plan p;
+    /* K: [B,S,12,64] by [0,2,3,1] is a batch of [S,768] -> [768,S]. */
+    slim_transpose_plan_make(4, (int64_t[]){8, 128, 12, 64}, (int64_t[]){0, 2, 3, 1}, 2, 256, &p);
+    ck_assert_int_eq(p.ndim, 3);
+    ck_assert_int_eq(p.dims[0], 8);
+    ck_assert_int_eq(p.dims[1], 768);
+    ck_assert_int_eq(p.dims[2], 128);
+    ck_assert_int_eq(p.strides[0], 128 * 768);
+    ck_assert_int_eq(p.strides[1], 1);
+    ck_assert_int_eq(p.strides[2], 768);
+    ck_assert_uint_eq(p.es, 2);
+    /* Q: [B,S,12,64] by [0,2,1,3]: rows of 64 fp16 move as 8 16-byte values. */
+    slim_transpose_plan_make(4, (int64_t[]){8, 128, 12, 64}, (int64_t[]){0, 2, 1, 3}, 2, 256, &p);
+    ck_assert_int_eq(p.ndim, 4);
+    ck_assert_uint_eq(p.es, 16);
+    ck_assert_int_eq(p.dims[3], 8);
+    ck_assert_int_eq(p.strides[1], 8);
+    ck_assert_int_eq(p.strides[2], 12 * 8);
+    /* Misaligned buffers keep the element size. */
+    slim_transpose_plan_make(4, (int64_t[]){8, 128, 12, 64}, (int64_t[]){0, 2, 1, 3}, 2, 2, &p);
+    ck_assert_uint_eq(p.es, 2);
+    /* Batch 1 and the identity: one plain copy. */
+    slim_transpose_plan_make(3, (int64_t[]){1, 5, 7}, (int64_t[]){1, 0, 2}, 4, 16, &p);
+    ck_assert_int_eq(p.ndim, 1);
+    ck_assert_int_eq(p.strides[0], 1);
+    ck_assert_int_eq(p.n * (int64_t)p.es, 35 * 4);
+}
+END_TEST
+
 static Suite *shape_movement_suite(void)
 {
     Suite *s = suite_create("shape_movement");
@@ -596,6 +710,8 @@ static Suite *shape_movement_suite(void)
     tcase_add_test(tc, test_scatter_family);
     tcase_add_test(tc, test_legacy_attribute_forms);
     tcase_add_test(tc, test_center_crop_pad);
+    tcase_add_test(tc, test_transpose_plan_random);
+    tcase_add_test(tc, test_transpose_plan_shapes);
     suite_add_tcase(s, tc);
     return s;
 }
