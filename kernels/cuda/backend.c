@@ -13,8 +13,8 @@
  * before it reports SLIM_EOOM, and the batcher halves the batch.
  *
  * Streams: every thread that runs models has its own non-blocking stream
- * per device (a server instance is a thread), with its own cuBLAS (and
- * cuDNN) handle bound to it. PyTorch keeps cached blocks per stream so
+ * per device (a server instance is a thread), with its own cuBLAS handle
+ * bound to it. PyTorch keeps cached blocks per stream so
  * that a block freed on one stream is not reused by another while the
  * first may still use it. slimserve gets the same safety more simply: the
  * executor holds every device buffer a run frees until the run's stream
@@ -30,9 +30,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#ifdef SLIM_HAVE_CUDNN
-#include <cudnn.h>
-#endif
 
 #define SLIM_CUDA_MAX_DEVICES 16
 /* cuBLAS's own workspace per handle: what NVIDIA recommends for Hopper. */
@@ -107,10 +104,6 @@ static void thread_state_free(void *p)
         cudaStreamSynchronize(cu->stream);
         free_scratch(cu);
         free(cu->scratch);
-#ifdef SLIM_HAVE_CUDNN
-        if (cu->cudnn)
-            cudnnDestroy((cudnnHandle_t)cu->cudnn);
-#endif
         cublasDestroy(cu->cublas);
         slim_buffer_unref(ts->workspace[i]);
         if (ts->pinned[i])
@@ -156,13 +149,6 @@ static slim_status thread_ctx(cuda_device *d, slim_cuda_ctx **out, slim_err *err
         return st;
     SLIM_CUBLAS_CHECK(cublasSetWorkspace(cu->cublas, ts->workspace[i]->ptr,
                                          SLIM_CUBLAS_WORKSPACE), err);
-#ifdef SLIM_HAVE_CUDNN
-    cudnnHandle_t h;
-    if (cudnnCreate(&h) == CUDNN_STATUS_SUCCESS) {
-        cudnnSetStream(h, cu->stream);
-        cu->cudnn = h;
-    }
-#endif
     /* Pinned staging is an optimization: without it copies still work. */
     if (cudaHostAlloc(&ts->pinned[i], SLIM_PINNED_BYTES, cudaHostAllocDefault) != cudaSuccess) {
         (void)cudaGetLastError();

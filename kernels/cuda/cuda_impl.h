@@ -60,7 +60,6 @@ typedef struct slim_cuda_ctx {
     struct slim_device *dev;    /* the slimserve device, for its allocator */
     cudaStream_t stream;
     cublasHandle_t cublas;      /* bound to stream, workspace set */
-    void *cudnn;                /* cudnnHandle_t bound to stream; NULL without cuDNN */
     int sm_count;
     bool allow_tf32;            /* fp32 products may use TF32 tensor cores */
     /* scratch buffers handed out during the current run (backend.c) */
