@@ -382,8 +382,14 @@ slim_status slim_model_place(slim_model *m, slim_device *dev, slim_err *err)
     /* Uploaded weights are charged to the model, like loaded ones. */
     slim_mem_account *prev = slim_mem_account_enter(m->account);
     st = rebuild(&p, err);
-    if (!st)
+    if (!st) {
         st = dev->backend->sync(dev, err);
+    } else {
+        /* Uploads already queued may still be writing into weights that
+         * freeing p.ng gives back to the shared cache: wait for them. */
+        slim_err ignored = {0};
+        dev->backend->sync(dev, &ignored);
+    }
     slim_mem_account_enter(prev);
     if (st)
         goto done;

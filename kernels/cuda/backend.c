@@ -114,6 +114,28 @@ static void thread_state_free(void *p)
     free(ts);
 }
 
+/* Undoes what a failed thread_ctx_init made, so that the next try starts
+ * clean instead of leaking the stream and handles. */
+static void thread_ctx_undo(thread_state *ts, int i)
+{
+    slim_cuda_ctx *cu = &ts->ctx[i];
+    if (cu->cublas)
+        cublasDestroy(cu->cublas);
+    if (ts->pinned_done[i])
+        cudaEventDestroy(ts->pinned_done[i]);
+    if (cu->stream)
+        cudaStreamDestroy(cu->stream);
+    slim_buffer_unref(ts->workspace[i]);
+    cu->cublas = NULL;
+    ts->pinned_done[i] = NULL;
+    cu->stream = NULL;
+    ts->workspace[i] = NULL;
+    (void)cudaGetLastError();
+}
+
+static slim_status thread_ctx_init(thread_state *ts, cuda_device *d, slim_cuda_ctx *cu,
+                                   slim_err *err);
+
 /* The calling thread's context on device d, made on first use. */
 static slim_status thread_ctx(cuda_device *d, slim_cuda_ctx **out, slim_err *err)
 {
@@ -131,6 +153,20 @@ static slim_status thread_ctx(cuda_device *d, slim_cuda_ctx **out, slim_err *err
         *out = cu;
         return SLIM_OK;
     }
+    slim_status st = thread_ctx_init(ts, d, cu, err);
+    if (st) {
+        thread_ctx_undo(ts, i);
+        return st;
+    }
+    ts->ready[i] = true;
+    *out = cu;
+    return SLIM_OK;
+}
+
+static slim_status thread_ctx_init(thread_state *ts, cuda_device *d, slim_cuda_ctx *cu,
+                                   slim_err *err)
+{
+    int i = d->ordinal;
     memset(cu, 0, sizeof(*cu));
     cu->device = i;
     cu->dev = &d->dev;
@@ -154,8 +190,6 @@ static slim_status thread_ctx(cuda_device *d, slim_cuda_ctx **out, slim_err *err
         (void)cudaGetLastError();
         ts->pinned[i] = NULL;
     }
-    ts->ready[i] = true;
-    *out = cu;
     return SLIM_OK;
 }
 

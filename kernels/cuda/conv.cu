@@ -76,8 +76,6 @@ static slim_status conv_exec(slim_op_ctx *ctx, slim_cuda_ctx *cu)
                   p[2] == 0 && p[3] == 0;
     void *col = NULL;
     slim_status st;
-    if (!direct && (st = slim_cuda_scratch(cu, (size_t)(kdim * spatial) * es, &col, ctx->err)))
-        return st;
     cudaDataType_t t = x->dtype == SLIM_F16 ? CUDA_R_16F
                      : x->dtype == SLIM_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     cublasComputeType_t ct = x->dtype == SLIM_F32 && cu->allow_tf32
@@ -107,6 +105,10 @@ static slim_status conv_exec(slim_op_ctx *ctx, slim_cuda_ctx *cu)
                               (int)N, ct, CUBLAS_GEMM_DEFAULT), ctx->err);
         N = 0; /* done */
     }
+    /* One image's unfolded input, reused image by image. */
+    if (N > 0 && !direct &&
+        (st = slim_cuda_scratch(cu, (size_t)(kdim * spatial) * es, &col, ctx->err)))
+        return st;
     for (int64_t img = 0; img < N; img++) {
         for (int64_t gi = 0; gi < group; gi++) {
             const char *xin = (const char *)x->data + ((img * C + gi * cg) * g.h * g.w) * es;
@@ -145,10 +147,10 @@ static bool conv_ok(const slim_node *n, const slim_dtype *in)
     const char *pad = slim_attr_str(n, "auto_pad", "NOTSET");
     if (strcmp(pad, "NOTSET") != 0 && strcmp(pad, "VALID") != 0)
         return false;
-    /* 2-D only: kernel_shape, when given, has two entries. */
+    /* 2-D only. Without kernel_shape the rank is W's, which placement
+     * cannot see here: such a Conv stays on the CPU rather than fail. */
     int64_t k[8];
-    int nk = slim_attr_ints(n, "kernel_shape", k, 8);
-    return nk < 0 || nk == 2;
+    return slim_attr_ints(n, "kernel_shape", k, 8) == 2;
 }
 
 extern "C" const slim_cuda_op slim__cuda_ops_conv[] = {

@@ -70,7 +70,8 @@ static int group_size(int64_t m, int64_t n)
  * decomposes over bdims (row-major) into offsets by astr / bstr; its C is
  * at c + i * cstr. Item tail (if >= 0) reads tail_a and writes tail_c (a
  * short last row block, zero-padded in scratch). Items from n_items on are
- * padding: they read pad_a / pad_b and write pad_c. */
+ * padding: they read pad_a / pad_b and write their own slot of pad_c (C
+ * matrices of one call must not overlap), pad_cstr apart. */
 typedef struct group_items {
     const char *a, *b;
     char *c;
@@ -79,6 +80,7 @@ typedef struct group_items {
     char *tail_c;
     const char *pad_a, *pad_b;
     char *pad_c;
+    int64_t pad_cstr;
     int nb;
     int64_t bdims[SLIM_MAX_DIMS], astr[SLIM_MAX_DIMS], bstr[SLIM_MAX_DIMS];
 } group_items;
@@ -97,7 +99,7 @@ __global__ void group_ptrs_kernel(group_items it, int G, const void **ptrs)
     if (item >= it.n_items) {
         pa[j] = it.pad_a;
         pb[j] = it.pad_b;
-        pc[j] = it.pad_c;
+        pc[j] = it.pad_c + (item - it.n_items) * it.pad_cstr;
         return;
     }
     int64_t rem = item, oa = 0, ob = 0;
@@ -125,15 +127,16 @@ static slim_status gemm_grouped(slim_cuda_ctx *cu, slim_dtype dt, bool tb, int64
         return SLIM_OK;
     size_t es = slim_dtype_size(dt);
     int G = group_size(m, n);
-    int64_t groups = (it->n_items + G - 1) / G;
-    void *ptrs, *junk;
+    int64_t groups = (it->n_items + G - 1) / G, pads = groups * G - it->n_items;
+    void *ptrs, *junk = NULL;
     slim_status st;
     if ((st = slim_cuda_scratch(cu, (size_t)(groups * 3 * G) * sizeof(void *), &ptrs, err)) ||
-        (st = slim_cuda_scratch(cu, (size_t)(m * n) * es, &junk, err)))
+        (pads && (st = slim_cuda_scratch(cu, (size_t)(pads * m * n) * es, &junk, err))))
         return st;
     it->pad_a = it->tail == 0 ? it->tail_a : it->a;
     it->pad_b = it->b;
     it->pad_c = (char *)junk;
+    it->pad_cstr = m * n * (int64_t)es;
     group_ptrs_kernel<<<(unsigned)groups, GROUP_MAX, 0, cu->stream>>>(*it, G,
                                                                      (const void **)ptrs);
     SLIM_CUDA_LAUNCH_CHECK(err);
@@ -273,6 +276,10 @@ static slim_status matmul_exec(slim_op_ctx *ctx, slim_cuda_ctx *cu)
     int64_t m = A->ndim >= 2 ? A->dims[A->ndim - 2] : 1;
     int64_t k = A->dims[A->ndim - 1];
     int64_t n = B->ndim >= 2 ? B->dims[B->ndim - 1] : 1;
+    if (k == 0) { /* empty sums; cuBLAS refuses a leading dimension of 0 */
+        SLIM_CUDA_CHECK(cudaMemsetAsync(Y->data, 0, slim_tensor_nbytes(Y), cu->stream), ctx->err);
+        return SLIM_OK;
+    }
     int a_b = A->ndim > 2 ? A->ndim - 2 : 0, b_b = B->ndim > 2 ? B->ndim - 2 : 0;
     int nb = a_b > b_b ? a_b : b_b;
     int64_t bdims[SLIM_MAX_DIMS], astr[SLIM_MAX_DIMS], bstr[SLIM_MAX_DIMS];
@@ -383,7 +390,7 @@ static slim_status gemm_exec(slim_op_ctx *ctx, slim_cuda_ctx *cu)
     else if (!ta)
         st = gemm_rows(cu, A->dtype, tb, m, n, k, alpha, A->data, B->data, tb ? k : n, 0.0f,
                        Y->data, ctx->err);
-    else
+    else /* with transA, A's first axis is K, not the batch: nothing to block */
         st = gemm_rm(cu, A->dtype, ta, tb, m, n, k, alpha, A->data, m, B->data, tb ? k : n,
                      0.0f, Y->data, n, ctx->err);
     if (k != 0 && st)

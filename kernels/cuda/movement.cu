@@ -110,29 +110,20 @@ static void launch_tiled(const void *x, void *y, const slim_transpose_plan &p, d
         batch, n_batch);
 }
 
-static slim_status transpose_exec(slim_op_ctx *ctx, slim_cuda_ctx *cu)
+/* y = x (ndim dims, es-byte elements) with its axes permuted. */
+static slim_status transpose_run(slim_cuda_ctx *cu, const void *x, void *y, int ndim,
+                                 const int64_t *dims, const int64_t *perm, size_t es,
+                                 slim_err *err)
 {
-    const slim_tensor *x = ctx->in[0];
-    slim_tensor *y = ctx->out[0];
-    int64_t n = slim_tensor_numel(y);
-    if (n == 0)
-        return SLIM_OK;
-    int64_t perm[SLIM_MAX_DIMS];
-    int np = slim_attr_ints(ctx->node, "perm", perm, SLIM_MAX_DIMS);
-    if (np < 0) { /* default: reverse the axes */
-        np = x->ndim;
-        for (int d = 0; d < x->ndim; d++)
-            perm[d] = x->ndim - 1 - d;
-    }
-    size_t es = slim_dtype_size(x->dtype);
-    uintptr_t addr = (uintptr_t)x->data | (uintptr_t)y->data;
+    uintptr_t addr = (uintptr_t)x | (uintptr_t)y;
     slim_transpose_plan p;
-    slim_transpose_plan_make(x->ndim, x->dims, perm, es, addr ? (size_t)(addr & (~addr + 1)) : 256,
-                             &p);
+    slim_transpose_plan_make(ndim, dims, perm, es, addr ? (size_t)(addr & (~addr + 1)) : 256, &p);
+    if (p.n == 0)
+        return SLIM_OK;
     int last = p.ndim - 1;
     if (p.ndim == 1 && p.strides[0] == 1) {
-        SLIM_CUDA_CHECK(cudaMemcpyAsync(y->data, x->data, (size_t)p.n * p.es,
-                                        cudaMemcpyDeviceToDevice, cu->stream), ctx->err);
+        SLIM_CUDA_CHECK(cudaMemcpyAsync(y, x, (size_t)p.n * p.es, cudaMemcpyDeviceToDevice,
+                                        cu->stream), err);
         return SLIM_OK;
     }
     int64_t n_batch = 1;
@@ -144,25 +135,42 @@ static slim_status transpose_exec(slim_op_ctx *ctx, slim_cuda_ctx *cu)
         gx <= INT32_MAX && gy <= 65535) {
         dim3 grid((unsigned)gx, (unsigned)gy, (unsigned)(n_batch < 65535 ? n_batch : 65535));
         switch (p.es) {
-        case 1: launch_tiled<uint8_t>(x->data, y->data, p, grid, cu->stream); break;
-        case 2: launch_tiled<uint16_t>(x->data, y->data, p, grid, cu->stream); break;
-        case 4: launch_tiled<uint32_t>(x->data, y->data, p, grid, cu->stream); break;
-        default: launch_tiled<uint64_t>(x->data, y->data, p, grid, cu->stream); break;
+        case 1: launch_tiled<uint8_t>(x, y, p, grid, cu->stream); break;
+        case 2: launch_tiled<uint16_t>(x, y, p, grid, cu->stream); break;
+        case 4: launch_tiled<uint32_t>(x, y, p, grid, cu->stream); break;
+        default: launch_tiled<uint64_t>(x, y, p, grid, cu->stream); break;
         }
-        SLIM_CUDA_LAUNCH_CHECK(ctx->err);
+        SLIM_CUDA_LAUNCH_CHECK(err);
         return SLIM_OK;
     }
     switch (p.es) {
-    case 1: launch_transpose_gather<uint8_t>(x->data, y->data, p, cu->stream); break;
-    case 2: launch_transpose_gather<uint16_t>(x->data, y->data, p, cu->stream); break;
-    case 4: launch_transpose_gather<uint32_t>(x->data, y->data, p, cu->stream); break;
-    case 8: launch_transpose_gather<uint64_t>(x->data, y->data, p, cu->stream); break;
-    case 16: launch_transpose_gather<uint4>(x->data, y->data, p, cu->stream); break;
+    case 1: launch_transpose_gather<uint8_t>(x, y, p, cu->stream); break;
+    case 2: launch_transpose_gather<uint16_t>(x, y, p, cu->stream); break;
+    case 4: launch_transpose_gather<uint32_t>(x, y, p, cu->stream); break;
+    case 8: launch_transpose_gather<uint64_t>(x, y, p, cu->stream); break;
+    case 16: launch_transpose_gather<uint4>(x, y, p, cu->stream); break;
     default:
-        return slim_errf(ctx->err, SLIM_EUNSUPPORTED, "no GPU copy for %zu-byte elements", p.es);
+        return slim_errf(err, SLIM_EUNSUPPORTED, "no GPU copy for %zu-byte elements", p.es);
     }
-    SLIM_CUDA_LAUNCH_CHECK(ctx->err);
+    SLIM_CUDA_LAUNCH_CHECK(err);
     return SLIM_OK;
+}
+
+static slim_status transpose_exec(slim_op_ctx *ctx, slim_cuda_ctx *cu)
+{
+    const slim_tensor *x = ctx->in[0];
+    slim_tensor *y = ctx->out[0];
+    if (slim_tensor_numel(y) == 0)
+        return SLIM_OK;
+    int64_t perm[SLIM_MAX_DIMS];
+    int np = slim_attr_ints(ctx->node, "perm", perm, SLIM_MAX_DIMS);
+    if (np < 0) { /* default: reverse the axes */
+        np = x->ndim;
+        for (int d = 0; d < x->ndim; d++)
+            perm[d] = x->ndim - 1 - d;
+    }
+    return transpose_run(cu, x->data, y->data, x->ndim, x->dims, perm,
+                         slim_dtype_size(x->dtype), ctx->err);
 }
 
 /* ---- Gather ------------------------------------------------------------ */
@@ -254,10 +262,21 @@ static slim_status concat_exec(slim_op_ctx *ctx, slim_cuda_ctx *cu)
         if (!x)
             continue;
         size_t w = (size_t)(x->dims[axis] * inner) * es;
-        if (w && outer)
+        /* One row is a plain copy; cudaMemcpy2D refuses pitches past the
+         * device's limit (2 GiB), so wider rows go one by one. */
+        if (w && outer == 1)
+            SLIM_CUDA_CHECK(cudaMemcpyAsync((char *)y->data + at, x->data, w,
+                                            cudaMemcpyDeviceToDevice, cu->stream), ctx->err);
+        else if (w && outer && row <= (size_t)INT32_MAX)
             SLIM_CUDA_CHECK(cudaMemcpy2DAsync((char *)y->data + at, row, x->data, w, w,
                                               (size_t)outer, cudaMemcpyDeviceToDevice,
                                               cu->stream), ctx->err);
+        else
+            for (int64_t o = 0; w && o < outer; o++)
+                SLIM_CUDA_CHECK(cudaMemcpyAsync((char *)y->data + at + (size_t)o * row,
+                                                (const char *)x->data + (size_t)o * w, w,
+                                                cudaMemcpyDeviceToDevice, cu->stream),
+                                ctx->err);
         at += w;
     }
     return SLIM_OK;

@@ -9,8 +9,15 @@
 
 typedef struct pool_geom {
     int64_t h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw;
+    int64_t ph_end, pw_end;     /* pads after the input (ONNX pads[2], pads[3]) */
     bool is_max, include_pad;
 } pool_geom;
+
+/* max that keeps a NaN, as the CPU kernels and ReduceMax do */
+__device__ __forceinline__ float max_nan(float acc, float v)
+{
+    return (v > acc || v != v) ? v : acc;
+}
 
 __global__ void pool2d_kernel(const void *x, void *y, int64_t n, pool_geom g, int dt)
 {
@@ -19,7 +26,7 @@ __global__ void pool2d_kernel(const void *x, void *y, int64_t n, pool_geom g, in
         int64_t ox = i % g.ow, oy = (i / g.ow) % g.oh, plane = i / (g.ow * g.oh);
         const int64_t base = plane * g.h * g.w;
         float acc = g.is_max ? -INFINITY : 0.0f;
-        int64_t count = 0;
+        int64_t count = 0; /* taps averaged over; for max, taps read */
         for (int64_t ky = 0; ky < g.kh; ky++) {
             int64_t iy = oy * g.sh - g.ph + ky * g.dh;
             for (int64_t kx = 0; kx < g.kw; kx++) {
@@ -27,20 +34,21 @@ __global__ void pool2d_kernel(const void *x, void *y, int64_t n, pool_geom g, in
                 bool inside = iy >= 0 && iy < g.h && ix >= 0 && ix < g.w;
                 if (g.is_max) {
                     if (inside) {
-                        float v = slim_ld(x, base + iy * g.w + ix, dt);
-                        acc = (v > acc || v != v) ? v : acc;
+                        acc = max_nan(acc, slim_ld(x, base + iy * g.w + ix, dt));
+                        count++;
                     }
                 } else {
-                    /* count_include_pad counts pads but not the ceil_mode
-                     * overhang past the padded input. */
+                    /* count_include_pad counts pads, begin and end, but
+                     * not the ceil_mode overhang past the padded input. */
                     if (inside)
                         acc += slim_ld(x, base + iy * g.w + ix, dt);
-                    if (inside || (g.include_pad && iy < g.h + g.ph && ix < g.w + g.pw))
+                    if (inside || (g.include_pad && iy < g.h + g.ph_end && ix < g.w + g.pw_end))
                         count++;
                 }
             }
         }
-        slim_st(y, i, dt, g.is_max ? acc : (count ? acc / (float)count : 0.0f));
+        /* A window over padding alone gives 0, as on the CPU. */
+        slim_st(y, i, dt, !count ? 0.0f : g.is_max ? acc : acc / (float)count);
     }
 }
 
@@ -57,7 +65,7 @@ static slim_status pool_exec(slim_op_ctx *ctx, slim_cuda_ctx *cu)
     slim_attr_ints(ctx->node, "pads", p, 4);
     slim_attr_ints(ctx->node, "dilations", d, 2);
     pool_geom g = {x->dims[2], x->dims[3], y->dims[2], y->dims[3], k[0], k[1], s[0], s[1],
-                   p[0], p[1], d[0], d[1], strcmp(ctx->node->op_type, "MaxPool") == 0,
+                   p[0], p[1], d[0], d[1], p[2], p[3], strcmp(ctx->node->op_type, "MaxPool") == 0,
                    slim_attr_int(ctx->node, "count_include_pad", 0) != 0};
     pool2d_kernel<<<slim_cuda_blocks(n, SLIM_CUDA_BLOCK), SLIM_CUDA_BLOCK, 0, cu->stream>>>(
         x->data, y->data, n, g, x->dtype);
@@ -86,11 +94,11 @@ __global__ void global_pool_kernel(const void *x, void *y, int64_t spatial, bool
     float acc = is_max ? -INFINITY : 0.0f;
     for (int64_t i = threadIdx.x; i < spatial; i += blockDim.x) {
         float v = slim_ld(x, plane * spatial + i, dt);
-        acc = is_max ? fmaxf(acc, v) : acc + v;
+        acc = is_max ? max_nan(acc, v) : acc + v;
     }
     for (int o = 16; o > 0; o >>= 1) {
         float other = __shfl_xor_sync(0xffffffffu, acc, o);
-        acc = is_max ? fmaxf(acc, other) : acc + other;
+        acc = is_max ? max_nan(acc, other) : acc + other;
     }
     int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
     if (lane == 0)
@@ -99,7 +107,7 @@ __global__ void global_pool_kernel(const void *x, void *y, int64_t spatial, bool
     if (threadIdx.x == 0) {
         float r = shared[0];
         for (int w = 1; w < (int)(blockDim.x >> 5); w++)
-            r = is_max ? fmaxf(r, shared[w]) : r + shared[w];
+            r = is_max ? max_nan(r, shared[w]) : r + shared[w];
         slim_st(y, plane, dt, is_max ? r : r / (float)spatial);
     }
 }

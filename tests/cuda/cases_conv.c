@@ -7,6 +7,7 @@ static void conv(cc_builder *b, slim_dtype dt, int64_t c, int64_t m, int64_t k, 
                  int64_t pad, int64_t group, int64_t dil, bool bias)
 {
     cc_op(b, "Conv", 11, bias ? 3 : 2, XWB, 1);
+    cc_attr_ints(b, "kernel_shape", 2, (int64_t[]){k, k});
     cc_attr_ints(b, "strides", 2, (int64_t[]){stride, stride});
     cc_attr_ints(b, "pads", 4, (int64_t[]){pad, pad, pad, pad});
     cc_attr_ints(b, "dilations", 2, (int64_t[]){dil, dil});
@@ -27,6 +28,16 @@ static void conv_dw(cc_builder *b) { conv(b, SLIM_F32, 8, 8, 3, 1, 1, 8, 1, true
 static void conv_group_dil(cc_builder *b) { conv(b, SLIM_F32, 6, 9, 3, 1, 2, 3, 2, true); }
 static void conv_f16(cc_builder *b) { conv(b, SLIM_F16, 8, 16, 3, 1, 1, 1, 1, true); }
 
+/* Without kernel_shape the GPU cannot see the rank at placement: the node
+ * stays on the CPU (cpu_ok) and still answers. */
+static void conv_no_kernel_shape(cc_builder *b)
+{
+    cc_op(b, "Conv", 11, 2, XWB, 1);
+    cc_randn(b, 0, SLIM_F32, 3, (int64_t[]){2, 4, 9});
+    cc_randn(b, 1, SLIM_F32, 3, (int64_t[]){5, 4, 3});
+    cc_weight(b, 1);
+}
+
 const cc_case cc_cases_conv[] = {
     {"Conv 3x3 pad 1 bias", conv3x3, 1e-4, false},
     {"Conv 3x3 stride 2", conv3x3_s2, 1e-4, false},
@@ -34,5 +45,6 @@ const cc_case cc_cases_conv[] = {
     {"Conv depthwise", conv_dw, 1e-4, false},
     {"Conv groups 3, dilation 2", conv_group_dil, 1e-4, false},
     {"Conv f16", conv_f16, 2e-2, false},
+    {"Conv 1-D without kernel_shape (stays on the CPU)", conv_no_kernel_shape, 1e-4, true},
     {0},
 };

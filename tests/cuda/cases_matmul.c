@@ -20,6 +20,7 @@ static void mm_f16(cc_builder *b) { mm(b, SLIM_F16, 3, (int64_t[]){2, 9, 128}, 2
 static void mm_batched(cc_builder *b) { mm(b, SLIM_F32, 4, (int64_t[]){2, 3, 5, 16}, 4, (int64_t[]){2, 3, 16, 5}, false); }
 static void mm_bcast(cc_builder *b) { mm(b, SLIM_F32, 4, (int64_t[]){2, 1, 5, 8}, 3, (int64_t[]){3, 8, 6}, false); }
 static void mm_vec(cc_builder *b) { mm(b, SLIM_F32, 1, (int64_t[]){19}, 2, (int64_t[]){19, 4}, false); }
+static void mm_k0(cc_builder *b) { mm(b, SLIM_F32, 3, (int64_t[]){2, 5, 0}, 2, (int64_t[]){0, 7}, false); }
 static void mm_vec_r(cc_builder *b) { mm(b, SLIM_F32, 3, (int64_t[]){2, 3, 19}, 1, (int64_t[]){19}, false); }
 
 static void gemm(cc_builder *b, int ta, int tb, float alpha, float beta, int nc, slim_dtype dt)
@@ -56,6 +57,7 @@ const cc_case cc_cases_matmul[] = {
     {"MatMul broadcast batch dims", mm_bcast, 1e-4, false},
     {"MatMul 1-D x 2-D", mm_vec, 1e-4, false},
     {"MatMul 3-D x 1-D", mm_vec_r, 1e-4, false},
+    {"MatMul K = 0 (zeros)", mm_k0, 0, false},
     {"Gemm transB, row bias", gemm_fc, 1e-4, false},
     {"Gemm transA, alpha/beta, full C", gemm_ta, 1e-4, false},
     {"Gemm column bias [m,1]", gemm_col_bias, 1e-4, false},
