@@ -5,7 +5,10 @@
  * reduction tree (warp shuffles, then across warps), statistics in fp32
  * for every storage type. A row's result depends only on that row, so it
  * is the same whatever batch the row ran in. Softmax over an axis that is
- * not the last is viewed as [outer, axis, inner] and strided.
+ * not the last is viewed as [outer, axis, inner] and strided. Rows of at
+ * most 1024 contiguous elements (attention's scores) go a warp per row
+ * instead, the row in registers, typed loads, shuffles only: a block per
+ * 128-element row left half its threads idle and synchronized four times.
  */
 #include "common.cuh"
 
@@ -142,6 +145,70 @@ __global__ void softmax_kernel(const void *x, void *y, int64_t len, int64_t inne
     }
 }
 
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ void from_f32(float *p, float v) { *p = v; }
+__device__ __forceinline__ void from_f32(__half *p, float v) { *p = __float2half_rn(v); }
+__device__ __forceinline__ void from_f32(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+
+#define SM_WARPS 8  /* rows per block */
+
+/* One warp per row of len <= 32 * VPL contiguous elements. */
+template <typename T, int VPL>
+__global__ void softmax_warp_kernel(const T *x, T *y, int64_t rows, int len, bool logsm)
+{
+    int lane = threadIdx.x & 31;
+    int64_t row = (int64_t)blockIdx.x * SM_WARPS + (threadIdx.x >> 5);
+    if (row >= rows)
+        return; /* the whole warp: its shuffles stay full */
+    const T *xr = x + row * len;
+    T *yr = y + row * len;
+    float v[VPL];
+    float m = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < VPL; j++) {
+        int c = j * 32 + lane;
+        v[j] = c < len ? to_f32(xr[c]) : -INFINITY;
+        m = fmaxf(m, v[j]);
+    }
+    for (int o = 16; o > 0; o >>= 1)
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < VPL; j++)
+        if (j * 32 + lane < len) {
+            v[j] -= m;
+            s += expf(v[j]);
+        }
+    for (int o = 16; o > 0; o >>= 1)
+        s += __shfl_xor_sync(0xffffffffu, s, o);
+    float ls = logf(s), inv = 1.0f / s;
+#pragma unroll
+    for (int j = 0; j < VPL; j++) {
+        int c = j * 32 + lane;
+        if (c < len)
+            from_f32(&yr[c], logsm ? v[j] - ls : expf(v[j]) * inv);
+    }
+}
+
+template <typename T>
+static void launch_softmax_warp(const void *x, void *y, int64_t rows, int len, bool logsm,
+                                cudaStream_t st)
+{
+    unsigned blocks = (unsigned)((rows + SM_WARPS - 1) / SM_WARPS);
+    const T *xt = (const T *)x;
+    T *yt = (T *)y;
+    if (len <= 128)
+        softmax_warp_kernel<T, 4><<<blocks, 32 * SM_WARPS, 0, st>>>(xt, yt, rows, len, logsm);
+    else if (len <= 256)
+        softmax_warp_kernel<T, 8><<<blocks, 32 * SM_WARPS, 0, st>>>(xt, yt, rows, len, logsm);
+    else if (len <= 512)
+        softmax_warp_kernel<T, 16><<<blocks, 32 * SM_WARPS, 0, st>>>(xt, yt, rows, len, logsm);
+    else
+        softmax_warp_kernel<T, 32><<<blocks, 32 * SM_WARPS, 0, st>>>(xt, yt, rows, len, logsm);
+}
+
 static slim_status softmax_any(slim_op_ctx *ctx, slim_cuda_ctx *cu, bool logsm)
 {
     const slim_tensor *x = ctx->in[0];
@@ -168,6 +235,18 @@ static slim_status softmax_any(slim_op_ctx *ctx, slim_cuda_ctx *cu, bool logsm)
     int64_t blocks = outer * inner;
     if (blocks == 0 || len == 0)
         return SLIM_OK;
+    if (inner == 1 && len <= 1024 && outer / SM_WARPS < INT32_MAX) {
+        const void *x_d = x->data;
+        void *y_d = ctx->out[0]->data;
+        if (x->dtype == SLIM_F16)
+            launch_softmax_warp<__half>(x_d, y_d, outer, (int)len, logsm, cu->stream);
+        else if (x->dtype == SLIM_BF16)
+            launch_softmax_warp<__nv_bfloat16>(x_d, y_d, outer, (int)len, logsm, cu->stream);
+        else
+            launch_softmax_warp<float>(x_d, y_d, outer, (int)len, logsm, cu->stream);
+        SLIM_CUDA_LAUNCH_CHECK(ctx->err);
+        return SLIM_OK;
+    }
     if (blocks > INT32_MAX)
         return slim_errf(ctx->err, SLIM_EUNSUPPORTED, "too many rows for one launch");
     int threads = len >= NORM_THREADS ? NORM_THREADS : (int)((len + 31) / 32 * 32);

@@ -42,6 +42,12 @@ static void sm_last_f16(cc_builder *b) { sm(b, "Softmax", 13, SLIM_F16, -1, 77);
 static void sm_axis1(cc_builder *b) { sm(b, "Softmax", 13, SLIM_F32, 1, 9); }
 static void sm_opset11(cc_builder *b) { sm(b, "Softmax", 11, SLIM_F32, 2, 9); }
 static void logsm(cc_builder *b) { sm(b, "LogSoftmax", 13, SLIM_F32, -1, 1000); }
+/* Row lengths around the warp kernel's register tiers and past its limit. */
+static void sm_f16_33(cc_builder *b) { sm(b, "Softmax", 13, SLIM_F16, -1, 33); }
+static void sm_300(cc_builder *b) { sm(b, "Softmax", 13, SLIM_F32, -1, 300); }
+static void sm_1024(cc_builder *b) { sm(b, "Softmax", 13, SLIM_F32, -1, 1024); }
+static void sm_1025(cc_builder *b) { sm(b, "Softmax", 13, SLIM_F32, -1, 1025); }
+static void logsm_f16_7(cc_builder *b) { sm(b, "LogSoftmax", 13, SLIM_F16, -1, 7); }
 
 static void bn(cc_builder *b, slim_dtype dt)
 {
@@ -68,6 +74,11 @@ const cc_case cc_cases_norm[] = {
     {"Softmax f32 axis 1", sm_axis1, 1e-5, false},
     {"Softmax opset 11 (2-D coercion)", sm_opset11, 1e-5, false},
     {"LogSoftmax f32 1000", logsm, 1e-4, false},
+    {"Softmax f16 last axis 33", sm_f16_33, 1e-2, false},
+    {"Softmax f32 last axis 300", sm_300, 1e-5, false},
+    {"Softmax f32 last axis 1024", sm_1024, 1e-5, false},
+    {"Softmax f32 last axis 1025 (a block per row)", sm_1025, 1e-5, false},
+    {"LogSoftmax f16 last axis 7", logsm_f16_7, 1e-2, false},
     {"BatchNormalization f32", bn_f32, 1e-5, false},
     {"BatchNormalization f16", bn_f16, 1e-2, false},
     {0},
