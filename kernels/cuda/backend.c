@@ -32,7 +32,7 @@
 
 
 #define SLIM_CUDA_MAX_DEVICES 16
-/* cuBLAS's own workspace per handle: what NVIDIA recommends for Hopper. */
+/* cuBLAS's workspace for a run: what NVIDIA recommends for Hopper. */
 #define SLIM_CUBLAS_WORKSPACE ((size_t)32 << 20)
 /* Pinned staging for host-to-device copies, per thread and device. */
 #define SLIM_PINNED_BYTES ((size_t)16 << 20)
@@ -78,7 +78,6 @@ static void segment_free(void *ctx, void *ptr, size_t size)
 typedef struct thread_state {
     slim_cuda_ctx ctx[SLIM_CUDA_MAX_DEVICES];
     bool ready[SLIM_CUDA_MAX_DEVICES];
-    slim_buffer *workspace[SLIM_CUDA_MAX_DEVICES];
     void *pinned[SLIM_CUDA_MAX_DEVICES];   /* SLIM_PINNED_BYTES each, or NULL */
     size_t pinned_used[SLIM_CUDA_MAX_DEVICES];
     cudaEvent_t pinned_done[SLIM_CUDA_MAX_DEVICES];
@@ -105,7 +104,7 @@ static void thread_state_free(void *p)
         free_scratch(cu);
         free(cu->scratch);
         cublasDestroy(cu->cublas);
-        slim_buffer_unref(ts->workspace[i]);
+        slim_buffer_unref(cu->run_workspace);
         if (ts->pinned[i])
             cudaFreeHost(ts->pinned[i]);
         cudaEventDestroy(ts->pinned_done[i]);
@@ -125,11 +124,9 @@ static void thread_ctx_undo(thread_state *ts, int i)
         cudaEventDestroy(ts->pinned_done[i]);
     if (cu->stream)
         cudaStreamDestroy(cu->stream);
-    slim_buffer_unref(ts->workspace[i]);
     cu->cublas = NULL;
     ts->pinned_done[i] = NULL;
     cu->stream = NULL;
-    ts->workspace[i] = NULL;
     (void)cudaGetLastError();
 }
 
@@ -176,20 +173,36 @@ static slim_status thread_ctx_init(thread_state *ts, cuda_device *d, slim_cuda_c
     SLIM_CUDA_CHECK(cudaEventCreateWithFlags(&ts->pinned_done[i], cudaEventDisableTiming), err);
     SLIM_CUBLAS_CHECK(cublasCreate(&cu->cublas), err);
     SLIM_CUBLAS_CHECK(cublasSetStream(cu->cublas, cu->stream), err);
-    /* The workspace comes from the caching allocator, so it shows in the
-     * device's figures; charged to no model (it is the thread's). */
-    slim_mem_account *prev = slim_mem_account_enter(NULL);
-    slim_status st = slim_buffer_new(&d->dev, SLIM_CUBLAS_WORKSPACE, &ts->workspace[i], err);
-    slim_mem_account_enter(prev);
-    if (st)
-        return st;
-    SLIM_CUBLAS_CHECK(cublasSetWorkspace(cu->cublas, ts->workspace[i]->ptr,
-                                         SLIM_CUBLAS_WORKSPACE), err);
     /* Pinned staging is an optimization: without it copies still work. */
     if (cudaHostAlloc(&ts->pinned[i], SLIM_PINNED_BYTES, cudaHostAllocDefault) != cudaSuccess) {
         (void)cudaGetLastError();
         ts->pinned[i] = NULL;
     }
+    return SLIM_OK;
+}
+
+/* The workspace lives for one run, like scratch: an idle thread holds
+ * none (a server has a thread per instance and model, so a workspace per
+ * thread was 32 MiB each, held for good), and between runs the block is in
+ * the cache for any thread, or for the device under pressure. It is always
+ * the same size: cuBLAS's kernel choice reads the workspace size, so a run
+ * without one could round differently; when it cannot be had the run fails
+ * with SLIM_EOOM and the batcher halves, as for any allocation. */
+slim_status slim_cuda_blas(slim_cuda_ctx *cu, slim_err *err)
+{
+    if (cu->run_workspace)
+        return SLIM_OK;
+    slim_buffer *b;
+    slim_status st = slim_buffer_new(cu->dev, SLIM_CUBLAS_WORKSPACE, &b, err);
+    if (st)
+        return st;
+    cublasStatus_t s = cublasSetWorkspace(cu->cublas, b->ptr, SLIM_CUBLAS_WORKSPACE);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        slim_buffer_unref(b);
+        return slim_errf(err, SLIM_EINTERNAL, "cublasSetWorkspace failed: %s (%s:%d)",
+                         slim_cublas_status_name(s), __FILE__, __LINE__);
+    }
+    cu->run_workspace = b;
     return SLIM_OK;
 }
 
@@ -326,6 +339,8 @@ static slim_status dev_sync(slim_device *dev, slim_err *err)
     cudaError_t e = cudaStreamSynchronize(cu->stream);
     ts->pinned_used[d->ordinal] = 0;
     free_scratch(cu);
+    slim_buffer_unref(cu->run_workspace);
+    cu->run_workspace = NULL;
     SLIM_CUDA_CHECK(e, err);
     return SLIM_OK;
 }

@@ -51,6 +51,9 @@ __global__ void add_channel_bias_kernel(void *y, const void *b, int64_t n, int64
 
 static slim_status conv_exec(slim_op_ctx *ctx, slim_cuda_ctx *cu)
 {
+    slim_status blas = slim_cuda_blas(cu, ctx->err);
+    if (blas)
+        return blas;
     const slim_tensor *x = ctx->in[0], *w = ctx->in[1];
     const slim_tensor *b = ctx->n_in > 2 ? ctx->in[2] : NULL;
     slim_tensor *y = ctx->out[0];

@@ -59,12 +59,13 @@ typedef struct slim_cuda_ctx {
     int device;                 /* CUDA ordinal */
     struct slim_device *dev;    /* the slimserve device, for its allocator */
     cudaStream_t stream;
-    cublasHandle_t cublas;      /* bound to stream, workspace set */
+    cublasHandle_t cublas;      /* bound to stream; workspace set by slim_cuda_blas */
     int sm_count;
     bool allow_tf32;            /* fp32 products may use TF32 tensor cores */
     /* scratch buffers handed out during the current run (backend.c) */
     int n_scratch, cap_scratch;
     struct slim_buffer **scratch;
+    struct slim_buffer *run_workspace; /* cuBLAS's, for the current run */
 } slim_cuda_ctx;
 
 typedef struct slim_cuda_op {
@@ -79,6 +80,11 @@ typedef struct slim_cuda_op {
  * synchronizes), charged to the running model. Fails with SLIM_EOOM like
  * any allocation, so a full GPU halves a batch instead of failing it. */
 slim_status slim_cuda_scratch(slim_cuda_ctx *cu, size_t bytes, void **ptr, slim_err *err);
+
+/* Call before the first cuBLAS call of an op: gives cu->cublas its
+ * workspace for the rest of the run (charged to the running model, freed
+ * after the run's stream synchronizes). SLIM_EOOM when there is no room. */
+slim_status slim_cuda_blas(slim_cuda_ctx *cu, slim_err *err);
 
 /* Grid size for n elements at `block` threads each, capped so that a
  * grid-stride loop covers the rest (kernels must loop). */

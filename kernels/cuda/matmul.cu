@@ -266,6 +266,9 @@ static bool supports_float(const slim_node *n, const slim_dtype *in)
 
 static slim_status matmul_exec(slim_op_ctx *ctx, slim_cuda_ctx *cu)
 {
+    slim_status blas = slim_cuda_blas(cu, ctx->err);
+    if (blas)
+        return blas;
     const slim_tensor *A = ctx->in[0], *B = ctx->in[1];
     slim_tensor *Y = ctx->out[0];
     if (slim_tensor_numel(Y) == 0)
@@ -373,6 +376,9 @@ __global__ void add_bias_kernel(void *y, const void *c, int64_t m, int64_t n, in
 
 static slim_status gemm_exec(slim_op_ctx *ctx, slim_cuda_ctx *cu)
 {
+    slim_status blas = slim_cuda_blas(cu, ctx->err);
+    if (blas)
+        return blas;
     const slim_tensor *A = ctx->in[0], *B = ctx->in[1];
     const slim_tensor *C = ctx->n_in > 2 ? ctx->in[2] : NULL;
     slim_tensor *Y = ctx->out[0];

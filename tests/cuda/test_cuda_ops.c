@@ -350,7 +350,7 @@ START_TEST(test_gpu_allocator_oom_and_retry)
     slim_allocator *a = gpu->alloc;
     slim_allocator_empty_cache(a);
     size_t before = slim_allocator_limit(a);
-    /* Room for 64 MiB beside what stays reserved (cuBLAS workspaces). */
+    /* Room for 64 MiB beside what stays reserved. */
     slim_mem_stats s0;
     slim_allocator_stats(a, &s0);
     slim_allocator_set_limit(a, (size_t)s0.reserved_bytes[SLIM_POOL_ALL].current +
