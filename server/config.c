@@ -192,10 +192,10 @@ static slim_status parse_memory_limit(const cJSON *k, slim_server_config *cfg, s
             continue;
         }
         int slot = slim_mem_device_slot(d->string);
-        if (slot < 0 || slot >= SLIM_SERVER_DEVICE_SLOTS)
+        if (slot < 0)
             return slim_errf(err, SLIM_EINVAL, "config.json: %s: not a device; expected \"total\", "
                              "\"cpu\" or \"cuda:N\" (N from 0 to %d)", where,
-                             SLIM_SERVER_DEVICE_SLOTS - 2);
+                             SLIM_MEM_DEVICE_SLOTS - 2);
         if (parse_bytes_value(d, where, &cfg->device_limits[slot], err) != SLIM_OK)
             return err->status;
     }
@@ -840,7 +840,7 @@ static cJSON *io_list_json(const slim_server_io *ios, int n)
 static void add_memory_limit_json(cJSON *o, const slim_server_config *cfg)
 {
     bool by_device = false;
-    for (int i = 0; i < SLIM_SERVER_DEVICE_SLOTS; i++)
+    for (int i = 0; i < SLIM_MEM_DEVICE_SLOTS; i++)
         by_device |= cfg->device_limits[i] != 0;
     if (!by_device) {
         if (cfg->memory_limit)
@@ -852,7 +852,7 @@ static void add_memory_limit_json(cJSON *o, const slim_server_config *cfg)
         return;
     if (cfg->memory_limit)
         cJSON_AddNumberToObject(l, "total", (double)cfg->memory_limit);
-    for (int i = 0; i < SLIM_SERVER_DEVICE_SLOTS; i++) {
+    for (int i = 0; i < SLIM_MEM_DEVICE_SLOTS; i++) {
         char name[16];
         if (cfg->device_limits[i])
             cJSON_AddNumberToObject(l, slim_mem_device_slot_name(i, name, sizeof(name)),

@@ -31,7 +31,7 @@ slim_status slim_server_memory_attach(slim_server_model *m, slim_err *err)
     if (m->cfg.memory_limit &&
         slim_model_set_memory_limit(m->model, m->cfg.memory_limit, err) != SLIM_OK)
         return slim_err_prefix(err, "config.json: \"memory_limit\": ");
-    for (int i = 0; i < SLIM_SERVER_DEVICE_SLOTS; i++) {
+    for (int i = 0; i < SLIM_MEM_DEVICE_SLOTS; i++) {
         char name[16];
         if (m->cfg.device_limits[i] &&
             slim_mem_account_set_device_limit(acct, slim_mem_device_slot_name(i, name, sizeof(name)),
@@ -40,9 +40,6 @@ slim_status slim_server_memory_attach(slim_server_model *m, slim_err *err)
     }
     return SLIM_OK;
 }
-
-_Static_assert(SLIM_SERVER_DEVICE_SLOTS == SLIM_MEM_DEVICE_SLOTS,
-               "server.h's device slots are the allocator's");
 
 /* A device slot the model has touched or is limited on: the per-device
  * families show only those. */

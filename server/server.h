@@ -25,6 +25,7 @@
 #ifndef SLIM_SERVER_H
 #define SLIM_SERVER_H
 
+#include "alloc.h"
 #include "log.h"
 #include "slim.h"
 
@@ -140,9 +141,6 @@ bool slim_server_version_policy_selects(const slim_server_version_policy *p,
 cJSON *slim_server_version_policy_to_json(const slim_server_version_policy *p);
 void slim_server_version_policy_free(slim_server_version_policy *p);
 
-/* alloc.h's SLIM_MEM_DEVICE_SLOTS: cpu and cuda:0-15 (checked in memory.c). */
-#define SLIM_SERVER_DEVICE_SLOTS 17
-
 typedef struct slim_server_config {
     char *name;
     char *platform;
@@ -154,7 +152,7 @@ typedef struct slim_server_config {
     size_t memory_limit;        /* bytes the model may hold at once; 0: no limit */
     /* "memory_limit": {"cuda:0": ..., "cpu": ...}: what it may hold on each
      * device, by account slot (alloc.h; 0: no limit there). */
-    size_t device_limits[SLIM_SERVER_DEVICE_SLOTS];
+    size_t device_limits[SLIM_MEM_DEVICE_SLOTS];
     char *device;               /* "cuda:0"...; NULL: the server's --device */
     char *precision;            /* "fp16", "bf16", "int8"; NULL: fp32 */
     char **int8_exclude;        /* "int8": {"exclude": [...]}: layers kept in fp32 */
