@@ -18,6 +18,7 @@
 #include "norm_simd.h"
 
 #include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -160,19 +161,30 @@ typedef struct {
     bool failed;
 } ln_job;
 
-/* 1: the AVX-512 rows; SLIM_LN_PORTABLE=1 keeps the portable ones (tests). */
+/* 1: the AVX-512 rows; SLIM_LN_PORTABLE=1 keeps the portable ones (tests).
+ *
+ * The pool's threads call this at once for the first LayerNormalization
+ * (rows split across them), and the two kinds of rows round differently.
+ * So the choice is made in a local and published with one atomic store:
+ * a thread sees "not chosen yet" (and makes the same choice itself) or the
+ * final one. It used to store 0 into the cache and then 1, and a thread
+ * that read the cache between the two ran its chunk with the portable rows:
+ * the rows of a batch that chunk held then differed from the same rows run
+ * alone, against --batch-invariant (format_e2e failed now and then). */
 static int ln_kernel(void)
 {
-    static int k = -1;
-    if (k < 0) {
-        const char *env = getenv("SLIM_LN_PORTABLE");
-        k = 0;
+    static _Atomic int chosen = -1;
+    int k = atomic_load(&chosen);
+    if (k >= 0)
+        return k;
+    k = 0;
 #if defined(__x86_64__) && defined(__GNUC__)
-        if (!(env && strcmp(env, "1") == 0) && __builtin_cpu_supports("avx512f") &&
-            __builtin_cpu_supports("avx512vl"))
-            k = 1;
+    const char *env = getenv("SLIM_LN_PORTABLE");
+    if (!(env && strcmp(env, "1") == 0) && __builtin_cpu_supports("avx512f") &&
+        __builtin_cpu_supports("avx512vl"))
+        k = 1;
 #endif
-    }
+    atomic_store(&chosen, k);
     return k;
 }
 

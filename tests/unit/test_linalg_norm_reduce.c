@@ -7,8 +7,14 @@
 #include "norm_simd.h"
 
 #include <math.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 static void fill_random(float *v, int64_t n, unsigned seed)
 {
@@ -682,10 +688,102 @@ START_TEST(test_cumsum)
 }
 END_TEST
 
+/* ---- the first LayerNormalization rows on several threads at once --------
+ * The AVX-512 and the portable rows round differently, so every thread must
+ * run the same ones. The choice is made on first use; it used to be cached
+ * as 0 first and 1 after, and a thread calling in between ran the portable
+ * rows (a batch's rows then differed from the same rows alone). A race on
+ * first use happens once per process, so each child below is a fresh
+ * process whose threads make their first calls together, each a little
+ * later than the one before (by a stagger that changes from child to child,
+ * to sweep the window). Against the old cache 16 to 64 of the 500
+ * children caught a thread in the window in the RelWithDebInfo build on 2
+ * cores (every run failed); under ASan at -O0 2 or 3 in 1000 did, so there
+ * it fails only sometimes. Meaningful only in a process that has not yet
+ * run a layer norm: check's default fork mode gives each test one. */
+#define RACE_CHILDREN 500
+#define RACE_THREADS 4
+#define RACE_CALLS 64
+#define RACE_R 64
+
+static struct {
+    float x[RACE_R], scale[RACE_R], bias[RACE_R];
+    float got[RACE_THREADS][RACE_CALLS][RACE_R];
+    atomic_int ready, go;
+    int stagger;
+} race;
+
+static void *race_thread(void *arg)
+{
+    int t = (int)(intptr_t)arg;
+    atomic_fetch_add(&race.ready, 1);
+    while (!atomic_load(&race.go))
+        sched_yield();
+    for (volatile int d = 0; d < t * race.stagger; d++)
+        ;
+    for (int c = 0; c < RACE_CALLS; c++)
+        slim_ln_rows_f32(race.x, race.got[t][c], 1, RACE_R, false, 1e-5f, race.scale, race.bias);
+    return NULL;
+}
+
+/* A child: 0 when every thread's every call gave the bits the settled
+ * choice gives, 1 when one did not, 2 when a thread could not start. */
+static int race_child(void)
+{
+    pthread_t th[RACE_THREADS];
+    for (int t = 0; t < RACE_THREADS; t++)
+        if (pthread_create(&th[t], NULL, race_thread, (void *)(intptr_t)t) != 0)
+            return 2;
+    while (atomic_load(&race.ready) < RACE_THREADS)
+        sched_yield();
+    atomic_store(&race.go, 1);
+    for (int t = 0; t < RACE_THREADS; t++)
+        pthread_join(th[t], NULL);
+    float want[RACE_R];
+    slim_ln_rows_f32(race.x, want, 1, RACE_R, false, 1e-5f, race.scale, race.bias);
+    for (int t = 0; t < RACE_THREADS; t++)
+        for (int c = 0; c < RACE_CALLS; c++)
+            if (memcmp(race.got[t][c], want, sizeof(want)) != 0)
+                return 1;
+    return 0;
+}
+
+START_TEST(test_layer_norm_rows_first_use_threads)
+{
+    fill_random(race.x, RACE_R, 5);
+    for (int i = 0; i < RACE_R; i++) {
+        race.x[i] = race.x[i] * 4.0f + (float)i / 8.0f; /* rounding-sensitive sums */
+        race.scale[i] = 1.0f + (float)i / 100.0f;
+        race.bias[i] = (float)i / 50.0f;
+    }
+    int mixed = 0, failed = 0;
+    for (int i = 0; i < RACE_CHILDREN; i++) {
+        race.stagger = i % 97;
+        pid_t pid = fork();
+        ck_assert_int_ge(pid, 0);
+        if (pid == 0)
+            _exit(race_child());
+        int status;
+        ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+        if (!WIFEXITED(status) || WEXITSTATUS(status) > 1)
+            failed++;
+        else if (WEXITSTATUS(status) == 1)
+            mixed++;
+    }
+    ck_assert_msg(failed == 0, "%d of %d children did not finish", failed, RACE_CHILDREN);
+    ck_assert_msg(mixed == 0, "in %d of %d fresh processes a thread's first layer norm rows "
+                  "were not the bits every other call gave", mixed, RACE_CHILDREN);
+}
+END_TEST
+
 static Suite *linalg_norm_reduce_suite(void)
 {
     Suite *s = suite_create("linalg_norm_reduce");
-    TCase *tc = tcase_create("linalg");
+    /* First, so that even without fork mode no layer norm has run yet. */
+    TCase *tc = tcase_create("norm_threads");
+    tcase_add_test(tc, test_layer_norm_rows_first_use_threads);
+    suite_add_tcase(s, tc);
+    tc = tcase_create("linalg");
     tcase_add_test(tc, test_gemm_trans_alpha_beta_bias);
     tcase_add_test(tc, test_gemm_bad_shapes);
     tcase_add_test(tc, test_matmul_broadcast_batches);
