@@ -143,6 +143,8 @@ static void copy_info(placer *p, int v, int nv, bool device_side)
     slim_value *dst = &p->ng->values[nv];
     const slim_value *src = &p->g->values[v];
     dst->info.dtype = src->info.dtype;
+    dst->info.kind = src->info.kind; /* a sequence or optional input stays one */
+    dst->info.elem_kind = src->info.elem_kind;
     dst->info.ndim = src->info.ndim;
     for (int d = 0; d < src->info.ndim && d < SLIM_MAX_DIMS; d++) {
         dst->info.dims[d] = src->info.dims[d];
@@ -307,6 +309,9 @@ static slim_status add_node(placer *p, slim_node *n, slim_err *err)
         return slim_errf(err, SLIM_ENOMEM, "out of memory placing the model");
     slim_node *nn = &p->ng->nodes[id];
     nn->opset = n->opset;
+    /* Control flow: the last inputs are what its subgraphs capture, passed
+     * by position, so the (possibly renamed) host copies serve as well. */
+    nn->n_implicit = n->n_implicit;
     nn->attrs = n->attrs; /* moved: the old graph is freed after */
     nn->n_attrs = n->n_attrs;
     n->attrs = NULL;
