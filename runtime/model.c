@@ -179,9 +179,11 @@ slim_status slim_model_load(const char *path, const slim_load_opts *opts,
             g = NULL;
         }
     }
-    if (!st && whole_half) {
-        st = gpu_half ? slim_quant_half(g, half, NULL, err)
-                      : slim_quant_half_activations(g, half, err);
+    /* On a GPU the whole graph goes half after the optimization passes,
+     * which match float32 graphs (GELU's constants, BatchNormalization
+     * folded into a convolution's weights): fused first, then narrowed. */
+    if (!st && whole_half && !gpu_half) {
+        st = slim_quant_half_activations(g, half, err);
         if (st) {
             slim_graph_free(g);
             g = NULL;
@@ -207,6 +209,13 @@ slim_status slim_model_load(const char *path, const slim_load_opts *opts,
             cho.half = conv_half;
             st = slim_half_conv_narrow(g, conv_half, &cho, err);
         }
+        if (st) {
+            slim_graph_free(g);
+            g = NULL;
+        }
+    }
+    if (!st && gpu_half) {
+        st = slim_quant_half(g, half, NULL, err);
         if (st) {
             slim_graph_free(g);
             g = NULL;

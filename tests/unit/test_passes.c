@@ -183,6 +183,34 @@ START_TEST(fold_bn_matches)
 }
 END_TEST
 
+/* For a model placed on a GPU (host false) the passes keep to ONNX
+ * operators that the GPU runs: BatchNormalization folded into the convs,
+ * no FusedConv or blocked layout, which only the CPU has and which would
+ * pull the convolutions back to the host. */
+START_TEST(passes_for_device_keep_onnx_ops)
+{
+    slim_model *ref = load(0);
+    slim_graph *g = small_cnn();
+    slim_err err = {0};
+    ck_assert_msg(slim_passes_run_for(g, false, &err) == SLIM_OK, "%s", err.msg);
+    slim_model *dev;
+    ck_assert_msg(slim_model_from_graph(g, &dev, &err) == SLIM_OK, "%s", err.msg);
+    ck_assert_int_eq(count_op(dev->graph, "BatchNormalization"), 0);
+    ck_assert_int_eq(count_op(dev->graph, "Conv"), 4);
+    for (int i = 0; i < dev->graph->n_nodes; i++)
+        ck_assert_msg(!dev->graph->nodes[i].domain || !dev->graph->nodes[i].domain[0],
+                      "node %s is %s.%s", dev->graph->nodes[i].name,
+                      dev->graph->nodes[i].domain, dev->graph->nodes[i].op_type);
+    slim_tensor x = input(2), a = run(ref, &x), b = run(dev, &x);
+    assert_close(&b, &a, 1e-5);
+    slim_tensor_release(&a);
+    slim_tensor_release(&b);
+    slim_tensor_release(&x);
+    slim_model_free(ref);
+    slim_model_free(dev);
+}
+END_TEST
+
 #ifdef SLIM_HAVE_DNNL
 START_TEST(fuse_conv_matches)
 {
@@ -1057,6 +1085,7 @@ Suite *passes_suite(void)
     Suite *s = suite_create("passes");
     TCase *tc = tcase_create("passes");
     tcase_add_test(tc, fold_bn_matches);
+    tcase_add_test(tc, passes_for_device_keep_onnx_ops);
 #ifdef SLIM_HAVE_DNNL
     tcase_add_test(tc, fuse_conv_matches);
     tcase_add_test(tc, blocked_layout_matches);
