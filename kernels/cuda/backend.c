@@ -26,6 +26,7 @@
 #include "device.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,7 @@ typedef struct cuda_device {
     char name[16];
     int ordinal;
     int sm_count;
+    bool limits_set;           /* device_limits ran (under limits_mu) */
 } cuda_device;
 
 static cuda_device devices[SLIM_CUDA_MAX_DEVICES];
@@ -90,6 +92,8 @@ static void free_scratch(slim_cuda_ctx *cu)
     for (int i = 0; i < cu->n_scratch; i++)
         slim_buffer_unref(cu->scratch[i]);
     cu->n_scratch = 0;
+    cu->scratch_cur = 0;
+    cu->scratch_off = 0;
 }
 
 static void thread_state_free(void *p)
@@ -160,6 +164,32 @@ static slim_status thread_ctx(cuda_device *d, slim_cuda_ctx **out, slim_err *err
     return SLIM_OK;
 }
 
+/* The context reserves local memory for every thread the GPU can hold:
+ * the per-thread stack limit times 2048 threads times the SMs, 264 MiB on
+ * an H100 at CUDA's default of 1 KiB, before any model is loaded. slimserve's
+ * kernels use no stack (ptxas: 0 bytes stack frame); a library kernel that
+ * needs more makes the driver grow the reservation at its launch. So the
+ * limit starts at SLIM_CUDA_STACK_BYTES (default below), once per device. */
+#define SLIM_CUDA_STACK_DEFAULT 256
+
+static pthread_mutex_t limits_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static slim_status device_limits(cuda_device *d, slim_err *err)
+{
+    pthread_mutex_lock(&limits_mu);
+    cudaError_t e = cudaSuccess;
+    if (!d->limits_set) {
+        const char *env = getenv("SLIM_CUDA_STACK_BYTES");
+        long v = env && *env ? strtol(env, NULL, 10) : SLIM_CUDA_STACK_DEFAULT;
+        if (v >= 0) /* negative: leave CUDA's default */
+            e = cudaDeviceSetLimit(cudaLimitStackSize, (size_t)v);
+        d->limits_set = e == cudaSuccess;
+    }
+    pthread_mutex_unlock(&limits_mu);
+    SLIM_CUDA_CHECK(e, err);
+    return SLIM_OK;
+}
+
 static slim_status thread_ctx_init(thread_state *ts, cuda_device *d, slim_cuda_ctx *cu,
                                    slim_err *err)
 {
@@ -169,6 +199,9 @@ static slim_status thread_ctx_init(thread_state *ts, cuda_device *d, slim_cuda_c
     cu->dev = &d->dev;
     cu->sm_count = d->sm_count;
     cu->allow_tf32 = false;
+    slim_status st = device_limits(d, err);
+    if (st)
+        return st;
     SLIM_CUDA_CHECK(cudaStreamCreateWithFlags(&cu->stream, cudaStreamNonBlocking), err);
     SLIM_CUDA_CHECK(cudaEventCreateWithFlags(&ts->pinned_done[i], cudaEventDisableTiming), err);
     SLIM_CUBLAS_CHECK(cublasCreate(&cu->cublas), err);
@@ -206,9 +239,30 @@ slim_status slim_cuda_blas(slim_cuda_ctx *cu, slim_err *err)
     return SLIM_OK;
 }
 
+/* Scratch is bump-allocated from chunks the run keeps: each node starts
+ * again at the first chunk (op_exec), since its kernels follow the previous
+ * node's on the same stream. So a run holds about the most scratch any one
+ * node needs instead of the sum over nodes (grouped products and batched
+ * convolutions ask for some at every node). Chunks go back to the shared
+ * cache only after the stream's sync: another thread's stream could
+ * otherwise get a block this one is still writing. */
+#define SCRATCH_ALIGN 256
+#define SCRATCH_MIN_CHUNK ((size_t)1 << 20)
+
 slim_status slim_cuda_scratch(slim_cuda_ctx *cu, size_t bytes, void **ptr, slim_err *err)
 {
     *ptr = NULL;
+    if (bytes > SIZE_MAX - SCRATCH_ALIGN)
+        return slim_errf(err, SLIM_EOOM, "scratch of %zu bytes is past any device", bytes);
+    bytes = (bytes + SCRATCH_ALIGN - 1) & ~(size_t)(SCRATCH_ALIGN - 1);
+    for (; cu->scratch_cur < cu->n_scratch; cu->scratch_cur++, cu->scratch_off = 0) {
+        slim_buffer *c = cu->scratch[cu->scratch_cur];
+        if (c->size - cu->scratch_off >= bytes) {
+            *ptr = (char *)c->ptr + cu->scratch_off;
+            cu->scratch_off += bytes;
+            return SLIM_OK;
+        }
+    }
     if (cu->n_scratch == cu->cap_scratch) {
         int cap = cu->cap_scratch ? cu->cap_scratch * 2 : 16;
         slim_buffer **s = realloc(cu->scratch, sizeof(*s) * (size_t)cap);
@@ -218,10 +272,13 @@ slim_status slim_cuda_scratch(slim_cuda_ctx *cu, size_t bytes, void **ptr, slim_
         cu->cap_scratch = cap;
     }
     slim_buffer *b;
-    slim_status st = slim_buffer_new(cu->dev, bytes, &b, err);
+    slim_status st = slim_buffer_new(cu->dev, bytes < SCRATCH_MIN_CHUNK ? SCRATCH_MIN_CHUNK : bytes,
+                                     &b, err);
     if (st)
         return st;
-    cu->scratch[cu->n_scratch++] = b;
+    cu->scratch[cu->n_scratch] = b;
+    cu->scratch_cur = cu->n_scratch++;
+    cu->scratch_off = bytes;
     *ptr = b->ptr;
     return SLIM_OK;
 }
@@ -278,6 +335,8 @@ static slim_status op_exec(slim_device *dev, const void *kernel, slim_op_ctx *ct
         return st;
     if (!op->exec)
         return SLIM_OK;
+    cu->scratch_cur = 0; /* this node's kernels queue after the last one's */
+    cu->scratch_off = 0;
     st = op->exec(ctx, cu);
     if (st)
         return st;

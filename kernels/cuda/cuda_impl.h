@@ -19,7 +19,8 @@
  *     kernel's prepared state is private to its file and is not used.
  *   - Work goes on cu->stream and nothing synchronizes: the executor does
  *     at the end of the run. Temporary device memory comes from
- *     slim_cuda_scratch, which the executor frees after that sync.
+ *     slim_cuda_scratch; it is the node's until its exec returns, then the
+ *     next node's, and goes back to the allocator after that sync.
  *   - Failures return a status with a message (SLIM_CUDA_CHECK and
  *     friends name the statement, file and line); nothing aborts.
  *
@@ -62,9 +63,12 @@ typedef struct slim_cuda_ctx {
     cublasHandle_t cublas;      /* bound to stream; workspace set by slim_cuda_blas */
     int sm_count;
     bool allow_tf32;            /* fp32 products may use TF32 tensor cores */
-    /* scratch buffers handed out during the current run (backend.c) */
+    /* Scratch chunks held for the current run (backend.c); the node being
+     * run takes bytes from chunk scratch_cur at scratch_off on. */
     int n_scratch, cap_scratch;
     struct slim_buffer **scratch;
+    int scratch_cur;
+    size_t scratch_off;
     struct slim_buffer *run_workspace; /* cuBLAS's, for the current run */
 } slim_cuda_ctx;
 
@@ -76,9 +80,11 @@ typedef struct slim_cuda_op {
     slim_status (*exec)(slim_op_ctx *ctx, slim_cuda_ctx *cu);
 } slim_cuda_op;
 
-/* Device memory for the rest of this run (freed after the run's stream
- * synchronizes), charged to the running model. Fails with SLIM_EOOM like
- * any allocation, so a full GPU halves a batch instead of failing it. */
+/* Device memory for the node being run: valid for the kernels its exec
+ * queues, reused by the next node on this stream (which runs after them),
+ * returned to the allocator after the run's stream synchronizes. Charged to
+ * the running model; fails with SLIM_EOOM like any allocation, so a full GPU
+ * halves a batch instead of failing it. Contents are undefined. */
 slim_status slim_cuda_scratch(slim_cuda_ctx *cu, size_t bytes, void **ptr, slim_err *err);
 
 /* Call before the first cuBLAS call of an op: gives cu->cublas its

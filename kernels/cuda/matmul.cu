@@ -14,8 +14,8 @@
  * block is the same GEMM shape, so a row's result does not depend on how
  * many rows shared the call.
  *
- * Grouped (SLIM_CUDA_GROUPED=1; not yet the default: it has not run on a
- * GPU): the same fixed items, 64-row blocks of a product with a weight or
+ * Grouped (the default; SLIM_CUDA_GROUPED=0 sends one block per call): the
+ * same fixed items, 64-row blocks of a product with a weight or
  * the items of a batched product, go G at a time through one
  * cublasGemmBatchedEx, its pointer arrays written on the device. G depends
  * on the item's shape only, never on how many items there are, and the last
@@ -51,10 +51,12 @@ static cublasComputeType_t compute_of(slim_dtype dt, const slim_cuda_ctx *cu)
 #define GROUP_MAX 64          /* items per grouped call */
 #define GROUP_TILES 256       /* about two waves of 128 x 128 tiles on an H100 */
 
+/* On an H100 (2026-11-26, BERT-base fp16, seq 128, row-invariant) grouping
+ * took batch 32 from 122 ms to 9.2 ms and batch 1 from 6.2 to 2.7 ms. */
 static bool grouped_on(void)
 {
     const char *e = getenv("SLIM_CUDA_GROUPED");
-    return e && e[0] == '1';
+    return !(e && e[0] == '0');
 }
 
 /* Items per grouped call for items of m x n outputs: enough 128 x 128
