@@ -126,9 +126,10 @@ def ort_worker(model_path, inputs_npz, repeat):
     return 0
 
 
-def run_slim(slim, model, precision, feeds, repeat, workdir, invariant=False):
+def run_slim(slim, model, precision, feeds, repeat, workdir, invariant=False, profile=False):
     args = [slim, "run", model, "--device", "cuda:0", "--precision", precision,
             "--repeat", str(repeat), "--memory-stats"] + (["--batch-invariant"] if invariant else [])
+    args += ["--profile"] if profile else []
     for name, arr in feeds.items():
         path = os.path.join(workdir, f"in_{name}.npy")
         np.save(path, arr)
@@ -136,6 +137,12 @@ def run_slim(slim, model, precision, feeds, repeat, workdir, invariant=False):
     r = subprocess.run(args, capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"slim run failed: {r.stderr.strip()}")
+    if profile:
+        # The per-operator table (each GPU node waited for, so its total
+        # exceeds the run time): what the time goes to, not the time.
+        lines = r.stdout.splitlines()
+        start = next((i for i, l in enumerate(lines) if l.startswith("op ")), 0)
+        print("\n".join(lines[start:start + 40]), flush=True)
     ms = float(TIME_RE.search(r.stdout).group(1))
     total = int(re.findall(r"device_total_bytes: (\d+)", r.stdout)[-1])
     free = int(re.findall(r"device_free_bytes: (\d+)", r.stdout)[-1])
@@ -183,6 +190,8 @@ def main():
     ap.add_argument("--batch-invariant", action="store_true",
                     help="run slim as the server runs a model that batches (row-invariant "
                          "products; SLIM_CUDA_GROUPED=1 in the environment groups them)")
+    ap.add_argument("--profile", action="store_true",
+                    help="after the rounds, one more slim run per row with --profile, printed")
     ap.add_argument("--ort-worker", nargs=3, help=argparse.SUPPRESS)
     a = ap.parse_args()
     if a.ort_worker:
@@ -217,6 +226,9 @@ def main():
                                                            a.batch_invariant))
                             else:
                                 o_runs.append(run_ort(ort_path, feeds, a.repeat, work))
+                    if a.profile:
+                        print(f"== profile {name} {prec} batch {batch}", flush=True)
+                        run_slim(a.slim, path, prec, feeds, 10, work, a.batch_invariant, True)
                     row = {
                         "model": name, "precision": prec, "batch": batch,
                         "slim_ms": statistics.median(x["ms"] for x in s_runs),

@@ -6,6 +6,10 @@
 # ./gpu-out).
 #
 #   scripts/gpu_check.sh build      configure + build into build-gpu
+#   scripts/gpu_check.sh prebuilt   unpack what scripts/gpu_bundle.sh made on a build
+#                                   machine (build-bundle/: binaries, their libraries,
+#                                   the onnx 1.22.0 node tests) into build-gpu, so a
+#                                   GPU lease spends no time compiling
 #   scripts/gpu_check.sh test       slim devices, test_cuda_ops, examples on cuda:0,
 #                                   node tests on cuda:0, the GPU server e2e
 #   scripts/gpu_check.sh bench      bench/bench_gpu.py (needs onnxruntime-gpu importable)
@@ -16,16 +20,38 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
-B=build-gpu
+B=${SLIM_GPU_BUILD:-build-gpu}
 PY=${PYTHON:-python3}
 
 setup() {
+    if [ -f $B/lib/.bundled ]; then
+        # The bundle's libraries first; cuBLAS from wherever this machine's toolkit keeps it.
+        local cub
+        cub=$(dirname "$(ls /usr/local/cuda/lib64/libcublas.so.13 /usr/local/cuda*/lib*/libcublas.so.13 \
+            2>/dev/null | head -1)" 2>/dev/null)
+        export LD_LIBRARY_PATH=$PWD/$B/lib${cub:+:$cub}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+    fi
+    if [ -f $B/node/.bundled ]; then export NODE_DIR=$PWD/$B/node; fi
+    # onnxruntime-gpu as scripts/gpu_ort_bundle.py packed it, in two parts.
+    if [ -f build-ort1/ort.tar.xz.aa ] && [ -f build-ort2/ort.tar.xz.ab ] && [ ! -d /tmp/site/onnxruntime ]; then
+        mkdir -p /tmp/site && cat build-ort1/ort.tar.xz.aa build-ort2/ort.tar.xz.ab | tar xJ -C /tmp/site
+    fi
+    if [ -d /tmp/site/onnxruntime ]; then export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}; fi
     if [ -d .debs ]; then eval "$(bash .debs/unpack-debs.sh)"; fi
     if ls .whl/*.whl >/dev/null 2>&1; then
         $PY -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
             --target /tmp/site .whl/*.whl >/dev/null 2>&1
         export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH}
     fi
+}
+
+prebuilt() {
+    mkdir -p $B
+    for t in build-bundle/*.tar.xz; do tar xJf "$t" -C $B || return 1; done
+    touch $B/lib/.bundled $B/node/.bundled
+    setup
+    $B/bin/slim devices >/dev/null 2>&1 || { ldd $B/bin/slim $B/bin/libslim_cuda.so | grep "not found"; return 1; }
+    echo "prebuilt: ok"
 }
 
 build() {
@@ -80,7 +106,7 @@ EOF
         tail -6 "$OUT/gpu_halving.log"
     fi
     echo "== node tests on cuda:0 (${CONF_FILTER:-all}), each case a fresh process"
-    nt=$($PY -c "import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), 'backend', 'test', 'data', 'node'))")
+    nt=${NODE_DIR:-$($PY -c "import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), 'backend', 'test', 'data', 'node'))")}
     timeout ${CONF_TIMEOUT:-150} $B/bin/slim conformance "$nt" --device cuda:0 \
         ${CONF_FILTER:+--filter "$CONF_FILTER"} >"$OUT/conformance_cuda.log" 2>&1
     tail -3 "$OUT/conformance_cuda.log"
@@ -105,6 +131,7 @@ served() {
 setup
 case "${1:-all}" in
 build) build ;;
+prebuilt) prebuilt ;;
 test) tests ;;
 bench) shift; bench "$@" ;;
 served) shift; served "$@" ;;
