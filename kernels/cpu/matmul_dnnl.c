@@ -555,12 +555,14 @@ static void fmm_tasks(int64_t begin, int64_t end, void *user)
 /* SLIM_FMM_WHOLE=0 keeps the column parts at every row count (to compare). */
 static bool whole_enabled(void)
 {
-    static int on = -1;
-    if (on < 0) {
+    static atomic_int on = -1; /* read by every thread of a run */
+    int v = atomic_load_explicit(&on, memory_order_relaxed);
+    if (v < 0) {
         const char *e = getenv("SLIM_FMM_WHOLE");
-        on = !(e && strcmp(e, "0") == 0);
+        v = !(e && strcmp(e, "0") == 0);
+        atomic_store_explicit(&on, v, memory_order_relaxed);
     }
-    return on;
+    return v;
 }
 
 static slim_status fmm_exec(slim_op_ctx *ctx)

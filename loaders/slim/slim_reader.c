@@ -12,6 +12,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,23 +23,30 @@
 
 /* ---- CRC-32 ---------------------------------------------------------------- */
 
+static uint32_t crc_table[256];
+static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
+
+static void crc_table_fill(void)
+{
+    for (uint32_t i = 0; i < 256; i++) {
+        uint32_t c = i;
+        for (int k = 0; k < 8; k++)
+            c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+        crc_table[i] = c;
+    }
+}
+
+/* The table is filled once, under pthread_once: with a plain "ready" flag
+ * the compiler may store the flag before the table, and a thread loading
+ * another file at the same moment would check it against zeros and refuse
+ * a sound file as damaged. */
 uint32_t slim_format_crc32(uint32_t crc, const void *data, size_t n)
 {
-    static uint32_t table[256];
-    static int ready; /* benign race: every thread computes the same table */
-    if (!ready) {
-        for (uint32_t i = 0; i < 256; i++) {
-            uint32_t c = i;
-            for (int k = 0; k < 8; k++)
-                c = c & 1 ? 0xEDB88320u ^ (c >> 1) : c >> 1;
-            table[i] = c;
-        }
-        ready = 1;
-    }
+    pthread_once(&crc_once, crc_table_fill);
     const uint8_t *p = data;
     crc = ~crc;
     for (size_t i = 0; i < n; i++)
-        crc = table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
+        crc = crc_table[(crc ^ p[i]) & 0xFF] ^ (crc >> 8);
     return ~crc;
 }
 
