@@ -10,11 +10,13 @@
 #include "testutil.h"
 
 #include "pass.h"
+#include "slim_format.h"
 
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* ---- building graphs ------------------------------------------------------ */
 
@@ -683,6 +685,41 @@ START_TEST(fuse_gelu_erf_orders)
 }
 END_TEST
 
+/* The server's conversion cache, converting on the host for a GPU (fp16,
+ * the whole graph half, no host passes): GELU is fused before the graph
+ * goes half, since the passes match float32 constants only. The file keeps
+ * the ONNX Gelu node, cast to half, and no Erf chain. */
+START_TEST(gpu_conversion_fuses_before_half)
+{
+    gelu_reset();
+    build_gelu_erf();
+    char path[] = "/tmp/slim_gelu_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    slim_err err = {0};
+    ck_assert_msg(slim_format_write(G, path, &err) == SLIM_OK, "%s", err.msg);
+    slim_graph_free(G);
+    G = NULL;
+    slim_load_opts o = {.precision = "fp16", .no_passes = true, .half_whole_graph = true};
+    slim_model *m;
+    ck_assert_msg(slim_model_load(path, &o, &m, &err) == SLIM_OK, "%s", err.msg);
+    unlink(path);
+    const slim_graph *g = m->graph;
+    ck_assert_int_eq(count_op(g, "Erf"), 0);
+    ck_assert_int_eq(count_op(g, "Gelu"), 1);
+    /* Gelu reads x cast to half (the float32 input keeps its type). */
+    for (int i = 0; i < g->n_nodes; i++)
+        if (strcmp(g->nodes[i].op_type, "Gelu") == 0) {
+            int producer = g->values[g->nodes[i].in[0]].producer;
+            ck_assert_int_ge(producer, 0);
+            ck_assert_str_eq(g->nodes[producer].op_type, "Cast");
+            ck_assert_int_eq(slim_attr_int(&g->nodes[producer], "to", 0), 10); /* FLOAT16 */
+        }
+    slim_model_free(m);
+}
+END_TEST
+
 START_TEST(fuse_gelu_tanh_forms)
 {
     int64_t dims[2] = {3, 64};
@@ -797,6 +834,7 @@ Suite *rewrite_suite(void)
     tcase_add_test(tc, fuse_layernorm_constant_nodes);
     tcase_add_test(tc, fuse_layernorm_near_misses);
     tcase_add_test(tc, fuse_gelu_erf_orders);
+    tcase_add_test(tc, gpu_conversion_fuses_before_half);
     tcase_add_test(tc, fuse_gelu_tanh_forms);
     tcase_add_test(tc, fuse_gelu_near_misses);
     tcase_add_test(tc, fuse_gelu_rounded_constants);
