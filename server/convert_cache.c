@@ -179,11 +179,14 @@ slim_status slim_server_convert_cached(const char *cache_dir, const char *model,
     const char *fmm = getenv("SLIM_FUSE_MATMUL");
     bool pack = !whole && !(fmm && strcmp(fmm, "0") == 0);
     snprintf(set, sizeof(set), "format %d; slimserve %s; precision %s; int8 max_error %.17g; "
-             "activations %s; int8 fallback %s; whole %d; pack %d; int8 exclude",
+             "activations %s; int8 fallback %s; whole %d%s; pack %d; int8 exclude",
              SLIM_FORMAT_VERSION, SLIM_SERVER_VERSION,
              opts->precision ? opts->precision : "fp32", opts->int8_max_error,
              opts->activations ? opts->activations : "-",
-             opts->int8_fallback ? opts->int8_fallback : "-", whole, pack);
+             opts->int8_fallback ? opts->int8_fallback : "-", whole,
+             /* files written before the GPU's passes ran ahead of the half
+              * pass hold unfused chains: convert those again */
+             whole ? " fused" : "", pack);
     uint64_t set_hash = hash_bytes((const unsigned char *)set, strlen(set), 1);
     for (int i = 0; i < opts->n_int8_exclude; i++)
         set_hash = hash_bytes((const unsigned char *)opts->int8_exclude[i],
