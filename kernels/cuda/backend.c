@@ -198,7 +198,11 @@ static slim_status thread_ctx_init(thread_state *ts, cuda_device *d, slim_cuda_c
     cu->device = i;
     cu->dev = &d->dev;
     cu->sm_count = d->sm_count;
-    cu->allow_tf32 = false;
+    /* fp32 products stay fp32 unless asked: TF32 keeps 10 mantissa bits of
+     * each operand (onnxruntime and cuDNN allow it by default, PyTorch's
+     * matmuls do not). Read per thread, so set it before the first run. */
+    const char *tf32 = getenv("SLIM_CUDA_TF32");
+    cu->allow_tf32 = tf32 && tf32[0] == '1';
     slim_status st = device_limits(d, err);
     if (st)
         return st;
