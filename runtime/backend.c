@@ -120,6 +120,10 @@ slim_status slim_device_get(const char *name, slim_device **out, slim_err *err)
         *out = slim_device_cpu();
         return SLIM_OK;
     }
+    if (strcmp(name, "emul:0") == 0) { /* for tests: device_emul.c */
+        *out = slim_device_emul();
+        return SLIM_OK;
+    }
     int ordinal = 0;
     if (strncmp(name, "cuda", 4) != 0)
         return slim_errf(err, SLIM_EINVAL, "unknown device \"%s\" (expected cpu, cuda or "

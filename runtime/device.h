@@ -73,6 +73,8 @@ typedef struct slim_buffer {
 } slim_buffer;
 
 slim_device *slim_device_cpu(void);
+/* "emul:0": the host placed as a device, for tests (device_emul.c). */
+slim_device *slim_device_emul(void);
 
 /* Mapped model files whose descriptors stay open (slim_reader.c registers
  * each .slim mapping). A kernel that reads a few rows of a large weight
