@@ -9,7 +9,8 @@
  * so index-like inputs are mostly in range and kernels go past their
  * checks); a declared sequence gets two such tensors, an optional one or
  * none. The CPU allocator is capped so a graph asking for terabytes gets
- * an out-of-memory error, as it would in the server.
+ * an out-of-memory error, as it would in the server. Odd seeds place the
+ * model on emul:0 first (below).
  */
 #include "container.h"
 #include "fuzz.h"
@@ -155,6 +156,23 @@ void slim_fuzz_run_graph(slim_graph *g, uint32_t seed)
     slim_err err;
     if (slim_model_from_graph(g, &m, &err) != SLIM_OK)
         return; /* from_graph frees g on failure */
+    /* Every other input is placed on emul:0, the host dressed as a device
+     * (runtime/device_emul.c), so hostile graphs also go through what
+     * `--device cuda:0` does to them: the partition pass's rebuild, copies,
+     * uploaded weights. A placement that fails leaves the model unusable;
+     * it is freed without a run. */
+    if (seed & 1) {
+        slim_device *emul = slim_device_emul();
+        static int emul_limited;
+        if (!emul_limited && emul->alloc) {
+            slim_allocator_set_limit(emul->alloc, FUZZ_MEMORY_LIMIT);
+            emul_limited = 1;
+        }
+        if (slim_model_place(m, emul, &err) != SLIM_OK) {
+            slim_model_free(m);
+            return;
+        }
+    }
     run_once(m, seed);
     slim_model_free(m);
 }
