@@ -18,6 +18,7 @@ extern const slim_pass slim__pass_simplify_shapes;
 extern const slim_pass slim__pass_fuse_layernorm;
 extern const slim_pass slim__pass_fuse_add_layernorm; /* after fuse_layernorm */
 extern const slim_pass slim__pass_fuse_gelu;
+extern const slim_pass slim__pass_fold_attention_scale; /* GPU only */
 extern const slim_pass slim__pass_fuse_attention;
 extern const slim_pass slim__pass_attention_qkv; /* after fuse_attention */
 extern const slim_pass slim__pass_fuse_int8_epilogue; /* after fuse_gelu */
@@ -38,6 +39,7 @@ const slim_pass *const slim_passes[] = {
     &slim__pass_fuse_layernorm,
     &slim__pass_fuse_add_layernorm,
     &slim__pass_fuse_gelu,
+    &slim__pass_fold_attention_scale,
     &slim__pass_fuse_attention,
     &slim__pass_attention_qkv,
     &slim__pass_fuse_int8_epilogue,
@@ -61,6 +63,9 @@ slim_status slim_passes_run_for(slim_graph *g, bool host, slim_err *err)
          * (FusedConv, the blocked layout, FusedAttention, the fused
          * Add + LayerNormalization); they would pull those nodes, and the
          * copies around them, back to the host. */
+        /* On the host FusedAttention applies the scale in its kernel. */
+        if (host && slim_passes[i] == &slim__pass_fold_attention_scale)
+            continue;
         if (!host && (slim_passes[i] == &slim__pass_fuse_attention ||
                       slim_passes[i] == &slim__pass_fuse_add_layernorm ||
                       slim_passes[i] == &slim__pass_fuse_conv ||

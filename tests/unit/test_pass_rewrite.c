@@ -582,6 +582,86 @@ START_TEST(fuse_layernorm_near_misses)
 }
 END_TEST
 
+/* ==== fold_attention_scale (GPU placements) =============================== */
+
+static float attn_c;
+static int attn_div, attn_q_bias, attn_scores_out;
+
+/* x[2,4,16]: Q and K projections (MatMul [+ Add], Reshape to 2 heads of 8,
+ * Transpose), S = Q K^T scaled by attn_c (Mul, or Div by 1 / attn_c),
+ * Softmax. attn_scores_out: S is a graph output too. */
+static void build_attention(void)
+{
+    begin(3, (int64_t[]){2, 4, 16});
+    rng_state = 9;
+    float wd[256];
+    for (int k = 0; k < 2; k++) {
+        for (int i = 0; i < 256; i++)
+            wd[i] = rndf() * 0.5f;
+        init(k ? "wk" : "wq", tu_f32(2, (int64_t[]){16, 16}, wd));
+    }
+    vec("bq", 16, -0.5f, 0.5f);
+    vec("bk", 16, -0.5f, 0.5f);
+    ints("heads", 4, (int64_t[]){2, 4, 2, 8});
+    op("MatMul", "qm", 2, "x", "wq");
+    if (attn_q_bias)
+        op("Add", "qb", 2, "qm", "bq");
+    op("Reshape", "qr", 2, attn_q_bias ? "qb" : "qm", "heads");
+    tu_attr_ints(op("Transpose", "q", 1, "qr"), "perm", 4, (int64_t[]){0, 2, 1, 3});
+    op("MatMul", "km", 2, "x", "wk");
+    op("Add", "kb", 2, "bk", "km");
+    op("Reshape", "kr", 2, "kb", "heads");
+    tu_attr_ints(op("Transpose", "kt", 1, "kr"), "perm", 4, (int64_t[]){0, 2, 3, 1});
+    op("MatMul", "s", 2, "q", "kt");
+    scalar("c", attn_div ? 1.0f / attn_c : attn_c);
+    op(attn_div ? "Div" : "Mul", "ss", 2, "s", "c");
+    tu_attr_i(op("Softmax", "y", 1, "ss"), "axis", -1);
+    output("y");
+    if (attn_scores_out)
+        output("s");
+}
+
+/* The passes a GPU placement runs (host false) against none. */
+static pair both_for_device(build_fn build, int ndim, const int64_t *dims, double tol)
+{
+    pair p = {load(build, false), NULL};
+    build();
+    slim_err err = {0};
+    ck_assert_msg(slim_passes_run_for(G, false, &err) == SLIM_OK, "%s", err.msg);
+    ck_assert_msg(slim_model_from_graph(G, &p.opt, &err) == SLIM_OK, "%s", err.msg);
+    agree(&p, ndim, dims, 2.0f, tol);
+    return p;
+}
+
+START_TEST(fold_attention_scale_forms)
+{
+    int64_t dims[3] = {2, 4, 16};
+    /* 1/8, a power of two: exact, so bitwise; 1/sqrt(8) by Div: rounded
+     * once; Q without a bias (K, with its bias first, is not tried). */
+    const struct { float c; int div, q_bias; double tol; } cases[] = {
+        {0.125f, 0, 1, 0.0}, {0.35355339f, 1, 1, 1e-6}, {0.125f, 0, 0, 0.0},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        attn_c = cases[i].c;
+        attn_div = cases[i].div;
+        attn_q_bias = cases[i].q_bias;
+        attn_scores_out = 0;
+        pair p = both_for_device(build_attention, 3, dims, cases[i].tol);
+        ck_assert_int_eq(count_op(p.opt->graph, "Mul") + count_op(p.opt->graph, "Div"), 0);
+        ck_assert_int_eq(count_op(p.opt->graph, "Softmax"), 1);
+        pair_free(&p);
+    }
+    /* Near miss: the scores are read twice (an output too): nothing moves. */
+    attn_c = 0.125f;
+    attn_div = 0;
+    attn_q_bias = 1;
+    attn_scores_out = 1;
+    pair p = both_for_device(build_attention, 3, dims, 0.0);
+    ck_assert_int_eq(count_op(p.opt->graph, "Mul"), 1);
+    pair_free(&p);
+}
+END_TEST
+
 /* ==== fuse_gelu ============================================================ */
 
 enum { G_X_S_HALF, G_X_HALF_S, G_S_HALF_X };
@@ -835,6 +915,7 @@ Suite *rewrite_suite(void)
     tcase_add_test(tc, fuse_layernorm_near_misses);
     tcase_add_test(tc, fuse_gelu_erf_orders);
     tcase_add_test(tc, gpu_conversion_fuses_before_half);
+    tcase_add_test(tc, fold_attention_scale_forms);
     tcase_add_test(tc, fuse_gelu_tanh_forms);
     tcase_add_test(tc, fuse_gelu_near_misses);
     tcase_add_test(tc, fuse_gelu_rounded_constants);
