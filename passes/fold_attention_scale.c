@@ -31,7 +31,9 @@
 /* v's producer when v is read exactly once and is no graph output. */
 static slim_node *sole_producer(slim_graph *g, const slim_pass_uses *u, int v)
 {
-    if (v < 0 || u->readers[v] != 1 || g->values[v].is_output || u->producer[v] < 0)
+    /* Values past u's were added by this walk (scaled weights). */
+    if (v < 0 || v >= u->n_values || u->readers[v] != 1 || g->values[v].is_output ||
+        u->producer[v] < 0)
         return NULL;
     slim_node *n = &g->nodes[u->producer[v]];
     return n->domain[0] || n->n_out != 1 ? NULL : n;
@@ -45,7 +47,8 @@ static bool is_op(const slim_node *n, const char *op)
 /* A float32 initializer only one input slot reads. */
 static bool own_weight(slim_graph *g, const slim_pass_uses *u, int v)
 {
-    return v >= 0 && slim_pass_const_f32(g, v) && u->readers[v] == 1 && !g->values[v].is_output;
+    return v >= 0 && v < u->n_values && slim_pass_const_f32(g, v) && u->readers[v] == 1 &&
+           !g->values[v].is_output;
 }
 
 /* The projection behind v: *mm the MatMul, *add its bias Add or NULL, *wk
@@ -54,8 +57,9 @@ static bool projection(slim_graph *g, const slim_pass_uses *u, int v, slim_node 
                        slim_node **add, int *bk)
 {
     slim_node *n = sole_producer(g, u, v);
+    /* Passes run before validation: a hostile node may have no inputs. */
     for (int hops = 0; hops < 4 && (is_op(n, "Reshape") || is_op(n, "Transpose")); hops++)
-        n = sole_producer(g, u, n->in[0]);
+        n = n->n_in >= 1 ? sole_producer(g, u, n->in[0]) : NULL;
     *add = NULL;
     if (is_op(n, "Add") && n->n_in == 2) {
         *bk = own_weight(g, u, n->in[1]) ? 1 : own_weight(g, u, n->in[0]) ? 0 : -1;
@@ -110,7 +114,7 @@ static slim_status fold_run(slim_graph *g, int *changed, slim_err *err)
         slim_node *scale = slim_pass_sole_reader(g, u, prod->out[0], "Mul");
         if (!scale)
             scale = slim_pass_sole_reader(g, u, prod->out[0], "Div");
-        if (!scale || scale->n_in != 2 || scale->n_out != 1)
+        if (!scale || scale->n_in != 2 || scale->n_out != 1 || scale->out[0] < 0)
             continue;
         bool div = is_op(scale, "Div");
         int ck = scale->in[0] == prod->out[0] ? 1 : 0;
