@@ -9,13 +9,14 @@
  * so index-like inputs are mostly in range and kernels go past their
  * checks); a declared sequence gets two such tensors, an optional one or
  * none. The CPU allocator is capped so a graph asking for terabytes gets
- * an out-of-memory error, as it would in the server. Odd seeds place the
- * model on emul:0 first (below).
+ * an out-of-memory error, as it would in the server. Some seeds run the
+ * graph passes first, odd ones place the model on emul:0 (below).
  */
 #include "container.h"
 #include "fuzz.h"
 #include "device.h"
 #include "model.h"
+#include "pass.h"
 
 #include <signal.h>
 #include <stdlib.h>
@@ -154,6 +155,14 @@ void slim_fuzz_run_graph(slim_graph *g, uint32_t seed)
     }
     slim_model *m = NULL;
     slim_err err;
+    /* Every load in the server runs the graph passes before the schema
+     * check, so they meet hostile graphs first: inputs with bit 1 of the
+     * seed set go through them, for the host or (odd seeds, placed below)
+     * for a device. */
+    if ((seed & 2) && slim_passes_run_for(g, !(seed & 1), &err) != SLIM_OK) {
+        slim_graph_free(g);
+        return;
+    }
     if (slim_model_from_graph(g, &m, &err) != SLIM_OK)
         return; /* from_graph frees g on failure */
     /* Every other input is placed on emul:0, the host dressed as a device
