@@ -218,10 +218,11 @@ slim_status slim_model_load(const char *path, const slim_load_opts *opts,
      * which asks for no passes: the file should not hold this CPU's
      * layouts): the GPU's passes match float32 only, and the GPU load will
      * see a half graph, so they run here, before the graph goes half. */
-    if (!st && gpu_half && slim_device_is_host(dev) && opts->no_passes)
-        st = slim_passes_run_for(g, false, err);
     if (!st && gpu_half) {
-        st = slim_quant_half(g, half, NULL, err);
+        if (slim_device_is_host(dev) && opts->no_passes)
+            st = slim_passes_run_for(g, false, err);
+        if (!st)
+            st = slim_quant_half(g, half, NULL, err);
         if (st) {
             slim_graph_free(g);
             g = NULL;
