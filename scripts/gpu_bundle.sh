@@ -10,8 +10,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build}
-grep -q "CMAKE_CUDA_ARCHITECTURES:.*90" "$B/CMakeCache.txt" || {
-    echo "gpu_bundle: $B was not built for sm_90 (CMAKE_CUDA_ARCHITECTURES)" >&2; exit 1; }
+# Ninja keeps the flags in build.ninja, Makefiles in the target's flags.make.
+grep -qs "sm_90" "$B/CMakeFiles/slim_cuda.dir/flags.make" "$B/build.ninja" || {
+    echo "gpu_bundle: $B has no CUDA backend built for sm_90 (CMAKE_CUDA_ARCHITECTURES)" >&2
+    exit 1; }
 PY=${PYTHON:-.venv/bin/python3}
 stage=$(mktemp -d)
 trap 'rm -rf "$stage"' EXIT
