@@ -183,11 +183,18 @@ static bool shape_fits(const slim_tensor *t)
     return true;
 }
 
+/* An inferred output shape a buffer can be sized from: no negative dim
+ * (a hostile graph's; its byte count would overflow) and at most 2^62
+ * bytes. Runs and planning (slim_model_infer_shapes) both check it. */
 static slim_status check_shape_fits(const slim_tensor *t, int k, slim_err *err)
 {
+    char s[160];
+    for (int d = 0; d < t->ndim; d++)
+        if (t->dims[d] < 0)
+            return slim_errf(err, SLIM_ESHAPE, "output %d would have negative shape %s", k,
+                             slim_shape_str(t->ndim, t->dims, s, sizeof(s)));
     if (shape_fits(t))
         return SLIM_OK;
-    char s[160];
     return slim_errf(err, SLIM_ESHAPE, "output %d would have shape %s: more than 2^62 bytes", k,
                      slim_shape_str(t->ndim, t->dims, s, sizeof(s)));
 }
@@ -266,12 +273,6 @@ static slim_status run_node(run_state *rs, const slim_node *n, slim_err *err)
             continue;
         if (t->dtype == SLIM_DTYPE_UNDEFINED || t->ndim < 0 || t->ndim > SLIM_MAX_DIMS)
             return slim_errf(err, SLIM_EINTERNAL, "shape inference left output %d undefined", k);
-        for (int d = 0; d < t->ndim; d++)
-            if (t->dims[d] < 0) {
-                char s[160];
-                return slim_errf(err, SLIM_ESHAPE, "output %d would have negative shape %s", k,
-                                 slim_shape_str(t->ndim, t->dims, s, sizeof(s)));
-            }
         if ((st = check_shape_fits(t, k, err)))
             return st;
     }
