@@ -59,13 +59,13 @@ slim_status slim_passes_run_for(slim_graph *g, bool host, slim_err *err)
     for (int i = 0; slim_passes[i]; i++) {
         int changed = 0;
         slim_status st = SLIM_OK;
+        /* On the host FusedAttention applies the scale in its kernel. */
+        if (host && slim_passes[i] == &slim__pass_fold_attention_scale)
+            continue;
         /* On a GPU: no passes whose operators only the CPU runs
          * (FusedConv, the blocked layout, FusedAttention, the fused
          * Add + LayerNormalization); they would pull those nodes, and the
          * copies around them, back to the host. */
-        /* On the host FusedAttention applies the scale in its kernel. */
-        if (host && slim_passes[i] == &slim__pass_fold_attention_scale)
-            continue;
         if (!host && (slim_passes[i] == &slim__pass_fuse_attention ||
                       slim_passes[i] == &slim__pass_fuse_add_layernorm ||
                       slim_passes[i] == &slim__pass_fuse_conv ||
