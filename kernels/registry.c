@@ -41,6 +41,8 @@ extern const slim_op_def slim__ops_hconv[]; /* and its ConvHalf (cpu/hconv.c) */
 extern const slim_op_def slim__ops_fused_attention[];
 /* the fuse_add_layernorm pass's (cpu/add_layernorm.c) */
 extern const slim_op_def slim__ops_add_layernorm[];
+/* the fuse_matmul_bias pass's, for GPUs (cpu/matmul_bias.c) */
+extern const slim_op_def slim__ops_matmul_bias[];
 /* onnxruntime's contrib operators that quantized models carry
  * (cpu/quantize_ops.c). */
 extern const slim_op_def slim__ops_microsoft[];
@@ -58,7 +60,7 @@ extern const slim_op_def slim__ops_fmm[];   /* the fuse_matmul pass's (cpu/matmu
 /* The com.slimserve tables after the copies, searched in this order. */
 static const slim_op_def *const slimserve_tables[] = {
     slim__ops_int8, slim__ops_sparse, slim__ops_half, slim__ops_hconv, slim__ops_pool_blocked,
-    slim__ops_fused_attention, slim__ops_add_layernorm,
+    slim__ops_fused_attention, slim__ops_add_layernorm, slim__ops_matmul_bias,
 #ifdef SLIM_HAVE_DNNL
     slim__ops_fconv, slim__ops_fmm,
 #endif

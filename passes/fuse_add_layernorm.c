@@ -10,8 +10,9 @@
  * else reads the sum (a pre-norm block's residual) or it is a graph
  * output, AddLayerNorm gives it as a second output. Runs after
  * fuse_layernorm, so the LayerNorms it builds from the spelled-out ops are
- * taken too; left out for GPU models (no kernel there). SLIM_FUSE_ADDLN=0
- * turns it off (comparisons).
+ * taken too. GPU models get it as well (kernels/cuda/norm.cu): there the
+ * graph goes half after the passes, and AddLayerNorm takes half operands.
+ * SLIM_FUSE_ADDLN=0 turns it off (comparisons).
  */
 #include "pass.h"
 

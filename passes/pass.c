@@ -22,6 +22,7 @@ extern const slim_pass slim__pass_fold_attention_scale; /* GPU only */
 extern const slim_pass slim__pass_fuse_attention;
 extern const slim_pass slim__pass_attention_qkv; /* after fuse_attention */
 extern const slim_pass slim__pass_fuse_int8_epilogue; /* after fuse_gelu */
+extern const slim_pass slim__pass_fuse_matmul_bias; /* GPU only; last */
 
 /* Folding BatchNormalization first gives fuse_conv a Conv whose only
  * reader is the activation or the residual Add; blocked_layout then links
@@ -43,6 +44,7 @@ const slim_pass *const slim_passes[] = {
     &slim__pass_fuse_attention,
     &slim__pass_attention_qkv,
     &slim__pass_fuse_int8_epilogue,
+    &slim__pass_fuse_matmul_bias,
     NULL,
 };
 
@@ -62,12 +64,14 @@ slim_status slim_passes_run_for(slim_graph *g, bool host, slim_err *err)
         /* On the host FusedAttention applies the scale in its kernel. */
         if (host && slim_passes[i] == &slim__pass_fold_attention_scale)
             continue;
+        /* On the host FusedMatMul (fuse_matmul) takes the bias. */
+        if (host && slim_passes[i] == &slim__pass_fuse_matmul_bias)
+            continue;
         /* On a GPU: no passes whose operators only the CPU runs
-         * (FusedConv, the blocked layout, FusedAttention, the fused
-         * Add + LayerNormalization); they would pull those nodes, and the
-         * copies around them, back to the host. */
+         * (FusedConv, the blocked layout, FusedAttention); they would pull
+         * those nodes, and the copies around them, back to the host.
+         * AddLayerNorm has a CUDA kernel (kernels/cuda/norm.cu). */
         if (!host && (slim_passes[i] == &slim__pass_fuse_attention ||
-                      slim_passes[i] == &slim__pass_fuse_add_layernorm ||
                       slim_passes[i] == &slim__pass_fuse_conv ||
                       slim_passes[i] == &slim__pass_blocked_layout))
             continue;

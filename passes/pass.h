@@ -31,9 +31,9 @@ typedef struct slim_pass {
 slim_status slim_passes_run(slim_graph *g, slim_err *err);
 /* The same for a model whose nodes run on the host (true) or a GPU: the
  * passes making nodes that only the CPU runs (fuse_conv, blocked_layout,
- * fuse_attention, fuse_add_layernorm, fuse_matmul) are left out for a GPU,
+ * fuse_attention, fuse_matmul) are left out for a GPU,
  * where those nodes would pull the work, with copies each way, back to the
- * host; fold_attention_scale runs for a GPU only. */
+ * host; fold_attention_scale and fuse_matmul_bias run for a GPU only. */
 slim_status slim_passes_run_for(slim_graph *g, bool host, slim_err *err);
 /* FusedMatMul (passes/fuse_matmul.c) for a file: every float32 MatMul
  * weight packed, as `slim convert` stores them (none with

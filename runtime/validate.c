@@ -29,6 +29,7 @@ static const slim_op_schema internal_schemas[] = {
      "dw_activation=i dw_alpha=f dw_beta=f"},
     {"AddLayerNorm", 1, 3, 4, 1, 2, "SSSO", "SO", "epsilon=f"},
     {"FusedMatMul", 1, 3, 3, 1, 1, "SSS", "S", "!K=i !N=i !activation=i parts=I layout=I"},
+    {"MatMulBias", 1, 3, 3, 1, 1, "SSS", "S", "activation=s"},
     {"MaxPoolBlocked", 1, 1, 1, 1, 1, "S", "S",
      "!kernel_shape=I !strides=I !pads=I !dilations=I"},
     /* K and V absent when qkv_sizes packs them into Q (passes/merge_qkv.c). */

@@ -3,8 +3,9 @@
  * fuse_add_layernorm pass puts in place of Add -> LayerNormalization:
  *
  *   AddLayerNorm(A, B, Scale[, Bias]) -> Y[, Sum]     attrs: epsilon (float)
- *       A, B float32, broadcast together as Add does; Sum = A + B; Y =
- *       LayerNormalization(Sum) over the last axis with Scale and Bias [D].
+ *       A, B float32 (or float16, bfloat16: all four of one type), broadcast
+ *       together as Add does; Sum = A + B; Y = LayerNormalization(Sum) over
+ *       the last axis with Scale and Bias [D].
  *
  * Each row's sum is written once (into Sum when something reads it, else
  * into Y) and normalized in place by the LayerNormalization rows
@@ -56,9 +57,14 @@ static slim_status aln_infer(slim_op_ctx *ctx)
 {
     const slim_tensor *a = ctx->in[0], *b = ctx->in[1], *sc = ctx->in[2];
     const slim_tensor *bi = ctx->n_in > 3 ? ctx->in[3] : NULL;
-    if (a->dtype != SLIM_F32 || b->dtype != SLIM_F32 || sc->dtype != SLIM_F32 ||
-        (bi && bi->dtype != SLIM_F32))
-        return slim_errf(ctx->err, SLIM_ETYPE, "AddLayerNorm takes float32 A, B, Scale, Bias");
+    slim_dtype dt = a->dtype;
+    if ((dt != SLIM_F32 && dt != SLIM_F16 && dt != SLIM_BF16) || b->dtype != dt ||
+        sc->dtype != dt || (bi && bi->dtype != dt))
+        return slim_errf(ctx->err, SLIM_ETYPE, "AddLayerNorm takes A, B, Scale and Bias of one "
+                         "type, float32, float16 or bfloat16; got %s, %s, %s%s%s",
+                         slim_dtype_name(dt), slim_dtype_name(b->dtype),
+                         slim_dtype_name(sc->dtype), bi ? ", " : "",
+                         bi ? slim_dtype_name(bi->dtype) : "");
     int nd;
     int64_t dims[SLIM_MAX_DIMS];
     if (!broadcast_dims(a, b, &nd, dims))
@@ -71,7 +77,7 @@ static slim_status aln_infer(slim_op_ctx *ctx)
                          "the last dim of A + B", (long long)d);
     for (int k = 0; k < ctx->n_out && k < 2; k++)
         if (ctx->out[k])
-            slim_tensor_set_shape(ctx->out[k], SLIM_F32, nd, dims);
+            slim_tensor_set_shape(ctx->out[k], dt, nd, dims);
     return SLIM_OK;
 }
 
@@ -143,6 +149,75 @@ static void strides_in(const slim_tensor *t, int nd, const int64_t *dims, int64_
     }
 }
 
+/* x widened to float32 (a copy; NULL when out of memory). */
+static float *widen(const slim_tensor *x)
+{
+    int64_t n = slim_tensor_numel(x);
+    float *f = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    const uint16_t *h = x->data;
+    for (int64_t i = 0; f && i < n; i++)
+        f[i] = x->dtype == SLIM_F16 ? slim_f16_to_f32(h[i]) : slim_bf16_to_f32(h[i]);
+    return f;
+}
+
+static uint16_t narrow(slim_dtype dt, float v)
+{
+    return dt == SLIM_F16 ? slim_f32_to_f16(v) : slim_f32_to_bf16(v);
+}
+
+static float rounded(slim_dtype dt, float v)
+{
+    uint16_t h = narrow(dt, v);
+    return dt == SLIM_F16 ? slim_f16_to_f32(h) : slim_bf16_to_f32(h);
+}
+
+/* Half operands (a model placed whole in half on a device the CPU
+ * kernels stand in for, such as emul:0): what Add then LayerNormalization
+ * compute there, the sum rounded to the type before it is normalized in
+ * float32. Serial and by copies: not a path anything times. */
+static slim_status aln_exec_half(slim_op_ctx *ctx, const aln_state *st)
+{
+    const slim_tensor *a = ctx->in[0], *b = ctx->in[1], *sc = ctx->in[2];
+    const slim_tensor *bi = ctx->n_in > 3 ? ctx->in[3] : NULL;
+    slim_tensor *y = ctx->out[0], *sum = ctx->n_out > 1 ? ctx->out[1] : NULL;
+    slim_dtype dt = y->dtype;
+    int64_t n = slim_tensor_numel(y), d = y->dims[y->ndim - 1];
+    int64_t sa[SLIM_MAX_DIMS], sb[SLIM_MAX_DIMS];
+    strides_in(a, y->ndim, y->dims, sa);
+    strides_in(b, y->ndim, y->dims, sb);
+    float *fa = widen(a), *fb = widen(b), *fs = widen(sc), *fbi = bi ? widen(bi) : NULL;
+    float *s = malloc(sizeof(float) * (size_t)n), *o = malloc(sizeof(float) * (size_t)n);
+    slim_status ret = SLIM_OK;
+    if (!fa || !fb || !fs || (bi && !fbi) || !s || !o) {
+        ret = slim_errf(ctx->err, SLIM_ENOMEM, "out of memory widening AddLayerNorm's operands");
+        goto done;
+    }
+    for (int64_t i = 0; i < n; i++) {
+        int64_t e = i, ia = 0, ib = 0;
+        for (int k = y->ndim - 1; k >= 0; k--) {
+            int64_t c = e % y->dims[k];
+            e /= y->dims[k];
+            ia += c * sa[k];
+            ib += c * sb[k];
+        }
+        s[i] = rounded(dt, fa[ia] + fb[ib]);
+    }
+    slim_ln_rows_f32(s, o, n / d, d, false, st->epsilon, fs, fbi);
+    for (int64_t i = 0; i < n; i++) {
+        ((uint16_t *)y->data)[i] = narrow(dt, o[i]);
+        if (sum)
+            ((uint16_t *)sum->data)[i] = narrow(dt, s[i]);
+    }
+done:
+    free(fa);
+    free(fb);
+    free(fs);
+    free(fbi);
+    free(s);
+    free(o);
+    return ret;
+}
+
 static slim_status aln_exec(slim_op_ctx *ctx)
 {
     const aln_state *st = ctx->state;
@@ -151,6 +226,8 @@ static slim_status aln_exec(slim_op_ctx *ctx)
     slim_tensor *y = ctx->out[0], *sum = ctx->n_out > 1 ? ctx->out[1] : NULL;
     if (slim_tensor_numel(y) == 0)
         return SLIM_OK;
+    if (y->dtype != SLIM_F32)
+        return aln_exec_half(ctx, st);
     /* A + B = B + A bit for bit: the operand of the output's shape first. */
     if (slim_tensor_numel(b) == slim_tensor_numel(y) && slim_tensor_numel(a) != slim_tensor_numel(y)) {
         const slim_tensor *t = a;

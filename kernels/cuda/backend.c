@@ -107,6 +107,7 @@ static void thread_state_free(void *p)
         cudaStreamSynchronize(cu->stream);
         free_scratch(cu);
         free(cu->scratch);
+        slim_cuda_lt_release(cu);
         cublasDestroy(cu->cublas);
         slim_buffer_unref(cu->run_workspace);
         if (ts->pinned[i])
@@ -240,6 +241,8 @@ slim_status slim_cuda_blas(slim_cuda_ctx *cu, slim_err *err)
                          slim_cublas_status_name(s), __FILE__, __LINE__);
     }
     cu->run_workspace = b;
+    cu->ws = b->ptr;
+    cu->ws_bytes = SLIM_CUBLAS_WORKSPACE;
     return SLIM_OK;
 }
 
@@ -312,14 +315,25 @@ static const slim_cuda_op *const tables[] = {
     slim__cuda_ops_conv,
 };
 
+/* com.slimserve's: operators the GPU passes make (passes/pass.c). */
+static const slim_cuda_op *const slimserve_tables[] = {
+    slim__cuda_ops_slimserve_matmul, slim__cuda_ops_slimserve_norm,
+};
+
 static const void *op_lookup(slim_device *dev, const slim_node *n, const slim_dtype *in_dtypes,
                              unsigned *host_inputs, bool *view)
 {
-    if (n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx") != 0)
+    const slim_cuda_op *const *list = tables;
+    size_t n_list = sizeof(tables) / sizeof(tables[0]);
+    if (n->domain && strcmp(n->domain, "com.slimserve") == 0) {
+        list = slimserve_tables;
+        n_list = sizeof(slimserve_tables) / sizeof(slimserve_tables[0]);
+    } else if (n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx") != 0) {
         return NULL;
+    }
     const slim_cuda_op *best = NULL;
-    for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++)
-        for (const slim_cuda_op *op = tables[t]; op->op_type; op++)
+    for (size_t t = 0; t < n_list; t++)
+        for (const slim_cuda_op *op = list[t]; op->op_type; op++)
             if (strcmp(op->op_type, n->op_type) == 0 && op->since <= n->opset &&
                 (!best || op->since > best->since))
                 best = op;
@@ -404,6 +418,8 @@ static slim_status dev_sync(slim_device *dev, slim_err *err)
     free_scratch(cu);
     slim_buffer_unref(cu->run_workspace);
     cu->run_workspace = NULL;
+    cu->ws = NULL;
+    cu->ws_bytes = 0;
     SLIM_CUDA_CHECK(e, err);
     return SLIM_OK;
 }

@@ -70,6 +70,9 @@ typedef struct slim_cuda_ctx {
     int scratch_cur;
     size_t scratch_off;
     struct slim_buffer *run_workspace; /* cuBLAS's, for the current run */
+    void *ws;                   /* run_workspace's memory and size, for cuBLASLt */
+    size_t ws_bytes;
+    struct slim_cuda_lt *lt;    /* cuBLASLt's handle and plans (matmul_lt.cu), or NULL */
 } slim_cuda_ctx;
 
 typedef struct slim_cuda_op {
@@ -133,6 +136,17 @@ const char *slim_cublas_status_name(cublasStatus_t s);
                              #call, __FILE__, __LINE__);                                  \
     } while (0)
 
+/* Row-major C[m,n] = alpha * A[m,k] op(B)[k,n], A's rows independent
+ * items: in row-invariant mode cut into fixed blocks (matmul.cu). */
+slim_status slim_cuda_gemm_rows(slim_cuda_ctx *cu, slim_dtype dt, bool tb, int64_t m, int64_t n,
+                                int64_t k, float alpha, const void *a, const void *b,
+                                int64_t ldb, void *c, slim_err *err);
+/* y = a + b with numpy broadcasting, y's shape and dtype (elementwise.cu). */
+slim_status slim_cuda_add(slim_cuda_ctx *cu, const slim_tensor *a, const slim_tensor *b,
+                          slim_tensor *y, slim_err *err);
+/* Frees cu's cuBLASLt handle and plans, if any (matmul_lt.cu). */
+void slim_cuda_lt_release(slim_cuda_ctx *cu);
+
 /* The op tables, one per .cu file (backend.c lists them). */
 extern const slim_cuda_op slim__cuda_ops_elementwise[];
 extern const slim_cuda_op slim__cuda_ops_norm[];
@@ -141,6 +155,9 @@ extern const slim_cuda_op slim__cuda_ops_movement[];
 extern const slim_cuda_op slim__cuda_ops_pool[];
 extern const slim_cuda_op slim__cuda_ops_matmul[];
 extern const slim_cuda_op slim__cuda_ops_conv[];
+/* com.slimserve operators the passes make for GPUs. */
+extern const slim_cuda_op slim__cuda_ops_slimserve_matmul[];
+extern const slim_cuda_op slim__cuda_ops_slimserve_norm[];
 
 #ifdef __cplusplus
 }

@@ -133,10 +133,9 @@ static bin_map make_map(const slim_tensor *x, const slim_tensor *y)
     return m;
 }
 
-static slim_status binary(slim_op_ctx *ctx, slim_cuda_ctx *cu, int op)
+static slim_status binary_to(slim_cuda_ctx *cu, int op, const slim_tensor *a,
+                             const slim_tensor *b, slim_tensor *y)
 {
-    const slim_tensor *a = ctx->in[0], *b = ctx->in[1];
-    slim_tensor *y = ctx->out[0];
     int64_t n = slim_tensor_numel(y);
     if (n == 0)
         return SLIM_OK;
@@ -158,6 +157,23 @@ static slim_status binary(slim_op_ctx *ctx, slim_cuda_ctx *cu, int op)
     binary_kernel<<<slim_cuda_blocks(n, SLIM_CUDA_BLOCK), SLIM_CUDA_BLOCK, 0, cu->stream>>>(
         op, a->data, ma, b->data, mb, y->data, n, a->dtype, y->dtype);
     return SLIM_OK;
+}
+
+static slim_status binary(slim_op_ctx *ctx, slim_cuda_ctx *cu, int op)
+{
+    slim_status st = binary_to(cu, op, ctx->in[0], ctx->in[1], ctx->out[0]);
+    if (!st)
+        SLIM_CUDA_LAUNCH_CHECK(ctx->err);
+    return st;
+}
+
+extern "C" slim_status slim_cuda_add(slim_cuda_ctx *cu, const slim_tensor *a,
+                                     const slim_tensor *b, slim_tensor *y, slim_err *err)
+{
+    slim_status st = binary_to(cu, BIN_ADD, a, b, y);
+    if (!st)
+        SLIM_CUDA_LAUNCH_CHECK(err);
+    return st;
 }
 
 #define BINARY(name, op)                                               \

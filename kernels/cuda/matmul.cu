@@ -268,6 +268,13 @@ static slim_status gemm_rows(slim_cuda_ctx *cu, slim_dtype dt, bool tb, int64_t 
     return SLIM_OK;
 }
 
+extern "C" slim_status slim_cuda_gemm_rows(slim_cuda_ctx *cu, slim_dtype dt, bool tb, int64_t m,
+                                           int64_t n, int64_t k, float alpha, const void *a,
+                                           const void *b, int64_t ldb, void *c, slim_err *err)
+{
+    return gemm_rows(cu, dt, tb, m, n, k, alpha, a, b, ldb, 0.0f, c, err);
+}
+
 static bool supports_float(const slim_node *n, const slim_dtype *in)
 {
     cudaDataType_t t;

@@ -308,6 +308,122 @@ static bool batchnorm_ok(const slim_node *n, const slim_dtype *in)
     return true;
 }
 
+/* ---- AddLayerNorm (com.slimserve) ------------------------------------------ */
+
+/* Values a thread keeps in registers: rows up to 8 x 256 elements. */
+#define ALN_PER 8
+
+/* One block per row: the sum A + B rounded to T as Add stores it (and
+ * written out when Sum is read), kept in registers, then normalized as
+ * layernorm_kernel does with the same threads: the same sums in the same
+ * order, so the same bits as the Add and LayerNormalization nodes, with
+ * one pass over memory instead of an Add's and a LayerNorm's three. */
+template <typename T>
+__global__ void add_layernorm_kernel(const T *a, const T *b, const T *scale, const T *bias,
+                                     T *y, T *sum, int cols, float eps)
+{
+    __shared__ float shared[32];
+    int64_t base = (int64_t)blockIdx.x * cols;
+    float v[ALN_PER];
+    float s = 0.0f;
+#pragma unroll
+    for (int j = 0; j < ALN_PER; j++) {
+        int c = threadIdx.x + j * blockDim.x;
+        v[j] = 0.0f;
+        if (c < cols) {
+            T t;
+            from_f32(&t, to_f32(a[base + c]) + to_f32(b[base + c]));
+            if (sum)
+                sum[base + c] = t;
+            v[j] = to_f32(t);
+            s += v[j];
+        }
+    }
+    float mean = block_sum(s, shared) / (float)cols;
+    float q = 0.0f;
+#pragma unroll
+    for (int j = 0; j < ALN_PER; j++)
+        if (threadIdx.x + j * blockDim.x < cols) {
+            float d = v[j] - mean;
+            q += d * d;
+        }
+    float inv = rsqrtf(block_sum(q, shared) / (float)cols + eps);
+#pragma unroll
+    for (int j = 0; j < ALN_PER; j++) {
+        int c = threadIdx.x + j * blockDim.x;
+        if (c < cols) {
+            float o = (v[j] - mean) * inv * to_f32(scale[c]);
+            if (bias)
+                o += to_f32(bias[c]);
+            from_f32(&y[base + c], o);
+        }
+    }
+}
+
+template <typename T>
+static void launch_add_layernorm(const slim_tensor *a, const slim_tensor *b,
+                                 const slim_tensor *sc, const slim_tensor *bi, slim_tensor *y,
+                                 slim_tensor *sum, int64_t rows, int cols, int threads, float eps,
+                                 cudaStream_t st)
+{
+    add_layernorm_kernel<T><<<(unsigned)rows, threads, 0, st>>>(
+        (const T *)a->data, (const T *)b->data, (const T *)sc->data,
+        bi ? (const T *)bi->data : NULL, (T *)y->data, sum ? (T *)sum->data : NULL, cols, eps);
+}
+
+static slim_status add_layernorm_exec(slim_op_ctx *ctx, slim_cuda_ctx *cu)
+{
+    const slim_tensor *a = ctx->in[0], *b = ctx->in[1], *sc = ctx->in[2];
+    const slim_tensor *bi = ctx->n_in > 3 && ctx->in[3] ? ctx->in[3] : NULL;
+    slim_tensor *y = ctx->out[0], *sum = ctx->n_out > 1 ? ctx->out[1] : NULL;
+    int64_t n = slim_tensor_numel(y);
+    if (n == 0)
+        return SLIM_OK;
+    int64_t cols = y->dims[y->ndim - 1], rows = n / cols;
+    if (rows > INT32_MAX || cols > INT32_MAX)
+        return slim_errf(ctx->err, SLIM_EUNSUPPORTED, "AddLayerNorm on the GPU: %lld rows of "
+                         "%lld is past one launch", (long long)rows, (long long)cols);
+    int threads = cols >= NORM_THREADS ? NORM_THREADS : (int)((cols + 31) / 32 * 32);
+    float eps = slim_attr_float(ctx->node, "epsilon", 1e-5f);
+    if (slim_tensor_numel(a) == n && slim_tensor_numel(b) == n &&
+        cols <= (int64_t)threads * ALN_PER) {
+        if (y->dtype == SLIM_F16)
+            launch_add_layernorm<__half>(a, b, sc, bi, y, sum, rows, (int)cols, threads, eps,
+                                         cu->stream);
+        else if (y->dtype == SLIM_BF16)
+            launch_add_layernorm<__nv_bfloat16>(a, b, sc, bi, y, sum, rows, (int)cols, threads,
+                                                eps, cu->stream);
+        else
+            launch_add_layernorm<float>(a, b, sc, bi, y, sum, rows, (int)cols, threads, eps,
+                                        cu->stream);
+        SLIM_CUDA_LAUNCH_CHECK(ctx->err);
+        return SLIM_OK;
+    }
+    /* A broadcast operand or a long row: the sum through memory (into Sum,
+     * or Y normalized in place: each thread reads its elements before
+     * writing them). */
+    slim_tensor *dst = sum ? sum : y;
+    slim_status st = slim_cuda_add(cu, a, b, dst, ctx->err);
+    if (st)
+        return st;
+    layernorm_kernel<<<(unsigned)rows, threads, 0, cu->stream>>>(
+        dst->data, sc->data, bi ? bi->data : NULL, y->data, NULL, NULL, cols, eps, y->dtype,
+        sc->dtype, bi ? bi->dtype : y->dtype);
+    SLIM_CUDA_LAUNCH_CHECK(ctx->err);
+    return SLIM_OK;
+}
+
+static bool add_layernorm_ok(const slim_node *n, const slim_dtype *in)
+{
+    return slim_cuda_is_float(in[0]) && in[1] == in[0] && in[2] == in[0] &&
+           (n->n_in < 4 || in[3] == SLIM_DTYPE_UNDEFINED || in[3] == in[0]);
+}
+
+extern "C" const slim_cuda_op slim__cuda_ops_slimserve_norm[] = {
+    {"AddLayerNorm", 1, 0, add_layernorm_ok, add_layernorm_exec},
+    {NULL, 0, 0, NULL, NULL},
+};
+
 static bool float_in(const slim_node *n, const slim_dtype *in)
 {
     return slim_cuda_is_float(in[0]);

@@ -1,6 +1,9 @@
 /* cases_matmul.c - cross-device cases for kernels/cuda/matmul.cu. */
 #include "cuda_cases.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 static const char *const AB[] = {"a", "b"};
 static const char *const ABC[] = {"a", "b", "c"};
 
@@ -49,7 +52,40 @@ static void gemm_ta(cc_builder *b) { gemm(b, 1, 0, 0.5f, 2.0f, 2, SLIM_F32); }
 static void gemm_col_bias(cc_builder *b) { gemm(b, 0, 0, 1.0f, 1.0f, 3, SLIM_F32); }
 static void gemm_nobias_f16(cc_builder *b) { gemm(b, 1, 1, 1.0f, 1.0f, 0, SLIM_F16); }
 
+/* MatMulBias (com.slimserve, the fuse_matmul_bias pass's): A [rows..., K]
+ * times a weight [K, N] plus a bias [N], cuBLASLt's epilogue. */
+static void mmb(cc_builder *b, slim_dtype dt, int na, const int64_t *da, int64_t n, bool relu)
+{
+    static const char *const AWB[] = {"a", "w", "bias"};
+    cc_op(b, "MatMulBias", 1, 3, AWB, 1);
+    slim_node *nd = cc_node(b);
+    free(nd->domain);
+    nd->domain = strdup("com.slimserve");
+    nd->opset = 1;
+    if (relu)
+        cc_attr_s(b, "activation", "Relu");
+    int64_t k = da[na - 1];
+    cc_randn(b, 0, dt, na, da);
+    cc_randn(b, 1, dt, 2, (int64_t[]){k, n});
+    cc_randn(b, 2, dt, 1, (int64_t[]){n});
+    cc_weight(b, 1);
+    cc_weight(b, 2);
+}
+
+static void mmb_f32(cc_builder *b) { mmb(b, SLIM_F32, 3, (int64_t[]){3, 7, 64}, 96, false); }
+static void mmb_f16_relu(cc_builder *b) { mmb(b, SLIM_F16, 3, (int64_t[]){2, 9, 128}, 40, true); }
+static void mmb_f16_odd(cc_builder *b) { mmb(b, SLIM_F16, 2, (int64_t[]){33, 17}, 13, false); }
+static void mmb_bf16(cc_builder *b) { mmb(b, SLIM_BF16, 2, (int64_t[]){70, 64}, 48, true); }
+static void mmb_vec(cc_builder *b) { mmb(b, SLIM_F32, 1, (int64_t[]){19}, 5, false); }
+static void mmb_k0(cc_builder *b) { mmb(b, SLIM_F16, 2, (int64_t[]){4, 0}, 6, true); }
+
 const cc_case cc_cases_matmul[] = {
+    {"MatMulBias [3,7,64]x[64,96]+b", mmb_f32, 1e-4, false},
+    {"MatMulBias f16 Relu [2,9,128]x[128,40]+b", mmb_f16_relu, 2e-2, false},
+    {"MatMulBias f16 odd [33,17]x[17,13]+b", mmb_f16_odd, 2e-2, false},
+    {"MatMulBias bf16 Relu [70,64]x[64,48]+b", mmb_bf16, 5e-2, false},
+    {"MatMulBias 1-D A", mmb_vec, 1e-4, false},
+    {"MatMulBias K = 0 (the bias, Relu)", mmb_k0, 0, false},
     {"MatMul 2-D weight [33,65]x[65,17]", mm_2d, 1e-4, false},
     {"MatMul [3,7,64]x[64,96] folds rows", mm_3d_weight, 1e-4, false},
     {"MatMul f16 [2,9,128]x[128,40]", mm_f16, 2e-2, false},
@@ -87,7 +123,10 @@ static void rows_gemm(cc_builder *b)
     cc_weight(b, 2);
 }
 
+static void rows_mmb(cc_builder *b) { mmb(b, SLIM_F16, 3, (int64_t[]){5, 67, 128}, 40, true); }
+
 const cc_rows_case cc_cases_rows[] = {
+    {{"rows: MatMulBias f16 Relu [5,67,128]x[128,40], 1 alone", rows_mmb, 2e-2, false}, 1},
     {{"rows: MatMul [200,96]x[96,136], 70 alone", rows_weight, 1e-4, false}, 70},
     {{"rows: MatMul f16 [5,67,128]x[128,40], 1 alone", rows_weight_f16, 2e-2, false}, 1},
     {{"rows: MatMul f16 4483 rows x [32,8], 65 alone", rows_many_blocks, 2e-2, false}, 65},

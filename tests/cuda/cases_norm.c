@@ -1,6 +1,9 @@
 /* cases_norm.c - cross-device cases for kernels/cuda/norm.cu. */
 #include "cuda_cases.h"
 
+#include <stdlib.h>
+#include <string.h>
+
 static const char *const X[] = {"x"};
 static const char *const XSB[] = {"x", "s", "b"};
 
@@ -64,7 +67,40 @@ static void bn(cc_builder *b, slim_dtype dt)
 static void bn_f32(cc_builder *b) { bn(b, SLIM_F32); }
 static void bn_f16(cc_builder *b) { bn(b, SLIM_F16); }
 
+/* AddLayerNorm (com.slimserve, fuse_add_layernorm's): A [2, rows, cols] +
+ * B of shape db, LayerNorm of the sum; with `sum` the sum as output 2. */
+static void aln(cc_builder *b, slim_dtype dt, int64_t rows, int64_t cols, int nb,
+                const int64_t *db, bool bias, bool sum)
+{
+    static const char *const ABSB[] = {"a", "b", "s", "bias"};
+    cc_op(b, "AddLayerNorm", 1, bias ? 4 : 3, ABSB, sum ? 2 : 1);
+    slim_node *nd = cc_node(b);
+    free(nd->domain);
+    nd->domain = strdup("com.slimserve");
+    nd->opset = 1;
+    cc_attr_f(b, "epsilon", 1e-5f);
+    cc_randn(b, 0, dt, 3, (int64_t[]){2, rows, cols});
+    cc_randn(b, 1, dt, nb, db);
+    cc_uniform(b, 2, dt, 1, (int64_t[]){cols}, 0.5, 1.5);
+    cc_weight(b, 2);
+    if (bias) {
+        cc_randn(b, 3, dt, 1, (int64_t[]){cols});
+        cc_weight(b, 3);
+    }
+}
+
+static void aln_768_f16(cc_builder *b) { aln(b, SLIM_F16, 9, 768, 3, (int64_t[]){2, 9, 768}, true, false); }
+static void aln_sum_f32(cc_builder *b) { aln(b, SLIM_F32, 5, 100, 3, (int64_t[]){2, 5, 100}, true, true); }
+static void aln_odd_bf16(cc_builder *b) { aln(b, SLIM_BF16, 3, 7, 3, (int64_t[]){2, 3, 7}, false, true); }
+static void aln_row_f16(cc_builder *b) { aln(b, SLIM_F16, 4, 64, 2, (int64_t[]){4, 64}, true, true); }
+static void aln_long_f32(cc_builder *b) { aln(b, SLIM_F32, 2, 3001, 3, (int64_t[]){2, 2, 3001}, true, false); }
+
 const cc_case cc_cases_norm[] = {
+    {"AddLayerNorm f16 [2,9,768] (registers)", aln_768_f16, 1e-2, false},
+    {"AddLayerNorm f32 with Sum, 100 cols", aln_sum_f32, 1e-4, false},
+    {"AddLayerNorm bf16 7 cols, Sum, no bias", aln_odd_bf16, 5e-2, false},
+    {"AddLayerNorm f16 B [4,64] broadcast, Sum", aln_row_f16, 1e-2, false},
+    {"AddLayerNorm f32 3001 cols (through memory)", aln_long_f32, 1e-4, false},
     {"LayerNorm f32 [2,7,768]", ln_768_f32, 1e-4, false},
     {"LayerNorm f16 [2,5,384]", ln_384_f16, 1e-2, false},
     {"LayerNorm f32 odd cols, no bias", ln_odd_nobias, 1e-4, false},

@@ -9,8 +9,10 @@
  */
 #include "testutil.h"
 
+#include "fp16.h"
 #include "pass.h"
 
+#include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -174,6 +176,57 @@ START_TEST(fused_bitwise)
 }
 END_TEST
 
+/* A model placed on a GPU: the pass runs before the graph goes half, and
+ * AddLayerNorm then takes float16 operands (its CPU kernel stands in for
+ * the CUDA one here); it answers what Add and LayerNormalization in half
+ * do, within a half's rounding of the normalized values. */
+START_TEST(gpu_half_matches)
+{
+    int kinds[] = {B_SAME, B_ROW, B_MIDDLE};
+    g_kind = kinds[_i % 3];
+    g_read_sum = _i / 3;
+    g_bias = true;
+    slim_model *m[2];
+    slim_err err = {0};
+    for (int k = 0; k < 2; k++) {
+        build();
+        if (k)
+            ck_assert_msg(slim_passes_run_for(G, false, &err) == SLIM_OK, "%s", err.msg);
+        ck_assert_msg(slim_quant_half(G, SLIM_F16, NULL, &err) == SLIM_OK, "%s", err.msg);
+        ck_assert_msg(slim_model_from_graph(G, &m[k], &err) == SLIM_OK, "%s", err.msg);
+    }
+    ck_assert_int_eq(count_op(m[1]->graph, "AddLayerNorm"), 1);
+    ck_assert_int_eq(count_op(m[1]->graph, "LayerNormalization"), 0);
+    int64_t dims[3] = {3, 5, D}, n = 3 * 5 * D;
+    float *d = malloc(sizeof(float) * (size_t)n);
+    rng_state = 99;
+    for (int64_t i = 0; i < n; i++)
+        d[i] = 3.0f * rndf();
+    slim_tensor x = tu_f32(3, dims, d), *out[2];
+    free(d);
+    int n_out[2];
+    for (int k = 0; k < 2; k++)
+        ck_assert_msg(slim_model_run(m[k], 1, (const char *[]){"x"}, &x, &out[k], &n_out[k],
+                                     &err) == SLIM_OK, "%s", err.msg);
+    ck_assert_int_eq(n_out[0], n_out[1]);
+    for (int o = 0; o < n_out[0]; o++) {
+        ck_assert_int_eq(out[0][o].dtype, SLIM_F16);
+        ck_assert_int_eq(out[1][o].dtype, SLIM_F16);
+        const uint16_t *u = out[0][o].data, *v = out[1][o].data;
+        for (int64_t i = 0; i < n; i++) {
+            float fu = slim_f16_to_f32(u[i]), fv = slim_f16_to_f32(v[i]);
+            ck_assert_msg(fabsf(fu - fv) <= 4e-3f * (1.0f + fabsf(fu)), "kind %d output %d "
+                          "element %lld: %g vs %g", g_kind, o, (long long)i, fv, fu);
+        }
+    }
+    slim_tensors_free(out[0], n_out[0]);
+    slim_tensors_free(out[1], n_out[1]);
+    slim_tensor_release(&x);
+    slim_model_free(m[0]);
+    slim_model_free(m[1]);
+}
+END_TEST
+
 /* Near misses stay: LN over axis 1; Mean as an output; a scale that is not
  * a constant; SLIM_FUSE_ADDLN=0. */
 START_TEST(near_misses_left)
@@ -242,6 +295,7 @@ static Suite *addln_suite(void)
     Suite *s = suite_create("pass_addln");
     TCase *tc = tcase_create("addln");
     tcase_add_loop_test(tc, fused_bitwise, 0, 20);
+    tcase_add_loop_test(tc, gpu_half_matches, 0, 6);
     tcase_add_test(tc, near_misses_left);
     tcase_add_test(tc, bad_shapes_refused);
     suite_add_tcase(s, tc);
