@@ -11,11 +11,13 @@
 #                                   the onnx 1.22.0 node tests) into build-gpu, so a
 #                                   GPU lease spends no time compiling
 #   scripts/gpu_check.sh test       slim devices, test_cuda_ops, examples on cuda:0,
-#                                   node tests on cuda:0, the GPU server e2e
+#                                   node tests on cuda:0, the GPU server e2e (SKIP="conf
+#                                   halving" leaves those two out)
 #   scripts/gpu_check.sh bench      bench/bench_gpu.py (needs onnxruntime-gpu importable)
 #   scripts/gpu_check.sh served     the encoder as the server runs a model that batches
 #                                   (row-invariant), products one block per call and
 #                                   grouped (SLIM_CUDA_GROUPED=1), beside onnxruntime-gpu
+#                                   (GROUPED=1: the grouped one only)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/gpu-out}
@@ -98,13 +100,14 @@ EOF
         echo "test_gpu_server rc=$?"
         tail -15 "$OUT/gpu_server.log"
     fi
-    if [ -f tests/e2e/test_device_halving.py ]; then
+    if [ -f tests/e2e/test_device_halving.py ] && [[ " ${SKIP:-} " != *" halving "* ]]; then
         echo "== halving under a cuda:0 limit"
         timeout 240 $PY tests/e2e/test_device_halving.py --slimserve $B/bin/slimserve \
             --slim $B/bin/slim --device cuda:0 --workdir /tmp/e2e-halving >"$OUT/gpu_halving.log" 2>&1
         echo "test_device_halving rc=$?"
         tail -6 "$OUT/gpu_halving.log"
     fi
+    [[ " ${SKIP:-} " == *" conf "* ]] && return 0
     echo "== node tests on cuda:0 (${CONF_FILTER:-all}), each case a fresh process"
     nt=${NODE_DIR:-$($PY -c "import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), 'backend', 'test', 'data', 'node'))")}
     timeout ${CONF_TIMEOUT:-150} $B/bin/slim conformance "$nt" --device cuda:0 \
@@ -121,7 +124,7 @@ bench() {
 
 served() {
     [ -f /tmp/encoder.onnx ] || $PY bench/gen_encoder.py /tmp/encoder.onnx
-    for g in 0 1; do
+    for g in ${GROUPED:-0 1}; do
         echo "== row-invariant, SLIM_CUDA_GROUPED=$g"
         SLIM_CUDA_GROUPED=$g $PY bench/bench_gpu.py --slim $B/bin/slim --encoder /tmp/encoder.onnx \
             --batch-invariant --rounds 2 --repeat 20 "$@" 2>&1 | tee "$OUT/served_grouped$g.log" | tail -8
