@@ -108,6 +108,9 @@ static void thread_state_free(void *p)
         free_scratch(cu);
         free(cu->scratch);
         slim_cuda_lt_release(cu);
+#ifdef SLIM_HAVE_CUDNN
+        slim_cuda_dnn_release(cu);
+#endif
         cublasDestroy(cu->cublas);
         slim_buffer_unref(cu->run_workspace);
         if (ts->pinned[i])

@@ -9,8 +9,9 @@
  * image's result does not depend on the batch it ran in. Bias is added
  * after the product.
  *
- * cuDNN would pick faster algorithms; it is not required to build here,
- * and this path keeps the backend's only dependency cuBLAS.
+ * Where cuDNN is there (conv_cudnn.cu: built with it, libcudnn.so.9 loads)
+ * it runs the convolution instead, and this path is the fallback: no
+ * cuDNN, asymmetric pads, or no algorithm for the shape.
  */
 #include "common.cuh"
 
@@ -84,6 +85,13 @@ static slim_status conv_exec(slim_op_ctx *ctx, slim_cuda_ctx *cu)
     cublasComputeType_t ct = x->dtype == SLIM_F32 && cu->allow_tf32
                                  ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
     float one = 1.0f, zero = 0.0f;
+#ifdef SLIM_HAVE_CUDNN
+    bool by_dnn = false;
+    if ((st = slim_cuda_conv_dnn(cu, x, w, y, group, s, p, d, &by_dnn, ctx->err)))
+        return st;
+    if (by_dnn)
+        N = 0; /* done: the bias below */
+#endif
     if (group == 1 && N > 1 && !slim_gemm_row_invariant()) {
         /* Every image at once: unfold the batch, then one strided-batched
          * product with the filter shared (stride 0). Outside batch-

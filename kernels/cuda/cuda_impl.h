@@ -73,6 +73,7 @@ typedef struct slim_cuda_ctx {
     void *ws;                   /* run_workspace's memory and size, for cuBLASLt */
     size_t ws_bytes;
     struct slim_cuda_lt *lt;    /* cuBLASLt's handle and plans (matmul_lt.cu), or NULL */
+    struct slim_cuda_dnn *dnn;  /* cuDNN's handle and plans (conv_cudnn.cu), or NULL */
 } slim_cuda_ctx;
 
 typedef struct slim_cuda_op {
@@ -141,6 +142,16 @@ const char *slim_cublas_status_name(cublasStatus_t s);
 slim_status slim_cuda_gemm_rows(slim_cuda_ctx *cu, slim_dtype dt, bool tb, int64_t m, int64_t n,
                                 int64_t k, float alpha, const void *a, const void *b,
                                 int64_t ldb, void *c, slim_err *err);
+#ifdef SLIM_HAVE_CUDNN
+/* Y = conv(X, W) (no bias) through cuDNN when it is loaded and takes this
+ * convolution: *done says whether it ran; when false nothing was queued
+ * and the caller runs im2col (conv_cudnn.cu). pads are ONNX's [4]. */
+slim_status slim_cuda_conv_dnn(slim_cuda_ctx *cu, const slim_tensor *x, const slim_tensor *w,
+                               slim_tensor *y, int64_t group, const int64_t *strides,
+                               const int64_t *pads, const int64_t *dilations, bool *done,
+                               slim_err *err);
+void slim_cuda_dnn_release(slim_cuda_ctx *cu);
+#endif
 /* y = a + b with numpy broadcasting, y's shape and dtype (elementwise.cu). */
 slim_status slim_cuda_add(slim_cuda_ctx *cu, const slim_tensor *a, const slim_tensor *b,
                           slim_tensor *y, slim_err *err);

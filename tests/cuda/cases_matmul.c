@@ -127,6 +127,7 @@ static void rows_mmb(cc_builder *b) { mmb(b, SLIM_F16, 3, (int64_t[]){5, 67, 128
 
 const cc_rows_case cc_cases_rows[] = {
     {{"rows: MatMulBias f16 Relu [5,67,128]x[128,40], 1 alone", rows_mmb, 2e-2, false}, 1},
+    {{"rows: Conv f16 3x3 [5,16,14,14], 1 alone", cc_build_conv_rows, 2e-2, false}, 1},
     {{"rows: MatMul [200,96]x[96,136], 70 alone", rows_weight, 1e-4, false}, 70},
     {{"rows: MatMul f16 [5,67,128]x[128,40], 1 alone", rows_weight_f16, 2e-2, false}, 1},
     {{"rows: MatMul f16 4483 rows x [32,8], 65 alone", rows_many_blocks, 2e-2, false}, 65},

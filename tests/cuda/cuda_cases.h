@@ -95,5 +95,7 @@ extern const cc_case cc_cases_conv[];
  * graph inputs' leading dim; those items' outputs must match bitwise, and
  * the whole run must match the CPU within tol. */
 extern const cc_rows_case cc_cases_rows[];
+/* A convolution's rows case (cases_conv.c), listed in cc_cases_rows. */
+void cc_build_conv_rows(cc_builder *b);
 
 #endif
