@@ -155,6 +155,12 @@ void slim_cuda_dnn_release(slim_cuda_ctx *cu);
 /* y = a + b with numpy broadcasting, y's shape and dtype (elementwise.cu). */
 slim_status slim_cuda_add(slim_cuda_ctx *cu, const slim_tensor *a, const slim_tensor *b,
                           slim_tensor *y, slim_err *err);
+/* Row-invariant C[m,n] = alpha * A[m,k] op(W) [+ bias[n]] [Relu] as one
+ * cuBLASLt call with an algorithm pinned per shape (matmul_lt.cu); *done
+ * false when it does not apply (nothing queued: the caller falls back). */
+slim_status slim_cuda_lt_rows(slim_cuda_ctx *cu, slim_dtype dt, bool tb, int64_t m, int64_t n,
+                              int64_t k, float alpha, const void *a, const void *w,
+                              const void *bias, bool relu, void *c, bool *done, slim_err *err);
 /* Frees cu's cuBLASLt handle and plans, if any (matmul_lt.cu). */
 void slim_cuda_lt_release(slim_cuda_ctx *cu);
 

@@ -241,6 +241,11 @@ static slim_status gemm_rows(slim_cuda_ctx *cu, slim_dtype dt, bool tb, int64_t 
 {
     if (!slim_gemm_row_invariant() || beta != 0.0f)
         return gemm_rm(cu, dt, false, tb, m, n, k, alpha, a, k, b, ldb, beta, c, n, err);
+    bool done = false;
+    slim_status lt = slim_cuda_lt_rows(cu, dt, tb, m, n, k, alpha, a, b, NULL, false, c, &done,
+                                       err);
+    if (lt || done)
+        return lt;
     if (grouped_on())
         return gemm_rows_grouped(cu, dt, tb, m, n, k, alpha, a, b, ldb, c, err);
     size_t es = slim_dtype_size(dt);

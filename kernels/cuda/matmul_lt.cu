@@ -12,10 +12,17 @@
  * shape, activation and pointer alignment, the least recently used
  * replaced when full.
  *
- * In row-invariant mode (a model the server batches) the product goes
- * through the same fixed 64-row blocks as MatMul (matmul.cu) and the bias
- * is a separate pass: an epilogue's rounding is part of whichever kernel
- * the shape picked. So is a shape with no cuBLASLt algorithm.
+ * Row-invariant mode (a model the server batches; matmul.cu's comment):
+ * cuBLAS picks its kernel, tile and split-K by the shape, so a row's bits
+ * could depend on how many rows came with it. Here the algorithm is pinned
+ * instead: chosen once per (dtype, n, k, transposition, epilogue) for a
+ * fixed reference of LT_ROWS_MREF rows, among those that do not split K,
+ * and used for every m. A tiled kernel computes each output tile from its
+ * rows of A alone, in a K order fixed by the algorithm, so a row's result
+ * is the same whatever else shares the call, and the whole product is one
+ * call instead of matmul.cu's 64-row blocks (the fallback: no such
+ * algorithm, pointers under LT_ROWS_ALIGN, or SLIM_CUDA_LT_ROWS=0). The
+ * bias epilogue is pinned with it.
  */
 #include "common.cuh"
 
@@ -25,12 +32,25 @@
 
 #define LT_PLANS 64
 
-typedef struct lt_plan {
-    bool used, ok;              /* ok: an algorithm was found */
+/* Pinned plans: chosen for this many rows, at this pointer alignment. */
+#define LT_ROWS_MREF 1024
+#define LT_ROWS_ALIGN 64u
+
+typedef enum { EPI_NONE, EPI_BIAS, EPI_RELU_BIAS } lt_epi;
+
+/* What a plan is for: compared field by field. m is 0 for a pinned
+ * (row-invariant) plan, which any m uses. */
+typedef struct lt_key {
     slim_dtype dt;
     int64_t m, n, k;
-    bool relu;
-    unsigned align;             /* lowest alignment of the four pointers */
+    bool tb;                    /* B is [n, k] (Gemm's transB) */
+    lt_epi epi;
+    unsigned align;             /* lowest alignment of the pointers */
+} lt_key;
+
+typedef struct lt_plan {
+    bool used, ok;              /* ok: an algorithm was found */
+    lt_key key;
     uint64_t last;              /* for least-recently-used replacement */
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t la, lb, ld;
@@ -75,34 +95,58 @@ static unsigned align_of(const void *p)
     return (unsigned)(a & -a);
 }
 
+static bool key_eq(const lt_key *a, const lt_key *b)
+{
+    return a->dt == b->dt && a->m == b->m && a->n == b->n && a->k == b->k && a->tb == b->tb &&
+           a->epi == b->epi && a->align == b->align;
+}
+
+/* Whether the algorithm splits K (its partial sums would be combined in
+ * an order that may follow the shape). */
+static bool splits_k(const cublasLtMatmulAlgo_t *algo)
+{
+    uint32_t splits = 0;
+    size_t got = 0;
+    cublasStatus_t s = cublasLtMatmulAlgoConfigGetAttribute(algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM,
+                                                            &splits, sizeof(splits), &got);
+    return s != CUBLAS_STATUS_SUCCESS || splits > 1;
+}
+
 /* Builds p for its key: descriptors, then the heuristic's first choice
- * for a workspace of ws bytes. p->ok false when cuBLASLt has none. */
+ * for a workspace of ws bytes (for a pinned plan: the first that does not
+ * split K, for LT_ROWS_MREF rows). p->ok false when cuBLASLt has none. */
 static slim_status plan_build(struct slim_cuda_lt *lt, lt_plan *p, const void *bias, size_t ws,
                               slim_err *err)
 {
-    cudaDataType_t t = p->dt == SLIM_F16 ? CUDA_R_16F : p->dt == SLIM_BF16 ? CUDA_R_16BF
-                                                                            : CUDA_R_32F;
-    cublasOperation_t no = CUBLAS_OP_N;
-    cublasLtEpilogue_t epi = p->relu ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+    const lt_key *key = &p->key;
+    bool pinned = key->m == 0;
+    uint64_t m = pinned ? LT_ROWS_MREF : (uint64_t)key->m;
+    cudaDataType_t t = key->dt == SLIM_F16 ? CUDA_R_16F : key->dt == SLIM_BF16 ? CUDA_R_16BF
+                                                                                : CUDA_R_32F;
+    cublasOperation_t ta = key->tb ? CUBLAS_OP_T : CUBLAS_OP_N, no = CUBLAS_OP_N;
+    cublasLtEpilogue_t epi = key->epi == EPI_RELU_BIAS ? CUBLASLT_EPILOGUE_RELU_BIAS
+                           : key->epi == EPI_BIAS ? CUBLASLT_EPILOGUE_BIAS
+                                                  : CUBLASLT_EPILOGUE_DEFAULT;
     SLIM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), err);
-    SLIM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &no,
-                                                     sizeof(no)), err);
+    SLIM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
+                                                     sizeof(ta)), err);
     SLIM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &no,
                                                      sizeof(no)), err);
     SLIM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi,
                                                      sizeof(epi)), err);
-    SLIM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
-                                                     &bias, sizeof(bias)), err);
-    /* Column-major: W^T is n x k (ld n), A^T k x m (ld k), Y^T n x m. */
-    SLIM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, t, (uint64_t)p->n, (uint64_t)p->k,
-                                                 p->n), err);
-    SLIM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, t, (uint64_t)p->k, (uint64_t)p->m,
-                                                 p->k), err);
-    SLIM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->ld, t, (uint64_t)p->n, (uint64_t)p->m,
-                                                 p->n), err);
+    if (key->epi != EPI_NONE)
+        SLIM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                         &bias, sizeof(bias)), err);
+    /* Column-major: op(W^T) is n x k (W^T stored n x k, ld n; or with tb,
+     * W stored k x n, ld k, transposed), A^T k x m (ld k), Y^T n x m. */
+    SLIM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->la, t, key->tb ? key->k : key->n,
+                                                 key->tb ? key->n : key->k,
+                                                 key->tb ? key->k : key->n), err);
+    SLIM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->lb, t, (uint64_t)key->k, m, key->k), err);
+    SLIM_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->ld, t, (uint64_t)key->n, m, key->n), err);
     cublasLtMatmulPreference_t pref;
     SLIM_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref), err);
-    uint32_t al = p->align;
+    uint32_t al = key->align;
     cublasStatus_t s = cublasLtMatmulPreferenceSetAttribute(
         pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
     const cublasLtMatmulPreferenceAttributes_t aligns[] = {
@@ -110,26 +154,28 @@ static slim_status plan_build(struct slim_cuda_lt *lt, lt_plan *p, const void *b
         CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES};
     for (int i = 0; i < 4 && s == CUBLAS_STATUS_SUCCESS; i++)
         s = cublasLtMatmulPreferenceSetAttribute(pref, aligns[i], &al, sizeof(al));
-    cublasLtMatmulHeuristicResult_t res;
+    cublasLtMatmulHeuristicResult_t res[8];
     int found = 0;
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulAlgoGetHeuristic(lt->handle, p->op, p->la, p->lb, p->ld, p->ld, pref,
-                                           1, &res, &found);
+                                           pinned ? 8 : 1, res, &found);
     cublasLtMatmulPreferenceDestroy(pref);
+    p->ok = false;
     /* No algorithm is an answer, not an error: the caller falls back. */
-    if (s == CUBLAS_STATUS_NOT_SUPPORTED || (s == CUBLAS_STATUS_SUCCESS && found < 1)) {
-        p->ok = false;
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED)
         return SLIM_OK;
-    }
     SLIM_CUBLAS_CHECK(s, err);
-    p->algo = res.algo;
-    p->ok = true;
+    for (int i = 0; i < found && !p->ok; i++) {
+        if (res[i].state != CUBLAS_STATUS_SUCCESS || (pinned && splits_k(&res[i].algo)))
+            continue;
+        p->algo = res[i].algo;
+        p->ok = true;
+    }
     return SLIM_OK;
 }
 
-/* The thread's plan for this product, built on first use. */
-static slim_status plan_get(slim_cuda_ctx *cu, slim_dtype dt, int64_t m, int64_t n, int64_t k,
-                            bool relu, unsigned align, const void *bias, size_t ws,
+/* The thread's plan for this key, built on first use. */
+static slim_status plan_get(slim_cuda_ctx *cu, const lt_key *key, const void *bias, size_t ws,
                             lt_plan **out, slim_err *err)
 {
     struct slim_cuda_lt *lt = cu->lt;
@@ -149,8 +195,7 @@ static slim_status plan_get(slim_cuda_ctx *cu, slim_dtype dt, int64_t m, int64_t
     lt->clock++;
     for (int i = 0; i < LT_PLANS; i++) {
         lt_plan *p = &lt->plans[i];
-        if (p->used && p->dt == dt && p->m == m && p->n == n && p->k == k && p->relu == relu &&
-            p->align == align) {
+        if (p->used && key_eq(&p->key, key)) {
             p->last = lt->clock;
             *out = p;
             return SLIM_OK;
@@ -160,12 +205,7 @@ static slim_status plan_get(slim_cuda_ctx *cu, slim_dtype dt, int64_t m, int64_t
     }
     plan_clear(victim);
     victim->used = true;
-    victim->dt = dt;
-    victim->m = m;
-    victim->n = n;
-    victim->k = k;
-    victim->relu = relu;
-    victim->align = align;
+    victim->key = *key;
     victim->last = lt->clock;
     slim_status st = plan_build(lt, victim, bias, ws, err);
     if (st) {
@@ -173,6 +213,56 @@ static slim_status plan_get(slim_cuda_ctx *cu, slim_dtype dt, int64_t m, int64_t
         return st;
     }
     *out = victim;
+    return SLIM_OK;
+}
+
+/* Runs p for m rows: C = alpha * A op(W) [+ bias] [Relu]. */
+static slim_status plan_run(slim_cuda_ctx *cu, lt_plan *p, int64_t m, float alpha,
+                            const void *a, const void *w, const void *bias, void *c,
+                            slim_err *err)
+{
+    if (p->key.m == 0) { /* pinned: the same algorithm, this many rows */
+        uint64_t cols = (uint64_t)m;
+        SLIM_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(p->lb, CUBLASLT_MATRIX_LAYOUT_COLS,
+                                                           &cols, sizeof(cols)), err);
+        SLIM_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(p->ld, CUBLASLT_MATRIX_LAYOUT_COLS,
+                                                           &cols, sizeof(cols)), err);
+    }
+    if (p->key.epi != EPI_NONE)
+        SLIM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER,
+                                                         &bias, sizeof(bias)), err);
+    float zero = 0.0f;
+    SLIM_CUBLAS_CHECK(cublasLtMatmul(cu->lt->handle, p->op, &alpha, w, p->la, a, p->lb, &zero, c,
+                                     p->ld, c, p->ld, &p->algo, cu->ws, cu->ws_bytes, cu->stream),
+                      err);
+    return SLIM_OK;
+}
+
+static bool lt_rows_on(void)
+{
+    const char *e = getenv("SLIM_CUDA_LT_ROWS");
+    return !(e && e[0] == '0');
+}
+
+extern "C" slim_status slim_cuda_lt_rows(slim_cuda_ctx *cu, slim_dtype dt, bool tb, int64_t m,
+                                         int64_t n, int64_t k, float alpha, const void *a,
+                                         const void *w, const void *bias, bool relu, void *c,
+                                         bool *done, slim_err *err)
+{
+    *done = false;
+    uintptr_t any = (uintptr_t)a | (uintptr_t)w | (uintptr_t)c | (uintptr_t)bias;
+    if (!lt_rows_on() || !cu->ws || m < 1 || k < 1 || m > INT32_MAX || n > INT32_MAX ||
+        k > INT32_MAX || (any & (LT_ROWS_ALIGN - 1)))
+        return SLIM_OK;
+    lt_key key = {dt, 0, n, k, tb, !bias ? EPI_NONE : relu ? EPI_RELU_BIAS : EPI_BIAS,
+                  LT_ROWS_ALIGN};
+    lt_plan *p = NULL;
+    slim_status st = plan_get(cu, &key, bias, cu->ws_bytes, &p, err);
+    if (st || !p->ok)
+        return st;
+    if ((st = plan_run(cu, p, m, alpha, a, w, bias, c, err)))
+        return st;
+    *done = true;
     return SLIM_OK;
 }
 
@@ -211,36 +301,30 @@ static slim_status mmb_exec(slim_op_ctx *ctx, slim_cuda_ctx *cu)
     if (m == 0 || n == 0)
         return SLIM_OK;
     slim_dtype dt = Y->dtype;
-    bool add = k > 0;
-    if (k > 0 && !slim_gemm_row_invariant() && m <= INT32_MAX) {
+    if (k > 0 && slim_gemm_row_invariant()) {
+        bool done = false;
+        if ((st = slim_cuda_lt_rows(cu, dt, false, m, n, k, 1.0f, A->data, W->data, B->data,
+                                    relu, Y->data, &done, ctx->err)) || done)
+            return st;
+    } else if (k > 0 && m <= INT32_MAX) {
         unsigned align = align_of(A->data);
         unsigned a2 = align_of(W->data), a3 = align_of(Y->data), a4 = align_of(B->data);
         align = align < a2 ? align : a2;
         align = align < a3 ? align : a3;
         align = align < a4 ? align : a4;
-        size_t ws = cu->ws_bytes;
+        lt_key key = {dt, m, n, k, false, relu ? EPI_RELU_BIAS : EPI_BIAS, align};
         lt_plan *p = NULL;
-        if ((st = plan_get(cu, dt, m, n, k, relu, align, B->data, ws, &p, ctx->err)))
+        if ((st = plan_get(cu, &key, B->data, cu->ws_bytes, &p, ctx->err)))
             return st;
-        if (p->ok) {
-            const void *bias = B->data;
-            float one = 1.0f, zero = 0.0f;
-            SLIM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(
-                                  p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof(bias)),
-                              ctx->err);
-            SLIM_CUBLAS_CHECK(cublasLtMatmul(cu->lt->handle, p->op, &one, W->data, p->la,
-                                             A->data, p->lb, &zero, Y->data, p->ld, Y->data,
-                                             p->ld, &p->algo, cu->ws, ws,
-                                             cu->stream),
-                              ctx->err);
-            return SLIM_OK;
-        }
+        if (p->ok)
+            return plan_run(cu, p, m, 1.0f, A->data, W->data, B->data, Y->data, ctx->err);
     }
+    /* No cuBLASLt algorithm: the product, then the bias as MatMul + Add do. */
     if (k > 0 && (st = slim_cuda_gemm_rows(cu, dt, false, m, n, k, 1.0f, A->data, W->data, n,
                                            Y->data, ctx->err)))
         return st;
     bias_rows_kernel<<<slim_cuda_blocks(m * n, SLIM_CUDA_BLOCK), SLIM_CUDA_BLOCK, 0,
-                       cu->stream>>>(Y->data, B->data, m, n, add, relu, dt);
+                       cu->stream>>>(Y->data, B->data, m, n, k > 0, relu, dt);
     SLIM_CUDA_LAUNCH_CHECK(ctx->err);
     return SLIM_OK;
 }
