@@ -9,9 +9,8 @@
  * image's result does not depend on the batch it ran in. Bias is added
  * after the product.
  *
- * Where cuDNN is there (conv_cudnn.cu: built with it, libcudnn.so.9 loads)
- * it runs the convolution instead, and this path is the fallback: no
- * cuDNN, asymmetric pads, or no algorithm for the shape.
+ * With SLIM_CUDNN=1 cuDNN runs the convolution instead where it can
+ * (conv_cudnn.cu, which says why that is not the default).
  */
 #include "common.cuh"
 

@@ -1,16 +1,23 @@
 /*
- * conv_cudnn.cu - 2-D convolution through cuDNN, when the machine has it.
+ * conv_cudnn.cu - 2-D convolution through cuDNN, when the machine has it
+ * and SLIM_CUDNN=1 asks for it.
  *
  * im2col + cuBLAS (conv.cu) writes every patch out before multiplying: at
  * batch 32 the example ResNet spent 86% of its fp16 time in Conv and ran
  * at 0.79x onnxruntime-gpu on an H100 (2026-11-26), which uses cuDNN.
  * cuDNN's implicit-GEMM and Winograd kernels read the image in place.
  *
+ * Measured, it lost: on an H100 (2026-11-26, cuDNN 9.19) the example
+ * ResNet in fp16 took 0.634 / 0.482 / 0.613 ms at batch 1 / 8 / 32 through
+ * here against 0.296 / 0.260 / 0.528 ms through im2col (fp32: 0.640 /
+ * 0.698 / 0.596 against 0.274 / 0.285 / 0.621), so it is opt-in:
+ * SLIM_CUDNN=1. Likely causes, not yet separated: the legacy API's cost
+ * per call in cuDNN 9 (it goes through the graph API) and the heuristic's
+ * choice for NCHW halves. bench/results/gpu_h100_2026-11-26b_*.txt.
+ *
  * cuDNN is optional twice over: built only when the toolkit has cudnn.h
  * (SLIM_HAVE_CUDNN), and loaded with dlopen at the first convolution, so a
- * machine without libcudnn.so.9 still runs every model on the GPU, its
- * convolutions through im2col. SLIM_CUDNN=0 in the environment skips it
- * (comparisons).
+ * machine without libcudnn.so.9 runs every convolution through im2col.
  *
  * The algorithm is cuDNN's heuristic first choice (no timing runs, which
  * would allocate outside the caching allocator) among deterministic ones
@@ -53,7 +60,7 @@ static pthread_once_t dnn_once = PTHREAD_ONCE_INIT;
 static void dnn_load(void)
 {
     const char *env = getenv("SLIM_CUDNN");
-    if (env && strcmp(env, "0") == 0)
+    if (!env || strcmp(env, "1") != 0)
         return;
     void *lib = dlopen("libcudnn.so.9", RTLD_NOW | RTLD_LOCAL);
     if (!lib)

@@ -1,6 +1,6 @@
-/* cases_conv.c - cross-device cases for kernels/cuda/conv.cu and, where
- * cuDNN loads, conv_cudnn.cu (asymmetric pads always take im2col; run with
- * SLIM_CUDNN=0 for im2col throughout). */
+/* cases_conv.c - cross-device cases for kernels/cuda/conv.cu and, with
+ * SLIM_CUDNN=1 where cuDNN loads, conv_cudnn.cu (asymmetric pads always
+ * take im2col). */
 #include "cuda_cases.h"
 
 static const char *const XWB[] = {"x", "w", "b"};
