@@ -32,6 +32,14 @@ __device__ __forceinline__ void slim_st(void *p, int64_t i, int dt, float v)
         ((float *)p)[i] = v;
 }
 
+/* The same for typed pointers (kernels templated on the storage type). */
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+__device__ __forceinline__ void from_f32(float *p, float v) { *p = v; }
+__device__ __forceinline__ void from_f32(__half *p, float v) { *p = __float2half_rn(v); }
+__device__ __forceinline__ void from_f32(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
+
 static inline bool slim_cuda_is_float(slim_dtype dt)
 {
     return dt == SLIM_F32 || dt == SLIM_F16 || dt == SLIM_BF16;

@@ -16,37 +16,94 @@
 
 #include <string.h>
 
-typedef struct conv_geom {
-    int64_t c, h, w, oh, ow, kh, kw, sh, sw, ph, pw, dh, dw;
-} conv_geom;
+/* One group's geometry; conv_exec checks that every size fits 32 bits. */
+typedef struct conv_geom32 {
+    unsigned c, h, w, oh, ow, kh, kw, sh, sw, dh, dw;
+    int ph, pw;
+} conv_geom32;
 
 /* col[img][(c * kh + ky) * kw + kx][oy * ow + ox] for one group's
- * channels; images are x_img_stride elements apart in x. */
-__global__ void im2col_kernel(const void *x, void *col, int64_t n, conv_geom g,
-                              int64_t x_img_stride, int dt)
+ * channels, images x_img_stride elements apart in x: a block row (y) per
+ * row of the unfolded matrix, threads along its output positions, so a
+ * thread divides once (32-bit) and copies; the first version decoded all
+ * six indices per element in 64-bit arithmetic through a dtype switch. */
+template <typename T>
+__global__ void im2col_kernel(const T *x, T *col, conv_geom32 g, unsigned rows, unsigned kdim,
+                              size_t x_img_stride)
 {
-    int64_t per_img = g.c * g.kh * g.kw * g.oh * g.ow;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        int64_t img = i / per_img, j = i % per_img;
-        int64_t ox = j % g.ow, oy = (j / g.ow) % g.oh;
-        int64_t r = j / (g.ow * g.oh);
-        int64_t kx = r % g.kw, ky = (r / g.kw) % g.kh, c = r / (g.kw * g.kh) +
-                     img * (x_img_stride / (g.h * g.w));
-        int64_t iy = oy * g.sh - g.ph + ky * g.dh, ix = ox * g.sw - g.pw + kx * g.dw;
-        float v = (iy >= 0 && iy < g.h && ix >= 0 && ix < g.w)
-                      ? slim_ld(x, (c * g.h + iy) * g.w + ix, dt)
-                      : 0.0f;
-        slim_st(col, i, dt, v);
+    unsigned spatial = g.oh * g.ow;
+    for (unsigned row = blockIdx.y; row < rows; row += gridDim.y) {
+        unsigned img = row / kdim, r = row - img * kdim;
+        unsigned kx = r % g.kw, ky = (r / g.kw) % g.kh, c = r / (g.kw * g.kh);
+        const T *xc = x + img * x_img_stride + (size_t)c * g.h * g.w;
+        T *dst = col + (size_t)row * spatial;
+        for (unsigned p = blockIdx.x * blockDim.x + threadIdx.x; p < spatial;
+             p += gridDim.x * blockDim.x) {
+            unsigned oy = p / g.ow, ox = p - oy * g.ow;
+            int iy = (int)(oy * g.sh + ky * g.dh) - g.ph, ix = (int)(ox * g.sw + kx * g.dw) - g.pw;
+            dst[p] = iy >= 0 && iy < (int)g.h && ix >= 0 && ix < (int)g.w
+                         ? xc[(unsigned)iy * g.w + (unsigned)ix]
+                         : static_cast<T>(0.0f);
+        }
     }
 }
 
-__global__ void add_channel_bias_kernel(void *y, const void *b, int64_t n, int64_t channels,
-                                        int64_t spatial, int dt)
+/* y[img][ch][p] += b[ch]: a block row per (image, channel). */
+template <typename T>
+__global__ void channel_bias_kernel(T *y, const T *b, unsigned rows, unsigned channels,
+                                    unsigned spatial)
 {
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n;
-         i += (int64_t)gridDim.x * blockDim.x)
-        slim_st(y, i, dt, slim_ld(y, i, dt) + slim_ld(b, (i / spatial) % channels, dt));
+    for (unsigned row = blockIdx.y; row < rows; row += gridDim.y) {
+        float bias = to_f32(b[row % channels]);
+        T *yr = y + (size_t)row * spatial;
+        for (unsigned p = blockIdx.x * blockDim.x + threadIdx.x; p < spatial;
+             p += gridDim.x * blockDim.x)
+            from_f32(&yr[p], to_f32(yr[p]) + bias);
+    }
+}
+
+/* A grid of rows x (spatial / block) blocks, both capped (kernels loop). */
+static dim3 rows_grid(int64_t rows, int64_t spatial)
+{
+    int64_t bx = (spatial + SLIM_CUDA_BLOCK - 1) / SLIM_CUDA_BLOCK;
+    return dim3((unsigned)(bx < 1 ? 1 : bx > 1024 ? 1024 : bx),
+                (unsigned)(rows < 1 ? 1 : rows > 65535 ? 65535 : rows));
+}
+
+template <typename T>
+static void launch_im2col(const void *x, void *col, const conv_geom32 &g, int64_t images,
+                          int64_t kdim, int64_t x_img_stride, cudaStream_t st)
+{
+    im2col_kernel<T><<<rows_grid(images * kdim, (int64_t)g.oh * g.ow), SLIM_CUDA_BLOCK, 0, st>>>(
+        (const T *)x, (T *)col, g, (unsigned)(images * kdim), (unsigned)kdim,
+        (size_t)x_img_stride);
+}
+
+static void im2col(slim_dtype dt, const void *x, void *col, const conv_geom32 &g,
+                   int64_t images, int64_t kdim, int64_t x_img_stride, cudaStream_t st)
+{
+    if (dt == SLIM_F16)
+        launch_im2col<__half>(x, col, g, images, kdim, x_img_stride, st);
+    else if (dt == SLIM_BF16)
+        launch_im2col<__nv_bfloat16>(x, col, g, images, kdim, x_img_stride, st);
+    else
+        launch_im2col<float>(x, col, g, images, kdim, x_img_stride, st);
+}
+
+static void channel_bias(slim_dtype dt, void *y, const void *b, int64_t rows, int64_t channels,
+                         int64_t spatial, cudaStream_t st)
+{
+    dim3 grid = rows_grid(rows, spatial);
+    if (dt == SLIM_F16)
+        channel_bias_kernel<__half><<<grid, SLIM_CUDA_BLOCK, 0, st>>>(
+            (__half *)y, (const __half *)b, (unsigned)rows, (unsigned)channels, (unsigned)spatial);
+    else if (dt == SLIM_BF16)
+        channel_bias_kernel<__nv_bfloat16><<<grid, SLIM_CUDA_BLOCK, 0, st>>>(
+            (__nv_bfloat16 *)y, (const __nv_bfloat16 *)b, (unsigned)rows, (unsigned)channels,
+            (unsigned)spatial);
+    else
+        channel_bias_kernel<float><<<grid, SLIM_CUDA_BLOCK, 0, st>>>(
+            (float *)y, (const float *)b, (unsigned)rows, (unsigned)channels, (unsigned)spatial);
 }
 
 static slim_status conv_exec(slim_op_ctx *ctx, slim_cuda_ctx *cu)
@@ -69,13 +126,30 @@ static slim_status conv_exec(slim_op_ctx *ctx, slim_cuda_ctx *cu)
     slim_attr_ints(ctx->node, "dilations", d, 2);
     int64_t N = x->dims[0], C = x->dims[1], M = y->dims[1];
     int64_t cg = C / group, mg = M / group;
-    conv_geom g = {cg, x->dims[2], x->dims[3], y->dims[2], y->dims[3], w->dims[2], w->dims[3],
-                   s[0], s[1], p[0], p[1], d[0], d[1]};
-    int64_t kdim = cg * g.kh * g.kw, spatial = g.oh * g.ow;
-    if (kdim > INT32_MAX || spatial > INT32_MAX || mg > INT32_MAX)
-        return slim_errf(ctx->err, SLIM_EUNSUPPORTED, "convolution too large for one product");
+    int64_t H = x->dims[2], W = x->dims[3], OH = y->dims[2], OW = y->dims[3];
+    int64_t KH = w->dims[2], KW = w->dims[3];
+    int64_t kdim = cg * KH * KW, spatial = OH * OW;
+    /* The kernels index in 32 bits: the reach of the last output into the
+     * input, an image plane, the unfolded rows. */
+    bool fits = kdim <= INT32_MAX && spatial <= INT32_MAX && mg <= INT32_MAX &&
+                H * W <= INT32_MAX && N * kdim <= INT32_MAX && N * M <= INT32_MAX;
+    for (int i = 0; i < 2 && fits; i++) {
+        int64_t out = i ? OW : OH, k = i ? KW : KH, in = i ? W : H;
+        fits = s[i] >= 1 && d[i] >= 1 && p[i] >= 0 && p[i] <= INT32_MAX / 4 && in <= INT32_MAX &&
+               s[i] <= INT32_MAX / 4 && d[i] <= INT32_MAX / 4 &&
+               (out - 1) * s[i] + (k - 1) * d[i] <= INT32_MAX / 2;
+    }
+    if (!fits)
+        return slim_errf(ctx->err, SLIM_EUNSUPPORTED, "convolution of [%lld,%lld,%lld,%lld] by "
+                         "[%lld,%lld,%lld,%lld] is past the GPU kernels' 32-bit indexing",
+                         (long long)N, (long long)C, (long long)H, (long long)W,
+                         (long long)w->dims[0], (long long)w->dims[1], (long long)KH,
+                         (long long)KW);
+    conv_geom32 g = {(unsigned)cg, (unsigned)H, (unsigned)W, (unsigned)OH, (unsigned)OW,
+                     (unsigned)KH, (unsigned)KW, (unsigned)s[0], (unsigned)s[1], (unsigned)d[0],
+                     (unsigned)d[1], (int)p[0], (int)p[1]};
     size_t es = slim_dtype_size(x->dtype);
-    bool direct = g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0 &&
+    bool direct = KH == 1 && KW == 1 && s[0] == 1 && s[1] == 1 && p[0] == 0 && p[1] == 0 &&
                   p[2] == 0 && p[3] == 0;
     void *col = NULL;
     slim_status st;
@@ -96,14 +170,12 @@ static slim_status conv_exec(slim_op_ctx *ctx, slim_cuda_ctx *cu)
          * product with the filter shared (stride 0). Outside batch-
          * invariant mode only: the batch count may change cuBLAS's kernel. */
         const void *B = x->data;
-        int64_t bstride = C * g.h * g.w;
+        int64_t bstride = C * H * W;
         if (!direct) {
             void *all;
             if ((st = slim_cuda_scratch(cu, (size_t)(N * kdim * spatial) * es, &all, ctx->err)))
                 return st;
-            int64_t n = N * kdim * spatial;
-            im2col_kernel<<<slim_cuda_blocks(n, SLIM_CUDA_BLOCK), SLIM_CUDA_BLOCK, 0,
-                            cu->stream>>>(x->data, all, n, g, C * g.h * g.w, x->dtype);
+            im2col(x->dtype, x->data, all, g, N, kdim, C * H * W, cu->stream);
             SLIM_CUDA_LAUNCH_CHECK(ctx->err);
             B = all;
             bstride = kdim * spatial;
@@ -121,12 +193,10 @@ static slim_status conv_exec(slim_op_ctx *ctx, slim_cuda_ctx *cu)
         return st;
     for (int64_t img = 0; img < N; img++) {
         for (int64_t gi = 0; gi < group; gi++) {
-            const char *xin = (const char *)x->data + ((img * C + gi * cg) * g.h * g.w) * es;
+            const char *xin = (const char *)x->data + ((img * C + gi * cg) * H * W) * es;
             const void *B = xin;
             if (!direct) {
-                int64_t n = kdim * spatial;
-                im2col_kernel<<<slim_cuda_blocks(n, SLIM_CUDA_BLOCK), SLIM_CUDA_BLOCK, 0,
-                                cu->stream>>>(xin, col, n, g, C * g.h * g.w, x->dtype);
+                im2col(x->dtype, xin, col, g, 1, kdim, C * H * W, cu->stream);
                 SLIM_CUDA_LAUNCH_CHECK(ctx->err);
                 B = col;
             }
@@ -141,9 +211,8 @@ static slim_status conv_exec(slim_op_ctx *ctx, slim_cuda_ctx *cu)
         }
     }
     if (b && slim_tensor_numel(b) > 0) {
-        int64_t n = slim_tensor_numel(y);
-        add_channel_bias_kernel<<<slim_cuda_blocks(n, SLIM_CUDA_BLOCK), SLIM_CUDA_BLOCK, 0,
-                                  cu->stream>>>(y->data, b->data, n, M, spatial, y->dtype);
+        channel_bias(y->dtype, y->data, b->data, y->dims[0] * M, M, spatial, cu->stream);
+        SLIM_CUDA_LAUNCH_CHECK(ctx->err);
     }
     return SLIM_OK;
 }

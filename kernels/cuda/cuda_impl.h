@@ -161,6 +161,12 @@ slim_status slim_cuda_add(slim_cuda_ctx *cu, const slim_tensor *a, const slim_te
 slim_status slim_cuda_lt_rows(slim_cuda_ctx *cu, slim_dtype dt, bool tb, int64_t m, int64_t n,
                               int64_t k, float alpha, const void *a, const void *w,
                               const void *bias, bool relu, void *c, bool *done, slim_err *err);
+/* Row-invariant products of `items` items, A [m,k] x B [k,n] -> C [m,n],
+ * each contiguous after the last, one call with a pinned algorithm; *done
+ * as for slim_cuda_lt_rows. */
+slim_status slim_cuda_lt_batched(slim_cuda_ctx *cu, slim_dtype dt, int64_t items, int64_t m,
+                                 int64_t n, int64_t k, const void *a, const void *b, void *c,
+                                 bool *done, slim_err *err);
 /* Frees cu's cuBLASLt handle and plans, if any (matmul_lt.cu). */
 void slim_cuda_lt_release(slim_cuda_ctx *cu);
 

@@ -345,6 +345,13 @@ static slim_status matmul_exec(slim_op_ctx *ctx, slim_cuda_ctx *cu)
                           ctx->err);
         return SLIM_OK;
     }
+    if (slim_gemm_row_invariant() && a_count == batch && b_count == batch) {
+        bool done = false;
+        slim_status st = slim_cuda_lt_batched(cu, dt, batch, m, n, k, A->data, B->data, Y->data,
+                                              &done, ctx->err);
+        if (st || done)
+            return st;
+    }
     if (slim_gemm_row_invariant() && grouped_on()) {
         group_items it;
         memset(&it, 0, sizeof(it));

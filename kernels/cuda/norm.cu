@@ -145,13 +145,6 @@ __global__ void softmax_kernel(const void *x, void *y, int64_t len, int64_t inne
     }
 }
 
-__device__ __forceinline__ float to_f32(float v) { return v; }
-__device__ __forceinline__ float to_f32(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
-__device__ __forceinline__ void from_f32(float *p, float v) { *p = v; }
-__device__ __forceinline__ void from_f32(__half *p, float v) { *p = __float2half_rn(v); }
-__device__ __forceinline__ void from_f32(__nv_bfloat16 *p, float v) { *p = __float2bfloat16_rn(v); }
-
 #define SM_WARPS 8  /* rows per block */
 
 /* One warp per row of len <= 32 * VPL contiguous elements. */

@@ -123,10 +123,16 @@ static void rows_gemm(cc_builder *b)
     cc_weight(b, 2);
 }
 
+/* Items whose sizes are multiples of 64 bytes: cuBLASLt's pinned batched
+ * path (matmul_lt.cu) rather than the grouped one. */
+static void rows_batched_lt_f16(cc_builder *b) { mm(b, SLIM_F16, 4, (int64_t[]){6, 4, 32, 64}, 4, (int64_t[]){6, 4, 64, 32}, false); }
+static void rows_batched_lt_f32(cc_builder *b) { mm(b, SLIM_F32, 4, (int64_t[]){3, 2, 16, 16}, 4, (int64_t[]){3, 2, 16, 16}, false); }
 static void rows_mmb(cc_builder *b) { mmb(b, SLIM_F16, 3, (int64_t[]){5, 67, 128}, 40, true); }
 
 const cc_rows_case cc_cases_rows[] = {
     {{"rows: MatMulBias f16 Relu [5,67,128]x[128,40], 1 alone", rows_mmb, 2e-2, false}, 1},
+    {{"rows: MatMul f16 [6,4,32,64]x[6,4,64,32] (pinned batched), 1 alone", rows_batched_lt_f16, 2e-2, false}, 1},
+    {{"rows: MatMul [3,2,16,16]x[3,2,16,16] (pinned batched), 2 alone", rows_batched_lt_f32, 1e-4, false}, 2},
     {{"rows: Conv f16 3x3 [5,16,14,14], 1 alone", cc_build_conv_rows, 2e-2, false}, 1},
     {{"rows: MatMul [200,96]x[96,136], 70 alone", rows_weight, 1e-4, false}, 70},
     {{"rows: MatMul f16 [5,67,128]x[128,40], 1 alone", rows_weight_f16, 2e-2, false}, 1},
