@@ -33,8 +33,19 @@
 
 
 #define SLIM_CUDA_MAX_DEVICES 16
-/* cuBLAS's workspace for a run: what NVIDIA recommends for Hopper. */
-#define SLIM_CUBLAS_WORKSPACE ((size_t)32 << 20)
+/* cuBLAS's workspace for a run: what NVIDIA recommends for Hopper, or
+ * SLIM_CUDA_WORKSPACE_MIB (1 to 1024), read once: the size must not change
+ * within a process, since the kernels chosen depend on it. */
+#define SLIM_CUBLAS_WORKSPACE_DEFAULT ((size_t)32 << 20)
+static size_t workspace_bytes;
+static pthread_once_t workspace_once = PTHREAD_ONCE_INIT;
+
+static void workspace_init(void)
+{
+    const char *e = getenv("SLIM_CUDA_WORKSPACE_MIB");
+    long mib = e ? strtol(e, NULL, 10) : 0;
+    workspace_bytes = mib >= 1 && mib <= 1024 ? (size_t)mib << 20 : SLIM_CUBLAS_WORKSPACE_DEFAULT;
+}
 /* Pinned staging for host-to-device copies, per thread and device. */
 #define SLIM_PINNED_BYTES ((size_t)16 << 20)
 
@@ -234,10 +245,11 @@ slim_status slim_cuda_blas(slim_cuda_ctx *cu, slim_err *err)
     if (cu->run_workspace)
         return SLIM_OK;
     slim_buffer *b;
-    slim_status st = slim_buffer_new(cu->dev, SLIM_CUBLAS_WORKSPACE, &b, err);
+    pthread_once(&workspace_once, workspace_init);
+    slim_status st = slim_buffer_new(cu->dev, workspace_bytes, &b, err);
     if (st)
         return st;
-    cublasStatus_t s = cublasSetWorkspace(cu->cublas, b->ptr, SLIM_CUBLAS_WORKSPACE);
+    cublasStatus_t s = cublasSetWorkspace(cu->cublas, b->ptr, workspace_bytes);
     if (s != CUBLAS_STATUS_SUCCESS) {
         slim_buffer_unref(b);
         return slim_errf(err, SLIM_EINTERNAL, "cublasSetWorkspace failed: %s (%s:%d)",
@@ -245,7 +257,7 @@ slim_status slim_cuda_blas(slim_cuda_ctx *cu, slim_err *err)
     }
     cu->run_workspace = b;
     cu->ws = b->ptr;
-    cu->ws_bytes = SLIM_CUBLAS_WORKSPACE;
+    cu->ws_bytes = workspace_bytes;
     return SLIM_OK;
 }
 
