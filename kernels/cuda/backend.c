@@ -33,10 +33,14 @@
 
 
 #define SLIM_CUDA_MAX_DEVICES 16
-/* cuBLAS's workspace for a run: what NVIDIA recommends for Hopper, or
- * SLIM_CUDA_WORKSPACE_MIB (1 to 1024), read once: the size must not change
- * within a process, since the kernels chosen depend on it. */
-#define SLIM_CUBLAS_WORKSPACE_DEFAULT ((size_t)32 << 20)
+/* cuBLAS's workspace for a run, or SLIM_CUDA_WORKSPACE_MIB (1 to 1024),
+ * read once: the size must not change within a process, since the kernels
+ * chosen depend on it. 16 MiB, half what NVIDIA suggests for Hopper: on an
+ * H100 (bench/gpu_workspace.py, 2026-11-26) BERT-base fp16 took 1.124 /
+ * 1.593 / 3.799 ms at batch 1 / 8 / 32 with 32 MiB and 1.143 / 1.599 /
+ * 3.945 ms with 16, holding 657 and 641 MiB of the GPU at batch 1
+ * (onnxruntime-gpu: 937): the 16 MiB are worth more as memory. */
+#define SLIM_CUBLAS_WORKSPACE_DEFAULT ((size_t)16 << 20)
 static size_t workspace_bytes;
 static pthread_once_t workspace_once = PTHREAD_ONCE_INIT;
 
