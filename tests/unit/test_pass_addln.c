@@ -13,7 +13,6 @@
 #include "pass.h"
 
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -22,53 +21,21 @@ static uint32_t rng_state;
 
 static float rndf(void)
 {
-    rng_state = rng_state * 1664525u + 1013904223u;
-    return (float)((rng_state >> 8) & 0xffff) / 32768.0f - 1.0f;
+    return tu_rndf(&rng_state);
 }
 
 static void begin(void)
 {
-    G = slim_graph_new();
-    G->opset = 17;
-    int x = slim_graph_value(G, "x");
-    slim_graph_add_input(G, x);
-    G->values[x].kind = SLIM_VALUE_INPUT;
-    G->values[x].info.dtype = SLIM_F32;
+    G = tu_graph_x();
 }
 
 static void init_f32(const char *name, int ndim, const int64_t *dims, float lo, float hi)
 {
-    int64_t n = slim_shape_numel(ndim, dims);
-    float *d = malloc(sizeof(float) * (size_t)n);
-    for (int64_t i = 0; i < n; i++)
-        d[i] = lo + (hi - lo) * (rndf() + 1.0f) / 2.0f;
-    int v = slim_graph_value(G, name);
-    G->values[v].kind = SLIM_VALUE_INITIALIZER;
-    G->values[v].init = tu_f32(ndim, dims, d);
-    free(d);
+    tu_init_f32(G, &rng_state, name, ndim, dims, lo, hi);
 }
 
-static slim_node *op(const char *op_type, const char *out, int n_in, ...)
-{
-    const char *in[8];
-    va_list ap;
-    va_start(ap, n_in);
-    for (int i = 0; i < n_in; i++)
-        in[i] = va_arg(ap, const char *);
-    va_end(ap);
-    int id = slim_graph_add_node(G, out, op_type, "", n_in, in, 1, (const char *[]){out});
-    ck_assert_int_ge(id, 0);
-    G->nodes[id].opset = G->opset;
-    return &G->nodes[id];
-}
-
-static int count_op(const slim_graph *g, const char *op_type)
-{
-    int c = 0;
-    for (int i = 0; i < g->n_nodes; i++)
-        c += strcmp(g->nodes[i].op_type, op_type) == 0;
-    return c;
-}
+#define op(...) tu_op(G, __VA_ARGS__)
+#define count_op tu_count_op
 
 #define D 37 /* not a multiple of 16: the vector rows' tails */
 

@@ -2,6 +2,7 @@
 #include "testutil.h"
 
 #include <math.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -141,4 +142,59 @@ void tu_assert_close_f32(const slim_tensor *t, const float *expected, int64_t n,
             ck_abort_msg("element %lld: got %.7g, expected %.7g (tol %g)",
                          (long long)i, got[i], expected[i], tol);
     }
+}
+
+float tu_rndf(uint32_t *rng)
+{
+    *rng = *rng * 1664525u + 1013904223u;
+    return (float)((*rng >> 8) & 0xffff) / 32768.0f - 1.0f;
+}
+
+slim_graph *tu_graph_x(void)
+{
+    slim_graph *g = slim_graph_new();
+    ck_assert_ptr_nonnull(g);
+    g->opset = 17;
+    int x = slim_graph_value(g, "x");
+    slim_graph_add_input(g, x);
+    g->values[x].kind = SLIM_VALUE_INPUT;
+    g->values[x].info.dtype = SLIM_F32;
+    return g;
+}
+
+void tu_init_f32(slim_graph *g, uint32_t *rng, const char *name, int ndim, const int64_t *dims,
+                 float lo, float hi)
+{
+    int64_t n = slim_shape_numel(ndim, dims);
+    float *d = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    ck_assert_ptr_nonnull(d);
+    for (int64_t i = 0; i < n; i++)
+        d[i] = lo + (hi - lo) * (tu_rndf(rng) + 1.0f) / 2.0f;
+    int v = slim_graph_value(g, name);
+    g->values[v].kind = SLIM_VALUE_INITIALIZER;
+    g->values[v].init = tu_f32(ndim, dims, d);
+    free(d);
+}
+
+slim_node *tu_op(slim_graph *g, const char *op_type, const char *out, int n_in, ...)
+{
+    const char *in[8];
+    ck_assert_int_le(n_in, 8);
+    va_list ap;
+    va_start(ap, n_in);
+    for (int i = 0; i < n_in; i++)
+        in[i] = va_arg(ap, const char *);
+    va_end(ap);
+    int id = slim_graph_add_node(g, out, op_type, "", n_in, in, 1, (const char *[]){out});
+    ck_assert_int_ge(id, 0);
+    g->nodes[id].opset = g->opset;
+    return &g->nodes[id];
+}
+
+int tu_count_op(const slim_graph *g, const char *op_type)
+{
+    int c = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        c += strcmp(g->nodes[i].op_type, op_type) == 0;
+    return c;
 }

@@ -39,6 +39,18 @@ void tu_free_inputs(slim_tensor *in, int n);
 slim_status tu_run(slim_graph *g, const slim_tensor *in, int n_in,
                    slim_tensor **out, int *n_out, slim_err *err);
 
+/* Building multi-node graphs for the pass tests: a graph whose one input
+ * is "x" (float32, opset 17); initializers of values uniform in [lo, hi)
+ * from the linear congruential stream *rng (tu_rndf: [-1, 1)); a
+ * default-domain node whose name is its one output's; a count of nodes by
+ * operator. */
+float tu_rndf(uint32_t *rng);
+slim_graph *tu_graph_x(void);
+void tu_init_f32(slim_graph *g, uint32_t *rng, const char *name, int ndim, const int64_t *dims,
+                 float lo, float hi);
+slim_node *tu_op(slim_graph *g, const char *op_type, const char *out, int n_in, ...);
+int tu_count_op(const slim_graph *g, const char *op_type);
+
 /* Asserts shape and every element within atol + rtol*|expected|. */
 void tu_assert_shape(const slim_tensor *t, int ndim, const int64_t *dims);
 void tu_assert_close_f32(const slim_tensor *t, const float *expected, int64_t n, double tol);
