@@ -14,6 +14,7 @@
  * account. Nothing in the model is written during a run (plans are shared
  * read-only), so any number of threads may run one model at once.
  */
+#include "cancel.h"
 #include "container.h"
 #include "device.h"
 #include "kernel.h"
@@ -434,7 +435,7 @@ slim_status slim_model_run(const slim_model *m, int n_inputs,
             goto fail;
         }
     free(given);
-    if ((st = use_plan(m, &rs, err)))
+    if ((st = use_plan(m, &rs, err)) || (st = slim_cancel_status(err)))
         goto fail;
 
     bool profile = slim_profile_enabled();
@@ -457,6 +458,10 @@ slim_status slim_model_run(const slim_model *m, int n_inputs,
                                       (double)(t1.tv_nsec - t0.tv_nsec) / 1e6,
                                   bytes);
         }
+        /* A cancelled node may have stopped early: its outputs are not
+         * trusted, so the check comes before anything reads them. */
+        if (!st && (st = slim_cancel_status(err)))
+            goto fail;
         if (st) {
             slim_err_prefix(err, SLIM_NODE_FMT ": ", SLIM_NODE_ARGS(n));
             goto fail;

@@ -29,6 +29,7 @@
  * chunk computes. SLIM_POOL_WAIT_ALL=1 waits for every worker (A/B).
  */
 #include "kernel.h"
+#include "cancel.h"
 
 #include <cblas.h>
 #include <pthread.h>
@@ -59,19 +60,27 @@ static struct {
     int64_t spin_ns;                 /* how long to watch before sleeping */
     void (*fn)(int64_t, int64_t, void *);
     void *user;
+    slim_cancel *token;              /* the caller's, entered by workers */
     int64_t n, chunk;
     atomic_llong next;
 } pool = {.once = PTHREAD_ONCE_INIT};
 
+/* A cancelled run's remaining chunks are taken and skipped: the executor
+ * sees the token after the node and fails the run, so the half-written
+ * output is never read. */
 static void run_chunks(void)
 {
+    slim_cancel *prev = slim_cancel_enter(pool.token);
     for (;;) {
         int64_t begin = atomic_fetch_add(&pool.next, pool.chunk);
         if (begin >= pool.n)
             break;
         int64_t end = begin + pool.chunk < pool.n ? begin + pool.chunk : pool.n;
+        if (pool.token && slim_cancel_reason_of(pool.token) != SLIM_CANCEL_NONE)
+            continue;
         pool.fn(begin, end, pool.user);
     }
+    slim_cancel_enter(prev);
 }
 
 static int64_t now_ns(void)
@@ -209,6 +218,7 @@ void slim_parallel_for(int64_t n, int64_t grain,
     pthread_mutex_lock(&pool.mu);
     pool.fn = fn;
     pool.user = user;
+    pool.token = slim_cancel_current();
     pool.n = n;
     pool.chunk = chunk;
     atomic_store(&pool.next, 0);

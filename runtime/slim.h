@@ -38,7 +38,9 @@ extern "C" {
     X(ENOTFOUND, -8, "not found")                                            \
     X(EOOM, -9, "out of memory under the configured limit")                  \
     X(EINTERNAL, -10, "internal error")                                      \
-    X(ENEEDVALUE, -11, "shape depends on a tensor value not yet known")
+    X(ENEEDVALUE, -11, "shape depends on a tensor value not yet known")    \
+    X(ETIMEDOUT, -12, "timed out")                                           \
+    X(ECANCELLED, -13, "cancelled")
 
 typedef enum {
 #define SLIM__STATUS_ENUM(name, code, text) SLIM_##name = code,
