@@ -179,6 +179,12 @@ void slim_sgemm_rows(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
 bool slim_gemm_set_row_invariant(bool on);
 /* The calling thread's mode (device kernels follow it too). */
 bool slim_gemm_row_invariant(void);
+/* Whether a device's float32 products must compute in float32 (precision
+ * "fp32-strict"): by default a GPU may round their operands to TF32, as
+ * onnxruntime-gpu does. Set per thread by the executor from the model, like
+ * row invariance; the CPU ignores it. set returns the previous value. */
+bool slim_gemm_set_fp32_strict(bool on);
+bool slim_gemm_fp32_strict(void);
 
 /* Whether the CPU converts fp16 <-> fp32 in hardware (F16C). Not through
  * __builtin_cpu_supports("f16c"): clang 14 does not know that name. */

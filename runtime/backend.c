@@ -149,6 +149,12 @@ slim_status slim_device_get(const char *name, slim_device **out, slim_err *err)
     return SLIM_OK;
 }
 
+slim_device *slim_device_pinned_host(void)
+{
+    const slim_backend_iface *b = atomic_load(&cuda_tried) ? cuda(NULL) : NULL;
+    return b ? b->pinned_host : NULL;
+}
+
 int slim_device_list(slim_device **out, int cap, bool load, const char **why_none)
 {
     int n = 0;

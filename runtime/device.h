@@ -48,10 +48,15 @@ typedef struct slim_backend_iface {
     slim_status (*sync)(struct slim_device *dev, slim_err *err);
     /* The device's own view of its memory (cudaMemGetInfo). */
     void (*mem_info)(struct slim_device *dev, size_t *free_bytes, size_t *total_bytes);
+    /* Host memory the device copies to at full speed (page-locked), or
+     * NULL: a host-kind device (no backend) whose caching allocator the
+     * outputs of its D2H copies come from (executor.c). */
+    struct slim_device *pinned_host;
 } slim_backend_iface;
 
-/* 2: slim_tensor gained kind (sequences and optionals, container.h) */
-#define SLIM_BACKEND_ABI 2
+/* 2: slim_tensor gained kind (sequences and optionals, container.h)
+ * 3: pinned_host */
+#define SLIM_BACKEND_ABI 3
 
 typedef struct slim_device {
     const char *name;           /* "cpu", "cuda:0" */
@@ -73,6 +78,9 @@ typedef struct slim_buffer {
 } slim_buffer;
 
 slim_device *slim_device_cpu(void);
+/* The loaded GPU backend's pinned host device (pinned_host above), or NULL
+ * when none is loaded: for who lists or trims every allocator. */
+slim_device *slim_device_pinned_host(void);
 /* "emul:0": the host placed as a device, for tests (device_emul.c). */
 slim_device *slim_device_emul(void);
 

@@ -60,13 +60,15 @@ slim_status slim_model_load(const char *path, const slim_load_opts *opts,
     *out = NULL;
     slim_dtype half = SLIM_DTYPE_UNDEFINED;
     const char *prec = opts && opts->precision ? opts->precision : "fp32";
-    slim_dtype pt = float_type(prec);
+    /* fp32-strict is fp32 to every pass; only a GPU's products read it. */
+    bool fp32_strict = strcmp(prec, "fp32-strict") == 0;
+    slim_dtype pt = fp32_strict ? SLIM_F32 : float_type(prec);
     if (pt == SLIM_F16 || pt == SLIM_BF16)
         half = pt;
     bool int8 = strcmp(prec, "int8") == 0;
     if (!int8 && pt == SLIM_DTYPE_UNDEFINED)
-        return slim_errf(err, SLIM_EINVAL, "unknown precision \"%s\" (expected fp32, fp16, "
-                         "bf16 or int8)", prec);
+        return slim_errf(err, SLIM_EINVAL, "unknown precision \"%s\" (expected fp32, fp32-strict, "
+                         "fp16, bf16 or int8)", prec);
     /* Half activations ride on half weights of the same type. */
     slim_dtype act = opts && opts->activations ? float_type(opts->activations) : SLIM_F32;
     if (act == SLIM_DTYPE_UNDEFINED)
@@ -234,6 +236,7 @@ slim_status slim_model_load(const char *path, const slim_load_opts *opts,
         slim_mem_account_unref((*out)->account);
         (*out)->account = acct;
         slim_mem_account_ref(acct);
+        (*out)->fp32_strict = fp32_strict;
         st = slim_model_place(*out, dev, err);
         if (st) {
             slim_model_free(*out);
@@ -398,4 +401,9 @@ slim_status slim_model_set_memory_limit(slim_model *m, size_t bytes, slim_err *e
 void slim_model_set_batch_invariant(slim_model *m, bool on)
 {
     m->batch_invariant = on;
+}
+
+void slim_model_set_fp32_strict(slim_model *m, bool on)
+{
+    m->fp32_strict = on;
 }

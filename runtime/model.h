@@ -25,6 +25,9 @@ struct slim_model {
      * call, so a request's answer does not depend on its batch (set by
      * servers that merge requests; costs some speed on small batches). */
     bool batch_invariant;
+    /* Precision "fp32-strict": float32 products on a GPU compute in
+     * float32 rather than TF32 (slim_gemm_set_fp32_strict). */
+    bool fp32_strict;
     /* Where the model was placed (partition.c); NULL: all on the CPU. */
     struct slim_device *device;
     /* A subgraph's model (If/Loop/Scan bodies, kernels/cpu/control.c): its
@@ -52,6 +55,8 @@ slim_status slim__model_refresh(slim_model *m, slim_err *err);
  * cap. Fails with SLIM_EOOM when the weights alone are over it. */
 slim_status slim_model_set_memory_limit(slim_model *m, size_t bytes, slim_err *err);
 void slim_model_set_batch_invariant(slim_model *m, bool on);
+/* Precision "fp32-strict" after load (tests; loads take it from opts). */
+void slim_model_set_fp32_strict(slim_model *m, bool on);
 
 /* Takes ownership of g (also on failure): finalizes it and wraps it. */
 slim_status slim_model_from_graph(slim_graph *g, slim_model **out, slim_err *err);

@@ -180,7 +180,10 @@ typedef struct slim_load_opts {
      * reductions accumulating in fp32; inputs and outputs keep their
      * declared types. "int8": matrix
      * products and embedding tables with int8 weights, activations
-     * quantized per row at run time (quant/int8.h). */
+     * quantized per row at run time (quant/int8.h). On a GPU, float32
+     * products may round their operands to TF32 (10-bit mantissas, float32
+     * accumulation), as onnxruntime-gpu's do; "fp32-strict" is fp32 with
+     * that turned off. The CPU computes float32 products in float32. */
     const char *precision;
     /* With precision "int8" (quant/int8.h): node names or op types kept in
      * float32, and where to put the pass's per-layer report (NULL: none;

@@ -14,6 +14,10 @@
 #                                   node tests on cuda:0, the GPU server e2e (SKIP="conf
 #                                   halving" leaves those two out)
 #   scripts/gpu_check.sh bench      bench/bench_gpu.py (needs onnxruntime-gpu importable)
+#   scripts/gpu_check.sh ab         slim alone on the encoder, each switch off and on in
+#                                   alternating runs: fp32 TF32 against fp32-strict, and
+#                                   outputs copied to pinned memory against pageable
+#                                   (SLIM_CUDA_PINNED_OUT=0); AB_BATCHES (default "1 32")
 #   scripts/gpu_check.sh served     the encoder as the server runs a model that batches
 #                                   (row-invariant), products one block per call and
 #                                   grouped (SLIM_CUDA_GROUPED=1), beside onnxruntime-gpu
@@ -108,18 +112,50 @@ EOF
         tail -6 "$OUT/gpu_halving.log"
     fi
     [[ " ${SKIP:-} " == *" conf "* ]] && return 0
-    echo "== node tests on cuda:0 (${CONF_FILTER:-all}), each case a fresh process"
+    # fp32-strict: the cases' rtol of 1e-3 is float32's; TF32 products (the
+    # default) are checked by test_cuda_ops at TF32's tolerance, and the
+    # product cases run again below to say which exceed 1e-3 on TF32.
+    echo "== node tests on cuda:0 (${CONF_FILTER:-all}, fp32-strict)"
     nt=${NODE_DIR:-$($PY -c "import onnx, os; print(os.path.join(os.path.dirname(onnx.__file__), 'backend', 'test', 'data', 'node'))")}
-    timeout ${CONF_TIMEOUT:-150} $B/bin/slim conformance "$nt" --device cuda:0 \
+    timeout ${CONF_TIMEOUT:-150} $B/bin/slim conformance "$nt" --device cuda:0 --precision fp32-strict \
         ${CONF_FILTER:+--filter "$CONF_FILTER"} >"$OUT/conformance_cuda.log" 2>&1
     tail -3 "$OUT/conformance_cuda.log"
     grep -E "FAIL" "$OUT/conformance_cuda.log" | head -20
+    echo "== node tests on cuda:0, products on TF32 (the default)"
+    timeout 60 $B/bin/slim conformance "$nt" --device cuda:0 --filter 'matmul|gemm|conv|attention' \
+        >"$OUT/conformance_cuda_tf32.log" 2>&1
+    tail -3 "$OUT/conformance_cuda_tf32.log"
+    grep -E "FAIL" "$OUT/conformance_cuda_tf32.log" | head -20
 }
 
 bench() {
     $PY bench/gen_encoder.py /tmp/encoder.onnx
     $PY bench/bench_gpu.py --slim $B/bin/slim --models $B/models --encoder /tmp/encoder.onnx \
         --json "$OUT/bench_gpu.json" "$@" 2>&1 | tee "$OUT/bench_gpu.log" | tail -30
+}
+
+# Median ms of `slim run` on the encoder: ab_run BATCH PRECISION [ENV=VALUE...]
+ab_run() {
+    local batch=$1 prec=$2
+    shift 2
+    $PY -c "import numpy as np, sys; np.save(sys.argv[1], np.random.default_rng(0).integers(0, 1000, (int(sys.argv[2]), 128)).astype(np.int64))" /tmp/ab_ids_$batch.npy $batch
+    env "$@" $B/bin/slim run /tmp/encoder.onnx --device cuda:0 --precision $prec --repeat 30 \
+        --input input_ids=/tmp/ab_ids_$batch.npy | sed -n 's/.*run time: \(median \)\{0,1\}\([0-9.]*\) ms.*/\2/p'
+}
+
+ab() {
+    [ -f /tmp/encoder.onnx ] || $PY bench/gen_encoder.py /tmp/encoder.onnx
+    echo "| batch | switch | off ms | on ms | off ms | on ms |"
+    echo "|---|---|---|---|---|---|"
+    for b in ${AB_BATCHES:-1 32}; do
+        local r=() s=()
+        for i in 1 2; do
+            r+=("$(ab_run $b fp32-strict)" "$(ab_run $b fp32)")
+            s+=("$(ab_run $b fp16 SLIM_CUDA_PINNED_OUT=0)" "$(ab_run $b fp16)")
+        done
+        echo "| $b | fp32: strict (off) / TF32 (on) | ${r[0]} | ${r[1]} | ${r[2]} | ${r[3]} |"
+        echo "| $b | fp16: pageable (off) / pinned outputs (on) | ${s[0]} | ${s[1]} | ${s[2]} | ${s[3]} |"
+    done
 }
 
 served() {
@@ -137,6 +173,7 @@ build) build ;;
 prebuilt) prebuilt ;;
 test) tests ;;
 bench) shift; bench "$@" ;;
+ab) ab ;;
 served) shift; served "$@" ;;
 all) build && tests ;;
 esac

@@ -331,8 +331,8 @@ static slim_status check_batching(const slim_server_config *cfg, slim_err *err)
     return SLIM_OK;
 }
 
-/* "device": "cpu" | "cuda" | "cuda:N"; "precision": "fp32" | "fp16" |
- * "bf16". Whether the device exists is known only when the model loads. */
+/* "device": "cpu" | "cuda" | "cuda:N"; "precision": "fp32" |
+ * "fp32-strict" (no TF32 on a GPU) | "fp16" | "bf16" | "int8". Whether the device exists is known only when the model loads. */
 static slim_status parse_placement(const cJSON *k, slim_server_config *cfg, slim_err *err)
 {
     bool device = strcmp(k->string, "device") == 0;
@@ -344,13 +344,13 @@ static slim_status parse_placement(const cJSON *k, slim_server_config *cfg, slim
              (strncmp(v, "cuda:", 5) == 0 && v[5] >= '0' && v[5] <= '9' &&
               strtol(v + 5, &end, 10) < 1024 && end && !*end);
     } else if (v) {
-        ok = strcmp(v, "fp32") == 0 || strcmp(v, "fp16") == 0 || strcmp(v, "bf16") == 0 ||
-             strcmp(v, "int8") == 0;
+        ok = strcmp(v, "fp32") == 0 || strcmp(v, "fp32-strict") == 0 ||
+             strcmp(v, "fp16") == 0 || strcmp(v, "bf16") == 0 || strcmp(v, "int8") == 0;
     }
     if (!ok)
         return slim_errf(err, SLIM_EINVAL, "config.json: \"%s\": expected %s", k->string,
                          device ? "\"cpu\", \"cuda\" or \"cuda:N\""
-                                : "\"fp32\", \"fp16\", \"bf16\" or \"int8\"");
+                                : "\"fp32\", \"fp32-strict\", \"fp16\", \"bf16\" or \"int8\"");
     char *copy = strdup(v);
     if (!copy)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");

@@ -569,8 +569,8 @@ slim_status slim_server_start(slim_server *srv, const slim_server_opts *opts, sl
         goto err_metrics;
     }
     if ((s = slim_server_repo_open(&srv->repo, opts->repository, &srv->metrics, opts->workers,
-                                   opts->queue_capacity, opts->device, opts->convert_cache,
-                                   err)) != SLIM_OK)
+                                   opts->queue_capacity, opts->device, opts->precision,
+                                   opts->convert_cache, err)) != SLIM_OK)
         goto err_repo;
     if ((s = watchdog_start(srv, err)) != SLIM_OK)
         goto err_repo;

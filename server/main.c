@@ -35,6 +35,9 @@ static void usage(FILE *f)
             "  --memory-limit SIZE      cap on the memory the CPU allocator holds, e.g. 2GiB;\n"
             "                           DEVICE=SIZE caps that device (cuda:0=20GiB), repeatable\n"
             "  --device DEV             where models run unless config.json says (cpu, cuda:N)\n"
+            "  --precision P            how they run unless config.json says: fp32 (on a GPU\n"
+            "                           products on TF32, as onnxruntime-gpu), fp32-strict\n"
+            "                           (no TF32), fp16, bf16 or int8\n"
             "                           (default: none); runs past it fail with out-of-memory\n"
             "  --convert-cache DIR      convert every ONNX model to .slim once, into DIR,\n"
             "                           and serve the converted file (config.json\n"
@@ -109,6 +112,8 @@ static int parse_args(int argc, char **argv, slim_server_opts *o)
             queue = (int)n;
         } else if (strcmp(a, "--device") == 0 && v) {
             o->device = v;
+        } else if (strcmp(a, "--precision") == 0 && v) {
+            o->precision = v;
         } else if (strcmp(a, "--convert-cache") == 0 && v) {
             o->convert_cache = v;
         } else if (strcmp(a, "--memory-limit") == 0 && v) {

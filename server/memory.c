@@ -56,6 +56,8 @@ void slim_server_memory_trim(void)
     int n = slim_device_list(devs, MAX_DEVICES, false, NULL);
     for (int i = 0; i < n && i < MAX_DEVICES; i++)
         slim_allocator_empty_cache(devs[i]->alloc);
+    if (slim_device_pinned_host())
+        slim_allocator_empty_cache(slim_device_pinned_host()->alloc);
 }
 
 /* Request bodies, decoded tensors and JSON replies come and go through
@@ -264,17 +266,22 @@ static void put_model_device(const slim_server_model *m, void *user)
 
 void slim_server_memory_metrics(slim_server_repo *repo, slim_server_buf *out)
 {
-    slim_device *devs[MAX_DEVICES];
-    slim_mem_stats s[MAX_DEVICES];
+    slim_device *devs[MAX_DEVICES + 1];
+    slim_mem_stats s[MAX_DEVICES + 1];
     int n = slim_device_list(devs, MAX_DEVICES, false, NULL);
     if (n > MAX_DEVICES)
         n = MAX_DEVICES;
-    for (int d = 0; d < n; d++)
+    /* The GPUs' pinned host memory (outputs copied back) is an allocator
+     * family of its own, "cuda-pinned"; it has no cudaMemGetInfo below. */
+    int n_alloc = n;
+    if (slim_device_pinned_host())
+        devs[n_alloc++] = slim_device_pinned_host();
+    for (int d = 0; d < n_alloc; d++)
         slim_allocator_stats(devs[d]->alloc, &s[d]);
     for (size_t i = 0; i < sizeof(device_families) / sizeof(device_families[0]); i++) {
         const device_family *f = &device_families[i];
         family_header(out, f->name, f->type, f->help);
-        for (int d = 0; d < n; d++)
+        for (int d = 0; d < n_alloc; d++)
             slim_server_buf_printf(out, "%s{device=\"%s\"} %lld\n", f->name, devs[d]->name,
                                    (long long)f->value(&s[d]));
     }

@@ -137,8 +137,10 @@ static slim_status load_converted(slim_server_repo *repo, const char *name, int6
         if (slim_server_convert_cached(dir, name, version, path, lo, cached, sizeof(cached),
                                        &fresh, &cerr) != SLIM_OK)
             break;
-        /* The precision and int8 pass are baked into the file. */
-        slim_load_opts clo = {.device = lo->device};
+        /* The precision and int8 pass are baked into the file; fp32-strict
+         * is not (it is how the GPU runs the file's float32 products). */
+        bool strict = lo->precision && strcmp(lo->precision, "fp32-strict") == 0;
+        slim_load_opts clo = {.device = lo->device, .precision = strict ? lo->precision : NULL};
         slim_status s = slim_model_load(cached, &clo, out, &cerr);
         if (s == SLIM_OK) {
             slim_server_log(SLIM_LOG_INFO, NULL, "model \"%s\" version %lld: serving %s (%s)",
@@ -210,7 +212,8 @@ static slim_status load_version(slim_server_repo *repo, const char *name, const 
     if ((s = slim_server_config_parse(cfg_text, name, &m->cfg, err)) != SLIM_OK)
         goto err;
     slim_load_opts lo = {.device = m->cfg.device ? m->cfg.device : repo->default_device,
-                         .precision = m->cfg.precision,
+                         .precision = m->cfg.precision ? m->cfg.precision
+                                                       : repo->default_precision,
                          .int8_exclude = (const char *const *)m->cfg.int8_exclude,
                          .n_int8_exclude = m->cfg.n_int8_exclude,
                          .int8_max_error = m->cfg.int8_max_error,
@@ -578,10 +581,12 @@ static int cmp_str(const void *a, const void *b)
 
 slim_status slim_server_repo_open(slim_server_repo *repo, const char *root,
                                   slim_server_metrics *metrics, int instances, int queue_size,
-                                  const char *device, const char *convert_cache, slim_err *err)
+                                  const char *device, const char *precision,
+                                  const char *convert_cache, slim_err *err)
 {
     memset(repo, 0, sizeof(*repo));
     repo->default_device = device;
+    repo->default_precision = precision;
     repo->convert_cache = convert_cache;
     pthread_mutex_init(&repo->mu, NULL);
     pthread_mutex_init(&repo->load_mu, NULL);

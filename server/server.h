@@ -312,6 +312,7 @@ typedef struct slim_server_repo {
     pthread_mutex_t load_mu;        /* one load/unload at a time */
     int default_instances;          /* --workers: instance_count when not set */
     const char *default_device;     /* --device: where models run unless config.json says */
+    const char *default_precision;  /* --precision: unless config.json says; NULL: fp32 */
     int default_queue_size;         /* --queue-size: max_queue_size when not set */
     const char *convert_cache;      /* --convert-cache: every ONNX model converted
                                        there; NULL: only "convert": true ones, into
@@ -327,10 +328,11 @@ typedef struct slim_server_repo {
 /* Scans root and loads every model found; a model that fails is recorded,
  * not fatal. Fails only when root can't be read. instances and queue_size
  * are the defaults of instance_count and max_queue_size; device is where
- * models load unless their config.json says ("device"; NULL: the CPU). */
+ * models load unless their config.json says ("device"; NULL: the CPU), and
+ * precision how ("precision"; NULL: fp32). */
 slim_status slim_server_repo_open(slim_server_repo *repo, const char *root,
                                   slim_server_metrics *metrics, int instances,
-                                  int queue_size, const char *device,
+                                  int queue_size, const char *device, const char *precision,
                                   const char *convert_cache, slim_err *err);
 void slim_server_repo_close(slim_server_repo *repo);
 
@@ -504,6 +506,7 @@ typedef struct slim_server_opts {
     int http_threads;
     size_t memory_limit;            /* the CPU allocator's limit; 0: none */
     const char *device;             /* default device of models; NULL: cpu */
+    const char *precision;          /* default precision of models; NULL: fp32 */
     const char *convert_cache;      /* --convert-cache DIR */
     /* Slow or silent clients (http.c): a request whose body has not fully
      * arrived body_timeout_s after its headers is answered 408; a

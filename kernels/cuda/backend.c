@@ -90,6 +90,40 @@ static void segment_free(void *ctx, void *ptr, size_t size)
     cudaFree(ptr);
 }
 
+/* ---- pinned host memory for copies back ----------------------------------- */
+
+/* The outputs of copies to the host (executor.c) come from a caching
+ * allocator of its own over cudaHostAlloc: page-locked memory the DMA
+ * writes at the link's full speed, where a pageable destination goes
+ * through the driver's staging. Pinning costs milliseconds per segment,
+ * so the cache (the same policy as every device's) is what makes it pay.
+ * It is host memory: its label "cpu" charges it to the running model's
+ * host account, as the pageable blocks it replaces were; its segments are
+ * portable (any device's copies may use them) and given back on trim
+ * (slim_device_pinned_host). One per process, made with the devices;
+ * SLIM_CUDA_PINNED_OUT=0 leaves it out (copies back to pageable memory). */
+static slim_device pinned_dev;
+
+static void *pinned_segment_alloc(void *ctx, size_t size)
+{
+    (void)ctx;
+    void *p = NULL;
+    if (cudaHostAlloc(&p, size, cudaHostAllocPortable) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return p;
+}
+
+static void pinned_segment_free(void *ctx, void *ptr, size_t size)
+{
+    (void)ctx;
+    (void)size;
+    /* A block reaches the cache only after its copy landed (the copy
+     * synchronizes) and its tensor was released. */
+    cudaFreeHost(ptr);
+}
+
 /* ---- per-thread state --------------------------------------------------- */
 
 typedef struct thread_state {
@@ -217,11 +251,13 @@ static slim_status thread_ctx_init(thread_state *ts, cuda_device *d, slim_cuda_c
     cu->device = i;
     cu->dev = &d->dev;
     cu->sm_count = d->sm_count;
-    /* fp32 products stay fp32 unless asked: TF32 keeps 10 mantissa bits of
-     * each operand (onnxruntime and cuDNN allow it by default, PyTorch's
-     * matmuls do not). Read per thread, so set it before the first run. */
+    /* TF32 by default, as onnxruntime-gpu and cuDNN do (PyTorch's matmuls
+     * do not): fp32 products at tensor-core speed, each operand keeping 10
+     * of its 23 mantissa bits, sums in fp32. A model loaded "fp32-strict"
+     * turns it off for its runs (op_exec); SLIM_CUDA_TF32=0 for the whole
+     * process. Read per thread, so set it before the first run. */
     const char *tf32 = getenv("SLIM_CUDA_TF32");
-    cu->allow_tf32 = tf32 && tf32[0] == '1';
+    cu->tf32_env = !(tf32 && tf32[0] == '0');
     slim_status st = device_limits(d, err);
     if (st)
         return st;
@@ -372,6 +408,7 @@ static slim_status op_exec(slim_device *dev, const void *kernel, slim_op_ctx *ct
         return st;
     if (!op->exec)
         return SLIM_OK;
+    cu->allow_tf32 = cu->tf32_env && !slim_gemm_fp32_strict();
     cu->scratch_cur = 0; /* this node's kernels queue after the last one's */
     cu->scratch_off = 0;
     st = op->exec(ctx, cu);
@@ -506,10 +543,19 @@ const slim_backend_iface *slim_cuda_backend_open(int abi, slim_err *err)
         }
         device_ptrs[i] = &d->dev;
     }
+    const slim_alloc_backend pinned_src = {
+        .device = "cpu", .segment_alloc = pinned_segment_alloc,
+        .segment_free = pinned_segment_free, .ctx = NULL,
+    };
+    pinned_dev = (slim_device){.name = "cuda-pinned", .ordinal = -1};
+    snprintf(pinned_dev.description, sizeof(pinned_dev.description),
+             "page-locked host memory for copies from the GPUs");
+    const char *pin = getenv("SLIM_CUDA_PINNED_OUT");
+    pinned_dev.alloc = pin && pin[0] == '0' ? NULL : slim_allocator_new(&pinned_src);
     iface = (slim_backend_iface){
         .abi = SLIM_BACKEND_ABI, .name = "cuda", .n_devices = n, .devices = device_ptrs,
         .lookup = op_lookup, .exec = op_exec, .copy = dev_copy, .sync = dev_sync,
-        .mem_info = dev_mem_info,
+        .mem_info = dev_mem_info, .pinned_host = pinned_dev.alloc ? &pinned_dev : NULL,
     };
     return &iface;
 }

@@ -155,8 +155,7 @@ static slim_status conv_exec(slim_op_ctx *ctx, slim_cuda_ctx *cu)
     slim_status st;
     cudaDataType_t t = x->dtype == SLIM_F16 ? CUDA_R_16F
                      : x->dtype == SLIM_BF16 ? CUDA_R_16BF : CUDA_R_32F;
-    cublasComputeType_t ct = x->dtype == SLIM_F32 && cu->allow_tf32
-                                 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+    cublasComputeType_t ct = slim_cuda_compute(x->dtype, cu);
     float one = 1.0f, zero = 0.0f;
 #ifdef SLIM_HAVE_CUDNN
     bool by_dnn = false;

@@ -22,7 +22,7 @@
  * The algorithm is cuDNN's heuristic first choice (no timing runs, which
  * would allocate outside the caching allocator) among deterministic ones
  * with a workspace of at most DNN_WS_MAX, taken from the node's scratch.
- * fp32 stays fp32 (FMA math) unless TF32 is allowed; halves use tensor
+ * fp32 may use TF32 unless the model is fp32-strict (then FMA math); halves use tensor
  * cores with fp32 accumulation. In row-invariant mode each image is its
  * own N = 1 call, so its result does not depend on the batch it came in.
  */

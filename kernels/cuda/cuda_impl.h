@@ -62,7 +62,8 @@ typedef struct slim_cuda_ctx {
     cudaStream_t stream;
     cublasHandle_t cublas;      /* bound to stream; workspace set by slim_cuda_blas */
     int sm_count;
-    bool allow_tf32;            /* fp32 products may use TF32 tensor cores */
+    bool tf32_env;              /* SLIM_CUDA_TF32 is not "0" */
+    bool allow_tf32;            /* fp32 products may use TF32 now (set per node: op_exec) */
     /* Scratch chunks held for the current run (backend.c); the node being
      * run takes bytes from chunk scratch_cur at scratch_off on. */
     int n_scratch, cap_scratch;
@@ -109,6 +110,14 @@ static inline unsigned slim_cuda_blocks(int64_t n, int block)
 }
 
 const char *slim_cublas_status_name(cublasStatus_t s);
+
+/* cuBLAS's compute type for a product of dt operands: fp32 products on
+ * TF32 tensor cores unless the running model is fp32-strict (or the
+ * process said SLIM_CUDA_TF32=0); halves accumulate in fp32. */
+static inline cublasComputeType_t slim_cuda_compute(slim_dtype dt, const slim_cuda_ctx *cu)
+{
+    return dt == SLIM_F32 && cu->allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
 
 /* Return a status naming the failed statement, file and line. A CUDA
  * out-of-memory becomes SLIM_EOOM, so the batcher halves. */

@@ -3,8 +3,9 @@
  *
  * ONNX tensors are row-major and cuBLAS is column-major, so C = A B is
  * computed as C^T = B^T A^T: the operands swap places and nothing is
- * transposed in memory. fp32 runs in fp32 (TF32 when the context allows
- * it); fp16 and bf16 run on tensor cores with fp32 accumulation.
+ * transposed in memory. fp32 runs on TF32 tensor cores (fp32 itself for
+ * a model loaded "fp32-strict": slim_cuda_compute); fp16 and bf16 run on
+ * tensor cores with fp32 accumulation.
  *
  * Batch invariance: cuBLAS picks its kernel by shape, so the rows of a
  * merged batch could round differently from the same rows alone. In
@@ -39,13 +40,6 @@ static bool dtype_of(slim_dtype dt, cudaDataType_t *t)
     case SLIM_BF16: *t = CUDA_R_16BF; return true;
     default: return false;
     }
-}
-
-static cublasComputeType_t compute_of(slim_dtype dt, const slim_cuda_ctx *cu)
-{
-    if (dt == SLIM_F32 && cu->allow_tf32)
-        return CUBLAS_COMPUTE_32F_FAST_TF32;
-    return CUBLAS_COMPUTE_32F;
 }
 
 #define GROUP_MAX 64          /* items per grouped call */
@@ -163,7 +157,7 @@ static slim_status gemm_grouped(slim_cuda_ctx *cu, slim_dtype dt, bool tb, int64
         SLIM_CUBLAS_CHECK(cublasGemmBatchedEx(cu->cublas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
                                               CUBLAS_OP_N, (int)n, (int)m, (int)k, &alpha, pb, t,
                                               (int)ldb, pa, t, (int)k, &beta, pc, t, (int)n, G,
-                                              compute_of(dt, cu), CUBLAS_GEMM_DEFAULT),
+                                              slim_cuda_compute(dt, cu), CUBLAS_GEMM_DEFAULT),
                           err);
     }
     return SLIM_OK;
@@ -185,7 +179,7 @@ static slim_status gemm_rm(slim_cuda_ctx *cu, slim_dtype dt, bool ta, bool tb, i
     SLIM_CUBLAS_CHECK(cublasGemmEx(cu->cublas, tb ? CUBLAS_OP_T : CUBLAS_OP_N,
                                    ta ? CUBLAS_OP_T : CUBLAS_OP_N, (int)n, (int)m, (int)k, &alpha,
                                    b, t, (int)ldb, a, t, (int)lda, &beta, c, t, (int)ldc,
-                                   compute_of(dt, cu), CUBLAS_GEMM_DEFAULT), err);
+                                   slim_cuda_compute(dt, cu), CUBLAS_GEMM_DEFAULT), err);
     return SLIM_OK;
 }
 
@@ -340,7 +334,7 @@ static slim_status matmul_exec(slim_op_ctx *ctx, slim_cuda_ctx *cu)
         SLIM_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
                               cu->cublas, CUBLAS_OP_N, CUBLAS_OP_N, (int)n, (int)m, (int)k, &one,
                               B->data, t, (int)n, k * n, A->data, t, (int)k, m * k, &zero,
-                              Y->data, t, (int)n, m * n, (int)batch, compute_of(dt, cu),
+                              Y->data, t, (int)n, m * n, (int)batch, slim_cuda_compute(dt, cu),
                               CUBLAS_GEMM_DEFAULT),
                           ctx->err);
         return SLIM_OK;

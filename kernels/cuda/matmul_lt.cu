@@ -50,6 +50,7 @@ typedef enum { EPI_NONE, EPI_BIAS, EPI_RELU_BIAS } lt_epi;
  * items [m, k] x [k, n] contiguous in A, B and C, any item count. */
 typedef struct lt_key {
     slim_dtype dt;
+    bool tf32;                  /* fp32 operands rounded to TF32 */
     int64_t m, n, k;
     bool batched;
     bool tb;                    /* B is [n, k] (Gemm's transB) */
@@ -106,7 +107,7 @@ static unsigned align_of(const void *p)
 
 static bool key_eq(const lt_key *a, const lt_key *b)
 {
-    return a->dt == b->dt && a->m == b->m && a->n == b->n && a->k == b->k &&
+    return a->dt == b->dt && a->tf32 == b->tf32 && a->m == b->m && a->n == b->n && a->k == b->k &&
            a->batched == b->batched && a->tb == b->tb && a->epi == b->epi &&
            a->align == b->align;
 }
@@ -137,7 +138,9 @@ static slim_status plan_build(struct slim_cuda_lt *lt, lt_plan *p, const void *b
     cublasLtEpilogue_t epi = key->epi == EPI_RELU_BIAS ? CUBLASLT_EPILOGUE_RELU_BIAS
                            : key->epi == EPI_BIAS ? CUBLASLT_EPILOGUE_BIAS
                                                   : CUBLASLT_EPILOGUE_DEFAULT;
-    SLIM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F), err);
+    SLIM_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->op, key->tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32
+                                                                 : CUBLAS_COMPUTE_32F,
+                                               CUDA_R_32F), err);
     SLIM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta,
                                                      sizeof(ta)), err);
     SLIM_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &no,
@@ -285,8 +288,8 @@ extern "C" slim_status slim_cuda_lt_rows(slim_cuda_ctx *cu, slim_dtype dt, bool 
     if (!lt_rows_on() || !cu->ws || m < 1 || k < 1 || m > INT32_MAX || n > INT32_MAX ||
         k > INT32_MAX || (any & (LT_ROWS_ALIGN - 1)))
         return SLIM_OK;
-    lt_key key = {dt, 0, n, k, false, tb, !bias ? EPI_NONE : relu ? EPI_RELU_BIAS : EPI_BIAS,
-                  LT_ROWS_ALIGN};
+    lt_key key = {dt, slim_cuda_compute(dt, cu) == CUBLAS_COMPUTE_32F_FAST_TF32, 0, n, k, false,
+                  tb, !bias ? EPI_NONE : relu ? EPI_RELU_BIAS : EPI_BIAS, LT_ROWS_ALIGN};
     lt_plan *p = NULL;
     slim_status st = plan_get(cu, &key, bias, cu->ws_bytes, &p, err);
     if (st || !p->ok)
@@ -309,7 +312,8 @@ extern "C" slim_status slim_cuda_lt_batched(slim_cuda_ctx *cu, slim_dtype dt, in
     if (!lt_rows_on() || !cu->ws || items < 1 || items > INT32_MAX || m < 1 || n < 1 || k < 1 ||
         m > INT32_MAX || n > INT32_MAX || k > INT32_MAX || (any & (LT_ROWS_ALIGN - 1)))
         return SLIM_OK;
-    lt_key key = {dt, m, n, k, true, false, EPI_NONE, LT_ROWS_ALIGN};
+    lt_key key = {dt, slim_cuda_compute(dt, cu) == CUBLAS_COMPUTE_32F_FAST_TF32, m, n, k, true,
+                  false, EPI_NONE, LT_ROWS_ALIGN};
     lt_plan *p = NULL;
     slim_status st = plan_get(cu, &key, NULL, cu->ws_bytes, &p, err);
     if (st || !p->ok)
@@ -366,7 +370,8 @@ static slim_status mmb_exec(slim_op_ctx *ctx, slim_cuda_ctx *cu)
         align = align < a2 ? align : a2;
         align = align < a3 ? align : a3;
         align = align < a4 ? align : a4;
-        lt_key key = {dt, m, n, k, false, false, relu ? EPI_RELU_BIAS : EPI_BIAS, align};
+        lt_key key = {dt, slim_cuda_compute(dt, cu) == CUBLAS_COMPUTE_32F_FAST_TF32, m, n, k,
+                      false, false, relu ? EPI_RELU_BIAS : EPI_BIAS, align};
         lt_plan *p = NULL;
         if ((st = plan_get(cu, &key, B->data, cu->ws_bytes, &p, ctx->err)))
             return st;

@@ -56,6 +56,17 @@ void cc_build_conv_rows(cc_builder *b)
     cc_weight(b, 2);
 }
 
+/* TF32 by default (cuda_cases.h): K = 16 x 3 x 3 = 144. */
+void cc_build_conv_tf32(cc_builder *b)
+{
+    cc_op(b, "Conv", 11, 2, XWB, 1);
+    cc_attr_ints(b, "kernel_shape", 2, (int64_t[]){3, 3});
+    cc_attr_ints(b, "pads", 4, (int64_t[]){1, 1, 1, 1});
+    cc_randn(b, 0, SLIM_F32, 4, (int64_t[]){4, 16, 32, 32});
+    cc_randn(b, 1, SLIM_F32, 4, (int64_t[]){32, 16, 3, 3});
+    cc_weight(b, 1);
+}
+
 /* Without kernel_shape the GPU cannot see the rank at placement: the node
  * stays on the CPU (cpu_ok) and still answers. */
 static void conv_no_kernel_shape(cc_builder *b)

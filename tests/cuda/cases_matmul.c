@@ -144,3 +144,17 @@ const cc_rows_case cc_cases_rows[] = {
     {{"rows: Gemm transB [150,34] + bias, 7 alone", rows_gemm, 1e-4, false}, 7},
     {{0}, 0},
 };
+
+/* TF32 by default: products large enough that cuBLAS / cuBLASLt take
+ * tensor-core kernels, K at most 144 (CC_TF32_TOL). */
+static void tf32_mm(cc_builder *b) { mm(b, SLIM_F32, 2, (int64_t[]){192, 128}, 2, (int64_t[]){128, 160}, true); }
+static void tf32_batched(cc_builder *b) { mm(b, SLIM_F32, 3, (int64_t[]){4, 128, 64}, 3, (int64_t[]){4, 64, 128}, false); }
+static void tf32_mmb(cc_builder *b) { mmb(b, SLIM_F32, 2, (int64_t[]){256, 128}, 128, false); }
+
+const cc_case cc_cases_tf32[] = {
+    {"TF32: MatMul [192,128]x[128,160] (cuBLAS)", tf32_mm, 1e-4, false},
+    {"TF32: MatMul batched [4,128,64]x[4,64,128]", tf32_batched, 1e-4, false},
+    {"TF32: MatMulBias [256,128]x[128,128]+b (cuBLASLt)", tf32_mmb, 1e-4, false},
+    {"TF32: Conv 3x3 [4,16,32,32] (im2col)", cc_build_conv_tf32, 1e-4, false},
+    {0},
+};

@@ -7,7 +7,9 @@
  * (test_cuda_ops.c) builds it twice with the same seed, places one copy
  * on cuda:0 and keeps the other on the CPU, runs both and compares every
  * output: same dtype and shape, and |gpu - cpu| <= tol * (1 + |cpu|)
- * element by element (NaN only where the CPU has NaN). It also checks that
+ * element by element (NaN only where the CPU has NaN). A float32 product
+ * (MatMul, Gemm, MatMulBias, Conv) runs twice on the GPU: by default, on
+ * TF32, within CC_TF32_TOL, and "fp32-strict" within tol. It also checks that
  * the node really ran on the GPU, unless the case says it may not.
  *
  *     static void build_add_f16(cc_builder *b)
@@ -36,6 +38,12 @@
 #include <stdint.h>
 
 #define CC_MAX_IN 16
+
+/* TF32 keeps fp16's 10 mantissa bits, so float32 products on TF32 are held
+ * to the f16 cases' tolerance. Rounding the operands of a K-term product
+ * of normal values so (NumPy, K = 16 to 96) came to at most 1.2e-2 of
+ * 1 + |cpu| over 20 draws per shape. */
+#define CC_TF32_TOL 2e-2
 
 typedef struct cc_builder {
     slim_graph *g;
@@ -97,5 +105,10 @@ extern const cc_case cc_cases_conv[];
 extern const cc_rows_case cc_cases_rows[];
 /* A convolution's rows case (cases_conv.c), listed in cc_cases_rows. */
 void cc_build_conv_rows(cc_builder *b);
+/* TF32 by default (not in the op tables): each case run on the GPU as
+ * loaded "fp32" and "fp32-strict" must differ somewhere (TF32 is on),
+ * the first within CC_TF32_TOL and the second within tol of the CPU. */
+extern const cc_case cc_cases_tf32[];
+void cc_build_conv_tf32(cc_builder *b);
 
 #endif

@@ -164,9 +164,11 @@ void cc_weight(cc_builder *b, int k)
 
 /* Builds the case's model (placed on dev unless NULL) and runs it; with
  * keep > 0 only the first keep items of each graph input's leading dim,
- * and with invariant set in the executor's row-invariant mode. */
+ * with invariant set in the executor's row-invariant mode, and with strict
+ * as a model loaded "fp32-strict" (no TF32). */
 static void run_case_as(const cc_case *c, uint64_t seed, slim_device *dev, bool invariant,
-                        int64_t keep, slim_tensor **out, int *n_out, int *on_dev, int *on_cpu)
+                        bool strict, int64_t keep, slim_tensor **out, int *n_out, int *on_dev,
+                        int *on_cpu)
 {
     cc_builder b = {.rng = seed | 1};
     c->build(&b);
@@ -213,6 +215,7 @@ static void run_case_as(const cc_case *c, uint64_t seed, slim_device *dev, bool 
         ck_assert_msg(st == SLIM_OK, "%s: placing: %s", c->name, err.msg);
     }
     slim_model_set_batch_invariant(m, invariant);
+    slim_model_set_fp32_strict(m, strict);
     int copies;
     slim_model_placement(m, on_dev, on_cpu, &copies);
     /* Inputs are matched by name: the model's own (placing rebuilt the
@@ -228,13 +231,39 @@ static void run_case_as(const cc_case *c, uint64_t seed, slim_device *dev, bool 
     slim_model_free(m);
 }
 
-static void run_case(const cc_case *c, uint64_t seed, slim_device *dev, slim_tensor **out,
-                     int *n_out, int *on_dev, int *on_cpu)
+static void run_case(const cc_case *c, uint64_t seed, slim_device *dev, bool strict,
+                     slim_tensor **out, int *n_out, int *on_dev, int *on_cpu)
 {
-    run_case_as(c, seed, dev, false, 0, out, n_out, on_dev, on_cpu);
+    run_case_as(c, seed, dev, false, strict, 0, out, n_out, on_dev, on_cpu);
 }
 
-static void compare(const cc_case *c, int k, const slim_tensor *got, const slim_tensor *want)
+/* Whether the case's node is a float32 product, which the GPU runs on
+ * TF32 unless the model is fp32-strict. */
+static bool fp32_product(const cc_case *c)
+{
+    static const char *const products[] = {"MatMul", "Gemm", "MatMulBias", "Conv"};
+    cc_builder b = {.rng = 1};
+    c->build(&b);
+    ck_assert_ptr_nonnull(b.g);
+    bool yes = false;
+    for (size_t i = 0; i < sizeof(products) / sizeof(products[0]); i++)
+        yes |= strcmp(cc_node(&b)->op_type, products[i]) == 0;
+    yes = yes && b.in[0].dtype == SLIM_F32;
+    slim_graph_free(b.g);
+    for (int k = 0; k < CC_MAX_IN; k++)
+        slim_tensor_release(&b.in[k]);
+    return yes;
+}
+
+/* The tolerance of a GPU run: TF32's for a float32 product unless the run
+ * is fp32-strict. */
+static double tol_of(const cc_case *c, bool tf32, bool strict)
+{
+    return tf32 && !strict ? CC_TF32_TOL : c->tol;
+}
+
+static void compare(const cc_case *c, double case_tol, int k, const slim_tensor *got,
+                    const slim_tensor *want)
 {
     char a[160], b[160];
     ck_assert_msg(got->dtype == want->dtype, "%s: output %d is %s on the GPU, %s on the CPU",
@@ -258,7 +287,7 @@ static void compare(const cc_case *c, int k, const slim_tensor *got, const slim_
             continue;
         if (isinf(w) && g == w)
             continue;
-        double tol = slim_dtype_is_float(want->dtype) ? c->tol : 0;
+        double tol = slim_dtype_is_float(want->dtype) ? case_tol : 0;
         ck_assert_msg(fabs(g - w) <= tol * (1 + fabs(w)),
                       "%s: output %d element %lld: GPU %.7g, CPU %.7g (tol %g)", c->name, k,
                       (long long)i, g, w, tol);
@@ -283,18 +312,22 @@ START_TEST(test_case)
     uint64_t seed = 0x9E3779B97F4A7C15ull * (uint64_t)(_i + 1);
     slim_tensor *cpu_out, *gpu_out;
     int n_cpu, n_gpu, on_dev, on_cpu;
-    run_case(c, seed, NULL, &cpu_out, &n_cpu, &on_dev, &on_cpu);
-    run_case(c, seed, gpu, &gpu_out, &n_gpu, &on_dev, &on_cpu);
-    ck_assert_int_eq(n_cpu, n_gpu);
-    if (!c->cpu_ok)
-        ck_assert_msg(on_dev == 1 && on_cpu == 0, "%s: the node did not run on %s", c->name,
-                      gpu->name);
-    for (int k = 0; k < n_cpu; k++) {
-        ck_assert_msg(!gpu_out[k].device, "%s: output %d left on the GPU", c->name, k);
-        compare(c, k, &gpu_out[k], &cpu_out[k]);
+    run_case(c, seed, NULL, false, &cpu_out, &n_cpu, &on_dev, &on_cpu);
+    /* By default, then (for a float32 product) fp32-strict. */
+    bool tf32 = fp32_product(c);
+    for (int strict = 0; strict <= tf32; strict++) {
+        run_case(c, seed, gpu, strict, &gpu_out, &n_gpu, &on_dev, &on_cpu);
+        ck_assert_int_eq(n_cpu, n_gpu);
+        if (!c->cpu_ok)
+            ck_assert_msg(on_dev == 1 && on_cpu == 0, "%s: the node did not run on %s",
+                          c->name, gpu->name);
+        for (int k = 0; k < n_cpu; k++) {
+            ck_assert_msg(!gpu_out[k].device, "%s: output %d left on the GPU", c->name, k);
+            compare(c, tol_of(c, tf32, strict), k, &gpu_out[k], &cpu_out[k]);
+        }
+        slim_tensors_free(gpu_out, n_gpu);
     }
     slim_tensors_free(cpu_out, n_cpu);
-    slim_tensors_free(gpu_out, n_gpu);
 }
 END_TEST
 
@@ -303,27 +336,31 @@ END_TEST
 static int n_rows_cases;
 
 /* Each case in the executor's row-invariant mode, once with the products
- * one fixed block or item per call and once grouped (SLIM_CUDA_GROUPED):
- * the whole run against the CPU, and its leading items against the same
- * items run alone, bitwise. */
+ * one fixed block or item per call and once grouped (SLIM_CUDA_GROUPED),
+ * and a case with float32 products both on TF32 and fp32-strict: the whole
+ * run against the CPU, and its leading items against the same items run
+ * alone, bitwise. */
 START_TEST(test_rows_invariant)
 {
-    const cc_rows_case *r = &cc_cases_rows[_i / 2];
+    const cc_rows_case *r = &cc_cases_rows[_i / 4];
     const cc_case *c = &r->c;
-    bool grouped = _i % 2;
+    bool grouped = _i % 2, strict = (_i / 2) % 2;
+    bool tf32 = fp32_product(c);
+    if (strict && !tf32)
+        return; /* no float32 product: the same as the run before */
     setenv("SLIM_CUDA_GROUPED", grouped ? "1" : "0", 1);
-    uint64_t seed = 0xD1B54A32D192ED03ull * (uint64_t)(_i / 2 + 1);
+    uint64_t seed = 0xD1B54A32D192ED03ull * (uint64_t)(_i / 4 + 1);
     slim_tensor *cpu_out, *whole, *alone;
     int n_cpu, n_whole, n_alone, on_dev, on_cpu;
-    run_case_as(c, seed, NULL, true, 0, &cpu_out, &n_cpu, &on_dev, &on_cpu);
-    run_case_as(c, seed, gpu, true, 0, &whole, &n_whole, &on_dev, &on_cpu);
+    run_case_as(c, seed, NULL, true, false, 0, &cpu_out, &n_cpu, &on_dev, &on_cpu);
+    run_case_as(c, seed, gpu, true, strict, 0, &whole, &n_whole, &on_dev, &on_cpu);
     ck_assert_msg(on_dev == 1 && on_cpu == 0, "%s: the node did not run on %s", c->name,
                   gpu->name);
-    run_case_as(c, seed, gpu, true, r->keep, &alone, &n_alone, &on_dev, &on_cpu);
+    run_case_as(c, seed, gpu, true, strict, r->keep, &alone, &n_alone, &on_dev, &on_cpu);
     ck_assert_int_eq(n_cpu, n_whole);
     ck_assert_int_eq(n_whole, n_alone);
     for (int k = 0; k < n_whole; k++) {
-        compare(c, k, &whole[k], &cpu_out[k]);
+        compare(c, tol_of(c, tf32, strict), k, &whole[k], &cpu_out[k]);
         const slim_tensor *w = &whole[k], *a = &alone[k];
         ck_assert_int_eq(w->ndim, a->ndim);
         ck_assert_int_eq(a->dims[0], r->keep);
@@ -331,13 +368,47 @@ START_TEST(test_rows_invariant)
         ck_assert_uint_le(bytes, slim_tensor_nbytes(w));
         ck_assert_msg(memcmp(w->data, a->data, bytes) == 0,
                       "%s (%s): the first %lld items alone differ from the same items in the "
-                      "whole run", c->name, grouped ? "grouped" : "one call per block",
-                      (long long)r->keep);
+                      "whole run (%s)", c->name, grouped ? "grouped" : "one call per block",
+                      (long long)r->keep, strict ? "fp32-strict" : "TF32");
     }
     slim_tensors_free(cpu_out, n_cpu);
     slim_tensors_free(whole, n_whole);
     slim_tensors_free(alone, n_alone);
     unsetenv("SLIM_CUDA_GROUPED");
+}
+END_TEST
+
+/* ---- TF32 by default ----------------------------------------------------- */
+
+static int n_tf32_cases;
+
+/* A model loaded "fp32" gets TF32 products, one loaded "fp32-strict" does
+ * not: the two GPU runs must differ (with 128+ random terms per element,
+ * rounding operands to 10-bit mantissas cannot leave every sum unchanged),
+ * each within its tolerance of the CPU. */
+START_TEST(test_tf32_default)
+{
+    const cc_case *c = &cc_cases_tf32[_i];
+    uint64_t seed = 0x2545F4914F6CDD1Dull * (uint64_t)(_i + 1);
+    slim_tensor *cpu_out, *tf32, *strict;
+    int n_cpu, n_tf32, n_strict, on_dev, on_cpu;
+    run_case(c, seed, NULL, false, &cpu_out, &n_cpu, &on_dev, &on_cpu);
+    run_case(c, seed, gpu, false, &tf32, &n_tf32, &on_dev, &on_cpu);
+    ck_assert_msg(on_dev == 1 && on_cpu == 0, "%s: the node did not run on %s", c->name,
+                  gpu->name);
+    run_case(c, seed, gpu, true, &strict, &n_strict, &on_dev, &on_cpu);
+    ck_assert_int_eq(n_cpu, 1);
+    ck_assert_int_eq(n_tf32, 1);
+    ck_assert_int_eq(n_strict, 1);
+    ck_assert(fp32_product(c));
+    compare(c, CC_TF32_TOL, 0, &tf32[0], &cpu_out[0]);
+    compare(c, c->tol, 0, &strict[0], &cpu_out[0]);
+    ck_assert_msg(memcmp(tf32[0].data, strict[0].data, slim_tensor_nbytes(&tf32[0])) != 0,
+                  "%s: the default run equals the fp32-strict one bitwise: TF32 is not on",
+                  c->name);
+    slim_tensors_free(cpu_out, n_cpu);
+    slim_tensors_free(tf32, n_tf32);
+    slim_tensors_free(strict, n_strict);
 }
 END_TEST
 
@@ -399,6 +470,37 @@ START_TEST(test_gpu_copy_roundtrip)
 }
 END_TEST
 
+/* An output copied back lands in the backend's pinned host memory: a host
+ * tensor to the caller, whose bytes the pinned allocator shows while it is
+ * held and has back (cached) once it is released. */
+START_TEST(test_outputs_pinned)
+{
+    slim_device *pinned = slim_device_pinned_host();
+    ck_assert_ptr_nonnull(pinned);
+    ck_assert_ptr_null(pinned->backend);
+    const cc_case *c = &cc_cases_tf32[0];
+    slim_tensor *cpu_out, *out;
+    int n_cpu, n_out, on_dev, on_cpu;
+    slim_mem_stats s0, s1, s2;
+    run_case(c, 7, NULL, false, &cpu_out, &n_cpu, &on_dev, &on_cpu);
+    slim_allocator_stats(pinned->alloc, &s0);
+    run_case(c, 7, gpu, false, &out, &n_out, &on_dev, &on_cpu);
+    slim_allocator_stats(pinned->alloc, &s1);
+    ck_assert_int_eq(n_out, 1);
+    ck_assert_ptr_null(out[0].device);
+    ck_assert_ptr_eq(out[0].buf->dev, pinned);
+    ck_assert_int_ge(s1.allocated_bytes[SLIM_POOL_ALL].current -
+                         s0.allocated_bytes[SLIM_POOL_ALL].current,
+                     (int64_t)slim_tensor_nbytes(&out[0]));
+    compare(c, CC_TF32_TOL, 0, &out[0], &cpu_out[0]);
+    slim_tensors_free(out, n_out);
+    slim_tensors_free(cpu_out, n_cpu);
+    slim_allocator_stats(pinned->alloc, &s2);
+    ck_assert_int_eq(s2.allocated_bytes[SLIM_POOL_ALL].current,
+                     s0.allocated_bytes[SLIM_POOL_ALL].current);
+}
+END_TEST
+
 int main(void)
 {
     slim_err err;
@@ -423,9 +525,13 @@ int main(void)
     tcase_add_loop_test(tc, test_case, 0, n_cases);
     for (const cc_rows_case *r = cc_cases_rows; r->c.name; r++)
         n_rows_cases++;
-    tcase_add_loop_test(tc, test_rows_invariant, 0, 2 * n_rows_cases);
+    for (const cc_case *c = cc_cases_tf32; c->name; c++)
+        n_tf32_cases++;
+    tcase_add_loop_test(tc, test_rows_invariant, 0, 4 * n_rows_cases);
+    tcase_add_loop_test(tc, test_tf32_default, 0, n_tf32_cases);
     tcase_add_test(tc, test_gpu_allocator_oom_and_retry);
     tcase_add_test(tc, test_gpu_copy_roundtrip);
+    tcase_add_test(tc, test_outputs_pinned);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     /* One process: each fork would start CUDA again (slow), and the
@@ -435,6 +541,7 @@ int main(void)
     int failed = srunner_ntests_failed(sr);
     srunner_free(sr);
     free(cases);
-    printf("test_cuda_ops: %d cases, %d row-invariance cases (twice)\n", n_cases, n_rows_cases);
+    printf("test_cuda_ops: %d cases, %d row-invariance cases (twice, fp32 ones also strict), "
+           "%d TF32 cases\n", n_cases, n_rows_cases, n_tf32_cases);
     return failed ? 1 : 0;
 }

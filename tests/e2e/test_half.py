@@ -17,8 +17,10 @@
     LayerNormalization, and the same with the LayerNorm spelled out, stay
     finite and close to fp32 with --activations fp16;
   * bad --precision / --activations / --int8-fallback values are refused
-    with messages naming them;
+    with messages naming them; --precision fp32-strict (no TF32 on a GPU)
+    is fp32 on the CPU, bitwise;
   * the server with config.json "precision": "bf16" answers close to fp32,
+    one with "fp32-strict" as fp32,
     /metrics shows the bfloat16 weight bytes, and configs with a bad
     "activations", "half": {"exclude"} or "int8": {"fallback"} value, or
     activations of the other half type, leave that model unavailable with
@@ -202,6 +204,15 @@ def t_bad_values(args, examples):
               f"{extra}: exit {r.returncode}, stderr {r.stderr!r} (want {words!r})")
 
 
+def t_fp32_strict(args, examples):
+    path, name, x = example(examples, "transformer")
+    d = os.path.join(args.workdir, "strict")
+    y32 = run(args, path, name, x, os.path.join(d, "fp32"))
+    ys = run(args, path, name, x, os.path.join(d, "strict"), "--precision", "fp32-strict")
+    check(ys.dtype == y32.dtype and ys.tobytes() == y32.tobytes(),
+          "fp32-strict on the CPU differs from fp32")
+
+
 def t_int8_fallback(args, examples):
     path, name, x = example(examples, "transformer")
     r = slim(args, "inspect", path, "--precision", "int8", "--int8-exclude", "Gather",
@@ -219,6 +230,7 @@ def t_int8_fallback(args, examples):
 def t_server(args, examples):
     repo = os.path.join(args.workdir, "repo")
     for m, cfg in (("mlp", {"precision": "bf16"}),
+                   ("strict", {"precision": "fp32-strict"}),
                    ("transformer", {"precision": "bf16", "half": {"exclude": ["Gather"]}}),
                    ("badact", {"precision": "bf16", "activations": "fp8"}),
                    ("badhalf", {"precision": "bf16", "half": {"exclude": "Gather"}}),
@@ -245,6 +257,14 @@ def t_server(args, examples):
             got = np.array(data["outputs"][0]["data"], np.float64)
             cos, rel = closeness(got, y32)
             check(cos >= 0.999 and rel <= 0.03, f"{m} served bf16: cosine {cos}, error {rel}")
+        path, name, x = example(examples, "mlp")
+        y32 = run(args, path, name, x, os.path.join(args.workdir, "srv_ref", "strict"))
+        body = {"inputs": [{"name": name, "shape": list(x.shape), "datatype": "FP32",
+                            "data": x.ravel().tolist()}]}
+        status, data = srv.http.json("POST", "/v2/models/strict/infer", body)
+        check(status == 200, f"strict: {status} {data}")
+        got = np.array(data["outputs"][0]["data"], np.float32).reshape(y32.shape)
+        check(np.array_equal(got, y32), "served fp32-strict differs from fp32 on the CPU")
         status, _, text = srv.http.request("GET", "/metrics")
         text = text.decode()
         check(status == 200 and 'slim_model_weight_bytes_by_dtype{model="mlp",version="1",'
@@ -278,6 +298,7 @@ def main():
     r.case("a row alone and in a batch, bitwise", t_batch_rows, args, examples)
     r.case("guards: LayerNorm input past fp16's range", t_guards, args)
     r.case("bad values refused", t_bad_values, args, examples)
+    r.case("fp32-strict is fp32 on the CPU", t_fp32_strict, args, examples)
     r.case("int8 with a bf16 fallback", t_int8_fallback, args, examples)
     r.case("server: config precision bf16, /metrics, bad half settings", t_server, args, examples)
     print(f"{r.passed} passed, {r.failed} failed")

@@ -515,6 +515,10 @@ int slim_cmd_conformance(int argc, char **argv)
             verbose = true;
         else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc)
             conf_opts.device = argv[++i];
+        /* fp32-strict: a GPU's float32 products without TF32, whose 10-bit
+         * operands can miss the cases' rtol of 1e-3. */
+        else if (strcmp(argv[i], "--precision") == 0 && i + 1 < argc)
+            conf_opts.precision = argv[++i];
         else if (strcmp(argv[i], "--cases-per-process") == 0 && i + 1 < argc) {
             char *end;
             per_process = strtol(argv[++i], &end, 10);
@@ -533,7 +537,7 @@ int slim_cmd_conformance(int argc, char **argv)
     }
     if (!dir) {
         fprintf(stderr, "usage: slim conformance DIR [--filter REGEX] [--verbose] [--device DEV] "
-                "[--cases-per-process N]\n");
+                "[--precision fp32|fp32-strict] [--cases-per-process N]\n");
         return 2;
     }
     /* A fresh process per case on the host (fork is cheap there); on a
