@@ -40,6 +40,37 @@
  * Timeouts are checked whenever an instance looks at the queue, and idle
  * instances wake for the earliest one.
  *
+ * Deadlines and cancellation. A request may carry a deadline of its own
+ * (task->run_deadline: config.json "request_timeout_ms", or the request's
+ * "timeout" parameter), covering queue and run; its client may go away; its
+ * model may be unloaded; the server may stop. A watcher thread per batcher
+ * looks at the queued and running tasks every WATCH_POLL_US, and at each
+ * deadline as it falls due, while there are any (it sleeps otherwise):
+ *
+ *   - a queued task that is past its deadline, whose client left, or whose
+ *     model was cancelled is taken out of the queue and answered at once
+ *     (504, 499, 503) without running;
+ *   - a run is cancelled (its slim_cancel token) only once *none* of its
+ *     tasks wants the answer: every one is past its deadline, gone or
+ *     cancelled. A batch therefore runs under the latest deadline of its
+ *     members (none if one has none), and a member whose own deadline
+ *     passes meanwhile is answered 504 when the run returns, its outputs
+ *     dropped. So a request's answer never depends on what it was batched
+ *     with: it gets its outputs (the rows it would get alone) or its own
+ *     timeout, never a neighbour's. workers.c also drops tasks that died
+ *     between the queue and the run before running the rest.
+ *
+ * The token's own deadline makes the runtime stop on time by itself; the
+ * watcher covers what a fixed deadline cannot (a member that left, which
+ * may leave only members with earlier deadlines).
+ *
+ * Unload and shutdown cancel a batcher for good (slim_server_batcher_cancel):
+ * its queue is answered 503 at once, its runs' tokens cancelled, and later
+ * submits refused. Every batcher is in a process-wide list so that shutdown
+ * reaches the runs of models already unloaded or replaced, and counts the
+ * tasks not yet answered (each holds a suspended connection, which
+ * MHD_stop_daemon must not meet).
+ *
  * Lifetime: the model owns its batcher. Every queued task holds a model
  * reference, so by the time model_free stops the batcher the queue is
  * empty; stop still drains whatever is there before joining the threads.
@@ -53,6 +84,9 @@
 
 #define MAX_SHAPES 64               /* input signatures remembered per model */
 #define MAX_PROBE_BACKOFF 64        /* times oom_probe_after */
+/* How often the watcher peeks at the clients of queued and running tasks:
+ * a client that left stops costing CPU within about this long. */
+#define WATCH_POLL_US 50000
 
 /* One input signature, and how large a batch of it has been seen to fit. */
 typedef struct slim_server_shape {
@@ -92,9 +126,25 @@ struct slim_server_batcher {
     int running, exclusive_waiting;
     bool exclusive;
     uint64_t starts;
+    slim__run_ticket *runs;     /* runs going on now */
+    /* cancellation */
+    atomic_int cancel_reason;   /* slim_cancel_reason: the model's, for good */
+    pthread_cond_t watch_cv;    /* work for the watcher, or stopping */
+    bool watch_idle;            /* the watcher waits for watch_cv, untimed */
+    pthread_t watcher;
+    bool watcher_started;
     instance *instances;
     int n_instances;
+    struct slim_server_batcher *next_alive; /* the process-wide list */
 };
+
+/* Every batcher alive, and the tasks submitted and not yet answered. */
+static struct {
+    pthread_mutex_t mu;
+    slim_server_batcher *head;
+    atomic_int cancel_reason;   /* cancel_all: batchers made later start cancelled */
+    atomic_llong pending;
+} alive = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* ---- shapes -------------------------------------------------------------- */
 
@@ -239,9 +289,97 @@ const slim_server_model *slim__batcher_model(const slim_server_batcher *b)
     return b->model;
 }
 
+/* ---- cancellation ------------------------------------------------------------ */
+
+slim_cancel_reason slim__batcher_task_dead(const slim_server_batcher *b, slim_server_task *t,
+                                           int64_t now_us)
+{
+    int why = atomic_load(&t->cancelled);
+    if (why == SLIM_CANCEL_NONE)
+        why = atomic_load(&b->cancel_reason);
+    if (why == SLIM_CANCEL_NONE && t->run_deadline && now_us >= t->run_deadline)
+        why = SLIM_CANCEL_DEADLINE;
+    return (slim_cancel_reason)why;
+}
+
+void slim__batcher_finish(slim_server_task *t)
+{
+    t->done(t); /* t may be freed from here on */
+    atomic_fetch_sub(&alive.pending, 1);
+}
+
+/* "2000 ms", or "2500 us" when not whole milliseconds. */
+static void format_timeout(char *out, size_t cap, int64_t us)
+{
+    if (us % 1000 == 0)
+        snprintf(out, cap, "%lld ms", (long long)(us / 1000));
+    else
+        snprintf(out, cap, "%lld us", (long long)us);
+}
+
+void slim__batcher_answer_dead(slim_server_batcher *b, slim_server_task *t,
+                               slim_cancel_reason why, bool ran)
+{
+    int64_t now = slim_server_now_us();
+    if (!ran)
+        t->t_started = now;
+    t->t_done = now;
+    long long queued_ms = (long long)((t->t_started - t->t_queued) / 1000);
+    long long ran_ms = (long long)((now - t->t_started) / 1000);
+    char where[96];
+    if (ran)
+        snprintf(where, sizeof(where), "after %lld ms in the queue and %lld ms running",
+                 queued_ms, ran_ms);
+    else
+        snprintf(where, sizeof(where), "after %lld ms in the queue, before it ran", queued_ms);
+    const char *name = b->model->name;
+    t->failure = SLIM_SERVER_FAIL_CANCELED;
+    t->status = SLIM_ECANCELLED;
+    t->http_status = 503;
+    switch (why) {
+    case SLIM_CANCEL_DEADLINE: {
+        char timeout[32];
+        format_timeout(timeout, sizeof(timeout), t->run_timeout_us);
+        t->status = SLIM_ETIMEDOUT;
+        t->http_status = 504;
+        slim_errf(&t->err, SLIM_ETIMEDOUT, "model '%s': the request's timeout of %s (%s) "
+                  "passed %s", name, timeout, t->timeout_from_request ? "its \"timeout\" "
+                  "parameter" : "request_timeout_ms in config.json", where);
+        break;
+    }
+    case SLIM_CANCEL_CLIENT:
+        /* Nobody reads it; 499 as nginx logs a client that left. */
+        t->http_status = 499;
+        slim_errf(&t->err, SLIM_ECANCELLED, "model '%s': the client closed the connection; "
+                  "the request was cancelled %s", name, where);
+        break;
+    case SLIM_CANCEL_UNLOAD:
+        slim_errf(&t->err, SLIM_ECANCELLED, "model '%s' was unloaded; the request was "
+                  "cancelled %s", name, where);
+        break;
+    default:
+        slim_errf(&t->err, SLIM_ECANCELLED, "the server is shutting down; the request to "
+                  "model '%s' was cancelled %s", name, where);
+        break;
+    }
+    slim__batcher_finish(t);
+}
+
+/* Under mu: whether a run must stop, and why (the reason of its last task). */
+static slim_cancel_reason run_dead(const slim_server_batcher *b, slim__run_ticket *tk,
+                                   int64_t now)
+{
+    slim_cancel_reason why = SLIM_CANCEL_NONE;
+    for (int k = 0; k < tk->n_tasks; k++)
+        if (!(why = slim__batcher_task_dead(b, tk->tasks[k], now)))
+            return SLIM_CANCEL_NONE;
+    return why;
+}
+
 /* ---- the run gate ---------------------------------------------------------- */
 
-void slim__batcher_enter(slim_server_batcher *b, bool exclusive, slim__run_ticket *tk)
+void slim__batcher_enter(slim_server_batcher *b, bool exclusive, slim_server_task **ts, int n,
+                         slim__run_ticket *tk)
 {
     pthread_mutex_lock(&b->mu);
     if (exclusive) {
@@ -258,7 +396,30 @@ void slim__batcher_enter(slim_server_batcher *b, bool exclusive, slim__run_ticke
     b->running++;
     b->starts++;
     *tk = (slim__run_ticket){.exclusive = exclusive, .running_at_start = b->running,
-                             .starts_at_start = b->starts};
+                             .starts_at_start = b->starts, .tasks = ts, .n_tasks = n};
+    /* The latest deadline of the tasks that still want the answer; none
+     * if one of them has none (batcher.c's top: a batch is cancelled only
+     * when every member is done with it). */
+    int64_t now = slim_server_now_us(), latest = 0;
+    bool unbounded = false;
+    for (int k = 0; k < n; k++) {
+        if (slim__batcher_task_dead(b, ts[k], now))
+            continue;
+        if (!ts[k]->run_deadline)
+            unbounded = true;
+        else if (ts[k]->run_deadline > latest)
+            latest = ts[k]->run_deadline;
+    }
+    slim_cancel_init(&tk->token, unbounded ? 0 : latest * 1000);
+    slim_cancel_reason why = run_dead(b, tk, now);
+    if (why)
+        slim_cancel_request(&tk->token, why);
+    for (int k = 0; k < n; k++)
+        ts[k]->run = tk;
+    tk->next = b->runs;
+    b->runs = tk;
+    if (b->watch_idle)
+        pthread_cond_signal(&b->watch_cv);
     pthread_mutex_unlock(&b->mu);
 }
 
@@ -266,6 +427,13 @@ bool slim__batcher_leave(slim_server_batcher *b, slim__run_ticket *tk)
 {
     pthread_mutex_lock(&b->mu);
     bool overlapped = tk->running_at_start > 1 || b->starts != tk->starts_at_start;
+    for (slim__run_ticket **p = &b->runs; *p; p = &(*p)->next)
+        if (*p == tk) {
+            *p = tk->next;
+            break;
+        }
+    for (int k = 0; k < tk->n_tasks; k++)
+        tk->tasks[k]->run = NULL;
     b->running--;
     if (tk->exclusive)
         b->exclusive = false;
@@ -350,7 +518,7 @@ static void answer_expired(slim_server_batcher *b, slim_server_task *t, int64_t 
               "(timeout %lld us)", (long long)(now - t->t_queued), b->model->name,
               (long long)(t->deadline - t->t_queued));
     atomic_fetch_add(&b->model->stats->rejected_timeout, 1);
-    t->done(t);
+    slim__batcher_finish(t);
 }
 
 static bool is_preferred(const slim_server_batching *cfg, int64_t rows)
@@ -421,6 +589,114 @@ static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_us
     /* work_cv runs on CLOCK_MONOTONIC, the clock of slim_server_now_us. */
     struct timespec ts = {.tv_sec = until_us / 1000000, .tv_nsec = (until_us % 1000000) * 1000};
     pthread_cond_timedwait(cv, mu, &ts);
+}
+
+/* Under mu: takes the queued tasks that must not run (slim__batcher_task_dead)
+ * out of the queue, as a list to answer outside the lock; cancels the runs
+ * none of whose tasks wants the answer. Asks each task's client whether it
+ * is still there. *next_deadline: the earliest deadline still to come. */
+static slim_server_task *watch_scan(slim_server_batcher *b, int64_t now, int64_t *next_deadline)
+{
+    slim_server_task *dead = NULL, **dead_tail = &dead, *prev = NULL, *t = b->head;
+    *next_deadline = 0;
+    while (t) {
+        slim_server_task *next = t->next;
+        if (t->gone && !atomic_load(&t->cancelled) && t->gone(t))
+            atomic_store(&t->cancelled, SLIM_CANCEL_CLIENT);
+        if (slim__batcher_task_dead(b, t, now)) {
+            unlink_task(b, t, prev);
+            if (t->shape)
+                t->shape->users--;
+            *dead_tail = t;
+            dead_tail = &t->next;
+        } else {
+            if (t->run_deadline && (!*next_deadline || t->run_deadline < *next_deadline))
+                *next_deadline = t->run_deadline;
+            prev = t;
+        }
+        t = next;
+    }
+    for (slim__run_ticket *tk = b->runs; tk; tk = tk->next) {
+        for (int k = 0; k < tk->n_tasks; k++) {
+            slim_server_task *r = tk->tasks[k];
+            if (r->gone && !atomic_load(&r->cancelled) && r->gone(r))
+                atomic_store(&r->cancelled, SLIM_CANCEL_CLIENT);
+            if (r->run_deadline > now && (!*next_deadline || r->run_deadline < *next_deadline))
+                *next_deadline = r->run_deadline;
+        }
+        slim_cancel_reason why = run_dead(b, tk, now);
+        if (why)
+            slim_cancel_request(&tk->token, why);
+    }
+    return dead;
+}
+
+/* Answers a list of tasks taken out of the queue, outside mu. */
+static void answer_dead_list(slim_server_batcher *b, slim_server_task *t)
+{
+    int64_t now = slim_server_now_us();
+    while (t) {
+        slim_server_task *next = t->next;
+        slim_cancel_reason why = slim__batcher_task_dead(b, t, now);
+        slim__batcher_answer_dead(b, t, why ? why : SLIM_CANCEL_SHUTDOWN, false);
+        t = next;
+    }
+}
+
+/* The watcher (see the top of the file): awake only while tasks are queued
+ * or running. */
+static void *watcher_main(void *arg)
+{
+    slim_server_batcher *b = arg;
+    pthread_mutex_lock(&b->mu);
+    while (!b->stopping) {
+        if (!b->head && !b->runs) {
+            b->watch_idle = true;
+            pthread_cond_wait(&b->watch_cv, &b->mu);
+            b->watch_idle = false;
+            continue;
+        }
+        int64_t now = slim_server_now_us(), next_deadline;
+        slim_server_task *dead = watch_scan(b, now, &next_deadline);
+        if (dead) {
+            pthread_mutex_unlock(&b->mu);
+            answer_dead_list(b, dead);
+            pthread_mutex_lock(&b->mu);
+            continue;
+        }
+        int64_t wake = now + WATCH_POLL_US;
+        timed_wait(&b->watch_cv, &b->mu,
+                   next_deadline && next_deadline < wake ? next_deadline : wake);
+    }
+    pthread_mutex_unlock(&b->mu);
+    return NULL;
+}
+
+void slim_server_batcher_cancel(slim_server_batcher *b, slim_cancel_reason why)
+{
+    if (!b)
+        return;
+    int none = SLIM_CANCEL_NONE;
+    atomic_compare_exchange_strong(&b->cancel_reason, &none, (int)why);
+    pthread_mutex_lock(&b->mu);
+    int64_t next_deadline;
+    slim_server_task *dead = watch_scan(b, slim_server_now_us(), &next_deadline);
+    pthread_mutex_unlock(&b->mu);
+    answer_dead_list(b, dead);
+}
+
+void slim_server_batchers_cancel_all(slim_cancel_reason why)
+{
+    pthread_mutex_lock(&alive.mu);
+    atomic_store(&alive.cancel_reason, (int)why);
+    for (slim_server_batcher *b = alive.head; b; b = b->next_alive)
+        slim_server_batcher_cancel(b, why);
+    pthread_mutex_unlock(&alive.mu);
+}
+
+int64_t slim_server_batchers_pending(void)
+{
+    return atomic_load(&alive.pending);
 }
 
 static void *instance_main(void *arg)
@@ -498,15 +774,22 @@ bool slim_server_batcher_submit(slim_server_batcher *b, slim_server_task *t, int
     t->delayed = false;
     t->http_status = 0;
     t->status = SLIM_OK;
+    t->run = NULL;
+    atomic_store(&t->cancelled, SLIM_CANCEL_NONE);
     int64_t timeout = cfg->enabled ? (timeout_us > 0 ? timeout_us : cfg->default_timeout_us) : 0;
     t->deadline = timeout > 0 ? now + timeout : 0;
 
     pthread_mutex_lock(&b->mu);
-    if (b->stopping || b->queued >= b->queue_cap) {
+    int cancelled = atomic_load(&b->cancel_reason);
+    if (b->stopping || cancelled || b->queued >= b->queue_cap) {
         int queued = b->queued;
         bool stopping = b->stopping;
         pthread_mutex_unlock(&b->mu);
-        if (stopping) { /* unreachable while the caller holds a model reference */
+        if (cancelled == SLIM_CANCEL_SHUTDOWN) {
+            slim_errf(err, SLIM_EINVAL, "the server is shutting down");
+            return false;
+        }
+        if (stopping || cancelled) { /* stopping: unreachable while the caller holds a reference */
             slim_errf(err, SLIM_EINVAL, "model '%s' is being unloaded; try again later",
                       b->model->name);
             return false;
@@ -520,7 +803,10 @@ bool slim_server_batcher_submit(slim_server_batcher *b, slim_server_task *t, int
     if (b->merge && (t->shape = shape_of(b, t, now)))
         t->shape->users++;
     append_task(b, t);
+    atomic_fetch_add(&alive.pending, 1);
     pthread_cond_signal(&b->work_cv);
+    if (b->watch_idle)
+        pthread_cond_signal(&b->watch_cv);
     pthread_mutex_unlock(&b->mu);
     return true;
 }
@@ -548,12 +834,24 @@ slim_status slim_server_batcher_create(slim_server_model *m, int queue_size,
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_mutex_init(&b->mu, NULL);
     pthread_cond_init(&b->work_cv, &ca);
+    pthread_cond_init(&b->watch_cv, &ca);
     pthread_cond_init(&b->gate_cv, NULL);
     pthread_condattr_destroy(&ca);
+    pthread_mutex_lock(&alive.mu);
+    atomic_init(&b->cancel_reason, atomic_load(&alive.cancel_reason));
+    b->next_alive = alive.head;
+    alive.head = b;
+    pthread_mutex_unlock(&alive.mu);
     if (b->merge) {
         atomic_fetch_add(&m->stats->live_batchers, 1);
         atomic_store(&m->stats->batch_ceiling, b->max_batch);
     }
+    if (pthread_create(&b->watcher, NULL, watcher_main, b) != 0) {
+        slim_server_batcher_stop(b);
+        return slim_errf(err, SLIM_EINTERNAL, "model '%s': could not start its watcher thread",
+                         m->name);
+    }
+    b->watcher_started = true;
     for (; b->n_instances < n; b->n_instances++) {
         instance *in = &b->instances[b->n_instances];
         in->b = b;
@@ -579,11 +877,21 @@ void slim_server_batcher_stop(slim_server_batcher *b)
     pthread_mutex_lock(&b->mu);
     b->stopping = true;
     pthread_cond_broadcast(&b->work_cv);
+    pthread_cond_broadcast(&b->watch_cv);
     pthread_mutex_unlock(&b->mu);
     for (int i = 0; i < b->n_instances; i++) {
         pthread_join(b->instances[i].thread, NULL);
         free(b->instances[i].batch);
     }
+    if (b->watcher_started)
+        pthread_join(b->watcher, NULL);
+    pthread_mutex_lock(&alive.mu);
+    for (slim_server_batcher **p = &alive.head; *p; p = &(*p)->next_alive)
+        if (*p == b) {
+            *p = b->next_alive;
+            break;
+        }
+    pthread_mutex_unlock(&alive.mu);
     if (b->merge)
         atomic_fetch_sub(&b->model->stats->live_batchers, 1);
     while (b->shapes) {
@@ -592,6 +900,7 @@ void slim_server_batcher_stop(slim_server_batcher *b)
         b->shapes = next;
     }
     pthread_cond_destroy(&b->work_cv);
+    pthread_cond_destroy(&b->watch_cv);
     pthread_cond_destroy(&b->gate_cv);
     pthread_mutex_destroy(&b->mu);
     free(b->instances);
