@@ -40,42 +40,14 @@
  * Timeouts are checked whenever an instance looks at the queue, and idle
  * instances wake for the earliest one.
  *
- * Deadlines and cancellation. A request may carry a deadline of its own
- * (task->run_deadline: config.json "request_timeout_ms", or the request's
- * "timeout" parameter), covering queue and run; its client may go away; its
- * model may be unloaded; the server may stop. A watcher thread per batcher
- * looks at the queued and running tasks every WATCH_POLL_US, and at each
- * deadline as it falls due, while there are any (it sleeps otherwise):
- *
- *   - a queued task that is past its deadline, whose client left, or whose
- *     model was cancelled is taken out of the queue and answered at once
- *     (504, 499, 503) without running;
- *   - a run is cancelled (its slim_cancel token) only once *none* of its
- *     tasks wants the answer: every one is past its deadline, gone or
- *     cancelled. A batch therefore runs under the latest deadline of its
- *     members (none if one has none), and a member whose own deadline
- *     passes meanwhile is answered 504 when the run returns, its outputs
- *     dropped. So a request's answer never depends on what it was batched
- *     with: it gets its outputs (the rows it would get alone) or its own
- *     timeout, never a neighbour's. workers.c also drops tasks that died
- *     between the queue and the run before running the rest.
- *
- * The token's own deadline makes the runtime stop on time by itself; the
- * watcher covers what a fixed deadline cannot (a member that left, which
- * may leave only members with earlier deadlines).
- *
- * Unload and shutdown cancel a batcher for good (slim_server_batcher_cancel):
- * its queue is answered 503 at once, its runs' tokens cancelled, and later
- * submits refused. Every batcher is in a process-wide list so that shutdown
- * reaches the runs of models already unloaded or replaced, and counts the
- * tasks not yet answered (each holds a suspended connection, which
- * MHD_stop_daemon must not meet).
+ * Deadlines and cancellation (the watcher thread, unload, shutdown) are in
+ * deadlines.c; the run gate below gives each run its cancellation token.
  *
  * Lifetime: the model owns its batcher. Every queued task holds a model
  * reference, so by the time model_free stops the batcher the queue is
  * empty; stop still drains whatever is there before joining the threads.
  */
-#include "server.h"
+#include "batcher_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -84,67 +56,6 @@
 
 #define MAX_SHAPES 64               /* input signatures remembered per model */
 #define MAX_PROBE_BACKOFF 64        /* times oom_probe_after */
-/* How often the watcher peeks at the clients of queued and running tasks:
- * a client that left stops costing CPU within about this long. */
-#define WATCH_POLL_US 50000
-
-/* One input signature, and how large a batch of it has been seen to fit. */
-typedef struct slim_server_shape {
-    struct slim_server_shape *next;
-    int n_inputs;
-    slim_tensor *inputs;        /* model input order; dtype, ndim, dims[1..] (no data) */
-    int ceiling;                /* rows a batch may have */
-    int streak;                 /* full batches in a row without out-of-memory */
-    int probe_after;            /* the streak that raises the ceiling */
-    bool probing;               /* ceiling just raised, not yet proved */
-    bool alone;                 /* outputs could not be split: never merge */
-    int users;                  /* tasks queued or running that point here */
-    int64_t last_used;
-} slim_server_shape;
-
-typedef struct instance {
-    slim_server_batcher *b;
-    pthread_t thread;
-    slim_server_task **batch;   /* room for the largest batch it may take */
-} instance;
-
-struct slim_server_batcher {
-    slim_server_model *model;   /* the owner */
-    const slim_server_batching *cfg;
-    int max_batch;              /* rows; 0: the model does not batch */
-    bool merge;
-    int queue_cap, batch_cap;
-    pthread_mutex_t mu;
-    pthread_cond_t work_cv;     /* a task was queued, or stopping */
-    pthread_cond_t gate_cv;     /* a run ended */
-    slim_server_task *head, *tail;
-    int queued, with_deadline;
-    bool stopping;
-    slim_server_shape *shapes;
-    int n_shapes;
-    /* the run gate */
-    int running, exclusive_waiting;
-    bool exclusive;
-    uint64_t starts;
-    slim__run_ticket *runs;     /* runs going on now */
-    /* cancellation */
-    atomic_int cancel_reason;   /* slim_cancel_reason: the model's, for good */
-    pthread_cond_t watch_cv;    /* work for the watcher, or stopping */
-    bool watch_idle;            /* the watcher waits for watch_cv, untimed */
-    pthread_t watcher;
-    bool watcher_started;
-    instance *instances;
-    int n_instances;
-    struct slim_server_batcher *next_alive; /* the process-wide list */
-};
-
-/* Every batcher alive, and the tasks submitted and not yet answered. */
-static struct {
-    pthread_mutex_t mu;
-    slim_server_batcher *head;
-    atomic_int cancel_reason;   /* cancel_all: batchers made later start cancelled */
-    atomic_llong pending;
-} alive = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* ---- shapes -------------------------------------------------------------- */
 
@@ -289,93 +200,6 @@ const slim_server_model *slim__batcher_model(const slim_server_batcher *b)
     return b->model;
 }
 
-/* ---- cancellation ------------------------------------------------------------ */
-
-slim_cancel_reason slim__batcher_task_dead(const slim_server_batcher *b, slim_server_task *t,
-                                           int64_t now_us)
-{
-    int why = atomic_load(&t->cancelled);
-    if (why == SLIM_CANCEL_NONE)
-        why = atomic_load(&b->cancel_reason);
-    if (why == SLIM_CANCEL_NONE && t->run_deadline && now_us >= t->run_deadline)
-        why = SLIM_CANCEL_DEADLINE;
-    return (slim_cancel_reason)why;
-}
-
-void slim__batcher_finish(slim_server_task *t)
-{
-    t->done(t); /* t may be freed from here on */
-    atomic_fetch_sub(&alive.pending, 1);
-}
-
-/* "2000 ms", or "2500 us" when not whole milliseconds. */
-static void format_timeout(char *out, size_t cap, int64_t us)
-{
-    if (us % 1000 == 0)
-        snprintf(out, cap, "%lld ms", (long long)(us / 1000));
-    else
-        snprintf(out, cap, "%lld us", (long long)us);
-}
-
-void slim__batcher_answer_dead(slim_server_batcher *b, slim_server_task *t,
-                               slim_cancel_reason why, bool ran)
-{
-    int64_t now = slim_server_now_us();
-    if (!ran)
-        t->t_started = now;
-    t->t_done = now;
-    long long queued_ms = (long long)((t->t_started - t->t_queued) / 1000);
-    long long ran_ms = (long long)((now - t->t_started) / 1000);
-    char where[96];
-    if (ran)
-        snprintf(where, sizeof(where), "after %lld ms in the queue and %lld ms running",
-                 queued_ms, ran_ms);
-    else
-        snprintf(where, sizeof(where), "after %lld ms in the queue, before it ran", queued_ms);
-    const char *name = b->model->name;
-    t->failure = SLIM_SERVER_FAIL_CANCELED;
-    t->status = SLIM_ECANCELLED;
-    t->http_status = 503;
-    switch (why) {
-    case SLIM_CANCEL_DEADLINE: {
-        char timeout[32];
-        format_timeout(timeout, sizeof(timeout), t->run_timeout_us);
-        t->status = SLIM_ETIMEDOUT;
-        t->http_status = 504;
-        slim_errf(&t->err, SLIM_ETIMEDOUT, "model '%s': the request's timeout of %s (%s) "
-                  "passed %s", name, timeout, t->timeout_from_request ? "its \"timeout\" "
-                  "parameter" : "request_timeout_ms in config.json", where);
-        break;
-    }
-    case SLIM_CANCEL_CLIENT:
-        /* Nobody reads it; 499 as nginx logs a client that left. */
-        t->http_status = 499;
-        slim_errf(&t->err, SLIM_ECANCELLED, "model '%s': the client closed the connection; "
-                  "the request was cancelled %s", name, where);
-        break;
-    case SLIM_CANCEL_UNLOAD:
-        slim_errf(&t->err, SLIM_ECANCELLED, "model '%s' was unloaded; the request was "
-                  "cancelled %s", name, where);
-        break;
-    default:
-        slim_errf(&t->err, SLIM_ECANCELLED, "the server is shutting down; the request to "
-                  "model '%s' was cancelled %s", name, where);
-        break;
-    }
-    slim__batcher_finish(t);
-}
-
-/* Under mu: whether a run must stop, and why (the reason of its last task). */
-static slim_cancel_reason run_dead(const slim_server_batcher *b, slim__run_ticket *tk,
-                                   int64_t now)
-{
-    slim_cancel_reason why = SLIM_CANCEL_NONE;
-    for (int k = 0; k < tk->n_tasks; k++)
-        if (!(why = slim__batcher_task_dead(b, tk->tasks[k], now)))
-            return SLIM_CANCEL_NONE;
-    return why;
-}
-
 /* ---- the run gate ---------------------------------------------------------- */
 
 void slim__batcher_enter(slim_server_batcher *b, bool exclusive, slim_server_task **ts, int n,
@@ -411,7 +235,7 @@ void slim__batcher_enter(slim_server_batcher *b, bool exclusive, slim_server_tas
             latest = ts[k]->run_deadline;
     }
     slim_cancel_init(&tk->token, unbounded ? 0 : latest * 1000);
-    slim_cancel_reason why = run_dead(b, tk, now);
+    slim_cancel_reason why = slim__batcher_run_dead(b, tk, now);
     if (why)
         slim_cancel_request(&tk->token, why);
     for (int k = 0; k < n; k++)
@@ -444,7 +268,7 @@ bool slim__batcher_leave(slim_server_batcher *b, slim__run_ticket *tk)
 
 /* ---- the queue ------------------------------------------------------------- */
 
-static void unlink_task(slim_server_batcher *b, slim_server_task *t, slim_server_task *prev)
+void slim__batcher_unlink(slim_server_batcher *b, slim_server_task *t, slim_server_task *prev)
 {
     if (prev)
         prev->next = t->next;
@@ -474,7 +298,8 @@ static void append_task(slim_server_batcher *b, slim_server_task *t)
 /* Under mu: takes the tasks whose timeout has passed. REJECT: they are
  * returned, to be answered outside the lock; DELAY: they go to the back of
  * the queue, once. *next_deadline: the earliest deadline still pending. */
-static slim_server_task *expire(slim_server_batcher *b, int64_t now, int64_t *next_deadline)
+slim_server_task *slim__batcher_expire(slim_server_batcher *b, int64_t now,
+                                       int64_t *next_deadline)
 {
     slim_server_task *expired = NULL, *delayed = NULL, **delayed_tail = &delayed;
     slim_server_task *prev = NULL, *t = b->head;
@@ -482,7 +307,7 @@ static slim_server_task *expire(slim_server_batcher *b, int64_t now, int64_t *ne
     while (t && b->with_deadline) {
         slim_server_task *next = t->next;
         if (t->deadline && t->deadline <= now) {
-            unlink_task(b, t, prev);
+            slim__batcher_unlink(b, t, prev);
             if (b->cfg->timeout_action == SLIM_SERVER_TIMEOUT_DELAY) {
                 t->deadline = 0;
                 t->delayed = true;
@@ -521,6 +346,21 @@ static void answer_expired(slim_server_batcher *b, slim_server_task *t, int64_t 
     slim__batcher_finish(t);
 }
 
+void slim__batcher_answer_expired(slim_server_batcher *b, slim_server_task *expired, int64_t now)
+{
+    while (expired) {
+        slim_server_task *next = expired->next;
+        slim_server_shape *sh = expired->shape;
+        answer_expired(b, expired, now); /* may be freed from here on */
+        if (sh) {
+            pthread_mutex_lock(&b->mu);
+            sh->users--;
+            pthread_mutex_unlock(&b->mu);
+        }
+        expired = next;
+    }
+}
+
 static bool is_preferred(const slim_server_batching *cfg, int64_t rows)
 {
     for (int i = 0; i < cfg->n_preferred; i++)
@@ -536,7 +376,7 @@ static int take_batch(slim_server_batcher *b, slim_server_task **out, int64_t no
 {
     slim_server_task *h = b->head;
     if (!b->merge || !h->shape || h->shape->alone) {
-        unlink_task(b, h, NULL);
+        slim__batcher_unlink(b, h, NULL);
         out[0] = h;
         return 1;
     }
@@ -574,7 +414,7 @@ static int take_batch(slim_server_batcher *b, slim_server_task **out, int64_t no
     for (int k = 0; k < n && t;) {
         slim_server_task *next = t->next;
         if (t == out[k]) {
-            unlink_task(b, t, prev);
+            slim__batcher_unlink(b, t, prev);
             k++;
         } else {
             prev = t;
@@ -584,119 +424,11 @@ static int take_batch(slim_server_batcher *b, slim_server_task **out, int64_t no
     return n;
 }
 
-static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_us)
+void slim__batcher_timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_us)
 {
     /* work_cv runs on CLOCK_MONOTONIC, the clock of slim_server_now_us. */
     struct timespec ts = {.tv_sec = until_us / 1000000, .tv_nsec = (until_us % 1000000) * 1000};
     pthread_cond_timedwait(cv, mu, &ts);
-}
-
-/* Under mu: takes the queued tasks that must not run (slim__batcher_task_dead)
- * out of the queue, as a list to answer outside the lock; cancels the runs
- * none of whose tasks wants the answer. Asks each task's client whether it
- * is still there. *next_deadline: the earliest deadline still to come. */
-static slim_server_task *watch_scan(slim_server_batcher *b, int64_t now, int64_t *next_deadline)
-{
-    slim_server_task *dead = NULL, **dead_tail = &dead, *prev = NULL, *t = b->head;
-    *next_deadline = 0;
-    while (t) {
-        slim_server_task *next = t->next;
-        if (t->gone && !atomic_load(&t->cancelled) && t->gone(t))
-            atomic_store(&t->cancelled, SLIM_CANCEL_CLIENT);
-        if (slim__batcher_task_dead(b, t, now)) {
-            unlink_task(b, t, prev);
-            if (t->shape)
-                t->shape->users--;
-            *dead_tail = t;
-            dead_tail = &t->next;
-        } else {
-            if (t->run_deadline && (!*next_deadline || t->run_deadline < *next_deadline))
-                *next_deadline = t->run_deadline;
-            prev = t;
-        }
-        t = next;
-    }
-    for (slim__run_ticket *tk = b->runs; tk; tk = tk->next) {
-        for (int k = 0; k < tk->n_tasks; k++) {
-            slim_server_task *r = tk->tasks[k];
-            if (r->gone && !atomic_load(&r->cancelled) && r->gone(r))
-                atomic_store(&r->cancelled, SLIM_CANCEL_CLIENT);
-            if (r->run_deadline > now && (!*next_deadline || r->run_deadline < *next_deadline))
-                *next_deadline = r->run_deadline;
-        }
-        slim_cancel_reason why = run_dead(b, tk, now);
-        if (why)
-            slim_cancel_request(&tk->token, why);
-    }
-    return dead;
-}
-
-/* Answers a list of tasks taken out of the queue, outside mu. */
-static void answer_dead_list(slim_server_batcher *b, slim_server_task *t)
-{
-    int64_t now = slim_server_now_us();
-    while (t) {
-        slim_server_task *next = t->next;
-        slim_cancel_reason why = slim__batcher_task_dead(b, t, now);
-        slim__batcher_answer_dead(b, t, why ? why : SLIM_CANCEL_SHUTDOWN, false);
-        t = next;
-    }
-}
-
-/* The watcher (see the top of the file): awake only while tasks are queued
- * or running. */
-static void *watcher_main(void *arg)
-{
-    slim_server_batcher *b = arg;
-    pthread_mutex_lock(&b->mu);
-    while (!b->stopping) {
-        if (!b->head && !b->runs) {
-            b->watch_idle = true;
-            pthread_cond_wait(&b->watch_cv, &b->mu);
-            b->watch_idle = false;
-            continue;
-        }
-        int64_t now = slim_server_now_us(), next_deadline;
-        slim_server_task *dead = watch_scan(b, now, &next_deadline);
-        if (dead) {
-            pthread_mutex_unlock(&b->mu);
-            answer_dead_list(b, dead);
-            pthread_mutex_lock(&b->mu);
-            continue;
-        }
-        int64_t wake = now + WATCH_POLL_US;
-        timed_wait(&b->watch_cv, &b->mu,
-                   next_deadline && next_deadline < wake ? next_deadline : wake);
-    }
-    pthread_mutex_unlock(&b->mu);
-    return NULL;
-}
-
-void slim_server_batcher_cancel(slim_server_batcher *b, slim_cancel_reason why)
-{
-    if (!b)
-        return;
-    int none = SLIM_CANCEL_NONE;
-    atomic_compare_exchange_strong(&b->cancel_reason, &none, (int)why);
-    pthread_mutex_lock(&b->mu);
-    int64_t next_deadline;
-    slim_server_task *dead = watch_scan(b, slim_server_now_us(), &next_deadline);
-    pthread_mutex_unlock(&b->mu);
-    answer_dead_list(b, dead);
-}
-
-void slim_server_batchers_cancel_all(slim_cancel_reason why)
-{
-    pthread_mutex_lock(&alive.mu);
-    atomic_store(&alive.cancel_reason, (int)why);
-    for (slim_server_batcher *b = alive.head; b; b = b->next_alive)
-        slim_server_batcher_cancel(b, why);
-    pthread_mutex_unlock(&alive.mu);
-}
-
-int64_t slim_server_batchers_pending(void)
-{
-    return atomic_load(&alive.pending);
 }
 
 static void *instance_main(void *arg)
@@ -707,20 +439,10 @@ static void *instance_main(void *arg)
     for (;;) {
         int64_t now = slim_server_now_us(), next_deadline = 0, wake = 0;
         if (b->with_deadline) {
-            slim_server_task *expired = expire(b, now, &next_deadline);
+            slim_server_task *expired = slim__batcher_expire(b, now, &next_deadline);
             if (expired) {
                 pthread_mutex_unlock(&b->mu);
-                while (expired) {
-                    slim_server_task *next = expired->next;
-                    slim_server_shape *sh = expired->shape;
-                    answer_expired(b, expired, now); /* may be freed from here on */
-                    if (sh) {
-                        pthread_mutex_lock(&b->mu);
-                        sh->users--;
-                        pthread_mutex_unlock(&b->mu);
-                    }
-                    expired = next;
-                }
+                slim__batcher_answer_expired(b, expired, now);
                 pthread_mutex_lock(&b->mu);
                 continue;
             }
@@ -729,7 +451,7 @@ static void *instance_main(void *arg)
             if (b->stopping)
                 break;
             if (next_deadline)
-                timed_wait(&b->work_cv, &b->mu, next_deadline);
+                slim__batcher_timed_wait(&b->work_cv, &b->mu, next_deadline);
             else
                 pthread_cond_wait(&b->work_cv, &b->mu);
             continue;
@@ -738,7 +460,7 @@ static void *instance_main(void *arg)
         if (!n) {
             if (next_deadline && next_deadline < wake)
                 wake = next_deadline;
-            timed_wait(&b->work_cv, &b->mu, wake);
+            slim__batcher_timed_wait(&b->work_cv, &b->mu, wake);
             continue;
         }
         if (b->head) /* more work: another instance may take it */
@@ -778,6 +500,12 @@ bool slim_server_batcher_submit(slim_server_batcher *b, slim_server_task *t, int
     atomic_store(&t->cancelled, SLIM_CANCEL_NONE);
     int64_t timeout = cfg->enabled ? (timeout_us > 0 ? timeout_us : cfg->default_timeout_us) : 0;
     t->deadline = timeout > 0 ? now + timeout : 0;
+    /* The request's own timeout as the queue policy's (allow_timeout_override)
+     * is also its deadline: counted from the same instant, so that while it
+     * is queued the policy's answer comes first (deadlines.c). */
+    if (t->deadline && timeout_us > 0 && t->timeout_from_request &&
+        t->run_timeout_us == timeout_us && t->run_deadline)
+        t->deadline = t->run_deadline;
 
     pthread_mutex_lock(&b->mu);
     int cancelled = atomic_load(&b->cancel_reason);
@@ -790,8 +518,8 @@ bool slim_server_batcher_submit(slim_server_batcher *b, slim_server_task *t, int
             return false;
         }
         if (stopping || cancelled) { /* stopping: unreachable while the caller holds a reference */
-            slim_errf(err, SLIM_EINVAL, "model '%s' is being unloaded; try again later",
-                      b->model->name);
+            slim_errf(err, SLIM_EINVAL, "model '%s' is not ready: it is being unloaded; try "
+                      "again later", b->model->name);
             return false;
         }
         atomic_fetch_add(&b->model->stats->rejected_queue_full, 1);
@@ -803,7 +531,7 @@ bool slim_server_batcher_submit(slim_server_batcher *b, slim_server_task *t, int
     if (b->merge && (t->shape = shape_of(b, t, now)))
         t->shape->users++;
     append_task(b, t);
-    atomic_fetch_add(&alive.pending, 1);
+    slim__batcher_count_submit();
     pthread_cond_signal(&b->work_cv);
     if (b->watch_idle)
         pthread_cond_signal(&b->watch_cv);
@@ -837,16 +565,12 @@ slim_status slim_server_batcher_create(slim_server_model *m, int queue_size,
     pthread_cond_init(&b->watch_cv, &ca);
     pthread_cond_init(&b->gate_cv, NULL);
     pthread_condattr_destroy(&ca);
-    pthread_mutex_lock(&alive.mu);
-    atomic_init(&b->cancel_reason, atomic_load(&alive.cancel_reason));
-    b->next_alive = alive.head;
-    alive.head = b;
-    pthread_mutex_unlock(&alive.mu);
+    slim__batcher_register(b);
     if (b->merge) {
         atomic_fetch_add(&m->stats->live_batchers, 1);
         atomic_store(&m->stats->batch_ceiling, b->max_batch);
     }
-    if (pthread_create(&b->watcher, NULL, watcher_main, b) != 0) {
+    if (pthread_create(&b->watcher, NULL, slim__batcher_watcher_main, b) != 0) {
         slim_server_batcher_stop(b);
         return slim_errf(err, SLIM_EINTERNAL, "model '%s': could not start its watcher thread",
                          m->name);
@@ -885,13 +609,7 @@ void slim_server_batcher_stop(slim_server_batcher *b)
     }
     if (b->watcher_started)
         pthread_join(b->watcher, NULL);
-    pthread_mutex_lock(&alive.mu);
-    for (slim_server_batcher **p = &alive.head; *p; p = &(*p)->next_alive)
-        if (*p == b) {
-            *p = b->next_alive;
-            break;
-        }
-    pthread_mutex_unlock(&alive.mu);
+    slim__batcher_unregister(b);
     if (b->merge)
         atomic_fetch_sub(&b->model->stats->live_batchers, 1);
     while (b->shapes) {

@@ -328,11 +328,15 @@ static bool is_cancel(slim_status s)
     return s == SLIM_ETIMEDOUT || s == SLIM_ECANCELLED;
 }
 
-/* After a run that gave s: t's answer, unless it no longer wants one. */
+/* After a run that gave s: t's answer, unless it no longer wants one. A
+ * run that finished is answered even when its model was unloaded or the
+ * server began to stop meanwhile: the outputs are right, and ready. */
 static void answer_ran(slim_server_batcher *b, slim_server_task *t, slim_status s,
                        const slim_err *err, int http_status)
 {
     slim_cancel_reason why = slim__batcher_task_dead(b, t, slim_server_now_us());
+    if (s == SLIM_OK && (why == SLIM_CANCEL_UNLOAD || why == SLIM_CANCEL_SHUTDOWN))
+        why = SLIM_CANCEL_NONE;
     if (why) {
         slim__batcher_answer_dead(b, t, why, true);
         return;

@@ -263,9 +263,10 @@ def check_cpu_stops(srv, what):
 
 
 def check_running(srv, what):
-    """The slow model really runs (so that stopping means something)."""
-    used = busy(srv, 0.5)
-    check(used >= 0.15, f"{what}: the server used only {used:.2f} CPU s in 0.5 s; is the "
+    """The slow model really runs (so that stopping means something). The
+    bar is low: the cores may be shared, and an idle server uses ~0."""
+    used = busy(srv, 1.0)
+    check(used >= 0.1, f"{what}: the server used only {used:.2f} CPU s in 1 s; is the "
           "model running?")
 
 
@@ -319,24 +320,31 @@ class Cases:
 
     def t_queued_deadline(self):
         first = raw_infer(self.srv.port, "slow", infer_body())  # holds the only instance
-        time.sleep(0.3)
-        status, msg, seconds = Timed(self.srv, "slow", infer_body(timeout=1000000)).result()
-        check(status == 504 and "before it ran" in msg, f"queued: {status}: {msg}")
-        check(0.9 <= seconds <= 1.5, f"queued request answered after {seconds:.2f} s")
-        check_running(self.srv, "the first request")
-        first.close()
+        try:
+            time.sleep(0.3)
+            status, msg, seconds = Timed(self.srv, "slow", infer_body(timeout=1000000)).result()
+            check(status == 504 and "before it ran" in msg, f"queued: {status}: {msg}")
+            check(0.9 <= seconds <= 1.5, f"queued request answered after {seconds:.2f} s")
+            check_running(self.srv, "the first request")
+        finally:
+            first.close()
         check_cpu_stops(self.srv, "queued deadline, then the first client left")
 
     def t_client_disconnect(self):
         before = metric(self.srv, "slim_request_failure_total", model="slow", reason="CANCELED")
         running = raw_infer(self.srv.port, "slow", infer_body())
-        time.sleep(0.3)
-        queued = raw_infer(self.srv.port, "slow", infer_body())
-        check_running(self.srv, "before the clients leave")
-        queued.close()
-        time.sleep(0.5)
-        check_running(self.srv, "after the queued client left")  # the first one goes on
-        running.close()
+        queued = None
+        try:
+            time.sleep(0.3)
+            queued = raw_infer(self.srv.port, "slow", infer_body())
+            check_running(self.srv, "before the clients leave")
+            queued.close()
+            time.sleep(0.5)
+            check_running(self.srv, "after the queued client left")  # the first one goes on
+        finally:
+            running.close()
+            if queued:
+                queued.close()
         check_cpu_stops(self.srv, "client disconnect")
         got = metric(self.srv, "slim_request_failure_total", model="slow", reason="CANCELED")
         check(got - before == 2, f"CANCELED failures rose by {got - before}, expected 2")
@@ -358,10 +366,12 @@ class Cases:
         # a member whose client left does not keep the run going for the others
         c = Timed(self.srv, "slow_batch", infer_body(timeout=1000000))
         gone = raw_infer(self.srv.port, "slow_batch", infer_body())  # no deadline
-        time.sleep(1.5)
-        check_running(self.srv, "batch with a member without a deadline")
-        t_close = time.monotonic()
-        gone.close()
+        try:
+            time.sleep(0.5)
+            check_running(self.srv, "batch with a member without a deadline")
+        finally:
+            t_close = time.monotonic()
+            gone.close()
         status, msg, _ = c.result()
         late = time.monotonic() - t_close
         check(status == 504 and "timeout of 1000 ms" in msg, f"c: {status}: {msg}")
@@ -378,7 +388,8 @@ class Cases:
         check(status == 200 and took < 1.0, f"unload: {status} {raw[:200]} after {took:.2f} s")
         status, msg, _ = t.result()
         answered = time.monotonic() - t0
-        check(status == 503 and "unloaded" in msg, f"the running request: {status}: {msg}")
+        check(status == 503 and "unloaded" in msg and "running" in msg,
+              f"the running request: {status}: {msg}")
         check(answered < 1.0, f"the running request was answered {answered:.2f} s after unload")
         check_cpu_stops(self.srv, "unload")
         status, _ = self.srv.request("POST", "/v2/repository/models/slow_unload/load")
