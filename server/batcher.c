@@ -37,8 +37,9 @@
  * Queue policy: at most max_queue_size requests wait (the server's
  * --queue-size by default); a request past its timeout is answered 503
  * (timeout_action REJECT) or sent to the back of the queue once (DELAY).
- * Timeouts are checked whenever an instance looks at the queue, and idle
- * instances wake for the earliest one.
+ * Timeouts are checked whenever an instance looks at the queue, idle
+ * instances wake for the earliest one, and the watcher (deadlines.c)
+ * answers them on time while every instance is busy.
  *
  * Deadlines and cancellation (the watcher thread, unload, shutdown) are in
  * deadlines.c; the run gate below gives each run its cancellation token.

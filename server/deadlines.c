@@ -2,7 +2,7 @@
  * deadlines.c - requests that nobody waits for any more: deadlines, clients
  * that left, unloads and shutdown, for a model's scheduler (batcher.c).
  *
- * Deadlines and cancellation. A request may carry a deadline of its own
+ * A request may carry a deadline of its own
  * (task->run_deadline: config.json "request_timeout_ms", or the request's
  * "timeout" parameter), covering queue and run; its client may go away; its
  * model may be unloaded; the server may stop. A watcher thread per batcher
@@ -24,7 +24,9 @@
  *
  * The token's own deadline makes the runtime stop on time by itself; the
  * watcher covers what a fixed deadline cannot (a member that left, which
- * may leave only members with earlier deadlines).
+ * may leave only members with earlier deadlines). The watcher also applies
+ * the queue policy's timeouts (batcher.c), first, so that they are answered
+ * on time even while every instance is busy.
  *
  * Unload and shutdown cancel a batcher for good (slim_server_batcher_cancel):
  * its queue is answered 503 at once, its runs' tokens cancelled, and later
@@ -32,7 +34,6 @@
  * reaches the runs of models already unloaded or replaced, and counts the
  * tasks not yet answered (each holds a suspended connection, which
  * MHD_stop_daemon must not meet).
- *
  */
 #include "batcher_impl.h"
 
@@ -232,7 +233,8 @@ void *slim__batcher_watcher_main(void *arg)
          * deadline are the same (allow_timeout_override), its answer wins;
          * and busy instances cannot look at the queue. */
         int64_t now = slim_server_now_us(), next_queue = 0, next_deadline;
-        slim_server_task *expired = b->with_deadline ? slim__batcher_expire(b, now, &next_queue) : NULL;
+        slim_server_task *expired =
+            b->with_deadline ? slim__batcher_expire(b, now, &next_queue) : NULL;
         slim_server_task *dead = watch_scan(b, now, &next_deadline);
         if (expired || dead) {
             pthread_mutex_unlock(&b->mu);
