@@ -164,6 +164,16 @@ slim_cancel_reason slim__batcher_run_dead(const slim_server_batcher *b, slim__ru
 
 /* ---- the watcher ----------------------------------------------------------- */
 
+/* Marks t cancelled when its client has left. Tasks younger than a poll
+ * are not asked: on a busy fast model most are answered before that, and
+ * a peek is a system call. */
+static void ask_client(slim_server_task *t, int64_t now)
+{
+    if (t->gone && !atomic_load(&t->cancelled) && now - t->t_queued >= WATCH_POLL_US &&
+        t->gone(t))
+        atomic_store(&t->cancelled, SLIM_CANCEL_CLIENT);
+}
+
 /* Under mu: takes the queued tasks that must not run (slim__batcher_task_dead)
  * out of the queue, as a list to answer outside the lock; cancels the runs
  * none of whose tasks wants the answer. Asks each task's client whether it
@@ -174,8 +184,7 @@ static slim_server_task *watch_scan(slim_server_batcher *b, int64_t now, int64_t
     *next_deadline = 0;
     while (t) {
         slim_server_task *next = t->next;
-        if (t->gone && !atomic_load(&t->cancelled) && t->gone(t))
-            atomic_store(&t->cancelled, SLIM_CANCEL_CLIENT);
+        ask_client(t, now);
         if (slim__batcher_task_dead(b, t, now)) {
             slim__batcher_unlink(b, t, prev);
             if (t->shape)
@@ -192,8 +201,7 @@ static slim_server_task *watch_scan(slim_server_batcher *b, int64_t now, int64_t
     for (slim__run_ticket *tk = b->runs; tk; tk = tk->next) {
         for (int k = 0; k < tk->n_tasks; k++) {
             slim_server_task *r = tk->tasks[k];
-            if (r->gone && !atomic_load(&r->cancelled) && r->gone(r))
-                atomic_store(&r->cancelled, SLIM_CANCEL_CLIENT);
+            ask_client(r, now);
             if (r->run_deadline > now && (!*next_deadline || r->run_deadline < *next_deadline))
                 *next_deadline = r->run_deadline;
         }
