@@ -288,3 +288,23 @@ int64_t slim_server_batchers_pending(void)
 {
     return atomic_load(&alive.pending);
 }
+
+int64_t slim_server_batchers_abandon(void)
+{
+    int64_t n = 0;
+    /* Under each batcher's lock: a task of a run is answered only after
+     * its run has left the list, so none is answered twice at once. */
+    pthread_mutex_lock(&alive.mu);
+    for (slim_server_batcher *b = alive.head; b; b = b->next_alive) {
+        pthread_mutex_lock(&b->mu);
+        for (slim__run_ticket *tk = b->runs; tk; tk = tk->next)
+            for (int k = 0; k < tk->n_tasks; k++)
+                if (tk->tasks[k]->abandon) {
+                    tk->tasks[k]->abandon(tk->tasks[k]);
+                    n++;
+                }
+        pthread_mutex_unlock(&b->mu);
+    }
+    pthread_mutex_unlock(&alive.mu);
+    return n;
+}

@@ -29,8 +29,10 @@
 #include <unistd.h>
 
 /* Shutdown: after the grace period, how long cancelled runs get to stop
- * and their 503s to go out before the server stops without them. */
-#define SHUTDOWN_CANCEL_WAIT_US 800000
+ * and their 503s to go out before the server stops without them; then how
+ * long the answers of runs that ended just then get to go out. */
+#define SHUTDOWN_CANCEL_WAIT_US 600000
+#define SHUTDOWN_LAST_ANSWERS_US 150000
 
 #define MAX_SEGMENTS 8
 
@@ -283,6 +285,32 @@ static bool client_gone(slim_server_task *t)
     return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
 }
 
+/* The process exits with t's run still going: a 503 written straight to
+ * the socket, as nothing has been written on it yet and libmicrohttpd does
+ * not touch a suspended connection. Best effort (non-blocking): the reply
+ * is short and the socket's send buffer empty. */
+static void client_abandon(slim_server_task *t)
+{
+    const slim_server_request *req = t->user;
+    char why[600];
+    slim_server_buf body = {0}, msg = {0};
+    if (req->client_fd < 0)
+        return;
+    snprintf(why, sizeof(why), "the server is shutting down; the request to model '%s' was "
+             "cancelled, and its run did not stop", t->model->name);
+    slim_server_buf_puts(&body, "{\"error\":");
+    slim_server_buf_json_string(&body, why); /* a model name may need escapes */
+    slim_server_buf_puts(&body, "}");
+    slim_server_buf_printf(&msg, "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\n"
+                           "Content-Type: application/json\r\nRetry-After: 1\r\n"
+                           "X-Request-ID: %s\r\nContent-Length: %zu\r\n\r\n", req->id, body.len);
+    slim_server_buf_append(&msg, body.data, body.len);
+    if (!msg.oom && !body.oom)
+        (void)send(req->client_fd, msg.data, msg.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    slim_server_buf_free(&body);
+    slim_server_buf_free(&msg);
+}
+
 /* The request's deadline, from when its body was complete: the earlier of
  * its "timeout" parameter and the model's request_timeout_ms. */
 static void set_deadline(slim_server_request *req)
@@ -301,6 +329,7 @@ void slim_server_infer_submit(slim_server_request *req)
     req->task.done = on_task_done;
     req->task.user = req;
     req->task.gone = client_gone;
+    req->task.abandon = client_abandon;
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     req->client_fd = ci ? ci->connect_fd : -1;
@@ -537,6 +566,15 @@ bool slim_server_drain(slim_server *srv)
     slim_server_batchers_cancel_all(SLIM_CANCEL_SHUTDOWN);
     int64_t end = slim_server_now_us() + SHUTDOWN_CANCEL_WAIT_US;
     while ((slim_server_batchers_pending() > 0 || atomic_load(&srv->in_flight) > 0) &&
+           slim_server_now_us() < end)
+        usleep(5000);
+    if (slim_server_batchers_pending() == 0)
+        return true;
+    /* Their clients get a 503 all the same. A run may have ended just now,
+     * its task no longer in a run but not yet answered: a moment for it. */
+    int64_t left = slim_server_batchers_abandon();
+    end = slim_server_now_us() + SHUTDOWN_LAST_ANSWERS_US;
+    while ((slim_server_batchers_pending() > left || atomic_load(&srv->in_flight) > left) &&
            slim_server_now_us() < end)
         usleep(5000);
     return slim_server_batchers_pending() == 0;

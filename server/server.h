@@ -458,6 +458,10 @@ typedef struct slim_server_task {
      * batcher every few tens of ms while the task is queued or running, so
      * it must be cheap and never block. NULL: never asked. */
     bool (*gone)(struct slim_server_task *t);
+    /* The process is about to exit with t's run still going (it did not
+     * stop when cancelled): tell the client directly, without blocking.
+     * NULL: nothing to tell. */
+    void (*abandon)(struct slim_server_task *t);
     /* the scheduler's: SLIM_CANCEL_CLIENT once gone() said so; the run it
      * is in (under the batcher's lock) */
     atomic_int cancelled;
@@ -502,6 +506,9 @@ void slim_server_batchers_cancel_all(slim_cancel_reason why);
 /* Tasks submitted to any batcher and not yet answered (their connections
  * are suspended until they are). */
 int64_t slim_server_batchers_pending(void);
+/* Calls t->abandon for every task still running on any batcher (the
+ * process exits next, without waiting for them); returns how many. */
+int64_t slim_server_batchers_abandon(void);
 
 /* workers.c: runs tasks (queued in this order, one input shape) as one
  * batch and answers each; on out-of-memory it halves the batch, on any
