@@ -223,8 +223,8 @@ void slim__batcher_enter(slim_server_batcher *b, bool exclusive, slim_server_tas
     *tk = (slim__run_ticket){.exclusive = exclusive, .running_at_start = b->running,
                              .starts_at_start = b->starts, .tasks = ts, .n_tasks = n};
     /* The latest deadline of the tasks that still want the answer; none
-     * if one of them has none (batcher.c's top: a batch is cancelled only
-     * when every member is done with it). */
+     * if one of them has none (deadlines.c's top: a batch is cancelled
+     * only when every member is done with it). */
     int64_t now = slim_server_now_us(), latest = 0;
     bool unbounded = false;
     for (int k = 0; k < n; k++) {
@@ -239,8 +239,6 @@ void slim__batcher_enter(slim_server_batcher *b, bool exclusive, slim_server_tas
     slim_cancel_reason why = slim__batcher_run_dead(b, tk, now);
     if (why)
         slim_cancel_request(&tk->token, why);
-    for (int k = 0; k < n; k++)
-        ts[k]->run = tk;
     tk->next = b->runs;
     b->runs = tk;
     if (b->watch_idle)
@@ -257,8 +255,6 @@ bool slim__batcher_leave(slim_server_batcher *b, slim__run_ticket *tk)
             *p = tk->next;
             break;
         }
-    for (int k = 0; k < tk->n_tasks; k++)
-        tk->tasks[k]->run = NULL;
     b->running--;
     if (tk->exclusive)
         b->exclusive = false;
@@ -497,7 +493,6 @@ bool slim_server_batcher_submit(slim_server_batcher *b, slim_server_task *t, int
     t->delayed = false;
     t->http_status = 0;
     t->status = SLIM_OK;
-    t->run = NULL;
     atomic_store(&t->cancelled, SLIM_CANCEL_NONE);
     int64_t timeout = cfg->enabled ? (timeout_us > 0 ? timeout_us : cfg->default_timeout_us) : 0;
     t->deadline = timeout > 0 ? now + timeout : 0;

@@ -321,6 +321,7 @@ static void set_deadline(slim_server_request *req)
     t->run_timeout_us = t->timeout_from_request ? mine : model > 0 ? model : 0;
     t->run_deadline = t->run_timeout_us ? req->t_begin + t->run_timeout_us : 0;
 }
+
 void slim_server_infer_submit(slim_server_request *req)
 {
     slim_server_model *m = req->task.model;

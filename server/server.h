@@ -462,10 +462,8 @@ typedef struct slim_server_task {
      * stop when cancelled): tell the client directly, without blocking.
      * NULL: nothing to tell. */
     void (*abandon)(struct slim_server_task *t);
-    /* the scheduler's: SLIM_CANCEL_CLIENT once gone() said so; the run it
-     * is in (under the batcher's lock) */
+    /* the scheduler's: SLIM_CANCEL_CLIENT once gone() said so */
     atomic_int cancelled;
-    struct slim__run_ticket *run;
     /* filled by the instance that ran it */
     slim_status status;
     slim_err err;

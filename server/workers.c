@@ -29,7 +29,7 @@
  * tests/e2e/test_batching.py checks it.)
  *
  * Cancellation. Each run enters its own token (slim__batcher_enter makes it;
- * batcher.c says when it is cancelled), so the runtime stops a cancelled
+ * deadlines.c says when it is cancelled), so the runtime stops a cancelled
  * run at its next check. A cancelled run is not a failure of the batch:
  * nothing is retried, and each request is answered for itself: the ones
  * that no longer want an answer (slim__batcher_task_dead) get their own
