@@ -162,6 +162,7 @@ def build_repository(root):
                                 "dynamic_batching": {"max_queue_delay_microseconds": 500000,
                                                      "preferred_batch_size": [2]}}),
         "fast": ("fast", {"instance_count": 1, "request_timeout_ms": 5000}),
+        "bad_timeout_cfg": ("fast", {"request_timeout_ms": -5}),
     }
     models["blas"] = ("blas", {"instance_count": 1})
     savers = {"slow": save_slow_model, "fast": save_fast_model, "blas": save_blas_model}
@@ -338,6 +339,14 @@ class Cases:
         check(y == [1.5] * WIDTH, "fast model: wrong outputs")
         got = metric(self.srv, "slim_request_failure_total", model="slow_cfg", reason="CANCELED")
         check(got == 3, f"slow_cfg CANCELED failures: {got}, expected 3")
+        status, raw = self.srv.request("GET", "/v2/models/slow_cfg/config")
+        check(status == 200 and json.loads(raw).get("request_timeout_ms") == 1500,
+              f"/config does not show request_timeout_ms: {status} {raw[:300]}")
+        status, raw = self.srv.request("POST", "/v2/repository/index")
+        entry = [e for e in json.loads(raw) if e["name"] == "bad_timeout_cfg"]
+        check(entry and entry[0]["state"] == "UNAVAILABLE" and
+              "request_timeout_ms" in entry[0].get("reason", ""),
+              f"request_timeout_ms -5 must fail the model's load, naming the key: {entry}")
 
     def t_bad_timeout(self):
         for bad in (-1, 1.5, "soon", 1e3):
