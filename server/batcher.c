@@ -37,14 +37,18 @@
  * Queue policy: at most max_queue_size requests wait (the server's
  * --queue-size by default); a request past its timeout is answered 503
  * (timeout_action REJECT) or sent to the back of the queue once (DELAY).
- * Timeouts are checked whenever an instance looks at the queue, and idle
- * instances wake for the earliest one.
+ * Timeouts are checked whenever an instance looks at the queue, idle
+ * instances wake for the earliest one, and the watcher (deadlines.c)
+ * answers them on time while every instance is busy.
+ *
+ * Deadlines and cancellation (the watcher thread, unload, shutdown) are in
+ * deadlines.c; the run gate below gives each run its cancellation token.
  *
  * Lifetime: the model owns its batcher. Every queued task holds a model
  * reference, so by the time model_free stops the batcher the queue is
  * empty; stop still drains whatever is there before joining the threads.
  */
-#include "server.h"
+#include "batcher_impl.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,48 +57,6 @@
 
 #define MAX_SHAPES 64               /* input signatures remembered per model */
 #define MAX_PROBE_BACKOFF 64        /* times oom_probe_after */
-
-/* One input signature, and how large a batch of it has been seen to fit. */
-typedef struct slim_server_shape {
-    struct slim_server_shape *next;
-    int n_inputs;
-    slim_tensor *inputs;        /* model input order; dtype, ndim, dims[1..] (no data) */
-    int ceiling;                /* rows a batch may have */
-    int streak;                 /* full batches in a row without out-of-memory */
-    int probe_after;            /* the streak that raises the ceiling */
-    bool probing;               /* ceiling just raised, not yet proved */
-    bool alone;                 /* outputs could not be split: never merge */
-    int users;                  /* tasks queued or running that point here */
-    int64_t last_used;
-} slim_server_shape;
-
-typedef struct instance {
-    slim_server_batcher *b;
-    pthread_t thread;
-    slim_server_task **batch;   /* room for the largest batch it may take */
-} instance;
-
-struct slim_server_batcher {
-    slim_server_model *model;   /* the owner */
-    const slim_server_batching *cfg;
-    int max_batch;              /* rows; 0: the model does not batch */
-    bool merge;
-    int queue_cap, batch_cap;
-    pthread_mutex_t mu;
-    pthread_cond_t work_cv;     /* a task was queued, or stopping */
-    pthread_cond_t gate_cv;     /* a run ended */
-    slim_server_task *head, *tail;
-    int queued, with_deadline;
-    bool stopping;
-    slim_server_shape *shapes;
-    int n_shapes;
-    /* the run gate */
-    int running, exclusive_waiting;
-    bool exclusive;
-    uint64_t starts;
-    instance *instances;
-    int n_instances;
-};
 
 /* ---- shapes -------------------------------------------------------------- */
 
@@ -241,7 +203,8 @@ const slim_server_model *slim__batcher_model(const slim_server_batcher *b)
 
 /* ---- the run gate ---------------------------------------------------------- */
 
-void slim__batcher_enter(slim_server_batcher *b, bool exclusive, slim__run_ticket *tk)
+void slim__batcher_enter(slim_server_batcher *b, bool exclusive, slim_server_task **ts, int n,
+                         slim__run_ticket *tk)
 {
     pthread_mutex_lock(&b->mu);
     if (exclusive) {
@@ -258,7 +221,28 @@ void slim__batcher_enter(slim_server_batcher *b, bool exclusive, slim__run_ticke
     b->running++;
     b->starts++;
     *tk = (slim__run_ticket){.exclusive = exclusive, .running_at_start = b->running,
-                             .starts_at_start = b->starts};
+                             .starts_at_start = b->starts, .tasks = ts, .n_tasks = n};
+    /* The latest deadline of the tasks that still want the answer; none
+     * if one of them has none (deadlines.c's top: a batch is cancelled
+     * only when every member is done with it). */
+    int64_t now = slim_server_now_us(), latest = 0;
+    bool unbounded = false;
+    for (int k = 0; k < n; k++) {
+        if (slim__batcher_task_dead(b, ts[k], now))
+            continue;
+        if (!ts[k]->run_deadline)
+            unbounded = true;
+        else if (ts[k]->run_deadline > latest)
+            latest = ts[k]->run_deadline;
+    }
+    slim_cancel_init(&tk->token, unbounded ? 0 : latest * 1000);
+    slim_cancel_reason why = slim__batcher_run_dead(b, tk, now);
+    if (why)
+        slim_cancel_request(&tk->token, why);
+    tk->next = b->runs;
+    b->runs = tk;
+    if (b->watch_idle)
+        pthread_cond_signal(&b->watch_cv);
     pthread_mutex_unlock(&b->mu);
 }
 
@@ -266,6 +250,11 @@ bool slim__batcher_leave(slim_server_batcher *b, slim__run_ticket *tk)
 {
     pthread_mutex_lock(&b->mu);
     bool overlapped = tk->running_at_start > 1 || b->starts != tk->starts_at_start;
+    for (slim__run_ticket **p = &b->runs; *p; p = &(*p)->next)
+        if (*p == tk) {
+            *p = tk->next;
+            break;
+        }
     b->running--;
     if (tk->exclusive)
         b->exclusive = false;
@@ -276,7 +265,7 @@ bool slim__batcher_leave(slim_server_batcher *b, slim__run_ticket *tk)
 
 /* ---- the queue ------------------------------------------------------------- */
 
-static void unlink_task(slim_server_batcher *b, slim_server_task *t, slim_server_task *prev)
+void slim__batcher_unlink(slim_server_batcher *b, slim_server_task *t, slim_server_task *prev)
 {
     if (prev)
         prev->next = t->next;
@@ -306,7 +295,8 @@ static void append_task(slim_server_batcher *b, slim_server_task *t)
 /* Under mu: takes the tasks whose timeout has passed. REJECT: they are
  * returned, to be answered outside the lock; DELAY: they go to the back of
  * the queue, once. *next_deadline: the earliest deadline still pending. */
-static slim_server_task *expire(slim_server_batcher *b, int64_t now, int64_t *next_deadline)
+slim_server_task *slim__batcher_expire(slim_server_batcher *b, int64_t now,
+                                       int64_t *next_deadline)
 {
     slim_server_task *expired = NULL, *delayed = NULL, **delayed_tail = &delayed;
     slim_server_task *prev = NULL, *t = b->head;
@@ -314,7 +304,7 @@ static slim_server_task *expire(slim_server_batcher *b, int64_t now, int64_t *ne
     while (t && b->with_deadline) {
         slim_server_task *next = t->next;
         if (t->deadline && t->deadline <= now) {
-            unlink_task(b, t, prev);
+            slim__batcher_unlink(b, t, prev);
             if (b->cfg->timeout_action == SLIM_SERVER_TIMEOUT_DELAY) {
                 t->deadline = 0;
                 t->delayed = true;
@@ -350,7 +340,22 @@ static void answer_expired(slim_server_batcher *b, slim_server_task *t, int64_t 
               "(timeout %lld us)", (long long)(now - t->t_queued), b->model->name,
               (long long)(t->deadline - t->t_queued));
     atomic_fetch_add(&b->model->stats->rejected_timeout, 1);
-    t->done(t);
+    slim__batcher_finish(t);
+}
+
+void slim__batcher_answer_expired(slim_server_batcher *b, slim_server_task *expired, int64_t now)
+{
+    while (expired) {
+        slim_server_task *next = expired->next;
+        slim_server_shape *sh = expired->shape;
+        answer_expired(b, expired, now); /* may be freed from here on */
+        if (sh) {
+            pthread_mutex_lock(&b->mu);
+            sh->users--;
+            pthread_mutex_unlock(&b->mu);
+        }
+        expired = next;
+    }
 }
 
 static bool is_preferred(const slim_server_batching *cfg, int64_t rows)
@@ -368,7 +373,7 @@ static int take_batch(slim_server_batcher *b, slim_server_task **out, int64_t no
 {
     slim_server_task *h = b->head;
     if (!b->merge || !h->shape || h->shape->alone) {
-        unlink_task(b, h, NULL);
+        slim__batcher_unlink(b, h, NULL);
         out[0] = h;
         return 1;
     }
@@ -406,7 +411,7 @@ static int take_batch(slim_server_batcher *b, slim_server_task **out, int64_t no
     for (int k = 0; k < n && t;) {
         slim_server_task *next = t->next;
         if (t == out[k]) {
-            unlink_task(b, t, prev);
+            slim__batcher_unlink(b, t, prev);
             k++;
         } else {
             prev = t;
@@ -416,7 +421,7 @@ static int take_batch(slim_server_batcher *b, slim_server_task **out, int64_t no
     return n;
 }
 
-static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_us)
+void slim__batcher_timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_us)
 {
     /* work_cv runs on CLOCK_MONOTONIC, the clock of slim_server_now_us. */
     struct timespec ts = {.tv_sec = until_us / 1000000, .tv_nsec = (until_us % 1000000) * 1000};
@@ -431,20 +436,10 @@ static void *instance_main(void *arg)
     for (;;) {
         int64_t now = slim_server_now_us(), next_deadline = 0, wake = 0;
         if (b->with_deadline) {
-            slim_server_task *expired = expire(b, now, &next_deadline);
+            slim_server_task *expired = slim__batcher_expire(b, now, &next_deadline);
             if (expired) {
                 pthread_mutex_unlock(&b->mu);
-                while (expired) {
-                    slim_server_task *next = expired->next;
-                    slim_server_shape *sh = expired->shape;
-                    answer_expired(b, expired, now); /* may be freed from here on */
-                    if (sh) {
-                        pthread_mutex_lock(&b->mu);
-                        sh->users--;
-                        pthread_mutex_unlock(&b->mu);
-                    }
-                    expired = next;
-                }
+                slim__batcher_answer_expired(b, expired, now);
                 pthread_mutex_lock(&b->mu);
                 continue;
             }
@@ -453,7 +448,7 @@ static void *instance_main(void *arg)
             if (b->stopping)
                 break;
             if (next_deadline)
-                timed_wait(&b->work_cv, &b->mu, next_deadline);
+                slim__batcher_timed_wait(&b->work_cv, &b->mu, next_deadline);
             else
                 pthread_cond_wait(&b->work_cv, &b->mu);
             continue;
@@ -462,7 +457,7 @@ static void *instance_main(void *arg)
         if (!n) {
             if (next_deadline && next_deadline < wake)
                 wake = next_deadline;
-            timed_wait(&b->work_cv, &b->mu, wake);
+            slim__batcher_timed_wait(&b->work_cv, &b->mu, wake);
             continue;
         }
         if (b->head) /* more work: another instance may take it */
@@ -498,17 +493,29 @@ bool slim_server_batcher_submit(slim_server_batcher *b, slim_server_task *t, int
     t->delayed = false;
     t->http_status = 0;
     t->status = SLIM_OK;
+    atomic_store(&t->cancelled, SLIM_CANCEL_NONE);
     int64_t timeout = cfg->enabled ? (timeout_us > 0 ? timeout_us : cfg->default_timeout_us) : 0;
     t->deadline = timeout > 0 ? now + timeout : 0;
+    /* The request's own timeout as the queue policy's (allow_timeout_override)
+     * is also its deadline: counted from the same instant, so that while it
+     * is queued the policy's answer comes first (deadlines.c). */
+    if (t->deadline && timeout_us > 0 && t->timeout_from_request &&
+        t->run_timeout_us == timeout_us && t->run_deadline)
+        t->deadline = t->run_deadline;
 
     pthread_mutex_lock(&b->mu);
-    if (b->stopping || b->queued >= b->queue_cap) {
+    int cancelled = atomic_load(&b->cancel_reason);
+    if (b->stopping || cancelled || b->queued >= b->queue_cap) {
         int queued = b->queued;
         bool stopping = b->stopping;
         pthread_mutex_unlock(&b->mu);
-        if (stopping) { /* unreachable while the caller holds a model reference */
-            slim_errf(err, SLIM_EINVAL, "model '%s' is being unloaded; try again later",
-                      b->model->name);
+        if (cancelled == SLIM_CANCEL_SHUTDOWN) {
+            slim_errf(err, SLIM_EINVAL, "the server is shutting down");
+            return false;
+        }
+        if (stopping || cancelled) { /* stopping: unreachable while the caller holds a reference */
+            slim_errf(err, SLIM_EINVAL, "model '%s' is not ready: it is being unloaded; try "
+                      "again later", b->model->name);
             return false;
         }
         atomic_fetch_add(&b->model->stats->rejected_queue_full, 1);
@@ -520,7 +527,10 @@ bool slim_server_batcher_submit(slim_server_batcher *b, slim_server_task *t, int
     if (b->merge && (t->shape = shape_of(b, t, now)))
         t->shape->users++;
     append_task(b, t);
+    slim__batcher_count_submit();
     pthread_cond_signal(&b->work_cv);
+    if (b->watch_idle)
+        pthread_cond_signal(&b->watch_cv);
     pthread_mutex_unlock(&b->mu);
     return true;
 }
@@ -548,12 +558,20 @@ slim_status slim_server_batcher_create(slim_server_model *m, int queue_size,
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_mutex_init(&b->mu, NULL);
     pthread_cond_init(&b->work_cv, &ca);
+    pthread_cond_init(&b->watch_cv, &ca);
     pthread_cond_init(&b->gate_cv, NULL);
     pthread_condattr_destroy(&ca);
+    slim__batcher_register(b);
     if (b->merge) {
         atomic_fetch_add(&m->stats->live_batchers, 1);
         atomic_store(&m->stats->batch_ceiling, b->max_batch);
     }
+    if (pthread_create(&b->watcher, NULL, slim__batcher_watcher_main, b) != 0) {
+        slim_server_batcher_stop(b);
+        return slim_errf(err, SLIM_EINTERNAL, "model '%s': could not start its watcher thread",
+                         m->name);
+    }
+    b->watcher_started = true;
     for (; b->n_instances < n; b->n_instances++) {
         instance *in = &b->instances[b->n_instances];
         in->b = b;
@@ -579,11 +597,15 @@ void slim_server_batcher_stop(slim_server_batcher *b)
     pthread_mutex_lock(&b->mu);
     b->stopping = true;
     pthread_cond_broadcast(&b->work_cv);
+    pthread_cond_broadcast(&b->watch_cv);
     pthread_mutex_unlock(&b->mu);
     for (int i = 0; i < b->n_instances; i++) {
         pthread_join(b->instances[i].thread, NULL);
         free(b->instances[i].batch);
     }
+    if (b->watcher_started)
+        pthread_join(b->watcher, NULL);
+    slim__batcher_unregister(b);
     if (b->merge)
         atomic_fetch_sub(&b->model->stats->live_batchers, 1);
     while (b->shapes) {
@@ -592,6 +614,7 @@ void slim_server_batcher_stop(slim_server_batcher *b)
         b->shapes = next;
     }
     pthread_cond_destroy(&b->work_cv);
+    pthread_cond_destroy(&b->watch_cv);
     pthread_cond_destroy(&b->gate_cv);
     pthread_mutex_destroy(&b->mu);
     free(b->instances);

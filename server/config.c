@@ -12,7 +12,8 @@
  * preferred_batch_size, default_queue_policy) and oom_probe_after; see
  * batcher.c for what they do. instance_count and max_queue_size default to
  * the server's --workers and --queue-size (filled in by repository.c).
- * "version_policy" is Triton's (version_policy.c).
+ * "version_policy" is Triton's (version_policy.c). "request_timeout_ms" is
+ * slimserve's own: every request's deadline, queue plus run (batcher.c).
  * Unknown keys and wrong types are errors naming the key: a typo that is
  * silently ignored is a setting the user believes in and does not have.
  */
@@ -628,6 +629,12 @@ static slim_status parse_keys(const cJSON *root, const char *dir_name, slim_serv
             cfg->instance_count = (int)k->valuedouble;
         } else if (strcmp(key, "memory_limit") == 0) {
             s = parse_memory_limit(k, cfg, err);
+        } else if (strcmp(key, "request_timeout_ms") == 0) {
+            /* a day at most: longer is a typo, or no timeout (0) */
+            if (!is_int(k, 0, 86400000))
+                return slim_errf(err, SLIM_EINVAL, "config.json: \"request_timeout_ms\": expected "
+                                 "an integer from 0 (no timeout) to 86400000 (a day)");
+            cfg->request_timeout_ms = (int64_t)k->valuedouble;
         } else if (strcmp(key, "input") == 0) {
             s = parse_io_list(k, "input", &cfg->inputs, &cfg->n_inputs, err);
         } else if (strcmp(key, "output") == 0) {
@@ -873,6 +880,8 @@ cJSON *slim_server_config_to_json(const slim_server_config *cfg)
     cJSON_AddItemToObject(o, "output", io_list_json(cfg->outputs, cfg->n_outputs));
     cJSON_AddNumberToObject(o, "instance_count", cfg->instance_count);
     add_memory_limit_json(o, cfg);
+    if (cfg->request_timeout_ms)
+        cJSON_AddNumberToObject(o, "request_timeout_ms", (double)cfg->request_timeout_ms);
     if (cfg->device)
         cJSON_AddStringToObject(o, "device", cfg->device);
     if (cfg->precision)

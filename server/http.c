@@ -44,7 +44,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#define SHUTDOWN_GRACE_S 60
 /* MHD's own inactivity timeout is a backstop behind our deadlines: it must
  * fire later than they do, or it would close a late body without its 408. */
 #define MHD_TIMEOUT_MARGIN_S 10
@@ -608,24 +607,24 @@ err_metrics:
     return s;
 }
 
-void slim_server_stop(slim_server *srv)
+bool slim_server_stop(slim_server *srv)
 {
     /* No new connections (accept_policy closes them); open ones may still
      * finish what they sent. */
     atomic_store(&srv->stopping, true);
     /* Requests waiting for input memory are answered 503 now. */
     slim_server_admission_stop(srv->admission);
-    /* MHD_stop_daemon must not meet a suspended connection, so wait for
-     * every inference to come back first (bounded, in case a client keeps
-     * a connection busy forever). A request whose body never comes is
-     * answered 408 meanwhile: the watchdog runs until MHD has stopped. */
-    int64_t deadline = slim_server_now_us() + (int64_t)SHUTDOWN_GRACE_S * 1000000;
-    while (atomic_load(&srv->in_flight) > 0 && slim_server_now_us() < deadline)
-        usleep(10000);
+    /* MHD_stop_daemon must not meet a suspended connection: in-flight
+     * requests get the grace period, then what still runs is cancelled
+     * (routes.c). A request whose body never comes is answered 408
+     * meanwhile: the watchdog runs until MHD has stopped. */
+    if (!slim_server_drain(srv))
+        return false;
     MHD_stop_daemon(srv->daemon);
     watchdog_stop(srv);
     /* Stops each model's instances as its last reference goes. */
     slim_server_repo_close(&srv->repo);
     slim_server_admission_free(srv->admission);
     slim_server_metrics_free(&srv->metrics);
+    return true;
 }

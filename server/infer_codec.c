@@ -442,6 +442,13 @@ slim_status slim_server_infer_decode(const char *body, size_t len, long long hea
         s = slim_errf(err, SLIM_EINVAL, "\"parameters\" must be an object");
         goto err;
     }
+    /* Triton's request timeout, in microseconds (0: none); 2^53 keeps it exact. */
+    const cJSON *jtimeout = cJSON_GetObjectItemCaseSensitive(jparams, "timeout");
+    if (jtimeout && !slim_server_json_integer(jtimeout, 0, 9007199254740992.0, &rq->timeout_us)) {
+        s = slim_errf(err, SLIM_EINVAL, "parameter \"timeout\" must be a whole number of "
+                      "microseconds, 0 or more (0: no timeout)");
+        goto err;
+    }
     if (!cJSON_IsArray(jins)) {
         s = slim_errf(err, SLIM_EINVAL, "\"inputs\" (a list) is required");
         goto err;

@@ -442,8 +442,11 @@ slim_status slim_server_repo_unload(slim_server_repo *repo, const char *name, in
             snprintf(e->slots[i].reason, sizeof(e->slots[i].reason), "unloaded");
     }
     pthread_mutex_unlock(&repo->mu);
-    for (int i = 0; i < n_dropped; i++)
+    for (int i = 0; i < n_dropped; i++) {
+        /* its queued and running requests are answered 503 now */
+        slim_server_batcher_cancel(dropped[i]->batcher, SLIM_CANCEL_UNLOAD);
         slim_server_model_release(dropped[i]);
+    }
     pthread_mutex_unlock(&repo->load_mu);
     if (!e) {
         *http_status = 404;

@@ -21,9 +21,18 @@
 
 #include <microhttpd.h>
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+/* Shutdown: after the grace period, how long cancelled runs get to stop
+ * and their 503s to go out before the server stops without them; then how
+ * long the answers of runs that ended just then get to go out. */
+#define SHUTDOWN_CANCEL_WAIT_US 600000
+#define SHUTDOWN_LAST_ANSWERS_US 150000
 
 #define MAX_SEGMENTS 8
 
@@ -247,25 +256,6 @@ void slim_server_count_failure(const slim_server_model *m, slim_server_failure w
     slim_server_stats_touch(m->stats);
 }
 
-/* The request's "parameters": {"timeout": microseconds} (Triton's name),
- * read only when the model's queue policy allows the override: it costs a
- * second parse of the JSON header. 0 when absent. */
-static bool request_timeout(const slim_server_request *req, int64_t *out, slim_err *err)
-{
-    *out = 0;
-    size_t len = req->infer_header_len >= 0 && (size_t)req->infer_header_len <= req->body_len
-                     ? (size_t)req->infer_header_len : req->body_len;
-    cJSON *root = req->body ? slim_server_json_parse(req->body, len, err) : NULL;
-    const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "parameters");
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(params, "timeout");
-    bool ok = !t || slim_server_json_integer(t, 0, 3.6e9, out);
-    if (!ok)
-        slim_errf(err, SLIM_EINVAL, "parameter \"timeout\" must be a whole number of "
-                  "microseconds from 0 to 3600000000");
-    cJSON_Delete(root);
-    return ok;
-}
-
 slim_status slim_server_infer_decode_request(slim_server_request *req, slim_err *err)
 {
     const slim_server_model *m = req->task.model;
@@ -273,13 +263,63 @@ slim_status slim_server_infer_decode_request(slim_server_request *req, slim_err 
     slim_status s = slim_server_infer_decode(req->body ? req->body : "", req->body_len,
                                              req->infer_header_len, m, &req->infer, err);
     req->decode_ns = slim_server_now_ns() - t0;
-    if (s == SLIM_OK && m->cfg.batching.allow_timeout_override &&
-        !request_timeout(req, &req->timeout_us, err)) {
-        slim_server_infer_free(&req->infer);
-        memset(&req->infer, 0, sizeof(req->infer));
-        s = SLIM_EINVAL;
-    }
+    /* The "timeout" parameter is always the request's deadline (below);
+     * as in Triton it is also the queue policy's timeout only where the
+     * policy allows the override. */
+    if (s == SLIM_OK && m->cfg.batching.allow_timeout_override)
+        req->timeout_us = req->infer.timeout_us;
     return s;
+}
+
+/* Whether the client of a suspended request has gone: MHD does not watch a
+ * suspended connection, so a peek at the socket tells. End of stream (the
+ * client closed, or shut its sending side: it expects nothing more) or an
+ * error means gone; bytes waiting (a pipelined request) or none mean not. */
+static bool client_gone(slim_server_task *t)
+{
+    const slim_server_request *req = t->user;
+    char c;
+    if (req->client_fd < 0)
+        return false;
+    ssize_t n = recv(req->client_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* The process exits with t's run still going: a 503 written straight to
+ * the socket, as nothing has been written on it yet and libmicrohttpd does
+ * not touch a suspended connection. Best effort (non-blocking): the reply
+ * is short and the socket's send buffer empty. */
+static void client_abandon(slim_server_task *t)
+{
+    const slim_server_request *req = t->user;
+    char why[600];
+    slim_server_buf body = {0}, msg = {0};
+    if (req->client_fd < 0)
+        return;
+    snprintf(why, sizeof(why), "the server is shutting down; the request to model '%s' was "
+             "cancelled, and its run did not stop", t->model->name);
+    slim_server_buf_puts(&body, "{\"error\":");
+    slim_server_buf_json_string(&body, why); /* a model name may need escapes */
+    slim_server_buf_puts(&body, "}");
+    slim_server_buf_printf(&msg, "HTTP/1.1 503 Service Unavailable\r\nConnection: close\r\n"
+                           "Content-Type: application/json\r\nRetry-After: 1\r\n"
+                           "X-Request-ID: %s\r\nContent-Length: %zu\r\n\r\n", req->id, body.len);
+    slim_server_buf_append(&msg, body.data, body.len);
+    if (!msg.oom && !body.oom)
+        (void)send(req->client_fd, msg.data, msg.len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    slim_server_buf_free(&body);
+    slim_server_buf_free(&msg);
+}
+
+/* The request's deadline, from when its body was complete: the earlier of
+ * its "timeout" parameter and the model's request_timeout_ms. */
+static void set_deadline(slim_server_request *req)
+{
+    slim_server_task *t = &req->task;
+    int64_t mine = req->infer.timeout_us, model = t->model->cfg.request_timeout_ms * 1000;
+    t->timeout_from_request = mine > 0 && (model <= 0 || mine <= model);
+    t->run_timeout_us = t->timeout_from_request ? mine : model > 0 ? model : 0;
+    t->run_deadline = t->run_timeout_us ? req->t_begin + t->run_timeout_us : 0;
 }
 
 void slim_server_infer_submit(slim_server_request *req)
@@ -289,6 +329,12 @@ void slim_server_infer_submit(slim_server_request *req)
     req->task.rq = &req->infer;
     req->task.done = on_task_done;
     req->task.user = req;
+    req->task.gone = client_gone;
+    req->task.abandon = client_abandon;
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    req->client_fd = ci ? ci->connect_fd : -1;
+    set_deadline(req);
     /* Suspend before queueing: the instance may finish and resume at once. */
     if (!req->suspended) {
         MHD_suspend_connection(req->conn);
@@ -496,4 +542,41 @@ void slim_server_route(slim_server_request *req)
     }
 unknown:
     slim_server_reply_error(&req->reply, 404, "unknown endpoint %s", req->url);
+}
+
+/* ---- shutdown ------------------------------------------------------------ */
+
+bool slim_server_drain(slim_server *srv)
+{
+    int64_t now = slim_server_now_us();
+    int64_t grace_end = now + (int64_t)srv->opts.shutdown_grace_s * 1000000;
+    while (atomic_load(&srv->in_flight) > 0 && now < grace_end) {
+        usleep(10000);
+        now = slim_server_now_us();
+    }
+    if (atomic_load(&srv->in_flight) == 0)
+        return true;
+    /* Past the grace period: what still runs is cancelled (each answered
+     * 503), and stops at its next check. The wait covers that and the
+     * answers going out; MHD_stop_daemon would cut them off. */
+    int64_t pending = slim_server_batchers_pending();
+    if (pending)
+        slim_server_log(SLIM_LOG_WARN, NULL, "shutdown: cancelling %lld requests still queued "
+                        "or running after the %d s grace period", (long long)pending,
+                        srv->opts.shutdown_grace_s);
+    slim_server_batchers_cancel_all(SLIM_CANCEL_SHUTDOWN);
+    int64_t end = slim_server_now_us() + SHUTDOWN_CANCEL_WAIT_US;
+    while ((slim_server_batchers_pending() > 0 || atomic_load(&srv->in_flight) > 0) &&
+           slim_server_now_us() < end)
+        usleep(5000);
+    if (slim_server_batchers_pending() == 0)
+        return true;
+    /* Their clients get a 503 all the same. A run may have ended just now,
+     * its task no longer in a run but not yet answered: a moment for it. */
+    int64_t left = slim_server_batchers_abandon();
+    end = slim_server_now_us() + SHUTDOWN_LAST_ANSWERS_US;
+    while ((slim_server_batchers_pending() > left || atomic_load(&srv->in_flight) > left) &&
+           slim_server_now_us() < end)
+        usleep(5000);
+    return slim_server_batchers_pending() == 0;
 }

@@ -15,6 +15,13 @@
  *                                    the outputs and resumes each connection
  *     MHD thread                     infer_codec.c encodes the outputs, answers
  *
+ * A request may be stopped before its answer is ready: its deadline passes
+ * (config.json "request_timeout_ms", the request's "timeout" parameter),
+ * its client disconnects, its model is unloaded, or the server stops. The
+ * batcher answers a queued request at once; a running one is answered when
+ * its run returns, which a cancelled run does at its next check (runtime/
+ * cancel.h). batcher.c has the rules for a batch whose requests disagree.
+ *
  * JSON never reaches the runtime, and no HTTP thread ever waits for a model,
  * so health checks and /metrics answer while every worker is busy.
  *
@@ -26,6 +33,7 @@
 #define SLIM_SERVER_H
 
 #include "alloc.h"
+#include "cancel.h"
 #include "log.h"
 #include "slim.h"
 
@@ -150,6 +158,7 @@ typedef struct slim_server_config {
     slim_server_io *inputs, *outputs;
     int n_inputs, n_outputs;
     size_t memory_limit;        /* bytes the model may hold at once; 0: no limit */
+    int64_t request_timeout_ms; /* deadline of every request, queue plus run; 0: none */
     /* "memory_limit": {"cuda:0": ..., "cpu": ...}: what it may hold on each
      * device, by account slot (alloc.h; 0: no limit there). */
     size_t device_limits[SLIM_MEM_DEVICE_SLOTS];
@@ -202,6 +211,7 @@ slim_dtype slim_server_dtype_from_triton(const char *s);
     X(REJECTED)                    \
     X(MEMORY)                      \
     X(BACKEND)                     \
+    X(CANCELED)                    \
     X(OTHER)
 
 typedef enum {
@@ -405,6 +415,7 @@ typedef struct slim_server_infer {
     int n_outputs;
     slim_server_out_req *outputs; /* in the order they will be answered */
     int64_t batch;              /* for inference_count: 1 when not batching */
+    int64_t timeout_us;         /* "parameters": {"timeout": us}; 0: not given */
 } slim_server_infer;
 
 /* Parses a request body's JSON strictly (cJSON alone is lenient): only
@@ -440,6 +451,21 @@ typedef struct slim_server_task {
     int64_t rows;                   /* the request's batch size (1 when not batching) */
     int64_t deadline;               /* queue timeout (monotonic us); 0: none */
     bool delayed;                   /* timed out under timeout_action DELAY */
+    /* set by the submitter: the request's own deadline, queue plus run
+     * (monotonic us; 0: none), answered 504 when it passes */
+    int64_t run_deadline;
+    int64_t run_timeout_us;         /* that timeout, for the message */
+    bool timeout_from_request;      /* the "timeout" parameter (else request_timeout_ms) */
+    /* Whether the client went away (a peek at its socket); called by the
+     * batcher every few tens of ms while the task is queued or running, so
+     * it must be cheap and never block. NULL: never asked. */
+    bool (*gone)(struct slim_server_task *t);
+    /* The process is about to exit with t's run still going (it did not
+     * stop when cancelled): tell the client directly, without blocking.
+     * NULL: nothing to tell. */
+    void (*abandon)(struct slim_server_task *t);
+    /* the scheduler's: SLIM_CANCEL_CLIENT once gone() said so */
+    atomic_int cancelled;
     /* filled by the instance that ran it */
     slim_status status;
     slim_err err;
@@ -469,6 +495,20 @@ bool slim_server_batcher_submit(slim_server_batcher *b, slim_server_task *t,
                                 int64_t timeout_us, slim_err *err);
 /* Runs what is queued, then joins the threads and frees the batcher. */
 void slim_server_batcher_stop(slim_server_batcher *b);
+/* Any thread: every request of b's model is cancelled for `why`
+ * (SLIM_CANCEL_UNLOAD, SLIM_CANCEL_SHUTDOWN) and answered 503: queued ones
+ * at once, running ones when their run stops (at its next check); later
+ * submits are refused. For good: an unloaded model never runs again. */
+void slim_server_batcher_cancel(slim_server_batcher *b, slim_cancel_reason why);
+/* The same for every batcher alive, those of unloaded or replaced models
+ * that still hold requests included (shutdown). */
+void slim_server_batchers_cancel_all(slim_cancel_reason why);
+/* Tasks submitted to any batcher and not yet answered (their connections
+ * are suspended until they are). */
+int64_t slim_server_batchers_pending(void);
+/* Calls t->abandon for every task still running on any batcher (the
+ * process exits next, without waiting for them); returns how many. */
+int64_t slim_server_batchers_abandon(void);
 
 /* workers.c: runs tasks (queued in this order, one input shape) as one
  * batch and answers each; on out-of-memory it halves the batch, on any
@@ -489,10 +529,30 @@ typedef struct slim__run_ticket {
     bool exclusive;
     int running_at_start;
     uint64_t starts_at_start;
+    /* The run's cancellation token (enter it on the running thread) and
+     * the tasks it answers; the batcher cancels the token once none of
+     * them wants the answer any more. */
+    slim_cancel token;
+    slim_server_task **tasks;
+    int n_tasks;
+    struct slim__run_ticket *next;
 } slim__run_ticket;
-void slim__batcher_enter(slim_server_batcher *b, bool exclusive, slim__run_ticket *tk);
+/* Enters the gate for a run of tasks ts[0..n). */
+void slim__batcher_enter(slim_server_batcher *b, bool exclusive, slim_server_task **ts, int n,
+                         slim__run_ticket *tk);
 /* Returns whether another run of the model overlapped this one. */
 bool slim__batcher_leave(slim_server_batcher *b, slim__run_ticket *tk);
+/* Why t must get no outputs: the client left, its deadline passed (at
+ * now_us), or its model was cancelled; SLIM_CANCEL_NONE when it may. */
+slim_cancel_reason slim__batcher_task_dead(const slim_server_batcher *b, slim_server_task *t,
+                                           int64_t now_us);
+/* Answers t (504 for DEADLINE, 503 for UNLOAD and SHUTDOWN, 499 for CLIENT)
+ * with a message saying why and how far it got; `ran`: a run of it began. */
+void slim__batcher_answer_dead(slim_server_batcher *b, slim_server_task *t,
+                               slim_cancel_reason why, bool ran);
+/* Calls t->done (t may be gone afterwards) and counts it answered. Every
+ * answer goes through here. */
+void slim__batcher_finish(slim_server_task *t);
 
 /* ---- the server (http.c, routes.c) -------------------------------------- */
 
@@ -517,6 +577,9 @@ typedef struct slim_server_opts {
     int idle_timeout_s;
     int max_connections;
     int max_connections_per_client;
+    /* SIGTERM: how long running requests may go on before they are
+     * cancelled (routes.c, slim_server_drain). */
+    int shutdown_grace_s;
     /* When set, every endpoint but the health checks (and /metrics, unless
      * api_key_metrics) needs "Authorization: Bearer KEY" or "X-API-Key:
      * KEY"; others are answered 401 (auth.c). */
@@ -571,7 +634,9 @@ typedef struct slim_server_request {
     bool logged;                    /* its access line is written */
     /* inference in progress */
     bool suspended;
-    int64_t timeout_us;             /* the request's "timeout" parameter; 0: none */
+    int64_t timeout_us;             /* the request's "timeout" parameter where the
+                                       queue policy takes it (admission); 0: none */
+    int client_fd;                  /* its socket, peeked at while suspended */
     size_t admitted_bytes;          /* its inputs' share of the admission budget */
     bool admitted_alone;            /* admitted with nothing else holding inputs */
     bool admission_counted;         /* its bytes are in the budget now */
@@ -580,8 +645,17 @@ typedef struct slim_server_request {
 } slim_server_request;
 
 slim_status slim_server_start(slim_server *srv, const slim_server_opts *opts, slim_err *err);
-/* Stops accepting, lets in-flight requests finish, frees everything. */
-void slim_server_stop(slim_server *srv);
+/* Stops accepting, lets in-flight requests finish (slim_server_drain),
+ * frees everything. false: runs still going after being cancelled (a
+ * kernel that does not check): nothing was freed, and the caller should
+ * exit without waiting for them. */
+bool slim_server_stop(slim_server *srv);
+/* Shutdown, once new requests are refused: waits up to opts.shutdown_grace_s
+ * for in-flight requests, then cancels the runs still going (each answered
+ * 503) and waits a moment for them to stop and their answers to go out.
+ * Returns whether no request is left suspended, which MHD_stop_daemon
+ * needs. */
+bool slim_server_drain(slim_server *srv);
 
 /* ---- API keys (auth.c) -------------------------------------------------- */
 

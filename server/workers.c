@@ -28,6 +28,14 @@
  * the same bits at every batch size is the runtime's part;
  * tests/e2e/test_batching.py checks it.)
  *
+ * Cancellation. Each run enters its own token (slim__batcher_enter makes it;
+ * deadlines.c says when it is cancelled), so the runtime stops a cancelled
+ * run at its next check. A cancelled run is not a failure of the batch:
+ * nothing is retried, and each request is answered for itself: the ones
+ * that no longer want an answer (slim__batcher_task_dead) get their own
+ * reason, whatever the run did. Tasks that died between the queue and a
+ * run (or between the halves of a split batch) are answered without it.
+ *
  * Outputs are views: a request's output tensor points into the batch's
  * output buffer and holds a reference to it, so splitting copies nothing,
  * and the buffer goes back to the allocator once the last request of the
@@ -123,7 +131,8 @@ static slim_status run_once(slim_server_batcher *b, slim_server_task **ts, int n
         rows += ts[k]->rows;
     slim__run_ticket ticket;
     slim_status s;
-    slim__batcher_enter(b, exclusive, &ticket);
+    slim__batcher_enter(b, exclusive, ts, n, &ticket);
+    slim_cancel *outer = slim_cancel_enter(&ticket.token);
     /* The statistics extension's phases: merge, run, split (stats.c). */
     int64_t t0 = slim_server_now_ns(), t_run = t0, t_split = 0;
     if (n == 1) { /* the request's own tensors, no copy */
@@ -158,6 +167,7 @@ static slim_status run_once(slim_server_batcher *b, slim_server_task **ts, int n
         free(names);
     }
     int64_t t_end = slim_server_now_ns();
+    slim_cancel_enter(outer);
     *overlapped = slim__batcher_leave(b, &ticket);
     if (s != SLIM_OK && !err->msg[0])
         slim_errf(err, s, "%s", slim_strerror(s));
@@ -259,8 +269,10 @@ static slim_status run_part(row_split *rs, int64_t r0, int64_t n, slim_err *err)
     slim_tensor *ys = NULL;
     int n_ys = 0;
     slim__run_ticket ticket;
-    slim__batcher_enter(rs->b, true, &ticket);
+    slim__batcher_enter(rs->b, true, &rs->t, 1, &ticket);
+    slim_cancel *outer = slim_cancel_enter(&ticket.token);
     slim_status s = slim_model_run(m->model, rq->n_inputs, rq->names, xs, &ys, &n_ys, err);
+    slim_cancel_enter(outer);
     slim__batcher_leave(rs->b, &ticket);
     free(xs);
     if (s == SLIM_OK) {
@@ -308,17 +320,59 @@ static void answer(slim_server_task *t, slim_status s, const slim_err *err, int 
         t->failure = SLIM_SERVER_FAIL_BACKEND;
     }
     t->t_done = slim_server_now_us();
-    t->done(t); /* t may be freed from here on */
+    slim__batcher_finish(t); /* t may be freed from here on */
+}
+
+static bool is_cancel(slim_status s)
+{
+    return s == SLIM_ETIMEDOUT || s == SLIM_ECANCELLED;
+}
+
+/* After a run that gave s: t's answer, unless it no longer wants one. A
+ * run that finished is answered even when its model was unloaded or the
+ * server began to stop meanwhile: the outputs are right, and ready. */
+static void answer_ran(slim_server_batcher *b, slim_server_task *t, slim_status s,
+                       const slim_err *err, int http_status)
+{
+    slim_cancel_reason why = slim__batcher_task_dead(b, t, slim_server_now_us());
+    if (s == SLIM_OK && (why == SLIM_CANCEL_UNLOAD || why == SLIM_CANCEL_SHUTDOWN))
+        why = SLIM_CANCEL_NONE;
+    if (why) {
+        slim__batcher_answer_dead(b, t, why, true);
+        return;
+    }
+    /* A run cancelled while t still wants its answer: only when the
+     * runtime and this check read the clock on either side of t's deadline;
+     * the runtime's message says what happened. */
+    answer(t, s, err, is_cancel(s) ? (s == SLIM_ETIMEDOUT ? 504 : 503) : http_status);
+}
+
+/* Answers the tasks that must not run any more and moves the rest to the
+ * front; returns how many are left. */
+static int drop_dead(slim_server_batcher *b, slim_server_task **ts, int n)
+{
+    int64_t now = slim_server_now_us();
+    int live = 0;
+    for (int k = 0; k < n; k++) {
+        slim_cancel_reason why = slim__batcher_task_dead(b, ts[k], now);
+        if (why)
+            slim__batcher_answer_dead(b, ts[k], why, false);
+        else
+            ts[live++] = ts[k];
+    }
+    return live;
 }
 
 void slim_server_batch_run(slim_server_batcher *b, slim_server_task **ts, int n)
 {
     slim_err err = {0};
     bool overlapped = false, unsplittable = false;
+    if (!(n = drop_dead(b, ts, n)))
+        return;
     slim_status s = run_once(b, ts, n, false, &overlapped, &unsplittable, &err);
-    if (s == SLIM_OK) {
+    if (s == SLIM_OK || is_cancel(s)) {
         for (int k = 0; k < n; k++)
-            answer(ts[k], SLIM_OK, NULL, 0);
+            answer_ran(b, ts[k], s, &err, 0);
         return;
     }
     if (n > 1) {
@@ -337,16 +391,16 @@ void slim_server_batch_run(slim_server_batcher *b, slim_server_task **ts, int n)
     if (s == SLIM_EOOM && overlapped) {
         err = (slim_err){0};
         s = run_once(b, ts, 1, true, &overlapped, &unsplittable, &err);
-        if (s == SLIM_OK) {
-            answer(ts[0], SLIM_OK, NULL, 0);
+        if (s == SLIM_OK || is_cancel(s)) {
+            answer_ran(b, ts[0], s, &err, 0);
             return;
         }
     }
     if (s == SLIM_EOOM && ts[0]->shape && rows_splittable(ts[0])) {
         slim_err part_err = {0};
         slim_status ps = run_in_parts(b, ts[0], &part_err);
-        if (ps == SLIM_OK) {
-            answer(ts[0], SLIM_OK, NULL, 0);
+        if (ps == SLIM_OK || is_cancel(ps)) {
+            answer_ran(b, ts[0], ps, &part_err, 0);
             return;
         }
         if (ps == SLIM_EOOM) /* a single row, or the whole outputs, did not fit */
@@ -357,8 +411,8 @@ void slim_server_batch_run(slim_server_batcher *b, slim_server_task **ts, int n)
         slim_err why = err;
         slim_errf(&why, SLIM_EOOM, "model '%s' cannot run this request (batch %lld) even alone: %s",
                   m->name, (long long)ts[0]->rows, err.msg);
-        answer(ts[0], s, &why, 507);
+        answer_ran(b, ts[0], s, &why, 507);
         return;
     }
-    answer(ts[0], s, &err, 0);
+    answer_ran(b, ts[0], s, &err, 0);
 }
