@@ -443,3 +443,52 @@ bool slim_cpu_has_f16c(void)
     return false;
 #endif
 }
+
+/* ---- accounted scratch -------------------------------------------------- */
+
+/* A U8 tensor is the holder: its buffer comes from the CPU's allocator and
+ * is charged to the calling thread's account like every tensor. */
+void *slim_scratch_alloc(slim_tensor *holder, int64_t count, size_t size, bool zero,
+                         slim_err *err)
+{
+    memset(holder, 0, sizeof(*holder));
+    size_t bytes;
+    if (count < 0 || __builtin_mul_overflow((size_t)count, size, &bytes) ||
+        bytes > (size_t)INT64_MAX) {
+        slim_errf(err, SLIM_EOOM, "scratch of %lld x %zu bytes is more than memory can hold",
+                  (long long)count, size);
+        return NULL;
+    }
+    holder->dtype = SLIM_U8;
+    holder->ndim = 1;
+    holder->dims[0] = bytes ? (int64_t)bytes : 1; /* a real pointer even for nothing */
+    if (slim_tensor_alloc(holder, err))
+        return NULL;
+    if (zero)
+        memset(holder->data, 0, (size_t)holder->dims[0]);
+    return holder->data;
+}
+
+slim_status slim_scratch_grow(slim_tensor *holder, void **data, int64_t count, size_t size,
+                              slim_err *err)
+{
+    size_t have = holder->data ? (size_t)holder->dims[0] : 0, need;
+    if (count < 0 || __builtin_mul_overflow((size_t)count, size, &need))
+        need = SIZE_MAX;
+    if (holder->data && need <= have)
+        return SLIM_OK;
+    /* Doubling keeps appends linear overall. */
+    int64_t want = count < 16 ? 16 : count;
+    if (have / size * 2 > (size_t)want)
+        want = (int64_t)(have / size * 2);
+    slim_tensor bigger;
+    void *p = slim_scratch_alloc(&bigger, want, size, false, err);
+    if (!p)
+        return err ? err->status : SLIM_ENOMEM;
+    if (have)
+        memcpy(p, holder->data, have);
+    slim_tensor_release(holder);
+    *holder = bigger;
+    *data = p;
+    return SLIM_OK;
+}
