@@ -390,6 +390,10 @@ static slim_status loop_exec(slim_op_ctx *ctx)
                           (long long)it, LOOP_MAX_ITERATIONS_DEFAULT);
             goto done;
         }
+        /* A body of no nodes never reaches the executor's checks; a
+         * billion such iterations must still stop on time. */
+        if ((s = slim_cancel_status(ctx->err)))
+            goto done;
         iter_v = it;
         if ((s = body_call(&st->body, ctx, formal, 2 + N, &outs, &n_outs))) {
             slim_err_prefix(ctx->err, "body, iteration %lld: ", (long long)it);
@@ -613,6 +617,8 @@ static slim_status scan_run(slim_op_ctx *ctx, const slim_tensor *const *ins,
         formal[i].buf = NULL;
     }
     for (int64_t t = 0; t < L; t++) {
+        if ((s = slim_cancel_status(ctx->err)))
+            goto done; /* as in Loop: the body may have no nodes */
         for (int j = 0; j < M; j++) {
             slim_tensor_release(&slices[j]);
             if ((s = scan_slice(ins[N + j], axes[j], st->in_rev[j] ? L - 1 - t : t,

@@ -268,6 +268,10 @@ static slim_status concat_exec(slim_op_ctx *ctx)
     /* Per outer index, each element's slab follows the previous one's. */
     size_t row_out = slim_tensor_nbytes(o) / (size_t)(outer ? outer : 1), at = 0;
     for (int i = 0; i < c->n && outer; i++) {
+        if (slim_cancel_poll()) {
+            slim_tensor_release(o);
+            return slim_cancel_status(ctx->err);
+        }
         const slim_tensor *e = &c->elems[i];
         size_t slab = slim_tensor_nbytes(e) / (size_t)outer;
         for (int64_t q = 0; q < outer && slab; q++)
@@ -344,6 +348,8 @@ static slim_status split_exec(slim_op_ctx *ctx)
     slim_tensor seq;
     st = slim_container_new(SLIM_KIND_SEQUENCE, x->dtype, (int)n, &seq, ctx->err);
     for (int64_t i = 0, off = 0; !st && i < n; off += lens[i], i++) {
+        if (slim_cancel_poll() && (st = slim_cancel_status(ctx->err)))
+            break;
         slim_tensor e = {0};
         int64_t dims[SLIM_MAX_DIMS];
         int nd = 0;
@@ -510,6 +516,8 @@ static slim_status map_exec(slim_op_ctx *ctx)
     for (int k = 0; !st && k < n_out; k++)
         st = slim_container_new(SLIM_KIND_SEQUENCE, SLIM_DTYPE_UNDEFINED, n, &seqs[k], ctx->err);
     for (int i = 0; !st && i < n; i++) {
+        if ((st = slim_cancel_status(ctx->err)))
+            break; /* a run per element: check before each */
         for (int k = 0; k < n_in; k++) {
             const slim_tensor *t = ctx->in[k];
             args[k] = k < formal && t->kind == SLIM_KIND_SEQUENCE ? *slim_container_at(t, i) : *t;
