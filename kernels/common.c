@@ -1,5 +1,6 @@
 /* common.c - helpers shared by kernels: broadcasting, axes, dtype checks. */
 #include "kernel.h"
+#include "device.h"
 
 #include <stdarg.h>
 #if defined(__x86_64__) || defined(__i386__)
@@ -355,6 +356,7 @@ static void rows_tile(const sgemm_job *j, int64_t r0)
     }
     /* A short tile (or a transposed A) is gathered into a zero-padded
      * row-major copy, and so is C when beta reads it. */
+    /* raw: per chunk on a kernel thread, which has no account to charge (parallel.c carries only the cancel token); ROW_TILE rows of the operands */
     float *pa = calloc((size_t)(ROW_TILE * j->k + ROW_TILE * j->n), sizeof(float));
     if (!pa) { /* still a right answer, only not row-invariant */
         sgemm_job part = *j;
@@ -491,4 +493,53 @@ slim_status slim_scratch_grow(slim_tensor *holder, void **data, int64_t count, s
     *holder = bigger;
     *data = p;
     return SLIM_OK;
+}
+
+/* The buffer sits in a header of one cache line before the memory, so
+ * that the pointer alone frees it and the memory keeps the buffer's
+ * 64-byte alignment. */
+#define SCRATCH_HEADER 64
+static _Thread_local slim_err scratch_err;
+
+void *slim_scratch_malloc(size_t bytes)
+{
+    slim_buffer *b;
+    if (bytes > SIZE_MAX - SCRATCH_HEADER) {
+        slim_errf(&scratch_err, SLIM_EOOM, "scratch of %zu bytes is more than memory can hold",
+                  bytes);
+        return NULL;
+    }
+    if (slim_buffer_new(slim_device_cpu(), bytes + SCRATCH_HEADER, &b, &scratch_err))
+        return NULL;
+    memcpy(b->ptr, &b, sizeof(b));
+    return (char *)b->ptr + SCRATCH_HEADER;
+}
+
+void *slim_scratch_calloc(size_t count, size_t size)
+{
+    size_t bytes;
+    if (__builtin_mul_overflow(count, size, &bytes)) {
+        slim_errf(&scratch_err, SLIM_EOOM, "scratch of %zu x %zu bytes is more than memory can "
+                  "hold", count, size);
+        return NULL;
+    }
+    void *p = slim_scratch_malloc(bytes);
+    if (p)
+        memset(p, 0, bytes);
+    return p;
+}
+
+void slim_scratch_free(void *p)
+{
+    if (!p)
+        return;
+    slim_buffer *b;
+    memcpy(&b, (char *)p - SCRATCH_HEADER, sizeof(b));
+    slim_buffer_unref(b);
+}
+
+slim_status slim_scratch_oom(slim_err *err)
+{
+    slim_status st = scratch_err.status ? scratch_err.status : SLIM_ENOMEM;
+    return slim_errf(err, st, "%s", scratch_err.status ? scratch_err.msg : "out of memory");
 }

@@ -158,6 +158,16 @@ slim_status slim_scratch_grow(slim_tensor *holder, void **data, int64_t count, s
 void slim_window_range(int64_t start, int64_t step, int64_t count, int64_t limit,
                        int64_t *lo, int64_t *hi);
 
+/* The same as a malloc / calloc / free trio, for kernels whose scratch
+ * pointer travels through several exits: NULL on failure, and then
+ * slim_scratch_oom fills err with the allocator's message (SLIM_EOOM
+ * naming the account's limit, or SLIM_ENOMEM). Memory from these must go
+ * back through slim_scratch_free (NULL ok), never free(). */
+void *slim_scratch_malloc(size_t bytes);
+void *slim_scratch_calloc(size_t count, size_t size);
+void slim_scratch_free(void *p);
+slim_status slim_scratch_oom(slim_err *err);
+
 /* slim_cancel_poll reads the clock every 1024th call, which suits steps
  * of nanoseconds; a loop whose steps take a good part of a millisecond (a
  * row of a product, a run of a long pool row) calls this instead, which

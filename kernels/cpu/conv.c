@@ -59,6 +59,7 @@ typedef struct conv_plan {
 
 static slim_status conv_prepare(slim_node *node, void **state, slim_err *err)
 {
+    /* raw: fixed-size load-time state, freed with the model */
     conv_attrs *a = calloc(1, sizeof(*a));
     if (!a)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");

@@ -57,7 +57,7 @@ static double calc_load(calc_type ct, const void *p, int64_t i)
 }
 
 /* t's data in calc type ct: t's own buffer when it already is, else a
- * converted copy returned in *owned (free it). NULL when out of memory. */
+ * converted copy returned in *owned (slim_scratch_free it). NULL when out of memory. */
 static const void *calc_view(const slim_tensor *t, calc_type ct, void **owned)
 {
     static const int64_t empty; /* stands for the NULL data of 0 elements */
@@ -67,7 +67,7 @@ static const void *calc_view(const slim_tensor *t, calc_type ct, void **owned)
         return &empty;
     if (t->dtype == calc_dtype(ct))
         return t->data;
-    void *p = malloc(calc_size(ct) * (size_t)(n > 0 ? n : 1));
+    void *p = slim_scratch_malloc(calc_size(ct) * (size_t)(n > 0 ? n : 1));
     if (!p)
         return NULL;
     for (int64_t i = 0; i < n; i++) {
@@ -88,7 +88,7 @@ static void *calc_out(slim_tensor *y, calc_type ct, void **owned)
     if (y->dtype == calc_dtype(ct))
         return y->data;
     int64_t n = slim_tensor_numel(y);
-    *owned = malloc(calc_size(ct) * (size_t)(n > 0 ? n : 1));
+    *owned = slim_scratch_malloc(calc_size(ct) * (size_t)(n > 0 ? n : 1));
     return *owned;
 }
 
@@ -105,7 +105,7 @@ static void calc_finish(slim_tensor *y, calc_type ct, void *owned)
         else
             slim_store_f64(y->dtype, y->data, i, ((double *)owned)[i]);
     }
-    free(owned);
+    slim_scratch_free(owned);
 }
 
 /* Y = alpha * op(A) @ op(B) + beta * Y, row-major, all in calc type ct.
@@ -175,7 +175,7 @@ typedef struct {
 
 static slim_status gemm_prepare(slim_node *node, void **state, slim_err *err)
 {
-    gemm_state *st = calloc(1, sizeof(*st));
+    gemm_state *st = calloc(1, sizeof(*st)); /* load-time state, fixed size */
     if (!st)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
     st->ta = slim_attr_int(node, "transA", 0) != 0;
@@ -243,7 +243,7 @@ static slim_status gemm_exec(slim_op_ctx *ctx)
     void *py = calc_out(y, ct, &own_y);
     slim_status s = SLIM_OK;
     if (!pa || !pb || !py) {
-        s = slim_errf(ctx->err, SLIM_ENOMEM, "out of memory converting operands");
+        s = slim_scratch_oom(ctx->err);
         goto done;
     }
     double beta = c && st->beta != 0 ? st->beta : 0;
@@ -265,9 +265,9 @@ done:
     if (s == SLIM_OK)
         calc_finish(y, ct, own_y);
     else
-        free(own_y);
-    free(own_a);
-    free(own_b);
+        slim_scratch_free(own_y);
+    slim_scratch_free(own_a);
+    slim_scratch_free(own_b);
     return s;
 }
 
@@ -376,15 +376,15 @@ static slim_status matmul_exec(slim_op_ctx *ctx)
     const void *pa = calc_view(a, ct, &own_a), *pb = calc_view(b, ct, &own_b);
     void *py = calc_out(y, ct, &own_y);
     if (!pa || !pb || !py) {
-        free(own_a);
-        free(own_b);
-        free(own_y);
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory converting operands");
+        slim_scratch_free(own_a);
+        slim_scratch_free(own_b);
+        slim_scratch_free(own_y);
+        return slim_scratch_oom(ctx->err);
     }
     mm_batched(ct, &sh, a, b, pa, pb, py);
     calc_finish(y, ct, own_y);
-    free(own_a);
-    free(own_b);
+    slim_scratch_free(own_a);
+    slim_scratch_free(own_b);
     return SLIM_OK;
 }
 
@@ -431,7 +431,7 @@ static slim_status mmi_infer(slim_op_ctx *ctx)
 static double *mmi_shifted(const slim_tensor *x, const slim_tensor *zp, int64_t div, int64_t mod)
 {
     int64_t n = slim_tensor_numel(x), nz = zp ? slim_tensor_numel(zp) : 0;
-    double *d = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
+    double *d = slim_scratch_malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
     for (int64_t e = 0; d && e < n; e++)
         d[e] = slim_load_f64(x->dtype, x->data, e) -
                (nz == 0 ? 0 : slim_load_f64(zp->dtype, zp->data, nz == 1 ? 0 : (e / div) % mod));
@@ -463,11 +463,11 @@ static slim_status mmi_exec(slim_op_ctx *ctx)
         mm_batched(CT_F64, &sh, a, b, pa, pb, py);
         calc_finish(y, CT_F64, own_y);
     } else {
-        free(own_y);
-        s = slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+        slim_scratch_free(own_y);
+        s = slim_scratch_oom(ctx->err);
     }
-    free(pa);
-    free(pb);
+    slim_scratch_free(pa);
+    slim_scratch_free(pb);
     return s;
 }
 

@@ -55,6 +55,7 @@ typedef struct pool_plan {
 
 static slim_status pool_prepare(slim_node *node, void **state, slim_err *err)
 {
+    /* raw: fixed-size load-time state, freed with the model */
     pool_attrs *a = calloc(1, sizeof(*a));
     if (!a)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");

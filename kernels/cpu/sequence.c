@@ -322,6 +322,7 @@ static slim_status split_exec(slim_op_ctx *ctx)
     if (n > SLIM_CONTAINER_MAX)
         return slim_errf(ctx->err, SLIM_EINVAL, "%lld pieces: at most %d supported", (long long)n,
                          SLIM_CONTAINER_MAX);
+    /* raw: at most SLIM_CONTAINER_MAX lengths */
     if (!(lens = malloc(sizeof(int64_t) * (size_t)(n ? n : 1))))
         return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
     int64_t sum = 0;
@@ -457,6 +458,7 @@ static slim_status map_prepare(slim_node *node, void **state, slim_err *err)
     const slim_attr *a = slim_node_attr(node, "body");
     if (!a || a->type != SLIM_ATTR_GRAPH || !a->g)
         return slim_errf(err, SLIM_EINVAL, "attribute body (a graph) is required");
+    /* raw: fixed-size load-time state, freed with the model */
     map_state *st = calloc(1, sizeof(*st));
     if (!st)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
@@ -470,7 +472,8 @@ static slim_status map_prepare(slim_node *node, void **state, slim_err *err)
         s = slim_errf(err, SLIM_EPARSE, "body takes %d input(s) and gives %d output(s), the node "
                       "has %d and %d", g->n_inputs - node->n_implicit, g->n_outputs,
                       node->n_in - node->n_implicit, node->n_out);
-    } else if (!(st->names = calloc((size_t)(g->n_inputs ? g->n_inputs : 1), sizeof(char *)))) {
+    } else if ( /* raw: load time, one name per subgraph input */
+               !(st->names = calloc((size_t)(g->n_inputs ? g->n_inputs : 1), sizeof(char *)))) {
         s = slim_errf(err, SLIM_ENOMEM, "out of memory");
     } else {
         for (int i = 0; i < g->n_inputs; i++)
@@ -505,6 +508,7 @@ static slim_status map_exec(slim_op_ctx *ctx)
             return slim_errf(ctx->err, SLIM_ESHAPE, "input %d holds %d tensor(s), "
                              "input_sequence %d", k, slim_container_len(t), n);
     }
+    /* raw (these): one entry per node or subgraph input/output: sized by the graph, not the tensors */
     slim_tensor *args = calloc((size_t)(n_in ? n_in : 1), sizeof(slim_tensor));
     slim_tensor *seqs = calloc((size_t)(n_out ? n_out : 1), sizeof(slim_tensor));
     if (!args || !seqs) {
