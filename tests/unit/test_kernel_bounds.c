@@ -408,6 +408,36 @@ START_TEST(test_pool_stops_at_deadline)
 }
 END_TEST
 
+/* A Loop whose body has no nodes (it passes cond and v through) never
+ * reaches the executor's between-node checks; Loop itself must look. */
+START_TEST(test_loop_stops_at_deadline)
+{
+    setenv("SLIM_LOOP_MAX_ITERATIONS", "1000000000000", 1); /* the deadline must end it */
+    slim_graph *body = slim_graph_new();
+    body->opset = 16;
+    const char *names[3] = {"i", "cond_in", "v_in"};
+    for (int i = 0; i < 3; i++)
+        ck_assert_int_eq(slim_graph_add_input(body, slim_graph_value(body, names[i])), SLIM_OK);
+    for (int i = 1; i < 3; i++)
+        ck_assert_int_eq(slim_graph_add_output(body, slim_graph_find_value(body, names[i])),
+                         SLIM_OK);
+    slim_graph *g = tu_graph("Loop", 16, 3, (const char *[]){"M", "cond", "v0"}, 1);
+    slim_node *n = tu_node0(g);
+    n->attrs = realloc(n->attrs, sizeof(*n->attrs) * (size_t)(n->n_attrs + 1));
+    slim_attr *a = &n->attrs[n->n_attrs++];
+    memset(a, 0, sizeof(*a));
+    a->name = strdup("body");
+    a->type = SLIM_ATTR_GRAPH;
+    a->g = body;
+    int64_t trip = INT64_MAX;
+    uint8_t cond = 1;
+    slim_tensor in[3] = {tu_i64(0, NULL, &trip), tu_tensor(SLIM_BOOL, 0, NULL, &cond),
+                         tu_f32(1, (int64_t[]){1}, (float[]){4.0f})};
+    expect_timeout(g, in, 3);
+    tu_free_inputs(in, 3);
+}
+END_TEST
+
 static Suite *kernel_bounds_suite(void)
 {
     Suite *s = suite_create("kernel_bounds");
@@ -427,6 +457,7 @@ static Suite *kernel_bounds_suite(void)
     tcase_set_timeout(tc, 60);
     tcase_add_test(tc, test_einsum_stops_at_deadline);
     tcase_add_test(tc, test_pool_stops_at_deadline);
+    tcase_add_test(tc, test_loop_stops_at_deadline);
     suite_add_tcase(s, tc);
     return s;
 }
