@@ -293,6 +293,19 @@ static inline tap_range tap_w(const pool_job *j, int64_t ow)
     return j->taps_w ? j->taps_w[ow] : tap_at(j->p, 2, ow);
 }
 
+/* Only the taps inside the input of output ow along the width: what the
+ * loops need, without the divisors. */
+static inline void taps_w_in(const pool_job *j, int64_t ow, int64_t *lo, int64_t *hi)
+{
+    if (j->taps_w) {
+        *lo = j->taps_w[ow].lo;
+        *hi = j->taps_w[ow].hi;
+        return;
+    }
+    const pool_plan *p = j->p;
+    taps_in(ow * p->stride[2] - p->pad_begin[2], p->dilation[2], p->kernel[2], p->in[2], lo, hi);
+}
+
 /*
  * Whether pool_rows may walk a row's kernel tap by tap (each tap adding to
  * the outputs it reaches, which pipelines well). That loop visits every tap
@@ -428,9 +441,10 @@ static void accumulate_per_output(const pool_job *j, const float *restrict row, 
 #define PER_OUTPUT(expr)                                               \
     for (int64_t o = ow0; o < ow1; o++) {                              \
         const float *src = row + wstart0 + o * sw;                     \
-        const tap_range tw = tap_w(j, o);                              \
+        int64_t lo, hi;                                                \
+        taps_w_in(j, o, &lo, &hi);                                     \
         float acc = y[o];                                              \
-        for (int64_t kw = tw.lo; kw < tw.hi; kw++) {                   \
+        for (int64_t kw = lo; kw < hi; kw++) {                         \
             const float v = src[kw * dil];                             \
             acc = (expr);                                              \
         }                                                              \
@@ -495,9 +509,11 @@ static void pool_rows(int64_t begin, int64_t end, void *user)
             /* A window over padding alone (dilations can skip the input)
              * has no maximum; 0 keeps integer outputs well defined. */
             bool empty_row = td.hi == td.lo || th.hi == th.lo;
-            for (int64_t ow = ow0; ow < ow1; ow++)
-                if (empty_row || tap_w(j, ow).hi == tap_w(j, ow).lo)
+            for (int64_t ow = ow0, lo, hi; ow < ow1; ow++) {
+                taps_w_in(j, ow, &lo, &hi);
+                if (empty_row || hi == lo)
                     y[ow] = 0.0f;
+            }
         }
     }
 }

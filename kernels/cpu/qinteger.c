@@ -385,6 +385,66 @@ static void channel_rows(int64_t begin, int64_t end, void *user)
     }
 }
 
+/*
+ * Windows that are mostly padding (a kernel far wider than its input, as
+ * conv.c's direct_rows): the unrolled columns would be K x out_size of
+ * nearly all zeros, so each output sums only the taps inside the input.
+ */
+static void direct_rows(int64_t begin, int64_t end, void *user)
+{
+    const qconv_job *j = user;
+    const qconv_plan *p = j->p;
+    const int64_t O0 = p->out[0], O1 = p->out[1], O2 = p->out[2];
+    const int64_t cg = p->C / p->G, mg = p->M / p->G;
+    for (int64_t r = begin; r < end; r++) {
+        if (slim_cancel_check())
+            return; /* the executor reports it */
+        int64_t o1 = r % O1, o0 = r / O1 % O0, m = r / (O1 * O0) % p->M, n = r / (O1 * O0 * p->M);
+        int64_t g = m / mg, start[MAX_SPATIAL], lo[MAX_SPATIAL], hi[MAX_SPATIAL];
+        start[0] = o0 * p->stride[0] - p->pad[0];
+        start[1] = o1 * p->stride[1] - p->pad[1];
+        for (int i = 0; i < 2; i++)
+            slim_window_range(start[i], p->dilation[i], p->kernel[i], p->in[i], &lo[i], &hi[i]);
+        int32_t *y = j->y + ((n * p->M + m) * O0 + o0) * O1 * O2 + o1 * O2;
+        for (int64_t o2 = 0; o2 < O2; o2++) {
+            start[2] = o2 * p->stride[2] - p->pad[2];
+            slim_window_range(start[2], p->dilation[2], p->kernel[2], p->in[2], &lo[2], &hi[2]);
+            int32_t acc = j->bias ? j->bias[m] : 0;
+            for (int64_t c = 0; c < cg; c++) {
+                const int16_t *x = j->x + (n * p->C + g * cg + c) * p->in_size;
+                const int16_t *w = j->w + (m * cg + c) * p->K;
+                for (int64_t k0 = lo[0]; k0 < hi[0]; k0++)
+                    for (int64_t k1 = lo[1]; k1 < hi[1]; k1++) {
+                        const int16_t *xr = x + ((start[0] + k0 * p->dilation[0]) * p->in[1] +
+                                                 start[1] + k1 * p->dilation[1]) * p->in[2] +
+                                            start[2];
+                        const int16_t *wr = w + (k0 * p->kernel[1] + k1) * p->kernel[2];
+                        for (int64_t k2 = lo[2]; k2 < hi[2]; k2++)
+                            acc += (int32_t)wr[k2] * xr[k2 * p->dilation[2]];
+                    }
+            }
+            y[o2] = acc;
+        }
+    }
+}
+
+/* Whether fewer than a quarter of the (tap, output) pairs read the input. */
+static bool mostly_padding(const qconv_plan *p)
+{
+    double meet = 1, all = 1;
+    for (int i = 0; i < MAX_SPATIAL; i++) {
+        int64_t valid = 0, lo, hi;
+        for (int64_t o = 0; o < p->out[i]; o++) {
+            slim_window_range(o * p->stride[i] - p->pad[i], p->dilation[i], p->kernel[i],
+                              p->in[i], &lo, &hi);
+            valid += hi - lo;
+        }
+        meet *= (double)valid;
+        all *= (double)p->kernel[i] * (double)p->out[i];
+    }
+    return meet * 4 < all;
+}
+
 /* y = conv(x - xzp, w - wzp[oc]) + bias, exact, int32 [N, M, out...]. */
 static slim_status qconv_run(slim_op_ctx *ctx, const qconv_plan *p, const slim_tensor *x,
                              const slim_tensor *xzp, const slim_tensor *w, const slim_tensor *wzp,
@@ -393,21 +453,29 @@ static slim_status qconv_run(slim_op_ctx *ctx, const qconv_plan *p, const slim_t
     int64_t rows = p->C / p->G * p->K;
     int16_t *sx = shifted16(x, xzp, 1, 1);
     int16_t *sw = shifted16(w, wzp, rows, p->M);
-    int16_t *col = slim_scratch_malloc(sizeof(int16_t) * (size_t)(rows * p->out_size > 0 ? rows * p->out_size
-                                                                             : 1));
-    if (!sx || !sw || !col) {
+    bool direct = mostly_padding(p);
+    int16_t *col = direct ? NULL
+                          : slim_scratch_malloc(sizeof(int16_t) *
+                                                (size_t)(rows * p->out_size > 0 ? rows * p->out_size
+                                                                                : 1));
+    if (!sx || !sw || (!direct && !col)) {
         slim_scratch_free(sx);
         slim_scratch_free(sw);
         slim_scratch_free(col);
         return slim_scratch_oom(ctx->err);
     }
     qconv_job j = {p, sx, sw, col, bias, y, 0, 0};
+    if (direct) {
+        slim_parallel_for(p->N * p->M * p->out[0] * p->out[1], 1, direct_rows, &j);
+        goto done;
+    }
     for (j.n = 0; j.n < p->N; j.n++)
         for (j.g = 0; j.g < p->G; j.g++) {
             slim_parallel_for(rows, 1 + 8192 / (p->out_size + 1), im2col_rows, &j);
             slim_parallel_for(p->M / p->G, 1 + (1 << 16) / (rows * p->out_size + 1),
                               channel_rows, &j);
         }
+done:
     slim_scratch_free(sx);
     slim_scratch_free(sw);
     slim_scratch_free(col);

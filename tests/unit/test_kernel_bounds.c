@@ -176,6 +176,39 @@ START_TEST(test_conv_kernel_wider_than_input)
 }
 END_TEST
 
+/* ConvInteger unrolled every (tap, output) pair as int16 columns: 3e4 x
+ * 3e4 of them here (1.8 GB); the taps inside the input are 3e4. (It takes
+ * at most 32768 taps, so that int32 sums cannot overflow.) */
+START_TEST(test_conv_integer_kernel_wider_than_input)
+{
+    const int64_t k = 30001;
+    slim_graph *g = tu_graph("ConvInteger", 10, 3, (const char *[]){"x", "w", "xzp"}, 1);
+    tu_attr_ints(tu_node0(g), "pads", 4, (int64_t[]){0, k - 1, 0, k - 1});
+    uint8_t *w = malloc((size_t)k), x = 7, xzp = 2;
+    for (int64_t i = 0; i < k; i++)
+        w[i] = (uint8_t)(i % 251);
+    slim_tensor in[3] = {tu_tensor(SLIM_U8, 4, (int64_t[]){1, 1, 1, 1}, &x),
+                         tu_tensor(SLIM_U8, 4, (int64_t[]){1, 1, 1, k}, w),
+                         tu_tensor(SLIM_U8, 0, NULL, &xzp)};
+    slim_tensor *out;
+    int n_out;
+    slim_err err;
+    size_t peak;
+    slim_status st = run_limited(g, in, 3, 0, &peak, &out, &n_out, &err);
+    ck_assert_msg(st == SLIM_OK, "%s", err.msg);
+    tu_assert_shape(&out[0], 4, (int64_t[]){1, 1, 1, k});
+    ck_assert_int_eq(out[0].dtype, SLIM_I32);
+    const int32_t *y = out[0].data;
+    for (int64_t o = 0; o < k; o++)
+        if (y[o] != 5 * (int32_t)w[k - 1 - o])
+            ck_abort_msg("y[%lld] = %d, expected %d", (long long)o, y[o], 5 * w[k - 1 - o]);
+    ck_assert_uint_lt(peak, slim_tensor_nbytes(&out[0]) + 1024 * 1024); /* the shifted w, 60 KB */
+    slim_tensors_free(out, n_out);
+    tu_free_inputs(in, 3);
+    free(w);
+}
+END_TEST
+
 /* ---- Einsum --------------------------------------------------------------- */
 
 static slim_status run_einsum(const char *eq, int n, slim_tensor *in, slim_tensor **out,
@@ -446,6 +479,7 @@ static Suite *kernel_bounds_suite(void)
     tcase_add_test(tc, test_pool_window_4e8_strided);
     tcase_add_test(tc, test_pool_window_stride1_under_limit);
     tcase_add_test(tc, test_conv_kernel_wider_than_input);
+    tcase_add_test(tc, test_conv_integer_kernel_wider_than_input);
     suite_add_tcase(s, tc);
     tc = tcase_create("einsum");
     tcase_set_timeout(tc, 60);
