@@ -200,7 +200,6 @@ static slim_status einsum_infer(slim_op_ctx *ctx)
     return SLIM_OK;
 }
 
-
 /* ---- operands ------------------------------------------------------------ */
 
 /* Floats are computed in float64, integers in int64; both 8 bytes. */
@@ -241,7 +240,9 @@ static void layout_rows(int64_t begin, int64_t end, void *user)
     for (int64_t e = begin; e < end; e++) {
         if (slim_cancel_poll())
             return; /* the caller reports it */
-        int64_t sidx[EIN_LABELS] = {0}, soff = off;
+        int64_t sidx[EIN_LABELS], soff = off;
+        for (int r = 0; r < j->n_sum; r++)
+            sidx[r] = 0;
         double fsum = 0;
         uint64_t isum = 0; /* unsigned: overflow wraps, as int64 would on the hardware */
         for (;;) {
