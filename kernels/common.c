@@ -1,5 +1,6 @@
 /* common.c - helpers shared by kernels: broadcasting, axes, dtype checks. */
 #include "kernel.h"
+#include "device.h"
 
 #include <stdarg.h>
 #if defined(__x86_64__) || defined(__i386__)
@@ -370,6 +371,7 @@ static void rows_tile(const sgemm_job *j, int64_t r0)
     }
     /* A short tile (or a transposed A) is gathered into a zero-padded
      * row-major copy, and so is C when beta reads it. */
+    /* raw: per chunk on a kernel thread, which has no account to charge (parallel.c carries only the cancel token); ROW_TILE rows of the operands */
     float *pa = calloc((size_t)(ROW_TILE * j->k + ROW_TILE * j->n), sizeof(float));
     if (!pa) { /* still a right answer, only not row-invariant */
         sgemm_job part = *j;
@@ -457,4 +459,102 @@ bool slim_cpu_has_f16c(void)
 #else
     return false;
 #endif
+}
+
+/* ---- accounted scratch -------------------------------------------------- */
+
+/* A U8 tensor is the holder: its buffer comes from the CPU's allocator and
+ * is charged to the calling thread's account like every tensor. */
+void *slim_scratch_alloc(slim_tensor *holder, int64_t count, size_t size, bool zero,
+                         slim_err *err)
+{
+    memset(holder, 0, sizeof(*holder));
+    size_t bytes;
+    if (count < 0 || __builtin_mul_overflow((size_t)count, size, &bytes) ||
+        bytes > (size_t)INT64_MAX) {
+        slim_errf(err, SLIM_EOOM, "scratch of %lld x %zu bytes is more than memory can hold",
+                  (long long)count, size);
+        return NULL;
+    }
+    holder->dtype = SLIM_U8;
+    holder->ndim = 1;
+    holder->dims[0] = bytes ? (int64_t)bytes : 1; /* a real pointer even for nothing */
+    if (slim_tensor_alloc(holder, err))
+        return NULL;
+    if (zero)
+        memset(holder->data, 0, (size_t)holder->dims[0]);
+    return holder->data;
+}
+
+slim_status slim_scratch_grow(slim_tensor *holder, void **data, int64_t count, size_t size,
+                              slim_err *err)
+{
+    size_t have = holder->data ? (size_t)holder->dims[0] : 0, need;
+    if (count < 0 || __builtin_mul_overflow((size_t)count, size, &need))
+        need = SIZE_MAX;
+    if (holder->data && need <= have)
+        return SLIM_OK;
+    /* Doubling keeps appends linear overall. */
+    int64_t want = count < 16 ? 16 : count;
+    if (have / size * 2 > (size_t)want)
+        want = (int64_t)(have / size * 2);
+    slim_tensor bigger;
+    void *p = slim_scratch_alloc(&bigger, want, size, false, err);
+    if (!p)
+        return err ? err->status : SLIM_ENOMEM;
+    if (have)
+        memcpy(p, holder->data, have);
+    slim_tensor_release(holder);
+    *holder = bigger;
+    *data = p;
+    return SLIM_OK;
+}
+
+/* The buffer sits in a header of one cache line before the memory, so
+ * that the pointer alone frees it and the memory keeps the buffer's
+ * 64-byte alignment. */
+#define SCRATCH_HEADER 64
+static _Thread_local slim_err scratch_err;
+
+void *slim_scratch_malloc(size_t bytes)
+{
+    slim_buffer *b;
+    if (bytes > SIZE_MAX - SCRATCH_HEADER) {
+        slim_errf(&scratch_err, SLIM_EOOM, "scratch of %zu bytes is more than memory can hold",
+                  bytes);
+        return NULL;
+    }
+    if (slim_buffer_new(slim_device_cpu(), bytes + SCRATCH_HEADER, &b, &scratch_err))
+        return NULL;
+    memcpy(b->ptr, &b, sizeof(b));
+    return (char *)b->ptr + SCRATCH_HEADER;
+}
+
+void *slim_scratch_calloc(size_t count, size_t size)
+{
+    size_t bytes;
+    if (__builtin_mul_overflow(count, size, &bytes)) {
+        slim_errf(&scratch_err, SLIM_EOOM, "scratch of %zu x %zu bytes is more than memory can "
+                  "hold", count, size);
+        return NULL;
+    }
+    void *p = slim_scratch_malloc(bytes);
+    if (p)
+        memset(p, 0, bytes);
+    return p;
+}
+
+void slim_scratch_free(void *p)
+{
+    if (!p)
+        return;
+    slim_buffer *b;
+    memcpy(&b, (char *)p - SCRATCH_HEADER, sizeof(b));
+    slim_buffer_unref(b);
+}
+
+slim_status slim_scratch_oom(slim_err *err)
+{
+    slim_status st = scratch_err.status ? scratch_err.status : SLIM_ENOMEM;
+    return slim_errf(err, st, "%s", scratch_err.status ? scratch_err.msg : "out of memory");
 }

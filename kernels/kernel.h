@@ -24,6 +24,7 @@
 #ifndef SLIM_KERNEL_H
 #define SLIM_KERNEL_H
 
+#include "cancel.h"
 #include "graph.h"
 
 typedef struct slim_op_ctx {
@@ -137,10 +138,45 @@ slim_status slim_f32_in(const slim_tensor *t, slim_tensor *tmp, const float **ou
  * slim_f32_out_finish converts back into t (and the caller releases). */
 slim_status slim_f32_out(slim_tensor *t, slim_tensor *tmp, float **out, slim_err *err);
 void slim_f32_out_finish(slim_tensor *t, const slim_tensor *tmp);
+/* Scratch that grows with the tensors, charged like a tensor to the run's
+ * memory account (alloc.h), so --memory-limit bounds a run's whole
+ * footprint and not only its outputs. count * size is checked for
+ * overflow; zero asks for zeroed bytes. Returns the memory (never NULL on
+ * success, even for 0 bytes) or NULL with err filled (SLIM_EOOM naming the
+ * limit, or SLIM_ENOMEM). Release *holder with slim_tensor_release; a
+ * zero-initialised holder releases as a no-op. */
+void *slim_scratch_alloc(slim_tensor *holder, int64_t count, size_t size, bool zero,
+                         slim_err *err);
+/* The same for an array of count slots of size bytes each, growing a block
+ * held in *holder to at least count slots and keeping its content (a
+ * realloc through the account); *data follows the block. */
+slim_status slim_scratch_grow(slim_tensor *holder, void **data, int64_t count, size_t size,
+                              slim_err *err);
+
 /* Window taps: the j in [0, count) with 0 <= start + j*step < limit form
  * [*lo, *hi) (empty when none do). */
 void slim_window_range(int64_t start, int64_t step, int64_t count, int64_t limit,
                        int64_t *lo, int64_t *hi);
+
+/* The same as a malloc / calloc / free trio, for kernels whose scratch
+ * pointer travels through several exits: NULL on failure, and then
+ * slim_scratch_oom fills err with the allocator's message (SLIM_EOOM
+ * naming the account's limit, or SLIM_ENOMEM). Memory from these must go
+ * back through slim_scratch_free (NULL ok), never free(). */
+void *slim_scratch_malloc(size_t bytes);
+void *slim_scratch_calloc(size_t count, size_t size);
+void slim_scratch_free(void *p);
+slim_status slim_scratch_oom(slim_err *err);
+
+/* slim_cancel_poll reads the clock every 1024th call, which suits steps
+ * of nanoseconds; a loop whose steps take a good part of a millisecond (a
+ * row of a product, a run of a long pool row) calls this instead, which
+ * reads it every time (~20 ns). */
+static inline bool slim_cancel_check(void)
+{
+    slim_cancel *c = slim_cancel_current();
+    return c && slim_cancel_reason_of(c) != SLIM_CANCEL_NONE;
+}
 
 /* Runs fn(begin, end, user) over [0, n) split across the kernel threads.
  * Small n runs inline, and so does everything while another request holds

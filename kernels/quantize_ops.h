@@ -36,8 +36,8 @@ static inline int64_t slim_qaxis_index(const slim_qaxis *q, int64_t o, int64_t a
     return (o * q->nb + a / q->bs) * q->inner + i;
 }
 
-/* t's values as float32 / int32 arrays (malloc'd; NULL when out of
- * memory). slim_q_load_i32 of a NULL t gives n zeros. */
+/* t's values as float32 / int32 arrays (accounted scratch: release with
+ * slim_scratch_free; NULL when out of memory). slim_q_load_i32 of a NULL t gives n zeros. */
 float *slim_q_load_f32(const slim_tensor *t);
 int32_t *slim_q_load_i32(const slim_tensor *t, int64_t n);
 /* The range of an integer quantized type; false for other types. */

@@ -10,7 +10,7 @@
 #include <string.h>
 
 #define SLIM__KERNEL_TABLES(X) \
-    X(elementwise) X(cast) X(conv) X(pool) X(linalg) X(norm) X(softmax) X(reduce) \
+    X(elementwise) X(cast) X(conv) X(pool) X(linalg) X(einsum) X(norm) X(softmax) X(reduce) \
     X(shape) X(movement) X(pad) X(gather) X(resize) X(rnn) X(quantize) X(qinteger) \
     X(lrn) X(attention) X(select) X(signal) X(vision) X(unpool) X(det) \
     X(control) X(loss) X(stateful) X(text) X(sequence) X(random) X(image)

@@ -26,6 +26,7 @@ typedef struct {
 
 static slim_status aln_prepare(slim_node *node, void **state, slim_err *err)
 {
+    /* raw: fixed-size load-time state, freed with the model */
     aln_state *s = calloc(1, sizeof(*s));
     if (!s)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
@@ -153,7 +154,7 @@ static void strides_in(const slim_tensor *t, int nd, const int64_t *dims, int64_
 static float *widen(const slim_tensor *x)
 {
     int64_t n = slim_tensor_numel(x);
-    float *f = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    float *f = slim_scratch_malloc(sizeof(float) * (size_t)(n ? n : 1));
     const uint16_t *h = x->data;
     for (int64_t i = 0; f && i < n; i++)
         f[i] = x->dtype == SLIM_F16 ? slim_f16_to_f32(h[i]) : slim_bf16_to_f32(h[i]);
@@ -186,10 +187,10 @@ static slim_status aln_exec_half(slim_op_ctx *ctx, const aln_state *st)
     strides_in(a, y->ndim, y->dims, sa);
     strides_in(b, y->ndim, y->dims, sb);
     float *fa = widen(a), *fb = widen(b), *fs = widen(sc), *fbi = bi ? widen(bi) : NULL;
-    float *s = malloc(sizeof(float) * (size_t)n), *o = malloc(sizeof(float) * (size_t)n);
+    float *s = slim_scratch_malloc(sizeof(float) * (size_t)n), *o = slim_scratch_malloc(sizeof(float) * (size_t)n);
     slim_status ret = SLIM_OK;
     if (!fa || !fb || !fs || (bi && !fbi) || !s || !o) {
-        ret = slim_errf(ctx->err, SLIM_ENOMEM, "out of memory widening AddLayerNorm's operands");
+        ret = slim_scratch_oom(ctx->err);
         goto done;
     }
     for (int64_t i = 0; i < n; i++) {
@@ -209,12 +210,12 @@ static slim_status aln_exec_half(slim_op_ctx *ctx, const aln_state *st)
             ((uint16_t *)sum->data)[i] = narrow(dt, s[i]);
     }
 done:
-    free(fa);
-    free(fb);
-    free(fs);
-    free(fbi);
-    free(s);
-    free(o);
+    slim_scratch_free(fa);
+    slim_scratch_free(fb);
+    slim_scratch_free(fs);
+    slim_scratch_free(fbi);
+    slim_scratch_free(s);
+    slim_scratch_free(o);
     return ret;
 }
 

@@ -35,6 +35,7 @@
 
 static slim_status attn_prepare(slim_node *node, void **state, slim_err *err)
 {
+    /* raw: fixed-size load-time state, freed with the model */
     slim__attn_state *st = calloc(1, sizeof(*st));
     if (!st)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
@@ -362,6 +363,7 @@ static slim_status fattn_pair(const slim_node *node, const char *name, int64_t *
 
 static slim_status fattn_prepare(slim_node *node, void **state, slim_err *err)
 {
+    /* raw: fixed-size load-time state, freed with the model */
     fattn_state *st = calloc(1, sizeof(*st));
     if (!st)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");

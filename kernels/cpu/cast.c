@@ -194,6 +194,7 @@ static slim_status cast_prepare(slim_node *node, void **state, slim_err *err)
         return slim_errf(err, SLIM_EINVAL, "attribute to has unknown type code %lld",
                          (long long)a->i);
     }
+    /* raw: fixed-size load-time state, freed with the model */
     cast_state *s = malloc(sizeof(*s));
     if (!s)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");

@@ -64,7 +64,8 @@ static slim_status body_make(slim_node *n, const char *attr, int n_formal, int n
     } else if (n_outputs >= 0 && g->n_outputs != n_outputs) {
         st = slim_errf(err, SLIM_EPARSE, "%s has %d output(s), but the node has %d", attr,
                        g->n_outputs, n_outputs);
-    } else if (!(b->names = calloc((size_t)(g->n_inputs ? g->n_inputs : 1), sizeof(char *)))) {
+    } else if ( /* raw: load time, one name per subgraph input */
+               !(b->names = calloc((size_t)(g->n_inputs ? g->n_inputs : 1), sizeof(char *)))) {
         st = slim_errf(err, SLIM_ENOMEM, "out of memory");
     } else {
         for (int i = 0; i < g->n_inputs; i++)
@@ -82,6 +83,7 @@ static slim_status body_call(const branch *b, slim_op_ctx *ctx, const slim_tenso
 {
     const int first = ctx->n_in - ctx->node->n_implicit;
     const int n = b->m->graph->n_inputs;
+    /* raw: one entry per node or subgraph input/output: sized by the graph, not the tensors */
     slim_tensor *args = calloc((size_t)(n ? n : 1), sizeof(slim_tensor));
     if (!args)
         return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
@@ -131,6 +133,7 @@ static void if_release(void *p)
 
 static slim_status if_prepare(slim_node *node, void **state, slim_err *err)
 {
+    /* raw: fixed-size load-time state, freed with the model */
     if_state *st = calloc(1, sizeof(*st));
     if (!st)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
@@ -189,6 +192,7 @@ static slim_status stack_list_push(stack_list *l, slim_tensor *t, slim_err *err)
 {
     if (l->n == l->cap) {
         int64_t cap = l->cap ? l->cap * 2 : 16;
+        /* raw: one tensor header per kept iteration (its data is accounted), capped by SLIM_LOOP_MAX_ITERATIONS */
         slim_tensor *grown = realloc(l->iters, sizeof(*grown) * (size_t)cap);
         if (!grown)
             return slim_errf(err, SLIM_ENOMEM, "out of memory keeping scan outputs");
@@ -305,6 +309,7 @@ static void loop_release(void *p)
 
 static slim_status loop_prepare(slim_node *node, void **state, slim_err *err)
 {
+    /* raw: fixed-size load-time state, freed with the model */
     loop_state *st = calloc(1, sizeof(*st));
     if (!st)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
@@ -367,6 +372,7 @@ static slim_status loop_exec(slim_op_ctx *ctx)
      * the first iteration. */
     int64_t iter_v = 0;
     uint8_t cond_v = cond;
+    /* raw (these): one entry per node or subgraph input/output: sized by the graph, not the tensors */
     slim_tensor *formal = calloc((size_t)(2 + N), sizeof(slim_tensor));
     slim_tensor *carried = calloc((size_t)(N ? N : 1), sizeof(slim_tensor));
     stack_list *scans = calloc((size_t)(K ? K : 1), sizeof(stack_list));
@@ -390,6 +396,10 @@ static slim_status loop_exec(slim_op_ctx *ctx)
                           (long long)it, LOOP_MAX_ITERATIONS_DEFAULT);
             goto done;
         }
+        /* A body of no nodes never reaches the executor's checks; a
+         * billion such iterations must still stop on time. */
+        if ((s = slim_cancel_status(ctx->err)))
+            goto done;
         iter_v = it;
         if ((s = body_call(&st->body, ctx, formal, 2 + N, &outs, &n_outs))) {
             slim_err_prefix(ctx->err, "body, iteration %lld: ", (long long)it);
@@ -513,6 +523,7 @@ static slim_status scan_ints(const slim_node *n, const char *name, int count, bo
 
 static slim_status scan_prepare(slim_node *node, void **state, slim_err *err)
 {
+    /* raw: fixed-size load-time state, freed with the model */
     scan_state *st = calloc(1, sizeof(*st));
     if (!st)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
@@ -598,6 +609,7 @@ static slim_status scan_run(slim_op_ctx *ctx, const slim_tensor *const *ins,
                              (long long)L);
         L = x->dims[axes[j]];
     }
+    /* raw (these): one entry per node or subgraph input/output: sized by the graph, not the tensors */
     slim_tensor *formal = calloc((size_t)(N + M), sizeof(slim_tensor));
     slim_tensor *states = calloc((size_t)(N ? N : 1), sizeof(slim_tensor));
     slim_tensor *slices = calloc((size_t)M, sizeof(slim_tensor));
@@ -613,6 +625,8 @@ static slim_status scan_run(slim_op_ctx *ctx, const slim_tensor *const *ins,
         formal[i].buf = NULL;
     }
     for (int64_t t = 0; t < L; t++) {
+        if ((s = slim_cancel_status(ctx->err)))
+            goto done; /* as in Loop: the body may have no nodes */
         for (int j = 0; j < M; j++) {
             slim_tensor_release(&slices[j]);
             if ((s = scan_slice(ins[N + j], axes[j], st->in_rev[j] ? L - 1 - t : t,
@@ -716,6 +730,7 @@ static slim_status scan8_exec(slim_op_ctx *ctx)
                                  "not the full length %lld", (long long)b,
                                  (long long)slim_load_i64(lens->dtype, lens->data, b), (long long)L);
     }
+    /* raw (these): one entry per node or subgraph input/output: sized by the graph, not the tensors */
     slim_tensor *items = calloc((size_t)(N + M), sizeof(slim_tensor));
     slim_tensor *res = calloc((size_t)(N + K), sizeof(slim_tensor));
     stack_list *acc = calloc((size_t)(N + K), sizeof(stack_list));

@@ -10,7 +10,9 @@
  *   - depthwise convs (one input channel per group): G GEMMs of a single
  *     row would cost more in call overhead than they compute, so a direct
  *     loop sums each output's taps from a zero-padded copy of its input
- *     plane, eight neighbouring outputs at a time (vector code).
+ *     plane, eight neighbouring outputs at a time (vector code);
+ *   - windows that are mostly padding (see direct_rows): a clipped direct
+ *     loop, whose work grows with the tensors and not with the pads.
  * ConvTranspose is Conv's adjoint: one GEMM (W^T x X) gives every kernel
  * tap's contribution per input position, and col2im scatter-adds them into
  * the output.
@@ -57,6 +59,7 @@ typedef struct conv_plan {
 
 static slim_status conv_prepare(slim_node *node, void **state, slim_err *err)
 {
+    /* raw: fixed-size load-time state, freed with the model */
     conv_attrs *a = calloc(1, sizeof(*a));
     if (!a)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
@@ -430,9 +433,10 @@ static slim_status conv_depthwise(slim_op_ctx *ctx, const conv_plan *p, const fl
         j.padded[i] = p->in[i] + p->pad_begin[i] + p->pad_end[i];
         plane *= j.padded[i];
     }
-    int64_t *offset = malloc(sizeof(int64_t) * p->K);
+    slim_tensor offsets;
+    int64_t *offset = slim_scratch_alloc(&offsets, p->K, sizeof(int64_t), false, ctx->err);
     if (!offset)
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+        return ctx->err->status;
     for (int64_t t = 0; t < p->K; t++) {
         int64_t kw = t % p->kernel[2], kh = t / p->kernel[2] % p->kernel[1],
                 kd = t / (p->kernel[2] * p->kernel[1]);
@@ -452,16 +456,116 @@ static slim_status conv_depthwise(slim_op_ctx *ctx, const conv_plan *p, const fl
     if (!st)
         slim_parallel_for(tasks, 1, depthwise_tasks, &j);
     slim_tensor_release(&scratch);
-    free(offset);
+    slim_tensor_release(&offsets);
     return st;
+}
+
+/*
+ * Windows that are mostly padding: a model may give a kernel far wider than
+ * its input (weights of 4e8 taps over one input element, padded 4e8-1 each
+ * side), and then im2col would multiply 4e8 columns of nearly all zeros,
+ * and the depthwise path would copy the input into a plane of the padded
+ * size. This loop visits, per output, only the taps inside the input
+ * (clipped per dimension, as pool.c does), so its work is channels x the
+ * (tap, output) pairs that actually meet: what the tensors justify.
+ */
+typedef struct direct_job {
+    const conv_plan *p;
+    const float *x, *w, *bias;
+    float *y;
+    int64_t chunk, n_chunks; /* a row is cut in runs, so one huge row still spreads */
+} direct_job;
+
+static void direct_rows(int64_t begin, int64_t end, void *user)
+{
+    const direct_job *j = user;
+    const conv_plan *p = j->p;
+    const int64_t OD = p->out[0], OH = p->out[1], OW = p->out[2];
+    const int64_t cg = p->C / p->G, mg = p->M / p->G;
+    for (int64_t u = begin; u < end; u++) {
+        if (slim_cancel_check()) /* a run is up to 4096 outputs x their taps */
+            return; /* the executor reports it */
+        int64_t r = u / j->n_chunks, ow0 = u % j->n_chunks * j->chunk;
+        int64_t ow1 = OW - ow0 < j->chunk ? OW : ow0 + j->chunk;
+        int64_t oh = r % OH, od = r / OH % OD, m = r / (OH * OD) % p->M, n = r / (OH * OD * p->M);
+        int64_t g = m / mg, start[MAX_SPATIAL], lo[MAX_SPATIAL], hi[MAX_SPATIAL];
+        start[0] = od * p->stride[0] - p->pad_begin[0];
+        start[1] = oh * p->stride[1] - p->pad_begin[1];
+        for (int i = 0; i < 2; i++)
+            slim_window_range(start[i], p->dilation[i], p->kernel[i], p->in[i], &lo[i], &hi[i]);
+        float *y = j->y + ((n * p->M + m) * OD + od) * OH * OW + oh * OW;
+        for (int64_t ow = ow0; ow < ow1; ow++) {
+            start[2] = ow * p->stride[2] - p->pad_begin[2];
+            slim_window_range(start[2], p->dilation[2], p->kernel[2], p->in[2], &lo[2], &hi[2]);
+            float acc = j->bias ? j->bias[m] : 0.0f;
+            for (int64_t c = 0; c < cg; c++) {
+                const float *x = j->x + (n * p->C + g * cg + c) * p->in_size;
+                const float *w = j->w + (m * cg + c) * p->K;
+                for (int64_t kd = lo[0]; kd < hi[0]; kd++)
+                    for (int64_t kh = lo[1]; kh < hi[1]; kh++) {
+                        int64_t id = start[0] + kd * p->dilation[0];
+                        int64_t ih = start[1] + kh * p->dilation[1];
+                        const float *xr = x + (id * p->in[1] + ih) * p->in[2] + start[2];
+                        const float *wr = w + (kd * p->kernel[1] + kh) * p->kernel[2];
+                        for (int64_t kw = lo[2]; kw < hi[2]; kw++)
+                            acc += wr[kw] * xr[kw * p->dilation[2]];
+                    }
+            }
+            y[ow] = acc;
+        }
+    }
+}
+
+/* Whether fewer than a quarter of the (tap, output) pairs read the input:
+ * the pairs factor per dimension, each counted in O(outputs). */
+static bool mostly_padding(const conv_plan *p)
+{
+    double meet = 1, all = 1;
+    for (int i = 0; i < MAX_SPATIAL; i++) {
+        int64_t valid = 0, lo, hi;
+        for (int64_t o = 0; o < p->out[i]; o++) {
+            slim_window_range(o * p->stride[i] - p->pad_begin[i], p->dilation[i], p->kernel[i],
+                              p->in[i], &lo, &hi);
+            valid += hi - lo;
+        }
+        meet *= (double)valid;
+        all *= (double)p->kernel[i] * (double)p->out[i];
+    }
+    return meet * 4 < all;
+}
+
+/* Whether the depthwise path's zero-padded copy of a plane would be much
+ * larger than the plane and its output (pads far wider than the input). */
+static bool padded_plane_large(const conv_plan *p)
+{
+    double plane = 1;
+    for (int i = 0; i < MAX_SPATIAL; i++)
+        plane *= (double)(p->in[i] + p->pad_begin[i] + p->pad_end[i]);
+    return plane > 4.0 * ((double)p->in_size + (double)p->out_size) + 4096;
+}
+
+static void conv_direct(const conv_plan *p, const float *x, const float *w, const float *bias,
+                        float *y)
+{
+    direct_job j = {p, x, w, bias, y, p->out[2] < 4096 ? p->out[2] : 4096, 1};
+    j.n_chunks = (p->out[2] + j.chunk - 1) / j.chunk;
+    int64_t rows = p->N * p->M * p->out[0] * p->out[1] * j.n_chunks;
+    int64_t taps = 1;
+    for (int i = 0; i < MAX_SPATIAL; i++)
+        taps *= p->kernel[i] < p->in[i] ? p->kernel[i] : p->in[i];
+    double run_work = (double)j.chunk * (double)(p->C / p->G) * (double)taps;
+    slim_parallel_for(rows, run_work >= (1 << 14) ? 1 : 1 + (int64_t)((1 << 14) / run_work),
+                      direct_rows, &j);
 }
 
 /* How many columns fit the scratch budget, given rows per column. */
 static int64_t block_cols(int64_t rows, int64_t total)
 {
     int64_t cols = COL_BUDGET / (rows ? rows : 1);
+    /* Narrower blocks make the GEMM inefficient, but past 2^16 rows (a
+     * huge kernel) 64 columns would be scratch of 64 x the weights. */
     if (cols < 64)
-        cols = 64; /* narrower blocks make the GEMM inefficient */
+        cols = rows <= COL_BUDGET / 16 ? 64 : cols < 4 ? 4 : cols;
     return cols < total ? cols : total;
 }
 
@@ -525,6 +629,8 @@ static slim_status conv_exec(slim_op_ctx *ctx)
         goto done;
     if (p.C == 0) {
         fill_bias(y, b, p.N, p.M, p.out_size); /* no input channels: a sum of nothing */
+    } else if (mostly_padding(&p) || (p.C == p.G && p.G > 1 && padded_plane_large(&p))) {
+        conv_direct(&p, x, w, b, y);
     } else if (p.C == p.G && p.G > 1) {
         if ((st = conv_depthwise(ctx, &p, x, w, b, y)))
             goto done;

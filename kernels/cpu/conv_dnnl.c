@@ -124,6 +124,7 @@ typedef struct fconv_state {
 
 static slim_status fconv_prepare(slim_node *node, void **state, slim_err *err)
 {
+    /* raw: fixed-size load-time state, freed with the model */
     fconv_state *s = calloc(1, sizeof(*s));
     if (!s)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
@@ -492,6 +493,7 @@ static dnnl_status_t build_set(const fconv_state *s, const slim_tensor *w, const
     int64_t lo[64], hi[64];
     if (threads > 64)
         threads = 64;
+    /* raw (these): one part per kernel thread */
     set->parts = calloc((size_t)threads, sizeof(part));
     set->in_parts = calloc((size_t)threads, sizeof(part));
     if (!set->parts || !set->in_parts) {

@@ -60,16 +60,15 @@ static slim_status det_exec(slim_op_ctx *ctx)
     const slim_tensor *x = ctx->in[0];
     slim_tensor *y = ctx->out[0];
     const int64_t n = x->dims[x->ndim - 1], batch = slim_tensor_numel(y);
-    double *m = malloc(sizeof(double) * (size_t)(n * n > 0 ? n * n : 1));
+    double *m = slim_scratch_malloc(sizeof(double) * (size_t)(n * n > 0 ? n * n : 1));
     if (!m)
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory for a %lld x %lld matrix",
-                         (long long)n, (long long)n);
+        return slim_scratch_oom(ctx->err);
     for (int64_t b = 0; b < batch; b++) {
         for (int64_t i = 0; i < n * n; i++)
             m[i] = slim_load_f64(x->dtype, x->data, b * n * n + i);
         slim_store_f64(y->dtype, y->data, b, det_lu(m, n));
     }
-    free(m);
+    slim_scratch_free(m);
     return SLIM_OK;
 }
 

@@ -45,6 +45,7 @@ static slim_status ew_prepare(slim_node *node, void **state, slim_err *err)
     const ew_desc *d = slim__ew_find(node->op_type);
     if (!d)
         return slim_errf(err, SLIM_EINTERNAL, "no elementwise description for %s", node->op_type);
+    /* raw: fixed-size load-time state, freed with the model */
     ew_state *s = calloc(1, sizeof(*s));
     if (!s)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");

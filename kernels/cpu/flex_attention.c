@@ -43,6 +43,7 @@ static void flex_release(void *p)
 static slim_status flex_prepare(slim_node *node, void **state, slim_err *err)
 {
     static const char *const attrs[2] = {"score_mod", "prob_mod"};
+    /* raw: fixed-size load-time state, freed with the model */
     flex_state *s = calloc(1, sizeof(*s));
     if (!s)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
@@ -120,6 +121,7 @@ static slim_status run_mod(slim_op_ctx *ctx, int i, slim_tensor *t)
 {
     const flex_state *s = ctx->state;
     const int n = s->mod[i]->graph->n_inputs, implicit0 = ctx->n_in - ctx->node->n_implicit;
+    /* raw (these): one entry per node or subgraph input/output: sized by the graph, not the tensors */
     slim_tensor *args = calloc((size_t)n, sizeof(slim_tensor));
     const char **names = calloc((size_t)n, sizeof(char *));
     if (!args || !names) {

@@ -124,9 +124,9 @@ static slim_status gather_exec(slim_op_ctx *ctx)
                     (int64_t)slim_dtype_size(x->dtype);
     if (nidx == 0 || outer == 0 || block == 0)
         return SLIM_OK;
-    int64_t *idx = malloc(sizeof(int64_t) * (size_t)nidx);
+    int64_t *idx = slim_scratch_malloc(sizeof(int64_t) * (size_t)nidx);
     if (!idx)
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+        return slim_scratch_oom(ctx->err);
     slim_status st = SLIM_OK;
     for (int64_t i = 0; i < nidx && !st; i++)
         st = index_at(ind, i, x->dims[axis], &idx[i], ctx->err);
@@ -141,7 +141,7 @@ static slim_status gather_exec(slim_op_ctx *ctx)
             slim_parallel_for(outer * nidx, 1 + GRAIN_BYTES / block, gather_job, &p);
         }
     }
-    free(idx);
+    slim_scratch_free(idx);
     return st;
 }
 

@@ -30,6 +30,7 @@ static slim_status conv_half_prepare(slim_node *node, void **state, slim_err *er
     const slim_op_def *d = slim_op_lookup("", "Conv", 22);
     if (!d)
         return slim_errf(err, SLIM_EUNSUPPORTED, "no Conv kernel to run ConvHalf with");
+    /* raw: fixed-size load-time state, freed with the model */
     conv_half_state *s = calloc(1, sizeof(*s));
     if (!s)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");

@@ -48,6 +48,7 @@ static slim_status matmul_half_prepare(slim_node *node, void **state, slim_err *
     else
         return slim_errf(err, SLIM_EINVAL, "activation \"%s\" is not one of \"\", \"Relu\", "
                          "\"Gelu\"", act);
+    /* raw: fixed-size load-time state, freed with the model */
     matmul_half_state *st = calloc(1, sizeof(*st));
     if (!st)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
@@ -157,13 +158,13 @@ static slim_status gather_half_exec(slim_op_ctx *ctx)
     int64_t n = slim_tensor_numel(ind), v = t->dims[0], d = t->dims[1];
     if (n == 0 || d == 0)
         return SLIM_OK;
-    int64_t *idx = malloc(sizeof(int64_t) * (size_t)n);
+    int64_t *idx = slim_scratch_malloc(sizeof(int64_t) * (size_t)n);
     if (!idx)
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+        return slim_scratch_oom(ctx->err);
     for (int64_t i = 0; i < n; i++) {
         int64_t k = slim_load_i64(ind->dtype, ind->data, i);
         if (k < -v || k >= v) {
-            free(idx);
+            slim_scratch_free(idx);
             return slim_errf(ctx->err, SLIM_EINVAL, "index %lld is out of range for %lld rows",
                              (long long)k, (long long)v);
         }
@@ -171,7 +172,7 @@ static slim_status gather_half_exec(slim_op_ctx *ctx)
     }
     gather_half_job j = {t->data, idx, ctx->out[0]->data, d, t->dtype == SLIM_F16};
     slim_parallel_for(n, 1 + 16384 / d, gather_half_part, &j);
-    free(idx);
+    slim_scratch_free(idx);
     return SLIM_OK;
 }
 
@@ -190,6 +191,7 @@ static slim_status half_cast_prepare(slim_node *node, void **state, slim_err *er
     if (dt == SLIM_DTYPE_UNDEFINED)
         return slim_errf(err, SLIM_EINVAL, "attribute to = %lld, must be 1 (float), 10 "
                          "(float16) or 16 (bfloat16)", (long long)to);
+    /* raw: fixed-size load-time state, freed with the model */
     slim_dtype *st = malloc(sizeof(*st));
     if (!st)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");

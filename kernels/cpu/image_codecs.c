@@ -276,6 +276,7 @@ static slim_status png_run(const uint8_t *buf, size_t n, uint32_t *w, uint32_t *
     png_read_update_info(png, info);
     if (png_get_rowbytes(png, info) != (size_t)pw * 3)
         png_error(png, "unexpected row size after conversion to RGB");
+    /* raw: one pointer per image row (8 bytes against the row's 3 x width in the accounted output) */
     rows = malloc(sizeof(png_bytep) * ph);
     if (!rows)
         png_error(png, "no memory for row pointers");
@@ -409,6 +410,7 @@ static int tiff_read_plain(TIFF *t, uint32_t w, uint32_t h, uint8_t *rgb)
     tmsize_t row = TIFFScanlineSize(t);
     if (row < (tmsize_t)w * spp)
         return 0;
+    /* raw: one scanline of the image, a fraction of the accounted output */
     uint8_t *line = malloc((size_t)row);
     if (!line)
         return -1;
@@ -479,6 +481,8 @@ static slim_status tiff_run(const uint8_t *buf, size_t n, uint32_t *w, uint32_t 
      * photometric interpretation, bit depth and layout libtiff knows. It
      * premultiplies unassociated alpha, which PIL does not: a 16-bit or
      * tiled RGBA TIFF's colours can differ from PIL's where alpha < 255. */
+    /* raw: this codec layer sits below the kernels and their accounted
+     * scratch; the RGBA image is 4/3 of the accounted output it fills */
     uint32_t *px = malloc((size_t)tw * th * 4);
     if (!px) {
         TIFFClose(t);

@@ -429,6 +429,7 @@ static slim_status imgdec_prepare(slim_node *node, void **state, slim_err *err)
     else
         return slim_errf(err, SLIM_EINVAL, "pixel_format \"%s\": expected RGB, BGR or Grayscale",
                          pf);
+    /* raw: fixed-size load-time state, freed with the model */
     int *st = malloc(sizeof(int));
     if (!st)
         return slim_errf(err, SLIM_ENOMEM, "no memory for ImageDecoder's state");

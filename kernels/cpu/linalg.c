@@ -1,5 +1,5 @@
 /*
- * linalg.c - matrix products: Gemm, MatMul, MatMulInteger and Einsum.
+ * linalg.c - matrix products: Gemm, MatMul and MatMulInteger (Einsum: einsum.c).
  *
  * Products run in one of three "calc" types: float32 (float32, and float16
  * / bfloat16 widened once up front) through cblas_sgemm, float64 through
@@ -57,7 +57,7 @@ static double calc_load(calc_type ct, const void *p, int64_t i)
 }
 
 /* t's data in calc type ct: t's own buffer when it already is, else a
- * converted copy returned in *owned (free it). NULL when out of memory. */
+ * converted copy returned in *owned (slim_scratch_free it). NULL when out of memory. */
 static const void *calc_view(const slim_tensor *t, calc_type ct, void **owned)
 {
     static const int64_t empty; /* stands for the NULL data of 0 elements */
@@ -67,7 +67,7 @@ static const void *calc_view(const slim_tensor *t, calc_type ct, void **owned)
         return &empty;
     if (t->dtype == calc_dtype(ct))
         return t->data;
-    void *p = malloc(calc_size(ct) * (size_t)(n > 0 ? n : 1));
+    void *p = slim_scratch_malloc(calc_size(ct) * (size_t)(n > 0 ? n : 1));
     if (!p)
         return NULL;
     for (int64_t i = 0; i < n; i++) {
@@ -88,7 +88,7 @@ static void *calc_out(slim_tensor *y, calc_type ct, void **owned)
     if (y->dtype == calc_dtype(ct))
         return y->data;
     int64_t n = slim_tensor_numel(y);
-    *owned = malloc(calc_size(ct) * (size_t)(n > 0 ? n : 1));
+    *owned = slim_scratch_malloc(calc_size(ct) * (size_t)(n > 0 ? n : 1));
     return *owned;
 }
 
@@ -105,7 +105,7 @@ static void calc_finish(slim_tensor *y, calc_type ct, void *owned)
         else
             slim_store_f64(y->dtype, y->data, i, ((double *)owned)[i]);
     }
-    free(owned);
+    slim_scratch_free(owned);
 }
 
 /* Y = alpha * op(A) @ op(B) + beta * Y, row-major, all in calc type ct.
@@ -175,7 +175,7 @@ typedef struct {
 
 static slim_status gemm_prepare(slim_node *node, void **state, slim_err *err)
 {
-    gemm_state *st = calloc(1, sizeof(*st));
+    gemm_state *st = calloc(1, sizeof(*st)); /* load-time state, fixed size */
     if (!st)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
     st->ta = slim_attr_int(node, "transA", 0) != 0;
@@ -243,7 +243,7 @@ static slim_status gemm_exec(slim_op_ctx *ctx)
     void *py = calc_out(y, ct, &own_y);
     slim_status s = SLIM_OK;
     if (!pa || !pb || !py) {
-        s = slim_errf(ctx->err, SLIM_ENOMEM, "out of memory converting operands");
+        s = slim_scratch_oom(ctx->err);
         goto done;
     }
     double beta = c && st->beta != 0 ? st->beta : 0;
@@ -265,9 +265,9 @@ done:
     if (s == SLIM_OK)
         calc_finish(y, ct, own_y);
     else
-        free(own_y);
-    free(own_a);
-    free(own_b);
+        slim_scratch_free(own_y);
+    slim_scratch_free(own_a);
+    slim_scratch_free(own_b);
     return s;
 }
 
@@ -376,15 +376,15 @@ static slim_status matmul_exec(slim_op_ctx *ctx)
     const void *pa = calc_view(a, ct, &own_a), *pb = calc_view(b, ct, &own_b);
     void *py = calc_out(y, ct, &own_y);
     if (!pa || !pb || !py) {
-        free(own_a);
-        free(own_b);
-        free(own_y);
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory converting operands");
+        slim_scratch_free(own_a);
+        slim_scratch_free(own_b);
+        slim_scratch_free(own_y);
+        return slim_scratch_oom(ctx->err);
     }
     mm_batched(ct, &sh, a, b, pa, pb, py);
     calc_finish(y, ct, own_y);
-    free(own_a);
-    free(own_b);
+    slim_scratch_free(own_a);
+    slim_scratch_free(own_b);
     return SLIM_OK;
 }
 
@@ -431,7 +431,7 @@ static slim_status mmi_infer(slim_op_ctx *ctx)
 static double *mmi_shifted(const slim_tensor *x, const slim_tensor *zp, int64_t div, int64_t mod)
 {
     int64_t n = slim_tensor_numel(x), nz = zp ? slim_tensor_numel(zp) : 0;
-    double *d = malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
+    double *d = slim_scratch_malloc(sizeof(double) * (size_t)(n > 0 ? n : 1));
     for (int64_t e = 0; d && e < n; e++)
         d[e] = slim_load_f64(x->dtype, x->data, e) -
                (nz == 0 ? 0 : slim_load_f64(zp->dtype, zp->data, nz == 1 ? 0 : (e / div) % mod));
@@ -463,316 +463,12 @@ static slim_status mmi_exec(slim_op_ctx *ctx)
         mm_batched(CT_F64, &sh, a, b, pa, pb, py);
         calc_finish(y, CT_F64, own_y);
     } else {
-        free(own_y);
-        s = slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+        slim_scratch_free(own_y);
+        s = slim_scratch_oom(ctx->err);
     }
-    free(pa);
-    free(pb);
+    slim_scratch_free(pa);
+    slim_scratch_free(pb);
     return s;
-}
-
-/* ---- Einsum -------------------------------------------------------------- */
-
-/* Labels: 'A'-'Z' are 0-25 and 'a'-'z' 26-51 (so ascending ids are ASCII
- * order, which the implicit output uses), and the dims an ellipsis covers
- * are 52 + position, right-aligned across inputs as in broadcasting. */
-#define EIN_LETTERS 52
-#define EIN_LABELS (EIN_LETTERS + SLIM_MAX_DIMS)
-#define EIN_MAX_IN 16
-
-typedef struct {
-    int n_in;
-    int rank[EIN_MAX_IN];
-    int label[EIN_MAX_IN][SLIM_MAX_DIMS];
-    int out_rank;
-    int out_label[SLIM_MAX_DIMS];
-    int64_t size[EIN_LABELS]; /* -1 for labels not used */
-} ein_plan;
-
-/* Parses one term ("ij", "...ii", "b...") into labels for a tensor of
- * `rank` dims, given n_ell ellipsis dims overall (-1: just count them). */
-static slim_status ein_term(const char *t, size_t len, int rank, int n_ell, int *labels,
-                            int *n_labels, int *term_ell, slim_err *err)
-{
-    int letters = 0, ell_at = -1;
-    for (size_t i = 0; i < len; i++) {
-        if (t[i] == '.') {
-            if (ell_at >= 0 || i + 2 >= len || t[i + 1] != '.' || t[i + 2] != '.')
-                return slim_errf(err, SLIM_EINVAL, "equation: malformed ellipsis in \"%.*s\"",
-                                 (int)len, t);
-            ell_at = letters;
-            i += 2;
-        } else if ((t[i] >= 'a' && t[i] <= 'z') || (t[i] >= 'A' && t[i] <= 'Z')) {
-            letters++;
-        } else {
-            return slim_errf(err, SLIM_EINVAL, "equation: unexpected character '%c'", t[i]);
-        }
-    }
-    int ell = rank < 0 ? 0 : rank - letters;
-    if (rank >= 0 && (ell < 0 || (ell > 0 && ell_at < 0)))
-        return slim_errf(err, SLIM_ESHAPE, "equation term \"%.*s\" does not fit an input of rank %d",
-                         (int)len, t, rank);
-    if (rank < 0 && ell_at >= 0)
-        ell = n_ell; /* the output term: every ellipsis dim */
-    if (letters + ell > SLIM_MAX_DIMS)
-        return slim_errf(err, SLIM_EUNSUPPORTED, "equation term \"%.*s\" has more than %d dims",
-                         (int)len, t, SLIM_MAX_DIMS);
-    *term_ell = ell;
-    if (n_ell < 0)
-        return SLIM_OK;
-    int n = 0;
-    for (size_t i = 0; i < len; i++) {
-        if (t[i] == '.') {
-            for (int e = 0; e < ell; e++)
-                labels[n++] = EIN_LETTERS + n_ell - ell + e;
-            i += 2;
-        } else {
-            labels[n++] = t[i] <= 'Z' ? t[i] - 'A' : 26 + t[i] - 'a';
-        }
-    }
-    *n_labels = n;
-    return SLIM_OK;
-}
-
-static slim_status ein_parse(const slim_op_ctx *ctx, ein_plan *p)
-{
-    const char *raw = slim_attr_str(ctx->node, "equation", NULL);
-    if (!raw)
-        return slim_errf(ctx->err, SLIM_EINVAL, "attribute equation is missing");
-    char eq[512];
-    size_t len = 0;
-    for (const char *c = raw; *c; c++)
-        if (*c != ' ' && len + 1 < sizeof(eq))
-            eq[len++] = *c;
-    eq[len] = 0;
-    const char *arrow = strstr(eq, "->");
-    size_t lhs_len = arrow ? (size_t)(arrow - eq) : len;
-    p->n_in = ctx->n_in;
-    if (p->n_in < 1)
-        return slim_errf(ctx->err, SLIM_EINVAL, "Einsum needs at least one input");
-    if (p->n_in > EIN_MAX_IN)
-        return slim_errf(ctx->err, SLIM_EUNSUPPORTED, "more than %d inputs", EIN_MAX_IN);
-    /* Pass 0 counts ellipsis dims, pass 1 assigns labels. */
-    int n_ell = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        const char *t = eq;
-        for (int i = 0; i < p->n_in; i++) {
-            const char *end = memchr(t, ',', lhs_len - (size_t)(t - eq));
-            size_t tl = end ? (size_t)(end - t) : lhs_len - (size_t)(t - eq);
-            if (!ctx->in[i])
-                return slim_errf(ctx->err, SLIM_EINVAL, "input %d is missing", i);
-            if ((i < p->n_in - 1) != (end != NULL))
-                return slim_errf(ctx->err, SLIM_EINVAL,
-                                 "equation \"%s\" does not have %d input terms", raw, p->n_in);
-            int ell, n;
-            slim_status s = ein_term(t, tl, ctx->in[i]->ndim, pass ? n_ell : -1, p->label[i], &n,
-                                     &ell, ctx->err);
-            if (s)
-                return s;
-            n_ell = pass || ell < n_ell ? n_ell : ell;
-            p->rank[i] = ctx->in[i]->ndim;
-            t += tl + 1;
-        }
-    }
-    int count[EIN_LABELS] = {0};
-    for (int l = 0; l < EIN_LABELS; l++)
-        p->size[l] = -1;
-    for (int i = 0; i < p->n_in; i++)
-        for (int d = 0; d < p->rank[i]; d++) {
-            int l = p->label[i][d];
-            int64_t sz = ctx->in[i]->dims[d];
-            count[l]++;
-            if (p->size[l] < 0 || p->size[l] == 1)
-                p->size[l] = sz;
-            else if (sz != p->size[l] && sz != 1)
-                return slim_errf(ctx->err, SLIM_ESHAPE,
-                                 "equation \"%s\": a label has sizes %lld and %lld", raw,
-                                 (long long)p->size[l], (long long)sz);
-        }
-    if (arrow) {
-        int ell;
-        slim_status s = ein_term(arrow + 2, strlen(arrow + 2), -1, n_ell, p->out_label,
-                                 &p->out_rank, &ell, ctx->err);
-        if (s)
-            return s;
-        bool seen[EIN_LABELS] = {false};
-        for (int d = 0; d < p->out_rank; d++) {
-            int l = p->out_label[d];
-            if (seen[l] || (l < EIN_LETTERS && count[l] == 0))
-                return slim_errf(ctx->err, SLIM_EINVAL,
-                                 "equation \"%s\": output label repeated or not in any input", raw);
-            seen[l] = true;
-        }
-    } else {
-        /* Implicit output: ellipsis dims, then letters used exactly once. */
-        p->out_rank = 0;
-        for (int e = 0; e < n_ell; e++)
-            p->out_label[p->out_rank++] = EIN_LETTERS + e;
-        for (int l = 0; l < EIN_LETTERS; l++)
-            if (count[l] == 1) {
-                if (p->out_rank == SLIM_MAX_DIMS)
-                    return slim_errf(ctx->err, SLIM_EUNSUPPORTED, "output has too many dims");
-                p->out_label[p->out_rank++] = l;
-            }
-    }
-    return SLIM_OK;
-}
-
-static slim_status einsum_infer(slim_op_ctx *ctx)
-{
-    if (ctx->n_in < 1 || !ctx->in[0])
-        return slim_errf(ctx->err, SLIM_EINVAL, "Einsum needs at least one input");
-    for (int i = 0; i < ctx->n_in; i++) {
-        slim_status s = ctx->in[i] ? check_matmul_dtype(ctx->in[0], ctx->in[i], "input 0",
-                                                        "another input", ctx->err)
-                                   : SLIM_OK;
-        if (s)
-            return s;
-    }
-    ein_plan p;
-    slim_status s = ein_parse(ctx, &p);
-    if (s)
-        return s;
-    int64_t dims[SLIM_MAX_DIMS];
-    for (int d = 0; d < p.out_rank; d++)
-        dims[d] = p.size[p.out_label[d]] < 0 ? 1 : p.size[p.out_label[d]];
-    slim_tensor_set_shape(ctx->out[0], ctx->in[0]->dtype, p.out_rank, dims);
-    return SLIM_OK;
-}
-
-typedef struct {
-    const ein_plan *p;
-    calc_type ct;
-    const void *in[EIN_MAX_IN];
-    int64_t stride[EIN_MAX_IN][EIN_LABELS]; /* 0 where an input lacks or broadcasts a label */
-    int red[EIN_LABELS], n_red;             /* labels summed over */
-    void *y;
-} ein_job;
-
-/* Sum over t < len of the product of in[i][off[i] + t * step[i]]. */
-static void ein_inner(const ein_job *j, const int64_t *off, const int64_t *step, int64_t len,
-                      int64_t *isum, double *fsum)
-{
-    int n_in = j->p->n_in;
-    if (j->ct == CT_F64 && n_in == 2) { /* the common case: a dot product */
-        const double *a = (const double *)j->in[0] + off[0], *b = (const double *)j->in[1] + off[1];
-        double acc = 0;
-        for (int64_t t = 0; t < len; t++)
-            acc += a[t * step[0]] * b[t * step[1]];
-        *fsum += acc;
-        return;
-    }
-    for (int64_t t = 0; t < len; t++) {
-        int64_t iprod = 1;
-        double fprod = 1;
-        for (int i = 0; i < n_in; i++) {
-            if (j->ct == CT_I64)
-                iprod *= ((const int64_t *)j->in[i])[off[i] + t * step[i]];
-            else
-                fprod *= ((const double *)j->in[i])[off[i] + t * step[i]];
-        }
-        *isum += iprod;
-        *fsum += fprod;
-    }
-}
-
-/* Direct evaluation: each output element sums the product of its inputs
- * over every combination of the summed labels; the last summed label is
- * the inner loop. */
-static void ein_task(int64_t begin, int64_t end, void *user)
-{
-    const ein_job *j = user;
-    const ein_plan *p = j->p;
-    int outer_red = j->n_red > 0 ? j->n_red - 1 : 0;
-    int64_t step[EIN_MAX_IN] = {0}, len = 1;
-    if (j->n_red > 0) {
-        int l = j->red[j->n_red - 1];
-        len = p->size[l];
-        for (int i = 0; i < p->n_in; i++)
-            step[i] = j->stride[i][l];
-    }
-    for (int64_t e = begin; e < end; e++) {
-        int64_t off[EIN_MAX_IN] = {0}, rest = e;
-        for (int d = p->out_rank - 1; d >= 0; d--) {
-            int l = p->out_label[d];
-            int64_t at = rest % p->size[l];
-            rest /= p->size[l];
-            for (int i = 0; i < p->n_in; i++)
-                off[i] += at * j->stride[i][l];
-        }
-        int64_t idx[EIN_LABELS] = {0}, isum = 0;
-        double fsum = 0;
-        for (;;) {
-            ein_inner(j, off, step, len, &isum, &fsum);
-            int r = outer_red - 1;
-            for (; r >= 0; r--) {
-                int l = j->red[r];
-                for (int i = 0; i < p->n_in; i++)
-                    off[i] += j->stride[i][l];
-                if (++idx[r] < p->size[l])
-                    break;
-                for (int i = 0; i < p->n_in; i++)
-                    off[i] -= j->stride[i][l] * p->size[l];
-                idx[r] = 0;
-            }
-            if (r < 0)
-                break;
-        }
-        if (j->ct == CT_I64)
-            ((int64_t *)j->y)[e] = isum;
-        else
-            ((double *)j->y)[e] = fsum;
-    }
-}
-
-static slim_status einsum_exec(slim_op_ctx *ctx)
-{
-    ein_plan p;
-    slim_status s = ein_parse(ctx, &p);
-    if (s)
-        return s;
-    slim_tensor *y = ctx->out[0];
-    ein_job j = {.p = &p, .ct = calc_for(ctx->in[0]->dtype) == CT_I64 ? CT_I64 : CT_F64};
-    bool in_out[EIN_LABELS] = {false};
-    for (int d = 0; d < p.out_rank; d++)
-        in_out[p.out_label[d]] = true;
-    for (int l = 0; l < EIN_LABELS; l++) {
-        if (p.size[l] == 0 && !in_out[l]) {
-            j.n_red = -1; /* summing over an empty label: all zeros */
-            break;
-        }
-        if (p.size[l] > 0 && !in_out[l])
-            j.red[j.n_red++] = l;
-    }
-    void *owned[EIN_MAX_IN] = {NULL}, *own_y;
-    j.y = calc_out(y, j.ct, &own_y);
-    bool ok = j.y != NULL;
-    for (int i = 0; i < p.n_in; i++) {
-        const slim_tensor *t = ctx->in[i];
-        int64_t st[SLIM_MAX_DIMS];
-        slim_contiguous_strides(t->ndim, t->dims, st);
-        memset(j.stride[i], 0, sizeof(j.stride[i]));
-        for (int d = 0; d < t->ndim; d++)
-            if (t->dims[d] != 1)
-                j.stride[i][p.label[i][d]] += st[d]; /* repeated labels: a diagonal */
-        j.in[i] = calc_view(t, j.ct, &owned[i]);
-        ok = ok && j.in[i];
-    }
-    int64_t n = slim_tensor_numel(y);
-    if (ok && n > 0) {
-        if (j.n_red < 0)
-            memset(j.y, 0, calc_size(j.ct) * (size_t)n);
-        else
-            slim_parallel_for(n, 64, ein_task, &j);
-    }
-    for (int i = 0; i < p.n_in; i++)
-        free(owned[i]);
-    if (!ok) {
-        free(own_y);
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
-    }
-    calc_finish(y, j.ct, own_y);
-    return SLIM_OK;
 }
 
 /* ---- table --------------------------------------------------------------- */
@@ -781,6 +477,5 @@ const slim_op_def slim__ops_linalg[] = {
     {"Gemm", 1, gemm_prepare, free, gemm_infer, gemm_exec, 0},
     {"MatMul", 1, NULL, NULL, matmul_infer, matmul_exec, 0},
     {"MatMulInteger", 10, NULL, NULL, mmi_infer, mmi_exec, 0},
-    {"Einsum", 12, NULL, NULL, einsum_infer, einsum_exec, 0},
     {0},
 };

@@ -33,6 +33,7 @@ static slim_status loss_prepare(slim_node *node, void **state, slim_err *err)
               : strcmp(r, "mean") == 0 ? RED_MEAN : -1;
     if (red < 0)
         return slim_errf(err, SLIM_EINVAL, "reduction \"%s\" is not none, sum or mean", r);
+    /* raw: fixed-size load-time state, freed with the model */
     loss_state *st = calloc(1, sizeof(*st));
     if (!st)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
@@ -93,9 +94,9 @@ static slim_status loss_exec(slim_op_ctx *ctx)
     /* The log-probabilities (SoftmaxCrossEntropyLoss) or the input, as
      * doubles [N, C, D]. */
     const int64_t total = slim_tensor_numel(x);
-    double *v = malloc(sizeof(double) * (size_t)(total > 0 ? total : 1));
+    double *v = slim_scratch_malloc(sizeof(double) * (size_t)(total > 0 ? total : 1));
     if (!v)
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+        return slim_scratch_oom(ctx->err);
     for (int64_t i = 0; i < total; i++)
         v[i] = slim_load_f64(x->dtype, x->data, i);
     if (st->softmax)
@@ -141,7 +142,7 @@ static slim_status loss_exec(slim_op_ctx *ctx)
             r = weighted ? sum / wsum : sum / (double)(N * D);
         slim_store_f64(y->dtype, y->data, 0, r);
     }
-    free(v);
+    slim_scratch_free(v);
     return s;
 }
 

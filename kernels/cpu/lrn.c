@@ -28,6 +28,7 @@ static slim_status lrn_prepare(slim_node *node, void **state, slim_err *err)
     if (a->i < 1 || a->i > (1 << 20))
         return slim_errf(err, SLIM_EINVAL, "size = %lld, must be in [1, 1048576]",
                          (long long)a->i);
+    /* raw: fixed-size load-time state, freed with the model */
     lrn_state *st = calloc(1, sizeof(*st));
     if (!st)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
@@ -69,6 +70,8 @@ static void lrn_task(int64_t begin, int64_t end, void *user)
     const int64_t C = j->C, inner = j->inner;
     const int64_t lo = (j->st->size - 1) / 2, hi = j->st->size - 1 - lo;
     const double k = j->st->alpha / (double)j->st->size;
+    /* raw (both): per chunk on a kernel thread, which has no account to charge (parallel.c
+     * carries only the cancel token); one image of the input */
     double *sq = malloc(sizeof(double) * (size_t)(C * inner)); /* squares */
     double *win = malloc(sizeof(double) * (size_t)inner);      /* window sums */
     if (!sq || !win) {

@@ -28,6 +28,7 @@ static slim_status mmb_prepare(slim_node *node, void **state, slim_err *err)
     const char *act = slim_attr_str(node, "activation", "");
     if (act[0] && strcmp(act, "Relu") != 0)
         return slim_errf(err, SLIM_EINVAL, "activation \"%s\" is not one of \"\", \"Relu\"", act);
+    /* raw: fixed-size load-time state, freed with the model */
     mmb_state *s = calloc(1, sizeof(*s));
     if (!s)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
@@ -81,7 +82,7 @@ static const float *widen(const slim_tensor *x, float **owned)
     if (x->dtype == SLIM_F32)
         return x->data;
     int64_t n = slim_tensor_numel(x);
-    float *f = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    float *f = slim_scratch_malloc(sizeof(float) * (size_t)(n ? n : 1));
     if (!f)
         return NULL;
     const uint16_t *h = x->data;
@@ -113,10 +114,10 @@ static slim_status mmb_exec(slim_op_ctx *ctx)
     slim_dtype dt = y->dtype;
     float *own_a, *own_w, *own_b, *acc = NULL;
     const float *fa = widen(a, &own_a), *fw = widen(w, &own_w), *fb = widen(b, &own_b);
-    float *fy = dt == SLIM_F32 ? y->data : (acc = malloc(sizeof(float) * (size_t)(rows * n)));
+    float *fy = dt == SLIM_F32 ? y->data : (acc = slim_scratch_malloc(sizeof(float) * (size_t)(rows * n)));
     slim_status st = SLIM_OK;
     if (!fa || !fw || !fb || !fy) {
-        st = slim_errf(ctx->err, SLIM_ENOMEM, "out of memory widening MatMulBias's operands");
+        st = slim_scratch_oom(ctx->err);
         goto done;
     }
     if (k == 0)
@@ -136,10 +137,10 @@ static slim_status mmb_exec(slim_op_ctx *ctx)
             h[i] = dt == SLIM_F16 ? slim_f32_to_f16(fy[i]) : slim_f32_to_bf16(fy[i]);
     }
 done:
-    free(own_a);
-    free(own_w);
-    free(own_b);
-    free(acc);
+    slim_scratch_free(own_a);
+    slim_scratch_free(own_w);
+    slim_scratch_free(own_b);
+    slim_scratch_free(acc);
     return st;
 }
 

@@ -314,6 +314,7 @@ slim_status slim_fmm_pack(const slim_tensor *w, slim_tensor *out, slim_fmm_packi
 
 static slim_status fmm_prepare(slim_node *node, void **state, slim_err *err)
 {
+    /* raw: fixed-size load-time state, freed with the model */
     fmm_state *s = calloc(1, sizeof(*s));
     if (!s)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
@@ -444,6 +445,7 @@ static fmm_prims *prims_get(fmm_state *s, int64_t m, bool whole, bool *owned)
         if (s->cache[i]->m == m && s->cache[i]->whole == whole)
             c = s->cache[i];
     if (!c) {
+        /* raw: a cached primitive set, one per batch size, freed with the model */
         c = calloc(1, sizeof(*c));
         if (c && prims_make(s, m, whole, c) != dnnl_success) {
             prims_free(c);
@@ -533,6 +535,7 @@ static void fmm_tasks(int64_t begin, int64_t end, void *user)
         if (rows == j->rows) {
             st = run_part(j, p, a, y);
         } else {
+            /* raw: per chunk on a kernel thread, which has no account to charge (parallel.c carries only the cancel token); one row of the input */
             float *pa = calloc((size_t)(j->rows * (j->s->k + j->s->n)), sizeof(float));
             if (!pa) {
                 atomic_store(&j->failed, 1);

@@ -130,6 +130,7 @@ static slim_status get_ints(const slim_node *node, const char *name, int *n, boo
     if (a->type != SLIM_ATTR_INTS || (*n >= 0 && a->n != *n))
         return slim_errf(err, SLIM_EINVAL, "attribute %s must be %d ints", name, *n);
     *n = a->n;
+    /* raw: load time: sized by the node's attributes, freed with the model */
     if (!(*out = malloc(sizeof(int64_t) * (size_t)(a->n ? a->n : 1))))
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
     if (a->n)
@@ -152,6 +153,7 @@ static slim_status get_doubles(const slim_node *node, const char *name, int *n, 
         return slim_errf(err, SLIM_EINVAL, "attribute %s must be a tensor of %d values", name,
                          *n);
     *n = (int)cnt;
+    /* raw: load time: sized by the node's attributes */
     if (!(*out = malloc(sizeof(double) * (size_t)(cnt ? cnt : 1))))
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
     for (int64_t i = 0; i < cnt; i++)
@@ -161,6 +163,7 @@ static slim_status get_doubles(const slim_node *node, const char *name, int *n, 
 
 static slim_status to_u8(const int64_t *v, int n, uint8_t **out, slim_err *err)
 {
+    /* raw: load time: sized by the node's attributes */
     if (!(*out = calloc((size_t)(n ? n : 1), 1)))
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
     for (int i = 0; v && i < n; i++)
@@ -194,6 +197,7 @@ static slim_status tree_check(const tree_state *s, slim_err *err)
 
 static slim_status tree_prepare(slim_node *node, void **state, slim_err *err)
 {
+    /* raw: fixed-size load-time state, freed with the model */
     tree_state *s = calloc(1, sizeof(*s));
     if (!s)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
@@ -249,6 +253,7 @@ static slim_status tree_prepare(slim_node *node, void **state, slim_err *err)
         goto done;
     }
     /* Member sets, NaN-separated, in node order. */
+    /* raw: load time: one per tree node, freed with the model */
     if (!(s->set_begin = calloc((size_t)nn + 1, sizeof(int64_t))) ||
         !(s->set_end = calloc((size_t)nn + 1, sizeof(int64_t)))) {
         st = slim_errf(err, SLIM_ENOMEM, "out of memory");
@@ -348,9 +353,9 @@ static slim_status tree_exec(slim_op_ctx *ctx)
     const slim_tensor *x = ctx->in[0];
     slim_tensor *o = ctx->out[0];
     const int64_t N = x->dims[0], T = s->n_targets;
-    double *acc = malloc(sizeof(double) * (size_t)(T ? T : 1));
+    double *acc = slim_scratch_malloc(sizeof(double) * (size_t)(T ? T : 1));
     if (!acc)
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+        return slim_scratch_oom(ctx->err);
     for (int64_t r = 0; r < N; r++) {
         double init = s->agg == AGG_MIN ? INFINITY : s->agg == AGG_MAX ? -INFINITY : 0.0;
         for (int64_t t = 0; t < T; t++)
@@ -358,7 +363,7 @@ static slim_status tree_exec(slim_op_ctx *ctx)
         for (int k = 0; k < s->n_trees; k++) {
             int64_t leaf = tree_walk(s, s->roots[k], x, r);
             if (leaf < 0) {
-                free(acc);
+                slim_scratch_free(acc);
                 return slim_errf(ctx->err, SLIM_EINVAL, "tree %d does not reach a leaf (its "
                                  "nodes form a cycle)", k);
             }
@@ -395,7 +400,7 @@ static slim_status tree_exec(slim_op_ctx *ctx)
         for (int64_t t = 0; t < T; t++)
             slim_store_f64(o->dtype, o->data, r * T + t, acc[t]);
     }
-    free(acc);
+    slim_scratch_free(acc);
     return SLIM_OK;
 }
 

@@ -571,9 +571,9 @@ static slim_status run_rows_plan(rows_plan *p, int64_t outer, int axis, const sl
 {
     size_t es = slim_dtype_size(whole->dtype);
     int64_t inner = slim_shape_numel(whole->ndim - axis - 1, whole->dims + axis + 1) * (int64_t)es;
-    int64_t *buf = malloc(sizeof(int64_t) * 2 * (size_t)(p->n ? p->n : 1));
+    int64_t *buf = slim_scratch_malloc(sizeof(int64_t) * 2 * (size_t)(p->n ? p->n : 1));
     if (!buf)
-        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+        return slim_scratch_oom(err);
     int64_t *row = buf, *off = buf + p->n, at = 0;
     for (int i = 0; i < p->n; i++) {
         row[i] = sizes[i] * inner;
@@ -585,7 +585,7 @@ static slim_status run_rows_plan(rows_plan *p, int64_t outer, int axis, const sl
     p->offset = off;
     if (outer > 0 && at > 0)
         slim_parallel_for(outer, 1 + GRAIN_BYTES / at, join_job, p);
-    free(buf);
+    slim_scratch_free(buf);
     return SLIM_OK;
 }
 
@@ -594,6 +594,7 @@ static slim_status concat_exec(slim_op_ctx *ctx)
     slim_tensor *y = ctx->out[0];
     int axis;
     slim_norm_axis(slim_attr_int(ctx->node, "axis", 1), y->ndim, &axis, NULL);
+    /* raw (these): one entry per node or subgraph input/output: sized by the graph, not the tensors */
     char **parts = malloc(sizeof(char *) * (size_t)ctx->n_in);
     int64_t *sizes = malloc(sizeof(int64_t) * (size_t)ctx->n_in);
     slim_status st = SLIM_OK;
@@ -622,6 +623,7 @@ static slim_status split_geometry(slim_op_ctx *ctx, int *axis, int64_t **sizes)
         return st;
     if (x->ndim == 0)
         return slim_errf(ctx->err, SLIM_ESHAPE, "cannot split a scalar");
+    /* raw: n + 1 offsets, n the node's outputs: sized by the graph */
     int64_t dim = x->dims[*axis], *s = calloc((size_t)n + 1, sizeof(int64_t));
     if (!s)
         return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
@@ -703,6 +705,7 @@ static slim_status split_exec(slim_op_ctx *ctx)
     slim_status st = split_geometry(ctx, &axis, &sizes);
     if (st)
         return st;
+    /* raw: one entry per node or subgraph input/output: sized by the graph, not the tensors */
     char **parts = malloc(sizeof(char *) * (size_t)(ctx->n_out ? ctx->n_out : 1));
     if (!parts) {
         free(sizes);

@@ -51,7 +51,7 @@ static slim_status check_param(const slim_tensor *p, int nd, const int64_t *dims
 static double *expand_param(const slim_tensor *p, int nd, const int64_t *dims, double fill)
 {
     int64_t total = slim_shape_numel(nd, dims);
-    double *dst = malloc(sizeof(double) * (size_t)(total > 0 ? total : 1));
+    double *dst = slim_scratch_malloc(sizeof(double) * (size_t)(total > 0 ? total : 1));
     if (!dst || total == 0)
         return dst;
     if (!p) {
@@ -106,7 +106,7 @@ typedef struct {
 
 static slim_status ln_prepare(slim_node *node, void **state, slim_err *err)
 {
-    ln_state *st = calloc(1, sizeof(*st));
+    ln_state *st = calloc(1, sizeof(*st)); /* load-time state, fixed size */
     if (!st)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
     st->rms = strcmp(node->op_type, "RMSNormalization") == 0;
@@ -234,7 +234,7 @@ static const float *ln_param_f32(const slim_tensor *p, const double *expanded, i
 {
     if (p && p->dtype == SLIM_F32 && slim_tensor_numel(p) == r)
         return p->data;
-    float *f = malloc(sizeof(float) * (size_t)(r > 0 ? r : 1));
+    float *f = slim_scratch_malloc(sizeof(float) * (size_t)(r > 0 ? r : 1));
     for (int64_t i = 0; f && i < r; i++)
         f[i] = (float)expanded[i];
     *own = f;
@@ -250,6 +250,8 @@ static void ln_task(int64_t begin, int64_t end, void *user)
                          (float)j->st->epsilon, j->scale_f, j->bias_f);
         return;
     }
+    /* One row, per chunk on a kernel thread (which has no account to
+     * charge): bounded by the input's row. */
     double *row = malloc(sizeof(double) * (size_t)j->r);
     if (!row) {
         j->failed = true;
@@ -311,19 +313,19 @@ static slim_status ln_exec(slim_op_ctx *ctx)
     }
     /* ~8 KiB of rows a chunk (see add_layernorm.c). */
     slim_parallel_for(outer, grain_for(j.r * 16), ln_task, &j);
-    free(scale);
-    free(b);
-    free(own_s);
-    free(own_b);
+    slim_scratch_free(scale);
+    slim_scratch_free(b);
+    slim_scratch_free(own_s);
+    slim_scratch_free(own_b);
     if (j.failed)
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+        return slim_scratch_oom(ctx->err);
     return SLIM_OK;
 oom:
-    free(scale);
-    free(b);
-    free(own_s);
-    free(own_b);
-    return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+    slim_scratch_free(scale);
+    slim_scratch_free(b);
+    slim_scratch_free(own_s);
+    slim_scratch_free(own_b);
+    return slim_scratch_oom(ctx->err);
 }
 
 /* ---- GroupNormalization / InstanceNormalization -------------------------- */
@@ -344,7 +346,7 @@ static void gn_task(int64_t begin, int64_t end, void *user)
 {
     gn_job *j = user;
     int64_t len = j->cpg * j->spatial;
-    double *row = malloc(sizeof(double) * (size_t)len);
+    double *row = malloc(sizeof(double) * (size_t)len); /* one row on a kernel thread, as ln_task */
     if (!row) {
         j->failed = true;
         return;
@@ -412,9 +414,9 @@ static slim_status gn_exec(slim_op_ctx *ctx)
     if (slim_tensor_numel(x) == 0)
         return SLIM_OK;
     j.cpg = c / j.groups;
-    double *sb = malloc(sizeof(double) * 2 * (size_t)c);
+    double *sb = slim_scratch_malloc(sizeof(double) * 2 * (size_t)c);
     if (!sb)
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+        return slim_scratch_oom(ctx->err);
     bool per_group = ctx->in[1]->dims[0] != c;
     for (int64_t i = 0; i < c; i++) {
         int64_t at = per_group ? i / j.cpg : i;
@@ -424,9 +426,9 @@ static slim_status gn_exec(slim_op_ctx *ctx)
     j.scale = sb;
     j.bias = sb + c;
     slim_parallel_for(x->dims[0] * j.groups, grain_for(j.cpg * j.spatial * 3), gn_task, &j);
-    free(sb);
+    slim_scratch_free(sb);
     if (j.failed)
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+        return slim_scratch_oom(ctx->err);
     return SLIM_OK;
 }
 
@@ -501,7 +503,7 @@ static void bn_task(int64_t begin, int64_t end, void *user)
         }
         return;
     }
-    double *row = malloc(sizeof(double) * (size_t)j->spatial);
+    double *row = malloc(sizeof(double) * (size_t)j->spatial); /* one plane on a kernel thread, as ln_task */
     if (!row) {
         j->failed = true;
         return;
@@ -541,9 +543,9 @@ static slim_status bn_exec(slim_op_ctx *ctx)
     bool train = bn_training(ctx->node);
     if (slim_tensor_numel(x) == 0)
         return SLIM_OK;
-    double *ab = malloc(sizeof(double) * 2 * (size_t)c);
+    double *ab = slim_scratch_malloc(sizeof(double) * 2 * (size_t)c);
     if (!ab)
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+        return slim_scratch_oom(ctx->err);
     for (int64_t i = 0; i < c; i++) {
         double scale = slim_load_f64(ctx->in[1]->dtype, ctx->in[1]->data, i);
         double bias = slim_load_f64(ctx->in[2]->dtype, ctx->in[2]->data, i);
@@ -567,9 +569,9 @@ static slim_status bn_exec(slim_op_ctx *ctx)
     bn_job j = {.x = x, .y = ctx->out[0], .a = ab, .b = ab + c, .c = c,
                 .spatial = slim_shape_numel(x->ndim - 2, x->dims + 2)};
     slim_parallel_for(x->dims[0] * c, grain_for(j.spatial), bn_task, &j);
-    free(ab);
+    slim_scratch_free(ab);
     if (j.failed)
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+        return slim_scratch_oom(ctx->err);
     return SLIM_OK;
 }
 
@@ -610,10 +612,12 @@ static slim_status lp_exec(slim_op_ctx *ctx)
     int64_t inner = x->ndim ? slim_shape_numel(x->ndim - axis - 1, x->dims + axis + 1) : 1;
     if (outer * r * inner == 0)
         return SLIM_OK;
-    double *row = malloc(sizeof(double) * (size_t)r);
+    double *row = slim_scratch_malloc(sizeof(double) * (size_t)r);
     if (!row)
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+        return slim_scratch_oom(ctx->err);
     for (int64_t u = 0; u < outer * inner; u++) {
+        if (r >= 1024 ? slim_cancel_check() : slim_cancel_poll())
+            break; /* one thread over the whole tensor; the executor reports it */
         int64_t off = (u / inner) * r * inner + u % inner;
         double norm = 0;
         gather(x->dtype, x->data, off, inner, r, row);
@@ -624,7 +628,7 @@ static slim_status lp_exec(slim_op_ctx *ctx)
             row[i] = norm == 0 ? 0 : row[i] / norm; /* a zero vector stays zero */
         scatter(y->dtype, y->data, off, inner, r, row);
     }
-    free(row);
+    slim_scratch_free(row);
     return SLIM_OK;
 }
 
@@ -682,9 +686,9 @@ static slim_status mvn_exec(slim_op_ctx *ctx)
         n_groups *= reduced[i] ? 1 : x->dims[i];
     }
     double count = (double)(total / n_groups);
-    double *stats = calloc((size_t)n_groups * 2, sizeof(double)); /* mean, then 1/(std+eps) */
+    double *stats = slim_scratch_calloc((size_t)n_groups * 2, sizeof(double)); /* mean, then 1/(std+eps) */
     if (!stats)
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+        return slim_scratch_oom(ctx->err);
     for (int pass = 0; pass < 3; pass++) {
         int64_t idx[SLIM_MAX_DIMS] = {0}, g = 0;
         for (int64_t e = 0; e < total; e++) {
@@ -707,7 +711,7 @@ static slim_status mvn_exec(slim_op_ctx *ctx)
             for (int64_t i = 0; i < n_groups; i++)
                 stats[n_groups + i] = 1.0 / (sqrt(stats[n_groups + i]) + 1e-9);
     }
-    free(stats);
+    slim_scratch_free(stats);
     return SLIM_OK;
 }
 

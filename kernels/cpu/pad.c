@@ -168,9 +168,9 @@ static slim_status pad_run(const slim_tensor *x, slim_tensor *y, const int64_t *
     int64_t sum = 0;
     for (int d = 0; d < y->ndim; d++)
         sum += y->dims[d];
-    int64_t *maps = malloc(sizeof(int64_t) * (size_t)sum);
+    int64_t *maps = slim_scratch_malloc(sizeof(int64_t) * (size_t)sum);
     if (!maps)
-        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+        return slim_scratch_oom(err);
     int64_t at = 0;
     for (int d = 0; d < y->ndim; at += y->dims[d], d++) {
         p.map[d] = maps + at;
@@ -183,7 +183,7 @@ static slim_status pad_run(const slim_tensor *x, slim_tensor *y, const int64_t *
     p.hi = b[last] + x->dims[last] < y->dims[last] ? b[last] + x->dims[last] : y->dims[last];
     int64_t w = y->dims[last];
     slim_parallel_for(total / w, 1 + GRAIN_BYTES / (w * (int64_t)es), pad_rows_job, &p);
-    free(maps);
+    slim_scratch_free(maps);
     return SLIM_OK;
 }
 

@@ -5,7 +5,10 @@
  * is a direct loop, parallel over output rows (plane, depth, height) so
  * that even a single large plane spreads across threads. For each window
  * the in-bounds taps are computed per dimension up front, which keeps the
- * innermost loops free of bounds checks.
+ * innermost loops free of bounds checks, and the loops visit only those:
+ * work and scratch grow with the input and output, never with the kernel
+ * or the pads a model asks for (a 1x4e8 window over one element is one
+ * tap per output).
  *
  * Window geometry follows the ONNX spec (and onnxruntime): explicit pads or
  * auto_pad SAME_UPPER/SAME_LOWER/VALID; with ceil_mode the last window may
@@ -52,6 +55,7 @@ typedef struct pool_plan {
 
 static slim_status pool_prepare(slim_node *node, void **state, slim_err *err)
 {
+    /* raw: fixed-size load-time state, freed with the model */
     pool_attrs *a = calloc(1, sizeof(*a));
     if (!a)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
@@ -230,12 +234,47 @@ static slim_status pool_infer(slim_op_ctx *ctx)
 
 /* Per spatial dim and output position: the first and last+1 kernel taps
  * that land inside the input, and how many land inside the padded input
- * (the count_include_pad divisor). Computed once per run, they keep
- * divisions out of the loops. */
+ * (the count_include_pad divisor). Computed arithmetically, never by
+ * walking the window. */
 typedef struct tap_range {
     int64_t lo, hi, padded;
     float inv_valid, inv_padded; /* 1 / taps, or 0 for none */
 } tap_range;
+
+/* slim_window_range, without its divisions for the usual dilation 1. */
+static inline void taps_in(int64_t start, int64_t dil, int64_t k, int64_t limit, int64_t *lo,
+                           int64_t *hi)
+{
+    if (dil != 1) {
+        slim_window_range(start, dil, k, limit, lo, hi);
+        return;
+    }
+    int64_t l = start >= 0 ? 0 : -start, h = start >= limit ? 0 : limit - start;
+    h = h < k ? h : k;
+    *lo = l < h ? l : h;
+    *hi = h;
+}
+
+static inline tap_range tap_at(const pool_plan *p, int i, int64_t o)
+{
+    tap_range t;
+    int64_t start = o * p->stride[i] - p->pad_begin[i], lo, hi;
+    taps_in(start, p->dilation[i], p->kernel[i], p->in[i], &t.lo, &t.hi);
+    taps_in(start + p->pad_begin[i], p->dilation[i], p->kernel[i],
+            p->in[i] + p->pad_begin[i] + p->pad_end[i], &lo, &hi);
+    t.padded = hi - lo;
+    t.inv_valid = t.hi > t.lo ? 1.0f / (float)(t.hi - t.lo) : 0.0f;
+    t.inv_padded = hi > lo ? 1.0f / (float)(hi - lo) : 0.0f;
+    return t;
+}
+
+/*
+ * The ranges along the width are shared by every row, so they are kept in
+ * a table when the row is of a sane width (the divisions then stay out of
+ * the loops); a row of 4e8 outputs computes them as it goes rather than
+ * keep 8 times its own size in ranges.
+ */
+#define TAP_TABLE_MAX ((int64_t)1 << 16)
 
 typedef struct pool_job {
     const pool_attrs *a;
@@ -243,34 +282,66 @@ typedef struct pool_job {
     const float *x;
     float *y;
     int64_t *indices;                /* MaxPool's optional second output */
-    const tap_range *taps[MAX_SPATIAL];
-    const tap_range *outputs_per_tap; /* per kw: the [lo, hi) outputs it reaches */
+    const tap_range *taps_w;          /* per ow, or NULL: tap_at as needed */
+    const tap_range *outputs_per_tap; /* per kw: the [lo, hi) outputs it reaches; NULL: per output */
+    int64_t chunk, n_chunks;          /* a row is cut in n_chunks runs of chunk outputs */
+    bool big_units;                   /* a run is long enough to read the clock before each */
 } pool_job;
 
-static tap_range *make_tap_ranges(const pool_plan *p, pool_job *j)
+static inline tap_range tap_w(const pool_job *j, int64_t ow)
 {
-    tap_range *r = malloc(sizeof(*r) * (p->out[0] + p->out[1] + p->out[2] + p->kernel[2]));
-    if (!r)
-        return NULL;
-    const tap_range **per_dim = j->taps;
-    tap_range *next = r;
-    for (int i = 0; i < MAX_SPATIAL; i++) {
-        per_dim[i] = next;
-        for (int64_t o = 0; o < p->out[i]; o++, next++) {
-            int64_t start = o * p->stride[i] - p->pad_begin[i], lo, hi;
-            slim_window_range(start, p->dilation[i], p->kernel[i], p->in[i], &next->lo, &next->hi);
-            slim_window_range(start + p->pad_begin[i], p->dilation[i], p->kernel[i],
-                        p->in[i] + p->pad_begin[i] + p->pad_end[i], &lo, &hi);
-            next->padded = hi - lo;
-            next->inv_valid = next->hi > next->lo ? 1.0f / (float)(next->hi - next->lo) : 0.0f;
-            next->inv_padded = hi > lo ? 1.0f / (float)(hi - lo) : 0.0f;
-        }
+    return j->taps_w ? j->taps_w[ow] : tap_at(j->p, 2, ow);
+}
+
+/* Only the taps inside the input of output ow along the width: what the
+ * loops need, without the divisors. */
+static inline void taps_w_in(const pool_job *j, int64_t ow, int64_t *lo, int64_t *hi)
+{
+    if (j->taps_w) {
+        *lo = j->taps_w[ow].lo;
+        *hi = j->taps_w[ow].hi;
+        return;
     }
-    j->outputs_per_tap = next;
-    for (int64_t kw = 0; kw < p->kernel[2]; kw++, next++)
+    const pool_plan *p = j->p;
+    taps_in(ow * p->stride[2] - p->pad_begin[2], p->dilation[2], p->kernel[2], p->in[2], lo, hi);
+}
+
+/*
+ * Whether pool_rows may walk a row's kernel tap by tap (each tap adding to
+ * the outputs it reaches, which pipelines well). That loop visits every tap
+ * of the kernel, padding included, and keeps a range per tap, so it is only
+ * for kernels no wider than a few times the row itself: a model may ask for
+ * a window of 4e8 over a 1-element input, and then the per-output loop,
+ * which visits only taps inside the input, is the one whose work the
+ * tensors justify.
+ */
+static bool tap_major(const pool_plan *p)
+{
+    return p->out[2] <= TAP_TABLE_MAX && p->kernel[2] <= TAP_TABLE_MAX &&
+           p->kernel[2] <= 4 * (p->in[2] + p->out[2]) + 64;
+}
+
+/* The width table and the per-tap ranges, in scratch held by holder
+ * (which stays empty when neither is kept). */
+static slim_status make_tap_ranges(const pool_plan *p, pool_job *j, slim_tensor *holder,
+                                   slim_err *err)
+{
+    memset(holder, 0, sizeof(*holder));
+    if (p->out[2] > TAP_TABLE_MAX)
+        return SLIM_OK;
+    int64_t per_tap = tap_major(p) ? p->kernel[2] : 0;
+    tap_range *r = slim_scratch_alloc(holder, p->out[2] + per_tap, sizeof(*r), false, err);
+    if (!r)
+        return err->status;
+    for (int64_t o = 0; o < p->out[2]; o++)
+        r[o] = tap_at(p, 2, o);
+    j->taps_w = r;
+    tap_range *next = r + p->out[2];
+    j->outputs_per_tap = per_tap ? next : NULL;
+    for (int64_t kw = 0; kw < per_tap; kw++, next++)
         slim_window_range(kw * p->dilation[2] - p->pad_begin[2], p->stride[2], p->out[2], p->in[2],
-                    &next->lo, &next->hi);
-    return r;
+                          &next->lo, &next->hi);
+    return SLIM_OK;
 }
 
 /* MaxPool with Indices: per output, the first position holding the max. */
@@ -280,14 +351,18 @@ static void argmax_rows(int64_t begin, int64_t end, void *user)
     const pool_plan *p = j->p;
     const int64_t OD = p->out[0], OH = p->out[1], OW = p->out[2];
     const int64_t ID = p->in[0], IH = p->in[1], IW = p->in[2];
-    for (int64_t r = begin; r < end; r++) {
+    for (int64_t u = begin; u < end; u++) {
+        if (j->big_units ? slim_cancel_check() : slim_cancel_poll())
+            return; /* the executor reports it; the output is dropped */
+        int64_t r = u / j->n_chunks, ow0 = u % j->n_chunks * j->chunk;
+        int64_t ow1 = OW - ow0 < j->chunk ? OW : ow0 + j->chunk;
         int64_t plane = r / (OD * OH), od = r / OH % OD, oh = r % OH;
         const float *x = j->x + plane * p->in_size;
-        const tap_range td = j->taps[0][od], th = j->taps[1][oh];
+        const tap_range td = tap_at(p, 0, od), th = tap_at(p, 1, oh);
         int64_t dstart = od * p->stride[0] - p->pad_begin[0];
         int64_t hstart = oh * p->stride[1] - p->pad_begin[1];
-        for (int64_t ow = 0; ow < OW; ow++) {
-            const tap_range tw = j->taps[2][ow];
+        for (int64_t ow = ow0; ow < ow1; ow++) {
+            const tap_range tw = tap_w(j, ow);
             const int64_t wstart = ow * p->stride[2] - p->pad_begin[2];
             float best = 0.0f; /* stays 0 for a window over padding alone */
             int64_t arg = -1;
@@ -355,6 +430,30 @@ static void accumulate(const pool_attrs *a, const float *restrict src, int64_t s
 #undef BLOCKS
 }
 
+/* y[o] = op(y[o], row[start_o + kw * dil]) over the taps kw in [tw[o].lo,
+ * tw[o].hi) inside the input: the loop for kernels wider than the row. */
+static void accumulate_per_output(const pool_job *j, const float *restrict row, int64_t ow0,
+                                  int64_t ow1, float *restrict y)
+{
+    const pool_attrs *a = j->a;
+    const pool_plan *p = j->p;
+    const int64_t wstart0 = -p->pad_begin[2], sw = p->stride[2], dil = p->dilation[2];
+#define PER_OUTPUT(expr)                                               \
+    for (int64_t o = ow0; o < ow1; o++) {                              \
+        const float *src = row + wstart0 + o * sw;                     \
+        int64_t lo, hi;                                                \
+        taps_w_in(j, o, &lo, &hi);                                     \
+        float acc = y[o];                                              \
+        for (int64_t kw = lo; kw < hi; kw++) {                         \
+            const float v = src[kw * dil];                             \
+            acc = (expr);                                              \
+        }                                                              \
+        y[o] = acc;                                                    \
+    }
+    POOL_DISPATCH(a, PER_OUTPUT)
+#undef PER_OUTPUT
+}
+
 /* Every other pool, a row of outputs at a time: for each kernel tap, the
  * outputs whose window has that tap inside the input accumulate it. The
  * outputs are independent, so the adds pipeline instead of waiting on one
@@ -366,20 +465,28 @@ static void pool_rows(int64_t begin, int64_t end, void *user)
     const pool_plan *p = j->p;
     const int64_t OD = p->out[0], OH = p->out[1], OW = p->out[2];
     const int64_t IH = p->in[1], IW = p->in[2], sw = p->stride[2];
-    for (int64_t r = begin; r < end; r++) {
+    for (int64_t u = begin; u < end; u++) {
+        if (j->big_units ? slim_cancel_check() : slim_cancel_poll())
+            return; /* the executor reports it; the output is dropped */
+        int64_t r = u / j->n_chunks, ow0 = u % j->n_chunks * j->chunk;
+        int64_t ow1 = OW - ow0 < j->chunk ? OW : ow0 + j->chunk;
         int64_t plane = r / (OD * OH), od = r / OH % OD, oh = r % OH;
         const float *x = j->x + plane * p->in_size;
         float *y = j->y + r * OW;
-        const tap_range td = j->taps[0][od], th = j->taps[1][oh];
+        const tap_range td = tap_at(p, 0, od), th = tap_at(p, 1, oh);
         int64_t dstart = od * p->stride[0] - p->pad_begin[0];
         int64_t hstart = oh * p->stride[1] - p->pad_begin[1];
         const float init = a->kind == POOL_MAX ? -INFINITY : 0.0f;
-        for (int64_t ow = 0; ow < OW; ow++)
+        for (int64_t ow = ow0; ow < ow1; ow++)
             y[ow] = init;
         for (int64_t kd = td.lo; kd < td.hi; kd++)
             for (int64_t kh = th.lo; kh < th.hi; kh++) {
                 int64_t id = dstart + kd * p->dilation[0], ih = hstart + kh * p->dilation[1];
                 const float *row = x + (id * IH + ih) * IW;
+                if (!j->outputs_per_tap) {
+                    accumulate_per_output(j, row, ow0, ow1, y);
+                    continue;
+                }
                 for (int64_t kw = 0; kw < p->kernel[2]; kw++) {
                     int64_t off = kw * p->dilation[2] - p->pad_begin[2];
                     int64_t lo = j->outputs_per_tap[kw].lo, hi = j->outputs_per_tap[kw].hi;
@@ -387,25 +494,26 @@ static void pool_rows(int64_t begin, int64_t end, void *user)
                         accumulate(a, row + off + lo * sw, sw, hi - lo, y + lo);
                 }
             }
-        const tap_range *tw = j->taps[2];
         if (a->kind == POOL_AVG && a->count_include_pad) {
             const float scale = td.inv_padded * th.inv_padded;
-            for (int64_t ow = 0; ow < OW; ow++)
-                y[ow] *= scale * tw[ow].inv_padded;
+            for (int64_t ow = ow0; ow < ow1; ow++)
+                y[ow] *= scale * tap_w(j, ow).inv_padded;
         } else if (a->kind == POOL_AVG) {
             const float scale = td.inv_valid * th.inv_valid;
-            for (int64_t ow = 0; ow < OW; ow++)
-                y[ow] *= scale * tw[ow].inv_valid;
+            for (int64_t ow = ow0; ow < ow1; ow++)
+                y[ow] *= scale * tap_w(j, ow).inv_valid;
         } else if (a->kind == POOL_LP && a->p != 1) {
-            for (int64_t ow = 0; ow < OW; ow++)
+            for (int64_t ow = ow0; ow < ow1; ow++)
                 y[ow] = a->p == 2 ? sqrtf(y[ow]) : powf(y[ow], (float)(1.0 / a->p));
         } else if (a->kind == POOL_MAX) {
             /* A window over padding alone (dilations can skip the input)
              * has no maximum; 0 keeps integer outputs well defined. */
             bool empty_row = td.hi == td.lo || th.hi == th.lo;
-            for (int64_t ow = 0; ow < OW; ow++)
-                if (empty_row || tw[ow].hi == tw[ow].lo)
+            for (int64_t ow = ow0, lo, hi; ow < ow1; ow++) {
+                taps_w_in(j, ow, &lo, &hi);
+                if (empty_row || hi == lo)
                     y[ow] = 0.0f;
+            }
         }
     }
 }
@@ -424,10 +532,10 @@ static slim_status pool_exec(slim_op_ctx *ctx)
     const float *x;
     float *y;
     memset(&ty, 0, sizeof(ty));
-    pool_job j = {ctx->state, &p, NULL, NULL, indices ? indices->data : NULL, {NULL}, NULL};
-    tap_range *ranges = make_tap_ranges(&p, &j);
-    if (!ranges)
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+    pool_job j = {ctx->state, &p, NULL, NULL, indices ? indices->data : NULL, NULL, NULL, 1, 1, false};
+    slim_tensor ranges;
+    if ((st = make_tap_ranges(&p, &j, &ranges, ctx->err)))
+        return st;
     if ((st = slim_f32_in(ctx->in[0], &tx, &x, ctx->err)))
         goto done;
     /* The pooled values are needed even when only Indices is used. */
@@ -442,13 +550,28 @@ static slim_status pool_exec(slim_op_ctx *ctx)
     static const float no_input[1];
     j.x = x ? x : no_input;
     j.y = y;
-    int64_t window = p.kernel[0] * p.kernel[1] * p.kernel[2];
-    slim_parallel_for(p.planes * p.out[0] * p.out[1], 1 + (1 << 14) / (p.out[2] * window),
+    /* Work per row: the taps inside the input, at most min(kernel, input)
+     * per dim (the kernel alone may overflow when multiplied out). */
+    int64_t row_work = p.out[2];
+    for (int i = 0; i < MAX_SPATIAL; i++) {
+        int64_t taps = p.kernel[i] < p.in[i] ? p.kernel[i] : p.in[i];
+        if (__builtin_mul_overflow(row_work, taps ? taps : 1, &row_work))
+            row_work = INT64_MAX;
+    }
+    /* Rows without a width table (over TAP_TABLE_MAX outputs) are cut
+     * into runs, so that a single huge row still spreads across threads
+     * and polls for cancellation as it goes. The tap-major loop needs
+     * whole rows; it has a table. */
+    j.chunk = j.taps_w ? p.out[2] : TAP_TABLE_MAX;
+    j.n_chunks = (p.out[2] + j.chunk - 1) / j.chunk;
+    row_work = j.n_chunks > 1 ? row_work / p.out[2] * j.chunk : row_work;
+    j.big_units = row_work >= 4096;
+    slim_parallel_for(p.planes * p.out[0] * p.out[1] * j.n_chunks, 1 + (1 << 14) / row_work,
                       j.indices ? argmax_rows : pool_rows, &j);
     if (out)
         slim_f32_out_finish(out, &ty);
 done:
-    free(ranges);
+    slim_tensor_release(&ranges);
     slim_tensor_release(&tx);
     slim_tensor_release(&ty);
     slim_tensor_release(&scratch);

@@ -231,17 +231,16 @@ slim_status slim_qconv_run(const slim_qconv *q, int64_t n_images, const float *x
     block = block < 16 ? 16 : block;
     block = block < np ? block : np;
     size_t packed_g = slim_qgemm_packed_bytes(mg, kg);
-    float *xt = malloc(sizeof(float) * (size_t)(hw * q->c));
-    float *rows = direct ? NULL : malloc(sizeof(float) * (size_t)(block * kg));
-    float *tmp = malloc(sizeof(float) * (size_t)(block * mg));
-    void *scratch = NULL;
-    if (!xt || (!direct && !rows) || !tmp ||
-        (!w->wf && posix_memalign(&scratch, 64, slim_qgemm_scratch_bytes(block, kg)) != 0)) {
-        free(xt);
-        free(rows);
-        free(tmp);
-        return slim_errf(err, SLIM_ENOMEM, "out of memory for a %lld x %lld int8 convolution",
-                         (long long)np, (long long)kg);
+    float *xt = slim_scratch_malloc(sizeof(float) * (size_t)(hw * q->c));
+    float *rows = direct ? NULL : slim_scratch_malloc(sizeof(float) * (size_t)(block * kg));
+    float *tmp = slim_scratch_malloc(sizeof(float) * (size_t)(block * mg));
+    void *scratch = w->wf ? NULL : slim_scratch_malloc(slim_qgemm_scratch_bytes(block, kg));
+    if (!xt || (!direct && !rows) || !tmp || (!w->wf && !scratch)) {
+        slim_scratch_free(xt);
+        slim_scratch_free(rows);
+        slim_scratch_free(tmp);
+        slim_scratch_free(scratch);
+        return slim_scratch_oom(err);
     }
     for (int64_t n = 0; n < n_images; n++) {
         qconv_job j = {q, x + n * q->c * hw, xt, rows, tmp, NULL, 0, 0, 0, kg, mg};
@@ -277,9 +276,9 @@ slim_status slim_qconv_run(const slim_qconv *q, int64_t n_images, const float *x
                 slim_parallel_for((mg + 15) / 16, 1 + 8192 / (16 * nr), untranspose_part, &j);
             }
     }
-    free(xt);
-    free(rows);
-    free(tmp);
-    free(scratch);
+    slim_scratch_free(xt);
+    slim_scratch_free(rows);
+    slim_scratch_free(tmp);
+    slim_scratch_free(scratch);
     return SLIM_OK;
 }

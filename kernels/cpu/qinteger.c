@@ -71,7 +71,7 @@ slim_status slim_qmm_shapes(const slim_tensor *a, const slim_tensor *b, slim_qmm
 static int16_t *shifted16(const slim_tensor *x, const slim_tensor *zp, int64_t div, int64_t mod)
 {
     int64_t n = slim_tensor_numel(x), nz = zp ? slim_tensor_numel(zp) : 0;
-    int16_t *d = malloc(sizeof(int16_t) * (size_t)(n > 0 ? n : 1));
+    int16_t *d = slim_scratch_malloc(sizeof(int16_t) * (size_t)(n > 0 ? n : 1));
     if (!d)
         return NULL;
     int32_t z0 = nz ? (int32_t)slim_load_i64(zp->dtype, zp->data, 0) : 0;
@@ -136,14 +136,15 @@ static slim_status qmm_fast(const slim_qmm_shape *sh, const slim_tensor *a,
     }
     uint8_t *qx = NULL;
     int8_t *packed = NULL;
-    int32_t *zx = malloc(sizeof(int32_t) * (size_t)rows), *colsum = malloc(sizeof(int32_t) * (size_t)n);
-    if (!zx || !colsum || posix_memalign((void **)&qx, 64, (size_t)(rows * k4)) ||
-        posix_memalign((void **)&packed, 64, slim_qgemm_packed_bytes(n, k))) {
-        free(zx);
-        free(colsum);
-        free(qx);
-        free(packed);
-        return slim_errf(err, SLIM_ENOMEM, "out of memory for the integer product");
+    int32_t *zx = slim_scratch_malloc(sizeof(int32_t) * (size_t)rows), *colsum = slim_scratch_malloc(sizeof(int32_t) * (size_t)n);
+    qx = slim_scratch_malloc((size_t)(rows * k4));         /* 64-byte aligned, as the */
+    packed = slim_scratch_malloc(slim_qgemm_packed_bytes(n, k)); /* int8 GEMM wants */
+    if (!zx || !colsum || !qx || !packed) {
+        slim_scratch_free(zx);
+        slim_scratch_free(colsum);
+        slim_scratch_free(qx);
+        slim_scratch_free(packed);
+        return slim_scratch_oom(err);
     }
     int32_t z = azp ? ((const uint8_t *)azp->data)[0] : 0;
     for (int64_t r = 0; r < rows; r++) {
@@ -155,10 +156,10 @@ static slim_status qmm_fast(const slim_qmm_shape *sh, const slim_tensor *a,
     slim_qgemm_args args = {.m = rows, .n = n, .k = k, .packed = packed, .colsum = colsum,
                             .y_i32 = acc, .ldy = n};
     slim_qgemm_u8(&args, qx, zx);
-    free(zx);
-    free(colsum);
-    free(qx);
-    free(packed);
+    slim_scratch_free(zx);
+    slim_scratch_free(colsum);
+    slim_scratch_free(qx);
+    slim_scratch_free(packed);
     return SLIM_OK;
 }
 
@@ -170,12 +171,12 @@ slim_status slim_qmm_int32(const slim_qmm_shape *sh, const slim_tensor *a, const
         return qmm_fast(sh, a, azp, b, acc, err);
     int64_t n_batch = slim_shape_numel(sh->nb, sh->batch);
     int16_t *pa = shifted16(a, azp, sh->k, sh->m), *pb = shifted16(b, bzp, 1, sh->n);
-    int64_t *off = malloc(sizeof(int64_t) * 2 * (size_t)(n_batch > 0 ? n_batch : 1));
+    int64_t *off = slim_scratch_malloc(sizeof(int64_t) * 2 * (size_t)(n_batch > 0 ? n_batch : 1));
     if (!pa || !pb || !off) {
-        free(pa);
-        free(pb);
-        free(off);
-        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+        slim_scratch_free(pa);
+        slim_scratch_free(pb);
+        slim_scratch_free(off);
+        return slim_scratch_oom(err);
     }
     int64_t sa[SLIM_MAX_DIMS], sb[SLIM_MAX_DIMS], idx[SLIM_MAX_DIMS] = {0}, oa = 0, ob = 0;
     slim_broadcast_strides(sh->nb_a, a->dims, sh->nb, sh->batch, sa);
@@ -195,9 +196,9 @@ slim_status slim_qmm_int32(const slim_qmm_shape *sh, const slim_tensor *a, const
     }
     qmm_job j = {sh, pa, pb, off, off + n_batch, acc};
     slim_parallel_for(n_batch * sh->m, 1 + (1 << 16) / (sh->n * sh->k + 1), qmm_rows, &j);
-    free(pa);
-    free(pb);
-    free(off);
+    slim_scratch_free(pa);
+    slim_scratch_free(pb);
+    slim_scratch_free(off);
     return SLIM_OK;
 }
 
@@ -219,6 +220,7 @@ typedef struct {
 
 static slim_status qconv_prepare(slim_node *node, void **state, slim_err *err)
 {
+    /* raw: fixed-size load-time state, freed with the model */
     qconv_attrs *a = calloc(1, sizeof(*a));
     if (!a)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
@@ -383,6 +385,66 @@ static void channel_rows(int64_t begin, int64_t end, void *user)
     }
 }
 
+/*
+ * Windows that are mostly padding (a kernel far wider than its input, as
+ * conv.c's direct_rows): the unrolled columns would be K x out_size of
+ * nearly all zeros, so each output sums only the taps inside the input.
+ */
+static void direct_rows(int64_t begin, int64_t end, void *user)
+{
+    const qconv_job *j = user;
+    const qconv_plan *p = j->p;
+    const int64_t O0 = p->out[0], O1 = p->out[1], O2 = p->out[2];
+    const int64_t cg = p->C / p->G, mg = p->M / p->G;
+    for (int64_t r = begin; r < end; r++) {
+        if (slim_cancel_check())
+            return; /* the executor reports it */
+        int64_t o1 = r % O1, o0 = r / O1 % O0, m = r / (O1 * O0) % p->M, n = r / (O1 * O0 * p->M);
+        int64_t g = m / mg, start[MAX_SPATIAL], lo[MAX_SPATIAL], hi[MAX_SPATIAL];
+        start[0] = o0 * p->stride[0] - p->pad[0];
+        start[1] = o1 * p->stride[1] - p->pad[1];
+        for (int i = 0; i < 2; i++)
+            slim_window_range(start[i], p->dilation[i], p->kernel[i], p->in[i], &lo[i], &hi[i]);
+        int32_t *y = j->y + ((n * p->M + m) * O0 + o0) * O1 * O2 + o1 * O2;
+        for (int64_t o2 = 0; o2 < O2; o2++) {
+            start[2] = o2 * p->stride[2] - p->pad[2];
+            slim_window_range(start[2], p->dilation[2], p->kernel[2], p->in[2], &lo[2], &hi[2]);
+            int32_t acc = j->bias ? j->bias[m] : 0;
+            for (int64_t c = 0; c < cg; c++) {
+                const int16_t *x = j->x + (n * p->C + g * cg + c) * p->in_size;
+                const int16_t *w = j->w + (m * cg + c) * p->K;
+                for (int64_t k0 = lo[0]; k0 < hi[0]; k0++)
+                    for (int64_t k1 = lo[1]; k1 < hi[1]; k1++) {
+                        const int16_t *xr = x + ((start[0] + k0 * p->dilation[0]) * p->in[1] +
+                                                 start[1] + k1 * p->dilation[1]) * p->in[2] +
+                                            start[2];
+                        const int16_t *wr = w + (k0 * p->kernel[1] + k1) * p->kernel[2];
+                        for (int64_t k2 = lo[2]; k2 < hi[2]; k2++)
+                            acc += (int32_t)wr[k2] * xr[k2 * p->dilation[2]];
+                    }
+            }
+            y[o2] = acc;
+        }
+    }
+}
+
+/* Whether fewer than a quarter of the (tap, output) pairs read the input. */
+static bool mostly_padding(const qconv_plan *p)
+{
+    double meet = 1, all = 1;
+    for (int i = 0; i < MAX_SPATIAL; i++) {
+        int64_t valid = 0, lo, hi;
+        for (int64_t o = 0; o < p->out[i]; o++) {
+            slim_window_range(o * p->stride[i] - p->pad[i], p->dilation[i], p->kernel[i],
+                              p->in[i], &lo, &hi);
+            valid += hi - lo;
+        }
+        meet *= (double)valid;
+        all *= (double)p->kernel[i] * (double)p->out[i];
+    }
+    return meet * 4 < all;
+}
+
 /* y = conv(x - xzp, w - wzp[oc]) + bias, exact, int32 [N, M, out...]. */
 static slim_status qconv_run(slim_op_ctx *ctx, const qconv_plan *p, const slim_tensor *x,
                              const slim_tensor *xzp, const slim_tensor *w, const slim_tensor *wzp,
@@ -391,24 +453,32 @@ static slim_status qconv_run(slim_op_ctx *ctx, const qconv_plan *p, const slim_t
     int64_t rows = p->C / p->G * p->K;
     int16_t *sx = shifted16(x, xzp, 1, 1);
     int16_t *sw = shifted16(w, wzp, rows, p->M);
-    int16_t *col = malloc(sizeof(int16_t) * (size_t)(rows * p->out_size > 0 ? rows * p->out_size
-                                                                             : 1));
-    if (!sx || !sw || !col) {
-        free(sx);
-        free(sw);
-        free(col);
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory for the integer convolution");
+    bool direct = mostly_padding(p);
+    int16_t *col = direct ? NULL
+                          : slim_scratch_malloc(sizeof(int16_t) *
+                                                (size_t)(rows * p->out_size > 0 ? rows * p->out_size
+                                                                                : 1));
+    if (!sx || !sw || (!direct && !col)) {
+        slim_scratch_free(sx);
+        slim_scratch_free(sw);
+        slim_scratch_free(col);
+        return slim_scratch_oom(ctx->err);
     }
     qconv_job j = {p, sx, sw, col, bias, y, 0, 0};
+    if (direct) {
+        slim_parallel_for(p->N * p->M * p->out[0] * p->out[1], 1, direct_rows, &j);
+        goto done;
+    }
     for (j.n = 0; j.n < p->N; j.n++)
         for (j.g = 0; j.g < p->G; j.g++) {
             slim_parallel_for(rows, 1 + 8192 / (p->out_size + 1), im2col_rows, &j);
             slim_parallel_for(p->M / p->G, 1 + (1 << 16) / (rows * p->out_size + 1),
                               channel_rows, &j);
         }
-    free(sx);
-    free(sw);
-    free(col);
+done:
+    slim_scratch_free(sx);
+    slim_scratch_free(sw);
+    slim_scratch_free(col);
     return SLIM_OK;
 }
 
@@ -502,12 +572,12 @@ static slim_status qlconv_exec(slim_op_ctx *ctx)
     int64_t ny = slim_tensor_numel(y);
     if (st || ny == 0)
         return st;
-    int32_t *acc = malloc(sizeof(int32_t) * (size_t)ny);
+    int32_t *acc = slim_scratch_malloc(sizeof(int32_t) * (size_t)ny);
     float *ws = slim_q_load_f32(ctx->in[4]);
     if (!acc || !ws) {
-        free(acc);
-        free(ws);
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+        slim_scratch_free(acc);
+        slim_scratch_free(ws);
+        return slim_scratch_oom(ctx->err);
     }
     if (!(st = qconv_run(ctx, &p, ctx->in[0], ctx->in[2], ctx->in[3], ctx->in[5],
                          b ? b->data : NULL, acc))) {
@@ -521,8 +591,8 @@ static slim_status qlconv_exec(slim_op_ctx *ctx)
             slim_q_store(y->dtype, y->data, e, slim_q_round((double)acc[e] * mult, yzp, lo, hi));
         }
     }
-    free(acc);
-    free(ws);
+    slim_scratch_free(acc);
+    slim_scratch_free(ws);
     return st;
 }
 

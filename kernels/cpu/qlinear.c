@@ -57,6 +57,7 @@ static slim_status matmul_int8_prepare(slim_node *node, void **state, slim_err *
     else
         return slim_errf(err, SLIM_EINVAL, "activation \"%s\" is not one of \"\", \"Relu\", "
                          "\"Gelu\"", act);
+    /* raw: fixed-size load-time state, freed with the model */
     matmul_int8_state *st = calloc(1, sizeof(*st));
     if (!st)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
@@ -209,6 +210,7 @@ static slim_status conv_ints(const slim_node *node, const char *name, int n, int
 
 static slim_status conv_int8_prepare(slim_node *node, void **state, slim_err *err)
 {
+    /* raw: fixed-size load-time state, freed with the model */
     conv_int8_state *s = calloc(1, sizeof(*s));
     if (!s)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
@@ -368,13 +370,13 @@ static slim_status gather_int8_exec(slim_op_ctx *ctx)
     int64_t n = slim_tensor_numel(ind), v = t->dims[0], d = t->dims[1];
     if (n == 0 || d == 0)
         return SLIM_OK;
-    int64_t *idx = malloc(sizeof(int64_t) * (size_t)n);
+    int64_t *idx = slim_scratch_malloc(sizeof(int64_t) * (size_t)n);
     if (!idx)
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+        return slim_scratch_oom(ctx->err);
     for (int64_t i = 0; i < n; i++) {
         int64_t k = slim_load_i64(ind->dtype, ind->data, i);
         if (k < -v || k >= v) {
-            free(idx);
+            slim_scratch_free(idx);
             return slim_errf(ctx->err, SLIM_EINVAL, "index %lld is out of range for %lld rows",
                              (long long)k, (long long)v);
         }
@@ -384,7 +386,7 @@ static slim_status gather_int8_exec(slim_op_ctx *ctx)
     gather_int8_job j = {t->data, h ? NULL : ctx->in[1]->data, h ? ctx->in[1]->data : NULL, idx,
                          ctx->out[0]->data, d};
     slim_parallel_for(n, 1 + 16384 / d, gather_int8_part, &j);
-    free(idx);
+    slim_scratch_free(idx);
     return SLIM_OK;
 }
 

@@ -82,7 +82,7 @@ slim_status slim_qaxis_make(const slim_tensor *x, const slim_tensor *scale,
 float *slim_q_load_f32(const slim_tensor *t)
 {
     int64_t n = slim_tensor_numel(t);
-    float *v = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
+    float *v = slim_scratch_malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
     for (int64_t i = 0; v && i < n; i++)
         v[i] = (float)slim_load_f64(t->dtype, t->data, i);
     return v;
@@ -90,7 +90,7 @@ float *slim_q_load_f32(const slim_tensor *t)
 
 int32_t *slim_q_load_i32(const slim_tensor *t, int64_t n)
 {
-    int32_t *v = calloc((size_t)(n > 0 ? n : 1), sizeof(int32_t));
+    int32_t *v = slim_scratch_calloc((size_t)(n > 0 ? n : 1), sizeof(int32_t));
     for (int64_t i = 0; v && t && i < n; i++)
         v[i] = (int32_t)slim_load_i64(t->dtype, t->data, i);
     return v;
@@ -198,9 +198,9 @@ static slim_status ql_exec(slim_op_ctx *ctx)
     float *sc = slim_q_load_f32(s);
     int32_t *zp = slim_q_load_i32(zpt, slim_tensor_numel(s));
     if (!sc || !zp) {
-        free(sc);
-        free(zp);
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+        slim_scratch_free(sc);
+        slim_scratch_free(zp);
+        return slim_scratch_oom(ctx->err);
     }
     const float *xf = x->dtype == SLIM_F32 ? x->data : NULL;
     int64_t e = 0;
@@ -216,8 +216,8 @@ static slim_status ql_exec(slim_op_ctx *ctx)
                                          sc[p]);
                 slim_q_store(y->dtype, y->data, e, slim_q_round(v, zp[p], lo, hi));
             }
-    free(sc);
-    free(zp);
+    slim_scratch_free(sc);
+    slim_scratch_free(zp);
     return SLIM_OK;
 }
 
@@ -258,9 +258,9 @@ static slim_status dql_exec(slim_op_ctx *ctx)
     float *sc = slim_q_load_f32(s);
     int32_t *zp = slim_q_load_i32(zpt, slim_tensor_numel(s));
     if (!sc || !zp) {
-        free(sc);
-        free(zp);
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+        slim_scratch_free(sc);
+        slim_scratch_free(zp);
+        return slim_scratch_oom(ctx->err);
     }
     int64_t e = 0;
     for (int64_t o = 0; o < q.outer; o++)
@@ -275,8 +275,8 @@ static slim_status dql_exec(slim_op_ctx *ctx)
                 else
                     slim_store_f64(y->dtype, y->data, e, v);
             }
-    free(sc);
-    free(zp);
+    slim_scratch_free(sc);
+    slim_scratch_free(zp);
     return SLIM_OK;
 }
 
@@ -386,12 +386,12 @@ static slim_status qlmm_exec(slim_op_ctx *ctx)
     int64_t ny = slim_tensor_numel(y);
     if (st || ny == 0)
         return st;
-    int32_t *acc = malloc(sizeof(int32_t) * (size_t)ny);
+    int32_t *acc = slim_scratch_malloc(sizeof(int32_t) * (size_t)ny);
     float *as = slim_q_load_f32(ctx->in[1]), *bs = slim_q_load_f32(ctx->in[4]);
     float *ys = slim_q_load_f32(ctx->in[6]);
     if (!acc || !as || !bs || !ys ||
         (st = slim_qmm_int32(&sh, a, ctx->in[2], b, ctx->in[5], acc, ctx->err))) {
-        st = st ? st : slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+        st = st ? st : slim_scratch_oom(ctx->err);
         goto done;
     }
     int32_t lo = 0, hi = 0, yzp = (int32_t)slim_load_i64(ctx->in[7]->dtype, ctx->in[7]->data, 0);
@@ -405,10 +405,10 @@ static slim_status qlmm_exec(slim_op_ctx *ctx)
         slim_q_store(y->dtype, y->data, e, slim_q_round((double)acc[e] * mult, yzp, lo, hi));
     }
 done:
-    free(acc);
-    free(as);
-    free(bs);
-    free(ys);
+    slim_scratch_free(acc);
+    slim_scratch_free(as);
+    slim_scratch_free(bs);
+    slim_scratch_free(ys);
     return st;
 }
 
@@ -475,19 +475,19 @@ static slim_status mmitf_exec(slim_op_ctx *ctx)
     int64_t ny = slim_tensor_numel(ctx->out[0]);
     if (st || ny == 0)
         return st;
-    int32_t *acc = malloc(sizeof(int32_t) * (size_t)ny);
+    int32_t *acc = slim_scratch_malloc(sizeof(int32_t) * (size_t)ny);
     float *bs = slim_q_load_f32(ctx->in[3]);
     if (!acc || !bs ||
         (st = slim_qmm_int32(&sh, a, ctx->n_in > 4 ? ctx->in[4] : NULL, ctx->in[1],
                              ctx->n_in > 5 ? ctx->in[5] : NULL, acc, ctx->err))) {
-        st = st ? st : slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+        st = st ? st : slim_scratch_oom(ctx->err);
     } else {
         to_float(&sh, acc, *(const float *)ctx->in[2]->data, bs,
                  slim_tensor_numel(ctx->in[3]) > 1, ctx->n_in > 6 ? ctx->in[6] : NULL,
                  ctx->out[0]->data, ny);
     }
-    free(acc);
-    free(bs);
+    slim_scratch_free(acc);
+    slim_scratch_free(bs);
     return st;
 }
 
@@ -519,11 +519,11 @@ static slim_status dqmm_exec(slim_op_ctx *ctx)
     float as;
     uint8_t azp;
     slim_q_dynamic_params(a->data, na, &as, &azp);
-    uint8_t *q = malloc((size_t)(na > 0 ? na : 1));
-    int32_t *acc = malloc(sizeof(int32_t) * (size_t)ny);
+    uint8_t *q = slim_scratch_malloc((size_t)(na > 0 ? na : 1));
+    int32_t *acc = slim_scratch_malloc(sizeof(int32_t) * (size_t)ny);
     float *bs = slim_q_load_f32(ctx->in[2]);
     if (!q || !acc || !bs) {
-        st = slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+        st = slim_scratch_oom(ctx->err);
         goto done;
     }
     slim_q_dynamic_apply(a->data, na, as, azp, q);
@@ -535,9 +535,9 @@ static slim_status dqmm_exec(slim_op_ctx *ctx)
     to_float(&sh, acc, as, bs, slim_tensor_numel(ctx->in[2]) > 1,
              ctx->n_in > 4 ? ctx->in[4] : NULL, ctx->out[0]->data, ny);
 done:
-    free(q);
-    free(acc);
-    free(bs);
+    slim_scratch_free(q);
+    slim_scratch_free(acc);
+    slim_scratch_free(bs);
     return st;
 }
 

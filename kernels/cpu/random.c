@@ -218,9 +218,9 @@ static slim_status multinomial_exec(slim_op_ctx *ctx)
     const int64_t batch = x->dims[0], classes = x->dims[1], k = o->dims[1];
     if (classes == 0 && batch > 0)
         return slim_errf(ctx->err, SLIM_ESHAPE, "input has no classes to draw from");
-    double *cdf = malloc(sizeof(double) * (size_t)(classes ? classes : 1));
+    double *cdf = slim_scratch_malloc(sizeof(double) * (size_t)(classes ? classes : 1));
     if (!cdf)
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+        return slim_scratch_oom(ctx->err);
     rng r;
     rng_init(&r, ctx->node);
     for (int64_t b = 0; b < batch; b++) {
@@ -234,7 +234,7 @@ static slim_status multinomial_exec(slim_op_ctx *ctx)
             cdf[c] = total;
         }
         if (!(total > 0) || !isfinite(total)) {
-            free(cdf);
+            slim_scratch_free(cdf);
             return slim_errf(ctx->err, SLIM_EINVAL, "row %lld has no finite probabilities",
                              (long long)b);
         }
@@ -251,7 +251,7 @@ static slim_status multinomial_exec(slim_op_ctx *ctx)
             slim_store_i64(o->dtype, o->data, b * k + s, lo);
         }
     }
-    free(cdf);
+    slim_scratch_free(cdf);
     return SLIM_OK;
 }
 

@@ -140,6 +140,7 @@ typedef struct {
 
 static slim_status reduce_prepare(slim_node *node, void **state, slim_err *err)
 {
+    /* raw: fixed-size load-time state, freed with the model */
     reduce_state *st = calloc(1, sizeof(*st));
     if (!st)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
@@ -431,9 +432,9 @@ static slim_status reduce_exec(slim_op_ctx *ctx)
             for (int i = 0; i < x->ndim; i++)
                 if (reduced[i] == (pass == 1))
                     perm[np++] = i;
-        tmp = malloc(slim_tensor_nbytes(x));
+        tmp = slim_scratch_malloc(slim_tensor_nbytes(x));
         if (!tmp)
-            return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory permuting the input");
+            return slim_scratch_oom(ctx->err);
         permute_copy(x, perm, tmp);
         j.x = tmp;
         outer *= inner;
@@ -445,7 +446,7 @@ static slim_status reduce_exec(slim_op_ctx *ctx)
     j.n_blocks = (inner + CHUNK - 1) / CHUNK;
     int64_t per_unit = r * (inner < CHUNK ? inner : CHUNK);
     slim_parallel_for(outer * j.n_blocks, grain_for(per_unit), reduce_task, &j);
-    free(tmp);
+    slim_scratch_free(tmp);
     return SLIM_OK;
 }
 
@@ -458,6 +459,7 @@ typedef struct {
 
 static slim_status arg_prepare(slim_node *node, void **state, slim_err *err)
 {
+    /* raw: fixed-size load-time state, freed with the model */
     arg_state *st = calloc(1, sizeof(*st));
     if (!st)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
@@ -573,6 +575,7 @@ typedef struct {
 
 static slim_status topk_prepare(slim_node *node, void **state, slim_err *err)
 {
+    /* raw: fixed-size load-time state, freed with the model */
     topk_state *st = calloc(1, sizeof(*st));
     if (!st)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
@@ -690,6 +693,7 @@ static void topk_task(int64_t begin, int64_t end, void *user)
     topk_job *j = user;
     /* A heap of k beats sorting all r only when k is small against r. */
     bool use_heap = j->k * 4 < j->r;
+    /* raw: per chunk on a kernel thread, which has no account to charge (parallel.c carries only the cancel token); one row of the input */
     topk_item *items = malloc(sizeof(topk_item) * (size_t)(use_heap ? j->k : j->r));
     if (!items) {
         j->failed = true;

@@ -104,6 +104,7 @@ static slim_status prepare_common(slim_node *node, resize_iface iface, void **st
                                         "ceil"};
     static const char *const policies[] = {"stretch", "not_larger", "not_smaller"};
 
+    /* raw: fixed-size load-time state, freed with the model */
     resize_state *st = calloc(1, sizeof(*st));
     if (!st)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
@@ -442,9 +443,9 @@ typedef struct axis_taps {
 
 static void taps_free(axis_taps *t)
 {
-    free(t->idx);
-    free(t->w);
-    free(t->extrap);
+    slim_scratch_free(t->idx);
+    slim_scratch_free(t->w);
+    slim_scratch_free(t->extrap);
     memset(t, 0, sizeof(*t));
 }
 
@@ -462,14 +463,14 @@ static slim_status compute_taps(const resize_state *st, const resize_plan *p, in
         return slim_errf(err, SLIM_EINVAL, "scale %g on axis %d is too small to antialias",
                          p->scale[a], a);
     t->n = (int)n;
-    t->idx = malloc(sizeof(*t->idx) * (size_t)(out * n + 1));
-    t->w = malloc(sizeof(*t->w) * (size_t)(out * n + 1));
-    t->extrap = calloc((size_t)out + 1, 1);
-    double *wk = malloc(sizeof(double) * (size_t)n);
+    t->idx = slim_scratch_malloc(sizeof(*t->idx) * (size_t)(out * n + 1));
+    t->w = slim_scratch_malloc(sizeof(*t->w) * (size_t)(out * n + 1));
+    t->extrap = slim_scratch_calloc((size_t)out + 1, 1);
+    double *wk = slim_scratch_malloc(sizeof(double) * (size_t)n);
     if (!t->idx || !t->w || !t->extrap || !wk) {
-        free(wk);
+        slim_scratch_free(wk);
         taps_free(t);
-        return slim_errf(err, SLIM_ENOMEM, "out of memory for resize weights");
+        return slim_scratch_oom(err);
     }
     for (int64_t o = 0; o < out; o++) {
         int64_t *idx = t->idx + o * n;
@@ -502,7 +503,7 @@ static slim_status compute_taps(const resize_state *st, const resize_plan *p, in
         for (int64_t k = 0; k < n; k++)
             w[k] = normalize && sum != 0 ? wk[k] / sum : wk[k];
     }
-    free(wk);
+    slim_scratch_free(wk);
     return SLIM_OK;
 }
 
@@ -744,9 +745,9 @@ static slim_status exec_nearest(slim_op_ctx *ctx, const resize_plan *p)
     int64_t *offsets[SLIM_MAX_DIMS] = {NULL};
     slim_status s = SLIM_OK;
     for (int a = 0; a < r; a++) {
-        offsets[a] = malloc(sizeof(int64_t) * (size_t)(p->out[a] + 1));
+        offsets[a] = slim_scratch_malloc(sizeof(int64_t) * (size_t)(p->out[a] + 1));
         if (!offsets[a]) {
-            s = slim_errf(ctx->err, SLIM_ENOMEM, "out of memory for resize indices");
+            s = slim_scratch_oom(ctx->err);
             goto done;
         }
         for (int64_t o = 0; o < p->out[a]; o++) {
@@ -761,7 +762,7 @@ static slim_status exec_nearest(slim_op_ctx *ctx, const resize_plan *p)
     slim_parallel_for(rows, grain, gather_rows, &job);
 done:
     for (int a = 0; a < r; a++)
-        free(offsets[a]);
+        slim_scratch_free(offsets[a]);
     return s;
 }
 

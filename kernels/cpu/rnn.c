@@ -199,6 +199,7 @@ static slim_status parse_activations(const slim_node *node, rnn_state *st, slim_
 
 static slim_status prepare_cell(slim_node *node, cell_kind cell, void **state, slim_err *err)
 {
+    /* raw: fixed-size load-time state, freed with the model */
     rnn_state *st = calloc(1, sizeof(*st));
     if (!st)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
@@ -637,9 +638,9 @@ static slim_status rnn_exec(slim_op_ctx *ctx)
     if (dm.batch == 0)
         return SLIM_OK;
 
-    int64_t *lens = malloc(sizeof(int64_t) * dm.batch);
+    int64_t *lens = slim_scratch_malloc(sizeof(int64_t) * dm.batch);
     if (!lens)
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+        return slim_scratch_oom(ctx->err);
     const slim_tensor *lt = slim_opt_in(ctx, IN_LENS);
     bool ragged = false;
     for (int64_t b = 0; b < dm.batch; b++) {
@@ -648,7 +649,7 @@ static slim_status rnn_exec(slim_op_ctx *ctx)
             s = slim_errf(ctx->err, SLIM_EINVAL,
                           "sequence_lens[%lld] = %lld is outside [0, %lld]", (long long)b,
                           (long long)lens[b], (long long)dm.seq);
-            free(lens);
+            slim_scratch_free(lens);
             return s;
         }
         ragged |= lens[b] < dm.seq;
@@ -671,7 +672,7 @@ static slim_status rnn_exec(slim_op_ctx *ctx)
         s = run_direction(ctx, &dm, d, lens, &sc);
 done:
     scratch_free(&sc);
-    free(lens);
+    slim_scratch_free(lens);
     return s;
 }
 

@@ -162,9 +162,9 @@ typedef struct {
 
 static void uniq_free(uniq_result *r)
 {
-    free(r->first);
-    free(r->inverse);
-    free(r->count);
+    slim_scratch_free(r->first);
+    slim_scratch_free(r->inverse);
+    slim_scratch_free(r->count);
 }
 
 static slim_status uniq_compute(slim_op_ctx *ctx, uniq_result *r)
@@ -191,15 +191,15 @@ static slim_status uniq_compute(slim_op_ctx *ctx, uniq_result *r)
         return slim_errf(ctx->err, SLIM_ENEEDVALUE, "the output size depends on the input values");
     const int64_t n = r->v.n;
     size_t bytes = sizeof(int64_t) * (size_t)(n > 0 ? n : 1);
-    int64_t *ids = malloc(bytes), *tmp = malloc(bytes);
-    r->first = malloc(bytes);
-    r->inverse = malloc(bytes);
-    r->count = malloc(bytes);
+    int64_t *ids = slim_scratch_malloc(bytes), *tmp = slim_scratch_malloc(bytes);
+    r->first = slim_scratch_malloc(bytes);
+    r->inverse = slim_scratch_malloc(bytes);
+    r->count = slim_scratch_malloc(bytes);
     if (!ids || !tmp || !r->first || !r->inverse || !r->count) {
-        free(ids);
-        free(tmp);
+        slim_scratch_free(ids);
+        slim_scratch_free(tmp);
         uniq_free(r);
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory sorting %lld items", (long long)n);
+        return slim_scratch_oom(ctx->err);
     }
     for (int64_t i = 0; i < n; i++)
         ids[i] = i;
@@ -224,12 +224,12 @@ static slim_status uniq_compute(slim_op_ctx *ctx, uniq_result *r)
                 map[r->inverse[i]] = next++;
         for (int64_t u = 0; u < r->n_unique; u++)
             ids[map[u]] = r->first[u];
-        int64_t *cnt = malloc(bytes);
+        int64_t *cnt = slim_scratch_malloc(bytes);
         if (!cnt) {
-            free(ids);
-            free(tmp);
+            slim_scratch_free(ids);
+            slim_scratch_free(tmp);
             uniq_free(r);
-            return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+            return slim_scratch_oom(ctx->err);
         }
         for (int64_t u = 0; u < r->n_unique; u++)
             cnt[map[u]] = r->count[u];
@@ -237,10 +237,10 @@ static slim_status uniq_compute(slim_op_ctx *ctx, uniq_result *r)
             r->inverse[i] = map[r->inverse[i]];
         memcpy(r->first, ids, sizeof(int64_t) * (size_t)r->n_unique);
         memcpy(r->count, cnt, sizeof(int64_t) * (size_t)r->n_unique);
-        free(cnt);
+        slim_scratch_free(cnt);
     }
-    free(ids);
-    free(tmp);
+    slim_scratch_free(ids);
+    slim_scratch_free(tmp);
     return SLIM_OK;
 }
 
@@ -362,6 +362,7 @@ static slim_status tscatter_prepare(slim_node *node, void **state, slim_err *err
     const char *mode = slim_attr_str(node, "mode", "linear");
     if (strcmp(mode, "linear") != 0 && strcmp(mode, "circular") != 0)
         return slim_errf(err, SLIM_EINVAL, "mode \"%s\" is not linear or circular", mode);
+    /* raw: fixed-size load-time state, freed with the model */
     tscatter_state *st = calloc(1, sizeof(*st));
     if (!st)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");

@@ -268,6 +268,10 @@ static slim_status concat_exec(slim_op_ctx *ctx)
     /* Per outer index, each element's slab follows the previous one's. */
     size_t row_out = slim_tensor_nbytes(o) / (size_t)(outer ? outer : 1), at = 0;
     for (int i = 0; i < c->n && outer; i++) {
+        if (slim_cancel_poll()) {
+            slim_tensor_release(o);
+            return slim_cancel_status(ctx->err);
+        }
         const slim_tensor *e = &c->elems[i];
         size_t slab = slim_tensor_nbytes(e) / (size_t)outer;
         for (int64_t q = 0; q < outer && slab; q++)
@@ -318,6 +322,7 @@ static slim_status split_exec(slim_op_ctx *ctx)
     if (n > SLIM_CONTAINER_MAX)
         return slim_errf(ctx->err, SLIM_EINVAL, "%lld pieces: at most %d supported", (long long)n,
                          SLIM_CONTAINER_MAX);
+    /* raw: at most SLIM_CONTAINER_MAX lengths */
     if (!(lens = malloc(sizeof(int64_t) * (size_t)(n ? n : 1))))
         return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
     int64_t sum = 0;
@@ -344,6 +349,8 @@ static slim_status split_exec(slim_op_ctx *ctx)
     slim_tensor seq;
     st = slim_container_new(SLIM_KIND_SEQUENCE, x->dtype, (int)n, &seq, ctx->err);
     for (int64_t i = 0, off = 0; !st && i < n; off += lens[i], i++) {
+        if (slim_cancel_poll() && (st = slim_cancel_status(ctx->err)))
+            break;
         slim_tensor e = {0};
         int64_t dims[SLIM_MAX_DIMS];
         int nd = 0;
@@ -451,6 +458,7 @@ static slim_status map_prepare(slim_node *node, void **state, slim_err *err)
     const slim_attr *a = slim_node_attr(node, "body");
     if (!a || a->type != SLIM_ATTR_GRAPH || !a->g)
         return slim_errf(err, SLIM_EINVAL, "attribute body (a graph) is required");
+    /* raw: fixed-size load-time state, freed with the model */
     map_state *st = calloc(1, sizeof(*st));
     if (!st)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
@@ -464,7 +472,8 @@ static slim_status map_prepare(slim_node *node, void **state, slim_err *err)
         s = slim_errf(err, SLIM_EPARSE, "body takes %d input(s) and gives %d output(s), the node "
                       "has %d and %d", g->n_inputs - node->n_implicit, g->n_outputs,
                       node->n_in - node->n_implicit, node->n_out);
-    } else if (!(st->names = calloc((size_t)(g->n_inputs ? g->n_inputs : 1), sizeof(char *)))) {
+    } else if ( /* raw: load time, one name per subgraph input */
+               !(st->names = calloc((size_t)(g->n_inputs ? g->n_inputs : 1), sizeof(char *)))) {
         s = slim_errf(err, SLIM_ENOMEM, "out of memory");
     } else {
         for (int i = 0; i < g->n_inputs; i++)
@@ -499,6 +508,7 @@ static slim_status map_exec(slim_op_ctx *ctx)
             return slim_errf(ctx->err, SLIM_ESHAPE, "input %d holds %d tensor(s), "
                              "input_sequence %d", k, slim_container_len(t), n);
     }
+    /* raw (these): one entry per node or subgraph input/output: sized by the graph, not the tensors */
     slim_tensor *args = calloc((size_t)(n_in ? n_in : 1), sizeof(slim_tensor));
     slim_tensor *seqs = calloc((size_t)(n_out ? n_out : 1), sizeof(slim_tensor));
     if (!args || !seqs) {
@@ -510,6 +520,8 @@ static slim_status map_exec(slim_op_ctx *ctx)
     for (int k = 0; !st && k < n_out; k++)
         st = slim_container_new(SLIM_KIND_SEQUENCE, SLIM_DTYPE_UNDEFINED, n, &seqs[k], ctx->err);
     for (int i = 0; !st && i < n; i++) {
+        if ((st = slim_cancel_status(ctx->err)))
+            break; /* a run per element: check before each */
         for (int k = 0; k < n_in; k++) {
             const slim_tensor *t = ctx->in[k];
             args[k] = k < formal && t->kind == SLIM_KIND_SEQUENCE ? *slim_container_at(t, i) : *t;

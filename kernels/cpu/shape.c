@@ -305,6 +305,7 @@ static slim_status constant_prepare(slim_node *node, void **state, slim_err *err
         if (slim_node_attr(node, unsupported[i]))
             return slim_errf(err, SLIM_EUNSUPPORTED, "attribute %s is not supported",
                              unsupported[i]);
+    /* raw: load time: the Constant's header (its data stays in the model) */
     slim_tensor *t = calloc(1, sizeof(*t));
     if (!t)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
@@ -357,6 +358,7 @@ typedef struct {
 
 static slim_status cos_prepare(slim_node *node, void **state, slim_err *err)
 {
+    /* raw: fixed-size load-time state, freed with the model */
     fill_state *s = calloc(1, sizeof(*s));
     if (!s)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");

@@ -101,12 +101,12 @@ static slim_status dft_plan_make(dft_plan *p, int64_t n, slim_err *err)
         return slim_errf(err, SLIM_EUNSUPPORTED, "a %lld-point transform is longer than the %d "
                          "points of the direct DFT", (long long)n, DFT_MAX_LEN);
     p->n = n;
-    p->cos_t = malloc(sizeof(double) * (size_t)(n ? n : 1));
-    p->sin_t = malloc(sizeof(double) * (size_t)(n ? n : 1));
+    p->cos_t = slim_scratch_malloc(sizeof(double) * (size_t)(n ? n : 1));
+    p->sin_t = slim_scratch_malloc(sizeof(double) * (size_t)(n ? n : 1));
     if (!p->cos_t || !p->sin_t) {
-        free(p->cos_t);
-        free(p->sin_t);
-        return slim_errf(err, SLIM_ENOMEM, "out of memory for a %lld-point DFT", (long long)n);
+        slim_scratch_free(p->cos_t);
+        slim_scratch_free(p->sin_t);
+        return slim_scratch_oom(err);
     }
     for (int64_t j = 0; j < n; j++) {
         p->cos_t[j] = cos(2 * M_PI * (double)j / (double)n);
@@ -117,8 +117,8 @@ static slim_status dft_plan_make(dft_plan *p, int64_t n, slim_err *err)
 
 static void dft_plan_free(dft_plan *p)
 {
-    free(p->cos_t);
-    free(p->sin_t);
+    slim_scratch_free(p->cos_t);
+    slim_scratch_free(p->sin_t);
 }
 
 /* X[k] = sum_t x[t] e^{-+2 pi i k t / n} for k < n_out, over t < m. */
@@ -222,10 +222,10 @@ static slim_status dft_exec(slim_op_ctx *ctx)
         inner *= x->dims[i];
     const int64_t m = x->dims[d.axis], ci = x->dims[x->ndim - 1], co = y->dims[y->ndim - 1];
     const int64_t cap = (m > d.n ? m : d.n) + 1;
-    double *buf = malloc(sizeof(double) * (size_t)(4 * cap));
+    double *buf = slim_scratch_malloc(sizeof(double) * (size_t)(4 * cap));
     if (!buf) {
         dft_plan_free(&p);
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+        return slim_scratch_oom(ctx->err);
     }
     double *re = buf, *im = buf + cap, *ore = buf + 2 * cap, *oim = buf + 3 * cap;
     for (int64_t o = 0; o < outer; o++)
@@ -263,7 +263,7 @@ static slim_status dft_exec(slim_op_ctx *ctx)
                     slim_store_f64(y->dtype, y->data, at + 1, oim[k]);
             }
         }
-    free(buf);
+    slim_scratch_free(buf);
     dft_plan_free(&p);
     return SLIM_OK;
 }
@@ -339,10 +339,10 @@ static slim_status stft_exec(slim_op_ctx *ctx)
     slim_status s = stft_shape_get(ctx, &f);
     if (s || (s = dft_plan_make(&p, f.frame, ctx->err)))
         return s;
-    double *buf = malloc(sizeof(double) * (size_t)(4 * f.frame));
+    double *buf = slim_scratch_malloc(sizeof(double) * (size_t)(4 * f.frame));
     if (!buf) {
         dft_plan_free(&p);
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+        return slim_scratch_oom(ctx->err);
     }
     double *re = buf, *im = buf + f.frame, *ore = buf + 2 * f.frame, *oim = buf + 3 * f.frame;
     const int64_t c = x->dims[2];
@@ -361,7 +361,7 @@ static slim_status stft_exec(slim_op_ctx *ctx)
                 slim_store_f64(y->dtype, y->data, at + 1, oim[k]);
             }
         }
-    free(buf);
+    slim_scratch_free(buf);
     dft_plan_free(&p);
     return SLIM_OK;
 }
@@ -412,9 +412,9 @@ static slim_status mel_exec(slim_op_ctx *ctx)
         return s;
     slim_tensor *y = ctx->out[0];
     const int64_t bins = a.dft / 2 + 1;
-    int64_t *pt = malloc(sizeof(int64_t) * (size_t)(a.mels + 2));
+    int64_t *pt = slim_scratch_malloc(sizeof(int64_t) * (size_t)(a.mels + 2));
     if (!pt)
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+        return slim_scratch_oom(ctx->err);
     const double lo_mel = 2595 * log10(1 + a.lo / 700), hi_mel = 2595 * log10(1 + a.hi / 700);
     const double step = (hi_mel - lo_mel) / (double)(a.mels + 2);
     for (int64_t i = 0; i < a.mels + 2; i++) {
@@ -422,7 +422,7 @@ static slim_status mel_exec(slim_op_ctx *ctx)
         pt[i] = (int64_t)floor((double)(a.dft + 1) * hz / (double)a.rate);
         if (pt[i] < 0 || pt[i] >= bins) {
             long long bad = (long long)pt[i];
-            free(pt);
+            slim_scratch_free(pt);
             return slim_errf(ctx->err, SLIM_EINVAL, "mel point %lld falls in bin %lld, outside "
                              "the %lld bins", (long long)i, bad, (long long)bins);
         }
@@ -440,7 +440,7 @@ static slim_status mel_exec(slim_op_ctx *ctx)
         for (int64_t j = c; j < h; j++)
             slim_store_f64(y->dtype, y->data, j * a.mels + m, (double)(h - j) / (double)(h - c));
     }
-    free(pt);
+    slim_scratch_free(pt);
     return SLIM_OK;
 }
 

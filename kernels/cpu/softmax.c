@@ -21,6 +21,7 @@ typedef struct {
 
 static slim_status sm_prepare(slim_node *node, void **state, slim_err *err)
 {
+    /* raw: fixed-size load-time state, freed with the model */
     sm_state *st = calloc(1, sizeof(*st));
     if (!st)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
@@ -134,6 +135,7 @@ static void sm_task(int64_t begin, int64_t end, void *user)
                        (float *)j->y->data + o * j->r, j->r);
         return;
     }
+    /* raw: per chunk on a kernel thread, which has no account to charge (parallel.c carries only the cancel token); one row of the input */
     double *buf = malloc(sizeof(double) * (size_t)((j->r + 3) * j->width));
     if (!buf) {
         j->failed = true;

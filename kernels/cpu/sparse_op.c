@@ -36,6 +36,7 @@ static slim_status sparse_prepare(slim_node *node, void **state, slim_err *err)
 {
     const char *enc = slim_attr_str(node, "encoding", "");
     int64_t k = slim_attr_int(node, "K", 0);
+    /* raw: fixed-size load-time state, freed with the model */
     sparse_state *s = calloc(1, sizeof(*s));
     if (!s)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");

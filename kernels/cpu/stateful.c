@@ -58,6 +58,7 @@ static slim_status la_prepare(slim_node *node, void **state, slim_err *err)
     float sc = slim_attr_float(node, "scale", 0.0f);
     st.has_scale = sc != 0.0f;
     st.scale = sc;
+    /* raw: fixed-size load-time state, freed with the model */
     la_state *p = malloc(sizeof(*p));
     if (!p)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
@@ -162,12 +163,12 @@ static slim_status la_exec(slim_op_ctx *ctx)
     slim_tensor *y = ctx->out[0], *pres = ctx->out[1];
     const int64_t dk = d.dk, dv = d.dv, group = st->hq / st->hkv;
     const double scale = st->has_scale ? st->scale : 1.0 / sqrt((double)(dk > 0 ? dk : 1));
-    double *S = malloc(sizeof(double) * (size_t)(dk * dv > 0 ? dk * dv : 1));
-    double *vt = malloc(sizeof(double) * (size_t)(dv > 0 ? dv : 1));
+    double *S = slim_scratch_malloc(sizeof(double) * (size_t)(dk * dv > 0 ? dk * dv : 1));
+    double *vt = slim_scratch_malloc(sizeof(double) * (size_t)(dv > 0 ? dv : 1));
     if (!S || !vt) {
-        free(S);
-        free(vt);
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory for the attention state");
+        slim_scratch_free(S);
+        slim_scratch_free(vt);
+        return slim_scratch_oom(ctx->err);
     }
     for (int64_t b = 0; b < d.B; b++)
         for (int64_t h = 0; h < st->hkv; h++) {
@@ -217,8 +218,8 @@ static slim_status la_exec(slim_op_ctx *ctx)
                 for (int64_t i = 0; i < dk * dv; i++)
                     slim_store_f64(pres->dtype, pres->data, s_off + i, S[i]);
         }
-    free(S);
-    free(vt);
+    slim_scratch_free(S);
+    slim_scratch_free(vt);
     return SLIM_OK;
 }
 
@@ -277,9 +278,9 @@ static slim_status ccs_exec(slim_op_ctx *ctx)
     slim_tensor *y = ctx->out[0], *pres = ctx->out[1];
     const bool silu = strcmp(slim_attr_str(ctx->node, "activation", "none"), "none") != 0;
     const int64_t B = x->dims[0], C = x->dims[1], L = x->dims[2], P = K - 1;
-    double *pad = malloc(sizeof(double) * (size_t)(L + P > 0 ? L + P : 1));
+    double *pad = slim_scratch_malloc(sizeof(double) * (size_t)(L + P > 0 ? L + P : 1));
     if (!pad)
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+        return slim_scratch_oom(ctx->err);
     for (int64_t b = 0; b < B; b++)
         for (int64_t c = 0; c < C; c++) {
             const int64_t bc = b * C + c;
@@ -300,7 +301,7 @@ static slim_status ccs_exec(slim_op_ctx *ctx)
                 for (int64_t j = 0; j < P; j++)
                     slim_store_f64(pres->dtype, pres->data, bc * P + j, pad[L + j]);
         }
-    free(pad);
+    slim_scratch_free(pad);
     return SLIM_OK;
 }
 

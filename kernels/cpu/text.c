@@ -72,6 +72,7 @@ static slim_status tf_prepare(slim_node *node, void **state, slim_err *err)
         !idx || idx->type != SLIM_ATTR_INTS)
         return slim_errf(err, SLIM_EINVAL, "pool_int64s, ngram_counts and ngram_indexes (INTS) "
                          "are required");
+    /* raw: fixed-size load-time state, freed with the model */
     tf_state *st = calloc(1, sizeof(*st));
     if (!st)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
@@ -93,6 +94,7 @@ static slim_status tf_prepare(slim_node *node, void **state, slim_err *err)
         s = slim_errf(err, SLIM_EINVAL, "weights must be %d floats, one per ngram", idx->n);
     if (s)
         goto fail;
+    /* raw (these): load time: sized by the node's attributes */
     st->pool = malloc(sizeof(int64_t) * (size_t)(pool->n ? pool->n : 1));
     st->grams = calloc((size_t)(idx->n ? idx->n : 1), sizeof(tf_gram));
     if (!st->pool || !st->grams) {
@@ -128,6 +130,7 @@ static slim_status tf_prepare(slim_node *node, void **state, slim_err *err)
     }
     if (s)
         goto fail;
+    /* raw: load time: sized by the node's attributes */
     if (!(st->col_w = calloc((size_t)(st->n_cols ? st->n_cols : 1), sizeof(float)))) {
         s = slim_errf(err, SLIM_ENOMEM, "out of memory");
         goto fail;

@@ -196,9 +196,9 @@ static slim_status col2im_exec(slim_op_ctx *ctx)
     if (s)
         return s;
     const int64_t N = x->dims[0], img = slim_shape_numel(c.r, c.img);
-    double *acc = calloc((size_t)(img > 0 ? img : 1), sizeof(double));
+    double *acc = slim_scratch_calloc((size_t)(img > 0 ? img : 1), sizeof(double));
     if (!acc)
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+        return slim_scratch_oom(ctx->err);
     for (int64_t n = 0; n < N; n++)
         for (int64_t ch = 0; ch < c.C; ch++) {
             memset(acc, 0, sizeof(double) * (size_t)img);
@@ -226,7 +226,7 @@ static slim_status col2im_exec(slim_op_ctx *ctx)
             for (int64_t i = 0; i < img; i++)
                 slim_store_f64(y->dtype, y->data, (n * c.C + ch) * img + i, acc[i]);
         }
-    free(acc);
+    slim_scratch_free(acc);
     return SLIM_OK;
 }
 

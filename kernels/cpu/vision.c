@@ -53,6 +53,7 @@ static slim_status gs_prepare(slim_node *node, void **state, slim_err *err)
         return slim_errf(err, SLIM_EINVAL, "padding_mode \"%s\" is not zeros, border or "
                          "reflection", pad);
     st.align = slim_attr_int(node, "align_corners", 0) != 0;
+    /* raw: fixed-size load-time state, freed with the model */
     gs_state *p = malloc(sizeof(*p));
     if (!p)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
@@ -636,11 +637,11 @@ static int64_t nms_run(slim_op_ctx *ctx, int64_t *out, int64_t cap)
     double sth = has_st ? slim_load_f64(st->dtype, st->data, 0) : 0;
     nms_ctx c = {boxes, slim_attr_int(ctx->node, "center_point_box", 0) != 0};
     const int64_t B = boxes->dims[0], NB = boxes->dims[1], NC = scores->dims[1];
-    nms_cand *cand = malloc(sizeof(*cand) * (size_t)(NB ? NB : 1));
-    int64_t *sel = malloc(sizeof(int64_t) * (size_t)(NB ? NB : 1));
+    nms_cand *cand = slim_scratch_malloc(sizeof(*cand) * (size_t)(NB ? NB : 1));
+    int64_t *sel = slim_scratch_malloc(sizeof(int64_t) * (size_t)(NB ? NB : 1));
     if (!cand || !sel) {
-        free(cand);
-        free(sel);
+        slim_scratch_free(cand);
+        slim_scratch_free(sel);
         return -1;
     }
     int64_t total = 0;
@@ -668,8 +669,8 @@ static int64_t nms_run(slim_op_ctx *ctx, int64_t *out, int64_t cap)
                 }
             }
         }
-    free(cand);
-    free(sel);
+    slim_scratch_free(cand);
+    slim_scratch_free(sel);
     return total;
 }
 
@@ -700,7 +701,7 @@ static slim_status nms_infer(slim_op_ctx *ctx)
             return slim_errf(ctx->err, SLIM_ENEEDVALUE, "the output size depends on the scores");
     int64_t n = nms_run(ctx, NULL, 0);
     if (n < 0)
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+        return slim_scratch_oom(ctx->err);
     slim_tensor_set_shape(ctx->out[0], SLIM_I64, 2, (int64_t[]){n, 3});
     return SLIM_OK;
 }
@@ -708,7 +709,7 @@ static slim_status nms_infer(slim_op_ctx *ctx)
 static slim_status nms_exec(slim_op_ctx *ctx)
 {
     if (nms_run(ctx, ctx->out[0]->data, ctx->out[0]->dims[0]) < 0)
-        return slim_errf(ctx->err, SLIM_ENOMEM, "out of memory");
+        return slim_scratch_oom(ctx->err);
     return SLIM_OK;
 }
 
