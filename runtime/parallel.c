@@ -29,6 +29,7 @@
  * chunk computes. SLIM_POOL_WAIT_ALL=1 waits for every worker (A/B).
  */
 #include "kernel.h"
+#include "alloc.h"
 #include "cancel.h"
 
 #include <cblas.h>
@@ -61,6 +62,8 @@ static struct {
     void (*fn)(int64_t, int64_t, void *);
     void *user;
     slim_cancel *token;              /* the caller's, entered by workers */
+    slim_mem_account *account;       /* the caller's: a chunk's allocations
+                                        are charged where the run's are */
     int64_t n, chunk;
     atomic_llong next;
 } pool = {.once = PTHREAD_ONCE_INIT};
@@ -71,6 +74,7 @@ static struct {
 static void run_chunks(void)
 {
     slim_cancel *prev = slim_cancel_enter(pool.token);
+    slim_mem_account *prev_account = slim_mem_account_enter(pool.account);
     for (;;) {
         int64_t begin = atomic_fetch_add(&pool.next, pool.chunk);
         if (begin >= pool.n)
@@ -81,6 +85,7 @@ static void run_chunks(void)
         pool.fn(begin, end, pool.user);
     }
     slim_cancel_enter(prev);
+    slim_mem_account_enter(prev_account);
 }
 
 static int64_t now_ns(void)
@@ -219,6 +224,7 @@ void slim_parallel_for(int64_t n, int64_t grain,
     pool.fn = fn;
     pool.user = user;
     pool.token = slim_cancel_current();
+    pool.account = slim_mem_account_current();
     pool.n = n;
     pool.chunk = chunk;
     atomic_store(&pool.next, 0);
