@@ -68,6 +68,7 @@ typedef enum {
 struct slim_server_conn {
     int fd;
     conn_phase phase;
+    bool control_in_url;            /* the request's path or query decoded to a control byte */
     int64_t deadline;               /* monotonic us; 0: none */
     struct slim_server_conn *prev, *next;
 };
@@ -129,6 +130,7 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
             srv->conns->prev = c;
         srv->conns = c;
         srv->n_conns++;
+        srv->n_open++;
         pthread_mutex_unlock(&srv->conns_mu);
         *socket_context = c;
     } else if (c) { /* MHD_CONNECTION_NOTIFY_CLOSED */
@@ -140,10 +142,54 @@ static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_
         if (c->next)
             c->next->prev = c->prev;
         srv->n_conns--;
+        if (c->phase != CONN_CLOSING)
+            srv->n_open--;
         pthread_mutex_unlock(&srv->conns_mu);
         free(c);
         *socket_context = NULL;
     }
+}
+
+static int hex_digit(char c)
+{
+    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+           : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* MHD hands the access handler the path as a C string, decoded: "%00"
+ * would end it there, so /v2/models/mlp%00/config read as
+ * /v2/models/mlp and answered mlp's metadata. A path or query that
+ * decodes to a control byte (or holds one) is marked on its connection,
+ * and its request refused 404 before it is routed. */
+static size_t unescape(void *cls, struct MHD_Connection *conn, char *s)
+{
+    bool control = false;
+    for (const char *p = s; *p; p++) {
+        int c = (unsigned char)*p, hi, lo;
+        if (*p == '%' && (hi = hex_digit(p[1])) >= 0 && (lo = hex_digit(p[2])) >= 0)
+            c = hi * 16 + lo;
+        control |= c < 0x20 || c == 0x7f;
+    }
+    struct slim_server_conn *c = control ? conn_of(conn) : NULL;
+    if (c) {
+        pthread_mutex_lock(&((slim_server *)cls)->conns_mu);
+        c->control_in_url = true;
+        pthread_mutex_unlock(&((slim_server *)cls)->conns_mu);
+    }
+    return MHD_http_unescape(s);
+}
+
+/* Whether the request's path or query held a control byte; clears the mark
+ * for the connection's next request. */
+static bool take_control_mark(slim_server *srv, struct slim_server_conn *c)
+{
+    if (!c)
+        return false;
+    pthread_mutex_lock(&srv->conns_mu);
+    bool marked = c->control_in_url;
+    c->control_in_url = false;
+    pthread_mutex_unlock(&srv->conns_mu);
+    return marked;
 }
 
 /* The 408, written straight to the socket: MHD cannot queue a reply while
@@ -161,6 +207,17 @@ static void send_408(const slim_server *srv, int fd)
                      "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", nb, body);
     if (n > 0 && (size_t)n < sizeof(msg))
         (void)send(fd, msg, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+/* Shuts c's socket both ways: the client reads EOF after anything sent,
+ * and MHD's next read sees the end too and closes the connection.
+ * srv->conns_mu held. */
+static void close_conn_locked(slim_server *srv, struct slim_server_conn *c)
+{
+    shutdown(c->fd, SHUT_RDWR);
+    c->phase = CONN_CLOSING;
+    c->deadline = 0;
+    srv->n_open--;
 }
 
 /* Acts on passed deadlines; sleeps until the next one, at most a second, so
@@ -184,11 +241,7 @@ static void *watchdog_main(void *arg)
             } else {
                 atomic_fetch_add(&srv->idle_closes, 1);
             }
-            /* Both ways: the client reads EOF after the reply, and MHD's
-             * next read sees the end too and closes the connection. */
-            shutdown(c->fd, SHUT_RDWR);
-            c->phase = CONN_CLOSING;
-            c->deadline = 0;
+            close_conn_locked(srv, c);
         }
         struct timespec ts = {.tv_sec = next / 1000000, .tv_nsec = (next % 1000000) * 1000};
         pthread_cond_timedwait(&srv->conns_cv, &srv->conns_mu, &ts);
@@ -211,9 +264,16 @@ void slim_server_http_metrics(slim_server *srv, slim_server_buf *out)
         "late past --body-timeout (answered 408), or idle past --idle-timeout\n"
         "# TYPE slim_http_timeouts_total counter\n"
         "slim_http_timeouts_total{phase=\"body\"} %llu\n"
-        "slim_http_timeouts_total{phase=\"idle\"} %llu\n",
+        "slim_http_timeouts_total{phase=\"idle\"} %llu\n"
+        "# HELP slim_http_connections_at_limit_total Connections at --max-connections: "
+        "idle ones closed to make room (evicted), new ones closed at once (refused)\n"
+        "# TYPE slim_http_connections_at_limit_total counter\n"
+        "slim_http_connections_at_limit_total{action=\"evicted\"} %llu\n"
+        "slim_http_connections_at_limit_total{action=\"refused\"} %llu\n",
         (long long)n, (unsigned long long)atomic_load(&srv->body_timeouts),
-        (unsigned long long)atomic_load(&srv->idle_closes));
+        (unsigned long long)atomic_load(&srv->idle_closes),
+        (unsigned long long)atomic_load(&srv->evicted),
+        (unsigned long long)atomic_load(&srv->refused));
 }
 
 /* ---- what can be refused before the body -------------------------------- */
@@ -294,14 +354,63 @@ static bool refuse_framing(slim_server_request *req)
 
 /* ---- MHD callbacks ------------------------------------------------------ */
 
+/* What a reply with parts leaves with MHD: its body and the parts' buffer
+ * references, dropped once MHD has sent them (or given up). */
+typedef struct sent_parts {
+    char *body;
+    slim_server_reply_part *parts;
+    int n_parts;
+} sent_parts;
+
+static void sent_parts_free(void *cls)
+{
+    sent_parts *sp = cls;
+    slim_server_reply_parts_free(sp->parts, sp->n_parts);
+    free(sp->parts);
+    free(sp->body);
+    free(sp);
+}
+
+/* A reply with binary parts goes out as an I/O vector: the JSON header,
+ * then each output straight from its tensor's memory, so a 1 GiB binary
+ * answer is never copied into a second 1 GiB buffer. */
+static struct MHD_Response *response_of(slim_server_reply *r)
+{
+    if (!r->n_parts) {
+        struct MHD_Response *resp =
+            MHD_create_response_from_buffer(r->len, r->body, MHD_RESPMEM_MUST_FREE);
+        if (resp)
+            r->body = NULL; /* MHD owns it now */
+        return resp;
+    }
+    struct MHD_IoVec *iov = calloc((size_t)r->n_parts + 1, sizeof(*iov));
+    sent_parts *sp = calloc(1, sizeof(*sp));
+    struct MHD_Response *resp = NULL;
+    if (iov && sp) {
+        iov[0] = (struct MHD_IoVec){r->body, r->len};
+        for (int i = 0; i < r->n_parts; i++)
+            iov[i + 1] = (struct MHD_IoVec){r->parts[i].data, r->parts[i].len};
+        *sp = (sent_parts){r->body, r->parts, r->n_parts};
+        resp = MHD_create_response_from_iovec(iov, (unsigned)r->n_parts + 1, sent_parts_free, sp);
+    }
+    free(iov); /* MHD keeps its own copy of the vector */
+    if (!resp) {
+        free(sp);
+        return NULL;
+    }
+    r->body = NULL;
+    r->parts = NULL;
+    r->n_parts = 0;
+    return resp;
+}
+
 static enum MHD_Result send_reply(slim_server_request *req)
 {
     slim_server_reply *r = &req->reply;
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(r->len, r->body, MHD_RESPMEM_MUST_FREE);
+    size_t size = slim_server_reply_size(r);
+    struct MHD_Response *resp = response_of(r);
     if (!resp)
         return MHD_NO; /* the reply (and body) are freed with the request */
-    r->body = NULL;    /* MHD owns it now */
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
                             r->content_type ? r->content_type : "application/json");
     if (r->infer_header_len >= 0) {
@@ -323,7 +432,7 @@ static enum MHD_Result send_reply(slim_server_request *req)
     MHD_destroy_response(resp);
     req->logged = true;
     slim_server_log_access(req->id, req->method, req->url, r->status,
-                           (double)(slim_server_now_us() - req->t_arrived) / 1000.0, r->len);
+                           (double)(slim_server_now_us() - req->t_arrived) / 1000.0, size);
     return ok;
 }
 
@@ -355,6 +464,7 @@ static void request_free(slim_server_request *req)
 {
     slim_server_infer_free(&req->infer);
     slim_server_admission_release(req->srv->admission, req);
+    slim_server_admission_body_free(req->srv->admission, req);
     slim_tensors_free(req->task.outputs, req->task.n_outputs);
     slim_server_model_release(req->task.model);
     slim_server_reply_free(&req->reply);
@@ -383,6 +493,9 @@ static bool body_append(slim_server_request *req, const char *data, size_t n)
     size_t max = req->srv->opts.max_request_bytes;
     if (req->body_len + n > max)
         return false;
+    if (req->body_block) /* allocated to its Content-Length, which MHD holds it to */
+        if (req->body_len + n + 1 > req->body_cap)
+            return false;
     if (req->body_len + n + 1 > req->body_cap) {
         size_t cap = req->body_cap ? req->body_cap : 4096;
         while (cap < req->body_len + n + 1)
@@ -399,6 +512,20 @@ static bool body_append(slim_server_request *req, const char *data, size_t n)
     return true;
 }
 
+/* Under --memory-limit, a body whose length the headers give is admitted
+ * before any of it is read (admission.c), into the allocator. A chunked
+ * body is not (its length is known only at its end): it is held to
+ * --max-request-bytes, and its JSON is admitted once it is complete. */
+static slim_server_body_result admit_body(slim_server_request *req)
+{
+    const char *cl = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
+    unsigned long long len = cl ? strtoull(cl, NULL, 10) : 0;
+    if (!len)
+        return SLIM_SERVER_BODY_READ;
+    return slim_server_admission_body(req->srv->admission, req, (size_t)len);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
@@ -411,27 +538,71 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return MHD_NO;
         *con_cls = req;
         req->sc = conn_of(conn);
+        if (take_control_mark(srv, req->sc)) {
+            /* 404 rather than 400: no endpoint, model or version has such a
+             * name, as for any other unknown path. */
+            slim_server_reply_error(&req->reply, 404, "unknown endpoint: the request's path or "
+                                    "query holds a control character (%%00-%%1F or %%7F), which "
+                                    "no model, version or parameter has");
+            conn_set(srv, req->sc, CONN_BUSY);
+            req->reply_ready = true;
+            return send_reply(req);
+        }
         if (refuse_framing(req) || !slim_server_auth_check(req)) {
             conn_set(srv, req->sc, CONN_BUSY);
             req->reply_ready = true;
             return send_reply(req);
         }
-        conn_set(srv, req->sc, CONN_BODY);
-        return MHD_YES;
+        switch (admit_body(req)) {
+        case SLIM_SERVER_BODY_READ:
+            conn_set(srv, req->sc, CONN_BODY);
+            return MHD_YES;
+        case SLIM_SERVER_BODY_WAIT: /* no body deadline while it may not be sent */
+            conn_set(srv, req->sc, CONN_BUSY);
+            req->body_waiting = true;
+            return MHD_YES;
+        case SLIM_SERVER_BODY_ANSWERED:
+            break;
+        }
+        conn_set(srv, req->sc, CONN_BUSY);
+        req->reply_ready = true;
+        return send_reply(req);
+    }
+    if (req->body_waiting) { /* resumed by admission.c: room for the body, or a refusal */
+        req->body_waiting = false;
+        req->suspended = false;
+        if (!req->body_refused)
+            conn_set(srv, req->sc, CONN_BODY); /* its deadline counts from now */
+        else if (!*upload_data_size) { /* nothing of the body read: answer now */
+            req->reply_ready = true;
+            return send_reply(req);
+        }
+        if (!*upload_data_size)
+            return MHD_YES;
     }
     if (*upload_data_size) {
         if (conn_closing(srv, req->sc))
             return MHD_NO; /* answered 408 already: MHD closes */
+        if (req->body_refused) {
+            *upload_data_size = 0; /* dropped; the reply goes at the end */
+            return MHD_YES;
+        }
         if (!req->too_large && !body_append(req, upload_data, *upload_data_size)) {
             /* Chunked, so only now known to be too large: the rest is read
              * and dropped (within --body-timeout), then answered 413. */
             req->too_large = true;
+            slim_server_admission_body_free(srv->admission, req);
             free(req->body);
             req->body = NULL;
             req->body_len = req->body_cap = 0;
         }
         *upload_data_size = 0;
         return MHD_YES;
+    }
+    if (req->body_refused && !req->reply_ready) {
+        conn_set(srv, req->sc, CONN_BUSY);
+        req->reply_ready = true;
+        return send_reply(req);
     }
     if (req->reply_ready && !req->suspended)
         return MHD_YES; /* already answered (refused at the first call) */
@@ -540,7 +711,21 @@ static void watchdog_stop(slim_server *srv)
     pthread_mutex_destroy(&srv->conns_mu);
 }
 
-/* Once stopping, a new connection is closed as it is accepted. This is what
+/* Every connection is accepted, and --max-connections is kept here rather
+ * than by libmicrohttpd. At its limit MHD stops accepting: new connections
+ * then wait in the listen backlog, health checks among them, for as long
+ * as the connections holding the slots stay (issue 29: 1000 half-open
+ * connections from 10 addresses left /v2/health/ready unanswered). Here, a
+ * connection that comes at the limit takes the slot of the connection
+ * that has been idle longest (no request in progress: its headers never
+ * finished, or it is kept alive between requests), which is closed at
+ * once; when no connection is idle (every one is receiving a body or
+ * being served), the new one is closed at once. So a flood of half-open
+ * connections cannot keep a probe out: each probe takes the slot of the
+ * oldest of them and is answered, and a real request is not closed for
+ * it. MHD's own limit is set high enough never to bind first.
+ *
+ * Once stopping, a new connection is closed as it is accepted. This is what
  * MHD_quiesce_daemon was for, but libmicrohttpd 0.9.75 aborts the process in
  * it ("Failed to remove listen FD from epoll set") when its thread pool has
  * taken the listen socket out of a worker's epoll set (at the connection
@@ -550,7 +735,34 @@ static enum MHD_Result accept_policy(void *cls, const struct sockaddr *addr, soc
     slim_server *srv = cls;
     (void)addr;
     (void)addrlen;
-    return atomic_load(&srv->stopping) ? MHD_NO : MHD_YES;
+    if (atomic_load(&srv->stopping))
+        return MHD_NO;
+    pthread_mutex_lock(&srv->conns_mu);
+    bool room = srv->n_open < srv->opts.max_connections;
+    if (!room) {
+        struct slim_server_conn *oldest = NULL;
+        for (struct slim_server_conn *c = srv->conns; c; c = c->next)
+            if (c->phase == CONN_IDLE && (!oldest || c->deadline < oldest->deadline))
+                oldest = c;
+        if (oldest) {
+            close_conn_locked(srv, oldest);
+            room = true;
+        }
+        atomic_fetch_add(room ? &srv->evicted : &srv->refused, 1);
+    }
+    pthread_mutex_unlock(&srv->conns_mu);
+    return room ? MHD_YES : MHD_NO;
+}
+
+/* MHD shares its limit out among its polling threads, and one thread may
+ * take every connection: each share must hold all of ours, plus the ones
+ * closed to make room that MHD has not reaped yet. */
+#define EVICTED_SLACK 64
+
+static unsigned mhd_connection_limit(const slim_server_opts *opts)
+{
+    uint64_t n = ((uint64_t)opts->max_connections + EVICTED_SLACK) * (uint64_t)opts->http_threads;
+    return n > 1000000000u ? 1000000000u : (unsigned)n;
 }
 
 slim_status slim_server_start(slim_server *srv, const slim_server_opts *opts, slim_err *err)
@@ -564,7 +776,7 @@ slim_status slim_server_start(slim_server *srv, const slim_server_opts *opts, sl
     slim_status s = bind_address(opts, &addr, &flags, err);
     if (s != SLIM_OK)
         goto err_metrics;
-    if (!(srv->admission = slim_server_admission_start(opts->queue_capacity, err))) {
+    if (!(srv->admission = slim_server_admission_start(&srv->repo, opts->queue_capacity, err))) {
         s = err->status;
         goto err_metrics;
     }
@@ -576,8 +788,8 @@ slim_status slim_server_start(slim_server *srv, const slim_server_opts *opts, sl
         goto err_repo;
     int longest = opts->body_timeout_s > opts->idle_timeout_s ? opts->body_timeout_s
                                                                : opts->idle_timeout_s;
-    /* The connection limit is the whole server's (MHD shares it out among
-     * the polling threads); the per-address one is counted across them. */
+    /* --max-connections is kept by accept_policy; the per-address limit by
+     * MHD, counted across its threads, before accept_policy is asked. */
     srv->daemon = MHD_start_daemon(
         flags, (uint16_t)opts->port, accept_policy, srv, on_request, srv,
         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv, /* first, or MHD logs before it */
@@ -585,8 +797,9 @@ slim_status slim_server_start(slim_server *srv, const slim_server_opts *opts, sl
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)opts->http_threads,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
         MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
+        MHD_OPTION_UNESCAPE_CALLBACK, unescape, srv,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(longest + MHD_TIMEOUT_MARGIN_S),
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)opts->max_connections,
+        MHD_OPTION_CONNECTION_LIMIT, mhd_connection_limit(opts),
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)opts->max_connections_per_client,
         MHD_OPTION_END);
     if (!srv->daemon) {

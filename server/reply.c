@@ -7,6 +7,7 @@
  * strings are escaped as JSON, and text cJSON prints is re-checked and any
  * invalid byte replaced before it leaves (utf8_sanitize).
  */
+#include "device.h"
 #include "server.h"
 
 #include <stdarg.h>
@@ -131,8 +132,25 @@ void slim_server_buf_free(slim_server_buf *b)
     memset(b, 0, sizeof(*b));
 }
 
+void slim_server_reply_parts_free(slim_server_reply_part *parts, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (parts[i].buf)
+            slim_buffer_unref(parts[i].buf);
+}
+
+size_t slim_server_reply_size(const slim_server_reply *r)
+{
+    size_t n = r->len;
+    for (int i = 0; i < r->n_parts; i++)
+        n += r->parts[i].len;
+    return n;
+}
+
 void slim_server_reply_free(slim_server_reply *r)
 {
+    slim_server_reply_parts_free(r->parts, r->n_parts);
+    free(r->parts);
     free(r->body);
     memset(r, 0, sizeof(*r));
     r->infer_header_len = -1;
