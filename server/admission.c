@@ -510,9 +510,9 @@ slim_server_body_result slim_server_admission_body(slim_server_admission *a,
     size_t avail = available_ever(a);
     if (len > avail) {
         atomic_fetch_add(&a->never_fit, 1);
-        refuse(req, 507, "the request body of %zu bytes can never be held: the memory limit of "
-               "the cpu device is %zu bytes (--memory-limit), %zu of them left beside the "
-               "models' weights", len, limit, avail);
+        refuse(req, 507, "the request can never fit: its body of %zu bytes is over what the "
+               "memory limit of the cpu device (%zu bytes, --memory-limit) leaves beside the "
+               "models' weights, %zu", len, limit, avail);
         return SLIM_SERVER_BODY_ANSWERED;
     }
     slim_err err = {0};
@@ -585,11 +585,11 @@ bool slim_server_admission_admit(slim_server_admission *a, slim_server_request *
         size_t avail = available_ever(a);
         if (body + tree > avail) {
             atomic_fetch_add(&a->never_fit, 1);
-            refuse(req, 507, "model '%s': reading the request needs %zu bytes (a body of %zu "
-                   "and up to %zu for its JSON of %zu bytes), over the %zu bytes the memory "
-                   "limit of the cpu device (%zu bytes, --memory-limit) leaves beside the "
-                   "models' weights; send the inputs as binary data", m->name, body + tree,
-                   body, tree, json_len, avail, limit);
+            refuse(req, 507, "model '%s': the request can never fit: reading it needs %zu "
+                   "bytes (a body of %zu and up to %zu for its JSON of %zu bytes), and the "
+                   "memory limit of the cpu device (%zu bytes, --memory-limit) leaves %zu beside "
+                   "the models' weights; send the inputs as binary data", m->name, body + tree,
+                   body, tree, json_len, limit, avail);
             return true;
         }
         slim_err err = {0};
@@ -599,12 +599,11 @@ bool slim_server_admission_admit(slim_server_admission *a, slim_server_request *
         }
         if (need.known && body + need.run > avail) {
             atomic_fetch_add(&a->never_fit, 1);
-            refuse(req, 507, "model '%s': the request needs %zu bytes (inputs %zu, a one-row "
-                   "run and its outputs %zu, its body %zu), over the %zu bytes the memory limit "
-                   "of the cpu device (%zu bytes, --memory-limit) leaves beside the models' "
-                   "weights: it can never run; the request's inputs exceed the memory limit",
-                   m->name, body + need.run, need.inputs, need.run - need.inputs, body, avail,
-                   limit);
+            refuse(req, 507, "model '%s': the request can never fit: it needs %zu bytes (inputs "
+                   "%zu, its outputs and a one-row run %zu, its body %zu), and the memory limit "
+                   "of the cpu device (%zu bytes, --memory-limit) leaves %zu beside the models' "
+                   "weights", m->name, body + need.run, need.inputs, need.run - need.inputs,
+                   body, limit, avail);
             return true;
         }
     }

@@ -18,7 +18,9 @@ Each part starts its own server on a loopback port:
   * admission: under --memory-limit cpu=2MiB, a batch-32 JSON request to
     mlp, which can never fit, is answered 507 within 2 s naming what it
     needs and the limit, and a batch-1 request sent just behind it is
-    answered 200 within 2 s.
+    answered 200 within 2 s. Under cpu=64MiB (bodies may hold 32 MiB), a
+    20 MB body waiting behind another 20 MB one does not hold up a small
+    request, answered 200 within 1 s; it goes on once the first is gone.
   * request memory: under --memory-limit cpu=256MiB, 8 concurrent 60 MB
     JSON bodies are answered 507 (or 503) naming the bytes, a small request
     sent meanwhile is answered 200 within 3 s, and the server's peak
@@ -335,10 +337,47 @@ def t_never_fits(srv):
     check(st_big == 507, f"batch 32 under 2 MiB: HTTP {st_big}, expected 507: {error(data_big)}")
     check(t_big < 2, f"batch 32 answered after {t_big:.2f}s")
     msg = error(data_big)
-    check("2097152" in msg and "--memory-limit" in msg and re.search(r"\d{6,} bytes", msg),
+    check("can never fit" in msg and "2097152" in msg and re.search(r"\d{6,} bytes", msg),
           f"the 507 does not name the need and the limit: {msg}")
     check(st_small == 200, f"batch 1: HTTP {st_small} {error(data_small)}")
     check(t_small < 2, f"batch 1 waited {t_small:.2f}s")
+
+
+def t_small_passes_large(srv):
+    """Bodies may hold half the limit (32 MiB of 64): A holds 20 MB while
+    its body trickles, B (20 MB more) waits for room, and C (small) fits
+    now: C is answered at once, ahead of B; B goes on once A is gone."""
+    mb20 = 20 * 1000 * 1000
+    body_b = json.dumps({"inputs": mlp_input(1)}).encode()
+    body_b += b" " * (mb20 - len(body_b))  # whitespace may follow the JSON
+    a = socket.create_connection((HOST, srv.port), timeout=10)
+    b = socket.create_connection((HOST, srv.port), timeout=10)
+    try:
+        a.sendall(b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n"
+                  b"Expect: 100-continue\r\n\r\n" % mb20)
+        check(a.recv(100).startswith(b"HTTP/1.1 100"), "A: no 100 Continue")
+        a.sendall(b"{")
+        b.sendall(b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n"
+                  b"Expect: 100-continue\r\n\r\n" % mb20)
+        b.settimeout(0.5)
+        try:
+            early = b.recv(100)
+        except socket.timeout:
+            early = b""
+        check(early == b"", f"B was let in while A holds the body budget: {early!r}")
+        t_c, st_c, _, data_c = infer_json(srv, "mlp", mlp_input(1, seed=3), timeout=10)
+        print(f"    small request C while B waits: {st_c} after {t_c:.2f}s", flush=True)
+        check(st_c == 200 and t_c < 1, f"C behind a waiting B: HTTP {st_c} after {t_c:.2f}s "
+              f"{error(data_c)}")
+        a.close()  # A's body memory returns: B may send
+        b.settimeout(10)
+        check(b.recv(100).startswith(b"HTTP/1.1 100"), "B: no 100 Continue after A left")
+        b.sendall(body_b)
+        status, data = read_reply(b, 20)
+        check(status == 200, f"B after A left: HTTP {status} {error(data)}")
+    finally:
+        a.close()
+        b.close()
 
 
 # ---- C: request memory -----------------------------------------------------------
@@ -514,6 +553,8 @@ def main():
     serve("admission", "--memory-limit", "cpu=2MiB",
           cases=[("a batch that can never fit: 507 at once; batch 1 behind it answered",
                   t_never_fits)])
+    serve("admission-order", "--memory-limit", "cpu=64MiB",
+          cases=[("a small request passes a large one waiting for memory", t_small_passes_large)])
     limit = 256 * MIB
     srv = Server(args.slimserve, repo, log("request-memory"), "--memory-limit", "cpu=256MiB",
                  "--max-request-bytes", str(128 * MIB))
