@@ -354,61 +354,11 @@ static bool refuse_framing(slim_server_request *req)
 
 /* ---- MHD callbacks ------------------------------------------------------ */
 
-/* What a reply with parts leaves with MHD: its body and the parts' buffer
- * references, dropped once MHD has sent them (or given up). */
-typedef struct sent_parts {
-    char *body;
-    slim_server_reply_part *parts;
-    int n_parts;
-} sent_parts;
-
-static void sent_parts_free(void *cls)
-{
-    sent_parts *sp = cls;
-    slim_server_reply_parts_free(sp->parts, sp->n_parts);
-    free(sp->parts);
-    free(sp->body);
-    free(sp);
-}
-
-/* A reply with binary parts goes out as an I/O vector: the JSON header,
- * then each output straight from its tensor's memory, so a 1 GiB binary
- * answer is never copied into a second 1 GiB buffer. */
-static struct MHD_Response *response_of(slim_server_reply *r)
-{
-    if (!r->n_parts) {
-        struct MHD_Response *resp =
-            MHD_create_response_from_buffer(r->len, r->body, MHD_RESPMEM_MUST_FREE);
-        if (resp)
-            r->body = NULL; /* MHD owns it now */
-        return resp;
-    }
-    struct MHD_IoVec *iov = calloc((size_t)r->n_parts + 1, sizeof(*iov));
-    sent_parts *sp = calloc(1, sizeof(*sp));
-    struct MHD_Response *resp = NULL;
-    if (iov && sp) {
-        iov[0] = (struct MHD_IoVec){r->body, r->len};
-        for (int i = 0; i < r->n_parts; i++)
-            iov[i + 1] = (struct MHD_IoVec){r->parts[i].data, r->parts[i].len};
-        *sp = (sent_parts){r->body, r->parts, r->n_parts};
-        resp = MHD_create_response_from_iovec(iov, (unsigned)r->n_parts + 1, sent_parts_free, sp);
-    }
-    free(iov); /* MHD keeps its own copy of the vector */
-    if (!resp) {
-        free(sp);
-        return NULL;
-    }
-    r->body = NULL;
-    r->parts = NULL;
-    r->n_parts = 0;
-    return resp;
-}
-
 static enum MHD_Result send_reply(slim_server_request *req)
 {
     slim_server_reply *r = &req->reply;
     size_t size = slim_server_reply_size(r);
-    struct MHD_Response *resp = response_of(r);
+    struct MHD_Response *resp = slim_server_reply_response(r);
     if (!resp)
         return MHD_NO; /* the reply (and body) are freed with the request */
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,

@@ -98,6 +98,10 @@ void slim_server_reply_free(slim_server_reply *r);
 void slim_server_reply_parts_free(slim_server_reply_part *parts, int n);
 /* The reply's length on the wire: its body and its parts. */
 size_t slim_server_reply_size(const slim_server_reply *r);
+/* A libmicrohttpd response carrying r's body and parts, which it takes
+ * over (r keeps its status and headers); NULL when out of memory. */
+struct MHD_Response;
+struct MHD_Response *slim_server_reply_response(slim_server_reply *r);
 
 /* ---- model configuration (config.c) ------------------------------------- */
 
@@ -655,6 +659,21 @@ void slim_server_count_failure(const slim_server_model *m, slim_server_failure w
  * models' weights stay out of what a request can ever get. */
 slim_server_admission *slim_server_admission_start(slim_server_repo *repo, int capacity,
                                                    slim_err *err);
+/* request_need.c, for admission.c: what a request needs before it runs.
+ * Under a CPU memory limit, the bytes its JSON header's tree can take are
+ * reserved in the allocator while it is parsed (SLIM_EOOM: not now). */
+slim_status slim__request_reserve_parse(slim_server_request *req, slim_err *err);
+void slim__request_release_parse(slim_server_request *req);
+typedef struct slim__request_need {
+    size_t inputs;              /* its decoded inputs */
+    size_t run;                 /* inputs + a one-row run's arena + its outputs (known ones) */
+    bool known;                 /* the header parsed: the figures mean something */
+} slim__request_need;
+/* From its JSON header (parsed under the reservation above). */
+slim__request_need slim__request_declared_need(const slim_server_request *req);
+/* The answer's size at most, from its decoded inputs; 0 when an output's
+ * shape depends on data. */
+size_t slim__request_reply_bound(const slim_server_request *req);
 /* A body of len bytes is about to be read (its headers are in): */
 typedef enum {
     SLIM_SERVER_BODY_READ,      /* read it (into req->body when it was allocated here) */
