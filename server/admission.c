@@ -133,13 +133,14 @@ static bool fits_body_budget(const slim_server_admission *a, size_t need)
     return !limit || a->bodies == 0 || a->bodies + need <= limit / BODY_BUDGET_DIVISOR;
 }
 
-/* Whether a request arriving now may be admitted ahead of the waiters:
- * none of them has waited half its timeout yet; a->mu held. */
+/* Whether a request arriving now may be admitted ahead of the waiters of
+ * its kind: none of them has waited half its timeout yet, and none waits
+ * to run alone (it needs every other request's inputs gone); a->mu held. */
 static bool may_pass_waiters(const slim_server_admission *a, bool body)
 {
     int64_t now = slim_server_now_us();
     for (const waiter *w = a->head; w; w = w->next)
-        if (w->body == body && now - w->since >= (w->deadline - w->since) / 2)
+        if (w->body == body && (w->alone || now - w->since >= (w->deadline - w->since) / 2))
             return false;
     return true;
 }
@@ -219,11 +220,10 @@ static try_result try_decode(slim_server_admission *a, slim_server_request *req)
             return TRY_WAIT;
         }
         atomic_fetch_add(&a->never_fit, 1);
-        refuse(req, 507, "model '%s': no memory %s, with nothing but the models' weights and "
-               "its own body held: it cannot fit under the memory limit of the cpu device "
-               "(%zu bytes, --memory-limit): %s", req->task.model->name,
-               parsing ? "to parse the request's JSON" : "for the request's inputs",
-               limit_now(), err.msg);
+        refuse(req, 507, "model '%s': the request can never fit: no memory %s with nothing "
+               "but the models' weights and its own body held, under the memory limit of the "
+               "cpu device (%zu bytes, --memory-limit): %s", req->task.model->name,
+               parsing ? "to parse its JSON" : "for its inputs", limit_now(), err.msg);
         return TRY_ANSWERED;
     }
     slim_server_admission_release(a, req);
@@ -301,8 +301,8 @@ static void refuse_body_never(slim_server_admission *a, slim_server_request *req
                               const slim_err *err)
 {
     atomic_fetch_add(&a->never_fit, 1);
-    refuse(req, 507, "no memory for the request body of %zu bytes, with nothing but the "
-           "models' weights held: it cannot fit under the memory limit of the cpu device "
+    refuse(req, 507, "the request can never fit: no memory for its body of %zu bytes with "
+           "nothing but the models' weights held, under the memory limit of the cpu device "
            "(%zu bytes, --memory-limit): %s", len, limit_now(), err->msg);
 }
 

@@ -15,10 +15,12 @@ Each part starts its own server on a loopback port:
     and the server never holds more than the cap. With --max-connections 8
     held by requests whose bodies are still coming (nothing idle to close),
     a new connection is closed at once, not left in the backlog.
-  * admission: under --memory-limit cpu=2MiB, a batch-32 JSON request to
-    mlp, which can never fit, is answered 507 within 2 s naming what it
-    needs and the limit, and a batch-1 request sent just behind it is
-    answered 200 within 2 s. Under cpu=64MiB (bodies may hold 32 MiB), a
+  * admission: the example repository under --memory-limit cpu=2MiB: a
+    batch-32 request to resnet, which can never fit beside the weights, is
+    answered 507 within 2 s naming what it needs and the limit (it was 503
+    after 30 s), and a batch-1 request to mlp sent just behind it is
+    answered 200 within 2 s (it waited 29 s); mlp's batch 32 as binary data
+    is 200, as JSON 507 (its parse tree does not fit). Under cpu=64MiB (bodies may hold 32 MiB), a
     20 MB body waiting behind another 20 MB one does not hold up a small
     request, answered 200 within 1 s; it goes on once the first is gone.
   * request memory: under --memory-limit cpu=256MiB, 8 concurrent 60 MB
@@ -55,7 +57,7 @@ import onnx
 from onnx import TensorProto, helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_server import (HOST, REPO, Runner, Server, check, parse_raw_reply,  # noqa: E402
+from test_server import (HOST, REPO, Runner, Server, binary_request, check,  # noqa: E402
                          raw_exchange)
 
 FLOOD_ADDRESSES = [f"127.0.0.{i}" for i in range(2, 12)]
@@ -149,15 +151,17 @@ def add_range_model(root, name, n):
           helper.make_tensor("d", TensorProto.FLOAT, [], [1.0])])
 
 
-def mlp_repository(root, workdir):
-    """A repository with only the example mlp (input [-1, 784], batch 32)."""
+def example_repository(root, workdir, models):
+    """A repository with these example models (models/gen_models.py): mlp
+    (input [-1, 784]), resnet (image [-1, 3, 32, 32]), transformer; batch 32."""
     if os.path.exists(root):
         shutil.rmtree(root)
     examples = os.path.join(workdir, "examples")
-    if not os.path.exists(os.path.join(examples, "mlp")):
+    if not os.path.exists(os.path.join(examples, "transformer")):
         subprocess.run([sys.executable, os.path.join(REPO, "models", "gen_models.py"), examples],
                        check=True, timeout=600, stdout=subprocess.DEVNULL)
-    shutil.copytree(os.path.join(examples, "mlp"), os.path.join(root, "mlp"))
+    for m in models:
+        shutil.copytree(os.path.join(examples, m), os.path.join(root, m))
 
 
 def mlp_input(rows, seed=0):
@@ -318,22 +322,35 @@ def t_cap_busy(srv):
 
 # ---- B: admission ----------------------------------------------------------------
 
+def binary_infer(srv, model, name, x, timeout=60):
+    body, hl = binary_request([(name, x, "FP32")])
+    t0 = time.monotonic()
+    status, _, data = srv.http.request("POST", f"/v2/models/{model}/infer", body,
+                                      {"Inference-Header-Content-Length": str(hl)},
+                                      timeout=timeout)
+    return time.monotonic() - t0, status, data
+
+
 def t_never_fits(srv):
-    big = json.dumps({"inputs": mlp_input(32)}).encode()
-    small = mlp_input(1, seed=1)
+    """The issue's case: the example repository under cpu=2MiB (mlp and
+    resnet load, 1.5 MiB of weights; transformer does not fit). resnet's
+    batch 32 (393 KB of inputs, as binary data) can never fit beside the
+    weights: it used to wait 30 s for a 503, and a batch-1 request behind it
+    29 s."""
     results = {}
+    x = np.zeros((32, 3, 32, 32), np.float32)
 
     def send_big():
-        results["big"] = post_raw(srv.port, "/v2/models/mlp/infer", big, timeout=40)
+        results["big"] = binary_infer(srv, "resnet", "image", x, timeout=40)
 
     th = threading.Thread(target=send_big)
     th.start()
-    time.sleep(0.1)
-    t_small, st_small, _, data_small = infer_json(srv, "mlp", small, timeout=40)
+    time.sleep(0.2)
+    t_small, st_small, _, data_small = infer_json(srv, "mlp", mlp_input(1, seed=1), timeout=40)
     th.join()
     t_big, st_big, data_big = results["big"]
-    print(f"    batch 32: {st_big} after {t_big:.2f}s: {error(data_big)[:160]}", flush=True)
-    print(f"    batch 1 behind it: {st_small} after {t_small:.2f}s", flush=True)
+    print(f"    resnet batch 32: {st_big} after {t_big:.2f}s: {error(data_big)[:160]}", flush=True)
+    print(f"    mlp batch 1 behind it: {st_small} after {t_small:.2f}s", flush=True)
     check(st_big == 507, f"batch 32 under 2 MiB: HTTP {st_big}, expected 507: {error(data_big)}")
     check(t_big < 2, f"batch 32 answered after {t_big:.2f}s")
     msg = error(data_big)
@@ -341,6 +358,15 @@ def t_never_fits(srv):
           f"the 507 does not name the need and the limit: {msg}")
     check(st_small == 200, f"batch 1: HTTP {st_small} {error(data_small)}")
     check(t_small < 2, f"batch 1 waited {t_small:.2f}s")
+    # what fits is not refused: mlp's batch 32 as binary data
+    t, status, data = binary_infer(srv, "mlp", "input", np.zeros((32, 784), np.float32))
+    check(status == 200 and t < 2, f"mlp batch 32 (binary): HTTP {status} after {t:.2f}s "
+          f"{error(data)}")
+    # JSON costs its body and tree: the same batch as JSON (508 KB, and a
+    # tree of 2.5 MB) cannot be read under 2 MiB
+    t, status, _, data = infer_json(srv, "mlp", mlp_input(32))
+    check(status == 507 and t < 2 and "can never fit" in error(data), f"mlp batch 32 (JSON): "
+          f"HTTP {status} after {t:.2f}s {error(data)}")
 
 
 def t_small_passes_large(srv):
@@ -524,7 +550,9 @@ def main():
     args.slimserve = os.path.abspath(args.slimserve)
     os.makedirs(args.workdir, exist_ok=True)
     repo = os.path.join(args.workdir, "repo")
-    mlp_repository(repo, args.workdir)
+    example_repository(repo, args.workdir, ["mlp"])
+    examples = os.path.join(args.workdir, "repo-examples")
+    example_repository(examples, args.workdir, ["mlp", "resnet", "transformer"])
     ranges = os.path.join(args.workdir, "ranges")
     if os.path.exists(ranges):
         shutil.rmtree(ranges)
@@ -550,7 +578,7 @@ def main():
                                "the oldest closed at the cap", t_flood)])
     serve("cap", "--max-connections", "8", "--http-threads", "2",
           cases=[("at the cap with nothing idle: a new connection closed at once", t_cap_busy)])
-    serve("admission", "--memory-limit", "cpu=2MiB",
+    serve("admission", "--memory-limit", "cpu=2MiB", root=examples,
           cases=[("a batch that can never fit: 507 at once; batch 1 behind it answered",
                   t_never_fits)])
     serve("admission-order", "--memory-limit", "cpu=64MiB",
