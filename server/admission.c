@@ -253,10 +253,10 @@ static bool park(slim_server_admission *a, slim_server_request *req, size_t need
         int waiting = a->n_waiting;
         pthread_mutex_unlock(&a->mu);
         free(w);
-        refuse(req, 503, "%s%s%s: no memory for the request's %s now, and %d requests already "
-               "wait for memory; retry later", req->task.model ? "model '" : "the server",
-               req->task.model ? req->task.model->name : "", req->task.model ? "'" : "",
-               body ? "body" : "inputs", waiting);
+        const slim_server_model *m = req->task.model;
+        refuse(req, 503, "%s%s%sno memory for the request's %s now, and %d requests already "
+               "wait for memory; retry later", m ? "model '" : "", m ? m->name : "",
+               m ? "': " : "", body ? "body" : "inputs", waiting);
         return false;
     }
     /* Suspended before the thread can see it: the thread may resume it. */
@@ -534,8 +534,8 @@ static void expire(slim_server_admission *a)
         pthread_mutex_unlock(&a->mu);
         atomic_fetch_add(&a->timed_out, 1);
         const slim_server_model *m = w->req->task.model;
-        refuse(w->req, 503, "%s%s%s: the request waited for memory for its %s %s; retry later",
-               m ? "model '" : "the server", m ? m->name : "", m ? "'" : "",
+        refuse(w->req, 503, "%s%s%sthe request waited for memory for its %s %s; retry later",
+               m ? "model '" : "", m ? m->name : "", m ? "': " : "",
                w->body ? "body" : "inputs",
                a->stopping ? "until the server stopped" : "past its timeout");
         answer_waiter(w);
@@ -687,10 +687,11 @@ void slim_server_admission_metrics(slim_server_admission *a, slim_server_buf *ou
     int waiting = a->n_waiting;
     pthread_mutex_unlock(&a->mu);
     slim_server_buf_printf(out,
-        "# HELP slim_requests_waiting_for_memory Infer requests whose inputs wait for memory\n"
+        "# HELP slim_requests_waiting_for_memory Requests waiting for memory for their body "
+        "or inputs\n"
         "# TYPE slim_requests_waiting_for_memory gauge\n"
         "slim_requests_waiting_for_memory %d\n"
-        "# HELP slim_requests_memory_wait_total Infer requests that waited for input memory, "
+        "# HELP slim_requests_memory_wait_total Requests that waited for body or input memory, "
         "by outcome\n"
         "# TYPE slim_requests_memory_wait_total counter\n"
         "slim_requests_memory_wait_total{outcome=\"admitted\"} %llu\n"

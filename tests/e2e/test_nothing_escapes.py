@@ -23,6 +23,7 @@ Each part starts its own server on a loopback port:
     is 200, as JSON 507 (its parse tree does not fit). Under cpu=64MiB (bodies may hold 32 MiB), a
     20 MB body waiting behind another 20 MB one does not hold up a small
     request, answered 200 within 1 s; it goes on once the first is gone.
+    One still waiting at SIGTERM is answered 503, and the server exits 0.
   * request memory: under --memory-limit cpu=256MiB, 8 concurrent 60 MB
     JSON bodies are answered 507 (or 503) naming the bytes, a small request
     sent meanwhile is answered 200 within 3 s, and the server's peak
@@ -46,6 +47,7 @@ import os
 import re
 import resource
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -406,6 +408,29 @@ def t_small_passes_large(srv):
         b.close()
 
 
+def t_body_wait_at_stop(srv):
+    """A request waiting for room for its body when SIGTERM comes is
+    answered 503 (its body never read), and the server exits 0."""
+    mb20 = 20 * 1000 * 1000
+    a = socket.create_connection((HOST, srv.port), timeout=10)
+    b = socket.create_connection((HOST, srv.port), timeout=10)
+    try:
+        for s in (a, b):
+            s.sendall(b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n"
+                      b"Expect: 100-continue\r\n\r\n" % mb20)
+        check(a.recv(100).startswith(b"HTTP/1.1 100"), "A: no 100 Continue")
+        a.sendall(b"{")
+        time.sleep(0.3)
+        srv.proc.send_signal(signal.SIGTERM)
+        status, data = read_reply(b, 10)
+        check(status == 503 and "until the server stopped" in error(data),
+              f"B waiting at SIGTERM: HTTP {status} {error(data)}")
+    finally:
+        a.close()
+        b.close()
+    check(srv.proc.wait(timeout=70) == 0, f"exit code {srv.proc.returncode}")
+
+
 # ---- C: request memory -----------------------------------------------------------
 
 def big_json_body(target_bytes):
@@ -583,6 +608,8 @@ def main():
                   t_never_fits)])
     serve("admission-order", "--memory-limit", "cpu=64MiB",
           cases=[("a small request passes a large one waiting for memory", t_small_passes_large)])
+    serve("admission-stop", "--memory-limit", "cpu=64MiB",
+          cases=[("a body waiting for memory at SIGTERM: 503", t_body_wait_at_stop)])
     limit = 256 * MIB
     srv = Server(args.slimserve, repo, log("request-memory"), "--memory-limit", "cpu=256MiB",
                  "--max-request-bytes", str(128 * MIB))
