@@ -12,26 +12,11 @@
  * (which also fires when the client goes away); `in_flight` counts them, so
  * shutdown can wait for the ones that are still running.
  *
- * Slow and lying clients. libmicrohttpd (0.9.75) times a connection out only
- * after it has been silent for MHD_OPTION_CONNECTION_TIMEOUT, and then just
- * closes it; it calls us only when bytes arrive, and once a body has begun
- * it lets us queue no reply until the whole body is in. So a client that
- * declares more bytes than it sends, or trickles them, would hold a request
- * open with nothing to tell it why. Deadlines are therefore ours: every
- * connection has a phase (idle, receiving a body, busy) and a deadline, and
- * a watchdog thread acts on the ones that pass. A body past --body-timeout
- * is answered 408 by writing the reply to the socket ourselves (MHD has sent
- * nothing on it while the body is being read) and shutting the socket down,
- * which MHD sees as the client leaving; an idle connection (no request in
- * progress, including one whose headers never finished) is shut down after
- * --idle-timeout. MHD's own timeout stays, longer, as the backstop for a
- * client that stops reading its reply. Requests with a body that cannot be
- * framed or is declared too large are answered at the first call, before
- * any of the body is read.
+ * Connections, their deadlines and how many there may be are in
+ * connections.c. Requests with a body that cannot be framed or is declared
+ * too large are answered at the first call, before any of the body is read.
  */
-#include "server.h"
-
-#include <microhttpd.h>
+#include "connections.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -51,230 +36,6 @@
 /* libmicrohttpd lines (one per refused connection, for one) a second before
  * the rest are only counted: a flood of connections must not fill a disk. */
 #define LOG_LINES_PER_S 20
-
-/* ---- connections and their deadlines ------------------------------------ */
-
-typedef enum {
-    CONN_IDLE,      /* no request in progress (maybe headers arriving) */
-    CONN_BODY,      /* headers in, the body not yet complete */
-    CONN_BUSY,      /* routed: running, suspended or answering */
-    CONN_CLOSING,   /* a deadline passed; the socket is shut down */
-} conn_phase;
-
-/* One open connection, from MHD's "started" to its "closed" notification;
- * every field is guarded by srv->conns_mu. MHD closes the socket only after
- * "closed", which takes the same lock, so under the lock fd is still ours
- * to write to and shut down. */
-struct slim_server_conn {
-    int fd;
-    conn_phase phase;
-    bool control_in_url;            /* the request's path or query decoded to a control byte */
-    int64_t deadline;               /* monotonic us; 0: none */
-    struct slim_server_conn *prev, *next;
-};
-
-static void conn_set_locked(slim_server *srv, struct slim_server_conn *c, conn_phase phase)
-{
-    int timeout_s = phase == CONN_IDLE ? srv->opts.idle_timeout_s
-                    : phase == CONN_BODY ? srv->opts.body_timeout_s : 0;
-    c->phase = phase;
-    c->deadline = timeout_s ? slim_server_now_us() + (int64_t)timeout_s * 1000000 : 0;
-}
-
-/* Moves c to phase; false when a deadline already closed it (c NULL: a
- * connection we could not track, left to MHD's timeout). */
-static bool conn_set(slim_server *srv, struct slim_server_conn *c, conn_phase phase)
-{
-    if (!c)
-        return true;
-    pthread_mutex_lock(&srv->conns_mu);
-    bool open = c->phase != CONN_CLOSING;
-    if (open)
-        conn_set_locked(srv, c, phase);
-    pthread_mutex_unlock(&srv->conns_mu);
-    return open;
-}
-
-static bool conn_closing(slim_server *srv, struct slim_server_conn *c)
-{
-    if (!c)
-        return false;
-    pthread_mutex_lock(&srv->conns_mu);
-    bool closing = c->phase == CONN_CLOSING;
-    pthread_mutex_unlock(&srv->conns_mu);
-    return closing;
-}
-
-static struct slim_server_conn *conn_of(struct MHD_Connection *conn)
-{
-    const union MHD_ConnectionInfo *info =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    return info ? info->socket_context : NULL;
-}
-
-static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
-                          enum MHD_ConnectionNotificationCode code)
-{
-    slim_server *srv = cls;
-    struct slim_server_conn *c = *socket_context;
-    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-        const union MHD_ConnectionInfo *info =
-            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        if (!info || !(c = calloc(1, sizeof(*c))))
-            return; /* untracked: MHD's timeout still applies */
-        c->fd = info->connect_fd;
-        pthread_mutex_lock(&srv->conns_mu);
-        conn_set_locked(srv, c, CONN_IDLE);
-        c->next = srv->conns;
-        if (srv->conns)
-            srv->conns->prev = c;
-        srv->conns = c;
-        srv->n_conns++;
-        srv->n_open++;
-        pthread_mutex_unlock(&srv->conns_mu);
-        *socket_context = c;
-    } else if (c) { /* MHD_CONNECTION_NOTIFY_CLOSED */
-        pthread_mutex_lock(&srv->conns_mu);
-        if (c->prev)
-            c->prev->next = c->next;
-        else
-            srv->conns = c->next;
-        if (c->next)
-            c->next->prev = c->prev;
-        srv->n_conns--;
-        if (c->phase != CONN_CLOSING)
-            srv->n_open--;
-        pthread_mutex_unlock(&srv->conns_mu);
-        free(c);
-        *socket_context = NULL;
-    }
-}
-
-static int hex_digit(char c)
-{
-    return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
-           : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-}
-
-/* MHD hands the access handler the path as a C string, decoded: "%00"
- * would end it there, so /v2/models/mlp%00/config read as
- * /v2/models/mlp and answered mlp's metadata. A path or query that
- * decodes to a control byte (or holds one) is marked on its connection,
- * and its request refused 404 before it is routed. */
-static size_t unescape(void *cls, struct MHD_Connection *conn, char *s)
-{
-    bool control = false;
-    for (const char *p = s; *p; p++) {
-        int c = (unsigned char)*p, hi, lo;
-        if (*p == '%' && (hi = hex_digit(p[1])) >= 0 && (lo = hex_digit(p[2])) >= 0)
-            c = hi * 16 + lo;
-        control |= c < 0x20 || c == 0x7f;
-    }
-    struct slim_server_conn *c = control ? conn_of(conn) : NULL;
-    if (c) {
-        pthread_mutex_lock(&((slim_server *)cls)->conns_mu);
-        c->control_in_url = true;
-        pthread_mutex_unlock(&((slim_server *)cls)->conns_mu);
-    }
-    return MHD_http_unescape(s);
-}
-
-/* Whether the request's path or query held a control byte; clears the mark
- * for the connection's next request. */
-static bool take_control_mark(slim_server *srv, struct slim_server_conn *c)
-{
-    if (!c)
-        return false;
-    pthread_mutex_lock(&srv->conns_mu);
-    bool marked = c->control_in_url;
-    c->control_in_url = false;
-    pthread_mutex_unlock(&srv->conns_mu);
-    return marked;
-}
-
-/* The 408, written straight to the socket: MHD cannot queue a reply while
- * a body is being read (see the top of this file). Best effort: the socket
- * is non-blocking and its send buffer is empty at this point, so the short
- * reply goes out whole or the client is gone. */
-static void send_408(const slim_server *srv, int fd)
-{
-    char body[160], msg[400];
-    int nb = snprintf(body, sizeof(body),
-                      "{\"error\":\"the request body did not arrive within %d s "
-                      "(--body-timeout)\"}", srv->opts.body_timeout_s);
-    int n = snprintf(msg, sizeof(msg),
-                     "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n"
-                     "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", nb, body);
-    if (n > 0 && (size_t)n < sizeof(msg))
-        (void)send(fd, msg, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
-}
-
-/* Shuts c's socket both ways: the client reads EOF after anything sent,
- * and MHD's next read sees the end too and closes the connection.
- * srv->conns_mu held. */
-static void close_conn_locked(slim_server *srv, struct slim_server_conn *c)
-{
-    shutdown(c->fd, SHUT_RDWR);
-    c->phase = CONN_CLOSING;
-    c->deadline = 0;
-    srv->n_open--;
-}
-
-/* Acts on passed deadlines; sleeps until the next one, at most a second, so
- * a deadline set meanwhile (always at least a second away) is never late. */
-static void *watchdog_main(void *arg)
-{
-    slim_server *srv = arg;
-    pthread_mutex_lock(&srv->conns_mu);
-    while (!srv->watchdog_stop) {
-        int64_t now = slim_server_now_us(), next = now + 1000000;
-        for (struct slim_server_conn *c = srv->conns; c; c = c->next) {
-            if (!c->deadline)
-                continue;
-            if (c->deadline > now) {
-                next = c->deadline < next ? c->deadline : next;
-                continue;
-            }
-            if (c->phase == CONN_BODY) {
-                send_408(srv, c->fd);
-                atomic_fetch_add(&srv->body_timeouts, 1);
-            } else {
-                atomic_fetch_add(&srv->idle_closes, 1);
-            }
-            close_conn_locked(srv, c);
-        }
-        struct timespec ts = {.tv_sec = next / 1000000, .tv_nsec = (next % 1000000) * 1000};
-        pthread_cond_timedwait(&srv->conns_cv, &srv->conns_mu, &ts);
-    }
-    pthread_mutex_unlock(&srv->conns_mu);
-    return NULL;
-}
-
-void slim_server_http_metrics(slim_server *srv, slim_server_buf *out)
-{
-    pthread_mutex_lock(&srv->conns_mu);
-    int64_t n = srv->n_conns;
-    pthread_mutex_unlock(&srv->conns_mu);
-    slim_server_buf_printf(
-        out,
-        "# HELP slim_http_connections Open HTTP connections\n"
-        "# TYPE slim_http_connections gauge\n"
-        "slim_http_connections %lld\n"
-        "# HELP slim_http_timeouts_total Connections closed at a deadline: a request body "
-        "late past --body-timeout (answered 408), or idle past --idle-timeout\n"
-        "# TYPE slim_http_timeouts_total counter\n"
-        "slim_http_timeouts_total{phase=\"body\"} %llu\n"
-        "slim_http_timeouts_total{phase=\"idle\"} %llu\n"
-        "# HELP slim_http_connections_at_limit_total Connections at --max-connections: "
-        "idle ones closed to make room (evicted), new ones closed at once (refused)\n"
-        "# TYPE slim_http_connections_at_limit_total counter\n"
-        "slim_http_connections_at_limit_total{action=\"evicted\"} %llu\n"
-        "slim_http_connections_at_limit_total{action=\"refused\"} %llu\n",
-        (long long)n, (unsigned long long)atomic_load(&srv->body_timeouts),
-        (unsigned long long)atomic_load(&srv->idle_closes),
-        (unsigned long long)atomic_load(&srv->evicted),
-        (unsigned long long)atomic_load(&srv->refused));
-}
 
 /* ---- what can be refused before the body -------------------------------- */
 
@@ -435,7 +196,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         request_free(req);
     *con_cls = NULL;
     /* Kept alive: the idle deadline runs until the next request's headers. */
-    conn_set(cls, conn_of(conn), CONN_IDLE);
+    slim__conn_set(cls, slim__conn_of(conn), CONN_IDLE);
 }
 
 static bool body_append(slim_server_request *req, const char *data, size_t n)
@@ -487,34 +248,34 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!(req = request_new(srv, conn, url, method)))
             return MHD_NO;
         *con_cls = req;
-        req->sc = conn_of(conn);
-        if (take_control_mark(srv, req->sc)) {
+        req->sc = slim__conn_of(conn);
+        if (slim__conn_take_control_mark(srv, req->sc)) {
             /* 404 rather than 400: no endpoint, model or version has such a
              * name, as for any other unknown path. */
             slim_server_reply_error(&req->reply, 404, "unknown endpoint: the request's path or "
                                     "query holds a control character (%%00-%%1F or %%7F), which "
                                     "no model, version or parameter has");
-            conn_set(srv, req->sc, CONN_BUSY);
+            slim__conn_set(srv, req->sc, CONN_BUSY);
             req->reply_ready = true;
             return send_reply(req);
         }
         if (refuse_framing(req) || !slim_server_auth_check(req)) {
-            conn_set(srv, req->sc, CONN_BUSY);
+            slim__conn_set(srv, req->sc, CONN_BUSY);
             req->reply_ready = true;
             return send_reply(req);
         }
         switch (admit_body(req)) {
         case SLIM_SERVER_BODY_READ:
-            conn_set(srv, req->sc, CONN_BODY);
+            slim__conn_set(srv, req->sc, CONN_BODY);
             return MHD_YES;
         case SLIM_SERVER_BODY_WAIT: /* no body deadline while it may not be sent */
-            conn_set(srv, req->sc, CONN_BUSY);
+            slim__conn_set(srv, req->sc, CONN_BUSY);
             req->body_waiting = true;
             return MHD_YES;
         case SLIM_SERVER_BODY_ANSWERED:
             break;
         }
-        conn_set(srv, req->sc, CONN_BUSY);
+        slim__conn_set(srv, req->sc, CONN_BUSY);
         req->reply_ready = true;
         return send_reply(req);
     }
@@ -522,7 +283,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         req->body_waiting = false;
         req->suspended = false;
         if (!req->body_refused)
-            conn_set(srv, req->sc, CONN_BODY); /* its deadline counts from now */
+            slim__conn_set(srv, req->sc, CONN_BODY); /* its deadline counts from now */
         else if (!*upload_data_size) { /* nothing of the body read: answer now */
             req->reply_ready = true;
             return send_reply(req);
@@ -531,7 +292,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             return MHD_YES;
     }
     if (*upload_data_size) {
-        if (conn_closing(srv, req->sc))
+        if (slim__conn_closing(srv, req->sc))
             return MHD_NO; /* answered 408 already: MHD closes */
         if (req->body_refused) {
             *upload_data_size = 0; /* dropped; the reply goes at the end */
@@ -550,7 +311,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         return MHD_YES;
     }
     if (req->body_refused && !req->reply_ready) {
-        conn_set(srv, req->sc, CONN_BUSY);
+        slim__conn_set(srv, req->sc, CONN_BUSY);
         req->reply_ready = true;
         return send_reply(req);
     }
@@ -562,7 +323,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         slim_server_infer_finish(req);
         if (req->suspended) /* to run again (admission.c) */
             return MHD_YES;
-    } else if (!conn_set(srv, req->sc, CONN_BUSY)) {
+    } else if (!slim__conn_set(srv, req->sc, CONN_BUSY)) {
         return MHD_NO; /* the body came in just as its deadline passed: 408 sent */
     } else if (req->too_large) {
         slim_server_reply_error(&req->reply, 413,
@@ -632,89 +393,6 @@ static slim_status bind_address(const slim_server_opts *opts, struct sockaddr_st
     return slim_errf(err, SLIM_EINVAL, "--host %s: not an IPv4 or IPv6 address", opts->host);
 }
 
-/* The deadlines' lock, clock and thread; the watchdog runs before MHD
- * starts, so the first connection already has one. */
-static slim_status watchdog_start(slim_server *srv, slim_err *err)
-{
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC); /* slim_server_now_us's clock */
-    pthread_mutex_init(&srv->conns_mu, NULL);
-    pthread_cond_init(&srv->conns_cv, &attr);
-    pthread_condattr_destroy(&attr);
-    if (pthread_create(&srv->watchdog, NULL, watchdog_main, srv) != 0) {
-        pthread_cond_destroy(&srv->conns_cv);
-        pthread_mutex_destroy(&srv->conns_mu);
-        return slim_errf(err, SLIM_EIO, "could not start the connection watchdog thread");
-    }
-    return SLIM_OK;
-}
-
-static void watchdog_stop(slim_server *srv)
-{
-    pthread_mutex_lock(&srv->conns_mu);
-    srv->watchdog_stop = true;
-    pthread_cond_signal(&srv->conns_cv);
-    pthread_mutex_unlock(&srv->conns_mu);
-    pthread_join(srv->watchdog, NULL);
-    pthread_cond_destroy(&srv->conns_cv);
-    pthread_mutex_destroy(&srv->conns_mu);
-}
-
-/* Every connection is accepted, and --max-connections is kept here rather
- * than by libmicrohttpd. At its limit MHD stops accepting: new connections
- * then wait in the listen backlog, health checks among them, for as long
- * as the connections holding the slots stay (issue 29: 1000 half-open
- * connections from 10 addresses left /v2/health/ready unanswered). Here, a
- * connection that comes at the limit takes the slot of the connection
- * that has been idle longest (no request in progress: its headers never
- * finished, or it is kept alive between requests), which is closed at
- * once; when no connection is idle (every one is receiving a body or
- * being served), the new one is closed at once. So a flood of half-open
- * connections cannot keep a probe out: each probe takes the slot of the
- * oldest of them and is answered, and a real request is not closed for
- * it. MHD's own limit is set high enough never to bind first.
- *
- * Once stopping, a new connection is closed as it is accepted. This is what
- * MHD_quiesce_daemon was for, but libmicrohttpd 0.9.75 aborts the process in
- * it ("Failed to remove listen FD from epoll set") when its thread pool has
- * taken the listen socket out of a worker's epoll set (at the connection
- * limit, under load at shutdown: server_admission_e2e under ASan). */
-static enum MHD_Result accept_policy(void *cls, const struct sockaddr *addr, socklen_t addrlen)
-{
-    slim_server *srv = cls;
-    (void)addr;
-    (void)addrlen;
-    if (atomic_load(&srv->stopping))
-        return MHD_NO;
-    pthread_mutex_lock(&srv->conns_mu);
-    bool room = srv->n_open < srv->opts.max_connections;
-    if (!room) {
-        struct slim_server_conn *oldest = NULL;
-        for (struct slim_server_conn *c = srv->conns; c; c = c->next)
-            if (c->phase == CONN_IDLE && (!oldest || c->deadline < oldest->deadline))
-                oldest = c;
-        if (oldest) {
-            close_conn_locked(srv, oldest);
-            room = true;
-        }
-        atomic_fetch_add(room ? &srv->evicted : &srv->refused, 1);
-    }
-    pthread_mutex_unlock(&srv->conns_mu);
-    return room ? MHD_YES : MHD_NO;
-}
-
-/* MHD shares its limit out among its polling threads, and one thread may
- * take every connection: each share must hold all of ours, plus the ones
- * closed to make room that MHD has not reaped yet. */
-#define EVICTED_SLACK 64
-
-static unsigned mhd_connection_limit(const slim_server_opts *opts)
-{
-    uint64_t n = ((uint64_t)opts->max_connections + EVICTED_SLACK) * (uint64_t)opts->http_threads;
-    return n > 1000000000u ? 1000000000u : (unsigned)n;
-}
-
 slim_status slim_server_start(slim_server *srv, const slim_server_opts *opts, slim_err *err)
 {
     memset(srv, 0, sizeof(*srv));
@@ -734,22 +412,22 @@ slim_status slim_server_start(slim_server *srv, const slim_server_opts *opts, sl
                                    opts->queue_capacity, opts->device, opts->convert_cache,
                                    err)) != SLIM_OK)
         goto err_repo;
-    if ((s = watchdog_start(srv, err)) != SLIM_OK)
+    if ((s = slim__conn_watchdog_start(srv, err)) != SLIM_OK)
         goto err_repo;
     int longest = opts->body_timeout_s > opts->idle_timeout_s ? opts->body_timeout_s
                                                                : opts->idle_timeout_s;
     /* --max-connections is kept by accept_policy; the per-address limit by
      * MHD, counted across its threads, before accept_policy is asked. */
     srv->daemon = MHD_start_daemon(
-        flags, (uint16_t)opts->port, accept_policy, srv, on_request, srv,
+        flags, (uint16_t)opts->port, slim__conn_accept, srv, on_request, srv,
         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv, /* first, or MHD logs before it */
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)opts->http_threads,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-        MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
-        MHD_OPTION_UNESCAPE_CALLBACK, unescape, srv,
+        MHD_OPTION_NOTIFY_CONNECTION, slim__conn_notify, srv,
+        MHD_OPTION_UNESCAPE_CALLBACK, slim__conn_unescape, srv,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(longest + MHD_TIMEOUT_MARGIN_S),
-        MHD_OPTION_CONNECTION_LIMIT, mhd_connection_limit(opts),
+        MHD_OPTION_CONNECTION_LIMIT, slim__conn_mhd_limit(opts),
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)opts->max_connections_per_client,
         MHD_OPTION_END);
     if (!srv->daemon) {
@@ -762,7 +440,7 @@ slim_status slim_server_start(slim_server *srv, const slim_server_opts *opts, sl
     return SLIM_OK;
 
 err_watchdog:
-    watchdog_stop(srv);
+    slim__conn_watchdog_stop(srv);
 err_repo:
     slim_server_repo_close(&srv->repo);
     slim_server_admission_free(srv->admission);
@@ -786,7 +464,7 @@ void slim_server_stop(slim_server *srv)
     while (atomic_load(&srv->in_flight) > 0 && slim_server_now_us() < deadline)
         usleep(10000);
     MHD_stop_daemon(srv->daemon);
-    watchdog_stop(srv);
+    slim__conn_watchdog_stop(srv);
     /* Stops each model's instances as its last reference goes. */
     slim_server_repo_close(&srv->repo);
     slim_server_admission_free(srv->admission);
