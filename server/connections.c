@@ -27,6 +27,8 @@
 #include <sys/socket.h>
 #include <time.h>
 
+#define HEALTH_LANE 16 /* connections past --max-connections, for health checks */
+
 static void conn_set_locked(slim_server *srv, struct slim_server_conn *c, conn_phase phase)
 {
     int timeout_s = phase == CONN_IDLE ? srv->opts.idle_timeout_s
@@ -66,6 +68,10 @@ struct slim_server_conn *slim__conn_of(struct MHD_Connection *conn)
     return info ? info->socket_context : NULL;
 }
 
+/* Set by slim__conn_accept for the connection it lets in, read by the
+ * "started" notification that follows on the same MHD thread. */
+static __thread bool next_in_lane;
+
 void slim__conn_notify(void *cls, struct MHD_Connection *conn, void **socket_context,
                           enum MHD_ConnectionNotificationCode code)
 {
@@ -77,6 +83,8 @@ void slim__conn_notify(void *cls, struct MHD_Connection *conn, void **socket_con
         if (!info || !(c = calloc(1, sizeof(*c))))
             return; /* untracked: MHD's timeout still applies */
         c->fd = info->connect_fd;
+        c->lane = next_in_lane;
+        next_in_lane = false;
         pthread_mutex_lock(&srv->conns_mu);
         conn_set_locked(srv, c, CONN_IDLE);
         c->next = srv->conns;
@@ -84,7 +92,7 @@ void slim__conn_notify(void *cls, struct MHD_Connection *conn, void **socket_con
             srv->conns->prev = c;
         srv->conns = c;
         srv->n_conns++;
-        srv->n_open++;
+        *(c->lane ? &srv->n_lane : &srv->n_open) += 1;
         pthread_mutex_unlock(&srv->conns_mu);
         *socket_context = c;
     } else if (c) { /* MHD_CONNECTION_NOTIFY_CLOSED */
@@ -97,7 +105,7 @@ void slim__conn_notify(void *cls, struct MHD_Connection *conn, void **socket_con
             c->next->prev = c->prev;
         srv->n_conns--;
         if (c->phase != CONN_CLOSING)
-            srv->n_open--;
+            *(c->lane ? &srv->n_lane : &srv->n_open) -= 1;
         pthread_mutex_unlock(&srv->conns_mu);
         free(c);
         *socket_context = NULL;
@@ -171,7 +179,7 @@ static void close_conn_locked(slim_server *srv, struct slim_server_conn *c)
     shutdown(c->fd, SHUT_RDWR);
     c->phase = CONN_CLOSING;
     c->deadline = 0;
-    srv->n_open--;
+    *(c->lane ? &srv->n_lane : &srv->n_open) -= 1;
 }
 
 /* Acts on passed deadlines; sleeps until the next one, at most a second, so
@@ -220,13 +228,16 @@ void slim_server_http_metrics(slim_server *srv, slim_server_buf *out)
         "slim_http_timeouts_total{phase=\"body\"} %llu\n"
         "slim_http_timeouts_total{phase=\"idle\"} %llu\n"
         "# HELP slim_http_connections_at_limit_total Connections at --max-connections: "
-        "idle ones closed to make room (evicted), new ones closed at once (refused)\n"
+        "idle ones closed to make room (evicted), new ones let in for health checks only "
+        "(health_lane) or closed at once (refused)\n"
         "# TYPE slim_http_connections_at_limit_total counter\n"
         "slim_http_connections_at_limit_total{action=\"evicted\"} %llu\n"
+        "slim_http_connections_at_limit_total{action=\"health_lane\"} %llu\n"
         "slim_http_connections_at_limit_total{action=\"refused\"} %llu\n",
         (long long)n, (unsigned long long)atomic_load(&srv->body_timeouts),
         (unsigned long long)atomic_load(&srv->idle_closes),
         (unsigned long long)atomic_load(&srv->evicted),
+        (unsigned long long)atomic_load(&srv->laned),
         (unsigned long long)atomic_load(&srv->refused));
 }
 
@@ -268,48 +279,83 @@ void slim__conn_watchdog_stop(slim_server *srv)
  * then wait in the listen backlog, health checks among them, for as long
  * as the connections holding the slots stay (issue 29: 1000 half-open
  * connections from 10 addresses left /v2/health/ready unanswered). Here, a
- * connection that comes at the limit takes the slot of the connection
- * that has been idle longest (no request in progress: its headers never
- * finished, or it is kept alive between requests), which is closed at
- * once; when no connection is idle (every one is receiving a body or
- * being served), the new one is closed at once. So a flood of half-open
- * connections cannot keep a probe out: each probe takes the slot of the
- * oldest of them and is answered, and a real request is not closed for
- * it. MHD's own limit is set high enough never to bind first.
+ * connection that comes at the limit:
+ *
+ *   1. takes the slot of the connection that has been idle longest (no
+ *      request in progress: its headers never finished, or it is kept
+ *      alive between requests), which is closed at once; else
+ *   2. when every slot is in use (bodies arriving, requests being served),
+ *      enters the health lane: HEALTH_LANE connections past the limit that
+ *      are answered only /v2/health/live and /v2/health/ready, anything
+ *      else 503 at once, and closed after their one reply. A lane
+ *      connection is idle until its request is in, and then done within
+ *      the call that answers it, so when the lane is full a newcomer takes
+ *      the slot of its oldest idle connection: no flood can hold the lane;
+ *   3. is closed at once when even that fails (never, in practice).
+ *
+ * So neither half-open connections nor slow bodies can keep a probe out,
+ * and no connection waits unaccepted. MHD's own limit is set high enough
+ * never to bind first.
  *
  * Once stopping, a new connection is closed as it is accepted. This is what
  * MHD_quiesce_daemon was for, but libmicrohttpd 0.9.75 aborts the process in
  * it ("Failed to remove listen FD from epoll set") when its thread pool has
  * taken the listen socket out of a worker's epoll set (at the connection
  * limit, under load at shutdown: server_admission_e2e under ASan). */
+/* The oldest idle connection of the kind (lane or not); srv->conns_mu
+ * held. Idle connections' deadlines were all set idle_timeout_s after
+ * they became idle, so the earliest is the oldest. */
+static struct slim_server_conn *oldest_idle(slim_server *srv, bool lane)
+{
+    struct slim_server_conn *oldest = NULL;
+    for (struct slim_server_conn *c = srv->conns; c; c = c->next)
+        if (c->phase == CONN_IDLE && c->lane == lane && (!oldest || c->deadline < oldest->deadline))
+            oldest = c;
+    return oldest;
+}
+
 enum MHD_Result slim__conn_accept(void *cls, const struct sockaddr *addr, socklen_t addrlen)
 {
     slim_server *srv = cls;
     (void)addr;
     (void)addrlen;
+    next_in_lane = false;
     if (atomic_load(&srv->stopping))
         return MHD_NO;
     pthread_mutex_lock(&srv->conns_mu);
     bool room = srv->n_open < srv->opts.max_connections;
-    if (!room) {
-        struct slim_server_conn *oldest = NULL;
-        for (struct slim_server_conn *c = srv->conns; c; c = c->next)
-            if (c->phase == CONN_IDLE && (!oldest || c->deadline < oldest->deadline))
-                oldest = c;
-        if (oldest) {
-            close_conn_locked(srv, oldest);
-            room = true;
-        }
-        atomic_fetch_add(room ? &srv->evicted : &srv->refused, 1);
+    struct slim_server_conn *gone = NULL;
+    if (!room && (gone = oldest_idle(srv, false))) {
+        close_conn_locked(srv, gone);
+        atomic_fetch_add(&srv->evicted, 1);
+        room = true;
     }
+    if (!room && (srv->n_lane < HEALTH_LANE || (gone = oldest_idle(srv, true)))) {
+        if (gone)
+            close_conn_locked(srv, gone);
+        next_in_lane = room = true;
+        atomic_fetch_add(&srv->laned, 1);
+    }
+    if (!room)
+        atomic_fetch_add(&srv->refused, 1);
     pthread_mutex_unlock(&srv->conns_mu);
     return room ? MHD_YES : MHD_NO;
+}
+
+bool slim__conn_is_lane(slim_server *srv, struct slim_server_conn *c)
+{
+    if (!c)
+        return false;
+    pthread_mutex_lock(&srv->conns_mu);
+    bool lane = c->lane;
+    pthread_mutex_unlock(&srv->conns_mu);
+    return lane;
 }
 
 /* MHD shares its limit out among its polling threads, and one thread may
  * take every connection: each share must hold all of ours, plus the ones
  * closed to make room that MHD has not reaped yet. */
-#define EVICTED_SLACK 64
+#define EVICTED_SLACK (HEALTH_LANE + 48)
 
 unsigned slim__conn_mhd_limit(const slim_server_opts *opts)
 {

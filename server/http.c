@@ -139,6 +139,8 @@ static enum MHD_Result send_reply(slim_server_request *req)
     if (r->auth_challenge)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     MHD_add_response_header(resp, "X-Request-ID", req->id);
+    if (slim__conn_is_lane(req->srv, req->sc)) /* one reply, then its slot is free */
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result ok = MHD_queue_response(req->conn, (unsigned)r->status, resp);
     MHD_destroy_response(resp);
     req->logged = true;
@@ -255,6 +257,16 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             slim_server_reply_error(&req->reply, 404, "unknown endpoint: the request's path or "
                                     "query holds a control character (%%00-%%1F or %%7F), which "
                                     "no model, version or parameter has");
+            slim__conn_set(srv, req->sc, CONN_BUSY);
+            req->reply_ready = true;
+            return send_reply(req);
+        }
+        if (slim__conn_is_lane(srv, req->sc) && strcmp(url, "/v2/health/live") != 0 &&
+            strcmp(url, "/v2/health/ready") != 0) {
+            slim_server_reply_error(&req->reply, 503, "the server is at --max-connections (%d): "
+                                    "past it only /v2/health/live and /v2/health/ready are "
+                                    "answered; retry later", srv->opts.max_connections);
+            req->reply.retry_after_s = 1;
             slim__conn_set(srv, req->sc, CONN_BUSY);
             req->reply_ready = true;
             return send_reply(req);

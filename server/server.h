@@ -579,8 +579,9 @@ typedef struct slim_server {
     struct slim_server_conn *conns;
     int64_t n_conns;
     int64_t n_open;                 /* of them, not being closed: held to --max-connections */
+    int64_t n_lane;                 /* and past it, for health checks only (connections.c) */
     atomic_uint_least64_t body_timeouts, idle_closes;
-    atomic_uint_least64_t evicted, refused; /* at --max-connections (http.c) */
+    atomic_uint_least64_t evicted, refused, laned; /* at --max-connections (connections.c) */
     atomic_uint_least64_t unauthorized;  /* 401s (auth.c) */
 } slim_server;
 

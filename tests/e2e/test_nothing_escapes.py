@@ -14,7 +14,9 @@ Each part starts its own server on a loopback port:
     idle connection at once (the first 50 of the flood read EOF within 2 s)
     and the server never holds more than the cap. With --max-connections 8
     held by requests whose bodies are still coming (nothing idle to close),
-    a new connection is closed at once, not left in the backlog.
+    health checks are still answered (the health lane) and closed; other
+    requests past the cap are 503 at once and closed; 20 half-open
+    connections cannot fill the lane of 16 against a probe.
   * admission: the example repository under --memory-limit cpu=2MiB: a
     batch-32 request to resnet, which can never fit beside the weights, is
     answered 507 within 2 s naming what it needs and the limit (it was 503
@@ -60,7 +62,7 @@ from onnx import TensorProto, helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_server import (HOST, REPO, Runner, Server, binary_request, check,  # noqa: E402
-                         raw_exchange)
+                         parse_raw_reply, raw_exchange)
 
 FLOOD_ADDRESSES = [f"127.0.0.{i}" for i in range(2, 12)]
 PER_ADDRESS = 100
@@ -292,8 +294,12 @@ def t_flood(srv):
 
 def t_cap_busy(srv):
     """Every slot is a request whose body is still coming: nothing is idle
-    to close, so a new connection is closed at once."""
+    to give way. A health check still gets in (the health lane), is
+    answered and closed; anything else past the cap is 503 and closed at
+    once; and the lane cannot be filled: 20 half-open connections in it
+    give way to a probe."""
     socks = []
+    lane = []
     try:
         for _ in range(8):
             s = socket.create_connection((HOST, srv.port), timeout=5)
@@ -303,23 +309,28 @@ def t_cap_busy(srv):
         for s in socks:  # "100 Continue": its headers are in, its body awaited
             check(s.recv(100).startswith(b"HTTP/1.1 100"), "no 100 Continue")
             s.sendall(b"{")
-        t, reply, how = raw_exchange(srv.port, b"GET /v2/health/live HTTP/1.1\r\nHost: t\r\n\r\n",
+        for path, want in (("/v2/health/ready", 200), ("/v2/health/live", 200),
+                           ("/v2/models/mlp", 503), ("/metrics", 503)):
+            t, reply, how = raw_exchange(srv.port, b"GET %s HTTP/1.1\r\nHost: t\r\n\r\n"
+                                         % path.encode(), timeout=5)
+            status, headers, body = parse_raw_reply(reply)
+            check(status == want and how == "closed" and t < 1,
+                  f"GET {path} past the cap: {status} ({how}) after {t:.2f}s, expected {want}")
+            check(headers.get("connection") == "close", f"GET {path}: no Connection: close")
+            if want == 503:
+                check("--max-connections" in json.loads(body)["error"] and
+                      headers.get("retry-after") == "1", f"GET {path}: {body!r} {headers}")
+        for _ in range(20):
+            lane.append(half_open(srv.port, HOST))
+        time.sleep(0.2)
+        t, reply, how = raw_exchange(srv.port, b"GET /v2/health/ready HTTP/1.1\r\nHost: t\r\n\r\n",
                                      timeout=5)
-        check(reply == b"" and how in ("closed", "reset") and t < 1,
-              f"a connection past the cap: {how} after {t:.2f}s, {reply[:80]!r}")
+        check(reply.startswith(b"HTTP/1.1 200") and t < 1,
+              f"health with the lane full of half-open connections: {reply[:60]!r} after {t:.2f}s")
+        check(still_open(lane) <= 16, f"{still_open(lane)} half-open connections in a lane of 16")
     finally:
-        for s in socks:
+        for s in socks + lane:
             s.close()
-    # the slots free up: health answers again
-    deadline = time.monotonic() + 5
-    while True:
-        try:
-            if srv.http.request("GET", "/v2/health/ready", timeout=2)[0] == 200:
-                break
-        except OSError:
-            pass
-        check(time.monotonic() < deadline, "health not answered after the busy connections left")
-        time.sleep(0.1)
 
 
 # ---- B: admission ----------------------------------------------------------------
@@ -602,7 +613,8 @@ def main():
         serve("flood", cases=[("1000 half-open connections from 10 addresses: health within 1 s, "
                                "the oldest closed at the cap", t_flood)])
     serve("cap", "--max-connections", "8", "--http-threads", "2",
-          cases=[("at the cap with nothing idle: a new connection closed at once", t_cap_busy)])
+          cases=[("at the cap with nothing idle: health in the lane, the rest 503 at once",
+                  t_cap_busy)])
     serve("admission", "--memory-limit", "cpu=2MiB", root=examples,
           cases=[("a batch that can never fit: 507 at once; batch 1 behind it answered",
                   t_never_fits)])
