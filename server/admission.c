@@ -89,17 +89,21 @@ static size_t limit_now(void)
     return slim_allocator_limit(cpu_alloc());
 }
 
-/* The limit less the weights of every ready model held on the CPU: what a
- * request could ever get. Models placed on a device count nothing (some of
- * their weights may be on the host), so this errs toward "may fit". */
+/* The limit less the weights of every ready model held in the CPU
+ * allocator: what a request could ever get. A model's weights there are
+ * its weight bytes, unless its account holds less on the CPU (weights
+ * mapped from a .slim file, or placed on a device, are not the
+ * allocator's); the account also counts runs in flight, so the smaller of
+ * the two errs toward "may fit", never toward a wrong 507. */
 static size_t available_ever(slim_server_admission *a)
 {
     size_t limit = limit_now(), weights = 0;
     slim_server_model *ms[MAX_MODELS];
     int n = slim_server_repo_ready_models(a->repo, NULL, ms, MAX_MODELS);
     for (int i = 0; i < n; i++) {
-        if (!ms[i]->model->device)
-            weights += ms[i]->model->weight_bytes;
+        size_t held = atomic_load(&ms[i]->model->account->dev[0].current);
+        size_t w = ms[i]->model->weight_bytes;
+        weights += held < w ? held : w;
         slim_server_model_release(ms[i]);
     }
     return weights < limit ? limit - weights : 0;
