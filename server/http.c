@@ -36,6 +36,25 @@
 /* libmicrohttpd lines (one per refused connection, for one) a second before
  * the rest are only counted: a flood of connections must not fill a disk. */
 #define LOG_LINES_PER_S 20
+/* Bodies of requests other than inferences (repository load/unload/index,
+ * debug): a small JSON object each. Held far below --max-request-bytes,
+ * since their JSON is parsed outside any memory admission: 64 MiB of
+ * "[0,0,..." would take 2.6 GB of cJSON nodes. */
+#define CONTROL_BODY_MAX 65536
+
+/* The most body bytes this request may send. */
+static size_t body_limit(const slim_server_request *req)
+{
+    size_t n = strlen(req->url);
+    bool infer = n >= 6 && strcmp(req->url + n - 6, "/infer") == 0;
+    return infer ? req->srv->opts.max_request_bytes : CONTROL_BODY_MAX;
+}
+
+static const char *body_limit_name(const slim_server_request *req)
+{
+    return body_limit(req) == req->srv->opts.max_request_bytes ? "--max-request-bytes"
+                                                                : "requests other than infer";
+}
 
 /* ---- what can be refused before the body -------------------------------- */
 
@@ -83,7 +102,7 @@ static bool refuse_framing(slim_server_request *req)
                                                  MHD_HTTP_HEADER_TRANSFER_ENCODING);
     const char *hl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                  "Inference-Header-Content-Length");
-    size_t max = req->srv->opts.max_request_bytes;
+    size_t max = body_limit(req);
     if (n.content_length > 1)
         slim_server_reply_error(r, 400, "Content-Length is given %d times; give it once",
                                 n.content_length);
@@ -107,7 +126,7 @@ static bool refuse_framing(slim_server_request *req)
          * the reply; a client still sending may see that as a reset, one
          * that waits for "100 Continue" or reads while it sends sees 413. */
         slim_server_reply_error(r, 413, "request body of %s bytes exceeds the limit of %zu "
-                                "bytes (--max-request-bytes)", cl, max);
+                                "bytes (%s)", cl, max, body_limit_name(req));
     else
         return false;
     return true;
@@ -203,7 +222,7 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
 
 static bool body_append(slim_server_request *req, const char *data, size_t n)
 {
-    size_t max = req->srv->opts.max_request_bytes;
+    size_t max = body_limit(req);
     if (req->body_len + n > max)
         return false;
     if (req->body_block) /* allocated to its Content-Length, which MHD holds it to */
@@ -338,9 +357,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     } else if (!slim__conn_set(srv, req->sc, CONN_BUSY)) {
         return MHD_NO; /* the body came in just as its deadline passed: 408 sent */
     } else if (req->too_large) {
-        slim_server_reply_error(&req->reply, 413,
-                                "request body exceeds the limit of %zu bytes (--max-request-bytes)",
-                                srv->opts.max_request_bytes);
+        slim_server_reply_error(&req->reply, 413, "request body exceeds the limit of %zu bytes "
+                                "(%s)", body_limit(req), body_limit_name(req));
     } else {
         req->t_begin = slim_server_now_us();
         slim_server_route(req);

@@ -38,7 +38,8 @@ Each part starts its own server on a loopback port:
   * small ones: /v2/models/mlp%00/config, %0A in a name and %01 in a query
     are 404 (not mlp's metadata); versions "01" and "+1" are 400, "1" is 200; ragged nested data
     and a mix of numbers and lists are 400 naming the shape; a batch of 0
-    is 400 saying so.
+    is 400 saying so; a 70000-byte body to /v2/repository/index is 413 at
+    once (bodies of requests other than infer are held to 64 KiB).
 
 Ends with "N passed, N failed"; exits non-zero on any failure.
 """
@@ -556,6 +557,15 @@ def t_small_ones(srv):
                   "data": [[0.5] * 784, [0.25] * 784]}]
     _, status, _, data = infer_json(srv, "mlp", nested_ok)
     check(status == 200, f"well-nested [2, 784]: {status} {error(data)}")
+    # a repository request's body is a small object: 64 KiB at most, refused
+    # before it is read (its JSON is parsed outside memory admission)
+    t, reply, how = raw_exchange(srv.port, b"POST /v2/repository/index HTTP/1.1\r\nHost: t\r\n"
+                                 b"Content-Length: 70000\r\n\r\n[0,0,0", timeout=5)
+    status, _, body = parse_raw_reply(reply)
+    check(status == 413 and "65536" in error(body) and t < 1,
+          f"a 70000-byte index body: {status} after {t:.2f}s {error(body)}")
+    check(srv.http.request("POST", "/v2/repository/index", {"ready": True})[0] == 200,
+          "a small index body refused")
     zero = [{"name": "input", "shape": [0, 784], "datatype": "FP32", "data": []}]
     _, status, _, data = infer_json(srv, "mlp", zero)
     msg = error(data)
