@@ -210,7 +210,8 @@ static try_result try_decode(slim_server_admission *a, slim_server_request *req)
         }
         slim_server_admission_release(a, req);
         refuse(req, 507, "model '%s': the answer would take up to %zu bytes, over the limit "
-               "of %zu bytes (--max-response-bytes); ask for fewer elements%s", req->task.model->name, reply, max_reply,
+               "of %zu bytes (--max-response-bytes); ask for fewer elements%s",
+               req->task.model->name, reply, max_reply,
                slim_server_infer_any_json(&req->infer) ? ", or for binary outputs" : "");
         return TRY_ANSWERED;
     }

@@ -415,12 +415,12 @@ static slim_status decode_input(const cJSON *in, const slim_server_model *m, bin
         int64_t n_got = 0, n_want = 0;
         if (!nested_fits(jdata, t->dims, t->ndim, 0, &depth, &n_got, &n_want)) {
             if (n_got < 0)
-                return slim_errf(err, SLIM_EINVAL, "input '%s': nested \"data\" mixes numbers and "
-                                 "lists in one list at depth %d; shape %s needs lists of equal "
-                                 "length, or numbers only", name, depth, shape);
-            return slim_errf(err, SLIM_EINVAL, "input '%s': nested \"data\" has a list of %lld at "
-                             "depth %d where shape %s needs %lld", name, (long long)n_got, depth,
-                             shape, (long long)n_want);
+                return slim_errf(err, SLIM_EINVAL, "input '%s': nested \"data\" mixes numbers "
+                                 "and lists in one list at depth %d; shape %s needs lists of "
+                                 "equal length, or numbers only", name, depth, shape);
+            return slim_errf(err, SLIM_EINVAL, "input '%s': nested \"data\" has a list of %lld "
+                             "at depth %d where shape %s needs %lld", name, (long long)n_got,
+                             depth, shape, (long long)n_want);
         }
         if ((s = slim_tensor_alloc(t, err)) != SLIM_OK)
             return s;

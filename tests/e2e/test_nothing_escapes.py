@@ -499,8 +499,8 @@ def t_reply_too_large(srv):
     for binary, size in ((False, 16000000000), (True, 4000000000)):
         t, status, _, data = infer_json(srv, "range", X1, binary=binary, timeout=60)
         msg = error(data)
-        print(f"    Range 1e9 {'binary' if binary else 'JSON'}: {status} after {t:.2f}s: {msg[:140]}",
-              flush=True)
+        kind = "binary" if binary else "JSON"
+        print(f"    Range 1e9 {kind}: {status} after {t:.2f}s: {msg[:140]}", flush=True)
         check(status == 507 and t < 2, f"HTTP {status} after {t:.2f}s: {msg}")
         check("--max-response-bytes" in msg, msg)
         got = int(re.search(r"up to (\d+) bytes", msg).group(1))
