@@ -23,9 +23,15 @@
 
 #include "slim.h"
 
-#include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#ifndef __cplusplus
+#include <stdatomic.h>
+#endif
+
+#ifdef __cplusplus
+extern "C" {
+#endif
 
 typedef enum {
     SLIM_CANCEL_NONE = 0,
@@ -35,11 +41,17 @@ typedef enum {
     SLIM_CANCEL_SHUTDOWN,  /* the server is stopping */
 } slim_cancel_reason;
 
+/* CUDA sources include this through kernel.h as C++, where C11 atomics do
+ * not exist; they never touch the fields, so they see the type opaque. */
+#ifdef __cplusplus
+typedef struct slim_cancel slim_cancel;
+#else
 typedef struct slim_cancel {
     atomic_int reason;     /* slim_cancel_reason; NONE while the run may go on */
     int64_t deadline_ns;   /* CLOCK_MONOTONIC; 0: none */
     int64_t timeout_ms;    /* for the message only */
 } slim_cancel;
+#endif
 
 /* Monotonic clock in nanoseconds, and a deadline ms from now (0 ms: none). */
 int64_t slim_cancel_now_ns(void);
@@ -68,5 +80,9 @@ bool slim_cancel_poll(void);
  * timeout, SLIM_ECANCELLED naming the reason. SLIM_OK when not cancelled.
  */
 slim_status slim_cancel_status(slim_err *err);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif

@@ -1,29 +1,44 @@
 /*
- * admission.c - when a request's inputs may take memory, and what happens
- * while they may not.
+ * admission.c - when a request may take memory, and what happens while it
+ * may not.
  *
- * An infer request's input tensors are allocated when its body is decoded,
- * from the CPU allocator, under --memory-limit. Two things went wrong when
- * every request decoded at once: while batches held the memory, a request's
- * own inputs could not be allocated and the client got 400 for a request
- * that runs fine a moment later; and the inputs of requests waiting in the
- * queues took the memory the runs needed, so runs failed even alone. So:
+ * Under --memory-limit a request's memory comes out of the same limit as
+ * the runs': its body (allocated from the CPU allocator as soon as the
+ * headers give its length), the JSON tree its header parses into (reserved
+ * in the allocator while it exists: cJSON mallocs its nodes, so the bytes
+ * are promised, not placed, see reserve_parse), and its decoded inputs.
+ * Two things went wrong when every request decoded at once: while batches
+ * held the memory, a request's own inputs could not be allocated and the
+ * client got 400 for a request that runs fine a moment later; and the
+ * inputs of requests waiting in the queues took the memory the runs
+ * needed, so runs failed even alone. So:
  *
- *   - Decoded inputs of requests not yet answered may hold at most a
- *     quarter of the limit (the budget); the runs keep the rest. The first
- *     request is admitted whatever its size, so something always runs.
- *   - A request past the budget, or whose decode finds no memory now, waits
- *     here with its connection suspended (holding only its body), and one
- *     thread admits waiters in arrival order as budget and memory return.
- *   - A request whose inputs alone exceed the limit is answered 507 at once;
- *     one that waits past its deadline (the request's "timeout", the
- *     model's queue timeout, or 30 s) 503 with Retry-After; one that finds
- *     --queue-size requests already waiting 503 at once.
+ *   - What a request can never get is answered 507 at once, naming what it
+ *     needs and the limit: a body over the limit (before it is read); a
+ *     body plus its JSON tree over the limit less the weights of the
+ *     models on the CPU; inputs, plus the activation arena of a one-row run
+ *     (from the model's plan) and, when config.json fixes their shape, its
+ *     outputs, over that. Nothing waits for memory that cannot come.
+ *   - Bodies being read hold at most half the limit, decoded inputs of
+ *     requests not yet answered a quarter (the budgets); the runs keep the
+ *     rest. The first of each is admitted whatever its size, so something
+ *     always moves.
+ *   - A request past a budget, or that finds no memory now, waits here with
+ *     its connection suspended (before its body is read, or holding only
+ *     its body), and one thread admits waiters as memory returns. A request
+ *     that fits now passes the waiters ahead of it, so a large request does
+ *     not block small ones; but only during the first half of the waiter's
+ *     timeout: after that the waiter is a barrier, so memory that frees up
+ *     goes to it before its deadline instead of to a stream of small ones.
+ *   - One that waits past its deadline (the request's "timeout", the
+ *     model's queue timeout, or 30 s) is answered 503 with Retry-After; one
+ *     that finds --queue-size requests already waiting 503 at once.
  *
  * Without a limit nothing waits: admission is a pass-through.
  */
 #include "server.h"
 #include "device.h"
+#include "model.h"
 
 #include <microhttpd.h>
 
@@ -35,57 +50,73 @@
 
 #define ADMISSION_POLL_MS 5
 #define ADMISSION_DEFAULT_TIMEOUT_US ((int64_t)30 * 1000000)
-#define ADMISSION_BUDGET_DIVISOR 4  /* the budget is limit / this */
+#define ADMISSION_BUDGET_DIVISOR 4  /* decoded inputs: limit / this */
+#define BODY_BUDGET_DIVISOR 2       /* bodies being read or held: limit / this */
+#define MAX_MODELS 256
 
 typedef struct waiter {
     struct waiter *next;
     slim_server_request *req;
     size_t need;
-    int64_t deadline;
+    int64_t since, deadline;
     bool alone;              /* retrying after running out of memory alone */
+    bool body;               /* waiting for memory for its body (not yet read) */
 } waiter;
 
 struct slim_server_admission {
+    slim_server_repo *repo;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     pthread_t thread;
     waiter *head, *tail;
     int n_waiting, capacity;
     size_t held;             /* decoded input bytes of unanswered requests */
+    size_t bodies;           /* body bytes held in the allocator */
     bool exclusive;          /* a request admitted alone has not finished */
     bool stopping;
     atomic_uint_least64_t admitted_late, timed_out, never_fit;
 };
 
-static size_t limit_now(void)
+static void body_to_heap(slim_server_admission *a, slim_server_request *req);
+
+static slim_allocator *cpu_alloc(void)
 {
-    return slim_allocator_limit(slim_device_cpu()->alloc);
+    return slim_device_cpu()->alloc;
 }
 
-/* Sum of the request's declared input bytes, from the JSON header; 0 when
- * it cannot tell (decode will say why). */
-static size_t declared_input_bytes(const slim_server_request *req)
+static size_t limit_now(void)
 {
-    size_t len = req->infer_header_len >= 0 && (size_t)req->infer_header_len <= req->body_len
-                     ? (size_t)req->infer_header_len : req->body_len;
-    cJSON *root = req->body ? cJSON_ParseWithLength(req->body, len) : NULL;
-    const cJSON *ins = cJSON_GetObjectItemCaseSensitive(root, "inputs");
-    double total = 0;
-    for (const cJSON *in = cJSON_IsArray(ins) ? ins->child : NULL; in; in = in->next) {
-        const cJSON *dt = cJSON_GetObjectItemCaseSensitive(in, "datatype");
-        const cJSON *shape = cJSON_GetObjectItemCaseSensitive(in, "shape");
-        slim_dtype t = cJSON_IsString(dt) ? slim_server_dtype_from_kserve(dt->valuestring)
-                                          : SLIM_DTYPE_UNDEFINED;
-        if (t == SLIM_DTYPE_UNDEFINED || !cJSON_IsArray(shape))
-            continue;
-        double n = 1;
-        for (const cJSON *d = shape->child; d; d = d->next)
-            n *= cJSON_IsNumber(d) && d->valuedouble > 0 ? d->valuedouble : 0;
-        total += n * (double)slim_dtype_size(t);
-    }
-    cJSON_Delete(root);
-    return total > 1e18 ? (size_t)1 << 60 : (size_t)total;
+    return slim_allocator_limit(cpu_alloc());
 }
+
+/* The limit less the weights of every ready model held in the CPU
+ * allocator: what a request could ever get. A model's weights there are
+ * its weight bytes, unless its account holds less on the CPU (weights
+ * mapped from a .slim file, or placed on a device, are not the
+ * allocator's); the account also counts runs in flight, so the smaller of
+ * the two errs toward "may fit", never toward a wrong 507. */
+static size_t available_ever(slim_server_admission *a)
+{
+    size_t limit = limit_now(), weights = 0;
+    slim_server_model *ms[MAX_MODELS];
+    int n = slim_server_repo_ready_models(a->repo, NULL, ms, MAX_MODELS);
+    for (int i = 0; i < n; i++) {
+        size_t held = atomic_load(&ms[i]->model->account->dev[0].current);
+        size_t w = ms[i]->model->weight_bytes;
+        weights += held < w ? held : w;
+        slim_server_model_release(ms[i]);
+    }
+    return weights < limit ? limit - weights : 0;
+}
+
+static int64_t wait_timeout(const slim_server_request *req, const slim_server_model *m)
+{
+    return req->timeout_us > 0 ? req->timeout_us
+           : m && m->cfg.batching.default_timeout_us > 0 ? m->cfg.batching.default_timeout_us
+                                                         : ADMISSION_DEFAULT_TIMEOUT_US;
+}
+
+/* ---- the budgets ----------------------------------------------------------- */
 
 /* Whether `need` more bytes may be admitted now; a->mu held. A request
  * retrying alone waits until no other inputs are held, and nothing else is
@@ -98,6 +129,52 @@ static bool fits_budget(const slim_server_admission *a, size_t need, bool alone)
     if (alone)
         return a->held == 0;
     return !limit || a->held == 0 || a->held + need <= limit / ADMISSION_BUDGET_DIVISOR;
+}
+
+static bool fits_body_budget(const slim_server_admission *a, size_t need)
+{
+    size_t limit = limit_now();
+    return !limit || a->bodies == 0 || a->bodies + need <= limit / BODY_BUDGET_DIVISOR;
+}
+
+/* Whether a request arriving now may be admitted ahead of the waiters of
+ * its kind: none of them has waited half its timeout yet, and none waits
+ * to run alone (it needs every other request's inputs gone); a->mu held. */
+static bool may_pass_waiters(const slim_server_admission *a, bool body)
+{
+    int64_t now = slim_server_now_us();
+    for (const waiter *w = a->head; w; w = w->next)
+        if (w->body == body && (w->alone || now - w->since >= (w->deadline - w->since) / 2))
+            return false;
+    return true;
+}
+
+/* Whether memory the allocator refuses now can come back: some other
+ * request holds a body or inputs (and with its inputs, runs). When none
+ * does, what is held is the models' weights and this request's own, so
+ * waiting would wait for nothing. a->mu held. */
+static bool others_hold(const slim_server_admission *a, const slim_server_request *req)
+{
+    size_t own_body = req->body_block ? req->body_held : 0;
+    size_t own_inputs = req->admission_counted ? req->admitted_bytes : 0;
+    return a->bodies > own_body || a->held > own_inputs || a->exclusive;
+}
+
+/* A memory refusal: counted apart from bad requests. */
+static void refuse(slim_server_request *req, int status, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+static void refuse(slim_server_request *req, int status, const char *fmt, ...)
+{
+    char msg[900];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof(msg), fmt, ap);
+    va_end(ap);
+    if (req->task.model)
+        slim_server_count_failure(req->task.model, SLIM_SERVER_FAIL_MEMORY, req->t_begin);
+    slim_server_reply_error(&req->reply, status, "%s", msg);
+    if (status == 503)
+        req->reply.retry_after_s = 1;
 }
 
 typedef enum { TRY_QUEUED, TRY_WAIT, TRY_ANSWERED } try_result;
@@ -113,90 +190,250 @@ static void reserve(slim_server_admission *a, slim_server_request *req, size_t n
         a->exclusive = true;
 }
 
-/* Decodes req with `need` bytes already reserved in a->held (a->mu not
- * held) and queues it; on failure gives the reservation back. */
-static try_result try_decode(slim_server_admission *a, slim_server_request *req, size_t need)
+/* Decodes req, its input bytes already counted in a->held (a->mu not
+ * held), and queues it; on failure gives them back. */
+static try_result try_decode(slim_server_admission *a, slim_server_request *req)
 {
     slim_err err = {0};
-    slim_status s = slim_server_infer_decode_request(req, &err);
+    slim_status s = slim__request_reserve_parse(req, &err);
+    bool parsing = s != SLIM_OK;
+    if (s == SLIM_OK)
+        s = slim_server_infer_decode_request(req, &err);
+    slim__request_release_parse(req);
+    size_t max_reply = req->srv->opts.max_response_bytes, reply = 0;
     if (s == SLIM_OK) {
-        slim_server_infer_submit(req);
-        return TRY_QUEUED;
+        req->infer.max_reply_bytes = max_reply;
+        if (!max_reply || (reply = slim__request_reply_bound(req)) <= max_reply) {
+            body_to_heap(a, req);
+            slim_server_infer_submit(req);
+            return TRY_QUEUED;
+        }
+        slim_server_admission_release(a, req);
+        refuse(req, 507, "model '%s': the answer would take up to %zu bytes, over the limit "
+               "of %zu bytes (--max-response-bytes); ask for fewer elements%s",
+               req->task.model->name, reply, max_reply,
+               slim_server_infer_any_json(&req->infer) ? ", or for binary outputs" : "");
+        return TRY_ANSWERED;
+    }
+    if (s == SLIM_EOOM) {
+        pthread_mutex_lock(&a->mu);
+        bool later = others_hold(a, req);
+        pthread_mutex_unlock(&a->mu);
+        slim_server_admission_release(a, req);
+        if (later) {
+            body_to_heap(a, req);
+            return TRY_WAIT;
+        }
+        atomic_fetch_add(&a->never_fit, 1);
+        refuse(req, 507, "model '%s': the request can never fit: no memory %s with nothing "
+               "but the models' weights and its own body held, under the memory limit of the "
+               "cpu device (%zu bytes, --memory-limit): %s", req->task.model->name,
+               parsing ? "to parse its JSON" : "for its inputs", limit_now(), err.msg);
+        return TRY_ANSWERED;
     }
     slim_server_admission_release(a, req);
-    if (s == SLIM_EOOM)
-        return TRY_WAIT;
     slim_server_count_failure(req->task.model, SLIM_SERVER_FAIL_BAD_REQUEST, req->t_begin);
     slim_server_reply_error(&req->reply, s == SLIM_ENOMEM ? 500 : 400, "%s", err.msg);
     return TRY_ANSWERED;
 }
 
-/* A memory refusal: counted apart from bad requests. */
-static void refuse(slim_server_request *req, int status, const char *fmt, ...)
-    __attribute__((format(printf, 3, 4)));
-static void refuse(slim_server_request *req, int status, const char *fmt, ...)
+static void enqueue(slim_server_admission *a, waiter *w)
 {
-    char msg[900];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof(msg), fmt, ap);
-    va_end(ap);
-    slim_server_count_failure(req->task.model, SLIM_SERVER_FAIL_MEMORY, req->t_begin);
-    slim_server_reply_error(&req->reply, status, "%s", msg);
-    if (status == 503)
-        req->reply.retry_after_s = 1;
-}
-
-bool slim_server_admission_admit(slim_server_admission *a, slim_server_request *req)
-{
-    const slim_server_model *m = req->task.model;
-    size_t limit = limit_now();
-    size_t need = limit ? declared_input_bytes(req) : 0;
-    if (limit && need > limit) {
-        atomic_fetch_add(&a->never_fit, 1);
-        refuse(req, 507, "model '%s': the request's inputs (%zu bytes) exceed the memory limit "
-               "of the cpu device (%zu bytes, --memory-limit)", m->name, need, limit);
-        return true;
-    }
-    pthread_mutex_lock(&a->mu);
-    /* Nobody overtakes a waiting request. */
-    bool now = !a->head && fits_budget(a, need, false);
-    if (now)
-        reserve(a, req, need, false);
-    pthread_mutex_unlock(&a->mu);
-    if (now) {
-        try_result r = try_decode(a, req, need);
-        if (r != TRY_WAIT)
-            return r == TRY_ANSWERED;
-    }
-    int64_t timeout = req->timeout_us > 0 ? req->timeout_us
-                      : m->cfg.batching.default_timeout_us > 0 ? m->cfg.batching.default_timeout_us
-                                                               : ADMISSION_DEFAULT_TIMEOUT_US;
-    waiter *w = calloc(1, sizeof(*w));
-    pthread_mutex_lock(&a->mu);
-    if (!w || a->stopping || a->n_waiting >= a->capacity) {
-        int waiting = a->n_waiting;
-        pthread_mutex_unlock(&a->mu);
-        free(w);
-        refuse(req, 503, "model '%s': no memory for the request's inputs now, and %d requests "
-               "already wait for memory; retry later", m->name, waiting);
-        return true;
-    }
-    /* Suspended before the thread can see it: the thread may resume it. */
-    MHD_suspend_connection(req->conn);
-    req->suspended = true;
-    w->req = req;
-    w->need = need;
-    w->deadline = slim_server_now_us() + timeout;
     if (a->tail)
         a->tail->next = w;
     else
         a->head = w;
     a->tail = w;
     a->n_waiting++;
+}
+
+/* Parks req (suspended) until it is admitted or its deadline passes; false
+ * with req->reply set (503) when no one more may wait. */
+static bool park(slim_server_admission *a, slim_server_request *req, size_t need, bool body,
+                 int64_t timeout)
+{
+    waiter *w = calloc(1, sizeof(*w));
+    pthread_mutex_lock(&a->mu);
+    if (!w || a->stopping || a->n_waiting >= a->capacity) {
+        int waiting = a->n_waiting;
+        pthread_mutex_unlock(&a->mu);
+        free(w);
+        const slim_server_model *m = req->task.model;
+        refuse(req, 503, "%s%s%sno memory for the request's %s now, and %d requests already "
+               "wait for memory; retry later", m ? "model '" : "", m ? m->name : "",
+               m ? "': " : "", body ? "body" : "inputs", waiting);
+        return false;
+    }
+    /* Suspended before the thread can see it: the thread may resume it. */
+    MHD_suspend_connection(req->conn);
+    req->suspended = true;
+    w->req = req;
+    w->need = need;
+    w->body = body;
+    w->since = slim_server_now_us();
+    w->deadline = w->since + timeout;
+    enqueue(a, w);
     pthread_cond_signal(&a->cv);
     pthread_mutex_unlock(&a->mu);
-    return false;
+    return true;
+}
+
+/* ---- bodies ------------------------------------------------------------------ */
+
+typedef enum { TAKE_OK, TAKE_LATER, TAKE_NEVER } take_result;
+
+/* Takes the body's memory when the budget and the allocator allow; a->mu
+ * held. TAKE_NEVER: the allocator refused with nothing else held. */
+static take_result take_body(slim_server_admission *a, slim_server_request *req, size_t len,
+                             slim_err *err)
+{
+    if (!fits_body_budget(a, len))
+        return TAKE_LATER;
+    slim_block *blk;
+    void *p = slim_allocator_alloc(cpu_alloc(), len + 1, &blk, err);
+    if (!p)
+        return others_hold(a, req) ? TAKE_LATER : TAKE_NEVER;
+    req->body = p;
+    req->body_block = blk;
+    req->body_cap = len + 1;
+    req->body_len = 0;
+    req->body_held = len;
+    a->bodies += len;
+    return TAKE_OK;
+}
+
+static void refuse_body_never(slim_server_admission *a, slim_server_request *req, size_t len,
+                              const slim_err *err)
+{
+    atomic_fetch_add(&a->never_fit, 1);
+    refuse(req, 507, "the request can never fit: no memory for its body of %zu bytes with "
+           "nothing but the models' weights held, under the memory limit of the cpu device "
+           "(%zu bytes, --memory-limit): %s", len, limit_now(), err->msg);
+}
+
+slim_server_body_result slim_server_admission_body(slim_server_admission *a,
+                                                   slim_server_request *req, size_t len)
+{
+    size_t limit = limit_now();
+    if (!a || !limit || !len)
+        return SLIM_SERVER_BODY_READ;
+    size_t avail = available_ever(a);
+    if (len > avail) {
+        atomic_fetch_add(&a->never_fit, 1);
+        refuse(req, 507, "the request can never fit: its body of %zu bytes is over what the "
+               "memory limit of the cpu device (%zu bytes, --memory-limit) leaves beside the "
+               "models' weights, %zu", len, limit, avail);
+        return SLIM_SERVER_BODY_ANSWERED;
+    }
+    slim_err err = {0};
+    pthread_mutex_lock(&a->mu);
+    take_result r = may_pass_waiters(a, true) ? take_body(a, req, len, &err) : TAKE_LATER;
+    pthread_mutex_unlock(&a->mu);
+    if (r == TAKE_OK)
+        return SLIM_SERVER_BODY_READ;
+    if (r == TAKE_NEVER) {
+        refuse_body_never(a, req, len, &err);
+        return SLIM_SERVER_BODY_ANSWERED;
+    }
+    return park(a, req, len, true, ADMISSION_DEFAULT_TIMEOUT_US) ? SLIM_SERVER_BODY_WAIT
+                                                                 : SLIM_SERVER_BODY_ANSWERED;
+}
+
+void slim_server_admission_body_free(slim_server_admission *a, slim_server_request *req)
+{
+    if (!req->body_block)
+        return;
+    slim_allocator_free(cpu_alloc(), req->body_block);
+    req->body_block = NULL;
+    req->body = NULL;
+    req->body_len = req->body_cap = 0;
+    if (!a)
+        return;
+    pthread_mutex_lock(&a->mu);
+    a->bodies -= req->body_held < a->bodies ? req->body_held : a->bodies;
+    req->body_held = 0;
+    pthread_cond_signal(&a->cv); /* a waiter may fit now */
+    pthread_mutex_unlock(&a->mu);
+}
+
+/* Once a request is decoded, or waits for memory for its inputs, its body
+ * is needed again only if it must be decoded anew (a retry alone), and
+ * the allocator's memory is the runs': the body moves to the heap, and its
+ * share of the body budget returns. (Bodies of requests queued or waiting
+ * are so outside the limit, as tensors' bytes are not; the limit bounds
+ * what reading and decoding take at once.) Stays put when malloc fails. */
+static void body_to_heap(slim_server_admission *a, slim_server_request *req)
+{
+    if (!req->body_block)
+        return;
+    char *p = malloc(req->body_len + 1);
+    if (!p)
+        return;
+    memcpy(p, req->body, req->body_len);
+    p[req->body_len] = '\0';
+    size_t len = req->body_len;
+    slim_server_admission_body_free(a, req);
+    req->body = p;
+    req->body_len = len;
+    req->body_cap = len + 1;
+}
+
+/* ---- inputs ------------------------------------------------------------------ */
+
+bool slim_server_admission_admit(slim_server_admission *a, slim_server_request *req)
+{
+    const slim_server_model *m = req->task.model;
+    size_t limit = limit_now();
+    slim__request_need need = {0};
+    if (limit) {
+        /* Body and tree first: the tree is what reading the inputs costs. */
+        size_t json_len = req->infer_header_len >= 0 &&
+                                  (size_t)req->infer_header_len <= req->body_len
+                              ? (size_t)req->infer_header_len : req->body_len;
+        size_t tree = slim_server_json_parse_bound(req->body ? req->body : "", json_len);
+        size_t body = req->body_block ? req->body_held : 0;
+        size_t avail = available_ever(a);
+        if (body + tree > avail) {
+            atomic_fetch_add(&a->never_fit, 1);
+            refuse(req, 507, "model '%s': the request can never fit: reading it needs %zu "
+                   "bytes (a body of %zu and up to %zu for its JSON of %zu bytes), and the "
+                   "memory limit of the cpu device (%zu bytes, --memory-limit) leaves %zu beside "
+                   "the models' weights; send the inputs as binary data", m->name, body + tree,
+                   body, tree, json_len, limit, avail);
+            return true;
+        }
+        slim_err err = {0};
+        if (slim__request_reserve_parse(req, &err) == SLIM_OK) {
+            need = slim__request_declared_need(req);
+            slim__request_release_parse(req);
+        }
+        if (need.known && body + need.run > avail) {
+            atomic_fetch_add(&a->never_fit, 1);
+            refuse(req, 507, "model '%s': the request can never fit: it needs %zu bytes (inputs "
+                   "%zu, its outputs and a one-row run %zu, its body %zu), and the memory limit "
+                   "of the cpu device (%zu bytes, --memory-limit) leaves %zu beside the models' "
+                   "weights", m->name, body + need.run, need.inputs, need.run - need.inputs,
+                   body, limit, avail);
+            return true;
+        }
+    }
+    pthread_mutex_lock(&a->mu);
+    bool now = may_pass_waiters(a, false) && fits_budget(a, need.inputs, false);
+    if (now)
+        reserve(a, req, need.inputs, false);
+    pthread_mutex_unlock(&a->mu);
+    if (now) {
+        try_result r = try_decode(a, req);
+        if (r != TRY_WAIT)
+            return r == TRY_ANSWERED;
+    }
+    if (req->suspended) { /* already parked once: cannot happen from a route */
+        refuse(req, 503, "model '%s': no memory for the request's inputs now; retry later",
+               m->name);
+        return true;
+    }
+    body_to_heap(a, req);
+    return !park(a, req, need.inputs, false, wait_timeout(req, m));
 }
 
 void slim_server_admission_release(slim_server_admission *a, slim_server_request *req)
@@ -251,14 +488,11 @@ bool slim_server_admission_retry_alone(slim_server_admission *a, slim_server_req
     t->shape = NULL;
     t->delayed = false;
     t->t_done = 0;
-    const slim_server_model *m = t->model;
-    int64_t timeout = req->timeout_us > 0 ? req->timeout_us
-                      : m->cfg.batching.default_timeout_us > 0 ? m->cfg.batching.default_timeout_us
-                                                               : ADMISSION_DEFAULT_TIMEOUT_US;
     w->req = req;
     w->need = need;
     w->alone = true;
-    w->deadline = slim_server_now_us() + timeout;
+    w->since = slim_server_now_us();
+    w->deadline = w->since + wait_timeout(req, t->model);
     MHD_suspend_connection(req->conn);
     req->suspended = true;
     pthread_mutex_lock(&a->mu);
@@ -280,6 +514,16 @@ static void unlink_waiter(slim_server_admission *a, waiter **pp)
     a->n_waiting--;
 }
 
+/* Wakes a waiter's connection with its answer in req->reply. */
+static void answer_waiter(waiter *w)
+{
+    if (w->body)
+        w->req->body_refused = true; /* its body is read and dropped, then the reply */
+    else
+        w->req->task.t_done = -1;    /* infer_finish: the reply is set */
+    MHD_resume_connection(w->req->conn);
+}
+
 /* Answers every waiter past its deadline (all of them when stopping);
  * a->mu held, dropped around each answer. */
 static void expire(slim_server_admission *a)
@@ -294,27 +538,63 @@ static void expire(slim_server_admission *a)
         unlink_waiter(a, pp);
         pthread_mutex_unlock(&a->mu);
         atomic_fetch_add(&a->timed_out, 1);
-        refuse(w->req, 503, "model '%s': the request waited for memory for its inputs %s; "
-               "retry later", w->req->task.model->name,
+        const slim_server_model *m = w->req->task.model;
+        refuse(w->req, 503, "%s%s%sthe request waited for memory for its %s %s; retry later",
+               m ? "model '" : "", m ? m->name : "", m ? "': " : "",
+               w->body ? "body" : "inputs",
                a->stopping ? "until the server stopped" : "past its timeout");
-        w->req->task.t_done = -1; /* infer_finish: the reply is set */
-        MHD_resume_connection(w->req->conn);
+        answer_waiter(w);
         free(w);
         pthread_mutex_lock(&a->mu);
         pp = &a->head; /* the list may have changed while unlocked */
     }
 }
 
-/* Admits waiters from the head while they fit; a->mu held, dropped around
- * decoding. */
+/* Admits, in arrival order, every waiter that fits; a waiter that has
+ * waited half its timeout and does not fit stops the ones behind it of its
+ * kind (bodies, inputs), so memory that frees up is not taken from it by a
+ * stream of smaller requests. a->mu held, dropped around decoding. */
 static void admit_waiters(slim_server_admission *a)
 {
-    while (a->head && !a->stopping && fits_budget(a, a->head->need, a->head->alone)) {
-        waiter *w = a->head;
-        unlink_waiter(a, &a->head);
+    bool barrier[2] = {false, false}; /* [body] */
+    int64_t now = slim_server_now_us();
+    for (waiter **pp = &a->head; *pp && !a->stopping;) {
+        waiter *w = *pp;
+        if (barrier[w->body]) {
+            pp = &w->next;
+            continue;
+        }
+        if (w->body) {
+            slim_err err = {0};
+            take_result r = take_body(a, w->req, w->need, &err);
+            if (r == TAKE_LATER) {
+                barrier[1] = now - w->since >= (w->deadline - w->since) / 2;
+                pp = &w->next;
+                continue;
+            }
+            unlink_waiter(a, pp);
+            pthread_mutex_unlock(&a->mu);
+            if (r == TAKE_NEVER) {
+                refuse_body_never(a, w->req, w->need, &err);
+                answer_waiter(w);
+            } else {
+                atomic_fetch_add(&a->admitted_late, 1);
+                MHD_resume_connection(w->req->conn); /* its body is read now */
+            }
+            free(w);
+            pthread_mutex_lock(&a->mu);
+            pp = &a->head;
+            continue;
+        }
+        if (!fits_budget(a, w->need, w->alone)) {
+            barrier[0] = w->alone || now - w->since >= (w->deadline - w->since) / 2;
+            pp = &w->next;
+            continue;
+        }
+        unlink_waiter(a, pp);
         reserve(a, w->req, w->need, w->alone);
         pthread_mutex_unlock(&a->mu);
-        try_result r = try_decode(a, w->req, w->need);
+        try_result r = try_decode(a, w->req);
         if (r == TRY_ANSWERED) {
             w->req->task.t_done = -1;
             MHD_resume_connection(w->req->conn);
@@ -322,11 +602,12 @@ static void admit_waiters(slim_server_admission *a)
             atomic_fetch_add(&a->admitted_late, 1);
         }
         pthread_mutex_lock(&a->mu);
-        if (r == TRY_WAIT) { /* no memory yet: back at the head */
+        if (r == TRY_WAIT) { /* no memory yet: back in front */
             push_front(a, w);
             return;
         }
         free(w);
+        pp = &a->head; /* the list may have changed while unlocked */
     }
 }
 
@@ -360,7 +641,8 @@ static void *admission_main(void *arg)
     return NULL;
 }
 
-slim_server_admission *slim_server_admission_start(int capacity, slim_err *err)
+slim_server_admission *slim_server_admission_start(slim_server_repo *repo, int capacity,
+                                                   slim_err *err)
 {
     slim_server_admission *a = calloc(1, sizeof(*a));
     if (!a) {
@@ -368,6 +650,7 @@ slim_server_admission *slim_server_admission_start(int capacity, slim_err *err)
         return NULL;
     }
     a->capacity = capacity > 0 ? capacity : 1;
+    a->repo = repo;
     pthread_mutex_init(&a->mu, NULL);
     pthread_cond_init(&a->cv, NULL);
     if (pthread_create(&a->thread, NULL, admission_main, a) != 0) {
@@ -409,10 +692,11 @@ void slim_server_admission_metrics(slim_server_admission *a, slim_server_buf *ou
     int waiting = a->n_waiting;
     pthread_mutex_unlock(&a->mu);
     slim_server_buf_printf(out,
-        "# HELP slim_requests_waiting_for_memory Infer requests whose inputs wait for memory\n"
+        "# HELP slim_requests_waiting_for_memory Requests waiting for memory for their body "
+        "or inputs\n"
         "# TYPE slim_requests_waiting_for_memory gauge\n"
         "slim_requests_waiting_for_memory %d\n"
-        "# HELP slim_requests_memory_wait_total Infer requests that waited for input memory, "
+        "# HELP slim_requests_memory_wait_total Requests that waited for body or input memory, "
         "by outcome\n"
         "# TYPE slim_requests_memory_wait_total counter\n"
         "slim_requests_memory_wait_total{outcome=\"admitted\"} %llu\n"

@@ -12,26 +12,11 @@
  * (which also fires when the client goes away); `in_flight` counts them, so
  * shutdown can wait for the ones that are still running.
  *
- * Slow and lying clients. libmicrohttpd (0.9.75) times a connection out only
- * after it has been silent for MHD_OPTION_CONNECTION_TIMEOUT, and then just
- * closes it; it calls us only when bytes arrive, and once a body has begun
- * it lets us queue no reply until the whole body is in. So a client that
- * declares more bytes than it sends, or trickles them, would hold a request
- * open with nothing to tell it why. Deadlines are therefore ours: every
- * connection has a phase (idle, receiving a body, busy) and a deadline, and
- * a watchdog thread acts on the ones that pass. A body past --body-timeout
- * is answered 408 by writing the reply to the socket ourselves (MHD has sent
- * nothing on it while the body is being read) and shutting the socket down,
- * which MHD sees as the client leaving; an idle connection (no request in
- * progress, including one whose headers never finished) is shut down after
- * --idle-timeout. MHD's own timeout stays, longer, as the backstop for a
- * client that stops reading its reply. Requests with a body that cannot be
- * framed or is declared too large are answered at the first call, before
- * any of the body is read.
+ * Connections, their deadlines and how many there may be are in
+ * connections.c. Requests with a body that cannot be framed or is declared
+ * too large are answered at the first call, before any of the body is read.
  */
-#include "server.h"
-
-#include <microhttpd.h>
+#include "connections.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
@@ -50,169 +35,24 @@
 /* libmicrohttpd lines (one per refused connection, for one) a second before
  * the rest are only counted: a flood of connections must not fill a disk. */
 #define LOG_LINES_PER_S 20
+/* Bodies of requests other than inferences (repository load/unload/index,
+ * debug): a small JSON object each. Held far below --max-request-bytes,
+ * since their JSON is parsed outside any memory admission: 64 MiB of
+ * "[0,0,..." would take 2.6 GB of cJSON nodes. */
+#define CONTROL_BODY_MAX 65536
 
-/* ---- connections and their deadlines ------------------------------------ */
-
-typedef enum {
-    CONN_IDLE,      /* no request in progress (maybe headers arriving) */
-    CONN_BODY,      /* headers in, the body not yet complete */
-    CONN_BUSY,      /* routed: running, suspended or answering */
-    CONN_CLOSING,   /* a deadline passed; the socket is shut down */
-} conn_phase;
-
-/* One open connection, from MHD's "started" to its "closed" notification;
- * every field is guarded by srv->conns_mu. MHD closes the socket only after
- * "closed", which takes the same lock, so under the lock fd is still ours
- * to write to and shut down. */
-struct slim_server_conn {
-    int fd;
-    conn_phase phase;
-    int64_t deadline;               /* monotonic us; 0: none */
-    struct slim_server_conn *prev, *next;
-};
-
-static void conn_set_locked(slim_server *srv, struct slim_server_conn *c, conn_phase phase)
+/* The most body bytes this request may send. */
+static size_t body_limit(const slim_server_request *req)
 {
-    int timeout_s = phase == CONN_IDLE ? srv->opts.idle_timeout_s
-                    : phase == CONN_BODY ? srv->opts.body_timeout_s : 0;
-    c->phase = phase;
-    c->deadline = timeout_s ? slim_server_now_us() + (int64_t)timeout_s * 1000000 : 0;
+    size_t n = strlen(req->url);
+    bool infer = n >= 6 && strcmp(req->url + n - 6, "/infer") == 0;
+    return infer ? req->srv->opts.max_request_bytes : CONTROL_BODY_MAX;
 }
 
-/* Moves c to phase; false when a deadline already closed it (c NULL: a
- * connection we could not track, left to MHD's timeout). */
-static bool conn_set(slim_server *srv, struct slim_server_conn *c, conn_phase phase)
+static const char *body_limit_name(const slim_server_request *req)
 {
-    if (!c)
-        return true;
-    pthread_mutex_lock(&srv->conns_mu);
-    bool open = c->phase != CONN_CLOSING;
-    if (open)
-        conn_set_locked(srv, c, phase);
-    pthread_mutex_unlock(&srv->conns_mu);
-    return open;
-}
-
-static bool conn_closing(slim_server *srv, struct slim_server_conn *c)
-{
-    if (!c)
-        return false;
-    pthread_mutex_lock(&srv->conns_mu);
-    bool closing = c->phase == CONN_CLOSING;
-    pthread_mutex_unlock(&srv->conns_mu);
-    return closing;
-}
-
-static struct slim_server_conn *conn_of(struct MHD_Connection *conn)
-{
-    const union MHD_ConnectionInfo *info =
-        MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
-    return info ? info->socket_context : NULL;
-}
-
-static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
-                          enum MHD_ConnectionNotificationCode code)
-{
-    slim_server *srv = cls;
-    struct slim_server_conn *c = *socket_context;
-    if (code == MHD_CONNECTION_NOTIFY_STARTED) {
-        const union MHD_ConnectionInfo *info =
-            MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-        if (!info || !(c = calloc(1, sizeof(*c))))
-            return; /* untracked: MHD's timeout still applies */
-        c->fd = info->connect_fd;
-        pthread_mutex_lock(&srv->conns_mu);
-        conn_set_locked(srv, c, CONN_IDLE);
-        c->next = srv->conns;
-        if (srv->conns)
-            srv->conns->prev = c;
-        srv->conns = c;
-        srv->n_conns++;
-        pthread_mutex_unlock(&srv->conns_mu);
-        *socket_context = c;
-    } else if (c) { /* MHD_CONNECTION_NOTIFY_CLOSED */
-        pthread_mutex_lock(&srv->conns_mu);
-        if (c->prev)
-            c->prev->next = c->next;
-        else
-            srv->conns = c->next;
-        if (c->next)
-            c->next->prev = c->prev;
-        srv->n_conns--;
-        pthread_mutex_unlock(&srv->conns_mu);
-        free(c);
-        *socket_context = NULL;
-    }
-}
-
-/* The 408, written straight to the socket: MHD cannot queue a reply while
- * a body is being read (see the top of this file). Best effort: the socket
- * is non-blocking and its send buffer is empty at this point, so the short
- * reply goes out whole or the client is gone. */
-static void send_408(const slim_server *srv, int fd)
-{
-    char body[160], msg[400];
-    int nb = snprintf(body, sizeof(body),
-                      "{\"error\":\"the request body did not arrive within %d s "
-                      "(--body-timeout)\"}", srv->opts.body_timeout_s);
-    int n = snprintf(msg, sizeof(msg),
-                     "HTTP/1.1 408 Request Timeout\r\nConnection: close\r\n"
-                     "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s", nb, body);
-    if (n > 0 && (size_t)n < sizeof(msg))
-        (void)send(fd, msg, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
-}
-
-/* Acts on passed deadlines; sleeps until the next one, at most a second, so
- * a deadline set meanwhile (always at least a second away) is never late. */
-static void *watchdog_main(void *arg)
-{
-    slim_server *srv = arg;
-    pthread_mutex_lock(&srv->conns_mu);
-    while (!srv->watchdog_stop) {
-        int64_t now = slim_server_now_us(), next = now + 1000000;
-        for (struct slim_server_conn *c = srv->conns; c; c = c->next) {
-            if (!c->deadline)
-                continue;
-            if (c->deadline > now) {
-                next = c->deadline < next ? c->deadline : next;
-                continue;
-            }
-            if (c->phase == CONN_BODY) {
-                send_408(srv, c->fd);
-                atomic_fetch_add(&srv->body_timeouts, 1);
-            } else {
-                atomic_fetch_add(&srv->idle_closes, 1);
-            }
-            /* Both ways: the client reads EOF after the reply, and MHD's
-             * next read sees the end too and closes the connection. */
-            shutdown(c->fd, SHUT_RDWR);
-            c->phase = CONN_CLOSING;
-            c->deadline = 0;
-        }
-        struct timespec ts = {.tv_sec = next / 1000000, .tv_nsec = (next % 1000000) * 1000};
-        pthread_cond_timedwait(&srv->conns_cv, &srv->conns_mu, &ts);
-    }
-    pthread_mutex_unlock(&srv->conns_mu);
-    return NULL;
-}
-
-void slim_server_http_metrics(slim_server *srv, slim_server_buf *out)
-{
-    pthread_mutex_lock(&srv->conns_mu);
-    int64_t n = srv->n_conns;
-    pthread_mutex_unlock(&srv->conns_mu);
-    slim_server_buf_printf(
-        out,
-        "# HELP slim_http_connections Open HTTP connections\n"
-        "# TYPE slim_http_connections gauge\n"
-        "slim_http_connections %lld\n"
-        "# HELP slim_http_timeouts_total Connections closed at a deadline: a request body "
-        "late past --body-timeout (answered 408), or idle past --idle-timeout\n"
-        "# TYPE slim_http_timeouts_total counter\n"
-        "slim_http_timeouts_total{phase=\"body\"} %llu\n"
-        "slim_http_timeouts_total{phase=\"idle\"} %llu\n",
-        (long long)n, (unsigned long long)atomic_load(&srv->body_timeouts),
-        (unsigned long long)atomic_load(&srv->idle_closes));
+    return body_limit(req) == req->srv->opts.max_request_bytes ? "--max-request-bytes"
+                                                                : "requests other than infer";
 }
 
 /* ---- what can be refused before the body -------------------------------- */
@@ -261,7 +101,7 @@ static bool refuse_framing(slim_server_request *req)
                                                  MHD_HTTP_HEADER_TRANSFER_ENCODING);
     const char *hl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                  "Inference-Header-Content-Length");
-    size_t max = req->srv->opts.max_request_bytes;
+    size_t max = body_limit(req);
     if (n.content_length > 1)
         slim_server_reply_error(r, 400, "Content-Length is given %d times; give it once",
                                 n.content_length);
@@ -285,7 +125,7 @@ static bool refuse_framing(slim_server_request *req)
          * the reply; a client still sending may see that as a reset, one
          * that waits for "100 Continue" or reads while it sends sees 413. */
         slim_server_reply_error(r, 413, "request body of %s bytes exceeds the limit of %zu "
-                                "bytes (--max-request-bytes)", cl, max);
+                                "bytes (%s)", cl, max, body_limit_name(req));
     else
         return false;
     return true;
@@ -296,11 +136,10 @@ static bool refuse_framing(slim_server_request *req)
 static enum MHD_Result send_reply(slim_server_request *req)
 {
     slim_server_reply *r = &req->reply;
-    struct MHD_Response *resp =
-        MHD_create_response_from_buffer(r->len, r->body, MHD_RESPMEM_MUST_FREE);
+    size_t size = slim_server_reply_size(r);
+    struct MHD_Response *resp = slim_server_reply_response(r);
     if (!resp)
         return MHD_NO; /* the reply (and body) are freed with the request */
-    r->body = NULL;    /* MHD owns it now */
     MHD_add_response_header(resp, MHD_HTTP_HEADER_CONTENT_TYPE,
                             r->content_type ? r->content_type : "application/json");
     if (r->infer_header_len >= 0) {
@@ -318,11 +157,13 @@ static enum MHD_Result send_reply(slim_server_request *req)
     if (r->auth_challenge)
         MHD_add_response_header(resp, MHD_HTTP_HEADER_WWW_AUTHENTICATE, "Bearer");
     MHD_add_response_header(resp, "X-Request-ID", req->id);
+    if (slim__conn_is_lane(req->srv, req->sc)) /* one reply, then its slot is free */
+        MHD_add_response_header(resp, MHD_HTTP_HEADER_CONNECTION, "close");
     enum MHD_Result ok = MHD_queue_response(req->conn, (unsigned)r->status, resp);
     MHD_destroy_response(resp);
     req->logged = true;
     slim_server_log_access(req->id, req->method, req->url, r->status,
-                           (double)(slim_server_now_us() - req->t_arrived) / 1000.0, r->len);
+                           (double)(slim_server_now_us() - req->t_arrived) / 1000.0, size);
     return ok;
 }
 
@@ -354,6 +195,7 @@ static void request_free(slim_server_request *req)
 {
     slim_server_infer_free(&req->infer);
     slim_server_admission_release(req->srv->admission, req);
+    slim_server_admission_body_free(req->srv->admission, req);
     slim_tensors_free(req->task.outputs, req->task.n_outputs);
     slim_server_model_release(req->task.model);
     slim_server_reply_free(&req->reply);
@@ -374,14 +216,17 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
         request_free(req);
     *con_cls = NULL;
     /* Kept alive: the idle deadline runs until the next request's headers. */
-    conn_set(cls, conn_of(conn), CONN_IDLE);
+    slim__conn_set(cls, slim__conn_of(conn), CONN_IDLE);
 }
 
 static bool body_append(slim_server_request *req, const char *data, size_t n)
 {
-    size_t max = req->srv->opts.max_request_bytes;
+    size_t max = body_limit(req);
     if (req->body_len + n > max)
         return false;
+    if (req->body_block) /* allocated to its Content-Length, which MHD holds it to */
+        if (req->body_len + n + 1 > req->body_cap)
+            return false;
     if (req->body_len + n + 1 > req->body_cap) {
         size_t cap = req->body_cap ? req->body_cap : 4096;
         while (cap < req->body_len + n + 1)
@@ -398,6 +243,20 @@ static bool body_append(slim_server_request *req, const char *data, size_t n)
     return true;
 }
 
+/* Under --memory-limit, a body whose length the headers give is admitted
+ * before any of it is read (admission.c), into the allocator. A chunked
+ * body is not (its length is known only at its end): it is held to
+ * --max-request-bytes, and its JSON is admitted once it is complete. */
+static slim_server_body_result admit_body(slim_server_request *req)
+{
+    const char *cl = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
+                                                 MHD_HTTP_HEADER_CONTENT_LENGTH);
+    unsigned long long len = cl ? strtoull(cl, NULL, 10) : 0;
+    if (!len)
+        return SLIM_SERVER_BODY_READ;
+    return slim_server_admission_body(req->srv->admission, req, (size_t)len);
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version,
                                   const char *upload_data, size_t *upload_data_size,
@@ -409,28 +268,82 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (!(req = request_new(srv, conn, url, method)))
             return MHD_NO;
         *con_cls = req;
-        req->sc = conn_of(conn);
-        if (refuse_framing(req) || !slim_server_auth_check(req)) {
-            conn_set(srv, req->sc, CONN_BUSY);
+        req->sc = slim__conn_of(conn);
+        if (slim__conn_take_control_mark(srv, req->sc)) {
+            /* 404 rather than 400: no endpoint, model or version has such a
+             * name, as for any other unknown path. */
+            slim_server_reply_error(&req->reply, 404, "unknown endpoint: the request's path or "
+                                    "query holds a control character (%%00-%%1F or %%7F), which "
+                                    "no model, version or parameter has");
+            slim__conn_set(srv, req->sc, CONN_BUSY);
             req->reply_ready = true;
             return send_reply(req);
         }
-        conn_set(srv, req->sc, CONN_BODY);
-        return MHD_YES;
+        if (slim__conn_is_lane(srv, req->sc) && strcmp(url, "/v2/health/live") != 0 &&
+            strcmp(url, "/v2/health/ready") != 0) {
+            slim_server_reply_error(&req->reply, 503, "the server is at --max-connections (%d): "
+                                    "past it only /v2/health/live and /v2/health/ready are "
+                                    "answered; retry later", srv->opts.max_connections);
+            req->reply.retry_after_s = 1;
+            slim__conn_set(srv, req->sc, CONN_BUSY);
+            req->reply_ready = true;
+            return send_reply(req);
+        }
+        if (refuse_framing(req) || !slim_server_auth_check(req)) {
+            slim__conn_set(srv, req->sc, CONN_BUSY);
+            req->reply_ready = true;
+            return send_reply(req);
+        }
+        switch (admit_body(req)) {
+        case SLIM_SERVER_BODY_READ:
+            slim__conn_set(srv, req->sc, CONN_BODY);
+            return MHD_YES;
+        case SLIM_SERVER_BODY_WAIT: /* no body deadline while it may not be sent */
+            slim__conn_set(srv, req->sc, CONN_BUSY);
+            req->body_waiting = true;
+            return MHD_YES;
+        case SLIM_SERVER_BODY_ANSWERED:
+            break;
+        }
+        slim__conn_set(srv, req->sc, CONN_BUSY);
+        req->reply_ready = true;
+        return send_reply(req);
+    }
+    if (req->body_waiting) { /* resumed by admission.c: room for the body, or a refusal */
+        req->body_waiting = false;
+        req->suspended = false;
+        if (!req->body_refused)
+            slim__conn_set(srv, req->sc, CONN_BODY); /* its deadline counts from now */
+        else if (!*upload_data_size) { /* nothing of the body read: answer now */
+            req->reply_ready = true;
+            return send_reply(req);
+        }
+        if (!*upload_data_size)
+            return MHD_YES;
     }
     if (*upload_data_size) {
-        if (conn_closing(srv, req->sc))
+        if (slim__conn_closing(srv, req->sc))
             return MHD_NO; /* answered 408 already: MHD closes */
+        if (req->body_refused) {
+            *upload_data_size = 0; /* dropped; the reply goes at the end */
+            return MHD_YES;
+        }
         if (!req->too_large && !body_append(req, upload_data, *upload_data_size)) {
             /* Chunked, so only now known to be too large: the rest is read
              * and dropped (within --body-timeout), then answered 413. */
             req->too_large = true;
+            slim_server_admission_body_free(srv->admission, req);
             free(req->body);
             req->body = NULL;
             req->body_len = req->body_cap = 0;
         }
         *upload_data_size = 0;
         return MHD_YES;
+    }
+    if (req->body_refused && !req->reply_ready) {
+        slim__conn_set(srv, req->sc, CONN_BUSY);
+        req->reply_ready = true;
+        return send_reply(req);
     }
     if (req->reply_ready && !req->suspended)
         return MHD_YES; /* already answered (refused at the first call) */
@@ -440,12 +353,11 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         slim_server_infer_finish(req);
         if (req->suspended) /* to run again (admission.c) */
             return MHD_YES;
-    } else if (!conn_set(srv, req->sc, CONN_BUSY)) {
+    } else if (!slim__conn_set(srv, req->sc, CONN_BUSY)) {
         return MHD_NO; /* the body came in just as its deadline passed: 408 sent */
     } else if (req->too_large) {
-        slim_server_reply_error(&req->reply, 413,
-                                "request body exceeds the limit of %zu bytes (--max-request-bytes)",
-                                srv->opts.max_request_bytes);
+        slim_server_reply_error(&req->reply, 413, "request body exceeds the limit of %zu bytes "
+                                "(%s)", body_limit(req), body_limit_name(req));
     } else {
         req->t_begin = slim_server_now_us();
         slim_server_route(req);
@@ -510,48 +422,6 @@ static slim_status bind_address(const slim_server_opts *opts, struct sockaddr_st
     return slim_errf(err, SLIM_EINVAL, "--host %s: not an IPv4 or IPv6 address", opts->host);
 }
 
-/* The deadlines' lock, clock and thread; the watchdog runs before MHD
- * starts, so the first connection already has one. */
-static slim_status watchdog_start(slim_server *srv, slim_err *err)
-{
-    pthread_condattr_t attr;
-    pthread_condattr_init(&attr);
-    pthread_condattr_setclock(&attr, CLOCK_MONOTONIC); /* slim_server_now_us's clock */
-    pthread_mutex_init(&srv->conns_mu, NULL);
-    pthread_cond_init(&srv->conns_cv, &attr);
-    pthread_condattr_destroy(&attr);
-    if (pthread_create(&srv->watchdog, NULL, watchdog_main, srv) != 0) {
-        pthread_cond_destroy(&srv->conns_cv);
-        pthread_mutex_destroy(&srv->conns_mu);
-        return slim_errf(err, SLIM_EIO, "could not start the connection watchdog thread");
-    }
-    return SLIM_OK;
-}
-
-static void watchdog_stop(slim_server *srv)
-{
-    pthread_mutex_lock(&srv->conns_mu);
-    srv->watchdog_stop = true;
-    pthread_cond_signal(&srv->conns_cv);
-    pthread_mutex_unlock(&srv->conns_mu);
-    pthread_join(srv->watchdog, NULL);
-    pthread_cond_destroy(&srv->conns_cv);
-    pthread_mutex_destroy(&srv->conns_mu);
-}
-
-/* Once stopping, a new connection is closed as it is accepted. This is what
- * MHD_quiesce_daemon was for, but libmicrohttpd 0.9.75 aborts the process in
- * it ("Failed to remove listen FD from epoll set") when its thread pool has
- * taken the listen socket out of a worker's epoll set (at the connection
- * limit, under load at shutdown: server_admission_e2e under ASan). */
-static enum MHD_Result accept_policy(void *cls, const struct sockaddr *addr, socklen_t addrlen)
-{
-    slim_server *srv = cls;
-    (void)addr;
-    (void)addrlen;
-    return atomic_load(&srv->stopping) ? MHD_NO : MHD_YES;
-}
-
 slim_status slim_server_start(slim_server *srv, const slim_server_opts *opts, slim_err *err)
 {
     memset(srv, 0, sizeof(*srv));
@@ -563,7 +433,7 @@ slim_status slim_server_start(slim_server *srv, const slim_server_opts *opts, sl
     slim_status s = bind_address(opts, &addr, &flags, err);
     if (s != SLIM_OK)
         goto err_metrics;
-    if (!(srv->admission = slim_server_admission_start(opts->queue_capacity, err))) {
+    if (!(srv->admission = slim_server_admission_start(&srv->repo, opts->queue_capacity, err))) {
         s = err->status;
         goto err_metrics;
     }
@@ -571,21 +441,22 @@ slim_status slim_server_start(slim_server *srv, const slim_server_opts *opts, sl
                                    opts->queue_capacity, opts->device, opts->precision,
                                    opts->convert_cache, err)) != SLIM_OK)
         goto err_repo;
-    if ((s = watchdog_start(srv, err)) != SLIM_OK)
+    if ((s = slim__conn_watchdog_start(srv, err)) != SLIM_OK)
         goto err_repo;
     int longest = opts->body_timeout_s > opts->idle_timeout_s ? opts->body_timeout_s
                                                                : opts->idle_timeout_s;
-    /* The connection limit is the whole server's (MHD shares it out among
-     * the polling threads); the per-address one is counted across them. */
+    /* --max-connections is kept by accept_policy; the per-address limit by
+     * MHD, counted across its threads, before accept_policy is asked. */
     srv->daemon = MHD_start_daemon(
-        flags, (uint16_t)opts->port, accept_policy, srv, on_request, srv,
+        flags, (uint16_t)opts->port, slim__conn_accept, srv, on_request, srv,
         MHD_OPTION_EXTERNAL_LOGGER, mhd_log, srv, /* first, or MHD logs before it */
         MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&addr,
         MHD_OPTION_THREAD_POOL_SIZE, (unsigned)opts->http_threads,
         MHD_OPTION_NOTIFY_COMPLETED, on_completed, srv,
-        MHD_OPTION_NOTIFY_CONNECTION, on_connection, srv,
+        MHD_OPTION_NOTIFY_CONNECTION, slim__conn_notify, srv,
+        MHD_OPTION_UNESCAPE_CALLBACK, slim__conn_unescape, srv,
         MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)(longest + MHD_TIMEOUT_MARGIN_S),
-        MHD_OPTION_CONNECTION_LIMIT, (unsigned)opts->max_connections,
+        MHD_OPTION_CONNECTION_LIMIT, slim__conn_mhd_limit(opts),
         MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)opts->max_connections_per_client,
         MHD_OPTION_END);
     if (!srv->daemon) {
@@ -598,7 +469,7 @@ slim_status slim_server_start(slim_server *srv, const slim_server_opts *opts, sl
     return SLIM_OK;
 
 err_watchdog:
-    watchdog_stop(srv);
+    slim__conn_watchdog_stop(srv);
 err_repo:
     slim_server_repo_close(&srv->repo);
     slim_server_admission_free(srv->admission);
@@ -621,7 +492,7 @@ bool slim_server_stop(slim_server *srv)
     if (!slim_server_drain(srv))
         return false;
     MHD_stop_daemon(srv->daemon);
-    watchdog_stop(srv);
+    slim__conn_watchdog_stop(srv);
     /* Stops each model's instances as its last reference goes. */
     slim_server_repo_close(&srv->repo);
     slim_server_admission_free(srv->admission);

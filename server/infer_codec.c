@@ -15,6 +15,7 @@
  * thread, against the model's resolved config, so a worker only ever sees
  * tensors the model accepts, and every mistake gets a message naming it.
  */
+#include "device.h"
 #include "server.h"
 
 #include <math.h>
@@ -126,6 +127,29 @@ bool slim_server_json_integer(const cJSON *v, double lo, double hi, int64_t *out
     return true;
 }
 
+/* What cJSON mallocs to parse text, at most. Every value is one cJSON node
+ * (64 bytes; 80 with glibc's chunk header and rounding), and a value is the
+ * root or follows a '[', '{' or ','; every key and string value is one more
+ * block of at most its quoted length plus a terminator, header and rounding.
+ * Counting those bytes over-counts (commas inside strings), never under.
+ * Measured with glibc's mallinfo2 around cJSON_ParseWithLength (cJSON
+ * 1.7.15): 80 bytes per value; 3.8 bytes per body byte for float32 data as
+ * Python's json writes it (21 bytes a number), 40 for one-digit integers,
+ * 1.0 for one long string. The bound gives 4.8, 41 and 1.0. */
+#define JSON_NODE_BYTES 80
+#define JSON_STRING_OVERHEAD 32
+
+size_t slim_server_json_parse_bound(const char *text, size_t len)
+{
+    size_t values = 1, strings = 0;
+    for (const char *p = text, *end = text + len; p < end; p++) {
+        char c = *p;
+        values += c == ',' || c == '[' || c == '{';
+        strings += c == '"';
+    }
+    return values * JSON_NODE_BYTES + len + (strings / 2 + 1) * JSON_STRING_OVERHEAD;
+}
+
 static void shape_json(const slim_server_io *io, int batch, char *buf, size_t cap)
 {
     int64_t dims[SLIM_MAX_DIMS + 1];
@@ -147,6 +171,39 @@ static int64_t count_leaves(const cJSON *v)
     for (const cJSON *c = v->child; c; c = c->next)
         n += count_leaves(c);
     return n;
+}
+
+/* Nested "data" must have the tensor's shape: a list of dims[0] lists of
+ * dims[1] ... (Triton's row-major nesting), or be flat from some depth on:
+ * a list of numbers at depth d holds dims[d] * ... * dims[ndim-1] of them.
+ * Counting leaves alone would take [[783 values], [1 value]] for [1, 784].
+ * On false, *depth and *got name the first list that does not fit (*got -1:
+ * numbers and lists mixed in one list), *want what the shape needs there. */
+static bool nested_fits(const cJSON *v, const int64_t *dims, int ndim, int d, int *depth,
+                        int64_t *got, int64_t *want)
+{
+    bool lists = cJSON_IsArray(v->child);
+    int64_t n = 0, rest = 1;
+    for (int i = d; i < ndim; i++)
+        rest *= dims[i];
+    for (const cJSON *c = v->child; c; c = c->next, n++) {
+        if (cJSON_IsArray(c) != lists) {
+            *depth = d;
+            *got = -1;
+            *want = 0;
+            return false;
+        }
+        if (lists && !nested_fits(c, dims, ndim, d + 1, depth, got, want))
+            return false;
+    }
+    int64_t expect = !lists ? rest : d < ndim ? dims[d] : 0; /* lists past the rank: none fit */
+    if (n != expect) {
+        *depth = d;
+        *got = n;
+        *want = expect;
+        return false;
+    }
+    return true;
 }
 
 static bool int_range(slim_dtype t, double *lo, double *hi)
@@ -252,6 +309,12 @@ static slim_status check_shape(const slim_server_model *m, const slim_server_io 
         return slim_errf(err, SLIM_ESHAPE,
                          "unexpected shape for input '%s' for model '%s'. Expected %s, got %s",
                          io->name, m->name, want, got);
+    /* A batch of 0 rows: the protocol does not forbid it, but the model has
+     * nothing to run and the batcher nothing to merge; Triton refuses it too. */
+    if (batch && t->ndim >= 1 && t->dims[0] == 0)
+        return slim_errf(err, SLIM_ESHAPE,
+                         "input '%s' for '%s' has batch size 0 (shape %s); a request needs at "
+                         "least 1 row", io->name, m->name, got);
     if (batch && (t->ndim < 1 || t->dims[0] < 1 || t->dims[0] > m->cfg.max_batch_size))
         return slim_errf(err, SLIM_ESHAPE,
                          "inference request batch-size must be <= %d for '%s' (input '%s' has shape %s)",
@@ -348,6 +411,17 @@ static slim_status decode_input(const cJSON *in, const slim_server_model *m, bin
             return slim_errf(err, SLIM_EINVAL,
                              "input '%s': \"data\" has %lld elements but shape %s needs %.0f", name,
                              (long long)(cJSON_IsArray(jdata) ? got : 0), shape, numel);
+        int depth = -1;
+        int64_t n_got = 0, n_want = 0;
+        if (!nested_fits(jdata, t->dims, t->ndim, 0, &depth, &n_got, &n_want)) {
+            if (n_got < 0)
+                return slim_errf(err, SLIM_EINVAL, "input '%s': nested \"data\" mixes numbers "
+                                 "and lists in one list at depth %d; shape %s needs lists of "
+                                 "equal length, or numbers only", name, depth, shape);
+            return slim_errf(err, SLIM_EINVAL, "input '%s': nested \"data\" has a list of %lld "
+                             "at depth %d where shape %s needs %lld", name, (long long)n_got,
+                             depth, shape, (long long)n_want);
+        }
         if ((s = slim_tensor_alloc(t, err)) != SLIM_OK)
             return s;
         int64_t i = 0;
@@ -555,12 +629,78 @@ static void put_data(slim_server_buf *b, const slim_tensor *t)
     slim_server_buf_puts(b, "]");
 }
 
+/* The longest text put_data writes for one element, with its comma:
+ * "-1.17549435e-38" (%.9g), "-2.2250738585072014e-308" (%.17g), an
+ * integer's digits and sign, "false". */
+static size_t json_element_bytes(slim_dtype t)
+{
+    switch (t) {
+    case SLIM_BOOL: return 6;
+    case SLIM_F64: return 25;
+    case SLIM_F32: case SLIM_F16: case SLIM_BF16: return 16;
+    case SLIM_I8: return 5;
+    case SLIM_U8: return 4;
+    case SLIM_I16: return 7;
+    case SLIM_U16: return 6;
+    case SLIM_I32: return 12;
+    case SLIM_U32: return 11;
+    default: return 21; /* 64-bit integers */
+    }
+}
+
+bool slim_server_infer_any_json(const slim_server_infer *rq)
+{
+    for (int i = 0; i < rq->n_outputs; i++)
+        if (!rq->outputs[i].binary)
+            return true;
+    return false;
+}
+
+/* The JSON around the outputs' data: names, datatype, shape, parameters. */
+#define REPLY_HEADER_BYTES 256
+#define REPLY_OUTPUT_BYTES (128 + SLIM_MAX_DIMS * 21)
+
+size_t slim_server_infer_reply_bound(const slim_server_infer *rq, const slim_server_model *m,
+                                     const slim_tensor *outs, int n_outs)
+{
+    double total = REPLY_HEADER_BYTES + strlen(m->name) * 6 + (rq->id ? strlen(rq->id) * 6 : 0);
+    for (int i = 0; i < rq->n_outputs; i++) {
+        const slim_server_out_req *o = &rq->outputs[i];
+        if (o->index >= n_outs)
+            continue;
+        const slim_tensor *t = &outs[o->index];
+        double numel = 1;
+        for (int d = 0; d < t->ndim; d++)
+            numel *= (double)(t->dims[d] > 0 ? t->dims[d] : 0);
+        total += REPLY_OUTPUT_BYTES + strlen(m->cfg.outputs[o->index].name) * 6;
+        total += numel * (double)(o->binary ? slim_dtype_size(t->dtype)
+                                            : json_element_bytes(t->dtype));
+    }
+    return total > 1e18 ? (size_t)1 << 60 : (size_t)total;
+}
+
 slim_status slim_server_infer_encode(const slim_server_infer *rq, const slim_server_model *m,
                                      const slim_tensor *outs, int n_outs,
                                      slim_server_reply *reply, slim_err *err)
 {
+    for (int i = 0; i < rq->n_outputs; i++)
+        if (rq->outputs[i].index >= n_outs)
+            return slim_errf(err, SLIM_EINTERNAL, "the model returned %d outputs, expected %d",
+                             n_outs, m->cfg.n_outputs);
+    /* Before anything is built: a JSON answer of a billion elements would
+     * take tens of GB to write, and fail only at the end. */
+    size_t bound = slim_server_infer_reply_bound(rq, m, outs, n_outs);
+    if (rq->max_reply_bytes && bound > rq->max_reply_bytes)
+        return slim_errf(err, SLIM_EOOM, "model '%s': the answer would take up to %zu bytes, "
+                         "over the limit of %zu bytes (--max-response-bytes); ask for fewer "
+                         "elements%s", m->name, bound, rq->max_reply_bytes,
+                         slim_server_infer_any_json(rq) ? ", or for binary outputs" : "");
     slim_server_buf b = {0};
-    size_t binary_bytes = 0;
+    slim_server_reply_part *parts = calloc((size_t)(rq->n_outputs ? rq->n_outputs : 1),
+                                           sizeof(*parts));
+    int n_parts = 0;
+    if (!parts)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory while writing the response");
     slim_server_buf_puts(&b, "{\"model_name\":");
     slim_server_buf_json_string(&b, m->name);
     slim_server_buf_printf(&b, ",\"model_version\":\"%lld\"", (long long)m->version);
@@ -569,13 +709,9 @@ slim_status slim_server_infer_encode(const slim_server_infer *rq, const slim_ser
         slim_server_buf_json_string(&b, rq->id);
     }
     slim_server_buf_puts(&b, ",\"outputs\":[");
+    bool any_binary = false;
     for (int i = 0; i < rq->n_outputs; i++) {
         const slim_server_out_req *o = &rq->outputs[i];
-        if (o->index >= n_outs) {
-            slim_server_buf_free(&b);
-            return slim_errf(err, SLIM_EINTERNAL, "the model returned %d outputs, expected %d",
-                             n_outs, m->cfg.n_outputs);
-        }
         const slim_tensor *t = &outs[o->index];
         const char *type = slim_server_dtype_kserve(t->dtype);
         slim_server_buf_puts(&b, i ? ",{\"name\":" : "{\"name\":");
@@ -584,10 +720,16 @@ slim_status slim_server_infer_encode(const slim_server_infer *rq, const slim_ser
         for (int d = 0; d < t->ndim; d++)
             slim_server_buf_printf(&b, d ? ",%lld" : "%lld", (long long)t->dims[d]);
         slim_server_buf_puts(&b, "],");
+        any_binary |= o->binary;
         if (o->binary) {
-            slim_server_buf_printf(&b, "\"parameters\":{\"binary_data_size\":%zu}}",
-                                   slim_tensor_nbytes(t));
-            binary_bytes += slim_tensor_nbytes(t);
+            size_t n = slim_tensor_nbytes(t);
+            slim_server_buf_printf(&b, "\"parameters\":{\"binary_data_size\":%zu}}", n);
+            /* Sent from the output's own buffer, which the part keeps. */
+            if (n) {
+                parts[n_parts++] = (slim_server_reply_part){t->data, n, t->buf};
+                if (t->buf)
+                    slim_buffer_ref(t->buf);
+            }
         } else {
             put_data(&b, t);
             slim_server_buf_puts(&b, "}");
@@ -595,21 +737,26 @@ slim_status slim_server_infer_encode(const slim_server_infer *rq, const slim_ser
     }
     slim_server_buf_puts(&b, "]}");
     size_t header_len = b.len;
-    for (int i = 0; i < rq->n_outputs && binary_bytes; i++) {
-        const slim_tensor *t = &outs[rq->outputs[i].index];
-        if (rq->outputs[i].binary && slim_tensor_nbytes(t))
-            slim_server_buf_append(&b, t->data, slim_tensor_nbytes(t));
-    }
+    /* Borrowed data (no buffer to hold) is copied after the header. */
+    for (int i = 0; i < n_parts && !b.oom; i++)
+        if (!parts[i].buf) {
+            for (int j = i; j < n_parts; j++)
+                slim_server_buf_append(&b, parts[j].data, parts[j].len);
+            slim_server_reply_parts_free(parts + i, n_parts - i);
+            n_parts = i;
+        }
     if (b.oom) {
         slim_server_buf_free(&b);
+        slim_server_reply_parts_free(parts, n_parts);
+        free(parts);
         return slim_errf(err, SLIM_ENOMEM, "out of memory while writing the response");
     }
+    slim_server_reply_free(reply);
     reply->status = 200;
     reply->body = b.data;
     reply->len = b.len;
-    bool any_binary = false;
-    for (int i = 0; i < rq->n_outputs; i++)
-        any_binary |= rq->outputs[i].binary;
+    reply->parts = parts;
+    reply->n_parts = n_parts;
     reply->content_type = any_binary ? "application/octet-stream" : "application/json";
     reply->infer_header_len = any_binary ? (long long)header_len : -1;
     return SLIM_OK;

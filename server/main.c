@@ -27,6 +27,9 @@ static void usage(FILE *f)
             "  --host ADDR              address to listen on (default 127.0.0.1)\n"
             "  --http-port N            port (default 8000; 0 picks a free one)\n"
             "  --max-request-bytes N    largest request body (default 67108864)\n"
+            "  --max-response-bytes N   largest answer; a larger one is refused 507 before\n"
+            "                           it is built (default 1GiB; JSON counted at the\n"
+            "                           longest each element can print; 0: no limit)\n"
             "  --workers N              threads running each model, unless its config.json\n"
             "                           sets instance_count (default: cores, at most 8)\n"
             "  --queue-size N           requests a model queues before it answers 503, unless\n"
@@ -85,6 +88,7 @@ static int parse_args(int argc, char **argv, slim_server_opts *o)
     int queue = 0;
     *o = (slim_server_opts){.host = "127.0.0.1", .port = 8000,
                             .max_request_bytes = 64u << 20,
+                            .max_response_bytes = (size_t)1 << 30,
                             .workers = cores < 1 ? 1 : cores > 8 ? 8 : (int)cores,
                             .http_threads = 4, .body_timeout_s = 30, .idle_timeout_s = 30,
                             .max_connections = 1000, .max_connections_per_client = 128,
@@ -106,6 +110,12 @@ static int parse_args(int argc, char **argv, slim_server_opts *o)
             if (!parse_count(a, v, 1024, 1LL << 40, &n))
                 return 2;
             o->max_request_bytes = (size_t)n;
+        } else if (strcmp(a, "--max-response-bytes") == 0 && v) {
+            slim_err err = {0};
+            if (!slim_parse_bytes(v, &o->max_response_bytes, &err)) {
+                slim_server_log(SLIM_LOG_ERROR, NULL, "--max-response-bytes: %s", err.msg);
+                return 2;
+            }
         } else if (strcmp(a, "--workers") == 0) {
             if (!parse_count(a, v, 1, 256, &n))
                 return 2;

@@ -5,9 +5,14 @@
  * Every reply body passes through here, so this is where the invariant
  * "a reply is valid UTF-8 JSON whatever a model or a client sent" is kept:
  * strings are escaped as JSON, and text cJSON prints is re-checked and any
- * invalid byte replaced before it leaves (utf8_sanitize).
+ * invalid byte replaced before it leaves (utf8_sanitize). A reply may
+ * also carry parts, bytes sent after its body straight from tensors'
+ * buffers (binary outputs), which go to libmicrohttpd as an I/O vector.
  */
+#include "device.h"
 #include "server.h"
+
+#include <microhttpd.h>
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -131,8 +136,25 @@ void slim_server_buf_free(slim_server_buf *b)
     memset(b, 0, sizeof(*b));
 }
 
+void slim_server_reply_parts_free(slim_server_reply_part *parts, int n)
+{
+    for (int i = 0; i < n; i++)
+        if (parts[i].buf)
+            slim_buffer_unref(parts[i].buf);
+}
+
+size_t slim_server_reply_size(const slim_server_reply *r)
+{
+    size_t n = r->len;
+    for (int i = 0; i < r->n_parts; i++)
+        n += r->parts[i].len;
+    return n;
+}
+
 void slim_server_reply_free(slim_server_reply *r)
 {
+    slim_server_reply_parts_free(r->parts, r->n_parts);
+    free(r->parts);
     free(r->body);
     memset(r, 0, sizeof(*r));
     r->infer_header_len = -1;
@@ -202,4 +224,56 @@ void slim_server_reply_json(slim_server_reply *r, int status, cJSON *json)
     r->body = text;
     r->len = strlen(text);
     r->content_type = "application/json";
+}
+
+/* ---- handing a reply to libmicrohttpd ----------------------------------- */
+
+/* What a reply with parts leaves with MHD: its body and the parts' buffer
+ * references, dropped once MHD has sent them (or given up). */
+typedef struct sent_parts {
+    char *body;
+    slim_server_reply_part *parts;
+    int n_parts;
+} sent_parts;
+
+static void sent_parts_free(void *cls)
+{
+    sent_parts *sp = cls;
+    slim_server_reply_parts_free(sp->parts, sp->n_parts);
+    free(sp->parts);
+    free(sp->body);
+    free(sp);
+}
+
+/* A reply with binary parts goes out as an I/O vector: the JSON header,
+ * then each output straight from its tensor's memory, so a 1 GiB binary
+ * answer is never copied into a second 1 GiB buffer. */
+struct MHD_Response *slim_server_reply_response(slim_server_reply *r)
+{
+    if (!r->n_parts) {
+        struct MHD_Response *resp =
+            MHD_create_response_from_buffer(r->len, r->body, MHD_RESPMEM_MUST_FREE);
+        if (resp)
+            r->body = NULL; /* MHD owns it now */
+        return resp;
+    }
+    struct MHD_IoVec *iov = calloc((size_t)r->n_parts + 1, sizeof(*iov));
+    sent_parts *sp = calloc(1, sizeof(*sp));
+    struct MHD_Response *resp = NULL;
+    if (iov && sp) {
+        iov[0] = (struct MHD_IoVec){r->body, r->len};
+        for (int i = 0; i < r->n_parts; i++)
+            iov[i + 1] = (struct MHD_IoVec){r->parts[i].data, r->parts[i].len};
+        *sp = (sent_parts){r->body, r->parts, r->n_parts};
+        resp = MHD_create_response_from_iovec(iov, (unsigned)r->n_parts + 1, sent_parts_free, sp);
+    }
+    free(iov); /* MHD keeps its own copy of the vector */
+    if (!resp) {
+        free(sp);
+        return NULL;
+    }
+    r->body = NULL;
+    r->parts = NULL;
+    r->n_parts = 0;
+    return resp;
 }

@@ -394,7 +394,8 @@ void slim_server_infer_finish(slim_server_request *req)
     int64_t t_encode = slim_server_now_ns();
     if (slim_server_infer_encode(&req->infer, m, t->outputs, t->n_outputs, &req->reply, &err) != SLIM_OK) {
         slim_server_count_failure(m, SLIM_SERVER_FAIL_OTHER, req->t_begin);
-        slim_server_reply_error(&req->reply, 500, "%s", err.msg);
+        /* SLIM_EOOM: over --max-response-bytes (infer_codec.c) */
+        slim_server_reply_error(&req->reply, err.status == SLIM_EOOM ? 507 : 500, "%s", err.msg);
         return;
     }
     slim_server_stats *st = m->stats;
@@ -422,9 +423,12 @@ static void route_model(slim_server_request *req, path *p)
     if (p->n >= 5 && strcmp(p->seg[3], "versions") == 0) {
         char *end;
         version = strtoll(p->seg[4], &end, 10);
-        if (!p->seg[4][0] || *end || version < 0) {
-            slim_server_reply_error(&req->reply, 400, "model version \"%s\" is not a number",
-                                    p->seg[4]);
+        /* Canonical digits only: "01", "+1" or " 1" would name version 1 too. */
+        if (!p->seg[4][0] || *end || version < 0 ||
+            strspn(p->seg[4], "0123456789") != strlen(p->seg[4]) ||
+            (p->seg[4][0] == '0' && p->seg[4][1])) {
+            slim_server_reply_error(&req->reply, 400, "model version \"%s\" is not a number "
+                                    "(digits, no leading zero)", p->seg[4]);
             return;
         }
         rest = 5;

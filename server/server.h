@@ -74,10 +74,20 @@ int64_t slim_server_now_us(void); /* monotonic clock */
 
 /* ---- what an HTTP answer is made of ------------------------------------- */
 
+/* Bytes sent after a reply's body as they are, from a tensor's buffer
+ * (a reference held until they are sent): binary outputs, not copied. */
+typedef struct slim_server_reply_part {
+    const void *data;
+    size_t len;
+    struct slim_buffer *buf;
+} slim_server_reply_part;
+
 typedef struct slim_server_reply {
     int status;                 /* HTTP status */
     char *body;                 /* malloc'd, owned by the reply */
     size_t len;
+    slim_server_reply_part *parts; /* malloc'd; follow the body */
+    int n_parts;
     const char *content_type;   /* static string */
     long long infer_header_len; /* >= 0: Inference-Header-Content-Length */
     const char *allow;          /* for 405: the methods that are allowed */
@@ -92,6 +102,14 @@ void slim_server_reply_error(slim_server_reply *r, int status, const char *fmt, 
  * strings is replaced by U+FFFD. */
 void slim_server_reply_json(slim_server_reply *r, int status, cJSON *json);
 void slim_server_reply_free(slim_server_reply *r);
+/* Drops the n parts' buffer references (the array stays). */
+void slim_server_reply_parts_free(slim_server_reply_part *parts, int n);
+/* The reply's length on the wire: its body and its parts. */
+size_t slim_server_reply_size(const slim_server_reply *r);
+/* A libmicrohttpd response carrying r's body and parts, which it takes
+ * over (r keeps its status and headers); NULL when out of memory. */
+struct MHD_Response;
+struct MHD_Response *slim_server_reply_response(slim_server_reply *r);
 
 /* ---- model configuration (config.c) ------------------------------------- */
 
@@ -416,6 +434,7 @@ typedef struct slim_server_infer {
     slim_server_out_req *outputs; /* in the order they will be answered */
     int64_t batch;              /* for inference_count: 1 when not batching */
     int64_t timeout_us;         /* "parameters": {"timeout": us}; 0: not given */
+    size_t max_reply_bytes;     /* --max-response-bytes (0: none), set by admission.c */
 } slim_server_infer;
 
 /* Parses a request body's JSON strictly (cJSON alone is lenient): only
@@ -424,6 +443,9 @@ typedef struct slim_server_infer {
  * with err naming the byte on failure. Numbers written with a fraction or
  * an exponent ("3136.0", "1e3") are marked, for slim_server_json_integer. */
 cJSON *slim_server_json_parse(const char *text, size_t len, slim_err *err);
+/* The bytes cJSON can malloc to parse these len bytes, at most (a count of
+ * the values and strings in them; infer_codec.c says how it was measured). */
+size_t slim_server_json_parse_bound(const char *text, size_t len);
 /* v is a number written as an integer, within [lo, hi]; *out gets it. */
 bool slim_server_json_integer(const cJSON *v, double lo, double hi, int64_t *out);
 
@@ -433,7 +455,17 @@ bool slim_server_json_integer(const cJSON *v, double lo, double hi, int64_t *out
 slim_status slim_server_infer_decode(const char *body, size_t len, long long header_len,
                                      const slim_server_model *m, slim_server_infer *out,
                                      slim_err *err);
-/* Answers with the requested outputs; JSON, or JSON header + binary. */
+/* The most bytes the answer with outputs of these shapes can take (their
+ * data unused): binary outputs exactly, JSON ones at the longest each
+ * element can print. */
+size_t slim_server_infer_reply_bound(const slim_server_infer *rq, const slim_server_model *m,
+                                     const slim_tensor *outs, int n_outs);
+/* Whether an output is asked for as JSON (binary_data_output helps). */
+bool slim_server_infer_any_json(const slim_server_infer *rq);
+/* Answers with the requested outputs; JSON, or JSON header + binary (the
+ * binary outputs as reply parts, not copied). SLIM_EOOM, with a message
+ * naming the size, when the answer would pass rq->max_reply_bytes: the
+ * caller's 500 is then a 507 (err->status says). */
 slim_status slim_server_infer_encode(const slim_server_infer *rq, const slim_server_model *m,
                                      const slim_tensor *outs, int n_outs,
                                      slim_server_reply *reply, slim_err *err);
@@ -561,6 +593,9 @@ typedef struct slim_server_opts {
     const char *host;
     int port;
     size_t max_request_bytes;
+    /* Largest reply body (infer_codec.c): an answer that would be larger is
+     * refused 507 before it is built, its size named. 0: no limit. */
+    size_t max_response_bytes;
     int workers;                    /* instance_count unless config.json sets it */
     int queue_capacity;             /* max_queue_size unless config.json sets it */
     int http_threads;
@@ -609,7 +644,10 @@ typedef struct slim_server {
     bool watchdog_stop;
     struct slim_server_conn *conns;
     int64_t n_conns;
+    int64_t n_open;                 /* of them, not being closed: held to --max-connections */
+    int64_t n_lane;                 /* and past it, for health checks only (connections.c) */
     atomic_uint_least64_t body_timeouts, idle_closes;
+    atomic_uint_least64_t evicted, refused, laned; /* at --max-connections (connections.c) */
     atomic_uint_least64_t unauthorized;  /* 401s (auth.c) */
 } slim_server;
 
@@ -623,6 +661,13 @@ typedef struct slim_server_request {
     char *body;
     size_t body_len, body_cap;
     bool too_large;
+    /* Under --memory-limit a body of known length lives in the CPU
+     * allocator (admission.c): its block, and the bytes counted for it. */
+    struct slim_block *body_block;
+    size_t body_held;
+    bool body_waiting;              /* suspended until its body may be read */
+    bool body_refused;              /* it may not: dropped as it comes, reply set */
+    struct slim_block *parse_block; /* the JSON tree's reservation while it parses */
     long long infer_header_len;     /* from the request header; -1 if absent */
     int64_t t_begin;                /* when the body was complete */
     int64_t t_arrived;              /* when the headers were (the access log) */
@@ -688,8 +733,35 @@ void slim_server_count_failure(const slim_server_model *m, slim_server_failure w
 
 /* ---- waiting for input memory (admission.c) ----------------------------- */
 
-/* capacity: how many requests may wait at once (--queue-size). */
-slim_server_admission *slim_server_admission_start(int capacity, slim_err *err);
+/* capacity: how many requests may wait at once (--queue-size); repo: whose
+ * models' weights stay out of what a request can ever get. */
+slim_server_admission *slim_server_admission_start(slim_server_repo *repo, int capacity,
+                                                   slim_err *err);
+/* request_need.c, for admission.c: what a request needs before it runs.
+ * Under a CPU memory limit, the bytes its JSON header's tree can take are
+ * reserved in the allocator while it is parsed (SLIM_EOOM: not now). */
+slim_status slim__request_reserve_parse(slim_server_request *req, slim_err *err);
+void slim__request_release_parse(slim_server_request *req);
+typedef struct slim__request_need {
+    size_t inputs;              /* its decoded inputs */
+    size_t run;                 /* inputs + a one-row run's arena + its outputs (known ones) */
+    bool known;                 /* the header parsed: the figures mean something */
+} slim__request_need;
+/* From its JSON header (parsed under the reservation above). */
+slim__request_need slim__request_declared_need(const slim_server_request *req);
+/* The answer's size at most, from its decoded inputs; 0 when an output's
+ * shape depends on data. */
+size_t slim__request_reply_bound(const slim_server_request *req);
+/* A body of len bytes is about to be read (its headers are in): */
+typedef enum {
+    SLIM_SERVER_BODY_READ,      /* read it (into req->body when it was allocated here) */
+    SLIM_SERVER_BODY_WAIT,      /* suspended; resumed with body_refused or room for it */
+    SLIM_SERVER_BODY_ANSWERED,  /* req->reply is set (507: it can never fit; 503) */
+} slim_server_body_result;
+slim_server_body_result slim_server_admission_body(slim_server_admission *a,
+                                                   slim_server_request *req, size_t len);
+/* Gives the body's memory back (the request is done). */
+void slim_server_admission_body_free(slim_server_admission *a, slim_server_request *req);
 /* Decodes req (its model in req->task.model) and queues it on the model
  * when its inputs fit; otherwise it waits, suspended, or is answered 503 or
  * 507 (req->reply) without suspending. Returns whether req->reply is set. */

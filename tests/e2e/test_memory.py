@@ -342,9 +342,13 @@ def device_limit(args, repo, r):
             status, data = infer(srv, "expand", "x",
                                  rng.standard_normal((1024, WIDE)).astype(np.float32))
             check(status in (503, 507), f"answered {status}: {data[:300]!r}")
-            check(b"out of memory" in data, f"error: {data[:300]!r}")
+            # Known from the plan before it runs (admission.c), or met by
+            # the allocator when it ran.
+            never = b"can never fit" in data
+            check(never or b"out of memory" in data, f"error: {data[:300]!r}")
             mx = metrics(srv)
-            check(metric(mx, "slim_oom_total", device="cpu") > ooms, "slim_oom_total did not move")
+            check(never or metric(mx, "slim_oom_total", device="cpu") > ooms,
+                  "slim_oom_total did not move")
             settled(lambda: metric(metrics(srv), "slim_memory_allocated_bytes", device="cpu"),
                     allocated, "allocated bytes after the failed request")
             status, data = infer(srv, "expand", "x",

@@ -17,7 +17,8 @@ one of 32. Then:
     limit, below.) Requests that found no memory for their
     inputs waited (slim_requests_memory_wait_total{outcome="admitted"}) and
     none was counted a bad request.
-  * a request whose inputs alone exceed the limit gets 507 at once
+  * a request whose body alone exceeds the limit gets 507 at once, before
+    its body is read
   * with a short queue timeout, a request that cannot get memory in time
     gets 503 with Retry-After, and the server answers normally afterwards
 
@@ -38,7 +39,7 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_batching import cnn_limit, inspect_memory  # noqa: E402
 from test_server import (REPO, Runner, Server, binary_request, check,  # noqa: E402
-                         parse_binary_response, write_json)
+                         parse_binary_response, parse_raw_reply, raw_exchange, write_json)
 
 
 SIDE = 32  # the example CNN's images; 224 with --resnet18
@@ -152,12 +153,21 @@ def t_concurrent(srv, must_fit):
 
 
 def t_never_fits(srv, limit):
+    """Refused at once, before the body is read: over a raw socket, since
+    a client that writes the whole body first meets the closed connection."""
     rows = limit // (3 * SIDE * SIDE * 4) + 1
     x = np.zeros((rows, 3, SIDE, SIDE), np.float32)
-    status, err, _ = infer(srv, "cnn", x)
-    check(status in (507, 413), f"inputs over the limit: {status} {err}")
-    if status == 507:
-        check("exceed the memory limit" in err, f"message: {err}")
+    if "cnn" not in INPUT:
+        INPUT["cnn"] = srv.http.json("GET", "/v2/models/cnn")[1]["inputs"][0]["name"]
+    body, hl = binary_request([(INPUT["cnn"], x, "FP32")])
+    head = (b"POST /v2/models/cnn/infer HTTP/1.1\r\nHost: t\r\nContent-Length: %d\r\n"
+            b"Inference-Header-Content-Length: %d\r\nExpect: 100-continue\r\n\r\n"
+            % (len(body), hl))
+    t, reply, _ = raw_exchange(srv.port, head, timeout=10)
+    status, _, data = parse_raw_reply(reply)
+    err = json.loads(data)["error"]
+    check(status == 507 and t < 5, f"inputs over the limit: {status} after {t:.1f}s: {err}")
+    check("can never" in err and "--memory-limit" in err, f"message: {err}")
 
 
 def t_timeout_then_normal(srv):
