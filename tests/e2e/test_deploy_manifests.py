@@ -16,8 +16,8 @@ JSON schemas and validates offline; exits 77 when it is not importable.
   * and against slimserve: probes on /v2/health/live and /v2/health/ready,
     ports as served, flags that slimserve's --help lists, --memory-limit
     below the container's memory limit with room to spare, a grace period
-    covering preStop plus slimserve's drain (SHUTDOWN_GRACE_S in
-    server/http.c), the Dockerfile's user, names that point at each other
+    covering preStop plus slimserve's drain (--shutdown-grace, default in
+    server/main.c), the Dockerfile's user, names that point at each other
     (Service, HPA, PVC, PDB), and kustomization.yaml listing the rest.
 
 Ends with "N passed, N failed"; exits non-zero on any failure.
@@ -152,10 +152,15 @@ def case_deployment(docs):
     c = spec["containers"][0]
     check_container(c, "Deployment", 8000, slimserve_flags())
     # The grace period must cover preStop and slimserve's own drain.
-    http_c = open(os.path.join(REPO, "server", "http.c"), encoding="utf-8").read()
-    m = re.search(r"#define SHUTDOWN_GRACE_S (\d+)", http_c)
-    check(m, "server/http.c: no SHUTDOWN_GRACE_S")
-    drain = int(m.group(1))
+    # The drain is --shutdown-grace (default in server/main.c) unless the
+    # container sets it, plus under a second to cancel what still runs.
+    main_c = open(os.path.join(REPO, "server", "main.c"), encoding="utf-8").read()
+    m = re.search(r"\.shutdown_grace_s = (\d+)", main_c)
+    check(m, "server/main.c: no default for shutdown_grace_s")
+    drain = int(m.group(1)) + 1
+    args = c.get("args", []) + c.get("command", [])
+    if "--shutdown-grace" in args:
+        drain = int(args[args.index("--shutdown-grace") + 1]) + 1
     pre = c.get("lifecycle", {}).get("preStop", {}).get("exec", {}).get("command", [])
     pre_s = int(pre[1]) if len(pre) == 2 and pre[0] == "sleep" else 0
     grace = spec.get("terminationGracePeriodSeconds", 30)
