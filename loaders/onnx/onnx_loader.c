@@ -9,6 +9,7 @@
  * largest weight. External data files are read from the model's
  * folder and must stay inside it.
  */
+#include "file.h"
 #include "model.h"
 #include "onnx.pb-c.h"
 #include "onnx_wire.h"
@@ -30,20 +31,15 @@ typedef struct mapped_file {
     size_t size;
 } mapped_file;
 
-static slim_status map_file(const char *path, mapped_file *mf, slim_err *err)
+static slim_status map_file(const char *path, const char *what, mapped_file *mf,
+                            slim_err *err)
 {
     mf->data = NULL;
     mf->size = 0;
-    int fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return slim_errf(err, errno == ENOENT ? SLIM_ENOTFOUND : SLIM_EIO,
-                         "cannot open \"%s\": %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return slim_errf(err, SLIM_EIO, "\"%s\" is not a regular file", path);
-    }
-    mf->size = (size_t)sb.st_size;
+    int fd;
+    slim_status st = slim_file_open_regular(path, what, &fd, &mf->size, err);
+    if (st)
+        return st;
     if (mf->size == 0) {
         close(fd);
         return slim_errf(err, SLIM_EPARSE, "\"%s\" is empty", path);
@@ -118,18 +114,29 @@ static slim_status read_external(const Onnx__TensorProto *tp, const char *base_d
     slim_status st = external_path(base_dir, location, path, sizeof(path), err);
     if (st)
         return st;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return slim_errf(err, SLIM_EIO, "cannot open external data \"%s\": %s", path,
-                         strerror(errno));
-    size_t got = 0;
-    if (fseeko(f, (off_t)offset, SEEK_SET) == 0)
-        got = nbytes ? fread(dst, 1, nbytes, f) : 0;
-    fclose(f);
-    if (got != nbytes)
+    int fd;
+    size_t file_size;
+    if ((st = slim_file_open_regular(path, "external data", &fd, &file_size, err)))
+        return st;
+    if ((unsigned long long)offset > file_size || nbytes > file_size - (size_t)offset) {
+        close(fd);
         return slim_errf(err, SLIM_EPARSE,
-                         "external data \"%s\" is truncated: wanted %zu bytes at offset %lld",
-                         path, nbytes, offset);
+                         "external data \"%s\" is truncated: wanted %zu bytes at offset %lld, "
+                         "the file has %zu", path, nbytes, offset, file_size);
+    }
+    size_t got = 0;
+    while (got < nbytes) {
+        ssize_t r = pread(fd, (char *)dst + got, nbytes - got, (off_t)offset + (off_t)got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fd);
+    if (got != nbytes)
+        return slim_errf(err, SLIM_EIO, "cannot read external data \"%s\": wanted %zu bytes at "
+                         "offset %lld, read %zu", path, nbytes, offset, got);
     return SLIM_OK;
 }
 
@@ -579,7 +586,7 @@ slim_status slim_onnx_load_buffer(const void *data, size_t size, const char *bas
 slim_status slim_onnx_load_file(const char *path, slim_graph **out, slim_err *err)
 {
     mapped_file mf;
-    slim_status st = map_file(path, &mf, err);
+    slim_status st = map_file(path, "model", &mf, err);
     if (st)
         return st;
     char dir[PATH_MAX];
@@ -600,7 +607,7 @@ slim_status slim_onnx_load_tensor_file(const char *path, slim_tensor *out, char 
                                        size_t name_cap, slim_err *err)
 {
     mapped_file mf;
-    slim_status st = map_file(path, &mf, err);
+    slim_status st = map_file(path, "tensor file", &mf, err);
     if (st)
         return st;
     Onnx__TensorProto *tp = onnx__tensor_proto__unpack(NULL, mf.size, mf.data);
