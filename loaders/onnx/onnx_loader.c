@@ -297,10 +297,6 @@ typedef struct {
     int depth;
 } convert_ctx;
 
-/* A hostile file can nest subgraphs as deep as its size allows; each level
- * costs C stack in the loader and in the executor. */
-#define SLIM_MAX_SUBGRAPH_DEPTH 16
-
 static slim_status convert_graph_proto(const convert_ctx *cx, const Onnx__GraphProto *gp,
                                        slim_graph *g, slim_err *err);
 
@@ -432,6 +428,21 @@ static int opset_for(const Onnx__ModelProto *mp, const char *domain)
     return dflt && mp->n_opset_import == 0 ? 1 : 0;
 }
 
+/* Opset versions are int64 in the file and int in the IR: one that does
+ * not fit is refused here, by its own value, rather than wrapping into a
+ * different (and misleading) number in later messages. */
+static slim_status check_opsets(const Onnx__ModelProto *mp, slim_err *err)
+{
+    for (size_t i = 0; i < mp->n_opset_import; i++) {
+        const Onnx__OperatorSetIdProto *op = mp->opset_import[i];
+        if (op->version < 0 || op->version > INT_MAX)
+            return slim_errf(err, SLIM_EUNSUPPORTED, "opset_import %zu (domain \"%s\"): version "
+                             "%lld is out of range (0 to %d)", i,
+                             op->domain ? op->domain : "", (long long)op->version, INT_MAX);
+    }
+    return SLIM_OK;
+}
+
 /* Converts gp's inputs, nodes and outputs into g (initializers of the main
  * graph are added before, one at a time, by load_bytes). In a subgraph
  * (depth > 0) the initializers come from gp, and names read but defined
@@ -529,7 +540,10 @@ static slim_status load_bytes(const void *data, size_t size, const char *base_di
     uint8_t *rest = NULL;
     size_t rest_len = 0, n_inits = 0;
     slim_onnx_span *inits = NULL;
-    slim_status st = slim_onnx_wire_split(data, size, &rest, &rest_len, &inits, &n_inits, err);
+    slim_status st = slim_onnx_wire_check_nesting(data, size, err);
+    if (st)
+        return st;
+    st = slim_onnx_wire_split(data, size, &rest, &rest_len, &inits, &n_inits, err);
     if (st)
         return st;
     slim_graph *g = slim_graph_new();
@@ -563,6 +577,8 @@ static slim_status load_bytes(const void *data, size_t size, const char *base_di
                        "or truncated");
     if (!st && !mp->graph)
         st = slim_errf(err, SLIM_EPARSE, "not a valid ONNX model: it has no graph");
+    if (!st)
+        st = check_opsets(mp, err);
     if (!st) {
         convert_ctx cx = {mp, base_dir, 0};
         st = convert_graph_proto(&cx, mp->graph, g, err);
