@@ -3,6 +3,7 @@
  * deflated (8), not encrypted, zip64 sizes where the writer used them. */
 #include "npz.h"
 
+#include "file.h"
 #include "npy.h"
 
 #include <stdbool.h>
@@ -48,24 +49,12 @@ void slim_npz_close(slim_npz *z)
 
 static slim_status read_all(const char *path, slim_npz *z, slim_err *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return slim_errf(err, SLIM_EIO, "%s: cannot open the mask file", path);
-    long sz = fseek(f, 0, SEEK_END) == 0 ? ftell(f) : -1;
-    if (sz < 0 || fseek(f, 0, SEEK_SET) != 0) {
-        fclose(f);
-        return slim_errf(err, SLIM_EIO, "%s: cannot read the mask file", path);
-    }
-    z->size = (size_t)sz;
-    z->data = malloc(z->size ? z->size : 1);
-    if (!z->data) {
-        fclose(f);
-        return slim_errf(err, SLIM_ENOMEM, "%s: out of memory reading %ld bytes", path, sz);
-    }
-    size_t got = fread(z->data, 1, z->size, f);
-    fclose(f);
-    if (got != z->size)
-        return slim_errf(err, SLIM_EIO, "%s: short read", path);
+    char *data;
+    /* Through file.h: a mask file that is a FIFO must not hang the load. */
+    slim_status st = slim_file_read_all(path, "mask file", &data, &z->size, err);
+    if (st)
+        return st;
+    z->data = (unsigned char *)data;
     return SLIM_OK;
 }
 

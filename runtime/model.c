@@ -10,21 +10,24 @@
 #include "prune.h"
 #include "rewrite.h"
 #include "slim_format.h"
+#include "file.h"
 
 #include <stdio.h>
-
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 bool slim_model_file_is_slim(const char *path)
 {
     unsigned char head[SLIM_FORMAT_MAGIC_LEN];
-    FILE *f = fopen(path, "rb");
-    if (!f)
+    int fd;
+    size_t size;
+    /* Not a regular file: the loader that opens it next says so. */
+    if (slim_file_open_regular(path, "model", &fd, &size, NULL) != SLIM_OK)
         return false;
-    size_t n = fread(head, 1, sizeof(head), f);
-    fclose(f);
-    return slim_format_sniff(head, n);
+    ssize_t n = read(fd, head, sizeof(head));
+    close(fd);
+    return n > 0 && slim_format_sniff(head, (size_t)n);
 }
 
 /* SLIM_F32, SLIM_F16 or SLIM_BF16 for a float type's name; UNDEFINED if not. */

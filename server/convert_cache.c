@@ -23,6 +23,7 @@
  * with other keys are removed; a process still mapping one keeps its pages
  * until it unmaps them.
  */
+#include "file.h"
 #include "model.h"
 #include "log.h"
 #include "server.h"
@@ -78,26 +79,23 @@ static uint64_t hash_bytes(const unsigned char *p, size_t n, uint64_t seed)
 
 static slim_status hash_file(const char *path, uint64_t *out, slim_err *err)
 {
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return slim_errf(err, SLIM_EIO, "%s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-        close(fd);
-        return slim_errf(err, SLIM_EIO, "%s: not a regular file", path);
-    }
-    if (st.st_size == 0) {
+    int fd;
+    size_t size;
+    slim_status s = slim_file_open_regular(path, "model", &fd, &size, err);
+    if (s)
+        return s;
+    if (size == 0) {
         close(fd);
         *out = hash_bytes(NULL, 0, 0);
         return SLIM_OK;
     }
-    void *p = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    void *p = mmap(NULL, size, PROT_READ, MAP_PRIVATE, fd, 0);
     close(fd);
     if (p == MAP_FAILED)
         return slim_errf(err, SLIM_EIO, "%s: cannot map: %s", path, strerror(errno));
-    madvise(p, (size_t)st.st_size, MADV_SEQUENTIAL);
-    *out = hash_bytes(p, (size_t)st.st_size, 0);
-    munmap(p, (size_t)st.st_size);
+    madvise(p, size, MADV_SEQUENTIAL);
+    *out = hash_bytes(p, size, 0);
+    munmap(p, size);
     return SLIM_OK;
 }
 

@@ -12,10 +12,16 @@
  * goes on serving the rest.
  *
  * Locking: `mu` guards the table and is held only for lookups and swaps,
- * never while a model loads from disk; `load_mu` lets one load or unload run
- * at a time. A request takes its own reference under `mu`; load and unload
- * drop the table's reference, and whoever drops the last one frees the model.
+ * never while a model loads from disk. Loads run side by side: a load that
+ * takes long (a large model, a slow disk) must not stall the loads and
+ * unloads of other models, nor shutdown, behind a lock. Each load or unload
+ * takes a sequence number when it starts, and the one started last wins: a
+ * load that finishes after a later load or unload of the same model has
+ * taken effect drops what it built and answers 409. A request takes its own
+ * reference under `mu`; load and unload drop the table's reference, and
+ * whoever drops the last one frees the model.
  */
+#include "file.h"
 #include "model.h"
 #include "server.h"
 
@@ -54,31 +60,6 @@ void slim_server_model_release(slim_server_model *m)
 {
     if (m && atomic_fetch_sub(&m->refs, 1) == 1)
         model_free(m);
-}
-
-/* Whole file, NUL-terminated; NULL with errno set on failure. */
-static char *read_text(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char *text = NULL;
-    long n;
-    if (fseek(f, 0, SEEK_END) != 0 || (n = ftell(f)) < 0 || fseek(f, 0, SEEK_SET) != 0)
-        goto err;
-    if (!(text = malloc((size_t)n + 1)))
-        goto err;
-    if (fread(text, 1, (size_t)n, f) != (size_t)n)
-        goto err;
-    text[n] = '\0';
-    fclose(f);
-    return text;
-err:
-    free(text);
-    fclose(f);
-    if (!errno)
-        errno = EIO;
-    return NULL;
 }
 
 static bool parse_version(const char *s, int64_t *out)
@@ -268,10 +249,13 @@ static bool entry_build(slim_server_repo *repo, const char *name, slim_server_en
     snprintf(dir, sizeof(dir), "%s/%s", repo->root, name);
     snprintf(path, sizeof(path), "%s/config.json", dir);
     slim_err err = {0};
-    errno = 0;
-    char *cfg_text = read_text(path);
-    if (!cfg_text && errno != ENOENT) {
-        snprintf(e->reason, sizeof(e->reason), "%.900s: %s", path, strerror(errno));
+    char *cfg_text = NULL;
+    size_t cfg_len;
+    /* config.json is optional; one that cannot be read (or is a FIFO,
+     * which would block the load) fails the model. */
+    slim_status cs = slim_file_read_all(path, "config", &cfg_text, &cfg_len, &err);
+    if (cs != SLIM_OK && cs != SLIM_ENOTFOUND) {
+        snprintf(e->reason, sizeof(e->reason), "%s", err.msg);
         e->failed = true;
         return false;
     }
@@ -376,8 +360,11 @@ slim_status slim_server_repo_load(slim_server_repo *repo, const char *name, int 
         return slim_errf(err, SLIM_ENOTFOUND, "failed to load \"%s\": no such model folder in %s",
                          name, repo->root);
     }
-    pthread_mutex_lock(&repo->load_mu);
-    slim_server_entry fresh = {0};
+    pthread_mutex_lock(&repo->mu);
+    const uint64_t seq = ++repo->op_seq;
+    pthread_mutex_unlock(&repo->mu);
+
+    slim_server_entry fresh = {.seq = seq};
     bool ready = entry_build(repo, name, &fresh);
     char why[1024] = "";
     if (!ready && fresh.failed)
@@ -390,6 +377,7 @@ slim_status slim_server_repo_load(slim_server_repo *repo, const char *name, int 
 
     pthread_mutex_lock(&repo->mu);
     slim_server_entry *e = find_entry(repo, name);
+    bool superseded = e && e->seq > seq;
     if (!e && repo->n_entries == repo->cap_entries) {
         int cap = repo->cap_entries ? 2 * repo->cap_entries : 16;
         slim_server_entry *grown = realloc(repo->entries, (size_t)cap * sizeof(*grown));
@@ -398,7 +386,9 @@ slim_status slim_server_repo_load(slim_server_repo *repo, const char *name, int 
             repo->cap_entries = cap;
         }
     }
-    if (e) {
+    if (superseded) {
+        /* fresh is dropped below, outside the lock */
+    } else if (e) {
         /* Swap: the old versions leave the table now; requests that hold
          * them finish on them, and the last one frees them (below). */
         slim_server_entry old = *e;
@@ -415,24 +405,28 @@ slim_status slim_server_repo_load(slim_server_repo *repo, const char *name, int 
     }
     pthread_mutex_unlock(&repo->mu);
 
-    if (!ready) {
+    if (superseded) {
+        *http_status = 409;
+        s = slim_errf(err, SLIM_EINVAL, "failed to load \"%s\": a later load or unload of it "
+                      "finished first, so this one's result was dropped", name);
+    } else if (!ready) {
         *http_status = 400;
         s = slim_errf(err, SLIM_EINVAL, "failed to load \"%s\": %s", name, why);
     }
     entry_clear(&fresh);
     free(fresh.name);
-    pthread_mutex_unlock(&repo->load_mu);
     return s;
 }
 
 slim_status slim_server_repo_unload(slim_server_repo *repo, const char *name, int *http_status,
                                     slim_err *err)
 {
-    pthread_mutex_lock(&repo->load_mu);
     pthread_mutex_lock(&repo->mu);
     slim_server_entry *e = find_entry(repo, name);
     slim_server_model *dropped[256];
     int n_dropped = 0;
+    if (e)
+        e->seq = ++repo->op_seq; /* a load still running for it loses */
     for (int i = 0; e && i < e->n_slots; i++) {
         if (e->slots[i].live && n_dropped < 256) {
             dropped[n_dropped++] = e->slots[i].live;
@@ -447,7 +441,6 @@ slim_status slim_server_repo_unload(slim_server_repo *repo, const char *name, in
         slim_server_batcher_cancel(dropped[i]->batcher, SLIM_CANCEL_UNLOAD);
         slim_server_model_release(dropped[i]);
     }
-    pthread_mutex_unlock(&repo->load_mu);
     if (!e) {
         *http_status = 404;
         return slim_errf(err, SLIM_ENOTFOUND, "failed to unload \"%s\": no such model", name);
@@ -592,7 +585,6 @@ slim_status slim_server_repo_open(slim_server_repo *repo, const char *root,
     repo->default_precision = precision;
     repo->convert_cache = convert_cache;
     pthread_mutex_init(&repo->mu, NULL);
-    pthread_mutex_init(&repo->load_mu, NULL);
     repo->metrics = metrics;
     repo->default_instances = instances;
     repo->default_queue_size = queue_size;
@@ -635,6 +627,5 @@ void slim_server_repo_close(slim_server_repo *repo)
     free(repo->entries);
     free(repo->root);
     pthread_mutex_destroy(&repo->mu);
-    pthread_mutex_destroy(&repo->load_mu);
     memset(repo, 0, sizeof(*repo));
 }

@@ -331,13 +331,14 @@ typedef struct slim_server_entry {  /* one model folder */
     int n_slots;
     char reason[1024];              /* model-level failure (config.json, no versions) */
     bool failed;
+    uint64_t seq;                   /* the load/unload whose result this holds */
 } slim_server_entry;
 
 typedef struct slim_server_repo {
     char *root;
     slim_server_metrics *metrics;
     pthread_mutex_t mu;             /* guards entries and slots */
-    pthread_mutex_t load_mu;        /* one load/unload at a time */
+    uint64_t op_seq;                /* loads/unloads started so far (under mu) */
     int default_instances;          /* --workers: instance_count when not set */
     const char *default_device;     /* --device: where models run unless config.json says */
     const char *default_precision;  /* --precision: unless config.json says; NULL: fp32 */

@@ -9,6 +9,7 @@
  * largest weight. External data files are read from the model's
  * folder and must stay inside it.
  */
+#include "file.h"
 #include "model.h"
 #include "onnx.pb-c.h"
 #include "onnx_wire.h"
@@ -30,20 +31,15 @@ typedef struct mapped_file {
     size_t size;
 } mapped_file;
 
-static slim_status map_file(const char *path, mapped_file *mf, slim_err *err)
+static slim_status map_file(const char *path, const char *what, mapped_file *mf,
+                            slim_err *err)
 {
     mf->data = NULL;
     mf->size = 0;
-    int fd = open(path, O_RDONLY);
-    if (fd < 0)
-        return slim_errf(err, errno == ENOENT ? SLIM_ENOTFOUND : SLIM_EIO,
-                         "cannot open \"%s\": %s", path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
-        close(fd);
-        return slim_errf(err, SLIM_EIO, "\"%s\" is not a regular file", path);
-    }
-    mf->size = (size_t)sb.st_size;
+    int fd;
+    slim_status st = slim_file_open_regular(path, what, &fd, &mf->size, err);
+    if (st)
+        return st;
     if (mf->size == 0) {
         close(fd);
         return slim_errf(err, SLIM_EPARSE, "\"%s\" is empty", path);
@@ -118,18 +114,29 @@ static slim_status read_external(const Onnx__TensorProto *tp, const char *base_d
     slim_status st = external_path(base_dir, location, path, sizeof(path), err);
     if (st)
         return st;
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return slim_errf(err, SLIM_EIO, "cannot open external data \"%s\": %s", path,
-                         strerror(errno));
-    size_t got = 0;
-    if (fseeko(f, (off_t)offset, SEEK_SET) == 0)
-        got = nbytes ? fread(dst, 1, nbytes, f) : 0;
-    fclose(f);
-    if (got != nbytes)
+    int fd;
+    size_t file_size;
+    if ((st = slim_file_open_regular(path, "external data", &fd, &file_size, err)))
+        return st;
+    if ((unsigned long long)offset > file_size || nbytes > file_size - (size_t)offset) {
+        close(fd);
         return slim_errf(err, SLIM_EPARSE,
-                         "external data \"%s\" is truncated: wanted %zu bytes at offset %lld",
-                         path, nbytes, offset);
+                         "external data \"%s\" is truncated: wanted %zu bytes at offset %lld, "
+                         "the file has %zu", path, nbytes, offset, file_size);
+    }
+    size_t got = 0;
+    while (got < nbytes) {
+        ssize_t r = pread(fd, (char *)dst + got, nbytes - got, (off_t)offset + (off_t)got);
+        if (r < 0 && errno == EINTR)
+            continue;
+        if (r <= 0)
+            break;
+        got += (size_t)r;
+    }
+    close(fd);
+    if (got != nbytes)
+        return slim_errf(err, SLIM_EIO, "cannot read external data \"%s\": wanted %zu bytes at "
+                         "offset %lld, read %zu", path, nbytes, offset, got);
     return SLIM_OK;
 }
 
@@ -290,10 +297,6 @@ typedef struct {
     int depth;
 } convert_ctx;
 
-/* A hostile file can nest subgraphs as deep as its size allows; each level
- * costs C stack in the loader and in the executor. */
-#define SLIM_MAX_SUBGRAPH_DEPTH 16
-
 static slim_status convert_graph_proto(const convert_ctx *cx, const Onnx__GraphProto *gp,
                                        slim_graph *g, slim_err *err);
 
@@ -425,6 +428,21 @@ static int opset_for(const Onnx__ModelProto *mp, const char *domain)
     return dflt && mp->n_opset_import == 0 ? 1 : 0;
 }
 
+/* Opset versions are int64 in the file and int in the IR: one that does
+ * not fit is refused here, by its own value, rather than wrapping into a
+ * different (and misleading) number in later messages. */
+static slim_status check_opsets(const Onnx__ModelProto *mp, slim_err *err)
+{
+    for (size_t i = 0; i < mp->n_opset_import; i++) {
+        const Onnx__OperatorSetIdProto *op = mp->opset_import[i];
+        if (op->version < 0 || op->version > INT_MAX)
+            return slim_errf(err, SLIM_EUNSUPPORTED, "opset_import %zu (domain \"%s\"): version "
+                             "%lld is out of range (0 to %d)", i,
+                             op->domain ? op->domain : "", (long long)op->version, INT_MAX);
+    }
+    return SLIM_OK;
+}
+
 /* Converts gp's inputs, nodes and outputs into g (initializers of the main
  * graph are added before, one at a time, by load_bytes). In a subgraph
  * (depth > 0) the initializers come from gp, and names read but defined
@@ -522,7 +540,10 @@ static slim_status load_bytes(const void *data, size_t size, const char *base_di
     uint8_t *rest = NULL;
     size_t rest_len = 0, n_inits = 0;
     slim_onnx_span *inits = NULL;
-    slim_status st = slim_onnx_wire_split(data, size, &rest, &rest_len, &inits, &n_inits, err);
+    slim_status st = slim_onnx_wire_check_nesting(data, size, err);
+    if (st)
+        return st;
+    st = slim_onnx_wire_split(data, size, &rest, &rest_len, &inits, &n_inits, err);
     if (st)
         return st;
     slim_graph *g = slim_graph_new();
@@ -556,6 +577,8 @@ static slim_status load_bytes(const void *data, size_t size, const char *base_di
                        "or truncated");
     if (!st && !mp->graph)
         st = slim_errf(err, SLIM_EPARSE, "not a valid ONNX model: it has no graph");
+    if (!st)
+        st = check_opsets(mp, err);
     if (!st) {
         convert_ctx cx = {mp, base_dir, 0};
         st = convert_graph_proto(&cx, mp->graph, g, err);
@@ -579,7 +602,7 @@ slim_status slim_onnx_load_buffer(const void *data, size_t size, const char *bas
 slim_status slim_onnx_load_file(const char *path, slim_graph **out, slim_err *err)
 {
     mapped_file mf;
-    slim_status st = map_file(path, &mf, err);
+    slim_status st = map_file(path, "model", &mf, err);
     if (st)
         return st;
     char dir[PATH_MAX];
@@ -600,7 +623,7 @@ slim_status slim_onnx_load_tensor_file(const char *path, slim_tensor *out, char 
                                        size_t name_cap, slim_err *err)
 {
     mapped_file mf;
-    slim_status st = map_file(path, &mf, err);
+    slim_status st = map_file(path, "tensor file", &mf, err);
     if (st)
         return st;
     Onnx__TensorProto *tp = onnx__tensor_proto__unpack(NULL, mf.size, mf.data);

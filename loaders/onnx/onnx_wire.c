@@ -10,8 +10,12 @@
  * model once and each initializer (GraphProto field 5) on its own, one at a
  * time: the peak is the weights plus the largest one. Fields are facts of
  * onnx.proto: ModelProto.graph = 7, GraphProto.initializer = 5.
+ *
+ * The same walk, guided by protobuf-c's message descriptors, measures how
+ * deep the messages nest before anything is unpacked.
  */
 #include "onnx_wire.h"
+#include "onnx.pb-c.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -192,4 +196,57 @@ fail:
     free(out);
     free(l.v);
     return st;
+}
+
+/* One message being walked: its type, where its bytes end, and how many
+ * GraphProtos enclose it (itself included). */
+typedef struct nest_frame {
+    const ProtobufCMessageDescriptor *desc;
+    size_t end;
+    int graphs;
+} nest_frame;
+
+slim_status slim_onnx_wire_check_nesting(const uint8_t *data, size_t size, slim_err *err)
+{
+    /* An explicit stack, bounded by the limit: the walk itself must not
+     * be the thing that recurses. */
+    nest_frame st[SLIM_ONNX_MAX_NESTING];
+    int top = 0;
+    st[0] = (nest_frame){&onnx__model_proto__descriptor, size, 0};
+    size_t pos = 0;
+    for (;;) {
+        while (pos == st[top].end) {
+            if (top == 0)
+                return SLIM_OK;
+            top--;
+        }
+        size_t at = pos;
+        uint32_t field;
+        int wire;
+        const uint8_t *payload;
+        size_t len;
+        /* Bounded by the enclosing message: a field may not run past it. */
+        if (!next_field(data, st[top].end, &pos, &field, &wire, &payload, &len))
+            return slim_errf(err, SLIM_EPARSE, "not a valid ONNX model: the protobuf is "
+                             "malformed or truncated (byte %zu, inside %s)", at,
+                             st[top].desc->short_name);
+        if (wire != 2)
+            continue;
+        const ProtobufCFieldDescriptor *fd =
+            protobuf_c_message_descriptor_get_field(st[top].desc, field);
+        if (!fd || fd->type != PROTOBUF_C_TYPE_MESSAGE)
+            continue; /* bytes, strings, packed numbers, unknown fields */
+        const ProtobufCMessageDescriptor *sub = fd->descriptor;
+        int graphs = st[top].graphs + (sub == &onnx__graph_proto__descriptor);
+        if (graphs - 1 > SLIM_MAX_SUBGRAPH_DEPTH)
+            return slim_errf(err, SLIM_EUNSUPPORTED, "subgraphs nest more than %d deep (the "
+                             "graph at byte %zu is subgraph level %d; checked before unpacking)",
+                             SLIM_MAX_SUBGRAPH_DEPTH, at, graphs - 1);
+        if (top + 1 >= SLIM_ONNX_MAX_NESTING)
+            return slim_errf(err, SLIM_EUNSUPPORTED, "protobuf messages nest more than %d deep "
+                             "(%s.%s at byte %zu; checked before unpacking)",
+                             SLIM_ONNX_MAX_NESTING, st[top].desc->short_name, fd->name, at);
+        pos = (size_t)(payload - data);
+        st[++top] = (nest_frame){sub, pos + len, graphs};
+    }
 }

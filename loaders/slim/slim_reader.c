@@ -9,6 +9,7 @@
  */
 #include "slim_format.h"
 #include "device.h"
+#include "file.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -674,16 +675,15 @@ void slim_format_uncharge(struct slim_buffer *owner, size_t bytes)
 slim_status slim_format_load_file(const char *path, slim_graph **out, slim_err *err)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return slim_errf(err, errno == ENOENT ? SLIM_ENOTFOUND : SLIM_EIO, "cannot open \"%s\": %s",
-                         path, strerror(errno));
-    struct stat sb;
-    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode) || sb.st_size <= 0) {
+    int fd;
+    size_t size;
+    slim_status st = slim_file_open_regular(path, "model", &fd, &size, err);
+    if (st)
+        return st;
+    if (size == 0) {
         close(fd);
-        return slim_errf(err, SLIM_EIO, "\"%s\" is not a regular, non-empty file", path);
+        return slim_errf(err, SLIM_EPARSE, "\"%s\" is empty", path);
     }
-    size_t size = (size_t)sb.st_size;
     void *p = mmap(NULL, size, PROT_READ, MAP_SHARED, fd, 0);
     if (p == MAP_FAILED) {
         close(fd);
@@ -703,7 +703,7 @@ slim_status slim_format_load_file(const char *path, slim_graph **out, slim_err *
     mp->buf.size = size;
     mp->buf.release = mapping_release;
     atomic_init(&mp->buf.refs, 1);
-    slim_status st = slim_format_load_buffer(p, size, &mp->buf, out, err);
+    st = slim_format_load_buffer(p, size, &mp->buf, out, err);
     if (!st) {
         /* The weights are memory the model holds, mapped or not. */
         uint64_t data_size;

@@ -14,6 +14,7 @@
  */
 #include "fuzz.h"
 #include "onnx.pb-c.h"
+#include "onnx_wire.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -174,6 +175,10 @@ static int edit(Onnx__ModelProto *mp, unsigned *s)
 size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsigned seed)
 {
     unsigned s = seed;
+    /* The loader's own pre-scan first: unpacking a model nested thousands
+     * deep would overflow the mutator's stack, not the code under test. */
+    if (slim_onnx_wire_check_nesting(data, size, NULL) != SLIM_OK)
+        return LLVMFuzzerMutate(data, size, max_size);
     Onnx__ModelProto *mp = onnx__model_proto__unpack(NULL, size, data);
     if (!mp)
         return LLVMFuzzerMutate(data, size, max_size);

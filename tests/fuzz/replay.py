@@ -7,11 +7,18 @@ seed corpora (make_seeds.py) once through each fuzz target's plain driver.
 In the ASan build this is every crash the fuzzers ever found, kept as a
 regression test, plus every node-test model loaded and run with made-up
 inputs. Fails when a target exits non-zero (a sanitizer report) or dies.
+
+This is how the fuzz targets take part in `make test` (the CTest
+fuzz_replay, in the normal and the ASan/UBSan build): fixed inputs, each run
+once, no time limit per input, so the same commit passes or fails the same
+way on every machine. Exploring with fresh mutations is `make fuzz`
+(run_fuzz.sh). Prints each target's input count, time and slowest input.
 """
 import argparse
 import os
 import subprocess
 import sys
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TARGETS = ["fuzz_onnx", "fuzz_onnx_graph", "fuzz_slim", "fuzz_npy", "fuzz_npz", "fuzz_image",
@@ -27,6 +34,7 @@ def main():
     subprocess.run([sys.executable, os.path.join(HERE, "make_seeds.py"), seeds,
                     "--slim", os.path.join(args.bin, "slim")], check=True, timeout=600)
     failed = 0
+    t0 = time.time()
     for t in TARGETS:
         dirs = [os.path.join(HERE, "regressions", t)]
         # The graph target's seeds are the byte target's; run them once.
@@ -40,7 +48,7 @@ def main():
         print(f"{'PASS' if ok else 'FAIL'} {t}: {last} (exit {r.returncode})", flush=True)
         if not ok:
             print(r.stderr[-6000:], flush=True)
-    print(f"{len(TARGETS) - failed} passed, {failed} failed")
+    print(f"{len(TARGETS) - failed} passed, {failed} failed in {time.time() - t0:.0f} s")
     return 1 if failed else 0
 
 

@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
-# Runs each libFuzzer target for SECONDS under ASan/UBSan and prints a table:
+# Explores: runs each libFuzzer target for SECONDS of fresh mutations under
+# ASan/UBSan (`make fuzz`) and prints a table:
 #
 #     tests/fuzz/run_fuzz.sh BUILD_DIR SECONDS [TARGET...]
 #
 # BUILD_DIR is a SLIM_FUZZ=ON build (`make build-fuzz`). Corpora grow in
 # BUILD_DIR/corpus/<target> from run to run, seeded by make_seeds.py and the
-# saved reproducers; a crash leaves its input in BUILD_DIR/artifacts/<target>/
-# and fails the run. Copy it into tests/fuzz/regressions/<target>/ with the
-# fix, so the ordinary builds replay it forever (fuzz_replay). FUZZ_SEED
-# fixes libFuzzer's seed (make test sets it, so a run repeats a path).
+# saved reproducers; a crash, a timeout (-timeout, seconds per input) or an
+# out-of-memory leaves its input in BUILD_DIR/artifacts/<target>/ and fails
+# the run, and the list of such finds is printed at the end. Copy one into
+# tests/fuzz/regressions/<target>/ with the fix, so `make test` replays it
+# forever (the CTest fuzz_replay). Whether a run finds something depends on
+# how far it gets, which is why this is not part of `make test`. FUZZ_SEED
+# fixes libFuzzer's seed, to repeat a run's path on the same machine.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BUILD=${1:?usage: run_fuzz.sh BUILD_DIR SECONDS [TARGET...]}
@@ -46,7 +50,8 @@ for t in "${TARGETS[@]}"; do
     log=$BUILD/fuzz-$t.log
     rc=0
     "$BUILD/bin/$t" "$corpus" "$seeds" "tests/fuzz/regressions/$t" \
-        -max_total_time="$SECONDS_EACH" -timeout=20 -rss_limit_mb=4096 -max_len=1048576 \
+        -max_total_time="$SECONDS_EACH" -timeout="${FUZZ_TIMEOUT:-20}" -rss_limit_mb=4096 \
+        -max_len=1048576 \
         -artifact_prefix="$artifacts/" -print_final_stats=1 ${FUZZ_SEED:+-seed=$FUZZ_SEED} \
         >"$log" 2>&1 || rc=$?
     execs=$(grep -o 'stat::number_of_executed_units: *[0-9]*' "$log" | grep -o '[0-9]*$' || echo 0)
@@ -61,4 +66,13 @@ for t in "${TARGETS[@]}"; do
 done
 printf '%-20s %10s %12s %8s %8s\n' target time executions corpus crashes
 for r in "${rows[@]}"; do echo "$r"; done
+# The finds of this and earlier runs, each a candidate reproducer.
+finds=$(for t in "${TARGETS[@]}"; do
+            find "$BUILD/artifacts/$t" -maxdepth 1 -type f \
+                \( -name 'crash-*' -o -name 'timeout-*' -o -name 'oom-*' -o -name 'leak-*' \)
+        done)
+if [ -n "$finds" ]; then
+    echo "finds (keep each, with its fix, as tests/fuzz/regressions/<target>/<what-it-does>):"
+    echo "$finds" | sed 's/^/  /'
+fi
 exit $status

@@ -405,6 +405,42 @@ END_TEST
 /* Gather from a large table in a mapped file reads its rows from the file
  * (slim_buffer.file_backed): the rows must be the table's, first, last and
  * repeated ones included, and negative indices count from the end. */
+/* If nested 3000 deep, as the ONNX file of issue 29 nested it: the reader
+ * checks the depth before it reads each subgraph, so the file is refused
+ * by depth instead of recursing 3000 levels into the C stack. */
+START_TEST(test_deep_subgraphs_refused_by_depth)
+{
+    slim_graph *inner = NULL;
+    for (int level = 3000; level >= 0; level--) {
+        slim_graph *g = slim_graph_new();
+        g->opset = 17;
+        g->ir_version = 8;
+        g->name = strdup(level ? "branch" : "main");
+        g->producer_name = strdup("test_format");
+        int n = slim_graph_add_node(g, "if", "If", "", 1, (const char *[]){"c"}, 1,
+                                    (const char *[]){"y"});
+        ck_assert_int_ge(n, 0);
+        g->nodes[n].opset = 17;
+        if (inner) {
+            slim_node *nd = &g->nodes[n];
+            nd->attrs = calloc(1, sizeof(slim_attr));
+            nd->n_attrs = 1;
+            nd->attrs[0].name = strdup("then_branch");
+            nd->attrs[0].type = SLIM_ATTR_GRAPH;
+            nd->attrs[0].g = inner;
+        }
+        inner = g;
+    }
+    slim_err err = {0};
+    ck_assert_msg(slim_format_write(inner, tmp_path(), &err) == SLIM_OK, "%s", err.msg);
+    slim_graph_free(inner);
+    slim_graph *back = NULL;
+    ck_assert_int_eq(slim_format_load_file(tmp_path(), &back, &err), SLIM_EPARSE);
+    ck_assert_msg(strstr(err.msg, "subgraphs nest more than 16 deep"), "%s", err.msg);
+    unlink(tmp_path());
+}
+END_TEST
+
 START_TEST(test_gather_rows_from_mapped_table)
 {
     enum { ROWS = 8192, COLS = 256 }; /* 8 MiB of float32 */
@@ -464,6 +500,7 @@ int main(void)
     tcase_add_test(tc, test_gather_rows_from_mapped_table);
     tcase_add_test(tc, test_small_data_section_needs_version_4);
     tcase_add_test(tc, test_unused_values_left_out);
+    tcase_add_test(tc, test_deep_subgraphs_refused_by_depth);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

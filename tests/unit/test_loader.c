@@ -5,6 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 /* A model: y = Relu(x + w), w a [2,2] float initializer. */
@@ -310,6 +312,103 @@ START_TEST(external_data_inside_the_folder_only)
 }
 END_TEST
 
+/* A FIFO named as external data blocked open() for ever (issue 29): the
+ * load must fail at once, naming the file and what it is. */
+START_TEST(external_data_fifo_is_refused)
+{
+    char dir[] = "/tmp/slim-test-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[512];
+    snprintf(path, sizeof(path), "%s/zero", dir);
+    ck_assert_int_eq(mkfifo(path, 0600), 0);
+    proto_model p;
+    build_model(&p);
+    use_external(&p, "zero", "16");
+    slim_model *m;
+    slim_err err = {0};
+    time_t t0 = time(NULL);
+    ck_assert_int_eq(load(&p, dir, &m, &err), SLIM_EIO);
+    ck_assert_msg(time(NULL) - t0 < 5, "the load waited on the FIFO");
+    ck_assert_msg(strstr(err.msg, "zero") && strstr(err.msg, "is a FIFO, not a regular file"),
+                  "%s", err.msg);
+    unlink(path);
+
+    /* A regular file too short for the tensor: named, not a short read. */
+    snprintf(path, sizeof(path), "%s/short.bin", dir);
+    FILE *f = fopen(path, "wb");
+    fwrite((float[2]){1, 2}, sizeof(float), 2, f);
+    fclose(f);
+    build_model(&p);
+    use_external(&p, "short.bin", "16");
+    ck_assert_int_eq(load(&p, dir, &m, &err), SLIM_EPARSE);
+    ck_assert_msg(strstr(err.msg, "truncated") && strstr(err.msg, "the file has 8"), "%s",
+                  err.msg);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
+/* Prepends a protobuf key and length before *start (the buffer fills from
+ * its end, so a message nested n deep is built in O(n)). */
+static void wrap(uint8_t **start, uint32_t field, size_t len)
+{
+    uint8_t tmp[16];
+    size_t k = 0;
+    for (uint64_t v = len;; v >>= 7) {
+        tmp[k++] = (uint8_t)((v & 0x7F) | (v >> 7 ? 0x80 : 0));
+        if (!(v >> 7))
+            break;
+    }
+    *start -= k;
+    memcpy(*start, tmp, k);
+    *--*start = (uint8_t)(field << 3 | 2);
+}
+
+/* A graph input typed sequence(sequence(...tensor(float)...)) `depth`
+ * deep: protobuf-c's unpack recursed once per level and overflowed the
+ * stack (SIGSEGV); the wire walk refuses it first. */
+START_TEST(deep_nesting_is_refused_before_unpacking)
+{
+    const int depth = 5000;
+    size_t cap = 64 + (size_t)depth * 8;
+    uint8_t *buf = malloc(cap), *end = buf + cap, *start = end;
+    const uint8_t tensor[] = {0x0a, 0x02, 0x08, 0x01}; /* tensor_type { elem_type: 1 } */
+    start -= sizeof(tensor);
+    memcpy(start, tensor, sizeof(tensor));
+    for (int i = 0; i < depth; i++) {
+        wrap(&start, 1, (size_t)(end - start)); /* Sequence.elem_type */
+        wrap(&start, 4, (size_t)(end - start)); /* TypeProto.sequence_type */
+    }
+    wrap(&start, 2, (size_t)(end - start));     /* ValueInfoProto.type */
+    start -= 3;
+    memcpy(start, (uint8_t[]){0x0a, 0x01, 'x'}, 3);
+    wrap(&start, 11, (size_t)(end - start));    /* GraphProto.input */
+    wrap(&start, 7, (size_t)(end - start));     /* ModelProto.graph */
+    start -= 2;
+    memcpy(start, (uint8_t[]){0x08, 0x08}, 2);  /* ir_version 8 */
+    slim_graph *g = NULL;
+    slim_err err = {0};
+    ck_assert_int_eq(slim_onnx_load_buffer(start, (size_t)(end - start), NULL, &g, &err),
+                     SLIM_EUNSUPPORTED);
+    ck_assert_msg(strstr(err.msg, "nest more than 100 deep") && strstr(err.msg, "TypeProto"),
+                  "%s", err.msg);
+    free(buf);
+}
+END_TEST
+
+/* Opset versions are int64 in the file: 2^62 was shown as opset 0. */
+START_TEST(opset_out_of_range_is_named)
+{
+    proto_model p;
+    build_model(&p);
+    p.opset.version = (int64_t)1 << 62;
+    slim_model *m;
+    slim_err err = {0};
+    ck_assert_int_eq(load(&p, NULL, &m, &err), SLIM_EUNSUPPORTED);
+    ck_assert_msg(strstr(err.msg, "4611686018427387904"), "%s", err.msg);
+}
+END_TEST
+
 /* A STRING attribute with no payload (Resize mode="" as onnx.helper writes
  * it) reaches the loader with no data pointer: it must load as "" and the
  * operator then refuses it by name, with no undefined behaviour on the way
@@ -348,6 +447,9 @@ int main(void)
     tcase_add_test(tc, dangling_input_is_an_error);
     tcase_add_test(tc, external_data_inside_the_folder_only);
     tcase_add_test(tc, empty_string_attribute_is_refused_by_name);
+    tcase_add_test(tc, external_data_fifo_is_refused);
+    tcase_add_test(tc, deep_nesting_is_refused_before_unpacking);
+    tcase_add_test(tc, opset_out_of_range_is_named);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
