@@ -429,6 +429,7 @@ static slim_status fuse_attention_run(slim_graph *g, int *changed, slim_err *err
     return slim_pass_walk_finish(&w, g, st);
 }
 
-/* FusedAttention has no CUDA kernel: for a model on a GPU the pass does not
- * run (slim_passes_run_for). */
+/* FusedAttention's CUDA kernel takes half operands: for a model on a GPU
+ * the pass runs only when the graph goes half after it, on request
+ * (slim_passes_run_gpu). */
 const slim_pass slim__pass_fuse_attention = {"fuse_attention", fuse_attention_run};

@@ -53,7 +53,25 @@ slim_status slim_passes_run(slim_graph *g, slim_err *err)
     return slim_passes_run_for(g, true, err);
 }
 
+static slim_status passes_run(slim_graph *g, bool host, bool gpu_half, slim_err *err);
+
 slim_status slim_passes_run_for(slim_graph *g, bool host, slim_err *err)
+{
+    return passes_run(g, host, false, err);
+}
+
+/* FusedAttention has a GPU kernel for half operands only (kernels/cuda/
+ * attention.cu): a float32 graph about to be made half takes the pass when
+ * SLIM_CUDA_FUSED_ATTENTION=1. Off by default: on an H200 (2026-11-27,
+ * fp16 BERT-base) it was faster at batch 1 and slower at batch 32
+ * (docs/cuda.md). */
+slim_status slim_passes_run_gpu(slim_graph *g, bool half, slim_err *err)
+{
+    const char *env = getenv("SLIM_CUDA_FUSED_ATTENTION");
+    return passes_run(g, false, half && env && env[0] == '1', err);
+}
+
+static slim_status passes_run(slim_graph *g, bool host, bool gpu_half, slim_err *err)
 {
     const char *env = getenv("SLIM_PASSES");
     if (env && strcmp(env, "0") == 0)
@@ -68,10 +86,10 @@ slim_status slim_passes_run_for(slim_graph *g, bool host, slim_err *err)
         if (host && slim_passes[i] == &slim__pass_fuse_matmul_bias)
             continue;
         /* On a GPU: no passes whose operators only the CPU runs
-         * (FusedConv, the blocked layout, FusedAttention); they would pull
+         * (FusedConv, the blocked layout, FusedAttention in float32); they would pull
          * those nodes, and the copies around them, back to the host.
          * AddLayerNorm has a CUDA kernel (kernels/cuda/norm.cu). */
-        if (!host && (slim_passes[i] == &slim__pass_fuse_attention ||
+        if (!host && ((slim_passes[i] == &slim__pass_fuse_attention && !gpu_half) ||
                       slim_passes[i] == &slim__pass_fuse_conv ||
                       slim_passes[i] == &slim__pass_blocked_layout))
             continue;

@@ -35,6 +35,11 @@ slim_status slim_passes_run(slim_graph *g, slim_err *err);
  * where those nodes would pull the work, with copies each way, back to the
  * host; fold_attention_scale and fuse_matmul_bias run for a GPU only. */
 slim_status slim_passes_run_for(slim_graph *g, bool host, slim_err *err);
+/* For a GPU (slim_passes_run_for(g, false)), with half true when the graph
+ * goes half after the passes: then, with SLIM_CUDA_FUSED_ATTENTION=1,
+ * fuse_attention runs too, since the GPU runs FusedAttention on half
+ * operands (kernels/cuda/attention.cu). */
+slim_status slim_passes_run_gpu(slim_graph *g, bool half, slim_err *err);
 /* FusedMatMul (passes/fuse_matmul.c) for a file: every float32 MatMul
  * weight packed, as `slim convert` stores them (none with
  * SLIM_FUSE_MATMUL=0, or without oneDNN). */

@@ -209,7 +209,8 @@ slim_status slim_model_load(const char *path, const slim_load_opts *opts,
                               opts ? opts->n_half_exclude : 0};
         st = slim_half_conv_widen(g, &conv_half, err);
         if (!st)
-            st = slim_passes_run_for(g, slim_device_is_host(dev), err);
+            st = slim_device_is_host(dev) ? slim_passes_run_for(g, true, err)
+                                          : slim_passes_run_gpu(g, gpu_half, err);
         if (!st && conv_half != SLIM_DTYPE_UNDEFINED) {
             cho.half = conv_half;
             st = slim_half_conv_narrow(g, conv_half, &cho, err);
@@ -225,7 +226,7 @@ slim_status slim_model_load(const char *path, const slim_load_opts *opts,
      * see a half graph, so they run here, before the graph goes half. */
     if (!st && gpu_half) {
         if (slim_device_is_host(dev) && opts->no_passes)
-            st = slim_passes_run_for(g, false, err);
+            st = slim_passes_run_gpu(g, true, err);
         if (!st)
             st = slim_quant_half(g, half, NULL, err);
         if (st) {

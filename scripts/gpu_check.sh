@@ -17,7 +17,10 @@
 #   scripts/gpu_check.sh ab         slim alone on the encoder, each switch off and on in
 #                                   alternating runs: fp32 TF32 against fp32-strict, and
 #                                   outputs copied to pinned memory against pageable
-#                                   (SLIM_CUDA_PINNED_OUT=0); AB_BATCHES (default "1 32")
+#                                   (SLIM_CUDA_PINNED_OUT=0), fp16 with attention fused and
+#                                   not (SLIM_CUDA_FUSED_ATTENTION=1 / 0); AB_BATCHES (default
+#                                   "1 32"), AB_SWITCHES (default "tf32 pinned attention"),
+#                                   AB_INVARIANT=1: as the server runs a model that batches
 #   scripts/gpu_check.sh served     the encoder as the server runs a model that batches
 #                                   (row-invariant), products one block per call and
 #                                   grouped (SLIM_CUDA_GROUPED=1), beside onnxruntime-gpu
@@ -140,6 +143,7 @@ ab_run() {
     shift 2
     $PY -c "import numpy as np, sys; np.save(sys.argv[1], np.random.default_rng(0).integers(0, 1000, (int(sys.argv[2]), 128)).astype(np.int64))" /tmp/ab_ids_$batch.npy $batch
     env "$@" $B/bin/slim run /tmp/encoder.onnx --device cuda:0 --precision $prec --repeat 30 \
+        ${AB_INVARIANT:+--batch-invariant} \
         --input input_ids=/tmp/ab_ids_$batch.npy | sed -n 's/.*run time: \(median \)\{0,1\}\([0-9.]*\) ms.*/\2/p'
 }
 
@@ -147,15 +151,39 @@ ab() {
     [ -f /tmp/encoder.onnx ] || $PY bench/gen_encoder.py /tmp/encoder.onnx
     echo "| batch | switch | off ms | on ms | off ms | on ms |"
     echo "|---|---|---|---|---|---|"
+    local sw=" ${AB_SWITCHES:-tf32 pinned attention} "
     for b in ${AB_BATCHES:-1 32}; do
-        local r=() s=()
+        local r=() s=() f=()
         for i in 1 2; do
-            r+=("$(ab_run $b fp32-strict)" "$(ab_run $b fp32)")
-            s+=("$(ab_run $b fp16 SLIM_CUDA_PINNED_OUT=0)" "$(ab_run $b fp16)")
+            [[ $sw == *" tf32 "* ]] && r+=("$(ab_run $b fp32-strict)" "$(ab_run $b fp32)")
+            [[ $sw == *" pinned "* ]] && s+=("$(ab_run $b fp16 SLIM_CUDA_PINNED_OUT=0)" "$(ab_run $b fp16)")
+            [[ $sw == *" attention "* ]] && f+=("$(ab_run $b fp16 SLIM_CUDA_FUSED_ATTENTION=0)" "$(ab_run $b fp16 SLIM_CUDA_FUSED_ATTENTION=1)")
         done
-        echo "| $b | fp32: strict (off) / TF32 (on) | ${r[0]} | ${r[1]} | ${r[2]} | ${r[3]} |"
-        echo "| $b | fp16: pageable (off) / pinned outputs (on) | ${s[0]} | ${s[1]} | ${s[2]} | ${s[3]} |"
+        [[ $sw == *" tf32 "* ]] && echo "| $b | fp32: strict (off) / TF32 (on) | ${r[0]} | ${r[1]} | ${r[2]} | ${r[3]} |"
+        [[ $sw == *" pinned "* ]] && echo "| $b | fp16: pageable (off) / pinned outputs (on) | ${s[0]} | ${s[1]} | ${s[2]} | ${s[3]} |"
+        [[ $sw == *" attention "* ]] && echo "| $b | fp16: attention unfused (off) / fused (on) | ${f[0]} | ${f[1]} | ${f[2]} | ${f[3]} |"
     done
+    return 0
+}
+
+# The encoder at batch 4 in fp16, attention fused and not, against fp32-strict.
+attn_check() {
+    [ -f /tmp/encoder.onnx ] || $PY bench/gen_encoder.py /tmp/encoder.onnx
+    $PY -c "import numpy as np; np.save('/tmp/ac_ids.npy', np.random.default_rng(1).integers(0, 30000, (4, 128)).astype(np.int64))"
+    rm -rf /tmp/ac_*/
+    $B/bin/slim run /tmp/encoder.onnx --device cuda:0 --precision fp32-strict --input input_ids=/tmp/ac_ids.npy --output-dir /tmp/ac_ref >/dev/null
+    SLIM_CUDA_FUSED_ATTENTION=1 $B/bin/slim run /tmp/encoder.onnx --device cuda:0 --precision fp16 --input input_ids=/tmp/ac_ids.npy --output-dir /tmp/ac_fused >/dev/null
+    SLIM_CUDA_FUSED_ATTENTION=0 $B/bin/slim run /tmp/encoder.onnx --device cuda:0 --precision fp16 --input input_ids=/tmp/ac_ids.npy --output-dir /tmp/ac_plain >/dev/null
+    SLIM_CUDA_FUSED_ATTENTION=1 $B/bin/slim run /tmp/encoder.onnx --device cuda:0 --precision fp16 --profile --repeat 3 --input input_ids=/tmp/ac_ids.npy | grep -E "FusedAttention|Softmax|Transpose" | head -3
+    $PY - <<'EOF'
+import glob, numpy as np
+ref = np.load(glob.glob("/tmp/ac_ref/*.npy")[0]).astype(np.float64)
+for k in ("fused", "plain"):
+    y = np.load(glob.glob(f"/tmp/ac_{k}/*.npy")[0]).astype(np.float64)
+    rel = np.linalg.norm(y - ref) / np.linalg.norm(ref)
+    cos = float((y.ravel() @ ref.ravel()) / (np.linalg.norm(y) * np.linalg.norm(ref)))
+    print(f"encoder fp16 attention {k}: rel err {rel:.2e} vs fp32-strict, cosine {cos:.6f}, finite {np.isfinite(y).all()}")
+EOF
 }
 
 served() {
@@ -174,6 +202,7 @@ prebuilt) prebuilt ;;
 test) tests ;;
 bench) shift; bench "$@" ;;
 ab) ab ;;
+attn) attn_check ;;
 served) shift; served "$@" ;;
 all) build && tests ;;
 esac

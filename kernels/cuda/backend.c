@@ -373,6 +373,7 @@ static const slim_cuda_op *const tables[] = {
 /* com.slimserve's: operators the GPU passes make (passes/pass.c). */
 static const slim_cuda_op *const slimserve_tables[] = {
     slim__cuda_ops_slimserve_matmul, slim__cuda_ops_slimserve_norm,
+    slim__cuda_ops_slimserve_attention,
 };
 
 static const void *op_lookup(slim_device *dev, const slim_node *n, const slim_dtype *in_dtypes,

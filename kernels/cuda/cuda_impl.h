@@ -190,6 +190,7 @@ extern const slim_cuda_op slim__cuda_ops_conv[];
 /* com.slimserve operators the passes make for GPUs. */
 extern const slim_cuda_op slim__cuda_ops_slimserve_matmul[];
 extern const slim_cuda_op slim__cuda_ops_slimserve_norm[];
+extern const slim_cuda_op slim__cuda_ops_slimserve_attention[];
 
 #ifdef __cplusplus
 }

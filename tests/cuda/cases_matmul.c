@@ -134,6 +134,7 @@ const cc_rows_case cc_cases_rows[] = {
     {{"rows: MatMul f16 [6,4,32,64]x[6,4,64,32] (pinned batched), 1 alone", rows_batched_lt_f16, 2e-2, false}, 1},
     {{"rows: MatMul [3,2,16,16]x[3,2,16,16] (pinned batched), 2 alone", rows_batched_lt_f32, 1e-4, false}, 2},
     {{"rows: Conv f16 3x3 [5,16,14,14], 1 alone", cc_build_conv_rows, 2e-2, false}, 1},
+    {{"rows: FusedAttention f16 [5,50,2x64], mask [B,1,1,T], 1 alone", cc_build_attention_rows, 2e-2, false}, 1},
     {{"rows: MatMul [200,96]x[96,136], 70 alone", rows_weight, 1e-4, false}, 70},
     {{"rows: MatMul f16 [5,67,128]x[128,40], 1 alone", rows_weight_f16, 2e-2, false}, 1},
     {{"rows: MatMul f16 4483 rows x [32,8], 65 alone", rows_many_blocks, 2e-2, false}, 65},

@@ -98,6 +98,7 @@ extern const cc_case cc_cases_movement[];
 extern const cc_case cc_cases_pool[];
 extern const cc_case cc_cases_matmul[];
 extern const cc_case cc_cases_conv[];
+extern const cc_case cc_cases_attention[];
 /* Row invariance (not in the op tables): in the executor's row-invariant
  * mode each case runs whole and with only the first `keep` items of its
  * graph inputs' leading dim; those items' outputs must match bitwise, and
@@ -105,6 +106,8 @@ extern const cc_case cc_cases_conv[];
 extern const cc_rows_case cc_cases_rows[];
 /* A convolution's rows case (cases_conv.c), listed in cc_cases_rows. */
 void cc_build_conv_rows(cc_builder *b);
+/* FusedAttention's rows case (cases_attention.c). */
+void cc_build_attention_rows(cc_builder *b);
 /* TF32 by default (not in the op tables): each case run on the GPU as
  * loaded "fp32" and "fp32-strict" must differ somewhere (TF32 is on),
  * the first within CC_TF32_TOL and the second within tol of the CPU. */

@@ -298,7 +298,7 @@ static const cc_case *const *all_tables(void)
 {
     static const cc_case *const tables[] = {
         cc_cases_elementwise, cc_cases_norm, cc_cases_reduce, cc_cases_movement,
-        cc_cases_pool,        cc_cases_matmul, cc_cases_conv, NULL,
+        cc_cases_pool,        cc_cases_matmul, cc_cases_conv, cc_cases_attention, NULL,
     };
     return tables;
 }

@@ -385,12 +385,31 @@ START_TEST(non_matching_left_alone)
     ck_assert_int_eq(fused, 0);
     ck_assert_int_eq(count_op(g, "Softmax"), LAYERS);
     slim_graph_free(g);
-    /* For a model placed on a GPU the pass does not run: FusedAttention
-     * has no GPU kernel. */
+    /* For a model placed on a GPU the pass runs only when the graph goes
+     * half after it (FusedAttention's GPU kernel takes half operands) and
+     * SLIM_CUDA_FUSED_ATTENTION=1 asks for it. */
     g = encoder(&matching[0]);
     ck_assert_int_eq(slim_passes_run_for(g, false, &err), SLIM_OK);
     ck_assert_int_eq(count_op(g, "FusedAttention"), 0);
     ck_assert_int_eq(count_op(g, "Softmax"), LAYERS);
+    slim_graph_free(g);
+    unsetenv("SLIM_CUDA_FUSED_ATTENTION");
+    g = encoder(&matching[0]);
+    ck_assert_int_eq(slim_passes_run_gpu(g, true, &err), SLIM_OK);
+    ck_assert_int_eq(count_op(g, "FusedAttention"), 0);
+    slim_graph_free(g);
+    setenv("SLIM_CUDA_FUSED_ATTENTION", "1", 1);
+    g = encoder(&matching[0]);
+    ck_assert_int_eq(slim_passes_run_gpu(g, false, &err), SLIM_OK);
+    ck_assert_int_eq(count_op(g, "FusedAttention"), 0);
+    slim_graph_free(g);
+    g = encoder(&matching[0]);
+    ck_assert_int_eq(slim_passes_run_gpu(g, true, &err), SLIM_OK);
+    unsetenv("SLIM_CUDA_FUSED_ATTENTION");
+    ck_assert_int_eq(count_op(g, "FusedAttention"), LAYERS);
+    ck_assert_int_eq(count_op(g, "Softmax"), 0);
+    slim_graph_free(g);
+    g = encoder(&matching[0]);
     ck_assert_int_eq(slim_passes_run_for(g, true, &err), SLIM_OK);
     ck_assert_int_eq(count_op(g, "FusedAttention"), LAYERS);
     slim_graph_free(g);
