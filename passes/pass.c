@@ -1,5 +1,6 @@
 /* pass.c - the pass list and the graph-editing helpers passes share. */
 #include "pass.h"
+#include "cancel.h"
 #include "device.h"
 #include "slim_format.h"
 
@@ -78,7 +79,9 @@ static slim_status passes_run(slim_graph *g, bool host, bool gpu_half, slim_err 
         return SLIM_OK;
     for (int i = 0; slim_passes[i]; i++) {
         int changed = 0;
-        slim_status st = SLIM_OK;
+        slim_status st = slim_cancel_status(err); /* a load's time bound */
+        if (st)
+            return st;
         /* On the host FusedAttention applies the scale in its kernel. */
         if (host && slim_passes[i] == &slim__pass_fold_attention_scale)
             continue;

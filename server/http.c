@@ -348,7 +348,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
     if (req->reply_ready && !req->suspended)
         return MHD_YES; /* already answered (refused at the first call) */
 
-    if (req->suspended) { /* resumed by the worker */
+    if (req->suspended && req->repo_op) { /* a load/unload's thread resumed it */
+        req->suspended = false;
+    } else if (req->suspended) { /* resumed by the worker */
         req->suspended = false;
         slim_server_infer_finish(req);
         if (req->suspended) /* to run again (admission.c) */
@@ -439,7 +441,7 @@ slim_status slim_server_start(slim_server *srv, const slim_server_opts *opts, sl
     }
     if ((s = slim_server_repo_open(&srv->repo, opts->repository, &srv->metrics, opts->workers,
                                    opts->queue_capacity, opts->device, opts->precision,
-                                   opts->convert_cache, err)) != SLIM_OK)
+                                   opts->convert_cache, opts->load_timeout_s, err)) != SLIM_OK)
         goto err_repo;
     if ((s = slim__conn_watchdog_start(srv, err)) != SLIM_OK)
         goto err_repo;
@@ -485,6 +487,13 @@ bool slim_server_stop(slim_server *srv)
     atomic_store(&srv->stopping, true);
     /* Requests waiting for input memory are answered 503 now. */
     slim_server_admission_stop(srv->admission);
+    /* Loads under way stop at their next check (between stages and passes,
+     * inside the runs they make) and answer; their connections are
+     * suspended, so MHD must not stop before they are back. */
+    while (atomic_load(&srv->repo_ops) > 0) {
+        slim_server_repo_cancel_loads(&srv->repo);
+        usleep(10000);
+    }
     /* MHD_stop_daemon must not meet a suspended connection: in-flight
      * requests get the grace period, then what still runs is cancelled
      * (routes.c). A request whose body never comes is answered 408

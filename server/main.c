@@ -61,6 +61,8 @@ static void usage(FILE *f)
             "                           \"X-API-Key: KEY\" (health checks and /metrics exempt);\n"
             "                           the environment's SLIMSERVE_API_KEY does the same\n"
             "  --api-key-metrics        /metrics needs the key too\n"
+            "  --load-timeout S         a model load that takes longer fails (default 300;\n"
+            "                           0: no bound)\n"
             "  --shutdown-grace S       on SIGTERM, running requests get S seconds to finish\n"
             "                           before they are cancelled (default 60)\n"
             "  --log-format text|json   log lines as text (default) or one JSON object each\n"
@@ -92,7 +94,7 @@ static int parse_args(int argc, char **argv, slim_server_opts *o)
                             .workers = cores < 1 ? 1 : cores > 8 ? 8 : (int)cores,
                             .http_threads = 4, .body_timeout_s = 30, .idle_timeout_s = 30,
                             .max_connections = 1000, .max_connections_per_client = 128,
-                            .shutdown_grace_s = 60};
+                            .shutdown_grace_s = 60, .load_timeout_s = 300};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
@@ -171,6 +173,10 @@ static int parse_args(int argc, char **argv, slim_server_opts *o)
             if (!parse_count(a, v, 0, 1000000, &n))
                 return 2;
             o->max_connections_per_client = (int)n;
+        } else if (strcmp(a, "--load-timeout") == 0) {
+            if (!parse_count(a, v, 0, 86400, &n))
+                return 2;
+            o->load_timeout_s = (int)n;
         } else if (strcmp(a, "--shutdown-grace") == 0) {
             if (!parse_count(a, v, 0, 3600, &n))
                 return 2;

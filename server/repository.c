@@ -21,6 +21,7 @@
  * reference under `mu`; load and unload drop the table's reference, and
  * whoever drops the last one frees the model.
  */
+#include "cancel.h"
 #include "file.h"
 #include "model.h"
 #include "server.h"
@@ -214,7 +215,28 @@ static slim_status load_version(slim_server_repo *repo, const char *name, const 
     }
     if (m->cfg.prune_method)
         lo.prune = &po;
-    if ((s = load_converted(repo, name, version, path, &lo, &m->cfg, &m->model, err)) != SLIM_OK)
+    /* A load is bounded in time like a request: the loader checks the
+     * token between stages and passes, and every run a load makes (int8
+     * samples, folded constants) between nodes and inside long kernels. */
+    slim_cancel tok;
+    slim_cancel_init(&tok, slim_cancel_deadline_after_ms((int64_t)repo->load_timeout_s * 1000));
+    slim_cancel *prev_tok = slim_cancel_enter(&tok);
+    int slot = -1;
+    pthread_mutex_lock(&repo->mu);
+    for (int i = 0; i < SLIM_SERVER_MAX_REPO_OPS && slot < 0; i++)
+        if (!repo->loads[i])
+            repo->loads[slot = i] = &tok;
+    pthread_mutex_unlock(&repo->mu);
+    s = load_converted(repo, name, version, path, &lo, &m->cfg, &m->model, err);
+    pthread_mutex_lock(&repo->mu);
+    if (slot >= 0)
+        repo->loads[slot] = NULL;
+    pthread_mutex_unlock(&repo->mu);
+    slim_cancel_enter(prev_tok);
+    if (s == SLIM_ETIMEDOUT)
+        slim_errf(err, s, "loading %s took longer than --load-timeout %d s", path,
+                  repo->load_timeout_s);
+    if (s != SLIM_OK)
         goto err;
     if ((s = check_tensor_io(m->model, err)) != SLIM_OK)
         goto err;
@@ -575,12 +597,21 @@ static int cmp_str(const void *a, const void *b)
     return strcmp(*(char *const *)a, *(char *const *)b);
 }
 
+void slim_server_repo_cancel_loads(slim_server_repo *repo)
+{
+    pthread_mutex_lock(&repo->mu);
+    for (int i = 0; i < SLIM_SERVER_MAX_REPO_OPS; i++)
+        slim_cancel_request(repo->loads[i], SLIM_CANCEL_SHUTDOWN);
+    pthread_mutex_unlock(&repo->mu);
+}
+
 slim_status slim_server_repo_open(slim_server_repo *repo, const char *root,
                                   slim_server_metrics *metrics, int instances, int queue_size,
                                   const char *device, const char *precision,
-                                  const char *convert_cache, slim_err *err)
+                                  const char *convert_cache, int load_timeout_s, slim_err *err)
 {
     memset(repo, 0, sizeof(*repo));
+    repo->load_timeout_s = load_timeout_s;
     repo->default_device = device;
     repo->default_precision = precision;
     repo->convert_cache = convert_cache;

@@ -22,6 +22,7 @@
 #include <microhttpd.h>
 
 #include <errno.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,6 +164,36 @@ static void route_index(slim_server_request *req)
     cJSON_Delete(body);
 }
 
+/* A load reads files and runs the load pipeline for as long as the model
+ * takes (up to --load-timeout): on an HTTP thread it would stall every
+ * connection that thread serves, health checks among them. So it runs on a
+ * thread of its own with the connection suspended, like a run. */
+typedef struct repo_job {
+    slim_server_request *req;
+    char *name;
+    bool load;
+} repo_job;
+
+static void *repo_job_main(void *arg)
+{
+    repo_job *job = arg;
+    slim_server_request *req = job->req;
+    slim_server *srv = req->srv;
+    slim_err err = {0};
+    int status = 400;
+    slim_status s = job->load ? slim_server_repo_load(&srv->repo, job->name, &status, &err)
+                              : slim_server_repo_unload(&srv->repo, job->name, &status, &err);
+    if (s != SLIM_OK)
+        slim_server_reply_error(&req->reply, status, "%s", err.msg);
+    else
+        reply_empty(&req->reply, 200);
+    free(job->name);
+    free(job);
+    MHD_resume_connection(req->conn); /* req may be gone after this */
+    atomic_fetch_sub(&srv->repo_ops, 1);
+    return NULL;
+}
+
 static void route_load_unload(slim_server_request *req, const char *name, bool load)
 {
     cJSON *body;
@@ -177,14 +208,44 @@ static void route_load_unload(slim_server_request *req, const char *name, bool l
                                 "unsupported", load ? "load" : "unload", name);
         return;
     }
-    slim_err err = {0};
-    int status = 400;
-    slim_status s = load ? slim_server_repo_load(&req->srv->repo, name, &status, &err)
-                         : slim_server_repo_unload(&req->srv->repo, name, &status, &err);
-    if (s != SLIM_OK)
-        slim_server_reply_error(&req->reply, status, "%s", err.msg);
-    else
-        reply_empty(&req->reply, 200);
+    repo_job *job = calloc(1, sizeof(*job));
+    if (!job || !(job->name = strdup(name))) {
+        free(job);
+        slim_server_reply_error(&req->reply, 500, "out of memory");
+        return;
+    }
+    job->req = req;
+    job->load = load;
+    slim_server *srv = req->srv;
+    if (atomic_fetch_add(&srv->repo_ops, 1) >= SLIM_SERVER_MAX_REPO_OPS) {
+        atomic_fetch_sub(&srv->repo_ops, 1);
+        free(job->name);
+        free(job);
+        slim_server_reply_error(&req->reply, 503, "%d repository loads and unloads are under "
+                                "way; try again", SLIM_SERVER_MAX_REPO_OPS);
+        req->reply.retry_after_s = 1;
+        return;
+    }
+    /* Suspended before the thread starts: it may finish and resume at once. */
+    MHD_suspend_connection(req->conn);
+    req->suspended = true;
+    req->repo_op = true;
+    pthread_t th;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&th, &attr, repo_job_main, job) != 0) {
+        pthread_attr_destroy(&attr);
+        slim_server_reply_error(&req->reply, 503, "no thread for the %s of \"%s\"; try again",
+                                load ? "load" : "unload", name);
+        req->reply.retry_after_s = 1;
+        free(job->name);
+        free(job);
+        atomic_fetch_sub(&srv->repo_ops, 1);
+        MHD_resume_connection(req->conn); /* answered when MHD calls back */
+        return;
+    }
+    pthread_attr_destroy(&attr);
 }
 
 /* ---- one model ---------------------------------------------------------- */

@@ -334,6 +334,9 @@ typedef struct slim_server_entry {  /* one model folder */
     uint64_t seq;                   /* the load/unload whose result this holds */
 } slim_server_entry;
 
+/* Repository loads/unloads under way at once; more are answered 503. */
+#define SLIM_SERVER_MAX_REPO_OPS 16
+
 typedef struct slim_server_repo {
     char *root;
     slim_server_metrics *metrics;
@@ -343,6 +346,9 @@ typedef struct slim_server_repo {
     const char *default_device;     /* --device: where models run unless config.json says */
     const char *default_precision;  /* --precision: unless config.json says; NULL: fp32 */
     int default_queue_size;         /* --queue-size: max_queue_size when not set */
+    int load_timeout_s;             /* --load-timeout: a load's time bound; 0: none */
+    /* The tokens of the loads under way (under mu), for shutdown to cancel. */
+    struct slim_cancel *loads[SLIM_SERVER_MAX_REPO_OPS];
     const char *convert_cache;      /* --convert-cache: every ONNX model converted
                                        there; NULL: only "convert": true ones, into
                                        slim_server_convert_cache_default() */
@@ -362,8 +368,10 @@ typedef struct slim_server_repo {
 slim_status slim_server_repo_open(slim_server_repo *repo, const char *root,
                                   slim_server_metrics *metrics, int instances,
                                   int queue_size, const char *device, const char *precision,
-                                  const char *convert_cache, slim_err *err);
+                                  const char *convert_cache, int load_timeout_s, slim_err *err);
 void slim_server_repo_close(slim_server_repo *repo);
+/* Cancels the loads under way (SIGTERM); each fails at its next check. */
+void slim_server_repo_cancel_loads(slim_server_repo *repo);
 
 /* version < 0: the highest ready one. On success returns a new reference;
  * otherwise NULL with *http_status (404 unknown, 503 not ready) and msg. */
@@ -616,6 +624,9 @@ typedef struct slim_server_opts {
     /* SIGTERM: how long running requests may go on before they are
      * cancelled (routes.c, slim_server_drain). */
     int shutdown_grace_s;
+    /* A model load (start or the repository API) that takes longer fails
+     * with a message naming the flag (repository.c); 0: no bound. */
+    int load_timeout_s;
     /* When set, every endpoint but the health checks (and /metrics, unless
      * api_key_metrics) needs "Authorization: Bearer KEY" or "X-API-Key:
      * KEY"; others are answered 401 (auth.c). */
@@ -650,6 +661,10 @@ typedef struct slim_server {
     atomic_uint_least64_t body_timeouts, idle_closes;
     atomic_uint_least64_t evicted, refused, laned; /* at --max-connections (connections.c) */
     atomic_uint_least64_t unauthorized;  /* 401s (auth.c) */
+    /* Repository loads and unloads run on threads of their own, their
+     * connections suspended (routes.c), so that a long load holds no HTTP
+     * thread and the connections it serves; shutdown cancels and waits. */
+    atomic_int repo_ops;
 } slim_server;
 
 /* One HTTP request while it is being served. */
@@ -680,6 +695,7 @@ typedef struct slim_server_request {
     bool logged;                    /* its access line is written */
     /* inference in progress */
     bool suspended;
+    bool repo_op;                   /* suspended for a load/unload, not a run */
     int64_t timeout_us;             /* the request's "timeout" parameter where the
                                        queue policy takes it (admission); 0: none */
     int client_fd;                  /* its socket, peeked at while suspended */

@@ -9,6 +9,7 @@
  * largest weight. External data files are read from the model's
  * folder and must stay inside it.
  */
+#include "cancel.h"
 #include "file.h"
 #include "model.h"
 #include "onnx.pb-c.h"
@@ -464,7 +465,8 @@ static slim_status convert_graph_proto(const convert_ctx *cx, const Onnx__GraphP
         return slim_errf(err, SLIM_EUNSUPPORTED, "sparse initializers are not supported");
 
     for (size_t i = 0; i < gp->n_initializer; i++)
-        if ((st = add_initializer(g, gp->initializer[i], i, cx->base_dir, err)))
+        if ((st = add_initializer(g, gp->initializer[i], i, cx->base_dir, err)) ||
+            (st = slim_cancel_status(err))) /* a load's time bound */
             return st;
     for (size_t i = 0; i < gp->n_input; i++) {
         const Onnx__ValueInfoProto *vi = gp->input[i];

@@ -31,9 +31,13 @@ Ends with "N passed, N failed"; exits non-zero on any failure.
 import argparse
 import os
 import shutil
+import signal
 import stat
 import sys
+import threading
+import time
 
+import onnx
 from onnx import TensorProto, helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -184,6 +188,78 @@ def t_still_serving(srv):
     infer_good(srv)
 
 
+def relu_chain(path, n):
+    """A model whose load takes seconds: n Relus in a chain (no weights,
+    so only the loader's parse, checks and passes take the time)."""
+    nodes = [helper.make_node("Relu", [f"x{i}"], [f"x{i + 1}"]) for i in range(n)]
+    g = helper.make_graph(nodes, "chain", [helper.make_tensor_value_info("x0", F, [1])],
+                          [helper.make_tensor_value_info(f"x{n}", F, [1])])
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def t_load_timeout(srv, root):
+    """A load past --load-timeout fails naming the flag, soon after the
+    bound, while health answers; the server goes on serving."""
+    relu_chain(os.path.join(root, "slow_load", "1", "model.onnx"), 300000)
+    write_json(os.path.join(root, "slow_load", "config.json"),
+               {"name": "slow_load", "max_batch_size": 0})
+    result = {}
+
+    def load():
+        t0 = time.time()
+        result["reply"] = srv.http.request("POST", "/v2/repository/models/slow_load/load",
+                                           timeout=60)
+        result["s"] = time.time() - t0
+
+    th = threading.Thread(target=load)
+    th.start()
+    slowest = 0.0
+    while th.is_alive():
+        t0 = time.time()
+        status = srv.http.request("GET", "/v2/health/ready", timeout=5)[0]
+        slowest = max(slowest, time.time() - t0)
+        check(status == 200, f"health during the load: {status}")
+        time.sleep(0.1)
+    th.join()
+    status, _, body = result["reply"]
+    print(f"    load answered {status} after {result['s']:.2f}s; slowest health {slowest:.3f}s",
+          flush=True)
+    check(status == 400 and b"took longer than --load-timeout 1 s" in body,
+          f"slow load: {status} {body!r}")
+    check(result["s"] < 10, f"the 1 s bound answered after {result['s']:.1f}s")
+    check(slowest < 1, f"health took {slowest:.2f}s during the load")
+
+
+def t_sigterm_during_load(srv, root2, root3):
+    """SIGTERM while a load runs (no time bound): the load is cancelled at
+    its next check and the server exits 0 at once, not after the load."""
+    shutil.copytree(os.path.join(root2, "slow_load"), os.path.join(root3, "slow_load"))
+    result = {}
+
+    def load():
+        try:
+            result["reply"] = srv.http.request("POST", "/v2/repository/models/slow_load/load",
+                                               timeout=60)
+        except OSError as e:  # the server may close it as it stops
+            result["reply"] = (None, {}, repr(e).encode())
+
+    th = threading.Thread(target=load)
+    th.start()
+    time.sleep(1.0)
+    t0 = time.time()
+    srv.proc.send_signal(signal.SIGTERM)
+    rc = srv.proc.wait(timeout=60)
+    took = time.time() - t0
+    th.join()
+    status, _, body = result["reply"]
+    print(f"    exit {rc} {took:.2f}s after SIGTERM; the load got {status} {body[:80]!r}",
+          flush=True)
+    check(rc == 0, f"exit status {rc}")
+    check(took < 5, f"exit took {took:.1f}s after SIGTERM")
+    check(status != 200, "the load finished instead of being cancelled")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--slimserve", required=True)
@@ -208,6 +284,32 @@ def main():
     finally:
         rc = srv.stop()
     runner.case("server exits cleanly", lambda: check(rc == 0, f"exit status {rc}"))
+    # A load that runs past its time bound (the slow model is added after
+    # start, so it is loaded through the API only).
+    root2 = os.path.join(args.workdir, "repo_timeout")
+    if os.path.exists(root2):
+        shutil.rmtree(root2)
+    good_model(os.path.join(root2, "good", "1", "model.onnx"))
+    write_json(os.path.join(root2, "good", "config.json"), {"name": "good", "max_batch_size": 0})
+    srv = Server(args.slimserve, root2, os.path.join(args.workdir, "slimserve_timeout.log"),
+                 "--load-timeout", "1")
+    try:
+        runner.case("a load past --load-timeout", t_load_timeout, srv, root2)
+        runner.case("server still serving after it", t_still_serving, srv)
+    finally:
+        rc = srv.stop()
+    runner.case("server exits cleanly after it", lambda: check(rc == 0, f"exit status {rc}"))
+    root3 = os.path.join(args.workdir, "repo_sigterm")
+    if os.path.exists(root3):
+        shutil.rmtree(root3)
+    good_model(os.path.join(root3, "good", "1", "model.onnx"))
+    write_json(os.path.join(root3, "good", "config.json"), {"name": "good", "max_batch_size": 0})
+    srv = Server(args.slimserve, root3, os.path.join(args.workdir, "slimserve_sigterm.log"),
+                 "--load-timeout", "0")
+    try:
+        runner.case("SIGTERM during a load", t_sigterm_during_load, srv, root2, root3)
+    finally:
+        srv.stop()
     print(f"{runner.passed} passed, {runner.failed} failed")
     return 1 if runner.failed else 0
 
