@@ -30,9 +30,13 @@
  *     not block small ones; but only during the first half of the waiter's
  *     timeout: after that the waiter is a barrier, so memory that frees up
  *     goes to it before its deadline instead of to a stream of small ones.
- *   - One that waits past its deadline (the request's "timeout", the
- *     model's queue timeout, or 30 s) is answered 503 with Retry-After; one
- *     that finds --queue-size requests already waiting 503 at once.
+ *   - One that waits past its wait deadline (the model's queue timeout,
+ *     the request's "timeout" where the queue policy takes it, or 30 s) is
+ *     answered 503 with Retry-After; one that finds --queue-size requests
+ *     already waiting 503 at once. One whose own deadline (its "timeout"
+ *     parameter, or the model's request_timeout_ms; routes.c) passes while
+ *     it waits is answered 504 then, not once admitted; one whose client
+ *     leaves is dropped, so its place and memory go to others.
  *
  * Without a limit nothing waits: admission is a pass-through.
  */
@@ -42,13 +46,16 @@
 
 #include <microhttpd.h>
 
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <time.h>
 
 #define ADMISSION_POLL_MS 5
+#define GONE_PEEK_US 50000          /* how often a waiter's client is looked at */
 #define ADMISSION_DEFAULT_TIMEOUT_US ((int64_t)30 * 1000000)
 #define ADMISSION_BUDGET_DIVISOR 4  /* decoded inputs: limit / this */
 #define BODY_BUDGET_DIVISOR 2       /* bodies being read or held: limit / this */
@@ -59,6 +66,7 @@ typedef struct waiter {
     slim_server_request *req;
     size_t need;
     int64_t since, deadline;
+    int64_t peeked;          /* when its client was last looked at */
     bool alone;              /* retrying after running out of memory alone */
     bool body;               /* waiting for memory for its body (not yet read) */
 } waiter;
@@ -405,6 +413,7 @@ bool slim_server_admission_admit(slim_server_admission *a, slim_server_request *
         slim_err err = {0};
         if (slim__request_reserve_parse(req, &err) == SLIM_OK) {
             need = slim__request_declared_need(req);
+            req->declared_timeout_us = need.timeout_us;
             slim__request_release_parse(req);
         }
         if (need.known && body + need.run > avail) {
@@ -524,13 +533,76 @@ static void answer_waiter(waiter *w)
     MHD_resume_connection(w->req->conn);
 }
 
-/* Answers every waiter past its deadline (all of them when stopping);
- * a->mu held, dropped around each answer. */
+/* A waiter's client that closed its connection (or its sending side)
+ * wants no answer: its place and memory go to others. Suspended
+ * connections are not watched by libmicrohttpd, so a peek tells. */
+static bool waiter_gone(const waiter *w)
+{
+    const union MHD_ConnectionInfo *ci =
+        MHD_get_connection_info(w->req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    char c;
+    if (!ci || ci->connect_fd < 0)
+        return false;
+    ssize_t n = recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
+/* The request's own deadline (its "timeout" parameter, or the model's
+ * request_timeout_ms: the earlier), which covers its wait for memory as it
+ * covers the queue and the run (routes.c); 0: none, or not known yet (a
+ * body not yet read). */
+static int64_t run_deadline(const waiter *w, bool *from_request, int64_t *timeout_us)
+{
+    const slim_server_request *req = w->req;
+    const slim_server_model *m = req->task.model;
+    if (w->body || !m)
+        return 0;
+    int64_t mine = req->infer.timeout_us ? req->infer.timeout_us : req->declared_timeout_us;
+    int64_t model = m->cfg.request_timeout_ms * 1000;
+    *from_request = mine > 0 && (model <= 0 || mine <= model);
+    *timeout_us = *from_request ? mine : model;
+    return *timeout_us > 0 ? req->t_begin + *timeout_us : 0;
+}
+
+/* Answers every waiter past its deadline (all of them when stopping), or
+ * past the request's own deadline (504), or whose client left; a->mu held,
+ * dropped around each answer. */
 static void expire(slim_server_admission *a)
 {
     int64_t now = slim_server_now_us();
     for (waiter **pp = &a->head; *pp;) {
         waiter *w = *pp;
+        bool from_request = false;
+        int64_t timeout_us = 0, due = run_deadline(w, &from_request, &timeout_us);
+        bool late = due && now >= due, gone = false;
+        /* A syscall per waiter per poll would cost a long queue dearly. */
+        if (!late && now - w->peeked >= GONE_PEEK_US) {
+            w->peeked = now;
+            gone = waiter_gone(w);
+        }
+        if ((late || gone) && !a->stopping) {
+            unlink_waiter(a, pp);
+            pthread_mutex_unlock(&a->mu);
+            const slim_server_model *m = w->req->task.model;
+            if (late) {
+                atomic_fetch_add(&a->timed_out, 1);
+                if (m)
+                    slim_server_count_failure(m, SLIM_SERVER_FAIL_CANCELED, w->req->t_begin);
+                slim_server_reply_error(&w->req->reply, 504, "model '%s': the request's timeout "
+                                        "of %lld ms (%s) passed while it waited for memory for "
+                                        "its inputs", m->name, (long long)(timeout_us / 1000),
+                                        from_request ? "its \"timeout\" parameter"
+                                                     : "the model's request_timeout_ms");
+            } else {
+                refuse(w->req, 503, "the client disconnected while the request waited for "
+                       "memory");
+            }
+            answer_waiter(w);
+            free(w);
+            pthread_mutex_lock(&a->mu);
+            pp = &a->head;
+            continue;
+        }
         if (!a->stopping && now < w->deadline) {
             pp = &w->next;
             continue;

@@ -133,6 +133,12 @@ slim__request_need slim__request_declared_need(const slim_server_request *req)
         total += n * (double)slim_dtype_size(t);
     }
     need.known = root != NULL;
+    /* Read now so that a wait for memory keeps the request's deadline;
+     * decoding validates it (a bad one is refused then). */
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "parameters");
+    const cJSON *to = cJSON_GetObjectItemCaseSensitive(params, "timeout");
+    if (cJSON_IsNumber(to) && to->valuedouble >= 1 && to->valuedouble < 9.0e15)
+        need.timeout_us = (int64_t)to->valuedouble;
     cJSON_Delete(root);
     need.inputs = total > 1e18 ? (size_t)1 << 60 : (size_t)total;
     need.run = need.inputs;

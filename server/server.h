@@ -696,6 +696,8 @@ typedef struct slim_server_request {
     /* inference in progress */
     bool suspended;
     bool repo_op;                   /* suspended for a load/unload, not a run */
+    int64_t declared_timeout_us;    /* its "timeout" parameter as read before decoding
+                                       (admission: the deadline of a wait) */
     int64_t timeout_us;             /* the request's "timeout" parameter where the
                                        queue policy takes it (admission); 0: none */
     int client_fd;                  /* its socket, peeked at while suspended */
@@ -763,6 +765,7 @@ typedef struct slim__request_need {
     size_t inputs;              /* its decoded inputs */
     size_t run;                 /* inputs + a one-row run's arena + its outputs (known ones) */
     bool known;                 /* the header parsed: the figures mean something */
+    int64_t timeout_us;         /* its "timeout" parameter (0: none or not valid yet) */
 } slim__request_need;
 /* From its JSON header (parsed under the reservation above). */
 slim__request_need slim__request_declared_need(const slim_server_request *req);

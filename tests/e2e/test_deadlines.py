@@ -463,6 +463,60 @@ def t_sigterm(binary, repo, workdir, model="slow"):
               f"exit after {took:.2f} s)", flush=True)
 
 
+def binary_infer_body(rows, timeout_us):
+    x = np.full((rows, WIDTH), 0.5, np.float32)
+    header = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [rows, WIDTH],
+                          "parameters": {"binary_data_size": x.nbytes}}],
+              "parameters": {"timeout": timeout_us}}
+    h = json.dumps(header).encode()
+    return h + x.tobytes(), len(h)
+
+
+def t_deadline_waiting_for_memory(binary, repo, workdir):
+    """Under --memory-limit, a request whose inputs wait for memory (A's
+    hold the budget while A runs) is answered 504 when its own timeout
+    passes, not when A ends and it is admitted; a waiter whose client
+    leaves is dropped."""
+    # 32 MiB: the inputs' budget is 8 MiB; A's and B's 5 MiB each do not
+    # fit together, while A's run (a few times its input) fits the rest.
+    srv = Server(binary, repo, os.path.join(workdir, "server-memory.log"),
+                 "--memory-limit", "cpu=32MiB")
+    rows = 5 * 1024 * 1024 // (4 * WIDTH)
+    results = {}
+
+    def send(tag, timeout_us):
+        body, hl = binary_infer_body(rows, timeout_us)
+        conn = http.client.HTTPConnection(HOST, srv.port, timeout=60)
+        t0 = time.time()
+        try:
+            conn.request("POST", "/v2/models/slow/infer", body=body,
+                         headers={"Inference-Header-Content-Length": str(hl),
+                                  "Content-Type": "application/octet-stream"})
+            r = conn.getresponse()
+            results[tag] = (r.status, r.read(), time.time() - t0)
+        finally:
+            conn.close()
+
+    try:
+        a = threading.Thread(target=send, args=("A", 4000000))
+        a.start()
+        time.sleep(0.5)
+        t0 = time.time()
+        send("B", 500000)
+        b_status, b_body, b_s = results["B"]
+        a.join()
+        a_status, a_body, a_s = results["A"]
+        print(f"    A: {a_status} after {a_s:.2f}s; B: {b_status} after {b_s:.2f}s: "
+              f"{b_body[:160]!r}", flush=True)
+        check(b_status == 504 and b"waited for memory" in b_body,
+              f"B: {b_status} {b_body[:300]!r}")
+        check(b_s < 1.5, f"B's 500 ms timeout answered after {b_s:.2f}s")
+        check(a_status == 504, f"A: {a_status} {a_body[:200]!r}")
+    finally:
+        rc = srv.stop()
+    check(rc == 0, f"exit code {rc}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--slimserve", required=True)
@@ -487,6 +541,8 @@ def main():
     finally:
         rc = srv.stop()
     r.case("exit code 0 after the run", lambda: check(rc == 0, f"exit code {rc}"))
+    r.case("a request's deadline while it waits for memory: 504 in time",
+           t_deadline_waiting_for_memory, binary, repo, args.workdir)
     r.case("SIGTERM during a run: 503, exit 0 within grace + 1 s", t_sigterm, binary, repo,
            args.workdir)
     r.case("SIGTERM during a run that cannot stop at once: 503, exit 0", t_sigterm, binary,
