@@ -39,11 +39,13 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_server import Runner, check, free_port  # noqa: E402
 
 HOST = "127.0.0.1"
 WIDTH = 256
@@ -52,34 +54,6 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 # A stopped server's CPU time may still tick a little (heap trimming, the
 # connection watchdog): up to this much in a second counts as stopped.
 IDLE_CPU_S = 0.08
-
-
-class Failure(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
-
-
-class Runner:
-    def __init__(self):
-        self.passed = 0
-        self.failed = 0
-
-    def case(self, name, fn, *args):
-        t0 = time.time()
-        try:
-            fn(*args)
-            self.passed += 1
-            print(f"PASS {name} ({time.time() - t0:.1f}s)", flush=True)
-        except Failure as e:
-            self.failed += 1
-            print(f"FAIL {name}: {e}", flush=True)
-        except Exception:
-            self.failed += 1
-            print(f"FAIL {name}: unexpected exception\n{traceback.format_exc()}", flush=True)
 
 
 # ---- the repository ----------------------------------------------------------
@@ -173,12 +147,6 @@ def build_repository(root):
 
 
 # ---- the server ---------------------------------------------------------------
-
-def free_port():
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
-
 
 class Server:
     def __init__(self, binary, repo, logpath, *extra):

@@ -188,6 +188,15 @@ def t_still_serving(srv):
     infer_good(srv)
 
 
+def good_repository(root):
+    """A repository of the good model alone, made afresh; returns root."""
+    if os.path.exists(root):
+        shutil.rmtree(root)
+    good_model(os.path.join(root, "good", "1", "model.onnx"))
+    write_json(os.path.join(root, "good", "config.json"), {"name": "good", "max_batch_size": 0})
+    return root
+
+
 def relu_chain(path, n):
     """A model whose load takes seconds: n Relus in a chain (no weights,
     so only the loader's parse, checks and passes take the time)."""
@@ -286,11 +295,7 @@ def main():
     runner.case("server exits cleanly", lambda: check(rc == 0, f"exit status {rc}"))
     # A load that runs past its time bound (the slow model is added after
     # start, so it is loaded through the API only).
-    root2 = os.path.join(args.workdir, "repo_timeout")
-    if os.path.exists(root2):
-        shutil.rmtree(root2)
-    good_model(os.path.join(root2, "good", "1", "model.onnx"))
-    write_json(os.path.join(root2, "good", "config.json"), {"name": "good", "max_batch_size": 0})
+    root2 = good_repository(os.path.join(args.workdir, "repo_timeout"))
     srv = Server(args.slimserve, root2, os.path.join(args.workdir, "slimserve_timeout.log"),
                  "--load-timeout", "1")
     try:
@@ -299,11 +304,7 @@ def main():
     finally:
         rc = srv.stop()
     runner.case("server exits cleanly after it", lambda: check(rc == 0, f"exit status {rc}"))
-    root3 = os.path.join(args.workdir, "repo_sigterm")
-    if os.path.exists(root3):
-        shutil.rmtree(root3)
-    good_model(os.path.join(root3, "good", "1", "model.onnx"))
-    write_json(os.path.join(root3, "good", "config.json"), {"name": "good", "max_batch_size": 0})
+    root3 = good_repository(os.path.join(args.workdir, "repo_sigterm"))
     srv = Server(args.slimserve, root3, os.path.join(args.workdir, "slimserve_sigterm.log"),
                  "--load-timeout", "0")
     try:
