@@ -285,18 +285,20 @@ def t_flood(srv):
         # Each of the 50 took the slot of the oldest idle connection, or one
         # a probe had just left (the probes cycle a slot every 50 ms, and
         # under ASan the 50 take long enough to meet several): the flood
-        # lost its oldest, and only its oldest.
-        closed = is_open.index(1) if 1 in is_open else len(is_open)
-        check(25 <= closed <= 52, f"{closed} of the oldest flood connections closed after 50 more "
+        # lost its oldest. "Oldest" is the server's accept order, which
+        # its HTTP threads may take a few places out of the connect order.
+        closed = [i for i, o in enumerate(is_open) if not o]
+        check(25 <= len(closed) <= 52, f"{len(closed)} flood connections closed after 50 more "
               "came at the cap, expected up to 50")
-        check(sum(is_open[closed:]) == len(is_open) - closed,
-              "a flood connection was closed while older ones stay open")
+        check(max(closed) < 100, f"flood connection {max(closed)} closed at the cap while "
+              f"{sum(is_open[:max(closed)])} older ones stay open")
         total = still_open(flood) + still_open(extra)
         check(total <= 1000, f"{total} connections open past --max-connections 1000")
         held = metric(srv, "slim_http_connections")
         check(held <= 1001 + 8, f"the server holds {held:.0f} connections")
         evicted = metric(srv, 'slim_http_connections_at_limit_total{action="evicted"}')
-        check(evicted >= closed, f"evicted {evicted:.0f}, but {closed} flood connections closed")
+        check(evicted >= len(closed), f"evicted {evicted:.0f}, but {len(closed)} flood "
+              "connections closed")
     finally:
         for s in flood + extra:
             s.close()
