@@ -313,6 +313,12 @@ def t_cap_busy(srv):
     socks = []
     lane = []
     try:
+        # Connections from before (the readiness probe's) may still count
+        # while the server has not yet seen them close: wait (bounded) until
+        # only the metrics request itself is open.
+        t0 = time.monotonic()
+        while metric(srv, "slim_http_connections") > 1 and time.monotonic() - t0 < 5:
+            time.sleep(0.05)
         # One at a time, each past its headers before the next opens: a
         # connection whose headers the server has not read yet is idle, and
         # at the cap the oldest idle one gives way (a slow build, ASan, took
