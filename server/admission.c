@@ -46,12 +46,10 @@
 
 #include <microhttpd.h>
 
-#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
 #include <time.h>
 
 #define ADMISSION_POLL_MS 5
@@ -540,11 +538,7 @@ static bool waiter_gone(const waiter *w)
 {
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(w->req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
-    char c;
-    if (!ci || ci->connect_fd < 0)
-        return false;
-    ssize_t n = recv(ci->connect_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    return ci && slim_server_socket_gone(ci->connect_fd);
 }
 
 /* The request's own deadline (its "timeout" parameter, or the model's

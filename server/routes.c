@@ -336,14 +336,19 @@ slim_status slim_server_infer_decode_request(slim_server_request *req, slim_err 
  * suspended connection, so a peek at the socket tells. End of stream (the
  * client closed, or shut its sending side: it expects nothing more) or an
  * error means gone; bytes waiting (a pipelined request) or none mean not. */
+bool slim_server_socket_gone(int fd)
+{
+    char c;
+    if (fd < 0)
+        return false;
+    ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 static bool client_gone(slim_server_task *t)
 {
     const slim_server_request *req = t->user;
-    char c;
-    if (req->client_fd < 0)
-        return false;
-    ssize_t n = recv(req->client_fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-    return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+    return slim_server_socket_gone(req->client_fd);
 }
 
 /* The process exits with t's run still going: a 503 written straight to

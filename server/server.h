@@ -743,6 +743,9 @@ void slim_server_infer_finish(slim_server_request *req);
 /* Decodes req's body into req->infer (and its "timeout" parameter into
  * req->timeout_us); SLIM_EOOM when the inputs do not fit in memory now. */
 slim_status slim_server_infer_decode_request(slim_server_request *req, slim_err *err);
+/* Whether the client on fd has gone (closed, or shut its sending side): a
+ * peek, for suspended connections, which libmicrohttpd does not watch. */
+bool slim_server_socket_gone(int fd);
 /* Queues a decoded request on its model; answers 503 when the queue is
  * full. The connection may already be suspended (admission.c). */
 void slim_server_infer_submit(slim_server_request *req);
