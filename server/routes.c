@@ -431,7 +431,7 @@ static int runtime_error_status(slim_status s)
     case SLIM_EINVAL: case SLIM_ESHAPE: case SLIM_ETYPE: case SLIM_ENEEDVALUE:
     case SLIM_EUNSUPPORTED:
         return 400;
-    case SLIM_EOOM: /* does not fit even alone (workers.c) */
+    case SLIM_EOOM: /* does not fit even alone (batch_run.c) */
         return 507;
     default:
         return 500;
@@ -467,7 +467,7 @@ void slim_server_infer_finish(slim_server_request *req)
     slim_server_stats *st = m->stats;
     atomic_fetch_add(&st->success, 1);
     atomic_fetch_add(&st->inference_count, (uint64_t)req->infer.batch);
-    /* execution_count is counted per batch run, in workers.c */
+    /* execution_count is counted per batch run, in batch_run.c */
     atomic_fetch_add(&st->queue_us, (uint64_t)(t->t_started - t->t_queued));
     atomic_fetch_add(&st->compute_us, (uint64_t)(t->t_done - t->t_started));
     uint64_t us = (uint64_t)(slim_server_now_us() - req->t_begin);

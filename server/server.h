@@ -10,7 +10,7 @@
  *       -> batcher.c queue           typed task, in its model's queue; the
  *                                    connection is suspended
  *     the model's instance thread    batcher.c merges queued requests of one
- *                                    input shape; workers.c runs the batch
+ *                                    input shape; batch_run.c runs the batch
  *                                    (halving it on out-of-memory), splits
  *                                    the outputs and resumes each connection
  *     MHD thread                     infer_codec.c encodes the outputs, answers
@@ -480,7 +480,7 @@ slim_status slim_server_infer_encode(const slim_server_infer *rq, const slim_ser
                                      slim_server_reply *reply, slim_err *err);
 void slim_server_infer_free(slim_server_infer *rq);
 
-/* ---- per-model scheduler (batcher.c) and batch runs (workers.c) -------- */
+/* ---- per-model scheduler (batcher.c) and batch runs (batch_run.c) ------ */
 
 struct slim_server_shape;       /* one input signature's queue state (batcher.c) */
 
@@ -550,50 +550,6 @@ int64_t slim_server_batchers_pending(void);
 /* Calls t->abandon for every task still running on any batcher (the
  * process exits next, without waiting for them); returns how many. */
 int64_t slim_server_batchers_abandon(void);
-
-/* workers.c: runs tasks (queued in this order, one input shape) as one
- * batch and answers each; on out-of-memory it halves the batch, on any
- * other failure it runs the requests alone. */
-void slim_server_batch_run(slim_server_batcher *b, slim_server_task **tasks, int n);
-
-/* batcher.c, for workers.c */
-const slim_server_model *slim__batcher_model(const slim_server_batcher *b);
-/* A run of `rows` rows of shape ended with s: moves the shape's ceiling. */
-void slim__batcher_record(slim_server_batcher *b, struct slim_server_shape *shape,
-                          int64_t rows, int n_tasks, slim_status s);
-/* The shape's outputs have no batch dimension: its requests run alone. */
-void slim__batcher_run_alone(slim_server_batcher *b, struct slim_server_shape *shape);
-/* Runs of one model share memory: an instance enters shared before a run;
- * a lone request that ran out of memory while other runs overlapped it is
- * retried exclusive, alone on the model, before it is refused. */
-typedef struct slim__run_ticket {
-    bool exclusive;
-    int running_at_start;
-    uint64_t starts_at_start;
-    /* The run's cancellation token (enter it on the running thread) and
-     * the tasks it answers; the batcher cancels the token once none of
-     * them wants the answer any more. */
-    slim_cancel token;
-    slim_server_task **tasks;
-    int n_tasks;
-    struct slim__run_ticket *next;
-} slim__run_ticket;
-/* Enters the gate for a run of tasks ts[0..n). */
-void slim__batcher_enter(slim_server_batcher *b, bool exclusive, slim_server_task **ts, int n,
-                         slim__run_ticket *tk);
-/* Returns whether another run of the model overlapped this one. */
-bool slim__batcher_leave(slim_server_batcher *b, slim__run_ticket *tk);
-/* Why t must get no outputs: the client left, its deadline passed (at
- * now_us), or its model was cancelled; SLIM_CANCEL_NONE when it may. */
-slim_cancel_reason slim__batcher_task_dead(const slim_server_batcher *b, slim_server_task *t,
-                                           int64_t now_us);
-/* Answers t (504 for DEADLINE, 503 for UNLOAD and SHUTDOWN, 499 for CLIENT)
- * with a message saying why and how far it got; `ran`: a run of it began. */
-void slim__batcher_answer_dead(slim_server_batcher *b, slim_server_task *t,
-                               slim_cancel_reason why, bool ran);
-/* Calls t->done (t may be gone afterwards) and counts it answered. Every
- * answer goes through here. */
-void slim__batcher_finish(slim_server_task *t);
 
 /* ---- the server (http.c, routes.c) -------------------------------------- */
 

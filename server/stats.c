@@ -27,7 +27,7 @@
  *                    and the merge / run / split time of each
  *
  * Every figure is an atomic counter bumped where the time is measured
- * (workers.c, routes.c); reading them takes no lock a request needs. The
+ * (batch_run.c, routes.c); reading them takes no lock a request needs. The
  * per-batch-size counters sit in a table of SLIM_SERVER_BATCH_STAT_SLOTS
  * slots, claimed by compare-and-swap the first time a size runs.
  */
