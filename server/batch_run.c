@@ -48,7 +48,12 @@
  * batch has been answered. Inputs are copied into the merged tensors.
  */
 #include "batcher_impl.h"
+#include "clock.h"
+#include "codec.h"
+#include "config.h"
 #include "device.h"
+#include "metrics.h"
+#include "repository.h"
 
 #include <stdlib.h>
 #include <string.h>

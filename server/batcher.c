@@ -50,6 +50,11 @@
  * empty; stop still drains whatever is there before joining the threads.
  */
 #include "batcher_impl.h"
+#include "clock.h"
+#include "codec.h"
+#include "config.h"
+#include "metrics.h"
+#include "repository.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -7,7 +7,14 @@
 #ifndef SLIM_SERVER_BATCHER_IMPL_H
 #define SLIM_SERVER_BATCHER_IMPL_H
 
-#include "server.h"
+#include "batcher.h"
+#include "cancel.h"
+#include "config.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
 
 /* Runs of one model share memory: an instance enters shared before a run;
  * a lone request that ran out of memory while other runs overlapped it is

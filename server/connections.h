@@ -9,6 +9,9 @@
 
 #include "server.h"
 
+#include <stdbool.h>
+#include <stdint.h>
+
 #include <microhttpd.h>
 
 typedef enum {

@@ -36,6 +36,9 @@
  * MHD_stop_daemon must not meet).
  */
 #include "batcher_impl.h"
+#include "clock.h"
+#include "metrics.h"
+#include "repository.h"
 
 #include <stdio.h>
 

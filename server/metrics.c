@@ -16,7 +16,8 @@
  * and kept until shutdown, so a model that is unloaded and loaded again
  * keeps counting where it left off (Prometheus counters never go back).
  */
-#include "server.h"
+#include "buf.h"
+#include "metrics.h"
 
 #include <stdio.h>
 #include <stdlib.h>

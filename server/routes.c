@@ -17,7 +17,21 @@
  * Every failure is {"error": "..."} with Triton's status code, except that
  * an unknown model is 404 and a known one that is not ready is 503.
  */
+#include "admission.h"
+#include "auth.h"
+#include "batcher.h"
+#include "buf.h"
+#include "clock.h"
+#include "codec.h"
+#include "config.h"
+#include "http.h"
+#include "log.h"
+#include "memory.h"
+#include "metrics.h"
+#include "repository.h"
+#include "routes.h"
 #include "server.h"
+#include "version.h"
 
 #include <microhttpd.h>
 
