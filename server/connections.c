@@ -21,7 +21,7 @@
  */
 #include "buf.h"
 #include "clock.h"
-#include "connections.h"
+#include "connections_impl.h"
 #include "http.h"
 #include "server.h"
 

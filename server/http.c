@@ -20,7 +20,7 @@
 #include "auth.h"
 #include "clock.h"
 #include "codec.h"
-#include "connections.h"
+#include "connections_impl.h"
 #include "http.h"
 #include "log.h"
 #include "metrics.h"

@@ -5,8 +5,8 @@
  *
  * Every reply body passes through here, so this is where the invariant
  * "a reply is valid UTF-8 JSON whatever a model or a client sent" is kept:
- * strings are escaped as JSON (buf.c), and text cJSON prints is re-checked and any
- * invalid byte replaced before it leaves (utf8_sanitize). A reply may
+ * strings are escaped as JSON (buf.c), and text cJSON prints is re-checked
+ * and any invalid byte replaced before it leaves (utf8_sanitize). A reply may
  * also carry parts, bytes sent after its body straight from tensors'
  * buffers (binary outputs), which go to libmicrohttpd as an I/O vector.
  */
@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* ---- replies ------------------------------------------------------------ */
 
