@@ -58,7 +58,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
 #define MAX_PROBE_BACKOFF 64        /* times oom_probe_after */
 
 /* ---- the shape's ceiling ------------------------------------------------- */
