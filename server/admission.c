@@ -40,9 +40,19 @@
  *
  * Without a limit nothing waits: admission is a pass-through.
  */
-#include "server.h"
+#include "admission.h"
+#include "admission_impl.h"
+#include "batcher.h"
+#include "buf.h"
+#include "clock.h"
+#include "codec.h"
 #include "device.h"
+#include "http.h"
+#include "metrics.h"
 #include "model.h"
+#include "repository.h"
+#include "routes.h"
+#include "server.h"
 
 #include <microhttpd.h>
 

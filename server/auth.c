@@ -16,6 +16,10 @@
  * The key is compared in constant time (the time depends on the key's
  * length only, never on how many leading bytes a guess got right).
  */
+#include "auth.h"
+#include "buf.h"
+#include "codec.h"
+#include "http.h"
 #include "server.h"
 
 #include <microhttpd.h>

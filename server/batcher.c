@@ -6,7 +6,7 @@
  *                               503 with Retry-After; else the task joins
  *                               the FIFO and an idle instance is woken
  *     instance thread           takes the batch the oldest request leads,
- *                               workers.c runs it and answers each request
+ *                               batch_run.c runs it and answers each request
  *
  * Merging (config.json "dynamic_batching"). Requests whose inputs agree in
  * everything but the first dimension share a *shape* (an input signature);
@@ -18,8 +18,8 @@
  * "dynamic_batching" every request runs alone.
  *
  * The ceiling. Every shape starts at max_batch_size. A run that fails with
- * SLIM_EOOM lowers its shape's ceiling to half the batch (workers.c then
- * retries the two halves), so the ceiling ends at the largest size that
+ * SLIM_EOOM lowers its shape's ceiling to half the batch (batch_run.c
+ * keeps the ceiling, and retries the two halves), so the ceiling ends at the largest size that
  * fit, and other instances stop forming batches that are known not to
  * fit. Memory pressure passes, so after oom_probe_after full batches in a
  * row the ceiling doubles again (a probe); a probe that runs out of memory
@@ -31,8 +31,8 @@
  * The run gate. Runs of one model share its memory limit, so a request
  * that runs out of memory alone may only have lacked the memory other runs
  * held at the time. Such a request is retried once exclusive (alone on the
- * model) before it is refused with 507; slim__batcher_enter/leave keep the
- * count of runs that lets workers.c tell.
+ * model) before it is refused with 507; the gate in batch_run.c keeps the
+ * count of runs that tells.
  *
  * Queue policy: at most max_queue_size requests wait (the server's
  * --queue-size by default); a request past its timeout is answered 503
@@ -42,13 +42,19 @@
  * answers them on time while every instance is busy.
  *
  * Deadlines and cancellation (the watcher thread, unload, shutdown) are in
- * deadlines.c; the run gate below gives each run its cancellation token.
+ * deadlines.c; the run gate (batch_run.c) gives each run its cancellation
+ * token.
  *
  * Lifetime: the model owns its batcher. Every queued task holds a model
  * reference, so by the time model_free stops the batcher the queue is
  * empty; stop still drains whatever is there before joining the threads.
  */
 #include "batcher_impl.h"
+#include "clock.h"
+#include "codec.h"
+#include "config.h"
+#include "metrics.h"
+#include "repository.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,7 +62,6 @@
 #include <time.h>
 
 #define MAX_SHAPES 64               /* input signatures remembered per model */
-#define MAX_PROBE_BACKOFF 64        /* times oom_probe_after */
 
 /* ---- shapes -------------------------------------------------------------- */
 
@@ -89,16 +94,6 @@ static void shape_free(slim_server_shape *sh)
         free(sh->inputs);
         free(sh);
     }
-}
-
-/* The tightest ceiling over the model's shapes, for slim_batch_ceiling. */
-static void publish_ceiling(slim_server_batcher *b)
-{
-    int lowest = b->max_batch;
-    for (const slim_server_shape *sh = b->shapes; sh; sh = sh->next)
-        if (sh->ceiling < lowest)
-            lowest = sh->ceiling;
-    atomic_store(&b->model->stats->batch_ceiling, lowest);
 }
 
 /* Finds or makes t's shape, under mu. NULL when out of memory: the task
@@ -146,121 +141,6 @@ static slim_server_shape *shape_of(slim_server_batcher *b, const slim_server_tas
     b->shapes = sh;
     b->n_shapes++;
     return sh;
-}
-
-void slim__batcher_record(slim_server_batcher *b, slim_server_shape *sh, int64_t rows,
-                          int n_tasks, slim_status s)
-{
-    slim_server_stats *st = b->model->stats;
-    if (s == SLIM_EOOM) {
-        atomic_fetch_add(&st->ooms, 1);
-        if (n_tasks > 1)
-            atomic_fetch_add(&st->halvings, 1);
-    }
-    if (!sh || (s != SLIM_OK && s != SLIM_EOOM))
-        return;
-    int base = b->cfg->oom_probe_after;
-    pthread_mutex_lock(&b->mu);
-    if (s == SLIM_OK) {
-        if (rows > sh->ceiling) /* a lone request larger than the ceiling fit */
-            sh->ceiling = rows > b->max_batch ? b->max_batch : (int)rows;
-        if (rows >= sh->ceiling) {
-            if (sh->probing)
-                sh->probe_after = base;
-            sh->probing = false;
-            if (++sh->streak >= sh->probe_after && sh->ceiling < b->max_batch) {
-                sh->ceiling = sh->ceiling > b->max_batch / 2 ? b->max_batch : 2 * sh->ceiling;
-                sh->streak = 0;
-                sh->probing = true;
-            }
-        }
-    } else {
-        if (sh->probing && sh->probe_after < base * MAX_PROBE_BACKOFF)
-            sh->probe_after *= 2;
-        sh->probing = false;
-        sh->streak = 0;
-        int half = rows / 2 > 1 ? (int)(rows / 2) : 1;
-        if (half < sh->ceiling)
-            sh->ceiling = half;
-    }
-    publish_ceiling(b);
-    pthread_mutex_unlock(&b->mu);
-}
-
-void slim__batcher_run_alone(slim_server_batcher *b, slim_server_shape *sh)
-{
-    if (!sh)
-        return;
-    pthread_mutex_lock(&b->mu);
-    sh->alone = true;
-    pthread_mutex_unlock(&b->mu);
-}
-
-const slim_server_model *slim__batcher_model(const slim_server_batcher *b)
-{
-    return b->model;
-}
-
-/* ---- the run gate ---------------------------------------------------------- */
-
-void slim__batcher_enter(slim_server_batcher *b, bool exclusive, slim_server_task **ts, int n,
-                         slim__run_ticket *tk)
-{
-    pthread_mutex_lock(&b->mu);
-    if (exclusive) {
-        b->exclusive_waiting++;
-        while (b->running || b->exclusive)
-            pthread_cond_wait(&b->gate_cv, &b->mu);
-        b->exclusive_waiting--;
-        b->exclusive = true;
-    } else {
-        /* Waiting exclusive runs go first, or a busy model starves them. */
-        while (b->exclusive || b->exclusive_waiting)
-            pthread_cond_wait(&b->gate_cv, &b->mu);
-    }
-    b->running++;
-    b->starts++;
-    *tk = (slim__run_ticket){.exclusive = exclusive, .running_at_start = b->running,
-                             .starts_at_start = b->starts, .tasks = ts, .n_tasks = n};
-    /* The latest deadline of the tasks that still want the answer; none
-     * if one of them has none (deadlines.c's top: a batch is cancelled
-     * only when every member is done with it). */
-    int64_t now = slim_server_now_us(), latest = 0;
-    bool unbounded = false;
-    for (int k = 0; k < n; k++) {
-        if (slim__batcher_task_dead(b, ts[k], now))
-            continue;
-        if (!ts[k]->run_deadline)
-            unbounded = true;
-        else if (ts[k]->run_deadline > latest)
-            latest = ts[k]->run_deadline;
-    }
-    slim_cancel_init(&tk->token, unbounded ? 0 : latest * 1000);
-    slim_cancel_reason why = slim__batcher_run_dead(b, tk, now);
-    if (why)
-        slim_cancel_request(&tk->token, why);
-    tk->next = b->runs;
-    b->runs = tk;
-    if (b->watch_idle)
-        pthread_cond_signal(&b->watch_cv);
-    pthread_mutex_unlock(&b->mu);
-}
-
-bool slim__batcher_leave(slim_server_batcher *b, slim__run_ticket *tk)
-{
-    pthread_mutex_lock(&b->mu);
-    bool overlapped = tk->running_at_start > 1 || b->starts != tk->starts_at_start;
-    for (slim__run_ticket **p = &b->runs; *p; p = &(*p)->next)
-        if (*p == tk) {
-            *p = tk->next;
-            break;
-        }
-    b->running--;
-    if (tk->exclusive)
-        b->exclusive = false;
-    pthread_cond_broadcast(&b->gate_cv);
-    pthread_mutex_unlock(&b->mu);
-    return overlapped;
 }
 
 /* ---- the queue ------------------------------------------------------------- */
@@ -469,7 +349,7 @@ static void *instance_main(void *arg)
             in->batch[k]->t_started = now;
             slim_server_stats_observe_queue(b->model->stats, now - in->batch[k]->t_queued);
         }
-        slim_server_batch_run(b, in->batch, n); /* the tasks may be freed from here on */
+        slim__batcher_run(b, in->batch, n); /* the tasks may be freed from here on */
 
         pthread_mutex_lock(&b->mu);
         if (sh)

@@ -1,13 +1,36 @@
 /*
  * batcher_impl.h - the insides of a model's scheduler, shared by batcher.c
- * (the queue, batching, the instance threads, the run gate) and
- * deadlines.c (the watcher thread, cancellation, shutdown). Nothing else
- * includes it.
+ * (the queue, batching, the instance threads), batch_run.c (one batch's
+ * run, the shapes' ceilings, the run gate) and deadlines.c (the watcher
+ * thread, cancellation, shutdown). Nothing else includes it.
  */
 #ifndef SLIM_SERVER_BATCHER_IMPL_H
 #define SLIM_SERVER_BATCHER_IMPL_H
 
-#include "server.h"
+#include "batcher.h"
+#include "cancel.h"
+#include "config.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+/* Runs of one model share memory: an instance enters shared before a run;
+ * a lone request that ran out of memory while other runs overlapped it is
+ * retried exclusive, alone on the model, before it is refused. */
+typedef struct slim__run_ticket {
+    bool exclusive;
+    int running_at_start;
+    uint64_t starts_at_start;
+    /* The run's cancellation token (enter it on the running thread) and
+     * the tasks it answers; the batcher cancels the token once none of
+     * them wants the answer any more. */
+    slim_cancel token;
+    slim_server_task **tasks;
+    int n_tasks;
+    struct slim__run_ticket *next;
+} slim__run_ticket;
 
 /* One input signature, and how large a batch of it has been seen to fit. */
 typedef struct slim_server_shape {
@@ -70,7 +93,25 @@ void slim__batcher_answer_expired(slim_server_batcher *b, slim_server_task *list
 /* Waits on cv (CLOCK_MONOTONIC) until until_us at most. */
 void slim__batcher_timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t until_us);
 
+/* batch_run.c: runs tasks ts[0..n) (queued in this order, one input
+ * shape) as one batch and answers each; on out-of-memory it halves the
+ * batch, on any other failure it runs the requests alone. An instance
+ * thread calls it once per batch; the tasks may be gone afterwards. */
+void slim__batcher_run(slim_server_batcher *b, slim_server_task **ts, int n);
+
 /* deadlines.c */
+/* Why t must get no outputs: the client left, its deadline passed (at
+ * now_us), or its model was cancelled; SLIM_CANCEL_NONE when it may. */
+slim_cancel_reason slim__batcher_task_dead(const slim_server_batcher *b, slim_server_task *t,
+                                           int64_t now_us);
+/* Answers t (504 for DEADLINE, 503 for UNLOAD and SHUTDOWN, 499 for CLIENT)
+ * with a message saying why and how far it got; `ran`: a run of it began. */
+void slim__batcher_answer_dead(slim_server_batcher *b, slim_server_task *t,
+                               slim_cancel_reason why, bool ran);
+/* Calls t->done (t may be gone afterwards) and counts it answered. Every
+ * answer goes through here. */
+void slim__batcher_finish(slim_server_task *t);
+
 /* Under mu: whether every task of the run no longer wants the answer, and
  * why (the reason of the last); SLIM_CANCEL_NONE otherwise. */
 slim_cancel_reason slim__batcher_run_dead(const slim_server_batcher *b, slim__run_ticket *tk,

@@ -19,7 +19,11 @@
  *
  * How many: see slim__conn_accept.
  */
-#include "connections.h"
+#include "buf.h"
+#include "clock.h"
+#include "connections_impl.h"
+#include "http.h"
+#include "server.h"
 
 #include <stdio.h>
 #include <stdlib.h>

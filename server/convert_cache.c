@@ -24,10 +24,11 @@
  * until it unmaps them.
  */
 #include "file.h"
-#include "model.h"
 #include "log.h"
-#include "server.h"
+#include "model.h"
+#include "repository.h"
 #include "slim_format.h"
+#include "version.h"
 
 #include <dirent.h>
 #include <errno.h>

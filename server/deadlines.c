@@ -19,7 +19,7 @@
  *     passes meanwhile is answered 504 when the run returns, its outputs
  *     dropped. So a request's answer never depends on what it was batched
  *     with: it gets its outputs (the rows it would get alone) or its own
- *     timeout, never a neighbour's. workers.c also drops tasks that died
+ *     timeout, never a neighbour's. batch_run.c also drops tasks that died
  *     between the queue and the run before running the rest.
  *
  * The token's own deadline makes the runtime stop on time by itself; the
@@ -36,6 +36,9 @@
  * MHD_stop_daemon must not meet).
  */
 #include "batcher_impl.h"
+#include "clock.h"
+#include "metrics.h"
+#include "repository.h"
 
 #include <stdio.h>
 

@@ -16,7 +16,17 @@
  * connections.c. Requests with a body that cannot be framed or is declared
  * too large are answered at the first call, before any of the body is read.
  */
-#include "connections.h"
+#include "admission.h"
+#include "auth.h"
+#include "clock.h"
+#include "codec.h"
+#include "connections_impl.h"
+#include "http.h"
+#include "log.h"
+#include "metrics.h"
+#include "repository.h"
+#include "routes.h"
+#include "server.h"
 
 #include <arpa/inet.h>
 #include <netinet/in.h>

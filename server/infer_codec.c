@@ -15,8 +15,11 @@
  * thread, against the model's resolved config, so a worker only ever sees
  * tensors the model accepts, and every mistake gets a message naming it.
  */
+#include "buf.h"
+#include "codec.h"
+#include "config.h"
 #include "device.h"
-#include "server.h"
+#include "repository.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -118,7 +121,8 @@ cJSON *slim_server_json_parse(const char *text, size_t len, slim_err *err)
     return root;
 }
 
-bool slim_server_json_integer(const cJSON *v, double lo, double hi, int64_t *out)
+/* v is a number written as an integer, within [lo, hi]; *out gets it. */
+static bool json_integer(const cJSON *v, double lo, double hi, int64_t *out)
 {
     if (!cJSON_IsNumber(v) || (v->type & JSON_NOT_INTEGRAL) || v->valuedouble < lo ||
         v->valuedouble > hi || v->valuedouble != floor(v->valuedouble))
@@ -364,7 +368,7 @@ static slim_status decode_input(const cJSON *in, const slim_server_model *m, bin
                          name, SLIM_MAX_DIMS);
     double numel = 1;
     for (const cJSON *d = jshape->child; d; d = d->next) {
-        if (!slim_server_json_integer(d, 0, 1e12, &t->dims[t->ndim]))
+        if (!json_integer(d, 0, 1e12, &t->dims[t->ndim]))
             return slim_errf(err, SLIM_EINVAL, "input '%s': \"shape\" must hold non-negative integers",
                              name);
         numel *= (double)t->dims[t->ndim++];
@@ -380,7 +384,7 @@ static slim_status decode_input(const cJSON *in, const slim_server_model *m, bin
                              ? cJSON_GetObjectItemCaseSensitive(jparams, "binary_data_size") : NULL;
     int64_t size;
     if (jsize) {
-        if (!slim_server_json_integer(jsize, 0, 1e18, &size))
+        if (!json_integer(jsize, 0, 1e18, &size))
             return slim_errf(err, SLIM_EINVAL, "input '%s': binary_data_size must be a byte count "
                              "(a whole number)", name);
         if (!bin->data)
@@ -518,7 +522,7 @@ slim_status slim_server_infer_decode(const char *body, size_t len, long long hea
     }
     /* Triton's request timeout, in microseconds (0: none); 2^53 keeps it exact. */
     const cJSON *jtimeout = cJSON_GetObjectItemCaseSensitive(jparams, "timeout");
-    if (jtimeout && !slim_server_json_integer(jtimeout, 0, 9007199254740992.0, &rq->timeout_us)) {
+    if (jtimeout && !json_integer(jtimeout, 0, 9007199254740992.0, &rq->timeout_us)) {
         s = slim_errf(err, SLIM_EINVAL, "parameter \"timeout\" must be a whole number of "
                       "microseconds, 0 or more (0: no timeout)");
         goto err;

@@ -13,8 +13,8 @@
  * pipe, which is how container runtimes collect stderr; the buffer is
  * that size and a longer message is cut (with "...") to fit.
  */
+#include "buf.h"
 #include "log.h"
-#include "server.h"
 
 #include <pthread.h>
 #include <stdarg.h>

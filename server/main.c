@@ -8,8 +8,12 @@
  * here, so no handler runs in the middle of a request.
  */
 #include "alloc.h"
+#include "batcher.h"
 #include "device.h"
+#include "log.h"
+#include "memory.h"
 #include "server.h"
+#include "version.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -36,13 +40,13 @@ static void usage(FILE *f)
             "                           its config.json sets max_queue_size (default: 64 per\n"
             "                           worker)\n"
             "  --http-threads N         threads parsing and answering HTTP (default 4)\n"
-            "  --memory-limit SIZE      cap on the memory the CPU allocator holds, e.g. 2GiB;\n"
+            "  --memory-limit SIZE      cap on the memory the CPU allocator holds, e.g. 2GiB\n"
+            "                           (default: none); runs past it fail with out-of-memory;\n"
             "                           DEVICE=SIZE caps that device (cuda:0=20GiB), repeatable\n"
             "  --device DEV             where models run unless config.json says (cpu, cuda:N)\n"
             "  --precision P            how they run unless config.json says: fp32 (on a GPU\n"
             "                           products on TF32, as onnxruntime-gpu), fp32-strict\n"
             "                           (no TF32), fp16, bf16 or int8\n"
-            "                           (default: none); runs past it fail with out-of-memory\n"
             "  --convert-cache DIR      convert every ONNX model to .slim once, into DIR,\n"
             "                           and serve the converted file (config.json\n"
             "                           \"convert\": false opts a model out; \"convert\": true\n"

@@ -9,10 +9,13 @@
  * the allocator is at its limit.
  */
 #include "alloc.h"
+#include "buf.h"
+#include "codec.h"
 #include "device.h"
+#include "memory.h"
 #include "model.h"
 #include "plan.h"
-#include "server.h"
+#include "repository.h"
 
 #include <stdio.h>
 #include <stdlib.h>

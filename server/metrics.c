@@ -5,7 +5,7 @@
  * then process figures. Each section is one function in `sections`; a later
  * issue (memory gauges, say) adds its renderer to that table.
  *
- * Batching (batcher.c, workers.c) adds the slim_batch_size and
+ * Batching (batcher.c, batch_run.c) adds the slim_batch_size and
  * slim_queue_wait_us histograms, slim_batch_halvings_total,
  * slim_model_oom_total, slim_requests_rejected_total{reason} and the
  * slim_batch_ceiling gauge. The wait histogram is not called
@@ -16,7 +16,8 @@
  * and kept until shutdown, so a model that is unloaded and loaded again
  * keeps counting where it left off (Prometheus counters never go back).
  */
-#include "server.h"
+#include "buf.h"
+#include "metrics.h"
 
 #include <stdio.h>
 #include <stdlib.h>

@@ -21,10 +21,15 @@
  * reference under `mu`; load and unload drop the table's reference, and
  * whoever drops the last one frees the model.
  */
+#include "batcher.h"
 #include "cancel.h"
+#include "config.h"
 #include "file.h"
+#include "log.h"
+#include "memory.h"
+#include "metrics.h"
 #include "model.h"
-#include "server.h"
+#include "repository.h"
 
 #include <dirent.h>
 #include <errno.h>

@@ -4,10 +4,14 @@
  * while it lives), its declared inputs, a one-row run of it and its
  * outputs, and the size of its answer. admission.c decides with these.
  */
+#include "admission_impl.h"
+#include "codec.h"
+#include "config.h"
 #include "device.h"
+#include "http.h"
 #include "model.h"
 #include "plan.h"
-#include "server.h"
+#include "repository.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -17,7 +17,21 @@
  * Every failure is {"error": "..."} with Triton's status code, except that
  * an unknown model is 404 and a known one that is not ready is 503.
  */
+#include "admission.h"
+#include "auth.h"
+#include "batcher.h"
+#include "buf.h"
+#include "clock.h"
+#include "codec.h"
+#include "config.h"
+#include "http.h"
+#include "log.h"
+#include "memory.h"
+#include "metrics.h"
+#include "repository.h"
+#include "routes.h"
 #include "server.h"
+#include "version.h"
 
 #include <microhttpd.h>
 
@@ -431,7 +445,7 @@ static int runtime_error_status(slim_status s)
     case SLIM_EINVAL: case SLIM_ESHAPE: case SLIM_ETYPE: case SLIM_ENEEDVALUE:
     case SLIM_EUNSUPPORTED:
         return 400;
-    case SLIM_EOOM: /* does not fit even alone (workers.c) */
+    case SLIM_EOOM: /* does not fit even alone (batch_run.c) */
         return 507;
     default:
         return 500;
@@ -467,7 +481,7 @@ void slim_server_infer_finish(slim_server_request *req)
     slim_server_stats *st = m->stats;
     atomic_fetch_add(&st->success, 1);
     atomic_fetch_add(&st->inference_count, (uint64_t)req->infer.batch);
-    /* execution_count is counted per batch run, in workers.c */
+    /* execution_count is counted per batch run, in batch_run.c */
     atomic_fetch_add(&st->queue_us, (uint64_t)(t->t_started - t->t_queued));
     atomic_fetch_add(&st->compute_us, (uint64_t)(t->t_done - t->t_started));
     uint64_t us = (uint64_t)(slim_server_now_us() - req->t_begin);

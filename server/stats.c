@@ -27,23 +27,20 @@
  *                    and the merge / run / split time of each
  *
  * Every figure is an atomic counter bumped where the time is measured
- * (workers.c, routes.c); reading them takes no lock a request needs. The
+ * (batch_run.c, routes.c); reading them takes no lock a request needs. The
  * per-batch-size counters sit in a table of SLIM_SERVER_BATCH_STAT_SLOTS
  * slots, claimed by compare-and-swap the first time a size runs.
  */
+#include "codec.h"
+#include "http.h"
+#include "metrics.h"
+#include "repository.h"
 #include "server.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-
-int64_t slim_server_now_ns(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 void slim_server_stats_touch(slim_server_stats *s)
 {

@@ -11,7 +11,7 @@
  * A version left out is never loaded; repository.c lists it UNAVAILABLE
  * ("unloaded by version policy") and answers requests for it 404.
  */
-#include "server.h"
+#include "config.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,6 +1,6 @@
 /* fuzz_config.c - a model's config.json from raw bytes. */
+#include "config.h"
 #include "fuzz.h"
-#include "server.h"
 
 #include <stdlib.h>
 #include <string.h>

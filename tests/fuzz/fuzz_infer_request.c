@@ -7,8 +7,10 @@
  * the framing (bit 1: the whole body is JSON; else bytes 1-2 are the
  * Inference-Header-Content-Length, little-endian); the body follows byte 2.
  */
+#include "codec.h"
+#include "config.h"
 #include "fuzz.h"
-#include "server.h"
+#include "repository.h"
 
 #include <stdlib.h>
 #include <string.h>

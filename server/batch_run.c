@@ -1,12 +1,18 @@
 /*
- * workers.c - what a model instance does with a batch: merge the requests'
+ * batch_run.c - what a model instance does with a batch: merge the requests'
  * inputs along the batch dimension, run the model once, give each request
  * its rows of every output, and answer it. batcher.c decides what goes
- * into a batch and runs the threads.
+ * into a batch and runs the threads; an instance thread hands each batch
+ * here once (slim__batcher_run) and gets it back answered.
+ *
+ * Everything a run changes lives here too, so that a batch's run never
+ * calls back into the queue: the shape's ceiling (record_run; batcher.c
+ * only reads it to size batches), the shape's "alone" mark, and the run
+ * gate that makes each run's cancellation token.
  *
  * Out of memory. A batch whose run fails with SLIM_EOOM is split into two
  * halves (by request count, queue order kept) that are run one after the
- * other, recursively, down to single requests; batcher.c lowers the
+ * other, recursively, down to single requests; record_run lowers the
  * shape's ceiling on the way, so later batches are formed at a size that
  * fits. A single request that still runs out of memory is retried once
  * alone on the model when other runs overlapped it (their memory may be
@@ -28,7 +34,7 @@
  * the same bits at every batch size is the runtime's part;
  * tests/e2e/test_batching.py checks it.)
  *
- * Cancellation. Each run enters its own token (slim__batcher_enter makes it;
+ * Cancellation. Each run enters its own token (gate_enter makes it;
  * deadlines.c says when it is cancelled), so the runtime stops a cancelled
  * run at its next check. A cancelled run is not a failure of the batch:
  * nothing is retried, and each request is answered for itself: the ones
@@ -41,11 +47,148 @@
  * and the buffer goes back to the allocator once the last request of the
  * batch has been answered. Inputs are copied into the merged tensors.
  */
+#include "batcher_impl.h"
+#include "clock.h"
+#include "codec.h"
+#include "config.h"
 #include "device.h"
-#include "server.h"
+#include "metrics.h"
+#include "repository.h"
 
 #include <stdlib.h>
 #include <string.h>
+
+#define MAX_PROBE_BACKOFF 64        /* times oom_probe_after */
+
+/* ---- the shape's ceiling ------------------------------------------------- */
+
+/* The tightest ceiling over the model's shapes, for slim_batch_ceiling. */
+static void publish_ceiling(slim_server_batcher *b)
+{
+    int lowest = b->max_batch;
+    for (const slim_server_shape *sh = b->shapes; sh; sh = sh->next)
+        if (sh->ceiling < lowest)
+            lowest = sh->ceiling;
+    atomic_store(&b->model->stats->batch_ceiling, lowest);
+}
+
+/* A run of `rows` rows of shape sh ended with s: moves the shape's ceiling
+ * (batcher.c's top says how) and counts out-of-memory runs. */
+static void record_run(slim_server_batcher *b, slim_server_shape *sh, int64_t rows, int n_tasks,
+                       slim_status s)
+{
+    slim_server_stats *st = b->model->stats;
+    if (s == SLIM_EOOM) {
+        atomic_fetch_add(&st->ooms, 1);
+        if (n_tasks > 1)
+            atomic_fetch_add(&st->halvings, 1);
+    }
+    if (!sh || (s != SLIM_OK && s != SLIM_EOOM))
+        return;
+    int base = b->cfg->oom_probe_after;
+    pthread_mutex_lock(&b->mu);
+    if (s == SLIM_OK) {
+        if (rows > sh->ceiling) /* a lone request larger than the ceiling fit */
+            sh->ceiling = rows > b->max_batch ? b->max_batch : (int)rows;
+        if (rows >= sh->ceiling) {
+            if (sh->probing)
+                sh->probe_after = base;
+            sh->probing = false;
+            if (++sh->streak >= sh->probe_after && sh->ceiling < b->max_batch) {
+                sh->ceiling = sh->ceiling > b->max_batch / 2 ? b->max_batch : 2 * sh->ceiling;
+                sh->streak = 0;
+                sh->probing = true;
+            }
+        }
+    } else {
+        if (sh->probing && sh->probe_after < base * MAX_PROBE_BACKOFF)
+            sh->probe_after *= 2;
+        sh->probing = false;
+        sh->streak = 0;
+        int half = rows / 2 > 1 ? (int)(rows / 2) : 1;
+        if (half < sh->ceiling)
+            sh->ceiling = half;
+    }
+    publish_ceiling(b);
+    pthread_mutex_unlock(&b->mu);
+}
+
+/* The shape's outputs have no batch dimension: its requests run alone. */
+static void mark_alone(slim_server_batcher *b, slim_server_shape *sh)
+{
+    if (!sh)
+        return;
+    pthread_mutex_lock(&b->mu);
+    sh->alone = true;
+    pthread_mutex_unlock(&b->mu);
+}
+
+/* ---- the run gate ---------------------------------------------------------- */
+
+/* Enters the gate for a run of tasks ts[0..n) and makes the run's
+ * cancellation token (deadlines.c cancels it). */
+static void gate_enter(slim_server_batcher *b, bool exclusive, slim_server_task **ts, int n,
+                       slim__run_ticket *tk)
+{
+    pthread_mutex_lock(&b->mu);
+    if (exclusive) {
+        b->exclusive_waiting++;
+        while (b->running || b->exclusive)
+            pthread_cond_wait(&b->gate_cv, &b->mu);
+        b->exclusive_waiting--;
+        b->exclusive = true;
+    } else {
+        /* Waiting exclusive runs go first, or a busy model starves them. */
+        while (b->exclusive || b->exclusive_waiting)
+            pthread_cond_wait(&b->gate_cv, &b->mu);
+    }
+    b->running++;
+    b->starts++;
+    *tk = (slim__run_ticket){.exclusive = exclusive, .running_at_start = b->running,
+                             .starts_at_start = b->starts, .tasks = ts, .n_tasks = n};
+    /* The latest deadline of the tasks that still want the answer; none
+     * if one of them has none (deadlines.c's top: a batch is cancelled
+     * only when every member is done with it). */
+    int64_t now = slim_server_now_us(), latest = 0;
+    bool unbounded = false;
+    for (int k = 0; k < n; k++) {
+        if (slim__batcher_task_dead(b, ts[k], now))
+            continue;
+        if (!ts[k]->run_deadline)
+            unbounded = true;
+        else if (ts[k]->run_deadline > latest)
+            latest = ts[k]->run_deadline;
+    }
+    slim_cancel_init(&tk->token, unbounded ? 0 : latest * 1000);
+    slim_cancel_reason why = slim__batcher_run_dead(b, tk, now);
+    if (why)
+        slim_cancel_request(&tk->token, why);
+    tk->next = b->runs;
+    b->runs = tk;
+    if (b->watch_idle)
+        pthread_cond_signal(&b->watch_cv);
+    pthread_mutex_unlock(&b->mu);
+}
+
+/* Returns whether another run of the model overlapped this one. */
+static bool gate_leave(slim_server_batcher *b, slim__run_ticket *tk)
+{
+    pthread_mutex_lock(&b->mu);
+    bool overlapped = tk->running_at_start > 1 || b->starts != tk->starts_at_start;
+    for (slim__run_ticket **p = &b->runs; *p; p = &(*p)->next)
+        if (*p == tk) {
+            *p = tk->next;
+            break;
+        }
+    b->running--;
+    if (tk->exclusive)
+        b->exclusive = false;
+    pthread_cond_broadcast(&b->gate_cv);
+    pthread_mutex_unlock(&b->mu);
+    return overlapped;
+}
+
+/* ---- one run ---------------------------------------------------------------- */
 
 static const slim_tensor *task_input(const slim_server_task *t, const char *name)
 {
@@ -124,14 +267,14 @@ static slim_status split_outputs(const slim_server_model *m, slim_tensor *outs, 
 static slim_status run_once(slim_server_batcher *b, slim_server_task **ts, int n, bool exclusive,
                             bool *overlapped, bool *unsplittable, slim_err *err)
 {
-    const slim_server_model *m = slim__batcher_model(b);
+    const slim_server_model *m = b->model;
     const slim_server_config *cfg = &m->cfg;
     int64_t rows = 0;
     for (int k = 0; k < n; k++)
         rows += ts[k]->rows;
     slim__run_ticket ticket;
     slim_status s;
-    slim__batcher_enter(b, exclusive, ts, n, &ticket);
+    gate_enter(b, exclusive, ts, n, &ticket);
     slim_cancel *outer = slim_cancel_enter(&ticket.token);
     /* The statistics extension's phases: merge, run, split (stats.c). */
     int64_t t0 = slim_server_now_ns(), t_run = t0, t_split = 0;
@@ -168,7 +311,7 @@ static slim_status run_once(slim_server_batcher *b, slim_server_task **ts, int n
     }
     int64_t t_end = slim_server_now_ns();
     slim_cancel_enter(outer);
-    *overlapped = slim__batcher_leave(b, &ticket);
+    *overlapped = gate_leave(b, &ticket);
     if (s != SLIM_OK && !err->msg[0])
         slim_errf(err, s, "%s", slim_strerror(s));
     if (s == SLIM_OK) {
@@ -182,7 +325,7 @@ static slim_status run_once(slim_server_batcher *b, slim_server_task **ts, int n
             ts[k]->output_ns = t_end - t_split;
         }
     }
-    slim__batcher_record(b, ts[0]->shape, rows, n, s);
+    record_run(b, ts[0]->shape, rows, n, s);
     return s;
 }
 
@@ -214,7 +357,7 @@ static bool rows_splittable(const slim_server_task *t)
 static slim_status place_part(row_split *rs, slim_tensor *ys, int n_ys, int64_t r0, int64_t n,
                               slim_err *err)
 {
-    const slim_server_model *m = slim__batcher_model(rs->b);
+    const slim_server_model *m = rs->b->model;
     if (!rs->outs) {
         if (!(rs->outs = calloc((size_t)(n_ys ? n_ys : 1), sizeof(slim_tensor))))
             return slim_errf(err, SLIM_ENOMEM, "out of memory");
@@ -253,7 +396,7 @@ static slim_status place_part(row_split *rs, slim_tensor *ys, int n_ys, int64_t 
  * out of memory down to single rows. Inputs are views into the request's. */
 static slim_status run_part(row_split *rs, int64_t r0, int64_t n, slim_err *err)
 {
-    const slim_server_model *m = slim__batcher_model(rs->b);
+    const slim_server_model *m = rs->b->model;
     const slim_server_infer *rq = rs->t->rq;
     slim_tensor *xs = calloc((size_t)(rq->n_inputs ? rq->n_inputs : 1), sizeof(*xs));
     if (!xs)
@@ -269,11 +412,11 @@ static slim_status run_part(row_split *rs, int64_t r0, int64_t n, slim_err *err)
     slim_tensor *ys = NULL;
     int n_ys = 0;
     slim__run_ticket ticket;
-    slim__batcher_enter(rs->b, true, &rs->t, 1, &ticket);
+    gate_enter(rs->b, true, &rs->t, 1, &ticket);
     slim_cancel *outer = slim_cancel_enter(&ticket.token);
     slim_status s = slim_model_run(m->model, rq->n_inputs, rq->names, xs, &ys, &n_ys, err);
     slim_cancel_enter(outer);
-    slim__batcher_leave(rs->b, &ticket);
+    gate_leave(rs->b, &ticket);
     free(xs);
     if (s == SLIM_OK) {
         rs->parts++;
@@ -363,7 +506,7 @@ static int drop_dead(slim_server_batcher *b, slim_server_task **ts, int n)
     return live;
 }
 
-void slim_server_batch_run(slim_server_batcher *b, slim_server_task **ts, int n)
+void slim__batcher_run(slim_server_batcher *b, slim_server_task **ts, int n)
 {
     slim_err err = {0};
     bool overlapped = false, unsplittable = false;
@@ -377,14 +520,14 @@ void slim_server_batch_run(slim_server_batcher *b, slim_server_task **ts, int n)
     }
     if (n > 1) {
         if (unsplittable)
-            slim__batcher_run_alone(b, ts[0]->shape);
+            mark_alone(b, ts[0]->shape);
         if (s == SLIM_EOOM) {
             int half = n / 2;
-            slim_server_batch_run(b, ts, half);
-            slim_server_batch_run(b, ts + half, n - half);
+            slim__batcher_run(b, ts, half);
+            slim__batcher_run(b, ts + half, n - half);
         } else {
             for (int k = 0; k < n; k++)
-                slim_server_batch_run(b, ts + k, 1);
+                slim__batcher_run(b, ts + k, 1);
         }
         return;
     }
@@ -407,7 +550,7 @@ void slim_server_batch_run(slim_server_batcher *b, slim_server_task **ts, int n)
             err = part_err;
     }
     if (s == SLIM_EOOM) {
-        const slim_server_model *m = slim__batcher_model(b);
+        const slim_server_model *m = b->model;
         slim_err why = err;
         slim_errf(&why, SLIM_EOOM, "model '%s' cannot run this request (batch %lld) even alone: %s",
                   m->name, (long long)ts[0]->rows, err.msg);

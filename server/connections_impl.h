@@ -1,13 +1,16 @@
 /*
- * connections.h - module-private: connection tracking for http.c
+ * connections_impl.h - module-private: connection tracking for http.c
  * (connections.c). Every connection MHD opens gets a slim_server_conn (its
  * socket context) from "started" to "closed"; its phase and deadline are
  * guarded by srv->conns_mu.
  */
-#ifndef SLIM_SERVER_CONNECTIONS_H
-#define SLIM_SERVER_CONNECTIONS_H
+#ifndef SLIM_SERVER_CONNECTIONS_IMPL_H
+#define SLIM_SERVER_CONNECTIONS_IMPL_H
 
 #include "server.h"
+
+#include <stdbool.h>
+#include <stdint.h>
 
 #include <microhttpd.h>
 

@@ -1,0 +1,130 @@
+/*
+ * repository.h - the model repository: model folders, their version
+ * folders, the loaded models (refcounted: a request holds a reference from
+ * routing to its answer, so an unload while it runs only takes the model
+ * out of the table; the last holder frees it), loads and unloads
+ * (repository.c), and the .slim conversion cache (convert_cache.c).
+ *
+ *     slim_server_model *m = slim_server_repo_acquire(repo, "mlp", -1, &status, msg, sizeof(msg));
+ *     ... m->model, m->cfg ...
+ *     slim_server_model_release(m);
+ */
+#ifndef SLIM_SERVER_REPOSITORY_H
+#define SLIM_SERVER_REPOSITORY_H
+
+#include "config.h"
+#include "metrics.h"
+#include "slim.h"
+
+#include <cjson/cJSON.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+struct slim_cancel;
+typedef struct slim_server_batcher slim_server_batcher;
+
+typedef struct slim_server_model {
+    char *name;
+    int64_t version;
+    slim_server_config cfg;     /* resolved against this version's model */
+    slim_model *model;
+    slim_server_stats *stats;
+    struct slim_server_batcher *batcher; /* its queue and instance threads */
+    atomic_int refs;
+} slim_server_model;
+
+void slim_server_model_ref(slim_server_model *m);
+void slim_server_model_release(slim_server_model *m); /* frees at zero */
+
+typedef struct slim_server_slot {   /* one version folder */
+    int64_t version;
+    slim_server_model *live;        /* the table's reference; NULL if not ready */
+    bool by_policy;                 /* left out by version_policy: 404, not 503 */
+    char reason[1024];              /* why not ready */
+} slim_server_slot;
+
+typedef struct slim_server_entry {  /* one model folder */
+    char *name;
+    slim_server_slot *slots;        /* ascending versions */
+    int n_slots;
+    char reason[1024];              /* model-level failure (config.json, no versions) */
+    bool failed;
+    uint64_t seq;                   /* the load/unload whose result this holds */
+} slim_server_entry;
+
+/* Repository loads/unloads under way at once; more are answered 503. */
+#define SLIM_SERVER_MAX_REPO_OPS 16
+
+typedef struct slim_server_repo {
+    char *root;
+    slim_server_metrics *metrics;
+    pthread_mutex_t mu;             /* guards entries and slots */
+    uint64_t op_seq;                /* loads/unloads started so far (under mu) */
+    int default_instances;          /* --workers: instance_count when not set */
+    const char *default_device;     /* --device: where models run unless config.json says */
+    const char *default_precision;  /* --precision: unless config.json says; NULL: fp32 */
+    int default_queue_size;         /* --queue-size: max_queue_size when not set */
+    int load_timeout_s;             /* --load-timeout: a load's time bound; 0: none */
+    /* The tokens of the loads under way (under mu), for shutdown to cancel. */
+    struct slim_cancel *loads[SLIM_SERVER_MAX_REPO_OPS];
+    const char *convert_cache;      /* --convert-cache: every ONNX model converted
+                                       there; NULL: only "convert": true ones, into
+                                       slim_server_convert_cache_default() */
+    slim_server_entry *entries;
+    int n_entries, cap_entries;
+} slim_server_repo;
+
+/* Why a version folder that the model's version_policy leaves out is not
+ * served (repository index). */
+#define SLIM_SERVER_POLICY_REASON "unloaded by version policy"
+
+/* Scans root and loads every model found; a model that fails is recorded,
+ * not fatal. Fails only when root can't be read. instances and queue_size
+ * are the defaults of instance_count and max_queue_size; device is where
+ * models load unless their config.json says ("device"; NULL: the CPU), and
+ * precision how ("precision"; NULL: fp32). */
+slim_status slim_server_repo_open(slim_server_repo *repo, const char *root,
+                                  slim_server_metrics *metrics, int instances,
+                                  int queue_size, const char *device, const char *precision,
+                                  const char *convert_cache, int load_timeout_s, slim_err *err);
+void slim_server_repo_close(slim_server_repo *repo);
+/* Cancels the loads under way (SIGTERM); each fails at its next check. */
+void slim_server_repo_cancel_loads(slim_server_repo *repo);
+
+/* version < 0: the highest ready one. On success returns a new reference;
+ * otherwise NULL with *http_status (404 unknown, 503 not ready) and msg. */
+slim_server_model *slim_server_repo_acquire(slim_server_repo *repo, const char *name,
+                                            int64_t version, int *http_status,
+                                            char *msg, size_t cap);
+/* The ready versions of name, ascending; returns how many (<= cap). */
+int slim_server_repo_ready_versions(slim_server_repo *repo, const char *name,
+                                    int64_t *out, int cap);
+/* (Re)loads name from disk; *http_status says how a failure should read. */
+slim_status slim_server_repo_load(slim_server_repo *repo, const char *name,
+                                  int *http_status, slim_err *err);
+slim_status slim_server_repo_unload(slim_server_repo *repo, const char *name,
+                                    int *http_status, slim_err *err);
+/* New references to the ready versions of `name` (every model when NULL),
+ * by name then version; returns how many (<= cap). */
+int slim_server_repo_ready_models(slim_server_repo *repo, const char *name,
+                                  slim_server_model **out, int cap);
+/* [{"name","version","state","reason"}...] */
+cJSON *slim_server_repo_index(slim_server_repo *repo, bool ready_only);
+
+/* ---- conversion cache (convert_cache.c) --------------------------------- */
+
+/* The .slim conversion of src with opts' precision and int8 exclusions
+ * (its device is ignored: the file is placed when it loads), written into
+ * cache_dir (created) unless a file with its key is already there: its path
+ * in out, *converted true when it was written now. */
+slim_status slim_server_convert_cached(const char *cache_dir, const char *model,
+                                       int64_t version, const char *src,
+                                       const slim_load_opts *opts, char *out, size_t cap,
+                                       bool *converted, slim_err *err);
+/* $SLIMSERVE_CACHE_DIR, else $XDG_CACHE_HOME/slimserve, else
+ * $HOME/.cache/slimserve, else /tmp/slimserve-cache. */
+const char *slim_server_convert_cache_default(void);
+
+#endif
