@@ -11,7 +11,7 @@ one of 32. Then:
 
   * 64 concurrent requests of batch 1, 8 and 32 all get 200, never 400 or
     507: a request whose rows do not fit in one run even alone is run in
-    parts of its rows (workers.c), so batch 32 is answered under a limit
+    parts of its rows (batch_run.c), so batch 32 is answered under a limit
     that fits a run of 4. Every 200 is bitwise the answer the same input
     gets alone. (507 is left for what can never run: inputs over the
     limit, below.) Requests that found no memory for their
