@@ -214,6 +214,14 @@ def main():
         print('%s:%d: "%s" is ambiguous: %s' % (s, n, name, ", ".join(sorted(cands))))
     for comp in folder_cycles(edges):
         print("include cycle across folders: %s" % " <-> ".join(comp))
+        # One include per folder pair inside the cycle, to start from.
+        example = {}
+        for src, n, target in edges:
+            a, b = folder_of(src), folder_of(target)
+            if a != b and a in comp and b in comp:
+                example.setdefault((a, b), "%s:%d -> %s" % (src, n, target))
+        for (a, b), where in sorted(example.items()):
+            print("  %s -> %s: %s" % (a, b, where))
     print("layers: %d includes checked, %d upward (%d known), %d ambiguous"
           % (len(edges), len(bad), len(old), len(ambiguous)))
     return 1 if failed else 0
