@@ -41,7 +41,9 @@
  * the layout oneDNN's bf16 kernels read, sums in float32: ResNet-50 in
  * 0.60x its float32 time (widened: 1.00x), cosine 0.99999 to it.
  *
- * Engine, streams, reorders and the packing are conv_dnnl_pack.c's.
+ * Engine, streams, reorders and the packing are conv_dnnl_pack.c's; the
+ * primitives of one input shape (parts, direct or Winograd) are made in
+ * conv_dnnl_build.c, the state they hang on is in conv_dnnl_set.h.
  *
  * Threads: slimserve's pool, not oneDNN's. This oneDNN build runs on
  * OpenMP, whose idle threads spin; on cores shared with other work (the
@@ -62,6 +64,7 @@
  */
 #include "conv_dnnl.h"
 #include "conv_dnnl_impl.h"
+#include "conv_dnnl_set.h"
 #include "hgemm.h"
 
 #include <oneapi/dnnl/dnnl.h>
@@ -71,54 +74,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-
-#define CACHE_SLOTS 8
-
-/* One thread's share: input channels [c0, c1) to reorder, output channels
- * [o0, o1) to compute, with the primitives over those slices. */
-typedef struct part {
-    int64_t c0, c1, o0, o1;
-    dnnl_primitive_t to_src, conv, res_to_dst, from_dst;
-    dnnl_memory_desc_t x_md, src_md;           /* the input slice, NCHW and blocked */
-    dnnl_memory_desc_t csrc_md, wei_md, bias_md, dst_md, y_md; /* the conv's */
-    dnnl_memory_desc_t dww_md, dwb_md;         /* the depthwise post-op's W and B */
-    dnnl_memory_desc_t scratch_md; /* the conv's scratchpad, ours to give */
-    size_t scratch_bytes;
-    /* bf16 products (bf16_products): this part's slice of the stored bf16
-     * W (OIhw16i16o) reordered per run into the layout the conv reads */
-    dnnl_primitive_t w_to_run;
-    dnnl_memory_desc_t wst_md;
-} part;
-
-typedef struct prim_set {
-    int64_t h, w, oh, ow;      /* the input shape it was made for, the output's */
-    int64_t oh1, ow1;          /* the 1x1's output, before a depthwise post-op */
-    bool residual;
-    bool bf16;                 /* bf16 src and W, float32 sums (bf16_products) */
-    int n_in_parts, n_parts;
-    part *in_parts, *parts;
-    size_t src_floats, dst_floats; /* blocked scratch per image */
-} prim_set;
-
-typedef struct fconv_state {
-    int64_t group, kernel[2], stride[2], dilation[2], pads[4];
-    int act;                   /* SLIM_FCONV_ACT_* */
-    float alpha, beta;
-    int wfmt;                  /* SLIM_FCONV_W_* */
-    int64_t m; /* output channels (W's first dim is padded to 16); 0: W's, unpadded */
-    /* Set by the blocked_layout pass: X, R or Y is held in nChw16c (same
-     * bytes as NCHW when channels are a multiple of 16, else padded to one
-     * and shaped so), so its reorder is skipped. */
-    bool in_blocked, res_blocked, out_blocked;
-    /* A depthwise 3x3 (pad 1) merged in after a 1x1 (merge_depthwise in
-     * fuse_conv.c): its stride, 0 when there is none, and activation. */
-    int64_t dw_stride;
-    int dw_act;
-    float dw_alpha, dw_beta;
-    pthread_mutex_t mu;
-    int n_sets;
-    prim_set sets[CACHE_SLOTS];
-} fconv_state;
 
 /* ---- the operator ------------------------------------------------------ */
 
@@ -167,19 +122,6 @@ static slim_status fconv_prepare(slim_node *node, void **state, slim_err *err)
     pthread_mutex_init(&s->mu, NULL);
     *state = s;
     return SLIM_OK;
-}
-
-/* M: out_channels, or W's first dim in graphs made before the attribute. */
-static int64_t out_channels(const fconv_state *s, const slim_tensor *w)
-{
-    return s->m ? s->m : w->dims[0];
-}
-
-static int64_t out_extent(const fconv_state *s, int i, int64_t in)
-{
-    int64_t span = (s->kernel[i] - 1) * s->dilation[i] + 1;
-    int64_t room = in + s->pads[i] + s->pads[i + 2] - span;
-    return room < 0 ? -1 : room / s->stride[i] + 1;
 }
 
 static slim_status fconv_infer(slim_op_ctx *ctx)
@@ -238,329 +180,14 @@ static slim_status fconv_infer(slim_op_ctx *ctx)
     return SLIM_OK;
 }
 
-static void parts_release(part *ps, int n)
-{
-    for (int i = 0; ps && i < n; i++) {
-        dnnl_primitive_destroy(ps[i].to_src);
-        dnnl_primitive_destroy(ps[i].conv);
-        dnnl_primitive_destroy(ps[i].res_to_dst);
-        dnnl_primitive_destroy(ps[i].from_dst);
-        dnnl_primitive_destroy(ps[i].w_to_run);
-    }
-    free(ps);
-}
-
-static void set_release(prim_set *ps)
-{
-    parts_release(ps->in_parts, ps->n_in_parts);
-    parts_release(ps->parts, ps->n_parts);
-    ps->in_parts = ps->parts = NULL;
-}
 
 static void fconv_release(void *state)
 {
     fconv_state *s = state;
     for (int i = 0; i < s->n_sets; i++)
-        set_release(&s->sets[i]);
+        slim__fconv_set_release(&s->sets[i]);
     pthread_mutex_destroy(&s->mu);
     free(s);
-}
-
-static void md4t(dnnl_memory_desc_t *md, int64_t c, int64_t h, int64_t w, dnnl_format_tag_t tag,
-                 dnnl_data_type_t dt)
-{
-    dnnl_dims_t d = {1, c, h, w};
-    dnnl_memory_desc_init_by_tag(md, 4, d, dt, tag);
-}
-
-static void md4(dnnl_memory_desc_t *md, int64_t c, int64_t h, int64_t w, dnnl_format_tag_t tag)
-{
-    md4t(md, c, h, w, tag, dnnl_f32);
-}
-
-/* Whether bf16 W runs as bf16 products: bf16 src (each activation rounded
- * to bf16, as MatMulHalf's avx512bf16 path rounds x) times bf16 W, summed
- * in float32, by oneDNN's AVX512_BF16 kernels -- twice the multiply rate
- * of float32, where widening W to float32 every run made bf16 slower than
- * float32. Blocked W only (not depthwise, not a first layer's, not with a
- * depthwise post-op: those still widen), where MatMulHalf takes its
- * avx512bf16 path (SLIM_HALF_ISA lowers both), and not with
- * SLIM_CONV_BF16=0 (read when the primitives are made). */
-static bool bf16_products(const fconv_state *s, const slim_tensor *w)
-{
-    const char *off = getenv("SLIM_CONV_BF16");
-    return w->dtype == SLIM_BF16 && slim_hgemm_get_isa(SLIM_BF16) == SLIM_HGEMM_AVX512BF16 &&
-           !(off && strcmp(off, "0") == 0) &&
-           s->wfmt == SLIM_FCONV_W_BLOCKED && !s->dw_stride && s->group == 1;
-}
-
-/* Cuts count channels into at most n parts of whole blocks of 16 (the
- * last may be short); returns how many parts it made, bounds in lo/hi. */
-static int split16(int64_t count, int n, int64_t *lo, int64_t *hi)
-{
-    int64_t blocks = (count + 15) / 16;
-    if (n > blocks)
-        n = (int)blocks;
-    for (int p = 0; p < n; p++) {
-        lo[p] = blocks * p / n * 16;
-        hi[p] = blocks * (p + 1) / n * 16;
-        if (hi[p] > count)
-            hi[p] = count;
-    }
-    return n;
-}
-
-/* Output planes of at least this many pixels take Winograd F(4x4, 3x3).
- * It does a quarter of direct's multiplies on the activation but
- * transforms W on every run (36 values per 9): measured single-threaded
- * on ResNet-18's convs, 56x56 and 28x28 planes ran in 0.55-0.6x direct's
- * time, 14x14 in 1.3x and 7x7 in 3x. */
-#define WINO_MIN_PLANE (28 * 28)
-
-/* Whether this conv should try Winograd: 3x3, stride 1, no dilation, W
- * blocked (oneDNN's Winograd reads OIhw16i16o), no depthwise post-op, a
- * large enough output; SLIM_CONV_WINOGRAD=0 turns it off (A/B). */
-static bool use_winograd(const fconv_state *s, const prim_set *set)
-{
-    const char *off = getenv("SLIM_CONV_WINOGRAD"); /* read when primitives are made */
-    return !(off && strcmp(off, "0") == 0) && s->wfmt == SLIM_FCONV_W_BLOCKED && !s->dw_stride && s->kernel[0] == 3 &&
-           s->kernel[1] == 3 && s->stride[0] == 1 && s->stride[1] == 1 && s->dilation[0] == 1 &&
-           s->dilation[1] == 1 && set->oh1 * set->ow1 >= WINO_MIN_PLANE;
-}
-
-/* Winograd's scratchpad is 6-8 MB whatever the plane (oneDNN sizes its
- * blocks by the caches), per part running at once. Next to ResNet's 56x56
- * and 28x28 activations that is 4-10x one image's input and output; next
- * to the example resnet's 32x32x32 (models/gen_models.py) it is 25x, more
- * than a memory limit sized for that model leaves a run (tests/e2e/
- * test_batching.py). Above WINO_MAX_SCRATCH times, direct it is. */
-#define WINO_MAX_SCRATCH 16
-
-static bool wino_scratch_fits(const fconv_state *s, const slim_tensor *w, const prim_set *set,
-                              int64_t c, const_dnnl_primitive_desc_t pd)
-{
-    size_t scratch = dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(
-        pd, dnnl_query_scratchpad_md, 0));
-    size_t image = sizeof(float) * (size_t)(c * set->h * set->w +
-                                            out_channels(s, w) * set->oh1 * set->ow1);
-    return scratch <= WINO_MAX_SCRATCH * image;
-}
-
-static dnnl_status_t make_conv(const fconv_state *s, const slim_tensor *w, const prim_set *set,
-                               int64_t c, part *pt)
-{
-    int64_t m = pt->o1 - pt->o0;
-    bool dw = s->wfmt == SLIM_FCONV_W_DEPTHWISE, plain = s->wfmt == SLIM_FCONV_W_PLAIN_SRC;
-    md4t(&pt->csrc_md, dw ? m : c, set->h, set->w, plain ? dnnl_nchw : dnnl_nChw16c,
-         set->bf16 ? dnnl_bf16 : dnnl_f32);
-    md4(&pt->dst_md, m, set->oh1, set->ow1, dnnl_nChw16c); /* the 1x1's, with dw */
-    md4(&pt->y_md, m, set->oh, set->ow, dnnl_nchw);
-    slim__fconv_weights_md(&pt->wei_md, m, dw ? 1 : c, w->dims[2], w->dims[3], s->wfmt, true);
-    if (set->bf16) {
-        /* Stored: the float32 layout in bf16; run: whatever oneDNN's bf16
-         * kernel reads (pairs of input channels side by side), asked for
-         * with format any and reordered into per run. */
-        pt->wst_md = pt->wei_md;
-        pt->wst_md.data_type = dnnl_bf16;
-        dnnl_dims_t wd = {m, c, w->dims[2], w->dims[3]};
-        dnnl_memory_desc_init_by_tag(&pt->wei_md, 4, wd, dnnl_bf16, dnnl_format_tag_any);
-    }
-    dnnl_dims_t bd = {m};
-    dnnl_memory_desc_init_by_tag(&pt->bias_md, 1, bd, dnnl_f32, dnnl_a);
-    dnnl_dims_t strides = {s->stride[0], s->stride[1]};
-    dnnl_dims_t dil = {s->dilation[0] - 1, s->dilation[1] - 1};
-    dnnl_dims_t pl = {s->pads[0], s->pads[1]}, pr;
-    /* oneDNN wants pr to end at the last window exactly. */
-    int64_t in[2] = {set->h, set->w}, out[2] = {set->oh1, set->ow1};
-    for (int i = 0; i < 2; i++)
-        pr[i] = (out[i] - 1) * s->stride[i] + (s->kernel[i] - 1) * s->dilation[i] + 1 - in[i] -
-                pl[i];
-    dnnl_convolution_desc_t cd;
-    dnnl_status_t st;
-    dnnl_primitive_attr_t attr = NULL;
-    dnnl_post_ops_t po = NULL;
-    dnnl_primitive_desc_t pd = NULL;
-    if ((st = dnnl_primitive_attr_create(&attr)) != dnnl_success ||
-        (st = dnnl_post_ops_create(&po)) != dnnl_success)
-        goto done;
-    if (set->residual)
-        dnnl_post_ops_append_sum(po, 1.0f);
-    if (s->act == SLIM_FCONV_ACT_RELU)
-        dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
-    else if (s->act == SLIM_FCONV_ACT_CLIP)
-        dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip_v2, s->alpha, s->beta);
-    if (s->dw_stride) {
-        if ((st = dnnl_post_ops_append_dw(po, dnnl_f32, dnnl_f32, dnnl_f32, 3, s->dw_stride, 1, 0,
-                                          0, NULL)) != dnnl_success)
-            goto done;
-        if (s->dw_act == SLIM_FCONV_ACT_RELU)
-            dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
-        else if (s->dw_act == SLIM_FCONV_ACT_CLIP)
-            dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip_v2, s->dw_alpha, s->dw_beta);
-    }
-    dnnl_primitive_attr_set_post_ops(attr, po);
-    /* The library's own scratchpad is one global buffer in this build
-     * (no DNNL_ENABLE_CONCURRENT_EXEC): two threads running convs at once
-     * would share it. Each execution brings its own instead. */
-    dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
-    /* Winograd where it pays (use_winograd), direct where oneDNN turns it
-     * down. Winograd is asked for as forward_training: for inference
-     * oneDNN's Winograd kernels read only their own transformed weight
-     * format (1.8x to 4x the bytes, which would have to replace W at
-     * load), while the training kernel takes W packed as it is and
-     * transforms it into the scratchpad each run. The result is the same
-     * convolution; a convolution keeps no workspace for training. */
-    bool wino = !set->bf16 && use_winograd(s, set); /* oneDNN's Winograd is float32 */
-    for (;;) {
-        st = dnnl_dilated_convolution_forward_desc_init(
-            &cd, wino ? dnnl_forward_training : dnnl_forward_inference,
-            wino ? dnnl_convolution_winograd : dnnl_convolution_direct, &pt->csrc_md,
-            &pt->wei_md, &pt->bias_md, &pt->dst_md, strides, dil, pl, pr);
-        if (st == dnnl_success)
-            st = dnnl_primitive_desc_create(&pd, &cd, attr, slim__fconv_engine(), NULL);
-        if (st == dnnl_success && wino && !wino_scratch_fits(s, w, set, c, pd))
-            st = dnnl_unimplemented;
-        if (st == dnnl_success || !wino)
-            break;
-        dnnl_primitive_desc_destroy(pd);
-        pd = NULL;
-        wino = false;
-    }
-    if (st != dnnl_success)
-        goto done;
-    if (getenv("SLIM_DNNL_VERBOSE")) {
-        const char *impl = NULL;
-        dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
-        fprintf(stderr, "FusedConv %lldx%lldx%lld -> %lld: %s, scratchpad %zu bytes\n",
-                (long long)c, (long long)set->h, (long long)set->w, (long long)m, impl,
-                dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md,
-                                                                       0)));
-    }
-    if (s->dw_stride) {
-        /* The fused primitive's dst is the depthwise conv's; its W must be
-         * the Goihw16g slice the pass packed, */
-        pt->dst_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_dst_md, 0);
-        pt->dww_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md,
-                                                   DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_WEIGHTS);
-        pt->dwb_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_exec_arg_md,
-                                                   DNNL_ARG_ATTR_POST_OP_DW | DNNL_ARG_BIAS);
-        /* and its dst nChw16c at the depthwise conv's size, as the rest
-         * of this file (and a blocked reader) takes it */
-        dnnl_memory_desc_t want, want_dst;
-        slim__fconv_weights_md(&want, m, 1, 3, 3, SLIM_FCONV_W_DEPTHWISE, true);
-        md4(&want_dst, m, set->oh, set->ow, dnnl_nChw16c);
-        if (!dnnl_memory_desc_equal(&pt->dww_md, &want) ||
-            !dnnl_memory_desc_equal(&pt->dst_md, &want_dst)) {
-            st = dnnl_unimplemented;
-            goto done;
-        }
-    }
-    pt->scratch_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md, 0);
-    pt->scratch_bytes = dnnl_memory_desc_get_size(&pt->scratch_md);
-    if (set->bf16) {
-        pt->wei_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-        if ((st = slim__fconv_make_reorder(&pt->w_to_run, &pt->wst_md, &pt->wei_md)) != dnnl_success)
-            goto done;
-    }
-    st = dnnl_primitive_create(&pt->conv, pd);
-    if (st == dnnl_success && set->residual && !s->res_blocked)
-        st = slim__fconv_make_reorder(&pt->res_to_dst, &pt->y_md, &pt->dst_md);
-    if (st == dnnl_success && !s->out_blocked)
-        st = slim__fconv_make_reorder(&pt->from_dst, &pt->dst_md, &pt->y_md);
-done:
-    dnnl_primitive_desc_destroy(pd);
-    dnnl_post_ops_destroy(po);
-    dnnl_primitive_attr_destroy(attr);
-    return st;
-}
-
-static dnnl_status_t build_set(const fconv_state *s, const slim_tensor *w, const slim_tensor *x,
-                               bool residual, prim_set *set)
-{
-    memset(set, 0, sizeof(*set));
-    set->h = x->dims[2];
-    set->w = x->dims[3];
-    set->oh = set->oh1 = out_extent(s, 0, set->h);
-    set->ow = set->ow1 = out_extent(s, 1, set->w);
-    if (s->dw_stride) {
-        set->oh = (set->oh1 - 1) / s->dw_stride + 1;
-        set->ow = (set->ow1 - 1) / s->dw_stride + 1;
-    }
-    set->residual = residual;
-    set->bf16 = bf16_products(s, w);
-    int64_t c = x->dims[1], m = out_channels(s, w);
-    int threads = slim_num_threads();
-    int64_t lo[64], hi[64];
-    if (threads > 64)
-        threads = 64;
-    /* raw (these): one part per kernel thread */
-    set->parts = calloc((size_t)threads, sizeof(part));
-    set->in_parts = calloc((size_t)threads, sizeof(part));
-    if (!set->parts || !set->in_parts) {
-        set_release(set);
-        return dnnl_out_of_memory;
-    }
-    dnnl_status_t st = dnnl_success;
-    /* The input into blocked scratch, split by input channels: from NCHW,
-     * or (bf16 products) into bf16 from NCHW or from a blocked input. */
-    if (s->wfmt != SLIM_FCONV_W_PLAIN_SRC && (!s->in_blocked || set->bf16)) {
-        set->n_in_parts = split16(c, threads, lo, hi);
-        for (int p = 0; p < set->n_in_parts && st == dnnl_success; p++) {
-            part *pt = &set->in_parts[p];
-            pt->c0 = lo[p];
-            pt->c1 = hi[p];
-            md4(&pt->x_md, hi[p] - lo[p], set->h, set->w,
-                s->in_blocked ? dnnl_nChw16c : dnnl_nchw);
-            md4t(&pt->src_md, hi[p] - lo[p], set->h, set->w, dnnl_nChw16c,
-                 set->bf16 ? dnnl_bf16 : dnnl_f32);
-            st = slim__fconv_make_reorder(&pt->to_src, &pt->x_md, &pt->src_md);
-        }
-        /* in floats; bf16 takes half */
-        size_t elems = (size_t)(slim__fconv_round16(c) * set->h * set->w);
-        set->src_floats = set->bf16 ? (elems + 1) / 2 : elems;
-    }
-    set->n_parts = split16(m, threads, lo, hi);
-    for (int p = 0; p < set->n_parts && st == dnnl_success; p++) {
-        set->parts[p].o0 = lo[p];
-        set->parts[p].o1 = hi[p];
-        st = make_conv(s, w, set, c, &set->parts[p]);
-    }
-    set->dst_floats = s->out_blocked ? 0 : (size_t)(slim__fconv_round16(m) * set->oh * set->ow);
-    if (st != dnnl_success)
-        set_release(set);
-    return st;
-}
-
-/* The primitives for this shape, made on first use and cached; once the
- * cache is full (a server sees few shapes), made for this call only and
- * *owned, since a cached set may be in use by another run. */
-static slim_status find_set(fconv_state *s, const slim_tensor *w, const slim_tensor *x,
-                            bool residual, prim_set *out, bool *owned, slim_err *err)
-{
-    pthread_mutex_lock(&s->mu);
-    *owned = false;
-    for (int i = 0; i < s->n_sets; i++)
-        if (s->sets[i].h == x->dims[2] && s->sets[i].w == x->dims[3] &&
-            s->sets[i].residual == residual) {
-            *out = s->sets[i];
-            pthread_mutex_unlock(&s->mu);
-            return SLIM_OK;
-        }
-    /* get_stream keeps oneDNN to this thread first: a primitive sizes its
-     * work split (Winograd's, at least) by the thread count it sees when
-     * made. */
-    dnnl_status_t ds = slim__fconv_stream() ? build_set(s, w, x, residual, out) : dnnl_runtime_error;
-    if (ds == dnnl_success) {
-        if (s->n_sets < CACHE_SLOTS)
-            s->sets[s->n_sets++] = *out;
-        else
-            *owned = true;
-    }
-    pthread_mutex_unlock(&s->mu);
-    if (ds != dnnl_success)
-        return slim_errf(err, SLIM_EINTERNAL, "oneDNN could not make the convolution (status %d)",
-                         (int)ds);
-    return SLIM_OK;
 }
 
 /* Below this much work (multiply-adds x 2) per chunk, waking a second
@@ -755,15 +382,15 @@ static slim_status fconv_exec(slim_op_ctx *ctx)
      * run, once for all the batch's images (conv_parts, part_weights), and
      * the copy goes when the part is done. */
     const slim_tensor *half = w->dtype != SLIM_F32 ? w : NULL;
-    bool bf16 = bf16_products(s, w); /* then W is reordered per part, never widened */
+    bool bf16 = slim__fconv_bf16_products(s, w); /* then W is reordered per part, never widened */
     prim_set set;
     bool owned;
-    slim_status st = find_set(s, w, x, r != NULL, &set, &owned, ctx->err);
+    slim_status st = slim__fconv_find_set(s, w, x, r != NULL, &set, &owned, ctx->err);
     if (!st && set.bf16 != bf16) /* SLIM_CONV_BF16 changed since the set was made */
         st = slim_errf(ctx->err, SLIM_EINTERNAL, "FusedConv: bf16 products switched mid-run");
     if (st) {
         if (owned)
-            set_release(&set);
+            slim__fconv_set_release(&set);
         return st;
     }
     int64_t batch = x->dims[0];
@@ -811,7 +438,7 @@ done:
     slim_tensor_release(&src);
     slim_tensor_release(&dst);
     if (owned)
-        set_release(&set);
+        slim__fconv_set_release(&set);
     return st;
 }
 

@@ -43,6 +43,73 @@ static double now_s(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+/* "pruned    METHOD: N layers (K sparse), Z% zeros, their bytes A -> B" */
+static void print_prune_totals(const slim_prune_report *prep)
+{
+    int sparse = 0;
+    for (int i = 0; i < prep->n_layers; i++)
+        sparse += strcmp(prep->layers[i].storage, "dense") != 0;
+    printf("pruned    %s: %d layers (%d sparse), %.2f%% zeros, their bytes %zu -> %zu "
+           "(%.3fx)\n", prep->method, prep->n_layers, sparse,
+           prep->elements ? 100.0 * (double)prep->zeros / (double)prep->elements : 0.0,
+           prep->bytes_before, prep->bytes_after,
+           prep->bytes_before ? (double)prep->bytes_after / (double)prep->bytes_before : 1.0);
+}
+
+/* Writes m (freed here) to out with a line per stage, then reads the file
+ * back and checks every node and weight against m; out is removed when
+ * that fails. Returns the exit code. */
+static int write_and_verify(slim_model *m, const char *in, const char *out)
+{
+    int packed = 0;
+    for (int i = 0; i < m->graph->n_nodes; i++)
+        packed += strcmp(m->graph->nodes[i].op_type, "FusedMatMul") == 0;
+    if (packed)
+        printf("packed    %d MatMul weights in this CPU's oneDNN layout (loads here run them in "
+               "place; other CPUs repack, GPUs unpack)\n", packed);
+    fflush(stdout);
+    double t1 = now_s();
+    bool tty = isatty(STDOUT_FILENO);
+    slim_err err = {0};
+    slim_status ws = slim_format_write_progress(m->graph, out, tty ? progress_bar : NULL, NULL,
+                                                &err);
+    if (tty)
+        printf("\r\033[K"); /* the bar gives way to the stage's line */
+    if (ws != SLIM_OK) {
+        fprintf(stderr, "slim convert: %s\n", err.msg);
+        slim_model_free(m);
+        return 1;
+    }
+    struct stat sb;
+    char fb[32];
+    stat(out, &sb);
+    printf("wrote     %s: %s (%.2f s)\n", out, slim_format_bytes((size_t)sb.st_size, fb, sizeof(fb)),
+           now_s() - t1);
+    fflush(stdout);
+    double t2 = now_s();
+    slim_model *back = NULL;
+    int rc = 0;
+    /* Read back as written, to compare with what was written. */
+    slim_load_opts back_opts = {.no_passes = true};
+    if (slim_model_load(out, &back_opts, &back, &err) != SLIM_OK) {
+        fprintf(stderr, "slim convert: reading %s back: %s\n", out, err.msg);
+        rc = 1;
+    } else {
+        char why[512];
+        if (slim_format_verify(m->graph, back->graph, why, sizeof(why))) {
+            fprintf(stderr, "slim convert: %s does not match %s: %s\n", out, in, why);
+            rc = 1;
+        } else {
+            printf("verified  every node and weight read back (%.3f s)\n", now_s() - t2);
+        }
+    }
+    slim_model_free(back);
+    slim_model_free(m);
+    if (rc)
+        remove(out);
+    return rc;
+}
+
 int slim_cmd_convert(int argc, char **argv)
 {
     const char *in = NULL, *out = NULL, *precision = NULL, *exclude_arg = NULL;
@@ -134,14 +201,7 @@ int slim_cmd_convert(int argc, char **argv)
     printf("loaded    %s: %d nodes, %s of weights (%.2f s)\n", in, m->graph->n_nodes,
            slim_format_bytes(m->weight_bytes, wb, sizeof(wb)), now_s() - t0);
     if (pruned) {
-        int sparse = 0;
-        for (int i = 0; i < prep.n_layers; i++)
-            sparse += strcmp(prep.layers[i].storage, "dense") != 0;
-        printf("pruned    %s: %d layers (%d sparse), %.2f%% zeros, their bytes %zu -> %zu "
-               "(%.3fx)\n", prep.method, prep.n_layers, sparse,
-               prep.elements ? 100.0 * (double)prep.zeros / (double)prep.elements : 0.0,
-               prep.bytes_before, prep.bytes_after,
-               prep.bytes_before ? (double)prep.bytes_after / (double)prep.bytes_before : 1.0);
+        print_prune_totals(&prep);
         slim_prune_report_free(&prep);
         fflush(stdout);
         if (slim_cli_prune_error(in, m)) {
@@ -149,50 +209,5 @@ int slim_cmd_convert(int argc, char **argv)
             return 1;
         }
     }
-    int packed = 0;
-    for (int i = 0; i < m->graph->n_nodes; i++)
-        packed += strcmp(m->graph->nodes[i].op_type, "FusedMatMul") == 0;
-    if (packed)
-        printf("packed    %d MatMul weights in this CPU's oneDNN layout (loads here run them in "
-               "place; other CPUs repack, GPUs unpack)\n", packed);
-    fflush(stdout);
-    double t1 = now_s();
-    bool tty = isatty(STDOUT_FILENO);
-    slim_status ws = slim_format_write_progress(m->graph, out, tty ? progress_bar : NULL, NULL,
-                                                &err);
-    if (tty)
-        printf("\r\033[K"); /* the bar gives way to the stage's line */
-    if (ws != SLIM_OK) {
-        fprintf(stderr, "slim convert: %s\n", err.msg);
-        slim_model_free(m);
-        return 1;
-    }
-    struct stat sb;
-    char fb[32];
-    stat(out, &sb);
-    printf("wrote     %s: %s (%.2f s)\n", out, slim_format_bytes((size_t)sb.st_size, fb, sizeof(fb)),
-           now_s() - t1);
-    fflush(stdout);
-    double t2 = now_s();
-    slim_model *back = NULL;
-    int rc = 0;
-    /* Read back as written, to compare with what was written. */
-    slim_load_opts back_opts = {.no_passes = true};
-    if (slim_model_load(out, &back_opts, &back, &err) != SLIM_OK) {
-        fprintf(stderr, "slim convert: reading %s back: %s\n", out, err.msg);
-        rc = 1;
-    } else {
-        char why[512];
-        if (slim_format_verify(m->graph, back->graph, why, sizeof(why))) {
-            fprintf(stderr, "slim convert: %s does not match %s: %s\n", out, in, why);
-            rc = 1;
-        } else {
-            printf("verified  every node and weight read back (%.3f s)\n", now_s() - t2);
-        }
-    }
-    slim_model_free(back);
-    slim_model_free(m);
-    if (rc)
-        remove(out);
-    return rc;
+    return write_and_verify(m, in, out);
 }

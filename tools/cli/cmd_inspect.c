@@ -255,63 +255,67 @@ static void print_int8(const slim_int8_report *r)
                (double)r->bytes_after / (double)r->bytes_before);
 }
 
-int slim_cmd_inspect(int argc, char **argv)
+/* What the command line asked for. */
+typedef struct inspect_args {
+    const char *path;
+    bool memory, optimized;
+    int64_t batch;
+    const char *exclude_arg;
+    slim_cli_prune prune;
+    slim_cli_half half;
+} inspect_args;
+
+static void inspect_help(void)
 {
-    const char *path = NULL;
-    slim_load_opts opts = {0};
-    bool memory = false, optimized = false;
-    int64_t batch = 1;
-    const char *exclude_arg = NULL;
-    slim_cli_prune prune = {0};
-    slim_prune_report prep = {0};
-    slim_cli_half half = {0};
+    printf(INSPECT_USAGE
+           "  --optimized the graph after the load-time passes, node by node\n"
+           "  --memory    the activation arena plan: buffers, arena_bytes,\n"
+           "              lower_bound_bytes, weight bytes\n"
+           "  --batch N   plan for batch N (default 1)\n"
+           "  --device D  place the model on D (cpu, cuda, cuda:N) and print where\n"
+           "              each node runs and the copies between devices\n"
+           "  --precision fp32, fp16, bf16 or int8 (int8 also prints each\n"
+           "              layer's precision, weight bytes and quantization error)\n"
+           "  --int8-exclude LIST  comma-separated node names or op types kept in fp32\n"
+           "  --int8-max-error X   layers whose measured output error is over X stay fp32\n"
+           SLIM_CLI_HALF_USAGE
+           SLIM_CLI_PRUNE_USAGE
+           "              (--prune prints each layer's sparsity, storage and bytes)\n");
+}
+
+/* Reads the command line into a and opts: 0 to go on, -1 after --help,
+ * else the exit code (the half and prune options are the caller's to free). */
+static int parse_inspect_args(int argc, char **argv, inspect_args *a, slim_load_opts *opts)
+{
     for (int i = 1; i < argc; i++) {
-        int hr = slim_cli_half_arg(&half, "slim inspect", argc, argv, &i, &opts);
+        int hr = slim_cli_half_arg(&a->half, "slim inspect", argc, argv, &i, opts);
         if (!hr)
-            hr = slim_cli_prune_arg(argc, argv, &i, &prune, "inspect");
-        if (hr < 0) {
-            slim_cli_half_free(&half);
-            slim_cli_prune_free(&prune);
+            hr = slim_cli_prune_arg(argc, argv, &i, &a->prune, "inspect");
+        if (hr < 0)
             return 2;
-        }
         if (hr)
             continue;
         if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
-            printf(INSPECT_USAGE
-                   "  --optimized the graph after the load-time passes, node by node\n"
-                   "  --memory    the activation arena plan: buffers, arena_bytes,\n"
-                   "              lower_bound_bytes, weight bytes\n"
-                   "  --batch N   plan for batch N (default 1)\n"
-                   "  --device D  place the model on D (cpu, cuda, cuda:N) and print where\n"
-                   "              each node runs and the copies between devices\n"
-                   "  --precision fp32, fp16, bf16 or int8 (int8 also prints each\n"
-                   "              layer's precision, weight bytes and quantization error)\n"
-                   "  --int8-exclude LIST  comma-separated node names or op types kept in fp32\n"
-                   "  --int8-max-error X   layers whose measured output error is over X stay fp32\n"
-                   SLIM_CLI_HALF_USAGE
-                   SLIM_CLI_PRUNE_USAGE
-                   "              (--prune prints each layer's sparsity, storage and bytes)\n");
-            slim_cli_half_free(&half);
-            slim_cli_prune_free(&prune);
-            return 0;
+            inspect_help();
+            return -1;
         }
         if ((strcmp(argv[i], "--device") == 0 || strcmp(argv[i], "--precision") == 0) &&
             i + 1 < argc) {
             if (argv[i][2] == 'd')
-                opts.device = argv[i + 1];
+                opts->device = argv[i + 1];
             else
-                opts.precision = argv[i + 1];
+                opts->precision = argv[i + 1];
             i++;
             continue;
         }
         if (strcmp(argv[i], "--int8-exclude") == 0 && i + 1 < argc) {
-            exclude_arg = argv[++i];
+            a->exclude_arg = argv[++i];
             continue;
         }
         if (strcmp(argv[i], "--int8-max-error") == 0 && i + 1 < argc) {
             char *end;
-            opts.int8_max_error = strtod(argv[++i], &end);
-            if (*end || !(opts.int8_max_error > 0) || opts.int8_max_error > 1e30) {
+            opts->int8_max_error = strtod(argv[++i], &end);
+            if (*end || !(opts->int8_max_error > 0) || opts->int8_max_error > 1e30) {
                 fprintf(stderr, "slim inspect: --int8-max-error needs a positive number, got "
                         "\"%s\"\n" INSPECT_USAGE, argv[i]);
                 return 2;
@@ -319,11 +323,11 @@ int slim_cmd_inspect(int argc, char **argv)
             continue;
         }
         if (strcmp(argv[i], "--memory") == 0) {
-            memory = true;
+            a->memory = true;
             continue;
         }
         if (strcmp(argv[i], "--optimized") == 0) {
-            optimized = true;
+            a->optimized = true;
             continue;
         }
         if (strcmp(argv[i], "--batch") == 0) {
@@ -334,88 +338,62 @@ int slim_cmd_inspect(int argc, char **argv)
                         "\"%s\"\n" INSPECT_USAGE, i + 1 < argc ? argv[i + 1] : "");
                 return 2;
             }
-            batch = v;
+            a->batch = v;
             i++;
             continue;
         }
-        if (argv[i][0] == '-' || path) {
+        if (argv[i][0] == '-' || a->path) {
             fprintf(stderr, "slim inspect: unexpected argument \"%s\"\n" INSPECT_USAGE, argv[i]);
             return 2;
         }
-        path = argv[i];
+        a->path = argv[i];
     }
-    if (!path) {
+    if (!a->path) {
         fprintf(stderr, INSPECT_USAGE);
         return 2;
     }
-    if (batch != 1 && !memory) {
+    if (a->batch != 1 && !a->memory) {
         fprintf(stderr, "slim inspect: --batch only applies with --memory\n" INSPECT_USAGE);
         return 2;
     }
+    return 0;
+}
 
-    if (slim_cli_prune_opts(&prune, "inspect", &opts.prune) < 0) {
-        slim_cli_prune_free(&prune);
-        return 2;
-    }
-    prune.o.report = &prep;
+/* The reports of a model that loaded (the memory plan, or the summary and
+ * whichever per-layer tables the options asked for); frees the reports
+ * and the model. Returns the exit code. */
+static int print_loaded(const inspect_args *a, const slim_load_opts *opts, slim_model *m,
+                        slim_int8_report *int8, slim_prune_report *prep,
+                        slim_half_report *half_rep)
+{
+    int rc = 0;
+    if (a->memory)
+        rc = print_memory(a->path, m, a->batch);
+    else
+        print_model(a->path, m->graph, m, m->param_count, m->weight_bytes);
+    if (!a->memory && a->optimized)
+        print_nodes(m->graph);
+    if (!a->memory && opts->precision && strcmp(opts->precision, "int8") == 0)
+        print_int8(int8);
+    slim_int8_report_free(int8);
+    if (!a->memory && opts->prune)
+        slim_cli_print_prune(prep);
+    slim_prune_report_free(prep);
+    if (!a->memory && half_rep->n_layers)
+        slim_cli_print_half(half_rep, opts->precision && strcmp(opts->precision, "int8")
+                                          ? opts->precision
+                                          : opts->int8_fallback);
+    slim_half_report_free(half_rep);
+    if (opts->device)
+        slim_model_print_placement(m, stdout);
+    slim_model_free(m);
+    return rc;
+}
+
+/* Loadable but not runnable (reason says why): describe the raw graph. */
+static int describe_raw(const char *path, const char *reason)
+{
     slim_err err;
-    slim_model *m = NULL;
-    slim_int8_report int8 = {0};
-    const char *exclude[256];
-    char *exclude_buf = exclude_arg ? strdup(exclude_arg) : NULL;
-    if (exclude_buf) {
-        int n = slim_cli_split_list(exclude_buf, exclude, 256);
-        opts.int8_exclude = exclude;
-        opts.n_int8_exclude = n < 256 ? n : 256;
-    }
-    opts.int8_report = &int8;
-    slim_half_report half_rep = {0};
-    opts.half_report = &half_rep;
-    /* inspect always measures the int8 layers' output error. */
-    opts.int8_measure = opts.precision && strcmp(opts.precision, "int8") == 0;
-    /* The arena plan is of what runs: the optimized graph. */
-    opts.no_passes = !optimized && !memory;
-    slim_status st = slim_model_load(path, &opts, &m, &err);
-    free(exclude_buf);
-    slim_cli_prune_free(&prune);
-    slim_cli_half_free(&half);
-    if (st == SLIM_OK) {
-        int rc = 0;
-        if (memory)
-            rc = print_memory(path, m, batch);
-        else
-            print_model(path, m->graph, m, m->param_count, m->weight_bytes);
-        if (!memory && optimized)
-            print_nodes(m->graph);
-        if (!memory && opts.precision && strcmp(opts.precision, "int8") == 0)
-            print_int8(&int8);
-        slim_int8_report_free(&int8);
-        if (!memory && opts.prune)
-            slim_cli_print_prune(&prep);
-        slim_prune_report_free(&prep);
-        if (!memory && half_rep.n_layers)
-            slim_cli_print_half(&half_rep, opts.precision && strcmp(opts.precision, "int8")
-                                               ? opts.precision
-                                               : opts.int8_fallback);
-        slim_half_report_free(&half_rep);
-        if (opts.device)
-            slim_model_print_placement(m, stdout);
-        slim_model_free(m);
-        return rc;
-    }
-    slim_half_report_free(&half_rep);
-    if (memory) {
-        fprintf(stderr, "slim inspect: %s\n", err.msg);
-        return 1;
-    }
-    if (st != SLIM_EUNSUPPORTED || opts.device || opts.precision || opts.prune) {
-        fprintf(stderr, "slim inspect: %s\n", err.msg);
-        return 1;
-    }
-
-    /* Loadable but not runnable: describe the raw graph. */
-    char reason[sizeof(err.msg)];
-    memcpy(reason, err.msg, sizeof(reason));
     slim_graph *g = NULL;
     if (slim_onnx_load_file(path, &g, &err) != SLIM_OK) {
         fprintf(stderr, "slim inspect: %s\n", reason);
@@ -434,4 +412,59 @@ int slim_cmd_inspect(int argc, char **argv)
     printf("runnable: no - %s\n", reason);
     slim_graph_free(g);
     return 0;
+}
+
+int slim_cmd_inspect(int argc, char **argv)
+{
+    inspect_args a = {.batch = 1};
+    slim_load_opts opts = {0};
+    slim_prune_report prep = {0};
+    int prc = parse_inspect_args(argc, argv, &a, &opts);
+    if (prc) {
+        slim_cli_half_free(&a.half);
+        slim_cli_prune_free(&a.prune);
+        return prc < 0 ? 0 : prc;
+    }
+
+    if (slim_cli_prune_opts(&a.prune, "inspect", &opts.prune) < 0) {
+        slim_cli_prune_free(&a.prune);
+        slim_cli_half_free(&a.half);
+        return 2;
+    }
+    a.prune.o.report = &prep;
+    slim_err err;
+    slim_model *m = NULL;
+    slim_int8_report int8 = {0};
+    const char *exclude[256];
+    char *exclude_buf = a.exclude_arg ? strdup(a.exclude_arg) : NULL;
+    if (exclude_buf) {
+        int n = slim_cli_split_list(exclude_buf, exclude, 256);
+        opts.int8_exclude = exclude;
+        opts.n_int8_exclude = n < 256 ? n : 256;
+    }
+    opts.int8_report = &int8;
+    slim_half_report half_rep = {0};
+    opts.half_report = &half_rep;
+    /* inspect always measures the int8 layers' output error. */
+    opts.int8_measure = opts.precision && strcmp(opts.precision, "int8") == 0;
+    /* The arena plan is of what runs: the optimized graph. */
+    opts.no_passes = !a.optimized && !a.memory;
+    slim_status st = slim_model_load(a.path, &opts, &m, &err);
+    free(exclude_buf);
+    slim_cli_prune_free(&a.prune);
+    slim_cli_half_free(&a.half);
+    if (st == SLIM_OK)
+        return print_loaded(&a, &opts, m, &int8, &prep, &half_rep);
+    slim_half_report_free(&half_rep);
+    if (a.memory) {
+        fprintf(stderr, "slim inspect: %s\n", err.msg);
+        return 1;
+    }
+    if (st != SLIM_EUNSUPPORTED || opts.device || opts.precision || opts.prune) {
+        fprintf(stderr, "slim inspect: %s\n", err.msg);
+        return 1;
+    }
+    char reason[sizeof(err.msg)];
+    memcpy(reason, err.msg, sizeof(reason));
+    return describe_raw(a.path, reason);
 }

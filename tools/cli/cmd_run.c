@@ -26,6 +26,7 @@
 #include "model.h"
 #include "container.h"
 #include "npy.h"
+#include "run_output.h"
 #include "slim.h"
 
 #include <errno.h>
@@ -37,7 +38,6 @@
 #include <time.h>
 
 #define MAX_RUN_INPUTS 256
-#define PREVIEW_VALUES 6
 
 typedef struct run_input {
     const char *name;   /* the model's name for it (points into the model) */
@@ -264,150 +264,6 @@ static int check_missing(const slim_model *m, const run_input *ins, int n)
     return 1;
 }
 
-/* ---- outputs -------------------------------------------------------------- */
-
-static void print_output(int idx, const char *name, const slim_tensor *t);
-static int write_output(const char *dir, const char *name, const slim_tensor *t);
-
-/* A sequence output prints and writes each tensor as NAME_K (NAME_K.npy);
- * an optional its value, if any, as NAME, or an optional holding a
- * sequence as that sequence's. */
-static int emit_container(int idx, const char *name, const slim_tensor *t, const char *out_dir)
-{
-    int n = slim_container_len(t);
-    printf("output %d \"%s\": %s of %d value(s)\n", idx, name, slim_kind_name(t->kind), n);
-    for (int k = 0; k < n; k++) {
-        const slim_tensor *e = slim_container_at(t, k);
-        char sub[512];
-        if (t->kind == SLIM_KIND_SEQUENCE)
-            snprintf(sub, sizeof(sub), "%s_%d", name, k);
-        else
-            snprintf(sub, sizeof(sub), "%s", name);
-        if (slim_is_container(e)) {
-            if (emit_container(idx, sub, e, out_dir))
-                return 1;
-            continue;
-        }
-        print_output(idx, sub, e);
-        if (out_dir && write_output(out_dir, sub, e))
-            return 1;
-    }
-    return 0;
-}
-
-static void print_output(int idx, const char *name, const slim_tensor *t)
-{
-    char shape[256];
-    slim_shape_str(t->ndim, t->dims, shape, sizeof(shape));
-    printf("output %d \"%s\": %s %s\n", idx, name, slim_dtype_name(t->dtype), shape);
-    int64_t n = slim_tensor_numel(t);
-    if (n == 0 || !t->data) {
-        printf("    (empty)\n");
-        return;
-    }
-    double lo = INFINITY, hi = -INFINITY, sum = 0;
-    int64_t nans = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double v = slim_load_f64(t->dtype, t->data, i);
-        if (isnan(v)) {
-            nans++;
-            continue;
-        }
-        lo = v < lo ? v : lo;
-        hi = v > hi ? v : hi;
-        sum += v;
-    }
-    if (nans < n)
-        printf("    min %.6g  max %.6g  mean %.6g", lo, hi, sum / (double)(n - nans));
-    else
-        printf("    all NaN");
-    if (nans)
-        printf("  (%lld NaN)", (long long)nans);
-    printf("\n    [");
-    for (int64_t i = 0; i < n && i < PREVIEW_VALUES; i++) {
-        if (slim_dtype_is_float(t->dtype))
-            printf("%s%.6g", i ? ", " : "", slim_load_f64(t->dtype, t->data, i));
-        else
-            printf("%s%lld", i ? ", " : "", (long long)slim_load_i64(t->dtype, t->data, i));
-    }
-    printf("%s]\n", n > PREVIEW_VALUES ? ", ..." : "");
-}
-
-/* Output names become file names: path separators and a leading dot (".."
- * would escape the directory) are replaced by '_'. */
-static void output_file_name(const char *name, char *out, size_t cap)
-{
-    size_t n = 0;
-    for (const char *p = name; *p && n + 5 < cap; p++) {
-        char c = *p;
-        if (c == '/' || c == '\\' || (unsigned char)c < 0x20 || (n == 0 && c == '.'))
-            c = '_';
-        out[n++] = c;
-    }
-    if (n == 0)
-        out[n++] = '_';
-    memcpy(out + n, ".npy", 5);
-}
-
-static int make_dirs(const char *dir)
-{
-    char path[4096];
-    if (snprintf(path, sizeof(path), "%s", dir) >= (int)sizeof(path)) {
-        fprintf(stderr, "slim run: output directory path too long\n");
-        return 1;
-    }
-    for (char *p = path + 1;; p++) {
-        if (*p != '/' && *p != '\0')
-            continue;
-        char saved = *p;
-        *p = '\0';
-        if (mkdir(path, 0777) != 0 && errno != EEXIST) {
-            fprintf(stderr, "slim run: cannot create directory %s: %s\n", path, strerror(errno));
-            return 1;
-        }
-        *p = saved;
-        if (!saved)
-            break;
-    }
-    struct stat sb;
-    if (stat(dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
-        fprintf(stderr, "slim run: %s is not a directory\n", dir);
-        return 1;
-    }
-    return 0;
-}
-
-static int write_output(const char *dir, const char *name, const slim_tensor *t)
-{
-    char file[512], path[4096 + 512];
-    output_file_name(name, file, sizeof(file));
-    snprintf(path, sizeof(path), "%s/%s", dir, file);
-    slim_tensor tmp = *t;
-    slim_tensor widened = {0};
-    slim_err err;
-    if (t->dtype == SLIM_BF16) {
-        /* NumPy has no bfloat16: write the exact float32 values instead. */
-        widened.dtype = SLIM_F32;
-        widened.ndim = t->ndim;
-        memcpy(widened.dims, t->dims, sizeof(t->dims));
-        if (slim_tensor_alloc(&widened, &err) != SLIM_OK) {
-            fprintf(stderr, "slim run: output \"%s\": %s\n", name, err.msg);
-            return 1;
-        }
-        for (int64_t i = 0; i < slim_tensor_numel(t); i++)
-            ((float *)widened.data)[i] = slim_bf16_to_f32(((const uint16_t *)t->data)[i]);
-        tmp = widened;
-        fprintf(stderr, "slim run: note: output \"%s\" is bfloat16, written as float32\n", name);
-    }
-    slim_status st = slim_npy_save(path, &tmp, &err);
-    slim_tensor_release(&widened);
-    if (st != SLIM_OK) {
-        fprintf(stderr, "slim run: output \"%s\": %s\n", name, err.msg);
-        return 1;
-    }
-    return 0;
-}
-
 /* ---- timing --------------------------------------------------------------- */
 
 static double now_ms(void)
@@ -470,189 +326,227 @@ static void print_memory_stats(slim_device *dev)
 
 /* ---- the command ---------------------------------------------------------- */
 
-int slim_cmd_run(int argc, char **argv)
-{
-    const char *model_path = NULL, *out_dir = NULL;
+/* What the command line asked for; run_args_free releases what parsing
+ * allocated (the --int8-exclude copy, the half and prune options). */
+typedef struct run_args {
+    const char *model_path, *out_dir;
     const char *input_args[MAX_RUN_INPUTS];
-    int n_input_args = 0;
-    long repeat = 1;
-    bool memory_stats = false, batch_invariant = false;
-    slim_load_opts opts = {0};
+    int n_input_args;
+    long repeat;
+    bool memory_stats, batch_invariant;
     const char *exclude[256];
-    char *exclude_buf = NULL;
-    const char *memory_limit = NULL;
-    bool profile = false;
-    slim_cli_half half = {0};
+    char *exclude_buf;
+    const char *memory_limit;
+    bool profile;
+    slim_cli_half half;
+    slim_cli_prune prune;
+} run_args;
 
-    slim_cli_prune prune = {0};
-    for (int i = 1; i < argc; i++) {
-        int hr = slim_cli_half_arg(&half, "slim run", argc, argv, &i, &opts);
-        if (!hr)
-            hr = slim_cli_prune_arg(argc, argv, &i, &prune, "run");
-        if (hr < 0) {
-            slim_cli_half_free(&half);
-            slim_cli_prune_free(&prune);
+/* One option that takes a value (argv[*i] = "--name VALUE" or
+ * "--name=VALUE"): 0 when taken, else the exit code. */
+static int parse_run_value(run_args *a, slim_load_opts *opts, const char *opt, const char *val)
+{
+    if (strcmp(opt, "--input") == 0 || strcmp(opt, "-i") == 0) {
+        if (a->n_input_args >= MAX_RUN_INPUTS) {
+            fprintf(stderr, "slim run: too many inputs (at most %d)\n", MAX_RUN_INPUTS);
             return 2;
         }
+        a->input_args[a->n_input_args++] = val;
+    } else if (strcmp(opt, "--device") == 0) {
+        opts->device = val;
+    } else if (strcmp(opt, "--precision") == 0) {
+        opts->precision = val;
+    } else if (strcmp(opt, "--int8-exclude") == 0) {
+        free(a->exclude_buf);
+        if (!(a->exclude_buf = strdup(val))) {
+            fprintf(stderr, "slim run: out of memory\n");
+            return 1;
+        }
+        int n = slim_cli_split_list(a->exclude_buf, a->exclude, 256);
+        opts->int8_exclude = a->exclude;
+        opts->n_int8_exclude = n < 256 ? n : 256;
+    } else if (strcmp(opt, "--int8-max-error") == 0) {
+        char *end;
+        opts->int8_max_error = strtod(val, &end);
+        if (*end || !(opts->int8_max_error > 0) || opts->int8_max_error > 1e30) {
+            fprintf(stderr, "slim run: --int8-max-error needs a positive number, got "
+                    "\"%s\"\n", val);
+            return 2;
+        }
+    } else if (strcmp(opt, "--memory-limit") == 0) {
+        a->memory_limit = val;
+    } else if (strcmp(opt, "--repeat") == 0) {
+        char *end;
+        a->repeat = strtol(val, &end, 10);
+        if (*end || a->repeat < 1 || a->repeat > 1000000) {
+            fprintf(stderr, "slim run: --repeat needs a count from 1 to 1000000, got \"%s\"\n",
+                    val);
+            return 2;
+        }
+    } else {
+        a->out_dir = val;
+    }
+    return 0;
+}
+
+/* A flag or the model path: 0 when taken, -1 for --help (usage printed),
+ * else the exit code. */
+static int parse_run_flag(run_args *a, const char *arg)
+{
+    if (strcmp(arg, "-h") == 0 || strcmp(arg, "--help") == 0) {
+        usage();
+        return -1;
+    }
+    if (strcmp(arg, "--memory-stats") == 0) {
+        a->memory_stats = true;
+        return 0;
+    }
+    if (strcmp(arg, "--profile") == 0) {
+        slim_profile_enable(true);
+        a->profile = true;
+        return 0;
+    }
+    if (strcmp(arg, "--batch-invariant") == 0) {
+        a->batch_invariant = true;
+        return 0;
+    }
+    if (arg[0] == '-' || a->model_path) {
+        fprintf(stderr, "slim run: unexpected argument \"%s\"\n", arg);
+        usage();
+        return 2;
+    }
+    a->model_path = arg;
+    return 0;
+}
+
+/* Reads the command line into a and opts: 0 to go on, -1 after --help,
+ * else the exit code (what was allocated stays for run_args_free). */
+static int parse_run_args(int argc, char **argv, run_args *a, slim_load_opts *opts)
+{
+    /* The options also taken as "--name=VALUE". */
+    static const char *const eq_forms[] = {"--input",  "--output-dir", "--repeat",
+                                           "--memory-limit", "--device", "--precision"};
+    for (int i = 1; i < argc; i++) {
+        int hr = slim_cli_half_arg(&a->half, "slim run", argc, argv, &i, opts);
+        if (!hr)
+            hr = slim_cli_prune_arg(argc, argv, &i, &a->prune, "run");
+        if (hr < 0)
+            return 2;
         if (hr)
             continue;
-        const char *a = argv[i];
+        const char *arg = argv[i];
         const char *val = NULL;
-        bool takes_value = strcmp(a, "--input") == 0 || strcmp(a, "-i") == 0 ||
-                           strcmp(a, "--output-dir") == 0 || strcmp(a, "-o") == 0 ||
-                           strcmp(a, "--repeat") == 0 || strcmp(a, "--memory-limit") == 0 ||
-                           strcmp(a, "--device") == 0 || strcmp(a, "--precision") == 0 ||
-                           strcmp(a, "--int8-exclude") == 0 ||
-                           strcmp(a, "--int8-max-error") == 0;
+        bool takes_value = strcmp(arg, "--input") == 0 || strcmp(arg, "-i") == 0 ||
+                           strcmp(arg, "--output-dir") == 0 || strcmp(arg, "-o") == 0 ||
+                           strcmp(arg, "--repeat") == 0 || strcmp(arg, "--memory-limit") == 0 ||
+                           strcmp(arg, "--device") == 0 || strcmp(arg, "--precision") == 0 ||
+                           strcmp(arg, "--int8-exclude") == 0 ||
+                           strcmp(arg, "--int8-max-error") == 0;
         if (takes_value) {
             if (i + 1 >= argc) {
-                fprintf(stderr, "slim run: %s needs a value\n", a);
+                fprintf(stderr, "slim run: %s needs a value\n", arg);
                 usage();
                 return 2;
             }
             val = argv[++i];
-        } else if (strncmp(a, "--input=", 8) == 0) {
-            a = "--input", val = argv[i] + 8;
-        } else if (strncmp(a, "--output-dir=", 13) == 0) {
-            a = "--output-dir", val = argv[i] + 13;
-        } else if (strncmp(a, "--repeat=", 9) == 0) {
-            a = "--repeat", val = argv[i] + 9;
-        } else if (strncmp(a, "--memory-limit=", 15) == 0) {
-            a = "--memory-limit", val = argv[i] + 15;
-        } else if (strncmp(a, "--device=", 9) == 0) {
-            a = "--device", val = argv[i] + 9;
-        } else if (strncmp(a, "--precision=", 12) == 0) {
-            a = "--precision", val = argv[i] + 12;
-        }
-        if (!val) {
-            if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
-                usage();
-                return 0;
-            }
-            if (strcmp(a, "--memory-stats") == 0) {
-                memory_stats = true;
-                continue;
-            }
-            if (strcmp(a, "--profile") == 0) {
-                slim_profile_enable(true);
-                profile = true;
-                continue;
-            }
-            if (strcmp(a, "--batch-invariant") == 0) {
-                batch_invariant = true;
-                continue;
-            }
-            if (a[0] == '-' || model_path) {
-                fprintf(stderr, "slim run: unexpected argument \"%s\"\n", a);
-                usage();
-                return 2;
-            }
-            model_path = a;
-        } else if (strcmp(a, "--input") == 0 || strcmp(a, "-i") == 0) {
-            if (n_input_args >= MAX_RUN_INPUTS) {
-                fprintf(stderr, "slim run: too many inputs (at most %d)\n", MAX_RUN_INPUTS);
-                return 2;
-            }
-            input_args[n_input_args++] = val;
-        } else if (strcmp(a, "--device") == 0) {
-            opts.device = val;
-        } else if (strcmp(a, "--precision") == 0) {
-            opts.precision = val;
-        } else if (strcmp(a, "--int8-exclude") == 0) {
-            free(exclude_buf);
-            if (!(exclude_buf = strdup(val))) {
-                fprintf(stderr, "slim run: out of memory\n");
-                return 1;
-            }
-            int n = slim_cli_split_list(exclude_buf, exclude, 256);
-            opts.int8_exclude = exclude;
-            opts.n_int8_exclude = n < 256 ? n : 256;
-        } else if (strcmp(a, "--int8-max-error") == 0) {
-            char *end;
-            opts.int8_max_error = strtod(val, &end);
-            if (*end || !(opts.int8_max_error > 0) || opts.int8_max_error > 1e30) {
-                fprintf(stderr, "slim run: --int8-max-error needs a positive number, got "
-                        "\"%s\"\n", val);
-                free(exclude_buf);
-                return 2;
-            }
-        } else if (strcmp(a, "--memory-limit") == 0) {
-            memory_limit = val;
-        } else if (strcmp(a, "--repeat") == 0) {
-            char *end;
-            repeat = strtol(val, &end, 10);
-            if (*end || repeat < 1 || repeat > 1000000) {
-                fprintf(stderr, "slim run: --repeat needs a count from 1 to 1000000, got \"%s\"\n",
-                        val);
-                return 2;
-            }
         } else {
-            out_dir = val;
+            for (size_t k = 0; k < sizeof(eq_forms) / sizeof(eq_forms[0]); k++) {
+                size_t len = strlen(eq_forms[k]);
+                if (strncmp(arg, eq_forms[k], len) == 0 && arg[len] == '=') {
+                    val = arg + len + 1;
+                    arg = eq_forms[k];
+                    break;
+                }
+            }
         }
+        int rc = val ? parse_run_value(a, opts, arg, val) : parse_run_flag(a, arg);
+        if (rc)
+            return rc;
     }
-    if (!model_path) {
+    if (!a->model_path) {
         fprintf(stderr, "slim run: no model given\n");
         usage();
-        free(exclude_buf);
-        slim_cli_half_free(&half);
         return 2;
     }
+    return 0;
+}
 
+static void run_args_free(run_args *a)
+{
+    free(a->exclude_buf);
+    a->exclude_buf = NULL;
+    slim_cli_half_free(&a->half);
+    slim_cli_prune_free(&a->prune);
+}
+
+/* --memory-limit applies to the device the model runs on: 0, or the exit
+ * code. */
+static int apply_memory_limit(const char *memory_limit, const char *device)
+{
     slim_err err;
-    slim_model *m = NULL;
-    run_input ins[MAX_RUN_INPUTS];
-    int n_ins = 0, rc = 1;
-    slim_tensor *outs = NULL;
-    int n_outs = 0;
-    double *times = NULL;
-
-    /* The limit applies to the device the model runs on. */
-    if (memory_limit) {
-        size_t limit;
-        slim_device *dev;
-        if (!slim_parse_bytes(memory_limit, &limit, &err)) {
-            fprintf(stderr, "slim run: --memory-limit: %s\n", err.msg);
-            return 2;
-        }
-        if (slim_device_get(opts.device, &dev, &err) != SLIM_OK) {
-            fprintf(stderr, "slim run: --device: %s\n", err.msg);
-            return 1;
-        }
-        slim_allocator_set_limit(dev->alloc, limit);
+    size_t limit;
+    slim_device *dev;
+    if (!slim_parse_bytes(memory_limit, &limit, &err)) {
+        fprintf(stderr, "slim run: --memory-limit: %s\n", err.msg);
+        return 2;
     }
-    /* The int8 error check measures on this run's own inputs. */
+    if (slim_device_get(device, &dev, &err) != SLIM_OK) {
+        fprintf(stderr, "slim run: --device: %s\n", err.msg);
+        return 1;
+    }
+    slim_allocator_set_limit(dev->alloc, limit);
+    return 0;
+}
+
+/* The int8 error check's samples: this run's own inputs, those that load
+ * (add_input reports the others later). Returns how many; the caller
+ * releases samples[0..n). */
+static int load_int8_samples(const run_args *a, char (*names)[512], const char **ptrs,
+                             slim_tensor *samples)
+{
+    slim_err err;
+    int n_samples = 0;
+    for (int i = 0; i < a->n_input_args; i++) {
+        const char *arg = a->input_args[i];
+        const char *eq = strchr(arg, '=');
+        size_t len = eq ? (size_t)(eq - arg) : 0;
+        if (len >= sizeof(names[0]))
+            continue; /* add_input reports it */
+        memcpy(names[n_samples], arg, len);
+        names[n_samples][len] = '\0';
+        if (slim_npy_load(eq ? eq + 1 : arg, &samples[n_samples], &err) != SLIM_OK)
+            continue; /* add_input reports it; the check draws that input */
+        ptrs[n_samples] = names[n_samples];
+        n_samples++;
+    }
+    return n_samples;
+}
+
+/* Loads the model with opts (and the int8 check's samples when asked),
+ * printing load_us with --memory-stats: 0, or the exit code. Frees what
+ * parsing allocated either way: the passes have read it. */
+static int load_model(run_args *a, slim_load_opts *opts, slim_model **m)
+{
+    slim_err err;
     char sample_names[MAX_RUN_INPUTS][512];
     const char *sample_ptrs[MAX_RUN_INPUTS];
     slim_tensor samples[MAX_RUN_INPUTS];
     int n_samples = 0;
-    if (opts.int8_max_error > 0) {
-        for (int i = 0; i < n_input_args; i++) {
-            const char *eq = strchr(input_args[i], '=');
-            size_t len = eq ? (size_t)(eq - input_args[i]) : 0;
-            if (len >= sizeof(sample_names[0]))
-                continue; /* add_input reports it */
-            memcpy(sample_names[n_samples], input_args[i], len);
-            sample_names[n_samples][len] = '\0';
-            if (slim_npy_load(eq ? eq + 1 : input_args[i], &samples[n_samples], &err) != SLIM_OK)
-                continue; /* add_input reports it; the check draws that input */
-            sample_ptrs[n_samples] = sample_names[n_samples];
-            n_samples++;
-        }
-        opts.n_int8_samples = n_samples;
-        opts.int8_sample_names = sample_ptrs;
-        opts.int8_samples = samples;
+    if (opts->int8_max_error > 0) {
+        n_samples = load_int8_samples(a, sample_names, sample_ptrs, samples);
+        opts->n_int8_samples = n_samples;
+        opts->int8_sample_names = sample_ptrs;
+        opts->int8_samples = samples;
     }
-    if (slim_cli_prune_opts(&prune, "run", &opts.prune) < 0) {
-        slim_cli_prune_free(&prune);
-        free(exclude_buf);
+    if (slim_cli_prune_opts(&a->prune, "run", &opts->prune) < 0) {
+        for (int i = 0; i < n_samples; i++)
+            slim_tensor_release(&samples[i]);
         return 2;
     }
     struct timespec t_load0, t_load1;
     clock_gettime(CLOCK_MONOTONIC, &t_load0);
-    slim_status load_st = slim_model_load(model_path, &opts, &m, &err);
-    slim_cli_prune_free(&prune);
-    free(exclude_buf); /* the pass has run: the names are no longer read */
-    slim_cli_half_free(&half);
+    slim_status load_st = slim_model_load(a->model_path, opts, m, &err);
+    run_args_free(a); /* the passes have run: the names are no longer read */
     for (int i = 0; i < n_samples; i++)
         slim_tensor_release(&samples[i]);
     if (load_st != SLIM_OK) {
@@ -660,28 +554,38 @@ int slim_cmd_run(int argc, char **argv)
         return err.status == SLIM_EOOM ? 3 : 1;
     }
     clock_gettime(CLOCK_MONOTONIC, &t_load1);
-    if (memory_stats)
+    if (a->memory_stats)
         printf("load_us: %lld\n", (long long)((t_load1.tv_sec - t_load0.tv_sec) * 1000000LL +
                                               (t_load1.tv_nsec - t_load0.tv_nsec) / 1000));
-    slim_model_set_batch_invariant(m, batch_invariant);
-    for (int i = 0; i < n_input_args; i++)
-        if (add_input(m, input_args[i], ins, &n_ins))
-            goto done;
-    if (check_missing(m, ins, n_ins) || check_symbolic_dims(m, ins, n_ins))
-        goto done;
-    if (out_dir && make_dirs(out_dir))
-        goto done;
+    return 0;
+}
 
+/* One run of the model, its previous outputs freed first: 0, or the exit
+ * code (3 when out of memory). */
+static int run_once(slim_model *m, int n_ins, const char **names, const slim_tensor *tensors,
+                    slim_tensor **outs, int *n_outs)
+{
+    slim_err err;
+    slim_tensors_free(*outs, *n_outs);
+    *outs = NULL;
+    *n_outs = 0;
+    if (slim_model_run(m, n_ins, names, tensors, outs, n_outs, &err) != SLIM_OK) {
+        fprintf(stderr, "slim run: %s\n", err.msg);
+        return err.status == SLIM_EOOM ? 3 : 1;
+    }
+    return 0;
+}
+
+/* Runs repeat times, each timed into times[]; the outputs of the last run
+ * stay in *outs. 0, or the exit code. */
+static int run_repeated(slim_model *m, const run_input *ins, int n_ins, long repeat,
+                        double *times, slim_tensor **outs, int *n_outs)
+{
     const char *names[MAX_RUN_INPUTS];
     slim_tensor tensors[MAX_RUN_INPUTS];
     for (int i = 0; i < n_ins; i++) {
         names[i] = ins[i].name;
         tensors[i] = ins[i].t;
-    }
-    times = malloc(sizeof(double) * (size_t)repeat);
-    if (!times) {
-        fprintf(stderr, "slim run: out of memory\n");
-        goto done;
     }
     /* With --repeat, untimed runs first: the first run pays for oneDNN's
      * JIT, the arena's first touch and the pool's threads starting, and
@@ -690,40 +594,34 @@ int slim_cmd_run(int argc, char **argv)
      * sessions the benchmarks compare with are warmed before timing. */
     const double t_warm = now_ms();
     for (long w = 0; repeat > 1 && w < 1000 && (w == 0 || now_ms() - t_warm < 200.0); w++) {
-        slim_tensors_free(outs, n_outs);
-        outs = NULL;
-        n_outs = 0;
-        if (slim_model_run(m, n_ins, names, tensors, &outs, &n_outs, &err) != SLIM_OK) {
-            fprintf(stderr, "slim run: %s\n", err.msg);
-            if (err.status == SLIM_EOOM)
-                rc = 3;
-            goto done;
-        }
+        int rc = run_once(m, n_ins, names, tensors, outs, n_outs);
+        if (rc)
+            return rc;
     }
     for (long r = 0; r < repeat; r++) {
-        slim_tensors_free(outs, n_outs);
-        outs = NULL;
-        n_outs = 0;
         double t0 = now_ms();
-        if (slim_model_run(m, n_ins, names, tensors, &outs, &n_outs, &err) != SLIM_OK) {
-            fprintf(stderr, "slim run: %s\n", err.msg);
-            if (err.status == SLIM_EOOM)
-                rc = 3;
-            goto done;
-        }
+        int rc = run_once(m, n_ins, names, tensors, outs, n_outs);
+        if (rc)
+            return rc;
         times[r] = now_ms() - t0;
     }
+    return 0;
+}
 
+/* Prints (and with out_dir writes) the outputs, then the run times: 0, or 1. */
+static int report_outputs(const slim_model *m, const slim_tensor *outs, int n_outs,
+                          const char *out_dir, double *times, long repeat)
+{
     for (int i = 0; i < n_outs; i++) {
         const char *name = slim_model_output(m, i)->name;
         if (slim_is_container(&outs[i])) {
-            if (emit_container(i, name, &outs[i], out_dir))
-                goto done;
+            if (slim__run_emit_container(i, name, &outs[i], out_dir))
+                return 1;
             continue;
         }
-        print_output(i, name, &outs[i]);
-        if (out_dir && write_output(out_dir, name, &outs[i]))
-            goto done;
+        slim__run_print_output(i, name, &outs[i]);
+        if (out_dir && slim__run_write_output(out_dir, name, &outs[i]))
+            return 1;
     }
     qsort(times, (size_t)repeat, sizeof(double), cmp_double);
     double median = repeat % 2 ? times[repeat / 2]
@@ -733,11 +631,55 @@ int slim_cmd_run(int argc, char **argv)
                times[0], times[repeat - 1], repeat);
     else
         printf("run time: %.3f ms\n", median);
-    rc = 0;
+    return 0;
+}
+
+int slim_cmd_run(int argc, char **argv)
+{
+    run_args a = {.repeat = 1};
+    slim_load_opts opts = {0};
+    int prc = parse_run_args(argc, argv, &a, &opts);
+    if (prc) {
+        run_args_free(&a);
+        return prc < 0 ? 0 : prc;
+    }
+
+    slim_model *m = NULL;
+    run_input ins[MAX_RUN_INPUTS];
+    int n_ins = 0, rc = 1;
+    slim_tensor *outs = NULL;
+    int n_outs = 0;
+    double *times = NULL;
+
+    if (a.memory_limit && (rc = apply_memory_limit(a.memory_limit, opts.device)) != 0) {
+        run_args_free(&a);
+        return rc;
+    }
+    if ((rc = load_model(&a, &opts, &m)) != 0) {
+        run_args_free(&a);
+        return rc;
+    }
+    rc = 1;
+    slim_model_set_batch_invariant(m, a.batch_invariant);
+    for (int i = 0; i < a.n_input_args; i++)
+        if (add_input(m, a.input_args[i], ins, &n_ins))
+            goto done;
+    if (check_missing(m, ins, n_ins) || check_symbolic_dims(m, ins, n_ins))
+        goto done;
+    if (a.out_dir && slim__run_make_dirs(a.out_dir))
+        goto done;
+    times = malloc(sizeof(double) * (size_t)a.repeat);
+    if (!times) {
+        fprintf(stderr, "slim run: out of memory\n");
+        goto done;
+    }
+    if ((rc = run_repeated(m, ins, n_ins, a.repeat, times, &outs, &n_outs)) != 0)
+        goto done;
+    rc = report_outputs(m, outs, n_outs, a.out_dir, times, a.repeat);
 done:
-    if (memory_stats)
+    if (a.memory_stats)
         print_memory_stats(m ? m->device : NULL);
-    if (profile && rc == 0)
+    if (a.profile && rc == 0)
         slim_profile_print(stdout);
     free(times);
     slim_tensors_free(outs, n_outs);
