@@ -555,9 +555,9 @@ int slim_cmd_run(int argc, char **argv)
             }
             input_args[n_input_args++] = val;
         } else if (strcmp(a, "--device") == 0) {
-            opts.device = val;
+            opts.place.device = val;
         } else if (strcmp(a, "--precision") == 0) {
-            opts.precision = val;
+            opts.compress.precision = val;
         } else if (strcmp(a, "--int8-exclude") == 0) {
             free(exclude_buf);
             if (!(exclude_buf = strdup(val))) {
@@ -565,12 +565,12 @@ int slim_cmd_run(int argc, char **argv)
                 return 1;
             }
             int n = slim_cli_split_list(exclude_buf, exclude, 256);
-            opts.int8_exclude = exclude;
-            opts.n_int8_exclude = n < 256 ? n : 256;
+            opts.compress.int8.exclude = exclude;
+            opts.compress.int8.n_exclude = n < 256 ? n : 256;
         } else if (strcmp(a, "--int8-max-error") == 0) {
             char *end;
-            opts.int8_max_error = strtod(val, &end);
-            if (*end || !(opts.int8_max_error > 0) || opts.int8_max_error > 1e30) {
+            opts.compress.int8.max_error = strtod(val, &end);
+            if (*end || !(opts.compress.int8.max_error > 0) || opts.compress.int8.max_error > 1e30) {
                 fprintf(stderr, "slim run: --int8-max-error needs a positive number, got "
                         "\"%s\"\n", val);
                 free(exclude_buf);
@@ -614,7 +614,7 @@ int slim_cmd_run(int argc, char **argv)
             fprintf(stderr, "slim run: --memory-limit: %s\n", err.msg);
             return 2;
         }
-        if (slim_device_get(opts.device, &dev, &err) != SLIM_OK) {
+        if (slim_device_get(opts.place.device, &dev, &err) != SLIM_OK) {
             fprintf(stderr, "slim run: --device: %s\n", err.msg);
             return 1;
         }
@@ -625,7 +625,7 @@ int slim_cmd_run(int argc, char **argv)
     const char *sample_ptrs[MAX_RUN_INPUTS];
     slim_tensor samples[MAX_RUN_INPUTS];
     int n_samples = 0;
-    if (opts.int8_max_error > 0) {
+    if (opts.compress.int8.max_error > 0) {
         for (int i = 0; i < n_input_args; i++) {
             const char *eq = strchr(input_args[i], '=');
             size_t len = eq ? (size_t)(eq - input_args[i]) : 0;
@@ -638,11 +638,11 @@ int slim_cmd_run(int argc, char **argv)
             sample_ptrs[n_samples] = sample_names[n_samples];
             n_samples++;
         }
-        opts.n_int8_samples = n_samples;
-        opts.int8_sample_names = sample_ptrs;
-        opts.int8_samples = samples;
+        opts.compress.int8.n_samples = n_samples;
+        opts.compress.int8.sample_names = sample_ptrs;
+        opts.compress.int8.samples = samples;
     }
-    if (slim_cli_prune_opts(&prune, "run", &opts.prune) < 0) {
+    if (slim_cli_prune_opts(&prune, "run", &opts.compress.prune) < 0) {
         slim_cli_prune_free(&prune);
         free(exclude_buf);
         return 2;
