@@ -13,13 +13,14 @@
  * rest, so passes compose with the int8 and half-precision passes that run
  * before them (pipeline/registry.c).
  *
- * The helpers below are for pass writers: they work on a graph that is not
- * yet finalized, where n_consumers and producer are not set.
+ * Pass writers edit the graph with the rewrite kit (rewrite.h), which
+ * pass.h includes.
  */
 #ifndef SLIM_PASS_H
 #define SLIM_PASS_H
 
 #include "graph.h"
+#include "rewrite.h"
 
 typedef struct slim_pass {
     const char *name;
@@ -50,52 +51,5 @@ slim_status slim_pass_merge_qkv(slim_graph *g, const slim_merge_hooks *hooks, in
 /* The merge undone (MatMul [+ Add] per part of a Split of the last axis
  * into three): for a GPU, which has no Split kernel. */
 slim_status slim_pass_unmerge_qkv(slim_graph *g, slim_err *err);
-
-/* ---- helpers (passes/pass.c) ---------------------------------------------- */
-
-/* Per value: the producing node (or -1), readers (input slots) and the last
- * reading node; recompute after rewriting. */
-typedef struct slim_pass_uses {
-    int n_values;
-    int *producer, *readers, *reader;
-} slim_pass_uses;
-
-slim_status slim_pass_uses_init(slim_pass_uses *u, const slim_graph *g, slim_err *err);
-void slim_pass_uses_free(slim_pass_uses *u);
-
-/* What a fusing pass walks the graph with: the uses, computed once before
- * it rewrites, and the nodes it has folded into others (marked, removed
- * together at the end so the node indices in `uses` stay valid). */
-typedef struct slim_pass_walk {
-    slim_pass_uses uses;
-    bool *dead;                 /* one per node */
-} slim_pass_walk;
-
-slim_status slim_pass_walk_init(slim_pass_walk *w, const slim_graph *g, slim_err *err);
-/* Sweeps the dead nodes when st is SLIM_OK (slim_pass_sweep), frees the
- * walk, and returns st. */
-slim_status slim_pass_walk_finish(slim_pass_walk *w, slim_graph *g, slim_status st);
-
-/* The value's host float32 initializer, or NULL. */
-const slim_tensor *slim_pass_const_f32(const slim_graph *g, int v);
-/* The node reading v when exactly one slot does, v is no graph output and
- * the node is a default-domain op_type; else NULL. */
-slim_node *slim_pass_sole_reader(slim_graph *g, const slim_pass_uses *u, int v,
-                                 const char *op_type);
-/* Removes the nodes marked dead (freeing them), then releases initializers
- * no node reads and no output names. */
-void slim_pass_sweep(slim_graph *g, bool *dead);
-/* A weight just replaced by its packed copy, released now when `reader`
- * was its only reader (and it is no graph output), so packing a model holds
- * one original at a time beside the packed copies instead of all of them
- * until the sweep. A weight in a mapped .slim file has its pages dropped
- * from the process as well: packing read them all. */
-void slim_pass_drop_replaced(slim_graph *g, int v, const slim_node *reader);
-/* Sets or adds an attribute on n; strings and arrays are copied. */
-slim_status slim_pass_set_int(slim_node *n, const char *name, int64_t v, slim_err *err);
-slim_status slim_pass_set_float(slim_node *n, const char *name, float v, slim_err *err);
-slim_status slim_pass_set_str(slim_node *n, const char *name, const char *v, slim_err *err);
-slim_status slim_pass_set_ints(slim_node *n, const char *name, const int64_t *v, int count,
-                               slim_err *err);
 
 #endif

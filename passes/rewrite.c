@@ -1,6 +1,6 @@
-/* pass.c - the graph-editing helpers passes share (the pass list is the
- * load pipeline's registry, pipeline/registry.c). */
-#include "pass.h"
+/* rewrite.c - the rewrite kit's first layer (rewrite.h): uses, walks,
+ * sweeps, constants and attributes. */
+#include "rewrite.h"
 #include "device.h"
 #include "slim_format.h"
 
@@ -71,8 +71,10 @@ const slim_tensor *slim_pass_const_f32(const slim_graph *g, int v)
 {
     if (v < 0 || v >= g->n_values || g->values[v].kind != SLIM_VALUE_INITIALIZER)
         return NULL;
+    /* No data with elements: released by slim_pass_drop_replaced. */
     const slim_tensor *t = &g->values[v].init;
-    return t->dtype == SLIM_F32 && !t->device && t->data ? t : NULL;
+    return t->dtype == SLIM_F32 && !t->device && (t->data || slim_tensor_numel(t) == 0) ? t
+                                                                                      : NULL;
 }
 
 slim_node *slim_pass_sole_reader(slim_graph *g, const slim_pass_uses *u, int v,
