@@ -168,10 +168,16 @@ static bool want_graph_passes(const slim_load_ctx *c)
 
 /* On a GPU FusedAttention runs on half operands only: the graph must be
  * about to go half, and SLIM_CUDA_FUSED_ATTENTION=1 (c->gpu_attention). */
-static bool want_fuse_attention(const slim_load_ctx *c)
+static bool want_gpu_attention(const slim_load_ctx *c)
 {
-    return c->graph_passes &&
-           (slim_pass_device_bit(c->optimize_kind) == SLIM_ON_CPU || c->gpu_attention);
+    return c->graph_passes && c->gpu_attention;
+}
+
+static slim_status run_fuse_attention(slim_graph *g, slim_load_ctx *c, slim_err *err)
+{
+    int changed = 0;
+    (void)c;
+    return slim__pass_fuse_attention.run(g, &changed, err);
 }
 
 /* A file's FusedMatMuls and merged projections, undone for a GPU, which
@@ -242,8 +248,9 @@ const slim_pass_entry slim_pass_registry[] = {
     GRAPH_PASS("fuse_gelu", SLIM_ON_ANY, slim__pass_fuse_gelu),
     /* On the host FusedAttention applies the scale in its kernel. */
     GRAPH_PASS("fold_attention_scale", SLIM_ON_GPU, slim__pass_fold_attention_scale),
-    {"fuse_attention", SLIM_STAGE_OPTIMIZE, SLIM_ON_ANY, want_fuse_attention,
-     &slim__pass_fuse_attention, NULL},
+    GRAPH_PASS("fuse_attention", SLIM_ON_CPU, slim__pass_fuse_attention),
+    {"fuse_attention", SLIM_STAGE_OPTIMIZE, SLIM_ON_GPU, want_gpu_attention, NULL,
+     run_fuse_attention},
     /* After fuse_attention. */
     GRAPH_PASS("attention_qkv", SLIM_ON_CPU, slim__pass_attention_qkv),
     {"unmerge_qkv", SLIM_STAGE_OPTIMIZE, SLIM_ON_GPU, want_graph_passes, NULL, run_unmerge_qkv},
