@@ -57,7 +57,8 @@ typedef struct slim_load_ctx {
      * had, UNDEFINED when none. */
     slim_dtype conv_half;
     slim_int8_samples samples;    /* the int8 check's, until int8 ran */
-    char unmeasured[256];         /* why the int8 error was not measured */
+    /* Why the int8 error was not measured (the report's field). */
+    char unmeasured[sizeof(((slim_int8_report *)0)->unmeasured)];
 } slim_load_ctx;
 
 /* ---- stages ------------------------------------------------------------ */

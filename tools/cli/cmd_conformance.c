@@ -542,8 +542,9 @@ int slim_cmd_conformance(int argc, char **argv)
     }
     /* A fresh process per case on the host (fork is cheap there); on a
      * device, whose runtime starts in every process, many per child. */
+    const char *dev = conf_opts.place.device;
     if (!per_process)
-        per_process = conf_opts.place.device && strcmp(conf_opts.place.device, "cpu") != 0 ? 256 : 1;
+        per_process = dev && strcmp(dev, "cpu") != 0 ? 256 : 1;
     case_worker worker = {.per_process = (int)per_process};
     /* A child that dies leaves its pipe: a write to it must fail, not kill. */
     signal(SIGPIPE, SIG_IGN);

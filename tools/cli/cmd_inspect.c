@@ -311,7 +311,8 @@ int slim_cmd_inspect(int argc, char **argv)
         if (strcmp(argv[i], "--int8-max-error") == 0 && i + 1 < argc) {
             char *end;
             opts.compress.int8.max_error = strtod(argv[++i], &end);
-            if (*end || !(opts.compress.int8.max_error > 0) || opts.compress.int8.max_error > 1e30) {
+            double me = opts.compress.int8.max_error;
+            if (*end || !(me > 0) || me > 1e30) {
                 fprintf(stderr, "slim inspect: --int8-max-error needs a positive number, got "
                         "\"%s\"\n" INSPECT_USAGE, argv[i]);
                 return 2;
@@ -372,7 +373,8 @@ int slim_cmd_inspect(int argc, char **argv)
     slim_half_report half_rep = {0};
     opts.compress.half.report = &half_rep;
     /* inspect always measures the int8 layers' output error. */
-    opts.compress.int8.measure = opts.compress.precision && strcmp(opts.compress.precision, "int8") == 0;
+    const char *prec = opts.compress.precision;
+    opts.compress.int8.measure = prec && strcmp(prec, "int8") == 0;
     /* The arena plan is of what runs: the optimized graph. */
     opts.optimize.no_passes = !optimized && !memory;
     slim_status st = slim_model_load(path, &opts, &m, &err);
@@ -387,15 +389,15 @@ int slim_cmd_inspect(int argc, char **argv)
             print_model(path, m->graph, m, m->param_count, m->weight_bytes);
         if (!memory && optimized)
             print_nodes(m->graph);
-        if (!memory && opts.compress.precision && strcmp(opts.compress.precision, "int8") == 0)
+        if (!memory && prec && strcmp(prec, "int8") == 0)
             print_int8(&int8);
         slim_int8_report_free(&int8);
         if (!memory && opts.compress.prune)
             slim_cli_print_prune(&prep);
         slim_prune_report_free(&prep);
         if (!memory && half_rep.n_layers)
-            slim_cli_print_half(&half_rep, opts.compress.precision && strcmp(opts.compress.precision, "int8")
-                                               ? opts.compress.precision
+            slim_cli_print_half(&half_rep, prec && strcmp(prec, "int8")
+                                               ? prec
                                                : opts.compress.int8.fallback);
         slim_half_report_free(&half_rep);
         if (opts.place.device)
@@ -408,7 +410,7 @@ int slim_cmd_inspect(int argc, char **argv)
         fprintf(stderr, "slim inspect: %s\n", err.msg);
         return 1;
     }
-    if (st != SLIM_EUNSUPPORTED || opts.place.device || opts.compress.precision || opts.compress.prune) {
+    if (st != SLIM_EUNSUPPORTED || opts.place.device || prec || opts.compress.prune) {
         fprintf(stderr, "slim inspect: %s\n", err.msg);
         return 1;
     }

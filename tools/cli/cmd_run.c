@@ -570,7 +570,8 @@ int slim_cmd_run(int argc, char **argv)
         } else if (strcmp(a, "--int8-max-error") == 0) {
             char *end;
             opts.compress.int8.max_error = strtod(val, &end);
-            if (*end || !(opts.compress.int8.max_error > 0) || opts.compress.int8.max_error > 1e30) {
+            double me = opts.compress.int8.max_error;
+            if (*end || !(me > 0) || me > 1e30) {
                 fprintf(stderr, "slim run: --int8-max-error needs a positive number, got "
                         "\"%s\"\n", val);
                 free(exclude_buf);
