@@ -22,7 +22,7 @@
  * five digits or rounded to float32 meets, and far from the constants of
  * other functions (1.702 of the sigmoid form, 0.5 or 1 for typos).
  */
-#include "pattern.h"
+#include "pass.h"
 
 #include <string.h>
 
@@ -220,7 +220,7 @@ static slim_status match(slim__pattern *p, slim_node *f, bool tanh_form, int *ch
             return SLIM_OK;
     slim_status st = slim__pattern_become(last, "Gelu", 20, 1, &x, err);
     if (!st && tanh_form)
-        st = slim__pattern_set_string(last, "approximate", "tanh", err);
+        st = slim_pass_set_str(last, "approximate", "tanh", err);
     if (st)
         return st;
     for (int i = 0; i < m.n; i++)

@@ -20,7 +20,7 @@
  * with gamma longer, which the written-out ops broadcast (to beta) and
  * LayerNormalization refuses with an error naming the Scale.
  */
-#include "pattern.h"
+#include "pass.h"
 
 #include <math.h>
 #include <string.h>

@@ -2,7 +2,7 @@
  * merge_qkv.c - the query, key and value projections of an attention block
  * as one product, and FusedAttention reading its three parts in place.
  *
- * slim_pass_merge_qkv (runtime/model.c, before the int8 and half passes, so
+ * slim_pass_merge_qkv (the pipeline's compress stage, before the int8 and half passes, so
  * that they quantize or narrow the merged weight): three MatMuls of one
  * input X by constant float32 weights [K, N_i], each with a constant bias
  * Add [N_i] or none (all alike), whose results each go on to one Reshape,

@@ -175,7 +175,7 @@ static slim_status convert_sparse(pass *p, int id, slim_err *err)
 {
     slim_node *n = &p->rw.g->nodes[id];
     int wv = n->n_in > 1 ? n->in[1] : -1;
-    if (!slim_rewrite_const_f32(p->rw.g, wv) || p->rw.uses.readers[wv] != 1)
+    if (!slim_pass_const_f32(p->rw.g, wv) || p->rw.uses.readers[wv] != 1)
         return SLIM_OK;
     slim_half_layer *layer = NULL;
     slim_status st = add_layer(p, n, wv, &layer, err);

@@ -90,11 +90,12 @@ void slim_int8_report_free(slim_int8_report *rep);
  * different ones a merged weight would keep only K / 16 of their union. */
 bool slim_int8_same_outliers(const slim_tensor *const *w, int n);
 
-/* Loads the model at path again on its own, runs it in float32 on the
- * given inputs (matched by name; inputs not given are drawn from their
- * declared specs, see int8_check.c) and keeps each candidate layer's input
- * in *out (slim_int8_samples_free). */
-slim_status slim_int8_capture(const char *path, int n_given, const char *const *given_names,
+/* Takes g (a float32 graph of the model read on its own, not finalized;
+ * freed here, also on failure), runs it on the given inputs (matched by
+ * name; inputs not given are drawn from their declared specs, see
+ * int8_check.c) and keeps each candidate layer's input in *out
+ * (slim_int8_samples_free). */
+slim_status slim_int8_capture(slim_graph *g, int n_given, const char *const *given_names,
                               const slim_tensor *given, slim_int8_samples *out, slim_err *err);
 const slim_tensor *slim_int8_sample(const slim_int8_samples *s, const char *name);
 void slim_int8_samples_free(slim_int8_samples *s);

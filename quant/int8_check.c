@@ -5,8 +5,9 @@
  * The check needs, for each layer the pass may quantize, the float32 input
  * that layer sees. Those come from one float32 run of the model on sample
  * inputs, with every candidate layer's input added as a graph output. The
- * run uses its own copy of the model, loaded from the same file and freed
- * before the real load starts: the pass then measures each layer with its
+ * run uses its own copy of the model, read from the same file by the load
+ * pipeline (pipeline/compress.c), handed over here and freed before the
+ * real load starts: the pass then measures each layer with its
  * float weights still at hand and drops them as before, so the load's peak
  * stays the float model plus one layer (plus the activations, which for a
  * sample of a few rows are small next to the weights).
@@ -21,7 +22,6 @@
 #include "int8.h"
 
 #include "model.h"
-#include "slim_format.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -146,15 +146,11 @@ static slim_status keep(slim_int8_samples *s, const char *name, const slim_tenso
     return SLIM_OK;
 }
 
-slim_status slim_int8_capture(const char *path, int n_given, const char *const *given_names,
+slim_status slim_int8_capture(slim_graph *g, int n_given, const char *const *given_names,
                               const slim_tensor *given, slim_int8_samples *out, slim_err *err)
 {
     memset(out, 0, sizeof(*out));
-    slim_graph *g = NULL;
-    slim_status st = slim_model_file_is_slim(path) ? slim_format_load_file(path, &g, err)
-                                                   : slim_onnx_load_file(path, &g, err);
-    if (st)
-        return st;
+    slim_status st = SLIM_OK;
     int n_in = g->n_inputs, first_added = g->n_outputs;
     const char **names = calloc((size_t)n_in + 1, sizeof(char *));
     slim_tensor *ins = calloc((size_t)n_in + 1, sizeof(slim_tensor));

@@ -79,8 +79,8 @@ static const char *conv_of(const slim__int8_pass *p, const slim_node *n, conv_la
         strcmp(c->auto_pad, "SAME_LOWER") && strcmp(c->auto_pad, "VALID"))
         return "unknown auto_pad";
     if (c->bias >= 0) {
-        const slim_value *b = slim_rewrite_const_f32(g, c->bias);
-        if (!b || b->init.ndim != 1 || b->init.dims[0] != c->m)
+        const slim_tensor *b = slim_pass_const_f32(g, c->bias);
+        if (!b || b->ndim != 1 || b->dims[0] != c->m)
             return "B is not a constant [M] bias";
     }
     return NULL;

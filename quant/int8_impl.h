@@ -1,6 +1,6 @@
 /*
  * int8_impl.h - what the int8 pass's files (int8.c, int8_conv.c) share:
- * the pass's state and its helpers (the graph rewriting is quant/rewrite.h).
+ * the pass's state and its helpers (the graph rewriting is the rewrite kit, passes/rewrite.h).
  * Not a public interface.
  */
 #ifndef SLIM_QUANT_INT8_IMPL_H

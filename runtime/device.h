@@ -110,6 +110,12 @@ static inline bool slim_device_is_host(const slim_device *d)
 {
     return !d || !d->backend;
 }
+/* The kind of device d is, as the load pipeline's pass registry matches
+ * it: "cpu" (NULL too), or its backend's name ("cuda"). */
+static inline const char *slim_device_kind(const slim_device *d)
+{
+    return d && d->backend ? d->backend->name : "cpu";
+}
 
 /* A new buffer with one reference, from dev's allocator, charged to the
  * calling thread's current account. size 0 gives a buffer with ptr NULL.

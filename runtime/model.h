@@ -67,9 +67,6 @@ slim_status slim_model_from_graph(slim_graph *g, slim_model **out, slim_err *err
  * taken and dropped within each run. */
 slim_status slim__model_from_subgraph(slim_graph *g, slim_model **out, slim_err *err);
 
-/* Whether the file at path starts with the .slim magic number. */
-bool slim_model_file_is_slim(const char *path);
-
 /* Loader entry points (loaders/onnx/onnx_loader.c). */
 slim_status slim_onnx_load_file(const char *path, slim_graph **out, slim_err *err);
 slim_status slim_onnx_load_buffer(const void *data, size_t size, const char *base_dir,

@@ -170,55 +170,72 @@ typedef struct slim_prune_opts {
     struct slim_prune_report *report; /* per-layer report (slim_prune_report_free), or NULL */
 } slim_prune_opts;
 
-typedef struct slim_load_opts {
-    /* "cpu" (NULL means this) or "cuda", "cuda:N": nodes with a kernel on
-     * that device run there, the rest on the CPU, with copies between. */
-    const char *device;
-    /* "fp32" (NULL means this), "fp16" or "bf16": on the CPU, half weights
-     * with float32 activations (quant/half.h, see activations below); on
-     * CUDA, weights and activations in half precision, normalizations and
-     * reductions accumulating in fp32; inputs and outputs keep their
-     * declared types. "int8": matrix
-     * products and embedding tables with int8 weights, activations
-     * quantized per row at run time (quant/int8.h). On a GPU, float32
-     * products may round their operands to TF32 (10-bit mantissas, float32
-     * accumulation), as onnxruntime-gpu's do; "fp32-strict" is fp32 with
-     * that turned off. The CPU computes float32 products in float32. */
-    const char *precision;
-    /* With precision "int8" (quant/int8.h): node names or op types kept in
-     * float32, and where to put the pass's per-layer report (NULL: none;
-     * the caller frees it with slim_int8_report_free). */
-    const char *const *int8_exclude;
-    int n_int8_exclude;
-    struct slim_int8_report *int8_report;
-    /* With precision "int8": measure each layer's output error on sample
-     * inputs (one float32 run of the model at load) and report it; layers
-     * over int8_max_error (when > 0, which implies measuring) stay float32.
-     * The samples are these inputs by name, the rest drawn from the input
-     * specs (quant/int8_check.c). */
-    bool int8_measure;
-    double int8_max_error;
-    int n_int8_samples;
-    const char *const *int8_sample_names;
-    const slim_tensor *int8_samples;
-    /* With precision "fp16" / "bf16" (quant/half.h): on the CPU, the
-     * weights of MatMul, Gemm and embedding Gathers are stored half and
-     * products accumulate in float32; activations (NULL or "fp32", "fp16",
-     * "bf16") in half too adds the whole-graph pass (quant/fp16.h). A
-     * model placed on CUDA with activations unset keeps the whole-graph
-     * pass alone. half_exclude: node names or op types kept in float32;
-     * half_report: the per-layer report (slim_half_report_free). */
+/* The load pipeline (pipeline/load.c) runs as stages, each with its own
+ * options: read (the file, by its magic number), compress (pruning, int8,
+ * half precision), optimize (the device's graph passes), then the model is
+ * planned and placed. slim_load_opts is the composition; zero is the
+ * default everywhere. */
+
+/* With precision "int8" (quant/int8.h). */
+typedef struct slim_load_int8_opts {
+    /* Node names or op types kept in float32, and where to put the pass's
+     * per-layer report (NULL: none; the caller frees it with
+     * slim_int8_report_free). */
+    const char *const *exclude;
+    int n_exclude;
+    struct slim_int8_report *report;
+    /* Measure each layer's output error on sample inputs (one float32 run
+     * of the model at load) and report it; layers over max_error (when > 0,
+     * which implies measuring) stay float32. The samples are these inputs
+     * by name, the rest drawn from the input specs (quant/int8_check.c). */
+    bool measure;
+    double max_error;
+    int n_samples;
+    const char *const *sample_names;
+    const slim_tensor *samples;
+    /* "fp16" / "bf16" makes the layers the int8 pass leaves float32
+     * (excluded, over max_error) half instead. */
+    const char *fallback;
+} slim_load_int8_opts;
+
+/* With precision "fp16" / "bf16" (quant/half.h): on the CPU, the weights of
+ * MatMul, Gemm and embedding Gathers are stored half and products
+ * accumulate in float32; activations (NULL or "fp32", "fp16", "bf16") in
+ * half too adds the whole-graph pass (quant/fp16.h). A model placed on CUDA
+ * with activations unset keeps the whole-graph pass alone. exclude: node
+ * names or op types kept in float32; report: the per-layer report
+ * (slim_half_report_free). */
+typedef struct slim_load_half_opts {
     const char *activations;
-    const char *const *half_exclude;
-    int n_half_exclude;
-    struct slim_half_report *half_report;
-    /* With precision "int8": "fp16" / "bf16" makes the layers the int8 pass
-     * leaves float32 (excluded, over max_error) half instead. */
-    const char *int8_fallback;
+    const char *const *exclude;
+    int n_exclude;
+    struct slim_half_report *report;
     /* fp16 / bf16 as the whole graph in half, as a CUDA placement means it
      * with activations unset: for who converts a CUDA model without placing
      * it (the server's conversion cache). */
-    bool half_whole_graph;
+    bool whole_graph;
+} slim_load_half_opts;
+
+/* The compress stage (pipeline/compress.c). */
+typedef struct slim_compress_opts {
+    /* "fp32" (NULL means this), "fp16" or "bf16": on the CPU, half weights
+     * with float32 activations (see half.activations); on CUDA, weights
+     * and activations in half precision, normalizations and reductions
+     * accumulating in fp32; inputs and outputs keep their declared types.
+     * "int8": matrix products and embedding tables with int8 weights,
+     * activations quantized per row at run time (quant/int8.h). On a GPU,
+     * float32 products may round their operands to TF32 (10-bit mantissas,
+     * float32 accumulation), as onnxruntime-gpu's do; "fp32-strict" is fp32
+     * with that turned off. The CPU computes float32 products in float32. */
+    const char *precision;
+    slim_load_int8_opts int8;
+    slim_load_half_opts half;
+    /* Pruning (NULL: none); runs before the precision passes. */
+    const slim_prune_opts *prune;
+} slim_compress_opts;
+
+/* The optimize stage (pipeline/optimize.c). */
+typedef struct slim_optimize_opts {
     /* Skip the graph optimization passes (passes/pass.h): the graph as
      * written, e.g. to save it to a .slim file, whose loads run them. */
     bool no_passes;
@@ -226,12 +243,24 @@ typedef struct slim_load_opts {
      * (slim_pass_pack_matmul), which a .slim file stores packed, and merge
      * attention projections (slim_pass_merge_qkv), which it stores merged. */
     bool pack_matmul;
-    /* Pruning (NULL: none); runs before the precision passes. */
-    const slim_prune_opts *prune;
+} slim_optimize_opts;
+
+/* The place stage (pipeline/place.c). */
+typedef struct slim_place_opts {
+    /* "cpu" (NULL means this) or "cuda", "cuda:N": nodes with a kernel on
+     * that device run there, the rest on the CPU, with copies between. */
+    const char *device;
+} slim_place_opts;
+
+typedef struct slim_load_opts {
+    slim_compress_opts compress;
+    slim_optimize_opts optimize;
+    slim_place_opts place;
 } slim_load_opts;
 
-/* Loads an ONNX model (by extension or magic). The model is read-only after
- * loading and may be run from several threads at once. */
+/* Loads an ONNX or .slim model (told by its magic number) through the
+ * load pipeline (pipeline/load.c); opts may be NULL. The model is
+ * read-only after loading and may be run from several threads at once. */
 slim_status slim_model_load(const char *path, const slim_load_opts *opts,
                             slim_model **out, slim_err *err);
 void slim_model_free(slim_model *m);

@@ -24,6 +24,7 @@
  * until it unmaps them.
  */
 #include "file.h"
+#include "pipeline.h" /* slim_model_file_is_slim */
 #include "log.h"
 #include "model.h"
 #include "repository.h"
@@ -170,9 +171,10 @@ slim_status slim_server_convert_cached(const char *cache_dir, const char *model,
         return s;
     /* Everything that changes what is written, hashed in order. */
     char set[512];
+    const slim_compress_opts *co = &opts->compress;
     /* fp16 / bf16 without activations means the whole graph in half on
      * CUDA, half weights elsewhere: the conversion follows the target. */
-    bool whole = opts->device && strncmp(opts->device, "cuda", 4) == 0;
+    bool whole = opts->place.device && strncmp(opts->place.device, "cuda", 4) == 0;
     /* MatMul weights packed for this CPU (passes/fuse_matmul.c) when the
      * CPU will run them; a GPU would only unpack them again. */
     const char *fmm = getenv("SLIM_FUSE_MATMUL");
@@ -180,20 +182,20 @@ slim_status slim_server_convert_cached(const char *cache_dir, const char *model,
     snprintf(set, sizeof(set), "format %d; slimserve %s; precision %s; int8 max_error %.17g; "
              "activations %s; int8 fallback %s; whole %d%s; pack %d; int8 exclude",
              SLIM_FORMAT_VERSION, SLIM_SERVER_VERSION,
-             opts->precision ? opts->precision : "fp32", opts->int8_max_error,
-             opts->activations ? opts->activations : "-",
-             opts->int8_fallback ? opts->int8_fallback : "-", whole,
+             co->precision ? co->precision : "fp32", co->int8.max_error,
+             co->half.activations ? co->half.activations : "-",
+             co->int8.fallback ? co->int8.fallback : "-", whole,
              /* files written before the GPU's passes ran ahead of the half
               * pass hold unfused chains: convert those again */
              whole ? " fused" : "", pack);
     uint64_t set_hash = hash_bytes((const unsigned char *)set, strlen(set), 1);
-    for (int i = 0; i < opts->n_int8_exclude; i++)
-        set_hash = hash_bytes((const unsigned char *)opts->int8_exclude[i],
-                              strlen(opts->int8_exclude[i]) + 1, set_hash);
+    for (int i = 0; i < co->int8.n_exclude; i++)
+        set_hash = hash_bytes((const unsigned char *)co->int8.exclude[i],
+                              strlen(co->int8.exclude[i]) + 1, set_hash);
     set_hash = hash_bytes((const unsigned char *)"half exclude", 13, set_hash);
-    for (int i = 0; i < opts->n_half_exclude; i++)
-        set_hash = hash_bytes((const unsigned char *)opts->half_exclude[i],
-                              strlen(opts->half_exclude[i]) + 1, set_hash);
+    for (int i = 0; i < co->half.n_exclude; i++)
+        set_hash = hash_bytes((const unsigned char *)co->half.exclude[i],
+                              strlen(co->half.exclude[i]) + 1, set_hash);
     char prefix[300], name[400];
     snprintf(prefix, sizeof(prefix), "%s.%lld.", model, (long long)version);
     snprintf(name, sizeof(name), "%s%016llx-%08llx.slim", prefix, (unsigned long long)src_hash,
@@ -207,13 +209,16 @@ slim_status slim_server_convert_cached(const char *cache_dir, const char *model,
 
     /* Convert on the CPU: the device placement happens when the cached file
      * is loaded to serve. */
-    slim_load_opts lo = {.precision = opts->precision, .int8_exclude = opts->int8_exclude,
-                         .n_int8_exclude = opts->n_int8_exclude,
-                         .int8_max_error = opts->int8_max_error, .no_passes = true,
-                         .int8_fallback = opts->int8_fallback, .activations = opts->activations,
-                         .half_exclude = opts->half_exclude,
-                         .n_half_exclude = opts->n_half_exclude, .half_whole_graph = whole,
-                         .pack_matmul = pack};
+    slim_load_opts lo = {.compress = {.precision = co->precision,
+                                      .int8 = {.exclude = co->int8.exclude,
+                                               .n_exclude = co->int8.n_exclude,
+                                               .max_error = co->int8.max_error,
+                                               .fallback = co->int8.fallback},
+                                      .half = {.activations = co->half.activations,
+                                               .exclude = co->half.exclude,
+                                               .n_exclude = co->half.n_exclude,
+                                               .whole_graph = whole}},
+                         .optimize = {.no_passes = true, .pack_matmul = pack}};
     slim_model *m = NULL;
     if ((s = slim_model_load(src, &lo, &m, err)) != SLIM_OK)
         return s;

@@ -30,6 +30,7 @@
 #include "metrics.h"
 #include "model.h"
 #include "repository.h"
+#include "pipeline.h" /* slim_model_file_is_slim */
 
 #include <dirent.h>
 #include <errno.h>
@@ -112,7 +113,7 @@ static slim_status load_converted(slim_server_repo *repo, const char *name, int6
     bool want = cfg->convert > 0 || (cfg->convert == 0 && repo->convert_cache);
     /* The cache's key does not cover pruning: a pruned model loads (and
      * prunes) from its own file. */
-    if (!want || slim_model_file_is_slim(path) || lo->prune)
+    if (!want || slim_model_file_is_slim(path) || lo->compress.prune)
         return slim_model_load(path, lo, out, err);
     const char *dir = repo->convert_cache ? repo->convert_cache
                                           : slim_server_convert_cache_default();
@@ -126,8 +127,9 @@ static slim_status load_converted(slim_server_repo *repo, const char *name, int6
             break;
         /* The precision and int8 pass are baked into the file; fp32-strict
          * is not (it is how the GPU runs the file's float32 products). */
-        bool strict = lo->precision && strcmp(lo->precision, "fp32-strict") == 0;
-        slim_load_opts clo = {.device = lo->device, .precision = strict ? lo->precision : NULL};
+        bool strict = lo->compress.precision && strcmp(lo->compress.precision, "fp32-strict") == 0;
+        slim_load_opts clo = {.place.device = lo->place.device,
+                              .compress.precision = strict ? lo->compress.precision : NULL};
         slim_status s = slim_model_load(cached, &clo, out, &cerr);
         if (s == SLIM_OK) {
             slim_server_log(SLIM_LOG_INFO, NULL, "model \"%s\" version %lld: serving %s (%s)",
@@ -198,16 +200,16 @@ static slim_status load_version(slim_server_repo *repo, const char *name, const 
     /* The config first: it says where and in what precision to load. */
     if ((s = slim_server_config_parse(cfg_text, name, &m->cfg, err)) != SLIM_OK)
         goto err;
-    slim_load_opts lo = {.device = m->cfg.device ? m->cfg.device : repo->default_device,
-                         .precision = m->cfg.precision ? m->cfg.precision
-                                                       : repo->default_precision,
-                         .int8_exclude = (const char *const *)m->cfg.int8_exclude,
-                         .n_int8_exclude = m->cfg.n_int8_exclude,
-                         .int8_max_error = m->cfg.int8_max_error,
-                         .int8_fallback = m->cfg.int8_fallback,
-                         .activations = m->cfg.activations,
-                         .half_exclude = (const char *const *)m->cfg.half_exclude,
-                         .n_half_exclude = m->cfg.n_half_exclude};
+    slim_load_opts lo = {.place.device = m->cfg.device ? m->cfg.device : repo->default_device,
+                         .compress.precision = m->cfg.precision ? m->cfg.precision
+                                                                : repo->default_precision,
+                         .compress.int8.exclude = (const char *const *)m->cfg.int8_exclude,
+                         .compress.int8.n_exclude = m->cfg.n_int8_exclude,
+                         .compress.int8.max_error = m->cfg.int8_max_error,
+                         .compress.int8.fallback = m->cfg.int8_fallback,
+                         .compress.half.activations = m->cfg.activations,
+                         .compress.half.exclude = (const char *const *)m->cfg.half_exclude,
+                         .compress.half.n_exclude = m->cfg.n_half_exclude};
     /* "pruning": the masks path is relative to the model's folder. */
     slim_prune_opts po = {.method = m->cfg.prune_method, .amount = m->cfg.prune_amount,
                           .global = m->cfg.prune_global, .storage = m->cfg.prune_storage,
@@ -219,7 +221,7 @@ static slim_status load_version(slim_server_repo *repo, const char *name, const 
         po.masks = masks;
     }
     if (m->cfg.prune_method)
-        lo.prune = &po;
+        lo.compress.prune = &po;
     /* A load is bounded in time like a request: the loader checks the
      * token between stages and passes, and every run a load makes (int8
      * samples, folded constants) between nodes and inside long kernels. */

@@ -17,6 +17,7 @@
 #include "device.h"
 #include "model.h"
 #include "pass.h"
+#include "pipeline.h"
 
 #include <signal.h>
 #include <stdlib.h>

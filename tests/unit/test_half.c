@@ -7,6 +7,7 @@
 #include "half.h"
 #include "hgemm.h"
 #include "pass.h"
+#include "pipeline.h"
 
 #include <float.h>
 #include <math.h>

@@ -7,6 +7,7 @@
 #include "gelu_poly.h"
 #include "pass.h"
 #include "qgemm.h"
+#include "pipeline.h"
 
 #include <math.h>
 #include <stdlib.h>

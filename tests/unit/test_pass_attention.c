@@ -15,6 +15,7 @@
 
 #include "attention.h"
 #include "pass.h"
+#include "pipeline.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -203,9 +204,9 @@ static void run_pass(slim_graph *g, const char *name, int *changed)
 {
     const slim_pass *p = NULL;
     slim_err err = {0};
-    for (int i = 0; slim_passes[i]; i++)
-        if (strcmp(slim_passes[i]->name, name) == 0)
-            p = slim_passes[i];
+    for (int i = 0; slim_pipeline_pass(i); i++)
+        if (strcmp(slim_pipeline_pass(i)->name, name) == 0)
+            p = slim_pipeline_pass(i);
     ck_assert_ptr_nonnull(p);
     ck_assert_msg(p->run(g, changed, &err) == SLIM_OK, "%s", err.msg);
 }
@@ -379,9 +380,9 @@ START_TEST(non_matching_left_alone)
             ck_assert_int_eq(slim_pass_set_int(&g->nodes[i], "axis", 2, NULL), SLIM_OK);
     slim_err err = {0};
     int fused = 0;
-    for (int i = 0; slim_passes[i]; i++)
-        if (strcmp(slim_passes[i]->name, "fuse_attention") == 0)
-            ck_assert_int_eq(slim_passes[i]->run(g, &fused, &err), SLIM_OK);
+    for (int i = 0; slim_pipeline_pass(i); i++)
+        if (strcmp(slim_pipeline_pass(i)->name, "fuse_attention") == 0)
+            ck_assert_int_eq(slim_pipeline_pass(i)->run(g, &fused, &err), SLIM_OK);
     ck_assert_int_eq(fused, 0);
     ck_assert_int_eq(count_op(g, "Softmax"), LAYERS);
     slim_graph_free(g);

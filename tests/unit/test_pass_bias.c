@@ -10,6 +10,7 @@
 
 #include "fp16.h"
 #include "pass.h"
+#include "pipeline.h"
 
 #include <math.h>
 #include <stdlib.h>

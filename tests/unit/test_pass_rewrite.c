@@ -11,6 +11,7 @@
 
 #include "pass.h"
 #include "slim_format.h"
+#include "pipeline.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -781,7 +782,8 @@ START_TEST(gpu_conversion_fuses_before_half)
     ck_assert_msg(slim_format_write(G, path, &err) == SLIM_OK, "%s", err.msg);
     slim_graph_free(G);
     G = NULL;
-    slim_load_opts o = {.precision = "fp16", .no_passes = true, .half_whole_graph = true};
+    slim_load_opts o = {.compress.precision = "fp16", .optimize.no_passes = true,
+                        .compress.half.whole_graph = true};
     slim_model *m;
     ck_assert_msg(slim_model_load(path, &o, &m, &err) == SLIM_OK, "%s", err.msg);
     unlink(path);

@@ -12,6 +12,7 @@
 #ifdef SLIM_HAVE_DNNL
 #include "matmul_dnnl.h"
 #include "pool_blocked.h"
+#include "pipeline.h"
 #endif
 
 #include <math.h>
@@ -156,7 +157,7 @@ static slim_model *load(int n_passes)
     slim_err err = {0};
     for (int i = 0; i < n_passes; i++) {
         int changed = 0;
-        ck_assert_msg(slim_passes[i]->run(g, &changed, &err) == SLIM_OK, "%s", err.msg);
+        ck_assert_msg(slim_pipeline_pass(i)->run(g, &changed, &err) == SLIM_OK, "%s", err.msg);
         ck_assert_int_gt(changed, 0);
     }
     slim_model *m;
@@ -166,7 +167,7 @@ static slim_model *load(int n_passes)
 
 START_TEST(fold_bn_matches)
 {
-    ck_assert_str_eq(slim_passes[0]->name, "fold_bn");
+    ck_assert_str_eq(slim_pipeline_pass(0)->name, "fold_bn");
     slim_model *ref = load(0), *opt = load(1);
     ck_assert_int_eq(count_op(ref->graph, "BatchNormalization"), 4);
     ck_assert_int_eq(count_op(opt->graph, "BatchNormalization"), 0);
@@ -214,7 +215,7 @@ END_TEST
 #ifdef SLIM_HAVE_DNNL
 START_TEST(fuse_conv_matches)
 {
-    ck_assert_str_eq(slim_passes[1]->name, "fuse_conv");
+    ck_assert_str_eq(slim_pipeline_pass(1)->name, "fuse_conv");
     slim_model *ref = load(0), *opt = load(2);
     /* Every conv became a FusedConv that took its Relu, Add or Clip. */
     ck_assert_int_eq(opt->graph->n_nodes, 4);
@@ -235,7 +236,7 @@ END_TEST
  * NCHW. The answer is the unoptimized graph's. */
 START_TEST(blocked_layout_matches)
 {
-    ck_assert_str_eq(slim_passes[2]->name, "blocked_layout");
+    ck_assert_str_eq(slim_pipeline_pass(2)->name, "blocked_layout");
     slim_model *ref = load(0), *opt = load(3);
     int blocked = 0;
     for (int i = 0; i < opt->graph->n_nodes; i++) {
@@ -946,7 +947,7 @@ START_TEST(fuse_matmul_foreign_layout_repacked)
     assert_same_bits(file, mem);
     slim_model_free(file);
     /* Without the passes it loads (to be looked at) but does not run. */
-    slim_load_opts raw = {.no_passes = true};
+    slim_load_opts raw = {.optimize.no_passes = true};
     ck_assert_msg(slim_model_load(path, &raw, &file, &err) == SLIM_OK, "%s", err.msg);
     slim_tensor x = mlp_input(1, 3), *out = NULL;
     int n_out;

@@ -288,8 +288,8 @@ int slim_cmd_bench(int argc, char **argv)
         snprintf(t, sizeof(t), "%ld", threads);
         setenv("SLIM_NUM_THREADS", t, 1);
     }
-    opts.precision = precision;
-    if (slim_cli_prune_opts(&prune, "bench", &opts.prune) < 0) {
+    opts.compress.precision = precision;
+    if (slim_cli_prune_opts(&prune, "bench", &opts.compress.prune) < 0) {
         slim_cli_half_free(&half);
         slim_cli_prune_free(&prune);
         return 2;

@@ -514,11 +514,11 @@ int slim_cmd_conformance(int argc, char **argv)
         else if (strcmp(argv[i], "--verbose") == 0 || strcmp(argv[i], "-v") == 0)
             verbose = true;
         else if (strcmp(argv[i], "--device") == 0 && i + 1 < argc)
-            conf_opts.device = argv[++i];
+            conf_opts.place.device = argv[++i];
         /* fp32-strict: a GPU's float32 products without TF32, whose 10-bit
          * operands can miss the cases' rtol of 1e-3. */
         else if (strcmp(argv[i], "--precision") == 0 && i + 1 < argc)
-            conf_opts.precision = argv[++i];
+            conf_opts.compress.precision = argv[++i];
         else if (strcmp(argv[i], "--cases-per-process") == 0 && i + 1 < argc) {
             char *end;
             per_process = strtol(argv[++i], &end, 10);
@@ -542,8 +542,9 @@ int slim_cmd_conformance(int argc, char **argv)
     }
     /* A fresh process per case on the host (fork is cheap there); on a
      * device, whose runtime starts in every process, many per child. */
+    const char *dev = conf_opts.place.device;
     if (!per_process)
-        per_process = conf_opts.device && strcmp(conf_opts.device, "cpu") != 0 ? 256 : 1;
+        per_process = dev && strcmp(dev, "cpu") != 0 ? 256 : 1;
     case_worker worker = {.per_process = (int)per_process};
     /* A child that dies leaves its pipe: a write to it must fail, not kill. */
     signal(SIGPIPE, SIG_IGN);

@@ -90,7 +90,7 @@ static int write_and_verify(slim_model *m, const char *in, const char *out)
     slim_model *back = NULL;
     int rc = 0;
     /* Read back as written, to compare with what was written. */
-    slim_load_opts back_opts = {.no_passes = true};
+    slim_load_opts back_opts = {.optimize.no_passes = true};
     if (slim_model_load(out, &back_opts, &back, &err) != SLIM_OK) {
         fprintf(stderr, "slim convert: reading %s back: %s\n", out, err.msg);
         rc = 1;
@@ -120,7 +120,7 @@ int slim_cmd_convert(int argc, char **argv)
     /* The MatMul weights go in packed for this CPU (SLIM_FUSE_MATMUL=0:
      * as they are): loads here run them in place; others repack or unpack
      * (passes/fuse_matmul.c). */
-    slim_load_opts opts = {.no_passes = true, .pack_matmul = true};
+    slim_load_opts opts = {.optimize.no_passes = true, .optimize.pack_matmul = true};
     for (int i = 1; i < argc; i++) {
         int hr = slim_cli_half_arg(&half, "slim convert", argc, argv, &i, &opts);
         if (!hr)
@@ -166,18 +166,18 @@ int slim_cmd_convert(int argc, char **argv)
     slim_err err = {0};
     slim_model *m = NULL;
     double t0 = now_s();
-    opts.precision = precision;
-    opts.int8_max_error = max_error;
+    opts.compress.precision = precision;
+    opts.compress.int8.max_error = max_error;
     slim_half_report half_rep = {0};
-    opts.half_report = &half_rep;
+    opts.compress.half.report = &half_rep;
     const char *exclude[256];
     char *exclude_buf = exclude_arg ? strdup(exclude_arg) : NULL;
     if (exclude_buf) {
         int n = slim_cli_split_list(exclude_buf, exclude, 256);
-        opts.int8_exclude = exclude;
-        opts.n_int8_exclude = n < 256 ? n : 256;
+        opts.compress.int8.exclude = exclude;
+        opts.compress.int8.n_exclude = n < 256 ? n : 256;
     }
-    if (slim_cli_prune_opts(&prune, "convert", &opts.prune) < 0) {
+    if (slim_cli_prune_opts(&prune, "convert", &opts.compress.prune) < 0) {
         slim_cli_prune_free(&prune);
         slim_cli_half_free(&half);
         free(exclude_buf);
@@ -186,7 +186,7 @@ int slim_cmd_convert(int argc, char **argv)
     prune.o.report = &prep;
     slim_status load_st = slim_model_load(in, &opts, &m, &err);
     free(exclude_buf);
-    bool pruned = opts.prune != NULL;
+    bool pruned = opts.compress.prune != NULL;
     slim_cli_prune_free(&prune);
     slim_cli_half_free(&half);
     if (load_st != SLIM_OK) {

@@ -302,9 +302,9 @@ static int parse_inspect_args(int argc, char **argv, inspect_args *a, slim_load_
         if ((strcmp(argv[i], "--device") == 0 || strcmp(argv[i], "--precision") == 0) &&
             i + 1 < argc) {
             if (argv[i][2] == 'd')
-                opts->device = argv[i + 1];
+                opts->place.device = argv[i + 1];
             else
-                opts->precision = argv[i + 1];
+                opts->compress.precision = argv[i + 1];
             i++;
             continue;
         }
@@ -314,8 +314,9 @@ static int parse_inspect_args(int argc, char **argv, inspect_args *a, slim_load_
         }
         if (strcmp(argv[i], "--int8-max-error") == 0 && i + 1 < argc) {
             char *end;
-            opts->int8_max_error = strtod(argv[++i], &end);
-            if (*end || !(opts->int8_max_error > 0) || opts->int8_max_error > 1e30) {
+            opts->compress.int8.max_error = strtod(argv[++i], &end);
+            double me = opts->compress.int8.max_error;
+            if (*end || !(me > 0) || me > 1e30) {
                 fprintf(stderr, "slim inspect: --int8-max-error needs a positive number, got "
                         "\"%s\"\n" INSPECT_USAGE, argv[i]);
                 return 2;
@@ -373,18 +374,18 @@ static int print_loaded(const inspect_args *a, const slim_load_opts *opts, slim_
         print_model(a->path, m->graph, m, m->param_count, m->weight_bytes);
     if (!a->memory && a->optimized)
         print_nodes(m->graph);
-    if (!a->memory && opts->precision && strcmp(opts->precision, "int8") == 0)
+    if (!a->memory && opts->compress.precision && strcmp(opts->compress.precision, "int8") == 0)
         print_int8(int8);
     slim_int8_report_free(int8);
-    if (!a->memory && opts->prune)
+    if (!a->memory && opts->compress.prune)
         slim_cli_print_prune(prep);
     slim_prune_report_free(prep);
+    const char *prec = opts->compress.precision;
     if (!a->memory && half_rep->n_layers)
-        slim_cli_print_half(half_rep, opts->precision && strcmp(opts->precision, "int8")
-                                          ? opts->precision
-                                          : opts->int8_fallback);
+        slim_cli_print_half(half_rep, prec && strcmp(prec, "int8") ? prec
+                                                                   : opts->compress.int8.fallback);
     slim_half_report_free(half_rep);
-    if (opts->device)
+    if (opts->place.device)
         slim_model_print_placement(m, stdout);
     slim_model_free(m);
     return rc;
@@ -426,7 +427,7 @@ int slim_cmd_inspect(int argc, char **argv)
         return prc < 0 ? 0 : prc;
     }
 
-    if (slim_cli_prune_opts(&a.prune, "inspect", &opts.prune) < 0) {
+    if (slim_cli_prune_opts(&a.prune, "inspect", &opts.compress.prune) < 0) {
         slim_cli_prune_free(&a.prune);
         slim_cli_half_free(&a.half);
         return 2;
@@ -439,16 +440,17 @@ int slim_cmd_inspect(int argc, char **argv)
     char *exclude_buf = a.exclude_arg ? strdup(a.exclude_arg) : NULL;
     if (exclude_buf) {
         int n = slim_cli_split_list(exclude_buf, exclude, 256);
-        opts.int8_exclude = exclude;
-        opts.n_int8_exclude = n < 256 ? n : 256;
+        opts.compress.int8.exclude = exclude;
+        opts.compress.int8.n_exclude = n < 256 ? n : 256;
     }
-    opts.int8_report = &int8;
+    opts.compress.int8.report = &int8;
     slim_half_report half_rep = {0};
-    opts.half_report = &half_rep;
+    opts.compress.half.report = &half_rep;
     /* inspect always measures the int8 layers' output error. */
-    opts.int8_measure = opts.precision && strcmp(opts.precision, "int8") == 0;
+    const char *prec = opts.compress.precision;
+    opts.compress.int8.measure = prec && strcmp(prec, "int8") == 0;
     /* The arena plan is of what runs: the optimized graph. */
-    opts.no_passes = !a.optimized && !a.memory;
+    opts.optimize.no_passes = !a.optimized && !a.memory;
     slim_status st = slim_model_load(a.path, &opts, &m, &err);
     free(exclude_buf);
     slim_cli_prune_free(&a.prune);
@@ -460,7 +462,7 @@ int slim_cmd_inspect(int argc, char **argv)
         fprintf(stderr, "slim inspect: %s\n", err.msg);
         return 1;
     }
-    if (st != SLIM_EUNSUPPORTED || opts.device || opts.precision || opts.prune) {
+    if (st != SLIM_EUNSUPPORTED || opts.place.device || prec || opts.compress.prune) {
         fprintf(stderr, "slim inspect: %s\n", err.msg);
         return 1;
     }

@@ -353,9 +353,9 @@ static int parse_run_value(run_args *a, slim_load_opts *opts, const char *opt, c
         }
         a->input_args[a->n_input_args++] = val;
     } else if (strcmp(opt, "--device") == 0) {
-        opts->device = val;
+        opts->place.device = val;
     } else if (strcmp(opt, "--precision") == 0) {
-        opts->precision = val;
+        opts->compress.precision = val;
     } else if (strcmp(opt, "--int8-exclude") == 0) {
         free(a->exclude_buf);
         if (!(a->exclude_buf = strdup(val))) {
@@ -363,12 +363,13 @@ static int parse_run_value(run_args *a, slim_load_opts *opts, const char *opt, c
             return 1;
         }
         int n = slim_cli_split_list(a->exclude_buf, a->exclude, 256);
-        opts->int8_exclude = a->exclude;
-        opts->n_int8_exclude = n < 256 ? n : 256;
+        opts->compress.int8.exclude = a->exclude;
+        opts->compress.int8.n_exclude = n < 256 ? n : 256;
     } else if (strcmp(opt, "--int8-max-error") == 0) {
         char *end;
-        opts->int8_max_error = strtod(val, &end);
-        if (*end || !(opts->int8_max_error > 0) || opts->int8_max_error > 1e30) {
+        opts->compress.int8.max_error = strtod(val, &end);
+        double me = opts->compress.int8.max_error;
+        if (*end || !(me > 0) || me > 1e30) {
             fprintf(stderr, "slim run: --int8-max-error needs a positive number, got "
                     "\"%s\"\n", val);
             return 2;
@@ -532,13 +533,13 @@ static int load_model(run_args *a, slim_load_opts *opts, slim_model **m)
     const char *sample_ptrs[MAX_RUN_INPUTS];
     slim_tensor samples[MAX_RUN_INPUTS];
     int n_samples = 0;
-    if (opts->int8_max_error > 0) {
+    if (opts->compress.int8.max_error > 0) {
         n_samples = load_int8_samples(a, sample_names, sample_ptrs, samples);
-        opts->n_int8_samples = n_samples;
-        opts->int8_sample_names = sample_ptrs;
-        opts->int8_samples = samples;
+        opts->compress.int8.n_samples = n_samples;
+        opts->compress.int8.sample_names = sample_ptrs;
+        opts->compress.int8.samples = samples;
     }
-    if (slim_cli_prune_opts(&a->prune, "run", &opts->prune) < 0) {
+    if (slim_cli_prune_opts(&a->prune, "run", &opts->compress.prune) < 0) {
         for (int i = 0; i < n_samples; i++)
             slim_tensor_release(&samples[i]);
         return 2;
@@ -651,7 +652,7 @@ int slim_cmd_run(int argc, char **argv)
     int n_outs = 0;
     double *times = NULL;
 
-    if (a.memory_limit && (rc = apply_memory_limit(a.memory_limit, opts.device)) != 0) {
+    if (a.memory_limit && (rc = apply_memory_limit(a.memory_limit, opts.place.device)) != 0) {
         run_args_free(&a);
         return rc;
     }

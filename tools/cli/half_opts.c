@@ -30,9 +30,9 @@ int slim_cli_half_arg(slim_cli_half *h, const char *cmd, int argc, char **argv, 
     }
     const char *v = argv[++*i];
     if (act) {
-        opts->activations = v;
+        opts->compress.half.activations = v;
     } else if (fb) {
-        opts->int8_fallback = v;
+        opts->compress.int8.fallback = v;
     } else {
         free(h->buf);
         if (!(h->buf = strdup(v))) {
@@ -40,8 +40,8 @@ int slim_cli_half_arg(slim_cli_half *h, const char *cmd, int argc, char **argv, 
             return -1;
         }
         int n = slim_cli_split_list(h->buf, h->names, SLIM_CLI_MAX_EXCLUDE);
-        opts->half_exclude = h->names;
-        opts->n_half_exclude = n < SLIM_CLI_MAX_EXCLUDE ? n : SLIM_CLI_MAX_EXCLUDE;
+        opts->compress.half.exclude = h->names;
+        opts->compress.half.n_exclude = n < SLIM_CLI_MAX_EXCLUDE ? n : SLIM_CLI_MAX_EXCLUDE;
     }
     return 1;
 }

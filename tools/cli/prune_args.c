@@ -2,6 +2,7 @@
  * inspect, and the per-layer pruning table (see cli.h). */
 #include "cli.h"
 #include "int8.h"
+#include "pipeline.h"
 #include "prune.h"
 
 #include <math.h>
@@ -155,7 +156,8 @@ int slim_cli_prune_error(const char *path, slim_model *pruned)
         goto done;
     }
     /* Seeded samples from the input specs, as the int8 check draws them. */
-    if (slim_int8_capture(path, 0, NULL, NULL, &s, &err)) {
+    slim_graph *sg = NULL;
+    if (slim_pipeline_read(path, &sg, &err) || slim_int8_capture(sg, 0, NULL, NULL, &s, &err)) {
         printf("output error not measured: %s\n", err.msg);
         goto done;
     }

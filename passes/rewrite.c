@@ -1,6 +1,6 @@
-/* pass.c - the pass list and the graph-editing helpers passes share. */
-#include "pass.h"
-#include "cancel.h"
+/* rewrite.c - the rewrite kit's first layer (rewrite.h): uses, walks,
+ * sweeps, constants and attributes. */
+#include "rewrite.h"
 #include "device.h"
 #include "slim_format.h"
 
@@ -9,104 +9,6 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <unistd.h>
-
-extern const slim_pass slim__pass_fold_bn;
-extern const slim_pass slim__pass_fuse_conv;
-extern const slim_pass slim__pass_blocked_layout;
-extern const slim_pass slim__pass_fuse_matmul;
-extern const slim_pass slim__pass_fold_constants;
-extern const slim_pass slim__pass_simplify_shapes;
-extern const slim_pass slim__pass_fuse_layernorm;
-extern const slim_pass slim__pass_fuse_add_layernorm; /* after fuse_layernorm */
-extern const slim_pass slim__pass_fuse_gelu;
-extern const slim_pass slim__pass_fold_attention_scale; /* GPU only */
-extern const slim_pass slim__pass_fuse_attention;
-extern const slim_pass slim__pass_attention_qkv; /* after fuse_attention */
-extern const slim_pass slim__pass_fuse_int8_epilogue; /* after fuse_gelu */
-extern const slim_pass slim__pass_fuse_matmul_bias; /* GPU only; last */
-
-/* Folding BatchNormalization first gives fuse_conv a Conv whose only
- * reader is the activation or the residual Add; blocked_layout then links
- * the FusedConvs fuse_conv made. */
-const slim_pass *const slim_passes[] = {
-    &slim__pass_fold_bn,
-    &slim__pass_fuse_conv,
-    &slim__pass_blocked_layout,
-    &slim__pass_fuse_matmul,
-    /* After fuse_matmul, which takes the GELUs it can fuse into a product;
-     * fuse_layernorm, fuse_gelu and fuse_attention read the scalars (and
-     * the Reshape shapes) fold_constants made initializers. */
-    &slim__pass_fold_constants,
-    &slim__pass_simplify_shapes,
-    &slim__pass_fuse_layernorm,
-    &slim__pass_fuse_add_layernorm,
-    &slim__pass_fuse_gelu,
-    &slim__pass_fold_attention_scale,
-    &slim__pass_fuse_attention,
-    &slim__pass_attention_qkv,
-    &slim__pass_fuse_int8_epilogue,
-    &slim__pass_fuse_matmul_bias,
-    NULL,
-};
-
-slim_status slim_passes_run(slim_graph *g, slim_err *err)
-{
-    return slim_passes_run_for(g, true, err);
-}
-
-static slim_status passes_run(slim_graph *g, bool host, bool gpu_half, slim_err *err);
-
-slim_status slim_passes_run_for(slim_graph *g, bool host, slim_err *err)
-{
-    return passes_run(g, host, false, err);
-}
-
-/* FusedAttention has a GPU kernel for half operands only (kernels/cuda/
- * attention.cu): a float32 graph about to be made half takes the pass when
- * SLIM_CUDA_FUSED_ATTENTION=1. Off by default: on an H200 (2026-11-27,
- * fp16 BERT-base) it was faster at batch 1 and slower at batch 32
- * (docs/cuda.md). */
-slim_status slim_passes_run_gpu(slim_graph *g, bool half, slim_err *err)
-{
-    const char *env = getenv("SLIM_CUDA_FUSED_ATTENTION");
-    return passes_run(g, false, half && env && env[0] == '1', err);
-}
-
-static slim_status passes_run(slim_graph *g, bool host, bool gpu_half, slim_err *err)
-{
-    const char *env = getenv("SLIM_PASSES");
-    if (env && strcmp(env, "0") == 0)
-        return SLIM_OK;
-    for (int i = 0; slim_passes[i]; i++) {
-        int changed = 0;
-        slim_status st = slim_cancel_status(err); /* a load's time bound */
-        if (st)
-            return st;
-        /* On the host FusedAttention applies the scale in its kernel. */
-        if (host && slim_passes[i] == &slim__pass_fold_attention_scale)
-            continue;
-        /* On the host FusedMatMul (fuse_matmul) takes the bias. */
-        if (host && slim_passes[i] == &slim__pass_fuse_matmul_bias)
-            continue;
-        /* On a GPU: no passes whose operators only the CPU runs
-         * (FusedConv, the blocked layout, FusedAttention in float32); they would pull
-         * those nodes, and the copies around them, back to the host.
-         * AddLayerNorm has a CUDA kernel (kernels/cuda/norm.cu). */
-        if (!host && ((slim_passes[i] == &slim__pass_fuse_attention && !gpu_half) ||
-                      slim_passes[i] == &slim__pass_fuse_conv ||
-                      slim_passes[i] == &slim__pass_blocked_layout))
-            continue;
-        if (!host && slim_passes[i] == &slim__pass_fuse_matmul)
-            st = slim_pass_defuse_matmul(g, err); /* a file's */
-        else if (!host && slim_passes[i] == &slim__pass_attention_qkv)
-            st = slim_pass_unmerge_qkv(g, err); /* a file's merged projections */
-        else
-            st = slim_passes[i]->run(g, &changed, err);
-        if (st)
-            return slim_err_prefix(err, "pass %s: ", slim_passes[i]->name);
-    }
-    return SLIM_OK;
-}
 
 slim_status slim_pass_uses_init(slim_pass_uses *u, const slim_graph *g, slim_err *err)
 {
@@ -169,8 +71,10 @@ const slim_tensor *slim_pass_const_f32(const slim_graph *g, int v)
 {
     if (v < 0 || v >= g->n_values || g->values[v].kind != SLIM_VALUE_INITIALIZER)
         return NULL;
+    /* No data with elements: released by slim_pass_drop_replaced. */
     const slim_tensor *t = &g->values[v].init;
-    return t->dtype == SLIM_F32 && !t->device && t->data ? t : NULL;
+    return t->dtype == SLIM_F32 && !t->device && (t->data || slim_tensor_numel(t) == 0) ? t
+                                                                                      : NULL;
 }
 
 slim_node *slim_pass_sole_reader(slim_graph *g, const slim_pass_uses *u, int v,

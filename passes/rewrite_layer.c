@@ -1,6 +1,6 @@
 /*
- * rewrite.c - the graph rewriting the compression passes share (see
- * rewrite.h).
+ * rewrite_layer.c - the rewrite kit's layer rewriting (rewrite.h), which
+ * the compression passes (quant/: int8, half, prune) share.
  */
 #include "rewrite.h"
 
@@ -76,14 +76,6 @@ slim_status slim_rewrite_finish(slim_rewrite *r, slim_status st)
     return st;
 }
 
-const slim_value *slim_rewrite_const_f32(const slim_graph *g, int v)
-{
-    if (v < 0 || g->values[v].kind != SLIM_VALUE_INITIALIZER)
-        return NULL;
-    const slim_value *val = &g->values[v];
-    return val->init.dtype == SLIM_F32 && val->init.device == NULL ? val : NULL;
-}
-
 bool slim_rewrite_named(const char *const *names, int n, const slim_node *node)
 {
     for (int i = 0; i < n; i++)
@@ -106,9 +98,8 @@ slim_rewrite_kind slim_rewrite_layer_kind(const slim_graph *g, const slim_node *
     if (n->domain[0] || !(mm || gemm || gather || conv) || n->n_in < 2 || n->n_out < 1)
         return SLIM_REWRITE_NONE;
     *weight = gather ? n->in[0] : n->in[1];
-    const slim_value *w = slim_rewrite_const_f32(g, *weight);
-    if (!w || (conv ? w->init.ndim < conv_min_ndim || w->init.ndim > conv_max_ndim
-                    : w->init.ndim != 2))
+    const slim_tensor *w = slim_pass_const_f32(g, *weight);
+    if (!w || (conv ? w->ndim < conv_min_ndim || w->ndim > conv_max_ndim : w->ndim != 2))
         return SLIM_REWRITE_NONE;
     return conv ? SLIM_REWRITE_CONV : gather ? SLIM_REWRITE_GATHER : SLIM_REWRITE_LINEAR;
 }
@@ -229,9 +220,9 @@ const char *slim_rewrite_linear_of(const slim_graph *g, const slim_node *n, int6
     if (l->k > max_k || l->n > max_n)
         return too_big;
     if (l->c >= 0) {
-        const slim_value *c = slim_rewrite_const_f32(g, l->c);
-        int64_t cn = c ? slim_tensor_numel(&c->init) : 0;
-        if (!c || (cn != l->n && cn != 1) || (c->init.ndim == 2 && c->init.dims[0] != 1))
+        const slim_tensor *c = slim_pass_const_f32(g, l->c);
+        int64_t cn = c ? slim_tensor_numel(c) : 0;
+        if (!c || (cn != l->n && cn != 1) || (c->ndim == 2 && c->dims[0] != 1))
             return "C is not a constant per-channel bias";
     }
     if (!isfinite(l->alpha) || !isfinite(l->beta))
@@ -252,9 +243,8 @@ slim_status slim_rewrite_linear_bias(const slim_rewrite *r, const slim_node *n,
         slim_node *a = slim_rewrite_sole_reader(r, out, "Add");
         if (a && a->n_in == 2) {
             int other = a->in[0] == out ? a->in[1] : a->in[0];
-            const slim_value *b = slim_rewrite_const_f32(g, other);
-            if (b && a->in[0] != a->in[1] && b->init.ndim <= 1 &&
-                slim_tensor_numel(&b->init) == l->n) {
+            const slim_tensor *b = slim_pass_const_f32(g, other);
+            if (b && a->in[0] != a->in[1] && b->ndim <= 1 && slim_tensor_numel(b) == l->n) {
                 src = other;
                 mul = 1.0f;
                 *add = (int)(a - g->nodes);

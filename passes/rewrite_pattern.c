@@ -1,5 +1,6 @@
-/* pattern.c - graph walking helpers for the pattern passes (pattern.h). */
-#include "pattern.h"
+/* rewrite_pattern.c - the rewrite kit's pattern matching (rewrite.h), for
+ * the passes that recognize spelled-out functions. */
+#include "rewrite.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -128,26 +129,5 @@ slim_status slim__pattern_become(slim_node *n, const char *op_type, int opset, i
     n->op_type = ot;
     n->domain = dom;
     n->opset = opset;
-    return SLIM_OK;
-}
-
-slim_status slim__pattern_set_string(slim_node *n, const char *name, const char *v,
-                                     slim_err *err)
-{
-    slim_attr *as = realloc(n->attrs, sizeof(*as) * (size_t)(n->n_attrs + 1));
-    if (!as)
-        return slim_errf(err, SLIM_ENOMEM, "out of memory optimizing the graph");
-    n->attrs = as;
-    slim_attr *a = &as[n->n_attrs];
-    memset(a, 0, sizeof(*a));
-    a->name = strdup(name);
-    a->s = strdup(v);
-    if (!a->name || !a->s) {
-        free(a->name);
-        free(a->s);
-        return slim_errf(err, SLIM_ENOMEM, "out of memory optimizing the graph");
-    }
-    a->type = SLIM_ATTR_STRING;
-    n->n_attrs++;
     return SLIM_OK;
 }
