@@ -10,6 +10,7 @@
 #include "alloc.h"
 #include "device.h"
 #include "server.h"
+#include "slim_init.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -253,6 +254,7 @@ static void raise_fd_limit(int max_connections)
 
 int main(int argc, char **argv)
 {
+    slim_init();
     slim_server_opts opts;
     int rc = parse_args(argc, argv, &opts);
     if (rc)

@@ -7,6 +7,7 @@
 #include "half.h"
 #include "hgemm.h"
 #include "pass.h"
+#include "slim_init.h"
 
 #include <float.h>
 #include <math.h>
@@ -766,6 +767,7 @@ END_TEST
 
 int main(void)
 {
+    slim_init();
     Suite *s = suite_create("half");
     TCase *tc = tcase_create("convert");
     tcase_add_test(tc, test_f16_edges);

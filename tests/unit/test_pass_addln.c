@@ -11,6 +11,7 @@
 
 #include "fp16.h"
 #include "pass.h"
+#include "slim_init.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -271,6 +272,7 @@ static Suite *addln_suite(void)
 
 int main(void)
 {
+    slim_init();
     SRunner *sr = srunner_create(addln_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

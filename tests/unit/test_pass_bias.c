@@ -10,6 +10,7 @@
 
 #include "fp16.h"
 #include "pass.h"
+#include "slim_init.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -218,6 +219,7 @@ static Suite *bias_suite(void)
 
 int main(void)
 {
+    slim_init();
     SRunner *sr = srunner_create(bias_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

@@ -11,6 +11,7 @@
 
 #include "pass.h"
 #include "slim_format.h"
+#include "slim_init.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -926,6 +927,7 @@ Suite *rewrite_suite(void)
 
 int main(void)
 {
+    slim_init();
     SRunner *sr = srunner_create(rewrite_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

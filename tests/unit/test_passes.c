@@ -12,6 +12,7 @@
 #ifdef SLIM_HAVE_DNNL
 #include "matmul_dnnl.h"
 #include "pool_blocked.h"
+#include "slim_init.h"
 #endif
 
 #include <math.h>
@@ -1114,6 +1115,7 @@ Suite *passes_suite(void)
 
 int main(void)
 {
+    slim_init();
     setenv("SLIM_NUM_THREADS", "2", 1); /* FusedMatMul's column parts: one per thread */
     setenv("SLIM_FUSE_MATMUL", "1", 1); /* packs mapped weights too */
     SRunner *sr = srunner_create(passes_suite());

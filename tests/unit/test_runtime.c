@@ -3,6 +3,7 @@
  * pool (runtime/parallel.c). */
 #include "testutil.h"
 #include "npy.h"
+#include "slim_init.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -623,6 +624,7 @@ static Suite *runtime_suite(void)
 
 int main(void)
 {
+    slim_init();
     SRunner *sr = srunner_create(runtime_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);
