@@ -5,7 +5,7 @@
  * The CPU is built in and always first. CUDA is a library beside the
  * executable (or the path in SLIM_CUDA_BACKEND), opened only when a GPU is
  * asked for. emul:0 is the host dressed as a device for tests
- * (runtime/device_emul.c): found by name, never listed. A new device adds
+ * (runtime/device_emul.c): started when asked for, never listed. A new device adds
  * one entry here (docs/architecture-devices.md).
  */
 #include "slim_init.h"
@@ -29,8 +29,7 @@ static void init_once_fn(void)
         {.name = "cuda", .title = "CUDA", .library = "libslim_cuda.so",
          .library_env = "SLIM_CUDA_BACKEND", .open_symbol = "slim_cuda_backend_open",
          .missing_hint = "built without nvcc?"},
-        {.name = "emul", .title = "emul", .iface = slim_device_emul()->backend,
-         .unlisted = true},
+        {.name = "emul", .title = "emul", .open = slim_emul_backend_open, .unlisted = true},
     };
     slim_status st = slim_op_registry_add(tables, n_tables, &err);
     for (size_t i = 0; !st && i < sizeof(backends) / sizeof(backends[0]); i++)

@@ -33,9 +33,10 @@ static int n_entries;
 
 slim_status slim_backend_register(const slim_backend_reg *reg, slim_err *err)
 {
-    if (!reg->name || !reg->name[0] || strchr(reg->name, ':') || (!reg->iface && !reg->library))
+    if (!reg->name || !reg->name[0] || strchr(reg->name, ':') ||
+        (!reg->iface && !reg->open && !reg->library))
         return slim_errf(err, SLIM_EINVAL, "a device backend needs a name without ':' and "
-                         "either an interface or a library");
+                         "an interface, an open function or a library");
     for (int i = 0; i < n_entries; i++)
         if (strcmp(entries[i].reg.name, reg->name) == 0)
             return slim_errf(err, SLIM_EINVAL, "device backend \"%s\" is registered twice",
@@ -111,18 +112,21 @@ static void entry_load(backend_entry *e)
 {
     const slim_backend_reg *reg = &e->reg;
     const char *title = reg->title ? reg->title : reg->name;
-    char why[1024];
-    void *h = open_library(reg, why, sizeof(why));
-    if (!h) {
-        slim_errf(&e->why, SLIM_ENOTFOUND, "no %s backend: %s", title, why);
-        return;
-    }
-    slim_backend_open_fn open_fn = (slim_backend_open_fn)dlsym(h, reg->open_symbol);
+    slim_backend_open_fn open_fn = reg->open;
     if (!open_fn) {
-        slim_errf(&e->why, SLIM_ENOTFOUND, "no %s backend: %s has no %s", title, reg->library,
-                  reg->open_symbol);
-        dlclose(h);
-        return;
+        char why[1024];
+        void *h = open_library(reg, why, sizeof(why));
+        if (!h) {
+            slim_errf(&e->why, SLIM_ENOTFOUND, "no %s backend: %s", title, why);
+            return;
+        }
+        open_fn = (slim_backend_open_fn)dlsym(h, reg->open_symbol);
+        if (!open_fn) {
+            slim_errf(&e->why, SLIM_ENOTFOUND, "no %s backend: %s has no %s", title,
+                      reg->library, reg->open_symbol);
+            dlclose(h);
+            return;
+        }
     }
     slim_err err = {0};
     const slim_backend_iface *b = open_fn(SLIM_BACKEND_ABI, &err);
@@ -132,6 +136,9 @@ static void entry_load(backend_entry *e)
         /* Kept loaded: the CUDA runtime may have started threads. */
         return;
     }
+    for (int i = 0; i < b->n_devices; i++)
+        if (!b->devices[i]->backend)
+            b->devices[i]->backend = b;
     e->iface = b;
 }
 

@@ -89,6 +89,9 @@ slim_device *slim_device_cpu(void);
 slim_device *slim_device_pinned_host(void);
 /* "emul:0": the host placed as a device, for tests (device_emul.c). */
 slim_device *slim_device_emul(void);
+/* Its backend, made on first use: a slim_backend_open_fn for the list of
+ * backends (pipeline/devices.c). */
+const struct slim_backend_iface *slim_emul_backend_open(int abi, slim_err *err);
 
 /* Mapped model files whose descriptors stay open (slim_reader.c registers
  * each .slim mapping). A kernel that reads a few rows of a large weight
@@ -116,8 +119,10 @@ typedef const slim_backend_iface *(*slim_backend_open_fn)(int abi, slim_err *err
 typedef struct slim_backend_reg {
     const char *name;           /* "cpu", "cuda" */
     const char *title;          /* "CUDA": for messages */
-    /* Built in: the backend itself. */
+    /* Built in: the backend itself, or a function that starts it on the
+     * first request for one of its devices. */
     const slim_backend_iface *iface;
+    slim_backend_open_fn open;
     /* Or a library: looked for beside the executable, in ../lib and
      * ../lib/slimserve from it, then on the library path; library_env
      * names a variable whose value (a path) overrides the search. */
@@ -139,12 +144,12 @@ slim_status slim_backend_register(const slim_backend_reg *reg, slim_err *err);
  * without it gets SLIM_ENOTFOUND and a message that says why (no library,
  * no driver, no device). */
 slim_status slim_device_get(const char *name, slim_device **out, slim_err *err);
-/* Every listed device: the CPU first, then the library backends' devices
- * if they load. Returns how many (at most cap stored); *why_none (may be
- * NULL) says why a library backend has no devices, NULL when it has some.
- * With load false, a library backend is listed only if something already
- * started it (a model placed on a GPU): a CPU-only server's /metrics never
- * starts CUDA. */
+/* Every listed device: the CPU first, then the other backends' devices
+ * if they start. Returns how many (at most cap stored); *why_none (may be
+ * NULL) says why a backend has no devices, NULL when it has some. With
+ * load false, a backend started on demand is listed only if something
+ * already started it (a model placed on a GPU): a CPU-only server's
+ * /metrics never starts CUDA. */
 int slim_device_list(slim_device **out, int cap, bool load, const char **why_none);
 
 /* The device's kind, its backend's name: "cpu", "cuda", "emul". NULL is

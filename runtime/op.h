@@ -37,8 +37,9 @@ typedef struct slim_op_ctx {
     int n_out;
     slim_tensor *const *out;      /* out[i] NULL when the output is unused */
     slim_err *err;
-    /* The run's modes, which the executor used to set per thread: a
-     * backend applies them for its kernels. row_invariant: a batch row's
+    /* The running model's modes, set by the executor; each backend
+     * applies them for its kernels (the CPU's through the thread-local
+     * that slim_sgemm_rows reads). row_invariant: a batch row's
      * result must not depend on the other rows (models that batch, see
      * slim_model_set_batch_invariant). fp32_strict: float32 products in
      * float32, not TF32 (precision "fp32-strict"; the CPU ignores it). */

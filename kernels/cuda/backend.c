@@ -3,8 +3,9 @@
  * per-thread streams and library handles, copies, and the op tables.
  *
  * This file and the .cu files build libslim_cuda.so, which the runtime
- * loads with dlopen (runtime/backend.c) only when a GPU is asked for; its
- * one exported entry point is slim_cuda_backend_open.
+ * loads with dlopen (runtime/backend.c, from the entry in the list of
+ * backends, pipeline/devices.c) only when a GPU is asked for; its one
+ * exported entry point is slim_cuda_backend_open.
  *
  * Memory: each GPU gets the runtime's caching allocator (alloc.c) with a
  * cudaMalloc/cudaFree segment source, so the GPU has PyTorch's caching
