@@ -23,6 +23,7 @@
  */
 #include "kernel.h"
 #include "qgemm.h"
+#include "slim_init.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -133,6 +134,7 @@ static int run_peak(bool f32)
 
 int main(int argc, char **argv)
 {
+    slim_init();
     if (argc > 1 && strcmp(argv[1], "--peak") == 0)
         return run_peak(false);
     if (argc > 1 && strcmp(argv[1], "--peak-f32") == 0)

@@ -344,21 +344,6 @@ bool slim_gemm_set_row_invariant(bool on)
     return prev;
 }
 
-/* Read by device kernels only: the CPU's fp32 products are fp32 anyway. */
-static _Thread_local bool fp32_strict;
-
-bool slim_gemm_fp32_strict(void)
-{
-    return fp32_strict;
-}
-
-bool slim_gemm_set_fp32_strict(bool on)
-{
-    bool prev = fp32_strict;
-    fp32_strict = on;
-    return prev;
-}
-
 static void rows_tile(const sgemm_job *j, int64_t r0)
 {
     int64_t rows = j->m - r0 < ROW_TILE ? j->m - r0 : ROW_TILE;

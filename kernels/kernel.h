@@ -1,88 +1,21 @@
 /*
- * kernel.h - how an operator is written and registered.
+ * kernel.h - what CPU kernels share: the operator contract (runtime/op.h),
+ * the CPU op registry (registry.c) and helpers (common.c).
  *
- * An operator is a slim_op_def: a type name, the lowest opset version it
- * implements (the registry picks the def with the highest `since` that is <=
- * the model's opset), and up to four functions:
- *
- *   prepare(node, &state, err)  at load: parse and validate attributes once;
- *                               optional. State is read-only afterwards.
- *   release(state)              frees what prepare made; optional.
- *   infer(ctx)                  sets every present output's dtype, ndim and
- *                               dims from the inputs. Input data may be NULL
- *                               while planning; an op whose output shape
- *                               depends on an input's values returns
- *                               SLIM_ENEEDVALUE then. Checks dtypes and
- *                               shapes and reports mistakes via ctx->err.
- *   exec(ctx)                   computes outputs into buffers the executor
- *                               allocated from the shapes infer gave.
- *
- * Messages need not name the node: the executor prefixes that.
- * A kernel file exports one table, terminated by an entry with op_type NULL,
- * and kernels/registry.c lists the tables.
+ * A kernel file exports one table of slim_op_def, terminated by an entry
+ * with op_type NULL, and kernels/registry.c lists the tables.
  */
 #ifndef SLIM_KERNEL_H
 #define SLIM_KERNEL_H
 
 #include "cancel.h"
 #include "graph.h"
+#include "op.h"
+#include "parallel.h"
 
-typedef struct slim_op_ctx {
-    const slim_node *node;
-    const void *state;     /* from prepare, or NULL */
-    int n_in;
-    const slim_tensor *const *in; /* in[i] NULL when an optional input is absent */
-    int n_out;
-    slim_tensor *const *out;      /* out[i] NULL when the output is unused */
-    slim_err *err;
-} slim_op_ctx;
-
-enum {
-    /* exec reads only input shapes, never data (Shape, Size): the planner
-     * may run it with no data present. */
-    SLIM_OP_SHAPE_ONLY = 1u << 0,
-    /* output 0 is input 0's data with a new shape (Reshape, Squeeze, ...):
-     * the executor shares the buffer and does not call exec. */
-    SLIM_OP_ALIAS0 = 1u << 1,
-    /* exec stays correct when out[0]->data == in[0]->data with equal byte
-     * size, because each output element is computed only from input
-     * elements at the same index before anything else is written: the
-     * planner may then write output 0 over input 0 when that input is read
-     * for the last time (plan.h). */
-    SLIM_OP_INPLACE0 = 1u << 2,
-    /* The copies the partition pass inserts (partition.c): the executor
-     * moves input 0 to the node's device (H2D) or back to the host (D2H). */
-    SLIM_OP_COPY_H2D = 1u << 3,
-    SLIM_OP_COPY_D2H = 1u << 4,
-    /* Control flow (If, Loop, Scan): output shapes are known only once a
-     * subgraph has run, so the executor skips infer and allocation and
-     * exec sets each present output's shape and storage itself (a tensor
-     * with its own buffer). infer returns SLIM_ENEEDVALUE while planning. */
-    SLIM_OP_OWN_OUTPUTS = 1u << 5,
-    /* Inputs may be sequences or optionals (runtime/container.h), which
-     * the executor refuses to every other op. An ALIAS0 op with this flag
-     * (Identity) passes a container on by reference. */
-    SLIM_OP_CONTAINERS = 1u << 6,
-};
-
-typedef struct slim_op_def {
-    const char *op_type;
-    int since;
-    slim_status (*prepare)(slim_node *node, void **state, slim_err *err);
-    void (*release)(void *state);
-    slim_status (*infer)(slim_op_ctx *ctx);
-    slim_status (*exec)(slim_op_ctx *ctx);
-    unsigned flags;
-} slim_op_def;
-
-/* The device a node's outputs live on: its own (NULL for the CPU), except
- * a copy back to the host. */
-static inline struct slim_device *slim_node_out_device(const slim_node *n)
-{
-    return n->op && (n->op->flags & SLIM_OP_COPY_D2H) ? NULL : n->device;
-}
-
-/* Returns the def for (domain, op_type, opset) or NULL. */
+/* The CPU registry (registry.c): the def for (domain, op_type, opset) or
+ * NULL, from the CPU tables directly (passes that fold constants use it;
+ * graphs go through the runtime registry, op_registry.h). */
 const slim_op_def *slim_op_lookup(const char *domain, const char *op_type, int opset);
 /* Calls fn for every registered op type once (for docs and tests). */
 void slim_op_foreach(void (*fn)(const slim_op_def *def, void *user), void *user);
@@ -178,15 +111,6 @@ static inline bool slim_cancel_check(void)
     return c && slim_cancel_reason_of(c) != SLIM_CANCEL_NONE;
 }
 
-/* Runs fn(begin, end, user) over [0, n) split across the kernel threads.
- * Small n runs inline, and so does everything while another request holds
- * the pool, as one fn(0, n) call. So fn's results must not depend on how
- * [0, n) is cut: a kernel that rounds differently per range (one BLAS call
- * over a merged range, partial sums per range) would make a request's
- * answer depend on what else the server is running. */
-void slim_parallel_for(int64_t n, int64_t grain,
-                       void (*fn)(int64_t begin, int64_t end, void *user), void *user);
-int slim_num_threads(void);
 
 /* cblas_sgemm's row-major contract, split across the kernel threads by rows
  * (or columns when there are few rows), each part a single-threaded BLAS
@@ -206,7 +130,8 @@ void slim_sgemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t
                        float *c, int64_t ldc);
 /* The same product where the rows of A are independent items (a batch):
  * in row-invariant mode (slim_gemm_set_row_invariant, set per thread by the
- * executor for models that batch) a row's result is bitwise the same
+ * CPU and CUDA backends around each kernel from slim_op_ctx.row_invariant,
+ * for models that batch) a row's result is bitwise the same
  * whatever other rows share the call; otherwise it is slim_sgemm. */
 void slim_sgemm_rows(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                      const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
@@ -215,12 +140,6 @@ void slim_sgemm_rows(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k
 bool slim_gemm_set_row_invariant(bool on);
 /* The calling thread's mode (device kernels follow it too). */
 bool slim_gemm_row_invariant(void);
-/* Whether a device's float32 products must compute in float32 (precision
- * "fp32-strict"): by default a GPU may round their operands to TF32, as
- * onnxruntime-gpu does. Set per thread by the executor from the model, like
- * row invariance; the CPU ignores it. set returns the previous value. */
-bool slim_gemm_set_fp32_strict(bool on);
-bool slim_gemm_fp32_strict(void);
 
 /* Whether the CPU converts fp16 <-> fp32 in hardware (F16C). Not through
  * __builtin_cpu_supports("f16c"): clang 14 does not know that name. */

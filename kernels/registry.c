@@ -3,11 +3,14 @@
  *
  * Each kernel file exports one table; an op type may appear several times
  * with different `since` versions when its interface changed across opsets
- * (attribute became input, say). Lookup picks the highest since <= opset.
+ * (attribute became input, say). Lookup picks the highest since <= opset,
+ * through the runtime's one mechanism (runtime/op_registry.h); slim_init
+ * registers these tables as the process's operator contract.
  */
 #include "kernel.h"
+#include "op_registry.h"
 
-#include <string.h>
+#include <stddef.h>
 
 #define SLIM__KERNEL_TABLES(X) \
     X(elementwise) X(cast) X(conv) X(pool) X(linalg) X(einsum) X(norm) X(softmax) X(reduce) \
@@ -18,17 +21,6 @@
 #define SLIM__DECLARE_TABLE(name) extern const slim_op_def slim__ops_##name[];
 SLIM__KERNEL_TABLES(SLIM__DECLARE_TABLE)
 #undef SLIM__DECLARE_TABLE
-
-static const slim_op_def *const tables[] = {
-#define SLIM__LIST_TABLE(name) slim__ops_##name,
-    SLIM__KERNEL_TABLES(SLIM__LIST_TABLE)
-#undef SLIM__LIST_TABLE
-};
-
-static bool is_default_domain(const char *domain)
-{
-    return !domain || !domain[0] || strcmp(domain, "ai.onnx") == 0;
-}
 
 /* slimserve's own operators: the partition pass's copies (partition.c)
  * and the int8 pass's quantized layers (cpu/qlinear.c). */
@@ -57,56 +49,60 @@ extern const slim_op_def slim__ops_fconv[]; /* the fuse_conv pass's (cpu/conv_dn
 extern const slim_op_def slim__ops_fmm[];   /* the fuse_matmul pass's (cpu/matmul_dnnl.c) */
 #endif
 
-/* The com.slimserve tables after the copies, searched in this order. */
-static const slim_op_def *const slimserve_tables[] = {
-    slim__ops_int8, slim__ops_sparse, slim__ops_half, slim__ops_hconv, slim__ops_pool_blocked,
-    slim__ops_fused_attention, slim__ops_add_layernorm, slim__ops_matmul_bias,
+/* Every CPU table under its domain; within one domain the highest since
+ * <= the opset wins, the first in this order on a tie (op_registry.h). */
+static const slim_op_table cpu_tables[] = {
+#define SLIM__LIST_TABLE(name) SLIM_OP_TABLE("", slim__ops_##name),
+    SLIM__KERNEL_TABLES(SLIM__LIST_TABLE)
+#undef SLIM__LIST_TABLE
+    /* The partition pass's copies have one version, whatever the opset. */
+    {"com.slimserve", slim__ops_copy, sizeof(slim_op_def), true},
+    SLIM_OP_TABLE("com.slimserve", slim__ops_int8),
+    SLIM_OP_TABLE("com.slimserve", slim__ops_sparse),
+    SLIM_OP_TABLE("com.slimserve", slim__ops_half),
+    SLIM_OP_TABLE("com.slimserve", slim__ops_hconv),
+    SLIM_OP_TABLE("com.slimserve", slim__ops_pool_blocked),
+    SLIM_OP_TABLE("com.slimserve", slim__ops_fused_attention),
+    SLIM_OP_TABLE("com.slimserve", slim__ops_add_layernorm),
+    SLIM_OP_TABLE("com.slimserve", slim__ops_matmul_bias),
 #ifdef SLIM_HAVE_DNNL
-    slim__ops_fconv, slim__ops_fmm,
+    SLIM_OP_TABLE("com.slimserve", slim__ops_fconv),
+    SLIM_OP_TABLE("com.slimserve", slim__ops_fmm),
 #endif
+    SLIM_OP_TABLE("com.microsoft", slim__ops_microsoft),
+    SLIM_OP_TABLE("ai.onnx.ml", slim__ops_ml),
+    SLIM_OP_TABLE("ai.onnx.preview", slim__ops_preview),
 };
+
+_Static_assert(SLIM_OP_KEY_LAYOUT_OK(slim_op_def), "slim_op_def must start as slim_op_key");
+
+const slim_op_table *slim_cpu_op_tables(size_t *n)
+{
+    *n = sizeof(cpu_tables) / sizeof(cpu_tables[0]);
+    return cpu_tables;
+}
 
 const slim_op_def *slim_op_lookup(const char *domain, const char *op_type, int opset)
 {
-    if (domain && strcmp(domain, "com.slimserve") == 0) {
-        for (const slim_op_def *d = slim__ops_copy; d->op_type; d++)
-            if (strcmp(d->op_type, op_type) == 0)
-                return d;
-        for (size_t t = 0; t < sizeof(slimserve_tables) / sizeof(slimserve_tables[0]); t++)
-            for (const slim_op_def *d = slimserve_tables[t]; d->op_type; d++)
-                if (strcmp(d->op_type, op_type) == 0 && d->since <= opset)
-                    return d;
-        return NULL;
-    }
-    if (domain && strcmp(domain, "com.microsoft") == 0) {
-        for (const slim_op_def *d = slim__ops_microsoft; d->op_type; d++)
-            if (strcmp(d->op_type, op_type) == 0 && d->since <= opset)
-                return d;
-        return NULL;
-    }
-    if (domain && (strcmp(domain, "ai.onnx.ml") == 0 || strcmp(domain, "ai.onnx.preview") == 0)) {
-        const slim_op_def *best = NULL;
-        const slim_op_def *table = domain[8] == 'm' ? slim__ops_ml : slim__ops_preview;
-        for (const slim_op_def *d = table; d->op_type; d++)
-            if (strcmp(d->op_type, op_type) == 0 && d->since <= opset &&
-                (!best || d->since > best->since))
-                best = d;
-        return best;
-    }
-    if (!is_default_domain(domain))
-        return NULL;
-    const slim_op_def *best = NULL;
-    for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++)
-        for (const slim_op_def *d = tables[t]; d->op_type; d++)
-            if (strcmp(d->op_type, op_type) == 0 && d->since <= opset &&
-                (!best || d->since > best->since))
-                best = d;
-    return best;
+    return slim_op_tables_find(cpu_tables, sizeof(cpu_tables) / sizeof(cpu_tables[0]), domain,
+                               op_type, opset);
 }
 
+typedef struct {
+    void (*fn)(const slim_op_def *def, void *user);
+    void *user;
+} foreach_job;
+
+static void foreach_entry(const void *entry, void *user)
+{
+    foreach_job *j = user;
+    j->fn(entry, j->user);
+}
+
+/* The default domain's operators, as before the tables had domains. */
 void slim_op_foreach(void (*fn)(const slim_op_def *def, void *user), void *user)
 {
-    for (size_t t = 0; t < sizeof(tables) / sizeof(tables[0]); t++)
-        for (const slim_op_def *d = tables[t]; d->op_type; d++)
-            fn(d, user);
+    foreach_job j = {fn, user};
+    slim_op_tables_foreach(cpu_tables, sizeof(cpu_tables) / sizeof(cpu_tables[0]), "",
+                           foreach_entry, &j);
 }

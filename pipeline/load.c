@@ -2,6 +2,7 @@
  * memory account that the model's weights are charged to. */
 #include "pipeline.h"
 #include "model.h"
+#include "slim_init.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -34,6 +35,7 @@ slim_status slim_model_load(const char *path, const slim_load_opts *opts, slim_m
 {
     static const slim_load_opts defaults;
     *out = NULL;
+    slim_init(); /* a library caller may not have: loading needs the backends */
     slim_load_ctx c = {.path = path};
     slim_status st = slim_pipeline_settings(opts ? opts : &defaults, &c, err);
     if (st)

@@ -31,7 +31,7 @@ static void host_segment_free(void *ctx, void *ptr, size_t size)
     munmap(ptr, size);
 }
 
-static slim_device cpu_device = {.name = "cpu"};
+static slim_device cpu_device = {.name = "cpu", .description = "host memory"};
 static pthread_once_t cpu_once = PTHREAD_ONCE_INIT;
 
 static void cpu_device_init(void)

@@ -15,6 +15,7 @@
 #define SLIM_DEVICE_H
 
 #include "alloc.h"
+#include "graph.h"
 #include "slim.h"
 
 #include <stdatomic.h>
@@ -23,15 +24,17 @@ struct slim_node;
 struct slim_op_ctx;
 struct slim_device;
 
-/* What a device backend (the CUDA one: kernels/cuda/backend.c, in its own
- * shared library) gives the runtime. Every function works on the calling
- * thread's stream: each thread that runs models has its own, so server
- * instances overlap on one GPU. */
+/* What a device backend gives the runtime: the CPU's (kernels/cpu/backend.c,
+ * built in), CUDA's (kernels/cuda/backend.c, in its own shared library),
+ * emul's (device_emul.c, for tests). Every device, the CPU included, has
+ * one, and the executor runs every node through its device's table. On a
+ * GPU every function works on the calling thread's stream: each thread
+ * that runs models has its own, so server instances overlap on one GPU. */
 typedef enum { SLIM_COPY_H2D, SLIM_COPY_D2H, SLIM_COPY_D2D } slim_copy_kind;
 
 typedef struct slim_backend_iface {
     int abi;                    /* SLIM_BACKEND_ABI of the runtime it was built with */
-    const char *name;           /* "cuda" */
+    const char *name;           /* "cpu", "cuda": the kind (slim_device_kind) */
     int n_devices;
     struct slim_device **devices;
     /* This device's kernel for the node with these input dtypes (UNDEFINED
@@ -49,19 +52,21 @@ typedef struct slim_backend_iface {
     /* The device's own view of its memory (cudaMemGetInfo). */
     void (*mem_info)(struct slim_device *dev, size_t *free_bytes, size_t *total_bytes);
     /* Host memory the device copies to at full speed (page-locked), or
-     * NULL: a host-kind device (no backend) whose caching allocator the
-     * outputs of its D2H copies come from (executor.c). */
+     * NULL: a host-kind device (the CPU backend's) whose caching allocator
+     * the outputs of its D2H copies come from (executor.c). */
     struct slim_device *pinned_host;
 } slim_backend_iface;
 
 /* 2: slim_tensor gained kind (sequences and optionals, container.h)
- * 3: pinned_host */
-#define SLIM_BACKEND_ABI 3
+ * 3: pinned_host
+ * 4: the CPU has a backend too; slim_op_ctx carries row_invariant and
+ *    fp32_strict (runtime/op.h) */
+#define SLIM_BACKEND_ABI 4
 
 typedef struct slim_device {
     const char *name;           /* "cpu", "cuda:0" */
     slim_allocator *alloc;      /* the one caching allocator of this device */
-    const slim_backend_iface *backend; /* NULL for the CPU */
+    const slim_backend_iface *backend; /* set once slim_init registered it */
     int ordinal;
     char description[320];      /* "NVIDIA H100 80GB HBM3, sm_90, 132 SMs" */
 } slim_device;
@@ -83,6 +88,9 @@ slim_device *slim_device_cpu(void);
 slim_device *slim_device_pinned_host(void);
 /* "emul:0": the host placed as a device, for tests (device_emul.c). */
 slim_device *slim_device_emul(void);
+/* Its backend, made on first use: a slim_backend_open_fn for the list of
+ * backends (pipeline/devices.c). */
+const struct slim_backend_iface *slim_emul_backend_open(int abi, slim_err *err);
 
 /* Mapped model files whose descriptors stay open (slim_reader.c registers
  * each .slim mapping). A kernel that reads a few rows of a large weight
@@ -95,26 +103,80 @@ void slim_file_map_register(const void *base, size_t size, int fd);
 void slim_file_map_unregister(const void *base);
 bool slim_file_map_lookup(const void *p, size_t n, int *fd, int64_t *offset);
 
-/* "cpu", "cuda" (= "cuda:0") or "cuda:N". The first GPU request loads the
- * backend library (libslim_cuda.so beside the executable, or the path in
- * SLIM_CUDA_BACKEND); a build or machine without it gets SLIM_ENOTFOUND
- * and a message that says why (no library, no driver, no device). */
+/* ---- the device registry (backend.c) ------------------------------------
+ *
+ * Backends are registered by name at start-up (slim_init, pipeline/
+ * devices.c, which holds the list); a device is found as "name" (= name:0)
+ * or "name:N". A backend is either built in (iface) or a shared library
+ * opened on the first request for one of its devices, so one build runs
+ * on machines with and without a GPU (or a driver, or the toolkit's
+ * libraries) and says which of those is missing instead of failing to
+ * start. The library resolves the runtime's symbols (allocator, errors,
+ * graph helpers) from the executable, which exports them. */
+typedef const slim_backend_iface *(*slim_backend_open_fn)(int abi, slim_err *err);
+
+typedef struct slim_backend_reg {
+    const char *name;           /* "cpu", "cuda" */
+    const char *title;          /* "CUDA": for messages */
+    /* Built in: the backend itself, or a function that starts it on the
+     * first request for one of its devices. */
+    const slim_backend_iface *iface;
+    slim_backend_open_fn open;
+    /* Or a library: looked for beside the executable, in ../lib and
+     * ../lib/slimserve from it, then on the library path; library_env
+     * names a variable whose value (a path) overrides the search. */
+    const char *library;        /* "libslim_cuda.so" */
+    const char *library_env;    /* "SLIM_CUDA_BACKEND" */
+    const char *open_symbol;    /* a slim_backend_open_fn */
+    const char *missing_hint;   /* said when the library is nowhere, or NULL */
+    bool unlisted;              /* found by name only, never listed (emul) */
+} slim_backend_reg;
+
+/* Registers a backend (the struct is copied; its strings must stay). A
+ * built-in backend's devices get their backend pointer set here. Not
+ * thread-safe against lookups: call it from slim_init. SLIM_EINVAL for a
+ * name registered twice or a full registry. */
+slim_status slim_backend_register(const slim_backend_reg *reg, slim_err *err);
+
+/* "cpu", "cuda" (= "cuda:0") or "cuda:N": any registered name. The first
+ * request for a library backend's device loads it; a build or machine
+ * without it gets SLIM_ENOTFOUND and a message that says why (no library,
+ * no driver, no device). */
 slim_status slim_device_get(const char *name, slim_device **out, slim_err *err);
-/* Every device there is: the CPU first, then GPUs if the backend loads.
- * Returns how many (at most cap stored); *why_none (may be NULL) says why
- * there are no GPUs, NULL when there are some. With load false, GPUs are
- * listed only if something already started the backend (a model placed on
- * a GPU): a CPU-only server's /metrics never starts CUDA. */
+/* Every listed device: the CPU first, then the other backends' devices
+ * if they start. Returns how many (at most cap stored); *why_none (may be
+ * NULL) says why a backend has no devices, NULL when it has some. With
+ * load false, a backend started on demand is listed only if something
+ * already started it (a model placed on a GPU): a CPU-only server's
+ * /metrics never starts CUDA. */
 int slim_device_list(slim_device **out, int cap, bool load, const char **why_none);
-static inline bool slim_device_is_host(const slim_device *d)
-{
-    return !d || !d->backend;
-}
-/* The kind of device d is, as the load pipeline's pass registry matches
- * it: "cpu" (NULL too), or its backend's name ("cuda"). */
+
+/* The device's kind, its backend's name: "cpu", "cuda", "emul". NULL is
+ * the CPU (a node's or tensor's device NULL is shorthand for it). */
 static inline const char *slim_device_kind(const slim_device *d)
 {
     return d && d->backend ? d->backend->name : "cpu";
+}
+/* The one place the NULL shorthand is resolved: d, or the CPU for NULL. */
+static inline slim_device *slim_device_or_cpu(slim_device *d)
+{
+    return d ? d : slim_device_cpu();
+}
+/* The inverse, for what a tensor records as its device: NULL for the
+ * CPU's memory, which every kernel reads; the device otherwise. */
+static inline slim_device *slim_device_tag(slim_device *d)
+{
+    return d == slim_device_cpu() ? NULL : d;
+}
+/* The device node n runs on and its kernel there (an entry of that
+ * backend's lookup; for the CPU the node's own def). */
+static inline slim_device *slim_node_device(const slim_node *n)
+{
+    return slim_device_or_cpu(n->device);
+}
+static inline const void *slim_node_kernel(const slim_node *n)
+{
+    return n->device ? n->dev_kernel : (const void *)n->op;
 }
 
 /* A new buffer with one reference, from dev's allocator, charged to the
@@ -123,7 +185,7 @@ static inline const char *slim_device_kind(const slim_device *d)
 slim_status slim_buffer_new(slim_device *dev, size_t size, slim_buffer **out, slim_err *err);
 void slim_buffer_ref(slim_buffer *b);
 /* slim_tensor_alloc on a device (NULL or the CPU: host memory); sets
- * t->device. */
+ * t->device (NULL for the CPU's memory, which every kernel reads). */
 slim_status slim_tensor_alloc_on(slim_tensor *t, slim_device *dev, slim_err *err);
 void slim_buffer_unref(slim_buffer *b);
 

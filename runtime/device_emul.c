@@ -18,7 +18,7 @@
  * nothing about GPU kernels (tests/cuda does that, on a GPU).
  */
 #include "device.h"
-#include "kernel.h"
+#include "op.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -54,11 +54,12 @@ static const void *emul_lookup(slim_device *dev, const slim_node *n, const slim_
     return op;
 }
 
+/* The CPU backend runs it, so the run's modes apply as on the CPU. */
 static slim_status emul_exec(slim_device *dev, const void *kernel, slim_op_ctx *ctx)
 {
     (void)dev;
-    const slim_op_def *op = kernel;
-    return op->exec(ctx);
+    slim_device *cpu = slim_device_cpu();
+    return cpu->backend->exec(cpu, kernel, ctx);
 }
 
 static slim_status emul_copy(slim_device *dev, void *dst, const void *src, size_t n,
@@ -110,4 +111,13 @@ slim_device *slim_device_emul(void)
 {
     pthread_once(&emul_once, emul_init);
     return &emul_device;
+}
+
+/* Started on the first request for emul:0, not at slim_init: a process
+ * that never asks for it holds no allocator for it. */
+const slim_backend_iface *slim_emul_backend_open(int abi, slim_err *err)
+{
+    (void)abi;
+    (void)err;
+    return slim_device_emul()->backend;
 }

@@ -17,8 +17,8 @@
 #include "cancel.h"
 #include "container.h"
 #include "device.h"
-#include "kernel.h"
 #include "model.h"
+#include "op.h"
 #include "plan.h"
 #include "profile.h"
 
@@ -31,6 +31,15 @@
  * an input, so this is generous. */
 #define SLIM_MAX_NODE_IO 1024
 
+/* The running model's modes, handed to every node in its op context
+ * (op.h) and kept per thread so that a nested run (a subgraph, run from
+ * inside its parent's node) keeps its parent's. */
+typedef struct run_mode_t {
+    bool row_invariant;
+    bool fp32_strict;
+} run_mode_t;
+static _Thread_local run_mode_t run_mode;
+
 typedef struct run_state {
     const slim_graph *g;
     slim_tensor *vals;
@@ -38,7 +47,7 @@ typedef struct run_state {
     const slim_plan *plan;  /* NULL: every value allocated on its own */
     bool plan_owned;        /* past the cache's capacity: ours to free */
     slim_buffer *arena;     /* plan->arena_bytes, one reference held by the run */
-    slim_device *dev;       /* the model's device; NULL: all on the CPU */
+    slim_device *dev;       /* the model's device (the CPU when unplaced) */
     /* GPU buffers the run let go of: kernels queued on the run's stream
      * may still read them, so they go back to the cache only after the
      * stream has synchronized (end of run). */
@@ -68,9 +77,7 @@ static void release_value(run_state *rs, slim_tensor *t)
 /* Waits for the run's GPU work, then returns what it freed to the cache. */
 static slim_status run_sync(run_state *rs, slim_err *err)
 {
-    slim_status st = SLIM_OK;
-    if (rs->dev)
-        st = rs->dev->backend->sync(rs->dev, err);
+    slim_status st = rs->dev->backend->sync(rs->dev, err);
     for (int i = 0; i < rs->n_deferred; i++)
         slim_buffer_unref(rs->deferred[i]);
     rs->n_deferred = 0;
@@ -79,10 +86,8 @@ static slim_status run_sync(run_state *rs, slim_err *err)
 
 static void run_state_free(run_state *rs)
 {
-    if (rs->dev) {
-        slim_err ignored;
-        (void)run_sync(rs, &ignored);
-    }
+    slim_err ignored;
+    (void)run_sync(rs, &ignored);
     free(rs->deferred);
     if (rs->vals)
         for (int v = 0; v < rs->g->n_values; v++)
@@ -104,7 +109,7 @@ static slim_status alloc_value(run_state *rs, int v, slim_device *dev, slim_tens
     if (b < 0 || slim_tensor_nbytes(t) != p->value_bytes[v])
         return slim_tensor_alloc_on(t, dev, err);
     t->data = (char *)rs->arena->ptr + p->buffers[b].offset;
-    t->device = rs->dev;
+    t->device = slim_device_tag(rs->dev);
     t->buf = rs->arena;
     slim_buffer_ref(rs->arena);
     return SLIM_OK;
@@ -122,7 +127,7 @@ static slim_status alloc_value(run_state *rs, int v, slim_device *dev, slim_tens
 static slim_status alloc_copy_out(run_state *rs, const slim_node *n, slim_device *out_dev,
                                   slim_tensor *t, slim_err *err)
 {
-    slim_device *pinned = n->device->backend->pinned_host;
+    slim_device *pinned = slim_node_device(n)->backend->pinned_host;
     int v = n->out[0];
     const slim_plan *p = rs->plan;
     if (pinned && !(p && rs->arena && p->buffer_of_value[v] >= 0)) {
@@ -254,9 +259,11 @@ static slim_status run_node(run_state *rs, const slim_node *n, slim_err *err)
             memset(out[k], 0, sizeof(*out[k]));
         }
     }
+    slim_device *dev = slim_node_device(n);
     slim_op_ctx ctx = {
         .node = n, .state = n->op_state, .n_in = n->n_in, .in = in,
         .n_out = n->n_out, .out = out, .err = err,
+        .row_invariant = run_mode.row_invariant, .fp32_strict = run_mode.fp32_strict,
     };
     /* Sequences and optionals reach only the ops written for them; a
      * graph that feeds one to any other op is refused here, so no tensor
@@ -281,7 +288,7 @@ static slim_status run_node(run_state *rs, const slim_node *n, slim_err *err)
     }
     if (n->op->flags & SLIM_OP_OWN_OUTPUTS) {
         /* Control flow: exec gives each output its shape and storage. */
-        slim_status st = n->op->exec(&ctx);
+        slim_status st = dev->backend->exec(dev, slim_node_kernel(n), &ctx);
         for (int k = 0; !st && k < n->n_out; k++) {
             if (!out[k])
                 continue;
@@ -322,17 +329,12 @@ static slim_status run_node(run_state *rs, const slim_node *n, slim_err *err)
         if (out[k] && (st = alloc_value(rs, n->out[k], out_dev, out[k], err)))
             return st;
     if (n->op->flags & (SLIM_OP_COPY_H2D | SLIM_OP_COPY_D2H))
-        return n->device->backend->copy(n->device, out[0]->data, in[0]->data,
-                                        slim_tensor_nbytes(out[0]),
-                                        (n->op->flags & SLIM_OP_COPY_H2D) ? SLIM_COPY_H2D
-                                                                          : SLIM_COPY_D2H, err);
+        return dev->backend->copy(dev, out[0]->data, in[0]->data, slim_tensor_nbytes(out[0]),
+                                  (n->op->flags & SLIM_OP_COPY_H2D) ? SLIM_COPY_H2D
+                                                                    : SLIM_COPY_D2H, err);
     if (alias && n->n_out == 1)
         return SLIM_OK;
-    if (n->device)
-        return n->device->backend->exec(n->device, n->dev_kernel, &ctx);
-    if (!n->op->exec)
-        return slim_errf(err, SLIM_EINTERNAL, "operator has no CPU kernel");
-    return n->op->exec(&ctx);
+    return dev->backend->exec(dev, slim_node_kernel(n), &ctx);
 }
 
 /* Hands a graph output to the caller: moved when the run owns it, copied
@@ -401,8 +403,7 @@ static slim_status use_plan(const slim_model *m, run_state *rs, slim_err *err)
     }
     if (st || !rs->plan || rs->plan->arena_bytes == 0)
         return SLIM_OK;
-    st = slim_buffer_new(rs->dev ? rs->dev : slim_device_cpu(), rs->plan->arena_bytes,
-                         &rs->arena, err);
+    st = slim_buffer_new(rs->dev, rs->plan->arena_bytes, &rs->arena, err);
     if (st) {
         rs->arena = NULL;
         slim_err_prefix(err, "activation arena of %zu bytes: ", rs->plan->arena_bytes);
@@ -417,15 +418,15 @@ slim_status slim_model_run(const slim_model *m, int n_inputs,
     const slim_graph *g = m->graph;
     *outputs = NULL;
     *n_outputs = 0;
-    run_state rs = {.g = g, .dev = m->device};
+    run_state rs = {.g = g, .dev = slim_device_or_cpu(m->device)};
     slim_tensor *result = NULL;
     /* A subgraph's run charges its parent's account and keeps its mode. */
     slim_mem_account *prev_account = m->nested ? slim_mem_account_current()
                                                : slim_mem_account_enter(m->account);
-    bool prev_invariant = m->nested ? slim_gemm_row_invariant()
-                                    : slim_gemm_set_row_invariant(m->batch_invariant);
-    bool prev_strict = m->nested ? slim_gemm_fp32_strict()
-                                 : slim_gemm_set_fp32_strict(m->fp32_strict);
+    run_mode_t prev_mode = run_mode;
+    if (!m->nested)
+        run_mode = (run_mode_t){.row_invariant = m->batch_invariant,
+                                .fp32_strict = m->fp32_strict};
     rs.vals = calloc(g->n_values ? g->n_values : 1, sizeof(slim_tensor));
     rs.remaining = calloc(g->n_values ? g->n_values : 1, sizeof(int));
     slim_status st;
@@ -479,14 +480,14 @@ slim_status slim_model_run(const slim_model *m, int n_inputs,
             clock_gettime(CLOCK_MONOTONIC, &t0);
         st = run_node(&rs, n, err);
         if (profile && !st) {
-            if (n->device)
-                st = n->device->backend->sync(n->device, err);
+            slim_device *dev = slim_node_device(n);
+            st = dev->backend->sync(dev, err);
             clock_gettime(CLOCK_MONOTONIC, &t1);
             size_t bytes = 0;
             for (int k = 0; k < n->n_out; k++)
                 if (n->out[k] >= 0)
                     bytes += slim_tensor_nbytes(&rs.vals[n->out[k]]);
-            slim_profile_add_node(n->name, n->op_type, n->device ? n->device->name : "cpu",
+            slim_profile_add_node(n->name, n->op_type, dev->name,
                                   (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
                                       (double)(t1.tv_nsec - t0.tv_nsec) / 1e6,
                                   bytes);
@@ -531,16 +532,14 @@ slim_status slim_model_run(const slim_model *m, int n_inputs,
     }
     run_state_free(&rs);
     slim_mem_account_enter(prev_account);
-    slim_gemm_set_row_invariant(prev_invariant);
-    slim_gemm_set_fp32_strict(prev_strict);
+    run_mode = prev_mode;
     *outputs = result;
     *n_outputs = g->n_outputs;
     return SLIM_OK;
 fail:
     run_state_free(&rs);
     slim_mem_account_enter(prev_account);
-    slim_gemm_set_row_invariant(prev_invariant);
-    slim_gemm_set_fp32_strict(prev_strict);
+    run_mode = prev_mode;
     return st;
 }
 
@@ -600,7 +599,9 @@ slim_status slim_model_infer_shapes(const slim_model *m, const slim_tensor *inpu
         if (!known)
             continue;
         slim_op_ctx ctx = {.node = n, .state = n->op_state, .n_in = n->n_in, .in = in,
-                           .n_out = n->n_out, .out = out, .err = err};
+                           .n_out = n->n_out, .out = out, .err = err,
+                           .row_invariant = run_mode.row_invariant,
+                           .fp32_strict = run_mode.fp32_strict};
         st = n->op->infer(&ctx);
         if (st == SLIM_ENEEDVALUE) {
             st = SLIM_OK;
@@ -631,7 +632,10 @@ slim_status slim_model_infer_shapes(const slim_model *m, const slim_tensor *inpu
         for (int k = 0; k < n->n_out && !st; k++)
             if (out[k])
                 st = slim_tensor_alloc(out[k], err);
-        if (!st && n->op->exec(&ctx) != SLIM_OK)
+        /* Folded on the host whatever the node's device: the values only
+         * feed shapes here. */
+        slim_device *cpu = slim_device_cpu();
+        if (!st && cpu->backend->exec(cpu, n->op, &ctx) != SLIM_OK)
             for (int k = 0; k < n->n_out; k++)
                 if (out[k])
                     slim_tensor_release(out[k]);

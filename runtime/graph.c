@@ -4,7 +4,7 @@
  * Value names are looked up through an open-addressing hash table so that
  * loading a graph with tens of thousands of values stays linear.
  */
-#include "kernel.h"
+#include "op_registry.h"
 #include "validate.h"
 
 #include <stdio.h>
@@ -409,7 +409,10 @@ slim_status slim_graph_finalize(slim_graph *g, slim_err *err)
         slim_node *n = &g->nodes[i];
         if (n->op)
             continue;
-        n->op = slim_op_lookup(n->domain, n->op_type, n->opset);
+        n->op = slim_op_registry_find(n->domain, n->op_type, n->opset);
+        if (!n->op && slim_op_registry_empty())
+            return slim_errf(err, SLIM_EINTERNAL, SLIM_NODE_FMT ": no operators are registered "
+                             "(the program must call slim_init first)", SLIM_NODE_ARGS(n));
         if (!n->op) {
             if (n->domain[0] && strcmp(n->domain, "ai.onnx") != 0)
                 return slim_errf(err, SLIM_EUNSUPPORTED,

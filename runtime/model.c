@@ -1,8 +1,8 @@
 /* model.c - the model object: a finalized graph wrapped with its plans,
  * and what it says about its inputs and outputs. Loading a file is the
  * load pipeline's (pipeline/load.c). */
-#include "kernel.h" /* slim_num_threads; the op contract's header once it moves to runtime */
 #include "model.h"
+#include "parallel.h" /* slim_num_threads */
 #include "plan.h"
 
 #include <stdio.h>

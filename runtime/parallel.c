@@ -28,7 +28,8 @@
  * one sees the other). Which thread runs a chunk never changes what the
  * chunk computes. SLIM_POOL_WAIT_ALL=1 waits for every worker (A/B).
  */
-#include "kernel.h"
+#include "parallel.h"
+
 #include "alloc.h"
 #include "cancel.h"
 

@@ -24,8 +24,8 @@
  * to the planner and the executor, so activations stay planned.
  */
 #include "device.h"
-#include "kernel.h"
 #include "model.h"
+#include "op.h"
 #include "plan.h"
 
 #include <stdio.h>
@@ -40,7 +40,13 @@ static slim_status copy_infer(slim_op_ctx *ctx)
 {
     if (ctx->n_in != 1 || ctx->n_out != 1 || !ctx->in[0] || !ctx->out[0])
         return slim_errf(ctx->err, SLIM_EINTERNAL, "a copy node takes one input and one output");
-    slim_tensor_set_like(ctx->out[0], ctx->in[0]);
+    /* The kernels' slim_tensor_set_like, which runtime/ cannot call. */
+    slim_tensor *o = ctx->out[0];
+    const slim_tensor *i = ctx->in[0];
+    o->dtype = i->dtype;
+    o->ndim = i->ndim;
+    for (int d = 0; d < i->ndim; d++)
+        o->dims[d] = i->dims[d];
     return SLIM_OK;
 }
 
@@ -365,7 +371,9 @@ static slim_status rebuild(placer *p, slim_err *err)
 
 slim_status slim_model_place(slim_model *m, slim_device *dev, slim_err *err)
 {
-    if (slim_device_is_host(dev))
+    /* Every model starts out whole on the CPU: placing it there changes
+     * nothing. */
+    if (!slim_device_tag(dev))
         return SLIM_OK;
     if (m->device)
         return slim_errf(err, SLIM_EINVAL, "the model is already placed on %s", m->device->name);

@@ -27,7 +27,7 @@
  */
 #include "plan.h"
 
-#include "kernel.h"
+#include "op.h"
 
 #include <pthread.h>
 #include <stdlib.h>

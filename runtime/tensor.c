@@ -47,13 +47,12 @@ slim_status slim_tensor_alloc_on(slim_tensor *t, slim_device *dev, slim_err *err
                              i, (long long)t->dims[i]);
     size_t n = slim_tensor_nbytes(t);
     slim_buffer *b;
-    bool host = slim_device_is_host(dev);
-    slim_status st = slim_buffer_new(host ? slim_device_cpu() : dev, n, &b, err);
+    slim_status st = slim_buffer_new(slim_device_or_cpu(dev), n, &b, err);
     if (st)
         return st;
     t->buf = b;
     t->data = b->ptr;
-    t->device = host ? NULL : dev;
+    t->device = slim_device_tag(b->dev);
     return SLIM_OK;
 }
 

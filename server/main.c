@@ -14,6 +14,7 @@
 #include "memory.h"
 #include "server.h"
 #include "version.h"
+#include "slim_init.h"
 
 #include <signal.h>
 #include <stdio.h>
@@ -257,6 +258,7 @@ static void raise_fd_limit(int max_connections)
 
 int main(int argc, char **argv)
 {
+    slim_init();
     slim_server_opts opts;
     int rc = parse_args(argc, argv, &opts);
     if (rc)

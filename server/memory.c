@@ -264,7 +264,7 @@ static void put_model_device(const slim_server_model *m, void *user)
 {
     slim_server_buf_printf(user, "slim_model_device_info{model=\"%s\",version=\"%lld\","
                            "device=\"%s\"} 1\n", m->name, (long long)m->version,
-                           m->model->device ? m->model->device->name : "cpu");
+                           slim_device_or_cpu(m->model->device)->name);
 }
 
 void slim_server_memory_metrics(slim_server_repo *repo, slim_server_buf *out)

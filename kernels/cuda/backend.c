@@ -3,8 +3,9 @@
  * per-thread streams and library handles, copies, and the op tables.
  *
  * This file and the .cu files build libslim_cuda.so, which the runtime
- * loads with dlopen (runtime/backend.c) only when a GPU is asked for; its
- * one exported entry point is slim_cuda_backend_open.
+ * loads with dlopen (runtime/backend.c, from the entry in the list of
+ * backends, pipeline/devices.c) only when a GPU is asked for; its one
+ * exported entry point is slim_cuda_backend_open.
  *
  * Memory: each GPU gets the runtime's caching allocator (alloc.c) with a
  * cudaMalloc/cudaFree segment source, so the GPU has PyTorch's caching
@@ -24,6 +25,7 @@
 #include "cuda_impl.h"
 
 #include "device.h"
+#include "op_registry.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -364,35 +366,25 @@ const char *slim_cublas_status_name(cublasStatus_t s)
 
 /* ---- kernels ------------------------------------------------------------ */
 
-static const slim_cuda_op *const tables[] = {
-    slim__cuda_ops_elementwise, slim__cuda_ops_norm, slim__cuda_ops_reduce,
-    slim__cuda_ops_movement,    slim__cuda_ops_pool, slim__cuda_ops_matmul,
-    slim__cuda_ops_conv,
+/* The default domain's tables, then com.slimserve's: operators the GPU
+ * passes make (passes/pass.c). Any other domain has no CUDA kernel. */
+static const slim_op_table tables[] = {
+    SLIM_OP_TABLE("", slim__cuda_ops_elementwise), SLIM_OP_TABLE("", slim__cuda_ops_norm),
+    SLIM_OP_TABLE("", slim__cuda_ops_reduce),      SLIM_OP_TABLE("", slim__cuda_ops_movement),
+    SLIM_OP_TABLE("", slim__cuda_ops_pool),        SLIM_OP_TABLE("", slim__cuda_ops_matmul),
+    SLIM_OP_TABLE("", slim__cuda_ops_conv),
+    SLIM_OP_TABLE("com.slimserve", slim__cuda_ops_slimserve_matmul),
+    SLIM_OP_TABLE("com.slimserve", slim__cuda_ops_slimserve_norm),
+    SLIM_OP_TABLE("com.slimserve", slim__cuda_ops_slimserve_attention),
 };
 
-/* com.slimserve's: operators the GPU passes make (passes/pass.c). */
-static const slim_cuda_op *const slimserve_tables[] = {
-    slim__cuda_ops_slimserve_matmul, slim__cuda_ops_slimserve_norm,
-    slim__cuda_ops_slimserve_attention,
-};
+_Static_assert(SLIM_OP_KEY_LAYOUT_OK(slim_cuda_op), "slim_cuda_op must start as slim_op_key");
 
 static const void *op_lookup(slim_device *dev, const slim_node *n, const slim_dtype *in_dtypes,
                              unsigned *host_inputs, bool *view)
 {
-    const slim_cuda_op *const *list = tables;
-    size_t n_list = sizeof(tables) / sizeof(tables[0]);
-    if (n->domain && strcmp(n->domain, "com.slimserve") == 0) {
-        list = slimserve_tables;
-        n_list = sizeof(slimserve_tables) / sizeof(slimserve_tables[0]);
-    } else if (n->domain && n->domain[0] && strcmp(n->domain, "ai.onnx") != 0) {
-        return NULL;
-    }
-    const slim_cuda_op *best = NULL;
-    for (size_t t = 0; t < n_list; t++)
-        for (const slim_cuda_op *op = list[t]; op->op_type; op++)
-            if (strcmp(op->op_type, n->op_type) == 0 && op->since <= n->opset &&
-                (!best || op->since > best->since))
-                best = op;
+    const slim_cuda_op *best = slim_op_tables_find(tables, sizeof(tables) / sizeof(tables[0]),
+                                                   n->domain, n->op_type, n->opset);
     if (!best || (best->supports && !best->supports(n, in_dtypes)))
         return NULL;
     *host_inputs = best->host_inputs;
@@ -409,10 +401,14 @@ static slim_status op_exec(slim_device *dev, const void *kernel, slim_op_ctx *ct
         return st;
     if (!op->exec)
         return SLIM_OK;
-    cu->allow_tf32 = cu->tf32_env && !slim_gemm_fp32_strict();
+    cu->allow_tf32 = cu->tf32_env && !ctx->fp32_strict;
     cu->scratch_cur = 0; /* this node's kernels queue after the last one's */
     cu->scratch_off = 0;
+    /* The .cu launchers read row invariance where they choose a product
+     * (slim_gemm_row_invariant), as the CPU's kernels do. */
+    bool prev = slim_gemm_set_row_invariant(ctx->row_invariant);
     st = op->exec(ctx, cu);
+    slim_gemm_set_row_invariant(prev);
     if (st)
         return st;
     /* A bad launch shows here; a fault inside a kernel shows at the sync. */
@@ -548,7 +544,9 @@ const slim_backend_iface *slim_cuda_backend_open(int abi, slim_err *err)
         .device = "cpu", .segment_alloc = pinned_segment_alloc,
         .segment_free = pinned_segment_free, .ctx = NULL,
     };
-    pinned_dev = (slim_device){.name = "cuda-pinned", .ordinal = -1};
+    /* Host memory: the CPU's backend (copies are memcpy) serves it. */
+    pinned_dev = (slim_device){.name = "cuda-pinned", .ordinal = -1,
+                               .backend = slim_device_cpu()->backend};
     snprintf(pinned_dev.description, sizeof(pinned_dev.description),
              "page-locked host memory for copies from the GPUs");
     const char *pin = getenv("SLIM_CUDA_PINNED_OUT");

@@ -168,11 +168,12 @@ def cmake_default_cuda_archs():
 
 
 def backend_search_dirs():
-    """Where runtime/backend.c looks for libslim_cuda.so, relative to the binary's folder."""
+    """Where runtime/backend.c looks for libslim_cuda.so (the library pipeline/devices.c
+    names), relative to the binary's folder: its rel[] lists the folders."""
     text = open(os.path.join(REPO, "runtime", "backend.c"), encoding="utf-8").read()
     m = re.search(r"rel\[\] = \{(.*?)\};", text, re.S)
     check(m, "runtime/backend.c: no rel[] list")
-    return re.findall(r'"([^"]+)"', m.group(1))
+    return [d + "libslim_cuda.so" for d in re.findall(r'"([^"]*)"', m.group(1))]
 
 
 # Compiler and header packages that must stay in the build stage.

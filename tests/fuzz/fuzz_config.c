@@ -1,12 +1,14 @@
 /* fuzz_config.c - a model's config.json from raw bytes. */
 #include "config.h"
 #include "fuzz.h"
+#include "slim_init.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    slim_init();
     char *text = malloc(size + 1);
     if (!text)
         return 0;

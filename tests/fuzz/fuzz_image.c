@@ -7,6 +7,7 @@
  */
 #include "fuzz.h"
 #include "image_codecs.h"
+#include "slim_init.h"
 
 #include <stdlib.h>
 
@@ -15,6 +16,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    slim_init();
     static int limited;
     if (!limited) {
         slim_img_set_max_pixels(FUZZ_IMAGE_MAX_PIXELS);

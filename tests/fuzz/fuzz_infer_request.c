@@ -11,6 +11,7 @@
 #include "config.h"
 #include "fuzz.h"
 #include "repository.h"
+#include "slim_init.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -46,6 +47,7 @@ static slim_server_model *model_for(int which)
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    slim_init();
     if (size < 3)
         return 0;
     const slim_server_model *m = model_for(data[0] & 1);

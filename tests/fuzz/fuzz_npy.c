@@ -1,9 +1,11 @@
 /* fuzz_npy.c - the .npy reader (slim run --input, tests) from raw bytes. */
 #include "fuzz.h"
 #include "npy.h"
+#include "slim_init.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    slim_init();
     slim_tensor t;
     slim_err err;
     if (slim_npy_parse(data, size, "fuzz.npy", &t, &err) == SLIM_OK) {

@@ -7,6 +7,7 @@
 #define _GNU_SOURCE
 #include "fuzz.h"
 #include "npz.h"
+#include "slim_init.h"
 
 #include <stdio.h>
 #include <sys/mman.h>
@@ -14,6 +15,7 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    slim_init();
     int fd = memfd_create("fuzz.npz", 0);
     if (fd < 0)
         return 0;

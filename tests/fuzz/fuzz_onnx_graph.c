@@ -15,6 +15,7 @@
 #include "fuzz.h"
 #include "onnx.pb-c.h"
 #include "onnx_wire.h"
+#include "slim_init.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@ size_t LLVMFuzzerCustomMutator(uint8_t *data, size_t size, size_t max_size, unsi
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    slim_init();
     slim_fuzz_onnx(data, size);
     return 0;
 }

@@ -9,12 +9,14 @@
 #include "fuzz.h"
 #include "graph.h"
 #include "slim_format.h"
+#include "slim_init.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
+    slim_init();
     uint8_t *p = malloc(size ? size : 1);
     if (!p)
         return 0;

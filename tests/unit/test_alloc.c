@@ -8,6 +8,7 @@
 #include "testutil.h"
 #include "alloc.h"
 #include "device.h"
+#include "slim_init.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -1019,6 +1020,7 @@ static Suite *alloc_suite(void)
 
 int main(void)
 {
+    slim_init();
     SRunner *sr = srunner_create(alloc_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

@@ -6,6 +6,7 @@
  * without head counts, position ids past the caches, LRN without size.
  */
 #include "testutil.h"
+#include "slim_init.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -105,6 +106,7 @@ END_TEST
 
 int main(void)
 {
+    slim_init();
     Suite *s = suite_create("attention");
     TCase *tc = tcase_create("attention");
     tcase_add_test(tc, test_gqa_matches_hand_computation);

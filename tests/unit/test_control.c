@@ -6,6 +6,7 @@
  * on any of these paths fails the test binary.
  */
 #include "testutil.h"
+#include "slim_init.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -340,6 +341,7 @@ END_TEST
 
 int main(void)
 {
+    slim_init();
     Suite *s = suite_create("control");
     TCase *tc = tcase_create("control");
     tcase_add_test(tc, test_if_reads_outer_scope);

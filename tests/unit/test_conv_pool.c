@@ -2,6 +2,7 @@
  * (kernels/cpu/pool.c): hand-computed cases, and random cases checked
  * against direct loops written from the operator definitions. */
 #include "testutil.h"
+#include "slim_init.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -662,6 +663,7 @@ static Suite *conv_pool_suite(void)
 
 int main(void)
 {
+    slim_init();
     SRunner *sr = srunner_create(conv_pool_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

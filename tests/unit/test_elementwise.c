@@ -2,6 +2,7 @@
  * (kernels/cpu/cast.c): values from the operator definitions, computed by
  * hand, plus the error paths. */
 #include "testutil.h"
+#include "slim_init.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -497,6 +498,7 @@ END_TEST
 
 int main(void)
 {
+    slim_init();
     Suite *s = suite_create("elementwise");
     TCase *tc = tcase_create("core");
     tcase_add_test(tc, test_add_broadcast_row);

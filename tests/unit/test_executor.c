@@ -1,6 +1,7 @@
 /* test_executor.c - run order, memory release, errors, concurrent runs. */
 #include "testutil.h"
 #include "device.h"
+#include "slim_init.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -223,6 +224,7 @@ END_TEST
 
 int main(void)
 {
+    slim_init();
     Suite *s = suite_create("executor");
     TCase *tc = tcase_create("run");
     tcase_set_timeout(tc, 60);

@@ -5,6 +5,7 @@
  * counts that do not divide, a score_mod whose output has the wrong size).
  */
 #include "testutil.h"
+#include "slim_init.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -148,6 +149,7 @@ END_TEST
 
 int main(void)
 {
+    slim_init();
     Suite *s = suite_create("flex_attention");
     TCase *tc = tcase_create("flex_attention");
     tcase_add_test(tc, test_grouped_heads);

@@ -5,6 +5,7 @@
 #include "testutil.h"
 #include "device.h"
 #include "slim_format.h"
+#include "slim_init.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -488,6 +489,7 @@ END_TEST
 
 int main(void)
 {
+    slim_init();
     Suite *s = suite_create("format");
     TCase *tc = tcase_create("format");
     tcase_set_timeout(tc, 300);

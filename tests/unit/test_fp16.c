@@ -3,6 +3,7 @@
 #include "testutil.h"
 
 #include "fp16.h"
+#include "slim_init.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -122,6 +123,7 @@ END_TEST
 
 int main(void)
 {
+    slim_init();
     Suite *s = suite_create("fp16");
     TCase *tc = tcase_create("pass");
     tcase_add_test(tc, test_pass_converts_weights_and_keeps_interface);

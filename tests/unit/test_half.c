@@ -8,6 +8,7 @@
 #include "hgemm.h"
 #include "pass.h"
 #include "pipeline.h"
+#include "slim_init.h"
 
 #include <float.h>
 #include <math.h>
@@ -767,6 +768,7 @@ END_TEST
 
 int main(void)
 {
+    slim_init();
     Suite *s = suite_create("half");
     TCase *tc = tcase_create("convert");
     tcase_add_test(tc, test_f16_edges);

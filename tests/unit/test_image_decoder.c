@@ -9,6 +9,7 @@
  */
 #include "image_codecs.h"
 #include "testutil.h"
+#include "slim_init.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -389,6 +390,7 @@ static Suite *suite(void)
 
 int main(void)
 {
+    slim_init();
     SRunner *r = srunner_create(suite());
     srunner_run_all(r, CK_NORMAL);
     int failed = srunner_ntests_failed(r);

@@ -8,6 +8,7 @@
 #include "pass.h"
 #include "qgemm.h"
 #include "pipeline.h"
+#include "slim_init.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -1046,6 +1047,7 @@ END_TEST
 
 int main(void)
 {
+    slim_init();
     Suite *s = suite_create("int8");
     TCase *tk = tcase_create("kernel");
     tcase_add_test(tk, test_paths_match_reference_on_odd_shapes);

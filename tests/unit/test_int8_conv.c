@@ -7,6 +7,7 @@
 
 #include "int8.h"
 #include "qgemm.h"
+#include "slim_init.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -415,6 +416,7 @@ END_TEST
 
 int main(void)
 {
+    slim_init();
     Suite *s = suite_create("int8_conv");
     TCase *tk = tcase_create("kernel");
     tcase_add_test(tk, test_conv_matches_references);

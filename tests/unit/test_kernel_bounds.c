@@ -5,6 +5,7 @@
 #include "testutil.h"
 #include "alloc.h"
 #include "cancel.h"
+#include "slim_init.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -498,6 +499,7 @@ static Suite *kernel_bounds_suite(void)
 
 int main(void)
 {
+    slim_init();
     SRunner *sr = srunner_create(kernel_bounds_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

@@ -5,6 +5,7 @@
  * inputs that must fail with a status rather than crash. */
 #include "testutil.h"
 #include "norm_simd.h"
+#include "slim_init.h"
 
 #include <math.h>
 #include <pthread.h>
@@ -814,6 +815,7 @@ static Suite *linalg_norm_reduce_suite(void)
 
 int main(void)
 {
+    slim_init();
     SRunner *sr = srunner_create(linalg_norm_reduce_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

@@ -1,6 +1,7 @@
 /* test_loader.c - the ONNX loader on models packed here with protobuf-c. */
 #include "testutil.h"
 #include "onnx.pb-c.h"
+#include "slim_init.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -437,6 +438,7 @@ END_TEST
 
 int main(void)
 {
+    slim_init();
     Suite *s = suite_create("loader");
     TCase *tc = tcase_create("onnx");
     tcase_add_test(tc, loads_and_runs_a_small_model);

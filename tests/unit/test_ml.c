@@ -5,6 +5,7 @@
  * out of range refused at load, a cycle refused at run time).
  */
 #include "testutil.h"
+#include "slim_init.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -146,6 +147,7 @@ END_TEST
 
 int main(void)
 {
+    slim_init();
     Suite *s = suite_create("ml");
     TCase *tc = tcase_create("ml");
     tcase_add_test(tc, test_binarizer_and_feature_extractor);

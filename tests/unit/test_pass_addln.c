@@ -12,6 +12,7 @@
 #include "fp16.h"
 #include "pass.h"
 #include "pipeline.h"
+#include "slim_init.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -272,6 +273,7 @@ static Suite *addln_suite(void)
 
 int main(void)
 {
+    slim_init();
     SRunner *sr = srunner_create(addln_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

@@ -16,6 +16,7 @@
 #include "attention.h"
 #include "pass.h"
 #include "pipeline.h"
+#include "slim_init.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -748,6 +749,7 @@ END_TEST
 
 int main(void)
 {
+    slim_init();
     Suite *s = suite_create("pass_attention");
     TCase *tc = tcase_create("core");
     tcase_add_loop_test(tc, fused_matches_unfused, 0,

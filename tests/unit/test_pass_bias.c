@@ -11,6 +11,7 @@
 #include "fp16.h"
 #include "pass.h"
 #include "pipeline.h"
+#include "slim_init.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -219,6 +220,7 @@ static Suite *bias_suite(void)
 
 int main(void)
 {
+    slim_init();
     SRunner *sr = srunner_create(bias_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

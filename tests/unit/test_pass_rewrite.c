@@ -12,6 +12,7 @@
 #include "pass.h"
 #include "slim_format.h"
 #include "pipeline.h"
+#include "slim_init.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -928,6 +929,7 @@ Suite *rewrite_suite(void)
 
 int main(void)
 {
+    slim_init();
     SRunner *sr = srunner_create(rewrite_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

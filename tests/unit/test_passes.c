@@ -9,10 +9,11 @@
 #include "half.h"
 #include "hgemm.h"
 #include "slim_format.h"
+#include "pipeline.h"
+#include "slim_init.h"
 #ifdef SLIM_HAVE_DNNL
 #include "matmul_dnnl.h"
 #include "pool_blocked.h"
-#include "pipeline.h"
 #endif
 
 #include <math.h>
@@ -1115,6 +1116,7 @@ Suite *passes_suite(void)
 
 int main(void)
 {
+    slim_init();
     setenv("SLIM_NUM_THREADS", "2", 1); /* FusedMatMul's column parts: one per thread */
     setenv("SLIM_FUSE_MATMUL", "1", 1); /* packs mapped weights too */
     SRunner *sr = srunner_create(passes_suite());

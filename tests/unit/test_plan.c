@@ -8,6 +8,7 @@
 #include "testutil.h"
 #include "device.h"
 #include "plan.h"
+#include "slim_init.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -660,6 +661,7 @@ END_TEST
 
 int main(void)
 {
+    slim_init();
     Suite *s = suite_create("plan");
     TCase *tc = tcase_create("plan");
     tcase_set_timeout(tc, 120);

@@ -7,6 +7,7 @@
  * A seed makes runs repeat; no seed makes them differ.
  */
 #include "testutil.h"
+#include "slim_init.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -224,6 +225,7 @@ END_TEST
 
 int main(void)
 {
+    slim_init();
     Suite *s = suite_create("random");
     TCase *tc = tcase_create("random");
     tcase_add_test(tc, test_uniform_statistics_and_seed);

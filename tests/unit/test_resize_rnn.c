@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "testutil.h"
+#include "slim_init.h"
 
 /* ---- Resize / Upsample ---------------------------------------------------- */
 
@@ -490,6 +491,7 @@ static Suite *resize_rnn_suite(void)
 
 int main(void)
 {
+    slim_init();
     SRunner *sr = srunner_create(resize_rnn_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

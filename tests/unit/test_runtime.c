@@ -2,7 +2,10 @@
  * (runtime/npy.c), the shape helpers of kernels/common.c and the thread
  * pool (runtime/parallel.c). */
 #include "testutil.h"
+#include "device.h"
 #include "npy.h"
+#include "op_registry.h"
+#include "slim_init.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -585,6 +588,111 @@ START_TEST(test_pool_jobs_each_index_once_wait_all)
 }
 END_TEST
 
+/* ---- devices and the op registry (issue 30) ------------------------------ */
+
+typedef struct {
+    const char *op_type;
+    int since;
+    int id;
+} test_entry;
+
+static const test_entry tab_a[] = {{"A", 1, 1}, {"A", 7, 2}, {"B", 3, 3}, {NULL, 0, 0}};
+static const test_entry tab_b[] = {{"A", 5, 4}, {"B", 3, 5}, {NULL, 0, 0}};
+static const test_entry tab_x[] = {{"A", 1, 6}, {NULL, 0, 0}};
+static const test_entry tab_any[] = {{"Copy", 1, 7}, {NULL, 0, 0}};
+
+START_TEST(test_op_tables_since_rule)
+{
+    const slim_op_table t[] = {
+        SLIM_OP_TABLE("", tab_a), SLIM_OP_TABLE("", tab_b), SLIM_OP_TABLE("x.y", tab_x),
+        {"x.y", tab_any, sizeof(tab_any[0]), true},
+    };
+    const test_entry *e;
+    /* The highest since <= the opset, across the domain's tables. */
+    e = slim_op_tables_find(t, 4, "", "A", 6);
+    ck_assert_int_eq(e->id, 4);
+    e = slim_op_tables_find(t, 4, NULL, "A", 9);
+    ck_assert_int_eq(e->id, 2);
+    e = slim_op_tables_find(t, 4, "ai.onnx", "A", 4);
+    ck_assert_int_eq(e->id, 1);
+    ck_assert_ptr_null(slim_op_tables_find(t, 4, "", "A", 0));
+    /* A tie goes to the first table. */
+    e = slim_op_tables_find(t, 4, "", "B", 3);
+    ck_assert_int_eq(e->id, 3);
+    /* Other domains see only their own tables. */
+    e = slim_op_tables_find(t, 4, "x.y", "A", 9);
+    ck_assert_int_eq(e->id, 6);
+    ck_assert_ptr_null(slim_op_tables_find(t, 4, "x.y", "B", 9));
+    ck_assert_ptr_null(slim_op_tables_find(t, 4, "z", "A", 9));
+    /* any_opset: whatever the node's opset. */
+    e = slim_op_tables_find(t, 4, "x.y", "Copy", 0);
+    ck_assert_int_eq(e->id, 7);
+    /* The process's registry holds the CPU's defs once slim_init ran. */
+    ck_assert(!slim_op_registry_empty());
+    ck_assert_ptr_eq(slim_op_registry_find("", "Relu", 14), slim_op_lookup("", "Relu", 14));
+}
+END_TEST
+
+START_TEST(test_every_device_has_a_backend)
+{
+    slim_err err;
+    slim_device *d;
+    ck_assert_int_eq(slim_device_get("cpu", &d, &err), SLIM_OK);
+    ck_assert_ptr_eq(d, slim_device_cpu());
+    ck_assert_str_eq(slim_device_kind(d), "cpu");
+    ck_assert_ptr_nonnull(d->backend->exec);
+    ck_assert_int_eq(slim_device_get(NULL, &d, &err), SLIM_OK);
+    ck_assert_ptr_eq(d, slim_device_cpu());
+    ck_assert_int_eq(slim_device_get("emul:0", &d, &err), SLIM_OK);
+    ck_assert_str_eq(slim_device_kind(d), "emul");
+    ck_assert_int_eq(slim_device_get("tpu", &d, &err), SLIM_EINVAL);
+    ck_assert_str_eq(err.msg, "unknown device \"tpu\" (expected cpu, cuda or cuda:N)");
+    ck_assert_int_eq(slim_device_get("cuda:x", &d, &err), SLIM_EINVAL);
+    ck_assert_str_eq(err.msg, "unknown device \"cuda:x\" (expected cuda:N with N a device "
+                              "number)");
+    /* The CPU first; emul is found by name, never listed. */
+    slim_device *devs[8];
+    int n = slim_device_list(devs, 8, false, NULL);
+    ck_assert_int_ge(n, 1);
+    ck_assert_ptr_eq(devs[0], slim_device_cpu());
+    for (int i = 0; i < n && i < 8; i++)
+        ck_assert_str_ne(slim_device_kind(devs[i]), "emul");
+    size_t free_b = 0, total_b = 0;
+    devs[0]->backend->mem_info(devs[0], &free_b, &total_b);
+    ck_assert_uint_gt(total_b, 0);
+    ck_assert_uint_le(free_b, total_b);
+}
+END_TEST
+
+static bool seen_invariant;
+
+static slim_status record_mode(slim_op_ctx *ctx)
+{
+    (void)ctx;
+    seen_invariant = slim_gemm_row_invariant();
+    return SLIM_OK;
+}
+
+START_TEST(test_cpu_backend_applies_row_invariance)
+{
+    const slim_op_def def = {"Record", 1, NULL, NULL, NULL, record_mode, 0};
+    slim_device *cpu = slim_device_cpu();
+    slim_err err;
+    slim_op_ctx ctx = {.err = &err, .row_invariant = true};
+    ck_assert_int_eq(cpu->backend->exec(cpu, &def, &ctx), SLIM_OK);
+    ck_assert(seen_invariant);
+    ck_assert(!slim_gemm_row_invariant()); /* the thread's mode is back */
+    ctx.row_invariant = false;
+    ck_assert_int_eq(cpu->backend->exec(cpu, &def, &ctx), SLIM_OK);
+    ck_assert(!seen_invariant);
+    /* emul:0 runs the CPU kernel the same way. */
+    slim_device *emul = slim_device_emul();
+    ctx.row_invariant = true;
+    ck_assert_int_eq(emul->backend->exec(emul, &def, &ctx), SLIM_OK);
+    ck_assert(seen_invariant);
+}
+END_TEST
+
 static Suite *runtime_suite(void)
 {
     Suite *s = suite_create("runtime");
@@ -618,11 +726,18 @@ static Suite *runtime_suite(void)
     tcase_add_test(pool, test_pool_jobs_each_index_once_wait_all);
     tcase_set_timeout(pool, 60);
     suite_add_tcase(s, pool);
+
+    TCase *devices = tcase_create("devices");
+    tcase_add_test(devices, test_op_tables_since_rule);
+    tcase_add_test(devices, test_every_device_has_a_backend);
+    tcase_add_test(devices, test_cpu_backend_applies_row_invariance);
+    suite_add_tcase(s, devices);
     return s;
 }
 
 int main(void)
 {
+    slim_init();
     SRunner *sr = srunner_create(runtime_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

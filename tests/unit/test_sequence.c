@@ -10,6 +10,7 @@
 #include "device.h"
 #include "slim_format.h"
 #include "testutil.h"
+#include "slim_init.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -413,6 +414,7 @@ END_TEST
 
 int main(void)
 {
+    slim_init();
     Suite *s = suite_create("sequence");
     TCase *tc = tcase_create("sequence");
     tcase_add_test(tc, test_split_at_length_concat);

@@ -4,6 +4,7 @@
  * operator definitions, and bad inputs that must fail cleanly. */
 #include "testutil.h"
 #include "cuda/transpose_plan.h"
+#include "slim_init.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -718,6 +719,7 @@ static Suite *shape_movement_suite(void)
 
 int main(void)
 {
+    slim_init();
     SRunner *sr = srunner_create(shape_movement_suite());
     srunner_run_all(sr, CK_NORMAL);
     int failed = srunner_ntests_failed(sr);

@@ -9,6 +9,7 @@
 #include "prune.h"
 #include "sparse.h"
 #include "alloc.h"
+#include "slim_init.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -695,6 +696,7 @@ END_TEST
 
 int main(void)
 {
+    slim_init();
     Suite *s = suite_create("sparse");
     TCase *tk = tcase_create("kernel");
     tcase_add_test(tk, test_kernels_match_dense_on_odd_shapes);

@@ -6,6 +6,7 @@
  */
 #include "testutil.h"
 #include "validate.h"
+#include "slim_init.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -201,6 +202,7 @@ END_TEST
 
 int main(void)
 {
+    slim_init();
     Suite *s = suite_create("validate");
     TCase *tc = tcase_create("validate");
     tcase_add_test(tc, test_too_few_inputs);

@@ -14,10 +14,6 @@ int slim_cmd_devices(int argc, char **argv)
     int n = slim_device_list(devs, 32, true, &why);
     for (int i = 0; i < n && i < 32; i++) {
         slim_device *d = devs[i];
-        if (slim_device_is_host(d)) {
-            printf("%-8s host memory\n", d->name);
-            continue;
-        }
         size_t free_b = 0, total_b = 0;
         char f[32], t[32];
         d->backend->mem_info(d, &free_b, &total_b);

@@ -309,11 +309,9 @@ static void print_device_stats(slim_device *dev)
     free(table);
     printf("peak_allocated_bytes: %lld\n", (long long)s.allocated_bytes[SLIM_POOL_ALL].peak);
     printf("peak_reserved_bytes: %lld\n", (long long)s.reserved_bytes[SLIM_POOL_ALL].peak);
-    if (!slim_device_is_host(dev)) {
-        size_t free_b, total_b;
-        dev->backend->mem_info(dev, &free_b, &total_b);
-        printf("device_free_bytes: %zu\ndevice_total_bytes: %zu\n", free_b, total_b);
-    }
+    size_t free_b, total_b;
+    dev->backend->mem_info(dev, &free_b, &total_b);
+    printf("device_free_bytes: %zu\ndevice_total_bytes: %zu\n", free_b, total_b);
 }
 
 static void print_memory_stats(slim_device *dev)

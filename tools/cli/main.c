@@ -1,5 +1,6 @@
 /* main.c - the `slim` command: inspect, run and test models. */
 #include "cli.h"
+#include "slim_init.h"
 
 #include <stdio.h>
 #include <string.h>
@@ -73,6 +74,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    slim_init();
     if (argc < 2) {
         usage(stderr);
         return 2;
