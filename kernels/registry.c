@@ -35,6 +35,7 @@ static bool is_default_domain(const char *domain)
 extern const slim_op_def slim__ops_copy[];
 extern const slim_op_def slim__ops_int8[];
 extern const slim_op_def slim__ops_sparse[]; /* the pruning pass's (cpu/sparse_op.c) */
+extern const slim_op_def slim__ops_sparse_conv[]; /* and its SparseConv (cpu/sparse_conv_op.c) */
 extern const slim_op_def slim__ops_half[]; /* the half-weights pass's (cpu/hlinear.c) */
 extern const slim_op_def slim__ops_hconv[]; /* and its ConvHalf (cpu/hconv.c) */
 /* the fuse_attention pass's (cpu/attention.c) */
@@ -59,7 +60,7 @@ extern const slim_op_def slim__ops_fmm[];   /* the fuse_matmul pass's (cpu/matmu
 
 /* The com.slimserve tables after the copies, searched in this order. */
 static const slim_op_def *const slimserve_tables[] = {
-    slim__ops_int8, slim__ops_sparse, slim__ops_half, slim__ops_hconv, slim__ops_pool_blocked,
+    slim__ops_int8, slim__ops_sparse, slim__ops_sparse_conv, slim__ops_half, slim__ops_hconv, slim__ops_pool_blocked,
     slim__ops_fused_attention, slim__ops_add_layernorm, slim__ops_matmul_bias,
 #ifdef SLIM_HAVE_DNNL
     slim__ops_fconv, slim__ops_fmm,

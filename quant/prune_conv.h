@@ -1,0 +1,46 @@
+/*
+ * prune_conv.h - what the pruning pass (prune.c) needs for Conv layers:
+ * which convs are candidates, BatchNormalization folded into their weights
+ * before pruning, the rewrite to com.slimserve SparseConv
+ * (kernels/cpu/sparse_conv_op.c), and its epilogue (Relu, residual Add)
+ * fused afterwards. Internal to quant/.
+ *
+ * A conv's weight [M][C/group][kh][kw] is pruned as M rows of
+ * K = C/group * kh * kw (the [N][K] layout, like a Gemm transB weight), so
+ * 2:4 groups and csr rows run along the flattened C/group x kh x kw axis
+ * of each output channel.
+ */
+#ifndef SLIM_QUANT_PRUNE_CONV_H
+#define SLIM_QUANT_PRUNE_CONV_H
+
+#include "graph.h"
+
+/* csr is used for a Conv up to this density (nonzeros / elements); see
+ * docs/prune.md for the measurement. */
+#define SLIM_PRUNE_CONV_CSR_MAX_DENSITY 0.3
+
+/* Whether node n is a default-domain 2-D Conv with a constant float32
+ * weight; fills M and K. *depthwise is set for group = C = M. */
+bool slim__prune_conv_of(const slim_graph *g, const slim_node *n, int64_t *m, int64_t *k,
+                         bool *depthwise);
+/* Why a pruned conv cannot become SparseConv (auto_pad SAME, a bias that
+ * is no constant [M]), or NULL. */
+const char *slim__prune_conv_why(const slim_graph *g, const slim_node *n, int64_t m);
+/* The BatchNormalization (node index) that alone reads conv's output in
+ * inference mode with constant float32 [M] parameters, when the conv's
+ * weight (and bias) are read by the conv alone; else -1. */
+int slim__prune_conv_bn(const slim_graph *g, int conv);
+/* Folds BN into w (M rows of K, in place) and writes the folded bias [M]:
+ * the products in double, rounded once, as passes/fold_bn.c does. */
+void slim__prune_conv_fold(const slim_graph *g, const slim_node *conv, const slim_node *bn,
+                           float *w, int64_t m, int64_t k, float *bias);
+/* Makes conv a SparseConv(in[0..n_in)) writing out, with the conv's
+ * geometry made explicit. */
+slim_status slim__prune_conv_rewrite(slim_graph *g, slim_node *conv, const char *enc, int64_t k,
+                                     int n_in, const int *in, int out, slim_err *err);
+/* After the pass: removes the folded BatchNormalizations (bn[0..n_bn),
+ * node indices) and fuses into each SparseConv the residual Add and the
+ * Relu that alone read its output. */
+slim_status slim__prune_conv_finish(slim_graph *g, const int *bn, int n_bn, slim_err *err);
+
+#endif
