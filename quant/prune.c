@@ -509,60 +509,13 @@ static const char *dense_reason(const pass *p, const cand *c, bool two4, int64_t
     return NULL;
 }
 
-/* Initializer v once no node reads it: its memory goes back now. */
-static void release_unread(slim_graph *g, int v)
-{
-    if (v < 0 || g->values[v].kind != SLIM_VALUE_INITIALIZER || g->values[v].is_output)
-        return;
-    for (int j = 0; j < g->n_nodes; j++)
-        for (int q = 0; q < g->nodes[j].n_in; q++)
-            if (g->nodes[j].in[q] == v)
-                return;
-    slim_tensor_release(&g->values[v].init);
-    memset(&g->values[v].init, 0, sizeof(g->values[v].init));
-    g->values[v].kind = SLIM_VALUE_INTERMEDIATE;
-}
-
-/* A conv kept dense whose BN was folded into its pruned copy: it reads
- * that copy and the folded bias, and writes the BN's output (what
- * passes/fold_bn.c would have made, pruned). */
+/* A conv kept dense whose BN was folded into its pruned copy. */
 static slim_status dense_folded(pass *p, cand *c, slim_err *err)
 {
-    slim_graph *g = p->g;
-    slim_node *conv = &g->nodes[c->node];
-    slim_tensor w = {0}, b = {0};
-    slim_tensor_set_shape(&w, SLIM_F32, 4, g->values[c->w].init.dims);
-    slim_tensor_set_shape(&b, SLIM_F32, 1, &c->n);
-    slim_status st;
-    if ((st = slim_tensor_alloc(&w, err)) || (st = slim_tensor_alloc(&b, err))) {
-        slim_tensor_release(&w);
-        return st;
-    }
-    memcpy(w.data, c->pruned, slim_tensor_nbytes(&w));
-    memcpy(b.data, c->fbias, slim_tensor_nbytes(&b));
-    int wv = slim_graph_add_initializer(g, g->values[c->w].name, "_bnfold", &w, err);
-    if (wv < 0) {
-        slim_tensor_release(&b);
-        return SLIM_ENOMEM;
-    }
-    int bv = slim_graph_add_initializer(g, g->values[c->w].name, "_bnbias", &b, err);
-    if (bv < 0)
-        return SLIM_ENOMEM;
-    conv = &g->nodes[c->node];
-    int old_b = conv->n_in > 2 ? conv->in[2] : -1;
-    if (conv->n_in < 3) {
-        int *in = realloc(conv->in, sizeof(int) * 3);
-        if (!in)
-            return slim_errf(err, SLIM_ENOMEM, "out of memory pruning");
-        conv->in = in;
-        conv->n_in = 3;
-    }
-    conv->in[1] = wv;
-    conv->in[2] = bv;
-    conv->out[0] = g->nodes[c->bn].out[0];
-    p->bns[p->n_bns++] = c->bn;
-    release_unread(g, old_b);
-    return SLIM_OK;
+    slim_status st = slim__prune_conv_dense(p->g, c->node, c->bn, c->pruned, c->fbias, err);
+    if (!st)
+        p->bns[p->n_bns++] = c->bn;
+    return st;
 }
 
 static slim_status store_layer(pass *p, cand *c, slim_prune_layer *l, slim_err *err)
@@ -652,7 +605,7 @@ static slim_status store_layer(pass *p, cand *c, slim_prune_layer *l, slim_err *
     if ((st = slim__prune_conv_rewrite(g, &g->nodes[c->node], l->storage, c->k, n_in, in, out,
                                        err)))
         return st;
-    release_unread(g, old_b);
+    slim__prune_release_unread(g, old_b);
     return SLIM_OK;
 }
 

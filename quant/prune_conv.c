@@ -21,6 +21,7 @@
  */
 #include "prune_conv.h"
 
+#include "kernel.h"
 #include "pass.h"
 #include "rewrite.h"
 
@@ -88,8 +89,8 @@ int slim__prune_conv_bn(const slim_graph *g, int conv)
     const slim_node *c = &g->nodes[conv];
     int64_t m = g->values[c->in[1]].init.dims[0];
     int r = -1, dummy;
-    if (readers(g, c->out[0], &r) != 1 || readers(g, c->in[1], &dummy) != 1)
-        return -1;
+    if (readers(g, c->out[0], &r) != 1 || r < 0 || readers(g, c->in[1], &dummy) != 1)
+        return -1; /* r < 0: the one "reader" is the graph's output */
     if (c->n_in > 2 && c->in[2] >= 0 &&
         (readers(g, c->in[2], &dummy) != 1 || !per_channel(g, c->in[2], m)))
         return -1;
@@ -150,6 +151,63 @@ slim_status slim__prune_conv_rewrite(slim_graph *g, slim_node *conv, const char 
         !(st = slim_pass_set_int(conv, "group", group, err)))
         st = slim_pass_set_int(conv, "activation", 0, err);
     return st;
+}
+
+/* Initializer v once no node reads it: its memory goes back now. */
+void slim__prune_release_unread(slim_graph *g, int v)
+{
+    if (v < 0 || g->values[v].kind != SLIM_VALUE_INITIALIZER || g->values[v].is_output)
+        return;
+    for (int j = 0; j < g->n_nodes; j++)
+        for (int q = 0; q < g->nodes[j].n_in; q++)
+            if (g->nodes[j].in[q] == v)
+                return;
+    slim_tensor_release(&g->values[v].init);
+    memset(&g->values[v].init, 0, sizeof(g->values[v].init));
+    g->values[v].kind = SLIM_VALUE_INTERMEDIATE;
+}
+
+/* A conv kept dense whose BN was folded into its pruned copy: it reads
+ * that copy and the folded bias, and writes the BN's output (what
+ * passes/fold_bn.c would have made, pruned). */
+slim_status slim__prune_conv_dense(slim_graph *g, int node, int bn, const float *pruned,
+                                   const float *fbias, slim_err *err)
+{
+    slim_node *conv = &g->nodes[node];
+    int wv0 = conv->in[1];
+    int64_t m = g->values[wv0].init.dims[0];
+    slim_tensor w = {0}, b = {0};
+    slim_tensor_set_shape(&w, SLIM_F32, 4, g->values[wv0].init.dims);
+    slim_tensor_set_shape(&b, SLIM_F32, 1, &m);
+    slim_status st;
+    if ((st = slim_tensor_alloc(&w, err)) || (st = slim_tensor_alloc(&b, err))) {
+        slim_tensor_release(&w);
+        return st;
+    }
+    memcpy(w.data, pruned, slim_tensor_nbytes(&w));
+    memcpy(b.data, fbias, slim_tensor_nbytes(&b));
+    int wv = slim_graph_add_initializer(g, g->values[wv0].name, "_bnfold", &w, err);
+    if (wv < 0) {
+        slim_tensor_release(&b);
+        return SLIM_ENOMEM;
+    }
+    int bv = slim_graph_add_initializer(g, g->values[wv0].name, "_bnbias", &b, err);
+    if (bv < 0)
+        return SLIM_ENOMEM;
+    conv = &g->nodes[node];
+    int old_b = conv->n_in > 2 ? conv->in[2] : -1;
+    if (conv->n_in < 3) {
+        int *in = realloc(conv->in, sizeof(int) * 3);
+        if (!in)
+            return slim_errf(err, SLIM_ENOMEM, "out of memory pruning");
+        conv->in = in;
+        conv->n_in = 3;
+    }
+    conv->in[1] = wv;
+    conv->in[2] = bv;
+    conv->out[0] = g->nodes[bn].out[0];
+    slim__prune_release_unread(g, old_b);
+    return SLIM_OK;
 }
 
 static bool is_sconv(const slim_node *n)

@@ -38,6 +38,14 @@ void slim__prune_conv_fold(const slim_graph *g, const slim_node *conv, const sli
  * geometry made explicit. */
 slim_status slim__prune_conv_rewrite(slim_graph *g, slim_node *conv, const char *enc, int64_t k,
                                      int n_in, const int *in, int out, slim_err *err);
+/* A conv kept dense whose BN (node bn) was folded into its pruned copy
+ * (pruned, M x K, and the folded bias fbias [M]): it reads those as new
+ * initializers and writes the BN's output, what passes/fold_bn.c would have
+ * made, pruned. The BN is left for slim__prune_conv_finish to remove. */
+slim_status slim__prune_conv_dense(slim_graph *g, int node, int bn, const float *pruned,
+                                   const float *fbias, slim_err *err);
+/* Initializer v once no node reads it: its memory goes back now. */
+void slim__prune_release_unread(slim_graph *g, int v);
 /* After the pass: removes the folded BatchNormalizations (bn[0..n_bn),
  * node indices) and fuses into each SparseConv the residual Add and the
  * Relu that alone read its output. */
