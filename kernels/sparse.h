@@ -103,9 +103,6 @@ typedef struct slim_sparse_conv {
  * tiles are scratch from the allocator (SLIM_EOOM under a memory limit). */
 slim_status slim_sparse_conv_run(const slim_sparse_conv *c, int64_t batch, const float *x,
                                  const float *res, float *y, slim_err *err);
-/* slim_sparse_check, and csr indices strictly increasing within each
- * channel (the conv kernel walks K in chunks). */
-slim_status slim_sparse_conv_check(const slim_sparse_w *w, int64_t nnz, slim_err *err);
 
 /* ---- paths --------------------------------------------------------------- */
 

@@ -65,7 +65,7 @@ static inline int64_t csr_k(const slim_sparse_w *w, int64_t q)
 
 /* Channel j's entries with k below k1, from its cursor on, into acc[PB]
  * (from 0 when first); row k of x is xb + off[k]. The entries of a row are
- * in increasing k (slim_sparse_conv_check), so walking the chunks in order
+ * in increasing k (slim_sparse_check refuses any other order), so walking the chunks in order
  * walks them in stored order: one chain however K is cut. */
 static void chunk_c(const slim_sparse_w *w, int64_t j, cursor *cu, int64_t k1, const float *xb,
                     const int64_t *off, float *acc, bool first)
@@ -293,19 +293,6 @@ static void part(int64_t begin, int64_t end, void *user)
     for (int64_t item = begin; item < end; item++)
         do_item(jb, item, (float *)mem, (float *)(mem + tile_b), (cursor *)(mem + tile_b + out_b));
     slim_scratch_free(mem);
-}
-
-slim_status slim_sparse_conv_check(const slim_sparse_w *w, int64_t nnz, slim_err *err)
-{
-    slim_status st = slim_sparse_check(w, nnz, err);
-    if (st || w->enc != SLIM_SPARSE_CSR)
-        return st;
-    for (int64_t j = 0; j < w->n; j++)
-        for (int64_t q = w->rowptr[j] + 1; q < w->rowptr[j + 1]; q++)
-            if (csr_k(w, q) <= csr_k(w, q - 1))
-                return slim_errf(err, SLIM_EINVAL, "csr channel %lld: indices not increasing "
-                                 "at entry %lld", (long long)j, (long long)q);
-    return SLIM_OK;
 }
 
 slim_status slim_sparse_conv_run(const slim_sparse_conv *c, int64_t batch, const float *x,

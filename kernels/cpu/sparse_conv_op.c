@@ -185,7 +185,7 @@ static slim_status sconv_exec(slim_op_ctx *ctx)
     if (st)
         return st;
     if (!atomic_load(&s->checked)) {
-        if ((st = slim_sparse_conv_check(&c.w, nnz, ctx->err)))
+        if ((st = slim_sparse_check(&c.w, nnz, ctx->err)))
             return st;
         atomic_store(&s->checked, 1);
     }
