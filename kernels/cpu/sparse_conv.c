@@ -35,7 +35,9 @@
 
 #define PB 64 /* output pixels per block: four 16-wide accumulators */
 
-#define KC 256 /* k's per chunk (see do_item) */
+#ifndef KC
+#define KC 256
+#endif /* k's per chunk (see do_item) */
 
 typedef struct {
     const slim_sparse_conv *c;
@@ -107,15 +109,16 @@ static void chunk_c(const slim_sparse_w *w, int64_t j, cursor *cu, int64_t k1, c
  * macro over named accumulators, not a helper over an array: GCC kept an
  * array of __m512 on the stack, a store and a reload per multiply-add,
  * which had made each entry cost 15-20 cycles instead of about 4. */
-#define FMA4(v, r)                                                          \
+#define FMA4X(a, v, r)                                                      \
     do {                                                                    \
         __m512 b_ = _mm512_set1_ps(v);                                      \
         const float *r_ = (r);                                              \
-        a0 = _mm512_fmadd_ps(b_, _mm512_loadu_ps(r_), a0);                  \
-        a1 = _mm512_fmadd_ps(b_, _mm512_loadu_ps(r_ + 16), a1);             \
-        a2 = _mm512_fmadd_ps(b_, _mm512_loadu_ps(r_ + 32), a2);             \
-        a3 = _mm512_fmadd_ps(b_, _mm512_loadu_ps(r_ + 48), a3);             \
+        a##0 = _mm512_fmadd_ps(b_, _mm512_loadu_ps(r_), a##0);              \
+        a##1 = _mm512_fmadd_ps(b_, _mm512_loadu_ps(r_ + 16), a##1);         \
+        a##2 = _mm512_fmadd_ps(b_, _mm512_loadu_ps(r_ + 32), a##2);         \
+        a##3 = _mm512_fmadd_ps(b_, _mm512_loadu_ps(r_ + 48), a##3);         \
     } while (0)
+#define FMA4(v, r) FMA4X(a, v, r)
 
 /* chunk_c in 16-wide lanes: the same chain per pixel. */
 AVX512_TARGET static void chunk_avx512(const slim_sparse_w *w, int64_t j, cursor *cu, int64_t k1,
@@ -160,7 +163,52 @@ AVX512_TARGET static void chunk_avx512(const slim_sparse_w *w, int64_t j, cursor
     _mm512_storeu_ps(acc + 32, a2);
     _mm512_storeu_ps(acc + 48, a3);
 }
+/* Two channels' csr (u16) chunks side by side: each chain waits on its
+ * previous fused multiply-add (4 cycles), so one channel alone keeps the
+ * FMA units half idle; two interleaved fill them. Each chain keeps its own
+ * order, so the result is chunk_avx512's for each. */
+AVX512_TARGET static void chunk2_avx512(const slim_sparse_w *w, cursor *c0, cursor *c1,
+                                        int64_t k1, const float *xb, const int64_t *off,
+                                        float *acc0, float *acc1, bool first)
+{
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    __m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    if (!first) {
+        a0 = _mm512_loadu_ps(acc0);
+        a1 = _mm512_loadu_ps(acc0 + 16);
+        a2 = _mm512_loadu_ps(acc0 + 32);
+        a3 = _mm512_loadu_ps(acc0 + 48);
+        b0 = _mm512_loadu_ps(acc1);
+        b1 = _mm512_loadu_ps(acc1 + 16);
+        b2 = _mm512_loadu_ps(acc1 + 32);
+        b3 = _mm512_loadu_ps(acc1 + 48);
+    }
+    const float *vals = w->values;
+    const uint16_t *ix = w->idx;
+    int64_t q0 = c0->q, q1 = c1->q;
+    while (q0 < c0->end && ix[q0] < k1 && q1 < c1->end && ix[q1] < k1) {
+        FMA4X(a, vals[q0], xb + off[ix[q0]]);
+        FMA4X(b, vals[q1], xb + off[ix[q1]]);
+        q0++;
+        q1++;
+    }
+    for (; q0 < c0->end && ix[q0] < k1; q0++)
+        FMA4X(a, vals[q0], xb + off[ix[q0]]);
+    for (; q1 < c1->end && ix[q1] < k1; q1++)
+        FMA4X(b, vals[q1], xb + off[ix[q1]]);
+    c0->q = q0;
+    c1->q = q1;
+    _mm512_storeu_ps(acc0, a0);
+    _mm512_storeu_ps(acc0 + 16, a1);
+    _mm512_storeu_ps(acc0 + 32, a2);
+    _mm512_storeu_ps(acc0 + 48, a3);
+    _mm512_storeu_ps(acc1, b0);
+    _mm512_storeu_ps(acc1 + 16, b1);
+    _mm512_storeu_ps(acc1 + 32, b2);
+    _mm512_storeu_ps(acc1 + 48, b3);
+}
 #endif
+
 
 /* Why phase planes and not an im2col tile per block: building a tile
  * row by row had cost more than the sparse product itself (a 64-channel
@@ -184,6 +232,10 @@ static void phase_part(int64_t begin, int64_t end, void *user)
         for (int64_t a = 0; a < c->sh; a++)
             for (int64_t b = 0; b < c->sw; b++) {
                 float *dst = xp + (pc * c->sh * c->sw + a * c->sw + b) * plane;
+                int64_t lo, hi; /* the columns inside the input: the same every row */
+                slim_window_range(b - c->pl, c->sw, jb->wq, c->wd, &lo, &hi);
+                if (hi <= lo)
+                    lo = hi = jb->wq;
                 for (int64_t i = 0; i < jb->hq; i++) {
                     int64_t sy = i * c->sh + a - c->pt;
                     float *o = dst + i * jb->wq;
@@ -191,19 +243,50 @@ static void phase_part(int64_t begin, int64_t end, void *user)
                         memset(o, 0, sizeof(float) * (size_t)jb->wq);
                         continue;
                     }
-                    int64_t lo, hi;
-                    slim_window_range(b - c->pl, c->sw, jb->wq, c->wd, &lo, &hi);
-                    if (hi <= lo)
-                        lo = hi = jb->wq;
                     memset(o, 0, sizeof(float) * (size_t)lo);
                     const float *sr = src + sy * c->wd + b - c->pl;
-                    for (int64_t t = lo; t < hi; t++)
-                        o[t] = sr[t * c->sw];
+                    if (c->sw == 1)
+                        memcpy(o + lo, sr + lo, sizeof(float) * (size_t)(hi - lo));
+                    else
+                        for (int64_t t = lo; t < hi; t++)
+                            o[t] = sr[t * c->sw];
                     memset(o + hi, 0, sizeof(float) * (size_t)(jb->wq - hi));
                 }
             }
     }
 }
+
+/* acc (+ bias) (+ r), then Relu, into o: the same operations per element
+ * on both paths (the AVX-512 one only runs 16 at a time). */
+static void epilogue(const float *acc, bool has_b, float bias, const float *r, int act,
+                     float *o, int64_t n)
+{
+    for (int64_t p = 0; p < n; p++) {
+        float v = has_b ? acc[p] + bias : acc[p];
+        if (r)
+            v += r[p];
+        o[p] = act == 1 ? (v > 0.0f ? v : 0.0f) : v;
+    }
+}
+
+#ifdef SPARSE_CONV_X86
+AVX512_TARGET static void epilogue_avx512(const float *acc, bool has_b, float bias,
+                                          const float *r, int act, float *o, int64_t n)
+{
+    __m512 b = _mm512_set1_ps(bias), z = _mm512_setzero_ps();
+    for (int64_t p = 0; p < n; p += 16) {
+        __mmask16 m = n - p >= 16 ? 0xffff : (__mmask16)((1u << (n - p)) - 1);
+        __m512 v = _mm512_maskz_loadu_ps(m, acc + p);
+        if (has_b)
+            v = _mm512_add_ps(v, b);
+        if (r)
+            v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, r + p));
+        if (act == 1) /* v > 0 ? v : 0, NaN to 0 as in C */
+            v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, z, _CMP_GT_OQ), v);
+        _mm512_mask_storeu_ps(o + p, m, v);
+    }
+}
+#endif
 
 /* Why K is walked in chunks of KC: every stored weight loads its row of
  * the block, and K rows of PB floats (K = 4608 for a 512-channel 3x3
@@ -248,7 +331,14 @@ static void do_item(job *jb, int64_t item, float *tile, float *otile, cursor *cu
             xb = tile;
             off = jb->toff;
         }
-        for (int64_t j = j0; j < j1; j++) {
+        int64_t j = j0;
+#ifdef SPARSE_CONV_X86
+        if (jb->avx512 && w->enc == SLIM_SPARSE_CSR && w->idtype == SLIM_U16)
+            for (; j + 1 < j1; j += 2)
+                chunk2_avx512(w, &cur[j - j0], &cur[j + 1 - j0], k1, xb, off,
+                              otile + (j - j0) * PB, otile + (j + 1 - j0) * PB, k0 == 0);
+#endif
+        for (; j < j1; j++) {
 #ifdef SPARSE_CONV_X86
             if (jb->avx512) {
                 chunk_avx512(w, j, &cur[j - j0], k1, xb, off, otile + (j - j0) * PB, k0 == 0);
@@ -267,13 +357,12 @@ static void do_item(job *jb, int64_t item, float *tile, float *otile, cursor *cu
             const float *acc = otile + (j - j0) * PB + q;
             size_t at = (size_t)((img * w->n + j) * ohw + oy * c->ow + ox);
             const float *r = jb->res ? jb->res + at : NULL;
-            float *o = jb->y + at;
-            for (int64_t p = 0; p < valid; p++) {
-                float v = w->bias ? acc[p] + bias : acc[p];
-                if (r)
-                    v += r[p];
-                o[p] = c->act == 1 ? (v > 0.0f ? v : 0.0f) : v;
-            }
+#ifdef SPARSE_CONV_X86
+            if (jb->avx512)
+                epilogue_avx512(acc, w->bias != NULL, bias, r, c->act, jb->y + at, valid);
+            else
+#endif
+                epilogue(acc, w->bias != NULL, bias, r, c->act, jb->y + at, valid);
             q += run;
         }
     }
