@@ -163,6 +163,47 @@ AVX512_TARGET static void chunk_avx512(const slim_sparse_w *w, int64_t j, cursor
     _mm512_storeu_ps(acc + 32, a2);
     _mm512_storeu_ps(acc + 48, a3);
 }
+/* chunk2_avx512 for 2:4: both channels walk the same groups. */
+AVX512_TARGET static void chunk2_24_avx512(const slim_sparse_w *w, int64_t j, cursor *c0,
+                                           cursor *c1, int64_t k1, const float *xb,
+                                           const int64_t *off, float *acc0, float *acc1,
+                                           bool first)
+{
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    __m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    if (!first) {
+        a0 = _mm512_loadu_ps(acc0);
+        a1 = _mm512_loadu_ps(acc0 + 16);
+        a2 = _mm512_loadu_ps(acc0 + 32);
+        a3 = _mm512_loadu_ps(acc0 + 48);
+        b0 = _mm512_loadu_ps(acc1);
+        b1 = _mm512_loadu_ps(acc1 + 16);
+        b2 = _mm512_loadu_ps(acc1 + 32);
+        b3 = _mm512_loadu_ps(acc1 + 48);
+    }
+    int64_t groups = slim_sparse_24_groups(w->k), ib = slim_sparse_24_idx_bytes(w->k);
+    const uint8_t *n0 = (const uint8_t *)w->idx + j * ib, *n1 = n0 + ib;
+    const float *v0 = (const float *)w->values + j * 2 * groups, *v1 = v0 + 2 * groups;
+    int64_t g1 = (k1 + 3) / 4 < c0->end ? (k1 + 3) / 4 : c0->end;
+    for (int64_t gr = c0->q; gr < g1; gr++) {
+        int s = 4 * (int)(gr & 1), e0 = n0[gr >> 1] >> s, e1 = n1[gr >> 1] >> s;
+        const int64_t *o = off + 4 * gr;
+        FMA4X(a, v0[2 * gr], xb + o[e0 & 3]);
+        FMA4X(b, v1[2 * gr], xb + o[e1 & 3]);
+        FMA4X(a, v0[2 * gr + 1], xb + o[(e0 >> 2) & 3]);
+        FMA4X(b, v1[2 * gr + 1], xb + o[(e1 >> 2) & 3]);
+    }
+    c0->q = c1->q = g1 > c0->q ? g1 : c0->q;
+    _mm512_storeu_ps(acc0, a0);
+    _mm512_storeu_ps(acc0 + 16, a1);
+    _mm512_storeu_ps(acc0 + 32, a2);
+    _mm512_storeu_ps(acc0 + 48, a3);
+    _mm512_storeu_ps(acc1, b0);
+    _mm512_storeu_ps(acc1 + 16, b1);
+    _mm512_storeu_ps(acc1 + 32, b2);
+    _mm512_storeu_ps(acc1 + 48, b3);
+}
+
 /* Two channels' csr (u16) chunks side by side: each chain waits on its
  * previous fused multiply-add (4 cycles), so one channel alone keeps the
  * FMA units half idle; two interleaved fill them. Each chain keeps its own
@@ -337,6 +378,10 @@ static void do_item(job *jb, int64_t item, float *tile, float *otile, cursor *cu
             for (; j + 1 < j1; j += 2)
                 chunk2_avx512(w, &cur[j - j0], &cur[j + 1 - j0], k1, xb, off,
                               otile + (j - j0) * PB, otile + (j + 1 - j0) * PB, k0 == 0);
+        else if (jb->avx512 && w->enc == SLIM_SPARSE_24)
+            for (; j + 1 < j1; j += 2)
+                chunk2_24_avx512(w, j, &cur[j - j0], &cur[j + 1 - j0], k1, xb, off,
+                                 otile + (j - j0) * PB, otile + (j + 1 - j0) * PB, k0 == 0);
 #endif
         for (; j < j1; j++) {
 #ifdef SPARSE_CONV_X86
