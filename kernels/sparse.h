@@ -92,14 +92,16 @@ typedef struct slim_sparse_conv {
     int64_t c, h, wd;         /* input channels, height, width */
     int64_t kh, kw, sh, sw, dh, dw, pt, pl; /* window, strides, dilations, top/left pads */
     int64_t oh, ow, group;    /* output size (bottom/right pads are in it), groups */
-    int act;                  /* 0 none, 1 Relu */
+    int act;                  /* 0 none, 1 Relu, 2 Clip to [lo, hi] */
+    float lo, hi;
 } slim_sparse_conv;
 
 /* y[b][j] = act(conv(x[b], channel j's entries) + bias[j] + res[b][j]) for
  * each of the batch's images, res NULL for none. Each output is the chain
  * of fused multiply-adds over its channel's entries in stored order from 0,
  * then + bias, + res, then Relu: the same on every path and whatever the
- * batch (images never share work). Runs on the kernel threads; the im2col
+ * batch (images never share work). Relu is v > 0 ? v : 0, Clip
+ * min(max(v, lo), hi) as vmaxps / vminps do it (NaN becomes lo). Runs on the kernel threads; the im2col
  * tiles are scratch from the allocator (SLIM_EOOM under a memory limit). */
 slim_status slim_sparse_conv_run(const slim_sparse_conv *c, int64_t batch, const float *x,
                                  const float *res, float *y, slim_err *err);

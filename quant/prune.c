@@ -499,11 +499,15 @@ static const char *dense_reason(const pass *p, const cand *c, bool two4, int64_t
                  two4 ? "2:4" : "csr", (double)*bytes / (double)dense, 100 * (1 - density));
         return buf;
     }
-    double most = c->conv ? SLIM_PRUNE_CONV_CSR_MAX_DENSITY : SLIM_PRUNE_CSR_MAX_DENSITY;
+    double most = SLIM_PRUNE_CSR_MAX_DENSITY;
+    if (c->conv) /* the shape too: few output channels pay more per entry */
+        most = c->n / slim_attr_int(&g->nodes[c->node], "group", 1) <= SLIM_PRUNE_CONV_SMALL_M
+                   ? SLIM_PRUNE_CONV_CSR_MAX_DENSITY_SMALL : SLIM_PRUNE_CONV_CSR_MAX_DENSITY;
     if (!two4 && density > most) {
         snprintf(buf, cap, "%.0f%% sparse: csr is slower than dense above %.0f%% density "
                  "(measured break-even%s)", 100 * (1 - density), 100 * most,
-                 c->conv ? " for Conv" : "");
+                 !c->conv ? "" : most < SLIM_PRUNE_CONV_CSR_MAX_DENSITY ? " for a Conv of at "
+                 "most 64 output channels" : " for Conv");
         return buf;
     }
     return NULL;

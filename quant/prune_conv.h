@@ -15,9 +15,19 @@
 
 #include "graph.h"
 
-/* csr is used for a Conv up to this density (nonzeros / elements); see
- * docs/prune.md for the measurement. */
-#define SLIM_PRUNE_CONV_CSR_MAX_DENSITY 0.3
+/* csr is used for a Conv up to this density (nonzeros / elements), and up
+ * to the _SMALL one when the conv has at most SLIM_PRUNE_CONV_SMALL_M output
+ * channels per group. From bench/bench_prune.py --conv-layers (batch 1, 2
+ * threads, docs/prune.md): at 80% sparsity csr ran 0.72-0.93x the dense
+ * (oneDNN) conv's time with 128 to 1024 output channels but 1.10x with 64
+ * (a 64-channel 3x3 at 56x56: each pixel block's fixed costs, the partial
+ * sums and the epilogue, weigh more against fewer entries); at 70% it ran
+ * 1.05-1.43x, at 90% 0.36-0.61x. 2:4 ran 1.43-2.40x the dense time: it is
+ * kept sparse for its bytes (0.53x), as for MatMul, and storage "dense"
+ * trades them back for speed. */
+#define SLIM_PRUNE_CONV_CSR_MAX_DENSITY 0.2
+#define SLIM_PRUNE_CONV_CSR_MAX_DENSITY_SMALL 0.15
+#define SLIM_PRUNE_CONV_SMALL_M 64
 
 /* Whether node n is a default-domain 2-D Conv with a constant float32
  * weight; fills M and K. *depthwise is set for group = C = M. */

@@ -19,7 +19,8 @@ static const slim_op_schema internal_schemas[] = {
     {"GatherInt8", 1, 3, 3, 1, 1, "SSS", "S", ""},
     {"SparseMatMul", 1, 3, 5, 1, 1, "SSSOO", "S", "!encoding=s !K=i"},
     {"SparseConv", 1, 3, 6, 1, 1, "SSSOOO", "S",
-     "!encoding=s !K=i !kernel_shape=I strides=I dilations=I pads=I group=i activation=i"},
+     "!encoding=s !K=i !kernel_shape=I strides=I dilations=I pads=I group=i activation=i "
+     "alpha=f beta=f"},
     {"MatMulHalf", 1, 2, 3, 1, 1, "SSO", "S", "!K=i !N=i activation=s"},
     {"GatherHalf", 1, 2, 2, 1, 1, "SS", "S", ""},
     {"HalfCast", 1, 1, 1, 1, 1, "S", "S", "!to=i"},

@@ -299,22 +299,30 @@ static void phase_part(int64_t begin, int64_t end, void *user)
 
 /* acc (+ bias) (+ r), then Relu, into o: the same operations per element
  * on both paths (the AVX-512 one only runs 16 at a time). */
-static void epilogue(const float *acc, bool has_b, float bias, const float *r, int act,
-                     float *o, int64_t n)
+static void epilogue(const float *acc, bool has_b, float bias, const float *r,
+                     const slim_sparse_conv *c, float *o, int64_t n)
 {
     for (int64_t p = 0; p < n; p++) {
         float v = has_b ? acc[p] + bias : acc[p];
         if (r)
             v += r[p];
-        o[p] = act == 1 ? (v > 0.0f ? v : 0.0f) : v;
+        if (c->act == 1)
+            v = v > 0.0f ? v : 0.0f;
+        else if (c->act == 2) {
+            v = v > c->lo ? v : c->lo;
+            v = v < c->hi ? v : c->hi;
+        }
+        o[p] = v;
     }
 }
 
 #ifdef SPARSE_CONV_X86
 AVX512_TARGET static void epilogue_avx512(const float *acc, bool has_b, float bias,
-                                          const float *r, int act, float *o, int64_t n)
+                                          const float *r, const slim_sparse_conv *c, float *o,
+                                          int64_t n)
 {
     __m512 b = _mm512_set1_ps(bias), z = _mm512_setzero_ps();
+    __m512 lo = _mm512_set1_ps(c->lo), hi = _mm512_set1_ps(c->hi);
     for (int64_t p = 0; p < n; p += 16) {
         __mmask16 m = n - p >= 16 ? 0xffff : (__mmask16)((1u << (n - p)) - 1);
         __m512 v = _mm512_maskz_loadu_ps(m, acc + p);
@@ -322,8 +330,10 @@ AVX512_TARGET static void epilogue_avx512(const float *acc, bool has_b, float bi
             v = _mm512_add_ps(v, b);
         if (r)
             v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, r + p));
-        if (act == 1) /* v > 0 ? v : 0, NaN to 0 as in C */
+        if (c->act == 1) /* v > 0 ? v : 0, NaN to 0 as in C */
             v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, z, _CMP_GT_OQ), v);
+        else if (c->act == 2) /* max(v, lo): v > lo ? v : lo; min: v < hi ? v : hi */
+            v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
         _mm512_mask_storeu_ps(o + p, m, v);
     }
 }
@@ -404,10 +414,10 @@ static void do_item(job *jb, int64_t item, float *tile, float *otile, cursor *cu
             const float *r = jb->res ? jb->res + at : NULL;
 #ifdef SPARSE_CONV_X86
             if (jb->avx512)
-                epilogue_avx512(acc, w->bias != NULL, bias, r, c->act, jb->y + at, valid);
+                epilogue_avx512(acc, w->bias != NULL, bias, r, c, jb->y + at, valid);
             else
 #endif
-                epilogue(acc, w->bias != NULL, bias, r, c->act, jb->y + at, valid);
+                epilogue(acc, w->bias != NULL, bias, r, c, jb->y + at, valid);
             q += run;
         }
     }

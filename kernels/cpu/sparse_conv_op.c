@@ -6,7 +6,7 @@
  *   SparseConv(X, values, indices[, rowptr][, bias][, R]) -> Y
  *       attrs: encoding ("csr" | "2:4"), K = C/group * kh * kw,
  *              kernel_shape [kh, kw], strides, dilations, pads (4, explicit),
- *              group, activation (0 none, 1 Relu)
+ *              group, activation (0 none, 1 Relu, 2 Clip to [alpha, beta])
  *       values, indices, rowptr: SparseMatMul's encodings (kernels/sparse.h)
  *              of the weight [M, C/group, kh, kw] seen as M rows of K;
  *              float32 values
@@ -29,6 +29,7 @@ typedef struct {
     slim_sparse_enc enc;
     int64_t k, kh, kw, s[2], d[2], p[4], group;
     int act;
+    float lo, hi;
     _Atomic int checked;
 } sconv_state;
 
@@ -65,14 +66,17 @@ static slim_status sconv_prepare(slim_node *node, void **state, slim_err *err)
     s->k = slim_attr_int(node, "K", 0);
     s->group = slim_attr_int(node, "group", 1);
     s->act = (int)slim_attr_int(node, "activation", 0);
+    s->lo = slim_attr_float(node, "alpha", 0.0f);
+    s->hi = slim_attr_float(node, "beta", 0.0f);
     if (!st && (s->k < 1 || s->k > (1LL << 31) - 1 || s->k % (s->kh * s->kw)))
         st = slim_errf(err, SLIM_EINVAL, "attribute K = %lld must be from 1 to 2^31 - 1 and a "
                        "multiple of kh * kw = %lld", (long long)s->k, (long long)(s->kh * s->kw));
     if (!st && (s->group < 1 || s->group > (1LL << 31) - 1))
         st = slim_errf(err, SLIM_EINVAL, "group = %lld must be at least 1",
                        (long long)s->group);
-    if (!st && s->act != 0 && s->act != 1)
-        st = slim_errf(err, SLIM_EINVAL, "activation = %d is not 0 (none) or 1 (Relu)", s->act);
+    if (!st && (s->act < 0 || s->act > 2))
+        st = slim_errf(err, SLIM_EINVAL, "activation = %d is not 0 (none), 1 (Relu) or 2 (Clip)",
+                       s->act);
     if (st) {
         free(s);
         return st;
@@ -153,6 +157,8 @@ static slim_status geometry(const slim_op_ctx *ctx, slim_sparse_conv *c, int64_t
     c->pl = s->p[1];
     c->group = s->group;
     c->act = s->act;
+    c->lo = s->lo;
+    c->hi = s->hi;
     int64_t eh = c->h + s->p[0] + s->p[2] - (s->d[0] * (s->kh - 1) + 1);
     int64_t ew = c->wd + s->p[1] + s->p[3] - (s->d[1] * (s->kw - 1) + 1);
     if (eh < 0 || ew < 0)

@@ -105,6 +105,8 @@ static void kase_make(kase *t, const shape *s, bool with_res, int act)
     c->ow = t->ow;
     c->group = s->group;
     c->act = act;
+    c->lo = -0.5f;
+    c->hi = 0.7f;
 }
 
 static void kase_free(kase *t)
@@ -180,7 +182,7 @@ static bool have_avx512(void)
 START_TEST(test_conv_matches_dense_kernel)
 {
     for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++)
-        for (int variant = 0; variant < 2; variant++) {
+        for (int variant = 0; variant < 3; variant++) { /* none; res + Relu; Clip */
             kase t;
             kase_make(&t, &shapes[i], variant == 1, variant);
             slim_tensor d = run_dense(&t);
@@ -189,7 +191,9 @@ START_TEST(test_conv_matches_dense_kernel)
             float *e = d.data;
             for (int64_t j = 0; j < ny; j++) {
                 float v = e[j] + (t.res ? t.res[j] : 0.0f);
-                e[j] = variant == 1 ? (v > 0 ? v : 0) : v;
+                e[j] = variant == 1   ? (v > 0 ? v : 0)
+                       : variant == 2 ? fminf(fmaxf(v, -0.5f), 0.7f)
+                                      : v;
             }
             float *yc = run_sparse(&t, SLIM_SPARSE_ISA_C, t.s.n, t.x, t.res);
             for (int64_t j = 0; j < ny; j++)
