@@ -485,7 +485,9 @@ static const char *dense_reason(const pass *p, const cand *c, bool two4, int64_t
     }
     if (!isfinite(c->alpha) || !isfinite(c->beta))
         return "Gemm's alpha or beta is not finite";
-    const char *conv_why = c->conv ? slim__prune_conv_why(g, &g->nodes[c->node], c->n) : NULL;
+    bool forced = p->o->storage && strcmp(p->o->storage, "sparse") == 0;
+    const char *conv_why = c->conv ? slim__prune_conv_why(g, &g->nodes[c->node], c->n, forced)
+                                   : NULL;
     if (conv_why)
         return conv_why;
     if (nnz >= (1LL << 31))
@@ -597,6 +599,10 @@ static slim_status store_layer(pass *p, cand *c, slim_prune_layer *l, slim_err *
         return st;
     }
     l->storage = two4 ? "2:4" : "csr";
+    if (c->conv) /* inspect says why a conv is sparse too */
+        slim__prune_conv_why_sparse(l->why, sizeof(l->why), two4, nnz, c->n, c->k,
+                                    slim_attr_int(&g->nodes[c->node], "group", 1),
+                                    p->o->storage && strcmp(p->o->storage, "sparse") == 0);
     l->bytes_after = sparse_bytes + (bias.data ? sizeof(float) * (size_t)c->n : 0);
     int n_in = in[4] >= 0 ? 5 : in[3] >= 0 ? 4 : 3;
     if (!c->conv)
