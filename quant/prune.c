@@ -197,10 +197,8 @@ static slim_status collect(pass *p, slim_err *err)
 {
     slim_graph *g = p->g;
     p->c = calloc((size_t)g->n_nodes + 1, sizeof(cand));
-    if (!p->c)
-        return slim_errf(err, SLIM_ENOMEM, "out of memory pruning");
     p->bns = calloc((size_t)g->n_nodes + 1, sizeof(int));
-    if (!p->bns)
+    if (!p->c || !p->bns)
         return slim_errf(err, SLIM_ENOMEM, "out of memory pruning");
     for (int i = 0; i < g->n_nodes; i++) {
         const slim_node *n = &g->nodes[i];
@@ -285,12 +283,8 @@ static slim_status copy_weight(pass *p, int i, slim_err *err)
 static slim_status add_layer(pass *p, const char *name, const char *op, const char *weight,
                              slim_prune_layer **out, slim_err *err);
 
-/* A depthwise conv (group = C = M) is listed, not pruned: each output
- * channel has only kh * kw weights (9 for MobileNet's 3x3), too few for
- * either encoding to save bytes (csr's row pointer and u16 indices cost
- * more than the zeros at any sparsity under ~70%, 2:4 a byte per 8
- * weights besides) or for a sparse chain to beat the dense depthwise
- * kernel, and these layers hold a small part of a model's weights. */
+/* A depthwise conv (group = C = M) is listed, not pruned: 9 weights a
+ * channel are too few for csr or 2:4 to pay (docs/prune.md). */
 static slim_status depthwise_layer(pass *p, const slim_node *n, int64_t m, int64_t k,
                                    slim_err *err)
 {
@@ -467,6 +461,11 @@ static slim_status rewrite_node(slim_node *n, const char *enc, int64_t k, int n_
     return slim_rewrite_node(n, "SparseMatMul", n_in, in, n->out[0], a, 2, "pruning", err);
 }
 
+static bool storage_is(const pass *p, const char *s)
+{
+    return p->o->storage && strcmp(p->o->storage, s) == 0;
+}
+
 /* Why layer c stays dense, or NULL when sparse pays; *bytes gets the sparse
  * size. */
 static const char *dense_reason(const pass *p, const cand *c, bool two4, int64_t nnz,
@@ -485,26 +484,24 @@ static const char *dense_reason(const pass *p, const cand *c, bool two4, int64_t
     }
     if (!isfinite(c->alpha) || !isfinite(c->beta))
         return "Gemm's alpha or beta is not finite";
-    bool forced = p->o->storage && strcmp(p->o->storage, "sparse") == 0;
-    const char *conv_why = c->conv ? slim__prune_conv_why(g, &g->nodes[c->node], c->n, forced)
-                                   : NULL;
+    bool forced = storage_is(p, "sparse");
+    const char *conv_why =
+        c->conv ? slim__prune_conv_why(g, &g->nodes[c->node], c->n, forced, two4) : NULL;
     if (conv_why)
         return conv_why;
     if (nnz >= (1LL << 31))
         return "over 2^31 nonzeros";
-    if (p->o->storage && strcmp(p->o->storage, "dense") == 0)
+    if (storage_is(p, "dense"))
         return "storage \"dense\" asked for";
-    if (p->o->storage && strcmp(p->o->storage, "sparse") == 0)
+    if (forced)
         return NULL;
     if (*bytes >= dense) {
         snprintf(buf, cap, "%s would take %.2fx the dense bytes at %.0f%% sparsity",
                  two4 ? "2:4" : "csr", (double)*bytes / (double)dense, 100 * (1 - density));
         return buf;
     }
-    double most = SLIM_PRUNE_CSR_MAX_DENSITY;
-    if (c->conv) /* the shape too: few output channels pay more per entry */
-        most = c->n / slim_attr_int(&g->nodes[c->node], "group", 1) <= SLIM_PRUNE_CONV_SMALL_M
-                   ? SLIM_PRUNE_CONV_CSR_MAX_DENSITY_SMALL : SLIM_PRUNE_CONV_CSR_MAX_DENSITY;
+    double most = c->conv ? slim__prune_conv_max_density(&g->nodes[c->node], c->n)
+                          : SLIM_PRUNE_CSR_MAX_DENSITY;
     if (!two4 && density > most) {
         snprintf(buf, cap, "%.0f%% sparse: csr is slower than dense above %.0f%% density "
                  "(measured break-even%s)", 100 * (1 - density), 100 * most,
@@ -600,9 +597,8 @@ static slim_status store_layer(pass *p, cand *c, slim_prune_layer *l, slim_err *
     }
     l->storage = two4 ? "2:4" : "csr";
     if (c->conv) /* inspect says why a conv is sparse too */
-        slim__prune_conv_why_sparse(l->why, sizeof(l->why), two4, nnz, c->n, c->k,
-                                    slim_attr_int(&g->nodes[c->node], "group", 1),
-                                    p->o->storage && strcmp(p->o->storage, "sparse") == 0);
+        slim__prune_conv_why_sparse(l->why, sizeof(l->why), two4, nnz, c->n, c->k, node,
+                                    storage_is(p, "sparse"));
     l->bytes_after = sparse_bytes + (bias.data ? sizeof(float) * (size_t)c->n : 0);
     int n_in = in[4] >= 0 ? 5 : in[3] >= 0 ? 4 : 3;
     if (!c->conv)

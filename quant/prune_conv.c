@@ -48,7 +48,8 @@ bool slim__prune_conv_of(const slim_graph *g, const slim_node *n, int64_t *m, in
     return *k > 0;
 }
 
-const char *slim__prune_conv_why(const slim_graph *g, const slim_node *n, int64_t m, bool forced)
+const char *slim__prune_conv_why(const slim_graph *g, const slim_node *n, int64_t m, bool forced,
+                                 bool two4)
 {
     const char *pad = slim_attr_str(n, "auto_pad", "NOTSET");
     if (pad[0] && strcmp(pad, "NOTSET") != 0 && strcmp(pad, "VALID") != 0)
@@ -64,8 +65,9 @@ const char *slim__prune_conv_why(const slim_graph *g, const slim_node *n, int64_
     /* Measured on MobileNetV2 at 90%: with its expansions sparse the model
      * ran 1.5-2x the dense time, though a 1x1 conv alone runs faster
      * sparse: fuse_conv merges a dense expansion with its depthwise conv
-     * into one oneDNN node and keeps the blocked layout between them. */
-    if (!forced && feeds_depthwise(g, n))
+     * into one oneDNN node and keeps the blocked layout between them. 2:4
+     * stays sparse there too: it is asked for its bytes. */
+    if (!forced && !two4 && feeds_depthwise(g, n))
         return "1x1 conv feeding a depthwise conv: fused with it dense, faster than sparse";
     if (n->n_in > 2 && n->in[2] >= 0) {
         const slim_tensor *b = slim_pass_const_f32(g, n->in[2]);
@@ -248,12 +250,16 @@ slim_status slim__prune_conv_dense(slim_graph *g, int node, int bn, const float 
     return SLIM_OK;
 }
 
-void slim__prune_conv_why_sparse(char *buf, size_t cap, bool two4, int64_t nnz, int64_t m,
-                                 int64_t k, int64_t group, bool forced)
+double slim__prune_conv_max_density(const slim_node *n, int64_t m)
 {
-    double density = (double)nnz / (double)(m * k);
-    double most = m / group <= SLIM_PRUNE_CONV_SMALL_M ? SLIM_PRUNE_CONV_CSR_MAX_DENSITY_SMALL
-                                                       : SLIM_PRUNE_CONV_CSR_MAX_DENSITY;
+    int64_t group = slim_attr_int(n, "group", 1);
+    return m / (group > 0 ? group : 1) <= SLIM_PRUNE_CONV_SMALL_M
+               ? SLIM_PRUNE_CONV_CSR_MAX_DENSITY_SMALL : SLIM_PRUNE_CONV_CSR_MAX_DENSITY;
+}
+
+void slim__prune_conv_why_sparse(char *buf, size_t cap, bool two4, int64_t nnz, int64_t m,
+                                 int64_t k, const slim_node *n, bool forced)
+{
     if (forced)
         snprintf(buf, cap, "storage \"sparse\" asked for");
     else if (two4)
@@ -261,7 +267,7 @@ void slim__prune_conv_why_sparse(char *buf, size_t cap, bool two4, int64_t nnz, 
                  "(storage \"dense\" keeps the speed)");
     else
         snprintf(buf, cap, "density %.2f <= %.2f: csr measured faster than the dense conv",
-                 density, most);
+                 (double)nnz / (double)(m * k), slim__prune_conv_max_density(n, m));
 }
 
 static bool is_sconv(const slim_node *n)

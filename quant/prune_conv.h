@@ -34,10 +34,10 @@
 bool slim__prune_conv_of(const slim_graph *g, const slim_node *n, int64_t *m, int64_t *k,
                          bool *depthwise);
 /* Why a pruned conv cannot become SparseConv (auto_pad SAME, a bias that
- * is no constant [M]) or, unless forced (storage "sparse"), is faster
- * dense (a 1x1 expansion feeding a depthwise conv), or NULL. */
+ * is no constant [M]) or, in csr unless forced (storage "sparse"), is
+ * faster dense (a 1x1 expansion feeding a depthwise conv), or NULL. */
 const char *slim__prune_conv_why(const slim_graph *g, const slim_node *n, int64_t m,
-                                 bool forced);
+                                 bool forced, bool two4);
 /* The BatchNormalization (node index) that alone reads conv's output in
  * inference mode with constant float32 [M] parameters, when the conv's
  * weight (and bias) are read by the conv alone; else -1. */
@@ -59,7 +59,10 @@ slim_status slim__prune_conv_dense(slim_graph *g, int node, int bn, const float 
 /* Why a pruned conv is stored sparse (for slim inspect --prune): forced,
  * 2:4 asked for, or its density under the break-even. */
 void slim__prune_conv_why_sparse(char *buf, size_t cap, bool two4, int64_t nnz, int64_t m,
-                                 int64_t k, int64_t group, bool forced);
+                                 int64_t k, const slim_node *n, bool forced);
+/* The density up to which csr pays for conv n of m output channels (the
+ * measured break-even above, by its output channels per group). */
+double slim__prune_conv_max_density(const slim_node *n, int64_t m);
 /* Initializer v once no node reads it: its memory goes back now. */
 void slim__prune_release_unread(slim_graph *g, int v);
 /* After the pass: removes the folded BatchNormalizations (bn[0..n_bn),
