@@ -6,19 +6,18 @@
  * so each stored weight is one broadcast and fused multiply-adds over a
  * block of PB contiguous output pixels. A 1x1 conv with stride 1 and no
  * pads reads x in place (its channels are already [k][pixels]); any other
- * conv builds an im2col tile of the block first, K rows of PB floats, in
- * scratch from the allocator. Time then falls with the number of stored
- * entries, which is what pruning buys.
+ * conv reads phase planes of x, copied once per image (see phase_part), in
+ * which every row k is contiguous too. Time then falls with the number of
+ * stored entries, which is what pruning buys.
  *
  * Work is cut in items (image, group, pixel block, channel chunk); an item
  * never spans two images, and every output is one chain
  *   acc = fma(v_p, x[k_p], acc) over its channel's entries in stored order,
- * from 0, then + bias, + residual, then Relu, on every path (AVX-512 lanes,
- * portable C). So an image's result is bitwise the same alone or in any
- * batch, and the paths agree bitwise. Channel chunks exist only to give
- * the second thread work when an image has few pixel blocks (ResNet's 7x7
- * stage has one): each chunk rebuilds its tile, so they are as few as
- * keep the threads busy.
+ * from 0, then + bias, + residual, then the activation, on every path
+ * (AVX-512 lanes, portable C). So an image's result is bitwise the same
+ * alone or in any batch, and the paths agree bitwise. Channel chunks exist
+ * only to give the second thread work when an image has few pixel blocks
+ * (ResNet's 7x7 stage has one).
  */
 #include "sparse.h"
 
@@ -35,12 +34,11 @@
 
 #define PB 64 /* output pixels per block: four 16-wide accumulators */
 
-#ifndef KC
-#define KC 256
-#endif /* k's per chunk (see do_item) */
+#define KC 256 /* k's per chunk (see do_item) */
 
 typedef struct {
     const slim_sparse_conv *c;
+    const float *x;          /* the input */
     const float *xp;         /* x, or its phase planes (below) */
     const float *res;
     float *y;
@@ -265,7 +263,7 @@ static void phase_part(int64_t begin, int64_t end, void *user)
 {
     const job *jb = user;
     const slim_sparse_conv *c = jb->c;
-    const float *x = (const float *)jb->res; /* the input, passed through res here */
+    const float *x = jb->x;
     float *xp = (float *)jb->xp;
     int64_t plane = jb->hq * jb->wq;
     for (int64_t pc = begin; pc < end; pc++) { /* (image, channel) */
@@ -445,7 +443,7 @@ slim_status slim_sparse_conv_run(const slim_sparse_conv *c, int64_t batch, const
     int64_t ohw = c->oh * c->ow, cg = c->c / c->group, khw = c->kh * c->kw;
     if (batch <= 0 || ohw <= 0 || c->w.n <= 0)
         return SLIM_OK;
-    job jb = {.c = c, .res = res, .y = y, .mg = c->w.n / c->group, .kg = c->w.k};
+    job jb = {.c = c, .x = x, .res = res, .y = y, .mg = c->w.n / c->group, .kg = c->w.k};
     jb.direct = khw == 1 && c->sh == 1 && c->sw == 1 && c->pt == 0 && c->pl == 0 &&
                 c->oh == c->h && c->ow == c->wd;
     jb.avx512 = slim_sparse_get_isa() == SLIM_SPARSE_ISA_AVX512;
@@ -483,9 +481,7 @@ slim_status slim_sparse_conv_run(const slim_sparse_conv *c, int64_t batch, const
         float *xp = (float *)(toff + jb.kg);
         memset(xp + n_xp - jb.wq - PB, 0, sizeof(float) * (size_t)(jb.wq + PB));
         jb.xp = xp;
-        jb.res = x;
         slim_parallel_for(batch * c->c, 1 + 16384 / (phases * plane + 1), phase_part, &jb);
-        jb.res = res;
     }
     jb.n_pb = (jb.nq + PB - 1) / PB;
     /* Channel chunks of at least 16 only when images x groups x pixel
