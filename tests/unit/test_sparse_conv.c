@@ -348,16 +348,18 @@ static slim_tensor run1(slim_graph *g, slim_tensor in)
 
 START_TEST(test_pass_on_small_cnn)
 {
-    static const char *methods[] = {"magnitude", "2:4"};
+    static const char *methods[] = {"magnitude", "2:4", "magnitude"}; /* the last global */
     float xv[3 * 10 * 10];
     for (int i = 0; i < 300; i++)
         xv[i] = rndf();
     slim_tensor x = tu_f32(4, (int64_t[]){1, 3, 10, 10}, xv);
-    for (int mth = 0; mth < 2; mth++) {
+    for (int mth = 0; mth < 3; mth++) {
         slim_err err;
         slim_prune_report rd, rs;
-        slim_prune_opts od = {.method = methods[mth], .amount = 0.8, .storage = "dense"};
-        slim_prune_opts os = {.method = methods[mth], .amount = 0.8, .storage = "sparse"};
+        slim_prune_opts od = {.method = methods[mth], .amount = 0.8, .storage = "dense",
+                              .global = mth == 2};
+        slim_prune_opts os = {.method = methods[mth], .amount = 0.8, .storage = "sparse",
+                              .global = mth == 2};
         slim_graph *gd = small_cnn(), *gs = small_cnn();
         ck_assert_msg(slim_prune(gd, &od, &rd, &err) == SLIM_OK, "%s", err.msg);
         ck_assert_msg(slim_prune(gs, &os, &rs, &err) == SLIM_OK, "%s", err.msg);
