@@ -4,6 +4,7 @@
     python3 bench/bench_prune.py [--slim build/bin/slim] [--rounds 3] [--threads T]
                                  [--layers 4] [--skip-layers] [--skip-models]
                                  [--models bert,transformer] [--workdir DIR]
+                                 [--cnn resnet18,mobilenetv2] [--conv-layers]
 
 Per layer: one MatMul x[m, K] @ W[K, N] on the BERT-base shapes (768x768,
 768x3072, 3072x768; m = 128 and 8 x 128 rows), its weight trained-like
@@ -17,6 +18,17 @@ default to keep it short) and the example transformer (models/gen_models.py)
 dense, 2:4, 50% and 90% magnitude (storage decided by the pass): weight
 bytes, batch 1 and 8 latency, and the output's cosine to the dense model's
 on the same inputs.
+
+CNNs (--cnn resnet18,mobilenetv2, from bench/gen_cnn.py at 224 x 224; Conv +
+BatchNormalization as exported): fp32 dense, 2:4 and 90% magnitude, each
+converted to a .slim file (`slim convert --prune`, storage decided by the
+pass) and served from it: file bytes, batch 1 and 8 latency of `slim bench`
+on the .slim, and the output's cosine to the dense model's. --conv-layers
+adds the Conv break-even table (one 2-D conv, batch 1, storage sparse forced)
+behind SLIM_PRUNE_CONV_CSR_MAX_DENSITY (quant/prune_conv.h).
+
+The first line names the machine (CPU, cores, load average): timings on a
+shared machine are only comparable within one run.
 
 Configurations alternate within each round and the medians over rounds are
 reported, so that load from other processes spreads over all of them.
@@ -109,6 +121,105 @@ def outputs(slim, model, inp, outdir, extra):
                            for f in sorted(os.listdir(outdir))])
 
 
+CONV_SHAPES = [(64, 64, 3, 56), (128, 128, 3, 28), (256, 256, 3, 14), (512, 512, 3, 7),
+               (256, 1024, 1, 14), (1024, 256, 1, 14)]  # C, M, k, H = W (ResNet's)
+CONV_CFGS = [("dense", []), ("50%", ["--prune", "magnitude:0.5"]),
+             ("70%", ["--prune", "magnitude:0.7"]), ("80%", ["--prune", "magnitude:0.8"]),
+             ("90%", ["--prune", "magnitude:0.9"]), ("2:4", ["--prune", "2:4"])]
+CNN_CFGS = [("fp32 dense", []), ("2:4", ["--prune", "2:4"]),
+            ("90% magnitude", ["--prune", "magnitude:0.9"])]
+
+
+def machine_line(threads):
+    cpu = "?"
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    load = os.getloadavg()
+    return (f"machine: {cpu}, {os.cpu_count()} cores, threads {threads or 'default'}, "
+            f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
+
+
+def conv_model(path, c, m, k, hw, seed=1):
+    rng = np.random.default_rng(seed)
+    w = (rng.standard_normal((m, c, k, k)) * np.sqrt(2 / (c * k * k))).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[k // 2] * 4)
+    g = helper.make_graph([node], "conv",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                         ["batch", c, hw, hw])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          [numpy_helper.from_array(w, "w")])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def run_conv_layers(args, workdir):
+    print("\n## Per Conv layer, batch 1, sparse (--prune-storage sparse) vs dense fp32\n")
+    print("| C -> M, k x k, H x W | config | bytes | x dense bytes | ms (median) | "
+          "x dense time |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for c, m, k, hw in CONV_SHAPES:
+        path = os.path.join(workdir, f"conv_{c}_{m}_{k}_{hw}.onnx")
+        conv_model(path, c, m, k, hw)
+        sizes, times = {}, {name: [] for name, _ in CONV_CFGS}
+        for name, extra in CONV_CFGS:
+            ex = extra + (["--prune-storage", "sparse"] if extra else [])
+            total, pb = pruned_bytes(args.slim, path, ex)
+            sizes[name] = pb[1] if pb else total
+        for _ in range(args.rounds):
+            for name, extra in CONV_CFGS:
+                ex = extra + (["--prune-storage", "sparse"] if extra else [])
+                times[name].append(bench_ms(args.slim, path, 1, ex, args.threads, 20))
+        dense_t = statistics.median(times["dense"])
+        for name, _ in CONV_CFGS:
+            t = statistics.median(times[name])
+            print(f"| {c} -> {m}, {k}x{k}, {hw}x{hw} | {name} | {sizes[name]} | "
+                  f"{sizes[name] / sizes['dense']:.3f} | {t:.3f} | {t / dense_t:.2f} |")
+        sys.stdout.flush()
+
+
+def run_cnns(args, workdir):
+    print("\n## CNNs (224 x 224), served from .slim files: file bytes, latency, cosine\n")
+    print("| model | config | file bytes | x dense | batch | ms (median) | x dense time "
+          "| cosine |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    rng = np.random.default_rng(0)
+    for arch in args.cnn.split(","):
+        src = os.path.join(workdir, f"{arch}.onnx")
+        if not os.path.exists(src):
+            subprocess.run([sys.executable, os.path.join(REPO, "bench", "gen_cnn.py"), arch, src],
+                           check=True, stdout=subprocess.DEVNULL)
+        files = {}
+        for name, extra in CNN_CFGS:
+            out = os.path.join(workdir, f"{arch}_{name.split()[0].replace(':', '')}.slim")
+            subprocess.run([args.slim, "convert", src, "-o", out] + extra, check=True,
+                           capture_output=True)
+            files[name] = out
+        fbytes = {name: os.path.getsize(f) for name, f in files.items()}
+        for batch in (1, 8):
+            inp = os.path.join(workdir, f"img_{batch}.npy")
+            np.save(inp, rng.standard_normal((batch, 3, 224, 224)).astype(np.float32))
+            ys = {name: outputs(args.slim, f, f"image={inp}",
+                                os.path.join(workdir, "o_cnn"), [])
+                  for name, f in files.items()}
+            ref = ys["fp32 dense"]
+            times = {name: [] for name, _ in CNN_CFGS}
+            for _ in range(args.rounds):
+                for name, _ in CNN_CFGS:
+                    times[name].append(bench_ms(args.slim, files[name], batch, [], args.threads,
+                                                args.repeat))
+            dense_t = statistics.median(times["fp32 dense"])
+            for name, _ in CNN_CFGS:
+                t = statistics.median(times[name])
+                y = ys[name]
+                cos = float(ref @ y / (np.linalg.norm(ref) * np.linalg.norm(y)))
+                print(f"| {arch} | {name} | {fbytes[name]} | "
+                      f"{fbytes[name] / fbytes['fp32 dense']:.3f} | {batch} | {t:.2f} | "
+                      f"{t / dense_t:.2f} | {cos:.5f} |")
+            sys.stdout.flush()
+
+
 def run_models(args, workdir):
     print("\n## Whole models: weight bytes, latency, cosine to the dense output\n")
     models = []
@@ -175,15 +286,22 @@ def main():
     ap.add_argument("--skip-layers", action="store_true")
     ap.add_argument("--skip-models", action="store_true")
     ap.add_argument("--workdir")
+    ap.add_argument("--cnn", default="", help="e.g. resnet18,mobilenetv2 (bench/gen_cnn.py)")
+    ap.add_argument("--conv-layers", action="store_true", help="the Conv break-even table")
     args = ap.parse_args()
     workdir = args.workdir or tempfile.mkdtemp(prefix="bench_prune_")
     os.makedirs(workdir, exist_ok=True)
+    print(machine_line(args.threads))
     print(f"slim {args.slim}, {args.rounds} rounds, threads {args.threads or 'default'}, "
           f"workdir {workdir}\n")
     if not args.skip_layers:
         run_layers(args, workdir)
     if not args.skip_models:
         run_models(args, workdir)
+    if args.conv_layers:
+        run_conv_layers(args, workdir)
+    if args.cnn:
+        run_cnns(args, workdir)
 
 
 if __name__ == "__main__":

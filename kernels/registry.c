@@ -27,6 +27,7 @@ SLIM__KERNEL_TABLES(SLIM__DECLARE_TABLE)
 extern const slim_op_def slim__ops_copy[];
 extern const slim_op_def slim__ops_int8[];
 extern const slim_op_def slim__ops_sparse[]; /* the pruning pass's (cpu/sparse_op.c) */
+extern const slim_op_def slim__ops_sparse_conv[]; /* and its SparseConv (cpu/sparse_conv_op.c) */
 extern const slim_op_def slim__ops_half[]; /* the half-weights pass's (cpu/hlinear.c) */
 extern const slim_op_def slim__ops_hconv[]; /* and its ConvHalf (cpu/hconv.c) */
 /* the fuse_attention pass's (cpu/attention.c) */
@@ -59,6 +60,7 @@ static const slim_op_table cpu_tables[] = {
     {"com.slimserve", slim__ops_copy, sizeof(slim_op_def), true},
     SLIM_OP_TABLE("com.slimserve", slim__ops_int8),
     SLIM_OP_TABLE("com.slimserve", slim__ops_sparse),
+    SLIM_OP_TABLE("com.slimserve", slim__ops_sparse_conv),
     SLIM_OP_TABLE("com.slimserve", slim__ops_half),
     SLIM_OP_TABLE("com.slimserve", slim__ops_hconv),
     SLIM_OP_TABLE("com.slimserve", slim__ops_pool_blocked),

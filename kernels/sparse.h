@@ -81,6 +81,31 @@ static inline slim_dtype slim_sparse_csr_idtype(int64_t k) { return k <= 65536 ?
 size_t slim_sparse_csr_bytes(int64_t n, int64_t k, int64_t nnz, size_t value_size);
 size_t slim_sparse_24_bytes(int64_t n, int64_t k, size_t value_size);
 
+/* ---- convolutions (kernels/cpu/sparse_conv.c) ----------------------------- */
+
+/* A 2-D convolution whose weight [M][C/group][kh][kw] is stored sparse per
+ * output channel over its flattened C/group * kh * kw axis (w.n = M,
+ * w.k = C/group * kh * kw, float32 values; csr or 2:4 as above). Output
+ * channel j reads input channels of group j / (M / group). */
+typedef struct slim_sparse_conv {
+    slim_sparse_w w;
+    int64_t c, h, wd;         /* input channels, height, width */
+    int64_t kh, kw, sh, sw, dh, dw, pt, pl; /* window, strides, dilations, top/left pads */
+    int64_t oh, ow, group;    /* output size (bottom/right pads are in it), groups */
+    int act;                  /* 0 none, 1 Relu, 2 Clip to [lo, hi] */
+    float lo, hi;
+} slim_sparse_conv;
+
+/* y[b][j] = act(conv(x[b], channel j's entries) + bias[j] + res[b][j]) for
+ * each of the batch's images, res NULL for none. Each output is the chain
+ * of fused multiply-adds over its channel's entries in stored order from 0,
+ * then + bias, + res, then Relu: the same on every path and whatever the
+ * batch (images never share work). Relu is v > 0 ? v : 0, Clip
+ * min(max(v, lo), hi) as vmaxps / vminps do it (NaN becomes lo). Runs on the kernel threads; the im2col
+ * tiles are scratch from the allocator (SLIM_EOOM under a memory limit). */
+slim_status slim_sparse_conv_run(const slim_sparse_conv *c, int64_t batch, const float *x,
+                                 const float *res, float *y, slim_err *err);
+
 /* ---- paths --------------------------------------------------------------- */
 
 typedef enum { SLIM_SPARSE_ISA_AUTO = 0, SLIM_SPARSE_ISA_C, SLIM_SPARSE_ISA_AVX512 } slim_sparse_isa;

@@ -11,8 +11,10 @@
  * the global scope would double the model in memory.
  */
 #include "prune.h"
+#include "prune_conv.h"
 #include "rewrite.h"
 
+#include "kernel.h"
 #include "npz.h"
 #include "sparse.h"
 
@@ -162,6 +164,9 @@ typedef struct {
     int c;                 /* Gemm's C, or -1 */
     float *pruned;         /* owned copy (shared by layers reading the same weight) */
     bool owner;            /* this layer frees pruned */
+    bool conv;             /* a Conv: weight [M][C/g][kh][kw] as N = M rows of K */
+    int bn;                /* a Conv's BatchNormalization folded in first, or -1 */
+    float *fbias;          /* with bn: the folded bias [N] (owned) */
 } cand;
 
 typedef struct {
@@ -170,6 +175,8 @@ typedef struct {
     slim_prune_report *rep;
     cand *c;
     int n;
+    int *bns;              /* BatchNormalizations folded away: removed at the end */
+    int n_bns;
 } pass;
 
 static bool is_const_f32_2d(const slim_graph *g, int v)
@@ -183,14 +190,32 @@ static bool selected(const slim_prune_opts *o, const slim_node *n)
     return !o->n_ops || slim_rewrite_named(o->ops, o->n_ops, n);
 }
 
+static slim_status depthwise_layer(pass *p, const slim_node *n, int64_t m, int64_t k,
+                                   slim_err *err);
+
 static slim_status collect(pass *p, slim_err *err)
 {
     slim_graph *g = p->g;
     p->c = calloc((size_t)g->n_nodes + 1, sizeof(cand));
-    if (!p->c)
+    p->bns = calloc((size_t)g->n_nodes + 1, sizeof(int));
+    if (!p->c || !p->bns)
         return slim_errf(err, SLIM_ENOMEM, "out of memory pruning");
     for (int i = 0; i < g->n_nodes; i++) {
         const slim_node *n = &g->nodes[i];
+        int64_t cm, ck;
+        bool dw;
+        if (slim__prune_conv_of(g, n, &cm, &ck, &dw) && selected(p->o, n)) {
+            slim_status st = dw ? depthwise_layer(p, n, cm, ck, err) : SLIM_OK;
+            if (st)
+                return st;
+            if (dw)
+                continue;
+            cand *c = &p->c[p->n++];
+            *c = (cand){.node = i, .w = n->in[1], .n = cm, .k = ck, .w_nk = true,
+                        .alpha = 1.0f, .beta = 1.0f, .c = -1, .conv = true,
+                        .bn = slim__prune_conv_bn(g, i)};
+            continue;
+        }
         bool gemm = strcmp(n->op_type, "Gemm") == 0;
         if (n->domain[0] || (!gemm && strcmp(n->op_type, "MatMul") != 0) || n->n_in < 2 ||
             n->n_out < 1 || !is_const_f32_2d(g, n->in[1]) || !selected(p->o, n))
@@ -199,6 +224,7 @@ static slim_status collect(pass *p, slim_err *err)
             continue;
         cand *c = &p->c[p->n++];
         c->node = i;
+        c->bn = -1;
         c->w = n->in[1];
         c->w_nk = gemm && slim_attr_int(n, "transB", 0) != 0;
         const slim_tensor *w = &g->values[c->w].init;
@@ -215,9 +241,13 @@ static slim_status collect(pass *p, slim_err *err)
             const slim_node *n = &g->nodes[p->c[j].node];
             hit = slim_rewrite_named(&p->o->ops[i], 1, n);
         }
+        for (int j = 0; j < p->rep->n_layers && !hit; j++) /* depthwise convs */
+            hit = strcmp(p->o->ops[i], p->rep->layers[j].name) == 0 ||
+                  strcmp(p->o->ops[i], p->rep->layers[j].op_type) == 0;
         if (!hit)
             return slim_errf(err, SLIM_EINVAL, "pruning: \"ops\" entry \"%s\" names no MatMul "
-                             "or Gemm with a constant 2-D float32 weight", p->o->ops[i]);
+                             "or Gemm with a constant 2-D float32 weight, nor a Conv with a "
+                             "constant 4-D one", p->o->ops[i]);
     }
     return SLIM_OK;
 }
@@ -227,6 +257,8 @@ static slim_status collect(pass *p, slim_err *err)
 static slim_status copy_weight(pass *p, int i, slim_err *err)
 {
     cand *c = &p->c[i];
+    if (c->owner)
+        return SLIM_OK; /* made (and folded) before the global cut */
     for (int j = 0; j < i; j++)
         if (p->c[j].w == c->w) {
             c->pruned = p->c[j].pruned;
@@ -234,11 +266,37 @@ static slim_status copy_weight(pass *p, int i, slim_err *err)
         }
     size_t bytes = sizeof(float) * (size_t)(c->n * c->k);
     c->pruned = malloc(bytes ? bytes : 1);
-    if (!c->pruned)
+    if (c->pruned && c->bn >= 0)
+        c->fbias = malloc(sizeof(float) * (size_t)c->n);
+    if (!c->pruned || (c->bn >= 0 && !c->fbias))
         return slim_errf(err, SLIM_ENOMEM, "out of memory pruning \"%s\"",
                          p->g->values[c->w].name);
     memcpy(c->pruned, p->g->values[c->w].init.data, bytes);
     c->owner = true;
+    /* Pruned as the model computes with it: after its BN's scale. */
+    if (c->bn >= 0)
+        slim__prune_conv_fold(p->g, &p->g->nodes[c->node], &p->g->nodes[c->bn], c->pruned,
+                              c->n, c->k, c->fbias);
+    return SLIM_OK;
+}
+
+static slim_status add_layer(pass *p, const char *name, const char *op, const char *weight,
+                             slim_prune_layer **out, slim_err *err);
+
+/* A depthwise conv (group = C = M) is listed, not pruned: 9 weights a
+ * channel are too few for csr or 2:4 to pay (docs/prune.md). */
+static slim_status depthwise_layer(pass *p, const slim_node *n, int64_t m, int64_t k,
+                                   slim_err *err)
+{
+    slim_prune_layer *l;
+    slim_status st = add_layer(p, n->name, n->op_type, p->g->values[n->in[1]].name, &l, err);
+    if (st)
+        return st;
+    l->k = k;
+    l->n = m;
+    l->bytes_before = l->bytes_after = sizeof(float) * (size_t)(m * k);
+    snprintf(l->why, sizeof(l->why), "depthwise conv (group = C = M, %lld weights a channel): "
+             "not pruned", (long long)k);
     return SLIM_OK;
 }
 
@@ -329,7 +387,8 @@ static slim_status mask_other(pass *p, const char *file, int v, const slim_tenso
     l->n = 1;
     l->sparsity = n ? (double)z / (double)n : 0;
     l->bytes_before = l->bytes_after = slim_tensor_nbytes(&t);
-    snprintf(l->why, sizeof(l->why), "not a pruned MatMul/Gemm weight: zeros stored dense");
+    snprintf(l->why, sizeof(l->why), "not a pruned MatMul/Gemm/Conv weight (a bias, a "
+             "depthwise conv): zeros stored dense");
     p->rep->zeros += z;
     p->rep->elements += n;
     slim_tensor_release(&val->init);
@@ -402,6 +461,11 @@ static slim_status rewrite_node(slim_node *n, const char *enc, int64_t k, int n_
     return slim_rewrite_node(n, "SparseMatMul", n_in, in, n->out[0], a, 2, "pruning", err);
 }
 
+static bool storage_is(const pass *p, const char *s)
+{
+    return p->o->storage && strcmp(p->o->storage, s) == 0;
+}
+
 /* Why layer c stays dense, or NULL when sparse pays; *bytes gets the sparse
  * size. */
 static const char *dense_reason(const pass *p, const cand *c, bool two4, int64_t nnz,
@@ -420,23 +484,41 @@ static const char *dense_reason(const pass *p, const cand *c, bool two4, int64_t
     }
     if (!isfinite(c->alpha) || !isfinite(c->beta))
         return "Gemm's alpha or beta is not finite";
+    bool forced = storage_is(p, "sparse");
+    const char *conv_why =
+        c->conv ? slim__prune_conv_why(g, &g->nodes[c->node], c->n, forced, two4) : NULL;
+    if (conv_why)
+        return conv_why;
     if (nnz >= (1LL << 31))
         return "over 2^31 nonzeros";
-    if (p->o->storage && strcmp(p->o->storage, "dense") == 0)
+    if (storage_is(p, "dense"))
         return "storage \"dense\" asked for";
-    if (p->o->storage && strcmp(p->o->storage, "sparse") == 0)
+    if (forced)
         return NULL;
     if (*bytes >= dense) {
         snprintf(buf, cap, "%s would take %.2fx the dense bytes at %.0f%% sparsity",
                  two4 ? "2:4" : "csr", (double)*bytes / (double)dense, 100 * (1 - density));
         return buf;
     }
-    if (!two4 && density > SLIM_PRUNE_CSR_MAX_DENSITY) {
+    double most = c->conv ? slim__prune_conv_max_density(&g->nodes[c->node], c->n)
+                          : SLIM_PRUNE_CSR_MAX_DENSITY;
+    if (!two4 && density > most) {
         snprintf(buf, cap, "%.0f%% sparse: csr is slower than dense above %.0f%% density "
-                 "(measured break-even)", 100 * (1 - density), 100 * SLIM_PRUNE_CSR_MAX_DENSITY);
+                 "(measured break-even%s)", 100 * (1 - density), 100 * most,
+                 !c->conv ? "" : most < SLIM_PRUNE_CONV_CSR_MAX_DENSITY ? " for a Conv of at "
+                 "most 64 output channels" : " for Conv");
         return buf;
     }
     return NULL;
+}
+
+/* A conv kept dense whose BN was folded into its pruned copy. */
+static slim_status dense_folded(pass *p, cand *c, slim_err *err)
+{
+    slim_status st = slim__prune_conv_dense(p->g, c->node, c->bn, c->pruned, c->fbias, err);
+    if (!st)
+        p->bns[p->n_bns++] = c->bn;
+    return st;
 }
 
 static slim_status store_layer(pass *p, cand *c, slim_prune_layer *l, slim_err *err)
@@ -450,13 +532,17 @@ static slim_status store_layer(pass *p, cand *c, slim_prune_layer *l, slim_err *
     l->bytes_before = sizeof(float) * (size_t)total;
     if (c->c >= 0 && g->values[c->c].kind == SLIM_VALUE_INITIALIZER)
         l->bytes_before += slim_tensor_nbytes(&g->values[c->c].init);
+    const slim_node *node = &g->nodes[c->node];
+    bool conv_bias = c->conv && node->n_in > 2 && node->in[2] >= 0;
+    if (conv_bias)
+        l->bytes_before += slim_tensor_nbytes(&g->values[node->in[2]].init);
     size_t sparse_bytes = 0;
     const char *why = dense_reason(p, c, two4, nnz, &sparse_bytes, l->why, sizeof(l->why));
     if (why) {
         if (why != l->why)
             snprintf(l->why, sizeof(l->why), "%s", why);
         l->bytes_after = l->bytes_before;
-        return SLIM_OK;
+        return c->bn >= 0 ? dense_folded(p, c, err) : SLIM_OK;
     }
     slim_tensor vals = {0}, idx = {0}, rp = {0}, bias = {0};
     slim_status st;
@@ -481,7 +567,11 @@ static slim_status store_layer(pass *p, cand *c, slim_prune_layer *l, slim_err *
             slim_sparse_csr_encode(c->pruned, c->n, c->k, c->w_nk, c->alpha, vals.data,
                                    idx.data, rp.data);
     }
-    if (!st && c->c >= 0) {
+    if (!st && (c->fbias || conv_bias)) {
+        const float *src = c->fbias ? c->fbias : g->values[node->in[2]].init.data;
+        if (!(st = slim_rewrite_alloc_tensor(&bias, SLIM_F32, 1, c->n, 0, err)))
+            memcpy(bias.data, src, sizeof(float) * (size_t)c->n);
+    } else if (!st && c->c >= 0) {
         const slim_tensor *ct = &g->values[c->c].init;
         int64_t cn = slim_tensor_numel(ct);
         if (!(st = slim_rewrite_alloc_tensor(&bias, SLIM_F32, 1, c->n, 0, err)))
@@ -506,9 +596,23 @@ static slim_status store_layer(pass *p, cand *c, slim_prune_layer *l, slim_err *
         return st;
     }
     l->storage = two4 ? "2:4" : "csr";
-    l->bytes_after = sparse_bytes + (c->c >= 0 ? sizeof(float) * (size_t)c->n : 0);
-    return rewrite_node(&g->nodes[c->node], l->storage, c->k, in[4] >= 0 ? 5 : in[3] >= 0 ? 4 : 3,
-                        in, err);
+    if (c->conv) /* inspect says why a conv is sparse too */
+        slim__prune_conv_why_sparse(l->why, sizeof(l->why), two4, nnz, c->n, c->k, node,
+                                    storage_is(p, "sparse"));
+    l->bytes_after = sparse_bytes + (bias.data ? sizeof(float) * (size_t)c->n : 0);
+    int n_in = in[4] >= 0 ? 5 : in[3] >= 0 ? 4 : 3;
+    if (!c->conv)
+        return rewrite_node(&g->nodes[c->node], l->storage, c->k, n_in, in, err);
+    int old_b = conv_bias ? node->in[2] : -1, out = node->out[0];
+    if (c->bn >= 0) {
+        out = g->nodes[c->bn].out[0];
+        p->bns[p->n_bns++] = c->bn;
+    }
+    if ((st = slim__prune_conv_rewrite(g, &g->nodes[c->node], l->storage, c->k, n_in, in, out,
+                                       err)))
+        return st;
+    slim__prune_release_unread(g, old_b);
+    return SLIM_OK;
 }
 
 /* Candidate i's weight once its last reader is done: released when no node
@@ -530,7 +634,7 @@ static slim_status finish_weight(pass *p, int i, slim_err *err)
         memset(&val->init, 0, sizeof(val->init));
         val->kind = SLIM_VALUE_INTERMEDIATE;
     } else {
-        slim_tensor t = {.dtype = SLIM_F32, .ndim = 2};
+        slim_tensor t = {.dtype = SLIM_F32, .ndim = val->init.ndim}; /* 2-D, or a Conv's 4 */
         memcpy(t.dims, val->init.dims, sizeof(t.dims));
         if (!(st = slim_tensor_alloc(&t, err))) {
             memcpy(t.data, c->pruned, slim_tensor_nbytes(&t));
@@ -542,7 +646,9 @@ static slim_status finish_weight(pass *p, int i, slim_err *err)
         if (j != i && p->c[j].pruned == c->pruned)
             p->c[j].pruned = NULL;
     free(c->pruned);
+    free(c->fbias);
     c->pruned = NULL;
+    c->fbias = NULL;
     c->owner = false;
     return st;
 }
@@ -621,7 +727,11 @@ static slim_status run_pass(pass *p, slim_err *err)
                 seen = p->c[j].w == p->c[i].w;
             if (seen)
                 continue;
-            ws[na] = p->g->values[p->c[i].w].init.data;
+            /* A conv with a BN is ranked by its folded weights, so those
+             * copies are made now (the rest are read in place). */
+            if (p->c[i].bn >= 0 && (st = copy_weight(p, i, err)))
+                break;
+            ws[na] = p->c[i].bn >= 0 ? p->c[i].pruned : p->g->values[p->c[i].w].init.data;
             len[na] = p->c[i].n * p->c[i].k;
             total += len[na++];
         }
@@ -648,7 +758,7 @@ static slim_status run_pass(pass *p, slim_err *err)
         }
     }
     slim_npz_close(z);
-    return st;
+    return st ? st : slim__prune_conv_finish(p->g, p->bns, p->n_bns, err);
 }
 
 slim_status slim_prune(slim_graph *g, const slim_prune_opts *o, slim_prune_report *rep,
@@ -665,12 +775,15 @@ slim_status slim_prune(slim_graph *g, const slim_prune_opts *o, slim_prune_repor
         return st;
     rep->method = strcmp(o->method, "2:4") == 0 ? "2:4"
                   : strcmp(o->method, "mask") == 0 ? "mask" : "magnitude";
-    pass p = {g, o, rep, NULL, 0};
+    pass p = {g, o, rep, NULL, 0, NULL, 0};
     st = run_pass(&p, err);
-    for (int i = 0; i < p.n; i++)
+    for (int i = 0; p.c && i < p.n; i++) {
         if (p.c[i].owner)
             free(p.c[i].pruned);
+        free(p.c[i].fbias);
+    }
     free(p.c);
+    free(p.bns);
     if (rep == &local || st)
         slim_prune_report_free(rep);
     return st;

@@ -43,7 +43,7 @@ typedef struct slim_prune_layer {
     int64_t k, n;                /* reduction and output sizes ([numel, 1] for no layer) */
     double sparsity;             /* zeros / elements after pruning */
     const char *storage;         /* "csr", "2:4" or "dense" */
-    char why[160];               /* dense: why; empty otherwise */
+    char why[160];               /* dense: why; empty otherwise (a Conv: why sparse) */
     size_t bytes_before, bytes_after; /* weight (and bias) as float32 */
 } slim_prune_layer;
 

@@ -18,6 +18,9 @@ static const slim_op_schema internal_schemas[] = {
      "!kernel_shape=I strides=I dilations=I pads=I group=i auto_pad=s activation=s"},
     {"GatherInt8", 1, 3, 3, 1, 1, "SSS", "S", ""},
     {"SparseMatMul", 1, 3, 5, 1, 1, "SSSOO", "S", "!encoding=s !K=i"},
+    {"SparseConv", 1, 3, 6, 1, 1, "SSSOOO", "S",
+     "!encoding=s !K=i !kernel_shape=I strides=I dilations=I pads=I group=i activation=i "
+     "alpha=f beta=f"},
     {"MatMulHalf", 1, 2, 3, 1, 1, "SSO", "S", "!K=i !N=i activation=s"},
     {"GatherHalf", 1, 2, 2, 1, 1, "SS", "S", ""},
     {"HalfCast", 1, 1, 1, 1, 1, "S", "S", "!to=i"},
@@ -306,7 +309,8 @@ slim_status slim_node_validate(const slim_graph *g, const slim_node *n, slim_err
     }
     /* SparseMatMul checks its encoding's contents once and trusts them
      * after (kernels/cpu/sparse_op.c): that holds for constants only. */
-    if (strcmp(n->op_type, "SparseMatMul") == 0 && strcmp(n->domain, "com.slimserve") == 0)
+    if ((strcmp(n->op_type, "SparseMatMul") == 0 || strcmp(n->op_type, "SparseConv") == 0) &&
+        strcmp(n->domain, "com.slimserve") == 0)
         for (int i = 1; i < 4 && i < n_in; i++)
             if (n->in[i] >= 0 && g->values[n->in[i]].kind != SLIM_VALUE_INITIALIZER)
                 return slim_errf(err, SLIM_EPARSE, SLIM_NODE_FMT ": input %d (the sparse "

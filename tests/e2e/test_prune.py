@@ -205,7 +205,7 @@ def test_masks(a, w, model, x):
                   "mask:" + f)
         close(y, want, f"mask file ({label})")
     out = slim(a, "inspect", model, "--prune", "mask:" + f).stdout
-    check("not a pruned MatMul/Gemm weight" in out, "inspect: the mask on b1 is said to be stored dense")
+    check("not a pruned MatMul/Gemm/Conv weight" in out, "inspect: the mask on b1 is said to be stored dense")
 
     def refused(label, masks, words, compressed=False, corrupt=False):
         f = os.path.join(wd, f"bad_{label}.npz")

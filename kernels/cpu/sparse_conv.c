@@ -1,0 +1,507 @@
+/*
+ * sparse_conv.c - 2-D convolutions with sparse weights (see sparse.h).
+ *
+ * The product is the SparseMatMul kernel's idea turned on its side: the
+ * input goes in as [k][pixels], k = (input channel, ky, kx) of one group,
+ * so each stored weight is one broadcast and fused multiply-adds over a
+ * block of PB contiguous output pixels. A 1x1 conv with stride 1 and no
+ * pads reads x in place (its channels are already [k][pixels]); any other
+ * conv reads phase planes of x, copied once per image (see phase_part), in
+ * which every row k is contiguous too. Time then falls with the number of
+ * stored entries, which is what pruning buys.
+ *
+ * Work is cut in items (image, group, pixel block, channel chunk); an item
+ * never spans two images, and every output is one chain
+ *   acc = fma(v_p, x[k_p], acc) over its channel's entries in stored order,
+ * from 0, then + bias, + residual, then the activation, on every path
+ * (AVX-512 lanes, portable C). So an image's result is bitwise the same
+ * alone or in any batch, and the paths agree bitwise. Channel chunks exist
+ * only to give the second thread work when an image has few pixel blocks
+ * (ResNet's 7x7 stage has one).
+ */
+#include "sparse.h"
+
+#include "kernel.h"
+
+#include <math.h>
+#include <stdatomic.h>
+#include <string.h>
+
+#if defined(__x86_64__) || defined(__i386__)
+#define SPARSE_CONV_X86 1
+#include <immintrin.h>
+#endif
+
+#define PB 64 /* output pixels per block: four 16-wide accumulators */
+
+#define KC 256 /* k's per chunk (see do_item) */
+
+typedef struct {
+    const slim_sparse_conv *c;
+    const float *x;          /* the input */
+    const float *xp;         /* x, or its phase planes (below) */
+    const float *res;
+    float *y;
+    int64_t mg, kg;          /* output channels and k's per group */
+    int64_t hq, wq, nq;      /* plane height, width; wide pixels OH x wq */
+    int64_t per_ig;          /* floats of xp per (image, group) */
+    const int64_t *off;      /* row k of a block: its base + off[k] */
+    const int64_t *toff;     /* the same in a tail tile: (k % KC) * PB */
+    int64_t n_pb, n_cc, cc;  /* pixel blocks, channel chunks and their size */
+    bool direct;             /* 1x1, stride 1, no pads: x read in place */
+    bool avx512;
+    _Atomic int oom;
+} job;
+
+/* Where a channel's walk stands: the next csr entry, or the next 2:4 group. */
+typedef struct {
+    int64_t q, end;
+} cursor;
+
+static inline int64_t csr_k(const slim_sparse_w *w, int64_t q)
+{
+    return w->idtype == SLIM_U16 ? ((const uint16_t *)w->idx)[q] : ((const int32_t *)w->idx)[q];
+}
+
+/* Channel j's entries with k below k1, from its cursor on, into acc[PB]
+ * (from 0 when first); row k of x is xb + off[k]. The entries of a row are
+ * in increasing k (slim_sparse_check refuses any other order), so walking the chunks in order
+ * walks them in stored order: one chain however K is cut. */
+static void chunk_c(const slim_sparse_w *w, int64_t j, cursor *cu, int64_t k1, const float *xb,
+                    const int64_t *off, float *acc, bool first)
+{
+    if (first)
+        for (int p = 0; p < PB; p++)
+            acc[p] = 0.0f;
+    const float *vals = w->values;
+    if (w->enc == SLIM_SPARSE_24) {
+        int64_t groups = slim_sparse_24_groups(w->k);
+        const uint8_t *nib = (const uint8_t *)w->idx + j * slim_sparse_24_idx_bytes(w->k);
+        vals += j * 2 * groups;
+        for (; cu->q < cu->end && 4 * cu->q < k1; cu->q++) {
+            int64_t gr = cu->q;
+            int code = nib[gr >> 1] >> (4 * (gr & 1));
+            const float *r0 = xb + off[4 * gr + (code & 3)];
+            const float *r1 = xb + off[4 * gr + ((code >> 2) & 3)];
+            float v0 = vals[2 * gr], v1 = vals[2 * gr + 1];
+            for (int p = 0; p < PB; p++)
+                acc[p] = fmaf(v1, r1[p], fmaf(v0, r0[p], acc[p]));
+        }
+        return;
+    }
+    for (; cu->q < cu->end; cu->q++) {
+        int64_t k = csr_k(w, cu->q);
+        if (k >= k1)
+            break;
+        const float *r = xb + off[k];
+        float v = vals[cu->q];
+        for (int p = 0; p < PB; p++)
+            acc[p] = fmaf(v, r[p], acc[p]);
+    }
+}
+
+#ifdef SPARSE_CONV_X86
+#define AVX512_TARGET __attribute__((target("avx512f,fma")))
+
+/* One entry: v broadcast, times 64 pixels of its row, into a0..a3. A
+ * macro over named accumulators, not a helper over an array: GCC kept an
+ * array of __m512 on the stack, a store and a reload per multiply-add,
+ * which had made each entry cost 15-20 cycles instead of about 4. */
+#define FMA4X(a, v, r)                                                      \
+    do {                                                                    \
+        __m512 b_ = _mm512_set1_ps(v);                                      \
+        const float *r_ = (r);                                              \
+        a##0 = _mm512_fmadd_ps(b_, _mm512_loadu_ps(r_), a##0);              \
+        a##1 = _mm512_fmadd_ps(b_, _mm512_loadu_ps(r_ + 16), a##1);         \
+        a##2 = _mm512_fmadd_ps(b_, _mm512_loadu_ps(r_ + 32), a##2);         \
+        a##3 = _mm512_fmadd_ps(b_, _mm512_loadu_ps(r_ + 48), a##3);         \
+    } while (0)
+#define FMA4(v, r) FMA4X(a, v, r)
+
+/* chunk_c in 16-wide lanes: the same chain per pixel. */
+AVX512_TARGET static void chunk_avx512(const slim_sparse_w *w, int64_t j, cursor *cu, int64_t k1,
+                                       const float *xb, const int64_t *off, float *acc,
+                                       bool first)
+{
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    if (!first) {
+        a0 = _mm512_loadu_ps(acc);
+        a1 = _mm512_loadu_ps(acc + 16);
+        a2 = _mm512_loadu_ps(acc + 32);
+        a3 = _mm512_loadu_ps(acc + 48);
+    }
+    const float *vals = w->values;
+    if (w->enc == SLIM_SPARSE_24) {
+        int64_t groups = slim_sparse_24_groups(w->k);
+        const uint8_t *nib = (const uint8_t *)w->idx + j * slim_sparse_24_idx_bytes(w->k);
+        vals += j * 2 * groups;
+        int64_t g1 = (k1 + 3) / 4 < cu->end ? (k1 + 3) / 4 : cu->end;
+        for (int64_t gr = cu->q; gr < g1; gr++) {
+            int code = nib[gr >> 1] >> (4 * (gr & 1));
+            const int64_t *o = off + 4 * gr;
+            FMA4(vals[2 * gr], xb + o[code & 3]);
+            FMA4(vals[2 * gr + 1], xb + o[(code >> 2) & 3]);
+        }
+        cu->q = g1 > cu->q ? g1 : cu->q;
+    } else if (w->idtype == SLIM_U16) {
+        const uint16_t *ix = w->idx;
+        int64_t q = cu->q;
+        for (; q < cu->end && ix[q] < k1; q++)
+            FMA4(vals[q], xb + off[ix[q]]);
+        cu->q = q;
+    } else {
+        const int32_t *ix = w->idx;
+        int64_t q = cu->q;
+        for (; q < cu->end && ix[q] < k1; q++)
+            FMA4(vals[q], xb + off[ix[q]]);
+        cu->q = q;
+    }
+    _mm512_storeu_ps(acc, a0);
+    _mm512_storeu_ps(acc + 16, a1);
+    _mm512_storeu_ps(acc + 32, a2);
+    _mm512_storeu_ps(acc + 48, a3);
+}
+/* chunk2_avx512 for 2:4: both channels walk the same groups. */
+AVX512_TARGET static void chunk2_24_avx512(const slim_sparse_w *w, int64_t j, cursor *c0,
+                                           cursor *c1, int64_t k1, const float *xb,
+                                           const int64_t *off, float *acc0, float *acc1,
+                                           bool first)
+{
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    __m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    if (!first) {
+        a0 = _mm512_loadu_ps(acc0);
+        a1 = _mm512_loadu_ps(acc0 + 16);
+        a2 = _mm512_loadu_ps(acc0 + 32);
+        a3 = _mm512_loadu_ps(acc0 + 48);
+        b0 = _mm512_loadu_ps(acc1);
+        b1 = _mm512_loadu_ps(acc1 + 16);
+        b2 = _mm512_loadu_ps(acc1 + 32);
+        b3 = _mm512_loadu_ps(acc1 + 48);
+    }
+    int64_t groups = slim_sparse_24_groups(w->k), ib = slim_sparse_24_idx_bytes(w->k);
+    const uint8_t *n0 = (const uint8_t *)w->idx + j * ib, *n1 = n0 + ib;
+    const float *v0 = (const float *)w->values + j * 2 * groups, *v1 = v0 + 2 * groups;
+    int64_t g1 = (k1 + 3) / 4 < c0->end ? (k1 + 3) / 4 : c0->end;
+    for (int64_t gr = c0->q; gr < g1; gr++) {
+        int s = 4 * (int)(gr & 1), e0 = n0[gr >> 1] >> s, e1 = n1[gr >> 1] >> s;
+        const int64_t *o = off + 4 * gr;
+        FMA4X(a, v0[2 * gr], xb + o[e0 & 3]);
+        FMA4X(b, v1[2 * gr], xb + o[e1 & 3]);
+        FMA4X(a, v0[2 * gr + 1], xb + o[(e0 >> 2) & 3]);
+        FMA4X(b, v1[2 * gr + 1], xb + o[(e1 >> 2) & 3]);
+    }
+    c0->q = c1->q = g1 > c0->q ? g1 : c0->q;
+    _mm512_storeu_ps(acc0, a0);
+    _mm512_storeu_ps(acc0 + 16, a1);
+    _mm512_storeu_ps(acc0 + 32, a2);
+    _mm512_storeu_ps(acc0 + 48, a3);
+    _mm512_storeu_ps(acc1, b0);
+    _mm512_storeu_ps(acc1 + 16, b1);
+    _mm512_storeu_ps(acc1 + 32, b2);
+    _mm512_storeu_ps(acc1 + 48, b3);
+}
+
+/* Two channels' csr (u16) chunks side by side: each chain waits on its
+ * previous fused multiply-add (4 cycles), so one channel alone keeps the
+ * FMA units half idle; two interleaved fill them. Each chain keeps its own
+ * order, so the result is chunk_avx512's for each. */
+AVX512_TARGET static void chunk2_avx512(const slim_sparse_w *w, cursor *c0, cursor *c1,
+                                        int64_t k1, const float *xb, const int64_t *off,
+                                        float *acc0, float *acc1, bool first)
+{
+    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+    __m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
+    if (!first) {
+        a0 = _mm512_loadu_ps(acc0);
+        a1 = _mm512_loadu_ps(acc0 + 16);
+        a2 = _mm512_loadu_ps(acc0 + 32);
+        a3 = _mm512_loadu_ps(acc0 + 48);
+        b0 = _mm512_loadu_ps(acc1);
+        b1 = _mm512_loadu_ps(acc1 + 16);
+        b2 = _mm512_loadu_ps(acc1 + 32);
+        b3 = _mm512_loadu_ps(acc1 + 48);
+    }
+    const float *vals = w->values;
+    const uint16_t *ix = w->idx;
+    int64_t q0 = c0->q, q1 = c1->q;
+    while (q0 < c0->end && ix[q0] < k1 && q1 < c1->end && ix[q1] < k1) {
+        FMA4X(a, vals[q0], xb + off[ix[q0]]);
+        FMA4X(b, vals[q1], xb + off[ix[q1]]);
+        q0++;
+        q1++;
+    }
+    for (; q0 < c0->end && ix[q0] < k1; q0++)
+        FMA4X(a, vals[q0], xb + off[ix[q0]]);
+    for (; q1 < c1->end && ix[q1] < k1; q1++)
+        FMA4X(b, vals[q1], xb + off[ix[q1]]);
+    c0->q = q0;
+    c1->q = q1;
+    _mm512_storeu_ps(acc0, a0);
+    _mm512_storeu_ps(acc0 + 16, a1);
+    _mm512_storeu_ps(acc0 + 32, a2);
+    _mm512_storeu_ps(acc0 + 48, a3);
+    _mm512_storeu_ps(acc1, b0);
+    _mm512_storeu_ps(acc1 + 16, b1);
+    _mm512_storeu_ps(acc1 + 32, b2);
+    _mm512_storeu_ps(acc1 + 48, b3);
+}
+#endif
+
+
+/* Why phase planes and not an im2col tile per block: building a tile
+ * row by row had cost more than the sparse product itself (a 64-channel
+ * 3x3 conv at 56x56, 90% pruned, took longer than the dense conv), since
+ * each of its K rows is a few short copies. Instead x is copied once per
+ * image, zero padded and split by stride phase: plane (ci, a, b) holds
+ * xpad[i * sh + a][j * sw + b]. Then tap (ky, kx) of every output pixel
+ * (oy, ox) reads plane (ci, ky dh % sh, kx dw % sw) at (oy + ky dh / sh,
+ * ox + kx dw / sw): over "wide" pixels q = oy * wq + ox (ox running to the
+ * plane width wq, the columns past OW computed and dropped) each row k of
+ * the product is contiguous, one offset off[k] from the image's planes. */
+static void phase_part(int64_t begin, int64_t end, void *user)
+{
+    const job *jb = user;
+    const slim_sparse_conv *c = jb->c;
+    const float *x = jb->x;
+    float *xp = (float *)jb->xp;
+    int64_t plane = jb->hq * jb->wq;
+    for (int64_t pc = begin; pc < end; pc++) { /* (image, channel) */
+        const float *src = x + pc * c->h * c->wd;
+        for (int64_t a = 0; a < c->sh; a++)
+            for (int64_t b = 0; b < c->sw; b++) {
+                float *dst = xp + (pc * c->sh * c->sw + a * c->sw + b) * plane;
+                int64_t lo, hi; /* the columns inside the input: the same every row */
+                slim_window_range(b - c->pl, c->sw, jb->wq, c->wd, &lo, &hi);
+                if (hi <= lo)
+                    lo = hi = jb->wq;
+                for (int64_t i = 0; i < jb->hq; i++) {
+                    int64_t sy = i * c->sh + a - c->pt;
+                    float *o = dst + i * jb->wq;
+                    if (sy < 0 || sy >= c->h) {
+                        memset(o, 0, sizeof(float) * (size_t)jb->wq);
+                        continue;
+                    }
+                    memset(o, 0, sizeof(float) * (size_t)lo);
+                    const float *sr = src + sy * c->wd + b - c->pl;
+                    if (c->sw == 1)
+                        memcpy(o + lo, sr + lo, sizeof(float) * (size_t)(hi - lo));
+                    else
+                        for (int64_t t = lo; t < hi; t++)
+                            o[t] = sr[t * c->sw];
+                    memset(o + hi, 0, sizeof(float) * (size_t)(jb->wq - hi));
+                }
+            }
+    }
+}
+
+/* acc (+ bias) (+ r), then Relu, into o: the same operations per element
+ * on both paths (the AVX-512 one only runs 16 at a time). */
+static void epilogue(const float *acc, bool has_b, float bias, const float *r,
+                     const slim_sparse_conv *c, float *o, int64_t n)
+{
+    for (int64_t p = 0; p < n; p++) {
+        float v = has_b ? acc[p] + bias : acc[p];
+        if (r)
+            v += r[p];
+        if (c->act == 1)
+            v = v > 0.0f ? v : 0.0f;
+        else if (c->act == 2) {
+            v = v > c->lo ? v : c->lo;
+            v = v < c->hi ? v : c->hi;
+        }
+        o[p] = v;
+    }
+}
+
+#ifdef SPARSE_CONV_X86
+AVX512_TARGET static void epilogue_avx512(const float *acc, bool has_b, float bias,
+                                          const float *r, const slim_sparse_conv *c, float *o,
+                                          int64_t n)
+{
+    __m512 b = _mm512_set1_ps(bias), z = _mm512_setzero_ps();
+    __m512 lo = _mm512_set1_ps(c->lo), hi = _mm512_set1_ps(c->hi);
+    for (int64_t p = 0; p < n; p += 16) {
+        __mmask16 m = n - p >= 16 ? 0xffff : (__mmask16)((1u << (n - p)) - 1);
+        __m512 v = _mm512_maskz_loadu_ps(m, acc + p);
+        if (has_b)
+            v = _mm512_add_ps(v, b);
+        if (r)
+            v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, r + p));
+        if (c->act == 1) /* v > 0 ? v : 0, NaN to 0 as in C */
+            v = _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(v, z, _CMP_GT_OQ), v);
+        else if (c->act == 2) /* max(v, lo): v > lo ? v : lo; min: v < hi ? v : hi */
+            v = _mm512_min_ps(_mm512_max_ps(v, lo), hi);
+        _mm512_mask_storeu_ps(o + p, m, v);
+    }
+}
+#endif
+
+/* Why K is walked in chunks of KC: every stored weight loads its row of
+ * the block, and K rows of PB floats (K = 4608 for a 512-channel 3x3
+ * conv: 1.2 MB) fall out of L2; a chunk's rows stay in L1-L2 while all the
+ * item's channels use them. The channels' partial sums wait in an output
+ * tile between chunks (stored and reloaded exactly), which costs a chunk
+ * 8 vector loads and stores per channel: with 90% zeros a chunk of 128
+ * gives a channel about 13 entries to pay for them, and 256 and 512
+ * measured faster than 128 (0.81 / 0.80 against 1.18 ms for 128 channels
+ * 3x3 at 28x28; noisy, 2 shared cores) while a whole K (no chunks) was
+ * slower (1.04 ms). */
+static void do_item(job *jb, int64_t item, float *tile, float *otile, cursor *cur)
+{
+    const slim_sparse_conv *c = jb->c;
+    const slim_sparse_w *w = &c->w;
+    int64_t ohw = c->oh * c->ow;
+    int64_t cc = item % jb->n_cc, rest = item / jb->n_cc;
+    int64_t pb = rest % jb->n_pb;
+    rest /= jb->n_pb;
+    int64_t gi = rest % c->group, img = rest / c->group;
+    int64_t q0 = pb * PB, nq = jb->nq - q0 < PB ? jb->nq - q0 : PB;
+    const float *xg = jb->xp + (img * c->group + gi) * jb->per_ig;
+    int64_t j0 = gi * jb->mg + cc * jb->cc;
+    int64_t j1 = j0 + jb->cc < (gi + 1) * jb->mg ? j0 + jb->cc : (gi + 1) * jb->mg;
+    int64_t groups = slim_sparse_24_groups(w->k);
+    for (int64_t j = j0; j < j1; j++)
+        cur[j - j0] = w->enc == SLIM_SPARSE_24 ? (cursor){0, groups}
+                                               : (cursor){w->rowptr[j], w->rowptr[j + 1]};
+    /* x read in place ends with the image: its last block goes through a
+     * tile so as not to read past it. */
+    bool tiled = jb->direct && nq < PB;
+    for (int64_t k0 = 0; k0 < jb->kg; k0 += KC) {
+        int64_t k1 = k0 + KC < jb->kg ? k0 + KC : jb->kg;
+        const float *xb = xg + q0;
+        const int64_t *off = jb->off;
+        if (tiled) {
+            for (int64_t k = k0; k < k1; k++) {
+                float *row = tile + (k - k0) * PB;
+                memcpy(row, xg + jb->off[k] + q0, sizeof(float) * (size_t)nq);
+                memset(row + nq, 0, sizeof(float) * (size_t)(PB - nq));
+            }
+            xb = tile;
+            off = jb->toff;
+        }
+        int64_t j = j0;
+#ifdef SPARSE_CONV_X86
+        if (jb->avx512 && w->enc == SLIM_SPARSE_CSR && w->idtype == SLIM_U16)
+            for (; j + 1 < j1; j += 2)
+                chunk2_avx512(w, &cur[j - j0], &cur[j + 1 - j0], k1, xb, off,
+                              otile + (j - j0) * PB, otile + (j + 1 - j0) * PB, k0 == 0);
+        else if (jb->avx512 && w->enc == SLIM_SPARSE_24)
+            for (; j + 1 < j1; j += 2)
+                chunk2_24_avx512(w, j, &cur[j - j0], &cur[j + 1 - j0], k1, xb, off,
+                                 otile + (j - j0) * PB, otile + (j + 1 - j0) * PB, k0 == 0);
+#endif
+        for (; j < j1; j++) {
+#ifdef SPARSE_CONV_X86
+            if (jb->avx512) {
+                chunk_avx512(w, j, &cur[j - j0], k1, xb, off, otile + (j - j0) * PB, k0 == 0);
+                continue;
+            }
+#endif
+            chunk_c(w, j, &cur[j - j0], k1, xb, off, otile + (j - j0) * PB, k0 == 0);
+        }
+    }
+    for (int64_t j = j0; j < j1; j++) {
+        float bias = w->bias ? w->bias[j] : 0.0f;
+        for (int64_t q = 0; q < nq;) {
+            int64_t oy = (q0 + q) / jb->wq, ox = (q0 + q) % jb->wq;
+            int64_t run = jb->wq - ox < nq - q ? jb->wq - ox : nq - q;
+            int64_t valid = ox >= c->ow ? 0 : c->ow - ox < run ? c->ow - ox : run;
+            const float *acc = otile + (j - j0) * PB + q;
+            size_t at = (size_t)((img * w->n + j) * ohw + oy * c->ow + ox);
+            const float *r = jb->res ? jb->res + at : NULL;
+#ifdef SPARSE_CONV_X86
+            if (jb->avx512)
+                epilogue_avx512(acc, w->bias != NULL, bias, r, c, jb->y + at, valid);
+            else
+#endif
+                epilogue(acc, w->bias != NULL, bias, r, c, jb->y + at, valid);
+            q += run;
+        }
+    }
+}
+
+static void part(int64_t begin, int64_t end, void *user)
+{
+    job *jb = user;
+    /* One scratch block per call: a tail tile (KC rows), the channels'
+     * partial sums and their cursors. */
+    size_t tile_b = sizeof(float) * KC * PB, out_b = sizeof(float) * (size_t)(jb->cc * PB);
+    char *mem = slim_scratch_malloc(tile_b + out_b + sizeof(cursor) * (size_t)jb->cc);
+    if (!mem) {
+        atomic_store(&jb->oom, 1);
+        return;
+    }
+    for (int64_t item = begin; item < end; item++)
+        do_item(jb, item, (float *)mem, (float *)(mem + tile_b), (cursor *)(mem + tile_b + out_b));
+    slim_scratch_free(mem);
+}
+
+slim_status slim_sparse_conv_run(const slim_sparse_conv *c, int64_t batch, const float *x,
+                                 const float *res, float *y, slim_err *err)
+{
+    int64_t ohw = c->oh * c->ow, cg = c->c / c->group, khw = c->kh * c->kw;
+    if (batch <= 0 || ohw <= 0 || c->w.n <= 0)
+        return SLIM_OK;
+    job jb = {.c = c, .x = x, .res = res, .y = y, .mg = c->w.n / c->group, .kg = c->w.k};
+    jb.direct = khw == 1 && c->sh == 1 && c->sw == 1 && c->pt == 0 && c->pl == 0 &&
+                c->oh == c->h && c->ow == c->wd;
+    jb.avx512 = slim_sparse_get_isa() == SLIM_SPARSE_ISA_AVX512;
+    if (jb.direct) {
+        jb.hq = c->h;
+        jb.wq = c->wd;
+    } else { /* the planes cover every tap of every output pixel */
+        jb.hq = c->oh + (c->kh - 1) * c->dh / c->sh;
+        jb.wq = c->ow + (c->kw - 1) * c->dw / c->sw;
+    }
+    int64_t plane = jb.hq * jb.wq, phases = jb.direct ? 1 : c->sh * c->sw;
+    jb.nq = c->oh * jb.wq;
+    jb.per_ig = cg * phases * plane;
+    slim_tensor hold = {0};
+    int64_t n_xp = jb.direct ? 0 : batch * c->c * phases * plane + jb.wq + PB;
+    /* offsets, then the planes (their slack: a block's wide pixels and
+     * taps may run past the last plane by up to wq + PB floats, zeros) */
+    char *mem = slim_scratch_alloc(&hold, 16 * jb.kg + 4 * n_xp, 1, false, err);
+    if (!mem)
+        return err->status ? err->status : SLIM_ENOMEM;
+    int64_t *off = (int64_t *)mem, *toff = off + jb.kg;
+    for (int64_t k = 0; k < jb.kg; k++) {
+        int64_t ci = k / khw, ky = k / c->kw % c->kh, kx = k % c->kw;
+        int64_t a = ky * c->dh % c->sh, b = kx * c->dw % c->sw;
+        off[k] = jb.direct ? k * plane
+                           : (ci * phases + a * c->sw + b) * plane +
+                                 ky * c->dh / c->sh * jb.wq + kx * c->dw / c->sw;
+        toff[k] = k % KC * PB;
+    }
+    jb.off = off;
+    jb.toff = toff;
+    if (jb.direct) {
+        jb.xp = x;
+    } else {
+        float *xp = (float *)(toff + jb.kg);
+        memset(xp + n_xp - jb.wq - PB, 0, sizeof(float) * (size_t)(jb.wq + PB));
+        jb.xp = xp;
+        slim_parallel_for(batch * c->c, 1 + 16384 / (phases * plane + 1), phase_part, &jb);
+    }
+    jb.n_pb = (jb.nq + PB - 1) / PB;
+    /* Channel chunks of at least 16 only when images x groups x pixel
+     * blocks leave the threads short of two items each. */
+    int64_t items0 = batch * c->group * jb.n_pb, want = 2 * (int64_t)slim_num_threads();
+    jb.n_cc = 1;
+    if (items0 < want) {
+        jb.n_cc = (want + items0 - 1) / items0;
+        int64_t most = (jb.mg + 15) / 16;
+        if (jb.n_cc > most)
+            jb.n_cc = most;
+    }
+    jb.cc = (jb.mg + jb.n_cc - 1) / jb.n_cc;
+    jb.n_cc = (jb.mg + jb.cc - 1) / jb.cc;
+    int64_t nnz = c->w.enc == SLIM_SPARSE_24 ? c->w.n * 2 * slim_sparse_24_groups(c->w.k)
+                                             : c->w.rowptr[c->w.n];
+    int64_t per_item = nnz / c->w.n * jb.cc * PB + 1;
+    slim_parallel_for(items0 * jb.n_cc, 1 + 65536 / per_item, part, &jb);
+    slim_tensor_release(&hold);
+    if (atomic_load(&jb.oom))
+        return slim_scratch_oom(err);
+    return SLIM_OK;
+}
