@@ -8,7 +8,7 @@
  * is a full pass over them per layer; (Q K^T) c = (Q c) K^T, and Q c is
  * x (W c) + b c. So W and b are scaled once at load and the Mul goes. On
  * an H100 it was 2% of BERT-base's fp16 time at batch 32 (the profile in
- * bench/results/gpu_h100_2026-11-26_profile.txt).
+ * docs/benchmarks.md, gpu_h100_2026-11-26_profile).
  *
  * When c is a power of two (d = 64: 1/8) the scaled weights are exact and
  * the outputs bitwise the same; otherwise W c is rounded once, in double.

@@ -6,7 +6,7 @@
  * in registers: the Add was a separate kernel reading and writing the whole
  * activation. BERT-base has 72 such Adds (Q, K, V, the attention output and
  * the two feed-forward products of 12 layers): on an H100 at fp16 batch 32
- * the Adds were 16% of the time (bench/results/gpu_h100_2026-11-26_profile.txt).
+ * the Adds were 16% of the time (docs/benchmarks.md, gpu_h100_2026-11-26_profile).
  *
  * Matched: a default-domain MatMul whose B is a float32 initializer
  * [K, N], read only by an Add whose other operand is a float32 initializer

@@ -6,7 +6,7 @@
  * executable (or the path in SLIM_CUDA_BACKEND), opened only when a GPU is
  * asked for. emul:0 is the host dressed as a device for tests
  * (runtime/device_emul.c): started when asked for, never listed. A new device adds
- * one entry here (docs/architecture-devices.md).
+ * one entry here (docs/architecture.md).
  */
 #include "slim_init.h"
 

@@ -13,7 +13,7 @@
  * Every rewrite of the graph is an entry of one pass registry
  * (registry.c): its name, its stage, the device kinds it applies to and
  * the condition, over the load's settings, under which it runs. A stage
- * runs its entries in the registry's order. docs/architecture-pipeline.md
+ * runs its entries in the registry's order. docs/architecture.md
  * says how to add one.
  */
 #ifndef SLIM_PIPELINE_H

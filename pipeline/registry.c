@@ -3,7 +3,7 @@
  * belongs to, the device kinds it applies to, and when it runs. The order
  * of the table is the order of the rewrites; the comments say why each
  * sits where it does. A new pass adds one entry here (and its file under
- * passes/ or quant/); docs/architecture-pipeline.md.
+ * passes/ or quant/); docs/architecture.md.
  */
 #include "pipeline.h"
 #include "cancel.h"

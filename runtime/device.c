@@ -18,7 +18,7 @@
  * first 20 MiB segment is freed, later segments come from the heap, and
  * their pages stay resident after free: a 600 s soak under a 30 MiB limit
  * grew the process from 98 to 194 MiB while the allocator held 30
- * (bench/results/soak_2026-11-23.txt). Pages are page-aligned, which is
+ * (docs/benchmarks.md, soak_2026-11-23). Pages are page-aligned, which is
  * more than SLIM_CPU_ALIGN. */
 static void *host_segment_alloc(void *ctx, size_t size)
 {

@@ -2,7 +2,7 @@
  * server.h - slimserve's HTTP server (internal): the KServe v2 / Open
  * Inference Protocol as Triton speaks it over HTTP. This header holds the
  * top-level server only (its options, its state, start and stop); each
- * component has its own header (docs/architecture-server.md lists them).
+ * component has its own header (docs/architecture.md lists them).
  *
  * How a request travels:
  *

@@ -13,7 +13,7 @@
  * 0.698 / 0.596 against 0.274 / 0.285 / 0.621), so it is opt-in:
  * SLIM_CUDNN=1. Likely causes, not yet separated: the legacy API's cost
  * per call in cuDNN 9 (it goes through the graph API) and the heuristic's
- * choice for NCHW halves. bench/results/gpu_h100_2026-11-26b_*.txt.
+ * choice for NCHW halves. docs/benchmarks.md, gpu_h100_2026-11-26b_*.
  *
  * cuDNN is optional twice over: built only when the toolkit has cudnn.h
  * (SLIM_HAVE_CUDNN), and loaded with dlopen at the first convolution, so a

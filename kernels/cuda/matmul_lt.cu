@@ -26,7 +26,7 @@
  * algorithm per item shape for any item count the same way. On an H100
  * served BERT-base fp16 went from 0.95 / 1.15 / 0.73x onnxruntime-gpu at
  * batch 1 / 8 / 32 to 1.40 / 1.25 / 0.98x with the weight products pinned
- * (bench/results/gpu_h100_2026-11-26b_served.txt).
+ * (docs/benchmarks.md, gpu_h100_2026-11-26b_served).
  */
 #include "common.cuh"
 

@@ -503,6 +503,12 @@ typedef struct skip_entry {
     char example[256];
 } skip_entry;
 
+#define CONFORMANCE_USAGE                                                                      \
+    "usage: slim conformance DIR [--filter REGEX] [--verbose] [--device DEV] "                 \
+    "[--precision fp32|fp32-strict] [--cases-per-process N]\n"                                  \
+    "  runs the ONNX node tests under DIR (onnx/backend/test/data/node) and counts\n"         \
+    "  how many pass, fail and are skipped (--verbose: each case)\n"
+
 int slim_cmd_conformance(int argc, char **argv)
 {
     const char *dir = NULL, *filter = NULL;
@@ -528,6 +534,10 @@ int slim_cmd_conformance(int argc, char **argv)
                 return 2;
             }
         }
+        else if (strcmp(argv[i], "-h") == 0 || strcmp(argv[i], "--help") == 0) {
+            printf(CONFORMANCE_USAGE);
+            return 0;
+        }
         else if (argv[i][0] != '-' && !dir)
             dir = argv[i];
         else {
@@ -536,8 +546,7 @@ int slim_cmd_conformance(int argc, char **argv)
         }
     }
     if (!dir) {
-        fprintf(stderr, "usage: slim conformance DIR [--filter REGEX] [--verbose] [--device DEV] "
-                "[--precision fp32|fp32-strict] [--cases-per-process N]\n");
+        fprintf(stderr, CONFORMANCE_USAGE);
         return 2;
     }
     /* A fresh process per case on the host (fork is cheap there); on a
