@@ -180,9 +180,27 @@ def main():
                     help="upward includes tolerated for now (one per line)")
     ap.add_argument("--write-known", metavar="FILE",
                     help="write today's upward includes to FILE and exit 0")
+    ap.add_argument("--matrix", action="store_true",
+                    help="print which folders each folder includes (and how often), then exit 0")
     args = ap.parse_args()
 
     edges, ambiguous = scan(args.root)
+    if args.matrix:
+        uses = {}
+        for src, _, target in edges:
+            a, b = folder_of(src), folder_of(target)
+            if a != b:
+                uses.setdefault(a, {}).setdefault(b, 0)
+                uses[a][b] += 1
+        print("| folder | floor | includes (count) |")
+        print("|---|---|---|")
+        for a in sorted(FLOORS, key=lambda x: (FLOORS[x], x)):
+            row = ", ".join("%s%s (%d)" % (b, " UP" if FLOORS[b] > FLOORS[a] or
+                                           (FLOORS[b] == FLOORS[a]) else "", n)
+                            for b, n in sorted(uses.get(a, {}).items(),
+                                               key=lambda kv: (FLOORS[kv[0]], kv[0])))
+            print("| %s | %d | %s |" % (a, FLOORS[a], row or "nothing outside it"))
+        return 0
     bad = [(s, n, t) for s, n, t in edges if is_violation(s, t)]
     if args.write_known:
         pairs = sorted({(s, t) for s, _, t in bad})
