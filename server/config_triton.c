@@ -201,7 +201,7 @@ static bool map_io(tctx *c, const cJSON *list, const char *kind, cJSON *out)
                  "shape (reshape.shape is used as dims)", kind, i);
             dims = cJSON_GetObjectItemCaseSensitive(reshape, "shape");
         }
-        if (!add(c, o, "dims", number_list(c, dims, where)))
+        if (dims && !add(c, o, "dims", number_list(c, dims, where)))
             return false;
         snprintf(where, sizeof(where), "%s[%d].", kind, i);
         warn_others(c, io, where, known);
@@ -265,10 +265,13 @@ static bool map_instances(tctx *c, const cJSON *groups, cJSON *out)
             return false;
         const char *k = kind && cJSON_IsString(kind) ? kind->valuestring : "KIND_AUTO";
         double n = 1, gpu = -1;
-        if (count && (!number(c, count, "instance_group.count", &n) || n < 1 || n > 1024))
+        /* written so that NaN fails too */
+        if (count && (!number(c, count, "instance_group.count", &n) ||
+                      !(n >= 1 && n <= 1024 && n == (int)n)))
             return fail(c, SLIM_EINVAL, "%scount: expected an integer from 1 to 1024", where);
-        if (gpus && gpus->child && !number(c, gpus->child, "instance_group.gpus", &gpu))
-            return false;
+        if (gpus && gpus->child && (!number(c, gpus->child, "instance_group.gpus", &gpu) ||
+                                    !(gpu >= 0 && gpu < 1024 && gpu == (int)gpu)))
+            return fail(c, SLIM_EINVAL, "%sgpus: expected GPU numbers from 0 to 1023", where);
         if (strcmp(k, "KIND_CPU") == 0)
             snprintf(device, sizeof(device), "cpu");
         else if (strcmp(k, "KIND_GPU") == 0 && gpu >= 0)
