@@ -136,6 +136,10 @@ slim_status slim_server_config_from_pbtxt(const char *text, size_t len, const ch
  * for config.c to take (slimserve's own) or refuse. */
 slim_status slim_server_config_from_triton_json(const cJSON *cfg, const char *model,
                                                 char **json_out, slim_err *err);
+/* config.json's "instance_group" (Triton's groups: instance_count and
+ * device, where config.json does not give those itself); config.c. */
+slim_status slim__config_instance_group(const cJSON *groups, const char *model,
+                                        slim_server_config *cfg, slim_err *err);
 /* The config of the model folder `dir` as config.json text: config.json
  * when present (config.pbtxt beside it is then ignored, with a warning),
  * else config.pbtxt converted; SLIM_ENOTFOUND when neither exists. */

@@ -41,22 +41,38 @@
 #include <string.h>
 #include <sys/stat.h>
 
+/* Warnings one config may log; past it they are counted, and the count
+ * logged at the end (a hostile file of 60000 unknown fields must not
+ * flood the log at every load). */
+#define MAX_WARNINGS 32
+
 typedef struct tctx {
     const char *model, *source;     /* for warnings: "config.pbtxt" */
     slim_err *err;
     bool failed;
+    int warnings;
 } tctx;
 
 static void warn(tctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 static void warn(tctx *c, const char *fmt, ...)
 {
+    if (c->warnings++ >= MAX_WARNINGS)
+        return;
     char what[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(what, sizeof(what), fmt, ap);
     va_end(ap);
     slim_server_log(SLIM_LOG_WARN, NULL, "model \"%s\": %s: %s", c->model, c->source, what);
+}
+
+static void warn_summary(const tctx *c)
+{
+    if (c->warnings > MAX_WARNINGS)
+        slim_server_log(SLIM_LOG_WARN, NULL, "model \"%s\": %s: %d more fields not acted on "
+                        "(only the first %d are named)", c->model, c->source,
+                        c->warnings - MAX_WARNINGS, MAX_WARNINGS);
 }
 
 static bool fail(tctx *c, slim_status s, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -439,6 +455,7 @@ static slim_status map_config(tctx *c, const cJSON *tree, const cJSON *raw, char
     }
     if (!c->failed && !(*json_out = cJSON_PrintUnformatted(out)))
         fail(c, SLIM_ENOMEM, "out of memory");
+    warn_summary(c);
     cJSON_Delete(out);
     return c->failed ? c->err->status : SLIM_OK;
 }
@@ -469,6 +486,35 @@ slim_status slim_server_config_from_triton_json(const cJSON *cfg, const char *mo
     slim_status s = map_config(&c, tree, cfg, json_out);
     cJSON_Delete(tree);
     return s;
+}
+
+/* config.json's "instance_group", read as Triton's: sets instance_count
+ * and device unless config.json gives them itself (its own keys win,
+ * whichever comes first). */
+slim_status slim__config_instance_group(const cJSON *groups, const char *model,
+                                        slim_server_config *cfg, slim_err *err)
+{
+    if (!cJSON_IsArray(groups))
+        return slim_errf(err, SLIM_EINVAL, "config.json: \"instance_group\": expected a list of "
+                         "{\"count\", \"kind\", \"gpus\"}");
+    tctx c = {.model = model, .source = "config.json", .err = err};
+    cJSON *tree = cJSON_CreateArray(), *out = cJSON_CreateObject();
+    for (const cJSON *g = groups->child; tree && g; g = g->next)
+        cJSON_AddItemToArray(tree, to_tree(g));
+    if (!tree || !out)
+        fail(&c, SLIM_ENOMEM, "out of memory");
+    else if (map_instances(&c, tree, out)) {
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(out, "instance_count");
+        const cJSON *dev = cJSON_GetObjectItemCaseSensitive(out, "device");
+        if (n && !cfg->instance_count)
+            cfg->instance_count = (int)n->valuedouble;
+        if (dev && !cfg->device && !(cfg->device = strdup(dev->valuestring)))
+            fail(&c, SLIM_ENOMEM, "out of memory");
+    }
+    warn_summary(&c);
+    cJSON_Delete(tree);
+    cJSON_Delete(out);
+    return c.failed ? err->status : SLIM_OK;
 }
 
 /* ---- which file ---------------------------------------------------------- */

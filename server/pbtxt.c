@@ -365,8 +365,8 @@ static bool parse_list(parser *p, cJSON *msg, const char *name, size_t open)
 static bool parse_field(parser *p, cJSON *msg)
 {
     char name[128];
-    size_t at = p->pos;
-    if (p->text[at] == '[')
+    size_t at = (skip_space(p), p->pos);
+    if (at < p->len && p->text[at] == '[')
         return fail_at(p, at, "extension and Any fields ([...]) are not supported"), false;
     if (!read_ident(p, name, sizeof(name))) {
         if (!p->failed)

@@ -13,7 +13,8 @@ checks:
     runs in the statistics)
   * fields slimserve does not act on (model_warmup, parameters, an unknown
     field) are warned about by name, and the model still loads
-  * config.json beside config.pbtxt wins, with a warning
+  * config.json beside config.pbtxt wins, with a warning; config.json takes
+    Triton's instance_group too
   * a config.pbtxt that is not valid text format is refused naming its line
     and column
   * tritonclient.http: unload_model() (which always sends
@@ -114,7 +115,8 @@ def build_repository(root):
         with open(os.path.join(root, name, "config.pbtxt"), "w") as f:
             f.write(text)
     with open(os.path.join(root, "both", "config.json"), "w") as f:
-        json.dump({"name": "both", "max_batch_size": 2}, f)
+        json.dump({"name": "both", "max_batch_size": 2,
+                   "instance_group": [{"count": 3, "kind": "KIND_CPU"}]}, f)
 
 
 # ---- the server ---------------------------------------------------------------
@@ -243,6 +245,8 @@ class Cases:
             check(needle in log, f"no warning with {needle!r} in the log")
         both = self.srv.json("/v2/models/both/config")
         check(both["max_batch_size"] == 2, f"config.json should win: {both['max_batch_size']}")
+        check(both["instance_count"] == 3 and both.get("device") == "cpu",
+              f"config.json's instance_group: {both}")
 
     def t_bad_pbtxt(self):
         index = json.loads(self.srv.request("POST", "/v2/repository/index")[1])
