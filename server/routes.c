@@ -213,8 +213,8 @@ static void *repo_job_main(void *arg)
  * dependents and it changes nothing) and, on load, "config": Triton's
  * model configuration as JSON (a string, or an object), used in place of
  * the folder's config for this load. "file:..." overrides (model files
- * sent in the request) are refused. On success *cfg_json is the config as
- * config.json text, or NULL. */
+ * sent in the request) are refused. *cfg_json is the config as
+ * config.json text, or NULL; the caller frees it, on failure too. */
 static bool load_parameters(slim_server_request *req, const cJSON *params, const char *name,
                             bool load, char **cfg_json)
 {
@@ -256,11 +256,10 @@ static bool load_parameters(slim_server_request *req, const cJSON *params, const
             }
             cfg = parsed;
         }
+        free(*cfg_json); /* JSON lets "config" come twice: the last one counts */
         slim_status s = slim_server_config_from_triton_json(cfg, name, cfg_json, &err);
         cJSON_Delete(parsed);
         if (s != SLIM_OK) {
-            free(*cfg_json);
-            *cfg_json = NULL;
             slim_server_reply_error(&req->reply, s == SLIM_ENOMEM ? 500 : 400, "load \"%s\": %s",
                                     name, err.msg);
             return false;
@@ -278,8 +277,10 @@ static void route_load_unload(slim_server_request *req, const char *name, bool l
     bool ok = load_parameters(req, cJSON_GetObjectItemCaseSensitive(body, "parameters"), name,
                               load, &cfg_json);
     cJSON_Delete(body);
-    if (!ok)
+    if (!ok) {
+        free(cfg_json); /* a "config" before the parameter that failed */
         return;
+    }
     repo_job *job = calloc(1, sizeof(*job));
     if (!job || !(job->name = strdup(name))) {
         free(job);
