@@ -356,7 +356,7 @@ static const char *const unused_fields[] = {
     "model_repository_agents", "model_operations", "runtime", "batch_input", "batch_output",
     "model_metrics", NULL};
 
-static bool map_field(tctx *c, const cJSON *tree, const cJSON *f, cJSON *out, bool from_json)
+static bool map_field(tctx *c, const cJSON *tree, const cJSON *f, cJSON *out)
 {
     const char *k = f->string;
     static const char *const policy_lists[] = {"versions", NULL};
@@ -397,7 +397,6 @@ static bool map_field(tctx *c, const cJSON *tree, const cJSON *f, cJSON *out, bo
             warn(c, "%s is not acted on by slimserve; ignored", k);
             return true;
         }
-    (void)from_json;
     warn(c, "%s is not a field of Triton's model configuration; ignored", k);
     return true;
 }
@@ -443,7 +442,7 @@ static slim_status map_config(tctx *c, const cJSON *tree, const cJSON *raw, char
         return slim_errf(c->err, SLIM_ENOMEM, "out of memory");
     for (const cJSON *f = tree->child; f && !c->failed; f = f->next)
         if (!raw || is_triton_field(f->string))
-            map_field(c, tree, f, out, raw != NULL);
+            map_field(c, tree, f, out);
     /* slimserve's own keys win over what Triton's fields mapped to (a
      * config read back from GET /config has both instance_count and
      * instance_group) */
@@ -460,6 +459,29 @@ static slim_status map_config(tctx *c, const cJSON *tree, const cJSON *raw, char
     return c->failed ? c->err->status : SLIM_OK;
 }
 
+/* Parses the mapped text once as config.c will, so that its errors name
+ * the file the user wrote ("config.pbtxt: ..." rather than config.c's
+ * "config.json: ..."). The model's own checks (inputs against the graph)
+ * come at load. */
+static slim_status probe(tctx *c, const char *model, char **json_out)
+{
+    slim_server_config cfg;
+    slim_status s = slim_server_config_parse(*json_out, model, &cfg, c->err);
+    if (s == SLIM_OK) {
+        slim_server_config_free(&cfg);
+        return SLIM_OK;
+    }
+    free(*json_out);
+    *json_out = NULL;
+    static const char prefix[] = "config.json: ";
+    if (strncmp(c->err->msg, prefix, sizeof(prefix) - 1) == 0) {
+        char rest[sizeof(c->err->msg)];
+        snprintf(rest, sizeof(rest), "%s", c->err->msg + sizeof(prefix) - 1);
+        slim_errf(c->err, s, "%s: %s", c->source, rest);
+    }
+    return s;
+}
+
 slim_status slim_server_config_from_pbtxt(const char *text, size_t len, const char *model,
                                           char **json_out, slim_err *err)
 {
@@ -470,7 +492,7 @@ slim_status slim_server_config_from_pbtxt(const char *text, size_t len, const ch
     tctx c = {.model = model, .source = "config.pbtxt", .err = err};
     slim_status s = map_config(&c, tree, NULL, json_out);
     cJSON_Delete(tree);
-    return s;
+    return s == SLIM_OK ? probe(&c, model, json_out) : s;
 }
 
 slim_status slim_server_config_from_triton_json(const cJSON *cfg, const char *model,
@@ -485,7 +507,7 @@ slim_status slim_server_config_from_triton_json(const cJSON *cfg, const char *mo
     tctx c = {.model = model, .source = "the \"config\" parameter", .err = err};
     slim_status s = map_config(&c, tree, cfg, json_out);
     cJSON_Delete(tree);
-    return s;
+    return s == SLIM_OK ? probe(&c, model, json_out) : s;
 }
 
 /* config.json's "instance_group", read as Triton's: sets instance_count

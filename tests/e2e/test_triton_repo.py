@@ -107,11 +107,12 @@ def build_repository(root):
     shutil.rmtree(root, ignore_errors=True)
     for v in (1, 2, 3):
         save_model(os.path.join(root, "batched", str(v), "model.onnx"), float(v))
-    for name in ("plain", "both", "bad"):
+    for name in ("plain", "both", "bad", "unbatched"):
         save_model(os.path.join(root, name, "1", "model.onnx"), 1.0)
     save_model(os.path.join(root, "plain", "2", "model.onnx"), 2.0)
     for name, text in (("batched", BATCHED), ("plain", PLAIN), ("bad", BAD),
-                       ("both", "max_batch_size: 4\n")):
+                       ("both", "max_batch_size: 4\n"),
+                       ("unbatched", "max_batch_size: 0 dynamic_batching { }\n")):
         with open(os.path.join(root, name, "config.pbtxt"), "w") as f:
             f.write(text)
     with open(os.path.join(root, "both", "config.json"), "w") as f:
@@ -254,6 +255,10 @@ class Cases:
         check(bad and bad[0]["state"] == "UNAVAILABLE", f"bad: {bad}")
         check("config.pbtxt: line 3, column 46: expected ',' or ']'" in bad[0]["reason"],
               f"reason: {bad[0]['reason']}")
+        unbatched = [m for m in index if m["name"] == "unbatched"]
+        check(unbatched and unbatched[0]["reason"].startswith(
+            'config.pbtxt: "dynamic_batching" needs "max_batch_size" > 0'),
+            f"a config.pbtxt config.c refuses: {unbatched}")
         status, body = self.srv.request("POST", "/v2/repository/models/bad/load")
         check(status == 400 and b"line 3, column 46" in body, f"load bad: {status} {body!r}")
 
@@ -288,6 +293,13 @@ class Cases:
         status, body = self.srv.request("POST", "/v2/repository/models/plain/load",
                                         {"parameters": {"config": "{not json"}})
         check(status == 400 and b"config" in body, f"bad config parameter: {status} {body!r}")
+        status, body = self.srv.request(
+            "POST", "/v2/repository/models/plain/load",
+            {"parameters": {"config": json.dumps({"max_batch_size": 0,
+                                                  "dynamic_batching": {}})}})
+        check(status == 400 and b'the \\"config\\" parameter: \\"dynamic_batching\\" needs' in body,
+              f"an override config.c refuses: {status} {body!r}")
+        check(c.is_model_ready("plain"), "a refused override took the model down")
         c.load_model("plain")  # back to the folder's config.pbtxt
         check(c.get_model_config("plain")["max_batch_size"] == 0, "reload from disk")
         c.close()
