@@ -2,8 +2,10 @@
  * metrics.c - GET /metrics in the Prometheus text exposition format.
  *
  * Triton's nv_inference_* counters, renamed slim_*, per model and version,
- * then process figures. Each section is one function in `sections`; a later
- * issue (memory gauges, say) adds its renderer to that table.
+ * then process figures, then the same counters under Triton's own names
+ * (nv_*, render_triton) for Triton dashboards. Each section is one function
+ * in `sections`; a later issue (memory gauges, say) adds its renderer to
+ * that table.
  *
  * Batching (batcher.c, batch_run.c) adds the slim_batch_size and
  * slim_queue_wait_us histograms, slim_batch_halvings_total,
