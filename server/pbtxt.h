@@ -13,7 +13,7 @@
  * The tree: a message is a JSON object in which every field name maps to
  * an array of the field's values in the order they were written (a field
  * written once is a one-element array; `dims: [1, 2]` and `dims: 1 dims: 2`
- * give the same [1, 2]). Values: numbers are numbers, "strings" are
+ * give the same [1, 2]; `dims: []` gives nothing, as in protobuf). Values: numbers are numbers, "strings" are
  * strings, true/false are booleans, other identifiers (enum values such as
  * TYPE_FP32, inf, nan) are strings, and nested messages are objects of the
  * same shape. Fields appear in the object in the order first written.
