@@ -13,6 +13,8 @@
  * preferred_batch_size, default_queue_policy) and oom_probe_after; see
  * batcher.c for what they do. instance_count and max_queue_size default to
  * the server's --workers and --queue-size (filled in by repository.c).
+ * "instance_group" is Triton's (config_triton.c): instance_count and device
+ * where those keys are not given.
  * "version_policy" is Triton's (version_policy.c). "request_timeout_ms" is
  * slimserve's own: every request's deadline, queue plus run (batcher.c).
  * Unknown keys and wrong types are errors naming the key: a typo that is
@@ -582,6 +584,9 @@ static slim_status parse_keys(const cJSON *root, const char *dir_name, slim_serv
             if (!is_int(k, 1, 1024))
                 return slim_errf(err, SLIM_EINVAL, "config.json: \"instance_count\": expected an integer from 1 to 1024");
             cfg->instance_count = (int)k->valuedouble;
+        } else if (strcmp(key, "instance_group") == 0) {
+            /* Triton's form of instance_count and device (config_triton.c) */
+            s = slim__config_instance_group(k, dir_name, cfg, err);
         } else if (strcmp(key, "memory_limit") == 0) {
             s = parse_memory_limit(k, cfg, err);
         } else if (strcmp(key, "request_timeout_ms") == 0) {

@@ -123,4 +123,27 @@ slim_status slim_server_config_resolve(slim_server_config *cfg, const slim_model
 cJSON *slim_server_config_to_json(const slim_server_config *cfg);
 void slim_server_config_free(slim_server_config *cfg);
 
+/* ---- Triton's model configuration (config_triton.c) --------------------- */
+
+/* config.pbtxt (protobuf text format) as config.json text for
+ * slim_server_config_parse, in *json_out (free() it). Fields slimserve
+ * does not act on are logged as warnings naming them; a file that is not
+ * valid text format fails naming its line and column. */
+slim_status slim_server_config_from_pbtxt(const char *text, size_t len, const char *model,
+                                          char **json_out, slim_err *err);
+/* The same for Triton's JSON model configuration (a load request's
+ * "config" parameter); keys that are not Triton's pass through unchanged,
+ * for config.c to take (slimserve's own) or refuse. */
+slim_status slim_server_config_from_triton_json(const cJSON *cfg, const char *model,
+                                                char **json_out, slim_err *err);
+/* config.json's "instance_group" (Triton's groups: instance_count and
+ * device, where config.json does not give those itself); config.c. */
+slim_status slim__config_instance_group(const cJSON *groups, const char *model,
+                                        slim_server_config *cfg, slim_err *err);
+/* The config of the model folder `dir` as config.json text: config.json
+ * when present (config.pbtxt beside it is then ignored, with a warning),
+ * else config.pbtxt converted; SLIM_ENOTFOUND when neither exists. */
+slim_status slim_server_config_read(const char *dir, const char *model, char **json_out,
+                                    slim_err *err);
+
 #endif

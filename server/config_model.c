@@ -159,6 +159,26 @@ static void add_memory_limit_json(cJSON *o, const slim_server_config *cfg)
     }
 }
 
+/* Triton's shape of instance_count and device, for its clients: one
+ * group (KIND_AUTO: the server's --device). */
+static void add_instance_group_json(cJSON *o, const slim_server_config *cfg)
+{
+    cJSON *groups = cJSON_AddArrayToObject(o, "instance_group");
+    cJSON *g = cJSON_CreateObject();
+    if (!groups || !g || !cJSON_AddItemToArray(groups, g)) {
+        cJSON_Delete(g);
+        return;
+    }
+    const char *dev = cfg->device;
+    cJSON_AddStringToObject(g, "name", cfg->name);
+    cJSON_AddStringToObject(g, "kind", !dev ? "KIND_AUTO"
+                                       : strcmp(dev, "cpu") == 0 ? "KIND_CPU" : "KIND_GPU");
+    cJSON_AddNumberToObject(g, "count", cfg->instance_count);
+    cJSON *gpus = cJSON_AddArrayToObject(g, "gpus");
+    if (gpus && dev && strncmp(dev, "cuda:", 5) == 0)
+        cJSON_AddItemToArray(gpus, cJSON_CreateNumber(atoi(dev + 5)));
+}
+
 cJSON *slim_server_config_to_json(const slim_server_config *cfg)
 {
     cJSON *o = cJSON_CreateObject();
@@ -171,6 +191,7 @@ cJSON *slim_server_config_to_json(const slim_server_config *cfg)
     cJSON_AddItemToObject(o, "input", io_list_json(cfg->inputs, cfg->n_inputs));
     cJSON_AddItemToObject(o, "output", io_list_json(cfg->outputs, cfg->n_outputs));
     cJSON_AddNumberToObject(o, "instance_count", cfg->instance_count);
+    add_instance_group_json(o, cfg);
     add_memory_limit_json(o, cfg);
     if (cfg->request_timeout_ms)
         cJSON_AddNumberToObject(o, "request_timeout_ms", (double)cfg->request_timeout_ms);

@@ -12,6 +12,7 @@
 #include "device.h"
 #include "log.h"
 #include "memory.h"
+#include "metrics_port.h"
 #include "server.h"
 #include "version.h"
 #include "slim_init.h"
@@ -31,6 +32,9 @@ static void usage(FILE *f)
             "                           DIR/<name>/<version>/model.onnx\n"
             "  --host ADDR              address to listen on (default 127.0.0.1)\n"
             "  --http-port N            port (default 8000; 0 picks a free one)\n"
+            "  --metrics-port N         /metrics on a port of its own too, as Triton serves it\n"
+            "                           (default 8002, skipped with a warning when taken;\n"
+            "                           0: off)\n"
             "  --max-request-bytes N    largest request body (default 67108864)\n"
             "  --max-response-bytes N   largest answer; a larger one is refused 507 before\n"
             "                           it is built (default 1GiB; JSON counted at the\n"
@@ -88,6 +92,10 @@ static bool parse_count(const char *flag, const char *v, long long lo, long long
     return true;
 }
 
+/* --metrics-port: kept here, it only concerns main (metrics_port.h). */
+static int metrics_port = 8002;
+static bool metrics_port_given;
+
 static int parse_args(int argc, char **argv, slim_server_opts *o)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -113,6 +121,11 @@ static int parse_args(int argc, char **argv, slim_server_opts *o)
             if (!parse_count(a, v, 0, 65535, &n))
                 return 2;
             o->port = (int)n;
+        } else if (strcmp(a, "--metrics-port") == 0) {
+            if (!parse_count(a, v, 0, 65535, &n))
+                return 2;
+            metrics_port = n ? (int)n : -1;
+            metrics_port_given = true;
         } else if (strcmp(a, "--max-request-bytes") == 0) {
             if (!parse_count(a, v, 1024, 1LL << 40, &n))
                 return 2;
@@ -285,6 +298,22 @@ int main(int argc, char **argv)
         slim_server_log(SLIM_LOG_ERROR, NULL, "%s", err.msg);
         return 1;
     }
+    /* After the models have loaded, like the HTTP port. The default port
+     * may be taken (a second server on the machine): that costs only the
+     * extra port, /metrics stays on the HTTP one. One asked for must work. */
+    slim_server_metrics_port *mp = NULL;
+    if (metrics_port >= 0 && !(mp = slim_server_metrics_port_start(&srv, metrics_port, &err))) {
+        if (metrics_port_given) {
+            slim_server_log(SLIM_LOG_ERROR, NULL, "%s", err.msg);
+            slim_server_stop(&srv);
+            return 1;
+        }
+        slim_server_log(SLIM_LOG_WARN, NULL, "%s; /metrics is served on the HTTP port only",
+                        err.msg);
+    }
+    if (mp)
+        slim_server_log(SLIM_LOG_INFO, NULL, "metrics on http://%s:%d/metrics", opts.host,
+                        slim_server_metrics_port_bound(mp));
     /* Text: on stdout, as it always was. JSON: a log line like the rest. */
     if (slim_server_log_format() == SLIM_LOG_TEXT) {
         printf("slimserve %s: listening on http://%s:%d (repository %s, %d workers)\n",
@@ -310,6 +339,7 @@ int main(int argc, char **argv)
     slim_server_log(SLIM_LOG_INFO, NULL, "%s received, finishing in-flight requests "
                     "(--shutdown-grace %d s)", sig == SIGINT ? "SIGINT" : "SIGTERM",
                     opts.shutdown_grace_s);
+    slim_server_metrics_port_stop(mp);
     if (!slim_server_stop(&srv)) {
         /* A run that does not stop when cancelled (a kernel that never
          * checks) holds its connection suspended, and libmicrohttpd aborts

@@ -2,8 +2,10 @@
  * metrics.c - GET /metrics in the Prometheus text exposition format.
  *
  * Triton's nv_inference_* counters, renamed slim_*, per model and version,
- * then process figures. Each section is one function in `sections`; a later
- * issue (memory gauges, say) adds its renderer to that table.
+ * then process figures, then the same counters under Triton's own names
+ * (nv_*, render_triton) for Triton dashboards. Each section is one function
+ * in `sections`; a later issue (memory gauges, say) adds its renderer to
+ * that table.
  *
  * Batching (batcher.c, batch_run.c) adds the slim_batch_size and
  * slim_queue_wait_us histograms, slim_batch_halvings_total,
@@ -17,6 +19,7 @@
  * keeps counting where it left off (Prometheus counters never go back).
  */
 #include "buf.h"
+#include "device.h"
 #include "metrics.h"
 
 #include <stdio.h>
@@ -269,10 +272,119 @@ static void render_process(slim_server_metrics *mx, slim_server_buf *out)
                            pages_resident * (unsigned long long)(page > 0 ? page : 4096));
 }
 
+/* ---- Triton's names ----------------------------------------------------- */
+
+/* The nv_* families Triton dashboards and alerts read, from the same
+ * counters as the slim_* ones (the statistics extension's phase times are
+ * kept in ns; Triton's families are in us). Failures are one series per
+ * model version, as Triton counts them, summed over slimserve's reasons. */
+typedef struct nv_family {
+    const char *name, *help;
+    size_t offset;      /* of the counter in slim_server_stats; 0: failures */
+    unsigned divisor;   /* 1000 for ns counters */
+} nv_family;
+
+static const nv_family nv_families[] = {
+    {"nv_inference_request_success", "Number of successful inference requests, all batch sizes",
+     STAT(success), 1},
+    {"nv_inference_request_failure", "Number of failed inference requests, all batch sizes", 0, 1},
+    {"nv_inference_count", "Number of inferences performed (does not include cached requests)",
+     STAT(inference_count), 1},
+    {"nv_inference_exec_count",
+     "Number of model executions performed (does not include cached requests)",
+     STAT(execution_count), 1},
+    {"nv_inference_request_duration_us",
+     "Cumulative inference request duration in microseconds (includes cached requests)",
+     STAT(request_us), 1},
+    {"nv_inference_queue_duration_us",
+     "Cumulative inference queuing duration in microseconds (includes cached requests)",
+     STAT(queue_us), 1},
+    {"nv_inference_compute_input_duration_us",
+     "Cumulative compute input duration in microseconds (does not include cached requests)",
+     STAT(input_ns), 1000},
+    {"nv_inference_compute_infer_duration_us",
+     "Cumulative compute inference duration in microseconds (does not include cached requests)",
+     STAT(infer_ns), 1000},
+    {"nv_inference_compute_output_duration_us",
+     "Cumulative inference compute output duration in microseconds (does not include cached "
+     "requests)", STAT(output_ns), 1000},
+};
+
+static unsigned long long nv_value(const slim_server_stats *s, const nv_family *f)
+{
+    if (!f->offset) {
+        unsigned long long sum = 0;
+        for (int r = 0; r < SLIM_SERVER_FAIL_COUNT; r++)
+            sum += (unsigned long long)atomic_load(&s->failure[r]);
+        return sum;
+    }
+    return load(s, f->offset) / f->divisor;
+}
+
+/* Host memory in use, as Triton reports it: the machine's, total less
+ * available (/proc/meminfo), not the process's (process_resident_memory_bytes
+ * has that). */
+static unsigned long long host_memory_used(void)
+{
+    unsigned long long total = 0, avail = 0, v;
+    char line[256], key[64];
+    FILE *f = fopen("/proc/meminfo", "r");
+    while (f && fgets(line, sizeof(line), f))
+        if (sscanf(line, "%63[^:]: %llu", key, &v) == 2) {
+            if (strcmp(key, "MemTotal") == 0)
+                total = v * 1024;
+            else if (strcmp(key, "MemAvailable") == 0)
+                avail = v * 1024;
+        }
+    if (f)
+        fclose(f);
+    return total > avail ? total - avail : 0;
+}
+
+/* Each GPU already started (none is started for this), by its slimserve
+ * name: the device interface has no UUID to give. */
+static void render_nv_gpu(slim_server_buf *out)
+{
+    slim_device *devs[16];
+    int n = slim_device_list(devs, 16, false, NULL);
+    slim_server_buf_puts(out, "# HELP nv_gpu_memory_used_bytes GPU used memory, in bytes\n"
+                              "# TYPE nv_gpu_memory_used_bytes gauge\n");
+    for (int i = 0; i < n; i++) {
+        const slim_backend_iface *b = devs[i]->backend;
+        if (!b || !b->mem_info || strcmp(slim_device_kind(devs[i]), "cpu") == 0)
+            continue;
+        size_t free_b = 0, total_b = 0;
+        b->mem_info(devs[i], &free_b, &total_b);
+        slim_server_buf_printf(out, "nv_gpu_memory_used_bytes{gpu_uuid=\"%s\"} %zu\n",
+                               devs[i]->name, total_b > free_b ? total_b - free_b : 0);
+    }
+}
+
+static void render_triton(slim_server_metrics *mx, slim_server_buf *out)
+{
+    pthread_mutex_lock(&mx->mu);
+    for (size_t i = 0; i < sizeof(nv_families) / sizeof(nv_families[0]); i++) {
+        const nv_family *f = &nv_families[i];
+        slim_server_buf_printf(out, "# HELP %s %s\n# TYPE %s counter\n", f->name, f->help,
+                               f->name);
+        for (const slim_server_stats *s = mx->head; s; s = s->next) {
+            slim_server_buf_puts(out, f->name);
+            labels(out, s);
+            slim_server_buf_printf(out, "} %llu\n", nv_value(s, f));
+        }
+    }
+    pthread_mutex_unlock(&mx->mu);
+    slim_server_buf_printf(out, "# HELP nv_cpu_memory_used_bytes CPU used memory, in bytes\n"
+                                "# TYPE nv_cpu_memory_used_bytes gauge\n"
+                                "nv_cpu_memory_used_bytes %llu\n", host_memory_used());
+    render_nv_gpu(out);
+}
+
 static void (*const sections[])(slim_server_metrics *, slim_server_buf *) = {
     render_inference,
     render_batching,
     render_process,
+    render_triton,
 };
 
 void slim_server_metrics_render(slim_server_metrics *mx, slim_server_buf *out)

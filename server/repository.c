@@ -272,17 +272,19 @@ err:
 
 /* Reads ROOT/name from disk into e (name and slots). Failures are written
  * into e's reasons; the return value only says whether anything is ready. */
-static bool entry_build(slim_server_repo *repo, const char *name, slim_server_entry *e)
+static bool entry_build(slim_server_repo *repo, const char *name, const char *cfg_override,
+                        slim_server_entry *e)
 {
-    char dir[4096], path[4200];
+    char dir[4096];
     snprintf(dir, sizeof(dir), "%s/%s", repo->root, name);
-    snprintf(path, sizeof(path), "%s/config.json", dir);
     slim_err err = {0};
     char *cfg_text = NULL;
-    size_t cfg_len;
-    /* config.json is optional; one that cannot be read (or is a FIFO,
-     * which would block the load) fails the model. */
-    slim_status cs = slim_file_read_all(path, "config", &cfg_text, &cfg_len, &err);
+    /* config.json (or Triton's config.pbtxt) is optional; one that cannot
+     * be read (or is a FIFO, which would block the load) fails the model.
+     * A load request's "config" replaces both, for this load. */
+    slim_status cs = cfg_override ? ((cfg_text = strdup(cfg_override))
+                                         ? SLIM_OK : slim_errf(&err, SLIM_ENOMEM, "out of memory"))
+                                  : slim_server_config_read(dir, name, &cfg_text, &err);
     if (cs != SLIM_OK && cs != SLIM_ENOTFOUND) {
         snprintf(e->reason, sizeof(e->reason), "%s", err.msg);
         e->failed = true;
@@ -380,6 +382,12 @@ static bool valid_name(const char *name)
 slim_status slim_server_repo_load(slim_server_repo *repo, const char *name, int *http_status,
                                   slim_err *err)
 {
+    return slim_server_repo_load_config(repo, name, NULL, http_status, err);
+}
+
+slim_status slim_server_repo_load_config(slim_server_repo *repo, const char *name,
+                                         const char *cfg_json, int *http_status, slim_err *err)
+{
     char dir[4096];
     struct stat st;
     slim_status s = SLIM_OK;
@@ -394,7 +402,7 @@ slim_status slim_server_repo_load(slim_server_repo *repo, const char *name, int 
     pthread_mutex_unlock(&repo->mu);
 
     slim_server_entry fresh = {.seq = seq};
-    bool ready = entry_build(repo, name, &fresh);
+    bool ready = entry_build(repo, name, cfg_json, &fresh);
     char why[1024] = "";
     if (!ready && fresh.failed)
         snprintf(why, sizeof(why), "%s", fresh.reason);

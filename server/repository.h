@@ -104,6 +104,10 @@ int slim_server_repo_ready_versions(slim_server_repo *repo, const char *name,
 /* (Re)loads name from disk; *http_status says how a failure should read. */
 slim_status slim_server_repo_load(slim_server_repo *repo, const char *name,
                                   int *http_status, slim_err *err);
+/* The same with cfg_json (config.json text) in place of the folder's
+ * config, for this load only (Triton's load "config" parameter). */
+slim_status slim_server_repo_load_config(slim_server_repo *repo, const char *name,
+                                         const char *cfg_json, int *http_status, slim_err *err);
 slim_status slim_server_repo_unload(slim_server_repo *repo, const char *name,
                                     int *http_status, slim_err *err);
 /* New references to the ready versions of `name` (every model when NULL),

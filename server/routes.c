@@ -28,6 +28,7 @@
 #include "log.h"
 #include "memory.h"
 #include "metrics.h"
+#include "metrics_port.h"
 #include "repository.h"
 #include "routes.h"
 #include "server.h"
@@ -148,11 +149,7 @@ static void route_server_metadata(slim_server_request *req)
 static void route_metrics(slim_server_request *req)
 {
     slim_server_buf b = {0};
-    slim_server_metrics_render(&req->srv->metrics, &b);
-    slim_server_memory_metrics(&req->srv->repo, &b);
-    slim_server_admission_metrics(req->srv->admission, &b);
-    slim_server_http_metrics(req->srv, &b);
-    slim_server_auth_metrics(req->srv, &b);
+    slim_server_metrics_page(req->srv, &b); /* the same page as --metrics-port's */
     if (b.oom) {
         slim_server_buf_free(&b);
         slim_server_reply_error(&req->reply, 500, "out of memory while writing metrics");
@@ -185,6 +182,7 @@ static void route_index(slim_server_request *req)
 typedef struct repo_job {
     slim_server_request *req;
     char *name;
+    char *cfg_json;     /* load's "config" parameter as config.json text */
     bool load;
 } repo_job;
 
@@ -195,12 +193,14 @@ static void *repo_job_main(void *arg)
     slim_server *srv = req->srv;
     slim_err err = {0};
     int status = 400;
-    slim_status s = job->load ? slim_server_repo_load(&srv->repo, job->name, &status, &err)
+    slim_status s = job->load ? slim_server_repo_load_config(&srv->repo, job->name, job->cfg_json,
+                                                             &status, &err)
                               : slim_server_repo_unload(&srv->repo, job->name, &status, &err);
     if (s != SLIM_OK)
         slim_server_reply_error(&req->reply, status, "%s", err.msg);
     else
         reply_empty(&req->reply, 200);
+    free(job->cfg_json);
     free(job->name);
     free(job);
     MHD_resume_connection(req->conn); /* req may be gone after this */
@@ -208,31 +208,93 @@ static void *repo_job_main(void *arg)
     return NULL;
 }
 
+/* Load/unload "parameters" as tritonclient sends them: unload_dependents
+ * (always, on unload; slimserve has no ensembles, so a model has no
+ * dependents and it changes nothing) and, on load, "config": Triton's
+ * model configuration as JSON (a string, or an object), used in place of
+ * the folder's config for this load. "file:..." overrides (model files
+ * sent in the request) are refused. *cfg_json is the config as
+ * config.json text, or NULL; the caller frees it, on failure too. */
+static bool load_parameters(slim_server_request *req, const cJSON *params, const char *name,
+                            bool load, char **cfg_json)
+{
+    const char *op = load ? "load" : "unload";
+    *cfg_json = NULL;
+    if (!params)
+        return true;
+    if (!cJSON_IsObject(params)) {
+        slim_server_reply_error(&req->reply, 400, "%s \"%s\": \"parameters\" must be a JSON "
+                                "object", op, name);
+        return false;
+    }
+    for (const cJSON *p = params->child; p; p = p->next) {
+        const char *key = p->string;
+        if (strcmp(key, "unload_dependents") == 0 && cJSON_IsBool(p))
+            continue;
+        if (strncmp(key, "file:", 5) == 0) {
+            slim_server_reply_error(&req->reply, 400, "%s \"%s\": parameter \"%.200s\": file "
+                                    "overrides (model files sent with the load) are not "
+                                    "supported; put the files in the repository folder", op,
+                                    name, key);
+            return false;
+        }
+        if (strcmp(key, "config") != 0 || !load) {
+            slim_server_reply_error(&req->reply, 400, "%s \"%s\": unknown parameter \"%.200s\" "
+                                    "(expected %s)", op, name, key,
+                                    load ? "\"config\" or \"unload_dependents\""
+                                         : "\"unload_dependents\": true or false");
+            return false;
+        }
+        slim_err err = {0};
+        cJSON *parsed = NULL;
+        const cJSON *cfg = p;
+        if (cJSON_IsString(p)) {
+            if (!(parsed = slim_server_json_parse(p->valuestring, strlen(p->valuestring), &err))) {
+                slim_server_reply_error(&req->reply, 400, "load \"%s\": the \"config\" "
+                                        "parameter: %s", name, err.msg);
+                return false;
+            }
+            cfg = parsed;
+        }
+        free(*cfg_json); /* JSON lets "config" come twice: the last one counts */
+        slim_status s = slim_server_config_from_triton_json(cfg, name, cfg_json, &err);
+        cJSON_Delete(parsed);
+        if (s != SLIM_OK) {
+            slim_server_reply_error(&req->reply, s == SLIM_ENOMEM ? 500 : 400, "load \"%s\": %s",
+                                    name, err.msg);
+            return false;
+        }
+    }
+    return true;
+}
+
 static void route_load_unload(slim_server_request *req, const char *name, bool load)
 {
     cJSON *body;
     if (!optional_body(req, &body))
         return;
-    const cJSON *params = cJSON_GetObjectItemCaseSensitive(body, "parameters");
-    bool overrides = params && params->child;
+    char *cfg_json = NULL;
+    bool ok = load_parameters(req, cJSON_GetObjectItemCaseSensitive(body, "parameters"), name,
+                              load, &cfg_json);
     cJSON_Delete(body);
-    if (overrides) {
-        slim_server_reply_error(&req->reply, 400,
-                                "%s \"%s\": load/unload \"parameters\" (config or file overrides) are "
-                                "unsupported", load ? "load" : "unload", name);
+    if (!ok) {
+        free(cfg_json); /* a "config" before the parameter that failed */
         return;
     }
     repo_job *job = calloc(1, sizeof(*job));
     if (!job || !(job->name = strdup(name))) {
         free(job);
+        free(cfg_json);
         slim_server_reply_error(&req->reply, 500, "out of memory");
         return;
     }
+    job->cfg_json = cfg_json;
     job->req = req;
     job->load = load;
     slim_server *srv = req->srv;
     if (atomic_fetch_add(&srv->repo_ops, 1) >= SLIM_SERVER_MAX_REPO_OPS) {
         atomic_fetch_sub(&srv->repo_ops, 1);
+        free(job->cfg_json);
         free(job->name);
         free(job);
         slim_server_reply_error(&req->reply, 503, "%d repository loads and unloads are under "
@@ -253,6 +315,7 @@ static void route_load_unload(slim_server_request *req, const char *name, bool l
         slim_server_reply_error(&req->reply, 503, "no thread for the %s of \"%s\"; try again",
                                 load ? "load" : "unload", name);
         req->reply.retry_after_s = 1;
+        free(job->cfg_json);
         free(job->name);
         free(job);
         atomic_fetch_sub(&srv->repo_ops, 1);

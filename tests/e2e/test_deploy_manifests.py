@@ -188,7 +188,12 @@ def case_deployment(docs):
     names = {p.get("name"): p["containerPort"] for p in c["ports"]}
     for p in svc["spec"]["ports"]:
         t = p.get("targetPort", p["port"])
-        check(names.get(t, t) == 8000, f"Service port {p} does not reach 8000")
+        want = 8002 if p.get("name") == "metrics" else 8000
+        check(names.get(t, t) == want, f"Service port {p} does not reach {want}")
+    # --metrics-port's default (server/main.c), where the scrape annotation points
+    metrics = int(pod["metadata"].get("annotations", {}).get("prometheus.io/port", 0))
+    check(metrics == 8002 and 8002 in names.values(),
+          f"metrics: annotation port {metrics}, container ports {names}; slimserve serves 8002")
 
     hpa = by_kind(docs, "HorizontalPodAutoscaler")[0]
     ref = hpa["spec"]["scaleTargetRef"]
@@ -244,7 +249,13 @@ def case_kserve(docs):
     opts = check_container(c, "ClusterServingRuntime", 8080, slimserve_flags())
     check(opts.get("--model-repository") == "/mnt/models" and opts.get("--host") == "0.0.0.0",
           f"ClusterServingRuntime args {opts}: KServe puts models in /mnt/models")
-    check(spec["annotations"].get("prometheus.kserve.io/port") == "8080", "metrics port")
+    check(spec["annotations"].get("prometheus.kserve.io/port") == opts.get("--metrics-port"),
+          f"metrics port: annotation {spec['annotations'].get('prometheus.kserve.io/port')}, "
+          f"--metrics-port {opts.get('--metrics-port')}")
+    # the server listens only after the repository has loaded
+    startup = c.get("startupProbe", {}).get("httpGet", {})
+    check(startup.get("path") == "/v2/health/ready" and startup.get("port") == 8080,
+          f"ClusterServingRuntime startupProbe {startup}")
 
     isvc = by_kind(docs, "InferenceService")[0]
     check(isvc["apiVersion"] == "serving.kserve.io/v1beta1", f"apiVersion {isvc['apiVersion']}")

@@ -16,6 +16,9 @@
   fuzz_infer_request          JSON and binary infer requests for the two
                               models fuzz_infer_request.c declares
   fuzz_config                 config.json files: the examples' and variants
+  fuzz_pbtxt                  Triton config.pbtxt files: every field the
+                              mapping reads, the text format's forms
+                              (lists, <> messages, escapes, comments)
 """
 import argparse
 import glob
@@ -239,6 +242,44 @@ def config_seeds(out, examples_dir):
         write(os.path.join(d, name + ".json"), json.dumps(cfg).encode())
 
 
+PBTXT_SEEDS = {
+    "triton_full": b"""# a Triton model configuration
+name: "m"
+platform: "onnxruntime_onnx"
+max_batch_size: 16
+input [
+  { name: "x" data_type: TYPE_FP32 dims: [ 3, -1 ] reshape { shape: [ 3, -1 ] } },
+  { name: "mask", data_type: TYPE_INT64, dims: 7 }
+]
+output [ { name: "y" data_type: TYPE_FP32 dims: [ -1 ] label_filename: "labels.txt" } ]
+dynamic_batching {
+  preferred_batch_size: [ 4, 8 ]
+  max_queue_delay_microseconds: 500
+  default_queue_policy { timeout_action: DELAY default_timeout_microseconds: 100000
+                         allow_timeout_override: true max_queue_size: 64 }
+  priority_levels: 2
+}
+instance_group [ { count: 2 kind: KIND_GPU gpus: [ 0, 1 ] }, { count: 1 kind: KIND_CPU } ]
+version_policy: { specific: { versions: [ 1, 3 ] } }
+parameters { key: "a" value: { string_value: "b" } }
+model_warmup [ { name: "w" batch_size: 1 inputs { key: "x" value: { zero_data: true } } } ]
+optimization { graph { level: 1 } }
+""",
+    "latest": b"name: 'm' backend: \"onnxruntime\" version_policy < latest < num_versions: 2 > >;"
+              b" instance_group { kind: KIND_CPU count: 3 }",
+    "all": b"version_policy { all {} } max_batch_size: 0x10 dynamic_batching {}",
+    "strings": b"name: \"m\" \"\" 'x\\101\\x41\\n\\t\\\"' default_model_filename: \"model.onnx\"",
+    "numbers": b"max_batch_size: 4 dims: [-1, 1.5e3, .5, 1f, -inf, nan] x: -0",
+    "empty": b"",
+}
+
+
+def pbtxt_seeds(out):
+    d = os.path.join(out, "fuzz_pbtxt")
+    for name, text in PBTXT_SEEDS.items():
+        write(os.path.join(d, name + ".pbtxt"), text)
+
+
 def npz_seeds(out):
     """Mask files as pruning reads them: stored and deflated, several dtypes."""
     d = os.path.join(out, "fuzz_npz")
@@ -267,7 +308,7 @@ def main():
     ap.add_argument("--slim", help="the slim command, to convert models for fuzz_slim")
     args = ap.parse_args()
     for t in ("fuzz_onnx", "fuzz_onnx_graph", "fuzz_slim", "fuzz_npy", "fuzz_npz", "fuzz_image",
-              "fuzz_infer_request", "fuzz_config"):
+              "fuzz_infer_request", "fuzz_config", "fuzz_pbtxt"):
         os.makedirs(os.path.join(args.dir, t), exist_ok=True)
     with tempfile.TemporaryDirectory() as examples:
         subprocess.run([sys.executable, os.path.join(REPO, "models", "gen_models.py"), examples],
@@ -281,6 +322,7 @@ def main():
     npz_seeds(args.dir)
     codec_seeds(args.dir)
     request_seeds(args.dir)
+    pbtxt_seeds(args.dir)
     print(f"make_seeds: {n} node-test models and the rest under {args.dir}")
 
 

@@ -21,7 +21,7 @@ shift 2
 TARGETS=("$@")
 if [ ${#TARGETS[@]} -eq 0 ]; then
     TARGETS=(fuzz_onnx fuzz_onnx_graph fuzz_slim fuzz_npy fuzz_npz fuzz_image fuzz_infer_request
-             fuzz_config)
+             fuzz_config fuzz_pbtxt)
 fi
 PY=${PY:-.venv/bin/python}
 SEEDS=$BUILD/fuzz-seeds

@@ -1,0 +1,389 @@
+#!/usr/bin/env python3
+"""A Triton deployment moves over: config.pbtxt, tritonclient's model
+management, Triton's metric names on Triton's metrics port.
+
+    python3 tests/e2e/test_triton_repo.py --slimserve build/bin/slimserve \\
+        --workdir /tmp/e2e-triton
+
+Builds a repository of config.pbtxt files as Triton users write them and
+checks:
+
+  * batching, instance_group, version_policy and dims from config.pbtxt are
+    what the server runs with (GET /config, the repository index, batched
+    runs in the statistics)
+  * fields slimserve does not act on (model_warmup, parameters, an unknown
+    field) are warned about by name, and the model still loads
+  * config.json beside config.pbtxt wins, with a warning; config.json takes
+    Triton's instance_group too
+  * a config.pbtxt that is not valid text format is refused naming its line
+    and column
+  * tritonclient.http: unload_model() (which always sends
+    unload_dependents), load_model(), load_model(config=...) that changes
+    the settings, load_model(files=...) refused with a clear message
+  * --metrics-port: the nv_* families with Triton's labels and real values
+    after some requests, on that port and on the HTTP port; only /metrics
+    there; a --metrics-port that is taken stops the server
+
+Only 127.0.0.1 is contacted. Ends with "N passed, N failed"; exits non-zero
+on any failure.
+"""
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_server import Runner, check, free_port  # noqa: E402
+
+HOST = "127.0.0.1"
+WIDTH = 4
+
+
+# ---- the repository ----------------------------------------------------------
+
+def save_model(path, add):
+    """y = x + add on float32 [n, WIDTH]."""
+    graph = helper.make_graph(
+        [helper.make_node("Add", ["x", "a"], ["y"])], "add",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", WIDTH])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", WIDTH])],
+        initializer=[numpy_helper.from_array(np.array(add, np.float32), "a")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    onnx.save(model, path)
+
+
+BATCHED = """# as Triton's docs write it
+name: "batched"
+platform: "onnxruntime_onnx"
+max_batch_size: 8
+input [
+  {
+    name: "x"
+    data_type: TYPE_FP32
+    dims: [ 4 ]
+  }
+]
+output [ { name: "y", data_type: TYPE_FP32, dims: 4 } ]
+dynamic_batching {
+  preferred_batch_size: [ 2, 4 ]
+  max_queue_delay_microseconds: 20000
+  default_queue_policy { timeout_action: REJECT, max_queue_size: 32 }
+}
+instance_group [ { count: 2 kind: KIND_CPU } ]
+version_policy: { latest: { num_versions: 2 } }
+model_warmup [ { name: "zeros" batch_size: 1 } ]
+parameters { key: "intra_op_thread_count" value: { string_value: "1" } }
+frobnicate: 'yes\\x21'
+"""
+
+PLAIN = """name: "plain"
+backend: "onnxruntime"
+max_batch_size: 0
+input { name: "x" data_type: TYPE_FP32 dims: [ -1, 4 ] }
+output { name: "y" data_type: TYPE_FP32 dims: [ -1, 4 ] }
+version_policy { specific { versions: 1 } }
+"""
+
+BAD = """name: "bad"
+max_batch_size: 4
+dynamic_batching { preferred_batch_size: [ 2 4 ] }
+"""
+
+
+def build_repository(root):
+    shutil.rmtree(root, ignore_errors=True)
+    for v in (1, 2, 3):
+        save_model(os.path.join(root, "batched", str(v), "model.onnx"), float(v))
+    for name in ("plain", "both", "bad", "unbatched"):
+        save_model(os.path.join(root, name, "1", "model.onnx"), 1.0)
+    save_model(os.path.join(root, "plain", "2", "model.onnx"), 2.0)
+    for name, text in (("batched", BATCHED), ("plain", PLAIN), ("bad", BAD),
+                       ("both", "max_batch_size: 4\n"),
+                       ("unbatched", "max_batch_size: 0 dynamic_batching { }\n")):
+        with open(os.path.join(root, name, "config.pbtxt"), "w") as f:
+            f.write(text)
+    with open(os.path.join(root, "both", "config.json"), "w") as f:
+        json.dump({"name": "both", "max_batch_size": 2,
+                   "instance_group": [{"count": 3, "kind": "KIND_CPU"}]}, f)
+
+
+# ---- the server ---------------------------------------------------------------
+
+class Server:
+    def __init__(self, binary, repo, logpath, *extra, wait=True):
+        self.port = free_port()
+        self.logpath = logpath
+        self.log = open(logpath, "w")
+        self.proc = subprocess.Popen([binary, "--model-repository", repo, "--host", HOST,
+                                      "--http-port", str(self.port), "--workers", "1", *extra],
+                                     stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.time() + 60
+        while wait and time.time() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"slimserve exited with {self.proc.returncode}; see {logpath}")
+            try:
+                if self.request("GET", "/v2/health/ready", port=self.port)[0] == 200:
+                    return
+            except OSError:
+                pass
+            time.sleep(0.1)
+        if wait:
+            raise RuntimeError(f"slimserve did not become ready; see {logpath}")
+
+    def request(self, method, path, body=None, port=None):
+        data = json.dumps(body).encode() if isinstance(body, dict) else body
+        req = urllib.request.Request(f"http://{HOST}:{port or self.port}{path}", data=data,
+                                     method=method)
+        try:
+            with urllib.request.urlopen(req, timeout=30) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+
+    def json(self, path):
+        status, body = self.request("GET", path)
+        check(status == 200, f"GET {path}: {status} {body[:300]!r}")
+        return json.loads(body)
+
+    def logged(self):
+        self.log.flush()
+        with open(self.logpath) as f:
+            return f.read()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        return self.proc.returncode
+
+
+def infer(srv, model, rows, value=0.5):
+    body = {"inputs": [{"name": "x", "datatype": "FP32", "shape": [rows, WIDTH],
+                        "data": [value] * (rows * WIDTH)}]}
+    status, out = srv.request("POST", f"/v2/models/{model}/infer", body)
+    check(status == 200, f"infer {model}: {status} {out[:300]!r}")
+    return json.loads(out)["outputs"][0]["data"]
+
+
+# ---- cases ----------------------------------------------------------------------
+
+class Cases:
+    def __init__(self, srv, mport):
+        self.srv = srv
+        self.mport = mport
+
+    def t_settings(self):
+        cfg = self.srv.json("/v2/models/batched/config")
+        check(cfg["max_batch_size"] == 8, f"max_batch_size {cfg['max_batch_size']}")
+        check(cfg["instance_count"] == 2, f"instance_count {cfg.get('instance_count')}")
+        check(cfg.get("device") == "cpu", f"device {cfg.get('device')}")
+        groups = cfg.get("instance_group")
+        check(groups and groups[0]["count"] == 2 and groups[0]["kind"] == "KIND_CPU",
+              f"instance_group {groups}")
+        db = cfg.get("dynamic_batching", {})
+        check(db.get("preferred_batch_size") == [2, 4], f"dynamic_batching {db}")
+        check(db.get("max_queue_delay_microseconds") == 20000, f"dynamic_batching {db}")
+        check(db.get("default_queue_policy", {}).get("max_queue_size") == 32, f"{db}")
+        check(cfg["input"][0]["dims"] == [4], f"input {cfg['input']}")
+        check(cfg["version_policy"] == {"latest": {"num_versions": 2}},
+              f"version_policy {cfg['version_policy']}")
+        index = {(m["name"], m.get("version")): m for m in
+                 json.loads(self.srv.request("POST", "/v2/repository/index")[1])}
+        states = {v: index[("batched", v)]["state"] for v in ("1", "2", "3")}
+        check(states == {"1": "UNAVAILABLE", "2": "READY", "3": "READY"}, f"batched {states}")
+        check(index[("plain", "1")]["state"] == "READY" and
+              index[("plain", "2")]["state"] == "UNAVAILABLE", f"plain {index}")
+        plain = self.srv.json("/v2/models/plain/config")
+        check(plain["max_batch_size"] == 0 and plain["input"][0]["dims"] == [-1, 4],
+              f"plain {plain}")
+        # the version policy picks what answers: 3 adds 3
+        check(infer(self.srv, "batched", 1) == [3.5] * WIDTH, "batched answers from version 3")
+
+    def t_batching(self):
+        """Concurrent single-row requests are merged: runs < requests."""
+        before = self.srv.json("/v2/models/batched/versions/3/stats")["model_stats"][0]
+        errors = []
+
+        def one():
+            try:
+                infer(self.srv, "batched", 1)
+            except Exception as e:  # noqa: BLE001
+                errors.append(e)
+        threads = [threading.Thread(target=one) for _ in range(16)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        check(not errors, f"requests failed: {errors[:2]}")
+        after = self.srv.json("/v2/models/batched/versions/3/stats")["model_stats"][0]
+        runs = after["execution_count"] - before["execution_count"]
+        rows = after["inference_count"] - before["inference_count"]
+        check(rows == 16 and runs < 16, f"{rows} rows in {runs} runs: nothing was batched")
+
+    def t_warnings(self):
+        log = self.srv.logged()
+        for needle in ("frobnicate is not a field of Triton's model configuration",
+                       "model_warmup is not acted on", 'parameters "intra_op_thread_count"',
+                       "both config.json and config.pbtxt are present; config.json is used"):
+            check(needle in log, f"no warning with {needle!r} in the log")
+        both = self.srv.json("/v2/models/both/config")
+        check(both["max_batch_size"] == 2, f"config.json should win: {both['max_batch_size']}")
+        check(both["instance_count"] == 3 and both.get("device") == "cpu",
+              f"config.json's instance_group: {both}")
+
+    def t_bad_pbtxt(self):
+        index = json.loads(self.srv.request("POST", "/v2/repository/index")[1])
+        bad = [m for m in index if m["name"] == "bad"]
+        check(bad and bad[0]["state"] == "UNAVAILABLE", f"bad: {bad}")
+        check("config.pbtxt: line 3, column 46: expected ',' or ']'" in bad[0]["reason"],
+              f"reason: {bad[0]['reason']}")
+        unbatched = [m for m in index if m["name"] == "unbatched"]
+        check(unbatched and unbatched[0]["reason"].startswith(
+            'config.pbtxt: "dynamic_batching" needs "max_batch_size" > 0'),
+            f"a config.pbtxt config.c refuses: {unbatched}")
+        status, body = self.srv.request("POST", "/v2/repository/models/bad/load")
+        check(status == 400 and b"line 3, column 46" in body, f"load bad: {status} {body!r}")
+
+    def t_tritonclient(self):
+        import tritonclient.http as th
+        from tritonclient.utils import InferenceServerException
+        c = th.InferenceServerClient(f"{HOST}:{self.srv.port}")
+        c.unload_model("plain")
+        check(not c.is_model_ready("plain"), "plain still ready after unload_model")
+        c.load_model("plain")
+        check(c.is_model_ready("plain"), "plain not ready after load_model")
+        override = {"name": "plain", "platform": "onnxruntime_onnx", "max_batch_size": 4,
+                    "input": [{"name": "x", "data_type": "TYPE_FP32", "dims": ["4"]}],
+                    "dynamic_batching": {"max_queue_delay_microseconds": "100"},
+                    "instance_group": [{"count": 3, "kind": "KIND_CPU"}],
+                    "version_policy": {"specific": {"versions": ["2"]}}}
+        c.load_model("plain", config=json.dumps(override))
+        cfg = c.get_model_config("plain")
+        check(cfg["max_batch_size"] == 4 and cfg["instance_count"] == 3 and
+              cfg["version_policy"] == {"specific": {"versions": [2]}}, f"override: {cfg}")
+        check(c.is_model_ready("plain", "2") and not c.is_model_ready("plain", "1"),
+              "the override's version_policy is not in effect")
+        # the config read back goes back in unchanged
+        c.load_model("plain", config=json.dumps(cfg))
+        check(c.get_model_config("plain")["instance_count"] == 3, "config round trip")
+        try:
+            c.load_model("plain", config=json.dumps(override),
+                         files={"file:1/model.onnx": b"\0"})
+            raise AssertionError("files= was accepted")
+        except InferenceServerException as e:
+            check("file overrides" in str(e), f"files=: {e}")
+        status, body = self.srv.request("POST", "/v2/repository/models/plain/load",
+                                        {"parameters": {"config": "{not json"}})
+        check(status == 400 and b"config" in body, f"bad config parameter: {status} {body!r}")
+        status, body = self.srv.request(
+            "POST", "/v2/repository/models/plain/load",
+            {"parameters": {"config": json.dumps({"max_batch_size": 0,
+                                                  "dynamic_batching": {}})}})
+        check(status == 400 and b'the \\"config\\" parameter: \\"dynamic_batching\\" needs' in body,
+              f"an override config.c refuses: {status} {body!r}")
+        check(c.is_model_ready("plain"), "a refused override took the model down")
+        c.load_model("plain")  # back to the folder's config.pbtxt
+        check(c.get_model_config("plain")["max_batch_size"] == 0, "reload from disk")
+        c.close()
+
+    def t_metrics(self):
+        from prometheus_client.parser import text_string_to_metric_families
+        for _ in range(3):
+            infer(self.srv, "batched", 2)
+        status, body = self.srv.request("GET", "/metrics", port=self.mport)
+        check(status == 200, f"metrics port: {status}")
+        samples = {}
+        for fam in text_string_to_metric_families(body.decode()):
+            for s in fam.samples:
+                samples[(s.name, s.labels.get("model"), s.labels.get("version"))] = s.value
+        key = ("batched", "3")
+
+        def nv(name, model=key):
+            # prometheus_client names a counter's samples NAME_total
+            v = samples.get((name, *model), samples.get((name + "_total", *model)))
+            check(v is not None, f"{name}{model} missing on the metrics port")
+            return v
+        check(nv("nv_inference_request_success") >= 20, "request_success")
+        check(nv("nv_inference_count") >= 23, "inference_count")
+        check(0 < nv("nv_inference_exec_count") < nv("nv_inference_count"), "exec_count")
+        check(nv("nv_inference_request_failure") == 0, "request_failure")
+        for name in ("request_duration_us", "queue_duration_us", "compute_input_duration_us",
+                     "compute_infer_duration_us", "compute_output_duration_us"):
+            check(nv("nv_inference_" + name) > 0, f"nv_inference_{name} is 0")
+        check(nv("nv_inference_request_duration_us") >= nv("nv_inference_queue_duration_us"),
+              "request duration below queue duration")
+        check(samples.get(("nv_cpu_memory_used_bytes", None, None), 0) > 1 << 20,
+              "nv_cpu_memory_used_bytes")
+        check("# TYPE nv_gpu_memory_used_bytes gauge" in body.decode(), "nv_gpu family")
+        check(any(k[0].startswith("slim_") for k in samples), "slim_* families missing")
+        status, http_body = self.srv.request("GET", "/metrics")
+        check(status == 200 and b"nv_inference_request_success{" in http_body,
+              "nv_* families missing on the HTTP port")
+        status, _ = self.srv.request("GET", "/v2/health/ready", port=self.mport)
+        check(status == 404, f"the metrics port serves only /metrics: {status}")
+
+
+def t_port_taken(binary, repo, workdir, taken):
+    srv = Server(binary, repo, os.path.join(workdir, "taken.log"), "--metrics-port",
+                 str(taken), wait=False)
+    try:
+        rc = srv.proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        srv.stop()
+        raise AssertionError("the server ran with its --metrics-port taken")
+    check(rc != 0, f"exit code {rc}")
+    check("--metrics-port" in srv.logged(), "the error does not name --metrics-port")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--slimserve", required=True)
+    ap.add_argument("--workdir", required=True)
+    args = ap.parse_args()
+    binary = os.path.abspath(args.slimserve)
+    os.makedirs(args.workdir, exist_ok=True)
+    repo = os.path.join(args.workdir, "repo")
+    build_repository(repo)
+
+    r = Runner()
+    mport = free_port()
+    srv = Server(binary, repo, os.path.join(args.workdir, "server.log"), "--metrics-port",
+                 str(mport))
+    try:
+        s = Cases(srv, mport)
+        r.case("config.pbtxt settings: batching, instances, version policy", s.t_settings)
+        r.case("config.pbtxt dynamic_batching merges requests", s.t_batching)
+        r.case("fields not acted on are warned about; config.json wins", s.t_warnings)
+        r.case("an invalid config.pbtxt: refused with line and column", s.t_bad_pbtxt)
+        r.case("tritonclient.http load/unload, config override, files refused",
+               s.t_tritonclient)
+        r.case("nv_* metrics on --metrics-port and the HTTP port", s.t_metrics)
+        r.case("a --metrics-port that is taken stops the server", t_port_taken, binary, repo,
+               args.workdir, srv.port)
+    finally:
+        rc = srv.stop()
+    r.case("exit code 0", lambda: check(rc == 0, f"exit code {rc}"))
+    print(f"{r.passed} passed, {r.failed} failed", flush=True)
+    sys.exit(1 if r.failed else 0)
+
+
+if __name__ == "__main__":
+    main()
