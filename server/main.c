@@ -10,6 +10,7 @@
 #include "alloc.h"
 #include "batcher.h"
 #include "device.h"
+#include "grpc.h"
 #include "log.h"
 #include "memory.h"
 #include "server.h"
@@ -31,6 +32,8 @@ static void usage(FILE *f)
             "                           DIR/<name>/<version>/model.onnx\n"
             "  --host ADDR              address to listen on (default 127.0.0.1)\n"
             "  --http-port N            port (default 8000; 0 picks a free one)\n"
+            "  --grpc-port N            the KServe v2 / Triton gRPC service's port (default\n"
+            "                           8001; 0: no gRPC)\n"
             "  --max-request-bytes N    largest request body (default 67108864)\n"
             "  --max-response-bytes N   largest answer; a larger one is refused 507 before\n"
             "                           it is built (default 1GiB; JSON counted at the\n"
@@ -88,6 +91,10 @@ static bool parse_count(const char *flag, const char *v, long long lo, long long
     return true;
 }
 
+/* --grpc-port: beside the HTTP server's options, which do not know gRPC. */
+static int grpc_port = 8001;
+static bool grpc_port_given;
+
 static int parse_args(int argc, char **argv, slim_server_opts *o)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -109,6 +116,11 @@ static int parse_args(int argc, char **argv, slim_server_opts *o)
             o->repository = v;
         } else if (strcmp(a, "--host") == 0 && v) {
             o->host = v;
+        } else if (strcmp(a, "--grpc-port") == 0) {
+            if (!parse_count(a, v, 0, 65535, &n))
+                return 2;
+            grpc_port = (int)n;
+            grpc_port_given = true;
         } else if (strcmp(a, "--http-port") == 0) {
             if (!parse_count(a, v, 0, 65535, &n))
                 return 2;
@@ -285,6 +297,27 @@ int main(int argc, char **argv)
         slim_server_log(SLIM_LOG_ERROR, NULL, "%s", err.msg);
         return 1;
     }
+    /* gRPC beside HTTP. A build without it serves HTTP alone, and says so
+     * when the port was asked for by name. */
+    slim_server_grpc *grpc = NULL;
+    if (grpc_port && slim_server_grpc_available()) {
+        if (slim_server_grpc_start(&srv, opts.host, grpc_port, &grpc, &err) != SLIM_OK) {
+            /* Asked for by name, a port that cannot be had is fatal; the
+             * default one (another server on this host holds 8001) is not. */
+            if (grpc_port_given) {
+                slim_server_log(SLIM_LOG_ERROR, NULL, "%s", err.msg);
+                slim_server_stop(&srv);
+                return 1;
+            }
+            slim_server_log(SLIM_LOG_WARN, NULL, "%s; serving HTTP only", err.msg);
+        } else {
+            slim_server_log(SLIM_LOG_INFO, NULL, "gRPC (inference.GRPCInferenceService) on "
+                            "%s:%d", opts.host, slim_server_grpc_port(grpc));
+        }
+    } else if (grpc_port && grpc_port_given) {
+        slim_server_log(SLIM_LOG_WARN, NULL, "--grpc-port %d: this slimserve was built without "
+                        "gRPC (libgrpc-dev was not found); serving HTTP only", grpc_port);
+    }
     /* Text: on stdout, as it always was. JSON: a log line like the rest. */
     if (slim_server_log_format() == SLIM_LOG_TEXT) {
         printf("slimserve %s: listening on http://%s:%d (repository %s, %d workers)\n",
@@ -310,6 +343,8 @@ int main(int argc, char **argv)
     slim_server_log(SLIM_LOG_INFO, NULL, "%s received, finishing in-flight requests "
                     "(--shutdown-grace %d s)", sig == SIGINT ? "SIGINT" : "SIGTERM",
                     opts.shutdown_grace_s);
+    /* No new gRPC calls; those under way drain with the HTTP requests. */
+    slim_server_grpc_shutdown(grpc);
     if (!slim_server_stop(&srv)) {
         /* A run that does not stop when cancelled (a kernel that never
          * checks) holds its connection suspended, and libmicrohttpd aborts
@@ -319,6 +354,7 @@ int main(int argc, char **argv)
         fflush(NULL);
         _exit(0);
     }
+    slim_server_grpc_free(grpc);
     slim_server_log(SLIM_LOG_INFO, NULL, "stopped");
     return 0;
 }

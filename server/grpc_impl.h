@@ -1,0 +1,72 @@
+/*
+ * grpc_impl.h - private to the gRPC service (grpc_server.c, grpc_rpcs.c):
+ * one call's state and the hand-over between the transport and the RPCs.
+ *
+ * A call goes through three completions of one tag (the call itself):
+ * REQUESTED (a new call arrived), READ (its one request message is in),
+ * SENT (the answer, status and close are done: freed). An RPC answered at
+ * once replies from the completion-queue thread; ModelInfer replies from
+ * the model's instance thread when its task is done, and load/unload from a
+ * thread of their own, so no completion-queue thread ever waits for a
+ * model and health RPCs always answer.
+ */
+#ifndef SLIM_SERVER_GRPC_IMPL_H
+#define SLIM_SERVER_GRPC_IMPL_H
+
+#include "batcher.h"
+#include "codec.h"
+#include "grpc.h"
+
+#include <grpc/grpc.h>
+#include <protobuf-c/protobuf-c.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+typedef enum { SLIM__GRPC_REQUESTED, SLIM__GRPC_READ, SLIM__GRPC_SENT } slim__grpc_phase;
+
+typedef struct slim__grpc_call {
+    slim_server_grpc *g;
+    slim__grpc_phase phase;
+    grpc_call *call;
+    grpc_call_details details;
+    grpc_metadata_array md;
+    grpc_byte_buffer *recv;
+    /* the answer */
+    grpc_byte_buffer *send;
+    grpc_status_code code;
+    char *msg;
+    int close_cancelled;
+    bool counted;                   /* in srv->in_flight */
+    /* ModelInfer under way */
+    int64_t t_begin, decode_ns;
+    slim_server_infer rq;
+    slim_server_task task;
+} slim__grpc_call;
+
+struct slim_server_grpc {
+    slim_server *srv;
+    grpc_server *server;
+    grpc_completion_queue *cq;
+    pthread_t threads[4];
+    int n_threads;
+    int port;
+    bool shut;                      /* grpc_server_shutdown_and_notify called */
+    atomic_int calls;               /* call structs alive */
+};
+
+/* The request message's bytes (one contiguous copy, malloc'd). */
+uint8_t *slim__grpc_read(slim__grpc_call *c, size_t *len);
+/* Answers OK with msg packed; frees nothing of msg. */
+void slim__grpc_reply(slim__grpc_call *c, const ProtobufCMessage *msg);
+/* Answers OK with an already packed message (malloc'd; taken over). */
+void slim__grpc_reply_packed(slim__grpc_call *c, uint8_t *bytes, size_t len);
+/* Answers with a failure status and message. */
+void slim__grpc_fail(slim__grpc_call *c, grpc_status_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The gRPC code Triton gives where its HTTP endpoint gives http_status. */
+grpc_status_code slim__grpc_code(int http_status);
+/* Serves call c, whose request message is in; answers it now or later. */
+void slim__grpc_dispatch(slim__grpc_call *c);
+
+#endif
