@@ -16,6 +16,7 @@
 
 #include <grpc/byte_buffer_reader.h>
 #include <grpc/grpc_security.h>
+#include <grpc/support/log.h>
 #include <grpc/support/time.h>
 
 #include <limits.h>
@@ -227,6 +228,14 @@ static void *cq_main(void *arg)
     }
 }
 
+/* gRPC core's own messages (a port it could not bind, a transport error)
+ * go through the server's log, in its format (JSON lines stay JSON). */
+static void grpc_log(gpr_log_func_args *a)
+{
+    slim_server_log(a->severity == GPR_LOG_SEVERITY_ERROR ? SLIM_LOG_WARN : SLIM_LOG_DEBUG, NULL,
+                    "grpc: %s", a->message);
+}
+
 slim_status slim_server_grpc_start(slim_server *srv, const char *host, int port,
                                    slim_server_grpc **out, slim_err *err)
 {
@@ -236,6 +245,8 @@ slim_status slim_server_grpc_start(slim_server *srv, const char *host, int port,
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
     g->srv = srv;
     atomic_init(&g->calls, 0);
+    gpr_set_log_function(grpc_log);
+    gpr_set_log_verbosity(GPR_LOG_SEVERITY_ERROR);
     grpc_init();
     /* The same caps as HTTP's bodies and answers: gRPC itself refuses a
      * larger message with RESOURCE_EXHAUSTED before it is buffered. */

@@ -95,6 +95,28 @@ static bool parse_count(const char *flag, const char *v, long long lo, long long
 static int grpc_port = 8001;
 static bool grpc_port_given;
 
+/* Takes --grpc-port N out of argv (parse_args sees the rest): the gRPC
+ * service is started here, beside the HTTP server, whose options it is not. */
+static int take_grpc_port(int *argc, char **argv)
+{
+    int out = 1;
+    for (int i = 1; i < *argc; i++) {
+        if (strcmp(argv[i], "--grpc-port") != 0) {
+            argv[out++] = argv[i];
+            continue;
+        }
+        long long n;
+        if (!parse_count(argv[i], i + 1 < *argc ? argv[i + 1] : NULL, 0, 65535, &n))
+            return 2;
+        grpc_port = (int)n;
+        grpc_port_given = true;
+        i++;
+    }
+    *argc = out;
+    argv[out] = NULL;
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, slim_server_opts *o)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -116,11 +138,6 @@ static int parse_args(int argc, char **argv, slim_server_opts *o)
             o->repository = v;
         } else if (strcmp(a, "--host") == 0 && v) {
             o->host = v;
-        } else if (strcmp(a, "--grpc-port") == 0) {
-            if (!parse_count(a, v, 0, 65535, &n))
-                return 2;
-            grpc_port = (int)n;
-            grpc_port_given = true;
         } else if (strcmp(a, "--http-port") == 0) {
             if (!parse_count(a, v, 0, 65535, &n))
                 return 2;
@@ -272,7 +289,9 @@ int main(int argc, char **argv)
 {
     slim_init();
     slim_server_opts opts;
-    int rc = parse_args(argc, argv, &opts);
+    int rc = take_grpc_port(&argc, argv);
+    if (!rc)
+        rc = parse_args(argc, argv, &opts);
     if (rc)
         return rc;
 
