@@ -186,9 +186,11 @@ def case_deployment(docs):
     check(all(labels.get(k) == v for k, v in svc["spec"]["selector"].items()),
           f"Service selector {svc['spec']['selector']} does not match the pods {labels}")
     names = {p.get("name"): p["containerPort"] for p in c["ports"]}
+    check(names.get("grpc") == 8001, f"container ports {names}: gRPC (--grpc-port 8001) missing")
     for p in svc["spec"]["ports"]:
         t = p.get("targetPort", p["port"])
-        check(names.get(t, t) == 8000, f"Service port {p} does not reach 8000")
+        want = 8001 if p.get("name") == "grpc" else 8000
+        check(names.get(t, t) == want, f"Service port {p} does not reach {want}")
 
     hpa = by_kind(docs, "HorizontalPodAutoscaler")[0]
     ref = hpa["spec"]["scaleTargetRef"]
@@ -231,7 +233,7 @@ def case_kserve(docs):
                   f"format {f}: priority is an integer >= 1, and needs autoSelect")
         formats[f["name"]] = f
     check({"onnx", "slim"} <= set(formats), f"formats {sorted(formats)}")
-    check(spec["protocolVersions"] == ["v2"], f"protocols {spec['protocolVersions']}")
+    check(spec["protocolVersions"] == ["v2", "grpc-v2"], f"protocols {spec['protocolVersions']}")
     for k, v in spec.get("annotations", {}).items():
         check(isinstance(v, str), f"annotation {k} is not a string")
     containers = spec["containers"]
@@ -245,6 +247,8 @@ def case_kserve(docs):
     check(opts.get("--model-repository") == "/mnt/models" and opts.get("--host") == "0.0.0.0",
           f"ClusterServingRuntime args {opts}: KServe puts models in /mnt/models")
     check(spec["annotations"].get("prometheus.kserve.io/port") == "8080", "metrics port")
+    check(opts.get("--grpc-port") == "9000", f"grpc-v2: --grpc-port {opts.get('--grpc-port')}, "
+          "KServe's gRPC predictor port is 9000")
 
     isvc = by_kind(docs, "InferenceService")[0]
     check(isvc["apiVersion"] == "serving.kserve.io/v1beta1", f"apiVersion {isvc['apiVersion']}")
