@@ -51,6 +51,10 @@ void slim_server_grpc_free(slim_server_grpc *g);
 slim_status slim_server_grpc_infer_decode(const uint8_t *data, size_t len,
                                           const slim_server_model *m, slim_server_infer *rq,
                                           slim_err *err);
+/* The same from a message already unpacked (an Inference__ModelInferRequest,
+ * from inference.pb-c.h): the server unpacks once to find the model. */
+slim_status slim_server_grpc_infer_decode_msg(const void *msg, const slim_server_model *m,
+                                              slim_server_infer *rq, slim_err *err);
 /* A packed ModelInferResponse with rq's requested outputs as
  * raw_output_contents (malloc'd into *out). SLIM_EOOM when it would pass
  * rq->max_reply_bytes. */

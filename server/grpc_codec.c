@@ -257,6 +257,17 @@ slim_status slim_server_grpc_infer_decode(const uint8_t *data, size_t len,
     return s;
 }
 
+slim_status slim_server_grpc_infer_decode_msg(const void *msg, const slim_server_model *m,
+                                              slim_server_infer *rq, slim_err *err)
+{
+    memset(rq, 0, sizeof(*rq));
+    rq->batch = 1;
+    slim_status s = decode_msg(msg, m, rq, err);
+    if (s != SLIM_OK)
+        slim_server_infer_free(rq);
+    return s;
+}
+
 slim_status slim_server_grpc_infer_encode(const slim_server_infer *rq, const slim_server_model *m,
                                           const slim_tensor *outs, int n_outs, uint8_t **out,
                                           size_t *len, slim_err *err)

@@ -57,6 +57,8 @@ struct slim_server_grpc {
 
 /* The request message's bytes (one contiguous copy, malloc'd). */
 uint8_t *slim__grpc_read(slim__grpc_call *c, size_t *len);
+/* The same without the copy: one slice (unref it), empty when none. */
+grpc_slice slim__grpc_read_slice(slim__grpc_call *c);
 /* Answers OK with msg packed; frees nothing of msg. */
 void slim__grpc_reply(slim__grpc_call *c, const ProtobufCMessage *msg);
 /* Answers OK with an already packed message (malloc'd; taken over). */

@@ -654,32 +654,26 @@ static void rpc_model_infer(slim__grpc_call *c)
 {
     slim_server *srv = c->g->srv;
     c->t_begin = slim_server_now_us();
-    size_t len;
-    uint8_t *data = slim__grpc_read(c, &len);
-    if (!data) {
-        slim__grpc_fail(c, GRPC_STATUS_INTERNAL, "out of memory");
-        return;
-    }
-    /* The model's name first (a small unpack of the same bytes would cost
-     * as much as the whole): the codec unpacks again with the model. */
-    Inference__ModelInferRequest *head = inference__model_infer_request__unpack(NULL, len, data);
-    if (!head) {
-        free(data);
+    /* One slice (a copy only when the message came in pieces), unpacked once. */
+    grpc_slice bytes = slim__grpc_read_slice(c);
+    Inference__ModelInferRequest *msg = inference__model_infer_request__unpack(
+        NULL, GRPC_SLICE_LENGTH(bytes), GRPC_SLICE_START_PTR(bytes));
+    grpc_slice_unref(bytes);
+    if (!msg) {
         slim__grpc_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "the request is not a valid "
                         "ModelInferRequest message");
         return;
     }
-    slim_server_model *m = acquire(c, head->model_name, head->model_version);
-    inference__model_infer_request__free_unpacked(head, NULL);
+    slim_server_model *m = acquire(c, msg->model_name, msg->model_version);
     if (!m) {
-        free(data);
+        inference__model_infer_request__free_unpacked(msg, NULL);
         return;
     }
     slim_err err = {0};
     int64_t t0 = slim_server_now_ns();
-    slim_status s = slim_server_grpc_infer_decode(data, len, m, &c->rq, &err);
+    slim_status s = slim_server_grpc_infer_decode_msg(msg, m, &c->rq, &err);
     c->decode_ns = slim_server_now_ns() - t0;
-    free(data);
+    inference__model_infer_request__free_unpacked(msg, NULL);
     if (s != SLIM_OK) {
         bool oom = s == SLIM_EOOM || s == SLIM_ENOMEM;
         slim_server_count_failure(m, oom ? SLIM_SERVER_FAIL_MEMORY : SLIM_SERVER_FAIL_BAD_REQUEST,

@@ -79,14 +79,20 @@ static void call_free(slim__grpc_call *c)
     atomic_fetch_sub(&g->calls, 1);
 }
 
-uint8_t *slim__grpc_read(slim__grpc_call *c, size_t *len)
+grpc_slice slim__grpc_read_slice(slim__grpc_call *c)
 {
     grpc_byte_buffer_reader r;
-    *len = 0;
     if (!c->recv || !grpc_byte_buffer_reader_init(&r, c->recv))
-        return NULL;
+        return grpc_empty_slice();
     grpc_slice s = grpc_byte_buffer_reader_readall(&r);
     grpc_byte_buffer_reader_destroy(&r);
+    return s;
+}
+
+uint8_t *slim__grpc_read(slim__grpc_call *c, size_t *len)
+{
+    *len = 0;
+    grpc_slice s = slim__grpc_read_slice(c);
     size_t n = GRPC_SLICE_LENGTH(s);
     uint8_t *out = malloc(n ? n : 1);
     if (out) {
