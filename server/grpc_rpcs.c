@@ -19,6 +19,8 @@
 #include "server.h"
 #include "version.h"
 
+#include <grpc/support/time.h>
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -650,6 +652,17 @@ done:
     return;
 }
 
+/* Microseconds left before the call's deadline; 0: none (or past, then 1). */
+static int64_t call_deadline_us(const slim__grpc_call *c)
+{
+    gpr_timespec d = gpr_convert_clock_type(c->details.deadline, GPR_CLOCK_REALTIME);
+    if (gpr_time_cmp(d, gpr_inf_future(GPR_CLOCK_REALTIME)) == 0)
+        return 0;
+    gpr_timespec left = gpr_time_sub(d, gpr_now(GPR_CLOCK_REALTIME));
+    int64_t us = (int64_t)left.tv_sec * 1000000 + left.tv_nsec / 1000;
+    return us > 0 ? us : 1;
+}
+
 static void rpc_model_infer(slim__grpc_call *c)
 {
     slim_server *srv = c->g->srv;
@@ -692,6 +705,11 @@ static void rpc_model_infer(slim__grpc_call *c)
     /* The deadline as routes.c sets it: the earlier of the request's
      * "timeout" parameter and the model's request_timeout_ms. */
     int64_t mine = c->rq.timeout_us, model = m->cfg.request_timeout_ms * 1000;
+    /* The call's own deadline (tritonclient's client_timeout) counts as a
+     * "timeout" parameter would: past it the client has stopped waiting. */
+    int64_t left = call_deadline_us(c);
+    if (left > 0 && (mine <= 0 || left < mine))
+        mine = left;
     t->timeout_from_request = mine > 0 && (model <= 0 || mine <= model);
     t->run_timeout_us = t->timeout_from_request ? mine : model > 0 ? model : 0;
     t->run_deadline = t->run_timeout_us ? c->t_begin + t->run_timeout_us : 0;

@@ -190,10 +190,6 @@ static void on_event(slim__grpc_call *c, bool ok)
         }
         if (!g->shut)
             request_one(g);
-        /* Counted before `stopping` is read (dispatch), so a drain that
-         * saw none in flight cannot miss this call. */
-        atomic_fetch_add(&g->srv->in_flight, 1);
-        c->counted = true;
         grpc_op op;
         memset(&op, 0, sizeof(op));
         op.op = GRPC_OP_RECV_MESSAGE;
@@ -213,6 +209,12 @@ static void on_event(slim__grpc_call *c, bool ok)
             call_free(c);
             return;
         }
+        /* In flight from here (not while its message is awaited: a client
+         * that never sends one must not hold up a drain), counted before
+         * dispatch reads `stopping`, so a drain that saw none in flight
+         * cannot miss this call. */
+        atomic_fetch_add(&g->srv->in_flight, 1);
+        c->counted = true;
         slim__grpc_dispatch(c);
         return;
     case SLIM__GRPC_SENT:
