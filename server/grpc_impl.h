@@ -68,6 +68,18 @@ void slim__grpc_fail(slim__grpc_call *c, grpc_status_code code, const char *fmt,
     __attribute__((format(printf, 3, 4)));
 /* The gRPC code Triton gives where its HTTP endpoint gives http_status. */
 grpc_status_code slim__grpc_code(int http_status);
+/* ---- shared by the RPCs (grpc_rpcs.c) ---- */
+/* "" is the latest ready version (-1); otherwise canonical digits. */
+bool slim__grpc_parse_version(const char *s, int64_t *out);
+/* The model, or NULL with the call answered (NOT_FOUND, UNAVAILABLE...). */
+slim_server_model *slim__grpc_acquire(slim__grpc_call *c, const char *name, const char *version);
+/* Unpacks the request message as desc; NULL with the call answered. */
+ProtobufCMessage *slim__grpc_unpack(slim__grpc_call *c, const ProtobufCMessageDescriptor *desc);
+/* The RPCs of grpc_models.c. */
+void slim__grpc_model_metadata(slim__grpc_call *c);
+void slim__grpc_model_config(slim__grpc_call *c);
+void slim__grpc_model_statistics(slim__grpc_call *c);
+
 /* Serves call c, whose request message is in; answers it now or later. */
 void slim__grpc_dispatch(slim__grpc_call *c);
 
