@@ -51,7 +51,7 @@ struct slim_server_grpc {
     pthread_t threads[4];
     int n_threads;
     int port;
-    bool shut;                      /* grpc_server_shutdown_and_notify called */
+    atomic_bool shut;               /* grpc_server_shutdown_and_notify called */
     atomic_int calls;               /* call structs alive */
 };
 

@@ -188,7 +188,7 @@ static void on_event(slim__grpc_call *c, bool ok)
             call_free(c);
             return;
         }
-        if (!g->shut)
+        if (!atomic_load(&g->shut))
             request_one(g);
         grpc_op op;
         memset(&op, 0, sizeof(op));
@@ -200,13 +200,13 @@ static void on_event(slim__grpc_call *c, bool ok)
         return;
     }
     case SLIM__GRPC_READ:
-        if (!ok || !c->recv) { /* the client went away, or sent no message */
-            c->code = GRPC_STATUS_CANCELLED;
-            if (ok) {
-                slim__grpc_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "the call carried no request message");
-                return;
-            }
+        if (!ok) { /* the client went away */
             call_free(c);
+            return;
+        }
+        if (!c->recv) { /* it half-closed without a message */
+            slim__grpc_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "the call carried no request "
+                            "message");
             return;
         }
         /* In flight from here (not while its message is awaited: a client
@@ -310,9 +310,8 @@ int slim_server_grpc_port(const slim_server_grpc *g)
 
 void slim_server_grpc_shutdown(slim_server_grpc *g)
 {
-    if (!g || g->shut)
+    if (!g || atomic_exchange(&g->shut, true))
         return;
-    g->shut = true;
     grpc_server_shutdown_and_notify(g->server, g->cq, SHUTDOWN_TAG);
 }
 
