@@ -2,7 +2,7 @@
  * grpc.h - the KServe v2 / Triton gRPC service (inference.GRPCInferenceService,
  * proto/inference.proto) beside the HTTP server, over the gRPC core C API
  * (grpc_server.c: transport, calls, shutdown; grpc_rpcs.c and grpc_models.c:
- * the RPCs;
+ * the RPCs; grpc_stream.c: ModelStreamInfer;
  * grpc_codec.c: ModelInferRequest -> slim_server_infer and outputs ->
  * ModelInferResponse). It reuses the HTTP server's components: the
  * repository, the batcher queues, the statistics, the API key rule, the

@@ -23,11 +23,16 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-typedef enum { SLIM__GRPC_REQUESTED, SLIM__GRPC_READ, SLIM__GRPC_SENT } slim__grpc_phase;
+/* What a completion-queue tag is: a call (unary: REQUESTED, READ, SENT) or
+ * one of a stream's tags (grpc_stream.c). Every tag starts with its phase. */
+typedef enum {
+    SLIM__GRPC_REQUESTED, SLIM__GRPC_READ, SLIM__GRPC_SENT,
+    SLIM__GRPC_STREAM_READ, SLIM__GRPC_STREAM_SENT, SLIM__GRPC_STREAM_DONE,
+} slim__grpc_phase;
 
 typedef struct slim__grpc_call {
+    slim__grpc_phase phase;         /* first: the tag's kind */
     slim_server_grpc *g;
-    slim__grpc_phase phase;
     grpc_call *call;
     grpc_call_details details;
     grpc_metadata_array md;
@@ -79,6 +84,28 @@ ProtobufCMessage *slim__grpc_unpack(slim__grpc_call *c, const ProtobufCMessageDe
 void slim__grpc_model_metadata(slim__grpc_call *c);
 void slim__grpc_model_config(slim__grpc_call *c);
 void slim__grpc_model_statistics(slim__grpc_call *c);
+
+/* ---- ModelStreamInfer (grpc_stream.c) ---- */
+/* Takes call c over as a stream, its first message in c->recv (counted in
+ * flight, c->counted); answers each request as its run ends. */
+void slim__grpc_stream_start(slim__grpc_call *c);
+/* A completion of one of a stream's tags. */
+void slim__grpc_stream_event(void *tag, bool ok);
+/* Frees call c (its struct, its grpc_call, what it holds). */
+void slim__grpc_call_free(slim__grpc_call *c);
+/* The status a failed task is answered with. */
+grpc_status_code slim__grpc_task_code(const slim_server_task *t);
+/* ModelInfer's statistics for one successful request (routes.c's rule). */
+void slim__grpc_count_success(slim_server_model *m, const slim_server_infer *rq,
+                              const slim_server_task *t, int64_t t_begin, int64_t decode_ns,
+                              int64_t t_encode);
+/* Decodes a ModelInferRequest's bytes and queues it as task t (rq, model
+ * reference, deadline); NULL when it is answered already: *code and msg
+ * say how (the caller sends them). */
+slim_server_model *slim__grpc_infer_submit(slim__grpc_call *c, const uint8_t *data, size_t len,
+                                           slim_server_infer *rq, slim_server_task *t,
+                                           int64_t t_begin, int64_t *decode_ns,
+                                           grpc_status_code *code, char *msg, size_t cap);
 
 /* Serves call c, whose request message is in; answers it now or later. */
 void slim__grpc_dispatch(slim__grpc_call *c);

@@ -328,6 +328,29 @@ static int runtime_error_status(slim_status s)
     }
 }
 
+grpc_status_code slim__grpc_task_code(const slim_server_task *t)
+{
+    return slim__grpc_code(t->http_status ? t->http_status : runtime_error_status(t->status));
+}
+
+void slim__grpc_count_success(slim_server_model *m, const slim_server_infer *rq,
+                              const slim_server_task *t, int64_t t_begin, int64_t decode_ns,
+                              int64_t t_encode)
+{
+    slim_server_stats *st = m->stats;
+    atomic_fetch_add(&st->success, 1);
+    atomic_fetch_add(&st->inference_count, (uint64_t)rq->batch);
+    atomic_fetch_add(&st->queue_us, (uint64_t)(t->t_started - t->t_queued));
+    atomic_fetch_add(&st->compute_us, (uint64_t)(t->t_done - t->t_started));
+    uint64_t us = (uint64_t)(slim_server_now_us() - t_begin);
+    atomic_fetch_add(&st->request_us, us);
+    atomic_fetch_add(&st->success_us, us);
+    atomic_fetch_add(&st->input_ns, (uint64_t)(decode_ns + t->input_ns));
+    atomic_fetch_add(&st->infer_ns, (uint64_t)t->infer_ns);
+    atomic_fetch_add(&st->output_ns, (uint64_t)(t->output_ns + slim_server_now_ns() - t_encode));
+    slim_server_stats_touch(st);
+}
+
 /* On the instance thread once the task is done: the answer is packed and
  * handed to gRPC here (neither blocks), the statistics counted as
  * routes.c's slim_server_infer_finish counts them. */
@@ -337,9 +360,8 @@ static void infer_done(slim_server_task *t)
     slim_server_model *m = t->model;
     if (t->status != SLIM_OK) {
         slim_server_count_failure(m, t->failure, c->t_begin);
-        int http = t->http_status ? t->http_status : runtime_error_status(t->status);
-        slim__grpc_fail(c, slim__grpc_code(http), "%s", t->err.msg);
-        goto done;
+        slim__grpc_fail(c, slim__grpc_task_code(t), "%s", t->err.msg);
+        return; /* c may be freed by now (its answer sent, on a queue thread) */
     }
     slim_err err = {0};
     int64_t t_encode = slim_server_now_ns();
@@ -350,24 +372,10 @@ static void infer_done(slim_server_task *t)
         slim_server_count_failure(m, SLIM_SERVER_FAIL_OTHER, c->t_begin);
         slim__grpc_fail(c, err.status == SLIM_EOOM ? GRPC_STATUS_RESOURCE_EXHAUSTED
                                                    : GRPC_STATUS_INTERNAL, "%s", err.msg);
-        goto done;
+        return;
     }
-    slim_server_stats *st = m->stats;
-    atomic_fetch_add(&st->success, 1);
-    atomic_fetch_add(&st->inference_count, (uint64_t)c->rq.batch);
-    atomic_fetch_add(&st->queue_us, (uint64_t)(t->t_started - t->t_queued));
-    atomic_fetch_add(&st->compute_us, (uint64_t)(t->t_done - t->t_started));
-    uint64_t us = (uint64_t)(slim_server_now_us() - c->t_begin);
-    atomic_fetch_add(&st->request_us, us);
-    atomic_fetch_add(&st->success_us, us);
-    atomic_fetch_add(&st->input_ns, (uint64_t)(c->decode_ns + t->input_ns));
-    atomic_fetch_add(&st->infer_ns, (uint64_t)t->infer_ns);
-    atomic_fetch_add(&st->output_ns, (uint64_t)(t->output_ns + slim_server_now_ns() - t_encode));
-    slim_server_stats_touch(st);
+    slim__grpc_count_success(m, &c->rq, t, c->t_begin, c->decode_ns, t_encode);
     slim__grpc_reply_packed(c, bytes, len);
-done:
-    /* c may be freed by now (its answer sent, on a queue thread). */
-    return;
 }
 
 /* Microseconds left before the call's deadline; 0: none (or past, then 1). */
@@ -381,61 +389,95 @@ static int64_t call_deadline_us(const slim__grpc_call *c)
     return us > 0 ? us : 1;
 }
 
-static void rpc_model_infer(slim__grpc_call *c)
+/* The model named by msg, a new reference; NULL with *code and msg set. */
+static slim_server_model *infer_model(slim__grpc_call *c, const Inference__ModelInferRequest *q,
+                                      grpc_status_code *code, char *msg, size_t cap)
 {
-    slim_server *srv = c->g->srv;
-    c->t_begin = slim_server_now_us();
-    /* One slice (a copy only when the message came in pieces), unpacked once. */
-    grpc_slice bytes = slim__grpc_read_slice(c);
-    Inference__ModelInferRequest *msg = inference__model_infer_request__unpack(
-        NULL, GRPC_SLICE_LENGTH(bytes), GRPC_SLICE_START_PTR(bytes));
-    grpc_slice_unref(bytes);
-    if (!msg) {
-        slim__grpc_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "the request is not a valid "
-                        "ModelInferRequest message");
-        return;
+    int64_t v;
+    if (!slim__grpc_parse_version(q->model_version, &v)) {
+        *code = GRPC_STATUS_INVALID_ARGUMENT;
+        snprintf(msg, cap, "model version \"%s\" is not a number (digits, no leading zero)",
+                 q->model_version);
+        return NULL;
     }
-    slim_server_model *m = slim__grpc_acquire(c, msg->model_name, msg->model_version);
+    int status = 404;
+    slim_server_model *m = slim_server_repo_acquire(&c->g->srv->repo, q->model_name, v, &status,
+                                                    msg, cap);
+    if (!m)
+        *code = slim__grpc_code(status);
+    return m;
+}
+
+slim_server_model *slim__grpc_infer_submit(slim__grpc_call *c, const uint8_t *data, size_t len,
+                                           slim_server_infer *rq, slim_server_task *t,
+                                           int64_t t_begin, int64_t *decode_ns,
+                                           grpc_status_code *code, char *msg, size_t cap)
+{
+    Inference__ModelInferRequest *q = inference__model_infer_request__unpack(NULL, len, data);
+    if (!q) {
+        *code = GRPC_STATUS_INVALID_ARGUMENT;
+        snprintf(msg, cap, "the request is not a valid ModelInferRequest message");
+        return NULL;
+    }
+    slim_server_model *m = infer_model(c, q, code, msg, cap);
     if (!m) {
-        inference__model_infer_request__free_unpacked(msg, NULL);
-        return;
+        inference__model_infer_request__free_unpacked(q, NULL);
+        return NULL;
     }
     slim_err err = {0};
     int64_t t0 = slim_server_now_ns();
-    slim_status s = slim_server_grpc_infer_decode_msg(msg, m, &c->rq, &err);
-    c->decode_ns = slim_server_now_ns() - t0;
-    inference__model_infer_request__free_unpacked(msg, NULL);
+    slim_status s = slim_server_grpc_infer_decode_msg(q, m, rq, &err);
+    *decode_ns = slim_server_now_ns() - t0;
+    inference__model_infer_request__free_unpacked(q, NULL);
     if (s != SLIM_OK) {
         bool oom = s == SLIM_EOOM || s == SLIM_ENOMEM;
         slim_server_count_failure(m, oom ? SLIM_SERVER_FAIL_MEMORY : SLIM_SERVER_FAIL_BAD_REQUEST,
-                                  c->t_begin);
-        slim__grpc_fail(c, oom ? GRPC_STATUS_RESOURCE_EXHAUSTED : GRPC_STATUS_INVALID_ARGUMENT,
-                        "%s", err.msg);
+                                  t_begin);
+        *code = oom ? GRPC_STATUS_RESOURCE_EXHAUSTED : GRPC_STATUS_INVALID_ARGUMENT;
+        snprintf(msg, cap, "%s", err.msg);
         slim_server_model_release(m);
-        return;
+        return NULL;
     }
-    c->rq.max_reply_bytes = srv->opts.max_response_bytes;
-    slim_server_task *t = &c->task;
-    t->model = m;
-    t->rq = &c->rq;
-    t->done = infer_done;
-    t->user = c;
+    rq->max_reply_bytes = c->g->srv->opts.max_response_bytes;
+    t->model = m; /* released with the request (the caller's) */
+    t->rq = rq;
     /* The deadline as routes.c sets it: the earlier of the request's
-     * "timeout" parameter and the model's request_timeout_ms. */
-    int64_t mine = c->rq.timeout_us, model = m->cfg.request_timeout_ms * 1000;
-    /* The call's own deadline (tritonclient's client_timeout) counts as a
-     * "timeout" parameter would: past it the client has stopped waiting. */
+     * "timeout" parameter and the model's request_timeout_ms. The call's
+     * own deadline (tritonclient's client_timeout) counts as a "timeout"
+     * parameter would: past it the client has stopped waiting. */
+    int64_t mine = rq->timeout_us, model = m->cfg.request_timeout_ms * 1000;
     int64_t left = call_deadline_us(c);
     if (left > 0 && (mine <= 0 || left < mine))
         mine = left;
     t->timeout_from_request = mine > 0 && (model <= 0 || mine <= model);
     t->run_timeout_us = t->timeout_from_request ? mine : model > 0 ? model : 0;
-    t->run_deadline = t->run_timeout_us ? c->t_begin + t->run_timeout_us : 0;
-    int64_t queue_timeout = m->cfg.batching.allow_timeout_override ? c->rq.timeout_us : 0;
+    t->run_deadline = t->run_timeout_us ? t_begin + t->run_timeout_us : 0;
+    int64_t queue_timeout = m->cfg.batching.allow_timeout_override ? rq->timeout_us : 0;
     if (!slim_server_batcher_submit(m->batcher, t, queue_timeout, &err)) {
-        slim_server_count_failure(m, SLIM_SERVER_FAIL_REJECTED, c->t_begin);
-        slim__grpc_fail(c, GRPC_STATUS_UNAVAILABLE, "%s", err.msg);
+        slim_server_count_failure(m, SLIM_SERVER_FAIL_REJECTED, t_begin);
+        *code = GRPC_STATUS_UNAVAILABLE;
+        snprintf(msg, cap, "%s", err.msg);
+        return NULL; /* t->model stays set: the caller releases it */
     }
+    return m;
+}
+
+static void rpc_model_infer(slim__grpc_call *c)
+{
+    c->t_begin = slim_server_now_us();
+    c->task.done = infer_done;
+    c->task.user = c;
+    /* One slice (a copy only when the message came in pieces), unpacked once. */
+    grpc_slice bytes = slim__grpc_read_slice(c);
+    grpc_status_code code;
+    char msg[1200];
+    slim_server_model *m = slim__grpc_infer_submit(c, GRPC_SLICE_START_PTR(bytes),
+                                                   GRPC_SLICE_LENGTH(bytes), &c->rq, &c->task,
+                                                   c->t_begin, &c->decode_ns, &code, msg,
+                                                   sizeof(msg));
+    grpc_slice_unref(bytes);
+    if (!m) /* c->task.model, if set, is released with c */
+        slim__grpc_fail(c, code, "%s", msg);
 }
 
 /* ---- dispatch ----------------------------------------------------------- */
@@ -459,6 +501,7 @@ static const rpc RPCS[] = {
     {"RepositoryModelLoad", rpc_load, false},
     {"RepositoryModelUnload", rpc_unload, false},
     {"LogSettings", rpc_log_settings, false},
+    {"ModelStreamInfer", slim__grpc_stream_start, false},
 };
 
 void slim__grpc_dispatch(slim__grpc_call *c)

@@ -55,7 +55,7 @@ static void request_one(slim_server_grpc *g)
     }
 }
 
-static void call_free(slim__grpc_call *c)
+void slim__grpc_call_free(slim__grpc_call *c)
 {
     slim_server_grpc *g = c->g;
     if (c->task.model) { /* a ModelInfer that was decoded */
@@ -125,7 +125,7 @@ static void send_answer(slim__grpc_call *c)
     grpc_slice_unref(details); /* the batch holds its own reference */
     if (e != GRPC_CALL_OK) {
         slim_server_log(SLIM_LOG_WARN, NULL, "grpc: could not answer a call (error %d)", (int)e);
-        call_free(c);
+        slim__grpc_call_free(c);
     }
 }
 
@@ -179,13 +179,19 @@ grpc_status_code slim__grpc_code(int http_status)
 }
 
 /* One completion of call c's tag. */
-static void on_event(slim__grpc_call *c, bool ok)
+static void on_event(void *tag, bool ok)
 {
+    slim__grpc_phase phase = *(slim__grpc_phase *)tag;
+    if (phase >= SLIM__GRPC_STREAM_READ) {
+        slim__grpc_stream_event(tag, ok);
+        return;
+    }
+    slim__grpc_call *c = tag;
     slim_server_grpc *g = c->g;
-    switch (c->phase) {
+    switch (phase) {
     case SLIM__GRPC_REQUESTED: {
         if (!ok) { /* the server is shutting down */
-            call_free(c);
+            slim__grpc_call_free(c);
             return;
         }
         if (!atomic_load(&g->shut))
@@ -196,12 +202,12 @@ static void on_event(slim__grpc_call *c, bool ok)
         op.data.recv_message.recv_message = &c->recv;
         c->phase = SLIM__GRPC_READ;
         if (grpc_call_start_batch(c->call, &op, 1, c, NULL) != GRPC_CALL_OK)
-            call_free(c);
+            slim__grpc_call_free(c);
         return;
     }
     case SLIM__GRPC_READ:
         if (!ok) { /* the client went away */
-            call_free(c);
+            slim__grpc_call_free(c);
             return;
         }
         if (!c->recv) { /* it half-closed without a message */
@@ -218,7 +224,9 @@ static void on_event(slim__grpc_call *c, bool ok)
         slim__grpc_dispatch(c);
         return;
     case SLIM__GRPC_SENT:
-        call_free(c);
+        slim__grpc_call_free(c);
+        return;
+    default:
         return;
     }
 }

@@ -7,6 +7,8 @@ Starts the real server on free loopback ports (HTTP and --grpc-port) with the
 example models (models/gen_models.py) and runs one client script through
 tritonclient.http and tritonclient.grpc: health, server and model metadata,
 model config, repository index, unload and load, binary infer, statistics.
+ModelStreamInfer answers every request on the stream (errors as
+error_message) and survives a client that cancels it.
 Every call must succeed on both, with equal answers (outputs bitwise). Then:
 the errors (unknown model, bad shape, bad datatype, missing and wrong API key)
 give the gRPC codes Triton gives; concurrent gRPC infers all answer right;
@@ -311,6 +313,45 @@ class Tests:
                 check(e.code() == grpc.StatusCode.INVALID_ARGUMENT and "missing input" in e.details(),
                       f"no inputs: {e.code()} {e.details()}")
 
+    def t_stream(self):
+        """ModelStreamInfer: every request answered on the stream, failures as
+        error_message (the stream goes on), outputs equal to ModelInfer's."""
+        import queue
+        want = self.grpc.infer("mlp", [self.inp(self.x[:1])]).as_numpy("probs")
+        c = tg.InferenceServerClient(f"{HOST}:{self.srv.grpc_port}")
+        q = queue.Queue()
+        c.start_stream(callback=lambda result, error: q.put((result, error)))
+        for k in range(30):
+            c.async_stream_infer("mlp", [self.inp(self.x[:1])], request_id=f"r{k}")
+        bad = tg.InferInput("input", [1, 783], "FP32")
+        bad.set_data_from_numpy(np.zeros((1, 783), np.float32))
+        c.async_stream_infer("mlp", [bad], request_id="bad")
+        c.async_stream_infer("nope", [self.inp(self.x[:1])], request_id="nope")
+        got = [q.get(timeout=60) for _ in range(32)]
+        c.stop_stream()
+        errors = sorted(str(e) for r, e in got if e is not None)
+        ok = [r for r, e in got if e is None]
+        check(len(ok) == 30 and len(errors) == 2, f"{len(ok)} answers, errors {errors}")
+        check("shape" in errors[1] and "nope" in errors[0], f"errors {errors}")
+        check(sorted(r.get_response().id for r in ok) == sorted(f"r{k}" for k in range(30)),
+              "stream answers' ids")
+        check(all(r.as_numpy("probs").tobytes() == want.tobytes() for r in ok),
+              "stream outputs differ from ModelInfer's")
+
+    def t_stream_cancelled(self):
+        """A client that cancels its stream with requests running leaves the
+        server serving."""
+        c = tg.InferenceServerClient(f"{HOST}:{self.srv.grpc_port}")
+        c.start_stream(callback=lambda result, error: None)
+        big = np.zeros((32, 784), np.float32)
+        for k in range(40):
+            c.async_stream_infer("mlp", [self.inp(big)], request_id=f"c{k}")
+        c.stop_stream(cancel_requests=True)
+        time.sleep(0.5)
+        check(self.grpc.is_server_live(), "not live after a cancelled stream")
+        got = self.grpc.infer("mlp", [self.inp(self.x[:1])]).as_numpy("probs")
+        check(got.shape == (1, 10), "infer after a cancelled stream")
+
     def inp(self, arr):
         i = tg.InferInput("input", list(arr.shape), "FP32")
         i.set_data_from_numpy(arr)
@@ -390,6 +431,8 @@ def main():
         r.case("error_codes", t.t_errors)
         r.case("typed_contents", t.t_typed_contents)
         r.case("concurrent_infer", t.t_concurrent)
+        r.case("stream_infer", t.t_stream)
+        r.case("stream_cancelled", t.t_stream_cancelled)
         r.case("health_while_busy", t.t_health_while_busy)
     finally:
         code = srv.stop()
