@@ -26,9 +26,17 @@
 /* What a completion-queue tag is: a call (unary: REQUESTED, READ, SENT) or
  * one of a stream's tags (grpc_stream.c). Every tag starts with its phase. */
 typedef enum {
-    SLIM__GRPC_REQUESTED, SLIM__GRPC_READ, SLIM__GRPC_SENT,
+    SLIM__GRPC_REQUESTED, SLIM__GRPC_READ, SLIM__GRPC_SENT, SLIM__GRPC_CLOSED,
     SLIM__GRPC_STREAM_READ, SLIM__GRPC_STREAM_SENT, SLIM__GRPC_STREAM_DONE,
 } slim__grpc_phase;
+
+struct slim__grpc_call;
+
+/* The tag of a call's early RECV_CLOSE_ON_SERVER (phase CLOSED). */
+typedef struct slim__grpc_close_tag {
+    slim__grpc_phase phase;
+    struct slim__grpc_call *c;
+} slim__grpc_close_tag;
 
 typedef struct slim__grpc_call {
     slim__grpc_phase phase;         /* first: the tag's kind */
@@ -43,6 +51,13 @@ typedef struct slim__grpc_call {
     char *msg;
     int close_cancelled;
     bool counted;                   /* in srv->in_flight */
+    /* ModelInfer watches for its client leaving: a RECV_CLOSE_ON_SERVER of
+     * its own (close_tag, CLOSED) from the start, so the call is freed on
+     * the later of that and SENT (tags counts them down). */
+    slim__grpc_close_tag close_tag;
+    bool close_early;
+    atomic_int tags;
+    atomic_bool gone;               /* the client cancelled (the batcher asks) */
     /* ModelInfer under way */
     int64_t t_begin, decode_ns;
     slim_server_infer rq;
@@ -106,6 +121,9 @@ slim_server_model *slim__grpc_infer_submit(slim__grpc_call *c, const uint8_t *da
                                            slim_server_infer *rq, slim_server_task *t,
                                            int64_t t_begin, int64_t *decode_ns,
                                            grpc_status_code *code, char *msg, size_t cap);
+
+/* Starts watching for c's client leaving (c->gone); false if it cannot. */
+bool slim__grpc_watch_close(slim__grpc_call *c);
 
 /* Serves call c, whose request message is in; answers it now or later. */
 void slim__grpc_dispatch(slim__grpc_call *c);

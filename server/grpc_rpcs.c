@@ -462,11 +462,20 @@ slim_server_model *slim__grpc_infer_submit(slim__grpc_call *c, const uint8_t *da
     return m;
 }
 
+/* Whether the client cancelled (a flag set on a queue thread: cheap). */
+static bool infer_gone(slim_server_task *t)
+{
+    const slim__grpc_call *c = t->user;
+    return atomic_load(&c->gone);
+}
+
 static void rpc_model_infer(slim__grpc_call *c)
 {
     c->t_begin = slim_server_now_us();
     c->task.done = infer_done;
     c->task.user = c;
+    if (slim__grpc_watch_close(c))
+        c->task.gone = infer_gone;
     /* One slice (a copy only when the message came in pieces), unpacked once. */
     grpc_slice bytes = slim__grpc_read_slice(c);
     grpc_status_code code;

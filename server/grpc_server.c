@@ -103,7 +103,26 @@ uint8_t *slim__grpc_read(slim__grpc_call *c, size_t *len)
     return out;
 }
 
-/* Status, message (if any) and close in one batch; SENT frees the call. */
+bool slim__grpc_watch_close(slim__grpc_call *c)
+{
+    grpc_op op;
+    memset(&op, 0, sizeof(op));
+    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    op.data.recv_close_on_server.cancelled = &c->close_cancelled;
+    c->close_tag.phase = SLIM__GRPC_CLOSED;
+    c->close_tag.c = c;
+    atomic_store(&c->tags, 2);
+    c->close_early = true;
+    if (grpc_call_start_batch(c->call, &op, 1, &c->close_tag, NULL) != GRPC_CALL_OK) {
+        c->close_early = false;
+        return false;
+    }
+    return true;
+}
+
+/* Status, message (if any) and close in one batch (the close is already
+ * asked for when the call watches for its client leaving); SENT frees the
+ * call, or the later of SENT and CLOSED. */
 static void send_answer(slim__grpc_call *c)
 {
     grpc_op ops[4];
@@ -118,14 +137,17 @@ static void send_answer(slim__grpc_call *c)
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
     ops[n].data.send_status_from_server.status = c->code;
     ops[n++].data.send_status_from_server.status_details = &details;
-    ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-    ops[n++].data.recv_close_on_server.cancelled = &c->close_cancelled;
+    if (!c->close_early) {
+        ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+        ops[n++].data.recv_close_on_server.cancelled = &c->close_cancelled;
+    }
     c->phase = SLIM__GRPC_SENT;
     grpc_call_error e = grpc_call_start_batch(c->call, ops, n, c, NULL);
     grpc_slice_unref(details); /* the batch holds its own reference */
     if (e != GRPC_CALL_OK) {
         slim_server_log(SLIM_LOG_WARN, NULL, "grpc: could not answer a call (error %d)", (int)e);
-        slim__grpc_call_free(c);
+        if (!c->close_early || atomic_fetch_sub(&c->tags, 1) == 1)
+            slim__grpc_call_free(c);
     }
 }
 
@@ -186,6 +208,13 @@ static void on_event(void *tag, bool ok)
         slim__grpc_stream_event(tag, ok);
         return;
     }
+    if (phase == SLIM__GRPC_CLOSED) {
+        slim__grpc_call *cc = ((slim__grpc_close_tag *)tag)->c;
+        atomic_store(&cc->gone, !ok || cc->close_cancelled);
+        if (atomic_fetch_sub(&cc->tags, 1) == 1)
+            slim__grpc_call_free(cc);
+        return;
+    }
     slim__grpc_call *c = tag;
     slim_server_grpc *g = c->g;
     switch (phase) {
@@ -224,7 +253,8 @@ static void on_event(void *tag, bool ok)
         slim__grpc_dispatch(c);
         return;
     case SLIM__GRPC_SENT:
-        slim__grpc_call_free(c);
+        if (!c->close_early || atomic_fetch_sub(&c->tags, 1) == 1)
+            slim__grpc_call_free(c);
         return;
     default:
         return;

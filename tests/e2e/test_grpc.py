@@ -352,6 +352,31 @@ class Tests:
         got = self.grpc.infer("mlp", [self.inp(self.x[:1])]).as_numpy("probs")
         check(got.shape == (1, 10), "infer after a cancelled stream")
 
+    def t_client_gone(self):
+        """Calls the client cancels (or whose deadline passes) while queued or
+        running are dropped; the server keeps serving and counts them failed."""
+        from tritonclient.grpc import service_pb2, service_pb2_grpc
+        big = np.zeros((32, 784), np.float32)
+        req = service_pb2.ModelInferRequest(model_name="mlp")
+        req.inputs.add(name="input", datatype="FP32", shape=[32, 784])
+        req.raw_input_contents.append(big.tobytes())
+        with grpc.insecure_channel(f"{HOST}:{self.srv.grpc_port}") as ch:
+            stub = service_pb2_grpc.GRPCInferenceServiceStub(ch)
+            futs = [stub.ModelInfer.future(req, timeout=30) for _ in range(40)]
+            for f in futs:
+                f.cancel()
+            short = [stub.ModelInfer.future(req, timeout=0.002) for _ in range(20)]
+            for f in short:
+                try:
+                    f.result()
+                except grpc.RpcError as e:
+                    check(e.code() in (grpc.StatusCode.DEADLINE_EXCEEDED,
+                                       grpc.StatusCode.CANCELLED), f"short deadline: {e.code()}")
+        time.sleep(0.5)
+        check(self.grpc.is_server_live(), "not live after cancelled calls")
+        got = self.grpc.infer("mlp", [self.inp(self.x[:1])]).as_numpy("probs")
+        check(got.shape == (1, 10), "infer after cancelled calls")
+
     def inp(self, arr):
         i = tg.InferInput("input", list(arr.shape), "FP32")
         i.set_data_from_numpy(arr)
@@ -431,6 +456,7 @@ def main():
         r.case("error_codes", t.t_errors)
         r.case("typed_contents", t.t_typed_contents)
         r.case("concurrent_infer", t.t_concurrent)
+        r.case("client_gone", t.t_client_gone)
         r.case("stream_infer", t.t_stream)
         r.case("stream_cancelled", t.t_stream_cancelled)
         r.case("health_while_busy", t.t_health_while_busy)
