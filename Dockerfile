@@ -87,7 +87,7 @@ LABEL org.opencontainers.image.title="slimserve" \
       org.opencontainers.image.base.name="${BASE}"
 # Numeric, so Kubernetes' runAsNonRoot can check it without /etc/passwd.
 USER 10001:10001
-EXPOSE 8000
+EXPOSE 8000 8001
 STOPSIGNAL SIGTERM
 HEALTHCHECK --interval=10s --timeout=3s --start-period=60s --retries=3 \
     CMD ["/usr/local/bin/slimserve-ready", "8000"]

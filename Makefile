@@ -6,7 +6,7 @@ ASAN_BUILD ?= build-asan
 FUZZ_BUILD ?= build-fuzz
 # libFuzzer time per target in `make fuzz` (`make test` only replays fixed inputs).
 FUZZ_SECONDS      ?= 600
-FUZZ_TARGETS      := fuzz_onnx fuzz_onnx_graph fuzz_slim fuzz_npy fuzz_npz fuzz_image fuzz_infer_request fuzz_config fuzz_pbtxt
+FUZZ_TARGETS      := fuzz_onnx fuzz_onnx_graph fuzz_slim fuzz_npy fuzz_npz fuzz_image fuzz_infer_request fuzz_config fuzz_pbtxt fuzz_grpc_infer
 PY         := $(CURDIR)/.venv/bin/python
 JOBS       ?= $(shell nproc)
 CMAKE_ARGS ?=

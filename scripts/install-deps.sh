@@ -12,6 +12,7 @@ APT_PACKAGES=(
     check                                   # unit tests
     clang libclang-rt-14-dev                # libFuzzer targets (make fuzz)
     libmicrohttpd-dev libcjson-dev          # HTTP server, JSON
+    libgrpc-dev                             # the gRPC service (gRPC core's C API)
     zlib1g-dev                              # compressed .npz pruning masks (quant/npz.c)
     libjpeg62-turbo-dev libpng-dev libtiff-dev libwebp-dev libopenjp2-7-dev
                                             # ImageDecoder's codecs (kernels/cpu/image_codecs.c)
@@ -19,8 +20,9 @@ APT_PACKAGES=(
 )
 # onnx 1.22.0 is the last release that ships the backend node test data.
 # kubernetes-validate and pyyaml: the deploy manifests' schema test; matplotlib:
-# the soak's plot.
-PIP_PACKAGES=(onnx==1.22.0 onnxruntime numpy "tritonclient[http]" prometheus_client
+# the soak's plot; tritonclient[grpc]: the gRPC service's test and bench (grpcio
+# named too: the check below reads package names, not extras).
+PIP_PACKAGES=(onnx==1.22.0 onnxruntime numpy "tritonclient[http]" "tritonclient[grpc]" grpcio prometheus_client
               kubernetes-validate pyyaml matplotlib)
 
 missing=()

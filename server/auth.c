@@ -44,14 +44,8 @@ static bool exempt(const slim_server *srv, const char *url)
            (strcmp(url, "/metrics") == 0 && !srv->opts.api_key_metrics);
 }
 
-bool slim_server_auth_check(slim_server_request *req)
+bool slim_server_auth_key_ok(const char *key, const char *auth, const char *xkey)
 {
-    const char *key = req->srv->opts.api_key;
-    if (!key || exempt(req->srv, req->url))
-        return true;
-    const char *auth = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
-                                                   MHD_HTTP_HEADER_AUTHORIZATION);
-    const char *xkey = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "X-API-Key");
     bool ok = false;
     if (auth && strncasecmp(auth, "Bearer ", 7) == 0) {
         const char *token = auth + 7;
@@ -61,6 +55,18 @@ bool slim_server_auth_check(slim_server_request *req)
     }
     if (!ok && xkey)
         ok = diff_const_time(key, xkey) == 0;
+    return ok;
+}
+
+bool slim_server_auth_check(slim_server_request *req)
+{
+    const char *key = req->srv->opts.api_key;
+    if (!key || exempt(req->srv, req->url))
+        return true;
+    const char *auth = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND,
+                                                   MHD_HTTP_HEADER_AUTHORIZATION);
+    const char *xkey = MHD_lookup_connection_value(req->conn, MHD_HEADER_KIND, "X-API-Key");
+    bool ok = slim_server_auth_key_ok(key, auth, xkey);
     if (ok)
         return true;
     atomic_fetch_add(&req->srv->unauthorized, 1);

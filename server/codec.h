@@ -115,6 +115,12 @@ slim_status slim_server_infer_encode(const slim_server_infer *rq, const slim_ser
                                      const slim_tensor *outs, int n_outs,
                                      slim_server_reply *reply, slim_err *err);
 void slim_server_infer_free(slim_server_infer *rq);
+/* Checks input t's shape against io, the model's declared input (rank,
+ * fixed dims, the batch dim against max_batch_size); the gRPC codec uses
+ * it too, so both protocols refuse a shape with the same words. */
+typedef struct slim_server_io slim_server_io;
+slim_status slim_server_infer_check_shape(const slim_server_model *m, const slim_server_io *io,
+                                          const slim_tensor *t, slim_err *err);
 
 /* ---- datatype names (datatype.c) ---------------------------------------- */
 

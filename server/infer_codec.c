@@ -299,8 +299,8 @@ static int find_model_io(const slim_server_io *ios, int n, const char *name)
 }
 
 /* Checks the request's shape against the resolved config. */
-static slim_status check_shape(const slim_server_model *m, const slim_server_io *io,
-                               const slim_tensor *t, slim_err *err)
+slim_status slim_server_infer_check_shape(const slim_server_model *m, const slim_server_io *io,
+                                          const slim_tensor *t, slim_err *err)
 {
     int batch = m->cfg.max_batch_size > 0;
     char want[256], got[256];
@@ -373,7 +373,7 @@ static slim_status decode_input(const cJSON *in, const slim_server_model *m, bin
                              name);
         numel *= (double)t->dims[t->ndim++];
     }
-    slim_status s = check_shape(m, io, t, err);
+    slim_status s = slim_server_infer_check_shape(m, io, t, err);
     if (s != SLIM_OK)
         return s;
 

@@ -10,6 +10,7 @@
 #include "alloc.h"
 #include "batcher.h"
 #include "device.h"
+#include "grpc.h"
 #include "log.h"
 #include "memory.h"
 #include "metrics_port.h"
@@ -32,6 +33,8 @@ static void usage(FILE *f)
             "                           DIR/<name>/<version>/model.onnx\n"
             "  --host ADDR              address to listen on (default 127.0.0.1)\n"
             "  --http-port N            port (default 8000; 0 picks a free one)\n"
+            "  --grpc-port N            the KServe v2 / Triton gRPC service's port (default\n"
+            "                           8001; 0: no gRPC)\n"
             "  --metrics-port N         /metrics on a port of its own too, as Triton serves it\n"
             "                           (default 8002, skipped with a warning when taken;\n"
             "                           0: off)\n"
@@ -95,6 +98,31 @@ static bool parse_count(const char *flag, const char *v, long long lo, long long
 /* --metrics-port: kept here, it only concerns main (metrics_port.h). */
 static int metrics_port = 8002;
 static bool metrics_port_given;
+/* --grpc-port: beside the HTTP server's options, which do not know gRPC. */
+static int grpc_port = 8001;
+static bool grpc_port_given;
+
+/* Takes --grpc-port N out of argv (parse_args sees the rest): the gRPC
+ * service is started here, beside the HTTP server, whose options it is not. */
+static int take_grpc_port(int *argc, char **argv)
+{
+    int out = 1;
+    for (int i = 1; i < *argc; i++) {
+        if (strcmp(argv[i], "--grpc-port") != 0) {
+            argv[out++] = argv[i];
+            continue;
+        }
+        long long n;
+        if (!parse_count(argv[i], i + 1 < *argc ? argv[i + 1] : NULL, 0, 65535, &n))
+            return 2;
+        grpc_port = (int)n;
+        grpc_port_given = true;
+        i++;
+    }
+    *argc = out;
+    argv[out] = NULL;
+    return 0;
+}
 
 static int parse_args(int argc, char **argv, slim_server_opts *o)
 {
@@ -273,7 +301,9 @@ int main(int argc, char **argv)
 {
     slim_init();
     slim_server_opts opts;
-    int rc = parse_args(argc, argv, &opts);
+    int rc = take_grpc_port(&argc, argv);
+    if (!rc)
+        rc = parse_args(argc, argv, &opts);
     if (rc)
         return rc;
 
@@ -314,6 +344,28 @@ int main(int argc, char **argv)
     if (mp)
         slim_server_log(SLIM_LOG_INFO, NULL, "metrics on http://%s:%d/metrics", opts.host,
                         slim_server_metrics_port_bound(mp));
+    /* gRPC beside HTTP. A build without it serves HTTP alone, and says so
+     * when the port was asked for by name. */
+    slim_server_grpc *grpc = NULL;
+    if (grpc_port && slim_server_grpc_available()) {
+        if (slim_server_grpc_start(&srv, opts.host, grpc_port, &grpc, &err) != SLIM_OK) {
+            /* Asked for by name, a port that cannot be had is fatal; the
+             * default one (another server on this host holds 8001) is not. */
+            if (grpc_port_given) {
+                slim_server_log(SLIM_LOG_ERROR, NULL, "%s", err.msg);
+                slim_server_metrics_port_stop(mp);
+                slim_server_stop(&srv);
+                return 1;
+            }
+            slim_server_log(SLIM_LOG_WARN, NULL, "%s; serving HTTP only", err.msg);
+        } else {
+            slim_server_log(SLIM_LOG_INFO, NULL, "gRPC (inference.GRPCInferenceService) on "
+                            "%s:%d", opts.host, slim_server_grpc_port(grpc));
+        }
+    } else if (grpc_port && grpc_port_given) {
+        slim_server_log(SLIM_LOG_WARN, NULL, "--grpc-port %d: this slimserve was built without "
+                        "gRPC (libgrpc-dev was not found); serving HTTP only", grpc_port);
+    }
     /* Text: on stdout, as it always was. JSON: a log line like the rest. */
     if (slim_server_log_format() == SLIM_LOG_TEXT) {
         printf("slimserve %s: listening on http://%s:%d (repository %s, %d workers)\n",
@@ -340,6 +392,8 @@ int main(int argc, char **argv)
                     "(--shutdown-grace %d s)", sig == SIGINT ? "SIGINT" : "SIGTERM",
                     opts.shutdown_grace_s);
     slim_server_metrics_port_stop(mp);
+    /* No new gRPC calls; those under way drain with the HTTP requests. */
+    slim_server_grpc_shutdown(grpc);
     if (!slim_server_stop(&srv)) {
         /* A run that does not stop when cancelled (a kernel that never
          * checks) holds its connection suspended, and libmicrohttpd aborts
@@ -349,6 +403,7 @@ int main(int argc, char **argv)
         fflush(NULL);
         _exit(0);
     }
+    slim_server_grpc_free(grpc);
     slim_server_log(SLIM_LOG_INFO, NULL, "stopped");
     return 0;
 }

@@ -186,9 +186,10 @@ def case_deployment(docs):
     check(all(labels.get(k) == v for k, v in svc["spec"]["selector"].items()),
           f"Service selector {svc['spec']['selector']} does not match the pods {labels}")
     names = {p.get("name"): p["containerPort"] for p in c["ports"]}
+    check(names.get("grpc") == 8001, f"container ports {names}: gRPC (--grpc-port 8001) missing")
     for p in svc["spec"]["ports"]:
         t = p.get("targetPort", p["port"])
-        want = 8002 if p.get("name") == "metrics" else 8000
+        want = {"metrics": 8002, "grpc": 8001}.get(p.get("name"), 8000)
         check(names.get(t, t) == want, f"Service port {p} does not reach {want}")
     # --metrics-port's default (server/main.c), where the scrape annotation points
     metrics = int(pod["metadata"].get("annotations", {}).get("prometheus.io/port", 0))
@@ -236,7 +237,7 @@ def case_kserve(docs):
                   f"format {f}: priority is an integer >= 1, and needs autoSelect")
         formats[f["name"]] = f
     check({"onnx", "slim"} <= set(formats), f"formats {sorted(formats)}")
-    check(spec["protocolVersions"] == ["v2"], f"protocols {spec['protocolVersions']}")
+    check(spec["protocolVersions"] == ["v2", "grpc-v2"], f"protocols {spec['protocolVersions']}")
     for k, v in spec.get("annotations", {}).items():
         check(isinstance(v, str), f"annotation {k} is not a string")
     containers = spec["containers"]
@@ -256,6 +257,8 @@ def case_kserve(docs):
     startup = c.get("startupProbe", {}).get("httpGet", {})
     check(startup.get("path") == "/v2/health/ready" and startup.get("port") == 8080,
           f"ClusterServingRuntime startupProbe {startup}")
+    check(opts.get("--grpc-port") == "9000", f"grpc-v2: --grpc-port {opts.get('--grpc-port')}, "
+          "KServe's gRPC predictor port is 9000")
 
     isvc = by_kind(docs, "InferenceService")[0]
     check(isvc["apiVersion"] == "serving.kserve.io/v1beta1", f"apiVersion {isvc['apiVersion']}")

@@ -19,6 +19,8 @@
   fuzz_pbtxt                  Triton config.pbtxt files: every field the
                               mapping reads, the text format's forms
                               (lists, <> messages, escapes, comments)
+  fuzz_grpc_infer             ModelInferRequest messages (raw and typed
+                              contents) for fuzz_grpc_infer.c's two models
 """
 import argparse
 import glob
@@ -215,6 +217,64 @@ def request_seeds(out):
         write(os.path.join(d, name + ".bin"), data)
 
 
+# ---- protobuf, by hand: ModelInferRequest (proto/inference.proto) ----------
+
+def pb_varint(n):
+    n &= (1 << 64) - 1  # negative int64: ten bytes, two's complement
+    out = bytearray()
+    while True:
+        b = n & 0x7F
+        n >>= 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def pb_bytes(field, data):
+    return pb_varint(field << 3 | 2) + pb_varint(len(data)) + data
+
+
+def pb_packed(field, values):
+    return pb_bytes(field, b"".join(pb_varint(v) for v in values))
+
+
+def pb_input(name, datatype, shape, contents=b""):
+    body = pb_bytes(1, name.encode()) + pb_bytes(2, datatype.encode()) + pb_packed(3, shape)
+    return pb_bytes(5, body + (pb_bytes(5, contents) if contents else b""))
+
+
+def pb_param(key, value_msg):
+    return pb_bytes(4, pb_bytes(1, key.encode()) + pb_bytes(2, value_msg))
+
+
+def grpc_request_seeds(out):
+    d = os.path.join(out, "fuzz_grpc_infer")
+    seeds = {}
+    x = np.arange(8, dtype=np.float32).tobytes()
+    ids = np.arange(6, dtype=np.int64).tobytes()
+    seeds["raw_batch"] = bytes([0]) + (
+        pb_bytes(1, b"m") + pb_bytes(3, b"r1") + pb_param("timeout", pb_varint(2 << 3) + pb_varint(5000))
+        + pb_input("x", "FP32", [2, 4]) + pb_input("ids", "INT64", [2, 3])
+        + pb_bytes(6, pb_bytes(1, b"y")) + pb_bytes(7, x) + pb_bytes(7, ids))
+    fp32 = pb_bytes(6, struct.pack("<4f", 1, 2, 3, 4))
+    seeds["typed_batch"] = bytes([0]) + (
+        pb_bytes(1, b"m") + pb_input("x", "FP32", [1, 4], fp32)
+        + pb_input("ids", "INT64", [1, 2], pb_packed(3, [7, -1])))
+    hv = np.ones(4, np.float16).tobytes()
+    seeds["raw_other"] = bytes([1]) + (
+        pb_bytes(1, b"m") + pb_input("h", "FP16", [2, 2]) + pb_input("mask", "BOOL", [3])
+        + pb_input("px", "UINT8", [2, 2, 1]) + pb_input("n", "INT32", [])
+        + pb_bytes(7, hv) + pb_bytes(7, bytes([1, 0, 1])) + pb_bytes(7, bytes([1, 2, 3, 4]))
+        + pb_bytes(7, struct.pack("<i", 3)))
+    seeds["typed_other"] = bytes([1]) + (
+        pb_bytes(1, b"m") + pb_input("mask", "BOOL", [3], pb_packed(1, [1, 0, 1]))
+        + pb_input("px", "UINT8", [2, 2, 1], pb_packed(4, [0, 1, 254, 255]))
+        + pb_input("n", "INT32", [], pb_packed(2, [3]))
+        + pb_input("h", "FP16", [2, 2]))
+    for name, data in seeds.items():
+        write(os.path.join(d, name + ".bin"), data)
+
+
 def config_seeds(out, examples_dir):
     d = os.path.join(out, "fuzz_config")
     for c in sorted(glob.glob(os.path.join(examples_dir, "*", "config.json"))):
@@ -308,7 +368,8 @@ def main():
     ap.add_argument("--slim", help="the slim command, to convert models for fuzz_slim")
     args = ap.parse_args()
     for t in ("fuzz_onnx", "fuzz_onnx_graph", "fuzz_slim", "fuzz_npy", "fuzz_npz", "fuzz_image",
-              "fuzz_infer_request", "fuzz_config", "fuzz_pbtxt"):
+              "fuzz_infer_request", "fuzz_config", "fuzz_pbtxt",
+              "fuzz_grpc_infer"):
         os.makedirs(os.path.join(args.dir, t), exist_ok=True)
     with tempfile.TemporaryDirectory() as examples:
         subprocess.run([sys.executable, os.path.join(REPO, "models", "gen_models.py"), examples],
@@ -323,6 +384,7 @@ def main():
     codec_seeds(args.dir)
     request_seeds(args.dir)
     pbtxt_seeds(args.dir)
+    grpc_request_seeds(args.dir)
     print(f"make_seeds: {n} node-test models and the rest under {args.dir}")
 
 

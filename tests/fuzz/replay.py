@@ -22,7 +22,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 TARGETS = ["fuzz_onnx", "fuzz_onnx_graph", "fuzz_slim", "fuzz_npy", "fuzz_npz", "fuzz_image",
-           "fuzz_infer_request", "fuzz_config", "fuzz_pbtxt"]
+           "fuzz_infer_request", "fuzz_config", "fuzz_pbtxt",
+           "fuzz_grpc_infer"]
 
 
 def main():

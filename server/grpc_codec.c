@@ -1,0 +1,334 @@
+/*
+ * grpc_codec.c - ModelInferRequest (protobuf) -> slim_server_infer, and a
+ * request's outputs -> ModelInferResponse: the gRPC twin of infer_codec.c.
+ * What crosses to the batcher is the same typed request the HTTP codec
+ * makes, checked by the same rules with the same words (the shape check is
+ * infer_codec.c's own), so a model sees no difference between protocols.
+ *
+ * Input data comes either as raw_input_contents (one bytes field per input,
+ * in input order: what tritonclient sends) or as the typed lists of
+ * InferTensorContents; a request mixing the two is refused, as Triton does.
+ * Outputs always go back as raw_output_contents.
+ */
+#include "codec.h"
+#include "config.h"
+#include "grpc.h"
+#include "inference.pb-c.h"
+#include "repository.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef Inference__ModelInferRequest infer_req;
+typedef Inference__ModelInferRequest__InferInputTensor infer_in;
+typedef Inference__InferTensorContents contents;
+
+static int find_io(const slim_server_io *ios, int n, const char *name)
+{
+    for (int i = 0; i < n; i++)
+        if (strcmp(ios[i].name, name) == 0)
+            return i;
+    return -1;
+}
+
+/* The typed list that holds dtype t's elements, and its length. */
+static size_t contents_count(const contents *c, slim_dtype t)
+{
+    switch (t) {
+    case SLIM_BOOL: return c->n_bool_contents;
+    case SLIM_I8: case SLIM_I16: case SLIM_I32: return c->n_int_contents;
+    case SLIM_I64: return c->n_int64_contents;
+    case SLIM_U8: case SLIM_U16: case SLIM_U32: return c->n_uint_contents;
+    case SLIM_U64: return c->n_uint64_contents;
+    case SLIM_F32: return c->n_fp32_contents;
+    case SLIM_F64: return c->n_fp64_contents;
+    default: return (size_t)-1; /* fp16/bf16: raw bytes only */
+    }
+}
+
+/* Element i of the typed list into t's buffer. Narrowing (an int32 list
+ * for an INT8 input) keeps the low bits, as a C cast does; Triton does not
+ * check the range either. */
+static void contents_store(const contents *c, slim_tensor *t, size_t i)
+{
+    void *d = t->data;
+    switch (t->dtype) {
+    case SLIM_BOOL: ((uint8_t *)d)[i] = c->bool_contents[i] ? 1 : 0; break;
+    case SLIM_I8: ((int8_t *)d)[i] = (int8_t)c->int_contents[i]; break;
+    case SLIM_I16: ((int16_t *)d)[i] = (int16_t)c->int_contents[i]; break;
+    case SLIM_I32: ((int32_t *)d)[i] = c->int_contents[i]; break;
+    case SLIM_I64: ((int64_t *)d)[i] = c->int64_contents[i]; break;
+    case SLIM_U8: ((uint8_t *)d)[i] = (uint8_t)c->uint_contents[i]; break;
+    case SLIM_U16: ((uint16_t *)d)[i] = (uint16_t)c->uint_contents[i]; break;
+    case SLIM_U32: ((uint32_t *)d)[i] = c->uint_contents[i]; break;
+    case SLIM_U64: ((uint64_t *)d)[i] = c->uint64_contents[i]; break;
+    case SLIM_F32: ((float *)d)[i] = c->fp32_contents[i]; break;
+    case SLIM_F64: ((double *)d)[i] = c->fp64_contents[i]; break;
+    default: break;
+    }
+}
+
+static slim_status decode_input(const infer_req *msg, size_t k, const slim_server_model *m,
+                                slim_server_infer *rq, slim_err *err)
+{
+    const infer_in *in = msg->inputs[k];
+    const char *name = in->name;
+    int idx = find_io(m->cfg.inputs, m->cfg.n_inputs, name);
+    if (idx < 0)
+        return slim_errf(err, SLIM_EINVAL, "unexpected inference input '%s' for model '%s'", name,
+                         m->name);
+    const slim_server_io *io = &m->cfg.inputs[idx];
+    for (int i = 0; i < rq->n_inputs; i++)
+        if (strcmp(rq->names[i], io->name) == 0)
+            return slim_errf(err, SLIM_EINVAL, "input '%s' is given more than once", name);
+    if (strcmp(in->datatype, "BYTES") == 0)
+        return slim_errf(err, SLIM_EUNSUPPORTED,
+                         "input '%s': datatype BYTES is unsupported (slimserve serves numeric tensors)",
+                         name);
+    slim_dtype dt = slim_server_dtype_from_kserve(in->datatype);
+    if (dt == SLIM_DTYPE_UNDEFINED)
+        return slim_errf(err, SLIM_EINVAL, "input '%s': unknown datatype \"%s\"", name,
+                         in->datatype);
+    if (io->dtype != SLIM_DTYPE_UNDEFINED && dt != io->dtype)
+        return slim_errf(err, SLIM_ETYPE,
+                         "inference input '%s' data-type is '%s', but model '%s' expects '%s'", name,
+                         in->datatype, m->name, slim_server_dtype_kserve(io->dtype));
+    slim_tensor *t = &rq->inputs[rq->n_inputs];
+    memset(t, 0, sizeof(*t));
+    t->dtype = dt;
+    if (in->n_shape > SLIM_MAX_DIMS)
+        return slim_errf(err, SLIM_EINVAL, "input '%s': \"shape\" must be a list of at most %d integers",
+                         name, SLIM_MAX_DIMS);
+    double numel = 1;
+    for (size_t d = 0; d < in->n_shape; d++) {
+        if (in->shape[d] < 0 || in->shape[d] > (int64_t)1e12)
+            return slim_errf(err, SLIM_EINVAL, "input '%s': \"shape\" must hold non-negative integers",
+                             name);
+        t->dims[t->ndim++] = in->shape[d];
+        numel *= (double)in->shape[d];
+    }
+    slim_status s = slim_server_infer_check_shape(m, io, t, err);
+    if (s != SLIM_OK)
+        return s;
+    char shape[128];
+    slim_shape_str(t->ndim, t->dims, shape, sizeof(shape));
+    size_t need = numel <= 1e15 ? (size_t)numel * slim_dtype_size(dt) : SIZE_MAX;
+    if (msg->n_raw_input_contents) {
+        const ProtobufCBinaryData *raw = &msg->raw_input_contents[k];
+        if (in->contents)
+            return slim_errf(err, SLIM_EINVAL, "input '%s' has both contents and "
+                             "raw_input_contents", name);
+        if (numel > 1e15 || raw->len != need)
+            return slim_errf(err, SLIM_EINVAL,
+                             "input '%s': raw_input_contents has %zu bytes but shape %s of %s "
+                             "needs %zu", name, raw->len, shape, in->datatype, need);
+        if ((s = slim_tensor_alloc(t, err)) != SLIM_OK)
+            return s;
+        if (need)
+            memcpy(t->data, raw->data, need);
+    } else {
+        if (!in->contents)
+            return slim_errf(err, SLIM_EINVAL, "input '%s': contents or raw_input_contents is "
+                             "required", name);
+        size_t got = contents_count(in->contents, dt);
+        if (got == (size_t)-1)
+            return slim_errf(err, SLIM_EINVAL, "input '%s': %s data must come as "
+                             "raw_input_contents", name, in->datatype);
+        if ((double)got != numel)
+            return slim_errf(err, SLIM_EINVAL, "input '%s': contents has %zu elements but shape "
+                             "%s needs %.0f", name, got, shape, numel);
+        if ((s = slim_tensor_alloc(t, err)) != SLIM_OK)
+            return s;
+        for (size_t i = 0; i < got; i++)
+            contents_store(in->contents, t, i);
+    }
+    rq->names[rq->n_inputs++] = io->name;
+    return SLIM_OK;
+}
+
+/* A parameter of a map, or NULL. */
+static const Inference__InferParameter *param(Inference__ModelInferRequest__ParametersEntry **ps,
+                                              size_t n, const char *key)
+{
+    for (size_t i = 0; i < n; i++)
+        if (ps[i]->key && strcmp(ps[i]->key, key) == 0)
+            return ps[i]->value;
+    return NULL;
+}
+
+static slim_status decode_outputs(const infer_req *msg, const slim_server_model *m,
+                                  slim_server_infer *rq, slim_err *err)
+{
+    size_t n = msg->n_outputs ? msg->n_outputs : (size_t)m->cfg.n_outputs;
+    if (!(rq->outputs = calloc(n ? n : 1, sizeof(*rq->outputs))))
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    if (!msg->n_outputs) {
+        for (size_t i = 0; i < n; i++)
+            rq->outputs[i] = (slim_server_out_req){.index = (int)i, .binary = true};
+        rq->n_outputs = (int)n;
+        return SLIM_OK;
+    }
+    for (size_t k = 0; k < msg->n_outputs; k++) {
+        const Inference__ModelInferRequest__InferRequestedOutputTensor *o = msg->outputs[k];
+        int idx = find_io(m->cfg.outputs, m->cfg.n_outputs, o->name);
+        if (idx < 0)
+            return slim_errf(err, SLIM_EINVAL, "unexpected inference output '%s' for model '%s'",
+                             o->name, m->name);
+        /* Same layout as the request's own map entries. */
+        if (param((Inference__ModelInferRequest__ParametersEntry **)o->parameters,
+                  o->n_parameters, "classification"))
+            return slim_errf(err, SLIM_EUNSUPPORTED,
+                             "output '%s': the classification extension is unsupported", o->name);
+        for (int i = 0; i < rq->n_outputs; i++)
+            if (rq->outputs[i].index == idx)
+                return slim_errf(err, SLIM_EINVAL, "output '%s' is requested more than once",
+                                 o->name);
+        rq->outputs[rq->n_outputs++] = (slim_server_out_req){.index = idx, .binary = true};
+    }
+    return SLIM_OK;
+}
+
+static slim_status decode_msg(const infer_req *msg, const slim_server_model *m,
+                              slim_server_infer *rq, slim_err *err)
+{
+    if (msg->id && msg->id[0] && !(rq->id = strdup(msg->id)))
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    /* Triton's request timeout, in microseconds (0: none). */
+    const Inference__InferParameter *tp = param(msg->parameters, msg->n_parameters, "timeout");
+    if (tp) {
+        bool is_int = tp->parameter_choice_case == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+        bool is_uint = tp->parameter_choice_case == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM;
+        int64_t v = is_int ? tp->int64_param : is_uint && tp->uint64_param <= (uint64_t)INT64_MAX
+                                                   ? (int64_t)tp->uint64_param : -1;
+        if (v < 0)
+            return slim_errf(err, SLIM_EINVAL, "parameter \"timeout\" must be a whole number of "
+                             "microseconds, 0 or more (0: no timeout)");
+        rq->timeout_us = v;
+    }
+    if (msg->n_inputs > (size_t)m->cfg.n_inputs)
+        return slim_errf(err, SLIM_EINVAL, "expected %d inputs but got %zu inputs for model '%s'",
+                         m->cfg.n_inputs, msg->n_inputs, m->name);
+    if (msg->n_raw_input_contents && msg->n_raw_input_contents != msg->n_inputs)
+        return slim_errf(err, SLIM_EINVAL, "the request has %zu raw_input_contents for %zu "
+                         "inputs; give every input's bytes, or none", msg->n_raw_input_contents,
+                         msg->n_inputs);
+    size_t n = msg->n_inputs ? msg->n_inputs : 1;
+    rq->names = calloc(n, sizeof(*rq->names));
+    rq->inputs = calloc(n, sizeof(*rq->inputs));
+    if (!rq->names || !rq->inputs)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    slim_status s;
+    for (size_t k = 0; k < msg->n_inputs; k++)
+        if ((s = decode_input(msg, k, m, rq, err)) != SLIM_OK)
+            return s;
+    for (int i = 0; i < m->cfg.n_inputs; i++) {
+        bool given = false;
+        for (int j = 0; j < rq->n_inputs && !given; j++)
+            given = rq->names[j] == m->cfg.inputs[i].name;
+        if (!given)
+            return slim_errf(err, SLIM_EINVAL, "missing input '%s' for model '%s'",
+                             m->cfg.inputs[i].name, m->name);
+    }
+    if (m->cfg.max_batch_size > 0 && rq->n_inputs > 0) {
+        rq->batch = rq->inputs[0].dims[0];
+        for (int i = 1; i < rq->n_inputs; i++)
+            if (rq->inputs[i].dims[0] != rq->batch)
+                return slim_errf(err, SLIM_ESHAPE, "input '%s' has batch size %lld but input '%s' "
+                                 "has %lld", rq->names[i], (long long)rq->inputs[i].dims[0],
+                                 rq->names[0], (long long)rq->batch);
+    }
+    return decode_outputs(msg, m, rq, err);
+}
+
+slim_status slim_server_grpc_infer_decode(const uint8_t *data, size_t len,
+                                          const slim_server_model *m, slim_server_infer *rq,
+                                          slim_err *err)
+{
+    memset(rq, 0, sizeof(*rq));
+    rq->batch = 1;
+    infer_req *msg = inference__model_infer_request__unpack(NULL, len, data);
+    if (!msg)
+        return slim_errf(err, SLIM_EINVAL, "the request is not a valid ModelInferRequest message");
+    slim_status s = decode_msg(msg, m, rq, err);
+    inference__model_infer_request__free_unpacked(msg, NULL);
+    if (s != SLIM_OK)
+        slim_server_infer_free(rq);
+    return s;
+}
+
+slim_status slim_server_grpc_infer_decode_msg(const void *msg, const slim_server_model *m,
+                                              slim_server_infer *rq, slim_err *err)
+{
+    memset(rq, 0, sizeof(*rq));
+    rq->batch = 1;
+    slim_status s = decode_msg(msg, m, rq, err);
+    if (s != SLIM_OK)
+        slim_server_infer_free(rq);
+    return s;
+}
+
+slim_status slim_server_grpc_infer_encode(const slim_server_infer *rq, const slim_server_model *m,
+                                          const slim_tensor *outs, int n_outs, uint8_t **out,
+                                          size_t *len, slim_err *err)
+{
+    *out = NULL;
+    *len = 0;
+    for (int i = 0; i < rq->n_outputs; i++)
+        if (rq->outputs[i].index >= n_outs)
+            return slim_errf(err, SLIM_EINTERNAL, "the model returned %d outputs, expected %d",
+                             n_outs, m->cfg.n_outputs);
+    int n = rq->n_outputs;
+    Inference__ModelInferResponse resp = INFERENCE__MODEL_INFER_RESPONSE__INIT;
+    Inference__ModelInferResponse__InferOutputTensor *tens = calloc((size_t)(n ? n : 1), sizeof(*tens));
+    Inference__ModelInferResponse__InferOutputTensor **ptrs = calloc((size_t)(n ? n : 1), sizeof(*ptrs));
+    ProtobufCBinaryData *raw = calloc((size_t)(n ? n : 1), sizeof(*raw));
+    int64_t *shapes = calloc((size_t)(n ? n : 1) * SLIM_MAX_DIMS, sizeof(*shapes));
+    char version[32];
+    snprintf(version, sizeof(version), "%lld", (long long)m->version);
+    slim_status s = SLIM_OK;
+    if (!tens || !ptrs || !raw || !shapes) {
+        s = slim_errf(err, SLIM_ENOMEM, "out of memory while writing the response");
+        goto done;
+    }
+    resp.model_name = m->name;
+    resp.model_version = version;
+    resp.id = rq->id ? rq->id : "";
+    for (int i = 0; i < n; i++) {
+        const slim_tensor *t = &outs[rq->outputs[i].index];
+        const char *type = slim_server_dtype_kserve(t->dtype);
+        inference__model_infer_response__infer_output_tensor__init(&tens[i]);
+        tens[i].name = m->cfg.outputs[rq->outputs[i].index].name;
+        tens[i].datatype = (char *)(type ? type : "BYTES");
+        tens[i].n_shape = (size_t)t->ndim;
+        tens[i].shape = shapes + (size_t)i * SLIM_MAX_DIMS;
+        for (int d = 0; d < t->ndim; d++)
+            tens[i].shape[d] = t->dims[d];
+        ptrs[i] = &tens[i];
+        /* Packed straight from the output's buffer: one copy, into the message. */
+        raw[i].data = t->data;
+        raw[i].len = slim_tensor_nbytes(t);
+    }
+    resp.n_outputs = (size_t)n;
+    resp.outputs = ptrs;
+    resp.n_raw_output_contents = (size_t)n;
+    resp.raw_output_contents = raw;
+    size_t size = inference__model_infer_response__get_packed_size(&resp);
+    if (rq->max_reply_bytes && size > rq->max_reply_bytes) {
+        s = slim_errf(err, SLIM_EOOM, "model '%s': the answer would take %zu bytes, over the "
+                      "limit of %zu bytes (--max-response-bytes); ask for fewer elements",
+                      m->name, size, rq->max_reply_bytes);
+        goto done;
+    }
+    if (!(*out = malloc(size ? size : 1))) {
+        s = slim_errf(err, SLIM_ENOMEM, "out of memory while writing the response");
+        goto done;
+    }
+    *len = inference__model_infer_response__pack(&resp, *out);
+done:
+    free(tens);
+    free(ptrs);
+    free(raw);
+    free(shapes);
+    return s;
+}

@@ -1,0 +1,131 @@
+/*
+ * grpc_impl.h - private to the gRPC service (grpc_server.c, grpc_rpcs.c):
+ * one call's state and the hand-over between the transport and the RPCs.
+ *
+ * A call goes through three completions of one tag (the call itself):
+ * REQUESTED (a new call arrived), READ (its one request message is in),
+ * SENT (the answer, status and close are done: freed). An RPC answered at
+ * once replies from the completion-queue thread; ModelInfer replies from
+ * the model's instance thread when its task is done, and load/unload from a
+ * thread of their own, so no completion-queue thread ever waits for a
+ * model and health RPCs always answer.
+ */
+#ifndef SLIM_SERVER_GRPC_IMPL_H
+#define SLIM_SERVER_GRPC_IMPL_H
+
+#include "batcher.h"
+#include "codec.h"
+#include "grpc.h"
+
+#include <grpc/grpc.h>
+#include <protobuf-c/protobuf-c.h>
+
+#include <pthread.h>
+#include <stdatomic.h>
+
+/* What a completion-queue tag is: a call (unary: REQUESTED, READ, SENT) or
+ * one of a stream's tags (grpc_stream.c). Every tag starts with its phase. */
+typedef enum {
+    SLIM__GRPC_REQUESTED, SLIM__GRPC_READ, SLIM__GRPC_SENT, SLIM__GRPC_CLOSED,
+    SLIM__GRPC_STREAM_READ, SLIM__GRPC_STREAM_SENT, SLIM__GRPC_STREAM_DONE,
+} slim__grpc_phase;
+
+struct slim__grpc_call;
+
+/* The tag of a call's early RECV_CLOSE_ON_SERVER (phase CLOSED). */
+typedef struct slim__grpc_close_tag {
+    slim__grpc_phase phase;
+    struct slim__grpc_call *c;
+} slim__grpc_close_tag;
+
+typedef struct slim__grpc_call {
+    slim__grpc_phase phase;         /* first: the tag's kind */
+    slim_server_grpc *g;
+    grpc_call *call;
+    grpc_call_details details;
+    grpc_metadata_array md;
+    grpc_byte_buffer *recv;
+    /* the answer */
+    grpc_byte_buffer *send;
+    grpc_status_code code;
+    char *msg;
+    int close_cancelled;
+    bool counted;                   /* in srv->in_flight */
+    /* ModelInfer watches for its client leaving: a RECV_CLOSE_ON_SERVER of
+     * its own (close_tag, CLOSED) from the start, so the call is freed on
+     * the later of that and SENT (tags counts them down). */
+    slim__grpc_close_tag close_tag;
+    bool close_early;
+    atomic_int tags;
+    atomic_bool gone;               /* the client cancelled (the batcher asks) */
+    /* ModelInfer under way */
+    int64_t t_begin, decode_ns;
+    slim_server_infer rq;
+    slim_server_task task;
+} slim__grpc_call;
+
+struct slim_server_grpc {
+    slim_server *srv;
+    grpc_server *server;
+    grpc_completion_queue *cq;
+    pthread_t threads[4];
+    int n_threads;
+    int port;
+    atomic_bool shut;               /* grpc_server_shutdown_and_notify called */
+    atomic_int calls;               /* call structs alive */
+};
+
+/* The request message's bytes (one contiguous copy, malloc'd). */
+uint8_t *slim__grpc_read(slim__grpc_call *c, size_t *len);
+/* The same without the copy: one slice (unref it), empty when none. */
+grpc_slice slim__grpc_read_slice(slim__grpc_call *c);
+/* Answers OK with msg packed; frees nothing of msg. */
+void slim__grpc_reply(slim__grpc_call *c, const ProtobufCMessage *msg);
+/* Answers OK with an already packed message (malloc'd; taken over). */
+void slim__grpc_reply_packed(slim__grpc_call *c, uint8_t *bytes, size_t len);
+/* Answers with a failure status and message. */
+void slim__grpc_fail(slim__grpc_call *c, grpc_status_code code, const char *fmt, ...)
+    __attribute__((format(printf, 3, 4)));
+/* The gRPC code Triton gives where its HTTP endpoint gives http_status. */
+grpc_status_code slim__grpc_code(int http_status);
+/* ---- shared by the RPCs (grpc_rpcs.c) ---- */
+/* "" is the latest ready version (-1); otherwise canonical digits. */
+bool slim__grpc_parse_version(const char *s, int64_t *out);
+/* The model, or NULL with the call answered (NOT_FOUND, UNAVAILABLE...). */
+slim_server_model *slim__grpc_acquire(slim__grpc_call *c, const char *name, const char *version);
+/* Unpacks the request message as desc; NULL with the call answered. */
+ProtobufCMessage *slim__grpc_unpack(slim__grpc_call *c, const ProtobufCMessageDescriptor *desc);
+/* The RPCs of grpc_models.c. */
+void slim__grpc_model_metadata(slim__grpc_call *c);
+void slim__grpc_model_config(slim__grpc_call *c);
+void slim__grpc_model_statistics(slim__grpc_call *c);
+
+/* ---- ModelStreamInfer (grpc_stream.c) ---- */
+/* Takes call c over as a stream, its first message in c->recv (counted in
+ * flight, c->counted); answers each request as its run ends. */
+void slim__grpc_stream_start(slim__grpc_call *c);
+/* A completion of one of a stream's tags. */
+void slim__grpc_stream_event(void *tag, bool ok);
+/* Frees call c (its struct, its grpc_call, what it holds). */
+void slim__grpc_call_free(slim__grpc_call *c);
+/* The status a failed task is answered with. */
+grpc_status_code slim__grpc_task_code(const slim_server_task *t);
+/* ModelInfer's statistics for one successful request (routes.c's rule). */
+void slim__grpc_count_success(slim_server_model *m, const slim_server_infer *rq,
+                              const slim_server_task *t, int64_t t_begin, int64_t decode_ns,
+                              int64_t t_encode);
+/* Decodes a ModelInferRequest's bytes and queues it as task t (rq, model
+ * reference, deadline); NULL when it is answered already: *code and msg
+ * say how (the caller sends them). */
+slim_server_model *slim__grpc_infer_submit(slim__grpc_call *c, const uint8_t *data, size_t len,
+                                           slim_server_infer *rq, slim_server_task *t,
+                                           int64_t t_begin, int64_t *decode_ns,
+                                           grpc_status_code *code, char *msg, size_t cap);
+
+/* Starts watching for c's client leaving (c->gone); false if it cannot. */
+bool slim__grpc_watch_close(slim__grpc_call *c);
+
+/* Serves call c, whose request message is in; answers it now or later. */
+void slim__grpc_dispatch(slim__grpc_call *c);
+
+#endif

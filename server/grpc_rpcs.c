@@ -1,0 +1,554 @@
+/*
+ * grpc_rpcs.c - the RPCs of inference.GRPCInferenceService (the per-model
+ * ones, metadata, config and statistics, are in grpc_models.c): each reads its
+ * request message, does what the HTTP endpoint of the same name does
+ * (routes.c, stats.c) through the same components, and answers with the
+ * gRPC status Triton gives for that outcome (slim__grpc_code).
+ *
+ * The API key (--api-key) is read from the call's "authorization"
+ * ("Bearer KEY") or "x-api-key" metadata, by auth.c's rule; ServerLive and
+ * ServerReady are exempt, like the HTTP health checks.
+ */
+#include "auth.h"
+#include "clock.h"
+#include "config.h"
+#include "grpc_impl.h"
+#include "inference.pb-c.h"
+#include "log.h"
+#include "repository.h"
+#include "routes.h"
+#include "server.h"
+#include "version.h"
+
+#include <grpc/support/time.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- helpers ------------------------------------------------------------ */
+
+/* "" is the latest ready version (-1); otherwise canonical digits. */
+bool slim__grpc_parse_version(const char *s, int64_t *out)
+{
+    *out = -1;
+    if (!s || !*s)
+        return true;
+    if (strspn(s, "0123456789") != strlen(s) || strlen(s) > 18 || (s[0] == '0' && s[1]))
+        return false;
+    *out = strtoll(s, NULL, 10);
+    return true;
+}
+
+/* The model, or NULL with the call answered (NOT_FOUND, UNAVAILABLE...). */
+slim_server_model *slim__grpc_acquire(slim__grpc_call *c, const char *name,
+                                      const char *version)
+{
+    int64_t v;
+    if (!slim__grpc_parse_version(version, &v)) {
+        slim__grpc_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "model version \"%s\" is not a number "
+                        "(digits, no leading zero)", version);
+        return NULL;
+    }
+    int status = 404;
+    char msg[1200];
+    slim_server_model *m = slim_server_repo_acquire(&c->g->srv->repo, name ? name : "", v,
+                                                    &status, msg, sizeof(msg));
+    if (!m)
+        slim__grpc_fail(c, slim__grpc_code(status), "%s", msg);
+    return m;
+}
+
+/* Unpacks the request message as `desc`; NULL with the call answered. */
+ProtobufCMessage *slim__grpc_unpack(slim__grpc_call *c,
+                                    const ProtobufCMessageDescriptor *desc)
+{
+    size_t len;
+    uint8_t *data = slim__grpc_read(c, &len);
+    ProtobufCMessage *msg = data ? protobuf_c_message_unpack(desc, NULL, len, data) : NULL;
+    free(data);
+    if (!msg)
+        slim__grpc_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "the request is not a valid %s message",
+                        desc->short_name);
+    return msg;
+}
+
+static const char *md_value(const grpc_metadata_array *md, const char *key, char *buf, size_t cap)
+{
+    for (size_t i = 0; i < md->count; i++)
+        if (grpc_slice_str_cmp(md->metadata[i].key, key) == 0) {
+            size_t n = GRPC_SLICE_LENGTH(md->metadata[i].value);
+            if (n >= cap)
+                n = cap - 1;
+            memcpy(buf, GRPC_SLICE_START_PTR(md->metadata[i].value), n);
+            buf[n] = 0;
+            return buf;
+        }
+    return NULL;
+}
+
+/* ---- health ------------------------------------------------------------- */
+
+static void rpc_server_live(slim__grpc_call *c)
+{
+    Inference__ServerLiveResponse r = INFERENCE__SERVER_LIVE_RESPONSE__INIT;
+    r.live = true;
+    slim__grpc_reply(c, &r.base);
+}
+
+static void rpc_server_ready(slim__grpc_call *c)
+{
+    Inference__ServerReadyResponse r = INFERENCE__SERVER_READY_RESPONSE__INIT;
+    r.ready = !atomic_load(&c->g->srv->stopping);
+    slim__grpc_reply(c, &r.base);
+}
+
+static void rpc_model_ready(slim__grpc_call *c)
+{
+    Inference__ModelReadyRequest *q = (void *)slim__grpc_unpack(c, &inference__model_ready_request__descriptor);
+    if (!q)
+        return;
+    int64_t v;
+    Inference__ModelReadyResponse r = INFERENCE__MODEL_READY_RESPONSE__INIT;
+    if (slim__grpc_parse_version(q->version, &v)) {
+        int status;
+        char msg[1200];
+        slim_server_model *m = slim_server_repo_acquire(&c->g->srv->repo, q->name, v, &status,
+                                                        msg, sizeof(msg));
+        r.ready = m != NULL;
+        slim_server_model_release(m);
+    }
+    inference__model_ready_request__free_unpacked(q, NULL);
+    slim__grpc_reply(c, &r.base);
+}
+
+static void rpc_server_metadata(slim__grpc_call *c)
+{
+    static char *extensions[] = {"binary_tensor_data", "model_repository",
+                                 "model_configuration", "parameters", "statistics"};
+    Inference__ServerMetadataResponse r = INFERENCE__SERVER_METADATA_RESPONSE__INIT;
+    r.name = SLIM_SERVER_NAME;
+    r.version = SLIM_SERVER_VERSION;
+    r.n_extensions = 5;
+    r.extensions = extensions;
+    slim__grpc_reply(c, &r.base);
+}
+
+/* ---- repository --------------------------------------------------------- */
+
+/* From the repository's own index, so both protocols list the same states. */
+static void rpc_repository_index(slim__grpc_call *c)
+{
+    Inference__RepositoryIndexRequest *q =
+        (void *)slim__grpc_unpack(c, &inference__repository_index_request__descriptor);
+    if (!q)
+        return;
+    cJSON *arr = slim_server_repo_index(&c->g->srv->repo, q->ready);
+    inference__repository_index_request__free_unpacked(q, NULL);
+    int n = cJSON_GetArraySize(arr);
+    Inference__RepositoryIndexResponse__ModelIndex *mi = calloc((size_t)n + 1, sizeof(*mi));
+    Inference__RepositoryIndexResponse__ModelIndex **mp = calloc((size_t)n + 1, sizeof(*mp));
+    if (!arr || !mi || !mp) {
+        slim__grpc_fail(c, GRPC_STATUS_INTERNAL, "out of memory");
+    } else {
+        int i = 0;
+        for (cJSON *e = arr->child; e && i < n; e = e->next, i++) {
+            inference__repository_index_response__model_index__init(&mi[i]);
+            const char *keys[4] = {"name", "version", "state", "reason"};
+            char **dst[4] = {&mi[i].name, &mi[i].version, &mi[i].state, &mi[i].reason};
+            for (int k = 0; k < 4; k++) {
+                const cJSON *v = cJSON_GetObjectItemCaseSensitive(e, keys[k]);
+                *dst[k] = cJSON_IsString(v) ? v->valuestring : "";
+            }
+            mp[i] = &mi[i];
+        }
+        Inference__RepositoryIndexResponse r = INFERENCE__REPOSITORY_INDEX_RESPONSE__INIT;
+        r.n_models = (size_t)i;
+        r.models = mp;
+        slim__grpc_reply(c, &r.base);
+    }
+    free(mi);
+    free(mp);
+    cJSON_Delete(arr);
+}
+
+typedef struct repo_job {
+    slim__grpc_call *c;
+    char *name;
+    bool load;
+} repo_job;
+
+static void *repo_job_main(void *arg)
+{
+    repo_job *job = arg;
+    slim_server *srv = job->c->g->srv;
+    slim_err err = {0};
+    int status = 400;
+    slim_status s = job->load ? slim_server_repo_load(&srv->repo, job->name, &status, &err)
+                              : slim_server_repo_unload(&srv->repo, job->name, &status, &err);
+    if (s != SLIM_OK) {
+        slim__grpc_fail(job->c, slim__grpc_code(status), "%s", err.msg);
+    } else if (job->load) {
+        Inference__RepositoryModelLoadResponse r = INFERENCE__REPOSITORY_MODEL_LOAD_RESPONSE__INIT;
+        slim__grpc_reply(job->c, &r.base);
+    } else {
+        Inference__RepositoryModelUnloadResponse r = INFERENCE__REPOSITORY_MODEL_UNLOAD_RESPONSE__INIT;
+        slim__grpc_reply(job->c, &r.base);
+    }
+    free(job->name);
+    free(job);
+    atomic_fetch_sub(&srv->repo_ops, 1);
+    return NULL;
+}
+
+/* Load and unload run on a thread of their own (as routes.c's do): a load
+ * takes as long as the model does, and must not hold a queue thread. */
+static void start_repo_job(slim__grpc_call *c, const char *name, bool load)
+{
+    slim_server *srv = c->g->srv;
+    repo_job *job = calloc(1, sizeof(*job));
+    if (!job || !(job->name = strdup(name))) {
+        free(job);
+        slim__grpc_fail(c, GRPC_STATUS_INTERNAL, "out of memory");
+        return;
+    }
+    job->c = c;
+    job->load = load;
+    if (atomic_fetch_add(&srv->repo_ops, 1) >= SLIM_SERVER_MAX_REPO_OPS) {
+        atomic_fetch_sub(&srv->repo_ops, 1);
+        free(job->name);
+        free(job);
+        slim__grpc_fail(c, GRPC_STATUS_UNAVAILABLE, "%d repository loads and unloads are under "
+                        "way; try again", SLIM_SERVER_MAX_REPO_OPS);
+        return;
+    }
+    pthread_t th;
+    pthread_attr_t attr;
+    pthread_attr_init(&attr);
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&th, &attr, repo_job_main, job) != 0) {
+        free(job->name);
+        free(job);
+        atomic_fetch_sub(&srv->repo_ops, 1);
+        slim__grpc_fail(c, GRPC_STATUS_UNAVAILABLE, "no thread for the %s of \"%s\"; try again",
+                        load ? "load" : "unload", name);
+    }
+    pthread_attr_destroy(&attr);
+}
+
+/* tritonclient's unload always sends unload_dependents (slimserve has no
+ * ensembles: nothing depends on a model); config and file overrides are
+ * refused, as over HTTP. */
+static bool params_ok(slim__grpc_call *c, const char *name, bool load,
+                      Inference__RepositoryModelLoadRequest__ParametersEntry **ps, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!ps[i]->key || strcmp(ps[i]->key, "unload_dependents") != 0) {
+            slim__grpc_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "%s \"%s\": parameter \"%s\" "
+                            "(config or file overrides) is unsupported", load ? "load" : "unload",
+                            name, ps[i]->key ? ps[i]->key : "");
+            return false;
+        }
+    return true;
+}
+
+static void rpc_load(slim__grpc_call *c)
+{
+    Inference__RepositoryModelLoadRequest *q =
+        (void *)slim__grpc_unpack(c, &inference__repository_model_load_request__descriptor);
+    if (!q)
+        return;
+    if (params_ok(c, q->model_name, true, q->parameters, q->n_parameters))
+        start_repo_job(c, q->model_name, true);
+    inference__repository_model_load_request__free_unpacked(q, NULL);
+}
+
+static void rpc_unload(slim__grpc_call *c)
+{
+    Inference__RepositoryModelUnloadRequest *q =
+        (void *)slim__grpc_unpack(c, &inference__repository_model_unload_request__descriptor);
+    if (!q)
+        return;
+    if (params_ok(c, q->model_name, false,
+                  (Inference__RepositoryModelLoadRequest__ParametersEntry **)q->parameters,
+                  q->n_parameters))
+        start_repo_job(c, q->model_name, false);
+    inference__repository_model_unload_request__free_unpacked(q, NULL);
+}
+
+/* ---- logging ------------------------------------------------------------ */
+
+/* Shows the settings; changing them is not supported (the log format and
+ * access lines are fixed at start), so a request that sets any is refused. */
+static void rpc_log_settings(slim__grpc_call *c)
+{
+    Inference__LogSettingsRequest *q = (void *)slim__grpc_unpack(c, &inference__log_settings_request__descriptor);
+    if (!q)
+        return;
+    size_t asked = q->n_settings;
+    inference__log_settings_request__free_unpacked(q, NULL);
+    if (asked) {
+        slim__grpc_fail(c, GRPC_STATUS_UNIMPLEMENTED, "log settings are fixed at start "
+                        "(--log-format, --access-log); they cannot be changed over gRPC");
+        return;
+    }
+    Inference__LogSettingsResponse__SettingValue vals[2] = {
+        INFERENCE__LOG_SETTINGS_RESPONSE__SETTING_VALUE__INIT,
+        INFERENCE__LOG_SETTINGS_RESPONSE__SETTING_VALUE__INIT};
+    Inference__LogSettingsResponse__SettingsEntry ents[2] = {
+        INFERENCE__LOG_SETTINGS_RESPONSE__SETTINGS_ENTRY__INIT,
+        INFERENCE__LOG_SETTINGS_RESPONSE__SETTINGS_ENTRY__INIT};
+    Inference__LogSettingsResponse__SettingsEntry *ep[2] = {&ents[0], &ents[1]};
+    vals[0].parameter_choice_case = INFERENCE__LOG_SETTINGS_RESPONSE__SETTING_VALUE__PARAMETER_CHOICE_STRING_PARAM;
+    vals[0].string_param = slim_server_log_format() == SLIM_LOG_TEXT ? "default" : "json";
+    vals[1].parameter_choice_case = INFERENCE__LOG_SETTINGS_RESPONSE__SETTING_VALUE__PARAMETER_CHOICE_BOOL_PARAM;
+    vals[1].bool_param = slim_server_log_access_enabled();
+    ents[0].key = "log_format";
+    ents[0].value = &vals[0];
+    ents[1].key = "log_info";
+    ents[1].value = &vals[1];
+    Inference__LogSettingsResponse r = INFERENCE__LOG_SETTINGS_RESPONSE__INIT;
+    r.n_settings = 2;
+    r.settings = ep;
+    slim__grpc_reply(c, &r.base);
+}
+
+/* ---- inference ---------------------------------------------------------- */
+
+static int runtime_error_status(slim_status s)
+{
+    switch (s) {
+    case SLIM_EINVAL: case SLIM_ESHAPE: case SLIM_ETYPE: case SLIM_ENEEDVALUE:
+    case SLIM_EUNSUPPORTED:
+        return 400;
+    case SLIM_EOOM:
+        return 507;
+    default:
+        return 500;
+    }
+}
+
+grpc_status_code slim__grpc_task_code(const slim_server_task *t)
+{
+    return slim__grpc_code(t->http_status ? t->http_status : runtime_error_status(t->status));
+}
+
+void slim__grpc_count_success(slim_server_model *m, const slim_server_infer *rq,
+                              const slim_server_task *t, int64_t t_begin, int64_t decode_ns,
+                              int64_t t_encode)
+{
+    slim_server_stats *st = m->stats;
+    atomic_fetch_add(&st->success, 1);
+    atomic_fetch_add(&st->inference_count, (uint64_t)rq->batch);
+    atomic_fetch_add(&st->queue_us, (uint64_t)(t->t_started - t->t_queued));
+    atomic_fetch_add(&st->compute_us, (uint64_t)(t->t_done - t->t_started));
+    uint64_t us = (uint64_t)(slim_server_now_us() - t_begin);
+    atomic_fetch_add(&st->request_us, us);
+    atomic_fetch_add(&st->success_us, us);
+    atomic_fetch_add(&st->input_ns, (uint64_t)(decode_ns + t->input_ns));
+    atomic_fetch_add(&st->infer_ns, (uint64_t)t->infer_ns);
+    atomic_fetch_add(&st->output_ns, (uint64_t)(t->output_ns + slim_server_now_ns() - t_encode));
+    slim_server_stats_touch(st);
+}
+
+/* On the instance thread once the task is done: the answer is packed and
+ * handed to gRPC here (neither blocks), the statistics counted as
+ * routes.c's slim_server_infer_finish counts them. */
+static void infer_done(slim_server_task *t)
+{
+    slim__grpc_call *c = t->user;
+    slim_server_model *m = t->model;
+    if (t->status != SLIM_OK) {
+        slim_server_count_failure(m, t->failure, c->t_begin);
+        slim__grpc_fail(c, slim__grpc_task_code(t), "%s", t->err.msg);
+        return; /* c may be freed by now (its answer sent, on a queue thread) */
+    }
+    slim_err err = {0};
+    int64_t t_encode = slim_server_now_ns();
+    uint8_t *bytes;
+    size_t len;
+    if (slim_server_grpc_infer_encode(&c->rq, m, t->outputs, t->n_outputs, &bytes, &len, &err) !=
+        SLIM_OK) {
+        slim_server_count_failure(m, SLIM_SERVER_FAIL_OTHER, c->t_begin);
+        slim__grpc_fail(c, err.status == SLIM_EOOM ? GRPC_STATUS_RESOURCE_EXHAUSTED
+                                                   : GRPC_STATUS_INTERNAL, "%s", err.msg);
+        return;
+    }
+    slim__grpc_count_success(m, &c->rq, t, c->t_begin, c->decode_ns, t_encode);
+    slim__grpc_reply_packed(c, bytes, len);
+}
+
+/* Microseconds left before the call's deadline; 0: none (or past, then 1). */
+static int64_t call_deadline_us(const slim__grpc_call *c)
+{
+    gpr_timespec d = gpr_convert_clock_type(c->details.deadline, GPR_CLOCK_REALTIME);
+    if (gpr_time_cmp(d, gpr_inf_future(GPR_CLOCK_REALTIME)) == 0)
+        return 0;
+    gpr_timespec left = gpr_time_sub(d, gpr_now(GPR_CLOCK_REALTIME));
+    int64_t us = (int64_t)left.tv_sec * 1000000 + left.tv_nsec / 1000;
+    return us > 0 ? us : 1;
+}
+
+/* The model named by msg, a new reference; NULL with *code and msg set. */
+static slim_server_model *infer_model(slim__grpc_call *c, const Inference__ModelInferRequest *q,
+                                      grpc_status_code *code, char *msg, size_t cap)
+{
+    int64_t v;
+    if (!slim__grpc_parse_version(q->model_version, &v)) {
+        *code = GRPC_STATUS_INVALID_ARGUMENT;
+        snprintf(msg, cap, "model version \"%s\" is not a number (digits, no leading zero)",
+                 q->model_version);
+        return NULL;
+    }
+    int status = 404;
+    slim_server_model *m = slim_server_repo_acquire(&c->g->srv->repo, q->model_name, v, &status,
+                                                    msg, cap);
+    if (!m)
+        *code = slim__grpc_code(status);
+    return m;
+}
+
+slim_server_model *slim__grpc_infer_submit(slim__grpc_call *c, const uint8_t *data, size_t len,
+                                           slim_server_infer *rq, slim_server_task *t,
+                                           int64_t t_begin, int64_t *decode_ns,
+                                           grpc_status_code *code, char *msg, size_t cap)
+{
+    Inference__ModelInferRequest *q = inference__model_infer_request__unpack(NULL, len, data);
+    if (!q) {
+        *code = GRPC_STATUS_INVALID_ARGUMENT;
+        snprintf(msg, cap, "the request is not a valid ModelInferRequest message");
+        return NULL;
+    }
+    slim_server_model *m = infer_model(c, q, code, msg, cap);
+    if (!m) {
+        inference__model_infer_request__free_unpacked(q, NULL);
+        return NULL;
+    }
+    slim_err err = {0};
+    int64_t t0 = slim_server_now_ns();
+    slim_status s = slim_server_grpc_infer_decode_msg(q, m, rq, &err);
+    *decode_ns = slim_server_now_ns() - t0;
+    inference__model_infer_request__free_unpacked(q, NULL);
+    if (s != SLIM_OK) {
+        bool oom = s == SLIM_EOOM || s == SLIM_ENOMEM;
+        slim_server_count_failure(m, oom ? SLIM_SERVER_FAIL_MEMORY : SLIM_SERVER_FAIL_BAD_REQUEST,
+                                  t_begin);
+        *code = oom ? GRPC_STATUS_RESOURCE_EXHAUSTED : GRPC_STATUS_INVALID_ARGUMENT;
+        snprintf(msg, cap, "%s", err.msg);
+        slim_server_model_release(m);
+        return NULL;
+    }
+    rq->max_reply_bytes = c->g->srv->opts.max_response_bytes;
+    t->model = m; /* released with the request (the caller's) */
+    t->rq = rq;
+    /* The deadline as routes.c sets it: the earlier of the request's
+     * "timeout" parameter and the model's request_timeout_ms. The call's
+     * own deadline (tritonclient's client_timeout) counts as a "timeout"
+     * parameter would: past it the client has stopped waiting. */
+    int64_t mine = rq->timeout_us, model = m->cfg.request_timeout_ms * 1000;
+    int64_t left = call_deadline_us(c);
+    if (left > 0 && (mine <= 0 || left < mine))
+        mine = left;
+    t->timeout_from_request = mine > 0 && (model <= 0 || mine <= model);
+    t->run_timeout_us = t->timeout_from_request ? mine : model > 0 ? model : 0;
+    t->run_deadline = t->run_timeout_us ? t_begin + t->run_timeout_us : 0;
+    int64_t queue_timeout = m->cfg.batching.allow_timeout_override ? rq->timeout_us : 0;
+    if (!slim_server_batcher_submit(m->batcher, t, queue_timeout, &err)) {
+        slim_server_count_failure(m, SLIM_SERVER_FAIL_REJECTED, t_begin);
+        *code = GRPC_STATUS_UNAVAILABLE;
+        snprintf(msg, cap, "%s", err.msg);
+        return NULL; /* t->model stays set: the caller releases it */
+    }
+    return m;
+}
+
+/* Whether the client cancelled (a flag set on a queue thread: cheap). */
+static bool infer_gone(slim_server_task *t)
+{
+    const slim__grpc_call *c = t->user;
+    return atomic_load(&c->gone);
+}
+
+static void rpc_model_infer(slim__grpc_call *c)
+{
+    c->t_begin = slim_server_now_us();
+    c->task.done = infer_done;
+    c->task.user = c;
+    if (slim__grpc_watch_close(c))
+        c->task.gone = infer_gone;
+    /* One slice (a copy only when the message came in pieces), unpacked once. */
+    grpc_slice bytes = slim__grpc_read_slice(c);
+    grpc_status_code code;
+    char msg[1200];
+    slim_server_model *m = slim__grpc_infer_submit(c, GRPC_SLICE_START_PTR(bytes),
+                                                   GRPC_SLICE_LENGTH(bytes), &c->rq, &c->task,
+                                                   c->t_begin, &c->decode_ns, &code, msg,
+                                                   sizeof(msg));
+    grpc_slice_unref(bytes);
+    if (!m) /* c->task.model, if set, is released with c */
+        slim__grpc_fail(c, code, "%s", msg);
+}
+
+/* ---- dispatch ----------------------------------------------------------- */
+
+typedef struct rpc {
+    const char *name;
+    void (*fn)(slim__grpc_call *c);
+    bool open;                      /* needs no API key */
+} rpc;
+
+static const rpc RPCS[] = {
+    {"ServerLive", rpc_server_live, true},
+    {"ServerReady", rpc_server_ready, true},
+    {"ModelReady", rpc_model_ready, false},
+    {"ServerMetadata", rpc_server_metadata, false},
+    {"ModelMetadata", slim__grpc_model_metadata, false},
+    {"ModelInfer", rpc_model_infer, false},
+    {"ModelConfig", slim__grpc_model_config, false},
+    {"ModelStatistics", slim__grpc_model_statistics, false},
+    {"RepositoryIndex", rpc_repository_index, false},
+    {"RepositoryModelLoad", rpc_load, false},
+    {"RepositoryModelUnload", rpc_unload, false},
+    {"LogSettings", rpc_log_settings, false},
+    {"ModelStreamInfer", slim__grpc_stream_start, false},
+};
+
+void slim__grpc_dispatch(slim__grpc_call *c)
+{
+    static const char prefix[] = "/inference.GRPCInferenceService/";
+    char method[256];
+    size_t n = GRPC_SLICE_LENGTH(c->details.method);
+    if (n >= sizeof(method))
+        n = sizeof(method) - 1;
+    memcpy(method, GRPC_SLICE_START_PTR(c->details.method), n);
+    method[n] = 0;
+    const rpc *r = NULL;
+    if (strncmp(method, prefix, sizeof(prefix) - 1) == 0)
+        for (size_t i = 0; i < sizeof(RPCS) / sizeof(RPCS[0]) && !r; i++)
+            if (strcmp(method + sizeof(prefix) - 1, RPCS[i].name) == 0)
+                r = &RPCS[i];
+    if (!r) {
+        slim__grpc_fail(c, GRPC_STATUS_UNIMPLEMENTED, "unknown method %s", method);
+        return;
+    }
+    slim_server *srv = c->g->srv;
+    if (atomic_load(&srv->stopping) && r->fn != rpc_server_live && r->fn != rpc_server_ready) {
+        slim__grpc_fail(c, GRPC_STATUS_UNAVAILABLE, "the server is shutting down");
+        return;
+    }
+    const char *key = srv->opts.api_key;
+    if (key && !r->open) {
+        char auth[512], xkey[512];
+        const char *a = md_value(&c->md, "authorization", auth, sizeof(auth));
+        const char *x = md_value(&c->md, "x-api-key", xkey, sizeof(xkey));
+        if (!slim_server_auth_key_ok(key, a, x)) {
+            atomic_fetch_add(&srv->unauthorized, 1);
+            slim__grpc_fail(c, GRPC_STATUS_UNAUTHENTICATED, "%s",
+                            (a || x) ? "the API key given is not valid"
+                                     : "this method needs an API key: send metadata "
+                                       "\"authorization: Bearer KEY\" or \"x-api-key: KEY\"");
+            return;
+        }
+    }
+    r->fn(c);
+}

@@ -1,0 +1,374 @@
+/*
+ * grpc_server.c - the gRPC transport: a grpc_server on --grpc-port with
+ * one completion queue and a few threads reading it, calls taken with
+ * grpc_server_request_call (any method; grpc_rpcs.c dispatches on the
+ * name), one request message read per call, one answer written.
+ *
+ * Shutdown, in main.c's order: slim_server_grpc_shutdown stops new calls
+ * (calls under way go on), slim_server_stop drains them with the HTTP
+ * requests (each call is counted in srv->in_flight from its arrival to its
+ * answer), then slim_server_grpc_free cancels what is left and joins.
+ */
+#include "clock.h"
+#include "grpc_impl.h"
+#include "log.h"
+#include "server.h"
+
+#include <grpc/byte_buffer_reader.h>
+#include <grpc/grpc_security.h>
+#include <grpc/support/log.h>
+#include <grpc/support/time.h>
+
+#include <limits.h>
+#include <unistd.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Calls waiting for a client at once: more than the threads, so a burst of
+ * new calls does not wait for a request_call round trip each. */
+#define PENDING_CALLS 32
+#define SHUTDOWN_TAG ((void *)1)
+
+bool slim_server_grpc_available(void)
+{
+    return true;
+}
+
+static void request_one(slim_server_grpc *g)
+{
+    slim__grpc_call *c = calloc(1, sizeof(*c));
+    if (!c)
+        return; /* one fewer waiting; the next completion asks again */
+    c->g = g;
+    c->phase = SLIM__GRPC_REQUESTED;
+    grpc_call_details_init(&c->details);
+    grpc_metadata_array_init(&c->md);
+    atomic_fetch_add(&g->calls, 1);
+    if (grpc_server_request_call(g->server, &c->call, &c->details, &c->md, g->cq, g->cq, c) !=
+        GRPC_CALL_OK) {
+        grpc_call_details_destroy(&c->details);
+        grpc_metadata_array_destroy(&c->md);
+        atomic_fetch_sub(&g->calls, 1);
+        free(c);
+    }
+}
+
+void slim__grpc_call_free(slim__grpc_call *c)
+{
+    slim_server_grpc *g = c->g;
+    if (c->task.model) { /* a ModelInfer that was decoded */
+        slim_server_infer_free(&c->rq);
+        slim_tensors_free(c->task.outputs, c->task.n_outputs);
+        slim_server_model_release(c->task.model);
+    }
+    if (c->recv)
+        grpc_byte_buffer_destroy(c->recv);
+    if (c->send)
+        grpc_byte_buffer_destroy(c->send);
+    free(c->msg);
+    grpc_call_details_destroy(&c->details);
+    grpc_metadata_array_destroy(&c->md);
+    if (c->call)
+        grpc_call_unref(c->call);
+    /* Last: a drain that sees none in flight may free the repository. */
+    if (c->counted)
+        atomic_fetch_sub(&g->srv->in_flight, 1);
+    free(c);
+    atomic_fetch_sub(&g->calls, 1);
+}
+
+grpc_slice slim__grpc_read_slice(slim__grpc_call *c)
+{
+    grpc_byte_buffer_reader r;
+    if (!c->recv || !grpc_byte_buffer_reader_init(&r, c->recv))
+        return grpc_empty_slice();
+    grpc_slice s = grpc_byte_buffer_reader_readall(&r);
+    grpc_byte_buffer_reader_destroy(&r);
+    return s;
+}
+
+uint8_t *slim__grpc_read(slim__grpc_call *c, size_t *len)
+{
+    *len = 0;
+    grpc_slice s = slim__grpc_read_slice(c);
+    size_t n = GRPC_SLICE_LENGTH(s);
+    uint8_t *out = malloc(n ? n : 1);
+    if (out) {
+        memcpy(out, GRPC_SLICE_START_PTR(s), n);
+        *len = n;
+    }
+    grpc_slice_unref(s);
+    return out;
+}
+
+bool slim__grpc_watch_close(slim__grpc_call *c)
+{
+    grpc_op op;
+    memset(&op, 0, sizeof(op));
+    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    op.data.recv_close_on_server.cancelled = &c->close_cancelled;
+    c->close_tag.phase = SLIM__GRPC_CLOSED;
+    c->close_tag.c = c;
+    atomic_store(&c->tags, 2);
+    c->close_early = true;
+    if (grpc_call_start_batch(c->call, &op, 1, &c->close_tag, NULL) != GRPC_CALL_OK) {
+        c->close_early = false;
+        return false;
+    }
+    return true;
+}
+
+/* Status, message (if any) and close in one batch (the close is already
+ * asked for when the call watches for its client leaving); SENT frees the
+ * call, or the later of SENT and CLOSED. */
+static void send_answer(slim__grpc_call *c)
+{
+    grpc_op ops[4];
+    memset(ops, 0, sizeof(ops));
+    size_t n = 0;
+    grpc_slice details = grpc_slice_from_copied_string(c->msg ? c->msg : "");
+    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    if (c->send) {
+        ops[n].op = GRPC_OP_SEND_MESSAGE;
+        ops[n++].data.send_message.send_message = c->send;
+    }
+    ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+    ops[n].data.send_status_from_server.status = c->code;
+    ops[n++].data.send_status_from_server.status_details = &details;
+    if (!c->close_early) {
+        ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+        ops[n++].data.recv_close_on_server.cancelled = &c->close_cancelled;
+    }
+    c->phase = SLIM__GRPC_SENT;
+    grpc_call_error e = grpc_call_start_batch(c->call, ops, n, c, NULL);
+    grpc_slice_unref(details); /* the batch holds its own reference */
+    if (e != GRPC_CALL_OK) {
+        slim_server_log(SLIM_LOG_WARN, NULL, "grpc: could not answer a call (error %d)", (int)e);
+        if (!c->close_early || atomic_fetch_sub(&c->tags, 1) == 1)
+            slim__grpc_call_free(c);
+    }
+}
+
+void slim__grpc_reply(slim__grpc_call *c, const ProtobufCMessage *msg)
+{
+    size_t len = protobuf_c_message_get_packed_size(msg);
+    grpc_slice s = grpc_slice_malloc(len);
+    protobuf_c_message_pack(msg, GRPC_SLICE_START_PTR(s));
+    c->send = grpc_raw_byte_buffer_create(&s, 1);
+    grpc_slice_unref(s);
+    c->code = GRPC_STATUS_OK;
+    send_answer(c);
+}
+
+void slim__grpc_reply_packed(slim__grpc_call *c, uint8_t *bytes, size_t len)
+{
+    grpc_slice s = grpc_slice_new(bytes, len, free);
+    c->send = grpc_raw_byte_buffer_create(&s, 1);
+    grpc_slice_unref(s);
+    c->code = GRPC_STATUS_OK;
+    send_answer(c);
+}
+
+void slim__grpc_fail(slim__grpc_call *c, grpc_status_code code, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    char buf[2048];
+    vsnprintf(buf, sizeof(buf), fmt, ap);
+    va_end(ap);
+    free(c->msg);
+    c->msg = strdup(buf);
+    c->code = code;
+    send_answer(c);
+}
+
+grpc_status_code slim__grpc_code(int http_status)
+{
+    switch (http_status) {
+    case 200: return GRPC_STATUS_OK;
+    case 400: case 413: return GRPC_STATUS_INVALID_ARGUMENT;
+    case 401: return GRPC_STATUS_UNAUTHENTICATED;
+    case 404: return GRPC_STATUS_NOT_FOUND;
+    case 408: case 504: return GRPC_STATUS_DEADLINE_EXCEEDED;
+    case 409: return GRPC_STATUS_ALREADY_EXISTS;
+    case 501: return GRPC_STATUS_UNIMPLEMENTED;
+    case 503: return GRPC_STATUS_UNAVAILABLE;
+    case 507: return GRPC_STATUS_RESOURCE_EXHAUSTED;
+    default: return GRPC_STATUS_INTERNAL;
+    }
+}
+
+/* One completion of call c's tag. */
+static void on_event(void *tag, bool ok)
+{
+    slim__grpc_phase phase = *(slim__grpc_phase *)tag;
+    if (phase >= SLIM__GRPC_STREAM_READ) {
+        slim__grpc_stream_event(tag, ok);
+        return;
+    }
+    if (phase == SLIM__GRPC_CLOSED) {
+        slim__grpc_call *cc = ((slim__grpc_close_tag *)tag)->c;
+        atomic_store(&cc->gone, !ok || cc->close_cancelled);
+        if (atomic_fetch_sub(&cc->tags, 1) == 1)
+            slim__grpc_call_free(cc);
+        return;
+    }
+    slim__grpc_call *c = tag;
+    slim_server_grpc *g = c->g;
+    switch (phase) {
+    case SLIM__GRPC_REQUESTED: {
+        if (!ok) { /* the server is shutting down */
+            slim__grpc_call_free(c);
+            return;
+        }
+        if (!atomic_load(&g->shut))
+            request_one(g);
+        grpc_op op;
+        memset(&op, 0, sizeof(op));
+        op.op = GRPC_OP_RECV_MESSAGE;
+        op.data.recv_message.recv_message = &c->recv;
+        c->phase = SLIM__GRPC_READ;
+        if (grpc_call_start_batch(c->call, &op, 1, c, NULL) != GRPC_CALL_OK)
+            slim__grpc_call_free(c);
+        return;
+    }
+    case SLIM__GRPC_READ:
+        if (!ok) { /* the client went away */
+            slim__grpc_call_free(c);
+            return;
+        }
+        if (!c->recv) { /* it half-closed without a message */
+            slim__grpc_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "the call carried no request "
+                            "message");
+            return;
+        }
+        /* In flight from here (not while its message is awaited: a client
+         * that never sends one must not hold up a drain), counted before
+         * dispatch reads `stopping`, so a drain that saw none in flight
+         * cannot miss this call. */
+        atomic_fetch_add(&g->srv->in_flight, 1);
+        c->counted = true;
+        slim__grpc_dispatch(c);
+        return;
+    case SLIM__GRPC_SENT:
+        if (!c->close_early || atomic_fetch_sub(&c->tags, 1) == 1)
+            slim__grpc_call_free(c);
+        return;
+    default:
+        return;
+    }
+}
+
+static void *cq_main(void *arg)
+{
+    slim_server_grpc *g = arg;
+    for (;;) {
+        grpc_event ev = grpc_completion_queue_next(g->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+        if (ev.type == GRPC_QUEUE_SHUTDOWN)
+            return NULL;
+        if (ev.type != GRPC_OP_COMPLETE || ev.tag == SHUTDOWN_TAG)
+            continue;
+        on_event(ev.tag, ev.success != 0);
+    }
+}
+
+/* gRPC core's own messages (a port it could not bind, a transport error)
+ * go through the server's log, in its format (JSON lines stay JSON). */
+static void grpc_log(gpr_log_func_args *a)
+{
+    slim_server_log(a->severity == GPR_LOG_SEVERITY_ERROR ? SLIM_LOG_WARN : SLIM_LOG_DEBUG, NULL,
+                    "grpc: %s", a->message);
+}
+
+slim_status slim_server_grpc_start(slim_server *srv, const char *host, int port,
+                                   slim_server_grpc **out, slim_err *err)
+{
+    *out = NULL;
+    slim_server_grpc *g = calloc(1, sizeof(*g));
+    if (!g)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    g->srv = srv;
+    atomic_init(&g->calls, 0);
+    gpr_set_log_function(grpc_log);
+    gpr_set_log_verbosity(GPR_LOG_SEVERITY_ERROR);
+    grpc_init();
+    /* The same caps as HTTP's bodies and answers: gRPC itself refuses a
+     * larger message with RESOURCE_EXHAUSTED before it is buffered. */
+    size_t in_cap = srv->opts.max_request_bytes, out_cap = srv->opts.max_response_bytes;
+    grpc_arg args[3];
+    args[0].type = GRPC_ARG_INTEGER;
+    args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
+    args[0].value.integer = in_cap && in_cap < INT_MAX ? (int)in_cap : -1;
+    args[1].type = GRPC_ARG_INTEGER;
+    args[1].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH;
+    args[1].value.integer = out_cap && out_cap < INT_MAX ? (int)out_cap : -1;
+    /* No SO_REUSEPORT: a second server on the same port must fail to
+     * bind, not share the first one's clients. */
+    args[2].type = GRPC_ARG_INTEGER;
+    args[2].key = GRPC_ARG_ALLOW_REUSEPORT;
+    args[2].value.integer = 0;
+    grpc_channel_args ch = {3, args};
+    g->cq = grpc_completion_queue_create_for_next(NULL);
+    g->server = grpc_server_create(&ch, NULL);
+    grpc_server_register_completion_queue(g->server, g->cq, NULL);
+    char addr[300];
+    snprintf(addr, sizeof(addr), strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
+    grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+    g->port = grpc_server_add_http2_port(g->server, addr, creds);
+    grpc_server_credentials_release(creds);
+    if (g->port <= 0) {
+        grpc_server_destroy(g->server);
+        grpc_completion_queue_shutdown(g->cq);
+        while (grpc_completion_queue_next(g->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL).type !=
+               GRPC_QUEUE_SHUTDOWN) {
+        }
+        grpc_completion_queue_destroy(g->cq);
+        free(g);
+        grpc_shutdown();
+        return slim_errf(err, SLIM_EIO, "gRPC: cannot listen on %s (--grpc-port)", addr);
+    }
+    grpc_server_start(g->server);
+    for (int i = 0; i < PENDING_CALLS; i++)
+        request_one(g);
+    /* Two threads: an answer (packing a message) never holds up the next
+     * call's first read; the work of a call is small, models run elsewhere. */
+    for (int i = 0; i < 2; i++)
+        if (pthread_create(&g->threads[g->n_threads], NULL, cq_main, g) == 0)
+            g->n_threads++;
+    *out = g;
+    return SLIM_OK;
+}
+
+int slim_server_grpc_port(const slim_server_grpc *g)
+{
+    return g ? g->port : 0;
+}
+
+void slim_server_grpc_shutdown(slim_server_grpc *g)
+{
+    if (!g || atomic_exchange(&g->shut, true))
+        return;
+    grpc_server_shutdown_and_notify(g->server, g->cq, SHUTDOWN_TAG);
+}
+
+void slim_server_grpc_free(slim_server_grpc *g)
+{
+    if (!g)
+        return;
+    slim_server_grpc_shutdown(g);
+    /* What still waits (a call whose answer never came) is cancelled; the
+     * drain has answered every request that reached a model. */
+    grpc_server_cancel_all_calls(g->server);
+    int64_t end = slim_server_now_us() + 2000000;
+    while (atomic_load(&g->calls) > 0 && slim_server_now_us() < end)
+        usleep(5000);
+    grpc_server_destroy(g->server);
+    grpc_completion_queue_shutdown(g->cq);
+    for (int i = 0; i < g->n_threads; i++)
+        pthread_join(g->threads[i], NULL);
+    grpc_completion_queue_destroy(g->cq);
+    free(g);
+    grpc_shutdown();
+}
