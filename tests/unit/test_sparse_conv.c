@@ -6,6 +6,7 @@
  * Relu and residual Add fused, depthwise convs left dense). */
 #include "testutil.h"
 
+#include "int8.h"
 #include "prune.h"
 #include "slim_init.h"
 #include "sparse.h"
@@ -32,6 +33,8 @@ typedef struct {
     int64_t k, oh, ow;
     float *wt, *bias, *x, *res;
     float *vals;
+    int8_t *codes;  /* kase_to_int8: the values as int8, per-channel scales */
+    float *scale;
     void *idx;
     int32_t *rp;
     uint8_t *nib;
@@ -120,17 +123,72 @@ static void kase_free(kase *t)
     free(t->idx);
     free(t->rp);
     free(t->nib);
+    free(t->codes);
+    free(t->scale);
+}
+
+/* Channel j's stored values: [*b, *e). */
+static void kase_span(const kase *t, int64_t j, int64_t *b, int64_t *e)
+{
+    if (t->s.two4) {
+        int64_t per = 2 * slim_sparse_24_groups(t->k);
+        *b = j * per;
+        *e = *b + per;
+    } else {
+        *b = t->rp[j];
+        *e = t->rp[j + 1];
+    }
+}
+
+/* The stored values quantized to int8 per output channel (max |v| / 127),
+ * as quant/int8_sparse.c does; with deq the float values become their
+ * dequantized codes, so that the float kernel computes the same products
+ * (up to where the scale is applied). */
+static void kase_to_int8(kase *t, bool deq)
+{
+    int64_t b, e;
+    kase_span(t, t->s.m - 1, &b, &e);
+    t->codes = malloc((size_t)e + 1);
+    t->scale = malloc(sizeof(float) * (size_t)t->s.m);
+    for (int64_t j = 0; j < t->s.m; j++) {
+        kase_span(t, j, &b, &e);
+        float mx = 0;
+        for (int64_t q = b; q < e; q++)
+            mx = fabsf(t->vals[q]) > mx ? fabsf(t->vals[q]) : mx;
+        t->scale[j] = mx > 0 ? mx / 127.0f : 1.0f;
+        for (int64_t q = b; q < e; q++) {
+            t->codes[q] = (int8_t)nearbyintf(t->vals[q] / t->scale[j]);
+            if (deq)
+                t->vals[q] = (float)t->codes[q] * t->scale[j];
+        }
+    }
+}
+
+/* t's conv as int8 (codes and scales) instead of float values. */
+static slim_sparse_conv kase_int8_conv(const kase *t)
+{
+    slim_sparse_conv c = t->conv;
+    c.w.vdtype = SLIM_I8;
+    c.w.values = t->codes;
+    c.w.scale = t->scale;
+    return c;
+}
+
+static float *run_conv(const kase *t, const slim_sparse_conv *c, slim_sparse_isa isa, int64_t n,
+                       const float *x, const float *res)
+{
+    ck_assert(slim_sparse_set_isa(isa));
+    float *y = malloc(sizeof(float) * (size_t)(n * t->s.m * t->oh * t->ow) + 4);
+    slim_err err;
+    ck_assert_msg(slim_sparse_conv_run(c, n, x, res, y, &err) == SLIM_OK, "%s", err.msg);
+    slim_sparse_set_isa(SLIM_SPARSE_ISA_AUTO);
+    return y;
 }
 
 static float *run_sparse(const kase *t, slim_sparse_isa isa, int64_t n, const float *x,
                          const float *res)
 {
-    ck_assert(slim_sparse_set_isa(isa));
-    float *y = malloc(sizeof(float) * (size_t)(n * t->s.m * t->oh * t->ow) + 4);
-    slim_err err;
-    ck_assert_msg(slim_sparse_conv_run(&t->conv, n, x, res, y, &err) == SLIM_OK, "%s", err.msg);
-    slim_sparse_set_isa(SLIM_SPARSE_ISA_AUTO);
-    return y;
+    return run_conv(t, &t->conv, isa, n, x, res);
 }
 
 /* The dense Conv node on the pruned weight, then + res and Relu. */
@@ -241,14 +299,67 @@ START_TEST(test_conv_image_independent_of_batch)
 }
 END_TEST
 
+/* int8 values: against the float kernel on the dequantized values (the
+ * same products; only where the scale comes differs: a tight tolerance),
+ * against the float kernel on the unquantized values (the quantization
+ * error: a loose one), AVX-512 against C bit for bit, and each image alone
+ * bit for bit as in a batch of 3. */
+START_TEST(test_int8_conv_matches_float)
+{
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+        shape s = shapes[i];
+        s.n = 3;
+        kase t;
+        kase_make(&t, &s, true, 1);
+        int64_t ny = s.n * s.m * t.oh * t.ow, xi = s.c * s.h * s.w, yi = s.m * t.oh * t.ow;
+        float *yf = run_sparse(&t, SLIM_SPARSE_ISA_C, s.n, t.x, t.res);
+        kase_to_int8(&t, true);
+        float *yd = run_sparse(&t, SLIM_SPARSE_ISA_C, s.n, t.x, t.res);
+        slim_sparse_conv c8 = kase_int8_conv(&t);
+        float *y8 = run_conv(&t, &c8, SLIM_SPARSE_ISA_C, s.n, t.x, t.res);
+        double e2 = 0, r2 = 0;
+        for (int64_t j = 0; j < ny; j++) {
+            ck_assert_msg(fabsf(y8[j] - yd[j]) <= 1e-4f * (1 + fabsf(yd[j])),
+                          "shape %zu: int8 y[%lld] = %g, dequantized float %g", i,
+                          (long long)j, y8[j], yd[j]);
+            e2 += (double)(y8[j] - yf[j]) * (y8[j] - yf[j]);
+            r2 += (double)yf[j] * yf[j];
+        }
+        ck_assert_msg(e2 <= 1e-4 * r2, "shape %zu: int8 vs float relative L2 %g", i,
+                      sqrt(e2 / r2));
+        for (int isa = 0; isa < 2; isa++) {
+            slim_sparse_isa a = isa ? SLIM_SPARSE_ISA_AVX512 : SLIM_SPARSE_ISA_C;
+            if (isa && !have_avx512())
+                continue;
+            float *all = run_conv(&t, &c8, a, s.n, t.x, t.res);
+            ck_assert_msg(memcmp(all, y8, sizeof(float) * (size_t)ny) == 0,
+                          "shape %zu: int8 AVX-512 and C differ", i);
+            for (int b = 0; b < s.n; b++) {
+                float *one = run_conv(&t, &c8, a, 1, t.x + b * xi, t.res + b * yi);
+                ck_assert_msg(memcmp(one, all + b * yi, sizeof(float) * (size_t)yi) == 0,
+                              "shape %zu image %d: int8 alone differs from batch 3", i, b);
+                free(one);
+            }
+            free(all);
+        }
+        free(yf);
+        free(yd);
+        free(y8);
+        kase_free(&t);
+    }
+}
+END_TEST
+
 /* A SparseConv node as a forged .slim file could hold it: K = 4 (C = 4,
  * 1x1), two output channels. */
-static slim_model *forged(const int32_t *rp, const uint16_t *ix, slim_err *err)
+static slim_model *forged_q(const int32_t *rp, const uint16_t *ix, const int8_t *codes,
+                            const float *scale, slim_err *err)
 {
     slim_graph *g = slim_graph_new();
     g->opset = 17;
-    int id = slim_graph_add_node(g, "sc", "SparseConv", "com.slimserve", 4,
-                                 (const char *[]){"x", "v", "i", "r"}, 1, (const char *[]){"y"});
+    int id = slim_graph_add_node(g, "sc", "SparseConv", "com.slimserve", scale ? 7 : 4,
+                                 (const char *[]){"x", "v", "i", "r", "", "", "s"}, 1,
+                                 (const char *[]){"y"});
     slim_node *n = &g->nodes[id];
     n->opset = 1;
     tu_attr_s(n, "encoding", "csr");
@@ -257,7 +368,13 @@ static slim_model *forged(const int32_t *rp, const uint16_t *ix, slim_err *err)
     int v = slim_graph_find_value(g, "v"), i = slim_graph_find_value(g, "i"),
         r = slim_graph_find_value(g, "r");
     g->values[v].kind = g->values[i].kind = g->values[r].kind = SLIM_VALUE_INITIALIZER;
-    g->values[v].init = tu_f32(1, (int64_t[]){3}, (float[]){1, 2, 3});
+    g->values[v].init = codes ? tu_tensor(SLIM_I8, 1, (int64_t[]){3}, codes)
+                              : tu_f32(1, (int64_t[]){3}, (float[]){1, 2, 3});
+    if (scale) {
+        int sv = slim_graph_find_value(g, "s");
+        g->values[sv].kind = SLIM_VALUE_INITIALIZER;
+        g->values[sv].init = tu_f32(1, (int64_t[]){2}, scale);
+    }
     g->values[i].init = tu_tensor(SLIM_U16, 1, (int64_t[]){3}, ix);
     g->values[r].init = tu_tensor(SLIM_I32, 1, (int64_t[]){3}, rp);
     int x = slim_graph_find_value(g, "x");
@@ -267,6 +384,11 @@ static slim_model *forged(const int32_t *rp, const uint16_t *ix, slim_err *err)
     slim_model *m = NULL;
     ck_assert_msg(slim_model_from_graph(g, &m, err) == SLIM_OK, "%s", err->msg);
     return m;
+}
+
+static slim_model *forged(const int32_t *rp, const uint16_t *ix, slim_err *err)
+{
+    return forged_q(rp, ix, NULL, NULL, err);
 }
 
 START_TEST(test_forged_sparse_conv_refused)
@@ -298,6 +420,28 @@ START_TEST(test_forged_sparse_conv_refused)
     ck_assert_int_eq(slim_model_run(m, 1, (const char *[]){"x"}, &x, &out, &n_out, &err),
                      SLIM_EINVAL);
     ck_assert_msg(strstr(err.msg, "\"sc\"") && strstr(err.msg, "index"), "%s", err.msg);
+    slim_model_free(m);
+    /* int8: good codes and scales; then a scale that is not finite, and
+     * int8 codes with a k past K. */
+    m = forged_q((int32_t[]){0, 2, 3}, (uint16_t[]){0, 3, 1}, (int8_t[]){2, 4, 6},
+                 (float[]){0.5f, 0.5f}, &err);
+    ck_assert_int_eq(slim_model_run(m, 1, (const char *[]){"x"}, &x, &out, &n_out, &err),
+                     SLIM_OK);
+    y = out[0].data;
+    ck_assert_float_eq(y[0], 1 + 2 * 7.0f);
+    ck_assert_float_eq(y[2], 3 * 3.0f);
+    slim_tensors_free(out, n_out);
+    slim_model_free(m);
+    m = forged_q((int32_t[]){0, 2, 3}, (uint16_t[]){0, 3, 1}, (int8_t[]){2, 4, 6},
+                 (float[]){0.5f, NAN}, &err);
+    ck_assert_int_eq(slim_model_run(m, 1, (const char *[]){"x"}, &x, &out, &n_out, &err),
+                     SLIM_EINVAL);
+    ck_assert_msg(strstr(err.msg, "finite"), "%s", err.msg);
+    slim_model_free(m);
+    m = forged_q((int32_t[]){0, 2, 3}, (uint16_t[]){0, 9, 1}, (int8_t[]){2, 4, 6},
+                 (float[]){0.5f, 0.5f}, &err);
+    ck_assert_int_eq(slim_model_run(m, 1, (const char *[]){"x"}, &x, &out, &n_out, &err),
+                     SLIM_EINVAL);
     slim_model_free(m);
     slim_tensor_release(&x);
 }
@@ -390,6 +534,48 @@ START_TEST(test_pass_on_small_cnn)
 }
 END_TEST
 
+/* The int8 pass after pruning: both SparseConvs get int8 codes and
+ * scales (listed in its report, their bytes down), the depthwise conv left
+ * dense gets the dense int8 treatment or stays, and the output stays near
+ * the float sparse model's. */
+START_TEST(test_int8_pass_on_sparse_cnn)
+{
+    static const char *methods[] = {"magnitude", "2:4"};
+    float xv[3 * 10 * 10];
+    for (int i = 0; i < 300; i++)
+        xv[i] = rndf();
+    slim_tensor x = tu_f32(4, (int64_t[]){1, 3, 10, 10}, xv);
+    for (int mth = 0; mth < 2; mth++) {
+        slim_err err;
+        slim_prune_opts o = {.method = methods[mth], .amount = 0.8, .storage = "sparse"};
+        slim_graph *gf = small_cnn(), *gq = small_cnn();
+        ck_assert_msg(slim_prune(gf, &o, NULL, &err) == SLIM_OK, "%s", err.msg);
+        ck_assert_msg(slim_prune(gq, &o, NULL, &err) == SLIM_OK, "%s", err.msg);
+        slim_int8_report rep;
+        ck_assert_msg(slim_quant_int8(gq, NULL, &rep, &err) == SLIM_OK, "%s", err.msg);
+        int sparse = 0;
+        for (int i = 0; i < rep.n_layers; i++)
+            if (strcmp(rep.layers[i].op_type, "SparseConv") == 0) {
+                ck_assert_msg(rep.layers[i].quantized, "%s", rep.layers[i].why);
+                ck_assert(rep.layers[i].bytes_after < rep.layers[i].bytes_before);
+                ck_assert(rep.layers[i].weight_error < 0.02);
+                sparse++;
+            }
+        ck_assert_int_eq(sparse, 2);
+        ck_assert_int_eq(tu_count_op(gq, "SparseConv"), 2);
+        slim_int8_report_free(&rep);
+        slim_tensor yf = run1(gf, x), yq = run1(gq, x);
+        int64_t n = slim_tensor_numel(&yf);
+        ck_assert_int_eq(slim_tensor_numel(&yq), n);
+        double e = slim_int8_rel_error(yf.data, yq.data, n);
+        ck_assert_msg(e < 0.03, "%s: int8 vs float sparse relative L2 %g", methods[mth], e);
+        slim_tensor_release(&yf);
+        slim_tensor_release(&yq);
+    }
+    slim_tensor_release(&x);
+}
+END_TEST
+
 int main(void)
 {
     slim_init();
@@ -398,9 +584,11 @@ int main(void)
     tcase_add_test(tk, test_conv_matches_dense_kernel);
     tcase_add_test(tk, test_conv_image_independent_of_batch);
     tcase_add_test(tk, test_forged_sparse_conv_refused);
+    tcase_add_test(tk, test_int8_conv_matches_float);
     suite_add_tcase(s, tk);
     TCase *tp = tcase_create("pass");
     tcase_add_test(tp, test_pass_on_small_cnn);
+    tcase_add_test(tp, test_int8_pass_on_sparse_cnn);
     suite_add_tcase(s, tp);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
