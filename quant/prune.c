@@ -608,8 +608,8 @@ static slim_status store_layer(pass *p, cand *c, slim_prune_layer *l, slim_err *
         out = g->nodes[c->bn].out[0];
         p->bns[p->n_bns++] = c->bn;
     }
-    if ((st = slim__prune_conv_rewrite(g, &g->nodes[c->node], l->storage, c->k, n_in, in, out,
-                                       err)))
+    if ((st = slim__prune_conv_rewrite(g, &g->nodes[c->node], l->storage, c->k,
+                                       storage_is(p, "sparse"), n_in, in, out, err)))
         return st;
     slim__prune_release_unread(g, old_b);
     return SLIM_OK;

@@ -47,9 +47,11 @@ int slim__prune_conv_bn(const slim_graph *g, int conv);
 void slim__prune_conv_fold(const slim_graph *g, const slim_node *conv, const slim_node *bn,
                            float *w, int64_t m, int64_t k, float *bias);
 /* Makes conv a SparseConv(in[0..n_in)) writing out, with the conv's
- * geometry made explicit. */
+ * geometry made explicit; forced (storage "sparse" asked for) is kept as
+ * its attribute storage = "sparse". */
 slim_status slim__prune_conv_rewrite(slim_graph *g, slim_node *conv, const char *enc, int64_t k,
-                                     int n_in, const int *in, int out, slim_err *err);
+                                     bool forced, int n_in, const int *in, int out,
+                                     slim_err *err);
 /* A conv kept dense whose BN (node bn) was folded into its pruned copy
  * (pruned, M x K, and the folded bias fbias [M]): it reads those as new
  * initializers and writes the BN's output, what passes/fold_bn.c would have

@@ -20,7 +20,7 @@ static const slim_op_schema internal_schemas[] = {
     {"SparseMatMul", 1, 3, 5, 1, 1, "SSSOO", "S", "!encoding=s !K=i"},
     {"SparseConv", 1, 3, 7, 1, 1, "SSSOOOO", "S",
      "!encoding=s !K=i !kernel_shape=I strides=I dilations=I pads=I group=i activation=i "
-     "alpha=f beta=f"},
+     "alpha=f beta=f storage=s"},
     {"MatMulHalf", 1, 2, 3, 1, 1, "SSO", "S", "!K=i !N=i activation=s"},
     {"GatherHalf", 1, 2, 2, 1, 1, "SS", "S", ""},
     {"HalfCast", 1, 1, 1, 1, 1, "S", "S", "!to=i"},

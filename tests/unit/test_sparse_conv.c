@@ -7,6 +7,7 @@
 #include "testutil.h"
 
 #include "int8.h"
+#include "pass.h"
 #include "prune.h"
 #include "slim_init.h"
 #include "sparse.h"
@@ -576,6 +577,55 @@ START_TEST(test_int8_pass_on_sparse_cnn)
 }
 END_TEST
 
+extern const slim_pass slim__pass_prune_expand; /* quant/prune_expand.c */
+
+/* 2:4 convs back to dense Conv (+ Add + Relu) at load, the same outputs
+ * as the 2:4 kernel's up to summation order; a forced one (storage
+ * "sparse") and csr ones stay. */
+START_TEST(test_expand_24_to_dense)
+{
+    float xv[3 * 10 * 10];
+    for (int i = 0; i < 300; i++)
+        xv[i] = rndf();
+    slim_tensor x = tu_f32(4, (int64_t[]){1, 3, 10, 10}, xv);
+    static const char *storage[] = {NULL, "sparse"};
+    for (int f = 0; f < 2; f++) {
+        for (int q = 0; q < 2; q++) { /* float values, int8 codes */
+            slim_err err;
+            slim_prune_opts o = {.method = "2:4", .storage = storage[f]};
+            slim_graph *gs = small_cnn(), *ge = small_cnn();
+            ck_assert_msg(slim_prune(gs, &o, NULL, &err) == SLIM_OK, "%s", err.msg);
+            ck_assert_msg(slim_prune(ge, &o, NULL, &err) == SLIM_OK, "%s", err.msg);
+            if (q) {
+                ck_assert_msg(slim_quant_int8(gs, NULL, NULL, &err) == SLIM_OK, "%s", err.msg);
+                ck_assert_msg(slim_quant_int8(ge, NULL, NULL, &err) == SLIM_OK, "%s", err.msg);
+            }
+            int n_sparse = tu_count_op(ge, "SparseConv"), changed = 0;
+            ck_assert_int_eq(n_sparse, 2);
+            ck_assert_msg(slim__pass_prune_expand.run(ge, &changed, &err) == SLIM_OK, "%s",
+                          err.msg);
+            ck_assert_int_eq(changed, f ? 0 : 2);
+            ck_assert_int_eq(tu_count_op(ge, "SparseConv"), f ? 2 : 0);
+            slim_tensor ys = run1(gs, x), ye = run1(ge, x);
+            tu_assert_close_f32(&ye, ys.data, slim_tensor_numel(&ys), 1e-4);
+            slim_tensor_release(&ys);
+            slim_tensor_release(&ye);
+        }
+    }
+    /* csr stays sparse. */
+    slim_err err;
+    slim_prune_opts o = {.method = "magnitude", .amount = 0.8, .storage = "sparse"};
+    slim_graph *g = small_cnn();
+    ck_assert_msg(slim_prune(g, &o, NULL, &err) == SLIM_OK, "%s", err.msg);
+    o.storage = NULL;
+    int changed = 0;
+    ck_assert_msg(slim__pass_prune_expand.run(g, &changed, &err) == SLIM_OK, "%s", err.msg);
+    ck_assert_int_eq(changed, 0);
+    slim_graph_free(g);
+    slim_tensor_release(&x);
+}
+END_TEST
+
 int main(void)
 {
     slim_init();
@@ -589,6 +639,7 @@ int main(void)
     TCase *tp = tcase_create("pass");
     tcase_add_test(tp, test_pass_on_small_cnn);
     tcase_add_test(tp, test_int8_pass_on_sparse_cnn);
+    tcase_add_test(tp, test_expand_24_to_dense);
     suite_add_tcase(s, tp);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
