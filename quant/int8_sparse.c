@@ -138,8 +138,10 @@ slim_status slim__int8_quantize_sparse(slim__int8_pass *p, int id, slim_err *err
     bool two4 = false;
     int64_t m = 0;
     const slim_int8_opts *o = p->opts;
-    layer->why = o && slim_rewrite_named(o->exclude, o->n_exclude, n) ? "excluded"
-                                                                      : sparse_why(p, n, v, &two4, &m);
+    if (o && slim_rewrite_named(o->exclude, o->n_exclude, n))
+        layer->why = "excluded";
+    else
+        layer->why = sparse_why(p, n, v, &two4, &m);
     if (layer->why) {
         layer->bytes_after = layer->bytes_before;
         return SLIM_OK;

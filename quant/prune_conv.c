@@ -254,15 +254,8 @@ slim_status slim__prune_conv_dense(slim_graph *g, int node, int bn, const float 
     return SLIM_OK;
 }
 
-double slim__prune_conv_max_density(const slim_node *n, int64_t m)
-{
-    int64_t group = slim_attr_int(n, "group", 1);
-    return m / (group > 0 ? group : 1) <= SLIM_PRUNE_CONV_SMALL_M
-               ? SLIM_PRUNE_CONV_CSR_MAX_DENSITY_SMALL : SLIM_PRUNE_CONV_CSR_MAX_DENSITY;
-}
-
 void slim__prune_conv_why_sparse(char *buf, size_t cap, bool two4, int64_t nnz, int64_t m,
-                                 int64_t k, const slim_node *n, bool forced)
+                                 int64_t k, double most, int64_t batch, bool forced)
 {
     if (forced)
         snprintf(buf, cap, "storage \"sparse\" asked for");
@@ -270,8 +263,9 @@ void slim__prune_conv_why_sparse(char *buf, size_t cap, bool two4, int64_t nnz, 
         snprintf(buf, cap, "2:4 in the file; run dense at load (faster): %lld bytes "
                  "float32 (storage \"sparse\": run 2:4)", (long long)(m * k * 4));
     else
-        snprintf(buf, cap, "density %.2f <= %.2f: csr measured faster than the dense conv",
-                 (double)nnz / (double)(m * k), slim__prune_conv_max_density(n, m));
+        snprintf(buf, cap, "density %.2f <= %.2f: csr measured faster than the dense conv "
+                 "at batch %lld", (double)nnz / (double)(m * k), most,
+                 (long long)(batch > 0 ? batch : 1));
 }
 
 static bool is_sconv(const slim_node *n)

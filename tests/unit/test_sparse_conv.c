@@ -577,6 +577,63 @@ START_TEST(test_int8_pass_on_sparse_cnn)
 }
 END_TEST
 
+/* A MatMul x [batch, 256] x w [256, 128], x declared 2-D (rows = batch)
+ * when rank2, else 3-D with a symbolic sequence (rows unknown). */
+static slim_graph *one_matmul(bool rank2)
+{
+    slim_graph *g = tu_graph_x();
+    int x = slim_graph_find_value(g, "x");
+    g->values[x].info.ndim = rank2 ? 2 : 3;
+    g->values[x].info.dims[0] = -1;
+    g->values[x].info.dims[1] = rank2 ? 256 : -1;
+    g->values[x].info.dim_names[1] = rank2 ? NULL : strdup("seq"); /* freed with g */
+    g->values[x].info.dims[rank2 ? 1 : 2] = 256;
+    tu_init_f32(g, &rng, "w", 2, (int64_t[]){256, 128}, -1, 1);
+    tu_op(g, "MatMul", "y", 2, "x", "w");
+    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    return g;
+}
+
+/* The decision rule: the same 70% MatMul dense at batch 1 (csr measured
+ * slower there) and csr at batch 64; a conv of 128 channels at density
+ * 0.18 sparse at batch 1 and dense from batch 8 (the figures in prune.h
+ * and prune_conv.h). */
+START_TEST(test_rule_by_batch)
+{
+    const char *storage[2];
+    static const int64_t batch[2] = {1, 64};
+    for (int b = 0; b < 2; b++) {
+        slim_graph *g = one_matmul(true);
+        slim_prune_report rep;
+        slim_err err;
+        slim_prune_opts o = {.method = "magnitude", .amount = 0.7, .batch = batch[b]};
+        ck_assert_msg(slim_prune(g, &o, &rep, &err) == SLIM_OK, "%s", err.msg);
+        ck_assert_int_eq(rep.n_layers, 1);
+        storage[b] = rep.layers[0].storage;
+        if (b == 0)
+            ck_assert_msg(strstr(rep.layers[0].why, "batch 1"), "%s", rep.layers[0].why);
+        slim_prune_report_free(&rep);
+        slim_graph_free(g);
+    }
+    ck_assert_str_eq(storage[0], "dense");
+    ck_assert_str_eq(storage[1], "csr");
+    /* A sequence of unknown length: the 128-row figure whatever the batch. */
+    slim_graph *g = one_matmul(false);
+    const slim_node *mm = &g->nodes[0];
+    ck_assert_int_eq(slim_prune_rows(g, mm, 1), -1);
+    ck_assert(slim_prune_max_density(g, mm, false, 128, 1) == SLIM_PRUNE_CSR_MAX_DENSITY);
+    slim_graph_free(g);
+    g = one_matmul(true);
+    ck_assert_int_eq(slim_prune_rows(g, &g->nodes[0], 0), 1);
+    ck_assert_int_eq(slim_prune_rows(g, &g->nodes[0], 32), 32);
+    /* Convs: a Conv node's attributes only (group) are read. */
+    double d1 = slim_prune_max_density(g, &g->nodes[0], true, 128, 1);
+    double d8 = slim_prune_max_density(g, &g->nodes[0], true, 128, 8);
+    ck_assert(0.18 <= d1 && 0.18 > d8);
+    slim_graph_free(g);
+}
+END_TEST
+
 extern const slim_pass slim__pass_prune_expand; /* quant/prune_expand.c */
 
 /* 2:4 convs back to dense Conv (+ Add + Relu) at load, the same outputs
@@ -640,6 +697,7 @@ int main(void)
     tcase_add_test(tp, test_pass_on_small_cnn);
     tcase_add_test(tp, test_int8_pass_on_sparse_cnn);
     tcase_add_test(tp, test_expand_24_to_dense);
+    tcase_add_test(tp, test_rule_by_batch);
     suite_add_tcase(s, tp);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

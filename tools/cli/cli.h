@@ -52,7 +52,8 @@ int slim_cli_prune_time(const char *src, const char *out, size_t file_weight_byt
     "                         2:4, or mask:FILE.npz (docs/prune.md)\n" \
     "  --prune-scope S        layer (default) or global magnitude ranking\n" \
     "  --prune-ops LIST       comma-separated op types or node names to prune\n" \
-    "  --prune-storage S      auto (default: sparse where it pays), sparse or dense\n"
+    "  --prune-storage S      auto (default: sparse where it pays), sparse or dense\n" \
+    "  --prune-batch N        the batch to decide sparse or dense for (default 1)\n"
 /* The half-precision options (half_opts.c): --activations V,
  * --half-exclude LIST, --int8-fallback V. slim_cli_half_arg returns 1 when
  * argv[*i] was one (its value consumed), 0 when not, -1 on an error it

@@ -43,7 +43,7 @@ int slim_cli_prune_arg(int argc, char **argv, int *i, slim_cli_prune *p, const c
 {
     const char *a = argv[*i];
     if (strcmp(a, "--prune") && strcmp(a, "--prune-scope") && strcmp(a, "--prune-ops") &&
-        strcmp(a, "--prune-storage"))
+        strcmp(a, "--prune-storage") && strcmp(a, "--prune-batch"))
         return 0;
     if (*i + 1 >= argc) {
         fprintf(stderr, "slim %s: %s needs a value\n", cmd, a);
@@ -69,6 +69,17 @@ int slim_cli_prune_arg(int argc, char **argv, int *i, slim_cli_prune *p, const c
         p->o.storage = v;
         return 1;
     }
+    if (strcmp(a, "--prune-batch") == 0) {
+        char *end;
+        long long b = strtoll(v, &end, 10);
+        if (*end || b < 1 || b > (1LL << 31)) {
+            fprintf(stderr, "slim %s: --prune-batch takes a batch size of at least 1, not "
+                    "\"%s\"\n", cmd, v);
+            return -1;
+        }
+        p->o.batch = b;
+        return 1;
+    }
     free(p->ops_buf);
     if (!(p->ops_buf = strdup(v))) {
         fprintf(stderr, "slim %s: out of memory\n", cmd);
@@ -84,9 +95,9 @@ int slim_cli_prune_opts(slim_cli_prune *p, const char *cmd, const slim_prune_opt
 {
     *out = NULL;
     if (!p->given) {
-        if (p->o.global || p->o.n_ops || p->o.storage) {
-            fprintf(stderr, "slim %s: --prune-scope, --prune-ops and --prune-storage need "
-                    "--prune\n", cmd);
+        if (p->o.global || p->o.n_ops || p->o.storage || p->o.batch) {
+            fprintf(stderr, "slim %s: --prune-scope, --prune-ops, --prune-storage and "
+                    "--prune-batch need --prune\n", cmd);
             return -1;
         }
         return 0;
