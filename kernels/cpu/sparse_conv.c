@@ -49,6 +49,7 @@ typedef struct {
     const int64_t *toff;     /* the same in a tail tile: (k % KC) * PB */
     int64_t n_pb, n_cc, cc;  /* pixel blocks, channel chunks and their size */
     bool direct;             /* 1x1, stride 1, no pads: x read in place */
+    uint64_t used;           /* bit a * sw + b: a tap reads phase (a, b) (sh * sw <= 64) */
     bool avx512;
     _Atomic int oom;
 } job;
@@ -312,6 +313,11 @@ static void phase_part(int64_t begin, int64_t end, void *user)
         const float *src = x + pc * c->h * c->wd;
         for (int64_t a = 0; a < c->sh; a++)
             for (int64_t b = 0; b < c->sw; b++) {
+                /* A phase no tap reads is left unwritten: a 1x1 stride-2
+                 * conv reads one of its four. */
+                int64_t ph = a * c->sw + b;
+                if (ph < 64 && !(jb->used >> ph & 1))
+                    continue;
                 float *dst = xp + (pc * c->sh * c->sw + a * c->sw + b) * plane;
                 int64_t lo, hi; /* the columns inside the input: the same every row */
                 slim_window_range(b - c->pl, c->sw, jb->wq, c->wd, &lo, &hi);
@@ -514,9 +520,12 @@ slim_status slim_sparse_conv_run(const slim_sparse_conv *c, int64_t batch, const
     if (!mem)
         return err->status ? err->status : SLIM_ENOMEM;
     int64_t *off = (int64_t *)mem, *toff = off + jb.kg;
+    jb.used = phases > 64 ? ~(uint64_t)0 : 0;
     for (int64_t k = 0; k < jb.kg; k++) {
         int64_t ci = k / khw, ky = k / c->kw % c->kh, kx = k % c->kw;
         int64_t a = ky * c->dh % c->sh, b = kx * c->dw % c->sw;
+        if (a * c->sw + b < 64)
+            jb.used |= (uint64_t)1 << (a * c->sw + b);
         off[k] = jb.direct ? k * plane
                            : (ci * phases + a * c->sw + b) * plane +
                                  ky * c->dh / c->sh * jb.wq + kx * c->dw / c->sw;
