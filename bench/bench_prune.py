@@ -212,7 +212,8 @@ def run_cnns(args, workdir):
                            check=True, stdout=subprocess.DEVNULL)
         files = {}
         for name, extra in CNN_CFGS:
-            out = os.path.join(workdir, f"{arch}_{name.split()[0].replace(':', '')}.slim")
+            tag = re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+            out = os.path.join(workdir, f"{arch}_{tag}.slim")
             subprocess.run([args.slim, "convert", src, "-o", out] + extra, check=True,
                            capture_output=True)
             files[name] = out
