@@ -3,15 +3,15 @@
  * (prune.c, run before it) made com.slimserve SparseConv: their kept
  * values become int8 codes, symmetric per output channel, with one float32
  * scale per channel as the node's input 6 (kernels/cpu/sparse_conv_op.c).
- * The indices and row pointers stay as they are, so a 90% layer in csr
- * falls from 6 to 3 bytes per kept weight (value + u16 index).
+ * SparseMatMul gets the same, its scales as input 5
+ * (kernels/cpu/sparse_op.c). The indices and row pointers stay as they
+ * are, so a 90% layer in csr falls from 6 to 3 bytes per kept weight
+ * (value + u16 index).
  *
  * The scale of a channel comes from its kept values alone (the pruned
  * zeros take no code), max |v| / 127 as for the dense int8 layers; the
  * kernel runs its chain of fused multiply-adds over the codes as floats
  * and applies the scale once at the end, so results stay row-invariant.
- * SparseMatMul keeps float values under int8 (its kernel reads float32,
- * fp16 or bf16 only): the report says so.
  */
 #include "int8_impl.h"
 
@@ -36,17 +36,22 @@ static void channel_span(const slim_graph *g, const slim_node *n, bool two4, int
     *e = rp[j + 1];
 }
 
+/* Where the node takes its scales: SparseConv input 6, SparseMatMul 5. */
+static int scale_input(const slim_node *n)
+{
+    return strcmp(n->op_type, "SparseConv") == 0 ? 6 : 5;
+}
+
 /* Why the values of sparse node n (values in v) stay float, or NULL. */
 static const char *sparse_why(const pass *p, const slim_node *n, int v, bool *two4, int64_t *m)
 {
     const slim_graph *g = p->rw.g;
-    if (strcmp(n->op_type, "SparseMatMul") == 0)
-        return "sparse MatMul: its kernel reads float values only (int8 sparse MatMul not done)";
     const char *enc = slim_attr_str(n, "encoding", "");
     *two4 = strcmp(enc, "2:4") == 0;
     if (!*two4 && strcmp(enc, "csr") != 0)
         return "unknown sparse encoding";
-    if (n->n_in > 6 && n->in[6] >= 0)
+    int si = scale_input(n);
+    if (n->n_in > si && n->in[si] >= 0)
         return "already int8";
     if (p->rw.uses.readers[v] != 1)
         return "its values are read by other nodes too";
@@ -110,17 +115,18 @@ static slim_status quantize(pass *p, int id, int v, bool two4, int64_t m, slim_i
         return err->status ? err->status : SLIM_ENOMEM;
     }
     slim_node *n = &g->nodes[id];
-    if (n->n_in < 7) {
-        int *in = realloc(n->in, sizeof(int) * 7);
+    int si = scale_input(n);
+    if (n->n_in < si + 1) {
+        int *in = realloc(n->in, sizeof(int) * (size_t)(si + 1));
         if (!in)
             return slim_errf(err, SLIM_ENOMEM, "out of memory %s", p->rw.what);
-        for (int i = n->n_in; i < 7; i++)
+        for (int i = n->n_in; i < si + 1; i++)
             in[i] = -1;
         n->in = in;
-        n->n_in = 7;
+        n->n_in = si + 1;
     }
     n->in[1] = cv;
-    n->in[6] = sv;
+    n->in[si] = sv;
     return SLIM_OK;
 }
 

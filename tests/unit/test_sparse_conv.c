@@ -588,7 +588,8 @@ static slim_graph *one_matmul(bool rank2)
     g->values[x].info.dims[1] = rank2 ? 256 : -1;
     g->values[x].info.dim_names[1] = rank2 ? NULL : strdup("seq"); /* freed with g */
     g->values[x].info.dims[rank2 ? 1 : 2] = 256;
-    tu_init_f32(g, &rng, "w", 2, (int64_t[]){256, 128}, -1, 1);
+    uint32_t seed = 777; /* the same weight every call */
+    tu_init_f32(g, &seed, "w", 2, (int64_t[]){256, 128}, -1, 1);
     tu_op(g, "MatMul", "y", 2, "x", "w");
     slim_graph_add_output(g, slim_graph_find_value(g, "y"));
     return g;
@@ -631,6 +632,55 @@ START_TEST(test_rule_by_batch)
     double d8 = slim_prune_max_density(g, &g->nodes[0], true, 128, 8);
     ck_assert(0.18 <= d1 && 0.18 > d8);
     slim_graph_free(g);
+}
+END_TEST
+
+/* int8 SparseMatMul (csr and 2:4): near the float sparse layer, and each
+ * row alone bitwise as in a batch of 3. */
+START_TEST(test_int8_sparse_matmul)
+{
+    static const char *methods[] = {"magnitude", "2:4"};
+    float xv[3 * 256];
+    for (int i = 0; i < 3 * 256; i++)
+        xv[i] = rndf();
+    for (int mth = 0; mth < 2; mth++) {
+        slim_err err;
+        slim_prune_opts o = {.method = methods[mth], .amount = 0.9, .storage = "sparse"};
+        slim_graph *gf = one_matmul(true), *gq = one_matmul(true);
+        ck_assert_msg(slim_prune(gf, &o, NULL, &err) == SLIM_OK, "%s", err.msg);
+        ck_assert_msg(slim_prune(gq, &o, NULL, &err) == SLIM_OK, "%s", err.msg);
+        slim_int8_report rep;
+        ck_assert_msg(slim_quant_int8(gq, NULL, &rep, &err) == SLIM_OK, "%s", err.msg);
+        ck_assert_int_eq(rep.n_layers, 1);
+        ck_assert_msg(rep.layers[0].quantized, "%s", rep.layers[0].why);
+        ck_assert_str_eq(rep.layers[0].op_type, "SparseMatMul");
+        slim_int8_report_free(&rep);
+        slim_model *mf, *mq;
+        ck_assert_msg(slim_model_from_graph(gf, &mf, &err) == SLIM_OK, "%s", err.msg);
+        ck_assert_msg(slim_model_from_graph(gq, &mq, &err) == SLIM_OK, "%s", err.msg);
+        slim_tensor x3 = tu_f32(2, (int64_t[]){3, 256}, xv), *yf, *yq, *y1;
+        int n;
+        ck_assert_msg(slim_model_run(mf, 1, (const char *[]){"x"}, &x3, &yf, &n, &err) ==
+                      SLIM_OK, "%s", err.msg);
+        ck_assert_msg(slim_model_run(mq, 1, (const char *[]){"x"}, &x3, &yq, &n, &err) ==
+                      SLIM_OK, "%s", err.msg);
+        double e = slim_int8_rel_error(yf[0].data, yq[0].data, 3 * 128);
+        ck_assert_msg(e < 0.02, "%s: int8 vs float relative L2 %g", methods[mth], e);
+        for (int r = 0; r < 3; r++) {
+            slim_tensor x1 = tu_f32(2, (int64_t[]){1, 256}, xv + r * 256);
+            ck_assert_msg(slim_model_run(mq, 1, (const char *[]){"x"}, &x1, &y1, &n, &err) ==
+                          SLIM_OK, "%s", err.msg);
+            ck_assert_msg(memcmp(y1[0].data, (float *)yq[0].data + r * 128, 128 * 4) == 0,
+                          "%s: row %d alone differs from batch 3", methods[mth], r);
+            slim_tensors_free(y1, n);
+            slim_tensor_release(&x1);
+        }
+        slim_tensors_free(yf, n);
+        slim_tensors_free(yq, n);
+        slim_tensor_release(&x3);
+        slim_model_free(mf);
+        slim_model_free(mq);
+    }
 }
 END_TEST
 
@@ -698,6 +748,7 @@ int main(void)
     tcase_add_test(tp, test_int8_pass_on_sparse_cnn);
     tcase_add_test(tp, test_expand_24_to_dense);
     tcase_add_test(tp, test_rule_by_batch);
+    tcase_add_test(tp, test_int8_sparse_matmul);
     suite_add_tcase(s, tp);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
