@@ -48,8 +48,7 @@ int slim_cli_prune_error(const char *path, slim_model *pruned);
 int slim_cli_prune_time(const char *src, const char *out, size_t file_weight_bytes);
 #define SLIM_CLI_PRUNE_USAGE \
     "  --prune SPEC           prune MatMul, Gemm and Conv weights: magnitude:AMOUNT\n" \
-    "                         (0 <= AMOUNT < 1),\n" \
-    "                         2:4, or mask:FILE.npz (docs/prune.md)\n" \
+    "                         (0 <= AMOUNT < 1), 2:4, or mask:FILE.npz (docs/prune.md)\n" \
     "  --prune-scope S        layer (default) or global magnitude ranking\n" \
     "  --prune-ops LIST       comma-separated op types or node names to prune\n" \
     "  --prune-storage S      auto (default: sparse where it pays), sparse or dense\n" \
