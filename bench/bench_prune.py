@@ -19,11 +19,13 @@ dense, 2:4, 50% and 90% magnitude (storage decided by the pass): weight
 bytes, batch 1 and 8 latency, and the output's cosine to the dense model's
 on the same inputs.
 
-CNNs (--cnn resnet18,mobilenetv2, from bench/gen_cnn.py at 224 x 224; Conv +
-BatchNormalization as exported): fp32 dense, 2:4 and 90% magnitude, each
-converted to a .slim file (`slim convert --prune`, storage decided by the
-pass) and served from it: file bytes, batch 1 and 8 latency of `slim bench`
-on the .slim, and the output's cosine to the dense model's. --conv-layers
+CNNs (--cnn resnet18,resnet50,mobilenetv2, from bench/gen_cnn.py at 224 x 224;
+Conv + BatchNormalization as exported): fp32 dense, 2:4, 90% magnitude and
+90% magnitude + int8, each converted to a .slim file (`slim convert --prune`,
+storage decided by the pass; 2:4 convs then run dense at load) and served
+from it: weight bytes (slim inspect) and file bytes, peak RSS of one
+`slim run` (GNU time), batch 1 and 8 latency of `slim bench` on the .slim,
+and the output's cosine to the dense model's. --conv-layers
 adds the Conv break-even table (one 2-D conv, batch 1, storage sparse forced)
 behind SLIM_PRUNE_CONV_CSR_MAX_DENSITY (quant/prune_conv.h).
 
@@ -127,7 +129,24 @@ CONV_CFGS = [("dense", []), ("50%", ["--prune", "magnitude:0.5"]),
              ("70%", ["--prune", "magnitude:0.7"]), ("80%", ["--prune", "magnitude:0.8"]),
              ("90%", ["--prune", "magnitude:0.9"]), ("2:4", ["--prune", "2:4"])]
 CNN_CFGS = [("fp32 dense", []), ("2:4", ["--prune", "2:4"]),
-            ("90% magnitude", ["--prune", "magnitude:0.9"])]
+            ("90% magnitude", ["--prune", "magnitude:0.9"]),
+            ("90% + int8", ["--prune", "magnitude:0.9", "--precision", "int8"])]
+
+
+def weight_bytes(slim, model):
+    """The model's weight bytes as stored (slim inspect)."""
+    out = subprocess.run([slim, "inspect", model], check=True, capture_output=True,
+                         text=True).stdout
+    return int(re.search(r"weight bytes: (\d+)", out).group(1))
+
+
+def peak_rss_mib(slim, model, inp, outdir):
+    """Peak resident set of one `slim run` on inp (GNU time's maximum RSS)."""
+    shutil.rmtree(outdir, ignore_errors=True)
+    os.makedirs(outdir)
+    r = subprocess.run(["/usr/bin/time", "-f", "maxrss %M", slim, "run", model, "--input", inp,
+                        "--output-dir", outdir], check=True, capture_output=True, text=True)
+    return int(re.search(r"maxrss (\d+)", r.stderr).group(1)) / 1024.0
 
 
 def machine_line(threads):
@@ -180,10 +199,11 @@ def run_conv_layers(args, workdir):
 
 
 def run_cnns(args, workdir):
-    print("\n## CNNs (224 x 224), served from .slim files: file bytes, latency, cosine\n")
-    print("| model | config | file bytes | x dense | batch | ms (median) | x dense time "
-          "| cosine |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print("\n## CNNs (224 x 224), served from .slim files: weight bytes, peak RSS, latency, "
+          "cosine\n")
+    print("| model | config | weight bytes | x dense | file bytes | batch | peak RSS MiB "
+          "| ms (median) | x dense time | cosine |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     rng = np.random.default_rng(0)
     for arch in args.cnn.split(","):
         src = os.path.join(workdir, f"{arch}.onnx")
@@ -192,11 +212,13 @@ def run_cnns(args, workdir):
                            check=True, stdout=subprocess.DEVNULL)
         files = {}
         for name, extra in CNN_CFGS:
-            out = os.path.join(workdir, f"{arch}_{name.split()[0].replace(':', '')}.slim")
+            tag = re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
+            out = os.path.join(workdir, f"{arch}_{tag}.slim")
             subprocess.run([args.slim, "convert", src, "-o", out] + extra, check=True,
                            capture_output=True)
             files[name] = out
         fbytes = {name: os.path.getsize(f) for name, f in files.items()}
+        wbytes = {name: weight_bytes(args.slim, f) for name, f in files.items()}
         for batch in (1, 8):
             inp = os.path.join(workdir, f"img_{batch}.npy")
             np.save(inp, rng.standard_normal((batch, 3, 224, 224)).astype(np.float32))
@@ -204,6 +226,8 @@ def run_cnns(args, workdir):
                                 os.path.join(workdir, "o_cnn"), [])
                   for name, f in files.items()}
             ref = ys["fp32 dense"]
+            rss = {name: peak_rss_mib(args.slim, f, f"image={inp}", os.path.join(workdir, "o_rss"))
+                   for name, f in files.items()}
             times = {name: [] for name, _ in CNN_CFGS}
             for _ in range(args.rounds):
                 for name, _ in CNN_CFGS:
@@ -214,9 +238,9 @@ def run_cnns(args, workdir):
                 t = statistics.median(times[name])
                 y = ys[name]
                 cos = float(ref @ y / (np.linalg.norm(ref) * np.linalg.norm(y)))
-                print(f"| {arch} | {name} | {fbytes[name]} | "
-                      f"{fbytes[name] / fbytes['fp32 dense']:.3f} | {batch} | {t:.2f} | "
-                      f"{t / dense_t:.2f} | {cos:.5f} |")
+                print(f"| {arch} | {name} | {wbytes[name]} | "
+                      f"{wbytes[name] / wbytes['fp32 dense']:.3f} | {fbytes[name]} | {batch} | "
+                      f"{rss[name]:.0f} | {t:.2f} | {t / dense_t:.2f} | {cos:.5f} |")
             sys.stdout.flush()
 
 

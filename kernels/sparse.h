@@ -27,6 +27,11 @@
  * portable C, few rows or many) computes exactly that chain, so a row's
  * result is bitwise the same alone or in any batch, and the C path is the
  * tests' oracle.
+ *
+ * int8 values (vdtype I8, SparseConv only; SparseMatMul refuses them) are
+ * symmetric codes with one float32 scale per output channel: the chain
+ * runs over the codes as floats (exact), and the scale comes once at the
+ * end, fma(chain, scale[j], bias[j]) (or chain x scale[j] with no bias).
  */
 #ifndef SLIM_SPARSE_H
 #define SLIM_SPARSE_H
@@ -38,12 +43,13 @@ typedef enum { SLIM_SPARSE_CSR = 0, SLIM_SPARSE_24 = 1 } slim_sparse_enc;
 typedef struct slim_sparse_w {
     slim_sparse_enc enc;
     int64_t n, k;
-    slim_dtype vdtype;        /* F32, F16 or BF16 */
+    slim_dtype vdtype;        /* F32, F16 or BF16; I8 (SparseConv only) with scale */
     const void *values;
     const void *idx;          /* csr: U16 or I32 per idtype; 2:4: u8 codes */
     slim_dtype idtype;
     const int32_t *rowptr;    /* csr only */
     const float *bias;        /* [n] or NULL */
+    const float *scale;       /* I8 values: [n], channel j's codes times scale[j] */
 } slim_sparse_w;
 
 /* y[i][j] = sum over channel j's entries of values * x[i][k] (+ bias[j]);
@@ -85,7 +91,7 @@ size_t slim_sparse_24_bytes(int64_t n, int64_t k, size_t value_size);
 
 /* A 2-D convolution whose weight [M][C/group][kh][kw] is stored sparse per
  * output channel over its flattened C/group * kh * kw axis (w.n = M,
- * w.k = C/group * kh * kw, float32 values; csr or 2:4 as above). Output
+ * w.k = C/group * kh * kw, float32 or int8 values; csr or 2:4 as above). Output
  * channel j reads input channels of group j / (M / group). */
 typedef struct slim_sparse_conv {
     slim_sparse_w w;

@@ -29,6 +29,7 @@ extern const slim_pass slim__pass_fuse_attention;
 extern const slim_pass slim__pass_attention_qkv;
 extern const slim_pass slim__pass_fuse_int8_epilogue;
 extern const slim_pass slim__pass_fuse_matmul_bias;
+extern const slim_pass slim__pass_prune_expand; /* quant/prune_expand.c */
 
 unsigned slim_pass_device_bit(const char *kind)
 {
@@ -166,6 +167,13 @@ static bool want_graph_passes(const slim_load_ctx *c)
     return c->graph_passes;
 }
 
+static slim_status run_prune_expand(slim_graph *g, slim_load_ctx *c, slim_err *err)
+{
+    int changed = 0;
+    (void)c;
+    return slim__pass_prune_expand.run(g, &changed, err);
+}
+
 /* On a GPU FusedAttention runs on half operands only: the graph must be
  * about to go half, and SLIM_CUDA_FUSED_ATTENTION=1 (c->gpu_attention). */
 static bool want_gpu_attention(const slim_load_ctx *c)
@@ -224,6 +232,9 @@ const slim_pass_entry slim_pass_registry[] = {
     /* What a .slim file stores packed, without the other passes. */
     {"pack_matmul", SLIM_STAGE_OPTIMIZE, SLIM_ON_ANY, want_pack_matmul, NULL, run_pack_matmul},
     {"conv_widen", SLIM_STAGE_OPTIMIZE, SLIM_ON_ANY, want_optimize, NULL, run_conv_widen},
+    /* 2:4 convs of a file run dense, faster here (before fuse_conv, which
+     * then fuses and packs them as any conv). */
+    {"prune_expand", SLIM_STAGE_OPTIMIZE, SLIM_ON_CPU, want_graph_passes, NULL, run_prune_expand},
     /* Folding BatchNormalization first gives fuse_conv a Conv whose only
      * reader is the activation or the residual Add; blocked_layout then
      * links the FusedConvs fuse_conv made. On a GPU: no passes whose

@@ -466,6 +466,13 @@ static slim_status run_pass(pass *p, const slim_int8_opts *opts, slim_err *err)
         if (p->rw.dead[i])
             continue;
         slim_node *n = &g->nodes[i];
+        if (strcmp(n->domain, "com.slimserve") == 0 &&
+            (strcmp(n->op_type, "SparseConv") == 0 || strcmp(n->op_type, "SparseMatMul") == 0)) {
+            slim_status st = slim__int8_quantize_sparse(p, i, err);
+            if (st)
+                return slim_err_prefix(err, SLIM_NODE_FMT ": ", SLIM_NODE_ARGS(&g->nodes[i]));
+            continue;
+        }
         int wv = -1;
         slim_rewrite_kind kind = slim_rewrite_layer_kind(g, n, 4, 4, &wv);
         if (kind == SLIM_REWRITE_NONE)

@@ -30,4 +30,9 @@ const char *slim__int8_conv_why(const slim__int8_pass *p, const slim_node *n);
 slim_status slim__int8_quantize_conv(slim__int8_pass *p, int id, slim_int8_layer *layer,
                                      slim_err *err);
 
+/* A layer the pruning pass made sparse (int8_sparse.c): SparseConv and
+ * SparseMatMul values become int8 codes with per-output-channel scales
+ * (input 6, input 5). Adds the layer to the report. */
+slim_status slim__int8_quantize_sparse(slim__int8_pass *p, int id, slim_err *err);
+
 #endif

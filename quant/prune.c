@@ -500,13 +500,14 @@ static const char *dense_reason(const pass *p, const cand *c, bool two4, int64_t
                  two4 ? "2:4" : "csr", (double)*bytes / (double)dense, 100 * (1 - density));
         return buf;
     }
-    double most = c->conv ? slim__prune_conv_max_density(&g->nodes[c->node], c->n)
-                          : SLIM_PRUNE_CSR_MAX_DENSITY;
+    double most = slim_prune_max_density(g, &g->nodes[c->node], c->conv, c->n, p->o->batch);
     if (!two4 && density > most) {
+        int64_t rows = c->conv ? -1 : slim_prune_rows(g, &g->nodes[c->node], p->o->batch);
+        long long b = p->o->batch > 0 ? p->o->batch : 1;
         snprintf(buf, cap, "%.0f%% sparse: csr is slower than dense above %.0f%% density "
-                 "(measured break-even%s)", 100 * (1 - density), 100 * most,
-                 !c->conv ? "" : most < SLIM_PRUNE_CONV_CSR_MAX_DENSITY ? " for a Conv of at "
-                 "most 64 output channels" : " for Conv");
+                 "(measured break-even for %s at batch %lld%s)", 100 * (1 - density),
+                 100 * most, c->conv ? "Conv" : "MatMul", b,
+                 rows < 0 && !c->conv ? ", rows unknown" : "");
         return buf;
     }
     return NULL;
@@ -597,8 +598,9 @@ static slim_status store_layer(pass *p, cand *c, slim_prune_layer *l, slim_err *
     }
     l->storage = two4 ? "2:4" : "csr";
     if (c->conv) /* inspect says why a conv is sparse too */
-        slim__prune_conv_why_sparse(l->why, sizeof(l->why), two4, nnz, c->n, c->k, node,
-                                    storage_is(p, "sparse"));
+        slim__prune_conv_why_sparse(l->why, sizeof(l->why), two4, nnz, c->n, c->k,
+                                    slim_prune_max_density(g, node, true, c->n, p->o->batch),
+                                    p->o->batch, storage_is(p, "sparse"));
     l->bytes_after = sparse_bytes + (bias.data ? sizeof(float) * (size_t)c->n : 0);
     int n_in = in[4] >= 0 ? 5 : in[3] >= 0 ? 4 : 3;
     if (!c->conv)
@@ -608,8 +610,8 @@ static slim_status store_layer(pass *p, cand *c, slim_prune_layer *l, slim_err *
         out = g->nodes[c->bn].out[0];
         p->bns[p->n_bns++] = c->bn;
     }
-    if ((st = slim__prune_conv_rewrite(g, &g->nodes[c->node], l->storage, c->k, n_in, in, out,
-                                       err)))
+    if ((st = slim__prune_conv_rewrite(g, &g->nodes[c->node], l->storage, c->k,
+                                       storage_is(p, "sparse"), n_in, in, out, err)))
         return st;
     slim__prune_release_unread(g, old_b);
     return SLIM_OK;

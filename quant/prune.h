@@ -70,6 +70,24 @@ void slim_prune_report_free(slim_prune_report *rep);
  * which is what asking for 2:4 asks for; storage "dense" trades them back
  * for speed. */
 #define SLIM_PRUNE_CSR_MAX_DENSITY 0.3
+/* The same by expected rows (batch x a known sequence length; docs/prune.md
+ * "Sparse only where it pays", slim bench on 768 x 3072 and 3072 x 768):
+ * at density 0.3 csr ran 0.87-1.07x the dense time at 1 to 8 rows and
+ * 0.80-0.82x at 64, at 0.4 1.05-1.32x; at 128 and 1024 rows 0.47-0.71x at
+ * 0.25 and 1.13-1.62x at 0.5. So under 16 rows csr is used up to 0.25,
+ * from 64 rows up to 0.35, between (and for unknown rows) up to 0.3. */
+#define SLIM_PRUNE_CSR_MAX_DENSITY_FEW 0.25
+#define SLIM_PRUNE_CSR_MAX_DENSITY_MANY 0.35
+
+/* The rows layer n's product is expected to see at this batch (opts
+ * batch; 0 counts as 1): batch times X's declared leading dims after the
+ * first, -1 when one of those is unknown (a sequence). */
+int64_t slim_prune_rows(const slim_graph *g, const slim_node *n, int64_t batch);
+/* The density (nonzeros / elements) up to which csr pays for layer n (a
+ * Conv of m output channels when conv, else a MatMul / Gemm) at the
+ * expected batch: the measured break-evens above and in prune_conv.h. */
+double slim_prune_max_density(const slim_graph *g, const slim_node *n, bool conv, int64_t m,
+                              int64_t batch);
 
 /* Prunes w in place (n x k as laid out: [K][N], or [N][K] with w_nk) to
  * 2:4 along K; the unit tests check its pattern. */

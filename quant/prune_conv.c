@@ -163,7 +163,7 @@ void slim__prune_conv_fold(const slim_graph *g, const slim_node *conv, const sli
 }
 
 slim_status slim__prune_conv_rewrite(slim_graph *g, slim_node *conv, const char *enc, int64_t k,
-                                     int n_in, const int *in, int out, slim_err *err)
+                                     bool forced, int n_in, const int *in, int out, slim_err *err)
 {
     const slim_tensor *w = &g->values[conv->in[1]].init;
     int64_t ks[2] = {w->dims[2], w->dims[3]}, s[2] = {1, 1}, d[2] = {1, 1}, p[4] = {0, 0, 0, 0};
@@ -190,6 +190,10 @@ slim_status slim__prune_conv_rewrite(slim_graph *g, slim_node *conv, const char 
         !(st = slim_pass_set_ints(conv, "pads", p, 4, err)) &&
         !(st = slim_pass_set_int(conv, "group", group, err)))
         st = slim_pass_set_int(conv, "activation", 0, err);
+    /* Kept in the file: the load's expand pass (prune_expand.c) leaves a
+     * forced layer sparse. */
+    if (!st && forced)
+        st = slim_pass_set_str(conv, "storage", "sparse", err);
     return st;
 }
 
@@ -250,24 +254,18 @@ slim_status slim__prune_conv_dense(slim_graph *g, int node, int bn, const float 
     return SLIM_OK;
 }
 
-double slim__prune_conv_max_density(const slim_node *n, int64_t m)
-{
-    int64_t group = slim_attr_int(n, "group", 1);
-    return m / (group > 0 ? group : 1) <= SLIM_PRUNE_CONV_SMALL_M
-               ? SLIM_PRUNE_CONV_CSR_MAX_DENSITY_SMALL : SLIM_PRUNE_CONV_CSR_MAX_DENSITY;
-}
-
 void slim__prune_conv_why_sparse(char *buf, size_t cap, bool two4, int64_t nnz, int64_t m,
-                                 int64_t k, const slim_node *n, bool forced)
+                                 int64_t k, double most, int64_t batch, bool forced)
 {
     if (forced)
         snprintf(buf, cap, "storage \"sparse\" asked for");
-    else if (two4)
-        snprintf(buf, cap, "2:4 asked for: half the bytes, 1.4-2.4x the dense conv's time "
-                 "(storage \"dense\" keeps the speed)");
+    else if (two4) /* prune_expand.c */
+        snprintf(buf, cap, "2:4 in the file; run dense at load (faster): %lld bytes "
+                 "float32 (storage \"sparse\": run 2:4)", (long long)(m * k * 4));
     else
-        snprintf(buf, cap, "density %.2f <= %.2f: csr measured faster than the dense conv",
-                 (double)nnz / (double)(m * k), slim__prune_conv_max_density(n, m));
+        snprintf(buf, cap, "density %.2f <= %.2f: csr measured faster than the dense conv "
+                 "at batch %lld", (double)nnz / (double)(m * k), most,
+                 (long long)(batch > 0 ? batch : 1));
 }
 
 static bool is_sconv(const slim_node *n)

@@ -28,6 +28,14 @@
 #define SLIM_PRUNE_CONV_CSR_MAX_DENSITY 0.2
 #define SLIM_PRUNE_CONV_CSR_MAX_DENSITY_SMALL 0.15
 #define SLIM_PRUNE_CONV_SMALL_M 64
+/* From a batch of SLIM_PRUNE_CONV_BATCH images, csr up to this density for
+ * every conv: at batch 8 (slim bench, 2 threads, docs/prune.md) 80%
+ * sparse ran 0.81-1.27x the dense time (1.27x for 64 channels at 56x56,
+ * 0.93x for 128 at 28x28) where batch 1 gave 0.68-0.96x; 85% ran
+ * 0.54-0.86x. The dense conv shares work across a batch, the sparse
+ * kernel never does. */
+#define SLIM_PRUNE_CONV_BATCH 8
+#define SLIM_PRUNE_CONV_CSR_MAX_DENSITY_BATCH 0.15
 
 /* Whether node n is a default-domain 2-D Conv with a constant float32
  * weight; fills M and K. *depthwise is set for group = C = M. */
@@ -47,9 +55,11 @@ int slim__prune_conv_bn(const slim_graph *g, int conv);
 void slim__prune_conv_fold(const slim_graph *g, const slim_node *conv, const slim_node *bn,
                            float *w, int64_t m, int64_t k, float *bias);
 /* Makes conv a SparseConv(in[0..n_in)) writing out, with the conv's
- * geometry made explicit. */
+ * geometry made explicit; forced (storage "sparse" asked for) is kept as
+ * its attribute storage = "sparse". */
 slim_status slim__prune_conv_rewrite(slim_graph *g, slim_node *conv, const char *enc, int64_t k,
-                                     int n_in, const int *in, int out, slim_err *err);
+                                     bool forced, int n_in, const int *in, int out,
+                                     slim_err *err);
 /* A conv kept dense whose BN (node bn) was folded into its pruned copy
  * (pruned, M x K, and the folded bias fbias [M]): it reads those as new
  * initializers and writes the BN's output, what passes/fold_bn.c would have
@@ -57,12 +67,9 @@ slim_status slim__prune_conv_rewrite(slim_graph *g, slim_node *conv, const char 
 slim_status slim__prune_conv_dense(slim_graph *g, int node, int bn, const float *pruned,
                                    const float *fbias, slim_err *err);
 /* Why a pruned conv is stored sparse (for slim inspect --prune): forced,
- * 2:4 asked for, or its density under the break-even. */
+ * 2:4 asked for, or its density under the break-even `most` at `batch`. */
 void slim__prune_conv_why_sparse(char *buf, size_t cap, bool two4, int64_t nnz, int64_t m,
-                                 int64_t k, const slim_node *n, bool forced);
-/* The density up to which csr pays for conv n of m output channels (the
- * measured break-even above, by its output channels per group). */
-double slim__prune_conv_max_density(const slim_node *n, int64_t m);
+                                 int64_t k, double most, int64_t batch, bool forced);
 /* Initializer v once no node reads it: its memory goes back now. */
 void slim__prune_release_unread(slim_graph *g, int v);
 /* After the pass: removes the folded BatchNormalizations (bn[0..n_bn),

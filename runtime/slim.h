@@ -167,6 +167,10 @@ typedef struct slim_prune_opts {
     /* "auto" (NULL): sparse where it measured cheaper; "sparse": every
      * pruned layer sparse (benchmarks, tests); "dense": zeros stored dense. */
     const char *storage;
+    /* The batch the model is expected to serve (config max_batch_size;
+     * 0: 1, as for slim run): csr is used up to the break-even density
+     * measured at that many rows (quant/prune_rule.c). */
+    int64_t batch;
     struct slim_prune_report *report; /* per-layer report (slim_prune_report_free), or NULL */
 } slim_prune_opts;
 

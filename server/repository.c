@@ -214,7 +214,9 @@ static slim_status load_version(slim_server_repo *repo, const char *name, const 
     slim_prune_opts po = {.method = m->cfg.prune_method, .amount = m->cfg.prune_amount,
                           .global = m->cfg.prune_global, .storage = m->cfg.prune_storage,
                           .ops = (const char *const *)m->cfg.prune_ops,
-                          .n_ops = m->cfg.n_prune_ops};
+                          .n_ops = m->cfg.n_prune_ops,
+                          /* sparse or dense for the rows its batches bring */
+                          .batch = m->cfg.max_batch_size > 0 ? m->cfg.max_batch_size : 1};
     char masks[4096];
     if (m->cfg.prune_masks) {
         snprintf(masks, sizeof(masks), "%s/%s/%s", repo->root, name, m->cfg.prune_masks);

@@ -49,6 +49,7 @@ typedef struct {
     const int64_t *toff;     /* the same in a tail tile: (k % KC) * PB */
     int64_t n_pb, n_cc, cc;  /* pixel blocks, channel chunks and their size */
     bool direct;             /* 1x1, stride 1, no pads: x read in place */
+    uint64_t used;           /* bit a * sw + b: a tap reads phase (a, b) (sh * sw <= 64) */
     bool avx512;
     _Atomic int oom;
 } job;
@@ -63,6 +64,16 @@ static inline int64_t csr_k(const slim_sparse_w *w, int64_t q)
     return w->idtype == SLIM_U16 ? ((const uint16_t *)w->idx)[q] : ((const int32_t *)w->idx)[q];
 }
 
+#define INLINE static inline __attribute__((always_inline))
+
+/* Stored value q as a float: float32 as it is, an int8 code exactly (its
+ * channel's scale comes in the epilogue). Inlined with i8 a constant, so
+ * each path below is compiled once per value type. */
+INLINE float val_at(const void *v, int64_t q, bool i8)
+{
+    return i8 ? (float)((const int8_t *)v)[q] : ((const float *)v)[q];
+}
+
 /* Channel j's entries with k below k1, from its cursor on, into acc[PB]
  * (from 0 when first); row k of x is xb + off[k]. The entries of a row are
  * in increasing k (slim_sparse_check refuses any other order), so walking the chunks in order
@@ -73,17 +84,18 @@ static void chunk_c(const slim_sparse_w *w, int64_t j, cursor *cu, int64_t k1, c
     if (first)
         for (int p = 0; p < PB; p++)
             acc[p] = 0.0f;
-    const float *vals = w->values;
+    const void *vals = w->values;
+    bool i8 = w->vdtype == SLIM_I8;
     if (w->enc == SLIM_SPARSE_24) {
         int64_t groups = slim_sparse_24_groups(w->k);
         const uint8_t *nib = (const uint8_t *)w->idx + j * slim_sparse_24_idx_bytes(w->k);
-        vals += j * 2 * groups;
+        int64_t vb = j * 2 * groups;
         for (; cu->q < cu->end && 4 * cu->q < k1; cu->q++) {
             int64_t gr = cu->q;
             int code = nib[gr >> 1] >> (4 * (gr & 1));
             const float *r0 = xb + off[4 * gr + (code & 3)];
             const float *r1 = xb + off[4 * gr + ((code >> 2) & 3)];
-            float v0 = vals[2 * gr], v1 = vals[2 * gr + 1];
+            float v0 = val_at(vals, vb + 2 * gr, i8), v1 = val_at(vals, vb + 2 * gr + 1, i8);
             for (int p = 0; p < PB; p++)
                 acc[p] = fmaf(v1, r1[p], fmaf(v0, r0[p], acc[p]));
         }
@@ -94,7 +106,7 @@ static void chunk_c(const slim_sparse_w *w, int64_t j, cursor *cu, int64_t k1, c
         if (k >= k1)
             break;
         const float *r = xb + off[k];
-        float v = vals[cu->q];
+        float v = val_at(vals, cu->q, i8);
         for (int p = 0; p < PB; p++)
             acc[p] = fmaf(v, r[p], acc[p]);
     }
@@ -119,9 +131,9 @@ static void chunk_c(const slim_sparse_w *w, int64_t j, cursor *cu, int64_t k1, c
 #define FMA4(v, r) FMA4X(a, v, r)
 
 /* chunk_c in 16-wide lanes: the same chain per pixel. */
-AVX512_TARGET static void chunk_avx512(const slim_sparse_w *w, int64_t j, cursor *cu, int64_t k1,
-                                       const float *xb, const int64_t *off, float *acc,
-                                       bool first)
+AVX512_TARGET INLINE void chunk_avx512_body(const slim_sparse_w *w, int64_t j, cursor *cu,
+                                            int64_t k1, const float *xb, const int64_t *off,
+                                            float *acc, bool first, bool i8)
 {
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     if (!first) {
@@ -130,30 +142,30 @@ AVX512_TARGET static void chunk_avx512(const slim_sparse_w *w, int64_t j, cursor
         a2 = _mm512_loadu_ps(acc + 32);
         a3 = _mm512_loadu_ps(acc + 48);
     }
-    const float *vals = w->values;
+    const void *vals = w->values;
     if (w->enc == SLIM_SPARSE_24) {
         int64_t groups = slim_sparse_24_groups(w->k);
         const uint8_t *nib = (const uint8_t *)w->idx + j * slim_sparse_24_idx_bytes(w->k);
-        vals += j * 2 * groups;
+        int64_t vb = j * 2 * groups;
         int64_t g1 = (k1 + 3) / 4 < cu->end ? (k1 + 3) / 4 : cu->end;
         for (int64_t gr = cu->q; gr < g1; gr++) {
             int code = nib[gr >> 1] >> (4 * (gr & 1));
             const int64_t *o = off + 4 * gr;
-            FMA4(vals[2 * gr], xb + o[code & 3]);
-            FMA4(vals[2 * gr + 1], xb + o[(code >> 2) & 3]);
+            FMA4(val_at(vals, vb + 2 * gr, i8), xb + o[code & 3]);
+            FMA4(val_at(vals, vb + 2 * gr + 1, i8), xb + o[(code >> 2) & 3]);
         }
         cu->q = g1 > cu->q ? g1 : cu->q;
     } else if (w->idtype == SLIM_U16) {
         const uint16_t *ix = w->idx;
         int64_t q = cu->q;
         for (; q < cu->end && ix[q] < k1; q++)
-            FMA4(vals[q], xb + off[ix[q]]);
+            FMA4(val_at(vals, q, i8), xb + off[ix[q]]);
         cu->q = q;
     } else {
         const int32_t *ix = w->idx;
         int64_t q = cu->q;
         for (; q < cu->end && ix[q] < k1; q++)
-            FMA4(vals[q], xb + off[ix[q]]);
+            FMA4(val_at(vals, q, i8), xb + off[ix[q]]);
         cu->q = q;
     }
     _mm512_storeu_ps(acc, a0);
@@ -162,10 +174,10 @@ AVX512_TARGET static void chunk_avx512(const slim_sparse_w *w, int64_t j, cursor
     _mm512_storeu_ps(acc + 48, a3);
 }
 /* chunk2_avx512 for 2:4: both channels walk the same groups. */
-AVX512_TARGET static void chunk2_24_avx512(const slim_sparse_w *w, int64_t j, cursor *c0,
-                                           cursor *c1, int64_t k1, const float *xb,
-                                           const int64_t *off, float *acc0, float *acc1,
-                                           bool first)
+AVX512_TARGET INLINE void chunk2_24_avx512_body(const slim_sparse_w *w, int64_t j, cursor *c0,
+                                                cursor *c1, int64_t k1, const float *xb,
+                                                const int64_t *off, float *acc0, float *acc1,
+                                                bool first, bool i8)
 {
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     __m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
@@ -181,15 +193,16 @@ AVX512_TARGET static void chunk2_24_avx512(const slim_sparse_w *w, int64_t j, cu
     }
     int64_t groups = slim_sparse_24_groups(w->k), ib = slim_sparse_24_idx_bytes(w->k);
     const uint8_t *n0 = (const uint8_t *)w->idx + j * ib, *n1 = n0 + ib;
-    const float *v0 = (const float *)w->values + j * 2 * groups, *v1 = v0 + 2 * groups;
+    const void *vals = w->values;
+    int64_t b0q = j * 2 * groups, b1q = b0q + 2 * groups;
     int64_t g1 = (k1 + 3) / 4 < c0->end ? (k1 + 3) / 4 : c0->end;
     for (int64_t gr = c0->q; gr < g1; gr++) {
         int s = 4 * (int)(gr & 1), e0 = n0[gr >> 1] >> s, e1 = n1[gr >> 1] >> s;
         const int64_t *o = off + 4 * gr;
-        FMA4X(a, v0[2 * gr], xb + o[e0 & 3]);
-        FMA4X(b, v1[2 * gr], xb + o[e1 & 3]);
-        FMA4X(a, v0[2 * gr + 1], xb + o[(e0 >> 2) & 3]);
-        FMA4X(b, v1[2 * gr + 1], xb + o[(e1 >> 2) & 3]);
+        FMA4X(a, val_at(vals, b0q + 2 * gr, i8), xb + o[e0 & 3]);
+        FMA4X(b, val_at(vals, b1q + 2 * gr, i8), xb + o[e1 & 3]);
+        FMA4X(a, val_at(vals, b0q + 2 * gr + 1, i8), xb + o[(e0 >> 2) & 3]);
+        FMA4X(b, val_at(vals, b1q + 2 * gr + 1, i8), xb + o[(e1 >> 2) & 3]);
     }
     c0->q = c1->q = g1 > c0->q ? g1 : c0->q;
     _mm512_storeu_ps(acc0, a0);
@@ -206,9 +219,9 @@ AVX512_TARGET static void chunk2_24_avx512(const slim_sparse_w *w, int64_t j, cu
  * previous fused multiply-add (4 cycles), so one channel alone keeps the
  * FMA units half idle; two interleaved fill them. Each chain keeps its own
  * order, so the result is chunk_avx512's for each. */
-AVX512_TARGET static void chunk2_avx512(const slim_sparse_w *w, cursor *c0, cursor *c1,
-                                        int64_t k1, const float *xb, const int64_t *off,
-                                        float *acc0, float *acc1, bool first)
+AVX512_TARGET INLINE void chunk2_avx512_body(const slim_sparse_w *w, cursor *c0, cursor *c1,
+                                             int64_t k1, const float *xb, const int64_t *off,
+                                             float *acc0, float *acc1, bool first, bool i8)
 {
     __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
     __m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
@@ -222,19 +235,19 @@ AVX512_TARGET static void chunk2_avx512(const slim_sparse_w *w, cursor *c0, curs
         b2 = _mm512_loadu_ps(acc1 + 32);
         b3 = _mm512_loadu_ps(acc1 + 48);
     }
-    const float *vals = w->values;
+    const void *vals = w->values;
     const uint16_t *ix = w->idx;
     int64_t q0 = c0->q, q1 = c1->q;
     while (q0 < c0->end && ix[q0] < k1 && q1 < c1->end && ix[q1] < k1) {
-        FMA4X(a, vals[q0], xb + off[ix[q0]]);
-        FMA4X(b, vals[q1], xb + off[ix[q1]]);
+        FMA4X(a, val_at(vals, q0, i8), xb + off[ix[q0]]);
+        FMA4X(b, val_at(vals, q1, i8), xb + off[ix[q1]]);
         q0++;
         q1++;
     }
     for (; q0 < c0->end && ix[q0] < k1; q0++)
-        FMA4X(a, vals[q0], xb + off[ix[q0]]);
+        FMA4X(a, val_at(vals, q0, i8), xb + off[ix[q0]]);
     for (; q1 < c1->end && ix[q1] < k1; q1++)
-        FMA4X(b, vals[q1], xb + off[ix[q1]]);
+        FMA4X(b, val_at(vals, q1, i8), xb + off[ix[q1]]);
     c0->q = q0;
     c1->q = q1;
     _mm512_storeu_ps(acc0, a0);
@@ -246,8 +259,38 @@ AVX512_TARGET static void chunk2_avx512(const slim_sparse_w *w, cursor *c0, curs
     _mm512_storeu_ps(acc1 + 32, b2);
     _mm512_storeu_ps(acc1 + 48, b3);
 }
-#endif
 
+/* The bodies above compiled once per value type: i8 a constant, the
+ * value loads specialized, no branch in the inner loops. */
+AVX512_TARGET static void chunk_avx512(const slim_sparse_w *w, int64_t j, cursor *cu, int64_t k1,
+                                       const float *xb, const int64_t *off, float *acc,
+                                       bool first)
+{
+    if (w->vdtype == SLIM_I8)
+        chunk_avx512_body(w, j, cu, k1, xb, off, acc, first, true);
+    else
+        chunk_avx512_body(w, j, cu, k1, xb, off, acc, first, false);
+}
+AVX512_TARGET static void chunk2_24_avx512(const slim_sparse_w *w, int64_t j, cursor *c0,
+                                           cursor *c1, int64_t k1, const float *xb,
+                                           const int64_t *off, float *acc0, float *acc1,
+                                           bool first)
+{
+    if (w->vdtype == SLIM_I8)
+        chunk2_24_avx512_body(w, j, c0, c1, k1, xb, off, acc0, acc1, first, true);
+    else
+        chunk2_24_avx512_body(w, j, c0, c1, k1, xb, off, acc0, acc1, first, false);
+}
+AVX512_TARGET static void chunk2_avx512(const slim_sparse_w *w, cursor *c0, cursor *c1,
+                                        int64_t k1, const float *xb, const int64_t *off,
+                                        float *acc0, float *acc1, bool first)
+{
+    if (w->vdtype == SLIM_I8)
+        chunk2_avx512_body(w, c0, c1, k1, xb, off, acc0, acc1, first, true);
+    else
+        chunk2_avx512_body(w, c0, c1, k1, xb, off, acc0, acc1, first, false);
+}
+#endif
 
 /* Why phase planes and not an im2col tile per block: building a tile
  * row by row had cost more than the sparse product itself (a 64-channel
@@ -270,6 +313,11 @@ static void phase_part(int64_t begin, int64_t end, void *user)
         const float *src = x + pc * c->h * c->wd;
         for (int64_t a = 0; a < c->sh; a++)
             for (int64_t b = 0; b < c->sw; b++) {
+                /* A phase no tap reads is left unwritten: a 1x1 stride-2
+                 * conv reads one of its four. */
+                int64_t ph = a * c->sw + b;
+                if (ph < 64 && !(jb->used >> ph & 1))
+                    continue;
                 float *dst = xp + (pc * c->sh * c->sw + a * c->sw + b) * plane;
                 int64_t lo, hi; /* the columns inside the input: the same every row */
                 slim_window_range(b - c->pl, c->sw, jb->wq, c->wd, &lo, &hi);
@@ -296,12 +344,15 @@ static void phase_part(int64_t begin, int64_t end, void *user)
 }
 
 /* acc (+ bias) (+ r), then Relu, into o: the same operations per element
- * on both paths (the AVX-512 one only runs 16 at a time). */
-static void epilogue(const float *acc, bool has_b, float bias, const float *r,
-                     const slim_sparse_conv *c, float *o, int64_t n)
+ * on both paths (the AVX-512 one only runs 16 at a time). With int8
+ * values (sc non-NULL) acc is first scaled, fused with the bias: one
+ * rounding, fma(acc, scale, bias), on both paths. */
+static void epilogue(const float *acc, bool has_b, float bias, const float *sc,
+                     const float *r, const slim_sparse_conv *c, float *o, int64_t n)
 {
     for (int64_t p = 0; p < n; p++) {
-        float v = has_b ? acc[p] + bias : acc[p];
+        float v = sc ? (has_b ? fmaf(acc[p], *sc, bias) : acc[p] * *sc)
+                     : has_b ? acc[p] + bias : acc[p];
         if (r)
             v += r[p];
         if (c->act == 1)
@@ -316,15 +367,18 @@ static void epilogue(const float *acc, bool has_b, float bias, const float *r,
 
 #ifdef SPARSE_CONV_X86
 AVX512_TARGET static void epilogue_avx512(const float *acc, bool has_b, float bias,
-                                          const float *r, const slim_sparse_conv *c, float *o,
-                                          int64_t n)
+                                          const float *sc, const float *r,
+                                          const slim_sparse_conv *c, float *o, int64_t n)
 {
     __m512 b = _mm512_set1_ps(bias), z = _mm512_setzero_ps();
+    __m512 s = _mm512_set1_ps(sc ? *sc : 1.0f);
     __m512 lo = _mm512_set1_ps(c->lo), hi = _mm512_set1_ps(c->hi);
     for (int64_t p = 0; p < n; p += 16) {
         __mmask16 m = n - p >= 16 ? 0xffff : (__mmask16)((1u << (n - p)) - 1);
         __m512 v = _mm512_maskz_loadu_ps(m, acc + p);
-        if (has_b)
+        if (sc)
+            v = has_b ? _mm512_fmadd_ps(v, s, b) : _mm512_mul_ps(v, s);
+        else if (has_b)
             v = _mm512_add_ps(v, b);
         if (r)
             v = _mm512_add_ps(v, _mm512_maskz_loadu_ps(m, r + p));
@@ -403,6 +457,7 @@ static void do_item(job *jb, int64_t item, float *tile, float *otile, cursor *cu
     }
     for (int64_t j = j0; j < j1; j++) {
         float bias = w->bias ? w->bias[j] : 0.0f;
+        const float *sc = w->scale ? &w->scale[j] : NULL;
         for (int64_t q = 0; q < nq;) {
             int64_t oy = (q0 + q) / jb->wq, ox = (q0 + q) % jb->wq;
             int64_t run = jb->wq - ox < nq - q ? jb->wq - ox : nq - q;
@@ -412,10 +467,10 @@ static void do_item(job *jb, int64_t item, float *tile, float *otile, cursor *cu
             const float *r = jb->res ? jb->res + at : NULL;
 #ifdef SPARSE_CONV_X86
             if (jb->avx512)
-                epilogue_avx512(acc, w->bias != NULL, bias, r, c, jb->y + at, valid);
+                epilogue_avx512(acc, w->bias != NULL, bias, sc, r, c, jb->y + at, valid);
             else
 #endif
-                epilogue(acc, w->bias != NULL, bias, r, c, jb->y + at, valid);
+                epilogue(acc, w->bias != NULL, bias, sc, r, c, jb->y + at, valid);
             q += run;
         }
     }
@@ -465,9 +520,12 @@ slim_status slim_sparse_conv_run(const slim_sparse_conv *c, int64_t batch, const
     if (!mem)
         return err->status ? err->status : SLIM_ENOMEM;
     int64_t *off = (int64_t *)mem, *toff = off + jb.kg;
+    jb.used = phases > 64 ? ~(uint64_t)0 : 0;
     for (int64_t k = 0; k < jb.kg; k++) {
         int64_t ci = k / khw, ky = k / c->kw % c->kh, kx = k % c->kw;
         int64_t a = ky * c->dh % c->sh, b = kx * c->dw % c->sw;
+        if (a * c->sw + b < 64)
+            jb.used |= (uint64_t)1 << (a * c->sw + b);
         off[k] = jb.direct ? k * plane
                            : (ci * phases + a * c->sw + b) * plane +
                                  ky * c->dh / c->sh * jb.wq + kx * c->dw / c->sw;

@@ -3,13 +3,15 @@
  * pass (quant/prune.c) puts in place of a 2-D Conv whose pruned weight is
  * cheaper sparse, with the Conv's epilogue fused in:
  *
- *   SparseConv(X, values, indices[, rowptr][, bias][, R]) -> Y
+ *   SparseConv(X, values, indices[, rowptr][, bias][, R][, scale]) -> Y
  *       attrs: encoding ("csr" | "2:4"), K = C/group * kh * kw,
  *              kernel_shape [kh, kw], strides, dilations, pads (4, explicit),
  *              group, activation (0 none, 1 Relu, 2 Clip to [alpha, beta])
  *       values, indices, rowptr: SparseMatMul's encodings (kernels/sparse.h)
  *              of the weight [M, C/group, kh, kw] seen as M rows of K;
- *              float32 values
+ *              float32 values, or int8 codes with scale float32 [M] (the
+ *              quantization pass, quant/int8_sparse.c: channel j's weight
+ *              is its codes times scale[j])
  *       bias float32 [M]; R (a residual Add, fused) float32 of Y's shape
  *       X float32 [N, C, H, W]; Y float32 [N, M, OH, OW]
  *       Y = act(conv(X) + bias + R)
@@ -93,15 +95,20 @@ static slim_status geometry(const slim_op_ctx *ctx, slim_sparse_conv *c, int64_t
     const slim_tensor *x = ctx->in[0], *v = ctx->in[1], *ix = ctx->in[2];
     const slim_tensor *rp = ctx->n_in > 3 ? ctx->in[3] : NULL;
     const slim_tensor *bias = ctx->n_in > 4 ? ctx->in[4] : NULL;
+    const slim_tensor *scale = ctx->n_in > 6 ? ctx->in[6] : NULL;
     memset(c, 0, sizeof(*c));
     slim_sparse_w *w = &c->w;
     if (x->dtype != SLIM_F32 || x->ndim != 4)
         return slim_errf(ctx->err, SLIM_ESHAPE, "input X must be float32 [N, C, H, W]");
-    if (!v || !ix || v->dtype != SLIM_F32)
-        return slim_errf(ctx->err, SLIM_ETYPE, "float32 values and indices are required");
+    if (!v || !ix || (v->dtype != SLIM_F32 && v->dtype != SLIM_I8))
+        return slim_errf(ctx->err, SLIM_ETYPE, "float32 or int8 values and indices are "
+                         "required");
+    if ((v->dtype == SLIM_I8) != (scale != NULL))
+        return slim_errf(ctx->err, SLIM_EINVAL, "int8 values take their scales (input 6), "
+                         "float32 values none");
     w->enc = s->enc;
     w->k = s->k;
-    w->vdtype = SLIM_F32;
+    w->vdtype = v->dtype;
     w->values = v->data;
     w->idx = ix->data;
     w->idtype = ix->dtype;
@@ -138,6 +145,10 @@ static slim_status geometry(const slim_op_ctx *ctx, slim_sparse_conv *c, int64_t
     if (bias && (bias->dtype != SLIM_F32 || bias->ndim != 1 || bias->dims[0] != w->n))
         return slim_errf(ctx->err, SLIM_ESHAPE, "bias must be float32 [%lld]", (long long)w->n);
     w->bias = bias ? bias->data : NULL;
+    if (scale && (scale->dtype != SLIM_F32 || scale->ndim != 1 || scale->dims[0] != w->n))
+        return slim_errf(ctx->err, SLIM_ESHAPE, "scale must be float32 [%lld]",
+                         (long long)w->n);
+    w->scale = scale ? scale->data : NULL;
     int64_t cg = s->k / (s->kh * s->kw);
     if (w->n % s->group || x->dims[1] != cg * s->group)
         return slim_errf(ctx->err, SLIM_ESHAPE, "X has %lld channels and the weight %lld "

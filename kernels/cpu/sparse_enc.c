@@ -96,9 +96,19 @@ slim_status slim_sparse_check(const slim_sparse_w *w, int64_t nnz, slim_err *err
     if (w->n < 1 || w->k < 1)
         return slim_errf(err, SLIM_ESHAPE, "sparse weight of %lld x %lld", (long long)w->k,
                          (long long)w->n);
-    if (w->vdtype != SLIM_F32 && w->vdtype != SLIM_F16 && w->vdtype != SLIM_BF16)
-        return slim_errf(err, SLIM_ETYPE, "sparse values must be float32, float16 or bfloat16, "
-                         "not %s", slim_dtype_name(w->vdtype));
+    if (w->vdtype != SLIM_F32 && w->vdtype != SLIM_F16 && w->vdtype != SLIM_BF16 &&
+        w->vdtype != SLIM_I8)
+        return slim_errf(err, SLIM_ETYPE, "sparse values must be float32, float16, bfloat16 "
+                         "or int8, not %s", slim_dtype_name(w->vdtype));
+    if ((w->vdtype == SLIM_I8) != (w->scale != NULL))
+        return slim_errf(err, SLIM_EINVAL, "int8 sparse values need their per-channel scales, "
+                         "and only they take scales");
+    /* A scale that is not finite would make every output of its channel
+     * NaN or infinite: a forged file, refused. */
+    for (int64_t j = 0; w->scale && j < w->n; j++)
+        if (!(w->scale[j] == w->scale[j]) || w->scale[j] - w->scale[j] != 0.0f)
+            return slim_errf(err, SLIM_EINVAL, "int8 sparse scale of channel %lld is not finite",
+                             (long long)j);
     if (w->enc == SLIM_SPARSE_24) {
         int64_t groups = slim_sparse_24_groups(w->k), ib = slim_sparse_24_idx_bytes(w->k);
         if (nnz != w->n * 2 * groups)

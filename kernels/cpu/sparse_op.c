@@ -3,7 +3,7 @@
  * (quant/prune.c) puts in place of a MatMul or Gemm whose pruned weight is
  * cheaper sparse (kernels/sparse.h has the encodings):
  *
- *   SparseMatMul(X, values, indices[, rowptr][, bias]) -> Y
+ *   SparseMatMul(X, values, indices[, rowptr][, bias][, scale]) -> Y
  *       attrs: encoding ("csr" | "2:4"), K (int)
  *       csr: values [nnz], indices [nnz] (uint16 for K <= 65536, else int32),
  *            rowptr int32 [N + 1]
@@ -11,6 +11,12 @@
  *            no rowptr (an empty input)
  *       values and bias float32, float16 or bfloat16; X float32, float16 or
  *       bfloat16 [..., K]; Y has X's type, [..., N].
+ *       Or int8 values (codes) with scale float32 [N] (quant/int8_sparse.c):
+ *       channel j's weight is its codes x scale[j]. The product kernel has
+ *       no int8 path, so the codes are widened once, at the first run, to a
+ *       float16 copy (exact: |code| <= 127) the kernel reads; its chain runs
+ *       over the codes and the scale comes after, fma(chain, scale, bias).
+ *       Memory: 2 bytes a kept value beside the 1 in the (mapped) file.
  *
  * The operands are ordinary tensors, so a .slim file stores them raw and
  * maps them in place. Shapes and dtypes are checked before a byte is read;
@@ -22,6 +28,7 @@
 #include "kernel.h"
 #include "sparse.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,7 +37,16 @@ typedef struct {
     slim_sparse_enc enc;
     int64_t k;
     _Atomic int checked; /* the constant operands passed slim_sparse_check */
+    uint16_t *_Atomic wide; /* int8 codes as float16, made at the first run */
 } sparse_state;
+
+static void sparse_free(void *state)
+{
+    sparse_state *s = state;
+    if (s)
+        free(atomic_load(&s->wide));
+    free(s);
+}
 
 static slim_status sparse_prepare(slim_node *node, void **state, slim_err *err)
 {
@@ -71,11 +87,15 @@ static slim_status operands(const slim_op_ctx *ctx, slim_sparse_w *w, int64_t *n
     const slim_tensor *v = ctx->in[1], *ix = ctx->in[2];
     const slim_tensor *rp = ctx->n_in > 3 ? ctx->in[3] : NULL;
     const slim_tensor *bias = ctx->n_in > 4 ? ctx->in[4] : NULL;
+    const slim_tensor *scale = ctx->n_in > 5 ? ctx->in[5] : NULL;
     if (!v || !ix)
         return slim_errf(ctx->err, SLIM_EINVAL, "values and indices are required");
-    if (!is_float(v))
-        return slim_errf(ctx->err, SLIM_ETYPE, "values must be float32, float16 or bfloat16, "
-                         "not %s", slim_dtype_name(v->dtype));
+    if (!is_float(v) && v->dtype != SLIM_I8)
+        return slim_errf(ctx->err, SLIM_ETYPE, "values must be float32, float16, bfloat16 "
+                         "or int8, not %s", slim_dtype_name(v->dtype));
+    if ((v->dtype == SLIM_I8) != (scale != NULL))
+        return slim_errf(ctx->err, SLIM_EINVAL, "int8 values take their scales (input 5), "
+                         "float values none");
     memset(w, 0, sizeof(*w));
     w->enc = s->enc;
     w->k = s->k;
@@ -115,6 +135,10 @@ static slim_status operands(const slim_op_ctx *ctx, slim_sparse_w *w, int64_t *n
     }
     if (bias && (!is_float(bias) || bias->ndim != 1 || bias->dims[0] != w->n))
         return slim_errf(ctx->err, SLIM_ESHAPE, "bias must be float [%lld]", (long long)w->n);
+    if (scale && (scale->dtype != SLIM_F32 || scale->ndim != 1 || scale->dims[0] != w->n))
+        return slim_errf(ctx->err, SLIM_ESHAPE, "scale must be float32 [%lld]",
+                         (long long)w->n);
+    w->scale = scale ? scale->data : NULL;
     return SLIM_OK;
 }
 
@@ -161,6 +185,37 @@ static slim_status widen(const slim_tensor *t, slim_tensor *tmp, const float **o
     return SLIM_OK;
 }
 
+/* The int8 codes of t as float16, once: a copy made by the first run
+ * that gets there (another one racing it frees its own). */
+static slim_status widen_codes(sparse_state *s, const slim_tensor *t, slim_err *err)
+{
+    if (atomic_load(&s->wide))
+        return SLIM_OK;
+    int64_t n = slim_tensor_numel(t);
+    /* raw: load-time state of the model's constant weight, freed with it */
+    uint16_t *h = malloc(sizeof(uint16_t) * (size_t)(n ? n : 1));
+    if (!h)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory widening int8 sparse values");
+    const int8_t *q = t->data;
+    for (int64_t i = 0; i < n; i++)
+        h[i] = slim_f32_to_f16((float)q[i]);
+    uint16_t *none = NULL;
+    if (!atomic_compare_exchange_strong(&s->wide, &none, h))
+        free(h);
+    return SLIM_OK;
+}
+
+/* y[i][j] = fma(y[i][j], scale[j], bias[j]) (y x scale[j] without bias):
+ * the int8 layer's chain over its codes, scaled once, per element. */
+static void scale_rows(float *y, int64_t m, int64_t n, const float *scale, const float *bias)
+{
+    for (int64_t i = 0; i < m; i++) {
+        float *r = y + i * n;
+        for (int64_t j = 0; j < n; j++)
+            r[j] = bias ? fmaf(r[j], scale[j], bias[j]) : r[j] * scale[j];
+    }
+}
+
 static slim_status sparse_exec(slim_op_ctx *ctx)
 {
     sparse_state *s = (sparse_state *)ctx->state;
@@ -180,6 +235,14 @@ static slim_status sparse_exec(slim_op_ctx *ctx)
     int64_t m = slim_tensor_numel(x) / s->k;
     if (m == 0)
         return SLIM_OK;
+    const float *scale = w.scale;
+    if (scale) { /* the kernel reads the codes as float16, scaled after it */
+        if ((st = widen_codes(s, ctx->in[1], ctx->err)))
+            return st;
+        w.values = atomic_load(&s->wide);
+        w.vdtype = SLIM_F16;
+        w.scale = NULL;
+    }
     slim_tensor xt, yt, bt;
     const float *xf, *bf;
     float *yf;
@@ -194,8 +257,10 @@ static slim_status sparse_exec(slim_op_ctx *ctx)
         slim_tensor_release(&bt);
         return st;
     }
-    w.bias = bf;
+    w.bias = scale ? NULL : bf;
     st = slim_sparse_matmul(&w, m, xf, s->k, yf, w.n, ctx->err);
+    if (!st && scale)
+        scale_rows(yf, m, w.n, scale, bf);
     slim_tensor *y = ctx->out[0];
     if (!st && y->dtype != SLIM_F32) { /* rounded to nearest even, as the helpers do */
         uint16_t *h = y->data;
@@ -209,6 +274,6 @@ static slim_status sparse_exec(slim_op_ctx *ctx)
 }
 
 const slim_op_def slim__ops_sparse[] = {
-    {"SparseMatMul", 1, sparse_prepare, free, sparse_infer, sparse_exec, 0},
+    {"SparseMatMul", 1, sparse_prepare, sparse_free, sparse_infer, sparse_exec, 0},
     {0},
 };

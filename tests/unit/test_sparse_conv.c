@@ -6,6 +6,8 @@
  * Relu and residual Add fused, depthwise convs left dense). */
 #include "testutil.h"
 
+#include "int8.h"
+#include "pass.h"
 #include "prune.h"
 #include "slim_init.h"
 #include "sparse.h"
@@ -32,6 +34,8 @@ typedef struct {
     int64_t k, oh, ow;
     float *wt, *bias, *x, *res;
     float *vals;
+    int8_t *codes;  /* kase_to_int8: the values as int8, per-channel scales */
+    float *scale;
     void *idx;
     int32_t *rp;
     uint8_t *nib;
@@ -120,17 +124,72 @@ static void kase_free(kase *t)
     free(t->idx);
     free(t->rp);
     free(t->nib);
+    free(t->codes);
+    free(t->scale);
+}
+
+/* Channel j's stored values: [*b, *e). */
+static void kase_span(const kase *t, int64_t j, int64_t *b, int64_t *e)
+{
+    if (t->s.two4) {
+        int64_t per = 2 * slim_sparse_24_groups(t->k);
+        *b = j * per;
+        *e = *b + per;
+    } else {
+        *b = t->rp[j];
+        *e = t->rp[j + 1];
+    }
+}
+
+/* The stored values quantized to int8 per output channel (max |v| / 127),
+ * as quant/int8_sparse.c does; with deq the float values become their
+ * dequantized codes, so that the float kernel computes the same products
+ * (up to where the scale is applied). */
+static void kase_to_int8(kase *t, bool deq)
+{
+    int64_t b, e;
+    kase_span(t, t->s.m - 1, &b, &e);
+    t->codes = malloc((size_t)e + 1);
+    t->scale = malloc(sizeof(float) * (size_t)t->s.m);
+    for (int64_t j = 0; j < t->s.m; j++) {
+        kase_span(t, j, &b, &e);
+        float mx = 0;
+        for (int64_t q = b; q < e; q++)
+            mx = fabsf(t->vals[q]) > mx ? fabsf(t->vals[q]) : mx;
+        t->scale[j] = mx > 0 ? mx / 127.0f : 1.0f;
+        for (int64_t q = b; q < e; q++) {
+            t->codes[q] = (int8_t)nearbyintf(t->vals[q] / t->scale[j]);
+            if (deq)
+                t->vals[q] = (float)t->codes[q] * t->scale[j];
+        }
+    }
+}
+
+/* t's conv as int8 (codes and scales) instead of float values. */
+static slim_sparse_conv kase_int8_conv(const kase *t)
+{
+    slim_sparse_conv c = t->conv;
+    c.w.vdtype = SLIM_I8;
+    c.w.values = t->codes;
+    c.w.scale = t->scale;
+    return c;
+}
+
+static float *run_conv(const kase *t, const slim_sparse_conv *c, slim_sparse_isa isa, int64_t n,
+                       const float *x, const float *res)
+{
+    ck_assert(slim_sparse_set_isa(isa));
+    float *y = malloc(sizeof(float) * (size_t)(n * t->s.m * t->oh * t->ow) + 4);
+    slim_err err;
+    ck_assert_msg(slim_sparse_conv_run(c, n, x, res, y, &err) == SLIM_OK, "%s", err.msg);
+    slim_sparse_set_isa(SLIM_SPARSE_ISA_AUTO);
+    return y;
 }
 
 static float *run_sparse(const kase *t, slim_sparse_isa isa, int64_t n, const float *x,
                          const float *res)
 {
-    ck_assert(slim_sparse_set_isa(isa));
-    float *y = malloc(sizeof(float) * (size_t)(n * t->s.m * t->oh * t->ow) + 4);
-    slim_err err;
-    ck_assert_msg(slim_sparse_conv_run(&t->conv, n, x, res, y, &err) == SLIM_OK, "%s", err.msg);
-    slim_sparse_set_isa(SLIM_SPARSE_ISA_AUTO);
-    return y;
+    return run_conv(t, &t->conv, isa, n, x, res);
 }
 
 /* The dense Conv node on the pruned weight, then + res and Relu. */
@@ -241,14 +300,67 @@ START_TEST(test_conv_image_independent_of_batch)
 }
 END_TEST
 
+/* int8 values: against the float kernel on the dequantized values (the
+ * same products; only where the scale comes differs: a tight tolerance),
+ * against the float kernel on the unquantized values (the quantization
+ * error: a loose one), AVX-512 against C bit for bit, and each image alone
+ * bit for bit as in a batch of 3. */
+START_TEST(test_int8_conv_matches_float)
+{
+    for (size_t i = 0; i < sizeof(shapes) / sizeof(shapes[0]); i++) {
+        shape s = shapes[i];
+        s.n = 3;
+        kase t;
+        kase_make(&t, &s, true, 1);
+        int64_t ny = s.n * s.m * t.oh * t.ow, xi = s.c * s.h * s.w, yi = s.m * t.oh * t.ow;
+        float *yf = run_sparse(&t, SLIM_SPARSE_ISA_C, s.n, t.x, t.res);
+        kase_to_int8(&t, true);
+        float *yd = run_sparse(&t, SLIM_SPARSE_ISA_C, s.n, t.x, t.res);
+        slim_sparse_conv c8 = kase_int8_conv(&t);
+        float *y8 = run_conv(&t, &c8, SLIM_SPARSE_ISA_C, s.n, t.x, t.res);
+        double e2 = 0, r2 = 0;
+        for (int64_t j = 0; j < ny; j++) {
+            ck_assert_msg(fabsf(y8[j] - yd[j]) <= 1e-4f * (1 + fabsf(yd[j])),
+                          "shape %zu: int8 y[%lld] = %g, dequantized float %g", i,
+                          (long long)j, y8[j], yd[j]);
+            e2 += (double)(y8[j] - yf[j]) * (y8[j] - yf[j]);
+            r2 += (double)yf[j] * yf[j];
+        }
+        ck_assert_msg(e2 <= 1e-4 * r2, "shape %zu: int8 vs float relative L2 %g", i,
+                      sqrt(e2 / r2));
+        for (int isa = 0; isa < 2; isa++) {
+            slim_sparse_isa a = isa ? SLIM_SPARSE_ISA_AVX512 : SLIM_SPARSE_ISA_C;
+            if (isa && !have_avx512())
+                continue;
+            float *all = run_conv(&t, &c8, a, s.n, t.x, t.res);
+            ck_assert_msg(memcmp(all, y8, sizeof(float) * (size_t)ny) == 0,
+                          "shape %zu: int8 AVX-512 and C differ", i);
+            for (int b = 0; b < s.n; b++) {
+                float *one = run_conv(&t, &c8, a, 1, t.x + b * xi, t.res + b * yi);
+                ck_assert_msg(memcmp(one, all + b * yi, sizeof(float) * (size_t)yi) == 0,
+                              "shape %zu image %d: int8 alone differs from batch 3", i, b);
+                free(one);
+            }
+            free(all);
+        }
+        free(yf);
+        free(yd);
+        free(y8);
+        kase_free(&t);
+    }
+}
+END_TEST
+
 /* A SparseConv node as a forged .slim file could hold it: K = 4 (C = 4,
  * 1x1), two output channels. */
-static slim_model *forged(const int32_t *rp, const uint16_t *ix, slim_err *err)
+static slim_model *forged_q(const int32_t *rp, const uint16_t *ix, const int8_t *codes,
+                            const float *scale, slim_err *err)
 {
     slim_graph *g = slim_graph_new();
     g->opset = 17;
-    int id = slim_graph_add_node(g, "sc", "SparseConv", "com.slimserve", 4,
-                                 (const char *[]){"x", "v", "i", "r"}, 1, (const char *[]){"y"});
+    int id = slim_graph_add_node(g, "sc", "SparseConv", "com.slimserve", scale ? 7 : 4,
+                                 (const char *[]){"x", "v", "i", "r", "", "", "s"}, 1,
+                                 (const char *[]){"y"});
     slim_node *n = &g->nodes[id];
     n->opset = 1;
     tu_attr_s(n, "encoding", "csr");
@@ -257,7 +369,13 @@ static slim_model *forged(const int32_t *rp, const uint16_t *ix, slim_err *err)
     int v = slim_graph_find_value(g, "v"), i = slim_graph_find_value(g, "i"),
         r = slim_graph_find_value(g, "r");
     g->values[v].kind = g->values[i].kind = g->values[r].kind = SLIM_VALUE_INITIALIZER;
-    g->values[v].init = tu_f32(1, (int64_t[]){3}, (float[]){1, 2, 3});
+    g->values[v].init = codes ? tu_tensor(SLIM_I8, 1, (int64_t[]){3}, codes)
+                              : tu_f32(1, (int64_t[]){3}, (float[]){1, 2, 3});
+    if (scale) {
+        int sv = slim_graph_find_value(g, "s");
+        g->values[sv].kind = SLIM_VALUE_INITIALIZER;
+        g->values[sv].init = tu_f32(1, (int64_t[]){2}, scale);
+    }
     g->values[i].init = tu_tensor(SLIM_U16, 1, (int64_t[]){3}, ix);
     g->values[r].init = tu_tensor(SLIM_I32, 1, (int64_t[]){3}, rp);
     int x = slim_graph_find_value(g, "x");
@@ -267,6 +385,11 @@ static slim_model *forged(const int32_t *rp, const uint16_t *ix, slim_err *err)
     slim_model *m = NULL;
     ck_assert_msg(slim_model_from_graph(g, &m, err) == SLIM_OK, "%s", err->msg);
     return m;
+}
+
+static slim_model *forged(const int32_t *rp, const uint16_t *ix, slim_err *err)
+{
+    return forged_q(rp, ix, NULL, NULL, err);
 }
 
 START_TEST(test_forged_sparse_conv_refused)
@@ -298,6 +421,28 @@ START_TEST(test_forged_sparse_conv_refused)
     ck_assert_int_eq(slim_model_run(m, 1, (const char *[]){"x"}, &x, &out, &n_out, &err),
                      SLIM_EINVAL);
     ck_assert_msg(strstr(err.msg, "\"sc\"") && strstr(err.msg, "index"), "%s", err.msg);
+    slim_model_free(m);
+    /* int8: good codes and scales; then a scale that is not finite, and
+     * int8 codes with a k past K. */
+    m = forged_q((int32_t[]){0, 2, 3}, (uint16_t[]){0, 3, 1}, (int8_t[]){2, 4, 6},
+                 (float[]){0.5f, 0.5f}, &err);
+    ck_assert_int_eq(slim_model_run(m, 1, (const char *[]){"x"}, &x, &out, &n_out, &err),
+                     SLIM_OK);
+    y = out[0].data;
+    ck_assert_float_eq(y[0], 1 + 2 * 7.0f);
+    ck_assert_float_eq(y[2], 3 * 3.0f);
+    slim_tensors_free(out, n_out);
+    slim_model_free(m);
+    m = forged_q((int32_t[]){0, 2, 3}, (uint16_t[]){0, 3, 1}, (int8_t[]){2, 4, 6},
+                 (float[]){0.5f, NAN}, &err);
+    ck_assert_int_eq(slim_model_run(m, 1, (const char *[]){"x"}, &x, &out, &n_out, &err),
+                     SLIM_EINVAL);
+    ck_assert_msg(strstr(err.msg, "finite"), "%s", err.msg);
+    slim_model_free(m);
+    m = forged_q((int32_t[]){0, 2, 3}, (uint16_t[]){0, 9, 1}, (int8_t[]){2, 4, 6},
+                 (float[]){0.5f, 0.5f}, &err);
+    ck_assert_int_eq(slim_model_run(m, 1, (const char *[]){"x"}, &x, &out, &n_out, &err),
+                     SLIM_EINVAL);
     slim_model_free(m);
     slim_tensor_release(&x);
 }
@@ -390,6 +535,204 @@ START_TEST(test_pass_on_small_cnn)
 }
 END_TEST
 
+/* The int8 pass after pruning: both SparseConvs get int8 codes and
+ * scales (listed in its report, their bytes down), the depthwise conv left
+ * dense gets the dense int8 treatment or stays, and the output stays near
+ * the float sparse model's. */
+START_TEST(test_int8_pass_on_sparse_cnn)
+{
+    static const char *methods[] = {"magnitude", "2:4"};
+    float xv[3 * 10 * 10];
+    for (int i = 0; i < 300; i++)
+        xv[i] = rndf();
+    slim_tensor x = tu_f32(4, (int64_t[]){1, 3, 10, 10}, xv);
+    for (int mth = 0; mth < 2; mth++) {
+        slim_err err;
+        slim_prune_opts o = {.method = methods[mth], .amount = 0.8, .storage = "sparse"};
+        slim_graph *gf = small_cnn(), *gq = small_cnn();
+        ck_assert_msg(slim_prune(gf, &o, NULL, &err) == SLIM_OK, "%s", err.msg);
+        ck_assert_msg(slim_prune(gq, &o, NULL, &err) == SLIM_OK, "%s", err.msg);
+        slim_int8_report rep;
+        ck_assert_msg(slim_quant_int8(gq, NULL, &rep, &err) == SLIM_OK, "%s", err.msg);
+        int sparse = 0;
+        for (int i = 0; i < rep.n_layers; i++)
+            if (strcmp(rep.layers[i].op_type, "SparseConv") == 0) {
+                ck_assert_msg(rep.layers[i].quantized, "%s", rep.layers[i].why);
+                ck_assert(rep.layers[i].bytes_after < rep.layers[i].bytes_before);
+                ck_assert(rep.layers[i].weight_error < 0.02);
+                sparse++;
+            }
+        ck_assert_int_eq(sparse, 2);
+        ck_assert_int_eq(tu_count_op(gq, "SparseConv"), 2);
+        slim_int8_report_free(&rep);
+        slim_tensor yf = run1(gf, x), yq = run1(gq, x);
+        int64_t n = slim_tensor_numel(&yf);
+        ck_assert_int_eq(slim_tensor_numel(&yq), n);
+        double e = slim_int8_rel_error(yf.data, yq.data, n);
+        ck_assert_msg(e < 0.03, "%s: int8 vs float sparse relative L2 %g", methods[mth], e);
+        slim_tensor_release(&yf);
+        slim_tensor_release(&yq);
+    }
+    slim_tensor_release(&x);
+}
+END_TEST
+
+/* A MatMul x [batch, 256] x w [256, 128], x declared 2-D (rows = batch)
+ * when rank2, else 3-D with a symbolic sequence (rows unknown). */
+static slim_graph *one_matmul(bool rank2)
+{
+    slim_graph *g = tu_graph_x();
+    int x = slim_graph_find_value(g, "x");
+    g->values[x].info.ndim = rank2 ? 2 : 3;
+    g->values[x].info.dims[0] = -1;
+    g->values[x].info.dims[1] = rank2 ? 256 : -1;
+    g->values[x].info.dim_names[1] = rank2 ? NULL : strdup("seq"); /* freed with g */
+    g->values[x].info.dims[rank2 ? 1 : 2] = 256;
+    uint32_t seed = 777; /* the same weight every call */
+    tu_init_f32(g, &seed, "w", 2, (int64_t[]){256, 128}, -1, 1);
+    tu_op(g, "MatMul", "y", 2, "x", "w");
+    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    return g;
+}
+
+/* The decision rule: the same 70% MatMul dense at batch 1 (csr measured
+ * slower there) and csr at batch 64; a conv of 128 channels at density
+ * 0.18 sparse at batch 1 and dense from batch 8 (the figures in prune.h
+ * and prune_conv.h). */
+START_TEST(test_rule_by_batch)
+{
+    const char *storage[2];
+    static const int64_t batch[2] = {1, 64};
+    for (int b = 0; b < 2; b++) {
+        slim_graph *g = one_matmul(true);
+        slim_prune_report rep;
+        slim_err err;
+        slim_prune_opts o = {.method = "magnitude", .amount = 0.7, .batch = batch[b]};
+        ck_assert_msg(slim_prune(g, &o, &rep, &err) == SLIM_OK, "%s", err.msg);
+        ck_assert_int_eq(rep.n_layers, 1);
+        storage[b] = rep.layers[0].storage;
+        if (b == 0)
+            ck_assert_msg(strstr(rep.layers[0].why, "batch 1"), "%s", rep.layers[0].why);
+        slim_prune_report_free(&rep);
+        slim_graph_free(g);
+    }
+    ck_assert_str_eq(storage[0], "dense");
+    ck_assert_str_eq(storage[1], "csr");
+    /* A sequence of unknown length: the 128-row figure whatever the batch. */
+    slim_graph *g = one_matmul(false);
+    const slim_node *mm = &g->nodes[0];
+    ck_assert_int_eq(slim_prune_rows(g, mm, 1), -1);
+    ck_assert(slim_prune_max_density(g, mm, false, 128, 1) == SLIM_PRUNE_CSR_MAX_DENSITY);
+    slim_graph_free(g);
+    g = one_matmul(true);
+    ck_assert_int_eq(slim_prune_rows(g, &g->nodes[0], 0), 1);
+    ck_assert_int_eq(slim_prune_rows(g, &g->nodes[0], 32), 32);
+    /* Convs: a Conv node's attributes only (group) are read. */
+    double d1 = slim_prune_max_density(g, &g->nodes[0], true, 128, 1);
+    double d8 = slim_prune_max_density(g, &g->nodes[0], true, 128, 8);
+    ck_assert(0.18 <= d1 && 0.18 > d8);
+    slim_graph_free(g);
+}
+END_TEST
+
+/* int8 SparseMatMul (csr and 2:4): near the float sparse layer, and each
+ * row alone bitwise as in a batch of 3. */
+START_TEST(test_int8_sparse_matmul)
+{
+    static const char *methods[] = {"magnitude", "2:4"};
+    float xv[3 * 256];
+    for (int i = 0; i < 3 * 256; i++)
+        xv[i] = rndf();
+    for (int mth = 0; mth < 2; mth++) {
+        slim_err err;
+        slim_prune_opts o = {.method = methods[mth], .amount = 0.9, .storage = "sparse"};
+        slim_graph *gf = one_matmul(true), *gq = one_matmul(true);
+        ck_assert_msg(slim_prune(gf, &o, NULL, &err) == SLIM_OK, "%s", err.msg);
+        ck_assert_msg(slim_prune(gq, &o, NULL, &err) == SLIM_OK, "%s", err.msg);
+        slim_int8_report rep;
+        ck_assert_msg(slim_quant_int8(gq, NULL, &rep, &err) == SLIM_OK, "%s", err.msg);
+        ck_assert_int_eq(rep.n_layers, 1);
+        ck_assert_msg(rep.layers[0].quantized, "%s", rep.layers[0].why);
+        ck_assert_str_eq(rep.layers[0].op_type, "SparseMatMul");
+        slim_int8_report_free(&rep);
+        slim_model *mf, *mq;
+        ck_assert_msg(slim_model_from_graph(gf, &mf, &err) == SLIM_OK, "%s", err.msg);
+        ck_assert_msg(slim_model_from_graph(gq, &mq, &err) == SLIM_OK, "%s", err.msg);
+        slim_tensor x3 = tu_f32(2, (int64_t[]){3, 256}, xv), *yf, *yq, *y1;
+        int n;
+        ck_assert_msg(slim_model_run(mf, 1, (const char *[]){"x"}, &x3, &yf, &n, &err) ==
+                      SLIM_OK, "%s", err.msg);
+        ck_assert_msg(slim_model_run(mq, 1, (const char *[]){"x"}, &x3, &yq, &n, &err) ==
+                      SLIM_OK, "%s", err.msg);
+        double e = slim_int8_rel_error(yf[0].data, yq[0].data, 3 * 128);
+        ck_assert_msg(e < 0.02, "%s: int8 vs float relative L2 %g", methods[mth], e);
+        for (int r = 0; r < 3; r++) {
+            slim_tensor x1 = tu_f32(2, (int64_t[]){1, 256}, xv + r * 256);
+            ck_assert_msg(slim_model_run(mq, 1, (const char *[]){"x"}, &x1, &y1, &n, &err) ==
+                          SLIM_OK, "%s", err.msg);
+            ck_assert_msg(memcmp(y1[0].data, (float *)yq[0].data + r * 128, 128 * 4) == 0,
+                          "%s: row %d alone differs from batch 3", methods[mth], r);
+            slim_tensors_free(y1, n);
+            slim_tensor_release(&x1);
+        }
+        slim_tensors_free(yf, n);
+        slim_tensors_free(yq, n);
+        slim_tensor_release(&x3);
+        slim_model_free(mf);
+        slim_model_free(mq);
+    }
+}
+END_TEST
+
+extern const slim_pass slim__pass_prune_expand; /* quant/prune_expand.c */
+
+/* 2:4 convs back to dense Conv (+ Add + Relu) at load, the same outputs
+ * as the 2:4 kernel's up to summation order; a forced one (storage
+ * "sparse") and csr ones stay. */
+START_TEST(test_expand_24_to_dense)
+{
+    float xv[3 * 10 * 10];
+    for (int i = 0; i < 300; i++)
+        xv[i] = rndf();
+    slim_tensor x = tu_f32(4, (int64_t[]){1, 3, 10, 10}, xv);
+    static const char *storage[] = {NULL, "sparse"};
+    for (int f = 0; f < 2; f++) {
+        for (int q = 0; q < 2; q++) { /* float values, int8 codes */
+            slim_err err;
+            slim_prune_opts o = {.method = "2:4", .storage = storage[f]};
+            slim_graph *gs = small_cnn(), *ge = small_cnn();
+            ck_assert_msg(slim_prune(gs, &o, NULL, &err) == SLIM_OK, "%s", err.msg);
+            ck_assert_msg(slim_prune(ge, &o, NULL, &err) == SLIM_OK, "%s", err.msg);
+            if (q) {
+                ck_assert_msg(slim_quant_int8(gs, NULL, NULL, &err) == SLIM_OK, "%s", err.msg);
+                ck_assert_msg(slim_quant_int8(ge, NULL, NULL, &err) == SLIM_OK, "%s", err.msg);
+            }
+            int n_sparse = tu_count_op(ge, "SparseConv"), changed = 0;
+            ck_assert_int_eq(n_sparse, 2);
+            ck_assert_msg(slim__pass_prune_expand.run(ge, &changed, &err) == SLIM_OK, "%s",
+                          err.msg);
+            ck_assert_int_eq(changed, f ? 0 : 2);
+            ck_assert_int_eq(tu_count_op(ge, "SparseConv"), f ? 2 : 0);
+            slim_tensor ys = run1(gs, x), ye = run1(ge, x);
+            tu_assert_close_f32(&ye, ys.data, slim_tensor_numel(&ys), 1e-4);
+            slim_tensor_release(&ys);
+            slim_tensor_release(&ye);
+        }
+    }
+    /* csr stays sparse. */
+    slim_err err;
+    slim_prune_opts o = {.method = "magnitude", .amount = 0.8, .storage = "sparse"};
+    slim_graph *g = small_cnn();
+    ck_assert_msg(slim_prune(g, &o, NULL, &err) == SLIM_OK, "%s", err.msg);
+    o.storage = NULL;
+    int changed = 0;
+    ck_assert_msg(slim__pass_prune_expand.run(g, &changed, &err) == SLIM_OK, "%s", err.msg);
+    ck_assert_int_eq(changed, 0);
+    slim_graph_free(g);
+    slim_tensor_release(&x);
+}
+END_TEST
+
 int main(void)
 {
     slim_init();
@@ -398,9 +741,14 @@ int main(void)
     tcase_add_test(tk, test_conv_matches_dense_kernel);
     tcase_add_test(tk, test_conv_image_independent_of_batch);
     tcase_add_test(tk, test_forged_sparse_conv_refused);
+    tcase_add_test(tk, test_int8_conv_matches_float);
     suite_add_tcase(s, tk);
     TCase *tp = tcase_create("pass");
     tcase_add_test(tp, test_pass_on_small_cnn);
+    tcase_add_test(tp, test_int8_pass_on_sparse_cnn);
+    tcase_add_test(tp, test_expand_24_to_dense);
+    tcase_add_test(tp, test_rule_by_batch);
+    tcase_add_test(tp, test_int8_sparse_matmul);
     suite_add_tcase(s, tp);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);

@@ -41,12 +41,18 @@ void slim_cli_print_prune(const struct slim_prune_report *r);
 /* Runs the unpruned fp32 model at path and `pruned` on seeded sample
  * inputs and prints the outputs' relative L2 error and cosine; 1 on error. */
 int slim_cli_prune_error(const char *path, slim_model *pruned);
+/* Loads the unpruned model at src and the pruned file out as `slim run`
+ * would, times a few runs of each on seeded sample inputs and prints the
+ * weight bytes (unpruned, file_weight_bytes in the file, as served) and
+ * the time change; 1 on error. */
+int slim_cli_prune_time(const char *src, const char *out, size_t file_weight_bytes);
 #define SLIM_CLI_PRUNE_USAGE \
-    "  --prune SPEC           prune MatMul/Gemm weights: magnitude:AMOUNT (0 <= AMOUNT < 1),\n" \
-    "                         2:4, or mask:FILE.npz (docs/prune.md)\n" \
+    "  --prune SPEC           prune MatMul, Gemm and Conv weights: magnitude:AMOUNT\n" \
+    "                         (0 <= AMOUNT < 1), 2:4, or mask:FILE.npz (docs/prune.md)\n" \
     "  --prune-scope S        layer (default) or global magnitude ranking\n" \
     "  --prune-ops LIST       comma-separated op types or node names to prune\n" \
-    "  --prune-storage S      auto (default: sparse where it pays), sparse or dense\n"
+    "  --prune-storage S      auto (default: sparse where it pays), sparse or dense\n" \
+    "  --prune-batch N        the batch to decide sparse or dense for (default 1)\n"
 /* The half-precision options (half_opts.c): --activations V,
  * --half-exclude LIST, --int8-fallback V. slim_cli_half_arg returns 1 when
  * argv[*i] was one (its value consumed), 0 when not, -1 on an error it

@@ -200,6 +200,7 @@ int slim_cmd_convert(int argc, char **argv)
     char wb[32];
     printf("loaded    %s: %d nodes, %s of weights (%.2f s)\n", in, m->graph->n_nodes,
            slim_format_bytes(m->weight_bytes, wb, sizeof(wb)), now_s() - t0);
+    size_t file_weights = m->weight_bytes;
     if (pruned) {
         print_prune_totals(&prep);
         slim_prune_report_free(&prep);
@@ -209,5 +210,10 @@ int slim_cmd_convert(int argc, char **argv)
             return 1;
         }
     }
-    return write_and_verify(m, in, out);
+    int rc = write_and_verify(m, in, out);
+    if (!rc && pruned) {
+        fflush(stdout);
+        rc = slim_cli_prune_time(in, out, file_weights);
+    }
+    return rc;
 }
