@@ -11,6 +11,7 @@
  */
 #include "auth.h"
 #include "clock.h"
+#include "codec.h"
 #include "config.h"
 #include "grpc_impl.h"
 #include "inference.pb-c.h"
@@ -175,6 +176,7 @@ static void rpc_repository_index(slim__grpc_call *c)
 typedef struct repo_job {
     slim__grpc_call *c;
     char *name;
+    char *cfg_json;     /* load's "config" parameter as config.json text, or NULL */
     bool load;
 } repo_job;
 
@@ -184,7 +186,8 @@ static void *repo_job_main(void *arg)
     slim_server *srv = job->c->g->srv;
     slim_err err = {0};
     int status = 400;
-    slim_status s = job->load ? slim_server_repo_load(&srv->repo, job->name, &status, &err)
+    slim_status s = job->load ? slim_server_repo_load_config(&srv->repo, job->name, job->cfg_json,
+                                                             &status, &err)
                               : slim_server_repo_unload(&srv->repo, job->name, &status, &err);
     if (s != SLIM_OK) {
         slim__grpc_fail(job->c, slim__grpc_code(status), "%s", err.msg);
@@ -195,6 +198,7 @@ static void *repo_job_main(void *arg)
         Inference__RepositoryModelUnloadResponse r = INFERENCE__REPOSITORY_MODEL_UNLOAD_RESPONSE__INIT;
         slim__grpc_reply(job->c, &r.base);
     }
+    free(job->cfg_json);
     free(job->name);
     free(job);
     atomic_fetch_sub(&srv->repo_ops, 1);
@@ -203,19 +207,22 @@ static void *repo_job_main(void *arg)
 
 /* Load and unload run on a thread of their own (as routes.c's do): a load
  * takes as long as the model does, and must not hold a queue thread. */
-static void start_repo_job(slim__grpc_call *c, const char *name, bool load)
+static void start_repo_job(slim__grpc_call *c, const char *name, bool load, char *cfg_json)
 {
     slim_server *srv = c->g->srv;
     repo_job *job = calloc(1, sizeof(*job));
     if (!job || !(job->name = strdup(name))) {
+        free(cfg_json);
         free(job);
         slim__grpc_fail(c, GRPC_STATUS_INTERNAL, "out of memory");
         return;
     }
     job->c = c;
     job->load = load;
+    job->cfg_json = cfg_json;
     if (atomic_fetch_add(&srv->repo_ops, 1) >= SLIM_SERVER_MAX_REPO_OPS) {
         atomic_fetch_sub(&srv->repo_ops, 1);
+        free(job->cfg_json);
         free(job->name);
         free(job);
         slim__grpc_fail(c, GRPC_STATUS_UNAVAILABLE, "%d repository loads and unloads are under "
@@ -227,6 +234,7 @@ static void start_repo_job(slim__grpc_call *c, const char *name, bool load)
     pthread_attr_init(&attr);
     pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
     if (pthread_create(&th, &attr, repo_job_main, job) != 0) {
+        free(job->cfg_json);
         free(job->name);
         free(job);
         atomic_fetch_sub(&srv->repo_ops, 1);
@@ -236,19 +244,60 @@ static void start_repo_job(slim__grpc_call *c, const char *name, bool load)
     pthread_attr_destroy(&attr);
 }
 
-/* tritonclient's unload always sends unload_dependents (slimserve has no
- * ensembles: nothing depends on a model); config and file overrides are
- * refused, as over HTTP. */
+/* Load/unload parameters as tritonclient.grpc sends them, with the same
+ * rules as over HTTP (routes.c): unload_dependents (slimserve has no
+ * ensembles: nothing depends on a model), and on load "config", Triton's
+ * model configuration as JSON text in string_param, used in place of the
+ * folder's config for this load; "file:" overrides (model files sent with
+ * the load) are refused. *cfg_json: the config as config.json text, or
+ * NULL; the caller frees it. */
 static bool params_ok(slim__grpc_call *c, const char *name, bool load,
-                      Inference__RepositoryModelLoadRequest__ParametersEntry **ps, size_t n)
+                      Inference__RepositoryModelLoadRequest__ParametersEntry **ps, size_t n,
+                      char **cfg_json)
 {
-    for (size_t i = 0; i < n; i++)
-        if (!ps[i]->key || strcmp(ps[i]->key, "unload_dependents") != 0) {
-            slim__grpc_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "%s \"%s\": parameter \"%s\" "
-                            "(config or file overrides) is unsupported", load ? "load" : "unload",
-                            name, ps[i]->key ? ps[i]->key : "");
+    const char *op = load ? "load" : "unload";
+    *cfg_json = NULL;
+    for (size_t i = 0; i < n; i++) {
+        const char *key = ps[i]->key ? ps[i]->key : "";
+        const Inference__ModelRepositoryParameter *v = ps[i]->value;
+        if (strcmp(key, "unload_dependents") == 0)
+            continue;
+        if (strncmp(key, "file:", 5) == 0) {
+            slim__grpc_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "%s \"%s\": parameter \"%.200s\": "
+                            "file overrides (model files sent with the load) are not supported; "
+                            "put the files in the repository folder", op, name, key);
             return false;
         }
+        if (!load || strcmp(key, "config") != 0) {
+            slim__grpc_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "%s \"%s\": unknown parameter "
+                            "\"%.200s\" (expected %s)", op, name, key,
+                            load ? "\"config\" or \"unload_dependents\"" : "\"unload_dependents\"");
+            return false;
+        }
+        if (!v || v->parameter_choice_case !=
+                      INFERENCE__MODEL_REPOSITORY_PARAMETER__PARAMETER_CHOICE_STRING_PARAM) {
+            slim__grpc_fail(c, GRPC_STATUS_INVALID_ARGUMENT, "load \"%s\": the \"config\" "
+                            "parameter must be a string_param holding the model configuration "
+                            "as JSON", name);
+            return false;
+        }
+        slim_err err = {0};
+        cJSON *cfg = slim_server_json_parse(v->string_param, strlen(v->string_param), &err);
+        slim_status st = cfg ? SLIM_OK : SLIM_EINVAL;
+        free(*cfg_json); /* a repeated key: the last one counts, as over HTTP */
+        *cfg_json = NULL;
+        if (cfg)
+            st = slim_server_config_from_triton_json(cfg, name, cfg_json, &err);
+        cJSON_Delete(cfg);
+        if (st != SLIM_OK) {
+            slim__grpc_fail(c, st == SLIM_ENOMEM ? GRPC_STATUS_INTERNAL
+                                                 : GRPC_STATUS_INVALID_ARGUMENT,
+                            "load \"%s\": the \"config\" parameter: %s", name, err.msg);
+            free(*cfg_json);
+            *cfg_json = NULL;
+            return false;
+        }
+    }
     return true;
 }
 
@@ -258,8 +307,9 @@ static void rpc_load(slim__grpc_call *c)
         (void *)slim__grpc_unpack(c, &inference__repository_model_load_request__descriptor);
     if (!q)
         return;
-    if (params_ok(c, q->model_name, true, q->parameters, q->n_parameters))
-        start_repo_job(c, q->model_name, true);
+    char *cfg_json;
+    if (params_ok(c, q->model_name, true, q->parameters, q->n_parameters, &cfg_json))
+        start_repo_job(c, q->model_name, true, cfg_json);
     inference__repository_model_load_request__free_unpacked(q, NULL);
 }
 
@@ -269,10 +319,11 @@ static void rpc_unload(slim__grpc_call *c)
         (void *)slim__grpc_unpack(c, &inference__repository_model_unload_request__descriptor);
     if (!q)
         return;
+    char *cfg_json;
     if (params_ok(c, q->model_name, false,
                   (Inference__RepositoryModelLoadRequest__ParametersEntry **)q->parameters,
-                  q->n_parameters))
-        start_repo_job(c, q->model_name, false);
+                  q->n_parameters, &cfg_json))
+        start_repo_job(c, q->model_name, false, cfg_json);
     inference__repository_model_unload_request__free_unpacked(q, NULL);
 }
 

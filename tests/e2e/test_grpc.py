@@ -19,6 +19,7 @@ tritonclient[grpc] is missing. Ends with "N passed, N failed".
 """
 
 import argparse
+import json
 import os
 import shutil
 import signal
@@ -130,20 +131,6 @@ def io_list(ios):
     return [(i["name"], i["datatype"], [int(d) for d in i["shape"]]) for i in ios]
 
 
-def unload(mod, client, http_addr):
-    """tritonclient.http's unload sends "parameters": {"unload_dependents": false},
-    which the HTTP server refused before issue 32's part 3; then a bare POST."""
-    try:
-        client.unload_model("mlp")
-    except InferenceServerException as e:
-        if mod is not th or "parameters" not in str(e):
-            raise
-        import http.client
-        conn = http.client.HTTPConnection(http_addr, timeout=30)
-        conn.request("POST", "/v2/repository/models/mlp/unload")
-        check(conn.getresponse().status == 200, "bare unload over HTTP")
-
-
 def script(mod, client, x, http_addr):
     """The same calls on either client; returns what they answered, normalised."""
     out = {}
@@ -163,8 +150,13 @@ def script(mod, client, x, http_addr):
     idx = as_dict(client.get_model_repository_index())
     idx = idx.get("models", idx) if isinstance(idx, dict) else idx
     out["index"] = sorted((m["name"], m.get("version", ""), m.get("state", "")) for m in idx)
-    unload(mod, client, http_addr)
+    # tritonclient sends {"unload_dependents": false} with every unload, and
+    # load(config=...) replaces the folder's config for that load.
+    client.unload_model("mlp")
     out["after_unload"] = client.is_model_ready("mlp")
+    client.load_model("mlp", config=json.dumps({"max_batch_size": 4}))
+    cfg = as_dict(client.get_model_config("mlp"))
+    out["override"] = int(cfg.get("config", cfg)["max_batch_size"])
     client.load_model("mlp")
     out["after_load"] = client.is_model_ready("mlp")
     inp = mod.InferInput("input", list(x.shape), "FP32")
@@ -205,6 +197,7 @@ class Tests:
         check(h["live"] and h["ready"] and h["model_ready"] and h["after_load"],
               "health/ready/load answered false")
         check(not h["after_unload"], "a model unloaded still reads ready")
+        check(h["override"] == 4, f"load(config=max_batch_size 4) served {h['override']}")
         check(h["infer"].dtype == g["infer"].dtype and h["infer"].shape == g["infer"].shape
               and h["infer"].tobytes() == g["infer"].tobytes(),
               "infer: http and grpc outputs differ")
