@@ -16,6 +16,7 @@
 #include "model.h"
 #include "plan.h"
 #include "repository.h"
+#include "residency.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -444,6 +445,7 @@ static void debug_text(slim_server_repo *repo, slim_server_reply *reply)
     slim_server_buf_printf(&b, "\n%-24s %7s %12s %12s %12s %12s\n", "model", "version",
                            "weights", "holds", "peak", "limit");
     each_model(repo, add_model_text, &b);
+    slim_server_residency_debug_text(repo, &b);
     if (b.oom) {
         slim_server_buf_free(&b);
         slim_server_reply_error(reply, 500, "out of memory while writing the memory summary");
@@ -478,6 +480,7 @@ void slim_server_memory_debug(slim_server_repo *repo, bool text, slim_server_rep
     cJSON_AddItemToObject(root, "devices", devices);
     each_model(repo, add_model_json, models);
     cJSON_AddItemToObject(root, "models", models);
+    slim_server_residency_debug(repo, root);
     slim_server_reply_json(reply, 200, root);
 }
 

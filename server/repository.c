@@ -30,6 +30,8 @@
 #include "metrics.h"
 #include "model.h"
 #include "repository.h"
+#include "residency.h"
+#include "clock.h"
 #include "pipeline.h" /* slim_model_file_is_slim */
 
 #include <dirent.h>
@@ -234,7 +236,20 @@ static slim_status load_version(slim_server_repo *repo, const char *name, const 
         if (!repo->loads[i])
             repo->loads[slot = i] = &tok;
     pthread_mutex_unlock(&repo->mu);
-    s = load_converted(repo, name, version, path, &lo, &m->cfg, &m->model, err);
+    /* Under a budget, room is made first (residency.c): evictions, or 507. */
+    slim__reservation resv;
+    s = slim__residency_reserve(repo, name, path, &lo, m->cfg.max_batch_size, &resv, err);
+    if (s == SLIM_OK) {
+        s = load_converted(repo, name, version, path, &lo, &m->cfg, &m->model, err);
+        if (s == SLIM_OK) {
+            slim__residency_measure(m, lo.place.device);
+            m->reserved_bytes = resv.bytes;
+        }
+        if (s != SLIM_OK || !resv.held)
+            slim__residency_unreserve(repo, &resv);
+        else
+            resv.held = false; /* carried by m until it is in the table */
+    }
     pthread_mutex_lock(&repo->mu);
     if (slot >= 0)
         repo->loads[slot] = NULL;
@@ -266,13 +281,19 @@ static slim_status load_version(slim_server_repo *repo, const char *name, const 
     *out = m;
     return SLIM_OK;
 err:
+    if (m->reserved_bytes) {
+        pthread_mutex_lock(&repo->mu);
+        slim__residency_settle(repo, m);
+        pthread_mutex_unlock(&repo->mu);
+    }
     model_free(m);
     return s;
 }
 
 /* Reads ROOT/name from disk into e (name and slots). Failures are written
  * into e's reasons; the return value only says whether anything is ready. */
-static bool entry_build(slim_server_repo *repo, const char *name, slim_server_entry *e)
+static bool entry_build(slim_server_repo *repo, const char *name, slim_server_entry *e,
+                        bool load)
 {
     char dir[4096], path[4200];
     snprintf(dir, sizeof(dir), "%s/%s", repo->root, name);
@@ -314,6 +335,8 @@ static bool entry_build(slim_server_repo *repo, const char *name, slim_server_en
     slim_server_config probe;
     bool cfg_ok = slim_server_config_parse(cfg_text, name, &probe, &err) == SLIM_OK;
     const slim_server_version_policy *policy = cfg_ok ? &probe.versions : NULL;
+    if (cfg_ok)
+        slim__residency_configure(&e->res, &probe, repo->mode);
     /* Versions a "specific" policy lists that have no folder get a slot
      * too, so the index says why they are missing. */
     int n_missing = 0;
@@ -338,8 +361,19 @@ static bool entry_build(slim_server_repo *repo, const char *name, slim_server_en
         } else if (!slim_server_version_policy_selects(policy, versions, n, i)) {
             slot->by_policy = true;
             snprintf(slot->reason, sizeof(slot->reason), SLIM_SERVER_POLICY_REASON);
+        } else if (!load) {
+            snprintf(slot->reason, sizeof(slot->reason), "%s",
+                     repo->mode == SLIM_SERVER_CONTROL_ON_DEMAND
+                         ? "not resident: loads at its first request (--model-control-mode "
+                           "on-demand)"
+                         : "not loaded (--model-control-mode explicit: --load-model or the "
+                           "repository API loads it)");
         } else if (load_version(repo, name, cfg_text, versions[i], &slot->live, &err) != SLIM_OK) {
             snprintf(slot->reason, sizeof(slot->reason), "%s", err.msg);
+            /* Refused by the budget: 507, or 503 when busy models were in the way. */
+            if (repo->mode != SLIM_SERVER_CONTROL_NONE && !e->res.refused)
+                e->res.refused = err.status == SLIM_EOOM ? 507
+                                 : err.status == SLIM_ETIMEDOUT ? 503 : 0;
             slim_server_log(SLIM_LOG_ERROR, NULL, "model \"%s\" version %lld failed to load: %s",
                             name, (long long)versions[i], err.msg);
         } else {
@@ -377,8 +411,17 @@ static bool valid_name(const char *name)
     return name[0] && name[0] != '.' && !strchr(name, '/') && strlen(name) < 256;
 }
 
-slim_status slim_server_repo_load(slim_server_repo *repo, const char *name, int *http_status,
-                                  slim_err *err)
+/* Every model version of fresh and of the table's entry e: the loads'
+ * reservations end now that their models are in the table or dropped. */
+static void settle_entry(slim_server_repo *repo, slim_server_entry *e)
+{
+    for (int i = 0; e && i < e->n_slots; i++)
+        slim__residency_settle(repo, e->slots[i].live);
+}
+
+/* load false: only lists the model's versions (control modes). */
+static slim_status repo_load(slim_server_repo *repo, const char *name, bool load,
+                             int *http_status, slim_err *err)
 {
     char dir[4096];
     struct stat st;
@@ -394,7 +437,8 @@ slim_status slim_server_repo_load(slim_server_repo *repo, const char *name, int 
     pthread_mutex_unlock(&repo->mu);
 
     slim_server_entry fresh = {.seq = seq};
-    bool ready = entry_build(repo, name, &fresh);
+    int64_t t0 = slim_server_now_us();
+    bool ready = entry_build(repo, name, &fresh, load);
     char why[1024] = "";
     if (!ready && fresh.failed)
         snprintf(why, sizeof(why), "%s", fresh.reason);
@@ -420,6 +464,7 @@ slim_status slim_server_repo_load(slim_server_repo *repo, const char *name, int 
     } else if (e) {
         /* Swap: the old versions leave the table now; requests that hold
          * them finish on them, and the last one frees them (below). */
+        slim__residency_carry(&fresh.res, &e->res);
         slim_server_entry old = *e;
         fresh.name = old.name;
         *e = fresh;
@@ -432,19 +477,37 @@ slim_status slim_server_repo_load(slim_server_repo *repo, const char *name, int 
         ready = false;
         snprintf(why, sizeof(why), "out of memory");
     }
+    slim_server_entry *now = superseded ? NULL : find_entry(repo, name);
+    if (now && load && ready) {
+        slim__residency_loaded(now, slim_server_now_us() - t0);
+        now->res.wanted = true;
+    }
+    settle_entry(repo, now);
+    settle_entry(repo, &fresh);
+    int refused = now ? now->res.refused : fresh.res.refused;
     pthread_mutex_unlock(&repo->mu);
+    if (now && load && ready)
+        slim_server_log(SLIM_LOG_INFO, NULL, "model \"%s\" is resident (loaded in %.1f ms)", name,
+                        (double)(slim_server_now_us() - t0) / 1000.0);
 
     if (superseded) {
         *http_status = 409;
         s = slim_errf(err, SLIM_EINVAL, "failed to load \"%s\": a later load or unload of it "
                       "finished first, so this one's result was dropped", name);
-    } else if (!ready) {
-        *http_status = 400;
-        s = slim_errf(err, SLIM_EINVAL, "failed to load \"%s\": %s", name, why);
+    } else if (!ready && load) {
+        *http_status = refused ? refused : 400;
+        s = slim_errf(err, refused == 507 ? SLIM_EOOM : SLIM_EINVAL, "failed to load \"%s\": %s",
+                      name, why);
     }
     entry_clear(&fresh);
     free(fresh.name);
     return s;
+}
+
+slim_status slim_server_repo_load(slim_server_repo *repo, const char *name, int *http_status,
+                                  slim_err *err)
+{
+    return repo_load(repo, name, true, http_status, err);
 }
 
 slim_status slim_server_repo_unload(slim_server_repo *repo, const char *name, int *http_status,
@@ -454,8 +517,10 @@ slim_status slim_server_repo_unload(slim_server_repo *repo, const char *name, in
     slim_server_entry *e = find_entry(repo, name);
     slim_server_model *dropped[256];
     int n_dropped = 0;
-    if (e)
+    if (e) {
         e->seq = ++repo->op_seq; /* a load still running for it loses */
+        e->res.wanted = false;   /* an API unload: no request loads it again */
+    }
     for (int i = 0; e && i < e->n_slots; i++) {
         if (e->slots[i].live && n_dropped < 256) {
             dropped[n_dropped++] = e->slots[i].live;
@@ -477,12 +542,30 @@ slim_status slim_server_repo_unload(slim_server_repo *repo, const char *name, in
     return SLIM_OK;
 }
 
+slim_server_entry *slim__repo_find_entry(slim_server_repo *repo, const char *name)
+{
+    return find_entry(repo, name);
+}
+
 slim_server_model *slim_server_repo_acquire(slim_server_repo *repo, const char *name,
                                             int64_t version, int *http_status, char *msg,
                                             size_t cap)
 {
-    slim_server_model *m = NULL;
     pthread_mutex_lock(&repo->mu);
+    slim_server_model *m = slim__repo_acquire_locked(repo, name, version, http_status, msg, cap,
+                                                     NULL);
+    pthread_mutex_unlock(&repo->mu);
+    return m;
+}
+
+slim_server_model *slim__repo_acquire_locked(slim_server_repo *repo, const char *name,
+                                             int64_t version, int *http_status, char *msg,
+                                             size_t cap, bool *loadable)
+{
+    slim_server_model *m = NULL;
+    int64_t wanted_version = version;
+    if (loadable)
+        *loadable = false;
     slim_server_entry *e = find_entry(repo, name);
     if (!e) {
         *http_status = 404;
@@ -525,9 +608,18 @@ slim_server_model *slim_server_repo_acquire(slim_server_repo *repo, const char *
     snprintf(msg, cap, "Request for unknown model: '%s' version %lld is not found", name,
              (long long)version);
 out:
-    if (m)
+    if (m) {
         slim_server_model_ref(m);
-    pthread_mutex_unlock(&repo->mu);
+        e->res.last_used_us = slim_server_now_us(); /* least recently used goes first */
+    } else if (loadable && e && *http_status == 503 && e->res.wanted && !e->failed &&
+               repo->mode != SLIM_SERVER_CONTROL_NONE) {
+        /* Not resident, yet meant to be served: a request loads it. */
+        bool any = false;
+        for (int i = 0; i < e->n_slots; i++)
+            any |= !e->slots[i].by_policy &&
+                   (wanted_version < 0 || e->slots[i].version == wanted_version);
+        *loadable = any;
+    }
     return m;
 }
 
@@ -612,10 +704,30 @@ void slim_server_repo_cancel_loads(slim_server_repo *repo)
     pthread_mutex_unlock(&repo->mu);
 }
 
+/* Whether --load-model names name (explicit mode). */
+static bool listed(const slim_server_control *ctl, const char *name)
+{
+    for (int i = 0; i < ctl->n_load; i++)
+        if (strcmp(ctl->load[i], name) == 0)
+            return true;
+    return false;
+}
+
 slim_status slim_server_repo_open(slim_server_repo *repo, const char *root,
                                   slim_server_metrics *metrics, int instances, int queue_size,
                                   const char *device, const char *precision,
                                   const char *convert_cache, int load_timeout_s, slim_err *err)
+{
+    const slim_server_control none = {.mode = SLIM_SERVER_CONTROL_NONE};
+    return slim_server_repo_open_with(repo, &none, root, metrics, instances, queue_size, device,
+                                      precision, convert_cache, load_timeout_s, err);
+}
+
+slim_status slim_server_repo_open_with(slim_server_repo *repo, const slim_server_control *ctl,
+                                       const char *root, slim_server_metrics *metrics,
+                                       int instances, int queue_size, const char *device,
+                                       const char *precision, const char *convert_cache,
+                                       int load_timeout_s, slim_err *err)
 {
     memset(repo, 0, sizeof(*repo));
     repo->load_timeout_s = load_timeout_s;
@@ -628,6 +740,17 @@ slim_status slim_server_repo_open(slim_server_repo *repo, const char *root,
     repo->default_queue_size = queue_size;
     if (!(repo->root = strdup(root)))
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    slim_status rs = slim__residency_open(repo, ctl->mode, err);
+    if (rs != SLIM_OK)
+        return rs;
+    for (int i = 0; i < ctl->n_load; i++) {
+        char path[4096];
+        struct stat st;
+        snprintf(path, sizeof(path), "%s/%s", root, ctl->load[i]);
+        if (!valid_name(ctl->load[i]) || stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
+            return slim_errf(err, SLIM_ENOTFOUND, "--load-model %s: no such model folder in %s",
+                             ctl->load[i], root);
+    }
     DIR *d = opendir(root);
     if (!d)
         return slim_errf(err, SLIM_EIO, "model repository %s: %s", root, strerror(errno));
@@ -647,9 +770,12 @@ slim_status slim_server_repo_open(slim_server_repo *repo, const char *root,
     for (int i = 0; i < n; i++) {
         int status;
         slim_err lerr = {0};
-        if (slim_server_repo_load(repo, names[i], &status, &lerr) != SLIM_OK)
+        /* explicit: --load-model's; on-demand: none now, each at its first request. */
+        bool load = ctl->mode == SLIM_SERVER_CONTROL_NONE ||
+                    (ctl->mode == SLIM_SERVER_CONTROL_EXPLICIT && listed(ctl, names[i]));
+        if (repo_load(repo, names[i], load, &status, &lerr) != SLIM_OK)
             slim_server_log(SLIM_LOG_ERROR, NULL, "%s", lerr.msg);
-        else
+        else if (load)
             slim_server_log(SLIM_LOG_INFO, NULL, "loaded model \"%s\"", names[i]);
         free(names[i]);
     }
@@ -658,6 +784,7 @@ slim_status slim_server_repo_open(slim_server_repo *repo, const char *root,
 
 void slim_server_repo_close(slim_server_repo *repo)
 {
+    slim__residency_close(repo);
     for (int i = 0; i < repo->n_entries; i++) {
         entry_clear(&repo->entries[i]);
         free(repo->entries[i].name);

@@ -29,6 +29,7 @@
 #include "memory.h"
 #include "metrics.h"
 #include "repository.h"
+#include "residency.h"
 #include "routes.h"
 #include "server.h"
 #include "version.h"
@@ -151,6 +152,7 @@ static void route_metrics(slim_server_request *req)
     slim_server_metrics_render(&req->srv->metrics, &b);
     slim_server_memory_metrics(&req->srv->repo, &b);
     slim_server_admission_metrics(req->srv->admission, &b);
+    slim_server_residency_metrics(&req->srv->repo, &b);
     slim_server_http_metrics(req->srv, &b);
     slim_server_auth_metrics(req->srv, &b);
     if (b.oom) {
@@ -528,8 +530,13 @@ static void route_model(slim_server_request *req, path *p)
     }
     int status = 404;
     char msg[1200];
-    slim_server_model *m =
-        slim_server_repo_acquire(&req->srv->repo, name, version, &status, msg, sizeof(msg));
+    bool waiting;
+    /* A model that is not resident loads first (residency.c); the request
+     * waits, suspended, and comes back here when it is. */
+    slim_server_model *m = slim_server_residency_acquire(req, name, version, &status, msg,
+                                                         sizeof(msg), &waiting);
+    if (waiting)
+        return;
     if (!m) {
         slim_server_reply_error(&req->reply, status, "%s", msg);
         return;
