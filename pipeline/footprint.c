@@ -143,6 +143,5 @@ slim_status slim_model_predict(const char *path, const slim_load_opts *opts, int
     slim_int8_samples_free(&c.samples);
     slim_mem_account_enter(prev);
     slim_mem_account_unref(acct);
-    slim_allocator_empty_cache(slim_device_cpu()->alloc);
     return st;
 }
