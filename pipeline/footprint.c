@@ -130,7 +130,11 @@ slim_status slim_model_predict(const char *path, const slim_load_opts *opts, int
     slim_mem_account *prev = slim_mem_account_enter(acct);
     slim_graph *g = NULL;
     slim_model *m = NULL;
-    st = slim_pipeline_read(path, &g, err);
+    /* int8 with max_error keeps layers by their measured error: the same
+     * samples as a load, or the prediction would quantize other layers. */
+    st = slim_pipeline_samples(&c, err);
+    if (!st)
+        st = slim_pipeline_read(path, &g, err);
     if (!st)
         st = slim_pipeline_compress(g, &c, err);
     if (!st)

@@ -234,6 +234,7 @@ static slim_status load_version(slim_server_repo *repo, const char *name, const 
         if (!repo->loads[i])
             repo->loads[slot = i] = &tok;
     pthread_mutex_unlock(&repo->mu);
+    slim_server_memory_predict(m, path, &lo);
     s = load_converted(repo, name, version, path, &lo, &m->cfg, &m->model, err);
     pthread_mutex_lock(&repo->mu);
     if (slot >= 0)
@@ -251,6 +252,7 @@ static slim_status load_version(slim_server_repo *repo, const char *name, const 
         goto err;
     if ((s = slim_server_memory_attach(m, err)) != SLIM_OK)
         goto err;
+    slim_server_memory_measure(m);
     /* A request's answer must not depend on the batch it was merged into
      * or halved out of, so every run of a batching model computes rows the
      * same way (single requests included). */
@@ -563,9 +565,10 @@ int slim_server_repo_ready_models(slim_server_repo *repo, const char *name,
     return n;
 }
 
-static void index_add(cJSON *arr, const char *name, int64_t version, bool ready,
-                      const char *reason)
+static void index_add(cJSON *arr, const char *name, int64_t version,
+                      const slim_server_model *live, const char *reason)
 {
+    bool ready = live != NULL;
     cJSON *o = cJSON_CreateObject();
     if (!o)
         return;
@@ -577,6 +580,8 @@ static void index_add(cJSON *arr, const char *name, int64_t version, bool ready,
     }
     cJSON_AddStringToObject(o, "state", ready ? "READY" : "UNAVAILABLE");
     cJSON_AddStringToObject(o, "reason", ready ? "" : reason);
+    if (live)
+        slim_server_memory_footprint_json(o, live);
     cJSON_AddItemToArray(arr, o);
 }
 
@@ -589,10 +594,10 @@ cJSON *slim_server_repo_index(slim_server_repo *repo, bool ready_only)
     for (int i = 0; i < repo->n_entries; i++) {
         const slim_server_entry *e = &repo->entries[i];
         if (e->failed && !ready_only)
-            index_add(arr, e->name, -1, false, e->reason);
+            index_add(arr, e->name, -1, NULL, e->reason);
         for (int j = 0; j < e->n_slots; j++)
             if (e->slots[j].live || !ready_only)
-                index_add(arr, e->name, e->slots[j].version, e->slots[j].live != NULL,
+                index_add(arr, e->name, e->slots[j].version, e->slots[j].live,
                           e->slots[j].reason);
     }
     pthread_mutex_unlock(&repo->mu);

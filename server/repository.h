@@ -13,6 +13,7 @@
 #define SLIM_SERVER_REPOSITORY_H
 
 #include "config.h"
+#include "footprint.h"
 #include "metrics.h"
 #include "slim.h"
 
@@ -33,6 +34,10 @@ typedef struct slim_server_model {
     slim_server_stats *stats;
     struct slim_server_batcher *batcher; /* its queue and instance threads */
     atomic_int refs;
+    /* At max_batch_size (pipeline/footprint.h): predicted from the file
+     * before the load (predicted.max_batch 0 when it could not be) and
+     * measured after; the index, metadata and statistics show both. */
+    slim_footprint predicted, actual;
 } slim_server_model;
 
 void slim_server_model_ref(slim_server_model *m);
