@@ -237,18 +237,17 @@ static slim_status load_version(slim_server_repo *repo, const char *name, const 
             repo->loads[slot = i] = &tok;
     pthread_mutex_unlock(&repo->mu);
     /* Under a budget, room is made first (residency.c): evictions, or 507. */
+    slim_server_memory_predict(m, path, &lo);
     slim__reservation resv;
-    s = slim__residency_reserve(repo, name, path, &lo, m->cfg.max_batch_size, &resv, err);
+    s = slim__residency_reserve(repo, name, path, &lo, m->predicted.total_bytes, &resv, err);
     if (s == SLIM_OK) {
         s = load_converted(repo, name, version, path, &lo, &m->cfg, &m->model, err);
-        if (s == SLIM_OK) {
-            slim__residency_measure(m, lo.place.device);
+        if (s != SLIM_OK || !resv.held) {
+            slim__residency_unreserve(repo, &resv);
+        } else { /* carried by m until it is in the table */
+            snprintf(m->budget_device, sizeof(m->budget_device), "%s", resv.device);
             m->reserved_bytes = resv.bytes;
         }
-        if (s != SLIM_OK || !resv.held)
-            slim__residency_unreserve(repo, &resv);
-        else
-            resv.held = false; /* carried by m until it is in the table */
     }
     pthread_mutex_lock(&repo->mu);
     if (slot >= 0)
@@ -266,6 +265,8 @@ static slim_status load_version(slim_server_repo *repo, const char *name, const 
         goto err;
     if ((s = slim_server_memory_attach(m, err)) != SLIM_OK)
         goto err;
+    slim_server_memory_measure(m);
+    slim__residency_measure(m, lo.place.device);
     /* A request's answer must not depend on the batch it was merged into
      * or halved out of, so every run of a batching model computes rows the
      * same way (single requests included). */
@@ -655,9 +656,10 @@ int slim_server_repo_ready_models(slim_server_repo *repo, const char *name,
     return n;
 }
 
-static void index_add(cJSON *arr, const char *name, int64_t version, bool ready,
-                      const char *reason)
+static void index_add(cJSON *arr, const char *name, int64_t version,
+                      const slim_server_model *live, const char *reason)
 {
+    bool ready = live != NULL;
     cJSON *o = cJSON_CreateObject();
     if (!o)
         return;
@@ -669,6 +671,8 @@ static void index_add(cJSON *arr, const char *name, int64_t version, bool ready,
     }
     cJSON_AddStringToObject(o, "state", ready ? "READY" : "UNAVAILABLE");
     cJSON_AddStringToObject(o, "reason", ready ? "" : reason);
+    if (live)
+        slim_server_memory_footprint_json(o, live);
     cJSON_AddItemToArray(arr, o);
 }
 
@@ -681,10 +685,10 @@ cJSON *slim_server_repo_index(slim_server_repo *repo, bool ready_only)
     for (int i = 0; i < repo->n_entries; i++) {
         const slim_server_entry *e = &repo->entries[i];
         if (e->failed && !ready_only)
-            index_add(arr, e->name, -1, false, e->reason);
+            index_add(arr, e->name, -1, NULL, e->reason);
         for (int j = 0; j < e->n_slots; j++)
             if (e->slots[j].live || !ready_only)
-                index_add(arr, e->name, e->slots[j].version, e->slots[j].live != NULL,
+                index_add(arr, e->name, e->slots[j].version, e->slots[j].live,
                           e->slots[j].reason);
     }
     pthread_mutex_unlock(&repo->mu);

@@ -13,6 +13,7 @@
 #define SLIM_SERVER_REPOSITORY_H
 
 #include "config.h"
+#include "footprint.h"
 #include "metrics.h"
 #include "slim.h"
 
@@ -38,6 +39,10 @@ typedef struct slim_server_model {
     size_t resident_bytes;
     char budget_device[32];
     size_t reserved_bytes;          /* its load's reservation until it is in the table */
+    /* At max_batch_size (pipeline/footprint.h): predicted from the file
+     * before the load (predicted.max_batch 0 when it could not be) and
+     * measured after; the index, metadata and statistics show both. */
+    slim_footprint predicted, actual;
 } slim_server_model;
 
 void slim_server_model_ref(slim_server_model *m);

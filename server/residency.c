@@ -36,10 +36,6 @@
 #include "model.h"
 #include "residency.h"
 #include "server.h"
-#if __has_include("footprint.h")
-#include "footprint.h"
-#define HAVE_FOOTPRINT 1
-#endif
 
 #include <microhttpd.h>
 
@@ -166,20 +162,13 @@ static size_t used_on(slim_server_repo *repo, const char *device, size_t *pinned
     return used;
 }
 
-static size_t predict(const char *path, const slim_load_opts *lo, int max_batch, slim_err *err)
+/* The model's predicted footprint, or its file's size when it could not
+ * be predicted (a shape the planner cannot see through). */
+static size_t predicted_or_file(const char *path, size_t predicted)
 {
-#ifdef HAVE_FOOTPRINT
-    slim_footprint fp;
-    if (slim_model_predict(path, lo, max_batch, &fp, err) == SLIM_OK)
-        return fp.total_bytes;
-    slim_server_log(SLIM_LOG_WARN, NULL, "predicting the footprint of %s: %s; counting its "
-                    "file size", path, err->msg);
-#else
-    (void)lo;
-    (void)max_batch;
-    (void)err;
-#endif
     struct stat st;
+    if (predicted)
+        return predicted;
     return stat(path, &st) == 0 ? (size_t)st.st_size : 0;
 }
 
@@ -188,14 +177,8 @@ void slim__residency_measure(slim_server_model *m, const char *device)
     char canon[32];
     budget_of(device, canon, sizeof(canon));
     snprintf(m->budget_device, sizeof(m->budget_device), "%s", canon);
-#ifdef HAVE_FOOTPRINT
-    slim_footprint fp;
-    if (slim_model_footprint(m->model, m->cfg.max_batch_size, &fp) == SLIM_OK) {
-        m->resident_bytes = fp.total_bytes;
-        return;
-    }
-#endif
-    m->resident_bytes = atomic_load(&m->model->account->current);
+    m->resident_bytes = m->actual.total_bytes ? m->actual.total_bytes
+                                              : atomic_load(&m->model->account->current);
 }
 
 /* The evictable model to go first on device (under mu): resident, held by
@@ -244,7 +227,7 @@ static bool reserve_slot(slim_server_residency_state *st, const char *device, si
 #define ROOM_WAIT_MS 30000
 
 slim_status slim__residency_reserve(slim_server_repo *repo, const char *name, const char *path,
-                                    const slim_load_opts *lo, int max_batch,
+                                    const slim_load_opts *lo, size_t predicted,
                                     slim__reservation *out, slim_err *err)
 {
     memset(out, 0, sizeof(*out));
@@ -253,7 +236,7 @@ slim_status slim__residency_reserve(slim_server_repo *repo, const char *name, co
         return SLIM_OK;
     char device[32];
     size_t budget = budget_of(lo->place.device, device, sizeof(device));
-    size_t need = predict(path, lo, max_batch, err);
+    size_t need = predicted_or_file(path, predicted);
     pthread_mutex_lock(&repo->mu);
     slim_server_entry *e = slim__repo_find_entry(repo, name);
     if (e)

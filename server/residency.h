@@ -46,13 +46,14 @@ typedef struct slim__reservation {
     bool held;
 } slim__reservation;
 
-/* Before a version loads: predicts its footprint and makes room for it,
+/* Before a version loads, with its predicted footprint (0: its file's
+ * size counts): makes room for it,
  * evicting idle models least recently used first (lower "priority"
  * first). Fails SLIM_EOOM (507) when it cannot fit even with every other
  * evictable model gone, SLIM_ETIMEDOUT when the models in the way stay
  * busy. Nothing is reserved in mode none or without a budget. */
 slim_status slim__residency_reserve(slim_server_repo *repo, const char *name, const char *path,
-                                    const slim_load_opts *lo, int max_batch,
+                                    const slim_load_opts *lo, size_t predicted,
                                     slim__reservation *out, slim_err *err);
 /* The load failed: its reservation ends. */
 void slim__residency_unreserve(slim_server_repo *repo, slim__reservation *r);

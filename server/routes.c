@@ -314,6 +314,7 @@ static void route_model_metadata(slim_server_request *req, const slim_server_mod
     cJSON_AddStringToObject(o, "platform", m->cfg.platform);
     cJSON_AddItemToObject(o, "inputs", ins);
     cJSON_AddItemToObject(o, "outputs", outs);
+    slim_server_memory_footprint_json(o, m);
     slim_server_reply_json(&req->reply, 200, o);
 }
 
