@@ -237,9 +237,16 @@ static slim_status load_version(slim_server_repo *repo, const char *name, const 
             repo->loads[slot = i] = &tok;
     pthread_mutex_unlock(&repo->mu);
     /* Under a budget, room is made first (residency.c): evictions, or 507. */
-    slim_server_memory_predict(m, path, &lo);
-    slim__reservation resv;
-    s = slim__residency_reserve(repo, name, path, &lo, m->predicted.total_bytes, &resv, err);
+    /* The prediction is a dry run that reads the weights: it runs inside a
+     * provisional reservation from the file's size, grown after if short. */
+    slim__reservation resv = {0};
+    s = slim__residency_reserve(repo, name, path, &lo, NULL, &resv, err);
+    if (s == SLIM_OK) {
+        slim_server_memory_predict(m, path, &lo);
+        s = slim__residency_reserve(repo, name, path, &lo, &m->predicted, &resv, err);
+        if (s != SLIM_OK)
+            slim__residency_unreserve(repo, &resv);
+    }
     if (s == SLIM_OK) {
         s = load_converted(repo, name, version, path, &lo, &m->cfg, &m->model, err);
         if (s != SLIM_OK || !resv.held) {

@@ -34,6 +34,7 @@
 #include "http.h"
 #include "log.h"
 #include "model.h"
+#include "pipeline.h" /* slim_model_file_is_slim */
 #include "residency.h"
 #include "server.h"
 
@@ -116,6 +117,7 @@ void slim__residency_carry(slim_server_residency *fresh, const slim_server_resid
 void slim__residency_loaded(slim_server_entry *e, int64_t load_us)
 {
     e->res.loads++;
+    e->res.last_used_us = slim_server_now_us(); /* a fresh load is not the first to go */
     e->res.load_us_sum += (uint64_t)load_us;
     size_t b = 0;
     while (b < N_BUCKETS && (double)load_us / 1e6 > load_buckets_s[b])
@@ -223,24 +225,61 @@ static bool reserve_slot(slim_server_residency_state *st, const char *device, si
     return false;
 }
 
+/* Under mu. */
+static void release_reservation(slim_server_residency_state *st, const char *device,
+                                size_t bytes)
+{
+    for (int i = 0; i < MAX_RESERVED; i++)
+        if (st->reserved[i].held && st->reserved[i].bytes == bytes &&
+            strcmp(st->reserved[i].device, device) == 0) {
+            st->reserved[i].held = false;
+            break;
+        }
+    pthread_cond_broadcast(&st->cv);
+}
+
 /* How long a load waits for busy models to become idle and evictable. */
 #define ROOM_WAIT_MS 30000
 
 slim_status slim__residency_reserve(slim_server_repo *repo, const char *name, const char *path,
-                                    const slim_load_opts *lo, size_t predicted,
+                                    const slim_load_opts *lo, const slim_footprint *predicted,
                                     slim__reservation *out, slim_err *err)
 {
+    slim__reservation prior = *out;
     memset(out, 0, sizeof(*out));
     slim_server_residency_state *st = repo->residency;
     if (!st || st->mode == SLIM_SERVER_CONTROL_NONE)
         return SLIM_OK;
     char device[32];
     size_t budget = budget_of(lo->place.device, device, sizeof(device));
-    size_t need = predicted_or_file(path, predicted);
+    static const slim_footprint unknown;
+    if (!predicted)
+        predicted = &unknown;
+    size_t footprint = predicted_or_file(path, predicted->total_bytes);
+    /* While it loads, a model holds its weights twice where they are
+     * allocated (as read, and as converted/fused): measured, the peak of an
+     * ONNX load is its footprint plus its allocated weights. Mapped .slim
+     * weights are not copied. */
+    size_t headroom = predicted->weight_bytes > predicted->mapped_bytes
+                          ? predicted->weight_bytes - predicted->mapped_bytes : 0;
+    /* No prediction: its dry run can itself run out under a tight budget
+     * (it reads the weights). The file's size stands in for the footprint,
+     * and again for the headroom unless the weights map (.slim). */
+    if (!predicted->total_bytes && !slim_model_file_is_slim(path))
+        headroom = footprint;
+    size_t need = footprint + headroom;
     pthread_mutex_lock(&repo->mu);
     slim_server_entry *e = slim__repo_find_entry(repo, name);
-    if (e)
-        e->res.predicted_bytes = need;
+    if (e && predicted != &unknown)
+        e->res.predicted_bytes = footprint;
+    if (prior.held) { /* the provisional reservation: kept when it covers the prediction */
+        if (need <= prior.bytes) {
+            *out = prior;
+            pthread_mutex_unlock(&repo->mu);
+            return SLIM_OK;
+        }
+        release_reservation(st, prior.device, prior.bytes);
+    }
     if (!budget) {
         pthread_mutex_unlock(&repo->mu);
         return SLIM_OK;
@@ -250,10 +289,11 @@ slim_status slim__residency_reserve(slim_server_repo *repo, const char *name, co
     for (;;) {
         size_t pinned, used = used_on(repo, device, &pinned);
         if (need + pinned > budget) {
-            s = slim_errf(err, SLIM_EOOM, "model \"%s\" needs %zu bytes (predicted) and does "
-                          "not fit in the budget of %s, %zu bytes (--memory-limit)%s%s", name,
-                          need, device, budget, pinned ? ", even with every model evicted but "
-                          "the pinned ones, which hold " : "", "");
+            s = slim_errf(err, SLIM_EOOM, "model \"%s\" needs %zu bytes to load (predicted "
+                          "footprint %zu, load headroom %zu) and does not fit in the budget of "
+                          "%s, %zu bytes (--memory-limit)%s", name, need, footprint, headroom,
+                          device, budget, pinned ? ", even with every model evicted but the "
+                          "pinned ones, which hold " : "");
             if (pinned) {
                 char tail[64];
                 snprintf(tail, sizeof(tail), "%zu bytes", pinned);
@@ -305,19 +345,6 @@ slim_status slim__residency_reserve(slim_server_repo *repo, const char *name, co
     if (s == SLIM_EOOM)
         slim_server_log(SLIM_LOG_WARN, NULL, "refusing to load: %s", err->msg);
     return s;
-}
-
-/* Under mu. */
-static void release_reservation(slim_server_residency_state *st, const char *device,
-                                size_t bytes)
-{
-    for (int i = 0; i < MAX_RESERVED; i++)
-        if (st->reserved[i].held && st->reserved[i].bytes == bytes &&
-            strcmp(st->reserved[i].device, device) == 0) {
-            st->reserved[i].held = false;
-            break;
-        }
-    pthread_cond_broadcast(&st->cv);
 }
 
 void slim__residency_settle(slim_server_repo *repo, slim_server_model *m)

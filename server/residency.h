@@ -46,14 +46,16 @@ typedef struct slim__reservation {
     bool held;
 } slim__reservation;
 
-/* Before a version loads, with its predicted footprint (0: its file's
- * size counts): makes room for it,
+/* Before a version loads, with its predicted footprint (NULL or total 0:
+ * its file's size counts; *out held: grows that reservation when short,
+ * else *out starts empty): makes room for it and the load's own transient
+ * copy of its allocated weights,
  * evicting idle models least recently used first (lower "priority"
  * first). Fails SLIM_EOOM (507) when it cannot fit even with every other
  * evictable model gone, SLIM_ETIMEDOUT when the models in the way stay
  * busy. Nothing is reserved in mode none or without a budget. */
 slim_status slim__residency_reserve(slim_server_repo *repo, const char *name, const char *path,
-                                    const slim_load_opts *lo, size_t predicted,
+                                    const slim_load_opts *lo, const slim_footprint *predicted,
                                     slim__reservation *out, slim_err *err);
 /* The load failed: its reservation ends. */
 void slim__residency_unreserve(slim_server_repo *repo, slim__reservation *r);
