@@ -314,6 +314,11 @@ slim_status slim__residency_reserve(slim_server_repo *repo, const char *name, co
             snprintf(victim->reason, sizeof(victim->reason), "evicted to make room for \"%s\" "
                      "(it loads again at its next request)", name);
             owner->res.evictions++;
+            /* Its memory is held until it is freed (its instance threads
+             * joined): counted meanwhile, or another load would start in
+             * memory that is not free yet. */
+            slim__reservation going = {0};
+            reserve_slot(st, device, m->resident_bytes, &going);
             pthread_mutex_unlock(&repo->mu);
             slim_server_log(SLIM_LOG_INFO, NULL, "evicting model \"%s\" version %lld (%zu bytes "
                             "on %s, least recently used%s) to make room for \"%s\" (%zu bytes; "
@@ -322,6 +327,8 @@ slim_status slim__residency_reserve(slim_server_repo *repo, const char *name, co
                             : "", name, need, used, budget);
             slim_server_model_release(m); /* the table's reference: frees it */
             pthread_mutex_lock(&repo->mu);
+            if (going.held)
+                release_reservation(st, going.device, going.bytes);
             continue;
         }
         if (st->stopping || slim_server_now_us() > give_up) {

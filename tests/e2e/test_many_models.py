@@ -263,9 +263,9 @@ class Suite:
             srv.stop()
         # two models each needing the whole budget
         srv = Server(self.args.slimserve, self.root, os.path.join(self.args.workdir, "whole.log"),
-                     "--memory-limit", str(int(self.unit * 2.2)), "--workers", "1",
+                     "--memory-limit", str(int(self.unit * 2.6)), "--workers", "1",
                      "--model-control-mode", "on-demand")
-        self.budget, saved = int(self.unit * 2.2), self.budget
+        self.budget, saved = int(self.unit * 2.6), self.budget
         try:
             c = self.traffic(srv, ["m0", "m1"], 5, 4)
             print(f"    two models each needing the whole budget: {c}", flush=True)
