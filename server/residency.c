@@ -184,7 +184,7 @@ void slim__residency_measure(slim_server_model *m, const char *device)
 }
 
 /* The evictable model to go first on device (under mu): resident, held by
- * no request, not pinned, no request waiting for its entry; lowest
+ * no request, not pinned, not just loaded for waiting requests; lowest
  * priority, then least recently used. */
 static slim_server_slot *pick_victim(slim_server_repo *repo, const char *device,
                                      slim_server_entry **owner)
@@ -193,7 +193,9 @@ static slim_server_slot *pick_victim(slim_server_repo *repo, const char *device,
     slim_server_entry *best_e = NULL;
     for (int i = 0; i < repo->n_entries; i++) {
         slim_server_entry *e = &repo->entries[i];
-        if (e->res.pinned)
+        /* loading: just loaded for waiting requests that have not taken
+         * it yet (load_main clears the flag as they do) */
+        if (e->res.pinned || e->res.loading)
             continue;
         for (int j = 0; j < e->n_slots; j++) {
             slim_server_model *m = e->slots[j].live;
@@ -593,6 +595,7 @@ slim_server_model *slim_server_residency_acquire(slim_server_request *req, const
     st->waiters = w;
     pthread_cond_broadcast(&st->cv);
     pthread_mutex_unlock(&repo->mu);
+    slim_server_log(SLIM_LOG_INFO, req->id, "request waits for model \"%s\" to load", name);
     *waiting = true;
     return NULL;
 }
