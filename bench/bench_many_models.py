@@ -186,6 +186,7 @@ def main():
     log = os.path.join(args.workdir, "server.log")
     srv = Server(args.slimserve, root, log, "--model-control-mode", "on-demand",
                  "--memory-limit", str(budget), "--workers", "1")
+    rss_idle = rss_bytes(srv.proc.pid)  # nothing resident yet: the fixed overhead
     ranking = names[:]
     random.Random(1).shuffle(ranking)
     weights = np.array([1.0 / (k + 1) ** 1.1 for k in range(len(ranking))])
@@ -257,7 +258,8 @@ def main():
     print(f"resident model bytes, {len(samples)} samples (1/s): max {max(res) / 2**20:.1f} MiB, "
           f"mean {np.mean(res) / 2**20:.1f} MiB, above the budget {len(over)} times")
     print(f"server RSS: max {max(rss) / 2**20:.1f} MiB, mean {np.mean(rss) / 2**20:.1f} MiB "
-          f"(budget {budget / 2**20:.1f} MiB)")
+          f"(budget {budget / 2**20:.1f} MiB; {rss_idle / 2**20:.1f} MiB with no model resident; "
+          f"max - budget {(max(rss) - budget) / 2**20:.1f} MiB)")
     try:
         import matplotlib
         matplotlib.use("Agg")

@@ -531,11 +531,15 @@ static void route_model(slim_server_request *req, path *p)
     }
     int status = 404;
     char msg[1200];
-    bool waiting;
+    bool waiting = false;
     /* A model that is not resident loads first (residency.c); the request
-     * waits, suspended, and comes back here when it is. */
-    slim_server_model *m = slim_server_residency_acquire(req, name, version, &status, msg,
-                                                         sizeof(msg), &waiting);
+     * waits, suspended, and comes back here when it is. Readiness only
+     * says: a probe must not load every model it asks about. */
+    slim_server_model *m =
+        strcmp(action, "ready") == 0
+            ? slim_server_repo_acquire(&req->srv->repo, name, version, &status, msg, sizeof(msg))
+            : slim_server_residency_acquire(req, name, version, &status, msg, sizeof(msg),
+                                            &waiting);
     if (waiting)
         return;
     if (!m) {
