@@ -288,14 +288,20 @@ slim_status slim__residency_reserve(slim_server_repo *repo, const char *name, co
     }
     int64_t give_up = slim_server_now_us() + (int64_t)ROOM_WAIT_MS * 1000;
     slim_status s = SLIM_OK;
+    const bool provisional = predicted == &unknown;
     for (;;) {
         size_t pinned, used = used_on(repo, device, &pinned);
+        /* The file's size is only a stand-in (an int8 model needs a quarter
+         * of it): it may ask for everything evictable, never refuse. */
+        if (provisional && need + pinned > budget)
+            need = budget > pinned ? budget - pinned : 0;
         if (need + pinned > budget) {
-            s = slim_errf(err, SLIM_EOOM, "model \"%s\" needs %zu bytes to load (predicted "
+            s = slim_errf(err, SLIM_EOOM, "model \"%s\" needs %zu bytes to load (%s "
                           "footprint %zu, load headroom %zu) and does not fit in the budget of "
-                          "%s, %zu bytes (--memory-limit)%s", name, need, footprint, headroom,
-                          device, budget, pinned ? ", even with every model evicted but the "
-                          "pinned ones, which hold " : "");
+                          "%s, %zu bytes (--memory-limit)%s", name, need,
+                          predicted->total_bytes ? "predicted" : "no prediction; its file's size as",
+                          footprint, headroom, device, budget, pinned ? ", even with every "
+                          "model evicted but the pinned ones, which hold " : "");
             if (pinned) {
                 char tail[64];
                 snprintf(tail, sizeof(tail), "%zu bytes", pinned);
