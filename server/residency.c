@@ -322,6 +322,8 @@ slim_status slim__residency_reserve(slim_server_repo *repo, const char *name, co
             snprintf(victim->reason, sizeof(victim->reason), "evicted to make room for \"%s\" "
                      "(it loads again at its next request)", name);
             owner->res.evictions++;
+            /* owner may move once mu is let go (the table grows) */
+            const bool by_priority = owner->res.priority != 0;
             /* Its memory is held until it is freed (its instance threads
              * joined): counted meanwhile, or another load would start in
              * memory that is not free yet. */
@@ -331,8 +333,8 @@ slim_status slim__residency_reserve(slim_server_repo *repo, const char *name, co
             slim_server_log(SLIM_LOG_INFO, NULL, "evicting model \"%s\" version %lld (%zu bytes "
                             "on %s, least recently used%s) to make room for \"%s\" (%zu bytes; "
                             "%zu of the budget %zu in use)", m->name, (long long)m->version,
-                            m->resident_bytes, device, owner->res.priority ? " at its priority"
-                            : "", name, need, used, budget);
+                            m->resident_bytes, device, by_priority ? " at its priority" : "",
+                            name, need, used, budget);
             slim_server_model_release(m); /* the table's reference: frees it */
             pthread_mutex_lock(&repo->mu);
             if (going.held)
