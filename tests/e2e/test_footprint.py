@@ -19,8 +19,11 @@ Checks:
   * give-back: a MiniLM-shaped encoder (6 layers, hidden 384) served int8
     holds reserved <= allocated + max(8 MiB, 10%) after its load, and after
     it is unloaded.
-  * 200 load/unload cycles of a small int8 encoder: resident memory after
-    unloading is within 10% of what it was before the first load.
+  * 200 load/infer/unload cycles of a small int8 encoder: resident memory
+    after each unload is within 10% of what it was after the first cycle;
+    the first cycle's growth over the RSS before any load (the runtime's
+    one-time set-up: oneDNN's code and JIT kernels, thread stacks) is
+    printed and bounded by ONE_TIME_KIB.
 
 Ends with "N passed, N failed"; exits non-zero on any failure.
 """
@@ -51,12 +54,12 @@ def gen_encoder(path, *extra):
                         *extra], check=True, timeout=600, stdout=subprocess.DEVNULL)
 
 
-def encoder_config(name, precision, batch):
+def encoder_config(name, precision, batch, seq=128, hidden=384):
     return {"name": name, "platform": "onnx", "max_batch_size": batch, "precision": precision,
             "instance_count": 1,
-            "input": [{"name": "input_ids", "data_type": "TYPE_INT64", "dims": [128]}],
+            "input": [{"name": "input_ids", "data_type": "TYPE_INT64", "dims": [seq]}],
             "output": [{"name": "last_hidden_state", "data_type": "TYPE_FP32",
-                        "dims": [128, 384]}]}
+                        "dims": [seq, hidden]}]}
 
 
 def add_model(root, name, onnx_path, cfg):
@@ -245,38 +248,73 @@ def rss_kib(pid):
 
 
 CYCLES = 200
+# What the first run of any model sets up once per process and keeps:
+# oneDNN's code pages and JIT kernels, the kernel threads' stacks and BLAS
+# buffers (about 8 MiB here, 2026-11-27). Not a model's memory: it stays
+# whatever is loaded, so the cycles are held to the figure after the first.
+ONE_TIME_KIB = 16 * 1024
+
+
+def cycle(srv, i, cfg, sample):
+    status, body = srv.http.json("POST", "/v2/repository/models/enc/load", {})
+    check(status == 200, f"cycle {i}: load answered {status} {body}")
+    infer(srv, "enc", cfg, sample, 2)
+    status, body = srv.http.json("POST", "/v2/repository/models/enc/unload", {})
+    check(status == 200, f"cycle {i}: unload answered {status} {body}")
+    # The model is freed when its last reference goes (a request's, the
+    # batcher's), a moment after the unload answers: wait for that.
+    deadline = time.time() + 10
+    while not unloaded(srv) and time.time() < deadline:
+        time.sleep(0.01)
+    check(unloaded(srv), f"cycle {i}: memory still held 10 s after its unload")
+
+
+def unloaded(srv):
+    body = debug_memory(srv)
+    return not body["models"] and cpu_device(body)["allocated_bytes"]["all"]["current"] == 0
+
+
+def held_kib(srv):
+    """RSS less what the allocator caches beyond its allocated bytes, after
+    checking that cache is within the slack: a block freed a moment after
+    the unload's give-back (the last request's buffers) leaves its segment
+    cached until the next give-back or pressure, as documented."""
+    alloc, reserved = slack_holds(debug_memory(srv), "after an unload")
+    return rss_kib(srv.proc.pid) - (reserved - alloc) // 1024
 
 
 def cycles_give_back(args):
-    """RSS before the first load against RSS after each unload, CYCLES
-    times: the model folder appears after the server started empty."""
+    """RSS before the first load, after the first load/infer/unload cycle,
+    and after each of the CYCLES - 1 more: the model folder appears after
+    the server started empty."""
     root = os.path.join(args.workdir, "cycles")
     shutil.rmtree(root, ignore_errors=True)
     os.makedirs(root)
     enc = os.path.join(args.workdir, "encoder_small.onnx")
-    gen_encoder(enc, "--layers", "1", "--hidden", "384", "--heads", "6", "--ffn", "1024",
-                "--vocab", "4000")
+    gen_encoder(enc, "--layers", "1", "--hidden", "256", "--heads", "4", "--ffn", "512",
+                "--vocab", "2000", "--seq", "64")
     srv = Server(args.slimserve, root, os.path.join(args.workdir, "cycles.log"))
     try:
         before = rss_kib(srv.proc.pid)
-        add_model(root, "enc", enc, encoder_config("enc", "int8", 4))
-        worst, t0 = 0, time.time()
-        for i in range(CYCLES):
-            status, body = srv.http.json("POST", "/v2/repository/models/enc/load", {})
-            check(status == 200, f"cycle {i}: load answered {status} {body}")
-            status, body = srv.http.json("POST", "/v2/repository/models/enc/unload", {})
-            check(status == 200, f"cycle {i}: unload answered {status} {body}")
-            deadline = time.time() + 10
-            while model_listed(srv, "enc") and time.time() < deadline:
-                time.sleep(0.01)
-            worst = max(worst, rss_kib(srv.proc.pid))
-        after = rss_kib(srv.proc.pid)
-        print(f"  {CYCLES} cycles in {time.time() - t0:.1f} s: RSS before {before} KiB, after "
-              f"{after} KiB, highest after an unload {worst} KiB")
-        check(after <= before * 1.10, f"RSS after {CYCLES} cycles {after} KiB, before the "
-              f"first load {before} KiB (over 10%)")
-        check(worst <= before * 1.10, f"RSS after an unload reached {worst} KiB, before the "
-              f"first load {before} KiB (over 10%)")
+        cfg = encoder_config("enc", "int8", 4, seq=64, hidden=256)
+        add_model(root, "enc", enc, cfg)
+        ids = np.random.default_rng(1).integers(0, 2000, (1, 64), dtype=np.int64)
+        t0 = time.time()
+        cycle(srv, 0, cfg, ids)
+        first = worst = held_kib(srv)
+        for i in range(1, CYCLES):
+            cycle(srv, i, cfg, ids)
+            worst = max(worst, held_kib(srv))
+        after = held_kib(srv)
+        print(f"  {CYCLES} cycles in {time.time() - t0:.1f} s: RSS before the first load "
+              f"{before} KiB, after the first cycle {first} KiB, after the last {after} KiB, "
+              f"highest after an unload {worst} KiB (less the allocator's cache)")
+        check(first - before <= ONE_TIME_KIB, f"the first cycle kept {first - before} KiB "
+              f"(more than the runtime's one-time {ONE_TIME_KIB} KiB)")
+        check(after <= first * 1.10, f"RSS after {CYCLES} cycles {after} KiB, after the first "
+              f"{first} KiB (over 10%)")
+        check(worst <= first * 1.10, f"RSS after an unload reached {worst} KiB, after the "
+              f"first cycle {first} KiB (over 10%)")
         slack_holds(debug_memory(srv), "after the cycles")
     finally:
         srv.stop()
@@ -298,7 +336,7 @@ def main():
     r.case("inspect --fit verdicts", verdicts, args, root)
     r.case("MiniLM int8: reserved <= allocated + slack after load and unload",
            minilm_gives_back, args)
-    r.case(f"{CYCLES} load/unload cycles: RSS back within 10%", cycles_give_back, args)
+    r.case(f"{CYCLES} load/infer/unload cycles: RSS back within 10%", cycles_give_back, args)
     print(f"{r.passed} passed, {r.failed} failed")
     sys.exit(1 if r.failed else 0)
 
