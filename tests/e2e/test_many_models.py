@@ -190,6 +190,17 @@ class Suite:
         finally:
             stopped(srv)
 
+    def t_shutdown_while_loading(self):
+        srv = Server(self.args.slimserve, self.root, os.path.join(self.args.workdir, "term.log"),
+                     "--model-control-mode", "on-demand", "--workers", "1")
+        got = []
+        t = threading.Thread(target=lambda: got.append(infer(srv, "huge")))
+        t.start()
+        time.sleep(0.02)  # its load is under way (about 0.1 s)
+        stopped(srv)
+        t.join()
+        check(got and got[0][0] in (200, 503), f"the waiting request: {got}")
+
     def t_explicit(self):
         srv = self.server("--model-control-mode", "explicit", "--load-model", "m0")
         try:
@@ -304,6 +315,7 @@ def main():
     r.case("pinned and priority", s.t_pinned_and_priority)
     r.case("concurrent first requests load once", s.t_concurrent_first_requests)
     r.case("explicit mode", s.t_explicit)
+    r.case("SIGTERM while a request waits for its load", s.t_shutdown_while_loading)
     r.case("races under traffic", s.t_races)
     print(f"{r.passed} passed, {r.failed} failed", flush=True)
     sys.exit(1 if r.failed else 0)
