@@ -715,15 +715,6 @@ void slim_server_repo_cancel_loads(slim_server_repo *repo)
     pthread_mutex_unlock(&repo->mu);
 }
 
-/* Whether --load-model names name (explicit mode). */
-static bool listed(const slim_server_control *ctl, const char *name)
-{
-    for (int i = 0; i < ctl->n_load; i++)
-        if (strcmp(ctl->load[i], name) == 0)
-            return true;
-    return false;
-}
-
 slim_status slim_server_repo_open(slim_server_repo *repo, const char *root,
                                   slim_server_metrics *metrics, int instances, int queue_size,
                                   const char *device, const char *precision,
@@ -754,14 +745,8 @@ slim_status slim_server_repo_open_with(slim_server_repo *repo, const slim_server
     slim_status rs = slim__residency_open(repo, ctl->mode, err);
     if (rs != SLIM_OK)
         return rs;
-    for (int i = 0; i < ctl->n_load; i++) {
-        char path[4096];
-        struct stat st;
-        snprintf(path, sizeof(path), "%s/%s", root, ctl->load[i]);
-        if (!valid_name(ctl->load[i]) || stat(path, &st) != 0 || !S_ISDIR(st.st_mode))
-            return slim_errf(err, SLIM_ENOTFOUND, "--load-model %s: no such model folder in %s",
-                             ctl->load[i], root);
-    }
+    if ((rs = slim__residency_check_names(ctl, root, err)) != SLIM_OK)
+        return rs;
     DIR *d = opendir(root);
     if (!d)
         return slim_errf(err, SLIM_EIO, "model repository %s: %s", root, strerror(errno));
@@ -781,9 +766,7 @@ slim_status slim_server_repo_open_with(slim_server_repo *repo, const slim_server
     for (int i = 0; i < n; i++) {
         int status;
         slim_err lerr = {0};
-        /* explicit: --load-model's; on-demand: none now, each at its first request. */
-        bool load = ctl->mode == SLIM_SERVER_CONTROL_NONE ||
-                    (ctl->mode == SLIM_SERVER_CONTROL_EXPLICIT && listed(ctl, names[i]));
+        bool load = slim__residency_loads_at_start(ctl, names[i]);
         if (repo_load(repo, names[i], load, &status, &lerr) != SLIM_OK)
             slim_server_log(SLIM_LOG_ERROR, NULL, "%s", lerr.msg);
         else if (load)

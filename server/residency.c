@@ -86,6 +86,32 @@ bool slim_server_control_mode_parse(const char *s, slim_server_control_mode *out
     return true;
 }
 
+bool slim__residency_loads_at_start(const slim_server_control *ctl, const char *name)
+{
+    if (ctl->mode == SLIM_SERVER_CONTROL_NONE)
+        return true;
+    for (int i = 0; ctl->mode == SLIM_SERVER_CONTROL_EXPLICIT && i < ctl->n_load; i++)
+        if (strcmp(ctl->load[i], name) == 0)
+            return true;
+    return false;
+}
+
+slim_status slim__residency_check_names(const slim_server_control *ctl, const char *root,
+                                        slim_err *err)
+{
+    for (int i = 0; i < ctl->n_load; i++) {
+        char path[4096];
+        struct stat st;
+        const char *n = ctl->load[i];
+        snprintf(path, sizeof(path), "%s/%s", root, n);
+        if (!n[0] || n[0] == '.' || strchr(n, '/') || stat(path, &st) != 0 ||
+            !S_ISDIR(st.st_mode))
+            return slim_errf(err, SLIM_ENOTFOUND, "--load-model %s: no such model folder in %s",
+                             n, root);
+    }
+    return SLIM_OK;
+}
+
 void slim__residency_configure(slim_server_residency *r, const slim_server_config *cfg,
                                slim_server_control_mode mode)
 {

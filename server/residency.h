@@ -33,6 +33,12 @@ typedef struct slim_server_request slim_server_request;
 slim_status slim__residency_open(slim_server_repo *repo, slim_server_control_mode mode,
                                  slim_err *err);
 void slim__residency_close(slim_server_repo *repo);
+/* Whether the model folder name loads at start: every one in mode none,
+ * --load-model's in explicit, none on-demand (each at its first request). */
+bool slim__residency_loads_at_start(const slim_server_control *ctl, const char *name);
+/* Every --load-model name is a model folder in root. */
+slim_status slim__residency_check_names(const slim_server_control *ctl, const char *root,
+                                        slim_err *err);
 /* The residency settings of a model folder from its config.json. */
 void slim__residency_configure(slim_server_residency *r, const slim_server_config *cfg,
                                slim_server_control_mode mode);
