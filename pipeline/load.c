@@ -53,6 +53,10 @@ slim_status slim_model_load(const char *path, const slim_load_opts *opts, slim_m
     st = run_stages(&c, acct, out, err);
     slim_mem_account_enter(prev);
     slim_mem_account_unref(acct); /* the model holds its own reference */
+    /* The load's peak (float32 weights before conversion, the decoded
+     * protobuf, the passes' scratch) goes back now, not at the next
+     * pressure: an idle server holds what its models hold (alloc.h). */
+    slim_memory_give_back();
     if (st)
         return st;
     (*out)->path = strdup(path);

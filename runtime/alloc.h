@@ -169,6 +169,17 @@ size_t slim_allocator_limit(const slim_allocator *a);
 /* Gives back every segment with no block in use; returns the bytes freed. */
 size_t slim_allocator_empty_cache(slim_allocator *a);
 void slim_allocator_stats(slim_allocator *a, slim_mem_stats *out);
+/* alloc_trim.c: slim_allocator_empty_cache under the name the give-back
+ * uses (NULL: nothing); returns the bytes given back. */
+size_t slim_allocator_trim(slim_allocator *a);
+/* Every started device's allocator trimmed (the pinned host's too), then
+ * glibc's free heap pages returned (malloc_trim). Afterwards each
+ * allocator's reserved bytes are its allocated bytes plus the free space
+ * inside segments that still hold a live block: docs/memory.md ("Giving
+ * back") documents the slack, max(8 MiB, 10% of allocated), that the
+ * tests hold it to. Returns the segment bytes given back. Called at the
+ * end of slim_model_load and slim_model_free. */
+size_t slim_memory_give_back(void);
 /* Sets every peak to its current value. */
 void slim_allocator_reset_peaks(slim_allocator *a);
 const char *slim_allocator_device(const slim_allocator *a);

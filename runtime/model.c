@@ -107,13 +107,19 @@ void slim_model_free(slim_model *m)
     if (!m)
         return;
     slim__plan_cache_free(m->plans);
-    if (!m->nested)
+    bool top = !m->nested;
+    if (top)
         slim_graph_free(m->graph);
     slim_mem_account_unref(m->account);
     free(m->inputs);
     free(m->outputs);
     free(m->path);
     free(m);
+    /* Its weights' segments (and a .slim file's mapping, unmapped as its
+     * last tensor went) are memory nothing else uses: back to the system
+     * now. A subgraph's model goes with its parent, which gives back. */
+    if (top)
+        slim_memory_give_back();
 }
 
 int slim_model_num_inputs(const slim_model *m)

@@ -541,8 +541,16 @@ static slim_status parse_pruning(const cJSON *k, slim_server_config *cfg, slim_e
  * None at the moment. */
 static bool reserved_key_ok(const cJSON *k, const char **expect)
 {
-    (void)k;
     *expect = NULL;
+    /* Residency under a memory budget (residency.c reads them back). */
+    if (strcmp(k->string, "pinned") == 0) {
+        *expect = "true or false";
+        return cJSON_IsBool(k);
+    }
+    if (strcmp(k->string, "priority") == 0) {
+        *expect = "an integer";
+        return cJSON_IsNumber(k) && k->valuedouble == (double)(int)k->valuedouble;
+    }
     return false;
 }
 

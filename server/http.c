@@ -25,6 +25,7 @@
 #include "log.h"
 #include "metrics.h"
 #include "repository.h"
+#include "residency.h"
 #include "routes.h"
 #include "server.h"
 
@@ -208,6 +209,7 @@ static void request_free(slim_server_request *req)
     slim_server_admission_body_free(req->srv->admission, req);
     slim_tensors_free(req->task.outputs, req->task.n_outputs);
     slim_server_model_release(req->task.model);
+    slim_server_model_release(req->residency_model); /* its connection closed first */
     slim_server_reply_free(&req->reply);
     free(req->body);
     free(req->url);
@@ -360,6 +362,12 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
 
     if (req->suspended && req->repo_op) { /* a load/unload's thread resumed it */
         req->suspended = false;
+    } else if (req->suspended && req->residency_wait) { /* its model is resident now */
+        req->suspended = false;
+        req->residency_wait = false;
+        slim_server_route(req);
+        if (req->suspended)
+            return MHD_YES;
     } else if (req->suspended) { /* resumed by the worker */
         req->suspended = false;
         slim_server_infer_finish(req);
@@ -449,9 +457,10 @@ slim_status slim_server_start(slim_server *srv, const slim_server_opts *opts, sl
         s = err->status;
         goto err_metrics;
     }
-    if ((s = slim_server_repo_open(&srv->repo, opts->repository, &srv->metrics, opts->workers,
-                                   opts->queue_capacity, opts->device, opts->precision,
-                                   opts->convert_cache, opts->load_timeout_s, err)) != SLIM_OK)
+    if ((s = slim_server_repo_open_with(&srv->repo, &opts->control, opts->repository,
+                                        &srv->metrics, opts->workers, opts->queue_capacity,
+                                        opts->device, opts->precision, opts->convert_cache,
+                                        opts->load_timeout_s, err)) != SLIM_OK)
         goto err_repo;
     if ((s = slim__conn_watchdog_start(srv, err)) != SLIM_OK)
         goto err_repo;
@@ -497,6 +506,8 @@ bool slim_server_stop(slim_server *srv)
     atomic_store(&srv->stopping, true);
     /* Requests waiting for input memory are answered 503 now. */
     slim_server_admission_stop(srv->admission);
+    /* Requests waiting for a model's load too; on-demand loads stop. */
+    slim_server_residency_stop(&srv->repo);
     /* Loads under way stop at their next check (between stages and passes,
      * inside the runs they make) and answer; their connections are
      * suspended, so MHD must not stop before they are back. */

@@ -49,6 +49,10 @@ typedef struct slim_server_request {
     /* inference in progress */
     bool suspended;
     bool repo_op;                   /* suspended for a load/unload, not a run */
+    /* Waited for its model's load (residency.c): routed again when resumed,
+     * with the reference taken for it when the load finished. */
+    bool residency_wait;
+    struct slim_server_model *residency_model;
     int64_t declared_timeout_us;    /* its "timeout" parameter as read before decoding
                                        (admission: the deadline of a wait) */
     int64_t timeout_us;             /* the request's "timeout" parameter where the

@@ -14,6 +14,7 @@
 #include "log.h"
 #include "memory.h"
 #include "metrics_port.h"
+#include "residency.h"
 #include "server.h"
 #include "version.h"
 #include "slim_init.h"
@@ -51,6 +52,13 @@ static void usage(FILE *f)
             "  --memory-limit SIZE      cap on the memory the CPU allocator holds, e.g. 2GiB\n"
             "                           (default: none); runs past it fail with out-of-memory;\n"
             "                           DEVICE=SIZE caps that device (cuda:0=20GiB), repeatable\n"
+            "  --model-control-mode M   none: load every model at start (default);\n"
+            "                           explicit: only --load-model's and the repository\n"
+            "                           API's; on-demand: every model listed, loaded at its\n"
+            "                           first request. In both, loads evict the least\n"
+            "                           recently used idle models to stay under\n"
+            "                           --memory-limit (docs/memory.md)\n"
+            "  --load-model NAME        load NAME at start (explicit mode), repeatable\n"
             "  --device DEV             where models run unless config.json says (cpu, cuda:N)\n"
             "  --precision P            how they run unless config.json says: fp32 (on a GPU\n"
             "                           products on TF32, as onnxruntime-gpu), fp32-strict\n"
@@ -172,6 +180,20 @@ static int parse_args(int argc, char **argv, slim_server_opts *o)
             if (!parse_count(a, v, 1, 1 << 20, &n))
                 return 2;
             queue = (int)n;
+        } else if (strcmp(a, "--model-control-mode") == 0 && v) {
+            if (!slim_server_control_mode_parse(v, &o->control.mode)) {
+                slim_server_log(SLIM_LOG_ERROR, NULL, "--model-control-mode expects none, "
+                                "explicit or on-demand");
+                return 2;
+            }
+        } else if (strcmp(a, "--load-model") == 0 && v) {
+            static const char *names[256];
+            if (o->control.n_load == 256) {
+                slim_server_log(SLIM_LOG_ERROR, NULL, "--load-model: at most 256");
+                return 2;
+            }
+            names[o->control.n_load++] = v;
+            o->control.load = names;
         } else if (strcmp(a, "--device") == 0 && v) {
             o->device = v;
         } else if (strcmp(a, "--precision") == 0 && v) {
@@ -268,6 +290,10 @@ static int parse_args(int argc, char **argv, slim_server_opts *o)
         return 2;
     }
     o->queue_capacity = queue ? queue : 64 * o->workers;
+    if (o->control.n_load && o->control.mode != SLIM_SERVER_CONTROL_EXPLICIT) {
+        slim_server_log(SLIM_LOG_ERROR, NULL, "--load-model needs --model-control-mode explicit");
+        return 2;
+    }
     /* The environment keeps the key out of `ps` (a Kubernetes Secret). */
     const char *env_key = getenv("SLIMSERVE_API_KEY");
     if (!o->api_key && env_key && *env_key)

@@ -12,10 +12,12 @@
 #include "buf.h"
 #include "codec.h"
 #include "device.h"
+#include "log.h"
 #include "memory.h"
 #include "model.h"
 #include "plan.h"
 #include "repository.h"
+#include "residency.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -52,6 +54,53 @@ static bool slot_used(const slim_mem_account *acct, int slot)
 }
 
 #define MAX_DEVICES 17
+
+/* A model that does not batch runs one request at a time: batch 1. */
+static int64_t footprint_batch(const slim_server_model *m)
+{
+    return m->cfg.max_batch_size > 0 ? m->cfg.max_batch_size : 1;
+}
+
+void slim_server_memory_predict(slim_server_model *m, const char *path,
+                                const slim_load_opts *lo)
+{
+    slim_err err;
+    if (slim_model_predict(path, lo, footprint_batch(m), &m->predicted, &err) != SLIM_OK) {
+        memset(&m->predicted, 0, sizeof(m->predicted));
+        slim_server_log(SLIM_LOG_WARN, NULL, "model \"%s\" version %lld: no footprint "
+                        "predicted: %s", m->name, (long long)m->version, err.msg);
+    }
+}
+
+void slim_server_memory_measure(slim_server_model *m)
+{
+    slim_model_footprint(m->model, footprint_batch(m), &m->actual);
+}
+
+static void footprint_side(cJSON *parent, const char *key, const slim_footprint *fp)
+{
+    cJSON *o = cJSON_AddObjectToObject(parent, key);
+    if (!o)
+        return;
+    cJSON_AddNumberToObject(o, "weight_bytes", (double)fp->weight_bytes);
+    cJSON_AddNumberToObject(o, "mapped_bytes", (double)fp->mapped_bytes);
+    cJSON_AddNumberToObject(o, "arena_bytes_1", (double)fp->arena_bytes_1);
+    cJSON_AddNumberToObject(o, "arena_bytes_max", (double)fp->arena_bytes_max);
+    cJSON_AddNumberToObject(o, "workspace_bytes", (double)fp->workspace_bytes);
+    cJSON_AddNumberToObject(o, "total_bytes", (double)fp->total_bytes);
+}
+
+void slim_server_memory_footprint_json(cJSON *o, const slim_server_model *m)
+{
+    cJSON_AddNumberToObject(o, "predicted_bytes", (double)m->predicted.total_bytes);
+    cJSON_AddNumberToObject(o, "actual_bytes", (double)m->actual.total_bytes);
+    cJSON *fp = cJSON_AddObjectToObject(o, "footprint");
+    if (!fp)
+        return;
+    cJSON_AddNumberToObject(fp, "max_batch", (double)footprint_batch(m));
+    footprint_side(fp, "predicted", &m->predicted);
+    footprint_side(fp, "actual", &m->actual);
+}
 
 void slim_server_memory_trim(void)
 {
@@ -444,6 +493,7 @@ static void debug_text(slim_server_repo *repo, slim_server_reply *reply)
     slim_server_buf_printf(&b, "\n%-24s %7s %12s %12s %12s %12s\n", "model", "version",
                            "weights", "holds", "peak", "limit");
     each_model(repo, add_model_text, &b);
+    slim_server_residency_debug_text(repo, &b);
     if (b.oom) {
         slim_server_buf_free(&b);
         slim_server_reply_error(reply, 500, "out of memory while writing the memory summary");
@@ -478,6 +528,7 @@ void slim_server_memory_debug(slim_server_repo *repo, bool text, slim_server_rep
     cJSON_AddItemToObject(root, "devices", devices);
     each_model(repo, add_model_json, models);
     cJSON_AddItemToObject(root, "models", models);
+    slim_server_residency_debug(repo, root);
     slim_server_reply_json(reply, 200, root);
 }
 

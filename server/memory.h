@@ -18,6 +18,16 @@ typedef struct slim_server_reply slim_server_reply;
 /* Names the model's memory account after it and applies cfg.memory_limit
  * (fails when the weights alone are over it). */
 slim_status slim_server_memory_attach(slim_server_model *m, slim_err *err);
+/* The model's footprint (pipeline/footprint.h) at its max_batch_size:
+ * predicted from path and lo before the load (a failure is logged and
+ * leaves predicted zero), and measured on the loaded model after. */
+void slim_server_memory_predict(slim_server_model *m, const char *path,
+                                const slim_load_opts *lo);
+void slim_server_memory_measure(slim_server_model *m);
+/* "predicted_bytes", "actual_bytes" and a "footprint" object with both
+ * sides' figures, added to o (index entries, metadata, statistics). */
+struct cJSON;
+void slim_server_memory_footprint_json(struct cJSON *o, const slim_server_model *m);
 /* Gives cached, unused device memory back (after an unload). */
 void slim_server_memory_trim(void);
 /* malloc settings for a long-running server (at start, before threads),

@@ -12,6 +12,7 @@
 #include "log.h"
 #include "memory.h"
 #include "metrics_port.h"
+#include "residency.h"
 
 #include <arpa/inet.h>
 #include <microhttpd.h>
@@ -19,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <strings.h>
 
 struct slim_server_metrics_port {
     slim_server *srv;
@@ -32,22 +32,9 @@ void slim_server_metrics_page(slim_server *srv, slim_server_buf *b)
     slim_server_metrics_render(&srv->metrics, b);
     slim_server_memory_metrics(&srv->repo, b);
     slim_server_admission_metrics(srv->admission, b);
+    slim_server_residency_metrics(&srv->repo, b);
     slim_server_http_metrics(srv, b);
     slim_server_auth_metrics(srv, b);
-}
-
-/* The API key as auth.c takes it (Bearer or X-API-Key), compared in
- * constant time; auth.c's check works on the HTTP port's requests, which
- * this port does not build. */
-static bool key_ok(const char *key, const char *given)
-{
-    if (!given)
-        return false;
-    size_t nk = strlen(key), ng = strlen(given);
-    unsigned diff = nk != ng;
-    for (size_t i = 0; i < nk; i++)
-        diff |= (unsigned char)key[i] ^ (unsigned char)(i < ng ? given[i] : 0);
-    return diff == 0;
 }
 
 static bool authorized(slim_server *srv, struct MHD_Connection *conn)
@@ -55,16 +42,12 @@ static bool authorized(slim_server *srv, struct MHD_Connection *conn)
     const char *key = srv->opts.api_key;
     if (!key || !srv->opts.api_key_metrics)
         return true;
+    /* auth.c's rule (Bearer or X-API-Key, constant time): this port builds
+     * no HTTP-port request for slim_server_auth_check. */
     const char *auth = MHD_lookup_connection_value(conn, MHD_HEADER_KIND,
                                                    MHD_HTTP_HEADER_AUTHORIZATION);
-    if (auth && strncasecmp(auth, "Bearer ", 7) == 0) {
-        auth += 7;
-        while (*auth == ' ')
-            auth++;
-        if (key_ok(key, auth))
-            return true;
-    }
-    if (key_ok(key, MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-API-Key")))
+    const char *xkey = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "X-API-Key");
+    if (slim_server_auth_key_ok(key, auth, xkey))
         return true;
     atomic_fetch_add(&srv->unauthorized, 1);
     return false;

@@ -30,6 +30,8 @@
 #include "metrics.h"
 #include "model.h"
 #include "repository.h"
+#include "residency.h"
+#include "clock.h"
 #include "pipeline.h" /* slim_model_file_is_slim */
 
 #include <dirent.h>
@@ -236,7 +238,26 @@ static slim_status load_version(slim_server_repo *repo, const char *name, const 
         if (!repo->loads[i])
             repo->loads[slot = i] = &tok;
     pthread_mutex_unlock(&repo->mu);
-    s = load_converted(repo, name, version, path, &lo, &m->cfg, &m->model, err);
+    /* Under a budget, room is made first (residency.c): evictions, or 507. */
+    /* The prediction is a dry run that reads the weights: it runs inside a
+     * provisional reservation from the file's size, grown after if short. */
+    slim__reservation resv = {0};
+    s = slim__residency_reserve(repo, name, path, &lo, NULL, &resv, err);
+    if (s == SLIM_OK) {
+        slim_server_memory_predict(m, path, &lo);
+        s = slim__residency_reserve(repo, name, path, &lo, &m->predicted, &resv, err);
+        if (s != SLIM_OK)
+            slim__residency_unreserve(repo, &resv);
+    }
+    if (s == SLIM_OK) {
+        s = load_converted(repo, name, version, path, &lo, &m->cfg, &m->model, err);
+        if (s != SLIM_OK || !resv.held) {
+            slim__residency_unreserve(repo, &resv);
+        } else { /* carried by m until it is in the table */
+            snprintf(m->budget_device, sizeof(m->budget_device), "%s", resv.device);
+            m->reserved_bytes = resv.bytes;
+        }
+    }
     pthread_mutex_lock(&repo->mu);
     if (slot >= 0)
         repo->loads[slot] = NULL;
@@ -253,6 +274,8 @@ static slim_status load_version(slim_server_repo *repo, const char *name, const 
         goto err;
     if ((s = slim_server_memory_attach(m, err)) != SLIM_OK)
         goto err;
+    slim_server_memory_measure(m);
+    slim__residency_measure(m, lo.place.device);
     /* A request's answer must not depend on the batch it was merged into
      * or halved out of, so every run of a batching model computes rows the
      * same way (single requests included). */
@@ -268,6 +291,11 @@ static slim_status load_version(slim_server_repo *repo, const char *name, const 
     *out = m;
     return SLIM_OK;
 err:
+    if (m->reserved_bytes) {
+        pthread_mutex_lock(&repo->mu);
+        slim__residency_settle(repo, m);
+        pthread_mutex_unlock(&repo->mu);
+    }
     model_free(m);
     return s;
 }
@@ -275,7 +303,7 @@ err:
 /* Reads ROOT/name from disk into e (name and slots). Failures are written
  * into e's reasons; the return value only says whether anything is ready. */
 static bool entry_build(slim_server_repo *repo, const char *name, const char *cfg_override,
-                        slim_server_entry *e)
+                        slim_server_entry *e, bool load)
 {
     char dir[4096];
     snprintf(dir, sizeof(dir), "%s/%s", repo->root, name);
@@ -318,6 +346,8 @@ static bool entry_build(slim_server_repo *repo, const char *name, const char *cf
     slim_server_config probe;
     bool cfg_ok = slim_server_config_parse(cfg_text, name, &probe, &err) == SLIM_OK;
     const slim_server_version_policy *policy = cfg_ok ? &probe.versions : NULL;
+    if (cfg_ok)
+        slim__residency_configure(&e->res, &probe, repo->mode);
     /* Versions a "specific" policy lists that have no folder get a slot
      * too, so the index says why they are missing. */
     int n_missing = 0;
@@ -342,8 +372,19 @@ static bool entry_build(slim_server_repo *repo, const char *name, const char *cf
         } else if (!slim_server_version_policy_selects(policy, versions, n, i)) {
             slot->by_policy = true;
             snprintf(slot->reason, sizeof(slot->reason), SLIM_SERVER_POLICY_REASON);
+        } else if (!load) {
+            snprintf(slot->reason, sizeof(slot->reason), "%s",
+                     repo->mode == SLIM_SERVER_CONTROL_ON_DEMAND
+                         ? "not resident: loads at its first request (--model-control-mode "
+                           "on-demand)"
+                         : "not loaded (--model-control-mode explicit: --load-model or the "
+                           "repository API loads it)");
         } else if (load_version(repo, name, cfg_text, versions[i], &slot->live, &err) != SLIM_OK) {
             snprintf(slot->reason, sizeof(slot->reason), "%s", err.msg);
+            /* Refused by the budget: 507, or 503 when busy models were in the way. */
+            if (repo->mode != SLIM_SERVER_CONTROL_NONE && !e->res.refused)
+                e->res.refused = err.status == SLIM_EOOM ? 507
+                                 : err.status == SLIM_ETIMEDOUT ? 503 : 0;
             slim_server_log(SLIM_LOG_ERROR, NULL, "model \"%s\" version %lld failed to load: %s",
                             name, (long long)versions[i], err.msg);
         } else {
@@ -381,14 +422,18 @@ static bool valid_name(const char *name)
     return name[0] && name[0] != '.' && !strchr(name, '/') && strlen(name) < 256;
 }
 
-slim_status slim_server_repo_load(slim_server_repo *repo, const char *name, int *http_status,
-                                  slim_err *err)
+/* Every model version of fresh and of the table's entry e: the loads'
+ * reservations end now that their models are in the table or dropped. */
+static void settle_entry(slim_server_repo *repo, slim_server_entry *e)
 {
-    return slim_server_repo_load_config(repo, name, NULL, http_status, err);
+    for (int i = 0; e && i < e->n_slots; i++)
+        slim__residency_settle(repo, e->slots[i].live);
 }
 
-slim_status slim_server_repo_load_config(slim_server_repo *repo, const char *name,
-                                         const char *cfg_json, int *http_status, slim_err *err)
+/* load false: only lists the model's versions (control modes). cfg_json:
+ * a load request's "config" in place of the folder's, or NULL. */
+static slim_status repo_load(slim_server_repo *repo, const char *name, const char *cfg_json,
+                             bool load, int *http_status, slim_err *err)
 {
     char dir[4096];
     struct stat st;
@@ -404,7 +449,8 @@ slim_status slim_server_repo_load_config(slim_server_repo *repo, const char *nam
     pthread_mutex_unlock(&repo->mu);
 
     slim_server_entry fresh = {.seq = seq};
-    bool ready = entry_build(repo, name, cfg_json, &fresh);
+    int64_t t0 = slim_server_now_us();
+    bool ready = entry_build(repo, name, cfg_json, &fresh, load);
     char why[1024] = "";
     if (!ready && fresh.failed)
         snprintf(why, sizeof(why), "%s", fresh.reason);
@@ -430,6 +476,7 @@ slim_status slim_server_repo_load_config(slim_server_repo *repo, const char *nam
     } else if (e) {
         /* Swap: the old versions leave the table now; requests that hold
          * them finish on them, and the last one frees them (below). */
+        slim__residency_carry(&fresh.res, &e->res);
         slim_server_entry old = *e;
         fresh.name = old.name;
         *e = fresh;
@@ -442,19 +489,43 @@ slim_status slim_server_repo_load_config(slim_server_repo *repo, const char *nam
         ready = false;
         snprintf(why, sizeof(why), "out of memory");
     }
+    slim_server_entry *now = superseded ? NULL : find_entry(repo, name);
+    if (now && load && ready) {
+        slim__residency_loaded(now, slim_server_now_us() - t0);
+        now->res.wanted = true;
+    }
+    settle_entry(repo, now);
+    settle_entry(repo, &fresh);
+    int refused = now ? now->res.refused : fresh.res.refused;
     pthread_mutex_unlock(&repo->mu);
+    if (now && load && ready)
+        slim_server_log(SLIM_LOG_INFO, NULL, "model \"%s\" is resident (loaded in %.1f ms)", name,
+                        (double)(slim_server_now_us() - t0) / 1000.0);
 
     if (superseded) {
         *http_status = 409;
         s = slim_errf(err, SLIM_EINVAL, "failed to load \"%s\": a later load or unload of it "
                       "finished first, so this one's result was dropped", name);
-    } else if (!ready) {
-        *http_status = 400;
-        s = slim_errf(err, SLIM_EINVAL, "failed to load \"%s\": %s", name, why);
+    } else if (!ready && load) {
+        *http_status = refused ? refused : 400;
+        s = slim_errf(err, refused == 507 ? SLIM_EOOM : SLIM_EINVAL, "failed to load \"%s\": %s",
+                      name, why);
     }
     entry_clear(&fresh);
     free(fresh.name);
     return s;
+}
+
+slim_status slim_server_repo_load(slim_server_repo *repo, const char *name, int *http_status,
+                                  slim_err *err)
+{
+    return repo_load(repo, name, NULL, true, http_status, err);
+}
+
+slim_status slim_server_repo_load_config(slim_server_repo *repo, const char *name,
+                                         const char *cfg_json, int *http_status, slim_err *err)
+{
+    return repo_load(repo, name, cfg_json, true, http_status, err);
 }
 
 slim_status slim_server_repo_unload(slim_server_repo *repo, const char *name, int *http_status,
@@ -464,8 +535,10 @@ slim_status slim_server_repo_unload(slim_server_repo *repo, const char *name, in
     slim_server_entry *e = find_entry(repo, name);
     slim_server_model *dropped[256];
     int n_dropped = 0;
-    if (e)
+    if (e) {
         e->seq = ++repo->op_seq; /* a load still running for it loses */
+        e->res.wanted = false;   /* an API unload: no request loads it again */
+    }
     for (int i = 0; e && i < e->n_slots; i++) {
         if (e->slots[i].live && n_dropped < 256) {
             dropped[n_dropped++] = e->slots[i].live;
@@ -487,12 +560,30 @@ slim_status slim_server_repo_unload(slim_server_repo *repo, const char *name, in
     return SLIM_OK;
 }
 
+slim_server_entry *slim__repo_find_entry(slim_server_repo *repo, const char *name)
+{
+    return find_entry(repo, name);
+}
+
 slim_server_model *slim_server_repo_acquire(slim_server_repo *repo, const char *name,
                                             int64_t version, int *http_status, char *msg,
                                             size_t cap)
 {
-    slim_server_model *m = NULL;
     pthread_mutex_lock(&repo->mu);
+    slim_server_model *m = slim__repo_acquire_locked(repo, name, version, http_status, msg, cap,
+                                                     NULL);
+    pthread_mutex_unlock(&repo->mu);
+    return m;
+}
+
+slim_server_model *slim__repo_acquire_locked(slim_server_repo *repo, const char *name,
+                                             int64_t version, int *http_status, char *msg,
+                                             size_t cap, bool *loadable)
+{
+    slim_server_model *m = NULL;
+    int64_t wanted_version = version;
+    if (loadable)
+        *loadable = false;
     slim_server_entry *e = find_entry(repo, name);
     if (!e) {
         *http_status = 404;
@@ -535,9 +626,18 @@ slim_server_model *slim_server_repo_acquire(slim_server_repo *repo, const char *
     snprintf(msg, cap, "Request for unknown model: '%s' version %lld is not found", name,
              (long long)version);
 out:
-    if (m)
+    if (m) {
         slim_server_model_ref(m);
-    pthread_mutex_unlock(&repo->mu);
+        e->res.last_used_us = slim_server_now_us(); /* least recently used goes first */
+    } else if (loadable && e && *http_status == 503 && e->res.wanted && !e->failed &&
+               repo->mode != SLIM_SERVER_CONTROL_NONE) {
+        /* Not resident, yet meant to be served: a request loads it. */
+        bool any = false;
+        for (int i = 0; i < e->n_slots; i++)
+            any |= !e->slots[i].by_policy &&
+                   (wanted_version < 0 || e->slots[i].version == wanted_version);
+        *loadable = any;
+    }
     return m;
 }
 
@@ -573,9 +673,10 @@ int slim_server_repo_ready_models(slim_server_repo *repo, const char *name,
     return n;
 }
 
-static void index_add(cJSON *arr, const char *name, int64_t version, bool ready,
-                      const char *reason)
+static void index_add(cJSON *arr, const char *name, int64_t version,
+                      const slim_server_model *live, const char *reason)
 {
+    bool ready = live != NULL;
     cJSON *o = cJSON_CreateObject();
     if (!o)
         return;
@@ -587,6 +688,8 @@ static void index_add(cJSON *arr, const char *name, int64_t version, bool ready,
     }
     cJSON_AddStringToObject(o, "state", ready ? "READY" : "UNAVAILABLE");
     cJSON_AddStringToObject(o, "reason", ready ? "" : reason);
+    if (live)
+        slim_server_memory_footprint_json(o, live);
     cJSON_AddItemToArray(arr, o);
 }
 
@@ -599,10 +702,10 @@ cJSON *slim_server_repo_index(slim_server_repo *repo, bool ready_only)
     for (int i = 0; i < repo->n_entries; i++) {
         const slim_server_entry *e = &repo->entries[i];
         if (e->failed && !ready_only)
-            index_add(arr, e->name, -1, false, e->reason);
+            index_add(arr, e->name, -1, NULL, e->reason);
         for (int j = 0; j < e->n_slots; j++)
             if (e->slots[j].live || !ready_only)
-                index_add(arr, e->name, e->slots[j].version, e->slots[j].live != NULL,
+                index_add(arr, e->name, e->slots[j].version, e->slots[j].live,
                           e->slots[j].reason);
     }
     pthread_mutex_unlock(&repo->mu);
@@ -627,6 +730,17 @@ slim_status slim_server_repo_open(slim_server_repo *repo, const char *root,
                                   const char *device, const char *precision,
                                   const char *convert_cache, int load_timeout_s, slim_err *err)
 {
+    const slim_server_control none = {.mode = SLIM_SERVER_CONTROL_NONE};
+    return slim_server_repo_open_with(repo, &none, root, metrics, instances, queue_size, device,
+                                      precision, convert_cache, load_timeout_s, err);
+}
+
+slim_status slim_server_repo_open_with(slim_server_repo *repo, const slim_server_control *ctl,
+                                       const char *root, slim_server_metrics *metrics,
+                                       int instances, int queue_size, const char *device,
+                                       const char *precision, const char *convert_cache,
+                                       int load_timeout_s, slim_err *err)
+{
     memset(repo, 0, sizeof(*repo));
     repo->load_timeout_s = load_timeout_s;
     repo->default_device = device;
@@ -638,6 +752,11 @@ slim_status slim_server_repo_open(slim_server_repo *repo, const char *root,
     repo->default_queue_size = queue_size;
     if (!(repo->root = strdup(root)))
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    slim_status rs = slim__residency_open(repo, ctl->mode, err);
+    if (rs != SLIM_OK)
+        return rs;
+    if ((rs = slim__residency_check_names(ctl, root, err)) != SLIM_OK)
+        return rs;
     DIR *d = opendir(root);
     if (!d)
         return slim_errf(err, SLIM_EIO, "model repository %s: %s", root, strerror(errno));
@@ -657,9 +776,10 @@ slim_status slim_server_repo_open(slim_server_repo *repo, const char *root,
     for (int i = 0; i < n; i++) {
         int status;
         slim_err lerr = {0};
-        if (slim_server_repo_load(repo, names[i], &status, &lerr) != SLIM_OK)
+        bool load = slim__residency_loads_at_start(ctl, names[i]);
+        if (repo_load(repo, names[i], NULL, load, &status, &lerr) != SLIM_OK)
             slim_server_log(SLIM_LOG_ERROR, NULL, "%s", lerr.msg);
-        else
+        else if (load)
             slim_server_log(SLIM_LOG_INFO, NULL, "loaded model \"%s\"", names[i]);
         free(names[i]);
     }
@@ -668,6 +788,7 @@ slim_status slim_server_repo_open(slim_server_repo *repo, const char *root,
 
 void slim_server_repo_close(slim_server_repo *repo)
 {
+    slim__residency_close(repo);
     for (int i = 0; i < repo->n_entries; i++) {
         entry_clear(&repo->entries[i]);
         free(repo->entries[i].name);

@@ -13,6 +13,7 @@
 #define SLIM_SERVER_REPOSITORY_H
 
 #include "config.h"
+#include "footprint.h"
 #include "metrics.h"
 #include "slim.h"
 
@@ -33,10 +34,43 @@ typedef struct slim_server_model {
     slim_server_stats *stats;
     struct slim_server_batcher *batcher; /* its queue and instance threads */
     atomic_int refs;
+    /* What it counts against its device's budget while resident (weights,
+     * arenas at max_batch_size, workspace: residency.c), and that device. */
+    size_t resident_bytes;
+    char budget_device[32];
+    size_t reserved_bytes;          /* its load's reservation until it is in the table */
+    /* At max_batch_size (pipeline/footprint.h): predicted from the file
+     * before the load (predicted.max_batch 0 when it could not be) and
+     * measured after; the index, metadata and statistics show both. */
+    slim_footprint predicted, actual;
 } slim_server_model;
 
 void slim_server_model_ref(slim_server_model *m);
 void slim_server_model_release(slim_server_model *m); /* frees at zero */
+
+/* --model-control-mode (residency.c): which models are loaded, and when. */
+typedef enum {
+    SLIM_SERVER_CONTROL_NONE,       /* every model at start (no eviction) */
+    SLIM_SERVER_CONTROL_EXPLICIT,   /* --load-model and the repository API */
+    SLIM_SERVER_CONTROL_ON_DEMAND,  /* every model listed, loaded at its first request */
+} slim_server_control_mode;
+
+/* A model folder's residency (residency.c; guarded by the repository's mu). */
+typedef struct slim_server_residency {
+    bool wanted;                    /* loads again at a request after an eviction */
+    bool loading;                   /* a residency load of it is under way */
+    bool pinned;                    /* config.json "pinned": never evicted */
+    int priority;                   /* config.json "priority": lower goes first */
+    int64_t wait_us;                /* how long a request waits for its load */
+    int64_t last_used_us;           /* the last request routed to it (LRU) */
+    size_t predicted_bytes;         /* before its last load (0: not predicted) */
+    uint64_t loads, evictions;
+    /* slim_model_load_duration_seconds buckets (residency.c), sum in us */
+    uint64_t load_hist[12];
+    uint64_t load_us_sum;
+    int refused;                    /* the last load's HTTP status when the budget
+                                       refused it (507, 503); 0: it did not */
+} slim_server_residency;
 
 typedef struct slim_server_slot {   /* one version folder */
     int64_t version;
@@ -52,6 +86,7 @@ typedef struct slim_server_entry {  /* one model folder */
     char reason[1024];              /* model-level failure (config.json, no versions) */
     bool failed;
     uint64_t seq;                   /* the load/unload whose result this holds */
+    slim_server_residency res;      /* residency under the budget (residency.c) */
 } slim_server_entry;
 
 /* Repository loads/unloads under way at once; more are answered 503. */
@@ -74,6 +109,11 @@ typedef struct slim_server_repo {
                                        slim_server_convert_cache_default() */
     slim_server_entry *entries;
     int n_entries, cap_entries;
+    /* Residency (residency.c): the mode, the loads in flight for it, the
+     * requests waiting for a load, bytes reserved for loads under way per
+     * device; all under mu. */
+    slim_server_control_mode mode;
+    struct slim_server_residency_state *residency;
 } slim_server_repo;
 
 /* Why a version folder that the model's version_policy leaves out is not
@@ -89,6 +129,18 @@ slim_status slim_server_repo_open(slim_server_repo *repo, const char *root,
                                   slim_server_metrics *metrics, int instances,
                                   int queue_size, const char *device, const char *precision,
                                   const char *convert_cache, int load_timeout_s, slim_err *err);
+/* The same under --model-control-mode: ctl's mode says what loads now
+ * (explicit: only ctl->load[]; on-demand: nothing, every model listed). */
+typedef struct slim_server_control {
+    slim_server_control_mode mode;
+    const char *const *load;        /* --load-model NAME (explicit mode) */
+    int n_load;
+} slim_server_control;
+slim_status slim_server_repo_open_with(slim_server_repo *repo, const slim_server_control *ctl,
+                                       const char *root, slim_server_metrics *metrics,
+                                       int instances, int queue_size, const char *device,
+                                       const char *precision, const char *convert_cache,
+                                       int load_timeout_s, slim_err *err);
 void slim_server_repo_close(slim_server_repo *repo);
 /* Cancels the loads under way (SIGTERM); each fails at its next check. */
 void slim_server_repo_cancel_loads(slim_server_repo *repo);
@@ -98,6 +150,12 @@ void slim_server_repo_cancel_loads(slim_server_repo *repo);
 slim_server_model *slim_server_repo_acquire(slim_server_repo *repo, const char *name,
                                             int64_t version, int *http_status,
                                             char *msg, size_t cap);
+/* The same with mu held; *loadable (may be NULL) says that the model is not
+ * resident but would load for a request (residency.c). */
+slim_server_model *slim__repo_acquire_locked(slim_server_repo *repo, const char *name,
+                                             int64_t version, int *http_status, char *msg,
+                                             size_t cap, bool *loadable);
+slim_server_entry *slim__repo_find_entry(slim_server_repo *repo, const char *name);
 /* The ready versions of name, ascending; returns how many (<= cap). */
 int slim_server_repo_ready_versions(slim_server_repo *repo, const char *name,
                                     int64_t *out, int cap);

@@ -30,6 +30,7 @@
 #include "metrics.h"
 #include "metrics_port.h"
 #include "repository.h"
+#include "residency.h"
 #include "routes.h"
 #include "server.h"
 #include "version.h"
@@ -375,6 +376,7 @@ static void route_model_metadata(slim_server_request *req, const slim_server_mod
     cJSON_AddStringToObject(o, "platform", m->cfg.platform);
     cJSON_AddItemToObject(o, "inputs", ins);
     cJSON_AddItemToObject(o, "outputs", outs);
+    slim_server_memory_footprint_json(o, m);
     slim_server_reply_json(&req->reply, 200, o);
 }
 
@@ -591,8 +593,17 @@ static void route_model(slim_server_request *req, path *p)
     }
     int status = 404;
     char msg[1200];
+    bool waiting = false;
+    /* A model that is not resident loads first (residency.c); the request
+     * waits, suspended, and comes back here when it is. Readiness only
+     * says: a probe must not load every model it asks about. */
     slim_server_model *m =
-        slim_server_repo_acquire(&req->srv->repo, name, version, &status, msg, sizeof(msg));
+        strcmp(action, "ready") == 0
+            ? slim_server_repo_acquire(&req->srv->repo, name, version, &status, msg, sizeof(msg))
+            : slim_server_residency_acquire(req, name, version, &status, msg, sizeof(msg),
+                                            &waiting);
+    if (waiting)
+        return;
     if (!m) {
         slim_server_reply_error(&req->reply, status, "%s", msg);
         return;

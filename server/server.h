@@ -83,6 +83,8 @@ typedef struct slim_server_opts {
      * KEY"; others are answered 401 (auth.c). */
     const char *api_key;
     bool api_key_metrics;
+    /* --model-control-mode and --load-model (residency.c). */
+    slim_server_control control;
 } slim_server_opts;
 
 struct slim_server_conn;            /* one connection's deadlines (http.c) */

@@ -33,6 +33,7 @@
  */
 #include "codec.h"
 #include "http.h"
+#include "memory.h" /* the footprint figures */
 #include "metrics.h"
 #include "repository.h"
 #include "server.h"
@@ -175,6 +176,7 @@ static cJSON *model_stat(const slim_server_model *m)
         add_duration(is, "compute_output", success, atomic_load(&s->output_ns));
     }
     add_batch_stats(o, s);
+    slim_server_memory_footprint_json(o, m);
     return o;
 }
 

@@ -12,6 +12,11 @@ int slim_cmd_bench(int argc, char **argv);
 
 #include "slim.h"
 
+/* inspect_fit.c: `slim inspect --fit` (limit 0: the machine's memory; actual:
+ * load it after and print the measured footprint too). Returns the exit code. */
+int slim_cli_inspect_fit(const char *path, const slim_load_opts *opts, int64_t batch,
+                         size_t limit, bool actual);
+
 /* "[batch,3,32,32]": declared dims, symbolic ones by name ("?" unnamed). */
 char *slim_cli_declared_shape(const slim_io_info *info, char *buf, size_t cap);
 

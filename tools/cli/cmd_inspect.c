@@ -195,6 +195,7 @@ static int print_memory(const char *path, const slim_model *m, int64_t batch)
 }
 
 #define INSPECT_USAGE "usage: slim inspect MODEL [--optimized] [--memory [--batch N]] " \
+                      "[--fit [--memory-limit SIZE] [--actual]] " \
                       "[--device DEV] [--precision P] [--int8-exclude LIST] " \
                       "[--int8-max-error X] [--prune SPEC [--prune-scope S]]\n"
 
@@ -259,6 +260,8 @@ static void print_int8(const slim_int8_report *r)
 typedef struct inspect_args {
     const char *path;
     bool memory, optimized;
+    bool fit, actual;           /* --fit: the predicted footprint (inspect_fit.c) */
+    size_t memory_limit;        /* --memory-limit, for --fit's verdict */
     int64_t batch;
     const char *exclude_arg;
     slim_cli_prune prune;
@@ -271,7 +274,11 @@ static void inspect_help(void)
            "  --optimized the graph after the load-time passes, node by node\n"
            "  --memory    the activation arena plan: buffers, arena_bytes,\n"
            "              lower_bound_bytes, weight bytes\n"
-           "  --batch N   plan for batch N (default 1)\n"
+           "  --batch N   plan for batch N (default 1); with --fit the largest batch\n"
+           "  --fit       the predicted footprint before loading (weights, arenas at\n"
+           "              batch 1 and N, workspace) and whether it fits --memory-limit\n"
+           "  --memory-limit SIZE  the limit --fit judges against (default: this machine's)\n"
+           "  --actual    with --fit, then load it and print the measured footprint too\n"
            "  --device D  place the model on D (cpu, cuda, cuda:N) and print where\n"
            "              each node runs and the copies between devices\n"
            "  --precision fp32, fp16, bf16 or int8 (int8 also prints each\n"
@@ -327,6 +334,19 @@ static int parse_inspect_args(int argc, char **argv, inspect_args *a, slim_load_
             a->memory = true;
             continue;
         }
+        if (strcmp(argv[i], "--fit") == 0 || strcmp(argv[i], "--actual") == 0) {
+            a->fit = true;
+            a->actual = a->actual || argv[i][2] == 'a';
+            continue;
+        }
+        if (strcmp(argv[i], "--memory-limit") == 0 && i + 1 < argc) {
+            slim_err err;
+            if (!slim_parse_bytes(argv[++i], &a->memory_limit, &err)) {
+                fprintf(stderr, "slim inspect: --memory-limit: %s\n" INSPECT_USAGE, err.msg);
+                return 2;
+            }
+            continue;
+        }
         if (strcmp(argv[i], "--optimized") == 0) {
             a->optimized = true;
             continue;
@@ -353,8 +373,9 @@ static int parse_inspect_args(int argc, char **argv, inspect_args *a, slim_load_
         fprintf(stderr, INSPECT_USAGE);
         return 2;
     }
-    if (a->batch != 1 && !a->memory) {
-        fprintf(stderr, "slim inspect: --batch only applies with --memory\n" INSPECT_USAGE);
+    if (a->batch != 1 && !a->memory && !a->fit) {
+        fprintf(stderr, "slim inspect: --batch only applies with --memory or --fit\n"
+                INSPECT_USAGE);
         return 2;
     }
     return 0;
@@ -449,6 +470,17 @@ int slim_cmd_inspect(int argc, char **argv)
     /* inspect always measures the int8 layers' output error. */
     const char *prec = opts.compress.precision;
     opts.compress.int8.measure = prec && strcmp(prec, "int8") == 0;
+    if (a.fit) {
+        opts.compress.int8.report = NULL;
+        opts.compress.int8.measure = false;
+        opts.compress.half.report = NULL;
+        a.prune.o.report = NULL;
+        int rc = slim_cli_inspect_fit(a.path, &opts, a.batch, a.memory_limit, a.actual);
+        free(exclude_buf);
+        slim_cli_prune_free(&a.prune);
+        slim_cli_half_free(&a.half);
+        return rc;
+    }
     /* The arena plan is of what runs: the optimized graph. */
     opts.optimize.no_passes = !a.optimized && !a.memory;
     slim_status st = slim_model_load(a.path, &opts, &m, &err);

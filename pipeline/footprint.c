@@ -1,0 +1,238 @@
+/* footprint.c - a model's memory before loading (slim_model_predict) and
+ * after (slim_model_footprint), in the same fields (footprint.h). */
+#include "footprint.h"
+#include "pipeline.h"
+#include "model.h"
+#include "plan.h"
+#include "slim_init.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Weights of g and its subgraphs, and how many of those bytes are a mapped
+ * file's (a buffer with its own release and no allocator block). */
+static void weight_split(const slim_graph *g, size_t *bytes, size_t *mapped)
+{
+    for (int v = 0; v < g->n_values; v++) {
+        const slim_value *val = &g->values[v];
+        if (val->kind != SLIM_VALUE_INITIALIZER)
+            continue;
+        size_t n = slim_tensor_nbytes(&val->init);
+        *bytes += n;
+        const slim_buffer *b = val->init.buf;
+        if (b && b->release && !b->block)
+            *mapped += n;
+    }
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int a = 0; a < g->nodes[i].n_attrs; a++)
+            if (g->nodes[i].attrs[a].type == SLIM_ATTR_GRAPH && g->nodes[i].attrs[a].g)
+                weight_split(g->nodes[i].attrs[a].g, bytes, mapped);
+}
+
+/* The run's signature at batch: a dynamic first dim is the batch, other
+ * dynamic dims 1 (as `slim inspect --memory`). NULL when an input has no
+ * known type or rank, or is a container. */
+static slim_tensor *signature(const slim_model *m, int64_t batch)
+{
+    int n = m->graph->n_inputs;
+    slim_tensor *sig = calloc((size_t)(n ? n : 1), sizeof(*sig));
+    for (int i = 0; sig && i < n; i++) {
+        const slim_io_info *info = &m->inputs[i];
+        if (info->dtype == SLIM_DTYPE_UNDEFINED || info->ndim < 0 || info->kind) {
+            free(sig);
+            return NULL;
+        }
+        sig[i].dtype = info->dtype;
+        sig[i].ndim = info->ndim;
+        for (int d = 0; d < info->ndim; d++)
+            sig[i].dims[d] = info->dims[d] >= 0 ? info->dims[d] : d == 0 ? batch : 1;
+    }
+    return sig;
+}
+
+/* Bytes of the graph's outputs at this signature: not in the arena, but
+ * the run allocates them. Outputs of unknown shape count 0. */
+static size_t output_bytes(const slim_model *m, const slim_tensor *sig)
+{
+    size_t n = 0;
+    slim_tensor *shapes = calloc((size_t)m->graph->n_values, sizeof(*shapes));
+    slim_err err;
+    if (shapes && !slim_model_infer_shapes(m, sig, shapes, &err)) {
+        for (int o = 0; o < m->graph->n_outputs; o++) {
+            const slim_tensor *t = &shapes[m->graph->outputs[o]];
+            if (t->ndim >= 0 && t->dtype != SLIM_DTYPE_UNDEFINED)
+                n += slim_tensor_nbytes(t);
+        }
+    }
+    free(shapes);
+    return n;
+}
+
+size_t slim_model_run_bytes(const slim_model *m, int64_t batch, size_t *outputs)
+{
+    if (outputs)
+        *outputs = 0;
+    slim_tensor *sig = signature(m, batch);
+    if (!sig)
+        return 0;
+    slim_plan *plan = NULL;
+    slim_err err;
+    size_t bytes = 0;
+    if (!slim_plan_build(m, sig, &plan, &err)) {
+        size_t out = output_bytes(m, sig);
+        bytes = plan->arena_bytes + out;
+        if (outputs)
+            *outputs = out;
+        slim_plan_free(plan);
+    }
+    free(sig);
+    return bytes;
+}
+
+/* What one run at batch takes beyond its arena and outputs: the kernels'
+ * scratch (int8 activations, converted panels, im2col...), which no plan
+ * knows. Measured: the model's account's peak over a run on zeros, less
+ * what it held before, the arena and the outputs; the account's peak is
+ * set back after. -1 when the run fails (a model whose shapes depend on
+ * its data may refuse zeros). */
+static int64_t run_scratch(const slim_model *m, int64_t batch, size_t run_bytes)
+{
+    slim_tensor *sig = signature(m, batch);
+    int n = m->graph->n_inputs;
+    const char **names = calloc((size_t)(n ? n : 1), sizeof(*names));
+    int made = 0;
+    slim_err err;
+    for (; sig && names && made < n; made++) {
+        names[made] = m->inputs[made].name;
+        if (slim_tensor_alloc(&sig[made], &err))
+            break;
+        if (sig[made].data)
+            memset(sig[made].data, 0, slim_tensor_nbytes(&sig[made]));
+    }
+    int64_t scratch = -1;
+    if (sig && names && made == n) {
+        slim_mem_account *acct = m->account;
+        size_t before = atomic_load(&acct->current);
+        size_t old_peak = atomic_exchange(&acct->peak, before);
+        slim_tensor *outs = NULL;
+        int n_out = 0;
+        if (!slim_model_run(m, n, names, sig, &outs, &n_out, &err)) {
+            size_t peak = atomic_load(&acct->peak);
+            size_t base = before + run_bytes;
+            scratch = peak > base ? (int64_t)(peak - base) : 0;
+            slim_tensors_free(outs, n_out);
+        }
+        size_t now = atomic_load(&acct->peak);
+        atomic_store(&acct->peak, now > old_peak ? now : old_peak);
+    }
+    for (int i = 0; sig && i < made; i++)
+        slim_tensor_release(&sig[i]);
+    free(sig);
+    free(names);
+    return scratch;
+}
+
+/* Kernels split their work over the kernel threads, each with scratch of
+ * its own, so how much of it is live at once depends on timing (resnet
+ * bf16 at batch 32: 1.6 to 2.3 MiB over three runs). The most of a few
+ * runs is nearer what a budget must allow for. */
+#define SCRATCH_RUNS 3
+
+static int64_t most_scratch(const slim_model *m, int64_t batch, size_t run_bytes)
+{
+    int64_t most = -1;
+    for (int i = 0; i < SCRATCH_RUNS; i++) {
+        int64_t s = run_scratch(m, batch, run_bytes);
+        if (s < 0)
+            return -1;
+        most = s > most ? s : most;
+    }
+    return most;
+}
+
+/* Scratch grows with the rows a kernel sees, so with the batch: measured
+ * at 1 and 2, extended in a straight line. */
+static void measure_workspace(const slim_model *m, slim_footprint *out)
+{
+    if (out->unplanned || m->nested)
+        return;
+    size_t run1 = out->arena_bytes_1, run2 = 0;
+    int64_t s1 = most_scratch(m, 1, run1), s2 = s1;
+    if (s1 >= 0 && out->max_batch > 1) {
+        run2 = slim_model_run_bytes(m, 2, NULL);
+        s2 = run2 ? most_scratch(m, 2, run2) : -1;
+    }
+    if (s1 < 0 || s2 < 0)
+        return;
+    double per = (double)(s2 - s1);
+    double ws = (double)s1 + per * (double)(out->max_batch - 1);
+    out->workspace_bytes = ws > 0 ? (size_t)ws : 0;
+    out->workspace_measured = true;
+}
+
+/* The measuring runs' arenas and scratch went back to the allocator's
+ * cache: give them back too, the model holds none of it. */
+static void measured(void)
+{
+    slim_memory_give_back();
+}
+
+void slim_model_footprint(const slim_model *m, int64_t max_batch, slim_footprint *out)
+{
+    memset(out, 0, sizeof(*out));
+    if (max_batch < 1)
+        max_batch = 1;
+    out->max_batch = max_batch;
+    weight_split(m->graph, &out->weight_bytes, &out->mapped_bytes);
+    out->arena_bytes_1 = slim_model_run_bytes(m, 1, NULL);
+    out->arena_bytes_max = slim_model_run_bytes(m, max_batch, &out->output_bytes_max);
+    out->unplanned = out->arena_bytes_1 == 0 && m->graph->n_nodes > 0;
+    measure_workspace(m, out);
+    measured();
+    out->total_bytes = out->weight_bytes + out->arena_bytes_max + out->workspace_bytes;
+}
+
+slim_status slim_model_predict(const char *path, const slim_load_opts *opts, int64_t max_batch,
+                               slim_footprint *out, slim_err *err)
+{
+    memset(out, 0, sizeof(*out));
+    slim_init();
+    /* The stages up to plan, without placing: the figures are the graph's
+     * after compression and optimization, whatever device runs it. */
+    static const slim_load_opts defaults;
+    slim_load_ctx c = {.path = path};
+    slim_status st = slim_pipeline_settings(opts ? opts : &defaults, &c, err);
+    if (st)
+        return st;
+    if (!path || !path[0])
+        return slim_errf(err, SLIM_EINVAL, "no model path given");
+    slim_mem_account *acct = slim_mem_account_new("prediction", 0);
+    if (!acct)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory predicting %s", path);
+    slim_mem_account *prev = slim_mem_account_enter(acct);
+    slim_graph *g = NULL;
+    slim_model *m = NULL;
+    /* int8 with max_error keeps layers by their measured error: the same
+     * samples as a load, or the prediction would quantize other layers. */
+    st = slim_pipeline_samples(&c, err);
+    if (!st)
+        st = slim_pipeline_read(path, &g, err);
+    if (!st)
+        st = slim_pipeline_compress(g, &c, err);
+    if (!st)
+        st = slim_pipeline_optimize(g, &c, err);
+    if (!st)
+        st = slim_pipeline_plan(g, &c, acct, &m, err);
+    if (!st) {
+        /* A batching server runs its models batch-invariant (kernels
+         * whose scratch may differ). */
+        slim_model_set_batch_invariant(m, max_batch > 1);
+        m->fp32_strict = c.fp32_strict;
+        slim_model_footprint(m, max_batch, out);
+    }
+    slim_model_free(m); /* gives back what the prediction held */
+    slim_int8_samples_free(&c.samples);
+    slim_mem_account_enter(prev);
+    slim_mem_account_unref(acct);
+    return st;
+}

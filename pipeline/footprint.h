@@ -1,0 +1,66 @@
+/*
+ * footprint.h - what a model takes in memory: predicted before loading, and
+ * measured on a loaded model, in the same fields, so a memory budget (the
+ * server's, `slim inspect --fit`) can decide before it loads and show
+ * "predicted" next to "actual" after.
+ *
+ *     slim_footprint fp;
+ *     slim_model_predict(path, &opts, max_batch, &fp, &err);   (before loading)
+ *     slim_model_footprint(m, max_batch, &fp);                  (a loaded model)
+ *
+ * docs/memory.md ("Footprints") says what each figure counts and where the
+ * prediction is exact and where it estimates.
+ */
+#ifndef SLIM_FOOTPRINT_H
+#define SLIM_FOOTPRINT_H
+
+#include "slim.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct slim_footprint {
+    size_t weight_bytes;     /* weights after compression (mapped or allocated) */
+    size_t arena_bytes_1;    /* planned activation arena(s) at batch 1 */
+    size_t arena_bytes_max;  /* at max_batch */
+    size_t workspace_bytes;  /* kernel scratch / workspace the model's runs take */
+    size_t total_bytes;      /* weight_bytes + arena_bytes_max + workspace_bytes: what a budget counts */
+    /* Beyond the first interface: */
+    size_t mapped_bytes;     /* of weight_bytes, mapped from a .slim file (not allocated) */
+    size_t output_bytes_max; /* graph outputs of one run at max_batch (in arena_bytes_max) */
+    int64_t max_batch;       /* the batch arena_bytes_max is for */
+    /* The arenas could not be planned (an input of unknown type or rank,
+     * shapes the planner cannot see through): arena figures are then 0. */
+    bool unplanned;
+    /* workspace_bytes was measured (runs on zeros at batch 1 and 2, see
+     * below); false when those runs failed and it is 0 for want of them. */
+    bool workspace_measured;
+} slim_footprint;
+
+/* Before loading: from the file (ONNX or .slim) and the load options
+ * (precision, pruning, device). max_batch < 1 counts as 1.
+ *
+ * Today it runs the load's stages up to plan on the file (read, compress,
+ * optimize; not place), under an account of its own, takes the figures of
+ * slim_model_footprint and frees everything, giving it back
+ * (slim_memory_give_back): a .slim file is mapped, never copied; an ONNX
+ * file's weights are held while the passes run, as a load would (a peak
+ * the size of the load's, then nothing). Exact for weights and arenas;
+ * the workspace is measured at batch 1 and 2 and extended in a straight
+ * line to max_batch. The model is planned batch-invariant when max_batch
+ * > 1, as a batching server runs it. */
+slim_status slim_model_predict(const char *path, const slim_load_opts *opts, int64_t max_batch,
+                               slim_footprint *out, slim_err *err);
+
+/* What a loaded model holds now, same fields (for "actual" next to
+ * "predicted"). Measuring the workspace runs the model on zeros at batch
+ * 1 and 2 and reads its account's peak (set back after): call it before
+ * the model takes traffic, or other runs' memory counts as workspace. */
+void slim_model_footprint(const slim_model *m, int64_t max_batch, slim_footprint *out);
+
+/* The run bytes alone at batch (0 when the shapes cannot be planned): the
+ * planned arena plus the graph outputs, which the arena does not hold but
+ * the run allocates. The inputs are the caller's (a server's request). */
+size_t slim_model_run_bytes(const slim_model *m, int64_t batch, size_t *output_bytes);
+
+#endif

@@ -1,0 +1,345 @@
+#!/usr/bin/env python3
+"""End-to-end test of footprint prediction and of giving back what a load used
+(issue 31, parts 1 and 2).
+
+    python3 tests/e2e/test_footprint.py --slimserve build/bin/slimserve \\
+        --slim build/bin/slim --workdir /tmp/e2e-footprint
+
+Checks:
+
+  * prediction: for the example models (models/gen_models.py) and a small
+    encoder (bench/gen_encoder.py --layers 2) at fp32, int8 and bf16,
+    `slim inspect --fit` predicts a total (weights + arena at max_batch +
+    workspace) within 5% of what the served model then holds: its memory
+    account's peak over one run at max_batch_size (weights as allocated or
+    mapped, the run's arena, inputs and outputs, any scratch). The
+    repository index, model metadata and statistics carry the same
+    predicted bytes and the actual ones. A table of the figures is printed.
+  * `slim inspect --fit` verdicts: fits, fits up to batch N, does not fit.
+  * give-back: a MiniLM-shaped encoder (6 layers, hidden 384) served int8
+    holds reserved <= allocated + max(8 MiB, 10%) after its load, and after
+    it is unloaded.
+  * 200 load/infer/unload cycles of a small int8 encoder: resident memory
+    after each unload is within 10% of what it was after the first cycle;
+    the first cycle's growth over the RSS before any load (the runtime's
+    one-time set-up: oneDNN's code and JIT kernels, thread stacks) is
+    printed and bounded by ONE_TIME_KIB.
+
+Ends with "N passed, N failed"; exits non-zero on any failure.
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from test_server import REPO, Failure, Runner, Server, binary_request, check  # noqa: E402
+
+PRECISIONS = ["fp32", "int8", "bf16"]
+EXAMPLES = ["mlp", "resnet", "transformer"]
+ENCODER_BATCH = 4
+MIB = 1 << 20
+
+
+def gen_encoder(path, *extra):
+    if not os.path.exists(path):
+        subprocess.run([sys.executable, os.path.join(REPO, "bench", "gen_encoder.py"), path,
+                        *extra], check=True, timeout=600, stdout=subprocess.DEVNULL)
+
+
+def encoder_config(name, precision, batch, seq=128, hidden=384):
+    return {"name": name, "platform": "onnx", "max_batch_size": batch, "precision": precision,
+            "instance_count": 1,
+            "input": [{"name": "input_ids", "data_type": "TYPE_INT64", "dims": [seq]}],
+            "output": [{"name": "last_hidden_state", "data_type": "TYPE_FP32",
+                        "dims": [seq, hidden]}]}
+
+
+def add_model(root, name, onnx_path, cfg):
+    d = os.path.join(root, name, "1")
+    os.makedirs(d, exist_ok=True)
+    os.link(onnx_path, os.path.join(d, "model.onnx"))
+    cfg = dict(cfg, name=name)
+    with open(os.path.join(root, name, "config.json"), "w") as f:
+        json.dump(cfg, f)
+
+
+def build_models(work):
+    """The fit repository: every example and the small encoder at each
+    precision, one run at a time (instance_count 1)."""
+    src = os.path.join(work, "src")
+    if not os.path.isdir(os.path.join(src, "mlp")):
+        subprocess.run([sys.executable, os.path.join(REPO, "models", "gen_models.py"), src],
+                       check=True, timeout=600, stdout=subprocess.DEVNULL)
+    enc = os.path.join(work, "encoder2.onnx")
+    gen_encoder(enc, "--layers", "2", "--hidden", "384", "--heads", "12", "--ffn", "1536")
+    root = os.path.join(work, "fit")
+    shutil.rmtree(root, ignore_errors=True)
+    models = {}
+    for ex in EXAMPLES:
+        with open(os.path.join(src, ex, "config.json")) as f:
+            base = json.load(f)
+        sample = np.load(os.path.join(src, ex, "sample_input.npy"))
+        for p in PRECISIONS:
+            name = f"{ex}_{p}"
+            add_model(root, name, os.path.join(src, ex, "1", "model.onnx"),
+                      dict(base, precision=p, instance_count=1))
+            models[name] = (dict(base, precision=p), sample)
+    for p in PRECISIONS:
+        name = f"encoder_{p}"
+        cfg = encoder_config(name, p, ENCODER_BATCH)
+        add_model(root, name, enc, cfg)
+        ids = np.random.default_rng(0).integers(0, 30000, (1, 128), dtype=np.int64)
+        models[name] = (cfg, ids)
+    return root, models
+
+
+def inspect_fit(slim, path, precision, batch, *extra):
+    out = subprocess.run([slim, "inspect", path, "--fit", "--precision", precision, "--batch",
+                          str(batch), *extra], capture_output=True, text=True, timeout=600)
+    check(out.returncode == 0, f"slim inspect --fit {path}: {out.stderr}")
+    figures = dict(re.findall(r"^(\w+): (\d+)", out.stdout, re.M))
+    verdict = re.search(r"^verdict: (.*)$", out.stdout, re.M)
+    return {k: int(v) for k, v in figures.items()}, verdict.group(1) if verdict else ""
+
+
+def infer(srv, model, cfg, sample, batch):
+    inp = cfg["input"][0]
+    dtype = "INT64" if inp["data_type"] == "TYPE_INT64" else "FP32"
+    rows = np.repeat(sample.reshape((-1,) + tuple(inp["dims"]))[:1], batch, axis=0)
+    body, hlen = binary_request([(inp["name"], rows, dtype)])
+    status, _, data = srv.http.request("POST", f"/v2/models/{model}/infer", body,
+                                       {"Inference-Header-Content-Length": str(hlen),
+                                        "Content-Type": "application/octet-stream"})
+    check(status == 200, f"{model} batch {batch}: {status} {data[:300]!r}")
+
+
+def debug_memory(srv):
+    status, body = srv.http.json("GET", "/v2/debug/memory")
+    check(status == 200, f"/v2/debug/memory answered {status}")
+    return body
+
+
+def model_entry(body, name):
+    for m in body["models"]:
+        if m["name"] == name:
+            return m
+    raise Failure(f"/v2/debug/memory lists no model {name}")
+
+
+def predictions_hold(args, root, models):
+    """Predicted (inspect --fit) against the account's peak over one run at
+    max_batch_size, for every model and precision; prints the table."""
+    srv = Server(args.slimserve, root, os.path.join(args.workdir, "fit.log"))
+    rows, bad = [], []
+    try:
+        status, index = srv.http.json("POST", "/v2/repository/index", {})
+        check(status == 200, f"index answered {status}")
+        by_name = {e["name"]: e for e in index}
+        for name, (cfg, sample) in sorted(models.items()):
+            batch = max(cfg.get("max_batch_size", 1), 1)
+            path = os.path.join(root, name, "1", "model.onnx")
+            fig, _ = inspect_fit(args.slim, path, cfg["precision"], batch)
+            e = by_name.get(name, {})
+            check(e.get("state") == "READY", f"{name} not ready: {e}")
+            # The workspace is measured, and kernel threads' scratch overlaps
+            # as timing has it: two predictions agree to a few percent.
+            check(abs(e["predicted_bytes"] - fig["predicted_total_bytes"]) <=
+                  0.05 * fig["predicted_total_bytes"],
+                  f"{name}: index predicted {e['predicted_bytes']}, inspect "
+                  f"{fig['predicted_total_bytes']}")
+            status, meta = srv.http.json("GET", f"/v2/models/{name}")
+            check(status == 200 and meta.get("predicted_bytes") == e["predicted_bytes"] and
+                  meta.get("actual_bytes") == e["actual_bytes"] and e["actual_bytes"] > 0,
+                  f"{name} metadata {meta}")
+            status, stats = srv.http.json("GET", f"/v2/models/{name}/stats")
+            check(status == 200 and stats["model_stats"][0]["predicted_bytes"] ==
+                  e["predicted_bytes"], f"{name} stats {stats}")
+            status, _ = srv.http.json("POST", "/v2/debug/memory/reset_peaks")
+            check(status == 200, f"reset_peaks answered {status}")
+            infer(srv, name, cfg, sample, batch)
+            held = model_entry(debug_memory(srv), name)["memory_peak_bytes"]
+            pred = fig["predicted_total_bytes"]
+            err = (pred - held) / held * 100
+            rows.append((name, batch, fig["predicted_weight_bytes"],
+                         fig["predicted_arena_bytes_max"], pred, held, err))
+            if abs(err) > 5:
+                bad.append(f"{name}: predicted {pred}, held {held} ({err:+.2f}%)")
+    finally:
+        srv.stop()
+    print(f"{'model':<18} {'batch':>5} {'weights':>11} {'arena@max':>11} {'predicted':>11} "
+          f"{'held':>11} {'error':>7}")
+    for r in rows:
+        print(f"{r[0]:<18} {r[1]:>5} {r[2]:>11} {r[3]:>11} {r[4]:>11} {r[5]:>11} {r[6]:>+6.2f}%")
+    check(not bad, "; ".join(bad))
+
+
+def verdicts(args, root):
+    path = os.path.join(root, "encoder_int8", "1", "model.onnx")
+    fig, v = inspect_fit(args.slim, path, "int8", 64)
+    check(v.startswith("fits at batch 64"), f"no limit: {v}")
+    total, w = fig["predicted_total_bytes"], fig["predicted_weight_bytes"]
+    _, v = inspect_fit(args.slim, path, "int8", 64, "--memory-limit", str(total))
+    check(v.startswith("fits at batch 64"), f"limit = total: {v}")
+    a1 = fig["predicted_arena_bytes_1"]
+    mid = w + a1 + (total - w - a1) // 2
+    _, v = inspect_fit(args.slim, path, "int8", 64, "--memory-limit", str(mid))
+    m = re.match(r"fits up to batch (\d+)", v)
+    check(m and 1 <= int(m.group(1)) < 64, f"limit between batch 1 and 64: {v}")
+    _, v = inspect_fit(args.slim, path, "int8", 64, "--memory-limit", str(w // 2))
+    check(v.startswith("does not fit") and "weights" in v, f"limit under the weights: {v}")
+
+
+def cpu_device(body):
+    for d in body["devices"]:
+        if d["device"] == "cpu":
+            return d
+    raise Failure(f"no cpu device in {body['devices']}")
+
+
+def slack_holds(body, when):
+    d = cpu_device(body)
+    alloc = d["allocated_bytes"]["all"]["current"]
+    reserved = d["reserved_bytes"]["all"]["current"]
+    slack = max(8 * MIB, alloc // 10)
+    check(reserved <= alloc + slack, f"{when}: reserved {reserved} > allocated {alloc} + "
+          f"slack {slack}")
+    return alloc, reserved
+
+
+def minilm_gives_back(args):
+    """The issue's case: 23.7 MB allocated, 121.6 MB reserved before."""
+    root = os.path.join(args.workdir, "minilm")
+    shutil.rmtree(root, ignore_errors=True)
+    enc = os.path.join(args.workdir, "minilm.onnx")
+    gen_encoder(enc, "--layers", "6", "--hidden", "384", "--heads", "12", "--ffn", "1536")
+    add_model(root, "minilm", enc, encoder_config("minilm", "int8", 8))
+    srv = Server(args.slimserve, root, os.path.join(args.workdir, "minilm.log"))
+    try:
+        alloc, reserved = slack_holds(debug_memory(srv), "after load")
+        print(f"  minilm int8 after load: allocated {alloc}, reserved {reserved}, "
+              f"RSS {rss_kib(srv.proc.pid)} KiB")
+        status, _ = srv.http.json("POST", "/v2/repository/models/minilm/unload", {})
+        check(status == 200, f"unload answered {status}")
+        deadline = time.time() + 10
+        while model_listed(srv, "minilm") and time.time() < deadline:
+            time.sleep(0.05)
+        alloc, reserved = slack_holds(debug_memory(srv), "after unload")
+        print(f"  minilm after unload: allocated {alloc}, reserved {reserved}, "
+              f"RSS {rss_kib(srv.proc.pid)} KiB")
+    finally:
+        srv.stop()
+
+
+def model_listed(srv, name):
+    return any(m["name"] == name for m in debug_memory(srv)["models"])
+
+
+def rss_kib(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return int(re.search(r"^VmRSS:\s+(\d+) kB", f.read(), re.M).group(1))
+
+
+CYCLES = 200
+# What the first run of any model sets up once per process and keeps:
+# oneDNN's code pages and JIT kernels, the kernel threads' stacks and BLAS
+# buffers (about 8 MiB here, 2026-11-27). Not a model's memory: it stays
+# whatever is loaded, so the cycles are held to the figure after the first.
+ONE_TIME_KIB = 16 * 1024
+
+
+def cycle(srv, i, cfg, sample):
+    status, body = srv.http.json("POST", "/v2/repository/models/enc/load", {})
+    check(status == 200, f"cycle {i}: load answered {status} {body}")
+    infer(srv, "enc", cfg, sample, 2)
+    status, body = srv.http.json("POST", "/v2/repository/models/enc/unload", {})
+    check(status == 200, f"cycle {i}: unload answered {status} {body}")
+    # The model is freed when its last reference goes (a request's, the
+    # batcher's), a moment after the unload answers: wait for that.
+    deadline = time.time() + 10
+    while not unloaded(srv) and time.time() < deadline:
+        time.sleep(0.01)
+    check(unloaded(srv), f"cycle {i}: memory still held 10 s after its unload")
+
+
+def unloaded(srv):
+    body = debug_memory(srv)
+    return not body["models"] and cpu_device(body)["allocated_bytes"]["all"]["current"] == 0
+
+
+def held_kib(srv):
+    """RSS less what the allocator caches beyond its allocated bytes, after
+    checking that cache is within the slack: a block freed a moment after
+    the unload's give-back (the last request's buffers) leaves its segment
+    cached until the next give-back or pressure, as documented."""
+    alloc, reserved = slack_holds(debug_memory(srv), "after an unload")
+    return rss_kib(srv.proc.pid) - (reserved - alloc) // 1024
+
+
+def cycles_give_back(args):
+    """RSS before the first load, after the first load/infer/unload cycle,
+    and after each of the CYCLES - 1 more: the model folder appears after
+    the server started empty."""
+    root = os.path.join(args.workdir, "cycles")
+    shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(root)
+    enc = os.path.join(args.workdir, "encoder_small.onnx")
+    gen_encoder(enc, "--layers", "1", "--hidden", "256", "--heads", "4", "--ffn", "512",
+                "--vocab", "2000", "--seq", "64")
+    srv = Server(args.slimserve, root, os.path.join(args.workdir, "cycles.log"))
+    try:
+        before = rss_kib(srv.proc.pid)
+        cfg = encoder_config("enc", "int8", 4, seq=64, hidden=256)
+        add_model(root, "enc", enc, cfg)
+        ids = np.random.default_rng(1).integers(0, 2000, (1, 64), dtype=np.int64)
+        t0 = time.time()
+        cycle(srv, 0, cfg, ids)
+        first = worst = held_kib(srv)
+        for i in range(1, CYCLES):
+            cycle(srv, i, cfg, ids)
+            worst = max(worst, held_kib(srv))
+        after = held_kib(srv)
+        print(f"  {CYCLES} cycles in {time.time() - t0:.1f} s: RSS before the first load "
+              f"{before} KiB, after the first cycle {first} KiB, after the last {after} KiB, "
+              f"highest after an unload {worst} KiB (less the allocator's cache)")
+        check(first - before <= ONE_TIME_KIB, f"the first cycle kept {first - before} KiB "
+              f"(more than the runtime's one-time {ONE_TIME_KIB} KiB)")
+        check(after <= first * 1.10, f"RSS after {CYCLES} cycles {after} KiB, after the first "
+              f"{first} KiB (over 10%)")
+        check(worst <= first * 1.10, f"RSS after an unload reached {worst} KiB, after the "
+              f"first cycle {first} KiB (over 10%)")
+        slack_holds(debug_memory(srv), "after the cycles")
+    finally:
+        srv.stop()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--slimserve", required=True)
+    ap.add_argument("--slim", required=True)
+    ap.add_argument("--workdir", required=True)
+    args = ap.parse_args()
+    os.makedirs(args.workdir, exist_ok=True)
+    root, models = build_models(args.workdir)
+    r = Runner()
+    r.case("predictions within 5% of what the served models hold", predictions_hold, args,
+           root, models)
+    if os.environ.get("FIT_ONLY"):
+        sys.exit(1 if r.failed else 0)
+    r.case("inspect --fit verdicts", verdicts, args, root)
+    r.case("MiniLM int8: reserved <= allocated + slack after load and unload",
+           minilm_gives_back, args)
+    r.case(f"{CYCLES} load/infer/unload cycles: RSS back within 10%", cycles_give_back, args)
+    print(f"{r.passed} passed, {r.failed} failed")
+    sys.exit(1 if r.failed else 0)
+
+
+if __name__ == "__main__":
+    main()
