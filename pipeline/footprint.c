@@ -1,6 +1,7 @@
 /* footprint.c - a model's memory before loading (slim_model_predict) and
  * after (slim_model_footprint), in the same fields (footprint.h). */
 #include "footprint.h"
+#include "cancel.h"
 #include "pipeline.h"
 #include "model.h"
 #include "plan.h"
@@ -136,12 +137,11 @@ static int64_t run_scratch(const slim_model *m, int64_t batch, size_t run_bytes)
  * its own, so how much of it is live at once depends on timing (resnet
  * bf16 at batch 32: 1.6 to 2.3 MiB over three runs). The most of a few
  * runs is nearer what a budget must allow for. */
-#define SCRATCH_RUNS 3
 
 static int64_t most_scratch(const slim_model *m, int64_t batch, size_t run_bytes)
 {
     int64_t most = -1;
-    for (int i = 0; i < SCRATCH_RUNS; i++) {
+    for (int i = 0; i < SLIM_FOOTPRINT_RUNS; i++) {
         int64_t s = run_scratch(m, batch, run_bytes);
         if (s < 0)
             return -1;
@@ -151,17 +151,34 @@ static int64_t most_scratch(const slim_model *m, int64_t batch, size_t run_bytes
 }
 
 /* Scratch grows with the rows a kernel sees, so with the batch: measured
- * at 1 and 2, extended in a straight line. */
+ * at 1 and 2, extended in a straight line. The runs are bounded in time
+ * (a model may be slow on purpose, or on zeros): past the bound they are
+ * cancelled and the workspace stays unmeasured. */
 static void measure_workspace(const slim_model *m, slim_footprint *out)
 {
     if (out->unplanned || m->nested)
         return;
-    size_t run1 = out->arena_bytes_1, run2 = 0;
+    size_t run1 = out->arena_bytes_1;
+    size_t run2 = out->max_batch > 1 ? slim_model_run_bytes(m, 2, NULL) : run1;
+    /* Measuring must not cost more than the model itself: a run of a few
+     * GiB (a Range to 1e9) is a request's to refuse, not a load's to make. */
+    size_t cap = out->weight_bytes > SLIM_FOOTPRINT_RUN_MIN_CAP ? out->weight_bytes
+                                                               : SLIM_FOOTPRINT_RUN_MIN_CAP;
+    if (!run2 || run1 > cap || run2 > cap)
+        return;
+    /* Scratch past the cap fails the run (unmeasured) rather than grow. */
+    slim_mem_account *acct = m->account;
+    size_t old_limit = atomic_load(&acct->limit);
+    if (!old_limit)
+        atomic_store(&acct->limit, atomic_load(&acct->current) + 2 * cap);
+    slim_cancel tok;
+    slim_cancel_init(&tok, slim_cancel_deadline_after_ms(SLIM_FOOTPRINT_RUN_MS));
+    slim_cancel *prev = slim_cancel_enter(&tok);
     int64_t s1 = most_scratch(m, 1, run1), s2 = s1;
-    if (s1 >= 0 && out->max_batch > 1) {
-        run2 = slim_model_run_bytes(m, 2, NULL);
-        s2 = run2 ? most_scratch(m, 2, run2) : -1;
-    }
+    if (s1 >= 0 && out->max_batch > 1)
+        s2 = most_scratch(m, 2, run2);
+    slim_cancel_enter(prev);
+    atomic_store(&acct->limit, old_limit);
     if (s1 < 0 || s2 < 0)
         return;
     double per = (double)(s2 - s1);
@@ -170,11 +187,13 @@ static void measure_workspace(const slim_model *m, slim_footprint *out)
     out->workspace_measured = true;
 }
 
-/* The measuring runs' arenas and scratch went back to the allocator's
- * cache: give them back too, the model holds none of it. */
-static void measured(void)
+void slim_model_measure_workspace(const slim_model *m, slim_footprint *out)
 {
+    measure_workspace(m, out);
+    /* The runs' arenas and scratch went back to the allocator's cache:
+     * give them back too, the model holds none of it. */
     slim_memory_give_back();
+    out->total_bytes = out->weight_bytes + out->arena_bytes_max + out->workspace_bytes;
 }
 
 void slim_model_footprint(const slim_model *m, int64_t max_batch, slim_footprint *out)
@@ -187,8 +206,6 @@ void slim_model_footprint(const slim_model *m, int64_t max_batch, slim_footprint
     out->arena_bytes_1 = slim_model_run_bytes(m, 1, NULL);
     out->arena_bytes_max = slim_model_run_bytes(m, max_batch, &out->output_bytes_max);
     out->unplanned = out->arena_bytes_1 == 0 && m->graph->n_nodes > 0;
-    measure_workspace(m, out);
-    measured();
     out->total_bytes = out->weight_bytes + out->arena_bytes_max + out->workspace_bytes;
 }
 
@@ -229,6 +246,7 @@ slim_status slim_model_predict(const char *path, const slim_load_opts *opts, int
         slim_model_set_batch_invariant(m, max_batch > 1);
         m->fp32_strict = c.fp32_strict;
         slim_model_footprint(m, max_batch, out);
+        slim_model_measure_workspace(m, out);
     }
     slim_model_free(m); /* gives back what the prediction held */
     slim_int8_samples_free(&c.samples);
