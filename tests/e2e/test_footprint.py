@@ -19,6 +19,8 @@ Checks:
   * give-back: a MiniLM-shaped encoder (6 layers, hidden 384) served int8
     holds reserved <= allocated + max(8 MiB, 10%) after its load, and after
     it is unloaded.
+  * a .slim model's weights are predicted as mapped, and its file is
+    unmapped once the model is unloaded.
   * 200 load/infer/unload cycles of a small int8 encoder: resident memory
     after each unload is within 10% of what it was after the first cycle;
     the first cycle's growth over the RSS before any load (the runtime's
@@ -238,6 +240,42 @@ def minilm_gives_back(args):
         srv.stop()
 
 
+def slim_unmapped(args):
+    """A .slim model's weights are its file's mapping: predicted as mapped,
+    and the mapping gone once the model is unloaded."""
+    root = os.path.join(args.workdir, "mapped")
+    shutil.rmtree(root, ignore_errors=True)
+    path = os.path.join(root, "enc", "1", "model.slim")
+    os.makedirs(os.path.dirname(path))
+    out = subprocess.run([args.slim, "convert", os.path.join(args.workdir, "encoder2.onnx"),
+                          "-o", path, "--precision", "int8"], capture_output=True, text=True,
+                         timeout=600)
+    check(out.returncode == 0, f"slim convert: {out.stderr}")
+    with open(os.path.join(root, "enc", "config.json"), "w") as f:
+        json.dump({k: v for k, v in encoder_config("enc", "int8", 4).items()
+                   if k != "precision"}, f)
+    srv = Server(args.slimserve, root, os.path.join(args.workdir, "mapped.log"))
+    try:
+        status, index = srv.http.json("POST", "/v2/repository/index", {})
+        fp = index[0]["footprint"]["predicted"]
+        check(status == 200 and fp["mapped_bytes"] == fp["weight_bytes"] > 0,
+              f"a .slim's weights predicted as mapped: {index}")
+        check(mapped(srv.proc.pid, path), f"{path} not mapped while loaded")
+        status, _ = srv.http.json("POST", "/v2/repository/models/enc/unload", {})
+        check(status == 200, f"unload answered {status}")
+        deadline = time.time() + 10
+        while mapped(srv.proc.pid, path) and time.time() < deadline:
+            time.sleep(0.05)
+        check(not mapped(srv.proc.pid, path), f"{path} still mapped 10 s after its unload")
+    finally:
+        srv.stop()
+
+
+def mapped(pid, path):
+    with open(f"/proc/{pid}/maps") as f:
+        return any(line.rstrip().endswith(path) for line in f)
+
+
 def model_listed(srv, name):
     return any(m["name"] == name for m in debug_memory(srv)["models"])
 
@@ -336,6 +374,7 @@ def main():
     r.case("inspect --fit verdicts", verdicts, args, root)
     r.case("MiniLM int8: reserved <= allocated + slack after load and unload",
            minilm_gives_back, args)
+    r.case(".slim weights mapped, unmapped on unload", slim_unmapped, args)
     r.case(f"{CYCLES} load/infer/unload cycles: RSS back within 10%", cycles_give_back, args)
     print(f"{r.passed} passed, {r.failed} failed")
     sys.exit(1 if r.failed else 0)
