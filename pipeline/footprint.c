@@ -1,6 +1,7 @@
 /* footprint.c - a model's memory before loading (slim_model_predict) and
  * after (slim_model_footprint), in the same fields (footprint.h). */
 #include "footprint.h"
+#include "cancel.h"
 #include "pipeline.h"
 #include "model.h"
 #include "plan.h"
@@ -8,6 +9,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 /* Weights of g and its subgraphs, and how many of those bytes are a mapped
  * file's (a buffer with its own release and no allocator block). */
@@ -136,12 +138,11 @@ static int64_t run_scratch(const slim_model *m, int64_t batch, size_t run_bytes)
  * its own, so how much of it is live at once depends on timing (resnet
  * bf16 at batch 32: 1.6 to 2.3 MiB over three runs). The most of a few
  * runs is nearer what a budget must allow for. */
-#define SCRATCH_RUNS 3
 
 static int64_t most_scratch(const slim_model *m, int64_t batch, size_t run_bytes)
 {
     int64_t most = -1;
-    for (int i = 0; i < SCRATCH_RUNS; i++) {
+    for (int i = 0; i < SLIM_FOOTPRINT_RUNS; i++) {
         int64_t s = run_scratch(m, batch, run_bytes);
         if (s < 0)
             return -1;
@@ -150,31 +151,80 @@ static int64_t most_scratch(const slim_model *m, int64_t batch, size_t run_bytes
     return most;
 }
 
+static int64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+/* The second batch to measure: the largest up to max_batch whose run fits
+ * the cap and whose runs, at batch 1's pace per row, fit the time left.
+ * The nearer max_batch, the less timing noise is multiplied on the way
+ * there (mlp fp32 from batch 2 to 32: a few KiB became 16% of the total). */
+static int64_t second_batch(const slim_model *m, int64_t max_batch, size_t cap, int64_t per_run,
+                            int64_t left, size_t *run_b)
+{
+    for (int64_t b = max_batch; b > 2; b /= 2) {
+        size_t rb = slim_model_run_bytes(m, b, NULL);
+        if (rb && rb <= cap && per_run * b * SLIM_FOOTPRINT_RUNS < left) {
+            *run_b = rb;
+            return b;
+        }
+    }
+    *run_b = slim_model_run_bytes(m, 2, NULL);
+    return 2;
+}
+
 /* Scratch grows with the rows a kernel sees, so with the batch: measured
- * at 1 and 2, extended in a straight line. */
+ * at 1 and at a second batch (max_batch when it fits), extended in a
+ * straight line. The runs are bounded in time (a model may be slow on
+ * purpose, or on zeros): past the bound they are cancelled and the
+ * workspace stays unmeasured. */
 static void measure_workspace(const slim_model *m, slim_footprint *out)
 {
-    if (out->unplanned || m->nested)
+    size_t run1 = out->arena_bytes_1;
+    /* Measuring must not cost more than the model itself: a run of a few
+     * GiB (a Range to 1e9) is a request's to refuse, not a load's to make. */
+    size_t cap = out->weight_bytes > SLIM_FOOTPRINT_RUN_MIN_CAP ? out->weight_bytes
+                                                               : SLIM_FOOTPRINT_RUN_MIN_CAP;
+    if (out->unplanned || m->nested || run1 > cap)
         return;
-    size_t run1 = out->arena_bytes_1, run2 = 0;
-    int64_t s1 = most_scratch(m, 1, run1), s2 = s1;
+    /* Scratch past the cap fails the run (unmeasured) rather than grow. */
+    slim_mem_account *acct = m->account;
+    size_t old_limit = atomic_load(&acct->limit);
+    if (!old_limit)
+        atomic_store(&acct->limit, atomic_load(&acct->current) + 2 * cap);
+    slim_cancel tok;
+    slim_cancel_init(&tok, slim_cancel_deadline_after_ms(SLIM_FOOTPRINT_RUN_MS));
+    slim_cancel *prev = slim_cancel_enter(&tok);
+    int64_t t0 = now_ns();
+    int64_t s1 = most_scratch(m, 1, run1), sb = s1, b = 1;
     if (s1 >= 0 && out->max_batch > 1) {
-        run2 = slim_model_run_bytes(m, 2, NULL);
-        s2 = run2 ? most_scratch(m, 2, run2) : -1;
+        int64_t spent = now_ns() - t0;
+        size_t run_b = 0;
+        b = second_batch(m, out->max_batch, cap, spent / SLIM_FOOTPRINT_RUNS,
+                         (int64_t)SLIM_FOOTPRINT_RUN_MS * 1000000 - spent, &run_b);
+        sb = run_b && run_b <= cap ? most_scratch(m, b, run_b) : -1;
     }
-    if (s1 < 0 || s2 < 0)
+    slim_cancel_enter(prev);
+    atomic_store(&acct->limit, old_limit);
+    if (s1 < 0 || sb < 0)
         return;
-    double per = (double)(s2 - s1);
-    double ws = (double)s1 + per * (double)(out->max_batch - 1);
+    double ws = (double)s1;
+    if (b > 1)
+        ws += (double)(sb - s1) * (double)(out->max_batch - 1) / (double)(b - 1);
     out->workspace_bytes = ws > 0 ? (size_t)ws : 0;
     out->workspace_measured = true;
 }
 
-/* The measuring runs' arenas and scratch went back to the allocator's
- * cache: give them back too, the model holds none of it. */
-static void measured(void)
+void slim_model_measure_workspace(const slim_model *m, slim_footprint *out)
 {
+    measure_workspace(m, out);
+    /* The runs' arenas and scratch went back to the allocator's cache:
+     * give them back too, the model holds none of it. */
     slim_memory_give_back();
+    out->total_bytes = out->weight_bytes + out->arena_bytes_max + out->workspace_bytes;
 }
 
 void slim_model_footprint(const slim_model *m, int64_t max_batch, slim_footprint *out)
@@ -187,8 +237,6 @@ void slim_model_footprint(const slim_model *m, int64_t max_batch, slim_footprint
     out->arena_bytes_1 = slim_model_run_bytes(m, 1, NULL);
     out->arena_bytes_max = slim_model_run_bytes(m, max_batch, &out->output_bytes_max);
     out->unplanned = out->arena_bytes_1 == 0 && m->graph->n_nodes > 0;
-    measure_workspace(m, out);
-    measured();
     out->total_bytes = out->weight_bytes + out->arena_bytes_max + out->workspace_bytes;
 }
 
@@ -229,6 +277,7 @@ slim_status slim_model_predict(const char *path, const slim_load_opts *opts, int
         slim_model_set_batch_invariant(m, max_batch > 1);
         m->fp32_strict = c.fp32_strict;
         slim_model_footprint(m, max_batch, out);
+        slim_model_measure_workspace(m, out);
     }
     slim_model_free(m); /* gives back what the prediction held */
     slim_int8_samples_free(&c.samples);

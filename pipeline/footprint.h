@@ -32,7 +32,7 @@ typedef struct slim_footprint {
     /* The arenas could not be planned (an input of unknown type or rank,
      * shapes the planner cannot see through): arena figures are then 0. */
     bool unplanned;
-    /* workspace_bytes was measured (runs on zeros at batch 1 and 2, see
+    /* workspace_bytes was measured (runs on zeros at two batches, see
      * below); false when those runs failed and it is 0 for want of them. */
     bool workspace_measured;
 } slim_footprint;
@@ -46,17 +46,36 @@ typedef struct slim_footprint {
  * (slim_memory_give_back): a .slim file is mapped, never copied; an ONNX
  * file's weights are held while the passes run, as a load would (a peak
  * the size of the load's, then nothing). Exact for weights and arenas;
- * the workspace is measured at batch 1 and 2 and extended in a straight
- * line to max_batch. The model is planned batch-invariant when max_batch
- * > 1, as a batching server runs it. */
+ * the workspace is measured at batch 1 and (up to) max_batch and extended
+ * in a straight line (slim_model_measure_workspace: 2 x SLIM_FOOTPRINT_RUNS
+ * runs, the costly part for a large model: cache predictions per file and
+ * options). The model is run batch-invariant when max_batch > 1, as a
+ * batching server runs it. */
 slim_status slim_model_predict(const char *path, const slim_load_opts *opts, int64_t max_batch,
                                slim_footprint *out, slim_err *err);
 
 /* What a loaded model holds now, same fields (for "actual" next to
- * "predicted"). Measuring the workspace runs the model on zeros at batch
- * 1 and 2 and reads its account's peak (set back after): call it before
- * the model takes traffic, or other runs' memory counts as workspace. */
+ * "predicted"): weights and arenas, from the model and its plans, without
+ * running it; workspace_bytes 0 (workspace_measured false) until
+ * slim_model_measure_workspace. Cheap: plans only. */
 void slim_model_footprint(const slim_model *m, int64_t max_batch, slim_footprint *out);
+
+/* Fills fp's workspace_bytes (and total_bytes) by running the model on
+ * zeros at batch 1 and at a second batch (fp->max_batch when its runs fit
+ * the bounds below, else the largest halving of it that does, at least
+ * 2), SLIM_FOOTPRINT_RUNS times each, reading its account's peak (set back
+ * after) and extending the two in a straight line to fp->max_batch. Costs those runs: call it before the model takes
+ * traffic (other runs' memory would count as workspace). The runs' arenas
+ * are given back after. */
+#define SLIM_FOOTPRINT_RUNS 2
+/* All of those runs together are cancelled past this (a slow model's
+ * workspace then stays unmeasured, workspace_measured false). */
+#define SLIM_FOOTPRINT_RUN_MS 1000
+/* Nor are they made when a run at either batch would take more than the
+ * weights or this, whichever is more; while they run the account is
+ * limited to what it held plus twice that (unless it had a limit). */
+#define SLIM_FOOTPRINT_RUN_MIN_CAP ((size_t)64 << 20)
+void slim_model_measure_workspace(const slim_model *m, slim_footprint *fp);
 
 /* The run bytes alone at batch (0 when the shapes cannot be planned): the
  * planned arena plus the graph outputs, which the arena does not hold but

@@ -75,6 +75,12 @@ void slim_server_memory_predict(slim_server_model *m, const char *path,
 void slim_server_memory_measure(slim_server_model *m)
 {
     slim_model_footprint(m->model, footprint_batch(m), &m->actual);
+    /* The workspace is the prediction's measurement: measuring the served
+     * model too would run it at every load. */
+    if (m->predicted.workspace_measured) {
+        m->actual.workspace_bytes = m->predicted.workspace_bytes;
+        m->actual.total_bytes += m->actual.workspace_bytes;
+    }
 }
 
 static void footprint_side(cJSON *parent, const char *key, const slim_footprint *fp)

@@ -697,6 +697,29 @@ START_TEST(test_empty_cache_keeps_segments_in_use)
 }
 END_TEST
 
+/* slim_memory_give_back (alloc_trim.c): the CPU device's allocator keeps
+ * only segments with a live block, whatever the load left cached. */
+START_TEST(test_give_back_trims_the_cpu_allocator)
+{
+    slim_allocator *a = slim_device_cpu()->alloc;
+    slim_memory_give_back();
+    int64_t base = stats_of(a).reserved_bytes[SLIM_POOL_ALL].current;
+    slim_err err;
+    slim_block *keep, *drop;
+    ck_assert_ptr_nonnull(slim_allocator_alloc(a, 3 * MiB, &keep, &err));
+    ck_assert_ptr_nonnull(slim_allocator_alloc(a, 40 * MiB, &drop, &err));
+    slim_allocator_free(a, drop);
+    ck_assert_int_ge(stats_of(a).reserved_bytes[SLIM_POOL_ALL].current, base + (int64_t)(60 * MiB));
+    ck_assert_uint_ge(slim_memory_give_back(), 40 * MiB);
+    /* keep's 20 MiB segment stays: it holds a live block. */
+    ck_assert_int_eq(stats_of(a).reserved_bytes[SLIM_POOL_ALL].current, base + (int64_t)(20 * MiB));
+    slim_allocator_free(a, keep);
+    ck_assert_uint_eq(slim_allocator_trim(a), 20 * MiB);
+    ck_assert_uint_eq(slim_allocator_trim(NULL), 0);
+    ck_assert_int_eq(stats_of(a).reserved_bytes[SLIM_POOL_ALL].current, base);
+}
+END_TEST
+
 /* ---- many threads ---------------------------------------------------------------- */
 
 #define STRESS_THREADS 8
@@ -997,6 +1020,7 @@ static Suite *alloc_suite(void)
     tcase_add_test(tc, test_device_refusal);
     tcase_add_test(tc, test_impossible_sizes);
     tcase_add_test(tc, test_empty_cache_keeps_segments_in_use);
+    tcase_add_test(tc, test_give_back_trims_the_cpu_allocator);
     tcase_add_test(tc, test_many_threads);
     suite_add_tcase(s, tc);
     tc = tcase_create("accounts");

@@ -116,6 +116,7 @@ int slim_cli_inspect_fit(const char *path, const slim_load_opts *opts, int64_t b
     }
     slim_footprint got;
     slim_model_footprint(m, batch, &got);
+    slim_model_measure_workspace(m, &got);
     print_footprint("actual_", &got);
     double diff = got.total_bytes ? ((double)fp.total_bytes - (double)got.total_bytes) /
                                         (double)got.total_bytes * 100.0 : 0.0;
