@@ -11,6 +11,7 @@
 #include "alloc.h"
 #include "buf.h"
 #include "codec.h"
+#include "config.h"
 #include "device.h"
 #include "log.h"
 #include "memory.h"
@@ -24,6 +25,8 @@
 #include <string.h>
 #ifdef __GLIBC__
 #include <malloc.h>
+#include <pthread.h>
+#include <sys/stat.h>
 #endif
 
 #define ARENA_SIZES_MAX SLIM_PLAN_CACHE_MAX
@@ -61,15 +64,88 @@ static int64_t footprint_batch(const slim_server_model *m)
     return m->cfg.max_batch_size > 0 ? m->cfg.max_batch_size : 1;
 }
 
+/* Predictions by what they depend on: the file (path, size, modification
+ * time), the model's config and the load's precision and device. A
+ * prediction is a dry load plus up to a second of workspace runs
+ * (pipeline/footprint.h); an on-demand server reloads an evicted model
+ * many times, and each cold load must not pay for it again. */
+#define PREDICT_CACHE 128
+
+typedef struct {
+    char *key;
+    slim_footprint fp;
+} predict_entry;
+
+static pthread_mutex_t predict_mu = PTHREAD_MUTEX_INITIALIZER;
+static predict_entry predict_cache[PREDICT_CACHE];
+static int predict_next; /* the slot replaced next: first in, first out */
+
+/* The cache key, malloc'ed; NULL when the file cannot be stat'ed or out of
+ * memory (then the prediction is simply not cached). */
+static char *predict_key(const slim_server_model *m, const char *path, const slim_load_opts *lo)
+{
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return NULL;
+    cJSON *cfg = slim_server_config_to_json(&m->cfg);
+    char *cfg_text = cfg ? cJSON_PrintUnformatted(cfg) : NULL;
+    cJSON_Delete(cfg);
+    if (!cfg_text)
+        return NULL;
+    const char *prec = lo->compress.precision ? lo->compress.precision : "";
+    const char *dev = lo->place.device ? lo->place.device : "";
+    size_t n = strlen(path) + strlen(cfg_text) + strlen(prec) + strlen(dev) + 96;
+    char *key = malloc(n);
+    if (key)
+        snprintf(key, n, "%s|%lld|%lld.%09ld|%s|%s|%lld|%s", path, (long long)st.st_size,
+                 (long long)st.st_mtim.tv_sec, st.st_mtim.tv_nsec, prec, dev,
+                 (long long)footprint_batch(m), cfg_text);
+    free(cfg_text);
+    return key;
+}
+
+static bool predict_lookup(const char *key, slim_footprint *out)
+{
+    bool hit = false;
+    pthread_mutex_lock(&predict_mu);
+    for (int i = 0; i < PREDICT_CACHE && !hit; i++)
+        if (predict_cache[i].key && strcmp(predict_cache[i].key, key) == 0) {
+            *out = predict_cache[i].fp;
+            hit = true;
+        }
+    pthread_mutex_unlock(&predict_mu);
+    return hit;
+}
+
+static void predict_store(char *key, const slim_footprint *fp)
+{
+    pthread_mutex_lock(&predict_mu);
+    predict_entry *e = &predict_cache[predict_next];
+    predict_next = (predict_next + 1) % PREDICT_CACHE;
+    free(e->key);
+    e->key = key;
+    e->fp = *fp;
+    pthread_mutex_unlock(&predict_mu);
+}
+
 void slim_server_memory_predict(slim_server_model *m, const char *path,
                                 const slim_load_opts *lo)
 {
     slim_err err;
+    char *key = predict_key(m, path, lo);
+    if (key && predict_lookup(key, &m->predicted)) {
+        free(key);
+        return;
+    }
     if (slim_model_predict(path, lo, footprint_batch(m), &m->predicted, &err) != SLIM_OK) {
         memset(&m->predicted, 0, sizeof(m->predicted));
         slim_server_log(SLIM_LOG_WARN, NULL, "model \"%s\" version %lld: no footprint "
                         "predicted: %s", m->name, (long long)m->version, err.msg);
+        free(key); /* a failure may be the moment's (out of memory): tried again next load */
+        return;
     }
+    if (key)
+        predict_store(key, &m->predicted);
 }
 
 void slim_server_memory_measure(slim_server_model *m)
