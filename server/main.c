@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 static void usage(FILE *f)
@@ -323,6 +324,16 @@ static void raise_fd_limit(int max_connections)
                         (unsigned long long)rl.rlim_cur, max_connections);
 }
 
+static pid_t main_tid;
+
+/* Runs on a thread that does not block the stop signals (see main):
+ * tgkill is async-signal-safe, and the main thread takes the signal from
+ * its pending set with sigtimedwait. */
+static void forward_stop_signal(int sig)
+{
+    syscall(SYS_tgkill, (pid_t)getpid(), main_tid, sig);
+}
+
 int main(int argc, char **argv)
 {
     slim_init();
@@ -342,6 +353,14 @@ int main(int argc, char **argv)
     sigaddset(&stop_signals, SIGINT);
     sigaddset(&stop_signals, SIGTERM);
     pthread_sigmask(SIG_BLOCK, &stop_signals, NULL);
+    /* Threads a library started before main (OpenBLAS's pool, at load)
+     * did not inherit the mask: a stop signal the kernel gives one of them
+     * is handed on to this thread instead of killing the process. */
+    main_tid = (pid_t)syscall(SYS_gettid);
+    struct sigaction fwd = {.sa_handler = forward_stop_signal, .sa_flags = SA_RESTART};
+    sigemptyset(&fwd.sa_mask);
+    sigaction(SIGINT, &fwd, NULL);
+    sigaction(SIGTERM, &fwd, NULL);
     signal(SIGPIPE, SIG_IGN);
 
     /* Before any model loads, so weights count against the limit too. */

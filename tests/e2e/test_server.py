@@ -967,6 +967,37 @@ def sigterm_case(srv):
     check(results == [200] * 4, f"in-flight requests got {results}")
 
 
+def sigterm_at_once_case(args):
+    """SIGTERM the moment the HTTP port accepts: the gRPC and metrics ports
+    are still starting, and OpenBLAS's threads (started before main, so
+    without the blocked mask) may be the one the kernel hands the signal
+    to. Each of 10 servers must still exit 0, not die of the signal."""
+    repo = os.path.join(args.workdir, "sigterm-repo")
+    shutil.rmtree(repo, ignore_errors=True)
+    os.makedirs(repo)
+    codes = []
+    for _ in range(10):
+        port = free_port()
+        proc = subprocess.Popen([args.slimserve, "--model-repository", repo, "--host", HOST,
+                                 "--http-port", str(port)],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 60
+        while time.time() < deadline and proc.poll() is None:
+            try:
+                socket.create_connection((HOST, port), timeout=0.2).close()
+                break
+            except OSError:
+                time.sleep(0.002)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            codes.append(proc.wait(timeout=60))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            codes.append("hung")
+    check(codes == [0] * 10, f"exit codes {codes}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--slimserve", required=True)
@@ -1003,6 +1034,7 @@ def main():
     finally:
         srv.stop()
     limits_suite(args, repo, r)
+    r.case("SIGTERM as soon as the port accepts, exit 0 (x10)", sigterm_at_once_case, args)
     print(f"{r.passed} passed, {r.failed} failed")
     return 1 if r.failed else 0
 
