@@ -8,8 +8,12 @@
  * 31: a MiniLM-sized int8 encoder held 24 MB allocated and 120 MB
  * reserved). slim_model_load and slim_model_free call slim_memory_give_back
  * at their end; docs/memory.md ("Giving back") has the figures. */
+#include "alloc_trim.h"
 #include "alloc.h"
 #include "device.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
 
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -26,6 +30,46 @@ size_t slim_allocator_trim(slim_allocator *a)
     return a ? slim_allocator_empty_cache(a) : 0;
 }
 
+static pthread_mutex_t hooks_mu = PTHREAD_MUTEX_INITIALIZER;
+static slim_idle_hook hooks[SLIM_IDLE_HOOKS];
+static atomic_int n_hooks;
+
+bool slim_memory_on_idle(slim_idle_hook fn)
+{
+    bool ok = true;
+    pthread_mutex_lock(&hooks_mu);
+    int n = atomic_load(&n_hooks);
+    bool known = false;
+    for (int i = 0; i < n; i++)
+        known = known || hooks[i] == fn;
+    if (!known && n < SLIM_IDLE_HOOKS) {
+        hooks[n] = fn;
+        atomic_store(&n_hooks, n + 1); /* published after the slot is set */
+    } else if (!known)
+        ok = false;
+    pthread_mutex_unlock(&hooks_mu);
+    return ok;
+}
+
+static bool allocator_idle(slim_allocator *a)
+{
+    if (!a)
+        return true;
+    slim_mem_stats s;
+    slim_allocator_stats(a, &s);
+    return s.allocated_bytes[SLIM_POOL_ALL].current == 0;
+}
+
+bool slim_memory_idle(void)
+{
+    slim_device *devs[MAX_DEVICES];
+    int n = slim_device_list(devs, MAX_DEVICES, false, NULL);
+    for (int i = 0; i < n && i < MAX_DEVICES; i++)
+        if (!allocator_idle(devs[i]->alloc))
+            return false;
+    return !slim_device_pinned_host() || allocator_idle(slim_device_pinned_host()->alloc);
+}
+
 size_t slim_memory_give_back(void)
 {
     size_t freed = 0;
@@ -36,6 +80,14 @@ size_t slim_memory_give_back(void)
         freed += slim_allocator_trim(devs[i]->alloc);
     if (slim_device_pinned_host())
         freed += slim_allocator_trim(slim_device_pinned_host()->alloc);
+    /* Nothing live: no model is loaded or running (a load's give-back
+     * comes while its model holds its weights, so never here), and the
+     * libraries' caches serve no one. A model loaded later builds what it
+     * needs again, as the first ever did. */
+    int hooked = atomic_load(&n_hooks);
+    if (hooked && slim_memory_idle())
+        for (int i = 0; i < hooked; i++)
+            hooks[i]();
 #ifdef __GLIBC__
     /* The ONNX loader's protobuf decode and the passes' small mallocs
      * leave free pages between live blocks in glibc's heaps; only a trim

@@ -6,6 +6,7 @@
  */
 #include "conv_dnnl.h"
 #include "conv_dnnl_impl.h"
+#include "matmul_dnnl.h"
 
 #include <pthread.h>
 #include <stdbool.h>
@@ -20,6 +21,7 @@ static __thread bool thread_single;
 
 static void engine_init(void)
 {
+    slim__dnnl_on_idle(); /* matmul_dnnl.c: one hook for oneDNN's cache */
     if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success)
         engine = NULL;
 }

@@ -33,6 +33,7 @@
  */
 #include "matmul_dnnl.h"
 #include "matmul_layout.h"
+#include "alloc_trim.h"
 
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
@@ -81,8 +82,29 @@ static dnnl_engine_t engine;
 static pthread_once_t engine_once = PTHREAD_ONCE_INIT;
 static __thread dnnl_stream_t thread_stream;
 
+/* oneDNN keeps every primitive it compiled (JIT code included) in a cache
+ * of its own, up to its capacity, whatever model asked for it: once no
+ * model is held (alloc_trim.h), a capacity of 0 empties it, and the old
+ * capacity is set back for the next model. The primitives a loaded model
+ * keeps (fmm_prims) hold references of their own and are not touched.
+ * Convolutions' primitives go through the same cache. */
+static void drop_primitive_cache(void)
+{
+    int cap = 0;
+    if (dnnl_get_primitive_cache_capacity(&cap) != dnnl_success || cap <= 0)
+        return;
+    dnnl_set_primitive_cache_capacity(0);
+    dnnl_set_primitive_cache_capacity(cap);
+}
+
+void slim__dnnl_on_idle(void)
+{
+    slim_memory_on_idle(drop_primitive_cache);
+}
+
 static void engine_init(void)
 {
+    slim__dnnl_on_idle();
     if (dnnl_engine_create(&engine, dnnl_cpu, 0) != dnnl_success)
         engine = NULL;
 }

@@ -33,4 +33,9 @@ slim_status slim_fmm_pack(const slim_tensor *w, slim_tensor *out, slim_fmm_packi
 bool slim_fmm_layout_here(int64_t k, int64_t n, const int64_t *bounds, int n_parts,
                           int64_t *layout);
 
+/* Registers the give-back's idle hook that empties oneDNN's primitive
+ * cache once no model is held (alloc_trim.h); called as oneDNN's engine
+ * is first made, here and in conv_dnnl_pack.c. */
+void slim__dnnl_on_idle(void);
+
 #endif

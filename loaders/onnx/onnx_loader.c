@@ -417,6 +417,61 @@ static slim_status add_initializer(slim_graph *g, const Onnx__TensorProto *tp, s
     return SLIM_OK;
 }
 
+/* A weightless read's initializer: its type and shape, no data (data and
+ * buf NULL, slim_tensor_nbytes its size all the same). The checks are
+ * tensor_from_proto's, on what the wire scan read. */
+static slim_status add_initializer_shape(slim_graph *g, const slim_onnx_init_info *in,
+                                         size_t nbytes, size_t i, slim_err *err)
+{
+    char name[1024];
+    if (!in->name_len || in->name_len >= sizeof(name) || memchr(in->name, 0, in->name_len))
+        return slim_errf(err, SLIM_EPARSE, "initializer %zu has no name, or a name that is "
+                         "not a string", i);
+    memcpy(name, in->name, in->name_len);
+    name[in->name_len] = '\0';
+    int v = slim_graph_value(g, name);
+    if (v < 0)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    if (g->values[v].kind == SLIM_VALUE_INITIALIZER)
+        return slim_errf(err, SLIM_EPARSE, "initializer \"%s\" is defined twice", name);
+    if (!in->external && in->stored_bytes != nbytes)
+        return slim_errf(err, SLIM_EPARSE, "initializer: tensor \"%s\" has %zu bytes of data, "
+                         "its shape needs %zu", name, in->stored_bytes, nbytes);
+    slim_tensor *t = &g->values[v].init;
+    memset(t, 0, sizeof(*t));
+    t->dtype = slim_dtype_from_onnx(in->data_type);
+    t->ndim = in->ndim;
+    memcpy(t->dims, in->dims, sizeof(t->dims));
+    g->values[v].kind = SLIM_VALUE_INITIALIZER;
+    slim_io_info *info = &g->values[v].info;
+    info->dtype = t->dtype;
+    info->ndim = t->ndim;
+    memcpy(info->dims, t->dims, sizeof(info->dims));
+    return SLIM_OK;
+}
+
+/* Whether a weightless read leaves initializer i's data out: a known
+ * numeric type, a valid shape, more than keep bytes (*nbytes). Anything
+ * else is read as always, and its errors are the usual ones. */
+static bool shape_only(const slim_onnx_span *s, size_t keep, slim_onnx_init_info *in,
+                       size_t *nbytes)
+{
+    slim_err ignored;
+    if (keep == SIZE_MAX || slim_onnx_wire_init_info(s, in, &ignored) || in->ndim < 0)
+        return false;
+    slim_dtype dt = slim_dtype_from_onnx(in->data_type);
+    if (dt == SLIM_DTYPE_UNDEFINED)
+        return false;
+    int64_t n = 1;
+    for (int d = 0; d < in->ndim; d++) {
+        if (in->dims[d] < 0 || (in->dims[d] > 0 && n > INT64_MAX / 16 / in->dims[d]))
+            return false;
+        n *= in->dims[d];
+    }
+    *nbytes = (size_t)n * slim_dtype_size(dt);
+    return *nbytes > keep;
+}
+
 static int opset_for(const Onnx__ModelProto *mp, const char *domain)
 {
     bool dflt = !domain || !domain[0] || strcmp(domain, "ai.onnx") == 0;
@@ -536,7 +591,7 @@ static slim_status convert_graph_proto(const convert_ctx *cx, const Onnx__GraphP
  * the mapped pages of each initializer are given back once converted, so
  * the file is not resident beside the weights made from it. */
 static slim_status load_bytes(const void *data, size_t size, const char *base_dir,
-                              bool drop_pages, slim_graph **out, slim_err *err)
+                              bool drop_pages, size_t keep, slim_graph **out, slim_err *err)
 {
     *out = NULL;
     uint8_t *rest = NULL;
@@ -556,6 +611,12 @@ static slim_status load_bytes(const void *data, size_t size, const char *base_di
     }
     long page = sysconf(_SC_PAGESIZE);
     for (size_t i = 0; i < n_inits && !st; i++) {
+        slim_onnx_init_info in;
+        size_t nbytes;
+        if (shape_only(&inits[i], keep, &in, &nbytes)) {
+            st = add_initializer_shape(g, &in, nbytes, i, err);
+            continue;
+        }
         Onnx__TensorProto *tp = onnx__tensor_proto__unpack(NULL, inits[i].n, inits[i].p);
         if (!tp) {
             st = slim_errf(err, SLIM_EPARSE, "not a valid ONNX model: initializer %zu is "
@@ -598,10 +659,10 @@ static slim_status load_bytes(const void *data, size_t size, const char *base_di
 slim_status slim_onnx_load_buffer(const void *data, size_t size, const char *base_dir,
                                   slim_graph **out, slim_err *err)
 {
-    return load_bytes(data, size, base_dir, false, out, err);
+    return load_bytes(data, size, base_dir, false, SIZE_MAX, out, err);
 }
 
-slim_status slim_onnx_load_file(const char *path, slim_graph **out, slim_err *err)
+static slim_status load_file(const char *path, size_t keep, slim_graph **out, slim_err *err)
 {
     mapped_file mf;
     slim_status st = map_file(path, "model", &mf, err);
@@ -614,11 +675,22 @@ slim_status slim_onnx_load_file(const char *path, slim_graph **out, slim_err *er
         *slash = '\0';
     else
         snprintf(dir, sizeof(dir), ".");
-    st = load_bytes(mf.data, mf.size, dir, true, out, err);
+    st = load_bytes(mf.data, mf.size, dir, true, keep, out, err);
     unmap_file(&mf);
     if (st)
         slim_err_prefix(err, "%s: ", path);
     return st;
+}
+
+slim_status slim_onnx_load_file(const char *path, slim_graph **out, slim_err *err)
+{
+    return load_file(path, SIZE_MAX, out, err);
+}
+
+slim_status slim_onnx_load_file_shapes(const char *path, size_t keep_bytes, slim_graph **out,
+                                       slim_err *err)
+{
+    return load_file(path, keep_bytes, out, err);
 }
 
 slim_status slim_onnx_load_tensor_file(const char *path, slim_tensor *out, char *name,

@@ -250,3 +250,76 @@ slim_status slim_onnx_wire_check_nesting(const uint8_t *data, size_t size, slim_
         st[++top] = (nest_frame){sub, pos + len, graphs};
     }
 }
+
+/* TensorProto's fields (onnx.proto). */
+#define TENSOR_DIMS 1
+#define TENSOR_DATA_TYPE 2
+#define TENSOR_NAME 8
+#define TENSOR_DATA_LOCATION 14
+#define TENSOR_LOCATION_EXTERNAL 1
+
+/* The typed data fields (float 4, int32 5, string 6, int64 7, raw 9,
+ * double 10, uint64 11), whose payload is the data itself. */
+static bool is_data_field(uint32_t f)
+{
+    return (f >= 4 && f <= 7) || f == 9 || f == 10 || f == 11;
+}
+
+/* One dim, or a packed run of them; false past SLIM_MAX_DIMS (ndim -1). */
+static bool add_dims(slim_onnx_init_info *o, int wire, const uint8_t *pl, size_t pl_len,
+                     uint64_t value)
+{
+    if (wire == 0) {
+        if (o->ndim < 0 || o->ndim >= SLIM_MAX_DIMS)
+            return false;
+        o->dims[o->ndim++] = (int64_t)value;
+        return true;
+    }
+    size_t q = 0;
+    while (q < pl_len) {
+        uint64_t d;
+        if (!read_varint(pl, pl_len, &q, &d) || o->ndim < 0 || o->ndim >= SLIM_MAX_DIMS)
+            return false;
+        o->dims[o->ndim++] = (int64_t)d;
+    }
+    return true;
+}
+
+slim_status slim_onnx_wire_init_info(const slim_onnx_span *s, slim_onnx_init_info *out,
+                                     slim_err *err)
+{
+    memset(out, 0, sizeof(*out));
+    size_t pos = 0;
+    bool too_many = false;
+    while (pos < s->n) {
+        /* next_field skips a varint's value: read it again for the few
+         * varint fields wanted here. */
+        size_t at = pos;
+        uint32_t f;
+        int wire;
+        const uint8_t *pl;
+        size_t pl_len;
+        if (!next_field(s->p, s->n, &pos, &f, &wire, &pl, &pl_len))
+            return slim_errf(err, SLIM_EPARSE, "not a valid ONNX model: an initializer is "
+                             "malformed or truncated");
+        uint64_t value = 0, key;
+        read_varint(s->p, s->n, &at, &key);
+        size_t value_at = at; /* a varint's bytes: from here to pos */
+        if (wire == 0)
+            read_varint(s->p, s->n, &at, &value);
+        if (f == TENSOR_DIMS && (wire == 0 || wire == 2))
+            too_many = too_many || !add_dims(out, wire, pl, pl_len, value);
+        else if (f == TENSOR_DATA_TYPE && wire == 0)
+            out->data_type = (int32_t)value;
+        else if (f == TENSOR_NAME && wire == 2) {
+            out->name = (const char *)pl;
+            out->name_len = pl_len;
+        } else if (f == TENSOR_DATA_LOCATION && wire == 0)
+            out->external = value == TENSOR_LOCATION_EXTERNAL;
+        else if (is_data_field(f))
+            out->stored_bytes += wire == 2 ? pl_len : pos - value_at;
+    }
+    if (too_many)
+        out->ndim = -1;
+    return SLIM_OK;
+}

@@ -5,6 +5,7 @@
 #ifndef SLIM_ONNX_WIRE_H
 #define SLIM_ONNX_WIRE_H
 
+#include "graph.h"
 #include "slim.h"
 
 typedef struct slim_onnx_span {
@@ -38,5 +39,35 @@ slim_status slim_onnx_wire_check_nesting(const uint8_t *data, size_t size, slim_
 slim_status slim_onnx_wire_split(const uint8_t *data, size_t size, uint8_t **rest,
                                  size_t *rest_len, slim_onnx_span **inits, size_t *n_inits,
                                  slim_err *err);
+
+/* An initializer's facts without its data: what a weightless read
+ * (slim_onnx_load_file_shapes, onnx_loader.c) needs to make the value
+ * without decoding, copying or touching its bytes. name points into the
+ * input (not NUL-terminated). */
+typedef struct slim_onnx_init_info {
+    const char *name;
+    size_t name_len;
+    int32_t data_type;        /* ONNX TensorProto.DataType */
+    int ndim;                 /* -1: more dims than SLIM_MAX_DIMS */
+    int64_t dims[SLIM_MAX_DIMS];
+    size_t stored_bytes;      /* payload bytes in the file: raw_data or the typed fields */
+    bool external;            /* data_location EXTERNAL: the bytes are in another file */
+} slim_onnx_init_info;
+
+/* Reads the keys, the dims, the type and the name of the serialized
+ * TensorProto s, skipping every data field by its length (a few keys for a
+ * weight of any size). EPARSE when the bytes are not protobuf. */
+slim_status slim_onnx_wire_init_info(const slim_onnx_span *s, slim_onnx_init_info *out,
+                                     slim_err *err);
+
+/* onnx_loader.c: a weightless read of the ONNX file at path. The graph is
+ * the file's, but an initializer of more than keep_bytes is made from the
+ * wire scan above: its type and shape, data and buf NULL (its
+ * slim_tensor_nbytes all the same); its bytes are never decoded, copied or
+ * read (nor an external file's). Smaller ones (shapes, axes, scalars) are
+ * read as always, so shape inference sees them. The peak is the graph
+ * without its weights: for a footprint's prediction, not for running. */
+slim_status slim_onnx_load_file_shapes(const char *path, size_t keep_bytes,
+                                       slim_graph **out, slim_err *err);
 
 #endif

@@ -7,6 +7,7 @@
  * make the device refuse. */
 #include "testutil.h"
 #include "alloc.h"
+#include "alloc_trim.h"
 #include "device.h"
 #include "slim_init.h"
 
@@ -720,6 +721,34 @@ START_TEST(test_give_back_trims_the_cpu_allocator)
 }
 END_TEST
 
+/* The idle hooks (alloc_trim.h) run on a give-back only when no allocator
+ * holds a live block: never while a model could still use a library's
+ * cache (oneDNN's primitives, matmul_dnnl.c). */
+static int idle_calls;
+static void count_idle(void)
+{
+    idle_calls++;
+}
+
+START_TEST(test_give_back_idle_hooks)
+{
+    slim_allocator *a = slim_device_cpu()->alloc;
+    ck_assert(slim_memory_on_idle(count_idle));
+    ck_assert(slim_memory_on_idle(count_idle)); /* once per hook */
+    slim_err err;
+    slim_block *live;
+    ck_assert_ptr_nonnull(slim_allocator_alloc(a, 1 * MiB, &live, &err));
+    idle_calls = 0;
+    slim_memory_give_back();
+    ck_assert_int_eq(idle_calls, 0);
+    ck_assert(!slim_memory_idle());
+    slim_allocator_free(a, live);
+    ck_assert(slim_memory_idle());
+    slim_memory_give_back();
+    ck_assert_int_eq(idle_calls, 1);
+}
+END_TEST
+
 /* ---- many threads ---------------------------------------------------------------- */
 
 #define STRESS_THREADS 8
@@ -1021,6 +1050,7 @@ static Suite *alloc_suite(void)
     tcase_add_test(tc, test_impossible_sizes);
     tcase_add_test(tc, test_empty_cache_keeps_segments_in_use);
     tcase_add_test(tc, test_give_back_trims_the_cpu_allocator);
+    tcase_add_test(tc, test_give_back_idle_hooks);
     tcase_add_test(tc, test_many_threads);
     suite_add_tcase(s, tc);
     tc = tcase_create("accounts");

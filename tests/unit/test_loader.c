@@ -1,6 +1,7 @@
 /* test_loader.c - the ONNX loader on models packed here with protobuf-c. */
 #include "testutil.h"
 #include "onnx.pb-c.h"
+#include "onnx/onnx_wire.h"
 #include "slim_init.h"
 
 #include <stdio.h>
@@ -398,6 +399,99 @@ START_TEST(deep_nesting_is_refused_before_unpacking)
 END_TEST
 
 /* Opset versions are int64 in the file: 2^62 was shown as opset 0. */
+/* The weightless read (slim_onnx_load_file_shapes): a weight over the
+ * threshold comes as its type and shape only, its bytes never read (an
+ * external file need not exist), and the read's account peaks far below
+ * the weight's bytes, where the full read holds all of them. */
+static void write_model(proto_model *p, const char *path)
+{
+    size_t len;
+    uint8_t *buf = pack(p, &len);
+    FILE *f = fopen(path, "wb");
+    ck_assert_ptr_nonnull(f);
+    ck_assert_uint_eq(fwrite(buf, 1, len, f), len);
+    fclose(f);
+    free(buf);
+}
+
+static size_t read_peak(const char *path, size_t keep, slim_graph **g)
+{
+    slim_mem_account *acct = slim_mem_account_new("weightless", 0);
+    slim_mem_account *prev = slim_mem_account_enter(acct);
+    slim_err err = {0};
+    slim_status st = keep ? slim_onnx_load_file_shapes(path, keep, g, &err)
+                          : slim_onnx_load_file(path, g, &err);
+    ck_assert_msg(st == SLIM_OK, "%s", err.msg);
+    size_t peak = atomic_load(&acct->peak);
+    slim_mem_account_enter(prev);
+    slim_mem_account_unref(acct);
+    return peak;
+}
+
+START_TEST(weightless_read_keeps_shapes_not_bytes)
+{
+    char dir[] = "/tmp/slim-test-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[512];
+    snprintf(path, sizeof(path), "%s/model.onnx", dir);
+    enum { N = 256 };
+    static float big[N * N];
+    static int64_t dims[2] = {N, N};
+    for (int i = 0; i < N * N; i++)
+        big[i] = (float)(i % 7);
+    proto_model p;
+    build_model(&p);
+    p.w.dims = dims;
+    p.w.raw_data.len = sizeof(big);
+    p.w.raw_data.data = (uint8_t *)big;
+    write_model(&p, path);
+
+    slim_graph *full, *shapes;
+    size_t full_peak = read_peak(path, 0, &full);
+    size_t shapes_peak = read_peak(path, 1024, &shapes);
+    ck_assert_uint_ge(full_peak, sizeof(big));
+    ck_assert_uint_lt(shapes_peak, sizeof(big) / 4);
+    const slim_tensor *fw = &full->values[slim_graph_find_value(full, "w")].init;
+    const slim_tensor *sw = &shapes->values[slim_graph_find_value(shapes, "w")].init;
+    ck_assert_int_eq(shapes->values[slim_graph_find_value(shapes, "w")].kind,
+                     SLIM_VALUE_INITIALIZER);
+    ck_assert_ptr_null(sw->data);
+    ck_assert_int_eq(sw->dtype, fw->dtype);
+    ck_assert_int_eq(sw->ndim, 2);
+    ck_assert_int_eq(sw->dims[0], N);
+    ck_assert_int_eq(sw->dims[1], N);
+    ck_assert_uint_eq(slim_tensor_nbytes(sw), sizeof(big));
+    ck_assert_int_eq(shapes->n_nodes, full->n_nodes);
+    slim_graph_free(full);
+    slim_graph_free(shapes);
+
+    /* Under the threshold it is read as always. */
+    read_peak(path, sizeof(big), &shapes);
+    sw = &shapes->values[slim_graph_find_value(shapes, "w")].init;
+    ck_assert_ptr_nonnull(sw->data);
+    ck_assert_float_eq(((float *)sw->data)[8], 1.0f);
+    slim_graph_free(shapes);
+
+    /* External data: named, never opened. */
+    build_model(&p);
+    use_external(&p, "absent.bin", "16");
+    write_model(&p, path);
+    read_peak(path, 8, &shapes);
+    ck_assert_ptr_null(shapes->values[slim_graph_find_value(shapes, "w")].init.data);
+    slim_graph_free(shapes);
+
+    /* Raw data that does not match the shape is still an error. */
+    build_model(&p);
+    p.w.raw_data.len = 12;
+    write_model(&p, path);
+    slim_err err = {0};
+    ck_assert_int_eq(slim_onnx_load_file_shapes(path, 8, &shapes, &err), SLIM_EPARSE);
+    ck_assert_ptr_nonnull(strstr(err.msg, "\"w\""));
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
 START_TEST(opset_out_of_range_is_named)
 {
     proto_model p;
@@ -452,6 +546,7 @@ int main(void)
     tcase_add_test(tc, external_data_fifo_is_refused);
     tcase_add_test(tc, deep_nesting_is_refused_before_unpacking);
     tcase_add_test(tc, opset_out_of_range_is_named);
+    tcase_add_test(tc, weightless_read_keeps_shapes_not_bytes);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
