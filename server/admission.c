@@ -38,7 +38,10 @@
  *     it waits is answered 504 then, not once admitted; one whose client
  *     leaves is dropped, so its place and memory go to others.
  *
- * Without a limit nothing waits: admission is a pass-through.
+ * Without a limit nothing waits: admission is a pass-through. A request
+ * of another transport (a gRPC call) waits in the same line under the
+ * same budgets, through a ticket instead of a suspended connection
+ * (admission_ticket.c).
  */
 #include "admission.h"
 #include "admission_impl.h"
@@ -411,7 +414,8 @@ bool slim_server_admission_admit(slim_server_admission *a, slim_server_request *
         }
     }
     pthread_mutex_lock(&a->mu);
-    bool now = slim__admission_may_pass(a, false) && slim__admission_fits_budget(a, need.inputs, false);
+    bool now = slim__admission_may_pass(a, false) &&
+               slim__admission_fits_budget(a, need.inputs, false);
     if (now)
         reserve(a, req, need.inputs, false);
     pthread_mutex_unlock(&a->mu);
@@ -551,25 +555,6 @@ static int64_t run_deadline(const waiter *w, bool *from_request, int64_t *timeou
     return *timeout_us > 0 ? req->t_begin + *timeout_us : 0;
 }
 
-/* A ticket past its own deadline (504) or whose client left; a->mu not
- * held. */
-static void expire_ticket(slim_server_admission *a, waiter *w, bool late, int64_t timeout_us,
-                          bool from_request)
-{
-    char msg[400];
-    if (!late) {
-        slim__admission_ticket_refuse(w->ticket, 503, SLIM_SERVER_FAIL_MEMORY, "the client "
-                                      "disconnected while the request waited for memory");
-        return;
-    }
-    atomic_fetch_add(&a->timed_out, 1);
-    snprintf(msg, sizeof(msg), "model '%s': the request's timeout of %lld ms (%s) passed while "
-             "it waited for memory for its inputs", w->ticket->model->name,
-             (long long)(timeout_us / 1000),
-             from_request ? "its \"timeout\" parameter" : "the model's request_timeout_ms");
-    slim__admission_ticket_refuse(w->ticket, 504, SLIM_SERVER_FAIL_CANCELED, msg);
-}
-
 /* Answers every waiter past its deadline (all of them when stopping), or
  * past the request's own deadline (504), or whose client left; a->mu held,
  * dropped around each answer. */
@@ -590,7 +575,7 @@ static void expire(slim_server_admission *a)
             unlink_waiter(a, pp);
             pthread_mutex_unlock(&a->mu);
             if (w->ticket) {
-                expire_ticket(a, w, late, timeout_us, from_request);
+                slim__admission_ticket_expire(a, w->ticket, late, timeout_us, from_request);
                 free(w);
                 pthread_mutex_lock(&a->mu);
                 pp = &a->head;

@@ -66,6 +66,10 @@ slim__try_result slim__admission_ticket_try(slim_server_admission *a,
 /* Counts the ticket's inputs in the budget; a->mu held. */
 void slim__admission_ticket_reserve(slim_server_admission *a, slim_server_admission_ticket *t,
                                     size_t need);
+/* A waiting ticket past its own deadline (late: 504) or whose client left
+ * (503); a->mu not held. */
+void slim__admission_ticket_expire(slim_server_admission *a, slim_server_admission_ticket *t,
+                                   bool late, int64_t timeout_us, bool from_request);
 /* Answers a waiting ticket (a->mu not held); failure: SLIM_SERVER_FAIL_*. */
 void slim__admission_ticket_refuse(slim_server_admission_ticket *t, int status, int failure,
                                    const char *msg);

@@ -77,6 +77,25 @@ slim__try_result slim__admission_ticket_try(slim_server_admission *a,
     return SLIM__TRY_ANSWERED;
 }
 
+/* A ticket past its own deadline (504) or whose client left; a->mu not
+ * held. */
+void slim__admission_ticket_expire(slim_server_admission *a, slim_server_admission_ticket *t,
+                                   bool late, int64_t timeout_us, bool from_request)
+{
+    char msg[400];
+    if (!late) {
+        slim__admission_ticket_refuse(t, 503, SLIM_SERVER_FAIL_MEMORY, "the client "
+                                      "disconnected while the request waited for memory");
+        return;
+    }
+    atomic_fetch_add(&a->timed_out, 1);
+    snprintf(msg, sizeof(msg), "model '%s': the request's timeout of %lld ms (%s) passed while "
+             "it waited for memory for its inputs", t->model->name,
+             (long long)(timeout_us / 1000),
+             from_request ? "its \"timeout\" parameter" : "the model's request_timeout_ms");
+    slim__admission_ticket_refuse(t, 504, SLIM_SERVER_FAIL_CANCELED, msg);
+}
+
 /* Puts t in the line until it is admitted or its wait ends; answered 503
  * when the line is full (--queue-size) or the server stops. */
 static void park(slim_server_admission *a, slim_server_admission_ticket *t)
