@@ -16,7 +16,9 @@ held. Then:
     (slim_requests_memory_wait_total{outcome="admitted"});
   * a gRPC request whose inputs can never fit gets RESOURCE_EXHAUSTED at
     once, naming the bytes it needs and the limit;
-  * HTTP and gRPC requests sent together share the line: all succeed.
+  * HTTP and gRPC requests sent together share the line: all succeed;
+  * with --queue-size 1, a gRPC request that finds the line full gets
+    UNAVAILABLE (HTTP's 503), never RESOURCE_EXHAUSTED.
 
 Exits 77 (CTest: skipped) when slimserve was built without gRPC or
 tritonclient[grpc] is missing. Ends with "N passed, N failed".
@@ -145,6 +147,27 @@ def t_mixed_share_line(srv):
     bursts(srv, [http_infer, grpc_infer])
 
 
+def t_line_full_unavailable(args, repo, limit):
+    srv = Server(args.slimserve, repo, os.path.join(args.workdir, "queue1.log"),
+                 "--memory-limit", f"cpu={limit}", "--max-request-bytes", str(1 << 30),
+                 "--queue-size", "1")
+    try:
+        xs = inputs(N)
+        want = [grpc_infer(srv, x) for x in xs]
+        for _ in range(ROUNDS):
+            errors = burst(srv, [(grpc_infer, x, w) for x, w in zip(xs, want)])
+            # --queue-size also bounds the model's queue: its "queue is
+            # full" is UNAVAILABLE too, and says so.
+            other = [e for e in errors if "UNAVAILABLE" not in e]
+            check(not other, f"failures other than UNAVAILABLE: {other[:3]}")
+            if any("wait for memory" in e for e in errors):
+                return
+        raise Failure(f"the line of 1 was never full in {ROUNDS} bursts of {N}")
+    finally:
+        _clients.pop(srv.grpc_port, None)
+        check(srv.stop() == 0, "exit code after SIGTERM")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--slimserve", required=True)
@@ -184,6 +207,7 @@ def main():
     finally:
         code = srv.stop()
     r.case("sigterm_exit_0", lambda: check(code == 0, f"exit code {code}"))
+    r.case("grpc_line_full_unavailable", t_line_full_unavailable, args, repo, limit)
     print(f"{r.passed} passed, {r.failed} failed")
     return 1 if r.failed else 0
 
