@@ -38,7 +38,10 @@
  *     it waits is answered 504 then, not once admitted; one whose client
  *     leaves is dropped, so its place and memory go to others.
  *
- * Without a limit nothing waits: admission is a pass-through.
+ * Without a limit nothing waits: admission is a pass-through. A request
+ * of another transport (a gRPC call) waits in the same line under the
+ * same budgets, through a ticket instead of a suspended connection
+ * (admission_ticket.c).
  */
 #include "admission.h"
 #include "admission_impl.h"
@@ -64,34 +67,10 @@
 
 #define ADMISSION_POLL_MS 5
 #define GONE_PEEK_US 50000          /* how often a waiter's client is looked at */
-#define ADMISSION_DEFAULT_TIMEOUT_US ((int64_t)30 * 1000000)
 #define ADMISSION_BUDGET_DIVISOR 4  /* decoded inputs: limit / this */
 #define BODY_BUDGET_DIVISOR 2       /* bodies being read or held: limit / this */
 #define MAX_MODELS 256
 
-typedef struct waiter {
-    struct waiter *next;
-    slim_server_request *req;
-    size_t need;
-    int64_t since, deadline;
-    int64_t peeked;          /* when its client was last looked at */
-    bool alone;              /* retrying after running out of memory alone */
-    bool body;               /* waiting for memory for its body (not yet read) */
-} waiter;
-
-struct slim_server_admission {
-    slim_server_repo *repo;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    pthread_t thread;
-    waiter *head, *tail;
-    int n_waiting, capacity;
-    size_t held;             /* decoded input bytes of unanswered requests */
-    size_t bodies;           /* body bytes held in the allocator */
-    bool exclusive;          /* a request admitted alone has not finished */
-    bool stopping;
-    atomic_uint_least64_t admitted_late, timed_out, never_fit;
-};
 
 static void body_to_heap(slim_server_admission *a, slim_server_request *req);
 
@@ -100,7 +79,7 @@ static slim_allocator *cpu_alloc(void)
     return slim_device_cpu()->alloc;
 }
 
-static size_t limit_now(void)
+size_t slim__admission_limit(void)
 {
     return slim_allocator_limit(cpu_alloc());
 }
@@ -111,9 +90,9 @@ static size_t limit_now(void)
  * mapped from a .slim file, or placed on a device, are not the
  * allocator's); the account also counts runs in flight, so the smaller of
  * the two errs toward "may fit", never toward a wrong 507. */
-static size_t available_ever(slim_server_admission *a)
+size_t slim__admission_available_ever(slim_server_admission *a)
 {
-    size_t limit = limit_now(), weights = 0;
+    size_t limit = slim__admission_limit(), weights = 0;
     slim_server_model *ms[MAX_MODELS];
     int n = slim_server_repo_ready_models(a->repo, NULL, ms, MAX_MODELS);
     for (int i = 0; i < n; i++) {
@@ -129,7 +108,7 @@ static int64_t wait_timeout(const slim_server_request *req, const slim_server_mo
 {
     return req->timeout_us > 0 ? req->timeout_us
            : m && m->cfg.batching.default_timeout_us > 0 ? m->cfg.batching.default_timeout_us
-                                                         : ADMISSION_DEFAULT_TIMEOUT_US;
+                                                         : SLIM__ADMISSION_DEFAULT_TIMEOUT_US;
 }
 
 /* ---- the budgets ----------------------------------------------------------- */
@@ -137,9 +116,9 @@ static int64_t wait_timeout(const slim_server_request *req, const slim_server_mo
 /* Whether `need` more bytes may be admitted now; a->mu held. A request
  * retrying alone waits until no other inputs are held, and nothing else is
  * admitted until it has finished. */
-static bool fits_budget(const slim_server_admission *a, size_t need, bool alone)
+bool slim__admission_fits_budget(const slim_server_admission *a, size_t need, bool alone)
 {
-    size_t limit = limit_now();
+    size_t limit = slim__admission_limit();
     if (a->exclusive)
         return false;
     if (alone)
@@ -149,14 +128,14 @@ static bool fits_budget(const slim_server_admission *a, size_t need, bool alone)
 
 static bool fits_body_budget(const slim_server_admission *a, size_t need)
 {
-    size_t limit = limit_now();
+    size_t limit = slim__admission_limit();
     return !limit || a->bodies == 0 || a->bodies + need <= limit / BODY_BUDGET_DIVISOR;
 }
 
 /* Whether a request arriving now may be admitted ahead of the waiters of
  * its kind: none of them has waited half its timeout yet, and none waits
  * to run alone (it needs every other request's inputs gone); a->mu held. */
-static bool may_pass_waiters(const slim_server_admission *a, bool body)
+bool slim__admission_may_pass(const slim_server_admission *a, bool body)
 {
     int64_t now = slim_server_now_us();
     for (const waiter *w = a->head; w; w = w->next)
@@ -193,7 +172,7 @@ static void refuse(slim_server_request *req, int status, const char *fmt, ...)
         req->reply.retry_after_s = 1;
 }
 
-typedef enum { TRY_QUEUED, TRY_WAIT, TRY_ANSWERED } try_result;
+typedef slim__try_result try_result;
 
 /* Counts req's inputs in the budget before it decodes; a->mu held. */
 static void reserve(slim_server_admission *a, slim_server_request *req, size_t need, bool alone)
@@ -222,14 +201,14 @@ static try_result try_decode(slim_server_admission *a, slim_server_request *req)
         if (!max_reply || (reply = slim__request_reply_bound(req)) <= max_reply) {
             body_to_heap(a, req);
             slim_server_infer_submit(req);
-            return TRY_QUEUED;
+            return SLIM__TRY_QUEUED;
         }
         slim_server_admission_release(a, req);
         refuse(req, 507, "model '%s': the answer would take up to %zu bytes, over the limit "
                "of %zu bytes (--max-response-bytes); ask for fewer elements%s",
                req->task.model->name, reply, max_reply,
                slim_server_infer_any_json(&req->infer) ? ", or for binary outputs" : "");
-        return TRY_ANSWERED;
+        return SLIM__TRY_ANSWERED;
     }
     if (s == SLIM_EOOM) {
         pthread_mutex_lock(&a->mu);
@@ -238,22 +217,22 @@ static try_result try_decode(slim_server_admission *a, slim_server_request *req)
         slim_server_admission_release(a, req);
         if (later) {
             body_to_heap(a, req);
-            return TRY_WAIT;
+            return SLIM__TRY_WAIT;
         }
         atomic_fetch_add(&a->never_fit, 1);
         refuse(req, 507, "model '%s': the request can never fit: no memory %s with nothing "
                "but the models' weights and its own body held, under the memory limit of the "
                "cpu device (%zu bytes, --memory-limit): %s", req->task.model->name,
-               parsing ? "to parse its JSON" : "for its inputs", limit_now(), err.msg);
-        return TRY_ANSWERED;
+               parsing ? "to parse its JSON" : "for its inputs", slim__admission_limit(), err.msg);
+        return SLIM__TRY_ANSWERED;
     }
     slim_server_admission_release(a, req);
     slim_server_count_failure(req->task.model, SLIM_SERVER_FAIL_BAD_REQUEST, req->t_begin);
     slim_server_reply_error(&req->reply, s == SLIM_ENOMEM ? 500 : 400, "%s", err.msg);
-    return TRY_ANSWERED;
+    return SLIM__TRY_ANSWERED;
 }
 
-static void enqueue(slim_server_admission *a, waiter *w)
+void slim__admission_enqueue(slim_server_admission *a, waiter *w)
 {
     if (a->tail)
         a->tail->next = w;
@@ -288,7 +267,7 @@ static bool park(slim_server_admission *a, slim_server_request *req, size_t need
     w->body = body;
     w->since = slim_server_now_us();
     w->deadline = w->since + timeout;
-    enqueue(a, w);
+    slim__admission_enqueue(a, w);
     pthread_cond_signal(&a->cv);
     pthread_mutex_unlock(&a->mu);
     return true;
@@ -324,16 +303,16 @@ static void refuse_body_never(slim_server_admission *a, slim_server_request *req
     atomic_fetch_add(&a->never_fit, 1);
     refuse(req, 507, "the request can never fit: no memory for its body of %zu bytes with "
            "nothing but the models' weights held, under the memory limit of the cpu device "
-           "(%zu bytes, --memory-limit): %s", len, limit_now(), err->msg);
+           "(%zu bytes, --memory-limit): %s", len, slim__admission_limit(), err->msg);
 }
 
 slim_server_body_result slim_server_admission_body(slim_server_admission *a,
                                                    slim_server_request *req, size_t len)
 {
-    size_t limit = limit_now();
+    size_t limit = slim__admission_limit();
     if (!a || !limit || !len)
         return SLIM_SERVER_BODY_READ;
-    size_t avail = available_ever(a);
+    size_t avail = slim__admission_available_ever(a);
     if (len > avail) {
         atomic_fetch_add(&a->never_fit, 1);
         refuse(req, 507, "the request can never fit: its body of %zu bytes is over what the "
@@ -343,7 +322,7 @@ slim_server_body_result slim_server_admission_body(slim_server_admission *a,
     }
     slim_err err = {0};
     pthread_mutex_lock(&a->mu);
-    take_result r = may_pass_waiters(a, true) ? take_body(a, req, len, &err) : TAKE_LATER;
+    take_result r = slim__admission_may_pass(a, true) ? take_body(a, req, len, &err) : TAKE_LATER;
     pthread_mutex_unlock(&a->mu);
     if (r == TAKE_OK)
         return SLIM_SERVER_BODY_READ;
@@ -351,7 +330,7 @@ slim_server_body_result slim_server_admission_body(slim_server_admission *a,
         refuse_body_never(a, req, len, &err);
         return SLIM_SERVER_BODY_ANSWERED;
     }
-    return park(a, req, len, true, ADMISSION_DEFAULT_TIMEOUT_US) ? SLIM_SERVER_BODY_WAIT
+    return park(a, req, len, true, SLIM__ADMISSION_DEFAULT_TIMEOUT_US) ? SLIM_SERVER_BODY_WAIT
                                                                  : SLIM_SERVER_BODY_ANSWERED;
 }
 
@@ -399,7 +378,7 @@ static void body_to_heap(slim_server_admission *a, slim_server_request *req)
 bool slim_server_admission_admit(slim_server_admission *a, slim_server_request *req)
 {
     const slim_server_model *m = req->task.model;
-    size_t limit = limit_now();
+    size_t limit = slim__admission_limit();
     slim__request_need need = {0};
     if (limit) {
         /* Body and tree first: the tree is what reading the inputs costs. */
@@ -408,7 +387,7 @@ bool slim_server_admission_admit(slim_server_admission *a, slim_server_request *
                               ? (size_t)req->infer_header_len : req->body_len;
         size_t tree = slim_server_json_parse_bound(req->body ? req->body : "", json_len);
         size_t body = req->body_block ? req->body_held : 0;
-        size_t avail = available_ever(a);
+        size_t avail = slim__admission_available_ever(a);
         if (body + tree > avail) {
             atomic_fetch_add(&a->never_fit, 1);
             refuse(req, 507, "model '%s': the request can never fit: reading it needs %zu "
@@ -435,14 +414,15 @@ bool slim_server_admission_admit(slim_server_admission *a, slim_server_request *
         }
     }
     pthread_mutex_lock(&a->mu);
-    bool now = may_pass_waiters(a, false) && fits_budget(a, need.inputs, false);
+    bool now = slim__admission_may_pass(a, false) &&
+               slim__admission_fits_budget(a, need.inputs, false);
     if (now)
         reserve(a, req, need.inputs, false);
     pthread_mutex_unlock(&a->mu);
     if (now) {
         try_result r = try_decode(a, req);
-        if (r != TRY_WAIT)
-            return r == TRY_ANSWERED;
+        if (r != SLIM__TRY_WAIT)
+            return r == SLIM__TRY_ANSWERED;
     }
     if (req->suspended) { /* already parked once: cannot happen from a route */
         refuse(req, 503, "model '%s': no memory for the request's inputs now; retry later",
@@ -466,7 +446,7 @@ void slim_server_admission_release(slim_server_admission *a, slim_server_request
     pthread_mutex_unlock(&a->mu);
 }
 
-static void push_front(slim_server_admission *a, waiter *w)
+void slim__admission_push_front(slim_server_admission *a, waiter *w)
 {
     w->next = a->head;
     a->head = w;
@@ -477,7 +457,7 @@ static void push_front(slim_server_admission *a, waiter *w)
 
 bool slim_server_admission_retry_alone(slim_server_admission *a, slim_server_request *req)
 {
-    if (!a || req->admitted_alone || !limit_now())
+    if (!a || req->admitted_alone || !slim__admission_limit())
         return false;
     waiter *w = calloc(1, sizeof(*w));
     if (!w)
@@ -513,7 +493,7 @@ bool slim_server_admission_retry_alone(slim_server_admission *a, slim_server_req
     MHD_suspend_connection(req->conn);
     req->suspended = true;
     pthread_mutex_lock(&a->mu);
-    push_front(a, w);
+    slim__admission_push_front(a, w);
     pthread_cond_signal(&a->cv);
     pthread_mutex_unlock(&a->mu);
     return true;
@@ -546,6 +526,8 @@ static void answer_waiter(waiter *w)
  * connections are not watched by libmicrohttpd, so a peek tells. */
 static bool waiter_gone(const waiter *w)
 {
+    if (w->ticket)
+        return w->ticket->gone && w->ticket->gone(w->ticket);
     const union MHD_ConnectionInfo *ci =
         MHD_get_connection_info(w->req->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
     return ci && slim_server_socket_gone(ci->connect_fd);
@@ -557,6 +539,11 @@ static bool waiter_gone(const waiter *w)
  * body not yet read). */
 static int64_t run_deadline(const waiter *w, bool *from_request, int64_t *timeout_us)
 {
+    if (w->ticket) {
+        *from_request = w->ticket->timeout_from_request;
+        *timeout_us = w->ticket->run_timeout_us;
+        return w->ticket->run_deadline;
+    }
     const slim_server_request *req = w->req;
     const slim_server_model *m = req->task.model;
     if (w->body || !m)
@@ -587,6 +574,13 @@ static void expire(slim_server_admission *a)
         if ((late || gone) && !a->stopping) {
             unlink_waiter(a, pp);
             pthread_mutex_unlock(&a->mu);
+            if (w->ticket) {
+                slim__admission_ticket_expire(a, w->ticket, late, timeout_us, from_request);
+                free(w);
+                pthread_mutex_lock(&a->mu);
+                pp = &a->head;
+                continue;
+            }
             const slim_server_model *m = w->req->task.model;
             if (late) {
                 atomic_fetch_add(&a->timed_out, 1);
@@ -614,6 +608,17 @@ static void expire(slim_server_admission *a)
         unlink_waiter(a, pp);
         pthread_mutex_unlock(&a->mu);
         atomic_fetch_add(&a->timed_out, 1);
+        if (w->ticket) {
+            char msg[300];
+            snprintf(msg, sizeof(msg), "model '%s': the request waited for memory for its "
+                     "inputs %s; retry later", w->ticket->model->name,
+                     a->stopping ? "until the server stopped" : "past its timeout");
+            slim__admission_ticket_refuse(w->ticket, 503, SLIM_SERVER_FAIL_MEMORY, msg);
+            free(w);
+            pthread_mutex_lock(&a->mu);
+            pp = &a->head;
+            continue;
+        }
         const slim_server_model *m = w->req->task.model;
         refuse(w->req, 503, "%s%s%sthe request waited for memory for its %s %s; retry later",
                m ? "model '" : "", m ? m->name : "", m ? "': " : "",
@@ -662,24 +667,31 @@ static void admit_waiters(slim_server_admission *a)
             pp = &a->head;
             continue;
         }
-        if (!fits_budget(a, w->need, w->alone)) {
+        if (!slim__admission_fits_budget(a, w->need, w->alone)) {
             barrier[0] = w->alone || now - w->since >= (w->deadline - w->since) / 2;
             pp = &w->next;
             continue;
         }
         unlink_waiter(a, pp);
-        reserve(a, w->req, w->need, w->alone);
+        if (w->ticket)
+            slim__admission_ticket_reserve(a, w->ticket, w->need);
+        else
+            reserve(a, w->req, w->need, w->alone);
         pthread_mutex_unlock(&a->mu);
-        try_result r = try_decode(a, w->req);
-        if (r == TRY_ANSWERED) {
+        try_result r = w->ticket ? slim__admission_ticket_try(a, w->ticket)
+                                 : try_decode(a, w->req);
+        if (w->ticket) {
+            if (r == SLIM__TRY_QUEUED)
+                atomic_fetch_add(&a->admitted_late, 1);
+        } else if (r == SLIM__TRY_ANSWERED) {
             w->req->task.t_done = -1;
             MHD_resume_connection(w->req->conn);
-        } else if (r == TRY_QUEUED) {
+        } else if (r == SLIM__TRY_QUEUED) {
             atomic_fetch_add(&a->admitted_late, 1);
         }
         pthread_mutex_lock(&a->mu);
-        if (r == TRY_WAIT) { /* no memory yet: back in front */
-            push_front(a, w);
+        if (r == SLIM__TRY_WAIT) { /* no memory yet: back in front */
+            slim__admission_push_front(a, w);
             return;
         }
         free(w);

@@ -15,6 +15,7 @@
 typedef struct slim_server_repo slim_server_repo;
 typedef struct slim_server_request slim_server_request;
 typedef struct slim_server_admission slim_server_admission;
+typedef struct slim_server_model slim_server_model;
 
 /* capacity: how many requests may wait at once (--queue-size); repo: whose
  * models' weights stay out of what a request can ever get. */
@@ -50,5 +51,54 @@ void slim_server_admission_free(slim_server_admission *a);
 /* slim_requests_waiting_for_memory and the counters of what became of
  * them, in Prometheus text. */
 void slim_server_admission_metrics(slim_server_admission *a, slim_server_buf *out);
+
+/* ---- transport-neutral admission (admission_ticket.c) ----------------------
+ * A request of another transport than HTTP's (a gRPC call, a stream's
+ * message) waits in the same line as HTTP's, under the same budget: its
+ * transport fills a ticket (what it declares, how it is started, how it is
+ * answered) and keeps it alive until its inputs are freed. Its message is
+ * outside the allocator (gRPC buffered it), so only its inputs count. */
+typedef struct slim_server_admission_ticket slim_server_admission_ticket;
+struct slim_server_admission_ticket {
+    /* set by the transport before admit */
+    const slim_server_model *model;
+    int64_t t_begin;             /* its arrival (slim_server_now_us) */
+    int64_t wait_timeout_us;     /* the queue policy's timeout; 0: the model's, or 30 s */
+    int64_t run_deadline;        /* its own deadline (0: none): 504 if it passes waiting */
+    int64_t run_timeout_us;
+    bool timeout_from_request;   /* the deadline is its "timeout" (else the model's) */
+    /* Decodes and queues it, or answers it itself (a bad request); false
+     * with err set when its inputs found no memory now (nothing kept). On
+     * the caller's thread or admission's. */
+    bool (*start)(slim_server_admission_ticket *t, slim_err *err);
+    /* Answers it with what HTTP would answer (http_status, message). */
+    void (*answer)(slim_server_admission_ticket *t, int http_status, const char *msg);
+    /* Whether its client left (NULL: never known). */
+    bool (*gone)(slim_server_admission_ticket *t);
+    /* slim_server_admission_ticket_need's figures */
+    size_t inputs, run;
+    bool known;
+    /* admission's own */
+    size_t admitted_bytes;
+    bool counted;
+};
+
+/* One input as a request declares it (before anything is decoded). */
+typedef struct slim_server_declared_input {
+    const char *name;
+    const char *datatype;        /* KServe's name: "FP32"... */
+    const int64_t *shape;
+    size_t ndim;
+} slim_server_declared_input;
+/* t->inputs, t->run, t->known from the declared inputs (t->model set). */
+void slim_server_admission_ticket_need(slim_server_admission_ticket *t,
+                                       const slim_server_declared_input *ins, size_t n);
+/* Starts t when its inputs fit; otherwise it waits in the line (t->start
+ * called later, on admission's thread), or is answered 507 (it can never
+ * fit) or 503 (the line is full). */
+void slim_server_admission_ticket_admit(slim_server_admission *a, slim_server_admission_ticket *t);
+/* t's inputs are freed: its share of the budget returns (once). */
+void slim_server_admission_ticket_release(slim_server_admission *a,
+                                          slim_server_admission_ticket *t);
 
 #endif

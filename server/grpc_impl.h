@@ -13,6 +13,7 @@
 #ifndef SLIM_SERVER_GRPC_IMPL_H
 #define SLIM_SERVER_GRPC_IMPL_H
 
+#include "admission.h"
 #include "batcher.h"
 #include "codec.h"
 #include "grpc.h"
@@ -31,6 +32,23 @@ typedef enum {
 } slim__grpc_phase;
 
 struct slim__grpc_call;
+
+/* One infer request (a ModelInfer call, a stream's message) from its
+ * unpacking to its answer: its admission ticket (admission.h; first, so
+ * the ticket's callbacks find the rest), its message until decoded (it may
+ * wait in admission's line for memory for its inputs), and where it goes. */
+typedef struct slim__grpc_admit {
+    slim_server_admission_ticket ticket;
+    struct slim__grpc_call *c;      /* the call: its server */
+    void *q;                        /* Inference__ModelInferRequest, until decoded */
+    slim_server_infer *rq;
+    slim_server_task *task;
+    int64_t *decode_ns;
+    /* Answers the request with a failure (a status, or a stream's error). */
+    void (*fail)(struct slim__grpc_admit *ad, grpc_status_code code, const char *msg);
+    /* Whether its client left (NULL: not known). */
+    bool (*gone)(struct slim__grpc_admit *ad);
+} slim__grpc_admit;
 
 /* The tag of a call's early RECV_CLOSE_ON_SERVER (phase CLOSED). */
 typedef struct slim__grpc_close_tag {
@@ -62,6 +80,7 @@ typedef struct slim__grpc_call {
     int64_t t_begin, decode_ns;
     slim_server_infer rq;
     slim_server_task task;
+    slim__grpc_admit admit;
 } slim__grpc_call;
 
 struct slim_server_grpc {
@@ -114,13 +133,18 @@ grpc_status_code slim__grpc_task_code(const slim_server_task *t);
 void slim__grpc_count_success(slim_server_model *m, const slim_server_infer *rq,
                               const slim_server_task *t, int64_t t_begin, int64_t decode_ns,
                               int64_t t_encode);
-/* Decodes a ModelInferRequest's bytes and queues it as task t (rq, model
- * reference, deadline); NULL when it is answered already: *code and msg
- * say how (the caller sends them). */
-slim_server_model *slim__grpc_infer_submit(slim__grpc_call *c, const uint8_t *data, size_t len,
-                                           slim_server_infer *rq, slim_server_task *t,
-                                           int64_t t_begin, int64_t *decode_ns,
-                                           grpc_status_code *code, char *msg, size_t cap);
+/* Unpacks a ModelInferRequest's bytes and passes it through admission
+ * (ad->c, rq, task, decode_ns, fail and gone set): once its inputs fit it
+ * is decoded and queued as ad->task (model reference, deadline), now or
+ * later; otherwise, or when it is bad, answered through ad->fail. From
+ * the model's acquisition on, ad->task->model holds its reference (the
+ * caller releases it with the request, and calls
+ * slim_server_admission_ticket_release when its inputs are freed). */
+void slim__grpc_infer_submit(slim__grpc_admit *ad, const uint8_t *data, size_t len,
+                             int64_t t_begin);
+/* What slim__grpc_infer_submit's request still holds (a message not yet
+ * decoded, its share of admission's budget). */
+void slim__grpc_admit_free(slim__grpc_admit *ad);
 
 /* Starts watching for c's client leaving (c->gone); false if it cannot. */
 bool slim__grpc_watch_close(slim__grpc_call *c);

@@ -459,58 +459,139 @@ static slim_server_model *infer_model(slim__grpc_call *c, const Inference__Model
     return m;
 }
 
-slim_server_model *slim__grpc_infer_submit(slim__grpc_call *c, const uint8_t *data, size_t len,
-                                           slim_server_infer *rq, slim_server_task *t,
-                                           int64_t t_begin, int64_t *decode_ns,
-                                           grpc_status_code *code, char *msg, size_t cap)
+/* Admission's start (admission.h): decodes the message and queues the
+ * request; false when its inputs found no memory now (the message is kept
+ * for the next try). */
+static bool admit_start(slim_server_admission_ticket *tk, slim_err *oom)
 {
-    Inference__ModelInferRequest *q = inference__model_infer_request__unpack(NULL, len, data);
-    if (!q) {
-        *code = GRPC_STATUS_INVALID_ARGUMENT;
-        snprintf(msg, cap, "the request is not a valid ModelInferRequest message");
-        return NULL;
-    }
-    slim_server_model *m = infer_model(c, q, code, msg, cap);
-    if (!m) {
-        inference__model_infer_request__free_unpacked(q, NULL);
-        return NULL;
-    }
+    slim__grpc_admit *ad = (slim__grpc_admit *)tk;
+    slim_server_task *t = ad->task;
+    slim_server_infer *rq = ad->rq;
+    slim_server_model *m = t->model;
     slim_err err = {0};
     int64_t t0 = slim_server_now_ns();
-    slim_status s = slim_server_grpc_infer_decode_msg(q, m, rq, &err);
-    *decode_ns = slim_server_now_ns() - t0;
-    inference__model_infer_request__free_unpacked(q, NULL);
-    if (s != SLIM_OK) {
-        bool oom = s == SLIM_EOOM || s == SLIM_ENOMEM;
-        slim_server_count_failure(m, oom ? SLIM_SERVER_FAIL_MEMORY : SLIM_SERVER_FAIL_BAD_REQUEST,
-                                  t_begin);
-        *code = oom ? GRPC_STATUS_RESOURCE_EXHAUSTED : GRPC_STATUS_INVALID_ARGUMENT;
-        snprintf(msg, cap, "%s", err.msg);
-        slim_server_model_release(m);
-        return NULL;
+    slim_status s = slim_server_grpc_infer_decode_msg(ad->q, m, rq, &err);
+    *ad->decode_ns = slim_server_now_ns() - t0;
+    if (s == SLIM_EOOM) {
+        *oom = err;
+        return false;
     }
-    rq->max_reply_bytes = c->g->srv->opts.max_response_bytes;
-    t->model = m; /* released with the request (the caller's) */
+    inference__model_infer_request__free_unpacked(ad->q, NULL);
+    ad->q = NULL;
+    if (s != SLIM_OK) {
+        bool oom_now = s == SLIM_ENOMEM;
+        slim_server_count_failure(m, oom_now ? SLIM_SERVER_FAIL_MEMORY
+                                             : SLIM_SERVER_FAIL_BAD_REQUEST, tk->t_begin);
+        ad->fail(ad, oom_now ? GRPC_STATUS_RESOURCE_EXHAUSTED : GRPC_STATUS_INVALID_ARGUMENT,
+                 err.msg);
+        return true;
+    }
+    rq->max_reply_bytes = ad->c->g->srv->opts.max_response_bytes;
     t->rq = rq;
+    t->timeout_from_request = tk->timeout_from_request;
+    t->run_timeout_us = tk->run_timeout_us;
+    t->run_deadline = tk->run_deadline;
+    int64_t queue_timeout = m->cfg.batching.allow_timeout_override ? rq->timeout_us : 0;
+    if (!slim_server_batcher_submit(m->batcher, t, queue_timeout, &err)) {
+        slim_server_count_failure(m, SLIM_SERVER_FAIL_REJECTED, tk->t_begin);
+        ad->fail(ad, GRPC_STATUS_UNAVAILABLE, err.msg);
+    }
+    return true;
+}
+
+static void admit_answer(slim_server_admission_ticket *tk, int http_status, const char *msg)
+{
+    slim__grpc_admit *ad = (slim__grpc_admit *)tk;
+    ad->fail(ad, slim__grpc_code(http_status), msg);
+}
+
+static bool admit_gone(slim_server_admission_ticket *tk)
+{
+    slim__grpc_admit *ad = (slim__grpc_admit *)tk;
+    return ad->gone && ad->gone(ad);
+}
+
+/* The "timeout" parameter as given (decoding validates it): -1 none. */
+static int64_t declared_timeout(const Inference__ModelInferRequest *q)
+{
+    for (size_t i = 0; i < q->n_parameters; i++) {
+        const Inference__ModelInferRequest__ParametersEntry *e = q->parameters[i];
+        if (!e->key || strcmp(e->key, "timeout") != 0 || !e->value)
+            continue;
+        const Inference__InferParameter *p = e->value;
+        if (p->parameter_choice_case == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM)
+            return p->int64_param >= 0 ? p->int64_param : -1;
+        if (p->parameter_choice_case == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM)
+            return p->uint64_param <= (uint64_t)INT64_MAX ? (int64_t)p->uint64_param : -1;
+        return -1;
+    }
+    return -1;
+}
+
+/* The ticket's deadlines and figures, from the message before decoding. */
+static void admit_declare(slim__grpc_admit *ad, const Inference__ModelInferRequest *q,
+                          const slim_server_model *m)
+{
+    slim_server_admission_ticket *tk = &ad->ticket;
     /* The deadline as routes.c sets it: the earlier of the request's
      * "timeout" parameter and the model's request_timeout_ms. The call's
      * own deadline (tritonclient's client_timeout) counts as a "timeout"
      * parameter would: past it the client has stopped waiting. */
-    int64_t mine = rq->timeout_us, model = m->cfg.request_timeout_ms * 1000;
-    int64_t left = call_deadline_us(c);
+    int64_t given = declared_timeout(q);
+    int64_t mine = given > 0 ? given : 0, model = m->cfg.request_timeout_ms * 1000;
+    int64_t left = call_deadline_us(ad->c);
     if (left > 0 && (mine <= 0 || left < mine))
         mine = left;
-    t->timeout_from_request = mine > 0 && (model <= 0 || mine <= model);
-    t->run_timeout_us = t->timeout_from_request ? mine : model > 0 ? model : 0;
-    t->run_deadline = t->run_timeout_us ? t_begin + t->run_timeout_us : 0;
-    int64_t queue_timeout = m->cfg.batching.allow_timeout_override ? rq->timeout_us : 0;
-    if (!slim_server_batcher_submit(m->batcher, t, queue_timeout, &err)) {
-        slim_server_count_failure(m, SLIM_SERVER_FAIL_REJECTED, t_begin);
-        *code = GRPC_STATUS_UNAVAILABLE;
-        snprintf(msg, cap, "%s", err.msg);
-        return NULL; /* t->model stays set: the caller releases it */
+    tk->timeout_from_request = mine > 0 && (model <= 0 || mine <= model);
+    tk->run_timeout_us = tk->timeout_from_request ? mine : model > 0 ? model : 0;
+    tk->run_deadline = tk->run_timeout_us ? tk->t_begin + tk->run_timeout_us : 0;
+    tk->wait_timeout_us = m->cfg.batching.allow_timeout_override && given > 0 ? given : 0;
+    slim_server_declared_input *ins = calloc(q->n_inputs ? q->n_inputs : 1, sizeof(*ins));
+    if (!ins)
+        return; /* not known: admitted on the budget alone */
+    for (size_t i = 0; i < q->n_inputs; i++)
+        ins[i] = (slim_server_declared_input){q->inputs[i]->name, q->inputs[i]->datatype,
+                                              q->inputs[i]->shape, q->inputs[i]->n_shape};
+    slim_server_admission_ticket_need(tk, ins, q->n_inputs);
+    free(ins);
+}
+
+void slim__grpc_infer_submit(slim__grpc_admit *ad, const uint8_t *data, size_t len,
+                             int64_t t_begin)
+{
+    Inference__ModelInferRequest *q = inference__model_infer_request__unpack(NULL, len, data);
+    if (!q) {
+        ad->fail(ad, GRPC_STATUS_INVALID_ARGUMENT,
+                 "the request is not a valid ModelInferRequest message");
+        return;
     }
-    return m;
+    grpc_status_code code;
+    char msg[1200];
+    slim_server_model *m = infer_model(ad->c, q, &code, msg, sizeof(msg));
+    if (!m) {
+        inference__model_infer_request__free_unpacked(q, NULL);
+        ad->fail(ad, code, msg);
+        return;
+    }
+    ad->task->model = m; /* released with the request (the caller's) */
+    ad->q = q;
+    slim_server_admission_ticket *tk = &ad->ticket;
+    tk->model = m;
+    tk->t_begin = t_begin;
+    tk->start = admit_start;
+    tk->answer = admit_answer;
+    tk->gone = admit_gone;
+    admit_declare(ad, q, m);
+    slim_server_admission_ticket_admit(ad->c->g->srv->admission, tk);
+}
+
+void slim__grpc_admit_free(slim__grpc_admit *ad)
+{
+    if (ad->q)
+        inference__model_infer_request__free_unpacked(ad->q, NULL);
+    ad->q = NULL;
+    if (ad->c)
+        slim_server_admission_ticket_release(ad->c->g->srv->admission, &ad->ticket);
 }
 
 /* Whether the client cancelled (a flag set on a queue thread: cheap). */
@@ -520,24 +601,35 @@ static bool infer_gone(slim_server_task *t)
     return atomic_load(&c->gone);
 }
 
+static void call_fail(slim__grpc_admit *ad, grpc_status_code code, const char *msg)
+{
+    slim__grpc_fail(ad->c, code, "%s", msg);
+}
+
+static bool call_gone(slim__grpc_admit *ad)
+{
+    return ad->c->close_early && atomic_load(&ad->c->gone);
+}
+
 static void rpc_model_infer(slim__grpc_call *c)
 {
     c->t_begin = slim_server_now_us();
     c->task.done = infer_done;
     c->task.user = c;
-    if (slim__grpc_watch_close(c))
+    c->admit.c = c;
+    c->admit.rq = &c->rq;
+    c->admit.task = &c->task;
+    c->admit.decode_ns = &c->decode_ns;
+    c->admit.fail = call_fail;
+    if (slim__grpc_watch_close(c)) {
         c->task.gone = infer_gone;
+        c->admit.gone = call_gone;
+    }
     /* One slice (a copy only when the message came in pieces), unpacked once. */
     grpc_slice bytes = slim__grpc_read_slice(c);
-    grpc_status_code code;
-    char msg[1200];
-    slim_server_model *m = slim__grpc_infer_submit(c, GRPC_SLICE_START_PTR(bytes),
-                                                   GRPC_SLICE_LENGTH(bytes), &c->rq, &c->task,
-                                                   c->t_begin, &c->decode_ns, &code, msg,
-                                                   sizeof(msg));
-    grpc_slice_unref(bytes);
-    if (!m) /* c->task.model, if set, is released with c */
-        slim__grpc_fail(c, code, "%s", msg);
+    slim__grpc_infer_submit(&c->admit, GRPC_SLICE_START_PTR(bytes), GRPC_SLICE_LENGTH(bytes),
+                            c->t_begin);
+    grpc_slice_unref(bytes); /* c may be answered, even freed, by now */
 }
 
 /* ---- dispatch ----------------------------------------------------------- */

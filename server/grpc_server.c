@@ -63,6 +63,7 @@ void slim__grpc_call_free(slim__grpc_call *c)
         slim_tensors_free(c->task.outputs, c->task.n_outputs);
         slim_server_model_release(c->task.model);
     }
+    slim__grpc_admit_free(&c->admit); /* its inputs are freed: their budget returns */
     if (c->recv)
         grpc_byte_buffer_destroy(c->recv);
     if (c->send)

@@ -38,6 +38,7 @@ typedef struct slim__grpc_tag {
 
 /* One request of the stream, from its arrival to its answer's send. */
 typedef struct item {
+    slim__grpc_admit admit;         /* its admission (grpc_rpcs.c) */
     stream *st;
     int64_t t_begin, decode_ns;
     slim_server_infer rq;
@@ -69,6 +70,7 @@ static void item_free(item *it)
         slim_server_model_release(it->task.model);
         it->task.model = NULL;
     }
+    slim__grpc_admit_free(&it->admit);
     free(it->answer);
     free(it);
 }
@@ -165,6 +167,7 @@ static void answer(item *it, uint8_t *bytes, size_t len)
         slim_server_model_release(it->task.model);
         it->task.model = NULL;
     }
+    slim__grpc_admit_free(&it->admit); /* before in_flight: the drain may free admission */
     it->answer = bytes;
     it->len = len;
     pthread_mutex_lock(&st->mu);
@@ -216,6 +219,12 @@ static void item_done(slim_server_task *t)
     answer(it, out, out_len);
 }
 
+static void item_fail(slim__grpc_admit *ad, grpc_status_code code, const char *msg)
+{
+    (void)code; /* a stream answers a failed request with its message */
+    answer_error((item *)ad, msg);
+}
+
 /* One request message, counted in flight and open already. */
 static void handle(stream *st, const uint8_t *data, size_t len)
 {
@@ -236,11 +245,14 @@ static void handle(stream *st, const uint8_t *data, size_t len)
     it->t_begin = slim_server_now_us();
     it->task.done = item_done;
     it->task.user = it;
-    grpc_status_code code;
-    char msg[1200];
-    if (!slim__grpc_infer_submit(st->c, data, len, &it->rq, &it->task, it->t_begin,
-                                 &it->decode_ns, &code, msg, sizeof(msg)))
-        answer_error(it, msg);
+    it->admit.c = st->c;
+    it->admit.rq = &it->rq;
+    it->admit.task = &it->task;
+    it->admit.decode_ns = &it->decode_ns;
+    it->admit.fail = item_fail;
+    /* A stream's client leaving is seen only at its end (its writes fail):
+     * a waiting request of it waits its time out. */
+    slim__grpc_infer_submit(&it->admit, data, len, it->t_begin);
 }
 
 static void read_next(stream *st)

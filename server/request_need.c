@@ -4,6 +4,7 @@
  * while it lives), its declared inputs, a one-row run of it and its
  * outputs, and the size of its answer. admission.c decides with these.
  */
+#include "admission.h"
 #include "admission_impl.h"
 #include "codec.h"
 #include "config.h"
@@ -93,6 +94,70 @@ static size_t one_row_arena(const slim_server_model *m, const slim_tensor *shape
     return bytes;
 }
 
+/* The declared inputs, added one at a time: their bytes, and the shapes
+ * of one row of them where they name the model's inputs. */
+typedef struct need_acc {
+    const slim_server_model *m;
+    slim_tensor *shapes;        /* per model input (NULL: none) */
+    int found;
+    double total;
+} need_acc;
+
+/* One declared input: dims as given (a non-positive one counts as 0). */
+static void need_add(need_acc *acc, const char *name, slim_dtype t, const double *dims,
+                     int ndim)
+{
+    const slim_server_model *m = acc->m;
+    int n_in = m->cfg.n_inputs;
+    double n = 1;
+    int idx = -1;
+    for (int i = 0; i < n_in && name; i++)
+        if (strcmp(m->cfg.inputs[i].name, name) == 0)
+            idx = i;
+    slim_tensor *s = idx >= 0 && acc->shapes && acc->shapes[idx].ndim == 0 ? &acc->shapes[idx]
+                                                                           : NULL;
+    if (s)
+        s->dtype = t;
+    for (int d = 0; d < ndim; d++) {
+        double v = dims[d] > 0 ? dims[d] : 0;
+        n *= v;
+        if (s)
+            s->dims[s->ndim++] = (int64_t)(v < 1e12 ? v : 1e12);
+    }
+    if (s)
+        acc->found++;
+    acc->total += n * (double)slim_dtype_size(t);
+}
+
+/* The inputs' bytes, and with every model input given, each with a shape,
+ * one row's arena and outputs beside them (need.run). */
+static void need_finish(need_acc *acc, slim__request_need *need)
+{
+    const slim_server_model *m = acc->m;
+    int n_in = m->cfg.n_inputs;
+    slim_tensor *shapes = acc->shapes;
+    int64_t rows = 1;
+    need->inputs = acc->total > 1e18 ? (size_t)1 << 60 : (size_t)acc->total;
+    need->run = need->inputs;
+    if (shapes && acc->found == n_in) {
+        bool batching = m->cfg.max_batch_size > 0;
+        bool ok = true;
+        for (int i = 0; i < n_in && ok; i++) {
+            ok = shapes[i].ndim > 0 || !batching;
+            if (batching && ok) {
+                rows = shapes[i].dims[0];
+                shapes[i].dims[0] = 1;
+            }
+        }
+        if (ok) {
+            need->run += one_row_arena(m, shapes);
+            need->run += fixed_output_bytes(m, rows > 0 ? rows : 1);
+        }
+    }
+    free(shapes);
+    acc->shapes = NULL;
+}
+
 /* Reads the request's declared inputs from its JSON header (under the
  * parse reservation): their bytes, and what one row of it needs to run. */
 slim__request_need slim__request_declared_need(const slim_server_request *req)
@@ -105,10 +170,7 @@ slim__request_need slim__request_declared_need(const slim_server_request *req)
     cJSON *root = req->body ? slim_server_json_parse(req->body, len, &err) : NULL;
     const cJSON *ins = cJSON_GetObjectItemCaseSensitive(root, "inputs");
     int n_in = m->cfg.n_inputs;
-    slim_tensor *shapes = n_in ? calloc((size_t)n_in, sizeof(*shapes)) : NULL;
-    int found = 0;
-    double total = 0;
-    int64_t rows = 1;
+    need_acc acc = {.m = m, .shapes = n_in ? calloc((size_t)n_in, sizeof(slim_tensor)) : NULL};
     for (const cJSON *in = cJSON_IsArray(ins) ? ins->child : NULL; in; in = in->next) {
         const cJSON *name = cJSON_GetObjectItemCaseSensitive(in, "name");
         const cJSON *dt = cJSON_GetObjectItemCaseSensitive(in, "datatype");
@@ -118,23 +180,11 @@ slim__request_need slim__request_declared_need(const slim_server_request *req)
         if (t == SLIM_DTYPE_UNDEFINED || !cJSON_IsArray(shape) ||
             cJSON_GetArraySize(shape) > SLIM_MAX_DIMS)
             continue;
-        double n = 1;
-        int idx = -1;
-        for (int i = 0; i < n_in && cJSON_IsString(name); i++)
-            if (strcmp(m->cfg.inputs[i].name, name->valuestring) == 0)
-                idx = i;
-        slim_tensor *s = idx >= 0 && shapes && shapes[idx].ndim == 0 ? &shapes[idx] : NULL;
-        if (s)
-            s->dtype = t;
-        for (const cJSON *d = shape->child; d; d = d->next) {
-            double v = cJSON_IsNumber(d) && d->valuedouble > 0 ? d->valuedouble : 0;
-            n *= v;
-            if (s)
-                s->dims[s->ndim++] = (int64_t)(v < 1e12 ? v : 1e12);
-        }
-        if (s)
-            found++;
-        total += n * (double)slim_dtype_size(t);
+        double dims[SLIM_MAX_DIMS];
+        int ndim = 0;
+        for (const cJSON *d = shape->child; d; d = d->next)
+            dims[ndim++] = cJSON_IsNumber(d) ? d->valuedouble : 0;
+        need_add(&acc, cJSON_IsString(name) ? name->valuestring : NULL, t, dims, ndim);
     }
     need.known = root != NULL;
     /* Read now so that a wait for memory keeps the request's deadline;
@@ -144,26 +194,33 @@ slim__request_need slim__request_declared_need(const slim_server_request *req)
     if (cJSON_IsNumber(to) && to->valuedouble >= 1 && to->valuedouble < 9.0e15)
         need.timeout_us = (int64_t)to->valuedouble;
     cJSON_Delete(root);
-    need.inputs = total > 1e18 ? (size_t)1 << 60 : (size_t)total;
-    need.run = need.inputs;
-    /* Every model input given, each with a shape: one row's arena. */
-    if (shapes && found == n_in) {
-        bool batching = m->cfg.max_batch_size > 0;
-        bool ok = true;
-        for (int i = 0; i < n_in && ok; i++) {
-            ok = shapes[i].ndim > 0 || !batching;
-            if (batching && ok) {
-                rows = shapes[i].dims[0];
-                shapes[i].dims[0] = 1;
-            }
-        }
-        if (ok) {
-            need.run += one_row_arena(m, shapes);
-            need.run += fixed_output_bytes(m, rows > 0 ? rows : 1);
-        }
-    }
-    free(shapes);
+    need_finish(&acc, &need);
     return need;
+}
+
+/* The same from another transport's declared inputs (admission_ticket.c's
+ * requests: a gRPC message's inputs, before any is decoded). */
+void slim_server_admission_ticket_need(slim_server_admission_ticket *t,
+                                       const slim_server_declared_input *ins, size_t n)
+{
+    const slim_server_model *m = t->model;
+    int n_in = m->cfg.n_inputs;
+    need_acc acc = {.m = m, .shapes = n_in ? calloc((size_t)n_in, sizeof(slim_tensor)) : NULL};
+    for (size_t i = 0; i < n; i++) {
+        slim_dtype dt = ins[i].datatype ? slim_server_dtype_from_kserve(ins[i].datatype)
+                                        : SLIM_DTYPE_UNDEFINED;
+        if (dt == SLIM_DTYPE_UNDEFINED || ins[i].ndim > SLIM_MAX_DIMS)
+            continue;
+        double dims[SLIM_MAX_DIMS];
+        for (size_t d = 0; d < ins[i].ndim; d++)
+            dims[d] = (double)ins[i].shape[d];
+        need_add(&acc, ins[i].name, dt, dims, (int)ins[i].ndim);
+    }
+    slim__request_need need = {0};
+    need_finish(&acc, &need);
+    t->inputs = need.inputs;
+    t->run = need.run;
+    t->known = true;
 }
 
 /* The answer's size, at most, from the outputs' shapes before the run:

@@ -1,0 +1,216 @@
+#!/usr/bin/env python3
+"""gRPC requests under --memory-limit wait in admission's line, as HTTP's do.
+
+    python3 tests/e2e/test_grpc_admission.py --slimserve build/bin/slimserve \\
+        --workdir /tmp/e2e-grpc-admission
+
+The example MLP is served under a CPU limit of its weights plus 1 MB, so
+decoded inputs of unanswered requests may hold about a quarter of that
+(admission.c's budget): four requests of 32 rows at once; batches of two
+such requests wait up to 50 ms for each other, so a burst's inputs stay
+held. Then:
+
+  * 48 concurrent gRPC requests of 32 rows (inputs together ten times
+    the budget) all succeed, by waiting (none RESOURCE_EXHAUSTED), each
+    bitwise the answer the same input gets alone; the server counts waits
+    (slim_requests_memory_wait_total{outcome="admitted"});
+  * a gRPC request whose inputs can never fit gets RESOURCE_EXHAUSTED at
+    once, naming the bytes it needs and the limit;
+  * HTTP and gRPC requests sent together share the line: all succeed;
+  * with --queue-size 1, a gRPC request that finds the line full gets
+    UNAVAILABLE (HTTP's 503), never RESOURCE_EXHAUSTED.
+
+Exits 77 (CTest: skipped) when slimserve was built without gRPC or
+tritonclient[grpc] is missing. Ends with "N passed, N failed".
+"""
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import threading
+import urllib.request
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+try:
+    import tritonclient.grpc as tg
+    import tritonclient.http as th
+    from tritonclient.utils import InferenceServerException
+    from test_grpc import HOST, REPO, SKIP, Failure, Runner, Server, check  # noqa: E402
+except ImportError as e:  # pragma: no cover - depends on the machine
+    print(f"SKIP: {e} (pip install 'tritonclient[grpc]')")
+    sys.exit(77)
+
+ROWS = 32
+SHAPE = (784,)
+HEADROOM = 1_000_000
+MODEL, INPUT, OUTPUT = "mlp", "input", "probs"
+N = 48
+ROUNDS = 3  # a burst that happens to find room for all tells nothing: again
+
+
+def waits_admitted(srv):
+    with urllib.request.urlopen(f"http://{HOST}:{srv.port}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    m = re.search(r'slim_requests_memory_wait_total\{outcome="admitted"\} (\d+)', text)
+    return int(m.group(1)) if m else 0
+
+
+_clients = {}
+
+
+def grpc_infer(srv, x):
+    # One channel for all (its calls multiplexed): a burst arrives at once,
+    # not paced by each thread's connection setup.
+    c = _clients.get(srv.grpc_port)
+    if c is None:
+        c = _clients[srv.grpc_port] = tg.InferenceServerClient(f"{HOST}:{srv.grpc_port}")
+    i = tg.InferInput(INPUT, list(x.shape), "FP32")
+    i.set_data_from_numpy(x)
+    return c.infer(MODEL, [i], client_timeout=120).as_numpy(OUTPUT)
+
+
+def http_infer(srv, x):
+    c = th.InferenceServerClient(f"{HOST}:{srv.port}", network_timeout=120)
+    i = th.InferInput(INPUT, list(x.shape), "FP32")
+    i.set_data_from_numpy(x, binary_data=True)
+    o = th.InferRequestedOutput(OUTPUT, binary_data=True)
+    return c.infer(MODEL, [i], outputs=[o]).as_numpy(OUTPUT)
+
+
+def burst(srv, jobs):
+    """Runs (fn, x, want) jobs at once; returns the failures."""
+    errors = []
+    lock = threading.Lock()
+
+    def one(fn, x, want):
+        try:
+            got = fn(srv, x)
+            if got.tobytes() != want.tobytes():
+                raise Failure(f"{fn.__name__}: answer differs from the one alone")
+        except Exception as e:  # noqa: BLE001 - every failure is reported
+            with lock:
+                errors.append(f"{fn.__name__}: {e}")
+
+    ts = [threading.Thread(target=one, args=j) for j in jobs]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    return errors
+
+
+def inputs(n):
+    rng = np.random.default_rng(7)
+    return [rng.standard_normal((ROWS, *SHAPE)).astype(np.float32) for _ in range(n)]
+
+
+def bursts(srv, fns):
+    """Up to ROUNDS bursts of N requests (protocols in turn from fns): every
+    one must succeed; at least one must have waited for memory."""
+    xs = inputs(N)
+    want = [grpc_infer(srv, x) for x in xs]  # alone: fits at once
+    for _ in range(ROUNDS):
+        before = waits_admitted(srv)
+        errors = burst(srv, [(fns[k % len(fns)], x, w) for k, (x, w) in enumerate(zip(xs, want))])
+        check(not errors, f"{len(errors)} of {N} failed: {errors[:3]}")
+        if waits_admitted(srv) > before:
+            return
+    raise Failure(f"no request waited for memory in {ROUNDS} bursts: the budget was never "
+                  "exceeded, or gRPC bypassed the line")
+
+
+def t_grpc_waits(srv):
+    bursts(srv, [grpc_infer])
+
+
+def t_grpc_never_fits(srv):
+    x = np.zeros((4096, *SHAPE), np.float32)  # 12.8 MB of inputs: over the whole limit
+    try:
+        grpc_infer(srv, x)
+        raise Failure("a request that can never fit was served")
+    except InferenceServerException as e:
+        msg = e.message() or ""
+        check(e.status() == "StatusCode.RESOURCE_EXHAUSTED", f"status {e.status()}: {msg}")
+        check("can never fit" in msg and str(x.nbytes) in msg and "--memory-limit" in msg,
+              f"message names the bytes and the limit: {msg}")
+    want = grpc_infer(srv, inputs(1)[0])
+    check(want.shape == (ROWS, 10), "the server answers after a refusal")
+
+
+def t_mixed_share_line(srv):
+    bursts(srv, [http_infer, grpc_infer])
+
+
+def t_line_full_unavailable(args, repo, limit):
+    srv = Server(args.slimserve, repo, os.path.join(args.workdir, "queue1.log"),
+                 "--memory-limit", f"cpu={limit}", "--max-request-bytes", str(1 << 30),
+                 "--queue-size", "1")
+    try:
+        xs = inputs(N)
+        want = [grpc_infer(srv, x) for x in xs]
+        for _ in range(ROUNDS):
+            errors = burst(srv, [(grpc_infer, x, w) for x, w in zip(xs, want)])
+            # --queue-size also bounds the model's queue: its "queue is
+            # full" is UNAVAILABLE too, and says so.
+            other = [e for e in errors if "UNAVAILABLE" not in e]
+            check(not other, f"failures other than UNAVAILABLE: {other[:3]}")
+            if any("wait for memory" in e for e in errors):
+                return
+        raise Failure(f"the line of 1 was never full in {ROUNDS} bursts of {N}")
+    finally:
+        _clients.pop(srv.grpc_port, None)
+        check(srv.stop() == 0, "exit code after SIGTERM")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--slimserve", required=True)
+    ap.add_argument("--workdir", required=True)
+    args = ap.parse_args()
+    shutil.rmtree(args.workdir, ignore_errors=True)
+    os.makedirs(args.workdir)
+    repo = os.path.join(args.workdir, "models")
+    subprocess.run([sys.executable, os.path.join(REPO, "models", "gen_models.py"), repo,
+                    "--no-check"], check=True, stdout=subprocess.DEVNULL)
+    for name in ("resnet", "transformer"):
+        shutil.rmtree(os.path.join(repo, name))
+    # Batches of two requests, each held up to 50 ms for its partner: the
+    # inputs of a burst stay held long enough that a burst must wait.
+    cfg_path = os.path.join(repo, MODEL, "config.json")
+    with open(cfg_path) as f:
+        cfg = json.load(f)
+    cfg["max_batch_size"] = 2 * ROWS
+    cfg["dynamic_batching"] = {"max_queue_delay_microseconds": 50000,
+                               "preferred_batch_size": [2 * ROWS]}
+    with open(cfg_path, "w") as f:
+        json.dump(cfg, f)
+    weights = os.path.getsize(os.path.join(repo, MODEL, "1", "model.onnx"))
+    limit = weights + HEADROOM
+    print(f"--memory-limit cpu={limit} (weights about {weights})", flush=True)
+    srv = Server(args.slimserve, repo, os.path.join(args.workdir, "server.log"),
+                 "--memory-limit", f"cpu={limit}", "--max-request-bytes", str(1 << 30))
+    if "without gRPC" in srv.log_text():
+        srv.stop()
+        print("SKIP: slimserve was built without gRPC")
+        return SKIP
+    r = Runner()
+    try:
+        r.case("grpc_requests_wait_for_memory", t_grpc_waits, srv)
+        r.case("grpc_never_fits_resource_exhausted", t_grpc_never_fits, srv)
+        r.case("http_and_grpc_share_the_line", t_mixed_share_line, srv)
+    finally:
+        code = srv.stop()
+    r.case("sigterm_exit_0", lambda: check(code == 0, f"exit code {code}"))
+    r.case("grpc_line_full_unavailable", t_line_full_unavailable, args, repo, limit)
+    print(f"{r.passed} passed, {r.failed} failed")
+    return 1 if r.failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
