@@ -347,7 +347,7 @@ static void phase_part(int64_t begin, int64_t end, void *user)
  * on both paths (the AVX-512 one only runs 16 at a time). With int8
  * values (sc non-NULL) acc is first scaled, fused with the bias: one
  * rounding, fma(acc, scale, bias), on both paths. */
-static void epilogue(const float *acc, bool has_b, float bias, const float *sc,
+INLINE void epilogue(const float *acc, bool has_b, float bias, const float *sc,
                      const float *r, const slim_sparse_conv *c, float *o, int64_t n)
 {
     for (int64_t p = 0; p < n; p++) {
@@ -366,7 +366,7 @@ static void epilogue(const float *acc, bool has_b, float bias, const float *sc,
 }
 
 #ifdef SPARSE_CONV_X86
-AVX512_TARGET static void epilogue_avx512(const float *acc, bool has_b, float bias,
+AVX512_TARGET INLINE void epilogue_avx512(const float *acc, bool has_b, float bias,
                                           const float *sc, const float *r,
                                           const slim_sparse_conv *c, float *o, int64_t n)
 {
@@ -391,6 +391,49 @@ AVX512_TARGET static void epilogue_avx512(const float *acc, bool has_b, float bi
 }
 #endif
 
+/* Channels j0 .. j1 - 1 of a block (their sums in otile, PB apart) into y,
+ * one epilogue call per run of output pixels in a row: a run ends where
+ * the wide pixels pass the output width. Planes as wide as the output (1x1
+ * convs, any stride) make the block one run: a 7 x 7 block had been seven
+ * calls per channel, the larger part of a 1x1 conv's time there. The loop
+ * is written once and compiled per path so the epilogue inlines. */
+#define EPILOGUES(epi)                                                                   \
+    do {                                                                                 \
+        const slim_sparse_conv *c = jb->c;                                               \
+        const slim_sparse_w *w = &c->w;                                                  \
+        int64_t ohw = c->oh * c->ow;                                                     \
+        bool flat = jb->wq == c->ow;                                                     \
+        for (int64_t j = j0; j < j1; j++) {                                              \
+            float bias = w->bias ? w->bias[j] : 0.0f;                                    \
+            const float *sc = w->scale ? &w->scale[j] : NULL;                            \
+            size_t plane = (size_t)((img * w->n + j) * ohw);                             \
+            for (int64_t q = 0; q < nq;) {                                               \
+                int64_t oy = (q0 + q) / jb->wq, ox = (q0 + q) % jb->wq;                  \
+                int64_t run = flat || jb->wq - ox >= nq - q ? nq - q : jb->wq - ox;      \
+                int64_t valid = flat ? run : ox >= c->ow ? 0                             \
+                                : c->ow - ox < run ? c->ow - ox : run;                   \
+                size_t at = plane + (size_t)(flat ? q0 + q : oy * c->ow + ox);           \
+                epi(otile + (j - j0) * PB + q, w->bias != NULL, bias, sc,                \
+                    jb->res ? jb->res + at : NULL, c, jb->y + at, valid);                \
+                q += run;                                                                \
+            }                                                                            \
+        }                                                                                \
+    } while (0)
+
+static void epilogues(const job *jb, const float *otile, int64_t img, int64_t j0, int64_t j1,
+                      int64_t q0, int64_t nq)
+{
+    EPILOGUES(epilogue);
+}
+
+#ifdef SPARSE_CONV_X86
+AVX512_TARGET static void epilogues_avx512(const job *jb, const float *otile, int64_t img,
+                                           int64_t j0, int64_t j1, int64_t q0, int64_t nq)
+{
+    EPILOGUES(epilogue_avx512);
+}
+#endif
+
 /* Why K is walked in chunks of KC: every stored weight loads its row of
  * the block, and K rows of PB floats (K = 4608 for a 512-channel 3x3
  * conv: 1.2 MB) fall out of L2; a chunk's rows stay in L1-L2 while all the
@@ -405,7 +448,6 @@ static void do_item(job *jb, int64_t item, float *tile, float *otile, cursor *cu
 {
     const slim_sparse_conv *c = jb->c;
     const slim_sparse_w *w = &c->w;
-    int64_t ohw = c->oh * c->ow;
     int64_t cc = item % jb->n_cc, rest = item / jb->n_cc;
     int64_t pb = rest % jb->n_pb;
     rest /= jb->n_pb;
@@ -455,25 +497,13 @@ static void do_item(job *jb, int64_t item, float *tile, float *otile, cursor *cu
             chunk_c(w, j, &cur[j - j0], k1, xb, off, otile + (j - j0) * PB, k0 == 0);
         }
     }
-    for (int64_t j = j0; j < j1; j++) {
-        float bias = w->bias ? w->bias[j] : 0.0f;
-        const float *sc = w->scale ? &w->scale[j] : NULL;
-        for (int64_t q = 0; q < nq;) {
-            int64_t oy = (q0 + q) / jb->wq, ox = (q0 + q) % jb->wq;
-            int64_t run = jb->wq - ox < nq - q ? jb->wq - ox : nq - q;
-            int64_t valid = ox >= c->ow ? 0 : c->ow - ox < run ? c->ow - ox : run;
-            const float *acc = otile + (j - j0) * PB + q;
-            size_t at = (size_t)((img * w->n + j) * ohw + oy * c->ow + ox);
-            const float *r = jb->res ? jb->res + at : NULL;
 #ifdef SPARSE_CONV_X86
-            if (jb->avx512)
-                epilogue_avx512(acc, w->bias != NULL, bias, sc, r, c, jb->y + at, valid);
-            else
-#endif
-                epilogue(acc, w->bias != NULL, bias, sc, r, c, jb->y + at, valid);
-            q += run;
-        }
+    if (jb->avx512) {
+        epilogues_avx512(jb, otile, img, j0, j1, q0, nq);
+        return;
     }
+#endif
+    epilogues(jb, otile, img, j0, j1, q0, nq);
 }
 
 static void part(int64_t begin, int64_t end, void *user)
