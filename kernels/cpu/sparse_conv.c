@@ -513,7 +513,8 @@ static void part(int64_t begin, int64_t end, void *user)
     job *jb = user;
     /* One scratch block per call: a tail tile (kc rows), the channels'
      * partial sums and their cursors. */
-    size_t tile_b = sizeof(float) * (size_t)(jb->kc * PB), out_b = sizeof(float) * (size_t)(jb->cc * PB);
+    size_t tile_b = sizeof(float) * (size_t)(jb->kc * PB);
+    size_t out_b = sizeof(float) * (size_t)(jb->cc * PB);
     char *mem = slim_scratch_malloc(tile_b + out_b + sizeof(cursor) * (size_t)jb->cc);
     if (!mem) {
         atomic_store(&jb->oom, 1);
