@@ -230,6 +230,17 @@ static const shape shapes[] = {
     {3, 5, 6, 5, 19, 2, 3, 1, 2, 1, 1, 0, 1, 1, 0, 1, true, 0},    /* K = 30, tail group */
     {1, 8, 12, 12, 16, 1, 1, 2, 2, 1, 1, 0, 0, 0, 0, 2, false, 0.4}, /* 1x1 stride 2 */
     {1, 64, 7, 7, 40, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, false, 0.1}, /* 49 px, chunks */
+    /* 1x1 convs whose planes are as wide as the output: each block's
+     * epilogue one run across rows (odd M, tails, strides, pads) */
+    {2, 24, 7, 7, 21, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, false, 0.15}, /* 49 px, one run */
+    {1, 10, 20, 17, 11, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, false, 0.2}, /* 340 px, tail */
+    {1, 6, 15, 13, 9, 1, 1, 2, 3, 1, 1, 0, 0, 0, 0, 1, false, 0.4},   /* 8 x 5, stride 2, 3 */
+    {2, 4, 6, 7, 5, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, 1, false, 0.5},     /* pads: 8 x 9 */
+    {1, 9, 11, 11, 13, 1, 1, 2, 2, 1, 1, 0, 0, 0, 0, 1, true, 0},     /* 2:4, 6 x 6 */
+    /* 1x1 with K past KC1 (128): chunks of 128, a tail tile of them */
+    {2, 200, 9, 10, 7, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, false, 0.1},  /* 90 px */
+    {1, 300, 10, 10, 5, 1, 1, 2, 2, 1, 1, 0, 0, 0, 0, 1, false, 0.1}, /* stride 2 */
+    {1, 260, 5, 6, 3, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, true, 0},      /* 30 px, 2:4 */
 };
 
 static bool have_avx512(void)
