@@ -121,6 +121,16 @@ void slim_server_infer_free(slim_server_infer *rq);
 typedef struct slim_server_io slim_server_io;
 slim_status slim_server_infer_check_shape(const slim_server_model *m, const slim_server_io *io,
                                           const slim_tensor *t, slim_err *err);
+/* Index of the input or output called name among ios, or -1. */
+int slim_server_infer_find_io(const slim_server_io *ios, int n, const char *name);
+/* An inference request's input `name` with its datatype (a KServe name,
+ * or NULL when the request gave none), checked against the model and the
+ * inputs already in rq: *io gets the model's declaration, *dt the type.
+ * Shared by the JSON and gRPC decoders, so both refuse with the same words. */
+slim_status slim_server_infer_input_type(const slim_server_model *m, const slim_server_infer *rq,
+                                         const char *name, const char *datatype,
+                                         const slim_server_io **io, slim_dtype *dt,
+                                         slim_err *err);
 
 /* ---- datatype names (datatype.c) ---------------------------------------- */
 

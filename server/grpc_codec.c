@@ -24,14 +24,6 @@ typedef Inference__ModelInferRequest infer_req;
 typedef Inference__ModelInferRequest__InferInputTensor infer_in;
 typedef Inference__InferTensorContents contents;
 
-static int find_io(const slim_server_io *ios, int n, const char *name)
-{
-    for (int i = 0; i < n; i++)
-        if (strcmp(ios[i].name, name) == 0)
-            return i;
-    return -1;
-}
-
 /* The typed list that holds dtype t's elements, and its length. */
 static size_t contents_count(const contents *c, slim_dtype t)
 {
@@ -74,26 +66,11 @@ static slim_status decode_input(const infer_req *msg, size_t k, const slim_serve
 {
     const infer_in *in = msg->inputs[k];
     const char *name = in->name;
-    int idx = find_io(m->cfg.inputs, m->cfg.n_inputs, name);
-    if (idx < 0)
-        return slim_errf(err, SLIM_EINVAL, "unexpected inference input '%s' for model '%s'", name,
-                         m->name);
-    const slim_server_io *io = &m->cfg.inputs[idx];
-    for (int i = 0; i < rq->n_inputs; i++)
-        if (strcmp(rq->names[i], io->name) == 0)
-            return slim_errf(err, SLIM_EINVAL, "input '%s' is given more than once", name);
-    if (strcmp(in->datatype, "BYTES") == 0)
-        return slim_errf(err, SLIM_EUNSUPPORTED,
-                         "input '%s': datatype BYTES is unsupported (slimserve serves numeric tensors)",
-                         name);
-    slim_dtype dt = slim_server_dtype_from_kserve(in->datatype);
-    if (dt == SLIM_DTYPE_UNDEFINED)
-        return slim_errf(err, SLIM_EINVAL, "input '%s': unknown datatype \"%s\"", name,
-                         in->datatype);
-    if (io->dtype != SLIM_DTYPE_UNDEFINED && dt != io->dtype)
-        return slim_errf(err, SLIM_ETYPE,
-                         "inference input '%s' data-type is '%s', but model '%s' expects '%s'", name,
-                         in->datatype, m->name, slim_server_dtype_kserve(io->dtype));
+    const slim_server_io *io;
+    slim_dtype dt;
+    slim_status st = slim_server_infer_input_type(m, rq, name, in->datatype, &io, &dt, err);
+    if (st)
+        return st;
     slim_tensor *t = &rq->inputs[rq->n_inputs];
     memset(t, 0, sizeof(*t));
     t->dtype = dt;
@@ -171,7 +148,7 @@ static slim_status decode_outputs(const infer_req *msg, const slim_server_model 
     }
     for (size_t k = 0; k < msg->n_outputs; k++) {
         const Inference__ModelInferRequest__InferRequestedOutputTensor *o = msg->outputs[k];
-        int idx = find_io(m->cfg.outputs, m->cfg.n_outputs, o->name);
+        int idx = slim_server_infer_find_io(m->cfg.outputs, m->cfg.n_outputs, o->name);
         if (idx < 0)
             return slim_errf(err, SLIM_EINVAL, "unexpected inference output '%s' for model '%s'",
                              o->name, m->name);

@@ -290,12 +290,43 @@ typedef struct binary_cursor {
     size_t len, pos;
 } binary_cursor;
 
-static int find_model_io(const slim_server_io *ios, int n, const char *name)
+int slim_server_infer_find_io(const slim_server_io *ios, int n, const char *name)
 {
     for (int i = 0; i < n; i++)
         if (strcmp(ios[i].name, name) == 0)
             return i;
     return -1;
+}
+
+slim_status slim_server_infer_input_type(const slim_server_model *m, const slim_server_infer *rq,
+                                         const char *name, const char *datatype,
+                                         const slim_server_io **io_out, slim_dtype *dt_out,
+                                         slim_err *err)
+{
+    int idx = slim_server_infer_find_io(m->cfg.inputs, m->cfg.n_inputs, name);
+    if (idx < 0)
+        return slim_errf(err, SLIM_EINVAL, "unexpected inference input '%s' for model '%s'", name,
+                         m->name);
+    const slim_server_io *io = &m->cfg.inputs[idx];
+    for (int i = 0; i < rq->n_inputs; i++)
+        if (strcmp(rq->names[i], io->name) == 0)
+            return slim_errf(err, SLIM_EINVAL, "input '%s' is given more than once", name);
+    if (!datatype)
+        return slim_errf(err, SLIM_EINVAL, "input '%s': \"datatype\" string is required", name);
+    if (strcmp(datatype, "BYTES") == 0)
+        return slim_errf(err, SLIM_EUNSUPPORTED,
+                         "input '%s': datatype BYTES is unsupported (slimserve serves numeric tensors)",
+                         name);
+    slim_dtype dt = slim_server_dtype_from_kserve(datatype);
+    if (dt == SLIM_DTYPE_UNDEFINED)
+        return slim_errf(err, SLIM_EINVAL, "input '%s': unknown datatype \"%s\"", name, datatype);
+    if (io->dtype != SLIM_DTYPE_UNDEFINED && dt != io->dtype)
+        return slim_errf(err, SLIM_ETYPE,
+                         "inference input '%s' data-type is '%s', but model '%s' expects '%s'", name,
+                         datatype, m->name, slim_server_dtype_kserve(io->dtype));
+    *io_out = io;
+    *dt_out = dt;
+    return SLIM_OK;
 }
 
 /* Checks the request's shape against the resolved config. */
@@ -337,28 +368,13 @@ static slim_status decode_input(const cJSON *in, const slim_server_model *m, bin
     if (!cJSON_IsObject(in) || !cJSON_IsString(jname))
         return slim_errf(err, SLIM_EINVAL, "each entry of \"inputs\" needs a \"name\" string");
     const char *name = jname->valuestring;
-    int idx = find_model_io(m->cfg.inputs, m->cfg.n_inputs, name);
-    if (idx < 0)
-        return slim_errf(err, SLIM_EINVAL, "unexpected inference input '%s' for model '%s'", name,
-                         m->name);
-    const slim_server_io *io = &m->cfg.inputs[idx];
-    for (int i = 0; i < rq->n_inputs; i++)
-        if (strcmp(rq->names[i], io->name) == 0)
-            return slim_errf(err, SLIM_EINVAL, "input '%s' is given more than once", name);
-    if (!cJSON_IsString(jtype))
-        return slim_errf(err, SLIM_EINVAL, "input '%s': \"datatype\" string is required", name);
-    if (strcmp(jtype->valuestring, "BYTES") == 0)
-        return slim_errf(err, SLIM_EUNSUPPORTED,
-                         "input '%s': datatype BYTES is unsupported (slimserve serves numeric tensors)",
-                         name);
-    slim_dtype dt = slim_server_dtype_from_kserve(jtype->valuestring);
-    if (dt == SLIM_DTYPE_UNDEFINED)
-        return slim_errf(err, SLIM_EINVAL, "input '%s': unknown datatype \"%s\"", name,
-                         jtype->valuestring);
-    if (io->dtype != SLIM_DTYPE_UNDEFINED && dt != io->dtype)
-        return slim_errf(err, SLIM_ETYPE,
-                         "inference input '%s' data-type is '%s', but model '%s' expects '%s'", name,
-                         jtype->valuestring, m->name, slim_server_dtype_kserve(io->dtype));
+    const slim_server_io *io;
+    slim_dtype dt;
+    slim_status st = slim_server_infer_input_type(m, rq, name,
+                                                  cJSON_IsString(jtype) ? jtype->valuestring : NULL,
+                                                  &io, &dt, err);
+    if (st)
+        return st;
 
     slim_tensor *t = &rq->inputs[rq->n_inputs];
     memset(t, 0, sizeof(*t));
@@ -467,7 +483,7 @@ static slim_status decode_outputs(const cJSON *jouts, const slim_server_model *m
         const cJSON *jparams = cJSON_GetObjectItemCaseSensitive(o, "parameters");
         if (!cJSON_IsString(jname))
             return slim_errf(err, SLIM_EINVAL, "each entry of \"outputs\" needs a \"name\" string");
-        int idx = find_model_io(m->cfg.outputs, m->cfg.n_outputs, jname->valuestring);
+        int idx = slim_server_infer_find_io(m->cfg.outputs, m->cfg.n_outputs, jname->valuestring);
         if (idx < 0)
             return slim_errf(err, SLIM_EINVAL, "unexpected inference output '%s' for model '%s'",
                              jname->valuestring, m->name);
