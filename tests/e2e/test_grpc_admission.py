@@ -51,7 +51,7 @@ SHAPE = (784,)
 HEADROOM = 1_000_000
 MODEL, INPUT, OUTPUT = "mlp", "input", "probs"
 N = 48
-ROUNDS = 3  # a burst that happens to find room for all tells nothing: again
+ROUNDS = 6  # a burst that happens to find room for all tells nothing: again
 
 
 def waits_admitted(srv):
