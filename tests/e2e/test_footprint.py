@@ -319,6 +319,12 @@ def held_kib(srv):
     return rss_kib(srv.proc.pid) - (reserved - alloc) // 1024
 
 
+def sanitized(binary):
+    """Whether binary was built with AddressSanitizer (make build-asan)."""
+    out = subprocess.run(["ldd", binary], capture_output=True, text=True).stdout
+    return "libasan" in out
+
+
 def cycles_give_back(args):
     """RSS before the first load, after the first load/infer/unload cycle,
     and after each of the CYCLES - 1 more: the model folder appears after
@@ -348,10 +354,16 @@ def cycles_give_back(args):
               f"{before} KiB, after the first cycle {first} KiB, after the last {after} KiB, "
               f"highest after an unload {worst} KiB (less the allocator's cache); the first "
               f"cycle's growth: anonymous {anon1 - anon0:+d} KiB, file {file1 - file0:+d} KiB")
-        check(after <= before * 1.10, f"RSS after {CYCLES} cycles {after} KiB, before the first "
-              f"load {before} KiB (over 10%)")
-        check(worst <= before * 1.10, f"RSS after an unload reached {worst} KiB, before the "
-              f"first load {before} KiB (over 10%)")
+        if sanitized(args.slimserve):
+            # AddressSanitizer keeps freed blocks in its quarantine (256 MiB
+            # by default) to catch uses after free: RSS measures it, not us.
+            # The cycles still run, for the leak check at exit.
+            print("  RSS not compared: an AddressSanitizer build holds freed memory")
+        else:
+            check(after <= before * 1.10, f"RSS after {CYCLES} cycles {after} KiB, before the "
+                  f"first load {before} KiB (over 10%)")
+            check(worst <= before * 1.10, f"RSS after an unload reached {worst} KiB, before the "
+                  f"first load {before} KiB (over 10%)")
         slack_holds(debug_memory(srv), "after the cycles")
     finally:
         srv.stop()
