@@ -245,7 +245,11 @@ static slim_status load_version(slim_server_repo *repo, const char *name, const 
     s = slim__residency_reserve(repo, name, path, &lo, NULL, &resv, err);
     if (s == SLIM_OK) {
         slim_server_memory_predict(m, path, &lo);
-        s = slim__residency_reserve(repo, name, path, &lo, &m->predicted, &resv, err);
+        /* A prediction cut short by shutdown or --load-timeout: the load
+         * would only read the file again before its first check. */
+        s = slim_cancel_status(err);
+        if (s == SLIM_OK)
+            s = slim__residency_reserve(repo, name, path, &lo, &m->predicted, &resv, err);
         if (s != SLIM_OK)
             slim__residency_unreserve(repo, &resv);
     }
