@@ -20,6 +20,7 @@
 #include "slim_init.h"
 
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -133,6 +134,90 @@ static int take_grpc_port(int *argc, char **argv)
     return 0;
 }
 
+/* The options that take a count into an int field of slim_server_opts. */
+typedef struct {
+    const char *flag;
+    long long min, max;
+    size_t offset;
+} int_flag;
+
+static const int_flag int_flags[] = {
+    {"--http-port", 0, 65535, offsetof(slim_server_opts, port)},
+    {"--workers", 1, 256, offsetof(slim_server_opts, workers)},
+    {"--http-threads", 1, 256, offsetof(slim_server_opts, http_threads)},
+    {"--body-timeout", 1, 86400, offsetof(slim_server_opts, body_timeout_s)},
+    {"--idle-timeout", 1, 86400, offsetof(slim_server_opts, idle_timeout_s)},
+    {"--max-connections", 1, 1000000, offsetof(slim_server_opts, max_connections)},
+    {"--max-connections-per-client", 0, 1000000,
+     offsetof(slim_server_opts, max_connections_per_client)},
+    {"--load-timeout", 0, 86400, offsetof(slim_server_opts, load_timeout_s)},
+    {"--shutdown-grace", 0, 3600, offsetof(slim_server_opts, shutdown_grace_s)},
+};
+
+static const int_flag *find_int_flag(const char *a)
+{
+    for (size_t i = 0; i < sizeof(int_flags) / sizeof(int_flags[0]); i++)
+        if (strcmp(a, int_flags[i].flag) == 0)
+            return &int_flags[i];
+    return NULL;
+}
+
+/* --memory-limit SIZE caps the CPU; DEVICE=SIZE caps that device
+ * (repeatable). false after logging why not. */
+static bool parse_memory_limit(const char *v, slim_server_opts *o)
+{
+    slim_err err = {0};
+    const char *eq = strchr(v, '=');
+    size_t bytes;
+    if (!slim_parse_bytes(eq ? eq + 1 : v, &bytes, &err)) {
+        slim_server_log(SLIM_LOG_ERROR, NULL, "--memory-limit: %s", err.msg);
+        return false;
+    }
+    if (!eq || (eq - v == 3 && strncmp(v, "cpu", 3) == 0)) {
+        o->memory_limit = bytes;
+        return true;
+    }
+    char name[64];
+    slim_device *dev;
+    snprintf(name, sizeof(name), "%.*s", (int)(eq - v), v);
+    if (slim_device_get(name, &dev, &err) != SLIM_OK) {
+        slim_server_log(SLIM_LOG_ERROR, NULL, "--memory-limit %s: %s", v, err.msg);
+        return false;
+    }
+    slim_allocator_set_limit(dev->alloc, bytes);
+    return true;
+}
+
+/* What the options say together; 0, or 2 after logging why not. */
+static int check_args(slim_server_opts *o)
+{
+    if (!o->repository) {
+        slim_server_log(SLIM_LOG_ERROR, NULL, "--model-repository is required");
+        usage(stderr);
+        return 2;
+    }
+    if (o->max_connections < o->http_threads) {
+        /* MHD shares the limit out among its polling threads. */
+        slim_server_log(SLIM_LOG_ERROR, NULL, "--max-connections %d is below --http-threads %d",
+                        o->max_connections, o->http_threads);
+        return 2;
+    }
+    if (o->control.n_load && o->control.mode != SLIM_SERVER_CONTROL_EXPLICIT) {
+        slim_server_log(SLIM_LOG_ERROR, NULL, "--load-model needs --model-control-mode explicit");
+        return 2;
+    }
+    /* The environment keeps the key out of `ps` (a Kubernetes Secret). */
+    const char *env_key = getenv("SLIMSERVE_API_KEY");
+    if (!o->api_key && env_key && *env_key)
+        o->api_key = env_key;
+    if (o->api_key_metrics && !o->api_key) {
+        slim_server_log(SLIM_LOG_ERROR, NULL, "--api-key-metrics needs --api-key (or "
+                        "SLIMSERVE_API_KEY)");
+        return 2;
+    }
+    return 0;
+}
+
 static int parse_args(int argc, char **argv, slim_server_opts *o)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -147,17 +232,18 @@ static int parse_args(int argc, char **argv, slim_server_opts *o)
                             .shutdown_grace_s = 60, .load_timeout_s = 300};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
+        const int_flag *f = find_int_flag(a);
+        if (f) {
+            if (!parse_count(a, v, f->min, f->max, &n))
+                return 2;
+            *(int *)((char *)o + f->offset) = (int)n;
+        } else if (strcmp(a, "-h") == 0 || strcmp(a, "--help") == 0) {
             usage(stdout);
             exit(0);
         } else if (strcmp(a, "--model-repository") == 0 && v) {
             o->repository = v;
         } else if (strcmp(a, "--host") == 0 && v) {
             o->host = v;
-        } else if (strcmp(a, "--http-port") == 0) {
-            if (!parse_count(a, v, 0, 65535, &n))
-                return 2;
-            o->port = (int)n;
         } else if (strcmp(a, "--metrics-port") == 0) {
             if (!parse_count(a, v, 0, 65535, &n))
                 return 2;
@@ -173,10 +259,6 @@ static int parse_args(int argc, char **argv, slim_server_opts *o)
                 slim_server_log(SLIM_LOG_ERROR, NULL, "--max-response-bytes: %s", err.msg);
                 return 2;
             }
-        } else if (strcmp(a, "--workers") == 0) {
-            if (!parse_count(a, v, 1, 256, &n))
-                return 2;
-            o->workers = (int)n;
         } else if (strcmp(a, "--queue-size") == 0) {
             if (!parse_count(a, v, 1, 1 << 20, &n))
                 return 2;
@@ -202,54 +284,8 @@ static int parse_args(int argc, char **argv, slim_server_opts *o)
         } else if (strcmp(a, "--convert-cache") == 0 && v) {
             o->convert_cache = v;
         } else if (strcmp(a, "--memory-limit") == 0 && v) {
-            /* SIZE caps the CPU; DEVICE=SIZE caps that device (repeatable). */
-            slim_err err = {0};
-            const char *eq = strchr(v, '=');
-            size_t bytes;
-            if (!slim_parse_bytes(eq ? eq + 1 : v, &bytes, &err)) {
-                slim_server_log(SLIM_LOG_ERROR, NULL, "--memory-limit: %s", err.msg);
+            if (!parse_memory_limit(v, o))
                 return 2;
-            }
-            if (!eq || (eq - v == 3 && strncmp(v, "cpu", 3) == 0)) {
-                o->memory_limit = bytes;
-            } else {
-                char name[64];
-                slim_device *dev;
-                snprintf(name, sizeof(name), "%.*s", (int)(eq - v), v);
-                if (slim_device_get(name, &dev, &err) != SLIM_OK) {
-                    slim_server_log(SLIM_LOG_ERROR, NULL, "--memory-limit %s: %s", v, err.msg);
-                    return 2;
-                }
-                slim_allocator_set_limit(dev->alloc, bytes);
-            }
-        } else if (strcmp(a, "--http-threads") == 0) {
-            if (!parse_count(a, v, 1, 256, &n))
-                return 2;
-            o->http_threads = (int)n;
-        } else if (strcmp(a, "--body-timeout") == 0) {
-            if (!parse_count(a, v, 1, 86400, &n))
-                return 2;
-            o->body_timeout_s = (int)n;
-        } else if (strcmp(a, "--idle-timeout") == 0) {
-            if (!parse_count(a, v, 1, 86400, &n))
-                return 2;
-            o->idle_timeout_s = (int)n;
-        } else if (strcmp(a, "--max-connections") == 0) {
-            if (!parse_count(a, v, 1, 1000000, &n))
-                return 2;
-            o->max_connections = (int)n;
-        } else if (strcmp(a, "--max-connections-per-client") == 0) {
-            if (!parse_count(a, v, 0, 1000000, &n))
-                return 2;
-            o->max_connections_per_client = (int)n;
-        } else if (strcmp(a, "--load-timeout") == 0) {
-            if (!parse_count(a, v, 0, 86400, &n))
-                return 2;
-            o->load_timeout_s = (int)n;
-        } else if (strcmp(a, "--shutdown-grace") == 0) {
-            if (!parse_count(a, v, 0, 3600, &n))
-                return 2;
-            o->shutdown_grace_s = (int)n;
         } else if (strcmp(a, "--api-key") == 0 && v) {
             if (!*v) {
                 slim_server_log(SLIM_LOG_ERROR, NULL, "--api-key: the key is empty");
@@ -279,32 +315,8 @@ static int parse_args(int argc, char **argv, slim_server_opts *o)
         }
         i++;
     }
-    if (!o->repository) {
-        slim_server_log(SLIM_LOG_ERROR, NULL, "--model-repository is required");
-        usage(stderr);
-        return 2;
-    }
-    if (o->max_connections < o->http_threads) {
-        /* MHD shares the limit out among its polling threads. */
-        slim_server_log(SLIM_LOG_ERROR, NULL, "--max-connections %d is below --http-threads %d",
-                        o->max_connections, o->http_threads);
-        return 2;
-    }
     o->queue_capacity = queue ? queue : 64 * o->workers;
-    if (o->control.n_load && o->control.mode != SLIM_SERVER_CONTROL_EXPLICIT) {
-        slim_server_log(SLIM_LOG_ERROR, NULL, "--load-model needs --model-control-mode explicit");
-        return 2;
-    }
-    /* The environment keeps the key out of `ps` (a Kubernetes Secret). */
-    const char *env_key = getenv("SLIMSERVE_API_KEY");
-    if (!o->api_key && env_key && *env_key)
-        o->api_key = env_key;
-    if (o->api_key_metrics && !o->api_key) {
-        slim_server_log(SLIM_LOG_ERROR, NULL, "--api-key-metrics needs --api-key (or "
-                        "SLIMSERVE_API_KEY)");
-        return 2;
-    }
-    return 0;
+    return check_args(o);
 }
 
 /* Each connection is a file descriptor, and the common soft limit of 1024
