@@ -42,28 +42,6 @@ static bool keeps_shape(const slim_graph *g, const slim_pass_uses *u, int v)
     return false;
 }
 
-/* Clip's bounds when they are constants (inputs from opset 11, attributes
- * before); false when they are not. */
-static bool clip_bounds(const slim_graph *g, const slim_node *c, float *lo, float *hi)
-{
-    *lo = -3.402823466e38f;
-    *hi = 3.402823466e38f;
-    if (c->opset < 11) {
-        *lo = slim_attr_float(c, "min", *lo);
-        *hi = slim_attr_float(c, "max", *hi);
-        return true;
-    }
-    for (int k = 1; k < 3 && k < c->n_in; k++) {
-        if (c->in[k] < 0)
-            continue;
-        const slim_tensor *t = slim_pass_const_f32(g, c->in[k]);
-        if (!t || slim_tensor_numel(t) != 1)
-            return false;
-        *(k == 1 ? lo : hi) = *(const float *)t->data;
-    }
-    return true;
-}
-
 /* The conv's geometry, all explicit; false when FusedConv cannot take it. */
 static bool geometry(const slim_node *conv, int64_t *k, int64_t *s, int64_t *d, int64_t *p)
 {
@@ -300,7 +278,7 @@ static slim_status fuse_conv_run(slim_graph *g, int *changed, slim_err *err)
             act = 1;
             out = relu->out[0];
             dead[relu - g->nodes] = true;
-        } else if (clip && clip->n_out == 1 && clip_bounds(g, clip, &lo, &hi)) {
+        } else if (clip && clip->n_out == 1 && slim_pass_clip_bounds(g, clip, &lo, &hi)) {
             act = 2;
             out = clip->out[0];
             dead[clip - g->nodes] = true;

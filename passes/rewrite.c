@@ -213,3 +213,23 @@ slim_status slim_pass_set_ints(slim_node *n, const char *name, const int64_t *v,
     a->type = SLIM_ATTR_INTS;
     return SLIM_OK;
 }
+
+bool slim_pass_clip_bounds(const slim_graph *g, const slim_node *c, float *lo, float *hi)
+{
+    *lo = -3.402823466e38f;
+    *hi = 3.402823466e38f;
+    if (c->opset < 11) {
+        *lo = slim_attr_float(c, "min", *lo);
+        *hi = slim_attr_float(c, "max", *hi);
+        return true;
+    }
+    for (int k = 1; k < 3 && k < c->n_in; k++) {
+        if (c->in[k] < 0)
+            continue;
+        const slim_tensor *t = slim_pass_const_f32(g, c->in[k]);
+        if (!t || slim_tensor_numel(t) != 1)
+            return false;
+        *(k == 1 ? lo : hi) = *(const float *)t->data;
+    }
+    return true;
+}

@@ -81,6 +81,10 @@ slim_status slim_pass_walk_finish(slim_pass_walk *w, slim_graph *g, slim_status 
  * counts; a weight already released by slim_pass_drop_replaced does not),
  * or NULL. */
 const slim_tensor *slim_pass_const_f32(const slim_graph *g, int v);
+/* Clip's bounds (c a Clip node) when they are constants: inputs from opset
+ * 11, attributes before; false when they are not. Used by the passes that
+ * fuse a Clip (ReLU6 is Clip(0, 6)) into a convolution's epilogue. */
+bool slim_pass_clip_bounds(const slim_graph *g, const slim_node *c, float *lo, float *hi);
 /* The node reading v when exactly one slot does, v is no graph output and
  * the node is a default-domain op_type; else NULL. */
 slim_node *slim_pass_sole_reader(slim_graph *g, const slim_pass_uses *u, int v,

@@ -294,28 +294,6 @@ static bool keeps_shape(const slim_graph *g, const bool *dead, int v)
     return false;
 }
 
-/* Clip's bounds when they are constants (inputs from opset 11, attributes
- * before); false when they are not (MobileNetV2's ReLU6 is Clip(0, 6)). */
-static bool clip_bounds(const slim_graph *g, const slim_node *c, float *lo, float *hi)
-{
-    *lo = -3.402823466e38f;
-    *hi = 3.402823466e38f;
-    if (c->opset < 11) {
-        *lo = slim_attr_float(c, "min", *lo);
-        *hi = slim_attr_float(c, "max", *hi);
-        return true;
-    }
-    for (int k = 1; k < 3 && k < c->n_in; k++) {
-        if (c->in[k] < 0)
-            continue;
-        const slim_tensor *t = slim_pass_const_f32(g, c->in[k]);
-        if (!t || slim_tensor_numel(t) != 1)
-            return false;
-        *(k == 1 ? lo : hi) = *(const float *)t->data;
-    }
-    return true;
-}
-
 /* The residual Add that alone reads conv's output, if conv takes it. */
 static slim_node *residual(const slim_rewrite *rw, slim_node *conv)
 {
@@ -368,7 +346,7 @@ slim_status slim__prune_conv_finish(slim_graph *g, const int *bn, int n_bn, slim
             rw.dead[relu - g->nodes] = true;
             st = slim_pass_set_int(c, "activation", 1, err);
         } else if (clip && clip->n_out == 1 && clip->out[0] >= 0 &&
-                   clip_bounds(g, clip, &lo, &hi)) {
+                   slim_pass_clip_bounds(g, clip, &lo, &hi)) {
             out = clip->out[0];
             rw.dead[clip - g->nodes] = true;
             if (!(st = slim_pass_set_int(c, "activation", 2, err)) &&
