@@ -118,6 +118,9 @@ ProtobufCMessage *slim__grpc_unpack(slim__grpc_call *c, const ProtobufCMessageDe
 void slim__grpc_model_metadata(slim__grpc_call *c);
 void slim__grpc_model_config(slim__grpc_call *c);
 void slim__grpc_model_statistics(slim__grpc_call *c);
+/* The RPCs of grpc_ext.c: the logging and trace extensions. */
+void slim__grpc_log_settings(slim__grpc_call *c);
+void slim__grpc_trace_setting(slim__grpc_call *c);
 
 /* ---- ModelStreamInfer (grpc_stream.c) ---- */
 /* Takes call c over as a stream, its first message in c->recv (counted in

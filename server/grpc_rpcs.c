@@ -19,6 +19,7 @@
 #include "repository.h"
 #include "routes.h"
 #include "server.h"
+#include "trace.h"
 #include "version.h"
 
 #include <grpc/support/time.h>
@@ -126,11 +127,12 @@ static void rpc_model_ready(slim__grpc_call *c)
 static void rpc_server_metadata(slim__grpc_call *c)
 {
     static char *extensions[] = {"binary_tensor_data", "model_repository",
-                                 "model_configuration", "parameters", "statistics"};
+                                 "model_configuration", "parameters", "statistics",
+                                 "logging", "trace"};
     Inference__ServerMetadataResponse r = INFERENCE__SERVER_METADATA_RESPONSE__INIT;
     r.name = SLIM_SERVER_NAME;
     r.version = SLIM_SERVER_VERSION;
-    r.n_extensions = 5;
+    r.n_extensions = sizeof(extensions) / sizeof(extensions[0]);
     r.extensions = extensions;
     slim__grpc_reply(c, &r.base);
 }
@@ -327,43 +329,6 @@ static void rpc_unload(slim__grpc_call *c)
     inference__repository_model_unload_request__free_unpacked(q, NULL);
 }
 
-/* ---- logging ------------------------------------------------------------ */
-
-/* Shows the settings; changing them is not supported (the log format and
- * access lines are fixed at start), so a request that sets any is refused. */
-static void rpc_log_settings(slim__grpc_call *c)
-{
-    Inference__LogSettingsRequest *q = (void *)slim__grpc_unpack(c, &inference__log_settings_request__descriptor);
-    if (!q)
-        return;
-    size_t asked = q->n_settings;
-    inference__log_settings_request__free_unpacked(q, NULL);
-    if (asked) {
-        slim__grpc_fail(c, GRPC_STATUS_UNIMPLEMENTED, "log settings are fixed at start "
-                        "(--log-format, --access-log); they cannot be changed over gRPC");
-        return;
-    }
-    Inference__LogSettingsResponse__SettingValue vals[2] = {
-        INFERENCE__LOG_SETTINGS_RESPONSE__SETTING_VALUE__INIT,
-        INFERENCE__LOG_SETTINGS_RESPONSE__SETTING_VALUE__INIT};
-    Inference__LogSettingsResponse__SettingsEntry ents[2] = {
-        INFERENCE__LOG_SETTINGS_RESPONSE__SETTINGS_ENTRY__INIT,
-        INFERENCE__LOG_SETTINGS_RESPONSE__SETTINGS_ENTRY__INIT};
-    Inference__LogSettingsResponse__SettingsEntry *ep[2] = {&ents[0], &ents[1]};
-    vals[0].parameter_choice_case = INFERENCE__LOG_SETTINGS_RESPONSE__SETTING_VALUE__PARAMETER_CHOICE_STRING_PARAM;
-    vals[0].string_param = slim_server_log_format() == SLIM_LOG_TEXT ? "default" : "json";
-    vals[1].parameter_choice_case = INFERENCE__LOG_SETTINGS_RESPONSE__SETTING_VALUE__PARAMETER_CHOICE_BOOL_PARAM;
-    vals[1].bool_param = slim_server_log_access_enabled();
-    ents[0].key = "log_format";
-    ents[0].value = &vals[0];
-    ents[1].key = "log_info";
-    ents[1].value = &vals[1];
-    Inference__LogSettingsResponse r = INFERENCE__LOG_SETTINGS_RESPONSE__INIT;
-    r.n_settings = 2;
-    r.settings = ep;
-    slim__grpc_reply(c, &r.base);
-}
-
 /* ---- inference ---------------------------------------------------------- */
 
 static int runtime_error_status(slim_status s)
@@ -426,6 +391,8 @@ static void infer_done(slim_server_task *t)
         return;
     }
     slim__grpc_count_success(m, &c->rq, t, c->t_begin, c->decode_ns, t_encode);
+    if (slim_server_trace_on()) /* trace extension: one branch when off */
+        slim_server_trace_request(m->name, m->version, c->rq.id, t, c->t_begin);
     slim__grpc_reply_packed(c, bytes, len);
 }
 
@@ -652,7 +619,8 @@ static const rpc RPCS[] = {
     {"RepositoryIndex", rpc_repository_index, false},
     {"RepositoryModelLoad", rpc_load, false},
     {"RepositoryModelUnload", rpc_unload, false},
-    {"LogSettings", rpc_log_settings, false},
+    {"LogSettings", slim__grpc_log_settings, false},
+    {"TraceSetting", slim__grpc_trace_setting, false},
     {"ModelStreamInfer", slim__grpc_stream_start, false},
 };
 

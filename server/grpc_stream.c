@@ -22,6 +22,7 @@
 #include "repository.h"
 #include "routes.h"
 #include "server.h"
+#include "trace.h"
 
 #include <grpc/byte_buffer_reader.h>
 
@@ -213,6 +214,8 @@ static void item_done(slim_server_task *t)
         return;
     }
     slim__grpc_count_success(m, &it->rq, t, it->t_begin, it->decode_ns, t_encode);
+    if (slim_server_trace_on()) /* trace extension: one branch when off */
+        slim_server_trace_request(m->name, m->version, it->rq.id, t, it->t_begin);
     size_t out_len = 0;
     uint8_t *out = wrap(2, bytes, len, &out_len);
     free(bytes);

@@ -15,7 +15,9 @@
  */
 #include "buf.h"
 #include "log.h"
+#include "outfile.h"
 
+#include <fcntl.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdatomic.h>
@@ -27,23 +29,39 @@
 
 #define LINE_MAX_BYTES 4096
 
-static slim_log_format log_format = SLIM_LOG_TEXT;
-static bool log_access = true;
+/* Every setting is read by any thread writing a line while another may
+ * change it (the logging extension): atomics, read once per line. */
+static _Atomic slim_log_format log_format = SLIM_LOG_TEXT;
+static atomic_bool log_access = true;
+static atomic_bool log_info = true, log_warnings = true, log_errors = true;
+static atomic_uint log_verbose;
+
+/* ---- where lines go ------------------------------------------------------
+ * Lines are written to out_fd: stderr until a log_file is set. Then a
+ * descriptor of our own (a dup of stderr) is pointed at the file with
+ * dup2(), which swaps it atomically under concurrent write()s: a line goes
+ * wholly to the old file or wholly to the new one, and no writer takes a
+ * lock. Back to "" points it at stderr again. */
+static atomic_int out_fd = STDERR_FILENO;
+static int own_fd = -1;                 /* under set_mu */
+static pthread_mutex_t set_mu = PTHREAD_MUTEX_INITIALIZER;
+static char log_file[1024];             /* under set_mu: "" or the full path */
+static const char *log_dir;             /* --log-dir */
 
 void slim_server_log_init(slim_log_format format, bool access)
 {
-    log_format = format;
-    log_access = access;
+    atomic_store(&log_format, format);
+    atomic_store(&log_access, access);
 }
 
 slim_log_format slim_server_log_format(void)
 {
-    return log_format;
+    return atomic_load(&log_format);
 }
 
 bool slim_server_log_access_enabled(void)
 {
-    return log_access;
+    return atomic_load(&log_access);
 }
 
 bool slim_server_log_parse_format(const char *s, slim_log_format *out)
@@ -55,6 +73,134 @@ bool slim_server_log_parse_format(const char *s, slim_log_format *out)
     else
         return false;
     return true;
+}
+
+/* ---- run-time settings (the logging extension) -------------------------- */
+
+const char *slim_server_log_format_name(slim_log_format f)
+{
+    return f == SLIM_LOG_JSON ? "json" : f == SLIM_LOG_ISO8601 ? "ISO8601" : "default";
+}
+
+void slim_server_log_set_dir(const char *dir)
+{
+    log_dir = dir;
+}
+
+void slim_server_log_settings_get(slim_server_log_settings *out)
+{
+    pthread_mutex_lock(&set_mu);
+    snprintf(out->file, sizeof(out->file), "%s", log_file);
+    pthread_mutex_unlock(&set_mu);
+    out->info = atomic_load(&log_info);
+    out->warnings = atomic_load(&log_warnings);
+    out->errors = atomic_load(&log_errors);
+    out->verbose_level = atomic_load(&log_verbose);
+    out->format = atomic_load(&log_format);
+}
+
+static const char *type_name(int type)
+{
+    return type == SLIM_LOG_VALUE_BOOL ? "a boolean"
+           : type == SLIM_LOG_VALUE_UINT ? "an unsigned integer" : "a string";
+}
+
+/* Checks one value; the new file, when it names one, is opened into *fd. */
+static bool check_value(const slim_server_log_value *v, slim_server_log_settings *next, int *fd,
+                        char *err, size_t cap)
+{
+    static const struct { const char *key; int type; } KEYS[] = {
+        {"log_file", SLIM_LOG_VALUE_STRING}, {"log_info", SLIM_LOG_VALUE_BOOL},
+        {"log_warnings", SLIM_LOG_VALUE_BOOL}, {"log_errors", SLIM_LOG_VALUE_BOOL},
+        {"log_verbose_level", SLIM_LOG_VALUE_UINT}, {"log_format", SLIM_LOG_VALUE_STRING}};
+    size_t k = 0;
+    while (k < sizeof(KEYS) / sizeof(KEYS[0]) && strcmp(KEYS[k].key, v->key) != 0)
+        k++;
+    if (k == sizeof(KEYS) / sizeof(KEYS[0])) {
+        snprintf(err, cap, "unknown log setting \"%.100s\" (log_file, log_info, log_warnings, "
+                 "log_errors, log_verbose_level, log_format)", v->key);
+        return false;
+    }
+    if ((int)v->type != KEYS[k].type) {
+        snprintf(err, cap, "log setting %s must be %s", v->key, type_name(KEYS[k].type));
+        return false;
+    }
+    switch (k) {
+    case 0:
+        if (*fd >= 0)
+            close(*fd);
+        *fd = -1;
+        next->file[0] = '\0';
+        if (v->s[0])
+            *fd = slim_server_outfile_open(log_dir, v->s, "log_file", next->file,
+                                           sizeof(next->file), err, cap);
+        return !v->s[0] || *fd >= 0;
+    case 1: next->info = v->b; return true;
+    case 2: next->warnings = v->b; return true;
+    case 3: next->errors = v->b; return true;
+    case 4:
+        if (v->u > 0xffffffffu) {
+            snprintf(err, cap, "log setting log_verbose_level must be an unsigned 32-bit integer");
+            return false;
+        }
+        next->verbose_level = (unsigned)v->u;
+        return true;
+    default:
+        if (strcmp(v->s, "default") == 0)
+            next->format = SLIM_LOG_TEXT;
+        else if (strcmp(v->s, "ISO8601") == 0)
+            next->format = SLIM_LOG_ISO8601;
+        else if (strcmp(v->s, "json") == 0)
+            next->format = SLIM_LOG_JSON;
+        else {
+            snprintf(err, cap, "log setting log_format \"%.100s\" is not one of \"default\", "
+                     "\"ISO8601\", \"json\"", v->s);
+            return false;
+        }
+        return true;
+    }
+}
+
+bool slim_server_log_settings_update(const slim_server_log_value *vals, size_t n, char *err,
+                                     size_t err_cap)
+{
+    pthread_mutex_lock(&set_mu);
+    slim_server_log_settings next = {.info = atomic_load(&log_info),
+                                     .warnings = atomic_load(&log_warnings),
+                                     .errors = atomic_load(&log_errors),
+                                     .verbose_level = atomic_load(&log_verbose),
+                                     .format = atomic_load(&log_format)};
+    snprintf(next.file, sizeof(next.file), "%s", log_file);
+    int fd = -1;
+    bool file_set = false, ok = true;
+    for (size_t i = 0; i < n && ok; i++) {
+        ok = check_value(&vals[i], &next, &fd, err, err_cap);
+        file_set |= strcmp(vals[i].key, "log_file") == 0;
+    }
+    if (ok && file_set) {
+        if (own_fd < 0 && fd >= 0)
+            own_fd = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
+        if (fd >= 0 && own_fd < 0) {
+            snprintf(err, err_cap, "log_file: no descriptor is free for it");
+            ok = false;
+        } else if (own_fd >= 0) {
+            /* Lines in flight finish on the old file; the next go to the new. */
+            (void)dup2(fd >= 0 ? fd : STDERR_FILENO, own_fd);
+            atomic_store_explicit(&out_fd, own_fd, memory_order_release);
+            snprintf(log_file, sizeof(log_file), "%s", next.file);
+        }
+    }
+    if (fd >= 0)
+        close(fd);
+    if (ok) {
+        atomic_store(&log_info, next.info);
+        atomic_store(&log_warnings, next.warnings);
+        atomic_store(&log_errors, next.errors);
+        atomic_store(&log_verbose, next.verbose_level);
+        atomic_store(&log_format, next.format);
+    }
+    pthread_mutex_unlock(&set_mu);
+    return ok;
 }
 
 /* ---- a line in a fixed buffer ------------------------------------------- */
@@ -141,10 +287,10 @@ static void json_string(line *l, const char *s, size_t budget)
 #define BUDGET_METHOD 40
 #define BUDGET_PATH 1024
 
-static void finish(line *l)
+static void finish(line *l, slim_log_format format)
 {
     /* The reserve is always there for the ending. */
-    if (log_format == SLIM_LOG_JSON) {
+    if (format == SLIM_LOG_JSON) {
         memcpy(l->buf + l->len, "}\n", 2);
         l->len += 2;
     } else {
@@ -154,7 +300,7 @@ static void finish(line *l)
         }
         l->buf[l->len++] = '\n';
     }
-    ssize_t w = write(STDERR_FILENO, l->buf, l->len);
+    ssize_t w = write(atomic_load_explicit(&out_fd, memory_order_acquire), l->buf, l->len);
     (void)w; /* nowhere to report a failed log write */
 }
 
@@ -187,17 +333,45 @@ static void json_begin(line *l, slim_log_level level, const char *msg, const cha
     }
 }
 
+static bool level_on(slim_log_level level)
+{
+    switch (level) {
+    case SLIM_LOG_DEBUG: return atomic_load_explicit(&log_verbose, memory_order_relaxed) >= 1;
+    case SLIM_LOG_INFO: return atomic_load_explicit(&log_info, memory_order_relaxed);
+    case SLIM_LOG_WARN: return atomic_load_explicit(&log_warnings, memory_order_relaxed);
+    default: return atomic_load_explicit(&log_errors, memory_order_relaxed);
+    }
+}
+
+/* ISO8601's prefix: "2026-11-24T10:00:00Z I " (Triton's letters). */
+static void iso_begin(line *l, slim_log_level level)
+{
+    struct timespec ts;
+    struct tm tm;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    gmtime_r(&ts.tv_sec, &tm);
+    char when[40];
+    strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%SZ", &tm);
+    static const char letter[] = {'V', 'I', 'W', 'E'};
+    printf_(l, "%s %c ", when, letter[level]);
+}
+
 void slim_server_log(slim_log_level level, const char *request_id, const char *fmt, ...)
 {
+    if (!level_on(level))
+        return;
     char msg[LINE_MAX_BYTES];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof(msg), fmt, ap);
     va_end(ap);
     line l = {.len = 0};
-    if (log_format == SLIM_LOG_JSON) {
+    slim_log_format format = atomic_load(&log_format);
+    if (format == SLIM_LOG_JSON) {
         json_begin(&l, level, msg, request_id);
     } else {
+        if (format == SLIM_LOG_ISO8601)
+            iso_begin(&l, level);
         puts_(&l, "slimserve: ");
         puts_(&l, msg);
         if (request_id) {
@@ -205,16 +379,17 @@ void slim_server_log(slim_log_level level, const char *request_id, const char *f
             puts_(&l, request_id);
         }
     }
-    finish(&l);
+    finish(&l, format);
 }
 
 void slim_server_log_access(const char *request_id, const char *method, const char *path,
                             int status, double duration_ms, size_t bytes)
 {
-    if (!log_access)
+    if (!atomic_load_explicit(&log_access, memory_order_relaxed) || !level_on(SLIM_LOG_INFO))
         return;
     line l = {.len = 0};
-    if (log_format == SLIM_LOG_JSON) {
+    slim_log_format format = atomic_load(&log_format);
+    if (format == SLIM_LOG_JSON) {
         json_begin(&l, SLIM_LOG_INFO, "request", request_id);
         puts_(&l, ",\"method\":");
         json_string(&l, method, BUDGET_METHOD);
@@ -229,10 +404,12 @@ void slim_server_log_access(const char *request_id, const char *method, const ch
         for (const char *p = path; *p && n + 1 < sizeof(safe); p++)
             safe[n++] = (unsigned char)*p < 0x20 || *p == 0x7f ? '?' : *p;
         safe[n] = '\0';
+        if (format == SLIM_LOG_ISO8601)
+            iso_begin(&l, SLIM_LOG_INFO);
         printf_(&l, "slimserve: %s %s %d %.3f ms %zu bytes request_id=%s", method, safe, status,
                 duration_ms, bytes, request_id ? request_id : "-");
     }
-    finish(&l);
+    finish(&l, format);
 }
 
 /* ---- request ids -------------------------------------------------------- */

@@ -16,6 +16,7 @@
 #include "metrics_port.h"
 #include "residency.h"
 #include "server.h"
+#include "trace.h"
 #include "version.h"
 #include "slim_init.h"
 
@@ -25,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -88,7 +90,13 @@ static void usage(FILE *f)
             "  --shutdown-grace S       on SIGTERM, running requests get S seconds to finish\n"
             "                           before they are cancelled (default 60)\n"
             "  --log-format text|json   log lines as text (default) or one JSON object each\n"
-            "  --access-log on|off      one log line per request (default on)\n");
+            "  --access-log on|off      one log line per request (default on)\n"
+            "  --log-dir DIR            the logging extension may set log_file to a file\n"
+            "                           in DIR (without it, log_file stays \"\": stderr)\n"
+            "  --trace-dir DIR          the trace extension may set trace_file to a file in\n"
+            "                           DIR (without it, nothing can be traced)\n"
+            "  --trace-max-bytes SIZE   trace lines one trace_file takes at most; then a\n"
+            "                           warning and no more (default 64M)\n");
 }
 
 static bool parse_count(const char *flag, const char *v, long long lo, long long hi,
@@ -185,6 +193,24 @@ static bool parse_memory_limit(const char *v, slim_server_opts *o)
         return false;
     }
     slim_allocator_set_limit(dev->alloc, bytes);
+    return true;
+}
+
+/* --log-dir / --trace-dir: the directory the extensions may write in. */
+static const char *trace_dir;
+static size_t trace_max_bytes;
+
+static bool dir_arg(const char *flag, const char *v)
+{
+    struct stat st;
+    if (!*v || stat(v, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        slim_server_log(SLIM_LOG_ERROR, NULL, "%s %s: not a directory", flag, v);
+        return false;
+    }
+    if (strcmp(flag, "--log-dir") == 0)
+        slim_server_log_set_dir(v);
+    else
+        trace_dir = v;
     return true;
 }
 
@@ -302,6 +328,16 @@ static int parse_args(int argc, char **argv, slim_server_opts *o)
                 return 2;
             }
             slim_server_log_init(f, slim_server_log_access_enabled());
+        } else if ((strcmp(a, "--log-dir") == 0 || strcmp(a, "--trace-dir") == 0) && v) {
+            if (!dir_arg(a, v))
+                return 2;
+        } else if (strcmp(a, "--trace-max-bytes") == 0 && v) {
+            slim_err err = {0};
+            if (!slim_parse_bytes(v, &trace_max_bytes, &err) || !trace_max_bytes) {
+                slim_server_log(SLIM_LOG_ERROR, NULL, "--trace-max-bytes: %s",
+                                err.msg[0] ? err.msg : "must be above 0");
+                return 2;
+            }
         } else if (strcmp(a, "--access-log") == 0 && v) {
             if (strcmp(v, "on") != 0 && strcmp(v, "off") != 0) {
                 slim_server_log(SLIM_LOG_ERROR, NULL, "--access-log expects on or off");
@@ -356,6 +392,7 @@ int main(int argc, char **argv)
     if (rc)
         return rc;
 
+    slim_server_trace_init(trace_dir, trace_max_bytes);
     raise_fd_limit(opts.max_connections);
     slim_server_memory_tune_heap();
 
@@ -461,6 +498,7 @@ int main(int argc, char **argv)
         _exit(0);
     }
     slim_server_grpc_free(grpc);
+    slim_server_trace_close();
     slim_server_log(SLIM_LOG_INFO, NULL, "stopped");
     return 0;
 }

@@ -13,6 +13,7 @@
  *   GET  /v2/debug/memory[?format=text]        allocator and model memory
  *   POST /v2/debug/memory/reset_peaks
  *   GET  /metrics
+ *   GET|POST /v2/logging, /v2[/models/M]/trace/setting   (routes_ext.c)
  *
  * Every failure is {"error": "..."} with Triton's status code, except that
  * an unknown model is 404 and a known one that is not ready is 503.
@@ -33,6 +34,7 @@
 #include "residency.h"
 #include "routes.h"
 #include "server.h"
+#include "trace.h"
 #include "version.h"
 
 #include <microhttpd.h>
@@ -137,12 +139,15 @@ static bool optional_body(slim_server_request *req, cJSON **out)
 static void route_server_metadata(slim_server_request *req)
 {
     static const char *extensions[] = {"binary_tensor_data", "model_repository",
-                                       "model_configuration", "parameters", "statistics"};
+                                       "model_configuration", "parameters", "statistics",
+                                       "logging", "trace"};
     cJSON *o = cJSON_CreateObject();
     if (o) {
         cJSON_AddStringToObject(o, "name", SLIM_SERVER_NAME);
         cJSON_AddStringToObject(o, "version", SLIM_SERVER_VERSION);
-        cJSON_AddItemToObject(o, "extensions", cJSON_CreateStringArray(extensions, 5));
+        cJSON_AddItemToObject(o, "extensions",
+                              cJSON_CreateStringArray(extensions, sizeof(extensions) /
+                                                                  sizeof(extensions[0])));
     }
     slim_server_reply_json(&req->reply, 200, o);
 }
@@ -557,6 +562,9 @@ void slim_server_infer_finish(slim_server_request *req)
     atomic_fetch_add(&st->output_ns,
                      (uint64_t)(t->output_ns + slim_server_now_ns() - t_encode));
     slim_server_stats_touch(st);
+    if (slim_server_trace_on()) /* trace extension: one branch when off */
+        slim_server_trace_request(m->name, m->version, req->infer.id ? req->infer.id : req->id,
+                                  t, req->t_begin);
 }
 
 /* /v2/models/M[/versions/V][/ready|/config|/infer] */
@@ -663,8 +671,24 @@ void slim_server_route(slim_server_request *req)
             slim_server_stats_route(req, NULL, -1);
         return;
     }
+    if (p.n == 5 && strcmp(p.seg[1], "models") == 0 && strcmp(p.seg[3], "trace") == 0 &&
+        strcmp(p.seg[4], "setting") == 0) {
+        if (method_ok(req, is_post(req)))
+            slim_server_route_trace(req, p.seg[2], is_post(req));
+        return;
+    }
     if (p.n >= 3 && strcmp(p.seg[1], "models") == 0) {
         route_model(req, &p);
+        return;
+    }
+    if ((p.n == 2 && strcmp(p.seg[1], "logging") == 0) ||
+        (p.n == 3 && strcmp(p.seg[1], "trace") == 0 && strcmp(p.seg[2], "setting") == 0)) {
+        if (!method_ok(req, is_post(req)))
+            return;
+        if (p.n == 2)
+            slim_server_route_logging(req, is_post(req));
+        else
+            slim_server_route_trace(req, NULL, is_post(req));
         return;
     }
     if (p.n == 3 && strcmp(p.seg[1], "repository") == 0 && strcmp(p.seg[2], "index") == 0) {

@@ -29,6 +29,10 @@ bool slim_server_socket_gone(int fd);
 /* Queues a decoded request on its model; answers 503 when the queue is
  * full. The connection may already be suspended (admission.c). */
 void slim_server_infer_submit(slim_server_request *req);
+/* routes_ext.c: GET (post false) or POST /v2/logging, and
+ * /v2[/models/M]/trace/setting (model NULL: the global settings). */
+void slim_server_route_logging(slim_server_request *req, bool post);
+void slim_server_route_trace(slim_server_request *req, const char *model, bool post);
 /* Counts a failed request of model m under reason `why`. */
 void slim_server_count_failure(const slim_server_model *m, slim_server_failure why,
                                int64_t t_begin);
