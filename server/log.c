@@ -186,6 +186,7 @@ bool slim_server_log_settings_update(const slim_server_log_value *vals, size_t n
         } else if (own_fd >= 0) {
             /* Lines in flight finish on the old file; the next go to the new. */
             (void)dup2(fd >= 0 ? fd : STDERR_FILENO, own_fd);
+            (void)fcntl(own_fd, F_SETFD, FD_CLOEXEC); /* dup2 clears it */
             atomic_store_explicit(&out_fd, own_fd, memory_order_release);
             snprintf(log_file, sizeof(log_file), "%s", next.file);
         }
