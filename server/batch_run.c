@@ -323,6 +323,7 @@ static slim_status run_once(slim_server_batcher *b, slim_server_task **ts, int n
             ts[k]->input_ns = t_run - t0;
             ts[k]->infer_ns = t_split - t_run;
             ts[k]->output_ns = t_end - t_split;
+            ts[k]->run_ns = t0; /* trace.c's COMPUTE_START */
         }
     }
     record_run(b, ts[0]->shape, rows, n, s);

@@ -56,6 +56,7 @@ typedef struct slim_server_task {
     int n_outputs;
     int64_t t_queued, t_started, t_done;
     int64_t input_ns, infer_ns, output_ns; /* phases of the run that answered it */
+    int64_t run_ns;                 /* that run's start (slim_server_now_ns; the trace extension) */
     /* called by the instance once the task is done; must not block */
     void (*done)(struct slim_server_task *t);
     void *user;

@@ -1,10 +1,11 @@
 /*
  * trace.c - the trace extension's settings and trace lines (trace.h).
  *
- * Cost when off: slim_server_trace_on() is one relaxed load, and nothing
- * in the queue or the run changes: the timestamps come from what the
- * batcher already records for statistics (t_queued, t_started, the run's
- * phases, t_done), read once the request is answered. When on, a request
+ * Cost when off: slim_server_trace_on() is one relaxed load where a
+ * request is answered, and the run stores its start time (one store per
+ * request): the timestamps come from what the batcher records anyway for
+ * the statistics extension (t_queued, the run's phases), read once the
+ * request is answered. When on, a request
  * takes mu to count itself and, when sampled, writes one line under it:
  * tracing is a diagnosis tool, and sampled lines are rare.
  *
@@ -128,8 +129,10 @@ static bool parse_int(const char *s, int64_t lo, int64_t *out)
 {
     char *end;
     errno = 0;
+    if (!((s[0] >= '0' && s[0] <= '9') || s[0] == '-')) /* strtoll takes " 5", "+5" */
+        return false;
     long long v = strtoll(s, &end, 10);
-    if (!*s || *end || errno || v < lo || v > INT32_MAX || s[0] == '+' || s[0] == ' ')
+    if (*end || errno || v < lo || v > INT32_MAX)
         return false;
     *out = v;
     return true;
@@ -338,9 +341,10 @@ static void put_ts(slim_server_buf *b, const char *name, int64_t ns, bool first)
                            ns);
 }
 
-/* The line: the batcher's monotonic microseconds and phase nanoseconds
- * made epoch nanoseconds, each clamped to the one before (the phases are
- * measured apart from t_started and t_done, a microsecond apart at most). */
+/* The line: the batcher's clock (monotonic) made epoch nanoseconds.
+ * The run's phases are nanoseconds from its start; the arrival and the
+ * queueing are microseconds, so each timestamp is clamped to the one
+ * before it (a microsecond's rounding must not read as time going back). */
 static void format_line(slim_server_buf *b, const char *model, int64_t version,
                         const char *request_id, const slim_server_task *t, int64_t t_begin_us)
 {
@@ -351,19 +355,14 @@ static void format_line(slim_server_buf *b, const char *model, int64_t version,
     int64_t ts[7];
     ts[0] = t_begin_us * 1000;
     ts[1] = t->t_queued * 1000;
-    ts[2] = t->t_started * 1000;
-    int64_t end = t->t_done * 1000;
+    ts[2] = t->run_ns ? t->run_ns : t->t_started * 1000;
     ts[3] = ts[2] + t->input_ns;
     ts[4] = ts[3] + t->infer_ns;
-    ts[5] = end;
+    ts[5] = ts[4] + t->output_ns;
     ts[6] = now;
     for (int i = 1; i < 7; i++)
         if (ts[i] < ts[i - 1])
             ts[i] = ts[i - 1];
-    if (ts[3] > end && end >= ts[2])
-        ts[3] = end;
-    if (ts[4] > end && end >= ts[3])
-        ts[4] = end;
     static const char *const NAME[7] = {"REQUEST_START", "QUEUE_START", "COMPUTE_START",
                                         "COMPUTE_INPUT_END", "COMPUTE_OUTPUT_START",
                                         "COMPUTE_END", "REQUEST_END"};
