@@ -8,6 +8,7 @@
 #include "inference.pb-c.h"
 #include "log.h"
 #include "repository.h"
+#include "server.h"
 #include "trace.h"
 
 #include <stdio.h>
@@ -122,13 +123,17 @@ void slim__grpc_trace_setting(slim__grpc_call *c)
     if (!q)
         return;
     const char *model = q->model_name && *q->model_name ? q->model_name : NULL;
-    if (model) { /* as HTTP: a model the server does not know is refused */
-        slim_server_model *m = slim__grpc_acquire(c, model, "");
-        if (!m) {
+    if (model) { /* as HTTP: a model the repository does not have is refused */
+        int status = 404;
+        char msg[1200];
+        slim_server_model *m = slim_server_repo_acquire(&c->g->srv->repo, model, -1, &status,
+                                                        msg, sizeof(msg));
+        slim_server_model_release(m);
+        if (!m && status == 404) {
             inference__trace_setting_request__free_unpacked(q, NULL);
+            slim__grpc_fail(c, GRPC_STATUS_NOT_FOUND, "%s", msg);
             return;
         }
-        slim_server_model_release(m);
     }
     char err[600] = "";
     bool ok = q->n_settings <= MAX_SETTINGS;

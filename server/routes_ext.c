@@ -151,16 +151,18 @@ static bool trace_value(const cJSON *e, const char *vals[MAX_SETTINGS], char num
 
 void slim_server_route_trace(slim_server_request *req, const char *model, bool post)
 {
-    if (model) { /* settings of a model the server does not know are refused */
+    /* Settings of a model the repository does not have are refused; one
+     * that is not loaded now (unloaded, not resident) may have them. */
+    if (model) {
         int status = 404;
         char msg[1200];
         slim_server_model *m = slim_server_repo_acquire(&req->srv->repo, model, -1, &status,
                                                         msg, sizeof(msg));
-        if (!m) {
-            slim_server_reply_error(&req->reply, status, "%s", msg);
+        slim_server_model_release(m);
+        if (!m && status == 404) {
+            slim_server_reply_error(&req->reply, 404, "%s", msg);
             return;
         }
-        slim_server_model_release(m);
     }
     if (!post) {
         reply_trace_settings(req, model);

@@ -210,6 +210,14 @@ class Tests:
         self.http.update_trace_settings("a", {"trace_rate": "9"})
         status, body = self.raw.json("POST", "/v2/models/a/trace/setting", {})
         check(status == 200 and body["trace_rate"] == "5", f"POST {{}} {status} {body}")
+        # a model of the repository that is not loaded may have settings
+        self.http.unload_model("b")
+        m = self.http.update_trace_settings("b", {"trace_rate": "4"})
+        check(m["trace_rate"] == "4", f"unloaded b {m}")
+        g = settings_of(self.grpc.update_trace_settings("b", {"trace_rate": "6"}))
+        check(g["trace_rate"] == ["6"], f"unloaded b over grpc {g}")
+        self.http.load_model("b")
+        self.raw.json("POST", "/v2/models/b/trace/setting", {})
         self.set_global(trace_rate=None, trace_count=None, trace_file=None)
         check(self.http.get_trace_settings()["trace_rate"] == "1000", "global clear: default")
 
