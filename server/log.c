@@ -105,9 +105,10 @@ static const char *type_name(int type)
            : type == SLIM_LOG_VALUE_UINT ? "an unsigned integer" : "a string";
 }
 
-/* Checks one value; the new file, when it names one, is opened into *fd. */
-static bool check_value(const slim_server_log_value *v, slim_server_log_settings *next, int *fd,
-                        char *err, size_t cap)
+/* Checks one value into next; a log_file's name is kept in *file (it is
+ * opened once every value has passed, so a refused update creates no file). */
+static bool check_value(const slim_server_log_value *v, slim_server_log_settings *next,
+                        const char **file, char *err, size_t cap)
 {
     static const struct { const char *key; int type; } KEYS[] = {
         {"log_file", SLIM_LOG_VALUE_STRING}, {"log_info", SLIM_LOG_VALUE_BOOL},
@@ -127,14 +128,10 @@ static bool check_value(const slim_server_log_value *v, slim_server_log_settings
     }
     switch (k) {
     case 0:
-        if (*fd >= 0)
-            close(*fd);
-        *fd = -1;
+        *file = v->s;
         next->file[0] = '\0';
-        if (v->s[0])
-            *fd = slim_server_outfile_open(log_dir, v->s, "log_file", next->file,
-                                           sizeof(next->file), err, cap);
-        return !v->s[0] || *fd >= 0;
+        return !v->s[0] || slim_server_outfile_check(log_dir, v->s, "log_file", next->file,
+                                                     sizeof(next->file), err, cap);
     case 1: next->info = v->b; return true;
     case 2: next->warnings = v->b; return true;
     case 3: next->errors = v->b; return true;
@@ -172,12 +169,16 @@ bool slim_server_log_settings_update(const slim_server_log_value *vals, size_t n
                                      .format = atomic_load(&log_format)};
     snprintf(next.file, sizeof(next.file), "%s", log_file);
     int fd = -1;
-    bool file_set = false, ok = true;
-    for (size_t i = 0; i < n && ok; i++) {
-        ok = check_value(&vals[i], &next, &fd, err, err_cap);
-        file_set |= strcmp(vals[i].key, "log_file") == 0;
+    const char *file = NULL;
+    bool ok = true;
+    for (size_t i = 0; i < n && ok; i++)
+        ok = check_value(&vals[i], &next, &file, err, err_cap);
+    if (ok && file && file[0]) {
+        fd = slim_server_outfile_open(log_dir, file, "log_file", next.file, sizeof(next.file),
+                                      err, err_cap);
+        ok = fd >= 0;
     }
-    if (ok && file_set) {
+    if (ok && file) {
         if (own_fd < 0 && fd >= 0)
             own_fd = fcntl(STDERR_FILENO, F_DUPFD_CLOEXEC, 3);
         if (fd >= 0 && own_fd < 0) {

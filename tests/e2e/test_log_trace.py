@@ -165,7 +165,8 @@ class Tests:
                            ({"log_file": "/tmp/escape.log"}, "log_file"),
                            ({"log_file": "sub/x.log"}, "log_file"),
                            ({"nope": True}, "nope"),
-                           ({"log_verbose_level": 3, "log_format": "xml"}, "log_format")):
+                           ({"log_verbose_level": 3, "log_format": "xml"}, "log_format"),
+                           ({"log_file": "never.log", "log_format": "xml"}, "log_format")):
             error_of(*self.raw.json("POST", "/v2/logging", body), 400, word)
         error_of(*self.raw.json("POST", "/v2/logging", b"[1]"), 400, "object")
         error_of(*self.raw.json("POST", "/v2/logging", b"{"), 400)
@@ -176,6 +177,8 @@ class Tests:
                    "INVALID_ARGUMENT", "log_file")
         check(self.http.get_log_settings() == before, "a refused update changed something")
         check(not os.path.exists(os.path.join(self.workdir, "escape.log")), "wrote outside")
+        check(not os.path.exists(os.path.join(self.log_dir, "never.log")),
+              "a refused update created its log_file")
 
     # ---- trace settings ---------------------------------------------------
 
