@@ -118,6 +118,13 @@ ProtobufCMessage *slim__grpc_unpack(slim__grpc_call *c, const ProtobufCMessageDe
 void slim__grpc_model_metadata(slim__grpc_call *c);
 void slim__grpc_model_config(slim__grpc_call *c);
 void slim__grpc_model_statistics(slim__grpc_call *c);
+/* The shared-memory RPCs of grpc_shm.c. */
+void slim__grpc_shm_system_status(slim__grpc_call *c);
+void slim__grpc_shm_system_register(slim__grpc_call *c);
+void slim__grpc_shm_system_unregister(slim__grpc_call *c);
+void slim__grpc_shm_cuda_status(slim__grpc_call *c);
+void slim__grpc_shm_cuda_register(slim__grpc_call *c);
+void slim__grpc_shm_cuda_unregister(slim__grpc_call *c);
 
 /* ---- ModelStreamInfer (grpc_stream.c) ---- */
 /* Takes call c over as a stream, its first message in c->recv (counted in
