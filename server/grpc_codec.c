@@ -307,13 +307,9 @@ slim_status slim_server_grpc_infer_encode(const slim_server_infer *rq, const sli
         if (rq->outputs[i].index >= n_outs)
             return slim_errf(err, SLIM_EINTERNAL, "the model returned %d outputs, expected %d",
                              n_outs, m->cfg.n_outputs);
-    for (int i = 0; i < rq->n_outputs; i++) { /* those in shared memory first */
-        const slim_server_out_req *o = &rq->outputs[i];
-        slim_status s = o->shm ? slim_server_shm_output(o->shm, &outs[o->index],
-                                                        m->cfg.outputs[o->index].name, err) : 0;
-        if (s != SLIM_OK)
-            return s;
-    }
+    slim_status ws = slim_server_shm_outputs_write(rq, m, outs, err); /* before the reply */
+    if (ws != SLIM_OK)
+        return ws;
     int n = rq->n_outputs, n_raw = 0;
     Inference__ModelInferResponse resp = INFERENCE__MODEL_INFER_RESPONSE__INIT;
     Inference__ModelInferResponse__InferOutputTensor *tens = calloc((size_t)(n ? n : 1), sizeof(*tens));

@@ -724,13 +724,9 @@ slim_status slim_server_infer_encode(const slim_server_infer *rq, const slim_ser
                          "over the limit of %zu bytes (--max-response-bytes); ask for fewer "
                          "elements%s", m->name, bound, rq->max_reply_bytes,
                          slim_server_infer_any_json(rq) ? ", or for binary outputs" : "");
-    for (int i = 0; i < rq->n_outputs; i++) { /* before any of the reply is built */
-        const slim_server_out_req *o = &rq->outputs[i];
-        slim_status s = o->shm ? slim_server_shm_output(o->shm, &outs[o->index],
-                                                        m->cfg.outputs[o->index].name, err) : 0;
-        if (s != SLIM_OK)
-            return s;
-    }
+    slim_status ws = slim_server_shm_outputs_write(rq, m, outs, err); /* before the reply */
+    if (ws != SLIM_OK)
+        return ws;
     slim_server_buf b = {0};
     slim_server_reply_part *parts = calloc((size_t)(rq->n_outputs ? rq->n_outputs : 1),
                                            sizeof(*parts));

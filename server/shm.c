@@ -446,14 +446,19 @@ void slim_server_shm_spans_free(slim_server_shm_span *list)
 slim_status slim_server_shm_input(const slim_server_shm_span *span, slim_tensor *t,
                                   const char *name, slim_err *err)
 {
-    size_t need = slim_tensor_nbytes(t);
-    if (span->size != need) {
+    /* In a double: the dims are the client's (up to 10^12 each), and their
+     * product may not fit an int64. */
+    double bytes = (double)slim_dtype_size(t->dtype);
+    for (int d = 0; d < t->ndim; d++)
+        bytes *= (double)t->dims[d];
+    if (bytes != (double)span->size) {
         char shape[128];
         slim_shape_str(t->ndim, t->dims, shape, sizeof(shape));
         return slim_errf(err, SLIM_EINVAL, "input '%s': shared_memory_byte_size is %llu bytes "
-                         "but shape %s needs %zu", name, (unsigned long long)span->size, shape,
-                         need);
+                         "but shape %s needs %.0f", name, (unsigned long long)span->size, shape,
+                         bytes);
     }
+    size_t need = (size_t)span->size;
     const shm_region *r = span->region;
     if (r->kind == SLIM_SHM_SYSTEM && (uintptr_t)span->ptr % SHM_IN_PLACE_ALIGN == 0) {
         t->data = need ? span->ptr : NULL;

@@ -146,6 +146,10 @@ slim_status slim_server_shm_output_take(slim_server_infer *rq, const slim_server
 slim_status slim_server_shm_output_param(slim_server_infer *rq, const slim_server_model *m,
                                          const cJSON *params, int idx,
                                          slim_server_shm_span **out, slim_err *err);
+/* Writes every output of rq that names a region into it (outs: the
+ * model's outputs; the codecs checked there are enough of them). */
+slim_status slim_server_shm_outputs_write(const slim_server_infer *rq, const slim_server_model *m,
+                                          const slim_tensor *outs, slim_err *err);
 /* An output's "parameters" in the JSON reply, once it is in the region:
  * the region's name, offset (when not 0) and the bytes written. */
 void slim_server_shm_output_json(slim_server_buf *b, const slim_server_shm_span *span,

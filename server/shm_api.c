@@ -277,3 +277,17 @@ void slim_server_shm_output_json(slim_server_buf *b, const slim_server_shm_span 
                                (unsigned long long)span->offset);
     slim_server_buf_printf(b, ",\"shared_memory_byte_size\":%zu}}", slim_tensor_nbytes(t));
 }
+
+slim_status slim_server_shm_outputs_write(const slim_server_infer *rq, const slim_server_model *m,
+                                          const slim_tensor *outs, slim_err *err)
+{
+    for (int i = 0; i < rq->n_outputs; i++) {
+        const slim_server_out_req *o = &rq->outputs[i];
+        slim_status s = o->shm ? slim_server_shm_output(o->shm, &outs[o->index],
+                                                        m->cfg.outputs[o->index].name, err)
+                               : SLIM_OK;
+        if (s != SLIM_OK)
+            return s;
+    }
+    return SLIM_OK;
+}
