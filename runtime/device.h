@@ -55,13 +55,21 @@ typedef struct slim_backend_iface {
      * NULL: a host-kind device (the CPU backend's) whose caching allocator
      * the outputs of its D2H copies come from (executor.c). */
     struct slim_device *pinned_host;
+    /* Optional (NULL: not offered): maps another process's device buffer
+     * from its IPC handle (a cudaIpcMemHandle_t, handle_len bytes) into
+     * this process; *ptr gets its device address. ipc_close unmaps it. The
+     * server's cuda_shared_memory regions (server/shm.c) come from here. */
+    slim_status (*ipc_open)(struct slim_device *dev, const void *handle, size_t handle_len,
+                            void **ptr, slim_err *err);
+    void (*ipc_close)(struct slim_device *dev, void *ptr);
 } slim_backend_iface;
 
 /* 2: slim_tensor gained kind (sequences and optionals, container.h)
  * 3: pinned_host
  * 4: the CPU has a backend too; slim_op_ctx carries row_invariant and
- *    fp32_strict (runtime/op.h) */
-#define SLIM_BACKEND_ABI 4
+ *    fp32_strict (runtime/op.h)
+ * 5: ipc_open, ipc_close (CUDA shared memory) */
+#define SLIM_BACKEND_ABI 5
 
 typedef struct slim_device {
     const char *name;           /* "cpu", "cuda:0" */

@@ -69,6 +69,7 @@ struct MHD_Response *slim_server_reply_response(slim_server_reply *r);
 typedef struct slim_server_out_req {
     int index;                  /* the model output's index */
     bool binary;
+    struct slim_server_shm_span *shm; /* written into this region (shm.h); NULL: in the reply */
 } slim_server_out_req;
 
 typedef struct slim_server_infer {
@@ -81,6 +82,7 @@ typedef struct slim_server_infer {
     int64_t batch;              /* for inference_count: 1 when not batching */
     int64_t timeout_us;         /* "parameters": {"timeout": us}; 0: not given */
     size_t max_reply_bytes;     /* --max-response-bytes (0: none), set by admission.c */
+    struct slim_server_shm_span *shm; /* the shared memory the request uses, held until freed */
 } slim_server_infer;
 
 /* Parses a request body's JSON strictly (cJSON alone is lenient): only

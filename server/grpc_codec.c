@@ -15,6 +15,7 @@
 #include "grpc.h"
 #include "inference.pb-c.h"
 #include "repository.h"
+#include "shm.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,8 +62,49 @@ static void contents_store(const contents *c, slim_tensor *t, size_t i)
     }
 }
 
-static slim_status decode_input(const infer_req *msg, size_t k, const slim_server_model *m,
-                                slim_server_infer *rq, slim_err *err)
+/* A parameter of a map, or NULL. */
+static const Inference__InferParameter *param(Inference__ModelInferRequest__ParametersEntry **ps,
+                                              size_t n, const char *key)
+{
+    for (size_t i = 0; i < n; i++)
+        if (ps[i]->key && strcmp(ps[i]->key, key) == 0)
+            return ps[i]->value;
+    return NULL;
+}
+
+/* The shared-memory parameters of an input's or output's map (the maps
+ * of inputs, outputs and the request share one layout). */
+static slim_status shm_params(Inference__ModelInferRequest__ParametersEntry **ps, size_t n,
+                              const char *what, const char *name, slim_server_shm_params *p,
+                              slim_err *err)
+{
+    static const char *keys[2] = {"shared_memory_offset", "shared_memory_byte_size"};
+    int64_t *vals[2] = {&p->offset, &p->byte_size};
+    bool *has[2] = {&p->has_offset, &p->has_size};
+    memset(p, 0, sizeof(*p));
+    const Inference__InferParameter *r = param(ps, n, "shared_memory_region");
+    if (r && r->parameter_choice_case != INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_STRING_PARAM)
+        return slim_errf(err, SLIM_EINVAL, "%s '%s': \"shared_memory_region\" must be a "
+                         "string_param", what, name);
+    p->region = r ? r->string_param : NULL;
+    for (int i = 0; i < 2; i++) {
+        const Inference__InferParameter *v = param(ps, n, keys[i]);
+        if (!v)
+            continue;
+        bool is_int = v->parameter_choice_case == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+        bool is_uint = v->parameter_choice_case == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM;
+        *vals[i] = is_int ? v->int64_param : is_uint && v->uint64_param <= (uint64_t)INT64_MAX
+                                                 ? (int64_t)v->uint64_param : -1;
+        if (*vals[i] < 0)
+            return slim_errf(err, SLIM_EINVAL, "%s '%s': \"%s\" must be a whole number of "
+                             "bytes, 0 or more", what, name, keys[i]);
+        *has[i] = true;
+    }
+    return SLIM_OK;
+}
+
+static slim_status decode_input(const infer_req *msg, size_t k, size_t *raw_k,
+                                const slim_server_model *m, slim_server_infer *rq, slim_err *err)
 {
     const infer_in *in = msg->inputs[k];
     const char *name = in->name;
@@ -91,8 +133,20 @@ static slim_status decode_input(const infer_req *msg, size_t k, const slim_serve
     char shape[128];
     slim_shape_str(t->ndim, t->dims, shape, sizeof(shape));
     size_t need = numel <= 1e15 ? (size_t)numel * slim_dtype_size(dt) : SIZE_MAX;
-    if (msg->n_raw_input_contents) {
-        const ProtobufCBinaryData *raw = &msg->raw_input_contents[k];
+    slim_server_shm_params shm;
+    bool in_shm;
+    if ((s = shm_params((Inference__ModelInferRequest__ParametersEntry **)in->parameters,
+                        in->n_parameters, "input", name, &shm, err)) != SLIM_OK ||
+        (s = slim_server_shm_input_take(rq, &shm, in->contents != NULL, t, name, &in_shm,
+                                        err)) != SLIM_OK)
+        return s;
+    if (in_shm) {
+        /* read in place from the region, or copied from it (shm.c) */
+    } else if (msg->n_raw_input_contents) {
+        if (*raw_k >= msg->n_raw_input_contents)
+            return slim_errf(err, SLIM_EINVAL, "input '%s': the request has only %zu "
+                             "raw_input_contents", name, msg->n_raw_input_contents);
+        const ProtobufCBinaryData *raw = &msg->raw_input_contents[(*raw_k)++];
         if (in->contents)
             return slim_errf(err, SLIM_EINVAL, "input '%s' has both contents and "
                              "raw_input_contents", name);
@@ -124,16 +178,6 @@ static slim_status decode_input(const infer_req *msg, size_t k, const slim_serve
     return SLIM_OK;
 }
 
-/* A parameter of a map, or NULL. */
-static const Inference__InferParameter *param(Inference__ModelInferRequest__ParametersEntry **ps,
-                                              size_t n, const char *key)
-{
-    for (size_t i = 0; i < n; i++)
-        if (ps[i]->key && strcmp(ps[i]->key, key) == 0)
-            return ps[i]->value;
-    return NULL;
-}
-
 static slim_status decode_outputs(const infer_req *msg, const slim_server_model *m,
                                   slim_server_infer *rq, slim_err *err)
 {
@@ -161,7 +205,14 @@ static slim_status decode_outputs(const infer_req *msg, const slim_server_model 
             if (rq->outputs[i].index == idx)
                 return slim_errf(err, SLIM_EINVAL, "output '%s' is requested more than once",
                                  o->name);
-        rq->outputs[rq->n_outputs++] = (slim_server_out_req){.index = idx, .binary = true};
+        slim_server_shm_params shm;
+        slim_server_shm_span *span = NULL;
+        slim_status s = shm_params((Inference__ModelInferRequest__ParametersEntry **)o->parameters,
+                                   o->n_parameters, "output", o->name, &shm, err);
+        if (s != SLIM_OK || (s = slim_server_shm_output_take(rq, m, idx, &shm, &span, err)))
+            return s;
+        rq->outputs[rq->n_outputs++] = (slim_server_out_req){.index = idx, .binary = true,
+                                                             .shm = span};
     }
     return SLIM_OK;
 }
@@ -186,19 +237,20 @@ static slim_status decode_msg(const infer_req *msg, const slim_server_model *m,
     if (msg->n_inputs > (size_t)m->cfg.n_inputs)
         return slim_errf(err, SLIM_EINVAL, "expected %d inputs but got %zu inputs for model '%s'",
                          m->cfg.n_inputs, msg->n_inputs, m->name);
-    if (msg->n_raw_input_contents && msg->n_raw_input_contents != msg->n_inputs)
-        return slim_errf(err, SLIM_EINVAL, "the request has %zu raw_input_contents for %zu "
-                         "inputs; give every input's bytes, or none", msg->n_raw_input_contents,
-                         msg->n_inputs);
-    size_t n = msg->n_inputs ? msg->n_inputs : 1;
+    size_t n = msg->n_inputs ? msg->n_inputs : 1, raw_k = 0;
     rq->names = calloc(n, sizeof(*rq->names));
     rq->inputs = calloc(n, sizeof(*rq->inputs));
     if (!rq->names || !rq->inputs)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
     slim_status s;
     for (size_t k = 0; k < msg->n_inputs; k++)
-        if ((s = decode_input(msg, k, m, rq, err)) != SLIM_OK)
+        if ((s = decode_input(msg, k, &raw_k, m, rq, err)) != SLIM_OK)
             return s;
+    /* One raw_input_contents per input not in shared memory, in order. */
+    if (raw_k != msg->n_raw_input_contents)
+        return slim_errf(err, SLIM_EINVAL, "the request has %zu raw_input_contents for %zu "
+                         "inputs that are not in shared memory; give every such input's bytes, "
+                         "or none", msg->n_raw_input_contents, raw_k);
     for (int i = 0; i < m->cfg.n_inputs; i++) {
         bool given = false;
         for (int j = 0; j < rq->n_inputs && !given; j++)
@@ -255,7 +307,10 @@ slim_status slim_server_grpc_infer_encode(const slim_server_infer *rq, const sli
         if (rq->outputs[i].index >= n_outs)
             return slim_errf(err, SLIM_EINTERNAL, "the model returned %d outputs, expected %d",
                              n_outs, m->cfg.n_outputs);
-    int n = rq->n_outputs;
+    slim_status ws = slim_server_shm_outputs_write(rq, m, outs, err); /* before the reply */
+    if (ws != SLIM_OK)
+        return ws;
+    int n = rq->n_outputs, n_raw = 0;
     Inference__ModelInferResponse resp = INFERENCE__MODEL_INFER_RESPONSE__INIT;
     Inference__ModelInferResponse__InferOutputTensor *tens = calloc((size_t)(n ? n : 1), sizeof(*tens));
     Inference__ModelInferResponse__InferOutputTensor **ptrs = calloc((size_t)(n ? n : 1), sizeof(*ptrs));
@@ -282,13 +337,18 @@ slim_status slim_server_grpc_infer_encode(const slim_server_infer *rq, const sli
         for (int d = 0; d < t->ndim; d++)
             tens[i].shape[d] = t->dims[d];
         ptrs[i] = &tens[i];
-        /* Packed straight from the output's buffer: one copy, into the message. */
+        /* Packed straight from the output's buffer: one copy, into the message.
+         * One in shared memory has none: an empty entry keeps the others'
+         * places (raw i is output i), and none trails the last. */
+        if (rq->outputs[i].shm)
+            continue;
         raw[i].data = t->data;
         raw[i].len = slim_tensor_nbytes(t);
+        n_raw = i + 1;
     }
     resp.n_outputs = (size_t)n;
     resp.outputs = ptrs;
-    resp.n_raw_output_contents = (size_t)n;
+    resp.n_raw_output_contents = (size_t)n_raw;
     resp.raw_output_contents = raw;
     size_t size = inference__model_infer_response__get_packed_size(&resp);
     if (rq->max_reply_bytes && size > rq->max_reply_bytes) {

@@ -121,6 +121,13 @@ void slim__grpc_model_statistics(slim__grpc_call *c);
 /* The RPCs of grpc_ext.c: the logging and trace extensions. */
 void slim__grpc_log_settings(slim__grpc_call *c);
 void slim__grpc_trace_setting(slim__grpc_call *c);
+/* The shared-memory RPCs of grpc_shm.c. */
+void slim__grpc_shm_system_status(slim__grpc_call *c);
+void slim__grpc_shm_system_register(slim__grpc_call *c);
+void slim__grpc_shm_system_unregister(slim__grpc_call *c);
+void slim__grpc_shm_cuda_status(slim__grpc_call *c);
+void slim__grpc_shm_cuda_register(slim__grpc_call *c);
+void slim__grpc_shm_cuda_unregister(slim__grpc_call *c);
 
 /* ---- ModelStreamInfer (grpc_stream.c) ---- */
 /* Takes call c over as a stream, its first message in c->recv (counted in

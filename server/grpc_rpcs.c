@@ -20,6 +20,7 @@
 #include "routes.h"
 #include "server.h"
 #include "trace.h"
+#include "shm.h"
 #include "version.h"
 
 #include <grpc/support/time.h>
@@ -126,13 +127,14 @@ static void rpc_model_ready(slim__grpc_call *c)
 
 static void rpc_server_metadata(slim__grpc_call *c)
 {
-    static char *extensions[] = {"binary_tensor_data", "model_repository",
-                                 "model_configuration", "parameters", "statistics",
-                                 "logging", "trace"};
+    char *extensions[16] = {"binary_tensor_data", "model_repository",
+                            "model_configuration", "parameters", "statistics",
+                            "logging", "trace"};
     Inference__ServerMetadataResponse r = INFERENCE__SERVER_METADATA_RESPONSE__INIT;
     r.name = SLIM_SERVER_NAME;
     r.version = SLIM_SERVER_VERSION;
-    r.n_extensions = sizeof(extensions) / sizeof(extensions[0]);
+    r.n_extensions = 7;
+    r.n_extensions += (size_t)slim_server_shm_extension_names((const char **)extensions + r.n_extensions);
     r.extensions = extensions;
     slim__grpc_reply(c, &r.base);
 }
@@ -622,6 +624,12 @@ static const rpc RPCS[] = {
     {"LogSettings", slim__grpc_log_settings, false},
     {"TraceSetting", slim__grpc_trace_setting, false},
     {"ModelStreamInfer", slim__grpc_stream_start, false},
+    {"SystemSharedMemoryStatus", slim__grpc_shm_system_status, false},
+    {"SystemSharedMemoryRegister", slim__grpc_shm_system_register, false},
+    {"SystemSharedMemoryUnregister", slim__grpc_shm_system_unregister, false},
+    {"CudaSharedMemoryStatus", slim__grpc_shm_cuda_status, false},
+    {"CudaSharedMemoryRegister", slim__grpc_shm_cuda_register, false},
+    {"CudaSharedMemoryUnregister", slim__grpc_shm_cuda_unregister, false},
 };
 
 void slim__grpc_dispatch(slim__grpc_call *c)

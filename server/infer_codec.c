@@ -20,6 +20,7 @@
 #include "config.h"
 #include "device.h"
 #include "repository.h"
+#include "shm.h"
 
 #include <math.h>
 #include <stdint.h>
@@ -399,7 +400,10 @@ static slim_status decode_input(const cJSON *in, const slim_server_model *m, bin
     const cJSON *jsize = cJSON_IsObject(jparams)
                              ? cJSON_GetObjectItemCaseSensitive(jparams, "binary_data_size") : NULL;
     int64_t size;
-    if (jsize) {
+    bool in_shm;
+    if ((s = slim_server_shm_input_json(rq, jparams, jsize || jdata, t, name, &in_shm, err)))
+        return s;
+    if (!in_shm && jsize) { /* (from shared memory: read in place or copied, shm.c) */
         if (!json_integer(jsize, 0, 1e18, &size))
             return slim_errf(err, SLIM_EINVAL, "input '%s': binary_data_size must be a byte count "
                              "(a whole number)", name);
@@ -422,7 +426,7 @@ static slim_status decode_input(const cJSON *in, const slim_server_model *m, bin
         if (need)
             memcpy(t->data, bin->data + bin->pos, need);
         bin->pos += need;
-    } else {
+    } else if (!in_shm) {
         if (!jdata)
             return slim_errf(err, SLIM_EINVAL, "input '%s': \"data\" is required (or binary_data_size)",
                              name);
@@ -495,8 +499,12 @@ static slim_status decode_outputs(const cJSON *jouts, const slim_server_model *m
             if (rq->outputs[i].index == idx)
                 return slim_errf(err, SLIM_EINVAL, "output '%s' is requested more than once",
                                  jname->valuestring);
+        slim_server_shm_span *span = NULL;
+        slim_status s = slim_server_shm_output_param(rq, m, jparams, idx, &span, err);
+        if (s != SLIM_OK)
+            return s;
         rq->outputs[rq->n_outputs++] = (slim_server_out_req){
-            .index = idx, .binary = param_bool(jparams, "binary_data", bin_default)};
+            .index = idx, .binary = param_bool(jparams, "binary_data", bin_default), .shm = span};
     }
     return SLIM_OK;
 }
@@ -604,6 +612,7 @@ void slim_server_infer_free(slim_server_infer *rq)
 {
     for (int i = 0; i < rq->n_inputs; i++)
         slim_tensor_release(&rq->inputs[i]);
+    slim_server_shm_spans_free(rq->shm); /* after the inputs that may point into them */
     free(rq->inputs);
     free(rq->names);
     free(rq->outputs);
@@ -693,8 +702,8 @@ size_t slim_server_infer_reply_bound(const slim_server_infer *rq, const slim_ser
         for (int d = 0; d < t->ndim; d++)
             numel *= (double)(t->dims[d] > 0 ? t->dims[d] : 0);
         total += REPLY_OUTPUT_BYTES + strlen(m->cfg.outputs[o->index].name) * 6;
-        total += numel * (double)(o->binary ? slim_dtype_size(t->dtype)
-                                            : json_element_bytes(t->dtype));
+        double each = o->binary ? slim_dtype_size(t->dtype) : json_element_bytes(t->dtype);
+        total += o->shm ? 128 + strlen(o->shm->name) * 6 : numel * each; /* shm: no data */
     }
     return total > 1e18 ? (size_t)1 << 60 : (size_t)total;
 }
@@ -715,6 +724,9 @@ slim_status slim_server_infer_encode(const slim_server_infer *rq, const slim_ser
                          "over the limit of %zu bytes (--max-response-bytes); ask for fewer "
                          "elements%s", m->name, bound, rq->max_reply_bytes,
                          slim_server_infer_any_json(rq) ? ", or for binary outputs" : "");
+    slim_status ws = slim_server_shm_outputs_write(rq, m, outs, err); /* before the reply */
+    if (ws != SLIM_OK)
+        return ws;
     slim_server_buf b = {0};
     slim_server_reply_part *parts = calloc((size_t)(rq->n_outputs ? rq->n_outputs : 1),
                                            sizeof(*parts));
@@ -740,8 +752,10 @@ slim_status slim_server_infer_encode(const slim_server_infer *rq, const slim_ser
         for (int d = 0; d < t->ndim; d++)
             slim_server_buf_printf(&b, d ? ",%lld" : "%lld", (long long)t->dims[d]);
         slim_server_buf_puts(&b, "],");
-        any_binary |= o->binary;
-        if (o->binary) {
+        any_binary |= o->binary && !o->shm;
+        if (o->shm) {
+            slim_server_shm_output_json(&b, o->shm, t); /* written into the region, named here */
+        } else if (o->binary) {
             size_t n = slim_tensor_nbytes(t);
             slim_server_buf_printf(&b, "\"parameters\":{\"binary_data_size\":%zu}}", n);
             /* Sent from the output's own buffer, which the part keeps. */

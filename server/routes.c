@@ -35,6 +35,7 @@
 #include "routes.h"
 #include "server.h"
 #include "trace.h"
+#include "shm.h"
 #include "version.h"
 
 #include <microhttpd.h>
@@ -148,6 +149,7 @@ static void route_server_metadata(slim_server_request *req)
         cJSON_AddItemToObject(o, "extensions",
                               cJSON_CreateStringArray(extensions, sizeof(extensions) /
                                                                   sizeof(extensions[0])));
+        slim_server_shm_add_extensions(cJSON_GetObjectItemCaseSensitive(o, "extensions"));
     }
     slim_server_reply_json(&req->reply, 200, o);
 }
@@ -629,6 +631,24 @@ static void route_model(slim_server_request *req, path *p)
     slim_server_model_release(m);
 }
 
+/* /v2/{system,cuda}sharedmemory[/region/R]/{status,register,unregister}
+ * (shm_api.c answers): status is a GET, the others POSTs. */
+static void route_shared_memory(slim_server_request *req, path *p)
+{
+    bool region = p->n == 5 && strcmp(p->seg[2], "region") == 0;
+    const char *action = p->seg[p->n - 1];
+    bool status = strcmp(action, "status") == 0;
+    if ((p->n != 3 && !region) || (!status && strcmp(action, "register") != 0 &&
+                                   strcmp(action, "unregister") != 0)) {
+        slim_server_reply_error(&req->reply, 404, "unknown endpoint %s", req->url);
+        return;
+    }
+    if (method_ok(req, !status))
+        slim_server_shm_route(p->seg[1][0] == 'c' ? SLIM_SHM_CUDA : SLIM_SHM_SYSTEM,
+                              region ? p->seg[3] : NULL, action, req->body, req->body_len,
+                              &req->reply);
+}
+
 void slim_server_route(slim_server_request *req)
 {
     char url[2048];
@@ -720,6 +740,11 @@ void slim_server_route(slim_server_request *req)
         (strcmp(p.seg[4], "load") == 0 || strcmp(p.seg[4], "unload") == 0)) {
         if (method_ok(req, true))
             route_load_unload(req, p.seg[3], strcmp(p.seg[4], "load") == 0);
+        return;
+    }
+    if (p.n >= 3 && (strcmp(p.seg[1], "systemsharedmemory") == 0 ||
+                     strcmp(p.seg[1], "cudasharedmemory") == 0)) {
+        route_shared_memory(req, &p);
         return;
     }
 unknown:

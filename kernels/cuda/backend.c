@@ -486,6 +486,40 @@ static void dev_mem_info(slim_device *dev, size_t *free_bytes, size_t *total_byt
         (void)cudaGetLastError();
 }
 
+/* ---- IPC handles (the server's cuda_shared_memory) ---------------------- */
+
+/* Another process's buffer, mapped here by its cudaIpcMemHandle_t. Peer
+ * access is enabled lazily, so a buffer on another GPU than dev still maps
+ * when the two can reach each other. */
+static slim_status dev_ipc_open(slim_device *dev, const void *handle, size_t handle_len,
+                                void **ptr, slim_err *err)
+{
+    cuda_device *d = (cuda_device *)dev;
+    cudaIpcMemHandle_t h;
+    *ptr = NULL;
+    if (handle_len != sizeof(h))
+        return slim_errf(err, SLIM_EINVAL, "raw_handle has %zu bytes; a CUDA IPC handle has %zu",
+                         handle_len, sizeof(h));
+    memcpy(&h, handle, sizeof(h));
+    cudaError_t e = cudaSetDevice(d->ordinal);
+    if (e == cudaSuccess)
+        e = cudaIpcOpenMemHandle(ptr, h, cudaIpcMemLazyEnablePeerAccess);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        *ptr = NULL;
+        return slim_errf(err, SLIM_EINVAL, "cannot open the CUDA IPC handle on %s: %s (%s)",
+                         d->name, cudaGetErrorString(e), cudaGetErrorName(e));
+    }
+    return SLIM_OK;
+}
+
+static void dev_ipc_close(slim_device *dev, void *ptr)
+{
+    cuda_device *d = (cuda_device *)dev;
+    if (cudaSetDevice(d->ordinal) != cudaSuccess || cudaIpcCloseMemHandle(ptr) != cudaSuccess)
+        (void)cudaGetLastError();
+}
+
 /* ---- the entry point ---------------------------------------------------- */
 
 __attribute__((visibility("default")))
@@ -555,6 +589,7 @@ const slim_backend_iface *slim_cuda_backend_open(int abi, slim_err *err)
         .abi = SLIM_BACKEND_ABI, .name = "cuda", .n_devices = n, .devices = device_ptrs,
         .lookup = op_lookup, .exec = op_exec, .copy = dev_copy, .sync = dev_sync,
         .mem_info = dev_mem_info, .pinned_host = pinned_dev.alloc ? &pinned_dev : NULL,
+        .ipc_open = dev_ipc_open, .ipc_close = dev_ipc_close,
     };
     return &iface;
 }

@@ -213,6 +213,20 @@ def request_seeds(out):
         {"name": "px", "shape": [2, 2, 1], "datatype": "UINT8", "data": [1, 2, 3, 4]},
         {"name": "n", "shape": [], "datatype": "INT32", "data": [1]}]}, [hv, mask])
     seeds["binary_other"] = request_seed(1, h + tail, hl)
+    # Shared memory parameters: no region is registered in the harness, so
+    # these drive the parameter checks and the unknown-region error path.
+    shm_in = {"shared_memory_region": "in0", "shared_memory_byte_size": 32}
+    h, hl, tail = binary_body({"inputs": [
+        {"name": "x", "shape": [2, 4], "datatype": "FP32", "parameters": shm_in},
+        {"name": "ids", "shape": [2, 2], "datatype": "INT64",
+         "parameters": {"binary_data_size": len(ids)}}],
+        "outputs": [{"name": "y", "parameters": {"shared_memory_region": "out0",
+                                                 "shared_memory_offset": 16,
+                                                 "shared_memory_byte_size": 32}}]}, [ids])
+    seeds["binary_shm"] = request_seed(0, h + tail, hl)
+    seeds["json_shm_partial"] = request_seed(1, json.dumps({
+        "inputs": [{"name": "h", "shape": [2, 2], "datatype": "FP16",
+                    "parameters": {"shared_memory_offset": 8}}]}).encode())
     for name, data in seeds.items():
         write(os.path.join(d, name + ".bin"), data)
 
@@ -271,6 +285,14 @@ def grpc_request_seeds(out):
         + pb_input("px", "UINT8", [2, 2, 1], pb_packed(4, [0, 1, 254, 255]))
         + pb_input("n", "INT32", [], pb_packed(2, [3]))
         + pb_input("h", "FP16", [2, 2]))
+    region = pb_bytes(1, b"shared_memory_region") + pb_bytes(2, pb_bytes(3, b"in0"))
+    size = pb_bytes(1, b"shared_memory_byte_size") + pb_bytes(2, pb_varint(2 << 3) + pb_varint(32))
+    shm_x = pb_bytes(5, pb_bytes(1, b"x") + pb_bytes(2, b"FP32") + pb_packed(3, [2, 4])
+                     + pb_bytes(4, region) + pb_bytes(4, size))
+    seeds["shm_batch"] = bytes([0]) + (
+        pb_bytes(1, b"m") + shm_x + pb_input("ids", "INT64", [2, 3])
+        + pb_bytes(6, pb_bytes(1, b"y") + pb_bytes(2, region) + pb_bytes(2, size))
+        + pb_bytes(7, ids))
     for name, data in seeds.items():
         write(os.path.join(d, name + ".bin"), data)
 
