@@ -145,6 +145,11 @@ void slim__grpc_infer_submit(slim__grpc_admit *ad, const uint8_t *data, size_t l
 /* What slim__grpc_infer_submit's request still holds (a message not yet
  * decoded, its share of admission's budget). */
 void slim__grpc_admit_free(slim__grpc_admit *ad);
+/* ad's task ran out of memory even alone on its model (status SLIM_EOOM):
+ * it waits at the head of admission's line and runs again, alone, once no
+ * other inputs are held (slim_server_admission_ticket_retry_alone); true
+ * when it will (its done is called again), false when the 507 stands. */
+bool slim__grpc_retry_alone(slim__grpc_admit *ad);
 
 /* Starts watching for c's client leaving (c->gone); false if it cannot. */
 bool slim__grpc_watch_close(slim__grpc_call *c);
