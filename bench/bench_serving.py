@@ -3,6 +3,7 @@
 
     python3 bench/bench_serving.py --slimserve build/bin/slimserve --slim build/bin/slim \\
         [--seconds 4] [--rounds 3] [--clients 8] [--delay-us 2000] [--models encoder cnn]
+        [--base-slimserve OTHER/slimserve]
 
 Writes two models to a temporary repository and serves them with dynamic
 batching (max_batch_size 8, one instance, max_queue_delay_microseconds
@@ -26,7 +27,10 @@ Then, in --rounds alternating rounds, for each model:
     server c=1    one client, batch 1: p50
     in-process    `slim bench MODEL --batch 1`: p50
 
-and prints the medians over the rounds, with the targets of issue 34:
+With --base-slimserve a second server (another build) serves the same
+repository and is measured in the same rounds, the two alternating (which
+goes first switches round by round); the in-process figures of a round are
+shared. Prints the medians over the rounds, with the targets of issue 34:
 server throughput at --clients >= 0.9x in-process, and the server's p50 at
 concurrency 1 within 0.2 ms + 5% of in-process batch-1 p50.
 
@@ -245,7 +249,9 @@ def wait_ready(port, proc):
     raise RuntimeError("slimserve did not become ready")
 
 
-def run_model(args, port, name, path, rounds):
+def measure_round(args, label, port, name, path, inproc, rounds):
+    """One round of one model on one server; inproc caches `slim bench`
+    results of this round by (model, batch)."""
     spec = MODELS[name]
     rng = np.random.default_rng(0)
     if spec["dtype"] == "INT64":
@@ -253,39 +259,52 @@ def run_model(args, port, name, path, rounds):
     else:
         x = rng.random(spec["shape"], dtype=np.float32)
     req = request_bytes(port, name, spec, x)
-    for r in range(args.rounds):
-        before = batch_counts(port, name)
-        rps, p50_n, p99_n = load(port, req, args.clients, args.seconds)
-        after = batch_counts(port, name)
-        formed = {b: after.get(b, 0) - before.get(b, 0) for b in after}
-        formed = {b: n for b, n in formed.items() if n > 0}
-        # In-process at the same mix: each batch size's mean latency, weighted
-        # by the runs the batcher made of it (warm-up runs are inside the
-        # difference too, but the window dominates).
-        rows = sum(b * n for b, n in formed.items())
-        busy_ms = 0.0
-        for b, n in sorted(formed.items()):
-            _, mean_ms = slim_bench(args.slim, path, b, args.repeat)
-            busy_ms += n * mean_ms
-        inproc_rps = rows / busy_ms * 1000.0 if busy_ms else float("nan")
-        _, p50_1, p99_1 = load(port, req, 1, args.seconds / 2)
-        inproc_p50, _ = slim_bench(args.slim, path, 1, args.repeat * 2)
-        mean_batch = rows / sum(formed.values()) if formed else float("nan")
-        row = dict(rps=rps, p50_n=p50_n, p99_n=p99_n, inproc_rps=inproc_rps,
-                   ratio=rps / inproc_rps, mean_batch=mean_batch, p50_1=p50_1,
-                   inproc_p50=inproc_p50, added_ms=p50_1 - inproc_p50,
-                   bound_ms=0.2 + 0.05 * inproc_p50,
-                   mix=" ".join(f"{b}x{n}" for b, n in sorted(formed.items())))
-        rounds.setdefault(name, []).append(row)
-        print(f"  round {r + 1} {name}: c{args.clients} {rps:.0f} req/s vs in-process "
-              f"{inproc_rps:.0f} ({row['ratio']:.3f}x, batches {row['mix']}); c1 p50 "
-              f"{p50_1:.3f} ms vs in-process {inproc_p50:.3f} ms", flush=True)
+
+    def bench(b, repeat):
+        if (name, b) not in inproc:
+            inproc[(name, b)] = slim_bench(args.slim, path, b, repeat)
+        return inproc[(name, b)]
+
+    load(port, req, args.clients, 1.0, warm=0.0)  # warm-up, outside the counts
+    before = batch_counts(port, name)
+    rps, p50_n, p99_n = load(port, req, args.clients, args.seconds, warm=0.0)
+    after = batch_counts(port, name)
+    formed = {b: after.get(b, 0) - before.get(b, 0) for b in after}
+    formed = {b: n for b, n in formed.items() if n > 0}
+    # In-process at the same mix: each batch size's mean latency, weighted
+    # by the runs the batcher made of it.
+    rows = sum(b * n for b, n in formed.items())
+    busy_ms = sum(n * bench(b, args.repeat)[1] for b, n in formed.items())
+    inproc_rps = rows / busy_ms * 1000.0 if busy_ms else float("nan")
+    _, p50_1, _ = load(port, req, 1, args.seconds / 2)
+    inproc_p50 = bench(1, args.repeat * 2)[0]
+    mean_batch = rows / sum(formed.values()) if formed else float("nan")
+    row = dict(rps=rps, p50_n=p50_n, p99_n=p99_n, inproc_rps=inproc_rps,
+               ratio=rps / inproc_rps, mean_batch=mean_batch, p50_1=p50_1,
+               inproc_p50=inproc_p50, added_ms=p50_1 - inproc_p50,
+               bound_ms=0.2 + 0.05 * inproc_p50,
+               mix=" ".join(f"{b}x{n}" for b, n in sorted(formed.items())))
+    rounds.setdefault((label, name), []).append(row)
+    print(f"  round {len(rounds[(label, name)])} {label} {name}: c{args.clients} {rps:.0f} "
+          f"req/s vs in-process {inproc_rps:.0f} ({row['ratio']:.3f}x, batches {row['mix']}); "
+          f"c1 p50 {p50_1:.3f} ms vs in-process {inproc_p50:.3f} ms", flush=True)
+
+
+def start_server(binary, repo):
+    port = free_port()
+    proc = subprocess.Popen([binary, "--model-repository", repo, "--http-port", str(port),
+                             "--grpc-port", "0", "--metrics-port", "0"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_ready(port, proc)
+    return port, proc
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--slimserve", required=True)
     ap.add_argument("--slim", required=True)
+    ap.add_argument("--base-slimserve", help="another slimserve build, measured in the same "
+                    "rounds (alternating with --slimserve): a before/after comparison")
     ap.add_argument("--seconds", type=float, default=4.0, help="per measurement")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--clients", type=int, default=8)
@@ -294,49 +313,57 @@ def main():
                     help="max_queue_delay_microseconds of both models")
     ap.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     args = ap.parse_args()
-    slimserve, slim = os.path.abspath(args.slimserve), os.path.abspath(args.slim)
-    args.slim = slim
+    args.slim = os.path.abspath(args.slim)
+    servers = [("slimserve", os.path.abspath(args.slimserve))]
+    if args.base_slimserve:
+        servers.append(("base", os.path.abspath(args.base_slimserve)))
     print(machine_line())
+    rounds = {}
     with tempfile.TemporaryDirectory() as tmp:
         repo = os.path.join(tmp, "repo")
         build_repo(repo, args.models, args.delay_us)
-        port = free_port()
-        proc = subprocess.Popen([slimserve, "--model-repository", repo, "--http-port", str(port),
-                                 "--grpc-port", "0", "--metrics-port", "0"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        rounds = {}
+        procs = []
         try:
-            wait_ready(port, proc)
+            for label, binary in servers:
+                port, proc = start_server(binary, repo)
+                procs.append((label, port, proc))
             for r in range(args.rounds):
-                for name in args.models:  # alternate the models round by round
-                    one = argparse.Namespace(**vars(args))
-                    one.rounds = 1
-                    run_model(one, port, name,
-                              os.path.join(repo, name, "1", "model.onnx"), rounds)
+                inproc = {}
+                for name in args.models:
+                    # Alternate the servers, in turn first round by round.
+                    order = procs if r % 2 == 0 else procs[::-1]
+                    for label, port, _ in order:
+                        measure_round(args, label, port, name,
+                                      os.path.join(repo, name, "1", "model.onnx"), inproc, rounds)
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-    print(f"\nslimserve, max_batch_size {MAX_BATCH}, 1 instance, max_queue_delay "
-          f"{args.delay_us} us; {args.clients} raw-HTTP binary clients, batch 1; "
-          f"{args.rounds} rounds of {args.seconds:g} s, medians")
-    print(f"{'model':<8} {'srv req/s':>9} {'in-proc':>8} {'ratio':>6} {'mean bat':>8} "
+            for _, _, proc in procs:
+                proc.send_signal(signal.SIGTERM)
+            for _, _, proc in procs:
+                try:
+                    proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+    print(f"\nmax_batch_size {MAX_BATCH}, 1 instance, max_queue_delay {args.delay_us} us; "
+          f"{args.clients} raw-HTTP binary clients, batch 1; {args.rounds} rounds of "
+          f"{args.seconds:g} s, medians")
+    print(f"{'server':<9} {'model':<8} {'req/s':>7} {'in-proc':>8} {'ratio':>6} {'batch':>6} "
           f"{'p99 ms':>7} | {'c1 p50':>7} {'in-proc':>8} {'added':>7} {'bound':>6}  targets")
     ok = True
-    for name in args.models:
-        rs = rounds.get(name, [])
-        if not rs:
-            continue
-        med = {k: statistics.median(r[k] for r in rs) for k in rs[0] if k != "mix"}
-        tput_ok = med["ratio"] >= 0.9
-        lat_ok = med["added_ms"] <= med["bound_ms"]
-        ok = ok and tput_ok and lat_ok
-        print(f"{name:<8} {med['rps']:>9.0f} {med['inproc_rps']:>8.0f} {med['ratio']:>6.3f} "
-              f"{med['mean_batch']:>8.2f} {med['p99_n']:>7.2f} | {med['p50_1']:>7.3f} "
-              f"{med['inproc_p50']:>8.3f} {med['added_ms']:>7.3f} {med['bound_ms']:>6.3f}  "
-              f"{'ok' if tput_ok else 'MISS'}/{'ok' if lat_ok else 'MISS'}")
+    for label, _ in servers:
+        for name in args.models:
+            rs = rounds.get((label, name), [])
+            if not rs:
+                continue
+            med = {k: statistics.median(r[k] for r in rs) for k in rs[0] if k != "mix"}
+            tput_ok = med["ratio"] >= 0.9
+            lat_ok = med["added_ms"] <= med["bound_ms"]
+            if label == "slimserve":
+                ok = ok and tput_ok and lat_ok
+            print(f"{label:<9} {name:<8} {med['rps']:>7.1f} {med['inproc_rps']:>8.1f} "
+                  f"{med['ratio']:>6.3f} {med['mean_batch']:>6.2f} {med['p99_n']:>7.2f} | "
+                  f"{med['p50_1']:>7.3f} {med['inproc_p50']:>8.3f} {med['added_ms']:>7.3f} "
+                  f"{med['bound_ms']:>6.3f}  {'ok' if tput_ok else 'MISS'}/"
+                  f"{'ok' if lat_ok else 'MISS'}")
     for name in args.models:
         print(f"  {name}: {MODELS[name]['what']}")
     return 0 if ok else 1

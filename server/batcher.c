@@ -399,6 +399,7 @@ static void *instance_main(void *arg)
             if (next_deadline && next_deadline < wake)
                 wake = next_deadline;
             b->forming++;
+            b->forming_wake = wake;
             slim__batcher_timed_wait(&b->work_cv, &b->mu, wake);
             b->forming--;
             continue;
@@ -427,11 +428,13 @@ static void *instance_main(void *arg)
 /* Under mu, t just queued: whether an instance must look at the queue. An
  * idle one takes t; one waiting for company (forming) needs to know only
  * when t completes its batch or nothing more can join it. Any other
- * change (a timeout, another shape) it sees when its wait ends. */
+ * change (another shape) it sees when its wait ends. */
 static bool wake_for(slim_server_batcher *b, const slim_server_task *t, int64_t now)
 {
     if (b->idle || !b->forming)
         return true;
+    if (t->deadline && t->deadline < b->forming_wake)
+        return true; /* its queue timeout comes first */
     if (t->shape != b->forming_shape || !t->shape)
         return false;
     if (b->forming_rows + t->rows > b->forming_limit)

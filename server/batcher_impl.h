@@ -73,6 +73,7 @@ struct slim_server_batcher {
     int idle, forming;
     const slim_server_shape *forming_shape;
     int64_t forming_rows, forming_limit;
+    int64_t forming_wake;       /* when the forming wait ends (monotonic us) */
     int forming_n;
     /* the run gate */
     int running, exclusive_waiting;
