@@ -196,6 +196,8 @@ def load(port, req, clients, seconds, warm=1.0):
     # Requests that started inside the window, over the window (the last
     # ones end a little after it: a closed loop, so this is the rate).
     a = np.array(lat) * 1000.0
+    if not len(a):  # no request started in the window (a warm-up shorter than one)
+        return 0.0, float("nan"), float("nan")
     return len(a) / seconds, float(np.percentile(a, 50)), float(np.percentile(a, 99))
 
 
