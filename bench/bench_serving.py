@@ -20,7 +20,10 @@ Then, in --rounds alternating rounds, for each model:
                   connection, send batch-1 binary requests for --seconds
                   (after a 1 s warm-up); requests/s, p50, p99, and the
                   batch sizes the batcher formed in that window (the
-                  difference of the server's batch_stats, GET .../stats)
+                  difference of the server's batch_stats, GET .../stats),
+                  and the server's CPU time per request in that window
+                  ("cpu us": model runs included; less sensitive to other
+                  load on the machine than the rates)
     in-process    `slim bench MODEL --batch B` for each batch size B the
                   batcher formed: the throughput in-process at the same
                   mix, sum(rows) / sum(runs_B * latency_B)
@@ -251,7 +254,14 @@ def wait_ready(port, proc):
     raise RuntimeError("slimserve did not become ready")
 
 
-def measure_round(args, label, port, name, path, inproc, rounds):
+def cpu_seconds(pid):
+    """User + system CPU time the process has used (Linux /proc)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def measure_round(args, label, port, pid, name, path, inproc, rounds):
     """One round of one model on one server; inproc caches `slim bench`
     results of this round by (model, batch)."""
     spec = MODELS[name]
@@ -268,9 +278,9 @@ def measure_round(args, label, port, name, path, inproc, rounds):
         return inproc[(name, b)]
 
     load(port, req, args.clients, 1.0, warm=0.0)  # warm-up, outside the counts
-    before = batch_counts(port, name)
+    before, cpu0 = batch_counts(port, name), cpu_seconds(pid)
     rps, p50_n, p99_n = load(port, req, args.clients, args.seconds, warm=0.0)
-    after = batch_counts(port, name)
+    after, cpu1 = batch_counts(port, name), cpu_seconds(pid)
     formed = {b: after.get(b, 0) - before.get(b, 0) for b in after}
     formed = {b: n for b, n in formed.items() if n > 0}
     # In-process at the same mix: each batch size's mean latency, weighted
@@ -281,7 +291,10 @@ def measure_round(args, label, port, name, path, inproc, rounds):
     _, p50_1, _ = load(port, req, 1, args.seconds / 2)
     inproc_p50 = bench(1, args.repeat * 2)[0]
     mean_batch = rows / sum(formed.values()) if formed else float("nan")
-    row = dict(rps=rps, p50_n=p50_n, p99_n=p99_n, inproc_rps=inproc_rps,
+    # The server's CPU per request, model runs included: less sensitive to
+    # other load on the machine than the rates are.
+    cpu_us = (cpu1 - cpu0) * 1e6 / (rps * args.seconds) if rps else float("nan")
+    row = dict(rps=rps, p50_n=p50_n, p99_n=p99_n, inproc_rps=inproc_rps, cpu_us=cpu_us,
                ratio=rps / inproc_rps, mean_batch=mean_batch, p50_1=p50_1,
                inproc_p50=inproc_p50, added_ms=p50_1 - inproc_p50,
                bound_ms=0.2 + 0.05 * inproc_p50,
@@ -334,8 +347,8 @@ def main():
                 for name in args.models:
                     # Alternate the servers, in turn first round by round.
                     order = procs if r % 2 == 0 else procs[::-1]
-                    for label, port, _ in order:
-                        measure_round(args, label, port, name,
+                    for label, port, proc in order:
+                        measure_round(args, label, port, proc.pid, name,
                                       os.path.join(repo, name, "1", "model.onnx"), inproc, rounds)
         finally:
             for _, _, proc in procs:
@@ -349,7 +362,8 @@ def main():
           f"{args.clients} raw-HTTP binary clients, batch 1; {args.rounds} rounds of "
           f"{args.seconds:g} s, medians")
     print(f"{'server':<9} {'model':<8} {'req/s':>7} {'in-proc':>8} {'ratio':>6} {'batch':>6} "
-          f"{'p99 ms':>7} | {'c1 p50':>7} {'in-proc':>8} {'added':>7} {'bound':>6}  targets")
+          f"{'p99 ms':>7} {'cpu us':>7} | {'c1 p50':>7} {'in-proc':>8} {'added':>7} "
+          f"{'bound':>6}  targets")
     ok = True
     for label, _ in servers:
         for name in args.models:
@@ -362,7 +376,8 @@ def main():
             if label == "slimserve":
                 ok = ok and tput_ok and lat_ok
             print(f"{label:<9} {name:<8} {med['rps']:>7.1f} {med['inproc_rps']:>8.1f} "
-                  f"{med['ratio']:>6.3f} {med['mean_batch']:>6.2f} {med['p99_n']:>7.2f} | "
+                  f"{med['ratio']:>6.3f} {med['mean_batch']:>6.2f} {med['p99_n']:>7.2f} "
+                  f"{med['cpu_us']:>7.0f} | "
                   f"{med['p50_1']:>7.3f} {med['inproc_p50']:>8.3f} {med['added_ms']:>7.3f} "
                   f"{med['bound_ms']:>6.3f}  {'ok' if tput_ok else 'MISS'}/"
                   f"{'ok' if lat_ok else 'MISS'}")
