@@ -347,7 +347,8 @@ void slim_server_admission_body_free(slim_server_admission *a, slim_server_reque
     pthread_mutex_lock(&a->mu);
     a->bodies -= req->body_held < a->bodies ? req->body_held : a->bodies;
     req->body_held = 0;
-    pthread_cond_signal(&a->cv); /* a waiter may fit now */
+    if (a->head) /* a waiter may fit now; with none the thread sleeps on */
+        pthread_cond_signal(&a->cv);
     pthread_mutex_unlock(&a->mu);
 }
 
@@ -442,7 +443,8 @@ void slim_server_admission_release(slim_server_admission *a, slim_server_request
     if (req->admitted_alone)
         a->exclusive = false;
     req->admission_counted = false;
-    pthread_cond_signal(&a->cv); /* a waiter may fit now */
+    if (a->head) /* a waiter may fit now; with none the thread sleeps on */
+        pthread_cond_signal(&a->cv);
     pthread_mutex_unlock(&a->mu);
 }
 
@@ -674,7 +676,7 @@ static void admit_waiters(slim_server_admission *a)
         }
         unlink_waiter(a, pp);
         if (w->ticket)
-            slim__admission_ticket_reserve(a, w->ticket, w->need);
+            slim__admission_ticket_reserve(a, w->ticket, w->need, w->alone);
         else
             reserve(a, w->req, w->need, w->alone);
         pthread_mutex_unlock(&a->mu);

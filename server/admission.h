@@ -81,6 +81,8 @@ struct slim_server_admission_ticket {
     /* admission's own */
     size_t admitted_bytes;
     bool counted;
+    bool admitted_alone;         /* counted as the one request running alone */
+    bool retried_alone;          /* slim_server_admission_ticket_retry_alone took it once */
 };
 
 /* One input as a request declares it (before anything is decoded). */
@@ -100,5 +102,15 @@ void slim_server_admission_ticket_admit(slim_server_admission *a, slim_server_ad
 /* t's inputs are freed: its share of the budget returns (once). */
 void slim_server_admission_ticket_release(slim_server_admission *a,
                                           slim_server_admission_ticket *t);
+/* HTTP's retry alone (slim_server_admission_retry_alone) for a ticket: t
+ * ran out of memory even alone on its model. Its share of the budget
+ * returns and it waits at the head of the line until no other inputs are
+ * held; then t->start is called again (on admission's thread), and nothing
+ * else is admitted until t is released. The transport keeps what start
+ * needs (its decoded inputs, the task reset to how it was submitted).
+ * False, doing nothing, when it already retried this way, without a
+ * limit, or while stopping: the 507 stands. */
+bool slim_server_admission_ticket_retry_alone(slim_server_admission *a,
+                                              slim_server_admission_ticket *t);
 
 #endif

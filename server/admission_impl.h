@@ -63,9 +63,10 @@ typedef enum { SLIM__TRY_QUEUED, SLIM__TRY_WAIT, SLIM__TRY_ANSWERED } slim__try_
 /* Starts a ticket whose bytes are counted already (a->mu not held). */
 slim__try_result slim__admission_ticket_try(slim_server_admission *a,
                                             slim_server_admission_ticket *t);
-/* Counts the ticket's inputs in the budget; a->mu held. */
+/* Counts the ticket's inputs in the budget (alone: it runs alone, nothing
+ * else is admitted until it is released); a->mu held. */
 void slim__admission_ticket_reserve(slim_server_admission *a, slim_server_admission_ticket *t,
-                                    size_t need);
+                                    size_t need, bool alone);
 /* A waiting ticket past its own deadline (late: 504) or whose client left
  * (503); a->mu not held. */
 void slim__admission_ticket_expire(slim_server_admission *a, slim_server_admission_ticket *t,

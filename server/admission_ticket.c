@@ -12,8 +12,10 @@
  *     line; admission's thread calls t->start when it fits, or t->answer
  *     with the status HTTP would get (the transport maps it: 503 to
  *     UNAVAILABLE, 504 to DEADLINE_EXCEEDED, 507 to RESOURCE_EXHAUSTED).
- *   - A run that fails for memory even alone is answered as it is (507);
- *     HTTP's retry alone (slim_server_admission_retry_alone) is HTTP's.
+ *   - A run that fails for memory even alone retries alone at the head
+ *     of the line, as HTTP's does (slim_server_admission_retry_alone);
+ *     its inputs stay decoded while it waits (its message is gone, and
+ *     the run needs them anyway), only their count leaves the budget.
  */
 #include "admission.h"
 #include "admission_impl.h"
@@ -25,6 +27,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+/* How long t may wait in the line: the queue policy's timeout. */
+static int64_t wait_timeout(const slim_server_admission_ticket *t)
+{
+    const slim_server_model *m = t->model;
+    return t->wait_timeout_us > 0 ? t->wait_timeout_us
+           : m->cfg.batching.default_timeout_us > 0 ? m->cfg.batching.default_timeout_us
+                                                    : SLIM__ADMISSION_DEFAULT_TIMEOUT_US;
+}
+
 void slim__admission_ticket_refuse(slim_server_admission_ticket *t, int status, int failure,
                                    const char *msg)
 {
@@ -33,11 +44,14 @@ void slim__admission_ticket_refuse(slim_server_admission_ticket *t, int status, 
 }
 
 void slim__admission_ticket_reserve(slim_server_admission *a, slim_server_admission_ticket *t,
-                                    size_t need)
+                                    size_t need, bool alone)
 {
     a->held += need;
     t->admitted_bytes = need;
     t->counted = true;
+    t->admitted_alone = alone;
+    if (alone)
+        a->exclusive = true;
 }
 
 void slim_server_admission_ticket_release(slim_server_admission *a,
@@ -47,9 +61,43 @@ void slim_server_admission_ticket_release(slim_server_admission *a,
         return;
     pthread_mutex_lock(&a->mu);
     a->held -= t->admitted_bytes < a->held ? t->admitted_bytes : a->held;
+    if (t->admitted_alone)
+        a->exclusive = false;
+    t->admitted_alone = false;
     t->counted = false;
-    pthread_cond_signal(&a->cv); /* a waiter may fit now */
+    if (a->head) /* a waiter may fit now; with none the thread sleeps on */
+        pthread_cond_signal(&a->cv);
     pthread_mutex_unlock(&a->mu);
+}
+
+bool slim_server_admission_ticket_retry_alone(slim_server_admission *a,
+                                              slim_server_admission_ticket *t)
+{
+    if (!a || t->retried_alone || !slim__admission_limit())
+        return false;
+    waiter *w = calloc(1, sizeof(*w));
+    if (!w)
+        return false;
+    pthread_mutex_lock(&a->mu);
+    bool stopping = a->stopping;
+    pthread_mutex_unlock(&a->mu);
+    if (stopping) {
+        free(w);
+        return false;
+    }
+    size_t need = t->counted ? t->admitted_bytes : t->inputs;
+    slim_server_admission_ticket_release(a, t);
+    t->retried_alone = true;
+    w->ticket = t;
+    w->need = need;
+    w->alone = true;
+    w->since = slim_server_now_us();
+    w->deadline = w->since + wait_timeout(t);
+    pthread_mutex_lock(&a->mu);
+    slim__admission_push_front(a, w);
+    pthread_cond_signal(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+    return true;
 }
 
 slim__try_result slim__admission_ticket_try(slim_server_admission *a,
@@ -101,10 +149,7 @@ void slim__admission_ticket_expire(slim_server_admission *a, slim_server_admissi
 static void park(slim_server_admission *a, slim_server_admission_ticket *t)
 {
     const slim_server_model *m = t->model;
-    int64_t timeout = t->wait_timeout_us > 0 ? t->wait_timeout_us
-                      : m->cfg.batching.default_timeout_us > 0
-                          ? m->cfg.batching.default_timeout_us
-                          : SLIM__ADMISSION_DEFAULT_TIMEOUT_US;
+    int64_t timeout = wait_timeout(t);
     waiter *w = calloc(1, sizeof(*w));
     pthread_mutex_lock(&a->mu);
     if (!w || a->stopping || a->n_waiting >= a->capacity) {
@@ -150,7 +195,7 @@ void slim_server_admission_ticket_admit(slim_server_admission *a, slim_server_ad
     bool now = slim__admission_may_pass(a, false) &&
                slim__admission_fits_budget(a, t->inputs, false);
     if (now)
-        slim__admission_ticket_reserve(a, t, t->inputs);
+        slim__admission_ticket_reserve(a, t, t->inputs, false);
     pthread_mutex_unlock(&a->mu);
     if (now && slim__admission_ticket_try(a, t) != SLIM__TRY_WAIT)
         return;

@@ -17,6 +17,25 @@
  * preferred_batch_size values (then it goes at once, cut there). Without
  * "dynamic_batching" every request runs alone.
  *
+ * Waiting only when the batch can grow. Waiting for company that cannot
+ * come is pure latency: a lone client waiting max_queue_delay_microseconds
+ * on every request. A request can come only from a client that is not
+ * itself waiting for an answer: an HTTP/1.1 connection carries one request
+ * at a time, so while every open connection's request is queued or running
+ * (open connections <= tasks pending on the batchers) nothing can join and
+ * the batch goes at once. Clients that are not connected yet cannot be
+ * counted, and a gRPC channel can always send another call, so within a
+ * second of a connection opening or of a gRPC call batches wait as
+ * configured (clients that connect per request, a burst of new ones, gRPC
+ * ones keep their batching). Connections opened for other things (health
+ * checks, an idle keep-alive) count as possible senders: the error is
+ * toward waiting, which is what every batch did before.
+ *
+ * Wakeups. An instance waiting for company is woken by a submit only when
+ * the new request makes its batch full, reach a preferred size, or unable
+ * to grow; an idle instance by any submit. So a batch of n costs one
+ * wakeup, not n.
+ *
  * The ceiling. Every shape starts at max_batch_size. A run that fails with
  * SLIM_EOOM lowers its shape's ceiling to half the batch (batch_run.c
  * keeps the ceiling, and retries the two halves), so the ceiling ends at the largest size that
@@ -62,6 +81,41 @@
 #include <time.h>
 
 #define MAX_SHAPES 64               /* input signatures remembered per model */
+#define NEWCOMER_WINDOW_US 1000000 /* after a new connection or a gRPC call */
+
+/* ---- whether a batch can grow -------------------------------------------- */
+
+static atomic_llong open_connections;
+static atomic_llong last_newcomer_us;   /* a connection opened, a gRPC call came */
+
+static void newcomer(void)
+{
+    int64_t now = slim_server_now_us();
+    /* A store per call would bounce the line between the threads. */
+    if (now - atomic_load_explicit(&last_newcomer_us, memory_order_relaxed) > 1000)
+        atomic_store_explicit(&last_newcomer_us, now, memory_order_relaxed);
+}
+
+void slim_server_batchers_connections(int delta)
+{
+    atomic_fetch_add(&open_connections, delta);
+    if (delta > 0)
+        newcomer();
+}
+
+void slim_server_batchers_multiplexed_call(void)
+{
+    newcomer();
+}
+
+/* Whether any client could still send a request that joins a batch. */
+static bool batch_may_grow(int64_t now)
+{
+    int64_t seen = atomic_load_explicit(&last_newcomer_us, memory_order_relaxed);
+    if (seen && now - seen < NEWCOMER_WINDOW_US)
+        return true;
+    return atomic_load(&open_connections) > slim_server_batchers_pending();
+}
 
 /* ---- shapes -------------------------------------------------------------- */
 
@@ -247,8 +301,9 @@ static bool is_preferred(const slim_server_batching *cfg, int64_t rows)
 }
 
 /* Under mu, with a non-empty queue: unlinks the batch the oldest request
- * leads into out and returns its size, or returns 0 and sets *wake to
- * when the batch should be looked at again (it is waiting for company). */
+ * leads into out and returns its size, or returns 0, sets *wake to when
+ * the batch should be looked at again (it is waiting for company) and
+ * records it as forming. */
 static int take_batch(slim_server_batcher *b, slim_server_task **out, int64_t now, int64_t *wake)
 {
     slim_server_task *h = b->head;
@@ -279,9 +334,13 @@ static int take_batch(slim_server_batcher *b, slim_server_task **out, int64_t no
         }
     }
     int64_t due = h->t_queued + b->cfg->max_queue_delay_us;
-    if (!full && !b->stopping && now < due) {
+    if (!full && !b->stopping && now < due && batch_may_grow(now)) {
         if (!preferred_n) {
             *wake = due;
+            b->forming_shape = sh;
+            b->forming_rows = rows;
+            b->forming_n = n;
+            b->forming_limit = limit;
             return 0;
         }
         n = preferred_n;
@@ -327,17 +386,22 @@ static void *instance_main(void *arg)
         if (!b->head) {
             if (b->stopping)
                 break;
+            b->idle++;
             if (next_deadline)
                 slim__batcher_timed_wait(&b->work_cv, &b->mu, next_deadline);
             else
                 pthread_cond_wait(&b->work_cv, &b->mu);
+            b->idle--;
             continue;
         }
         int n = take_batch(b, in->batch, now, &wake);
         if (!n) {
             if (next_deadline && next_deadline < wake)
                 wake = next_deadline;
+            b->forming++;
+            b->forming_wake = wake;
             slim__batcher_timed_wait(&b->work_cv, &b->mu, wake);
+            b->forming--;
             continue;
         }
         if (b->head) /* more work: another instance may take it */
@@ -360,6 +424,26 @@ static void *instance_main(void *arg)
 }
 
 /* ---- life ------------------------------------------------------------------- */
+
+/* Under mu, t just queued: whether an instance must look at the queue. An
+ * idle one takes t; one waiting for company (forming) needs to know only
+ * when t completes its batch or nothing more can join it. Any other
+ * change (another shape) it sees when its wait ends. */
+static bool wake_for(slim_server_batcher *b, const slim_server_task *t, int64_t now)
+{
+    if (b->idle || !b->forming)
+        return true;
+    if (t->deadline && t->deadline < b->forming_wake)
+        return true; /* its queue timeout comes first */
+    if (t->shape != b->forming_shape || !t->shape)
+        return false;
+    if (b->forming_rows + t->rows > b->forming_limit)
+        return true; /* full without it */
+    b->forming_rows += t->rows;
+    b->forming_n++;
+    return b->forming_rows == b->forming_limit || b->forming_n >= b->batch_cap ||
+           is_preferred(b->cfg, b->forming_rows) || !batch_may_grow(now);
+}
 
 bool slim_server_batcher_submit(slim_server_batcher *b, slim_server_task *t, int64_t timeout_us,
                                 slim_err *err)
@@ -408,7 +492,8 @@ bool slim_server_batcher_submit(slim_server_batcher *b, slim_server_task *t, int
         t->shape->users++;
     append_task(b, t);
     slim__batcher_count_submit();
-    pthread_cond_signal(&b->work_cv);
+    if (wake_for(b, t, now))
+        pthread_cond_signal(&b->work_cv);
     if (b->watch_idle)
         pthread_cond_signal(&b->watch_cv);
     pthread_mutex_unlock(&b->mu);

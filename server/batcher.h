@@ -91,5 +91,13 @@ int64_t slim_server_batchers_pending(void);
 /* Calls t->abandon for every task still running on any batcher (the
  * process exits next, without waiting for them); returns how many. */
 int64_t slim_server_batchers_abandon(void);
+/* Whether a forming batch can still grow (batcher.c's top): the clients
+ * that could send another request. HTTP/1.1 connections are counted by
+ * connections.c (one request at a time each: one whose request is queued
+ * cannot send another); a gRPC channel can always send another, so a gRPC
+ * call, like a connection opening, marks the next second as one where
+ * batches can grow. */
+void slim_server_batchers_connections(int delta);
+void slim_server_batchers_multiplexed_call(void);
 
 #endif

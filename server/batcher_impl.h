@@ -66,6 +66,15 @@ struct slim_server_batcher {
     bool stopping;
     slim_server_shape *shapes;
     int n_shapes;
+    /* Instances waiting for work (idle), or for company for the batch the
+     * oldest request leads (forming: of that shape, so far forming_n tasks
+     * and forming_rows rows, at most forming_limit): submit wakes one only
+     * when that can change what it does. */
+    int idle, forming;
+    const slim_server_shape *forming_shape;
+    int64_t forming_rows, forming_limit;
+    int64_t forming_wake;       /* when the forming wait ends (monotonic us) */
+    int forming_n;
     /* the run gate */
     int running, exclusive_waiting;
     bool exclusive;

@@ -19,6 +19,7 @@
  *
  * How many: see slim__conn_accept.
  */
+#include "batcher.h"
 #include "buf.h"
 #include "clock.h"
 #include "connections_impl.h"
@@ -98,6 +99,8 @@ void slim__conn_notify(void *cls, struct MHD_Connection *conn, void **socket_con
         srv->n_conns++;
         *(c->lane ? &srv->n_lane : &srv->n_open) += 1;
         pthread_mutex_unlock(&srv->conns_mu);
+        if (!c->lane) /* a client that may send an inference */
+            slim_server_batchers_connections(1);
         *socket_context = c;
     } else if (c) { /* MHD_CONNECTION_NOTIFY_CLOSED */
         pthread_mutex_lock(&srv->conns_mu);
@@ -111,6 +114,8 @@ void slim__conn_notify(void *cls, struct MHD_Connection *conn, void **socket_con
         if (c->phase != CONN_CLOSING)
             *(c->lane ? &srv->n_lane : &srv->n_open) -= 1;
         pthread_mutex_unlock(&srv->conns_mu);
+        if (!c->lane)
+            slim_server_batchers_connections(-1);
         free(c);
         *socket_context = NULL;
     }

@@ -4,7 +4,9 @@
  *
  * A call goes through three completions of one tag (the call itself):
  * REQUESTED (a new call arrived), READ (its one request message is in),
- * SENT (the answer, status and close are done: freed). An RPC answered at
+ * SENT (the answer, status and close are done: freed). ModelInfer is a
+ * registered method whose message arrives with the call, so its REQUESTED
+ * is its READ: one completion-queue round trip fewer per inference. An RPC answered at
  * once replies from the completion-queue thread; ModelInfer replies from
  * the model's instance thread when its task is done, and load/unload from a
  * thread of their own, so no completion-queue thread ever waits for a
@@ -76,6 +78,10 @@ typedef struct slim__grpc_call {
     bool close_early;
     atomic_int tags;
     atomic_bool gone;               /* the client cancelled (the batcher asks) */
+    /* A registered ModelInfer call (grpc_server.c): its message came with
+     * it, and its deadline here rather than in details. */
+    bool registered;
+    gpr_timespec deadline;
     /* ModelInfer under way */
     int64_t t_begin, decode_ns;
     slim_server_infer rq;
@@ -92,6 +98,7 @@ struct slim_server_grpc {
     int port;
     atomic_bool shut;               /* grpc_server_shutdown_and_notify called */
     atomic_int calls;               /* call structs alive */
+    void *infer_method;             /* ModelInfer, registered (NULL: generic) */
 };
 
 /* The request message's bytes (one contiguous copy, malloc'd). */
@@ -155,6 +162,11 @@ void slim__grpc_infer_submit(slim__grpc_admit *ad, const uint8_t *data, size_t l
 /* What slim__grpc_infer_submit's request still holds (a message not yet
  * decoded, its share of admission's budget). */
 void slim__grpc_admit_free(slim__grpc_admit *ad);
+/* ad's task ran out of memory even alone on its model (status SLIM_EOOM):
+ * it waits at the head of admission's line and runs again, alone, once no
+ * other inputs are held (slim_server_admission_ticket_retry_alone); true
+ * when it will (its done is called again), false when the 507 stands. */
+bool slim__grpc_retry_alone(slim__grpc_admit *ad);
 
 /* Starts watching for c's client leaving (c->gone); false if it cannot. */
 bool slim__grpc_watch_close(slim__grpc_call *c);

@@ -377,6 +377,8 @@ static void infer_done(slim_server_task *t)
     slim__grpc_call *c = t->user;
     slim_server_model *m = t->model;
     if (t->status != SLIM_OK) {
+        if (slim__grpc_retry_alone(&c->admit))
+            return; /* runs again alone: done is called again */
         slim_server_count_failure(m, t->failure, c->t_begin);
         slim__grpc_fail(c, slim__grpc_task_code(t), "%s", t->err.msg);
         return; /* c may be freed by now (its answer sent, on a queue thread) */
@@ -438,15 +440,18 @@ static bool admit_start(slim_server_admission_ticket *tk, slim_err *oom)
     slim_server_infer *rq = ad->rq;
     slim_server_model *m = t->model;
     slim_err err = {0};
-    int64_t t0 = slim_server_now_ns();
-    slim_status s = slim_server_grpc_infer_decode_msg(ad->q, m, rq, &err);
-    *ad->decode_ns = slim_server_now_ns() - t0;
-    if (s == SLIM_EOOM) {
-        *oom = err;
-        return false;
+    slim_status s = SLIM_OK;
+    if (ad->q) { /* else decoded already: a retry alone (slim__grpc_retry_alone) */
+        int64_t t0 = slim_server_now_ns();
+        s = slim_server_grpc_infer_decode_msg(ad->q, m, rq, &err);
+        *ad->decode_ns = slim_server_now_ns() - t0;
+        if (s == SLIM_EOOM) {
+            *oom = err;
+            return false;
+        }
+        inference__model_infer_request__free_unpacked(ad->q, NULL);
+        ad->q = NULL;
     }
-    inference__model_infer_request__free_unpacked(ad->q, NULL);
-    ad->q = NULL;
     if (s != SLIM_OK) {
         bool oom_now = s == SLIM_ENOMEM;
         slim_server_count_failure(m, oom_now ? SLIM_SERVER_FAIL_MEMORY
@@ -528,6 +533,7 @@ static void admit_declare(slim__grpc_admit *ad, const Inference__ModelInferReque
 void slim__grpc_infer_submit(slim__grpc_admit *ad, const uint8_t *data, size_t len,
                              int64_t t_begin)
 {
+    slim_server_batchers_multiplexed_call(); /* its channel may send more: batches may grow */
     Inference__ModelInferRequest *q = inference__model_infer_request__unpack(NULL, len, data);
     if (!q) {
         ad->fail(ad, GRPC_STATUS_INVALID_ARGUMENT,
@@ -552,6 +558,22 @@ void slim__grpc_infer_submit(slim__grpc_admit *ad, const uint8_t *data, size_t l
     tk->gone = admit_gone;
     admit_declare(ad, q, m);
     slim_server_admission_ticket_admit(ad->c->g->srv->admission, tk);
+}
+
+bool slim__grpc_retry_alone(slim__grpc_admit *ad)
+{
+    slim_server_task *t = ad->task;
+    if (t->status != SLIM_EOOM || !ad->c || ad->q)
+        return false;
+    slim_server_admission *a = ad->c->g->srv->admission;
+    if (!a || ad->ticket.retried_alone || atomic_load(&ad->c->g->srv->stopping))
+        return false;
+    /* Back to how it was submitted: its decoded inputs, no outputs (the
+     * batcher's submit resets the rest). */
+    slim_tensors_free(t->outputs, t->n_outputs);
+    t->outputs = NULL;
+    t->n_outputs = 0;
+    return slim_server_admission_ticket_retry_alone(a, &ad->ticket);
 }
 
 void slim__grpc_admit_free(slim__grpc_admit *ad)

@@ -30,24 +30,35 @@
  * new calls does not wait for a request_call round trip each. */
 #define PENDING_CALLS 32
 #define SHUTDOWN_TAG ((void *)1)
+#define INFER_METHOD "/inference.GRPCInferenceService/ModelInfer"
+
+static void on_event(void *tag, bool ok);
 
 bool slim_server_grpc_available(void)
 {
     return true;
 }
 
-static void request_one(slim_server_grpc *g)
+/* Waits for one more call: of any method (generic), or a ModelInfer call
+ * with its message (registered). */
+static void request_one(slim_server_grpc *g, bool registered)
 {
     slim__grpc_call *c = calloc(1, sizeof(*c));
     if (!c)
         return; /* one fewer waiting; the next completion asks again */
     c->g = g;
     c->phase = SLIM__GRPC_REQUESTED;
+    c->registered = registered;
     grpc_call_details_init(&c->details);
     grpc_metadata_array_init(&c->md);
     atomic_fetch_add(&g->calls, 1);
-    if (grpc_server_request_call(g->server, &c->call, &c->details, &c->md, g->cq, g->cq, c) !=
-        GRPC_CALL_OK) {
+    grpc_call_error e =
+        registered ? grpc_server_request_registered_call(g->server, g->infer_method, &c->call,
+                                                         &c->deadline, &c->md, &c->recv, g->cq,
+                                                         g->cq, c)
+                   : grpc_server_request_call(g->server, &c->call, &c->details, &c->md, g->cq,
+                                              g->cq, c);
+    if (e != GRPC_CALL_OK) {
         grpc_call_details_destroy(&c->details);
         grpc_metadata_array_destroy(&c->md);
         atomic_fetch_sub(&g->calls, 1);
@@ -225,7 +236,14 @@ static void on_event(void *tag, bool ok)
             return;
         }
         if (!atomic_load(&g->shut))
-            request_one(g);
+            request_one(g, c->registered);
+        if (c->registered) { /* its message came with it: read already */
+            c->details.method = grpc_slice_from_static_string(INFER_METHOD);
+            c->details.deadline = c->deadline;
+            c->phase = SLIM__GRPC_READ;
+            on_event(c, true);
+            return;
+        }
         grpc_op op;
         memset(&op, 0, sizeof(op));
         op.op = GRPC_OP_RECV_MESSAGE;
@@ -314,6 +332,10 @@ slim_status slim_server_grpc_start(slim_server *srv, const char *host, int port,
     g->cq = grpc_completion_queue_create_for_next(NULL);
     g->server = grpc_server_create(&ch, NULL);
     grpc_server_register_completion_queue(g->server, g->cq, NULL);
+    /* ModelInfer's message is read with the call (one completion, not two);
+     * NULL (not registered) leaves it to the generic calls. */
+    g->infer_method = grpc_server_register_method(g->server, INFER_METHOD, NULL,
+                                                  GRPC_SRM_PAYLOAD_READ_INITIAL_BYTE_BUFFER, 0);
     char addr[300];
     snprintf(addr, sizeof(addr), strchr(host, ':') ? "[%s]:%d" : "%s:%d", host, port);
     grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
@@ -331,8 +353,11 @@ slim_status slim_server_grpc_start(slim_server *srv, const char *host, int port,
         return slim_errf(err, SLIM_EIO, "gRPC: cannot listen on %s (--grpc-port)", addr);
     }
     grpc_server_start(g->server);
-    for (int i = 0; i < PENDING_CALLS; i++)
-        request_one(g);
+    for (int i = 0; i < PENDING_CALLS; i++) {
+        request_one(g, false);
+        if (g->infer_method)
+            request_one(g, true);
+    }
     /* Two threads: an answer (packing a message) never holds up the next
      * call's first read; the work of a call is small, models run elsewhere. */
     for (int i = 0; i < 2; i++)

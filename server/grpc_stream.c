@@ -199,6 +199,8 @@ static void item_done(slim_server_task *t)
     item *it = t->user;
     slim_server_model *m = t->model;
     if (t->status != SLIM_OK) {
+        if (slim__grpc_retry_alone(&it->admit))
+            return; /* runs again alone: done is called again */
         slim_server_count_failure(m, t->failure, it->t_begin);
         answer_error(it, t->err.msg);
         return;

@@ -51,6 +51,8 @@
  * since their JSON is parsed outside any memory admission: 64 MiB of
  * "[0,0,..." would take 2.6 GB of cJSON nodes. */
 #define CONTROL_BODY_MAX 65536
+/* A body is allocated at its Content-Length up to this much at once. */
+#define BODY_PREALLOC_MAX ((size_t)8 << 20)
 
 /* The most body bytes this request may send. */
 static size_t body_limit(const slim_server_request *req)
@@ -266,7 +268,16 @@ static slim_server_body_result admit_body(slim_server_request *req)
     unsigned long long len = cl ? strtoull(cl, NULL, 10) : 0;
     if (!len)
         return SLIM_SERVER_BODY_READ;
-    return slim_server_admission_body(req->srv->admission, req, (size_t)len);
+    slim_server_body_result r = slim_server_admission_body(req->srv->admission, req,
+                                                           (size_t)len);
+    if (r == SLIM_SERVER_BODY_READ && !req->body && len <= body_limit(req)) {
+        /* Sized once, so the body is not copied as it grows; up to a cap,
+         * since the length is only the client's word until the bytes come. */
+        size_t cap = (size_t)(len < BODY_PREALLOC_MAX ? len : BODY_PREALLOC_MAX) + 1;
+        if ((req->body = malloc(cap)))
+            req->body_cap = cap;
+    }
+    return r;
 }
 
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,

@@ -21,6 +21,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Replies up to this size (body and binary parts) go out as one buffer. */
+#define REPLY_COALESCE_MAX ((size_t)64 << 10)
+
 /* ---- replies ------------------------------------------------------------ */
 
 void slim_server_reply_parts_free(slim_server_reply_part *parts, int n)
@@ -132,11 +135,47 @@ static void sent_parts_free(void *cls)
     free(sp);
 }
 
+/* A small reply's parts copied after its body, in one buffer: libmicrohttpd
+ * then sends the status line, headers and body in one system call (an I/O
+ * vector response takes two, and two TCP segments the client reads apart),
+ * and a copy of a few KiB costs less than either. False (r untouched) when
+ * it is larger, or out of memory. */
+static bool coalesce_parts(slim_server_reply *r)
+{
+    size_t total = r->len;
+    for (int i = 0; i < r->n_parts; i++)
+        total += r->parts[i].len;
+    if (total > REPLY_COALESCE_MAX)
+        return false;
+    char *p = malloc(total ? total : 1);
+    if (!p)
+        return false;
+    if (r->len)
+        memcpy(p, r->body, r->len);
+    size_t at = r->len;
+    for (int i = 0; i < r->n_parts; i++) {
+        if (r->parts[i].len)
+            memcpy(p + at, r->parts[i].data, r->parts[i].len);
+        at += r->parts[i].len;
+    }
+    slim_server_reply_parts_free(r->parts, r->n_parts);
+    free(r->parts);
+    free(r->body);
+    r->parts = NULL;
+    r->n_parts = 0;
+    r->body = p;
+    r->len = total;
+    return true;
+}
+
 /* A reply with binary parts goes out as an I/O vector: the JSON header,
  * then each output straight from its tensor's memory, so a 1 GiB binary
- * answer is never copied into a second 1 GiB buffer. */
+ * answer is never copied into a second 1 GiB buffer; a small one is one
+ * buffer (coalesce_parts). */
 struct MHD_Response *slim_server_reply_response(slim_server_reply *r)
 {
+    if (r->n_parts)
+        coalesce_parts(r);
     if (!r->n_parts) {
         struct MHD_Response *resp =
             MHD_create_response_from_buffer(r->len, r->body, MHD_RESPMEM_MUST_FREE);

@@ -32,6 +32,7 @@ on any failure.
 """
 
 import argparse
+import http.client
 import json
 import os
 import re
@@ -347,7 +348,24 @@ class Suite:
         got = metric(values, "slim_request_failure_total", "cnn_queue", reason="REJECTED")
         check(got == statuses.count(503), f"REJECTED failures {got}")
 
+    def another_client(self):
+        """An idle keep-alive connection: a client that could still send, so a
+        lone request's batch can grow and waits for company as configured
+        (batcher.c: with every open connection's request queued, it would
+        go at once)."""
+        c = http.client.HTTPConnection(HOST, self.http.port, timeout=TIMEOUT)
+        c.request("GET", "/v2/health/live")
+        c.getresponse().read()
+        return c
+
     def t_timeouts(self):
+        idle = self.another_client()
+        try:
+            self.timeouts()
+        finally:
+            idle.close()
+
+    def timeouts(self):
         x = np.ones((1, 4), np.float32)
         # REJECT: alone, the request waits for company (1.5 s) past its 0.1 s
         status, _, body, _ = infer_binary(self.http, "t_reject", x, name="x")
@@ -381,6 +399,13 @@ class Suite:
               "t_reject REJECTED failure count")
 
     def t_unload_while_waiting(self):
+        idle = self.another_client()
+        try:
+            self.unload_while_waiting()
+        finally:
+            idle.close()
+
+    def unload_while_waiting(self):
         x = np.full((1, 4), 2.0, np.float32)
         result = []
 

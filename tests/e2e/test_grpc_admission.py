@@ -18,7 +18,14 @@ held. Then:
     once, naming the bytes it needs and the limit;
   * HTTP and gRPC requests sent together share the line: all succeed;
   * with --queue-size 1, a gRPC request that finds the line full gets
-    UNAVAILABLE (HTTP's 503), never RESOURCE_EXHAUSTED.
+    UNAVAILABLE (HTTP's 503), never RESOURCE_EXHAUSTED;
+  * a gRPC request that runs out of memory alone on its model while another
+    request's inputs are held retries alone at the head of the line, as
+    HTTP's does: a request to "spread" (1 MB in, 56 MB out) runs while a
+    request to "holder" (12 MB of inputs) waits 3 s in holder's queue for
+    company, so the run fails for memory (slim_model_oom_total counts it);
+    instead of RESOURCE_EXHAUSTED it waits until holder's inputs are gone
+    and then succeeds, answered after holder's.
 
 Exits 77 (CTest: skipped) when slimserve was built without gRPC or
 tritonclient[grpc] is missing. Ends with "N passed, N failed".
@@ -32,6 +39,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 
 import numpy as np
@@ -168,6 +176,101 @@ def t_line_full_unavailable(args, repo, limit):
         check(srv.stop() == 0, "exit code after SIGTERM")
 
 
+# ---- retry alone after running out of memory ------------------------------
+
+MB = 1 << 20
+SPREAD_IN, SPREAD_ROWS = 256 * 1024, 56   # 1 MB in, 56 MB out
+HOLDER_IN = 3 * MB                        # 12 MB of float32 inputs
+RETRY_LIMIT = 64 * MB                     # inputs may hold 16 MB at once
+
+
+def save(path, nodes, ins, outs, inits):
+    import onnx
+    from onnx import helper
+    graph = helper.make_graph(nodes, "g", ins, outs, initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    onnx.save(model, path)
+
+
+def retry_repository(root):
+    """spread: y = x broadcast to SPREAD_ROWS rows, alone (no batching);
+    holder: y = x + 1, batching that waits 3 s for company."""
+    from onnx import TensorProto, helper, numpy_helper
+    shutil.rmtree(root, ignore_errors=True)
+    save(os.path.join(root, "spread", "1", "model.onnx"),
+         [helper.make_node("Expand", ["x", "shape"], ["y"])],
+         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, SPREAD_IN])],
+         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [SPREAD_ROWS, SPREAD_IN])],
+         [numpy_helper.from_array(np.array([SPREAD_ROWS, SPREAD_IN], np.int64), "shape")])
+    save(os.path.join(root, "holder", "1", "model.onnx"),
+         [helper.make_node("Add", ["x", "one"], ["y"])],
+         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", HOLDER_IN])],
+         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", HOLDER_IN])],
+         [numpy_helper.from_array(np.array(1.0, np.float32), "one")])
+    with open(os.path.join(root, "spread", "config.json"), "w") as f:
+        json.dump({"name": "spread", "max_batch_size": 0, "instance_count": 1}, f)
+    with open(os.path.join(root, "holder", "config.json"), "w") as f:
+        json.dump({"name": "holder", "max_batch_size": 8, "instance_count": 1,
+                   "dynamic_batching": {"max_queue_delay_microseconds": 3000000}}, f)
+
+
+def oom_count(srv, model):
+    with urllib.request.urlopen(f"http://{HOST}:{srv.port}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    m = re.search(r'slim_model_oom_total\{model="%s"[^}]*\} (\d+)' % model, text)
+    return int(m.group(1)) if m else 0
+
+
+def t_grpc_retry_alone(args):
+    root = os.path.join(args.workdir, "retry")
+    retry_repository(root)
+    srv = Server(args.slimserve, root, os.path.join(args.workdir, "retry.log"),
+                 "--memory-limit", f"cpu={RETRY_LIMIT}", "--max-request-bytes", str(1 << 30))
+    c = tg.InferenceServerClient(f"{HOST}:{srv.grpc_port}")
+    try:
+
+        def call(model, x):
+            i = tg.InferInput("x", list(x.shape), "FP32")
+            i.set_data_from_numpy(x)
+            return c.infer(model, [i], client_timeout=120).as_numpy("y")
+
+        hx = np.full((1, HOLDER_IN), 2.0, np.float32)
+        sx = np.random.default_rng(3).standard_normal((1, SPREAD_IN)).astype(np.float32)
+        done = {}
+
+        def holder():
+            try:
+                done["holder"] = (call("holder", hx), time.monotonic())
+            except Exception as e:  # noqa: BLE001 - checked below
+                done["holder"] = (e, time.monotonic())
+        t = threading.Thread(target=holder)
+        t.start()
+        time.sleep(0.5)  # holder's inputs are held now, its batch waiting for company
+        before = oom_count(srv, "spread")
+        try:
+            y = call("spread", sx)
+        except InferenceServerException as e:
+            raise Failure(f"spread: {e.status()} {e.message()}: not retried alone")
+        t_spread = time.monotonic()
+        t.join(timeout=120)
+        got, t_holder = done.get("holder", (None, 0))
+        check(isinstance(got, np.ndarray) and np.array_equal(got, hx + 1), f"holder: {got!r}")
+        check(y.shape == (SPREAD_ROWS, SPREAD_IN) and np.array_equal(y, np.broadcast_to(
+            sx, y.shape)), "spread's answer is x broadcast")
+        ooms = oom_count(srv, "spread") - before
+        check(ooms >= 1, "spread's first run did not run out of memory: the limit "
+              f"({RETRY_LIMIT} bytes) no longer makes the case; ooms {ooms}")
+        check(t_spread >= t_holder, "spread was answered before holder's inputs were gone")
+        # And alone, on an idle server, it runs at once.
+        check(np.array_equal(call("spread", sx), y), "spread alone differs")
+    finally:
+        c.close()
+        code = srv.stop()
+    check(code == 0, f"exit code {code}")
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--slimserve", required=True)
@@ -208,6 +311,7 @@ def main():
         code = srv.stop()
     r.case("sigterm_exit_0", lambda: check(code == 0, f"exit code {code}"))
     r.case("grpc_line_full_unavailable", t_line_full_unavailable, args, repo, limit)
+    r.case("grpc_retry_alone_after_oom", t_grpc_retry_alone, args)
     print(f"{r.passed} passed, {r.failed} failed")
     return 1 if r.failed else 0
 
