@@ -201,6 +201,33 @@ def verdicts(args, root):
     check(v.startswith("does not fit") and "weights" in v, f"limit under the weights: {v}")
 
 
+def inspect_read(slim, path, precision, batch, dry):
+    """inspect --fit's figures, the prediction read weightless or (dry)
+    with its weights."""
+    env = dict(os.environ, SLIM_PREDICT_DRY="1" if dry else "0")
+    out = subprocess.run([slim, "inspect", path, "--fit", "--precision", precision, "--batch",
+                          str(batch)], capture_output=True, text=True, timeout=600, env=env)
+    check(out.returncode == 0, f"slim inspect --fit {path}: {out.stderr}")
+    return {k: int(v) for k, v in re.findall(r"^(\w+): (\d+)", out.stdout, re.M)}
+
+
+def weightless_prediction(args):
+    """At fp32 and bf16 an ONNX prediction reads no weights: the same
+    weights and arenas as reading them (SLIM_PREDICT_DRY=1); the peaks are
+    in docs/memory.md (MiniLM fp32: 181 MiB read, 67 MiB weightless)."""
+    path = os.path.join(args.workdir, "minilm.onnx")
+    gen_encoder(path, "--layers", "6", "--hidden", "384", "--heads", "12", "--ffn", "1536")
+    for p in ("fp32", "bf16"):
+        wl = inspect_read(args.slim, path, p, ENCODER_BATCH, False)
+        dry = inspect_read(args.slim, path, p, ENCODER_BATCH, True)
+        for k in ("predicted_weight_bytes", "predicted_arena_bytes_1",
+                  "predicted_arena_bytes_max"):
+            check(wl.get(k) == dry.get(k) and dry.get(k), f"{p} {k}: weightless {wl.get(k)}, "
+                  f"read {dry.get(k)}")
+        tw, td = wl["predicted_total_bytes"], dry["predicted_total_bytes"]
+        check(abs(tw - td) <= 0.05 * td, f"{p} total: weightless {tw}, read {td}")
+
+
 def cpu_device(body):
     for d in body["devices"]:
         if d["device"] == "cpu":
@@ -416,7 +443,7 @@ def small_encoder_cycles(args, cycles=CYCLES, check_rss=True):
                       check_rss=check_rss)
 
 
-MINILM_CYCLES = 10
+MINILM_CYCLES = 6
 
 
 def minilm_cycles(args, cycles=MINILM_CYCLES, check_rss=True):
@@ -447,6 +474,7 @@ def main():
     if os.environ.get("FIT_ONLY"):
         sys.exit(1 if r.failed else 0)
     r.case("inspect --fit verdicts", verdicts, args, root)
+    r.case("weightless ONNX prediction: the figures of a read one", weightless_prediction, args)
     r.case("MiniLM int8: reserved <= allocated + slack after load and unload",
            minilm_gives_back, args)
     r.case(".slim weights mapped, unmapped on unload", slim_unmapped, args)
