@@ -47,6 +47,7 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(REPO, "tests", "e2e"))
 from gen_encoder import build  # noqa: E402
+from bench_prune import machine_line  # noqa: E402
 from test_server import Server  # noqa: E402
 
 SEQ, VOCAB = 32, 8000
@@ -170,6 +171,7 @@ def main():
     ap.add_argument("--bert-base", action="store_true")
     args = ap.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
+    print(machine_line(0))
     root = os.path.join(args.workdir, "repo")
     t0 = time.time()
     kinds = build_repository(root, args.models, args.slim)
@@ -210,7 +212,8 @@ def main():
         while time.time() < stop:
             m = metrics(srv.port)
             samples.append((time.time() - t_start, m.get(("slim_models_resident_bytes", "cpu"), 0),
-                            rss_bytes(srv.proc.pid)))
+                            rss_bytes(srv.proc.pid), m.get(("slim_models_loading_bytes", "cpu"), 0),
+                            m.get(("slim_memory_reserved_bytes", "cpu"), 0)))
             time.sleep(1.0)
 
     ths = [threading.Thread(target=client, args=(c,)) for c in range(args.clients)]
@@ -260,6 +263,22 @@ def main():
     print(f"server RSS: max {max(rss) / 2**20:.1f} MiB, mean {np.mean(rss) / 2**20:.1f} MiB "
           f"(budget {budget / 2**20:.1f} MiB; {rss_idle / 2**20:.1f} MiB with no model resident; "
           f"max - budget {(max(rss) - budget) / 2**20:.1f} MiB)")
+    # Where the RSS over the resident bytes goes, at the highest RSS sample:
+    # the process with no model resident, the loads under way (the budget
+    # holds their bytes, resident bytes do not show them), the allocator's
+    # cache beyond those, and the rest (heaps, code, stacks paged in since).
+    t, res_p, rss_p, loading_p, reserved_p = max(samples, key=lambda s: s[2])
+    counted = res_p + loading_p
+    cache = max(reserved_p - counted, 0)
+    rest = rss_p - rss_idle - counted - cache
+    print(f"at the RSS peak (t={t:.0f} s): RSS {rss_p / 2**20:.1f} MiB = no model resident "
+          f"{rss_idle / 2**20:.1f} + resident models {res_p / 2**20:.1f} + loads under way "
+          f"{loading_p / 2**20:.1f} (budget total {counted / 2**20:.1f} of {budget / 2**20:.1f}) "
+          f"+ allocator cache over that {cache / 2**20:.1f} + the rest {rest / 2**20:+.1f} MiB "
+          f"(allocator reserved {reserved_p / 2**20:.1f} MiB)")
+    over_fixed = [s[2] - rss_idle - budget for s in samples]
+    print(f"RSS - (budget + no-model RSS): max {max(over_fixed) / 2**20:+.1f} MiB, "
+          f"in {sum(o > 0 for o in over_fixed)} of {len(samples)} samples")
     try:
         import matplotlib
         matplotlib.use("Agg")
