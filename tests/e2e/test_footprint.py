@@ -26,6 +26,12 @@ Checks:
     issue's criterion); the first cycle's growth (the runtime's one-time
     set-up: code pages of our binary and its libraries, the kernel
     threads' stacks) is printed, split into anonymous and file pages.
+  * 6 cycles of the MiniLM-shaped int8 encoder: RSS after the last unload
+    within 10% of before, less oneDNN's code (its sgemm JIT kernels, which
+    no API frees, and libdnnl's pages): docs/memory.md, "Giving back".
+    bench/bench_give_back.py runs 200.
+  * the weightless ONNX prediction (fp32, bf16) gives the figures of one
+    that reads the weights (SLIM_PREDICT_DRY=1).
 
 Ends with "N passed, N failed"; exits non-zero on any failure.
 """
