@@ -266,7 +266,8 @@ static slim_status zero_weights(slim_graph *g, slim_err *err)
         if (g->values[v].kind != SLIM_VALUE_INITIALIZER || t->data || !n)
             continue;
         slim_buffer *b = calloc(1, sizeof(*b));
-        void *p = b ? mmap(NULL, n, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+        void *p = b ? mmap(NULL, n, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
                     : MAP_FAILED;
         if (p == MAP_FAILED) {
             free(b);
@@ -305,6 +306,22 @@ static bool weightless(const char *path, const slim_load_ctx *c)
     return !slim_model_file_is_slim(path);
 }
 
+/* Our own operators (com.slimserve: a file a pruning or int8 pass wrote,
+ * its SparseConv encodings checked from their values at load) are read
+ * with their weights. */
+static bool has_own_ops(const slim_graph *g)
+{
+    for (int i = 0; i < g->n_nodes; i++) {
+        if (g->nodes[i].domain && strcmp(g->nodes[i].domain, "com.slimserve") == 0)
+            return true;
+        for (int a = 0; a < g->nodes[i].n_attrs; a++)
+            if (g->nodes[i].attrs[a].type == SLIM_ATTR_GRAPH && g->nodes[i].attrs[a].g &&
+                has_own_ops(g->nodes[i].attrs[a].g))
+                return true;
+    }
+    return false;
+}
+
 static slim_status read_for_prediction(const char *path, const slim_load_ctx *c, bool *zeros,
                                        slim_graph **g, slim_err *err)
 {
@@ -312,6 +329,11 @@ static slim_status read_for_prediction(const char *path, const slim_load_ctx *c,
     if (!*zeros)
         return slim_pipeline_read(path, g, err);
     slim_status st = slim_onnx_load_file_shapes(path, WEIGHTLESS_KEEP_BYTES, g, err);
+    if (!st && has_own_ops(*g)) {
+        slim_graph_free(*g);
+        *zeros = false;
+        return slim_pipeline_read(path, g, err);
+    }
     if (!st && (st = zero_weights(*g, err))) {
         slim_graph_free(*g);
         *g = NULL;
