@@ -17,6 +17,7 @@ peak RSS and wall time.
 
 import argparse
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -29,21 +30,20 @@ from bench_prune import machine_line  # noqa: E402
 
 
 def run(slim, path, precision, batch, dry):
+    """(predicted total, peak RSS MiB, seconds). The peak is /usr/bin/time's
+    (as bench_prune.py): a forked Python child's own maxrss would start at
+    the parent's."""
     env = dict(os.environ, SLIM_PREDICT_DRY="1" if dry else "0")
     t = time.perf_counter()
-    proc = subprocess.Popen([slim, "inspect", path, "--fit", "--precision", precision,
-                             "--batch", str(batch)], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, env=env)
-    _, status, usage = os.wait4(proc.pid, 0)
+    r = subprocess.run(["/usr/bin/time", "-f", "maxrss %M", slim, "inspect", path, "--fit",
+                        "--precision", precision, "--batch", str(batch)],
+                       capture_output=True, text=True, env=env)
     dt = time.perf_counter() - t
-    out = proc.stdout.read()
-    proc.stdout.close()
-    proc.stderr.close()
-    if status != 0:
-        sys.exit(f"slim inspect --fit {path} --precision {precision} failed ({status})")
-    total = next(int(line.split()[1]) for line in out.splitlines()
-                 if line.startswith("predicted_total_bytes:"))
-    return total, usage.ru_maxrss / 1024.0, dt
+    if r.returncode != 0:
+        sys.exit(f"slim inspect --fit {path} --precision {precision} failed: {r.stderr}")
+    total = int(re.search(r"^predicted_total_bytes: (\d+)", r.stdout, re.M).group(1))
+    rss = int(re.search(r"maxrss (\d+)", r.stderr).group(1)) / 1024.0
+    return total, rss, dt
 
 
 def main():
