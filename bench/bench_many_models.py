@@ -222,9 +222,9 @@ def main():
             m2 = metrics(srv.port)
             both = [max(a.get((k, "cpu"), 0), m2.get((k, "cpu"), 0)) for a in (m,)
                     for k in ("slim_models_resident_bytes", "slim_models_loading_bytes",
-                              "slim_memory_reserved_bytes")]
+                              "slim_memory_reserved_bytes", "slim_memory_allocated_bytes")]
             samples.append((time.time() - t_start, both[0], rss, both[1], both[2],
-                            onednn_kib(srv.proc.pid)[0] * 1024))
+                            onednn_kib(srv.proc.pid)[0] * 1024, both[3]))
             time.sleep(1.0)
 
     ths = [threading.Thread(target=client, args=(c,)) for c in range(args.clients)]
@@ -281,14 +281,15 @@ def main():
     # holds their bytes; resident bytes do not show them), and the rest
     # (a load's transient outside the allocator: one initializer decoded at
     # a time; glibc heaps between trims; stacks and code paged in since).
-    t, res_p, rss_p, loading_p, reserved_p, jit_p = max(samples, key=lambda s: s[2])
+    t, res_p, rss_p, loading_p, reserved_p, jit_p, alloc_p = max(samples, key=lambda s: s[2])
     counted = res_p + loading_p
     rest = rss_p - rss_idle - jit_p - counted
     print(f"at the RSS peak (t={t:.0f} s): RSS {rss_p / 2**20:.1f} MiB = no model resident "
           f"{rss_idle / 2**20:.1f} + oneDNN JIT {jit_p / 2**20:.1f} + resident models "
           f"{res_p / 2**20:.1f} + loads under way {loading_p / 2**20:.1f} (budget in use "
           f"{counted / 2**20:.1f} of {budget / 2**20:.1f}) + the rest {rest / 2**20:+.1f} MiB "
-          f"(allocator reserved {reserved_p / 2**20:.1f} MiB)")
+          f"(allocator: {alloc_p / 2**20:.1f} MiB allocated, {reserved_p / 2**20:.1f} MiB "
+          f"reserved; the resident bytes include .slim weights, mapped outside it)")
     fixed = rss_idle + max(s[5] for s in samples)
     over_fixed = [s[2] - fixed - budget for s in samples]
     print(f"fixed overhead {fixed / 2**20:.1f} MiB (no model resident, plus oneDNN's JIT); "
