@@ -219,6 +219,7 @@ void slim_window_range(int64_t start, int64_t step, int64_t count, int64_t limit
 
 #ifdef SLIM_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.h>
+#include "cpu/matmul_dnnl.h"
 void omp_set_num_threads(int n); /* libgomp, which oneDNN links */
 
 /* Where oneDNN is there, its sgemm runs the products: its AVX-512 JIT
@@ -237,6 +238,8 @@ static void gemm_call(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int 
     if (!dnnl_single) {
         omp_set_num_threads(1);
         dnnl_single = true;
+        /* sgemm alone pages in oneDNN's code too: give it back when idle. */
+        slim__dnnl_on_idle();
     }
     if (dnnl_sgemm(ta == CblasTrans ? 'T' : 'N', tb == CblasTrans ? 'T' : 'N', m, n, k, alpha, a,
                    lda, b, ldb, beta, c, ldc) != dnnl_success)

@@ -2,6 +2,7 @@
  * after (slim_model_footprint), in the same fields (footprint.h). */
 #include "footprint.h"
 #include "cancel.h"
+#include "onnx/onnx_wire.h"
 #include "pipeline.h"
 #include "model.h"
 #include "plan.h"
@@ -9,7 +10,13 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+
+/* Initializers up to this are read with their values in a weightless
+ * prediction: shapes, axes, scalars, the attention scale, which passes
+ * and shape inference read. */
+#define WEIGHTLESS_KEEP_BYTES 4096
 
 /* Weights of g and its subgraphs, and how many of those bytes are a mapped
  * file's (a buffer with its own release and no allocator block). */
@@ -240,6 +247,100 @@ void slim_model_footprint(const slim_model *m, int64_t max_batch, slim_footprint
     out->total_bytes = out->weight_bytes + out->arena_bytes_max + out->workspace_bytes;
 }
 
+/* A weightless initializer's stand-in: zero pages, mapped, never
+ * written unless a pass writes in place (then copied on write). Reading
+ * them takes no memory (the kernel's zero page), so the passes and the
+ * measuring runs see every weight at its size without the file's bytes
+ * being read or held. */
+static void zeros_release(slim_buffer *b)
+{
+    munmap(b->ptr, b->size);
+    free(b);
+}
+
+static slim_status zero_weights(slim_graph *g, slim_err *err)
+{
+    for (int v = 0; v < g->n_values; v++) {
+        slim_tensor *t = &g->values[v].init;
+        size_t n = slim_tensor_nbytes(t);
+        if (g->values[v].kind != SLIM_VALUE_INITIALIZER || t->data || !n)
+            continue;
+        slim_buffer *b = calloc(1, sizeof(*b));
+        void *p = b ? mmap(NULL, n, PROT_READ | PROT_WRITE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0)
+                    : MAP_FAILED;
+        if (p == MAP_FAILED) {
+            free(b);
+            return slim_errf(err, SLIM_ENOMEM, "out of address space for %zu bytes of weights", n);
+        }
+        b->dev = slim_device_cpu();
+        b->ptr = p;
+        b->size = n;
+        b->release = zeros_release;
+        atomic_init(&b->refs, 1);
+        t->buf = b;
+        t->data = p;
+    }
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int a = 0; a < g->nodes[i].n_attrs; a++)
+            if (g->nodes[i].attrs[a].type == SLIM_ATTR_GRAPH && g->nodes[i].attrs[a].g) {
+                slim_status st = zero_weights(g->nodes[i].attrs[a].g, err);
+                if (st)
+                    return st;
+            }
+    return SLIM_OK;
+}
+
+/* Whether the passes this load runs size the weights from their shapes
+ * alone, so a prediction may read the file without its weights (the
+ * weightless read, onnx_wire.h) and run them on zeros: float32 and half
+ * precision, no pruning. int8 sets aside outlier channels found from the
+ * weights' values (and with max_error keeps layers by their measured
+ * error), pruning keeps what the values leave: those read the file as a
+ * load does. SLIM_PREDICT_DRY=1 makes every prediction read it (A/B). */
+static bool weightless(const char *path, const slim_load_ctx *c)
+{
+    const char *dry = getenv("SLIM_PREDICT_DRY");
+    if ((dry && strcmp(dry, "1") == 0) || c->int8 || c->opts->compress.prune)
+        return false;
+    return !slim_model_file_is_slim(path);
+}
+
+/* Our own operators (com.slimserve: a file a pruning or int8 pass wrote,
+ * its SparseConv encodings checked from their values at load) are read
+ * with their weights. */
+static bool has_own_ops(const slim_graph *g)
+{
+    for (int i = 0; i < g->n_nodes; i++) {
+        if (g->nodes[i].domain && strcmp(g->nodes[i].domain, "com.slimserve") == 0)
+            return true;
+        for (int a = 0; a < g->nodes[i].n_attrs; a++)
+            if (g->nodes[i].attrs[a].type == SLIM_ATTR_GRAPH && g->nodes[i].attrs[a].g &&
+                has_own_ops(g->nodes[i].attrs[a].g))
+                return true;
+    }
+    return false;
+}
+
+static slim_status read_for_prediction(const char *path, const slim_load_ctx *c, bool *zeros,
+                                       slim_graph **g, slim_err *err)
+{
+    *zeros = weightless(path, c);
+    if (!*zeros)
+        return slim_pipeline_read(path, g, err);
+    slim_status st = slim_onnx_load_file_shapes(path, WEIGHTLESS_KEEP_BYTES, g, err);
+    if (!st && has_own_ops(*g)) {
+        slim_graph_free(*g);
+        *zeros = false;
+        return slim_pipeline_read(path, g, err);
+    }
+    if (!st && (st = zero_weights(*g, err))) {
+        slim_graph_free(*g);
+        *g = NULL;
+    }
+    return st;
+}
+
 slim_status slim_model_predict(const char *path, const slim_load_opts *opts, int64_t max_batch,
                                slim_footprint *out, slim_err *err)
 {
@@ -263,8 +364,9 @@ slim_status slim_model_predict(const char *path, const slim_load_opts *opts, int
     /* int8 with max_error keeps layers by their measured error: the same
      * samples as a load, or the prediction would quantize other layers. */
     st = slim_pipeline_samples(&c, err);
+    bool zeros = false;
     if (!st)
-        st = slim_pipeline_read(path, &g, err);
+        st = read_for_prediction(path, &c, &zeros, &g, err);
     if (!st)
         st = slim_pipeline_compress(g, &c, err);
     if (!st)
@@ -277,6 +379,9 @@ slim_status slim_model_predict(const char *path, const slim_load_opts *opts, int
         slim_model_set_batch_invariant(m, max_batch > 1);
         m->fp32_strict = c.fp32_strict;
         slim_model_footprint(m, max_batch, out);
+        /* The stand-ins look mapped; a load allocates an ONNX file's. */
+        if (zeros)
+            out->mapped_bytes = 0;
         slim_model_measure_workspace(m, out);
     }
     slim_model_free(m); /* gives back what the prediction held */

@@ -40,12 +40,16 @@ typedef struct slim_footprint {
 /* Before loading: from the file (ONNX or .slim) and the load options
  * (precision, pruning, device). max_batch < 1 counts as 1.
  *
- * Today it runs the load's stages up to plan on the file (read, compress,
- * optimize; not place), under an account of its own, takes the figures of
+ * It runs the load's stages up to plan (read, compress, optimize; not
+ * place), under an account of its own, takes the figures of
  * slim_model_footprint and frees everything, giving it back
- * (slim_memory_give_back): a .slim file is mapped, never copied; an ONNX
- * file's weights are held while the passes run, as a load would (a peak
- * the size of the load's, then nothing). Exact for weights and arenas;
+ * (slim_memory_give_back). A .slim file is mapped, never copied. An ONNX
+ * file at fp32 or half precision is read weightless (its big initializers
+ * as zero pages: their sizes, not their bytes), since those passes size
+ * weights from shapes; int8 and pruning decide sizes from the values, so
+ * there its weights are read and held while the passes run, as a load
+ * would (a peak the size of the load's, then nothing); SLIM_PREDICT_DRY=1
+ * reads them always (A/B). Exact for weights and arenas;
  * the workspace is measured at batch 1 and (up to) max_batch and extended
  * in a straight line (slim_model_measure_workspace: 2 x SLIM_FOOTPRINT_RUNS
  * runs, the costly part for a large model: cache predictions per file and

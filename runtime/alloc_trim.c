@@ -14,6 +14,16 @@
 
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+
+#ifdef __linux__
+#include <sys/mman.h>
+#ifndef MADV_PAGEOUT
+#define MADV_PAGEOUT 21 /* Linux 5.4; older headers lack the name */
+#endif
+#endif
 
 #ifdef __GLIBC__
 #include <malloc.h>
@@ -50,6 +60,68 @@ bool slim_memory_on_idle(slim_idle_hook fn)
     pthread_mutex_unlock(&hooks_mu);
     return ok;
 }
+
+#ifdef __linux__
+/* One line of /proc/self/maps: its range and the file it maps (inode 0:
+ * anonymous). */
+typedef struct map_line {
+    uintptr_t lo, hi;
+    unsigned dev_major, dev_minor;
+    unsigned long inode;
+} map_line;
+
+static bool read_map_line(FILE *f, map_line *m)
+{
+    char line[512];
+    if (!fgets(line, sizeof(line), f))
+        return false;
+    unsigned long lo = 0, hi = 0, off = 0;
+    char perms[8];
+    m->inode = 0;
+    if (sscanf(line, "%lx-%lx %7s %lx %x:%x %lu", &lo, &hi, perms, &off, &m->dev_major,
+               &m->dev_minor, &m->inode) != 7)
+        m->inode = 0;
+    m->lo = lo;
+    m->hi = hi;
+    /* A path longer than the buffer continues on the next read: skip it. */
+    while (!strchr(line, '\n') && fgets(line, sizeof(line), f))
+        ;
+    return true;
+}
+
+size_t slim_memory_page_out_object(const void *addr)
+{
+    /* The object's file by its device and inode (the mapping holding
+     * addr), not by name: a library is found through a symlink (.so.2)
+     * that the maps show resolved (.so.2.6). */
+    FILE *f = fopen("/proc/self/maps", "r");
+    if (!f)
+        return 0;
+    map_line m, own = {0};
+    while (read_map_line(f, &m))
+        if ((uintptr_t)addr >= m.lo && (uintptr_t)addr < m.hi) {
+            own = m;
+            break;
+        }
+    size_t advised = 0;
+    if (own.inode) {
+        rewind(f);
+        while (read_map_line(f, &m))
+            if (m.inode == own.inode && m.dev_major == own.dev_major &&
+                m.dev_minor == own.dev_minor &&
+                madvise((void *)m.lo, m.hi - m.lo, MADV_PAGEOUT) == 0)
+                advised += m.hi - m.lo;
+    }
+    fclose(f);
+    return advised;
+}
+#else
+size_t slim_memory_page_out_object(const void *addr)
+{
+    (void)addr;
+    return 0;
+}
+#endif
 
 static bool allocator_idle(slim_allocator *a)
 {

@@ -16,6 +16,7 @@
 #define SLIM_ALLOC_TRIM_H
 
 #include <stdbool.h>
+#include <stddef.h>
 
 typedef void (*slim_idle_hook)(void);
 
@@ -23,6 +24,18 @@ typedef void (*slim_idle_hook)(void);
  * SLIM_IDLE_HOOKS hooks; false when they are all taken. */
 #define SLIM_IDLE_HOOKS 8
 bool slim_memory_on_idle(slim_idle_hook fn);
+
+/* Asks the kernel to reclaim the resident pages of every file mapping of
+ * the shared object whose code holds addr (its text, read-only data):
+ * clean pages of a library that nothing runs while no model is held,
+ * which otherwise stay resident for the life of the process (oneDNN's
+ * 2.7 MiB once any product ran through it). They are read back from the
+ * file (or the page cache) on their next use. Linux MADV_PAGEOUT; the
+ * kernel honours it for a file the process owns or may write (root, a
+ * container's own libraries) and skips pages another process maps too.
+ * For an idle hook; returns the bytes of the mappings advised (0 when
+ * none or unsupported). */
+size_t slim_memory_page_out_object(const void *addr);
 
 /* Whether no started device's allocator holds a live block. */
 bool slim_memory_idle(void);

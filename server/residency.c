@@ -166,6 +166,16 @@ static size_t budget_of(const char *device, char *canon, size_t cap)
     return slim_allocator_limit(dev->alloc);
 }
 
+size_t slim__residency_loading_bytes(const slim_server_repo *repo, const char *device)
+{
+    size_t bytes = 0;
+    const slim_server_residency_state *st = repo->residency;
+    for (int i = 0; st && i < MAX_RESERVED; i++)
+        if (st->reserved[i].held && strcmp(st->reserved[i].device, device) == 0)
+            bytes += st->reserved[i].bytes;
+    return bytes;
+}
+
 /* Resident and reserved bytes on device (under mu). */
 static size_t used_on(slim_server_repo *repo, const char *device, size_t *pinned)
 {
@@ -183,11 +193,7 @@ static size_t used_on(slim_server_repo *repo, const char *device, size_t *pinned
             }
         }
     }
-    const slim_server_residency_state *st = repo->residency;
-    for (int i = 0; st && i < MAX_RESERVED; i++)
-        if (st->reserved[i].held && strcmp(st->reserved[i].device, device) == 0)
-            used += st->reserved[i].bytes;
-    return used;
+    return used + slim__residency_loading_bytes(repo, device);
 }
 
 /* The model's predicted footprint, or its file's size when it could not

@@ -65,6 +65,9 @@ slim_status slim__residency_reserve(slim_server_repo *repo, const char *name, co
                                     slim__reservation *out, slim_err *err);
 /* The load failed: its reservation ends. */
 void slim__residency_unreserve(slim_server_repo *repo, slim__reservation *r);
+/* Bytes reserved on device by the loads under way (under repo->mu): what
+ * the budget counts beyond the resident models. */
+size_t slim__residency_loading_bytes(const slim_server_repo *repo, const char *device);
 /* Under mu, once the loaded model m is in the table (or dropped): the
  * reservation it carries ends, its footprint now counts instead. */
 void slim__residency_settle(slim_server_repo *repo, slim_server_model *m);

@@ -58,6 +58,12 @@ static void device_metrics(slim_server_repo *repo, slim_server_buf *out)
         slim_server_buf_printf(out, "slim_models_resident_bytes{device=\"%s\"} %zu\n",
                                devs[d]->name, used);
     }
+    header(out, "slim_models_loading_bytes", "gauge",
+           "Bytes the budget holds for the loads under way on each device (their files, then "
+           "their footprints and weights as read)");
+    for (int d = 0; d < n; d++)
+        slim_server_buf_printf(out, "slim_models_loading_bytes{device=\"%s\"} %zu\n",
+                               devs[d]->name, slim__residency_loading_bytes(repo, devs[d]->name));
 }
 
 void slim_server_residency_metrics(slim_server_repo *repo, slim_server_buf *out)

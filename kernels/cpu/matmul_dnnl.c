@@ -91,10 +91,15 @@ static __thread dnnl_stream_t thread_stream;
 static void drop_primitive_cache(void)
 {
     int cap = 0;
-    if (dnnl_get_primitive_cache_capacity(&cap) != dnnl_success || cap <= 0)
-        return;
-    dnnl_set_primitive_cache_capacity(0);
-    dnnl_set_primitive_cache_capacity(cap);
+    if (dnnl_get_primitive_cache_capacity(&cap) == dnnl_success && cap > 0) {
+        dnnl_set_primitive_cache_capacity(0);
+        dnnl_set_primitive_cache_capacity(cap);
+    }
+    /* The library's own code: 2.5 MiB of text paged in by the first
+     * product (MiniLM int8: sgemm for attention), clean and unused until
+     * a model runs again, which pages back what it needs (docs/memory.md,
+     * "Giving back"). */
+    slim_memory_page_out_object(dnnl_version());
 }
 
 void slim__dnnl_on_idle(void)

@@ -421,7 +421,8 @@ static slim_status add_initializer(slim_graph *g, const Onnx__TensorProto *tp, s
  * buf NULL, slim_tensor_nbytes its size all the same). The checks are
  * tensor_from_proto's, on what the wire scan read. */
 static slim_status add_initializer_shape(slim_graph *g, const slim_onnx_init_info *in,
-                                         size_t nbytes, size_t i, slim_err *err)
+                                         size_t nbytes, size_t i, const uint8_t *raw,
+                                         slim_err *err)
 {
     char name[1024];
     if (!in->name_len || in->name_len >= sizeof(name) || memchr(in->name, 0, in->name_len))
@@ -442,12 +443,47 @@ static slim_status add_initializer_shape(slim_graph *g, const slim_onnx_init_inf
     t->dtype = slim_dtype_from_onnx(in->data_type);
     t->ndim = in->ndim;
     memcpy(t->dims, in->dims, sizeof(t->dims));
+    if (raw) {
+        if (slim_tensor_alloc(t, err))
+            return slim_err_prefix(err, "initializer: ");
+        if (nbytes)
+            memcpy(t->data, raw, nbytes);
+    }
     g->values[v].kind = SLIM_VALUE_INITIALIZER;
     slim_io_info *info = &g->values[v].info;
     info->dtype = t->dtype;
     info->ndim = t->ndim;
     memcpy(info->dims, t->dims, sizeof(info->dims));
     return SLIM_OK;
+}
+
+/* Whether initializer s is a plain raw_data tensor of more than
+ * RAW_DIRECT_MIN bytes (slim_onnx_init_info.plain_raw), read straight from
+ * the file: protobuf-c's unpack would copy its bytes first, so a load held
+ * the largest weight twice for a moment outside the allocator. Smaller
+ * ones, and anything less plain, are unpacked as always. */
+#define RAW_DIRECT_MIN ((size_t)64 << 10)
+
+static bool raw_direct(const slim_onnx_span *s, slim_onnx_init_info *in, size_t *nbytes)
+{
+    slim_err ignored;
+    /* A name the unpacked path takes that add_initializer_shape refuses
+     * (1 KiB or more, a NUL inside) goes that way too. */
+    if (s->n <= RAW_DIRECT_MIN || slim_onnx_wire_init_info(s, in, &ignored) || !in->plain_raw ||
+        in->ndim < 0 || in->stored_bytes <= RAW_DIRECT_MIN || !in->name_len ||
+        in->name_len >= 1024 || memchr(in->name, 0, in->name_len))
+        return false;
+    slim_dtype dt = slim_dtype_from_onnx(in->data_type);
+    if (dt == SLIM_DTYPE_UNDEFINED)
+        return false;
+    int64_t n = 1;
+    for (int d = 0; d < in->ndim; d++) {
+        if (in->dims[d] < 0 || (in->dims[d] > 0 && n > INT64_MAX / 16 / in->dims[d]))
+            return false;
+        n *= in->dims[d];
+    }
+    *nbytes = (size_t)n * slim_dtype_size(dt);
+    return *nbytes == in->stored_bytes;
 }
 
 /* Whether a weightless read leaves initializer i's data out: a known
@@ -614,17 +650,21 @@ static slim_status load_bytes(const void *data, size_t size, const char *base_di
         slim_onnx_init_info in;
         size_t nbytes;
         if (shape_only(&inits[i], keep, &in, &nbytes)) {
-            st = add_initializer_shape(g, &in, nbytes, i, err);
+            st = add_initializer_shape(g, &in, nbytes, i, NULL, err);
             continue;
         }
-        Onnx__TensorProto *tp = onnx__tensor_proto__unpack(NULL, inits[i].n, inits[i].p);
-        if (!tp) {
-            st = slim_errf(err, SLIM_EPARSE, "not a valid ONNX model: initializer %zu is "
-                           "malformed or truncated", i);
-            break;
+        if (raw_direct(&inits[i], &in, &nbytes)) {
+            st = add_initializer_shape(g, &in, nbytes, i, in.raw, err);
+        } else {
+            Onnx__TensorProto *tp = onnx__tensor_proto__unpack(NULL, inits[i].n, inits[i].p);
+            if (!tp) {
+                st = slim_errf(err, SLIM_EPARSE, "not a valid ONNX model: initializer %zu is "
+                               "malformed or truncated", i);
+                break;
+            }
+            st = add_initializer(g, tp, i, base_dir, err);
+            onnx__tensor_proto__free_unpacked(tp, NULL);
         }
-        st = add_initializer(g, tp, i, base_dir, err);
-        onnx__tensor_proto__free_unpacked(tp, NULL);
         if (drop_pages && page > 0) {
             uintptr_t b = ((uintptr_t)inits[i].p + (uintptr_t)page - 1) & ~((uintptr_t)page - 1);
             uintptr_t e = ((uintptr_t)inits[i].p + inits[i].n) & ~((uintptr_t)page - 1);

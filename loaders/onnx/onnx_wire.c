@@ -255,6 +255,8 @@ slim_status slim_onnx_wire_check_nesting(const uint8_t *data, size_t size, slim_
 #define TENSOR_DIMS 1
 #define TENSOR_DATA_TYPE 2
 #define TENSOR_NAME 8
+#define TENSOR_RAW_DATA 9
+#define TENSOR_DOC_STRING 12
 #define TENSOR_DATA_LOCATION 14
 #define TENSOR_LOCATION_EXTERNAL 1
 
@@ -291,6 +293,7 @@ slim_status slim_onnx_wire_init_info(const slim_onnx_span *s, slim_onnx_init_inf
     memset(out, 0, sizeof(*out));
     size_t pos = 0;
     bool too_many = false;
+    int raws = 0, others = 0; /* raw_data fields; fields a plain raw tensor has not */
     while (pos < s->n) {
         /* next_field skips a varint's value: read it again for the few
          * varint fields wanted here. */
@@ -316,10 +319,18 @@ slim_status slim_onnx_wire_init_info(const slim_onnx_span *s, slim_onnx_init_inf
             out->name_len = pl_len;
         } else if (f == TENSOR_DATA_LOCATION && wire == 0)
             out->external = value == TENSOR_LOCATION_EXTERNAL;
-        else if (is_data_field(f))
+        else if (is_data_field(f)) {
             out->stored_bytes += wire == 2 ? pl_len : pos - value_at;
+            if (f == TENSOR_RAW_DATA && wire == 2) {
+                out->raw = pl;
+                raws++;
+            } else
+                others++;
+        } else if (!(f == TENSOR_DOC_STRING && wire == 2))
+            others++;
     }
     if (too_many)
         out->ndim = -1;
+    out->plain_raw = raws == 1 && !others && !out->external;
     return SLIM_OK;
 }

@@ -52,6 +52,13 @@ typedef struct slim_onnx_init_info {
     int64_t dims[SLIM_MAX_DIMS];
     size_t stored_bytes;      /* payload bytes in the file: raw_data or the typed fields */
     bool external;            /* data_location EXTERNAL: the bytes are in another file */
+    /* The data is one raw_data field and every other field is one of
+     * dims, data_type, name, doc_string or data_location, with its wire
+     * type: raw (stored_bytes long, inside the input) is then the tensor's
+     * bytes exactly as protobuf-c would unpack them, and the loader copies
+     * them straight from the file (no unpacked copy of the weight). */
+    const uint8_t *raw;
+    bool plain_raw;
 } slim_onnx_init_info;
 
 /* Reads the keys, the dims, the type and the name of the serialized

@@ -26,6 +26,12 @@ Checks:
     issue's criterion); the first cycle's growth (the runtime's one-time
     set-up: code pages of our binary and its libraries, the kernel
     threads' stacks) is printed, split into anonymous and file pages.
+  * 6 cycles of the MiniLM-shaped int8 encoder: RSS after the last unload
+    within 10% of before, less oneDNN's code (its sgemm JIT kernels, which
+    no API frees, and libdnnl's pages): docs/memory.md, "Giving back".
+    bench/bench_give_back.py runs 200.
+  * the weightless ONNX prediction (fp32, bf16) gives the figures of one
+    that reads the weights (SLIM_PREDICT_DRY=1).
 
 Ends with "N passed, N failed"; exits non-zero on any failure.
 """
@@ -201,6 +207,33 @@ def verdicts(args, root):
     check(v.startswith("does not fit") and "weights" in v, f"limit under the weights: {v}")
 
 
+def inspect_read(slim, path, precision, batch, dry):
+    """inspect --fit's figures, the prediction read weightless or (dry)
+    with its weights."""
+    env = dict(os.environ, SLIM_PREDICT_DRY="1" if dry else "0")
+    out = subprocess.run([slim, "inspect", path, "--fit", "--precision", precision, "--batch",
+                          str(batch)], capture_output=True, text=True, timeout=600, env=env)
+    check(out.returncode == 0, f"slim inspect --fit {path}: {out.stderr}")
+    return {k: int(v) for k, v in re.findall(r"^(\w+): (\d+)", out.stdout, re.M)}
+
+
+def weightless_prediction(args):
+    """At fp32 and bf16 an ONNX prediction reads no weights: the same
+    weights and arenas as reading them (SLIM_PREDICT_DRY=1), on the 2-layer
+    encoder (the MiniLM-shaped one's figures agree too, and its peaks are in
+    docs/memory.md: fp32 137 MiB read, 68 MiB weightless)."""
+    path = os.path.join(args.workdir, "encoder2.onnx")
+    for p in ("fp32", "bf16"):
+        wl = inspect_read(args.slim, path, p, ENCODER_BATCH, False)
+        dry = inspect_read(args.slim, path, p, ENCODER_BATCH, True)
+        for k in ("predicted_weight_bytes", "predicted_arena_bytes_1",
+                  "predicted_arena_bytes_max"):
+            check(wl.get(k) == dry.get(k) and dry.get(k), f"{p} {k}: weightless {wl.get(k)}, "
+                  f"read {dry.get(k)}")
+        tw, td = wl["predicted_total_bytes"], dry["predicted_total_bytes"]
+        check(abs(tw - td) <= 0.05 * td, f"{p} total: weightless {tw}, read {td}")
+
+
 def cpu_device(body):
     for d in body["devices"]:
         if d["device"] == "cpu":
@@ -325,48 +358,114 @@ def sanitized(binary):
     return "libasan" in out
 
 
-def cycles_give_back(args):
+def onednn_kib(pid):
+    """Resident KiB of oneDNN's code: anonymous executable mappings (JIT
+    code: its sgemm kernels, built once per process in statics no API
+    frees) and libdnnl's file mappings (paged out when idle, but the kernel
+    keeps pages that another process maps too, and tests run side by
+    side). Returns (jit, library)."""
+    jit = lib = 0
+    kind = None
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            head = re.match(r"^[0-9a-f]+-[0-9a-f]+ (\S+) \S+ \S+ (\d+)\s*(\S*)", line)
+            if head:
+                kind = ("jit" if "x" in head.group(1) and head.group(2) == "0" and
+                        not head.group(3) else "lib" if "libdnnl" in head.group(3) else None)
+            elif kind and line.startswith("Rss:"):
+                if kind == "jit":
+                    jit += int(line.split()[1])
+                else:
+                    lib += int(line.split()[1])
+    return jit, lib
+
+
+def run_cycles(args, name, enc, cfg, ids, cycles, onednn_allowed, check_rss=True):
     """RSS before the first load, after the first load/infer/unload cycle,
-    and after each of the CYCLES - 1 more: the model folder appears after
-    the server started empty."""
-    root = os.path.join(args.workdir, "cycles")
+    and after each of the cycles - 1 more: the model folder appears after
+    the server started empty. Returns the figures (KiB) for a table; checks
+    RSS after every unload within 10% of before, less the JIT code when
+    onednn_allowed (oneDNN's sgemm kernels, which stay: docs/memory.md)."""
+    root = os.path.join(args.workdir, "cycles_" + name)
     shutil.rmtree(root, ignore_errors=True)
     os.makedirs(root)
-    enc = os.path.join(args.workdir, "encoder_small.onnx")
-    gen_encoder(enc, "--layers", "1", "--hidden", "256", "--heads", "4", "--ffn", "512",
-                "--vocab", "2000", "--seq", "64")
-    srv = Server(args.slimserve, root, os.path.join(args.workdir, "cycles.log"))
+    srv = Server(args.slimserve, root, os.path.join(args.workdir, f"cycles_{name}.log"))
     try:
-        before = rss_kib(srv.proc.pid)
-        anon0, file0 = rss_kib(srv.proc.pid, "RssAnon"), rss_kib(srv.proc.pid, "RssFile")
-        cfg = encoder_config("enc", "int8", 4, seq=64, hidden=256)
+        pid = srv.proc.pid
+        before = rss_kib(pid)
+        anon0, file0 = rss_kib(pid, "RssAnon"), rss_kib(pid, "RssFile")
+        jit0, lib0 = onednn_kib(pid)
         add_model(root, "enc", enc, cfg)
-        ids = np.random.default_rng(1).integers(0, 2000, (1, 64), dtype=np.int64)
         t0 = time.time()
         cycle(srv, 0, cfg, ids)
         first = worst = held_kib(srv)
-        anon1, file1 = rss_kib(srv.proc.pid, "RssAnon"), rss_kib(srv.proc.pid, "RssFile")
-        for i in range(1, CYCLES):
+        anon1, file1 = rss_kib(pid, "RssAnon"), rss_kib(pid, "RssFile")
+        for i in range(1, cycles):
             cycle(srv, i, cfg, ids)
             worst = max(worst, held_kib(srv))
         after = held_kib(srv)
-        print(f"  {CYCLES} cycles in {time.time() - t0:.1f} s: RSS before the first load "
-              f"{before} KiB, after the first cycle {first} KiB, after the last {after} KiB, "
-              f"highest after an unload {worst} KiB (less the allocator's cache); the first "
-              f"cycle's growth: anonymous {anon1 - anon0:+d} KiB, file {file1 - file0:+d} KiB")
-        if sanitized(args.slimserve):
+        jit, lib = onednn_kib(pid)
+        jit, lib = jit - jit0, lib - lib0
+        print(f"  {name}: {cycles} cycles in {time.time() - t0:.1f} s: RSS before the first "
+              f"load {before} KiB, after the first cycle {first} KiB, after the last {after} "
+              f"KiB ({(after / before - 1) * 100:+.1f}%), highest after an unload {worst} KiB "
+              f"(less the allocator's cache); the first cycle's growth: anonymous "
+              f"{anon1 - anon0:+d} KiB, file {file1 - file0:+d} KiB; oneDNN after the last: "
+              f"JIT code {jit:+d} KiB, library {lib:+d} KiB")
+        # oneDNN's pages before and after alike set aside: their change
+        # (the library's can go below where it started, once paged out).
+        allowed = jit + lib if onednn_allowed else 0
+        if not check_rss:
+            pass
+        elif sanitized(args.slimserve):
             # AddressSanitizer keeps freed blocks in its quarantine (256 MiB
             # by default) to catch uses after free: RSS measures it, not us.
             # The cycles still run, for the leak check at exit.
             print("  RSS not compared: an AddressSanitizer build holds freed memory")
         else:
-            check(after <= before * 1.10, f"RSS after {CYCLES} cycles {after} KiB, before the "
-                  f"first load {before} KiB (over 10%)")
-            check(worst <= before * 1.10, f"RSS after an unload reached {worst} KiB, before the "
-                  f"first load {before} KiB (over 10%)")
+            what = " less oneDNN's code" if onednn_allowed else ""
+            check(after - allowed <= before * 1.10, f"{name}: RSS after {cycles} cycles "
+                  f"{after} KiB{what} ({allowed} KiB), before the first load {before} KiB "
+                  f"(over 10%)")
+            # Every unload's RSS where nothing is set aside; with oneDNN the
+            # JIT figure is read at the end only, and a cycle's RSS can
+            # include a moment's heap: the last unload's is the criterion.
+            check(onednn_allowed or worst <= before * 1.10, f"{name}: RSS after an unload "
+                  f"reached {worst} KiB, before the first load {before} KiB (over 10%)")
         slack_holds(debug_memory(srv), "after the cycles")
+        return {"before": before, "first": first, "after": after, "worst": worst, "jit": jit,
+                "lib": lib, "seconds": time.time() - t0}
     finally:
         srv.stop()
+
+
+def small_encoder_cycles(args, cycles=CYCLES, check_rss=True):
+    """A small int8 encoder whose products do not reach oneDNN: the literal
+    criterion."""
+    enc = os.path.join(args.workdir, "encoder_small.onnx")
+    gen_encoder(enc, "--layers", "1", "--hidden", "256", "--heads", "4", "--ffn", "512",
+                "--vocab", "2000", "--seq", "64")
+    cfg = encoder_config("enc", "int8", 4, seq=64, hidden=256)
+    ids = np.random.default_rng(1).integers(0, 2000, (1, 64), dtype=np.int64)
+    return run_cycles(args, "small", enc, cfg, ids, cycles, onednn_allowed=False,
+                      check_rss=check_rss)
+
+
+MINILM_CYCLES = 6
+
+
+def minilm_cycles(args, cycles=MINILM_CYCLES, check_rss=True):
+    """The issue's MiniLM-shaped int8 encoder (86 MB ONNX): its attention
+    products run on oneDNN's sgemm, whose JIT kernels stay (3.3 MiB), and
+    whose library pages are paged out only where no other process maps
+    them; everything else is held to the criterion. bench/bench_give_back.py runs
+    the 200 cycles."""
+    enc = os.path.join(args.workdir, "minilm.onnx")
+    gen_encoder(enc, "--layers", "6", "--hidden", "384", "--heads", "12", "--ffn", "1536")
+    cfg = encoder_config("enc", "int8", 8)
+    ids = np.random.default_rng(1).integers(0, 30000, (1, 128), dtype=np.int64)
+    return run_cycles(args, "minilm", enc, cfg, ids, cycles, onednn_allowed=True,
+                      check_rss=check_rss)
 
 
 def main():
@@ -383,10 +482,14 @@ def main():
     if os.environ.get("FIT_ONLY"):
         sys.exit(1 if r.failed else 0)
     r.case("inspect --fit verdicts", verdicts, args, root)
+    r.case("weightless ONNX prediction: the figures of a read one", weightless_prediction, args)
     r.case("MiniLM int8: reserved <= allocated + slack after load and unload",
            minilm_gives_back, args)
     r.case(".slim weights mapped, unmapped on unload", slim_unmapped, args)
-    r.case(f"{CYCLES} load/infer/unload cycles: RSS back within 10%", cycles_give_back, args)
+    r.case(f"{CYCLES} load/infer/unload cycles: RSS back within 10%", small_encoder_cycles,
+           args)
+    r.case(f"MiniLM int8, {MINILM_CYCLES} cycles: RSS back within 10% but oneDNN's code",
+           minilm_cycles, args)
     print(f"{r.passed} passed, {r.failed} failed")
     sys.exit(1 if r.failed else 0)
 

@@ -15,6 +15,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __GLIBC__
+#include <gnu/libc-version.h>
+#endif
 
 #if defined(__SANITIZE_ADDRESS__)
 #define TEST_ASAN 1
@@ -749,6 +752,27 @@ START_TEST(test_give_back_idle_hooks)
 }
 END_TEST
 
+/* Paging out a library's clean pages (an idle hook's tool): every file
+ * mapping of the object holding the address is advised, an anonymous
+ * address (the heap, the stack) is no object's and nothing is. The code
+ * stays callable: its pages come back from the file. */
+START_TEST(test_page_out_object)
+{
+#if defined(__linux__) && defined(__GLIBC__)
+    /* A string of libc's read-only data: libc's file is the object. */
+    size_t n = slim_memory_page_out_object(gnu_get_libc_version());
+    ck_assert_uint_gt(n, 0);
+#endif
+    ck_assert_uint_eq(strlen("still runs"), 10);
+    int on_stack = 0;
+    ck_assert_uint_eq(slim_memory_page_out_object(&on_stack), 0);
+    void *heap = malloc(64);
+    ck_assert_uint_eq(slim_memory_page_out_object(heap), 0);
+    free(heap);
+    ck_assert_uint_eq(slim_memory_page_out_object(NULL), 0);
+}
+END_TEST
+
 /* ---- many threads ---------------------------------------------------------------- */
 
 #define STRESS_THREADS 8
@@ -1051,6 +1075,7 @@ static Suite *alloc_suite(void)
     tcase_add_test(tc, test_empty_cache_keeps_segments_in_use);
     tcase_add_test(tc, test_give_back_trims_the_cpu_allocator);
     tcase_add_test(tc, test_give_back_idle_hooks);
+    tcase_add_test(tc, test_page_out_object);
     tcase_add_test(tc, test_many_threads);
     suite_add_tcase(s, tc);
     tc = tcase_create("accounts");

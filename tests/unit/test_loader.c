@@ -492,6 +492,61 @@ START_TEST(weightless_read_keeps_shapes_not_bytes)
 }
 END_TEST
 
+/* A large weight stored as raw_data is copied straight from the file
+ * (no unpacked copy first): the same bytes as one stored as float_data,
+ * a doc_string beside it changes nothing, and raw data whose length does
+ * not match the shape is the same error as before. */
+START_TEST(large_raw_weight_read_from_the_file)
+{
+    char dir[] = "/tmp/slim-test-XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char path[512];
+    snprintf(path, sizeof(path), "%s/model.onnx", dir);
+    enum { N = 256 }; /* 256 KiB: over the loader's direct-read threshold */
+    static float big[N * N + 1];
+    static int64_t dims[2] = {N, N};
+    for (int i = 0; i < N * N + 1; i++)
+        big[i] = (float)i * 0.25f - 7.0f;
+    slim_graph *raw, *typed;
+    proto_model p;
+    build_model(&p);
+    p.w.dims = dims;
+    p.w.raw_data.len = sizeof(float) * N * N;
+    p.w.raw_data.data = (uint8_t *)big;
+    p.w.doc_string = "a weight";
+    write_model(&p, path);
+    read_peak(path, 0, &raw);
+    build_model(&p);
+    p.w.dims = dims;
+    p.w.has_raw_data = 0;
+    p.w.n_float_data = N * N;
+    p.w.float_data = big;
+    write_model(&p, path);
+    read_peak(path, 0, &typed);
+    const slim_tensor *rw = &raw->values[slim_graph_find_value(raw, "w")].init;
+    const slim_tensor *tw = &typed->values[slim_graph_find_value(typed, "w")].init;
+    ck_assert_uint_eq(slim_tensor_nbytes(rw), sizeof(float) * N * N);
+    ck_assert_int_eq(rw->dtype, tw->dtype);
+    ck_assert_int_eq(rw->dims[0], N);
+    ck_assert_int_eq(rw->dims[1], N);
+    ck_assert_int_eq(memcmp(rw->data, big, sizeof(float) * N * N), 0);
+    ck_assert_int_eq(memcmp(rw->data, tw->data, sizeof(float) * N * N), 0);
+    slim_graph_free(raw);
+    slim_graph_free(typed);
+
+    build_model(&p);
+    p.w.dims = dims;
+    p.w.raw_data.len = sizeof(big); /* one float too many */
+    p.w.raw_data.data = (uint8_t *)big;
+    write_model(&p, path);
+    slim_err err = {0};
+    ck_assert_int_eq(slim_onnx_load_file(path, &raw, &err), SLIM_EPARSE);
+    ck_assert_msg(strstr(err.msg, "262148 bytes of raw data"), "%s", err.msg);
+    unlink(path);
+    rmdir(dir);
+}
+END_TEST
+
 START_TEST(opset_out_of_range_is_named)
 {
     proto_model p;
@@ -537,6 +592,7 @@ int main(void)
     TCase *tc = tcase_create("onnx");
     tcase_add_test(tc, loads_and_runs_a_small_model);
     tcase_add_test(tc, typed_float_data_is_read);
+    tcase_add_test(tc, large_raw_weight_read_from_the_file);
     tcase_add_test(tc, truncated_and_garbage_files_are_errors);
     tcase_add_test(tc, unknown_op_names_node_and_op);
     tcase_add_test(tc, raw_data_size_mismatch_names_tensor);
