@@ -722,8 +722,8 @@ START_TEST(test_expand_24_to_dense)
             ck_assert_int_eq(n_sparse, 2);
             ck_assert_msg(slim__pass_prune_expand.run(ge, &changed, &err) == SLIM_OK, "%s",
                           err.msg);
-            ck_assert_int_eq(changed, f ? 0 : 2);
-            ck_assert_int_eq(tu_count_op(ge, "SparseConv"), f ? 2 : 0);
+            ck_assert_int_eq(changed, (f ? 0 : 2));
+            ck_assert_int_eq(tu_count_op(ge, "SparseConv"), (f ? 2 : 0));
             slim_tensor ys = run1(gs, x), ye = run1(ge, x);
             tu_assert_close_f32(&ye, ys.data, slim_tensor_numel(&ys), 1e-4);
             slim_tensor_release(&ys);
@@ -744,6 +744,73 @@ START_TEST(test_expand_24_to_dense)
 }
 END_TEST
 
+/* x [rows, 256] (declared 2-D) into Gemm(x, w [256, 128], b) when rank2,
+ * else x [1, seq, 256] into MatMul(x, w) + Add(b): the two forms a pruned
+ * layer with a bias comes from. */
+static slim_graph *one_linear_bias(bool rank2)
+{
+    slim_graph *g = tu_graph_x();
+    int x = slim_graph_find_value(g, "x");
+    g->values[x].info.ndim = rank2 ? 2 : 3;
+    g->values[x].info.dims[0] = -1;
+    g->values[x].info.dims[1] = rank2 ? 256 : -1;
+    g->values[x].info.dim_names[1] = rank2 ? NULL : strdup("seq"); /* freed with g */
+    g->values[x].info.dims[rank2 ? 1 : 2] = 256;
+    uint32_t seed = 777;
+    tu_init_f32(g, &seed, "w", 2, (int64_t[]){256, 128}, -1, 1);
+    tu_init_f32(g, &seed, "b", 1, (int64_t[]){128}, -1, 1);
+    if (rank2) {
+        tu_op(g, "Gemm", "y", 3, "x", "w", "b");
+    } else {
+        tu_op(g, "MatMul", "t", 2, "x", "w");
+        tu_op(g, "Add", "y", 2, "t", "b");
+    }
+    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    return g;
+}
+
+/* 2:4 SparseMatMuls (float and int8, with a bias) back to a dense Gemm (X
+ * 2-D) or MatMul + Add at load, the same outputs as the 2:4 kernel's up to
+ * summation order; a forced one (storage "sparse") stays. */
+START_TEST(test_expand_24_matmul_to_dense)
+{
+    float xv[3 * 256];
+    for (int i = 0; i < 3 * 256; i++)
+        xv[i] = rndf();
+    static const char *storage[] = {NULL, "sparse"};
+    for (int r2 = 0; r2 < 2; r2++)
+        for (int f = 0; f < 2; f++)
+            for (int q = 0; q < 2; q++) { /* float values, int8 codes */
+                slim_err err;
+                slim_prune_opts o = {.method = "2:4", .storage = storage[f]};
+                slim_graph *gs = one_linear_bias(r2), *ge = one_linear_bias(r2);
+                ck_assert_msg(slim_prune(gs, &o, NULL, &err) == SLIM_OK, "%s", err.msg);
+                ck_assert_msg(slim_prune(ge, &o, NULL, &err) == SLIM_OK, "%s", err.msg);
+                if (q) {
+                    ck_assert_msg(slim_quant_int8(gs, NULL, NULL, &err) == SLIM_OK, "%s",
+                                  err.msg);
+                    ck_assert_msg(slim_quant_int8(ge, NULL, NULL, &err) == SLIM_OK, "%s",
+                                  err.msg);
+                }
+                ck_assert_int_eq(tu_count_op(ge, "SparseMatMul"), 1);
+                int changed = 0;
+                ck_assert_msg(slim__pass_prune_expand.run(ge, &changed, &err) == SLIM_OK, "%s",
+                              err.msg);
+                ck_assert_int_eq(changed, (f ? 0 : 1));
+                ck_assert_int_eq(tu_count_op(ge, "SparseMatMul"), (f ? 1 : 0));
+                ck_assert_int_eq(tu_count_op(ge, r2 ? "Gemm" : "MatMul"), (f ? 0 : 1));
+                slim_tensor x = r2 ? tu_f32(2, (int64_t[]){3, 256}, xv)
+                                   : tu_f32(3, (int64_t[]){1, 3, 256}, xv);
+                slim_tensor ys = run1(gs, x), ye = run1(ge, x);
+                ck_assert_int_eq(slim_tensor_numel(&ye), 3 * 128);
+                tu_assert_close_f32(&ye, ys.data, slim_tensor_numel(&ys), 1e-4);
+                slim_tensor_release(&ys);
+                slim_tensor_release(&ye);
+                slim_tensor_release(&x);
+            }
+}
+END_TEST
+
 int main(void)
 {
     slim_init();
@@ -758,6 +825,7 @@ int main(void)
     tcase_add_test(tp, test_pass_on_small_cnn);
     tcase_add_test(tp, test_int8_pass_on_sparse_cnn);
     tcase_add_test(tp, test_expand_24_to_dense);
+    tcase_add_test(tp, test_expand_24_matmul_to_dense);
     tcase_add_test(tp, test_rule_by_batch);
     tcase_add_test(tp, test_int8_sparse_matmul);
     suite_add_tcase(s, tp);
