@@ -4,7 +4,7 @@
     python3 bench/bench_prune.py [--slim build/bin/slim] [--rounds 3] [--threads T]
                                  [--layers 4] [--skip-layers] [--skip-models]
                                  [--models bert,transformer] [--workdir DIR]
-                                 [--cnn resnet18,mobilenetv2] [--conv-layers]
+                                 [--cnn resnet18,mobilenetv2] [--conv-layers] [--quick]
 
 Per layer: one MatMul x[m, K] @ W[K, N] on the BERT-base shapes (768x768,
 768x3072, 3072x768; m = 128 and 8 x 128 rows), its weight trained-like
@@ -25,7 +25,13 @@ Conv + BatchNormalization as exported): fp32 dense, 2:4, 90% magnitude and
 storage decided by the pass; 2:4 convs then run dense at load) and served
 from it: weight bytes (slim inspect) and file bytes, peak RSS of one
 `slim run` (GNU time), batch 1 and 8 latency of `slim bench` on the .slim,
-and the output's cosine to the dense model's. --conv-layers
+and the output's cosine to the dense model's. Beside the wall-clock ratio
+at --threads, the CNN table gives the CPU time of one run on 1 thread
+against dense's (the process's user + system time over R + 1 runs minus
+over 1 run, / R): on a machine shared with other work it moves far less
+than wall time, which the other processes' share of the cores swings.
+--quick (1 round, batch 1 only, 3 runs a call) is for iterating; the
+figures for docs come from the full run. --conv-layers
 adds the Conv break-even table (one 2-D conv, batch 1, storage sparse forced)
 behind SLIM_PRUNE_CONV_CSR_MAX_DENSITY (quant/prune_conv.h).
 
@@ -38,6 +44,7 @@ reported, so that load from other processes spreads over all of them.
 
 import argparse
 import os
+import resource
 import re
 import shutil
 import statistics
@@ -77,6 +84,18 @@ def bench_ms(slim, model, batch, extra, threads, repeat):
         args += ["--threads", str(threads)]
     out = subprocess.run(args + extra, check=True, capture_output=True, text=True).stdout
     return float(re.search(r"latency ms: p50 ([0-9.]+)", out).group(1))
+
+
+def cpu_ms(slim, model, batch, repeat):
+    """CPU ms of one batch on 1 thread: (repeat + 1 runs) - (1 run), / repeat, so the load,
+    the warm-up and the profiled runs of `slim bench` cancel."""
+    def one(rep):
+        r0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        subprocess.run([slim, "bench", model, "--batch", str(batch), "--repeat", str(rep),
+                        "--top", "0", "--threads", "1"], check=True, capture_output=True)
+        r1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+        return r1.ru_utime + r1.ru_stime - r0.ru_utime - r0.ru_stime
+    return max(one(repeat + 1) - one(1), 0.0) * 1e3 / repeat
 
 
 def pruned_bytes(slim, model, extra):
@@ -202,8 +221,9 @@ def run_cnns(args, workdir):
     print("\n## CNNs (224 x 224), served from .slim files: weight bytes, peak RSS, latency, "
           "cosine\n")
     print("| model | config | weight bytes | x dense | file bytes | batch | peak RSS MiB "
-          "| ms (median) | x dense time | cosine |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+          f"| ms (median, {args.threads or 'default'} threads) | x dense time "
+          "| x dense CPU (1 thread) | cosine |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     rng = np.random.default_rng(0)
     for arch in args.cnn.split(","):
         src = os.path.join(workdir, f"{arch}.onnx")
@@ -219,7 +239,7 @@ def run_cnns(args, workdir):
             files[name] = out
         fbytes = {name: os.path.getsize(f) for name, f in files.items()}
         wbytes = {name: weight_bytes(args.slim, f) for name, f in files.items()}
-        for batch in (1, 8):
+        for batch in (1,) if args.quick else (1, 8):
             inp = os.path.join(workdir, f"img_{batch}.npy")
             np.save(inp, rng.standard_normal((batch, 3, 224, 224)).astype(np.float32))
             ys = {name: outputs(args.slim, f, f"image={inp}",
@@ -229,18 +249,27 @@ def run_cnns(args, workdir):
             rss = {name: peak_rss_mib(args.slim, f, f"image={inp}", os.path.join(workdir, "o_rss"))
                    for name, f in files.items()}
             times = {name: [] for name, _ in CNN_CFGS}
+            cpus = {name: [] for name, _ in CNN_CFGS}
             for _ in range(args.rounds):
                 for name, _ in CNN_CFGS:
                     times[name].append(bench_ms(args.slim, files[name], batch, [], args.threads,
                                                 args.repeat))
             dense_t = statistics.median(times["fp32 dense"])
+            # Enough runs for about 2 s of wall time a call: the load's CPU
+            # time must not drown theirs.
+            reps = max(5, min(60, int(2000 / max(dense_t, 1e-3))))
+            for _ in range(args.rounds):
+                for name, _ in CNN_CFGS:
+                    cpus[name].append(cpu_ms(args.slim, files[name], batch, reps))
+            dense_c = statistics.median(cpus["fp32 dense"])
             for name, _ in CNN_CFGS:
                 t = statistics.median(times[name])
+                cr = statistics.median(cpus[name]) / dense_c if dense_c > 0 else float("nan")
                 y = ys[name]
                 cos = float(ref @ y / (np.linalg.norm(ref) * np.linalg.norm(y)))
                 print(f"| {arch} | {name} | {wbytes[name]} | "
                       f"{wbytes[name] / wbytes['fp32 dense']:.3f} | {fbytes[name]} | {batch} | "
-                      f"{rss[name]:.0f} | {t:.2f} | {t / dense_t:.2f} | {cos:.5f} |")
+                      f"{rss[name]:.0f} | {t:.2f} | {t / dense_t:.2f} | {cr:.2f} | {cos:.5f} |")
             sys.stdout.flush()
 
 
@@ -312,7 +341,11 @@ def main():
     ap.add_argument("--workdir")
     ap.add_argument("--cnn", default="", help="e.g. resnet18,mobilenetv2 (bench/gen_cnn.py)")
     ap.add_argument("--conv-layers", action="store_true", help="the Conv break-even table")
+    ap.add_argument("--quick", action="store_true",
+                    help="1 round, 3 runs a call, CNNs at batch 1 only: for iterating")
     args = ap.parse_args()
+    if args.quick:
+        args.rounds, args.repeat = 1, 3
     workdir = args.workdir or tempfile.mkdtemp(prefix="bench_prune_")
     os.makedirs(workdir, exist_ok=True)
     print(machine_line(args.threads))

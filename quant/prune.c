@@ -603,8 +603,11 @@ static slim_status store_layer(pass *p, cand *c, slim_prune_layer *l, slim_err *
                                     p->o->batch, storage_is(p, "sparse"));
     l->bytes_after = sparse_bytes + (bias.data ? sizeof(float) * (size_t)c->n : 0);
     int n_in = in[4] >= 0 ? 5 : in[3] >= 0 ? 4 : 3;
-    if (!c->conv)
-        return rewrite_node(&g->nodes[c->node], l->storage, c->k, n_in, in, err);
+    if (!c->conv) { /* a forced 2:4 layer says so: the load's expand pass leaves it 2:4 */
+        slim_status rs = rewrite_node(&g->nodes[c->node], l->storage, c->k, n_in, in, err);
+        return rs || !two4 || !storage_is(p, "sparse")
+                   ? rs : slim_pass_set_str(&g->nodes[c->node], "storage", "sparse", err);
+    }
     int old_b = conv_bias ? node->in[2] : -1, out = node->out[0];
     if (c->bn >= 0) {
         out = g->nodes[c->bn].out[0];

@@ -17,7 +17,7 @@ static const slim_op_schema internal_schemas[] = {
     {"ConvInt8", 1, 4, 5, 1, 1, "SSSSO", "S",
      "!kernel_shape=I strides=I dilations=I pads=I group=i auto_pad=s activation=s"},
     {"GatherInt8", 1, 3, 3, 1, 1, "SSS", "S", ""},
-    {"SparseMatMul", 1, 3, 6, 1, 1, "SSSOOO", "S", "!encoding=s !K=i"},
+    {"SparseMatMul", 1, 3, 6, 1, 1, "SSSOOO", "S", "!encoding=s !K=i storage=s"},
     {"SparseConv", 1, 3, 7, 1, 1, "SSSOOOO", "S",
      "!encoding=s !K=i !kernel_shape=I strides=I dilations=I pads=I group=i activation=i "
      "alpha=f beta=f storage=s"},

@@ -454,6 +454,84 @@ static void accumulate_per_output(const pool_job *j, const float *restrict row, 
 #undef PER_OUTPUT
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#define POOL_X86 1
+/* Lanes 0 .. k of 16 (none for k < 0). */
+static inline __mmask16 lanes_to(int64_t k)
+{
+    return k < 0 ? 0 : k >= 15 ? (__mmask16)0xffff : (__mmask16)((1u << (k + 1)) - 1);
+}
+
+/* max3_interior 16 outputs at a time, for strides 1 and 2 (the stride-2
+ * taps split from two loads by even / odd lanes), the last run masked.
+ * max_ps(v, acc) is v > acc ? v : acc (its second operand when either is
+ * NaN and for equal zeros): the portable comparison, so both give the
+ * same bits. A load's lanes past the run's last tap are masked off, so
+ * none leaves the row. */
+__attribute__((target("avx512f"))) static void max3_avx512(const float *restrict row,
+                                                           int64_t start0, int64_t sw,
+                                                           int64_t lo, int64_t hi,
+                                                           float *restrict y)
+{
+    const __m512i ev = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26,
+                                         28, 30);
+    const __m512i od = _mm512_add_epi32(ev, _mm512_set1_epi32(1));
+    for (int64_t o = lo; o < hi; o += 16) {
+        int64_t n = hi - o < 16 ? hi - o : 16, last = (n - 1) * sw + 2; /* last tap read */
+        const float *s = row + start0 + o * sw;
+        __mmask16 m = lanes_to(n - 1);
+        __m512 t0, t1, t2;
+        if (sw == 1) {
+            t0 = _mm512_maskz_loadu_ps(m, s);
+            t1 = _mm512_maskz_loadu_ps(m, s + 1);
+            t2 = _mm512_maskz_loadu_ps(m, s + 2);
+        } else { /* taps s[2i], s[2i + 1], s[2i + 2] for i < n: s[0 .. last] */
+            __m512 a = _mm512_maskz_loadu_ps(lanes_to(last), s);
+            __m512 b = _mm512_maskz_loadu_ps(lanes_to(last - 16), s + 16);
+            __m512 a2 = _mm512_maskz_loadu_ps(lanes_to(last - 2), s + 2);
+            __m512 b2 = _mm512_maskz_loadu_ps(lanes_to(last - 18), s + 18);
+            t0 = _mm512_permutex2var_ps(a, ev, b);
+            t1 = _mm512_permutex2var_ps(a, od, b);
+            t2 = _mm512_permutex2var_ps(a2, ev, b2);
+        }
+        __m512 acc = _mm512_maskz_loadu_ps(m, y + o);
+        acc = _mm512_max_ps(t0, acc);
+        acc = _mm512_max_ps(t1, acc);
+        acc = _mm512_max_ps(t2, acc);
+        _mm512_mask_storeu_ps(y + o, m, acc);
+    }
+}
+#endif
+
+/* MaxPool's usual 3-wide window (ResNet's stem pool: 3x3, stride 2), over
+ * outputs [lo, hi) whose three taps are all inside the row: the three taps
+ * of an output in one pass, in tap order, instead of a pass over the row
+ * per tap. The same comparisons in the same order per output, so the same
+ * bits, with a third of the loads and stores of y and (AVX-512) 16 outputs
+ * at a time: the stem pool after a SparseConv, which writes NCHW, had
+ * taken 0.9 ms against MaxPoolBlocked's 0.45. */
+static void max3_interior(const float *restrict row, int64_t start0, int64_t sw, int64_t lo,
+                          int64_t hi, float *restrict y)
+{
+#ifdef POOL_X86
+    if ((sw == 1 || sw == 2) && slim_cpu_has_avx512f()) {
+        max3_avx512(row, start0, sw, lo, hi, y);
+        return;
+    }
+#endif
+    for (int64_t o = lo; o < hi; o++) {
+        const float *s = row + start0 + o * sw;
+        float acc = y[o], v = s[0];
+        acc = v > acc ? v : acc;
+        v = s[1];
+        acc = v > acc ? v : acc;
+        v = s[2];
+        acc = v > acc ? v : acc;
+        y[o] = acc;
+    }
+}
+
 /* Every other pool, a row of outputs at a time: for each kernel tap, the
  * outputs whose window has that tap inside the input accumulate it. The
  * outputs are independent, so the adds pipeline instead of waiting on one
@@ -465,6 +543,15 @@ static void pool_rows(int64_t begin, int64_t end, void *user)
     const pool_plan *p = j->p;
     const int64_t OD = p->out[0], OH = p->out[1], OW = p->out[2];
     const int64_t IH = p->in[1], IW = p->in[2], sw = p->stride[2];
+    /* The outputs all three taps of a 3-wide max window reach. */
+    bool max3 = a->kind == POOL_MAX && j->outputs_per_tap && p->kernel[2] == 3 &&
+                p->dilation[2] == 1;
+    int64_t ilo = 0, ihi = 0;
+    for (int kw = 0; max3 && kw < 3; kw++) {
+        const tap_range *t = &j->outputs_per_tap[kw];
+        ilo = kw == 0 || t->lo > ilo ? t->lo : ilo;
+        ihi = kw == 0 || t->hi < ihi ? t->hi : ihi;
+    }
     for (int64_t u = begin; u < end; u++) {
         if (j->big_units ? slim_cancel_check() : slim_cancel_poll())
             return; /* the executor reports it; the output is dropped */
@@ -485,6 +572,14 @@ static void pool_rows(int64_t begin, int64_t end, void *user)
                 const float *row = x + (id * IH + ih) * IW;
                 if (!j->outputs_per_tap) {
                     accumulate_per_output(j, row, ow0, ow1, y);
+                    continue;
+                }
+                if (max3) { /* the edges' taps one output at a time, in order */
+                    int64_t lo = ilo < ow0 ? ow0 : ilo > ow1 ? ow1 : ilo;
+                    int64_t hi = ihi > ow1 ? ow1 : ihi < lo ? lo : ihi;
+                    accumulate_per_output(j, row, ow0, lo, y);
+                    max3_interior(row, -p->pad_begin[2], sw, lo, hi, y);
+                    accumulate_per_output(j, row, hi, ow1, y);
                     continue;
                 }
                 for (int64_t kw = 0; kw < p->kernel[2]; kw++) {

@@ -117,33 +117,58 @@ static void chunk_c(const slim_sparse_w *w, int64_t j, cursor *cu, int64_t k1, c
 #ifdef SPARSE_CONV_X86
 #define AVX512_TARGET __attribute__((target("avx512f,fma")))
 
-/* One entry: v broadcast, times 64 pixels of its row, into a0..a3. A
- * macro over named accumulators, not a helper over an array: GCC kept an
- * array of __m512 on the stack, a store and a reload per multiply-add,
- * which had made each entry cost 15-20 cycles instead of about 4. */
+/* One entry: v broadcast, times the block's pixels of its row (nv
+ * vectors of 16, nv a constant where the bodies below are inlined), into
+ * a0..a3. A macro over named accumulators, not a helper over an array:
+ * GCC kept an array of __m512 on the stack, a store and a reload per
+ * multiply-add, which had made each entry cost 15-20 cycles instead of
+ * about 4. */
 #define FMA4X(a, v, r)                                                      \
     do {                                                                    \
         __m512 b_ = _mm512_set1_ps(v);                                      \
         const float *r_ = (r);                                              \
         a##0 = _mm512_fmadd_ps(b_, _mm512_loadu_ps(r_), a##0);              \
-        a##1 = _mm512_fmadd_ps(b_, _mm512_loadu_ps(r_ + 16), a##1);         \
-        a##2 = _mm512_fmadd_ps(b_, _mm512_loadu_ps(r_ + 32), a##2);         \
-        a##3 = _mm512_fmadd_ps(b_, _mm512_loadu_ps(r_ + 48), a##3);         \
+        if (nv > 1)                                                         \
+            a##1 = _mm512_fmadd_ps(b_, _mm512_loadu_ps(r_ + 16), a##1);     \
+        if (nv > 2)                                                         \
+            a##2 = _mm512_fmadd_ps(b_, _mm512_loadu_ps(r_ + 32), a##2);     \
+        if (nv > 3)                                                         \
+            a##3 = _mm512_fmadd_ps(b_, _mm512_loadu_ps(r_ + 48), a##3);     \
     } while (0)
 #define FMA4(v, r) FMA4X(a, v, r)
+
+/* The accumulators a0..a3 from acc (the sums so far) or 0, and back. */
+#define ACC_LOAD(a, acc)                                                    \
+    do {                                                                    \
+        a##0 = _mm512_setzero_ps(), a##1 = a##0, a##2 = a##0, a##3 = a##0;  \
+        if (!first) {                                                       \
+            a##0 = _mm512_loadu_ps(acc);                                    \
+            if (nv > 1)                                                     \
+                a##1 = _mm512_loadu_ps((acc) + 16);                         \
+            if (nv > 2)                                                     \
+                a##2 = _mm512_loadu_ps((acc) + 32);                         \
+            if (nv > 3)                                                     \
+                a##3 = _mm512_loadu_ps((acc) + 48);                         \
+        }                                                                   \
+    } while (0)
+#define ACC_STORE(a, acc)                                                   \
+    do {                                                                    \
+        _mm512_storeu_ps(acc, a##0);                                        \
+        if (nv > 1)                                                         \
+            _mm512_storeu_ps((acc) + 16, a##1);                             \
+        if (nv > 2)                                                         \
+            _mm512_storeu_ps((acc) + 32, a##2);                             \
+        if (nv > 3)                                                         \
+            _mm512_storeu_ps((acc) + 48, a##3);                             \
+    } while (0)
 
 /* chunk_c in 16-wide lanes: the same chain per pixel. */
 AVX512_TARGET INLINE void chunk_avx512_body(const slim_sparse_w *w, int64_t j, cursor *cu,
                                             int64_t k1, const float *xb, const int64_t *off,
-                                            float *acc, bool first, bool i8)
+                                            float *acc, bool first, bool i8, int nv)
 {
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    if (!first) {
-        a0 = _mm512_loadu_ps(acc);
-        a1 = _mm512_loadu_ps(acc + 16);
-        a2 = _mm512_loadu_ps(acc + 32);
-        a3 = _mm512_loadu_ps(acc + 48);
-    }
+    __m512 a0, a1, a2, a3;
+    ACC_LOAD(a, acc);
     const void *vals = w->values;
     if (w->enc == SLIM_SPARSE_24) {
         int64_t groups = slim_sparse_24_groups(w->k);
@@ -170,29 +195,17 @@ AVX512_TARGET INLINE void chunk_avx512_body(const slim_sparse_w *w, int64_t j, c
             FMA4(val_at(vals, q, i8), xb + off[ix[q]]);
         cu->q = q;
     }
-    _mm512_storeu_ps(acc, a0);
-    _mm512_storeu_ps(acc + 16, a1);
-    _mm512_storeu_ps(acc + 32, a2);
-    _mm512_storeu_ps(acc + 48, a3);
+    ACC_STORE(a, acc);
 }
 /* chunk2_avx512 for 2:4: both channels walk the same groups. */
 AVX512_TARGET INLINE void chunk2_24_avx512_body(const slim_sparse_w *w, int64_t j, cursor *c0,
                                                 cursor *c1, int64_t k1, const float *xb,
                                                 const int64_t *off, float *acc0, float *acc1,
-                                                bool first, bool i8)
+                                                bool first, bool i8, int nv)
 {
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    __m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-    if (!first) {
-        a0 = _mm512_loadu_ps(acc0);
-        a1 = _mm512_loadu_ps(acc0 + 16);
-        a2 = _mm512_loadu_ps(acc0 + 32);
-        a3 = _mm512_loadu_ps(acc0 + 48);
-        b0 = _mm512_loadu_ps(acc1);
-        b1 = _mm512_loadu_ps(acc1 + 16);
-        b2 = _mm512_loadu_ps(acc1 + 32);
-        b3 = _mm512_loadu_ps(acc1 + 48);
-    }
+    __m512 a0, a1, a2, a3, b0, b1, b2, b3;
+    ACC_LOAD(a, acc0);
+    ACC_LOAD(b, acc1);
     int64_t groups = slim_sparse_24_groups(w->k), ib = slim_sparse_24_idx_bytes(w->k);
     const uint8_t *n0 = (const uint8_t *)w->idx + j * ib, *n1 = n0 + ib;
     const void *vals = w->values;
@@ -207,14 +220,8 @@ AVX512_TARGET INLINE void chunk2_24_avx512_body(const slim_sparse_w *w, int64_t 
         FMA4X(b, val_at(vals, b1q + 2 * gr + 1, i8), xb + o[(e1 >> 2) & 3]);
     }
     c0->q = c1->q = g1 > c0->q ? g1 : c0->q;
-    _mm512_storeu_ps(acc0, a0);
-    _mm512_storeu_ps(acc0 + 16, a1);
-    _mm512_storeu_ps(acc0 + 32, a2);
-    _mm512_storeu_ps(acc0 + 48, a3);
-    _mm512_storeu_ps(acc1, b0);
-    _mm512_storeu_ps(acc1 + 16, b1);
-    _mm512_storeu_ps(acc1 + 32, b2);
-    _mm512_storeu_ps(acc1 + 48, b3);
+    ACC_STORE(a, acc0);
+    ACC_STORE(b, acc1);
 }
 
 /* Two channels' csr (u16) chunks side by side: each chain waits on its
@@ -223,20 +230,12 @@ AVX512_TARGET INLINE void chunk2_24_avx512_body(const slim_sparse_w *w, int64_t 
  * order, so the result is chunk_avx512's for each. */
 AVX512_TARGET INLINE void chunk2_avx512_body(const slim_sparse_w *w, cursor *c0, cursor *c1,
                                              int64_t k1, const float *xb, const int64_t *off,
-                                             float *acc0, float *acc1, bool first, bool i8)
+                                             float *acc0, float *acc1, bool first, bool i8,
+                                             int nv)
 {
-    __m512 a0 = _mm512_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-    __m512 b0 = a0, b1 = a0, b2 = a0, b3 = a0;
-    if (!first) {
-        a0 = _mm512_loadu_ps(acc0);
-        a1 = _mm512_loadu_ps(acc0 + 16);
-        a2 = _mm512_loadu_ps(acc0 + 32);
-        a3 = _mm512_loadu_ps(acc0 + 48);
-        b0 = _mm512_loadu_ps(acc1);
-        b1 = _mm512_loadu_ps(acc1 + 16);
-        b2 = _mm512_loadu_ps(acc1 + 32);
-        b3 = _mm512_loadu_ps(acc1 + 48);
-    }
+    __m512 a0, a1, a2, a3, b0, b1, b2, b3;
+    ACC_LOAD(a, acc0);
+    ACC_LOAD(b, acc1);
     const void *vals = w->values;
     const uint16_t *ix = w->idx;
     int64_t q0 = c0->q, q1 = c1->q;
@@ -252,45 +251,58 @@ AVX512_TARGET INLINE void chunk2_avx512_body(const slim_sparse_w *w, cursor *c0,
         FMA4X(b, val_at(vals, q1, i8), xb + off[ix[q1]]);
     c0->q = q0;
     c1->q = q1;
-    _mm512_storeu_ps(acc0, a0);
-    _mm512_storeu_ps(acc0 + 16, a1);
-    _mm512_storeu_ps(acc0 + 32, a2);
-    _mm512_storeu_ps(acc0 + 48, a3);
-    _mm512_storeu_ps(acc1, b0);
-    _mm512_storeu_ps(acc1 + 16, b1);
-    _mm512_storeu_ps(acc1 + 32, b2);
-    _mm512_storeu_ps(acc1 + 48, b3);
+    ACC_STORE(a, acc0);
+    ACC_STORE(b, acc1);
 }
 
-/* The bodies above compiled once per value type: i8 a constant, the
- * value loads specialized, no branch in the inner loops. */
+/* The bodies above compiled once per value type and block width: i8 and
+ * nv constants, the value loads specialized, no branch in the inner
+ * loops. nv = 4 but in a block of fewer pixels (the image's last, or
+ * ResNet's 7 x 7 planes), whose vectors past its pixels would be work
+ * for nothing: a 14 x 14 1x1 conv's fourth block has 4 pixels of 64.
+ * Each pixel's chain is the same whatever nv, so the results are too. */
+#define BY_NV(call_)                                                        \
+    do {                                                                    \
+        if (i8) {                                                           \
+            const bool i8c_ = true;                                         \
+            switch (nv) {                                                   \
+            case 1: { const int nvc_ = 1; call_; break; }                   \
+            case 2: { const int nvc_ = 2; call_; break; }                   \
+            case 3: { const int nvc_ = 3; call_; break; }                   \
+            default: { const int nvc_ = 4; call_; break; }                  \
+            }                                                               \
+        } else {                                                            \
+            const bool i8c_ = false;                                        \
+            switch (nv) {                                                   \
+            case 1: { const int nvc_ = 1; call_; break; }                   \
+            case 2: { const int nvc_ = 2; call_; break; }                   \
+            case 3: { const int nvc_ = 3; call_; break; }                   \
+            default: { const int nvc_ = 4; call_; break; }                  \
+            }                                                               \
+        }                                                                   \
+    } while (0)
+
 AVX512_TARGET static void chunk_avx512(const slim_sparse_w *w, int64_t j, cursor *cu, int64_t k1,
                                        const float *xb, const int64_t *off, float *acc,
-                                       bool first)
+                                       bool first, int nv)
 {
-    if (w->vdtype == SLIM_I8)
-        chunk_avx512_body(w, j, cu, k1, xb, off, acc, first, true);
-    else
-        chunk_avx512_body(w, j, cu, k1, xb, off, acc, first, false);
+    bool i8 = w->vdtype == SLIM_I8;
+    BY_NV(chunk_avx512_body(w, j, cu, k1, xb, off, acc, first, i8c_, nvc_));
 }
 AVX512_TARGET static void chunk2_24_avx512(const slim_sparse_w *w, int64_t j, cursor *c0,
                                            cursor *c1, int64_t k1, const float *xb,
                                            const int64_t *off, float *acc0, float *acc1,
-                                           bool first)
+                                           bool first, int nv)
 {
-    if (w->vdtype == SLIM_I8)
-        chunk2_24_avx512_body(w, j, c0, c1, k1, xb, off, acc0, acc1, first, true);
-    else
-        chunk2_24_avx512_body(w, j, c0, c1, k1, xb, off, acc0, acc1, first, false);
+    bool i8 = w->vdtype == SLIM_I8;
+    BY_NV(chunk2_24_avx512_body(w, j, c0, c1, k1, xb, off, acc0, acc1, first, i8c_, nvc_));
 }
 AVX512_TARGET static void chunk2_avx512(const slim_sparse_w *w, cursor *c0, cursor *c1,
                                         int64_t k1, const float *xb, const int64_t *off,
-                                        float *acc0, float *acc1, bool first)
+                                        float *acc0, float *acc1, bool first, int nv)
 {
-    if (w->vdtype == SLIM_I8)
-        chunk2_avx512_body(w, c0, c1, k1, xb, off, acc0, acc1, first, true);
-    else
-        chunk2_avx512_body(w, c0, c1, k1, xb, off, acc0, acc1, first, false);
+    bool i8 = w->vdtype == SLIM_I8;
+    BY_NV(chunk2_avx512_body(w, c0, c1, k1, xb, off, acc0, acc1, first, i8c_, nvc_));
 }
 #endif
 
@@ -465,6 +477,8 @@ static void do_item(job *jb, int64_t item, float *tile, float *otile, cursor *cu
     /* x read in place ends with the image: its last block goes through a
      * tile so as not to read past it. */
     bool tiled = jb->direct && nq < PB;
+    int nv = (int)((nq + 15) / 16); /* 16-wide vectors covering the block's pixels */
+    (void)nv;                       /* the AVX-512 path's */
     for (int64_t k0 = 0; k0 < jb->kg; k0 += jb->kc) {
         int64_t k1 = k0 + jb->kc < jb->kg ? k0 + jb->kc : jb->kg;
         const float *xb = xg + q0;
@@ -483,16 +497,17 @@ static void do_item(job *jb, int64_t item, float *tile, float *otile, cursor *cu
         if (jb->avx512 && w->enc == SLIM_SPARSE_CSR && w->idtype == SLIM_U16)
             for (; j + 1 < j1; j += 2)
                 chunk2_avx512(w, &cur[j - j0], &cur[j + 1 - j0], k1, xb, off,
-                              otile + (j - j0) * PB, otile + (j + 1 - j0) * PB, k0 == 0);
+                              otile + (j - j0) * PB, otile + (j + 1 - j0) * PB, k0 == 0, nv);
         else if (jb->avx512 && w->enc == SLIM_SPARSE_24)
             for (; j + 1 < j1; j += 2)
                 chunk2_24_avx512(w, j, &cur[j - j0], &cur[j + 1 - j0], k1, xb, off,
-                                 otile + (j - j0) * PB, otile + (j + 1 - j0) * PB, k0 == 0);
+                                 otile + (j - j0) * PB, otile + (j + 1 - j0) * PB, k0 == 0, nv);
 #endif
         for (; j < j1; j++) {
 #ifdef SPARSE_CONV_X86
             if (jb->avx512) {
-                chunk_avx512(w, j, &cur[j - j0], k1, xb, off, otile + (j - j0) * PB, k0 == 0);
+                chunk_avx512(w, j, &cur[j - j0], k1, xb, off, otile + (j - j0) * PB, k0 == 0,
+                             nv);
                 continue;
             }
 #endif
@@ -583,8 +598,10 @@ slim_status slim_sparse_conv_run(const slim_sparse_conv *c, int64_t batch, const
     }
     jb.n_pb = (jb.nq + PB - 1) / PB;
     /* Channel chunks of at least 16 only when images x groups x pixel
-     * blocks leave the threads short of two items each. */
-    int64_t items0 = batch * c->group * jb.n_pb, want = 2 * (int64_t)slim_num_threads();
+     * blocks leave the threads short of four items each. Four, not two:
+     * a 14 x 14 plane is 4 blocks, the last of 4 pixels, so 2 threads
+     * taking 2 items each left one of them idle a third of the conv. */
+    int64_t items0 = batch * c->group * jb.n_pb, want = 4 * (int64_t)slim_num_threads();
     jb.n_cc = 1;
     if (items0 < want) {
         jb.n_cc = (want + items0 - 1) / items0;

@@ -552,6 +552,63 @@ START_TEST(test_maxpool_window_over_padding_only)
 }
 END_TEST
 
+/* MaxPool 3x3 (strides 1 and 2, pads 0 and 1, widths around the 16-wide
+ * runs, a width 1 to 40) against a direct loop in tap order with the
+ * operator's comparison, bit for bit: the three-tap pass (and its AVX-512
+ * form) must give the same bits, equal zeros of either sign and NaNs
+ * included, as the tap-by-tap loop. */
+START_TEST(test_maxpool_3wide_bitwise)
+{
+    for (int64_t w = 1; w <= 40; w += (w < 20 ? 1 : 7))
+        for (int st = 1; st <= 2; st++)
+            for (int pad = 0; pad <= 1; pad++) {
+                int64_t h = 5, n = 2 * h * w;
+                float *x = malloc(sizeof(float) * (size_t)n);
+                fill_random(x, n, (unsigned)(w * 7 + st * 3 + pad));
+                for (int64_t i = 0; i < n; i++) /* ties of +0 / -0, and NaNs */
+                    x[i] = i % 5 == 0 ? (i % 2 ? -0.0f : 0.0f)
+                           : i % 23 == 0 ? NAN : x[i] < 0 ? x[i] : x[i] * 0.0f + (float)(i % 3);
+                int64_t oh = (h + 2 * pad - 3) / st + 1, ow = (w + 2 * pad - 3) / st + 1;
+                if (w + 2 * pad < 3) { /* no window fits */
+                    free(x);
+                    continue;
+                }
+                slim_graph *g = tu_graph("MaxPool", 22, 1, (const char *[]){"x"}, 1);
+                tu_attr_ints(tu_node0(g), "kernel_shape", 2, (int64_t[]){3, 3});
+                tu_attr_ints(tu_node0(g), "strides", 2, (int64_t[]){st, st});
+                tu_attr_ints(tu_node0(g), "pads", 4, (int64_t[]){pad, pad, pad, pad});
+                slim_tensor in[1] = {tu_f32(4, (int64_t[]){1, 2, h, w}, x)};
+                slim_tensor *out;
+                int n_out;
+                slim_err err;
+                ck_assert_msg(tu_run(g, in, 1, &out, &n_out, &err) == SLIM_OK, "%s", err.msg);
+                tu_assert_shape(&out[0], 4, (int64_t[]){1, 2, oh, ow});
+                const float *y = out[0].data;
+                for (int64_t c = 0; c < 2; c++)
+                    for (int64_t i = 0; i < oh; i++)
+                        for (int64_t j = 0; j < ow; j++) {
+                            float acc = -INFINITY;
+                            for (int kh = 0; kh < 3; kh++)
+                                for (int kw = 0; kw < 3; kw++) {
+                                    int64_t r = i * st - pad + kh, q = j * st - pad + kw;
+                                    if (r < 0 || r >= h || q < 0 || q >= w)
+                                        continue;
+                                    float v = x[(c * h + r) * w + q];
+                                    acc = v > acc ? v : acc;
+                                }
+                            float got = y[(c * oh + i) * ow + j];
+                            ck_assert_msg(memcmp(&got, &acc, 4) == 0,
+                                          "w %lld stride %d pad %d: (%lld, %lld, %lld) is %g, "
+                                          "want %g", (long long)w, st, pad, (long long)c,
+                                          (long long)i, (long long)j, got, acc);
+                        }
+                slim_tensors_free(out, n_out);
+                tu_free_inputs(in, 1);
+                free(x);
+            }
+}
+END_TEST
+
 START_TEST(test_global_lppool)
 {
     float x[6] = {3, 4, 0, 1, 2, 2}; /* [1, 2, 3]: L3 norms of each channel */
@@ -656,6 +713,7 @@ static Suite *conv_pool_suite(void)
     tcase_add_test(tc, test_pool_random_3d);
     tcase_add_test(tc, test_global_lppool);
     tcase_add_test(tc, test_maxpool_window_over_padding_only);
+    tcase_add_test(tc, test_maxpool_3wide_bitwise);
     tcase_add_test(tc, test_bad_inputs);
     suite_add_tcase(s, tc);
     return s;
