@@ -137,12 +137,13 @@ static bool optional_body(slim_server_request *req, cJSON **out)
 static void route_server_metadata(slim_server_request *req)
 {
     static const char *extensions[] = {"binary_tensor_data", "model_repository",
-                                       "model_configuration", "parameters", "statistics"};
+                                       "model_configuration", "parameters", "statistics",
+                                       "classification"};
     cJSON *o = cJSON_CreateObject();
     if (o) {
         cJSON_AddStringToObject(o, "name", SLIM_SERVER_NAME);
         cJSON_AddStringToObject(o, "version", SLIM_SERVER_VERSION);
-        cJSON_AddItemToObject(o, "extensions", cJSON_CreateStringArray(extensions, 5));
+        cJSON_AddItemToObject(o, "extensions", cJSON_CreateStringArray(extensions, sizeof(extensions) / sizeof(extensions[0])));
     }
     slim_server_reply_json(&req->reply, 200, o);
 }
