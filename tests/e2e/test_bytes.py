@@ -56,8 +56,6 @@ HOST = "127.0.0.1"
 LIMIT = 1 << 20  # --max-request-bytes of the server under test
 KEYS = ["apple", "banana", "cherry", "\u00e9t\u00e9", "", "\U0001f600"]
 VALUES = ["fruit", "long", "red", "summer", "empty", "smile"]
-# LabelEncoder on strings comes with h-str's string operators
-LABEL_ENCODER = False
 LABELS = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine"]
 
 
@@ -78,20 +76,15 @@ def strings_model(path):
     perm = helper.make_tensor("perm", TensorProto.INT64, [3], [2, 0, 1])
     nodes = [helper.make_node("Constant", [], ["perm"], value=perm),
              helper.make_node("Gather", ["text", "perm"], ["moved"], axis=1)]
-    if LABEL_ENCODER:
-        nodes += [helper.make_node("LabelEncoder", ["moved"], ["label"], domain="ai.onnx.ml",
-                                   keys_strings=KEYS, values_strings=VALUES,
-                                   default_string="unknown"),
-                  helper.make_node("LabelEncoder", ["text"], ["code"], domain="ai.onnx.ml",
-                                   keys_strings=KEYS, values_int64s=list(range(len(KEYS))),
-                                   default_int64=-1)]
-    else:  # the engine's string ops not merged yet: strings moved, and a shape
-        nodes += [helper.make_node("Identity", ["moved"], ["label"]),
-                  helper.make_node("Shape", ["text"], ["code"])]
+    nodes += [helper.make_node("LabelEncoder", ["moved"], ["label"], domain="ai.onnx.ml",
+                               keys_strings=KEYS, values_strings=VALUES, default_string="unknown"),
+              helper.make_node("LabelEncoder", ["text"], ["code"], domain="ai.onnx.ml",
+                               keys_strings=KEYS, values_int64s=list(range(len(KEYS))),
+                               default_int64=-1)]
     save(path, nodes,
          [helper.make_tensor_value_info("text", TensorProto.STRING, ["n", 3])],
          [helper.make_tensor_value_info("label", TensorProto.STRING, ["n", 3]),
-          helper.make_tensor_value_info("code", TensorProto.INT64, None)], ml=True)
+          helper.make_tensor_value_info("code", TensorProto.INT64, ["n", 3])], ml=True)
 
 
 def classifier_model(path):
