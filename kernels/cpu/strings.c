@@ -209,19 +209,22 @@ static slim_status concat_exec(slim_op_ctx *ctx)
 
 /* ---- StringSplit --------------------------------------------------------- */
 
-/* Python's str.split, which the ONNX reference is: with a delimiter, every
+/* Python's str.split, as onnxruntime has it: with a delimiter, every
  * occurrence splits (maxsplit times at most) and empty pieces count; with
- * none (absent or ""), runs of whitespace split and leading and trailing
- * whitespace make no piece. */
+ * none (absent or ""), runs of spaces split and leading and trailing
+ * spaces make no piece. An empty string has no pieces either way
+ * (onnxruntime's count 0, where Python's "".split(",") has one). */
 typedef struct split_attrs {
     const char *delim;
     size_t delim_len;
     int64_t maxsplit; /* < 0: no limit */
 } split_attrs;
 
+/* onnxruntime splits on the space character alone (a tab stays in its
+ * piece); so does this. */
 static bool is_space(char c)
 {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+    return c == ' ';
 }
 
 /* The first d in [p, end), or NULL. */
@@ -268,6 +271,8 @@ static int64_t split_one(const split_attrs *a, slim_str s, split_emit emit, void
         }
         return count;
     }
+    if (s.len == 0)
+        return 0;
     for (;;) {
         const char *q = NULL;
         if (a->maxsplit < 0 || count < a->maxsplit)
