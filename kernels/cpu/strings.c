@@ -184,7 +184,6 @@ static slim_status concat_infer(slim_op_ctx *ctx)
 static slim_status concat_exec(slim_op_ctx *ctx)
 {
     slim_tensor holder = {0};
-    slim_strbuf sb = {0};
     int64_t *ia = NULL, *ib = NULL;
     slim_status st = broadcast_offsets(ctx, &holder, &ia, &ib);
     for (int64_t i = 0, n = slim_tensor_numel(ctx->out[0]); !st && i < n; i++) {
@@ -195,14 +194,17 @@ static slim_status concat_exec(slim_op_ctx *ctx)
                            (unsigned long long)SLIM_STRING_MAX_LEN);
             break;
         }
-        sb.len = 0;
-        st = slim_strbuf_put(&sb, a.ptr, (size_t)a.len, ctx->err);
-        if (!st)
-            st = slim_strbuf_put(&sb, b.ptr, (size_t)b.len, ctx->err);
-        if (!st)
-            st = slim_tensor_string_set(ctx->out[0], i, sb.p, sb.len, ctx->err);
+        /* Both pieces straight into the output's bytes. */
+        char *p = slim__tensor_string_make(ctx->out[0], i, (size_t)(a.len + b.len), ctx->err);
+        if (!p) {
+            st = ctx->err->status;
+            break;
+        }
+        if (a.len)
+            memcpy(p, a.ptr, (size_t)a.len);
+        if (b.len)
+            memcpy(p + a.len, b.ptr, (size_t)b.len);
     }
-    slim_strbuf_free(&sb);
     slim_tensor_release(&holder);
     return st;
 }
