@@ -211,6 +211,34 @@ def movers():
           [("a", S), ("c", S)])
 
 
+def loops_and_sequences():
+    # A Loop whose scan output stacks strings each iteration made (the
+    # iterations' tensors are gone when the stacked output is used).
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]),
+         helper.make_node("StringConcat", ["acc_in", "x"], ["acc_out"]),
+         helper.make_node("Identity", ["acc_out"], ["scan"])],
+        "body", [vi("i", TP.INT64, []), vi("cond_in", TP.BOOL, []), vi("acc_in", S, [2])],
+        [vi("cond_out", TP.BOOL, []), vi("acc_out", S, [2]), vi("scan", S, [2])])
+    write("loop_string_scan",
+          [helper.make_node("Loop", ["n", "c", "a"], ["final", "stacked"], body=body)],
+          [("n", TP.INT64, None, np.array(3, np.int64)), ("c", TP.BOOL, None, np.array(True)),
+           ("a", S, None, arr(["", "é"])), ("x", S, None, arr(["ab", "日"]))],
+          [("final", S), ("stacked", S)], opset=20)
+    # (SplitToSequence then ConcatFromSequence gives [2, 1] for [2, 2] on
+    # float32 too, a bug outside strings: left out of this case.)
+    write("sequence_insert_compress_gathernd",
+          [helper.make_node("SequenceConstruct", ["x"], ["s"]),
+           helper.make_node("SequenceInsert", ["s", "y"], ["s2"]),
+           helper.make_node("ConcatFromSequence", ["s2"], ["c"], axis=0),
+           helper.make_node("Compress", ["c", "m"], ["k"], axis=0),
+           helper.make_node("GatherND", ["x", "idx"], ["g"])],
+          [("x", S, None, arr(["a", "bé", "", "日本語"], (2, 2))), ("y", S, None, arr(["z", "w"], (1, 2))),
+           ("m", TP.BOOL, None, np.array([True, False, True])),
+           ("idx", TP.INT64, None, np.array([[1, 1], [0, 0]], np.int64))],
+          [("k", S), ("g", S)], opset=18)
+
+
 def planner_chain():
     # Strings made and dropped step by step beside a numeric chain the
     # planner lays out in its arena (slots reused): each string value is
@@ -238,6 +266,7 @@ def main():
     ml_ops()
     casts()
     movers()
+    loops_and_sequences()
     planner_chain()
     print("wrote", len(os.listdir(OUT)), "cases to", OUT)
 
