@@ -278,8 +278,9 @@ static slim_status own_strings(slim_tensor *t, slim_err *err)
     return SLIM_OK;
 }
 
-/* Strings reach only the ops that handle them (string_tensor.h), so no kernel
- * reads a slot as numbers; dtype is the first string tensor's. */
+/* Strings reach only the ops that handle them (string_tensor.h), so no
+ * kernel reads a slot as numbers: the first string among ts that op does
+ * not take is refused, naming it. */
 static slim_status check_strings(const slim_node *n, int count, const slim_tensor *const *ts,
                                  const char *side, slim_err *err)
 {
