@@ -252,6 +252,19 @@ static void release_reader(run_state *rs, int v)
  * replaced by a copy. */
 static slim_status own_strings(slim_tensor *t, slim_err *err)
 {
+    if (t && slim_is_container(t) && slim_container_get(t)) {
+        /* A sequence's new tensors (SplitToSequence's) may point at the
+         * input too; those made by the allocator get bytes of their own. */
+        for (int i = 0, n = slim_container_len(t); i < n; i++) {
+            slim_tensor *e = (slim_tensor *)slim_container_at(t, i);
+            if (e->dtype == SLIM_STRING && slim__tensor_string_is_owned(e)) {
+                slim_status st = slim__tensor_string_own(e, err);
+                if (st)
+                    return st;
+            }
+        }
+        return SLIM_OK;
+    }
     if (!t || t->dtype != SLIM_STRING || t->kind != SLIM_KIND_TENSOR)
         return SLIM_OK;
     if (slim__tensor_string_is_owned(t))
@@ -265,8 +278,9 @@ static slim_status own_strings(slim_tensor *t, slim_err *err)
     return SLIM_OK;
 }
 
-/* Strings reach only the ops that handle them (string_tensor.h), so no kernel
- * reads a slot as numbers; dtype is the first string tensor's. */
+/* Strings reach only the ops that handle them (string_tensor.h), so no
+ * kernel reads a slot as numbers: the first string among ts that op does
+ * not take is refused, naming it. */
 static slim_status check_strings(const slim_node *n, int count, const slim_tensor *const *ts,
                                  const char *side, slim_err *err)
 {

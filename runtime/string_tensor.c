@@ -137,6 +137,33 @@ slim_status slim_tensor_string_set(slim_tensor *t, int64_t i, const char *s, siz
     return set_slot(h, (slim_str *)t->data + i, s, len, err);
 }
 
+char *slim__tensor_string_make(slim_tensor *t, int64_t i, size_t len, slim_err *err)
+{
+    static char none[1];
+    strheap *h = heap_of(t);
+    if (!h) {
+        slim_errf(err, SLIM_ETYPE, "not a string tensor made by slim_tensor_alloc");
+        return NULL;
+    }
+    if (i < 0 || i >= slim_tensor_numel(t) || len > SLIM_STRING_MAX_LEN) {
+        slim_errf(err, SLIM_EINVAL, "string element %lld of %lld, %zu bytes", (long long)i,
+                  (long long)slim_tensor_numel(t), len);
+        return NULL;
+    }
+    slim_str *slot = (slim_str *)t->data + i;
+    if (len == 0) {
+        *slot = (slim_str){NULL, 0};
+        return none; /* nothing to write */
+    }
+    if (len > h->left && heap_grow(h, len, err))
+        return NULL;
+    char *p = h->cur;
+    *slot = (slim_str){p, len};
+    h->cur += len;
+    h->left -= len;
+    return p;
+}
+
 const char *slim_tensor_string_get(const slim_tensor *t, int64_t i, size_t *len)
 {
     *len = 0;

@@ -37,6 +37,10 @@ bool slim__tensor_string_is_owned(const slim_tensor *t);
  * slim__tensor_string_alloc. Checks every slot: a NULL pointer with a
  * length, or a length past SLIM_STRING_MAX_LEN, is SLIM_EINTERNAL. */
 slim_status slim__tensor_string_own(slim_tensor *t, slim_err *err);
+/* Element i made len bytes long in t's own bytes, for the caller to fill
+ * (a kernel that builds an element from pieces writes it in place): the
+ * bytes, or NULL with err filled (as slim_tensor_string_set). */
+char *slim__tensor_string_make(slim_tensor *t, int64_t i, size_t len, slim_err *err);
 /* Checks the slots of a string tensor the caller made (a run's input):
  * lengths in range, no NULL pointer with a length. */
 slim_status slim__tensor_string_check(const slim_tensor *t, const char *what, slim_err *err);

@@ -184,7 +184,6 @@ static slim_status concat_infer(slim_op_ctx *ctx)
 static slim_status concat_exec(slim_op_ctx *ctx)
 {
     slim_tensor holder = {0};
-    slim_strbuf sb = {0};
     int64_t *ia = NULL, *ib = NULL;
     slim_status st = broadcast_offsets(ctx, &holder, &ia, &ib);
     for (int64_t i = 0, n = slim_tensor_numel(ctx->out[0]); !st && i < n; i++) {
@@ -195,33 +194,39 @@ static slim_status concat_exec(slim_op_ctx *ctx)
                            (unsigned long long)SLIM_STRING_MAX_LEN);
             break;
         }
-        sb.len = 0;
-        st = slim_strbuf_put(&sb, a.ptr, (size_t)a.len, ctx->err);
-        if (!st)
-            st = slim_strbuf_put(&sb, b.ptr, (size_t)b.len, ctx->err);
-        if (!st)
-            st = slim_tensor_string_set(ctx->out[0], i, sb.p, sb.len, ctx->err);
+        /* Both pieces straight into the output's bytes. */
+        char *p = slim__tensor_string_make(ctx->out[0], i, (size_t)(a.len + b.len), ctx->err);
+        if (!p) {
+            st = ctx->err->status;
+            break;
+        }
+        if (a.len)
+            memcpy(p, a.ptr, (size_t)a.len);
+        if (b.len)
+            memcpy(p + a.len, b.ptr, (size_t)b.len);
     }
-    slim_strbuf_free(&sb);
     slim_tensor_release(&holder);
     return st;
 }
 
 /* ---- StringSplit --------------------------------------------------------- */
 
-/* Python's str.split, which the ONNX reference is: with a delimiter, every
+/* Python's str.split, as onnxruntime has it: with a delimiter, every
  * occurrence splits (maxsplit times at most) and empty pieces count; with
- * none (absent or ""), runs of whitespace split and leading and trailing
- * whitespace make no piece. */
+ * none (absent or ""), runs of spaces split and leading and trailing
+ * spaces make no piece. An empty string has no pieces either way
+ * (onnxruntime's count 0, where Python's "".split(",") has one). */
 typedef struct split_attrs {
     const char *delim;
     size_t delim_len;
     int64_t maxsplit; /* < 0: no limit */
 } split_attrs;
 
+/* onnxruntime splits on the space character alone (a tab stays in its
+ * piece); so does this. */
 static bool is_space(char c)
 {
-    return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\v' || c == '\f';
+    return c == ' ';
 }
 
 /* The first d in [p, end), or NULL. */
@@ -268,6 +273,8 @@ static int64_t split_one(const split_attrs *a, slim_str s, split_emit emit, void
         }
         return count;
     }
+    if (s.len == 0)
+        return 0;
     for (;;) {
         const char *q = NULL;
         if (a->maxsplit < 0 || count < a->maxsplit)

@@ -30,6 +30,11 @@ uint32_t slim_case_lower(uint32_t c)
         return c + 1;
     if (c == 0x178)
         return 0xFF;
+    /* The digraphs: DŽ Dž dž, LJ Lj lj, NJ Nj nj, DZ Dz dz (title to lower too). */
+    if (c == 0x1C4 || c == 0x1C7 || c == 0x1CA || c == 0x1F1)
+        return c + 2;
+    if (c == 0x1C5 || c == 0x1C8 || c == 0x1CB || c == 0x1F2)
+        return c + 1;
     if (c == 0x386)
         return 0x3AC;
     if (c >= 0x388 && c <= 0x38A)
@@ -69,6 +74,10 @@ uint32_t slim_case_upper(uint32_t c)
         c % 2 == 1)
         return c - 1;
     if ((in_pairs(c, 0x139, 0x148) || in_pairs(c, 0x179, 0x17E)) && c % 2 == 0)
+        return c - 1;
+    if (c == 0x1C6 || c == 0x1C9 || c == 0x1CC || c == 0x1F3)
+        return c - 2;
+    if (c == 0x1C5 || c == 0x1C8 || c == 0x1CB || c == 0x1F2)
         return c - 1;
     if (c == 0x3AC)
         return 0x386;

@@ -7,6 +7,7 @@
 #define SLIM_STRINGS_IMPL_H
 
 #include "kernel.h"
+#include "string_tensor.h"
 
 #include <string.h>
 
@@ -47,12 +48,6 @@ slim_status slim_check_strings(const slim_tensor *t, const char *what, slim_err 
  * cast.c), which the string-aware ones hand every other type to. */
 const slim_op_def *slim__strings_delegate(const char *op_type, int before);
 
-/* RegexFullMatch's engine (strings_regex_re2.cc, RE2): compile at load,
- * match in linear time. NULL with msg filled when the pattern is bad or
- * RE2 is not built in. */
-typedef struct slim_regex slim_regex;
-slim_regex *slim_regex_compile(const char *pattern, size_t len, char *msg, size_t cap);
-bool slim_regex_full_match(const slim_regex *re, const char *s, size_t len);
-void slim_regex_free(slim_regex *re);
+#include "strings_regex.h"
 
 #endif

@@ -1,6 +1,6 @@
 /* strings_regex_none.c - RegexFullMatch's engine in a build without RE2:
- * every pattern is refused at load, saying why (strings_impl.h). */
-#include "strings_impl.h"
+ * every pattern is refused at load, saying why (strings_regex.h). */
+#include "strings_regex.h"
 
 #include <stdio.h>
 

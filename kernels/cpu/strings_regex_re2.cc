@@ -7,9 +7,7 @@
 #include <cstring>
 #include <new>
 
-extern "C" {
-#include "strings_impl.h"
-}
+#include "strings_regex.h"
 
 struct slim_regex {
     RE2 re;
