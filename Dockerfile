@@ -3,7 +3,7 @@
 #
 # Two stages. "build" compiles slim and slimserve with Debian's toolchain;
 # the final stage holds the two binaries and the shared libraries they load
-# (protobuf-c, OpenBLAS, libmicrohttpd, cJSON, ImageDecoder's image codecs)
+# (protobuf-c, OpenBLAS, libmicrohttpd, cJSON, ImageDecoder's image codecs, RE2)
 # and no compiler. It runs as an unprivileged user and serves the model
 # repository mounted at /models on 0.0.0.0:8000:
 #
@@ -31,7 +31,7 @@ RUN apt-get update \
         build-essential cmake pkg-config \
         libprotobuf-c-dev protobuf-c-compiler libopenblas-dev \
         libmicrohttpd-dev libcjson-dev check zlib1g-dev \
-        libjpeg62-turbo-dev libpng-dev libtiff-dev libwebp-dev libopenjp2-7-dev \
+        libjpeg62-turbo-dev libpng-dev libtiff-dev libwebp-dev libopenjp2-7-dev libre2-dev \
         python3 python3-venv \
  && if [ "$ONEDNN" = 1 ]; then apt-get install -y --no-install-recommends libdnnl-dev; fi \
  && rm -rf /var/lib/apt/lists/*
@@ -61,7 +61,7 @@ ARG ONEDNN
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
         libprotobuf-c1 libopenblas0-pthread libmicrohttpd12 libcjson1 \
-        libjpeg62-turbo libpng16-16 libtiff6 libwebp7 libopenjp2-7 \
+        libjpeg62-turbo libpng16-16 libtiff6 libwebp7 libopenjp2-7 libre2-9 \
  && if [ "$ONEDNN" = 1 ]; then apt-get install -y --no-install-recommends libdnnl2; fi \
  && rm -rf /var/lib/apt/lists/* /var/cache/apt/* /var/log/apt /var/log/dpkg.log \
  && groupadd --gid 10001 slim \

@@ -16,7 +16,8 @@
     X(elementwise) X(cast) X(conv) X(pool) X(linalg) X(einsum) X(norm) X(softmax) X(reduce) \
     X(shape) X(movement) X(pad) X(gather) X(resize) X(rnn) X(quantize) X(qinteger) \
     X(lrn) X(attention) X(select) X(signal) X(vision) X(unpool) X(det) \
-    X(control) X(loss) X(stateful) X(text) X(sequence) X(random) X(image)
+    X(control) X(loss) X(stateful) X(text) X(sequence) X(random) X(image) X(strings) \
+    X(strings_text) X(strings_cast)
 
 #define SLIM__DECLARE_TABLE(name) extern const slim_op_def slim__ops_##name[];
 SLIM__KERNEL_TABLES(SLIM__DECLARE_TABLE)
@@ -41,6 +42,8 @@ extern const slim_op_def slim__ops_matmul_bias[];
 extern const slim_op_def slim__ops_microsoft[];
 /* ai.onnx.ml operators on numbers (cpu/ml.c). */
 extern const slim_op_def slim__ops_ml[];
+/* ai.onnx.ml operators on strings (cpu/strings_ml.c). */
+extern const slim_op_def slim__ops_strings_ml[];
 /* ai.onnx.preview (cpu/flex_attention.c). */
 extern const slim_op_def slim__ops_preview[];
 /* the blocked_layout pass's MaxPool over nChw16c (cpu/pool_blocked.c) */
@@ -73,6 +76,7 @@ static const slim_op_table cpu_tables[] = {
 #endif
     SLIM_OP_TABLE("com.microsoft", slim__ops_microsoft),
     SLIM_OP_TABLE("ai.onnx.ml", slim__ops_ml),
+    SLIM_OP_TABLE("ai.onnx.ml", slim__ops_strings_ml),
     SLIM_OP_TABLE("ai.onnx.preview", slim__ops_preview),
 };
 

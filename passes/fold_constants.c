@@ -32,6 +32,7 @@
 #include "pass.h"
 
 #include "kernel.h"
+#include "string_tensor.h"
 #include "validate.h"
 
 #include <stdlib.h>
@@ -215,6 +216,12 @@ static slim_status fold_node(fold_walk *f, slim_node *n, slim_op_ctx *ctx, slim_
     } else if (!st) {
         st = ctx->node->op->exec(ctx);
     }
+    /* A string output's slots may point at its inputs' bytes (a copied
+     * Constant attribute, a Gather): it gets bytes of its own, as in a
+     * run (runtime/string_tensor.h). */
+    for (int k = 0; k < n->n_out && !st; k++)
+        if (out[k] && out[k]->dtype == SLIM_STRING)
+            st = slim__tensor_string_own(out[k], ctx->err);
     if (st) {
         for (int k = 0; k < n->n_out; k++)
             if (out[k])
@@ -306,6 +313,11 @@ static slim_status visit(fold_walk *f, slim_node *n, slim_err *err)
     view.op_state = state;
     slim_op_ctx ctx = {.node = &view, .state = state, .n_in = n->n_in, .in = in,
                        .n_out = n->n_out, .out = out, .err = err};
+    /* Strings given to an op that does not take them: left to the
+     * executor, which says so (the same below for outputs). */
+    for (int k = 0; k < n->n_in; k++)
+        if (in[k] && in[k]->dtype == SLIM_STRING && !slim__op_takes_strings(op))
+            goto done;
     st = op->infer(&ctx);
     if (st == SLIM_ENEEDVALUE) {
         st = SLIM_OK;
@@ -333,6 +345,12 @@ static slim_status visit(fold_walk *f, slim_node *n, slim_err *err)
         out_bytes += b;
         is_output = is_output || g->values[n->out[k]].is_output;
     }
+    /* A node the executor would refuse strings to is left to it, to say so. */
+    bool strings = false;
+    for (int k = 0; k < n->n_out; k++)
+        strings = strings || (out[k] && out[k]->dtype == SLIM_STRING);
+    if (strings && !slim__op_takes_strings(op))
+        goto done;
     for (int k = 0; k < n->n_out; k++)
         if (out[k]) {
             f->known[n->out[k]] = *out[k];

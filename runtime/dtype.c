@@ -207,6 +207,8 @@ void slim_store_i64(slim_dtype t, void *data, int64_t i, int64_t v)
     case SLIM_I8: ((int8_t *)data)[i] = (int8_t)v; break;
     case SLIM_U8: ((uint8_t *)data)[i] = (uint8_t)v; break;
     case SLIM_BOOL: ((uint8_t *)data)[i] = v != 0; break;
+    /* No number is stored into a string slot (nor into nothing). */
+    case SLIM_STRING: case SLIM_DTYPE_UNDEFINED: break;
     default: slim_store_f64(t, data, i, (double)v); break;
     }
 }

@@ -21,6 +21,7 @@
 #include "op.h"
 #include "plan.h"
 #include "profile.h"
+#include "string_tensor.h"
 
 #include <time.h>
 
@@ -194,6 +195,8 @@ static slim_status check_input(const slim_value *val, const slim_tensor *t, slim
     }
     if (slim_tensor_numel(t) > 0 && !t->data)
         return slim_errf(err, SLIM_EINVAL, "input \"%s\" has no data", val->name);
+    if (t->dtype == SLIM_STRING)
+        return slim__tensor_string_check(t, val->name, err);
     return SLIM_OK;
 }
 
@@ -243,6 +246,51 @@ static void release_reader(run_state *rs, int v)
     release_value(rs, &rs->vals[v]);
 }
 
+/* A string output after its kernel ran: bytes of its own (string_tensor.h), so
+ * that it outlives the inputs its slots may have been copied from. One
+ * not made by the allocator (control flow passing a weight through) is
+ * replaced by a copy. */
+static slim_status own_strings(slim_tensor *t, slim_err *err)
+{
+    if (t && slim_is_container(t) && slim_container_get(t)) {
+        /* A sequence's new tensors (SplitToSequence's) may point at the
+         * input too; those made by the allocator get bytes of their own. */
+        for (int i = 0, n = slim_container_len(t); i < n; i++) {
+            slim_tensor *e = (slim_tensor *)slim_container_at(t, i);
+            if (e->dtype == SLIM_STRING && slim__tensor_string_is_owned(e)) {
+                slim_status st = slim__tensor_string_own(e, err);
+                if (st)
+                    return st;
+            }
+        }
+        return SLIM_OK;
+    }
+    if (!t || t->dtype != SLIM_STRING || t->kind != SLIM_KIND_TENSOR)
+        return SLIM_OK;
+    if (slim__tensor_string_is_owned(t))
+        return slim__tensor_string_own(t, err);
+    slim_tensor copy;
+    slim_status st = slim_tensor_string_copy(&copy, t, err);
+    if (st)
+        return st;
+    slim_tensor_release(t);
+    *t = copy;
+    return SLIM_OK;
+}
+
+/* Strings reach only the ops that handle them (string_tensor.h), so no
+ * kernel reads a slot as numbers: the first string among ts that op does
+ * not take is refused, naming it. */
+static slim_status check_strings(const slim_node *n, int count, const slim_tensor *const *ts,
+                                 const char *side, slim_err *err)
+{
+    for (int k = 0; k < count; k++)
+        if (ts[k] && ts[k]->dtype == SLIM_STRING && !slim__op_takes_strings(n->op))
+            return slim_errf(err, SLIM_EUNSUPPORTED, "%s %d is a string tensor; %s does not "
+                             "take strings", side, k, n->op->op_type);
+    return SLIM_OK;
+}
+
 static slim_status run_node(run_state *rs, const slim_node *n, slim_err *err)
 {
     const slim_tensor *in[SLIM_MAX_NODE_IO];
@@ -286,9 +334,14 @@ static slim_status run_node(run_state *rs, const slim_node *n, slim_err *err)
             return SLIM_OK;
         }
     }
+    slim_status sst = check_strings(n, n->n_in, in, "input", err);
+    if (sst)
+        return sst;
     if (n->op->flags & SLIM_OP_OWN_OUTPUTS) {
         /* Control flow: exec gives each output its shape and storage. */
         slim_status st = dev->backend->exec(dev, slim_node_kernel(n), &ctx);
+        for (int k = 0; !st && k < n->n_out; k++)
+            st = own_strings(out[k], err);
         for (int k = 0; !st && k < n->n_out; k++) {
             if (!out[k])
                 continue;
@@ -312,6 +365,8 @@ static slim_status run_node(run_state *rs, const slim_node *n, slim_err *err)
         if ((st = check_shape_fits(t, k, err)))
             return st;
     }
+    if ((st = check_strings(n, n->n_out, (const slim_tensor *const *)out, "output", err)))
+        return st;
     bool alias = (n->op->flags & SLIM_OP_ALIAS0) && n->n_in > 0 && in[0] && out[0];
     if (alias) {
         if (slim_tensor_nbytes(out[0]) != slim_tensor_nbytes(in[0]))
@@ -334,7 +389,10 @@ static slim_status run_node(run_state *rs, const slim_node *n, slim_err *err)
                                                                     : SLIM_COPY_D2H, err);
     if (alias && n->n_out == 1)
         return SLIM_OK;
-    return dev->backend->exec(dev, slim_node_kernel(n), &ctx);
+    st = dev->backend->exec(dev, slim_node_kernel(n), &ctx);
+    for (int k = alias ? 1 : 0; !st && k < n->n_out; k++)
+        st = own_strings(out[k], err);
+    return st;
 }
 
 /* Hands a graph output to the caller: moved when the run owns it, copied
@@ -370,6 +428,8 @@ static slim_status take_output(run_state *rs, int v, bool last_use, slim_tensor 
     }
     dst->buf = NULL;
     dst->data = NULL;
+    if (src->dtype == SLIM_STRING)
+        return slim_tensor_string_copy(dst, src, err);
     slim_status st = slim_tensor_alloc(dst, err);
     if (st)
         return st;

@@ -73,6 +73,12 @@ enum {
      * the executor refuses to every other op. An ALIAS0 op with this flag
      * (Identity) passes a container on by reference. */
     SLIM_OP_CONTAINERS = 1u << 6,
+    /* Takes or makes string tensors (SLIM_STRING): reads elements with
+     * slim_tensor_string_get, writes them with slim_tensor_string_set or
+     * copies whole slim_str slots from an input. Every other op is refused
+     * string tensors, except those that only move whole elements
+     * (slim__op_takes_strings, runtime/string_tensor.c, lists them). */
+    SLIM_OP_STRINGS = 1u << 7,
 };
 
 typedef struct slim_op_def {

@@ -121,9 +121,17 @@ static const void *choose(placer *p, const slim_node *n, unsigned *host_inputs, 
             return NULL;
         floating |= slim_dtype_is_float(dt[k]);
     }
+    /* Strings live on the host (string_tensor.h): a node that reads or
+     * makes one stays on the CPU, whatever its other types. */
+    for (int k = 0; k < n->n_in; k++)
+        if (dt[k] == SLIM_STRING)
+            return NULL;
     for (int k = 0; k < n->n_out; k++)
-        if (n->out[k] >= 0)
+        if (n->out[k] >= 0) {
+            if (p->dtype[n->out[k]] == SLIM_STRING)
+                return NULL;
             floating |= slim_dtype_is_float(p->dtype[n->out[k]]);
+        }
     if (!floating)
         return NULL;
     return p->dev->backend->lookup(p->dev, n, dt, host_inputs, view);

@@ -44,6 +44,10 @@ static bool shape_bytes(const slim_tensor *t, size_t *out)
 {
     if (t->ndim < 0 || t->ndim > SLIM_MAX_DIMS || t->dtype == SLIM_DTYPE_UNDEFINED)
         return false;
+    /* A string value's bytes are sized by its kernel, not its shape: it
+     * gets a buffer of its own that holds slots and bytes (string_tensor.h). */
+    if (t->dtype == SLIM_STRING)
+        return false;
     size_t n = slim_dtype_size(t->dtype);
     for (int d = 0; d < t->ndim; d++) {
         if (t->dims[d] < 0 || __builtin_mul_overflow(n, (size_t)t->dims[d], &n))

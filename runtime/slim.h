@@ -80,7 +80,8 @@ slim_status slim_err_prefix(slim_err *err, const char *fmt, ...)
     X(F64, 8, "float64", 11)              \
     X(U32, 4, "uint32", 12)               \
     X(U64, 8, "uint64", 13)               \
-    X(BF16, 2, "bfloat16", 16)
+    X(BF16, 2, "bfloat16", 16)            \
+    X(STRING, 16, "string", 8)
 
 typedef enum {
     SLIM_DTYPE_UNDEFINED = 0,
@@ -148,6 +149,51 @@ slim_status slim_tensor_alloc(slim_tensor *t, slim_err *err);
 /* Drops this tensor's reference to its buffer and clears data. */
 void slim_tensor_release(slim_tensor *t);
 void slim_tensors_free(slim_tensor *ts, int n); /* release each, free array */
+
+/* ---- string tensors (SLIM_STRING, ONNX type 8) -------------------------
+ *
+ * Element i of a string tensor is a slim_str in data (16 bytes: where its
+ * bytes are and how many; not NUL-terminated, may hold any byte). The
+ * bytes belong to the tensor's buffer: slim_tensor_alloc gives a string
+ * tensor whose every element is "", slim_tensor_string_set copies bytes
+ * in, slim_tensor_release frees slots and bytes together (the buffer's
+ * last reference; views such as Reshape's share it). Everything comes
+ * from the CPU's allocator and is charged to the current account.
+ *
+ *     slim_tensor t = {.dtype = SLIM_STRING, .ndim = 1, .dims = {n}};
+ *     if (slim_tensor_alloc(&t, &err)) ...;            every element ""
+ *     slim_tensor_string_reserve(&t, total_bytes, &err); optional: one block
+ *     slim_tensor_string_set(&t, i, bytes, len, &err);
+ *     size_t len; const char *s = slim_tensor_string_get(&t, i, &len);
+ *     slim_tensor_release(&t);
+ *
+ * Elements are immutable once set (a later set of the same element takes
+ * new bytes; the old ones go when the tensor does), so a kernel may copy
+ * whole slim_str elements from one string tensor to another: the executor
+ * then gives the output bytes of its own (runtime/string_tensor.h). */
+typedef struct slim_str {
+    const char *ptr;            /* NULL when len is 0 */
+    uint64_t len;
+} slim_str;
+
+/* One element's bytes; SIZE_MAX-free limit on a single element. */
+#define SLIM_STRING_MAX_LEN ((uint64_t)1 << 31)
+
+/* Element i's bytes (NULL and *len 0 for ""); NULL with *len 0 also when i
+ * is out of range or t is not a string tensor. */
+const char *slim_tensor_string_get(const slim_tensor *t, int64_t i, size_t *len);
+/* Copies len bytes into element i. SLIM_ETYPE when t is not a string
+ * tensor made by slim_tensor_alloc, SLIM_EINVAL for i out of range or len
+ * over SLIM_STRING_MAX_LEN, SLIM_EOOM/ENOMEM from the allocator. */
+slim_status slim_tensor_string_set(slim_tensor *t, int64_t i, const char *s, size_t len,
+                                   slim_err *err);
+/* Makes room for `bytes` more bytes in one block, so the sets that follow
+ * allocate nothing (a caller that knows the total: a decoder). */
+slim_status slim_tensor_string_reserve(slim_tensor *t, size_t bytes, slim_err *err);
+/* Sum of the elements' lengths. */
+size_t slim_tensor_string_total(const slim_tensor *t);
+/* A new string tensor with src's shape and a copy of its elements. */
+slim_status slim_tensor_string_copy(slim_tensor *dst, const slim_tensor *src, slim_err *err);
 
 /* ---- models ------------------------------------------------------------ */
 

@@ -1,5 +1,6 @@
 /* tensor.c - tensor shapes and host allocation. */
 #include "device.h"
+#include "string_tensor.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,6 +46,13 @@ slim_status slim_tensor_alloc_on(slim_tensor *t, slim_device *dev, slim_err *err
         if (t->dims[i] < 0)
             return slim_errf(err, SLIM_ESHAPE, "cannot allocate a tensor with dimension %d = %lld",
                              i, (long long)t->dims[i]);
+    if (t->dtype == SLIM_STRING) {
+        /* Strings live in host memory: no kernel on a device reads them. */
+        if (slim_device_tag(slim_device_or_cpu(dev)))
+            return slim_errf(err, SLIM_EUNSUPPORTED, "string tensors live in host memory, "
+                             "not on %s", dev->name);
+        return slim__tensor_string_alloc(t, err);
+    }
     size_t n = slim_tensor_nbytes(t);
     slim_buffer *b;
     slim_status st = slim_buffer_new(slim_device_or_cpu(dev), n, &b, err);

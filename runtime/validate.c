@@ -55,6 +55,16 @@ static const slim_op_schema microsoft_schemas[] = {
 static const slim_op_schema ml_schemas[] = {
     {"ArrayFeatureExtractor", 1, 2, 2, 1, 1, "SS", "S", ""},
     {"Binarizer", 1, 1, 1, 1, 1, "S", "S", "threshold=f"},
+    /* The string ones (kernels/cpu/strings_ml.c). */
+    {"CategoryMapper", 1, 1, 1, 1, 1, "S", "S",
+     "cats_int64s=I cats_strings=S default_int64=i default_string=s"},
+    {"LabelEncoder", 2, 1, 1, 1, 1, "S", "S",
+     "default_float=f default_int64=i default_string=s keys_floats=F keys_int64s=I "
+     "keys_strings=S values_floats=F values_int64s=I values_strings=S"},
+    {"LabelEncoder", 4, 1, 1, 1, 1, "S", "S",
+     "default_float=f default_int64=i default_string=s default_tensor=t keys_floats=F "
+     "keys_int64s=I keys_strings=S keys_tensor=t values_floats=F values_int64s=I "
+     "values_strings=S values_tensor=t"},
     {"TreeEnsemble", 5, 1, 1, 1, 1, "S", "S",
      "aggregate_function=i !leaf_targetids=I !leaf_weights=t membership_values=t n_targets=i "
      "!nodes_falseleafs=I !nodes_falsenodeids=I !nodes_featureids=I nodes_hitrates=t "

@@ -14,6 +14,7 @@ APT_PACKAGES=(
     libmicrohttpd-dev libcjson-dev          # HTTP server, JSON
     libgrpc-dev                             # the gRPC service (gRPC core's C API)
     zlib1g-dev                              # compressed .npz pruning masks (quant/npz.c)
+    libre2-dev                              # RegexFullMatch (kernels/cpu/strings_regex_re2.cc)
     libjpeg62-turbo-dev libpng-dev libtiff-dev libwebp-dev libopenjp2-7-dev
                                             # ImageDecoder's codecs (kernels/cpu/image_codecs.c)
     python3 python3-venv python3-pip

@@ -91,6 +91,7 @@ typedef struct slim_server_declared_input {
     const char *datatype;        /* KServe's name: "FP32"... */
     const int64_t *shape;
     size_t ndim;
+    size_t string_bytes;         /* BYTES: its elements' bytes, at most */
 } slim_server_declared_input;
 /* t->inputs, t->run, t->known from the declared inputs (t->model set). */
 void slim_server_admission_ticket_need(slim_server_admission_ticket *t,

@@ -346,8 +346,12 @@ static bool rows_splittable(const slim_server_task *t)
     const slim_server_infer *rq = t->rq;
     if (t->rows < 2)
         return false;
+    for (int i = 0; i < t->model->cfg.n_outputs; i++)
+        if (t->model->cfg.outputs[i].dtype == SLIM_STRING) /* rows are not byte ranges */
+            return false;
     for (int i = 0; i < rq->n_inputs; i++)
-        if (rq->inputs[i].ndim < 1 || rq->inputs[i].dims[0] != t->rows ||
+        if (rq->inputs[i].dtype == SLIM_STRING || rq->inputs[i].ndim < 1 ||
+            rq->inputs[i].dims[0] != t->rows ||
             (slim_tensor_numel(&rq->inputs[i]) > 0 && !rq->inputs[i].data))
             return false;
     return true;

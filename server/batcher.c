@@ -150,6 +150,22 @@ static void shape_free(slim_server_shape *sh)
     }
 }
 
+/* BYTES requests run alone: merging would copy every row's strings into
+ * the batch and out of it again (their bytes are not rows of one buffer
+ * to take views of), and the models that take strings (tokenizers, label
+ * encoders) are cheap per row, so a batch saves little; alone, a
+ * request's answer is trivially the same as in any batch. */
+static bool has_strings(const slim_server_config *cfg)
+{
+    for (int i = 0; i < cfg->n_inputs; i++)
+        if (cfg->inputs[i].dtype == SLIM_STRING)
+            return true;
+    for (int i = 0; i < cfg->n_outputs; i++)
+        if (cfg->outputs[i].dtype == SLIM_STRING)
+            return true;
+    return false;
+}
+
 /* Finds or makes t's shape, under mu. NULL when out of memory: the task
  * then runs alone. Past MAX_SHAPES the least recently used idle shape is
  * forgotten (and its ceiling with it). */
@@ -513,7 +529,7 @@ slim_status slim_server_batcher_create(slim_server_model *m, int queue_size,
     b->model = m;
     b->cfg = &cfg->batching;
     b->max_batch = cfg->max_batch_size;
-    b->merge = cfg->batching.enabled && cfg->max_batch_size > 1;
+    b->merge = cfg->batching.enabled && cfg->max_batch_size > 1 && !has_strings(cfg);
     b->queue_cap = cfg->batching.max_queue_size > 0 ? cfg->batching.max_queue_size
                                                     : queue_size > 0 ? queue_size : 1;
     /* Every task has at least one row and at most queue_cap are queued. */

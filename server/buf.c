@@ -93,7 +93,11 @@ size_t slim_server_utf8_len(const unsigned char *p, size_t n)
 
 void slim_server_buf_json_string(slim_server_buf *b, const char *s)
 {
-    size_t n = strlen(s);
+    slim_server_buf_json_bytes(b, s, strlen(s));
+}
+
+void slim_server_buf_json_bytes(slim_server_buf *b, const char *s, size_t n)
+{
     slim_server_buf_puts(b, "\"");
     for (const unsigned char *p = (const unsigned char *)s, *end = p + n; p < end;) {
         size_t len = slim_server_utf8_len(p, (size_t)(end - p));

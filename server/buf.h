@@ -29,6 +29,8 @@ void slim_server_buf_printf(slim_server_buf *b, const char *fmt, ...)
 /* "quoted"; bytes that are not valid UTF-8 become \ufffd, so a reply that
  * echoes a client's bytes is still valid UTF-8 JSON. */
 void slim_server_buf_json_string(slim_server_buf *b, const char *s);
+/* The same for n bytes that may hold a NUL (written \u0000). */
+void slim_server_buf_json_bytes(slim_server_buf *b, const char *s, size_t n);
 void slim_server_buf_free(slim_server_buf *b);
 /* Length of the well-formed UTF-8 sequence at p (n bytes left), 0 if none. */
 size_t slim_server_utf8_len(const unsigned char *p, size_t n);

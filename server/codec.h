@@ -70,6 +70,7 @@ typedef struct slim_server_out_req {
     int index;                  /* the model output's index */
     bool binary;
     struct slim_server_shm_span *shm; /* written into this region (shm.h); NULL: in the reply */
+    int64_t class_count;        /* > 0: the classification extension's top-k */
 } slim_server_out_req;
 
 typedef struct slim_server_infer {
@@ -85,6 +86,11 @@ typedef struct slim_server_infer {
     struct slim_server_shm_span *shm; /* the shared memory the request uses, held until freed */
 } slim_server_infer;
 
+/* Bit set in a cJSON number's type when its text has a fraction or an
+ * exponent. cJSON only looks at type & 0xFF and at its own two flag bits
+ * (256, 512), so the bit stays private to slimserve. */
+#define SLIM_SERVER_JSON_NOT_INTEGRAL (1 << 14)
+
 /* Parses a request body's JSON strictly (cJSON alone is lenient): only
  * whitespace may follow the value, and no string may hold a NUL (cJSON
  * would cut it there, so "in\u0000put" would match an input "in"). NULL
@@ -92,6 +98,8 @@ typedef struct slim_server_infer {
  * an exponent ("3136.0", "1e3") are marked, so that a field that takes an
  * integer refuses them. */
 cJSON *slim_server_json_parse(const char *text, size_t len, slim_err *err);
+/* v is a number written as an integer, within [lo, hi]; *out gets it. */
+bool slim_server_json_integer(const cJSON *v, double lo, double hi, int64_t *out);
 /* The bytes cJSON can malloc to parse these len bytes, at most (a count of
  * the values and strings in them; infer_codec.c says how it was measured). */
 size_t slim_server_json_parse_bound(const char *text, size_t len);
@@ -133,6 +141,74 @@ slim_status slim_server_infer_input_type(const slim_server_model *m, const slim_
                                          const char *name, const char *datatype,
                                          const slim_server_io **io, slim_dtype *dt,
                                          slim_err *err);
+
+/* ---- BYTES tensors (bytes_codec.c) ---------------------------------------
+ *
+ * KServe's BYTES is the engine's string tensor (SLIM_STRING). On the wire
+ * each element is a 4-byte little-endian length and then its bytes (HTTP's
+ * binary data, gRPC's raw contents); in JSON a string. Every element a
+ * client sends is checked: lengths inside the data, valid UTF-8 in JSON,
+ * and the decoded tensor (16 bytes an element plus the bytes) within
+ * --max-request-bytes, so that a small body of empty strings cannot
+ * decode into a tensor many times its size. */
+
+/* The limit on a decoded BYTES input's bytes (0: none); the server sets it
+ * from --max-request-bytes at start. */
+void slim_server_bytes_set_limit(size_t max_bytes);
+/* String tensor t (dtype and shape set, no data) from n bytes of wire
+ * form; `what` names the field in messages ("binary data",
+ * "raw_input_contents"). Errors name the input, the element and the limit. */
+slim_status slim_server_bytes_from_wire(const void *data, size_t n, slim_tensor *t,
+                                        const char *name, const char *what, slim_err *err);
+/* String tensor t from `count` elements, element i lens[i] bytes at
+ * ptrs[i]: gRPC's bytes_contents. */
+slim_status slim_server_bytes_from_list(const void *const *ptrs, const size_t *lens,
+                                        size_t count, slim_tensor *t, const char *name,
+                                        slim_err *err);
+/* String tensor t from JSON "data" (strings, nested as for numbers; the
+ * caller has checked the count and nesting). */
+slim_status slim_server_bytes_from_json(const cJSON *data, slim_tensor *t, const char *name,
+                                        slim_err *err);
+/* Bytes of t's wire form, and t in it (wire_size bytes at out). */
+size_t slim_server_bytes_wire_size(const slim_tensor *t);
+void slim_server_bytes_to_wire(const slim_tensor *t, void *out);
+/* The most bytes put_json writes for t: its data as a JSON list. */
+size_t slim_server_bytes_json_bound(const slim_tensor *t);
+struct slim_server_buf;
+/* "data":["...",...]: bytes that are not UTF-8 become U+FFFD (JSON has
+ * no other way to carry them: ask for binary to get them as they are). */
+void slim_server_bytes_put_json(struct slim_server_buf *b, const slim_tensor *t);
+
+/* ---- the classification extension (classify.c) --------------------------
+ *
+ * An output asked for with "classification": K (HTTP) or the gRPC
+ * parameter of that name answers, per batch row (the whole output when
+ * the model does not batch), its K largest values as BYTES strings
+ * "value:index" or "value:index:label", largest first, as Triton does:
+ * value as C's %f (std::to_string), integers as they are; equal values in
+ * index order (Triton's std::sort leaves ties unordered; libstdc++ sorts
+ * up to 16 classes stably, so the two agree there), NaN last. K past the
+ * class count gives them all. Labels come from the output's
+ * "label_filename" in config (one label a line, line i for class i). */
+
+/* Checks that output idx of m can be classified (a numeric output) and
+ * that k >= 1; errors name the output. */
+slim_status slim_server_classify_check(const slim_server_model *m, int idx, int64_t k,
+                                       slim_err *err);
+/* The most bytes one class string of output idx takes. */
+size_t slim_server_classify_elem_bytes(const slim_server_model *m, int idx);
+/* Shape of the classified output y: rows x min(k, classes). */
+void slim_server_classify_shape(const slim_server_model *m, const slim_server_out_req *out,
+                                const slim_tensor *y, slim_tensor *shape);
+/* The outputs as they are answered: view[i] is outs[i] (shared, not
+ * referenced) except that each classified output is a new string tensor
+ * of its class strings. view has n_outs entries. */
+slim_status slim_server_classify_outputs(const slim_server_infer *rq, const slim_server_model *m,
+                                         const slim_tensor *outs, int n_outs, slim_tensor *view,
+                                         slim_err *err);
+/* Releases what slim_server_classify_outputs made in view. */
+void slim_server_classify_outputs_free(const slim_server_infer *rq, const slim_tensor *outs,
+                                       slim_tensor *view, int n_outs);
 
 /* ---- datatype names (datatype.c) ---------------------------------------- */
 

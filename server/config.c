@@ -58,9 +58,18 @@ static slim_status parse_io(const cJSON *obj, const char *where, slim_server_io 
                                           : SLIM_DTYPE_UNDEFINED;
             if (io->dtype == SLIM_DTYPE_UNDEFINED)
                 return slim_errf(err, SLIM_EINVAL,
-                                 "config.json: %s.data_type: expected a type such as \"TYPE_FP32\"%s",
-                                 where, cJSON_IsString(k) && strcmp(k->valuestring, "TYPE_STRING") == 0
-                                            ? " (TYPE_STRING is not supported)" : "");
+                                 "config.json: %s.data_type: expected a type such as \"TYPE_FP32\"",
+                                 where);
+        } else if (strcmp(k->string, "label_filename") == 0 && strncmp(where, "output", 6) == 0) {
+            /* relative to the model's folder, and inside it */
+            if (!cJSON_IsString(k) || !k->valuestring[0] || k->valuestring[0] == '/' ||
+                strstr(k->valuestring, ".."))
+                return slim_errf(err, SLIM_EINVAL, "config.json: %s.label_filename: expected a "
+                                 "file name inside the model's folder (no leading '/', no '..')",
+                                 where);
+            free(io->label_filename);
+            if (!(io->label_filename = strdup(k->valuestring)))
+                return slim_errf(err, SLIM_ENOMEM, "out of memory");
         } else if (strcmp(k->string, "dims") == 0) {
             int n = cJSON_GetArraySize(k);
             if (!cJSON_IsArray(k) || n > SLIM_MAX_DIMS)

@@ -24,6 +24,13 @@ typedef struct slim_server_io {
     slim_dtype dtype;
     int ndim;                   /* -1: any rank; excludes the batch dim */
     int64_t dims[SLIM_MAX_DIMS];/* -1: dynamic */
+    /* An output's "label_filename" (Triton's), relative to the model's
+     * folder, and its lines once loaded (classify.c): labels[i] is class
+     * i's, all pointing into label_text. */
+    char *label_filename;
+    char *label_text;
+    const char **labels;
+    int64_t n_labels;
 } slim_server_io;
 
 /* "dynamic_batching" in config.json, with Triton's names. */
@@ -122,6 +129,13 @@ slim_status slim_server_config_resolve(slim_server_config *cfg, const slim_model
                                        slim_err *err);
 cJSON *slim_server_config_to_json(const slim_server_config *cfg);
 void slim_server_config_free(slim_server_config *cfg);
+
+/* Reads the label files the outputs name, from the model's folder
+ * root/model; errors name the output and the file (classify.c). */
+slim_status slim_server_config_load_labels(slim_server_config *cfg, const char *root,
+                                           const char *model, slim_err *err);
+/* Frees an input/output entry's own memory (name, labels). */
+void slim_server_io_free(slim_server_io *io);
 
 /* ---- Triton's model configuration (config_triton.c) --------------------- */
 

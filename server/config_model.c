@@ -46,6 +46,8 @@ static slim_status resolve_one(const slim_server_config *cfg, const char *kind,
         out->dims[i] = info->dims[i + batch] >= 0 ? info->dims[i + batch] : -1;
     if (!decl)
         return SLIM_OK;
+    if (decl->label_filename && !(out->label_filename = strdup(decl->label_filename)))
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
 
     if (info->dtype != SLIM_DTYPE_UNDEFINED && decl->dtype != info->dtype)
         return slim_errf(err, SLIM_EINVAL, "config.json: %s \"%s\" is declared %s but the model has %s",
@@ -91,7 +93,7 @@ static slim_status resolve_list(const slim_server_config *cfg, const char *kind,
     for (int i = 0; i < n_model && s == SLIM_OK; i++)
         s = resolve_one(cfg, kind, get(m, i), find_io(*ios, *n_ios, get(m, i)->name), &res[i], err);
     for (int i = 0; i < *n_ios; i++)
-        free((*ios)[i].name);
+        slim_server_io_free(&(*ios)[i]);
     free(*ios);
     *ios = res;
     *n_ios = n_model;
@@ -131,6 +133,8 @@ static cJSON *io_list_json(const slim_server_io *ios, int n)
             cJSON_AddItemToArray(dims, cJSON_CreateNumber(-1));
         for (int d = 0; d < ios[i].ndim; d++)
             cJSON_AddItemToArray(dims, cJSON_CreateNumber((double)ios[i].dims[d]));
+        if (ios[i].label_filename)
+            cJSON_AddStringToObject(o, "label_filename", ios[i].label_filename);
     }
     return arr;
 }
@@ -212,9 +216,9 @@ cJSON *slim_server_config_to_json(const slim_server_config *cfg)
 void slim_server_config_free(slim_server_config *cfg)
 {
     for (int i = 0; i < cfg->n_inputs; i++)
-        free(cfg->inputs[i].name);
+        slim_server_io_free(&cfg->inputs[i]);
     for (int i = 0; i < cfg->n_outputs; i++)
-        free(cfg->outputs[i].name);
+        slim_server_io_free(&cfg->outputs[i]);
     free(cfg->inputs);
     free(cfg->outputs);
     free(cfg->name);

@@ -189,7 +189,8 @@ static cJSON *number_list(tctx *c, const cJSON *arr, const char *where)
 
 static bool map_io(tctx *c, const cJSON *list, const char *kind, cJSON *out)
 {
-    static const char *const known[] = {"name", "data_type", "dims", "reshape", NULL};
+    static const char *const known[] = {"name", "data_type", "dims", "reshape",
+                                        "label_filename", NULL};
     cJSON *arr = cJSON_CreateArray();
     if (!add(c, out, kind, arr))
         return false;
@@ -203,7 +204,8 @@ static bool map_io(tctx *c, const cJSON *list, const char *kind, cJSON *out)
         if (!o || !cJSON_AddItemToArray(arr, o))
             return cJSON_Delete(o), fail(c, SLIM_ENOMEM, "out of memory");
         if (!copy_scalar(c, io, "name", where, o, NULL) ||
-            !copy_scalar(c, io, "data_type", where, o, NULL))
+            !copy_scalar(c, io, "data_type", where, o, NULL) ||
+            !copy_scalar(c, io, "label_filename", where, o, NULL))
             return false;
         snprintf(where, sizeof(where), "%s[%d].dims", kind, i);
         const cJSON *reshape = one(c, io, "reshape", where);

@@ -18,7 +18,7 @@ static const struct {
     {SLIM_I16, "INT16", "TYPE_INT16"},    {SLIM_I32, "INT32", "TYPE_INT32"},
     {SLIM_I64, "INT64", "TYPE_INT64"},    {SLIM_F16, "FP16", "TYPE_FP16"},
     {SLIM_F32, "FP32", "TYPE_FP32"},      {SLIM_F64, "FP64", "TYPE_FP64"},
-    {SLIM_BF16, "BF16", "TYPE_BF16"},
+    {SLIM_BF16, "BF16", "TYPE_BF16"},     {SLIM_STRING, "BYTES", "TYPE_STRING"},
 };
 #define N_DTYPE_NAMES (sizeof(dtype_names) / sizeof(dtype_names[0]))
 

@@ -36,6 +36,7 @@ static size_t contents_count(const contents *c, slim_dtype t)
     case SLIM_U64: return c->n_uint64_contents;
     case SLIM_F32: return c->n_fp32_contents;
     case SLIM_F64: return c->n_fp64_contents;
+    case SLIM_STRING: return c->n_bytes_contents;
     default: return (size_t)-1; /* fp16/bf16: raw bytes only */
     }
 }
@@ -103,6 +104,28 @@ static slim_status shm_params(Inference__ModelInferRequest__ParametersEntry **ps
     return SLIM_OK;
 }
 
+/* A BYTES input's bytes_contents (one bytes field an element). */
+static slim_status bytes_contents(const contents *c, slim_tensor *t, const char *name,
+                                  slim_err *err)
+{
+    size_t n = c->n_bytes_contents;
+    const void **ptrs = calloc(n ? n : 1, sizeof(*ptrs));
+    size_t *lens = calloc(n ? n : 1, sizeof(*lens));
+    slim_status s = SLIM_OK;
+    if (!ptrs || !lens) {
+        s = slim_errf(err, SLIM_ENOMEM, "out of memory");
+    } else {
+        for (size_t i = 0; i < n; i++) {
+            ptrs[i] = c->bytes_contents[i].data;
+            lens[i] = c->bytes_contents[i].len;
+        }
+        s = slim_server_bytes_from_list(ptrs, lens, n, t, name, err);
+    }
+    free(ptrs);
+    free(lens);
+    return s;
+}
+
 static slim_status decode_input(const infer_req *msg, size_t k, size_t *raw_k,
                                 const slim_server_model *m, slim_server_infer *rq, slim_err *err)
 {
@@ -150,6 +173,13 @@ static slim_status decode_input(const infer_req *msg, size_t k, size_t *raw_k,
         if (in->contents)
             return slim_errf(err, SLIM_EINVAL, "input '%s' has both contents and "
                              "raw_input_contents", name);
+        if (dt == SLIM_STRING) { /* length-prefixed elements: they say what they need */
+            if ((s = slim_server_bytes_from_wire(raw->data, raw->len, t, name,
+                                                 "raw_input_contents", err)) != SLIM_OK)
+                return s;
+            rq->names[rq->n_inputs++] = io->name;
+            return SLIM_OK;
+        }
         if (numel > 1e15 || raw->len != need)
             return slim_errf(err, SLIM_EINVAL,
                              "input '%s': raw_input_contents has %zu bytes but shape %s of %s "
@@ -169,6 +199,13 @@ static slim_status decode_input(const infer_req *msg, size_t k, size_t *raw_k,
         if ((double)got != numel)
             return slim_errf(err, SLIM_EINVAL, "input '%s': contents has %zu elements but shape "
                              "%s needs %.0f", name, got, shape, numel);
+        if (dt == SLIM_STRING) {
+            s = bytes_contents(in->contents, t, name, err);
+            if (s != SLIM_OK)
+                return s;
+            rq->names[rq->n_inputs++] = io->name;
+            return SLIM_OK;
+        }
         if ((s = slim_tensor_alloc(t, err)) != SLIM_OK)
             return s;
         for (size_t i = 0; i < got; i++)
@@ -196,11 +233,21 @@ static slim_status decode_outputs(const infer_req *msg, const slim_server_model 
         if (idx < 0)
             return slim_errf(err, SLIM_EINVAL, "unexpected inference output '%s' for model '%s'",
                              o->name, m->name);
-        /* Same layout as the request's own map entries. */
-        if (param((Inference__ModelInferRequest__ParametersEntry **)o->parameters,
-                  o->n_parameters, "classification"))
-            return slim_errf(err, SLIM_EUNSUPPORTED,
-                             "output '%s': the classification extension is unsupported", o->name);
+        /* Same layout as the request's own map entries. tritonclient's
+         * class_count sends an int64; any other kind is refused. */
+        const Inference__InferParameter *cp = param(
+            (Inference__ModelInferRequest__ParametersEntry **)o->parameters, o->n_parameters,
+            "classification");
+        int64_t k = 0;
+        if (cp) {
+            bool is_int = cp->parameter_choice_case == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_INT64_PARAM;
+            bool is_uint = cp->parameter_choice_case == INFERENCE__INFER_PARAMETER__PARAMETER_CHOICE_UINT64_PARAM;
+            k = is_int ? cp->int64_param : is_uint && cp->uint64_param <= (uint64_t)INT64_MAX
+                                               ? (int64_t)cp->uint64_param : 0;
+            slim_status s = slim_server_classify_check(m, idx, k, err);
+            if (s != SLIM_OK)
+                return s;
+        }
         for (int i = 0; i < rq->n_outputs; i++)
             if (rq->outputs[i].index == idx)
                 return slim_errf(err, SLIM_EINVAL, "output '%s' is requested more than once",
@@ -211,8 +258,11 @@ static slim_status decode_outputs(const infer_req *msg, const slim_server_model 
                                    o->n_parameters, "output", o->name, &shm, err);
         if (s != SLIM_OK || (s = slim_server_shm_output_take(rq, m, idx, &shm, &span, err)))
             return s;
+        if (span && k) /* its class strings' size is known only after the run */
+            return slim_errf(err, SLIM_EINVAL, "output '%s': \"classification\" cannot be "
+                             "written to shared memory; ask for it in the reply", o->name);
         rq->outputs[rq->n_outputs++] = (slim_server_out_req){.index = idx, .binary = true,
-                                                             .shm = span};
+                                                             .shm = span, .class_count = k};
     }
     return SLIM_OK;
 }
@@ -297,16 +347,13 @@ slim_status slim_server_grpc_infer_decode_msg(const void *msg, const slim_server
     return s;
 }
 
-slim_status slim_server_grpc_infer_encode(const slim_server_infer *rq, const slim_server_model *m,
-                                          const slim_tensor *outs, int n_outs, uint8_t **out,
-                                          size_t *len, slim_err *err)
+/* The answer from outs as they are sent (classified ones as their class
+ * strings); BYTES outputs go in their wire form, in raw[i].data (freed by
+ * the caller). */
+static slim_status encode_view(const slim_server_infer *rq, const slim_server_model *m,
+                               const slim_tensor *outs, ProtobufCBinaryData *raw, uint8_t **out,
+                               size_t *len, slim_err *err)
 {
-    *out = NULL;
-    *len = 0;
-    for (int i = 0; i < rq->n_outputs; i++)
-        if (rq->outputs[i].index >= n_outs)
-            return slim_errf(err, SLIM_EINTERNAL, "the model returned %d outputs, expected %d",
-                             n_outs, m->cfg.n_outputs);
     slim_status ws = slim_server_shm_outputs_write(rq, m, outs, err); /* before the reply */
     if (ws != SLIM_OK)
         return ws;
@@ -314,12 +361,11 @@ slim_status slim_server_grpc_infer_encode(const slim_server_infer *rq, const sli
     Inference__ModelInferResponse resp = INFERENCE__MODEL_INFER_RESPONSE__INIT;
     Inference__ModelInferResponse__InferOutputTensor *tens = calloc((size_t)(n ? n : 1), sizeof(*tens));
     Inference__ModelInferResponse__InferOutputTensor **ptrs = calloc((size_t)(n ? n : 1), sizeof(*ptrs));
-    ProtobufCBinaryData *raw = calloc((size_t)(n ? n : 1), sizeof(*raw));
     int64_t *shapes = calloc((size_t)(n ? n : 1) * SLIM_MAX_DIMS, sizeof(*shapes));
     char version[32];
     snprintf(version, sizeof(version), "%lld", (long long)m->version);
     slim_status s = SLIM_OK;
-    if (!tens || !ptrs || !raw || !shapes) {
+    if (!tens || !ptrs || !shapes) {
         s = slim_errf(err, SLIM_ENOMEM, "out of memory while writing the response");
         goto done;
     }
@@ -337,14 +383,24 @@ slim_status slim_server_grpc_infer_encode(const slim_server_infer *rq, const sli
         for (int d = 0; d < t->ndim; d++)
             tens[i].shape[d] = t->dims[d];
         ptrs[i] = &tens[i];
-        /* Packed straight from the output's buffer: one copy, into the message.
-         * One in shared memory has none: an empty entry keeps the others'
+        /* One in shared memory has none: an empty entry keeps the others'
          * places (raw i is output i), and none trails the last. */
         if (rq->outputs[i].shm)
             continue;
+        n_raw = i + 1;
+        if (t->dtype == SLIM_STRING) {
+            raw[i].len = slim_server_bytes_wire_size(t);
+            if (raw[i].len && !(raw[i].data = malloc(raw[i].len))) {
+                s = slim_errf(err, SLIM_ENOMEM, "out of memory while writing the response");
+                goto done;
+            }
+            if (raw[i].len)
+                slim_server_bytes_to_wire(t, raw[i].data);
+            continue;
+        }
+        /* Packed straight from the output's buffer: one copy, into the message. */
         raw[i].data = t->data;
         raw[i].len = slim_tensor_nbytes(t);
-        n_raw = i + 1;
     }
     resp.n_outputs = (size_t)n;
     resp.outputs = ptrs;
@@ -365,7 +421,34 @@ slim_status slim_server_grpc_infer_encode(const slim_server_infer *rq, const sli
 done:
     free(tens);
     free(ptrs);
-    free(raw);
     free(shapes);
+    return s;
+}
+
+slim_status slim_server_grpc_infer_encode(const slim_server_infer *rq, const slim_server_model *m,
+                                          const slim_tensor *outs, int n_outs, uint8_t **out,
+                                          size_t *len, slim_err *err)
+{
+    *out = NULL;
+    *len = 0;
+    for (int i = 0; i < rq->n_outputs; i++)
+        if (rq->outputs[i].index >= n_outs)
+            return slim_errf(err, SLIM_EINTERNAL, "the model returned %d outputs, expected %d",
+                             n_outs, m->cfg.n_outputs);
+    int n = rq->n_outputs;
+    slim_tensor *view = calloc((size_t)(n_outs ? n_outs : 1), sizeof(*view));
+    ProtobufCBinaryData *raw = calloc((size_t)(n ? n : 1), sizeof(*raw));
+    slim_status s = view && raw ? SLIM_OK
+                                : slim_errf(err, SLIM_ENOMEM, "out of memory while writing the "
+                                            "response");
+    if (s == SLIM_OK && (s = slim_server_classify_outputs(rq, m, outs, n_outs, view, err)) == SLIM_OK) {
+        s = encode_view(rq, m, view, raw, out, len, err);
+        for (int i = 0; i < n; i++)
+            if (view[rq->outputs[i].index].dtype == SLIM_STRING)
+                free(raw[i].data); /* the wire copies; the others are the outputs' own */
+        slim_server_classify_outputs_free(rq, outs, view, n_outs);
+    }
+    free(raw);
+    free(view);
     return s;
 }

@@ -129,11 +129,11 @@ static void rpc_server_metadata(slim__grpc_call *c)
 {
     char *extensions[16] = {"binary_tensor_data", "model_repository",
                             "model_configuration", "parameters", "statistics",
-                            "logging", "trace"};
+                            "logging", "trace", "classification"};
     Inference__ServerMetadataResponse r = INFERENCE__SERVER_METADATA_RESPONSE__INIT;
     r.name = SLIM_SERVER_NAME;
     r.version = SLIM_SERVER_VERSION;
-    r.n_extensions = 7;
+    r.n_extensions = 8;
     r.n_extensions += (size_t)slim_server_shm_extension_names((const char **)extensions + r.n_extensions);
     r.extensions = extensions;
     slim__grpc_reply(c, &r.base);
@@ -502,6 +502,21 @@ static int64_t declared_timeout(const Inference__ModelInferRequest *q)
     return -1;
 }
 
+/* A BYTES input's bytes as sent (raw or bytes_contents): what its
+ * elements will hold decoded, at most; 0 for any other input. */
+static size_t string_bytes(const Inference__ModelInferRequest *q, size_t i)
+{
+    const Inference__ModelInferRequest__InferInputTensor *in = q->inputs[i];
+    size_t n = 0;
+    if (!in->datatype || strcmp(in->datatype, "BYTES") != 0)
+        return 0;
+    if (i < q->n_raw_input_contents)
+        return q->raw_input_contents[i].len;
+    for (size_t k = 0; in->contents && k < in->contents->n_bytes_contents; k++)
+        n += in->contents->bytes_contents[k].len;
+    return n;
+}
+
 /* The ticket's deadlines and figures, from the message before decoding. */
 static void admit_declare(slim__grpc_admit *ad, const Inference__ModelInferRequest *q,
                           const slim_server_model *m)
@@ -525,7 +540,8 @@ static void admit_declare(slim__grpc_admit *ad, const Inference__ModelInferReque
         return; /* not known: admitted on the budget alone */
     for (size_t i = 0; i < q->n_inputs; i++)
         ins[i] = (slim_server_declared_input){q->inputs[i]->name, q->inputs[i]->datatype,
-                                              q->inputs[i]->shape, q->inputs[i]->n_shape};
+                                              q->inputs[i]->shape, q->inputs[i]->n_shape,
+                                              string_bytes(q, i)};
     slim_server_admission_ticket_need(tk, ins, q->n_inputs);
     free(ins);
 }

@@ -458,6 +458,7 @@ slim_status slim_server_start(slim_server *srv, const slim_server_opts *opts, sl
     memset(srv, 0, sizeof(*srv));
     srv->opts = *opts;
     atomic_init(&srv->in_flight, 0);
+    slim_server_bytes_set_limit(opts->max_request_bytes);
     slim_server_metrics_init(&srv->metrics);
     struct sockaddr_storage addr;
     unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG;

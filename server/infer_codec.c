@@ -27,134 +27,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- strict JSON --------------------------------------------------------- */
-
-/* cJSON keeps a number as a double, so "3136.0" and "3136" read the same,
- * yet a field that is a count or a dimension written with a fraction is a
- * client bug worth naming (Triton refuses it too). The text is therefore
- * read once more beside the parsed tree, number for number in document
- * order, and a number written with '.', 'e' or 'E' gets this bit in its
- * type. cJSON only looks at type & 0xFF and at its own two flag bits
- * (256, 512), so the bit stays private to slimserve. */
-#define JSON_NOT_INTEGRAL (1 << 14)
-
-typedef struct json_scan {
-    const char *p, *end;
-    const char *nul;                /* the first string holding a NUL, or NULL */
-} json_scan;
-
-static void scan_string(json_scan *s)
-{
-    const char *start = s->p++;
-    while (s->p < s->end && *s->p != '"') {
-        bool nul = *s->p == '\0' ||
-                   (*s->p == '\\' && s->end - s->p >= 6 && memcmp(s->p + 1, "u0000", 5) == 0);
-        if (nul && !s->nul)
-            s->nul = start;
-        s->p += *s->p == '\\' && s->end - s->p >= 2 ? 2 : 1;
-    }
-    if (s->p < s->end)
-        s->p++;
-}
-
-/* The next number token (cJSON's: a '-' or digit, then [0-9+-.eE]), or
- * NULL; strings on the way are skipped and checked. */
-static const char *scan_number(json_scan *s, size_t *len)
-{
-    while (s->p < s->end) {
-        char c = *s->p;
-        if (c == '"') {
-            scan_string(s);
-        } else if (c == '-' || (c >= '0' && c <= '9')) {
-            const char *start = s->p;
-            while (s->p < s->end && ((*s->p >= '0' && *s->p <= '9') || *s->p == '+' ||
-                                     *s->p == '-' || *s->p == '.' || *s->p == 'e' || *s->p == 'E'))
-                s->p++;
-            *len = (size_t)(s->p - start);
-            return start;
-        } else {
-            s->p++;
-        }
-    }
-    return NULL;
-}
-
-static void mark_numbers(cJSON *v, json_scan *s)
-{
-    for (; v; v = v->next) {
-        size_t n;
-        const char *t;
-        if (cJSON_IsNumber(v) && (t = scan_number(s, &n)) &&
-            (memchr(t, '.', n) || memchr(t, 'e', n) || memchr(t, 'E', n)))
-            v->type |= JSON_NOT_INTEGRAL;
-        else if (v->child)
-            mark_numbers(v->child, s); /* depth: cJSON's nesting limit */
-    }
-}
-
-cJSON *slim_server_json_parse(const char *text, size_t len, slim_err *err)
-{
-    const char *end = NULL;
-    cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, false);
-    if (!root) {
-        slim_errf(err, SLIM_EPARSE, "malformed JSON in the request body near byte %ld",
-                  end && end >= text ? (long)(end - text) : 0L);
-        return NULL;
-    }
-    while (end < text + len && (*end == ' ' || *end == '\t' || *end == '\n' || *end == '\r'))
-        end++;
-    if (end < text + len) {
-        slim_errf(err, SLIM_EPARSE, "unexpected data after the JSON value at byte %ld",
-                  (long)(end - text));
-        cJSON_Delete(root);
-        return NULL;
-    }
-    json_scan scan = {text, text + len, NULL};
-    mark_numbers(root, &scan);
-    while (scan_number(&scan, &(size_t){0})) /* the strings after the last number */
-        ;
-    if (scan.nul) {
-        slim_errf(err, SLIM_EINVAL, "the string at byte %ld of the request body holds a NUL "
-                  "(\\u0000), which no name or id may contain", (long)(scan.nul - text));
-        cJSON_Delete(root);
-        return NULL;
-    }
-    return root;
-}
-
-/* v is a number written as an integer, within [lo, hi]; *out gets it. */
-static bool json_integer(const cJSON *v, double lo, double hi, int64_t *out)
-{
-    if (!cJSON_IsNumber(v) || (v->type & JSON_NOT_INTEGRAL) || v->valuedouble < lo ||
-        v->valuedouble > hi || v->valuedouble != floor(v->valuedouble))
-        return false;
-    *out = (int64_t)v->valuedouble;
-    return true;
-}
-
-/* What cJSON mallocs to parse text, at most. Every value is one cJSON node
- * (64 bytes; 80 with glibc's chunk header and rounding), and a value is the
- * root or follows a '[', '{' or ','; every key and string value is one more
- * block of at most its quoted length plus a terminator, header and rounding.
- * Counting those bytes over-counts (commas inside strings), never under.
- * Measured with glibc's mallinfo2 around cJSON_ParseWithLength (cJSON
- * 1.7.15): 80 bytes per value; 3.8 bytes per body byte for float32 data as
- * Python's json writes it (21 bytes a number), 40 for one-digit integers,
- * 1.0 for one long string. The bound gives 4.8, 41 and 1.0. */
-#define JSON_NODE_BYTES 80
-#define JSON_STRING_OVERHEAD 32
-
-size_t slim_server_json_parse_bound(const char *text, size_t len)
-{
-    size_t values = 1, strings = 0;
-    for (const char *p = text, *end = text + len; p < end; p++) {
-        char c = *p;
-        values += c == ',' || c == '[' || c == '{';
-        strings += c == '"';
-    }
-    return values * JSON_NODE_BYTES + len + (strings / 2 + 1) * JSON_STRING_OVERHEAD;
-}
-
 static void shape_json(const slim_server_io *io, int batch, char *buf, size_t cap)
 {
     int64_t dims[SLIM_MAX_DIMS + 1];
@@ -246,10 +118,10 @@ static slim_status store_leaf(const cJSON *v, slim_tensor *t, int64_t i, const c
     if (int_range(t->dtype, &lo, &hi)) {
         /* hi of the 64-bit types rounds up to 2^63 / 2^64: exclude it */
         if (x != floor(x) || x < lo || x > hi || (hi >= 9.2e18 && x >= hi) ||
-            (v->type & JSON_NOT_INTEGRAL))
+            (v->type & SLIM_SERVER_JSON_NOT_INTEGRAL))
             return slim_errf(err, SLIM_EINVAL, "input '%s': element %lld (%.17g) is not a valid %s%s",
                              name, (long long)i, x, type,
-                             v->type & JSON_NOT_INTEGRAL ? " (written with a fraction or exponent)" : "");
+                             v->type & SLIM_SERVER_JSON_NOT_INTEGRAL ? " (written with a fraction or exponent)" : "");
         if (t->dtype == SLIM_U64)
             ((uint64_t *)t->data)[i] = (uint64_t)x;
         else
@@ -314,10 +186,6 @@ slim_status slim_server_infer_input_type(const slim_server_model *m, const slim_
             return slim_errf(err, SLIM_EINVAL, "input '%s' is given more than once", name);
     if (!datatype)
         return slim_errf(err, SLIM_EINVAL, "input '%s': \"datatype\" string is required", name);
-    if (strcmp(datatype, "BYTES") == 0)
-        return slim_errf(err, SLIM_EUNSUPPORTED,
-                         "input '%s': datatype BYTES is unsupported (slimserve serves numeric tensors)",
-                         name);
     slim_dtype dt = slim_server_dtype_from_kserve(datatype);
     if (dt == SLIM_DTYPE_UNDEFINED)
         return slim_errf(err, SLIM_EINVAL, "input '%s': unknown datatype \"%s\"", name, datatype);
@@ -385,7 +253,7 @@ static slim_status decode_input(const cJSON *in, const slim_server_model *m, bin
                          name, SLIM_MAX_DIMS);
     double numel = 1;
     for (const cJSON *d = jshape->child; d; d = d->next) {
-        if (!json_integer(d, 0, 1e12, &t->dims[t->ndim]))
+        if (!slim_server_json_integer(d, 0, 1e12, &t->dims[t->ndim]))
             return slim_errf(err, SLIM_EINVAL, "input '%s': \"shape\" must hold non-negative integers",
                              name);
         numel *= (double)t->dims[t->ndim++];
@@ -404,7 +272,7 @@ static slim_status decode_input(const cJSON *in, const slim_server_model *m, bin
     if ((s = slim_server_shm_input_json(rq, jparams, jsize || jdata, t, name, &in_shm, err)))
         return s;
     if (!in_shm && jsize) { /* (from shared memory: read in place or copied, shm.c) */
-        if (!json_integer(jsize, 0, 1e18, &size))
+        if (!slim_server_json_integer(jsize, 0, 1e18, &size))
             return slim_errf(err, SLIM_EINVAL, "input '%s': binary_data_size must be a byte count "
                              "(a whole number)", name);
         if (!bin->data)
@@ -413,6 +281,8 @@ static slim_status decode_input(const cJSON *in, const slim_server_model *m, bin
                              "Inference-Header-Content-Length header", name);
         if (jdata)
             return slim_errf(err, SLIM_EINVAL, "input '%s' has both \"data\" and binary_data_size", name);
+        if (dt == SLIM_STRING) /* the elements' lengths say how much they need */
+            need = (uint64_t)size;
         if (numel > 1e15 || (uint64_t)size != need)
             return slim_errf(err, SLIM_EINVAL,
                              "input '%s': binary_data_size is %lld bytes but shape %s of %s needs %zu",
@@ -421,10 +291,12 @@ static slim_status decode_input(const cJSON *in, const slim_server_model *m, bin
             return slim_errf(err, SLIM_EINVAL,
                              "input '%s': binary_data_size %zu runs past the end of the body "
                              "(%zu bytes of binary data left)", name, need, bin->len - bin->pos);
-        if ((s = slim_tensor_alloc(t, err)) != SLIM_OK)
-            return s;
-        if (need)
+        if (dt == SLIM_STRING)
+            s = slim_server_bytes_from_wire(bin->data + bin->pos, need, t, name, "binary data", err);
+        else if ((s = slim_tensor_alloc(t, err)) == SLIM_OK && need)
             memcpy(t->data, bin->data + bin->pos, need);
+        if (s != SLIM_OK)
+            return s;
         bin->pos += need;
     } else if (!in_shm) {
         if (!jdata)
@@ -446,12 +318,17 @@ static slim_status decode_input(const cJSON *in, const slim_server_model *m, bin
                              "at depth %d where shape %s needs %lld", name, (long long)n_got,
                              depth, shape, (long long)n_want);
         }
-        if ((s = slim_tensor_alloc(t, err)) != SLIM_OK)
-            return s;
-        int64_t i = 0;
-        if ((s = fill(jdata, t, &i, name, err)) != SLIM_OK) {
-            slim_tensor_release(t);
-            return s;
+        if (dt == SLIM_STRING) {
+            if ((s = slim_server_bytes_from_json(jdata, t, name, err)) != SLIM_OK)
+                return s;
+        } else {
+            if ((s = slim_tensor_alloc(t, err)) != SLIM_OK)
+                return s;
+            int64_t i = 0;
+            if ((s = fill(jdata, t, &i, name, err)) != SLIM_OK) {
+                slim_tensor_release(t);
+                return s;
+            }
         }
     }
     rq->names[rq->n_inputs++] = io->name;
@@ -491,20 +368,29 @@ static slim_status decode_outputs(const cJSON *jouts, const slim_server_model *m
         if (idx < 0)
             return slim_errf(err, SLIM_EINVAL, "unexpected inference output '%s' for model '%s'",
                              jname->valuestring, m->name);
-        if (cJSON_IsObject(jparams) && cJSON_GetObjectItemCaseSensitive(jparams, "classification"))
-            return slim_errf(err, SLIM_EUNSUPPORTED,
-                             "output '%s': the classification extension is unsupported",
-                             jname->valuestring);
+        const cJSON *jcls = cJSON_IsObject(jparams)
+                                ? cJSON_GetObjectItemCaseSensitive(jparams, "classification") : NULL;
+        int64_t k = 0;
+        if (jcls && !slim_server_json_integer(jcls, 1, 1e15, &k))
+            return slim_errf(err, SLIM_EINVAL, "output '%s': \"classification\" must be a whole "
+                             "number of classes, 1 or more", jname->valuestring);
+        slim_status s = k ? slim_server_classify_check(m, idx, k, err) : SLIM_OK;
+        if (s != SLIM_OK)
+            return s;
         for (int i = 0; i < rq->n_outputs; i++)
             if (rq->outputs[i].index == idx)
                 return slim_errf(err, SLIM_EINVAL, "output '%s' is requested more than once",
                                  jname->valuestring);
         slim_server_shm_span *span = NULL;
-        slim_status s = slim_server_shm_output_param(rq, m, jparams, idx, &span, err);
-        if (s != SLIM_OK)
+        if ((s = slim_server_shm_output_param(rq, m, jparams, idx, &span, err)) != SLIM_OK)
             return s;
+        if (span && k) /* its class strings' size is known only after the run */
+            return slim_errf(err, SLIM_EINVAL, "output '%s': \"classification\" cannot be "
+                             "written to shared memory; ask for it in the reply",
+                             jname->valuestring);
         rq->outputs[rq->n_outputs++] = (slim_server_out_req){
-            .index = idx, .binary = param_bool(jparams, "binary_data", bin_default), .shm = span};
+            .index = idx, .binary = param_bool(jparams, "binary_data", bin_default), .shm = span,
+            .class_count = k};
     }
     return SLIM_OK;
 }
@@ -546,7 +432,7 @@ slim_status slim_server_infer_decode(const char *body, size_t len, long long hea
     }
     /* Triton's request timeout, in microseconds (0: none); 2^53 keeps it exact. */
     const cJSON *jtimeout = cJSON_GetObjectItemCaseSensitive(jparams, "timeout");
-    if (jtimeout && !json_integer(jtimeout, 0, 9007199254740992.0, &rq->timeout_us)) {
+    if (jtimeout && !slim_server_json_integer(jtimeout, 0, 9007199254740992.0, &rq->timeout_us)) {
         s = slim_errf(err, SLIM_EINVAL, "parameter \"timeout\" must be a whole number of "
                       "microseconds, 0 or more (0: no timeout)");
         goto err;
@@ -634,6 +520,10 @@ static void put_float(slim_server_buf *b, double v, int digits)
 
 static void put_data(slim_server_buf *b, const slim_tensor *t)
 {
+    if (t->dtype == SLIM_STRING) {
+        slim_server_bytes_put_json(b, t);
+        return;
+    }
     int64_t n = slim_tensor_numel(t);
     slim_server_buf_puts(b, "\"data\":[");
     for (int64_t i = 0; i < n && !b->oom; i++) {
@@ -698,24 +588,40 @@ size_t slim_server_infer_reply_bound(const slim_server_infer *rq, const slim_ser
         if (o->index >= n_outs)
             continue;
         const slim_tensor *t = &outs[o->index];
+        slim_tensor cls;
+        if (o->class_count > 0 && t->dtype != SLIM_STRING) {
+            slim_server_classify_shape(m, o, t, &cls);
+            t = &cls;
+        }
         double numel = 1;
         for (int d = 0; d < t->ndim; d++)
             numel *= (double)(t->dims[d] > 0 ? t->dims[d] : 0);
         total += REPLY_OUTPUT_BYTES + strlen(m->cfg.outputs[o->index].name) * 6;
-        double each = o->binary ? slim_dtype_size(t->dtype) : json_element_bytes(t->dtype);
-        total += o->shm ? 128 + strlen(o->shm->name) * 6 : numel * each; /* shm: no data */
+        if (o->shm) { /* written into the region: no data in the reply */
+            total += 128 + strlen(o->shm->name) * 6;
+        } else if (t == &cls) { /* class strings: the longest each can be */
+            double elem = (double)slim_server_classify_elem_bytes(m, o->index);
+            total += numel * (o->binary ? elem : elem * 6 + 3);
+        } else if (t->dtype == SLIM_STRING) { /* their bytes: known once they exist */
+            if (numel > 0 && !t->data)
+                return 0;
+            total += (double)(o->binary ? slim_server_bytes_wire_size(t)
+                                        : slim_server_bytes_json_bound(t));
+        } else {
+            total += numel * (double)(o->binary ? slim_dtype_size(t->dtype)
+                                                : json_element_bytes(t->dtype));
+        }
     }
     return total > 1e18 ? (size_t)1 << 60 : (size_t)total;
 }
 
-slim_status slim_server_infer_encode(const slim_server_infer *rq, const slim_server_model *m,
-                                     const slim_tensor *outs, int n_outs,
-                                     slim_server_reply *reply, slim_err *err)
+/* The answer from outs as they are sent (classified ones as their class
+ * strings); wires[i] gets the wire form of requested output i when it is
+ * a binary BYTES one (the caller frees them). */
+static slim_status encode_view(const slim_server_infer *rq, const slim_server_model *m,
+                               const slim_tensor *outs, int n_outs, void **wires,
+                               slim_server_reply *reply, slim_err *err)
 {
-    for (int i = 0; i < rq->n_outputs; i++)
-        if (rq->outputs[i].index >= n_outs)
-            return slim_errf(err, SLIM_EINTERNAL, "the model returned %d outputs, expected %d",
-                             n_outs, m->cfg.n_outputs);
     /* Before anything is built: a JSON answer of a billion elements would
      * take tens of GB to write, and fail only at the end. */
     size_t bound = slim_server_infer_reply_bound(rq, m, outs, n_outs);
@@ -756,10 +662,17 @@ slim_status slim_server_infer_encode(const slim_server_infer *rq, const slim_ser
         if (o->shm) {
             slim_server_shm_output_json(&b, o->shm, t); /* written into the region, named here */
         } else if (o->binary) {
-            size_t n = slim_tensor_nbytes(t);
+            bool str = t->dtype == SLIM_STRING;
+            size_t n = str ? slim_server_bytes_wire_size(t) : slim_tensor_nbytes(t);
             slim_server_buf_printf(&b, "\"parameters\":{\"binary_data_size\":%zu}}", n);
-            /* Sent from the output's own buffer, which the part keeps. */
-            if (n) {
+            if (n && str) { /* written out here; copied after the header below */
+                if (!(wires[i] = malloc(n))) {
+                    b.oom = true;
+                } else {
+                    slim_server_bytes_to_wire(t, wires[i]);
+                    parts[n_parts++] = (slim_server_reply_part){wires[i], n, NULL};
+                }
+            } else if (n) { /* sent from the output's own buffer, which the part keeps */
                 parts[n_parts++] = (slim_server_reply_part){t->data, n, t->buf};
                 if (t->buf)
                     slim_buffer_ref(t->buf);
@@ -794,4 +707,28 @@ slim_status slim_server_infer_encode(const slim_server_infer *rq, const slim_ser
     reply->content_type = any_binary ? "application/octet-stream" : "application/json";
     reply->infer_header_len = any_binary ? (long long)header_len : -1;
     return SLIM_OK;
+}
+
+slim_status slim_server_infer_encode(const slim_server_infer *rq, const slim_server_model *m,
+                                     const slim_tensor *outs, int n_outs,
+                                     slim_server_reply *reply, slim_err *err)
+{
+    for (int i = 0; i < rq->n_outputs; i++)
+        if (rq->outputs[i].index >= n_outs)
+            return slim_errf(err, SLIM_EINTERNAL, "the model returned %d outputs, expected %d",
+                             n_outs, m->cfg.n_outputs);
+    slim_tensor *view = calloc((size_t)(n_outs ? n_outs : 1), sizeof(*view));
+    void **wires = calloc((size_t)(rq->n_outputs ? rq->n_outputs : 1), sizeof(*wires));
+    slim_status s = view && wires ? SLIM_OK
+                                  : slim_errf(err, SLIM_ENOMEM, "out of memory while writing the "
+                                              "response");
+    if (s == SLIM_OK && (s = slim_server_classify_outputs(rq, m, outs, n_outs, view, err)) == SLIM_OK) {
+        s = encode_view(rq, m, view, n_outs, wires, reply, err);
+        slim_server_classify_outputs_free(rq, outs, view, n_outs);
+    }
+    for (int i = 0; wires && i < rq->n_outputs; i++)
+        free(wires[i]);
+    free(wires);
+    free(view);
+    return s;
 }

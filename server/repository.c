@@ -274,7 +274,8 @@ static slim_status load_version(slim_server_repo *repo, const char *name, const 
         goto err;
     if ((s = check_tensor_io(m->model, err)) != SLIM_OK)
         goto err;
-    if ((s = slim_server_config_resolve(&m->cfg, m->model, err)) != SLIM_OK)
+    if ((s = slim_server_config_resolve(&m->cfg, m->model, err)) != SLIM_OK ||
+        (s = slim_server_config_load_labels(&m->cfg, repo->root, name, err)) != SLIM_OK)
         goto err;
     if ((s = slim_server_memory_attach(m, err)) != SLIM_OK)
         goto err;

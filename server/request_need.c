@@ -105,7 +105,7 @@ typedef struct need_acc {
 
 /* One declared input: dims as given (a non-positive one counts as 0). */
 static void need_add(need_acc *acc, const char *name, slim_dtype t, const double *dims,
-                     int ndim)
+                     int ndim, double string_bytes)
 {
     const slim_server_model *m = acc->m;
     int n_in = m->cfg.n_inputs;
@@ -126,7 +126,8 @@ static void need_add(need_acc *acc, const char *name, slim_dtype t, const double
     }
     if (s)
         acc->found++;
-    acc->total += n * (double)slim_dtype_size(t);
+    /* a BYTES input: 16 bytes an element (slim_str) and its strings */
+    acc->total += n * (double)slim_dtype_size(t) + (t == SLIM_STRING ? string_bytes : 0);
 }
 
 /* The inputs' bytes, and with every model input given, each with a shape,
@@ -184,7 +185,15 @@ slim__request_need slim__request_declared_need(const slim_server_request *req)
         int ndim = 0;
         for (const cJSON *d = shape->child; d; d = d->next)
             dims[ndim++] = cJSON_IsNumber(d) ? d->valuedouble : 0;
-        need_add(&acc, cJSON_IsString(name) ? name->valuestring : NULL, t, dims, ndim);
+        /* BYTES in binary: the elements' bytes; in JSON they are in the
+         * tree's reservation already, and the strings' copies at most the
+         * body again (counted with the input's declared size below). */
+        const cJSON *params = cJSON_GetObjectItemCaseSensitive(in, "parameters");
+        const cJSON *size = cJSON_GetObjectItemCaseSensitive(params, "binary_data_size");
+        double strings = t != SLIM_STRING ? 0 : cJSON_IsNumber(size) ? size->valuedouble
+                                                                     : (double)len;
+        need_add(&acc, cJSON_IsString(name) ? name->valuestring : NULL, t, dims, ndim,
+                 strings > 0 ? strings : 0);
     }
     need.known = root != NULL;
     /* Read now so that a wait for memory keeps the request's deadline;
@@ -214,7 +223,7 @@ void slim_server_admission_ticket_need(slim_server_admission_ticket *t,
         double dims[SLIM_MAX_DIMS];
         for (size_t d = 0; d < ins[i].ndim; d++)
             dims[d] = (double)ins[i].shape[d];
-        need_add(&acc, ins[i].name, dt, dims, (int)ins[i].ndim);
+        need_add(&acc, ins[i].name, dt, dims, (int)ins[i].ndim, (double)ins[i].string_bytes);
     }
     slim__request_need need = {0};
     need_finish(&acc, &need);

@@ -141,7 +141,7 @@ static void route_server_metadata(slim_server_request *req)
 {
     static const char *extensions[] = {"binary_tensor_data", "model_repository",
                                        "model_configuration", "parameters", "statistics",
-                                       "logging", "trace"};
+                                       "logging", "trace", "classification"};
     cJSON *o = cJSON_CreateObject();
     if (o) {
         cJSON_AddStringToObject(o, "name", SLIM_SERVER_NAME);

@@ -28,6 +28,7 @@
  * register (docs/server.md).
  */
 #include "shm.h"
+#include "codec.h"
 
 #include "device.h"
 
@@ -443,9 +444,61 @@ void slim_server_shm_spans_free(slim_server_shm_span *list)
     }
 }
 
+/* A BYTES input from a region: the region holds its wire form (a 4-byte
+ * little-endian length, then the bytes, per element), as Triton's clients
+ * write it; the elements are copied out, since a string tensor's slots
+ * point at bytes of its own. A CUDA region comes to the host first. */
+static slim_status string_input(const slim_server_shm_span *span, slim_tensor *t,
+                                const char *name, slim_err *err)
+{
+    const shm_region *r = span->region;
+    if (r->kind == SLIM_SHM_SYSTEM)
+        return slim_server_bytes_from_wire(span->ptr, (size_t)span->size, t, name,
+                                           "shared memory", err);
+    void *host = malloc(span->size ? (size_t)span->size : 1);
+    if (!host)
+        return slim_errf(err, SLIM_ENOMEM, "input '%s': out of memory reading %llu bytes of "
+                         "CUDA region \"%s\"", name, (unsigned long long)span->size, r->name);
+    slim_status s = r->dev->backend->copy(r->dev, host, span->ptr, (size_t)span->size,
+                                          SLIM_COPY_D2H, err);
+    if (s == SLIM_OK)
+        s = slim_server_bytes_from_wire(host, (size_t)span->size, t, name, "shared memory", err);
+    free(host);
+    return s;
+}
+
+/* A BYTES output into a region, in wire form. */
+static slim_status string_output(const slim_server_shm_span *span, const slim_tensor *t,
+                                 const char *name, slim_err *err)
+{
+    size_t n = slim_server_bytes_wire_size(t);
+    const shm_region *r = span->region;
+    if (n > span->size)
+        return slim_errf(err, SLIM_EINVAL, "output '%s' takes %zu bytes (BYTES wire form) but "
+                         "its shared_memory_byte_size in region \"%s\" is %llu", name, n,
+                         span->name, (unsigned long long)span->size);
+    if (!n)
+        return SLIM_OK;
+    if (r->kind == SLIM_SHM_SYSTEM) {
+        slim_server_bytes_to_wire(t, span->ptr);
+        return SLIM_OK;
+    }
+    void *host = malloc(n);
+    if (!host)
+        return slim_errf(err, SLIM_ENOMEM, "output '%s': out of memory", name);
+    slim_server_bytes_to_wire(t, host);
+    slim_status s = r->dev->backend->copy(r->dev, span->ptr, host, n, SLIM_COPY_H2D, err);
+    if (s == SLIM_OK)
+        s = r->dev->backend->sync(r->dev, err);
+    free(host);
+    return s;
+}
+
 slim_status slim_server_shm_input(const slim_server_shm_span *span, slim_tensor *t,
                                   const char *name, slim_err *err)
 {
+    if (t->dtype == SLIM_STRING)
+        return string_input(span, t, name, err);
     /* In a double: the dims are the client's (up to 10^12 each), and their
      * product may not fit an int64. */
     double bytes = (double)slim_dtype_size(t->dtype);
@@ -487,8 +540,8 @@ slim_status slim_server_shm_output_check(const slim_server_shm_span *span, slim_
     if (!span->region->writable)
         return slim_errf(err, SLIM_EINVAL, "output '%s': region \"%s\" is mapped read-only "
                          "(its key could not be opened for writing)", name, span->name);
-    if (dtype == SLIM_DTYPE_UNDEFINED || ndim < 0)
-        return SLIM_OK; /* not known before the run: checked when written */
+    if (dtype == SLIM_DTYPE_UNDEFINED || dtype == SLIM_STRING || ndim < 0)
+        return SLIM_OK; /* not known before the run (BYTES: their lengths): checked when written */
     double bytes = (double)slim_dtype_size(dtype) * (double)(rows > 0 ? rows : 1);
     for (int d = 0; d < ndim; d++) {
         if (dims[d] < 0)
@@ -505,6 +558,8 @@ slim_status slim_server_shm_output_check(const slim_server_shm_span *span, slim_
 slim_status slim_server_shm_output(const slim_server_shm_span *span, const slim_tensor *t,
                                    const char *name, slim_err *err)
 {
+    if (t->dtype == SLIM_STRING)
+        return string_output(span, t, name, err);
     size_t n = slim_tensor_nbytes(t);
     const shm_region *r = span->region;
     if (n > span->size)

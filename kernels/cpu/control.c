@@ -23,6 +23,7 @@
 #include "container.h"
 #include "kernel.h"
 #include "model.h"
+#include "string_tensor.h"
 
 #include <stdatomic.h>
 #include <stdio.h>
@@ -268,7 +269,9 @@ static slim_status stack_into(const stack_list *l, int64_t axis, bool reverse,
             memcpy((uint8_t *)dst->data + (size_t)(o * l->n + pos) * row,
                    (const uint8_t *)l->iters[t].data + (size_t)o * row, row);
     }
-    return SLIM_OK;
+    /* Stacked strings point at the iterations' bytes, which go before the
+     * executor sees the output: they become the output's own now. */
+    return dst->dtype == SLIM_STRING ? slim__tensor_string_own(dst, err) : SLIM_OK;
 }
 
 /* ---- Loop ---------------------------------------------------------------- */

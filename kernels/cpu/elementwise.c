@@ -353,6 +353,12 @@ typedef struct where_job {
             O[i] = C[i * inner[0]] ? X[i * inner[1]] : Yv[i * inner[2]];          \
     } while (0)
 
+/* A string element (slim_str), which Where moves whole like any other;
+ * the executor then gives the output bytes of its own (string_tensor.h). */
+typedef struct where16 {
+    uint64_t lo, hi;
+} where16;
+
 /* Where only moves elements, so it dispatches on their size, not type. */
 static void where_row(void *arg, const int64_t *off, int64_t yoff, int64_t n, const int64_t *inner)
 {
@@ -362,6 +368,7 @@ static void where_row(void *arg, const int64_t *off, int64_t yoff, int64_t n, co
     case 1: WHERE_ROW(uint8_t); break;
     case 2: WHERE_ROW(uint16_t); break;
     case 4: WHERE_ROW(uint32_t); break;
+    case 16: WHERE_ROW(where16); break;
     default: WHERE_ROW(uint64_t); break;
     }
 }
@@ -426,7 +433,7 @@ static slim_status ew_infer(slim_op_ctx *ctx)
                                  slim_dtype_name(x->dtype));
             yt = ctx->in[1]->dtype;
             size_t es = slim_dtype_size(yt);
-            if (es != 1 && es != 2 && es != 4 && es != 8)
+            if (es != 1 && es != 2 && es != 4 && es != 8 && es != 16)
                 return slim_errf(err, SLIM_EUNSUPPORTED, "Where does not take %s",
                                  slim_dtype_name(yt));
         } else if (!bin_pick(d->bin, x->dtype, &h)) {

@@ -1,6 +1,5 @@
 /*
- * text.c - TfIdfVectorizer over integer token ids (string tokens need the
- * string tensors slimserve does not have).
+ * text.c - TfIdfVectorizer over integer token ids or string tokens.
  *
  * The pool lists the n-grams to count: ngram_counts[k] is where the
  * (k+1)-grams start in pool_int64s, each (k+1) ids long, and ngram_indexes
@@ -8,6 +7,11 @@
  * every skip in [0, max_skip_count] (items skip + 1 apart); unigrams are
  * counted once whatever the skip. Pool n-grams are sorted once at prepare
  * so that each candidate is a binary search.
+ *
+ * String tokens (pool_strings) become ids first: each distinct pool string
+ * gets one, kept sorted for a binary search; an input token not in the
+ * pool gets -1, which no pool n-gram holds. The counting is then the
+ * integer one.
  */
 #include "kernel.h"
 
@@ -30,7 +34,76 @@ typedef struct {
     tf_gram *grams;   /* sorted by (n, ids) */
     int64_t *pool;    /* owned copy the grams point into */
     float *col_w;     /* [n_cols]: the weight of the n-gram owning each column */
+    int n_words;      /* pool_strings: the distinct strings, sorted, and their ids */
+    const char **words;
+    int64_t *word_ids;
 } tf_state;
+
+static int tf_word_cmp(const char *a, size_t an, const char *b)
+{
+    size_t bn = strlen(b);
+    int c = memcmp(a, b, an < bn ? an : bn);
+    return c ? c : an < bn ? -1 : an > bn;
+}
+
+/* The id of the pool string equal to s (n bytes), or -1: a binary search
+ * over the distinct pool strings, sorted by their bytes. */
+static int64_t tf_word_find(const tf_state *st, const char *s, size_t n)
+{
+    int lo = 0, hi = st->n_words;
+    while (lo < hi) {
+        int mid = (lo + hi) / 2;
+        int c = tf_word_cmp(s, n, st->words[mid]);
+        if (!c)
+            return st->word_ids[mid];
+        if (c < 0)
+            hi = mid;
+        else
+            lo = mid + 1;
+    }
+    return -1;
+}
+
+typedef struct {
+    const char *w;
+    int at;
+} tf_word;
+
+static int tf_word_sort(const void *a, const void *b)
+{
+    const tf_word *x = a, *y = b;
+    int c = tf_word_cmp(x->w, strlen(x->w), y->w);
+    return c ? c : (x->at > y->at) - (x->at < y->at);
+}
+
+/* pool_strings -> ids in st->pool: equal strings share one id (the
+ * distinct strings' rank in sorted order). */
+static slim_status tf_words(tf_state *st, const slim_attr *ps, slim_err *err)
+{
+    size_t n = (size_t)(ps->n ? ps->n : 1);
+    /* raw (these): load time: sized by the node's attributes */
+    st->words = malloc(sizeof(char *) * n);
+    st->word_ids = malloc(sizeof(int64_t) * n);
+    st->pool = malloc(sizeof(int64_t) * n);
+    tf_word *sorted = malloc(sizeof(tf_word) * n);
+    if (!st->words || !st->word_ids || !st->pool || !sorted) {
+        free(sorted);
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    }
+    for (int i = 0; i < ps->n; i++)
+        sorted[i] = (tf_word){ps->strings[i], i};
+    qsort(sorted, (size_t)ps->n, sizeof(tf_word), tf_word_sort);
+    for (int i = 0; i < ps->n; i++) {
+        if (!st->n_words || strcmp(st->words[st->n_words - 1], sorted[i].w) != 0) {
+            st->words[st->n_words] = sorted[i].w;
+            st->word_ids[st->n_words] = st->n_words;
+            st->n_words++;
+        }
+        st->pool[sorted[i].at] = st->n_words - 1;
+    }
+    free(sorted);
+    return SLIM_OK;
+}
 
 static int tf_cmp_key(int64_t n, const int64_t *ids, const tf_gram *g)
 {
@@ -56,22 +129,27 @@ static void tf_release(void *p)
     free(st->grams);
     free(st->pool);
     free(st->col_w);
+    free(st->words);
+    free(st->word_ids);
     free(st);
 }
 
 static slim_status tf_prepare(slim_node *node, void **state, slim_err *err)
 {
     const slim_attr *pool = slim_node_attr(node, "pool_int64s");
+    const slim_attr *strs = slim_node_attr(node, "pool_strings");
     const slim_attr *counts = slim_node_attr(node, "ngram_counts");
     const slim_attr *idx = slim_node_attr(node, "ngram_indexes");
     const slim_attr *w = slim_node_attr(node, "weights");
     const char *mode = slim_attr_str(node, "mode", "");
-    if (slim_node_attr(node, "pool_strings"))
-        return slim_errf(err, SLIM_EUNSUPPORTED, "pool_strings: string tensors are not supported");
-    if (!pool || pool->type != SLIM_ATTR_INTS || !counts || counts->type != SLIM_ATTR_INTS ||
-        !idx || idx->type != SLIM_ATTR_INTS)
-        return slim_errf(err, SLIM_EINVAL, "pool_int64s, ngram_counts and ngram_indexes (INTS) "
-                         "are required");
+    if ((pool && strs) || (strs && strs->type != SLIM_ATTR_STRINGS))
+        return slim_errf(err, SLIM_EINVAL, "pool_int64s or pool_strings (STRINGS), not both");
+    if (strs)
+        pool = strs; /* its strings become ids below; n is the same */
+    if (!pool || (pool->type != SLIM_ATTR_INTS && !strs) || !counts ||
+        counts->type != SLIM_ATTR_INTS || !idx || idx->type != SLIM_ATTR_INTS)
+        return slim_errf(err, SLIM_EINVAL, "pool_int64s (or pool_strings), ngram_counts and "
+                         "ngram_indexes (INTS) are required");
     /* raw: fixed-size load-time state, freed with the model */
     tf_state *st = calloc(1, sizeof(*st));
     if (!st)
@@ -95,13 +173,15 @@ static slim_status tf_prepare(slim_node *node, void **state, slim_err *err)
     if (s)
         goto fail;
     /* raw (these): load time: sized by the node's attributes */
-    st->pool = malloc(sizeof(int64_t) * (size_t)(pool->n ? pool->n : 1));
+    if (strs)
+        s = tf_words(st, strs, err);
+    else if ((st->pool = malloc(sizeof(int64_t) * (size_t)(pool->n ? pool->n : 1))))
+        memcpy(st->pool, pool->ints, sizeof(int64_t) * (size_t)pool->n);
     st->grams = calloc((size_t)(idx->n ? idx->n : 1), sizeof(tf_gram));
-    if (!st->pool || !st->grams) {
+    if (!s && (!st->pool || !st->grams))
         s = slim_errf(err, SLIM_ENOMEM, "out of memory");
+    if (s)
         goto fail;
-    }
-    memcpy(st->pool, pool->ints, sizeof(int64_t) * (size_t)pool->n);
     for (int k = 0; k < counts->n && !s; k++) {
         int64_t start = counts->ints[k], end = k + 1 < counts->n ? counts->ints[k + 1] : pool->n;
         int64_t n = k + 1;
@@ -149,7 +229,10 @@ static slim_status tf_infer(slim_op_ctx *ctx)
 {
     const tf_state *st = ctx->state;
     const slim_tensor *x = ctx->in[0];
-    slim_status s = slim_check_dtype(x, "X", ctx->err, SLIM_I32, SLIM_I64, SLIM_DTYPE_UNDEFINED);
+    slim_status s = st->words ? slim_check_dtype(x, "X", ctx->err, SLIM_STRING,
+                                                 SLIM_DTYPE_UNDEFINED)
+                              : slim_check_dtype(x, "X", ctx->err, SLIM_I32, SLIM_I64,
+                                                 SLIM_DTYPE_UNDEFINED);
     if (s)
         return s;
     if (x->ndim == 1)
@@ -161,15 +244,39 @@ static slim_status tf_infer(slim_op_ctx *ctx)
     return SLIM_OK;
 }
 
+static slim_status tf_count(const tf_state *st, const slim_tensor *x, float *y,
+                            slim_err *err);
+
 static slim_status tf_exec(slim_op_ctx *ctx)
 {
     const tf_state *st = ctx->state;
     const slim_tensor *x = ctx->in[0];
-    float *y = ctx->out[0]->data;
+    if (x->dtype != SLIM_STRING)
+        return tf_count(st, x, ctx->out[0]->data, ctx->err);
+    /* Tokens to ids, then the integer count over them. */
+    slim_tensor holder = {0};
+    int64_t n = slim_tensor_numel(x);
+    int64_t *ids = slim_scratch_alloc(&holder, n, sizeof(int64_t), false, ctx->err);
+    if (!ids)
+        return ctx->err->status;
+    for (int64_t i = 0; i < n; i++) {
+        const slim_str *e = (const slim_str *)x->data + i;
+        ids[i] = tf_word_find(st, e->ptr ? e->ptr : "", (size_t)e->len);
+    }
+    slim_tensor as_ids = *x;
+    as_ids.dtype = SLIM_I64;
+    as_ids.data = ids;
+    slim_status s = tf_count(st, &as_ids, ctx->out[0]->data, ctx->err);
+    slim_tensor_release(&holder);
+    return s;
+}
+
+static slim_status tf_count(const tf_state *st, const slim_tensor *x, float *y, slim_err *err)
+{
     const int64_t rows = x->ndim == 2 ? x->dims[0] : 1, C = x->dims[x->ndim - 1];
     int64_t gram[64];
     if (st->max_n > 64)
-        return slim_errf(ctx->err, SLIM_EUNSUPPORTED, "n-grams longer than 64 ids");
+        return slim_errf(err, SLIM_EUNSUPPORTED, "n-grams longer than 64 ids");
     memset(y, 0, sizeof(float) * (size_t)(rows * st->n_cols));
     for (int64_t r = 0; r < rows; r++) {
         float *out = y + r * st->n_cols;
@@ -197,6 +304,6 @@ static slim_status tf_exec(slim_op_ctx *ctx)
 }
 
 const slim_op_def slim__ops_text[] = {
-    {"TfIdfVectorizer", 9, tf_prepare, tf_release, tf_infer, tf_exec, 0},
+    {"TfIdfVectorizer", 9, tf_prepare, tf_release, tf_infer, tf_exec, SLIM_OP_STRINGS},
     {0},
 };

@@ -172,6 +172,32 @@ static slim_status copy_typed(const Onnx__TensorProto *tp, slim_tensor *t, int64
     return SLIM_OK;
 }
 
+/* ONNX keeps string tensors in string_data, one bytes field per element
+ * (never raw_data nor external files). */
+static slim_status strings_from_proto(const Onnx__TensorProto *tp, slim_tensor *t, int64_t n,
+                                      slim_err *err)
+{
+    if (tp->has_raw_data || (tp->has_data_location &&
+                             tp->data_location == ONNX__TENSOR_PROTO__DATA_LOCATION__EXTERNAL))
+        return slim_errf(err, SLIM_EPARSE, "a string tensor keeps its elements in string_data, "
+                         "not in raw or external data");
+    if ((int64_t)tp->n_string_data != n)
+        return slim_errf(err, SLIM_EPARSE, "has %zu strings, its shape needs %lld",
+                         tp->n_string_data, (long long)n);
+    size_t total = 0;
+    for (int64_t i = 0; i < n; i++)
+        total += tp->string_data[i].len;
+    slim_status st = slim_tensor_alloc(t, err);
+    if (!st)
+        st = slim_tensor_string_reserve(t, total, err);
+    for (int64_t i = 0; !st && i < n; i++)
+        st = slim_tensor_string_set(t, i, (const char *)tp->string_data[i].data,
+                                    tp->string_data[i].len, err);
+    if (st)
+        slim_tensor_release(t);
+    return st;
+}
+
 static slim_status tensor_from_proto(const Onnx__TensorProto *tp, const char *base_dir,
                                      slim_tensor *t, slim_err *err)
 {
@@ -192,6 +218,10 @@ static slim_status tensor_from_proto(const Onnx__TensorProto *tp, const char *ba
                              (long long)tp->dims[i]);
         t->dims[i] = tp->dims[i];
         n *= tp->dims[i];
+    }
+    if (t->dtype == SLIM_STRING) {
+        slim_status st = strings_from_proto(tp, t, n, err);
+        return st ? slim_err_prefix(err, "tensor \"%s\": ", name) : SLIM_OK;
     }
     size_t nbytes = (size_t)n * slim_dtype_size(t->dtype);
     bool external = tp->has_data_location &&

@@ -17,9 +17,9 @@
 /* 1: no subgraphs; 2 adds GRAPH attributes; 3 adds value types (sequence,
  * optional) in the value table; 4 lets the data section start on any
  * SLIM_FORMAT_TENSOR_ALIGN boundary (small models: a page of padding was
- * 2.5% of the example transformer's int8 file). Writers write the lowest
- * version a model needs. */
-#define SLIM_FORMAT_VERSION 4
+ * 2.5% of the example transformer's int8 file); 5 adds string tensors
+ * (SLIM_ENCODING_STRINGS). Writers write the lowest version a model needs. */
+#define SLIM_FORMAT_VERSION 5
 /* A value's type byte (version 3): slim_kind in bits 0-1, and bit 2 set for
  * an optional that holds a sequence. */
 #define SLIM_FORMAT_TYPE_SEQ_IN_OPTIONAL 4
@@ -35,8 +35,18 @@
 #define SLIM_FORMAT_NONE 0xFFFFFFFFu  /* "no string", "no tensor" */
 
 /* Tensor encodings. v1 defines only RAW (row-major, the dtype's own
- * little-endian bytes); the compression passes add theirs with a version. */
-enum { SLIM_ENCODING_RAW = 0 };
+ * little-endian bytes); the compression passes add theirs with a version.
+ * STRINGS (version 5, string tensors only): numel u32 lengths, then the
+ * elements' bytes one after another. */
+enum { SLIM_ENCODING_RAW = 0, SLIM_ENCODING_STRINGS = 1 };
+
+/* Bytes a tensor takes in the data section (strings: lengths and bytes). */
+static inline uint64_t slim_format_stored_bytes(const slim_tensor *t)
+{
+    if (t->dtype != SLIM_STRING)
+        return slim_tensor_nbytes(t);
+    return 4 * (uint64_t)slim_tensor_numel(t) + slim_tensor_string_total(t);
+}
 
 /* Whether the first bytes of a file are a .slim header's. */
 bool slim_format_sniff(const void *head, size_t n);

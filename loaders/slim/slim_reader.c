@@ -187,6 +187,46 @@ static void read_strings(reader *r)
     }
 }
 
+/* A STRINGS tensor: its u32 lengths checked against its size, then the
+ * elements copied into a string tensor of its own (strings are small
+ * weights; a view into the mapping would outlive nothing useful). */
+static bool read_string_tensor(reader *r, uint32_t i, slim_tensor *t, uint64_t size)
+{
+    const uint8_t *p = t->data;
+    int64_t numel = slim_tensor_numel(t);
+    uint64_t total = 4 * (uint64_t)numel;
+    for (int64_t k = 0; k < numel; k++) {
+        uint32_t len = (uint32_t)p[4 * k] | (uint32_t)p[4 * k + 1] << 8 |
+                       (uint32_t)p[4 * k + 2] << 16 | (uint32_t)p[4 * k + 3] << 24;
+        if (len > SLIM_STRING_MAX_LEN || len > size - total)
+            return fail(&r->c, "tensor %u: string %lld has %u bytes, past the tensor's %llu", i,
+                        (long long)k, len, (unsigned long long)size);
+        total += len;
+    }
+    if (total != size)
+        return fail(&r->c, "tensor %u: %llu bytes hold %llu of strings and lengths", i,
+                    (unsigned long long)size, (unsigned long long)total);
+    slim_tensor s = {.dtype = SLIM_STRING, .ndim = t->ndim};
+    memcpy(s.dims, t->dims, sizeof(s.dims));
+    slim_status st = slim_tensor_alloc(&s, r->c.err);
+    if (!st)
+        st = slim_tensor_string_reserve(&s, size - 4 * (uint64_t)numel, r->c.err);
+    const char *bytes = (const char *)p + 4 * numel;
+    for (int64_t k = 0; !st && k < numel; k++) {
+        size_t len = (size_t)p[4 * k] | (size_t)p[4 * k + 1] << 8 | (size_t)p[4 * k + 2] << 16 |
+                     (size_t)p[4 * k + 3] << 24;
+        st = slim_tensor_string_set(&s, k, bytes, len, r->c.err);
+        bytes += len;
+    }
+    if (st) {
+        slim_tensor_release(&s);
+        r->c.st = st;
+        return false;
+    }
+    *t = s;
+    return true;
+}
+
 /* Overlap check: offsets sorted, each ends before the next begins. */
 static int cmp_range(const void *a, const void *b)
 {
@@ -220,9 +260,11 @@ static void read_tensors(reader *r)
             fail(c, "tensor %u: unknown dtype code %d", i, code);
             break;
         }
-        if (enc != SLIM_ENCODING_RAW) {
-            fail(c, "tensor %u: encoding %d is not defined in format version %d", i, enc,
-                 SLIM_FORMAT_VERSION);
+        bool strings = t->dtype == SLIM_STRING;
+        if (enc != (strings ? SLIM_ENCODING_STRINGS : SLIM_ENCODING_RAW) ||
+            (strings && r->version < 5)) {
+            fail(c, "tensor %u: encoding %d is not defined for %s in format version %u", i, enc,
+                 slim_dtype_name(t->dtype), r->version);
             break;
         }
         if (ndim > SLIM_MAX_DIMS) {
@@ -246,8 +288,9 @@ static void read_tensors(reader *r)
         if (c->st)
             break;
         uint64_t want;
-        if (__builtin_mul_overflow(numel, (uint64_t)slim_dtype_size(t->dtype), &want) ||
-            want != size) {
+        if (strings ? (numel > size / 4)
+                    : (__builtin_mul_overflow(numel, (uint64_t)slim_dtype_size(t->dtype), &want) ||
+                       want != size)) {
             fail(c, "tensor %u: %llu bytes for %llu elements of %s", i, (unsigned long long)size,
                  (unsigned long long)numel, slim_dtype_name(t->dtype));
             break;
@@ -259,6 +302,8 @@ static void read_tensors(reader *r)
             break;
         }
         t->data = size ? (void *)(r->data + off) : NULL;
+        if (strings && !read_string_tensor(r, i, t, size))
+            break;
         ranges[2 * i] = off;
         ranges[2 * i + 1] = size;
     }
@@ -284,6 +329,11 @@ static bool take_tensor(reader *r, uint32_t id, slim_tensor *out, const char *wh
         return fail(&r->c, "%s: tensor %u is already used", what, id);
     r->tensor_used[id] = 1;
     *out = r->tensors[id];
+    if (out->dtype == SLIM_STRING) {
+        /* Its own buffer (read_string_tensor), handed over. */
+        r->tensors[id].buf = NULL;
+        return true;
+    }
     out->buf = r->owner;
     slim_buffer_ref(r->owner);
     return true;
@@ -627,6 +677,9 @@ slim_status slim_format_load_buffer(const void *data, size_t size, slim_buffer *
     for (uint32_t i = 0; i < r.n_strs; i++)
         free(r.strs[i]);
     free(r.strs);
+    for (uint32_t i = 0; r.tensors && i < r.n_tensors; i++)
+        if (r.tensors[i].dtype == SLIM_STRING)
+            slim_tensor_release(&r.tensors[i]); /* not taken: a failed read's */
     free(r.tensors);
     free(r.tensor_used);
     if (r.c.st) {

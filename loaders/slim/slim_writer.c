@@ -144,7 +144,7 @@ static uint32_t add_tensor(wtensors *w, const slim_tensor *t)
                    SLIM_FORMAT_TENSOR_ALIGN;
     w->ts[w->n] = t;
     w->offsets[w->n] = off;
-    w->end = off + slim_tensor_nbytes(t);
+    w->end = off + slim_format_stored_bytes(t);
     return w->n++;
 }
 
@@ -166,6 +166,12 @@ static slim_status collect(const slim_graph *g, wtensors *wt, bool *nested, slim
                              "placing it on a device", val->name, val->init.device->name);
         if (slim_tensor_numel(&val->init) && !val->init.data)
             return slim_errf(err, SLIM_EINVAL, "weight \"%s\" has no data", val->name);
+        if (val->init.dtype == SLIM_STRING) {
+            for (int64_t i = 0, n = slim_tensor_numel(&val->init); i < n; i++)
+                if (((const slim_str *)val->init.data)[i].len > UINT32_MAX)
+                    return slim_errf(err, SLIM_EINVAL, "weight \"%s\": a string of more than "
+                                     "4 GiB", val->name);
+        }
         add_tensor(wt, &val->init);
     }
     for (int i = 0; i < g->n_nodes; i++)
@@ -181,6 +187,25 @@ static slim_status collect(const slim_graph *g, wtensors *wt, bool *nested, slim
             }
         }
     return wt->oom ? slim_errf(err, SLIM_ENOMEM, "out of memory writing the model") : SLIM_OK;
+}
+
+/* Whether g or a subgraph holds a string tensor (a weight, a value or an
+ * attribute): the file is then version 5, which older readers refuse. */
+static bool has_strings(const slim_graph *g)
+{
+    for (int v = 0; v < g->n_values; v++)
+        if (g->values[v].info.dtype == SLIM_STRING ||
+            (g->values[v].kind == SLIM_VALUE_INITIALIZER &&
+             g->values[v].init.dtype == SLIM_STRING))
+            return true;
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int a = 0; a < g->nodes[i].n_attrs; a++) {
+            const slim_attr *at = &g->nodes[i].attrs[a];
+            if ((at->type == SLIM_ATTR_TENSOR && at->t && at->t->dtype == SLIM_STRING) ||
+                (at->type == SLIM_ATTR_GRAPH && at->g && has_strings(at->g)))
+                return true;
+        }
+    return false;
 }
 
 /* The type byte of a value (format version 3; 0, a tensor, before). */
@@ -350,13 +375,13 @@ static void write_body(const slim_graph *g, strtab *st, const wtensors *wt, wbuf
     for (uint32_t i = 0; i < wt->n; i++) {
         const slim_tensor *t = wt->ts[i];
         put_u8(b, (uint8_t)slim_dtype_to_onnx(t->dtype));
-        put_u8(b, SLIM_ENCODING_RAW);
+        put_u8(b, t->dtype == SLIM_STRING ? SLIM_ENCODING_STRINGS : SLIM_ENCODING_RAW);
         put_u8(b, (uint8_t)t->ndim);
         put_u8(b, 0);
         for (int d = 0; d < t->ndim; d++)
             put_i64(b, t->dims[d]);
         put_u64(b, wt->offsets[i]);
-        put_u64(b, slim_tensor_nbytes(t));
+        put_u64(b, slim_format_stored_bytes(t));
     }
     uint32_t next_tensor = 0;
     write_graph(g, 0, st, &next_tensor, b);
@@ -381,9 +406,28 @@ static bool write_zeros(FILE *f, uint64_t n)
 
 /* A tensor's bytes in pieces, so a progress callback hears of a large
  * model as it goes, not once at the end. */
+static bool write_strings(FILE *f, const slim_tensor *t, uint64_t *done)
+{
+    const slim_str *e = t->data;
+    int64_t n = slim_tensor_numel(t);
+    for (int64_t i = 0; i < n; i++) {
+        uint8_t len[4] = {(uint8_t)e[i].len, (uint8_t)(e[i].len >> 8),
+                          (uint8_t)(e[i].len >> 16), (uint8_t)(e[i].len >> 24)};
+        if (!write_all(f, len, 4))
+            return false;
+    }
+    for (int64_t i = 0; i < n; i++)
+        if (!write_all(f, e[i].ptr, (size_t)e[i].len))
+            return false;
+    *done += slim_format_stored_bytes(t);
+    return true;
+}
+
 static bool write_tensor(FILE *f, const slim_tensor *t, uint64_t *done, uint64_t total,
                          slim_format_progress_fn progress, void *user)
 {
+    if (t->dtype == SLIM_STRING)
+        return write_strings(f, t, done);
     const uint8_t *p = t->data;
     size_t n = slim_tensor_nbytes(t);
     const size_t piece = (size_t)8 << 20;
@@ -441,7 +485,7 @@ slim_status slim_format_write_progress(const slim_graph *g, const char *path,
     uint8_t hdr[SLIM_FORMAT_HEADER_SIZE] = {0};
     /* Version 1 readers keep reading files without subgraphs, and older
      * readers refuse a small model's data section by its version. */
-    uint32_t version = small ? 4 : has_containers(g) ? 3 : nested ? 2 : 1;
+    uint32_t version = has_strings(g) ? 5 : small ? 4 : has_containers(g) ? 3 : nested ? 2 : 1;
     uint32_t hsize = SLIM_FORMAT_HEADER_SIZE;
     uint64_t meta_size = meta.n, file_size = data_off + data_size;
     uint32_t meta_crc = slim_format_crc32(0, meta.p, meta.n);
@@ -479,11 +523,11 @@ slim_status slim_format_write_progress(const slim_graph *g, const char *path,
               write_zeros(f, data_off - meta_off - meta.n);
     uint64_t at = 0, done_bytes = 0, tensor_bytes = 0;
     for (uint32_t i = 0; i < wt.n; i++)
-        tensor_bytes += slim_tensor_nbytes(wt.ts[i]);
+        tensor_bytes += slim_format_stored_bytes(wt.ts[i]);
     for (uint32_t i = 0; ok && i < wt.n; i++) {
         ok = write_zeros(f, wt.offsets[i] - at) &&
              write_tensor(f, wt.ts[i], &done_bytes, tensor_bytes, progress, user);
-        at = wt.offsets[i] + slim_tensor_nbytes(wt.ts[i]);
+        at = wt.offsets[i] + slim_format_stored_bytes(wt.ts[i]);
     }
     ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
     if (fclose(f) != 0)
@@ -541,6 +585,23 @@ int slim_format_verify(const slim_graph *a, const slim_graph *b, char *why, size
             return 1;
         }
         const slim_value *y = &b->values[w];
+        if (x->kind == SLIM_VALUE_INITIALIZER && x->init.dtype == SLIM_STRING) {
+            /* Slots point at each tensor's own bytes: compare the strings. */
+            bool same = y->kind == x->kind && y->init.dtype == SLIM_STRING &&
+                        slim_tensor_numel(&x->init) == slim_tensor_numel(&y->init);
+            for (int64_t i = 0, n = slim_tensor_numel(&x->init); same && i < n; i++) {
+                size_t la, lb;
+                const char *sa = slim_tensor_string_get(&x->init, i, &la);
+                const char *sb = slim_tensor_string_get(&y->init, i, &lb);
+                same = la == lb && (!la || memcmp(sa, sb, la) == 0);
+            }
+            if (!same) {
+                snprintf(why, cap, "weight \"%s\" differs", x->name);
+                free(map);
+                return 1;
+            }
+            continue;
+        }
         if (x->kind != y->kind || (x->kind == SLIM_VALUE_INITIALIZER &&
             (slim_tensor_nbytes(&x->init) != slim_tensor_nbytes(&y->init) ||
              x->init.dtype != y->init.dtype ||

@@ -595,7 +595,8 @@ class Suite:
         error_of(*infer({"inputs": [ok_input, ok_input]}), 400, "input")
         error_of(*infer({"inputs": [dict(ok_input, datatype="FP64")]}), 400, "'input'", "FP64", "FP32")
         error_of(*infer({"inputs": [dict(ok_input, datatype="FLOAT")]}), 400, "FLOAT")
-        error_of(*infer({"inputs": [dict(ok_input, datatype="BYTES")]}), 400, "BYTES", "unsupported")
+        error_of(*infer({"inputs": [dict(ok_input, datatype="BYTES")]}), 400, "BYTES",
+                 "expects 'FP32'")
         error_of(*infer({"inputs": [dict(ok_input, shape=[1, 783], data=x[:783])]}), 400,
                  "shape", "'input'", "[1,783]")
         error_of(*infer({"inputs": [dict(ok_input, shape=[784])]}), 400, "shape", "'input'")

@@ -227,6 +227,20 @@ def request_seeds(out):
     seeds["json_shm_partial"] = request_seed(1, json.dumps({
         "inputs": [{"name": "h", "shape": [2, 2], "datatype": "FP16",
                     "parameters": {"shared_memory_offset": 8}}]}).encode())
+    # the BYTES model (byte 0 bit 2): strings in JSON and binary, class strings
+    seeds["bytes_json"] = request_seed(4, json.dumps({
+        "inputs": [{"name": "text", "shape": [2, 2], "datatype": "BYTES",
+                    "data": [["a", ""], ["\u00e9t\u00e9", "x y"]]}],
+        "outputs": [{"name": "label"},
+                    {"name": "probs", "parameters": {"classification": 3}}]}).encode())
+    wire = b"".join(struct.pack("<I", len(v)) + v for v in (b"abc", b"", b"\xff\x00z"))
+    h, hl, tail = binary_body({"inputs": [
+        {"name": "text", "shape": [3, 1], "datatype": "BYTES",
+         "parameters": {"binary_data_size": len(wire)}}],
+        "outputs": [{"name": "label", "parameters": {"binary_data": True}},
+                    {"name": "probs", "parameters": {"classification": 20, "binary_data": False}}]},
+        [wire])
+    seeds["bytes_binary"] = request_seed(4, h + tail, hl)
     for name, data in seeds.items():
         write(os.path.join(d, name + ".bin"), data)
 
@@ -293,6 +307,16 @@ def grpc_request_seeds(out):
         pb_bytes(1, b"m") + shm_x + pb_input("ids", "INT64", [2, 3])
         + pb_bytes(6, pb_bytes(1, b"y") + pb_bytes(2, region) + pb_bytes(2, size))
         + pb_bytes(7, ids))
+    # the BYTES model (byte 0 bit 2): raw contents, bytes_contents, class_count
+    wire = b"".join(struct.pack("<I", len(v)) + v for v in (b"abc", b"", b"\xc3\xa9"))
+    cls = pb_bytes(6, pb_bytes(1, b"probs") + pb_bytes(2, pb_bytes(1, b"classification")
+                                                      + pb_bytes(2, pb_varint(2 << 3) + pb_varint(4))))
+    seeds["bytes_raw"] = bytes([4]) + (
+        pb_bytes(1, b"m") + pb_input("text", "BYTES", [3, 1]) + pb_bytes(6, pb_bytes(1, b"label"))
+        + cls + pb_bytes(7, wire))
+    seeds["bytes_contents"] = bytes([4]) + (
+        pb_bytes(1, b"m") + pb_input("text", "BYTES", [1, 3], pb_bytes(8, b"ab") + pb_bytes(8, b"")
+                                     + pb_bytes(8, b"\xff")) + cls)
     for name, data in seeds.items():
         write(os.path.join(d, name + ".bin"), data)
 

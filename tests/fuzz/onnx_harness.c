@@ -34,7 +34,11 @@ static void fill(slim_tensor *t, uint32_t seed)
     for (int64_t i = 0; i < n; i++) {
         seed = seed * 1664525u + 1013904223u;
         int64_t small = (int64_t)(seed >> 30); /* 0..3 */
-        if (slim_dtype_is_float(t->dtype))
+        /* Strings: one of four, UTF-8 and the empty one among them. */
+        static const char *const words[4] = {"", "a", "b c.d", "\xe6\x97\xa5\xe6\x9c\xac"};
+        if (t->dtype == SLIM_STRING)
+            slim_tensor_string_set(t, i, words[small], strlen(words[small]), NULL);
+        else if (slim_dtype_is_float(t->dtype))
             slim_store_f64(t->dtype, t->data, i, ((double)(seed >> 8) / (1 << 24)) * 4.0 - 2.0);
         else
             slim_store_i64(t->dtype, t->data, i, t->dtype == SLIM_BOOL ? (small & 1) : small);

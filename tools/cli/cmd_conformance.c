@@ -135,6 +135,10 @@ static void free_list(char **names, int n)
 
 static bool values_close(slim_dtype dt, const void *got, const void *want, int64_t i)
 {
+    if (dt == SLIM_STRING) {
+        const slim_str *g = (const slim_str *)got + i, *w = (const slim_str *)want + i;
+        return g->len == w->len && (!w->len || memcmp(g->ptr, w->ptr, w->len) == 0);
+    }
     if (!slim_dtype_is_float(dt))
         return slim_load_i64(dt, got, i) == slim_load_i64(dt, want, i);
     double g = slim_load_f64(dt, got, i), w = slim_load_f64(dt, want, i);
@@ -192,6 +196,15 @@ static bool compare(const slim_tensor *got, const slim_tensor *want, int k, char
                 first = i;
             bad++;
         }
+    if (bad && want->dtype == SLIM_STRING) {
+        const slim_str *g = (const slim_str *)got->data + first;
+        const slim_str *w = (const slim_str *)want->data + first;
+        snprintf(msg, cap, "output %d: %lld of %lld strings differ; first at %lld: got \"%.*s\", "
+                 "expected \"%.*s\"", k, (long long)bad, (long long)n, (long long)first,
+                 (int)(g->len > 80 ? 80 : g->len), g->ptr ? g->ptr : "",
+                 (int)(w->len > 80 ? 80 : w->len), w->ptr ? w->ptr : "");
+        return false;
+    }
     if (bad) {
         snprintf(msg, cap, "output %d: %lld of %lld values differ; first at %lld: got %.9g, "
                  "expected %.9g", k, (long long)bad, (long long)n, (long long)first,

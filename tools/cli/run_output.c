@@ -58,6 +58,18 @@ void slim__run_print_output(int idx, const char *name, const slim_tensor *t)
         printf("    (empty)\n");
         return;
     }
+    if (t->dtype == SLIM_STRING) {
+        /* The first elements, quoted, each cut at 60 bytes. */
+        printf("    [");
+        for (int64_t i = 0; i < n && i < PREVIEW_VALUES; i++) {
+            size_t len;
+            const char *s = slim_tensor_string_get(t, i, &len);
+            printf("%s\"%.*s%s\"", i ? ", " : "", (int)(len > 60 ? 60 : len), s ? s : "",
+                   len > 60 ? "..." : "");
+        }
+        printf("%s]\n", n > PREVIEW_VALUES ? ", ..." : "");
+        return;
+    }
     double lo = INFINITY, hi = -INFINITY, sum = 0;
     int64_t nans = 0;
     for (int64_t i = 0; i < n; i++) {

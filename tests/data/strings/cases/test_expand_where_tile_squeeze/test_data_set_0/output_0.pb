@@ -1,0 +1,1 @@
+2é2other2é2other2other2x2other2x2é2x2é2xBy

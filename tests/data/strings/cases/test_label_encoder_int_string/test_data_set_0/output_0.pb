@@ -1,0 +1,1 @@
+2one2_Unused2minus2twoBy

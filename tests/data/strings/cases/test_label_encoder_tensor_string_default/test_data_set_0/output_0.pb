@@ -1,0 +1,1 @@
+2one2two2three2noneBy

@@ -1,0 +1,1 @@
+2ababab2é日日日Bfinal

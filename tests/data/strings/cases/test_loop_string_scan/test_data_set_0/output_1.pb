@@ -1,0 +1,1 @@
+2ab2é日2abab2é日日2ababab2é日日日Bstacked
