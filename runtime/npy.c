@@ -17,6 +17,7 @@
  * allocating, so a corrupt header cannot ask for terabytes.
  */
 #include "npy.h"
+#include "npy_strings.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -57,6 +58,8 @@ typedef struct npy_header {
     slim_dtype dtype;
     int ndim;
     int64_t dims[SLIM_MAX_DIMS];
+    char str_kind;      /* strings (npy_strings.c): 'U' or 'S', else 0 */
+    size_t itemsize;    /* strings: bytes per element */
 } npy_header;
 
 typedef struct scanner {
@@ -117,8 +120,18 @@ static slim_status scan_string(scanner *s, char *out, size_t cap)
     return SLIM_OK;
 }
 
-static slim_status descr_to_dtype(scanner *s, const char *descr, slim_dtype *out)
+static slim_status descr_to_dtype(scanner *s, const char *descr, npy_header *h)
 {
+    slim_dtype *out = &h->dtype;
+    bool bad_order;
+    if (slim__npy_string_descr(descr, &h->str_kind, &h->itemsize, &bad_order)) {
+        if (bad_order)
+            return slim_errf(s->err, SLIM_EUNSUPPORTED, "%s: big-endian strings ('%s') are "
+                             "not supported", s->what, descr);
+        *out = SLIM_STRING;
+        return SLIM_OK;
+    }
+    h->str_kind = 0;
     char order = descr[0];
     const char *kind = descr;
     if (order == '<' || order == '>' || order == '|' || order == '=')
@@ -193,7 +206,7 @@ static slim_status parse_header(const char *text, size_t len, const char *what,
                                  "%s: structured (record) arrays are not supported", what);
             char descr[32];
             if ((st = scan_string(&s, descr, sizeof(descr))) ||
-                (st = descr_to_dtype(&s, descr, &h->dtype)))
+                (st = descr_to_dtype(&s, descr, h)))
                 return st;
             have_descr = true;
         } else if (strcmp(key, "fortran_order") == 0) {
@@ -259,7 +272,7 @@ static slim_status parse_preamble(const unsigned char *buf, size_t avail, const 
 static slim_status header_nbytes(const npy_header *h, const char *what, size_t *out,
                                  slim_err *err)
 {
-    size_t n = slim_dtype_size(h->dtype);
+    size_t n = h->dtype == SLIM_STRING ? h->itemsize : slim_dtype_size(h->dtype);
     for (int i = 0; i < h->ndim; i++) {
         if (h->dims[i] != 0 && n > SIZE_MAX / (size_t)h->dims[i])
             return slim_errf(err, SLIM_EPARSE, "%s: corrupt header: shape is too large", what);
@@ -314,6 +327,13 @@ slim_status slim_npy_parse(const void *data, size_t size, const char *what,
         return size_mismatch(&h, what, nbytes, have, err);
     if ((st = alloc_for(&h, out, err)))
         return st;
+    if (h.dtype == SLIM_STRING) {
+        st = slim__npy_strings_fill(out, h.str_kind, h.itemsize, buf + prefix + header_len,
+                                    what, err);
+        if (st)
+            slim_tensor_release(out);
+        return st;
+    }
     if (nbytes)
         memcpy(out->data, buf + prefix + header_len, nbytes);
     return SLIM_OK;
@@ -368,7 +388,23 @@ slim_status slim_npy_load(const char *path, slim_tensor *out, slim_err *err)
     }
     if ((st = alloc_for(&h, out, err)))
         goto done;
-    got = nbytes ? fread(out->data, 1, nbytes, f) : 0;
+    /* Strings are fixed-width on disk: read, then made elements. */
+    unsigned char *raw = h.dtype == SLIM_STRING ? malloc(nbytes ? nbytes : 1) : out->data;
+    if (h.dtype == SLIM_STRING && !raw) {
+        st = slim_errf(err, SLIM_ENOMEM, "%s: out of memory reading %zu bytes", path, nbytes);
+        slim_tensor_release(out);
+        goto done;
+    }
+    got = nbytes ? fread(raw, 1, nbytes, f) : 0;
+    if (h.dtype == SLIM_STRING) {
+        if (got == nbytes &&
+            (st = slim__npy_strings_fill(out, h.str_kind, h.itemsize, raw, path, err))) {
+            free(raw);
+            slim_tensor_release(out);
+            goto done;
+        }
+        free(raw);
+    }
     if (got != nbytes) {
         st = ferror(f) ? slim_errf(err, SLIM_EIO, "%s: read error: %s", path, strerror(errno))
                        : size_mismatch(&h, path, nbytes, got, err);
@@ -390,12 +426,22 @@ done:
 slim_status slim_npy_save(const char *path, const slim_tensor *t, slim_err *err)
 {
     const char *descr = slim_npy_descr(t->dtype);
-    if (!descr)
-        return slim_errf(err, SLIM_EUNSUPPORTED, "%s: %s has no NumPy dtype; cannot save it",
-                         path, slim_dtype_name(t->dtype));
+    char str_descr[32];
+    unsigned char *str_data = NULL;
     size_t nbytes = slim_tensor_nbytes(t);
     if (nbytes && !t->data)
         return slim_errf(err, SLIM_EINVAL, "%s: tensor has no data to save", path);
+    if (t->dtype == SLIM_STRING) {
+        slim_status st = slim__npy_strings_encode(t, str_descr, sizeof(str_descr), &str_data,
+                                                  &nbytes, err);
+        if (st)
+            return slim_err_prefix(err, "%s: ", path);
+        descr = str_descr;
+    }
+    if (!descr)
+        return slim_errf(err, SLIM_EUNSUPPORTED, "%s: %s has no NumPy dtype; cannot save it",
+                         path, slim_dtype_name(t->dtype));
+    const void *payload = str_data ? (const void *)str_data : t->data;
 
     /* The dict, then spaces and a newline so that data starts at a multiple
      * of 64 bytes, as numpy does (it lets readers mmap aligned arrays). */
@@ -420,12 +466,15 @@ slim_status slim_npy_save(const char *path, const slim_tensor *t, slim_err *err)
     pre[9] = (unsigned char)(header_len >> 8);
 
     FILE *f = fopen(path, "wb");
-    if (!f)
+    if (!f) {
+        free(str_data);
         return slim_errf(err, SLIM_EIO, "%s: cannot create: %s", path, strerror(errno));
+    }
     bool ok = fwrite(pre, 1, sizeof(pre), f) == sizeof(pre) &&
               fwrite(header, 1, header_len, f) == header_len &&
-              (nbytes == 0 || fwrite(t->data, 1, nbytes, f) == nbytes);
+              (nbytes == 0 || fwrite(payload, 1, nbytes, f) == nbytes);
     int saved_errno = errno;
+    free(str_data);
     if (fclose(f) != 0 && ok) {
         ok = false;
         saved_errno = errno;

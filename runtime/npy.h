@@ -12,7 +12,9 @@
  * Format versions 1.0, 2.0 and 3.0 are read; files are written as 1.0 (a
  * header of SLIM_MAX_DIMS dims always fits its 64 KiB). Only little-endian (or byte-sized) numeric
  * and bool dtypes in C order: float16/32/64, int8..int64, uint8..uint64 and
- * bool. bfloat16 has no NumPy dtype, so it can be neither read nor written.
+ * bool, and strings as NumPy's fixed-width '<Un' / '|Sn' (npy_strings.c;
+ * written as '<Un' when every element is UTF-8). bfloat16 has no NumPy
+ * dtype, so it can be neither read nor written.
  * Every error message starts with the file's path.
  */
 #ifndef SLIM_NPY_H

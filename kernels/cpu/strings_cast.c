@@ -17,24 +17,33 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-static const slim_op_def *numeric_cast(void)
+/* cast.c's Cast, or its CastLike for a CastLike node. */
+static const slim_op_def *numeric_def(const slim_node *node)
 {
-    return slim__strings_delegate("Cast", 9);
+    bool like = strcmp(node->op_type, "CastLike") == 0;
+    return slim__strings_delegate(like ? "CastLike" : "Cast", like ? 19 : 9);
 }
+
+#define numeric_cast() numeric_def(ctx->node)
 
 static slim_status sc_prepare(slim_node *node, void **state, slim_err *err)
 {
-    return numeric_cast()->prepare(node, state, err);
+    const slim_op_def *d = numeric_def(node);
+    return d->prepare ? d->prepare(node, state, err) : SLIM_OK;
 }
 
+/* Cast's state is its parsed "to" (cast.c frees it); CastLike has none. */
 static void sc_release(void *state)
 {
-    numeric_cast()->release(state);
+    free(state);
 }
 
-/* The target type, from the attribute (prepare checked it). */
+/* The target type: the attribute (prepare checked it), or CastLike's
+ * second input's. */
 static slim_dtype cast_to(const slim_op_ctx *ctx)
 {
+    if (strcmp(ctx->node->op_type, "CastLike") == 0)
+        return ctx->n_in > 1 && ctx->in[1] ? ctx->in[1]->dtype : SLIM_DTYPE_UNDEFINED;
     return slim_dtype_from_onnx((int)slim_attr_int(ctx->node, "to", 0));
 }
 
@@ -150,5 +159,8 @@ static slim_status sc_exec(slim_op_ctx *ctx)
 const slim_op_def slim__ops_strings_cast[] = {
     /* Strings cast from opset 9; before, the numeric Cast alone. */
     {"Cast", 9, sc_prepare, sc_release, sc_infer, sc_exec, SLIM_OP_STRINGS},
+    /* CastLike takes strings from 15; cast.c's CastLike-15 wins the tie
+     * there, so strings from CastLike-19 on. */
+    {"CastLike", 19, sc_prepare, sc_release, sc_infer, sc_exec, SLIM_OP_STRINGS},
     {0},
 };

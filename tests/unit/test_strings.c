@@ -7,6 +7,7 @@
 #include "testutil.h"
 #include "alloc.h"
 #include "slim_init.h"
+#include "npy.h"
 #include "plan.h"
 #include "string_tensor.h"
 
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 /* A string tensor of n elements from NUL-terminated strings. */
 static slim_tensor str_tensor(int ndim, const int64_t *dims, const char *const *s)
@@ -307,6 +309,48 @@ START_TEST(test_planner_frees_and_accounts_strings)
 }
 END_TEST
 
+/* ---- .npy ----------------------------------------------------------------- */
+
+START_TEST(test_npy_strings_round_trip)
+{
+    const char *v[] = {"h\xc3\xa9llo", "", "\xe6\x97\xa5"};
+    slim_tensor t = str_tensor(1, (int64_t[]){3}, v);
+    char path[] = "/tmp/slim_test_strings_XXXXXX";
+    int fd = mkstemp(path);
+    ck_assert_int_ge(fd, 0);
+    close(fd);
+    slim_err err = {0};
+    ck_assert_int_eq(slim_npy_save(path, &t, &err), SLIM_OK);
+    slim_tensor back;
+    ck_assert_int_eq(slim_npy_load(path, &back, &err), SLIM_OK);
+    assert_strings(&back, 3, v);
+    slim_tensor_release(&back);
+    /* Bytes that are not UTF-8 go out as '|S', and come back the same. */
+    ck_assert_int_eq(slim_tensor_string_set(&t, 1, "\xff", 1, &err), SLIM_OK);
+    ck_assert_int_eq(slim_npy_save(path, &t, &err), SLIM_OK);
+    ck_assert_int_eq(slim_npy_load(path, &back, &err), SLIM_OK);
+    assert_strings(&back, 3, (const char *[]){"h\xc3\xa9llo", "\xff", "\xe6\x97\xa5"});
+    slim_tensor_release(&back);
+    unlink(path);
+    slim_tensor_release(&t);
+
+    /* '<U1' holding 0x110000: not Unicode, refused naming the element. */
+    unsigned char file[128] = "\x93NUMPY\x01\x00";
+    const char *hdr = "{'descr': '<U1', 'fortran_order': False, 'shape': (2,), }";
+    size_t hl = 118 - 10;
+    file[8] = (unsigned char)hl;
+    memset(file + 10, ' ', hl);
+    memcpy(file + 10, hdr, strlen(hdr));
+    file[10 + hl - 1] = '\n';
+    unsigned char cps[8] = {'a', 0, 0, 0, 0x00, 0x00, 0x11, 0x00};
+    unsigned char buf[136];
+    memcpy(buf, file, 118);
+    memcpy(buf + 118, cps, 8);
+    ck_assert_int_eq(slim_npy_parse(buf, 126, "bad.npy", &back, &err), SLIM_EPARSE);
+    ck_assert_msg(strstr(err.msg, "element 1 holds code point 0x110000"), "%s", err.msg);
+}
+END_TEST
+
 static Suite *suite(void)
 {
     Suite *s = suite_create("strings");
@@ -319,6 +363,7 @@ static Suite *suite(void)
     tcase_add_test(tc, test_regex_bad_pattern_and_no_blowup);
     tcase_add_test(tc, test_bad_text_named);
     tcase_add_test(tc, test_planner_frees_and_accounts_strings);
+    tcase_add_test(tc, test_npy_strings_round_trip);
     suite_add_tcase(s, tc);
     return s;
 }

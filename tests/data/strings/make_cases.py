@@ -158,6 +158,15 @@ def casts():
           [("f", TP.FLOAT), ("d", TP.DOUBLE), ("l", TP.INT64), ("u", TP.UINT8), ("b", TP.BOOL)])
 
 
+def castlike():
+    write("castlike_to_and_from_string",
+          [helper.make_node("CastLike", ["x", "like_s"], ["s"]),
+           helper.make_node("CastLike", ["s", "like_f"], ["f"])],
+          [("x", TP.FLOAT, None, np.array([1.5, -0.25, 1e20], np.float32)),
+           ("like_s", S, None, arr(["?"])), ("like_f", TP.DOUBLE, None, np.array([0.0]))],
+          [("s", S), ("f", TP.DOUBLE)], opset=19)
+
+
 def movers():
     x = arr(["a", "", "日本", "dé", "long string " * 3, "z"], (2, 3))
     idx = np.array([1, 0, 1], np.int64)
@@ -265,6 +274,7 @@ def main():
     string_ops()
     ml_ops()
     casts()
+    castlike()
     movers()
     loops_and_sequences()
     planner_chain()
