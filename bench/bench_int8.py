@@ -60,6 +60,8 @@ import numpy as np
 import onnx
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "bench"))
+from machine import machine_line  # noqa: E402
 
 ORT_CHILD = r"""
 import json, sys, time
@@ -216,6 +218,7 @@ def main():
     os.makedirs(a.workdir, exist_ok=True)
     slim = os.path.abspath(a.slim)
     env = dict(os.environ, SLIM_NUM_THREADS=str(a.threads), OMP_NUM_THREADS="1")
+    print(machine_line(a.threads), flush=True)
     rows = []
     for name in a.models.split(","):
         slim_base = os.path.abspath(a.slim_base) if a.slim_base else None
