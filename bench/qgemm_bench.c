@@ -158,10 +158,10 @@ int main(int argc, char **argv)
     /* median() sorts: the fastest is then element 0 */
     double mf = median(t_full, repeat), mp = median(t_plain, repeat), mq = median(t_quant, repeat);
     printf("{\"m\": %lld, \"n\": %lld, \"k\": %lld, \"outliers\": %lld, \"threads\": %d, "
-           "\"isa\": \"%s\", \"full_ms\": %.6f, \"plain_ms\": %.6f, \"quant_ms\": %.6f, "
+           "\"isa\": \"%s%s\", \"full_ms\": %.6f, \"plain_ms\": %.6f, \"quant_ms\": %.6f, "
            "\"full_min\": %.6f, \"plain_min\": %.6f, \"quant_min\": %.6f}\n",
            (long long)m, (long long)n, (long long)k, (long long)n_outl, slim_num_threads(),
-           slim_qgemm_isa_name(slim_qgemm_get_isa()), mf, mp, mq, t_full[0], t_plain[0], t_quant[0]);
+           slim_qgemm_isa_name(slim_qgemm_get_isa()), slim_qgemm_amx_active() ? "+amx" : "", mf, mp, mq, t_full[0], t_plain[0], t_quant[0]);
     free(x), free(wq), free(packed), free(colsum), free(sw), free(bias), free(osc), free(y);
     free(oidx), free(oq), free(scratch), free(qx), free(sx), free(zx), free(t_full), free(t_plain), free(t_quant);
     return 0;

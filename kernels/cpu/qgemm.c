@@ -35,6 +35,9 @@
 /* Rows per call of the full-panel loop (wide_loop: 24 named accumulators). */
 #define WIDE_MR 6
 #define ROW_CHUNK 24    /* rows per task: a multiple of MR_MAX and of WIDE_MR */
+/* Rows per task on AMX tiles: two 16-row tiles (a task loads and releases
+ * the tile configuration once); more than ROW_CHUNK, so flags_bytes holds. */
+#define AMX_CHUNK 32
 
 int64_t slim_qgemm_k4(int64_t k)
 {
@@ -184,7 +187,9 @@ typedef struct {
     const float *sx;
     const int32_t *zx;
     int64_t k4, n16, panels, chunks;
+    int64_t rows_per_chunk; /* ROW_CHUNK, or AMX_CHUNK on AMX tiles */
     slim_qgemm_isa isa;
+    bool amx;               /* full panels' 16-row tiles on AMX (qgemm_amx.c) */
     /* The outlier channels' activations, gathered per row while it is
      * quantized (m rows of a->n_outl floats), or NULL: then read from x. */
     const float *xo;
@@ -430,12 +435,26 @@ static inline void wide_loop(const uint8_t *x, int64_t k4, const int8_t *b, int 
 WIDE_FN(1) WIDE_FN(2) WIDE_FN(3) WIDE_FN(4) WIDE_FN(5) WIDE_FN(6)
 #undef WIDE_FN
 
+/* 16 rows of a full panel on AMX tiles, then vnni_epilogue in row groups
+ * of at most WIDE_MR (its register arrays' size). */
+AVX512_TARGET __attribute__((noinline)) static void amx_tile_16(const qgemm_job *j, int64_t r,
+                                                                int64_t p, const int8_t *b)
+{
+    _Alignas(64) int32_t accs[16 * SLIM_QGEMM_PANEL];
+    slim__qgemm_amx_tile16(j->qx + r * j->k4, j->k4, b, accs);
+    vnni_epilogue(j, 6, 4, r, p, accs);
+    vnni_epilogue(j, 6, 4, r + 6, p, accs + 6 * SLIM_QGEMM_PANEL);
+    vnni_epilogue(j, 4, 4, r + 12, p, accs + 12 * SLIM_QGEMM_PANEL);
+}
+
 AVX512_TARGET
 static void panel_vnni(const qgemm_job *j, int64_t p, int64_t r0, int64_t r1)
 {
     int nv = (int)(panel_width(j->n16, p) / 16);
     const int8_t *b = j->a->packed + p * SLIM_QGEMM_PANEL * j->k4;
     if (nv == 4) {
+        for (; j->amx && r1 - r0 >= 16; r0 += 16)
+            amx_tile_16(j, r0, p, b);
         for (int64_t r = r0; r < r1; r += WIDE_MR) {
             switch (r1 - r < WIDE_MR ? (int)(r1 - r) : WIDE_MR) {
             case 1: wide_tile_1(j, r, p, b); break;
@@ -563,9 +582,10 @@ static void run_task(qgemm_run *q, int64_t t)
     int64_t chunks = j->chunks;
     if (q->ready) {
         if (t < chunks) {
-            int64_t r1 = (t + 1) * ROW_CHUNK < j->a->m ? (t + 1) * ROW_CHUNK : j->a->m;
+            int64_t rc = j->rows_per_chunk;
+            int64_t r1 = (t + 1) * rc < j->a->m ? (t + 1) * rc : j->a->m;
             const slim_qgemm_args *a = q->a;
-            int64_t r0 = t * ROW_CHUNK;
+            int64_t r0 = t * rc;
             q->quantize(a->x + r0 * a->ldx, a->ldx, r1 - r0, a->k, q->qx + r0 * j->k4, j->k4,
                         q->sx + r0, q->zx + r0);
             for (int64_t r = r0; q->xo && r < r1; r++)
@@ -589,10 +609,16 @@ static void run_task(qgemm_run *q, int64_t t)
             _mm_pause();
 #endif
     }
-    int64_t r0 = c * ROW_CHUNK, r1 = r0 + ROW_CHUNK < j->a->m ? r0 + ROW_CHUNK : j->a->m;
+    int64_t rc = j->rows_per_chunk;
+    int64_t r0 = c * rc, r1 = r0 + rc < j->a->m ? r0 + rc : j->a->m;
 #ifdef QGEMM_X86
     if (j->isa == SLIM_QGEMM_AVX512VNNI) {
+        bool tiles = j->amx && r1 - r0 >= 16 && panel_width(j->n16, p) == SLIM_QGEMM_PANEL;
+        if (tiles)
+            slim__qgemm_amx_begin();
         panel_vnni(j, p, r0, r1);
+        if (tiles)
+            slim__qgemm_amx_end();
         return;
     }
     if (j->isa == SLIM_QGEMM_AVX2) {
@@ -652,7 +678,11 @@ static void run_panels(const slim_qgemm_args *a, void *scratch, const uint8_t *q
     j->n16 = slim_qgemm_n16(a->n);
     j->isa = slim_qgemm_get_isa();
     j->panels = j->n16 / SLIM_QGEMM_PANEL + (j->n16 % SLIM_QGEMM_PANEL != 0);
-    j->chunks = (a->m + ROW_CHUNK - 1) / ROW_CHUNK;
+    /* AMX only pays for whole 16-row tiles of full panels. */
+    j->amx = j->isa == SLIM_QGEMM_AVX512VNNI && a->m >= 16 && j->n16 >= SLIM_QGEMM_PANEL &&
+             slim_qgemm_amx_active();
+    j->rows_per_chunk = j->amx ? AMX_CHUNK : ROW_CHUNK;
+    j->chunks = (a->m + j->rows_per_chunk - 1) / j->rows_per_chunk;
     q.n_tasks = j->panels * j->chunks;
     if (!qx) {
         size_t rows = rows_bytes(a->m, a->k);

@@ -24,4 +24,12 @@ typedef void (*slim__qgemm_rows_fn)(const float *x, int64_t ldx, int64_t rows, i
 /* The rows quantizer of a path (qgemm_quant.c). */
 slim__qgemm_rows_fn slim__qgemm_quantizer(slim_qgemm_isa isa);
 
+/* The AMX tiles (qgemm_amx.c), only where slim_qgemm_amx_active(): begin
+ * loads the tile configuration on the calling thread, end releases it;
+ * between them tile16 writes the exact int32 sums of 16 quantized rows (qx,
+ * k4 bytes apart) against one full packed panel b into acc[16][64]. */
+void slim__qgemm_amx_begin(void);
+void slim__qgemm_amx_end(void);
+void slim__qgemm_amx_tile16(const uint8_t *qx, int64_t k4, const int8_t *b, int32_t *acc);
+
 #endif
