@@ -435,16 +435,23 @@ static inline void wide_loop(const uint8_t *x, int64_t k4, const int8_t *b, int 
 WIDE_FN(1) WIDE_FN(2) WIDE_FN(3) WIDE_FN(4) WIDE_FN(5) WIDE_FN(6)
 #undef WIDE_FN
 
-/* 16 rows of a full panel on AMX tiles, then vnni_epilogue in row groups
- * of at most WIDE_MR (its register arrays' size). */
-AVX512_TARGET __attribute__((noinline)) static void amx_tile_16(const qgemm_job *j, int64_t r,
-                                                                int64_t p, const int8_t *b)
+/* 16 or 32 rows of a full panel on AMX tiles, then vnni_epilogue in row
+ * groups of at most WIDE_MR (its register arrays' size). */
+AVX512_TARGET __attribute__((noinline)) static void amx_rows(const qgemm_job *j, int64_t r,
+                                                             int rows, int64_t p,
+                                                             const int8_t *b)
 {
-    _Alignas(64) int32_t accs[16 * SLIM_QGEMM_PANEL];
-    slim__qgemm_amx_tile16(j->qx + r * j->k4, j->k4, b, accs);
-    vnni_epilogue(j, 6, 4, r, p, accs);
-    vnni_epilogue(j, 6, 4, r + 6, p, accs + 6 * SLIM_QGEMM_PANEL);
-    vnni_epilogue(j, 4, 4, r + 12, p, accs + 12 * SLIM_QGEMM_PANEL);
+    _Alignas(64) int32_t accs[32 * SLIM_QGEMM_PANEL];
+    if (rows == 32)
+        slim__qgemm_amx_tile32(j->qx + r * j->k4, j->k4, b, accs);
+    else
+        slim__qgemm_amx_tile16(j->qx + r * j->k4, j->k4, b, accs);
+    for (int i = 0; i < rows; i += 16) {
+        const int32_t *ai = accs + i * SLIM_QGEMM_PANEL;
+        vnni_epilogue(j, 6, 4, r + i, p, ai);
+        vnni_epilogue(j, 6, 4, r + i + 6, p, ai + 6 * SLIM_QGEMM_PANEL);
+        vnni_epilogue(j, 4, 4, r + i + 12, p, ai + 12 * SLIM_QGEMM_PANEL);
+    }
 }
 
 AVX512_TARGET
@@ -453,8 +460,8 @@ static void panel_vnni(const qgemm_job *j, int64_t p, int64_t r0, int64_t r1)
     int nv = (int)(panel_width(j->n16, p) / 16);
     const int8_t *b = j->a->packed + p * SLIM_QGEMM_PANEL * j->k4;
     if (nv == 4) {
-        for (; j->amx && r1 - r0 >= 16; r0 += 16)
-            amx_tile_16(j, r0, p, b);
+        for (; j->amx && r1 - r0 >= 16; r0 += r1 - r0 >= 32 ? 32 : 16)
+            amx_rows(j, r0, r1 - r0 >= 32 ? 32 : 16, p, b);
         for (int64_t r = r0; r < r1; r += WIDE_MR) {
             switch (r1 - r < WIDE_MR ? (int)(r1 - r) : WIDE_MR) {
             case 1: wide_tile_1(j, r, p, b); break;

@@ -109,7 +109,7 @@ AMX_TARGET void slim__qgemm_amx_begin(void)
     amx_config cfg;
     memset(&cfg, 0, sizeof(cfg));
     cfg.palette = 1;
-    for (int t = 0; t < 7; t++) {
+    for (int t = 0; t < 8; t++) {
         cfg.colsb[t] = 64;
         cfg.rows[t] = 16;
     }
@@ -123,6 +123,9 @@ AMX_TARGET void slim__qgemm_amx_end(void)
 {
     _tile_release();
 }
+
+AMX_TARGET static void k_tail(const uint8_t *qx, int64_t k4, const int8_t *b, int32_t *acc,
+                              int rows);
 
 /* Tiles: 0-3 the sums of channels 0-15 .. 48-63, 4 the rows, 5 and 6 the
  * weights (two, so that one loads while the other multiplies). */
@@ -151,10 +154,54 @@ AMX_TARGET void slim__qgemm_amx_tile16(const uint8_t *qx, int64_t k4, const int8
     _tile_stored(1, acc + 16, 4 * SLIM_QGEMM_PANEL);
     _tile_stored(2, acc + 32, 4 * SLIM_QGEMM_PANEL);
     _tile_stored(3, acc + 48, 4 * SLIM_QGEMM_PANEL);
+    k_tail(qx, k4, b, acc, 16);
+}
+
+/* 32 rows: two row tiles against two weight tiles at a time (channels 0-31,
+ * then 32-63), so that each weight tile, which comes from L2, serves 32
+ * rows instead of 16: per 64 bytes of k, 4 KiB of weights for 8 tdpbusd
+ * instead of 8 KiB. Tiles: 0-3 sums (rows 0-15 / 16-31 x the two channel
+ * blocks), 4 and 5 the rows, 6 and 7 the weights. */
+AMX_TARGET void slim__qgemm_amx_tile32(const uint8_t *qx, int64_t k4, const int8_t *b,
+                                       int32_t *acc)
+{
+    int64_t kfull = k4 & ~(int64_t)63;
+    const uint8_t *qx2 = qx + 16 * k4;
+    for (int half = 0; half < 2; half++) {
+        const int8_t *bh = b + half * 128;
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int64_t kb = 0; kb < kfull; kb += 64) {
+            const int8_t *bk = bh + kb * SLIM_QGEMM_PANEL;
+            _tile_loadd(4, qx + kb, k4);
+            _tile_loadd(6, bk, 4 * SLIM_QGEMM_PANEL);
+            _tile_loadd(7, bk + 64, 4 * SLIM_QGEMM_PANEL);
+            _tile_loadd(5, qx2 + kb, k4);
+            _tile_dpbusd(0, 4, 6);
+            _tile_dpbusd(1, 4, 7);
+            _tile_dpbusd(2, 5, 6);
+            _tile_dpbusd(3, 5, 7);
+        }
+        int32_t *ah = acc + half * 32;
+        _tile_stored(0, ah, 4 * SLIM_QGEMM_PANEL);
+        _tile_stored(1, ah + 16, 4 * SLIM_QGEMM_PANEL);
+        _tile_stored(2, ah + 16 * SLIM_QGEMM_PANEL, 4 * SLIM_QGEMM_PANEL);
+        _tile_stored(3, ah + 16 * SLIM_QGEMM_PANEL + 16, 4 * SLIM_QGEMM_PANEL);
+    }
+    k_tail(qx, k4, b, acc, 32);
+}
+
+/* The last k4 % 64 bytes of rows rows: vpdpbusd on the stored sums, a row
+ * at a time. */
+AMX_TARGET static void k_tail(const uint8_t *qx, int64_t k4, const int8_t *b, int32_t *acc,
+                              int rows)
+{
+    int64_t kfull = k4 & ~(int64_t)63;
     if (kfull == k4)
         return;
-    /* The last k4 % 64 bytes: vpdpbusd, a row at a time. */
-    for (int i = 0; i < 16; i++) {
+    for (int i = 0; i < rows; i++) {
         int32_t *ai = acc + i * SLIM_QGEMM_PANEL;
         __m512i s0 = _mm512_loadu_si512(ai), s1 = _mm512_loadu_si512(ai + 16);
         __m512i s2 = _mm512_loadu_si512(ai + 32), s3 = _mm512_loadu_si512(ai + 48);
@@ -179,6 +226,10 @@ AMX_TARGET void slim__qgemm_amx_tile16(const uint8_t *qx, int64_t k4, const int8
 void slim__qgemm_amx_begin(void) {}
 void slim__qgemm_amx_end(void) {}
 void slim__qgemm_amx_tile16(const uint8_t *qx, int64_t k4, const int8_t *b, int32_t *acc)
+{
+    (void)qx, (void)k4, (void)b, (void)acc;
+}
+void slim__qgemm_amx_tile32(const uint8_t *qx, int64_t k4, const int8_t *b, int32_t *acc)
 {
     (void)qx, (void)k4, (void)b, (void)acc;
 }

@@ -31,5 +31,8 @@ slim__qgemm_rows_fn slim__qgemm_quantizer(slim_qgemm_isa isa);
 void slim__qgemm_amx_begin(void);
 void slim__qgemm_amx_end(void);
 void slim__qgemm_amx_tile16(const uint8_t *qx, int64_t k4, const int8_t *b, int32_t *acc);
+/* The same for 32 rows into acc[32][64] (each weight tile serves both
+ * 16-row halves). */
+void slim__qgemm_amx_tile32(const uint8_t *qx, int64_t k4, const int8_t *b, int32_t *acc);
 
 #endif
