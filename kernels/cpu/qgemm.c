@@ -39,78 +39,6 @@
  * the tile configuration once); more than ROW_CHUNK, so flags_bytes holds. */
 #define AMX_CHUNK 32
 
-int64_t slim_qgemm_k4(int64_t k)
-{
-    return (k + 3) & ~(int64_t)3;
-}
-
-int64_t slim_qgemm_n16(int64_t n)
-{
-    return (n + 15) & ~(int64_t)15;
-}
-
-size_t slim_qgemm_packed_bytes(int64_t n, int64_t k)
-{
-    return (size_t)slim_qgemm_n16(n) * (size_t)slim_qgemm_k4(k);
-}
-
-/* Width in channels of panel p (a multiple of 16). */
-static int64_t panel_width(int64_t n16, int64_t p)
-{
-    int64_t w = n16 - p * SLIM_QGEMM_PANEL;
-    return w < SLIM_QGEMM_PANEL ? w : SLIM_QGEMM_PANEL;
-}
-
-static size_t packed_index(int64_t n16, int64_t k4, int64_t j, int64_t kk)
-{
-    int64_t p = j / SLIM_QGEMM_PANEL, w = panel_width(n16, p);
-    return (size_t)(p * SLIM_QGEMM_PANEL * k4 + (kk / 4) * w * 4 + (j % SLIM_QGEMM_PANEL) * 4 +
-                    kk % 4);
-}
-
-void slim_qgemm_pack(const int8_t *wq, int64_t n, int64_t k, int8_t *packed, int32_t *colsum)
-{
-    int64_t n16 = slim_qgemm_n16(n), k4 = slim_qgemm_k4(k);
-    memset(packed, 0, slim_qgemm_packed_bytes(n, k));
-    for (int64_t j = 0; j < n; j++) {
-        int32_t s = 0;
-        for (int64_t kk = 0; kk < k; kk++) {
-            packed[packed_index(n16, k4, j, kk)] = wq[j * k + kk];
-            s += wq[j * k + kk];
-        }
-        colsum[j] = s;
-    }
-}
-
-void slim_qgemm_pack_kn(const int8_t *b, int64_t k, int64_t n, int64_t ldb, int8_t *packed,
-                        int32_t *colsum)
-{
-    int64_t n16 = slim_qgemm_n16(n), k4 = slim_qgemm_k4(k);
-    memset(packed, 0, slim_qgemm_packed_bytes(n, k));
-    memset(colsum, 0, sizeof(int32_t) * (size_t)n);
-    for (int64_t p = 0; p * SLIM_QGEMM_PANEL < n16; p++) {
-        int64_t w = panel_width(n16, p), n0 = p * SLIM_QGEMM_PANEL;
-        int64_t cols = n - n0 < w ? n - n0 : w;
-        int8_t *dst = packed + p * SLIM_QGEMM_PANEL * k4;
-        for (int64_t kk = 0; kk < k; kk++) {
-            const int8_t *src = b + kk * ldb + n0;
-            int8_t *d = dst + (kk / 4) * w * 4 + kk % 4;
-            for (int64_t c = 0; c < cols; c++) {
-                d[c * 4] = src[c];
-                colsum[n0 + c] += src[c];
-            }
-        }
-    }
-}
-
-void slim_qgemm_unpack(const int8_t *packed, int64_t n, int64_t k, int8_t *wq)
-{
-    int64_t n16 = slim_qgemm_n16(n), k4 = slim_qgemm_k4(k);
-    for (int64_t j = 0; j < n; j++)
-        for (int64_t kk = 0; kk < k; kk++)
-            wq[j * k + kk] = packed[packed_index(n16, k4, j, kk)];
-}
-
 /* ---- path selection ------------------------------------------------------ */
 
 static _Atomic int forced_isa = SLIM_QGEMM_AUTO;
@@ -234,7 +162,7 @@ static inline void store_c(const qgemm_job *j, int64_t r, int64_t n, int32_t acc
 static void panel_c(const qgemm_job *j, int64_t p, int64_t r0, int64_t r1)
 {
     const slim_qgemm_args *a = j->a;
-    int64_t w = panel_width(j->n16, p), n0 = p * SLIM_QGEMM_PANEL;
+    int64_t w = slim__qgemm_panel_width(j->n16, p), n0 = p * SLIM_QGEMM_PANEL;
     const int8_t *b = a->packed + p * SLIM_QGEMM_PANEL * j->k4;
     int32_t acc[SLIM_QGEMM_PANEL];
     for (int64_t r = r0; r < r1; r++) {
@@ -457,7 +385,7 @@ AVX512_TARGET __attribute__((noinline)) static void amx_rows(const qgemm_job *j,
 AVX512_TARGET
 static void panel_vnni(const qgemm_job *j, int64_t p, int64_t r0, int64_t r1)
 {
-    int nv = (int)(panel_width(j->n16, p) / 16);
+    int nv = (int)(slim__qgemm_panel_width(j->n16, p) / 16);
     const int8_t *b = j->a->packed + p * SLIM_QGEMM_PANEL * j->k4;
     if (nv == 4) {
         for (; j->amx && r1 - r0 >= 16; r0 += r1 - r0 >= 32 ? 32 : 16)
@@ -545,7 +473,7 @@ static inline void micro_avx2(const qgemm_job *j, int mr, int64_t r, int64_t p, 
 AVX2_TARGET
 static void panel_avx2(const qgemm_job *j, int64_t p, int64_t r0, int64_t r1)
 {
-    int64_t w = panel_width(j->n16, p);
+    int64_t w = slim__qgemm_panel_width(j->n16, p);
     const int8_t *b = j->a->packed + p * SLIM_QGEMM_PANEL * j->k4;
     for (int64_t c0 = 0; c0 < w && p * SLIM_QGEMM_PANEL + c0 < j->a->n; c0 += 16)
         for (int64_t r = r0; r < r1; r += 2) {
@@ -620,7 +548,7 @@ static void run_task(qgemm_run *q, int64_t t)
     int64_t r0 = c * rc, r1 = r0 + rc < j->a->m ? r0 + rc : j->a->m;
 #ifdef QGEMM_X86
     if (j->isa == SLIM_QGEMM_AVX512VNNI) {
-        bool tiles = j->amx && r1 - r0 >= 16 && panel_width(j->n16, p) == SLIM_QGEMM_PANEL;
+        bool tiles = j->amx && r1 - r0 >= 16 && slim__qgemm_panel_width(j->n16, p) == SLIM_QGEMM_PANEL;
         if (tiles)
             slim__qgemm_amx_begin();
         panel_vnni(j, p, r0, r1);

@@ -16,6 +16,14 @@
 #define AVX2_TARGET __attribute__((target("avx2,fma")))
 #endif
 
+/* Width in channels of panel p of a packed weight with n16 channels (a
+ * multiple of 16; SLIM_QGEMM_PANEL but for the last). */
+static inline int64_t slim__qgemm_panel_width(int64_t n16, int64_t p)
+{
+    int64_t w = n16 - p * SLIM_QGEMM_PANEL;
+    return w < SLIM_QGEMM_PANEL ? w : SLIM_QGEMM_PANEL;
+}
+
 /* Rows rows of k floats (row i at x + i * ldx) to u8 (row i at q + i *
  * ldq, k4 bytes, the padding 0), scale[i] and zp[i] as qgemm.h says. */
 typedef void (*slim__qgemm_rows_fn)(const float *x, int64_t ldx, int64_t rows, int64_t k,
