@@ -337,7 +337,7 @@ def main():
             med = {c: statistics.median(t) for c, t in times.items()}
             if "slim fp32" not in med:
                 med["slim fp32"] = float("nan")
-            ort8 = min(med[c] for c in configs if c.startswith("ort int8"))
+            ort8 = min((med[c] for c in configs if c.startswith("ort int8")), default=float("nan"))
             for c in configs:
                 y = outs[c]
                 cos = float(y.ravel() @ ref.ravel() / (np.linalg.norm(y) * np.linalg.norm(ref)))
