@@ -4,12 +4,21 @@
     python3 bench/bench_int8.py --slim build/bin/slim [--threads 2] [--rounds 3]
                                 [--models transformer,bert] [--workdir DIR]
                                 [--int8-max-error X] [--outliers-off] [--slim-base BIN]
+                                [--configs 'slim int8,ort int8,ort int8 pc'] [--ab NAME=VALUE]
+
+The encoders' int8 table of issue 34 (slim int8 against onnxruntime's
+quantize_dynamic int8, 2 threads each, cosine to fp32):
+
+    python3 bench/bench_int8.py --models bert,bert16,minilm --rounds 5 \
+        --configs 'slim int8,ort int8,ort int8 pc' --ab SLIM_INT8_AMX=0
 
 Models: the example transformer and resnet (models/gen_models.py; the
 transformer's own sequence of 16, the resnet's 32 x 32 images), a
 BERT-base-sized encoder from bench/gen_encoder.py (`bert`: 12 layers,
 hidden 768, ffn 3072, sequence 128; Student-t weights with 1 input channel
-in 64 scaled 8x, the outlier features of trained transformers), and
+in 64 scaled 8x, the outlier features of trained transformers; `bert16`
+the same at sequence 16; `minilm` a MiniLM-L6 shape: 6 layers, hidden 384,
+ffn 1536, sequence 128), and
 bench/gen_cnn.py's ImageNet-sized CNNs (`resnet18`, `resnet50`,
 `mobilenetv2`: 224 x 224 images, Conv + BatchNormalization as exported).
 Batch 1 and 8, the same inputs (token ids, or N(0, 1) images) for every
@@ -34,6 +43,11 @@ Configurations, each in its own process so that its peak RSS is its own:
   slim int8 base  with --slim-base BIN: another build's slim (say main's,
                   before a kernel change) converting and running the same
                   model, in the same alternating rounds: the A/B of a change
+  slim int8 B     with --ab NAME=VALUE: slim int8 again with that
+                  environment variable set (SLIM_INT8_AMX=0: without the AMX
+                  tiles), in the same alternating rounds
+--configs keeps only the configurations named (ort fp32 always runs: the
+error's reference). The table starts with the machine line (bench/machine.py).
 Every process runs `repeat` timed runs (500 for the small models, 3 or 5
 for the big ones) after 200 ms of warm-up runs and reports their median;
 rounds alternate the configurations (A B C D E, A B C D E, ...) and the
@@ -60,6 +74,8 @@ import numpy as np
 import onnx
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "bench"))
+from machine import machine_line  # noqa: E402
 
 ORT_CHILD = r"""
 import json, sys, time
@@ -114,6 +130,10 @@ def slim_weight_bytes(slim, path):
 
 
 IMAGE_MODELS = ("resnet", "resnet18", "resnet50", "mobilenetv2")
+# bench/gen_encoder.py's encoders: BERT-base at sequence 128 and 16, and a
+# MiniLM-L6 shape (6 layers, hidden 384, 12 heads, ffn 1536, sequence 128).
+ENCODERS = {"bert": [], "bert16": ["--seq", "16"],
+            "minilm": ["--layers", "6", "--hidden", "384", "--heads", "12", "--ffn", "1536"]}
 
 
 def calibration_reader(in_name, shape, n=8):
@@ -145,10 +165,10 @@ def prepare(name, workdir, slim, max_error, outliers_off, slim_base=None):
             subprocess.run([sys.executable, os.path.join(REPO, "bench", "gen_cnn.py"), name, src],
                            check=True, stdout=subprocess.DEVNULL)
     else:
-        src = os.path.join(workdir, "bert.onnx")
+        src = os.path.join(workdir, f"{name}.onnx")
         if not os.path.exists(src):
-            subprocess.run([sys.executable, os.path.join(REPO, "bench", "gen_encoder.py"), src],
-                           check=True, stdout=subprocess.DEVNULL)
+            subprocess.run([sys.executable, os.path.join(REPO, "bench", "gen_encoder.py"), src]
+                           + ENCODERS[name], check=True, stdout=subprocess.DEVNULL)
     model = onnx.load(src, load_external_data=False)
     # Only the graph is needed here; the weights would raise this process's RSS.
     inp = model.graph.input[0]
@@ -212,16 +232,29 @@ def main():
     ap.add_argument("--outliers-off", action="store_true",
                     help="also run slim int8 without the outlier-channel split "
                          "(SLIM_INT8_OUTLIERS=off at convert): the before of that change")
+    ap.add_argument("--configs", default=None,
+                    help="only these configurations (comma list, e.g. 'slim int8,ort int8,"
+                         "ort int8 pc'); ort fp32 always runs (the error's reference)")
+    ap.add_argument("--ab", metavar="NAME=VALUE", default=None,
+                    help="also run slim int8 with this environment variable set "
+                         "(e.g. SLIM_INT8_AMX=0), alternating: 'slim int8 B'")
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
     slim = os.path.abspath(a.slim)
     env = dict(os.environ, SLIM_NUM_THREADS=str(a.threads), OMP_NUM_THREADS="1")
+    print(machine_line(a.threads), flush=True)
+    env_b = None
+    if a.ab:
+        key, _, value = a.ab.partition("=")
+        env_b = dict(env, **{key: value})
+        print(f"slim int8 B: slim int8 with {a.ab}", flush=True)
     rows = []
     for name in a.models.split(","):
         slim_base = os.path.abspath(a.slim_base) if a.slim_base else None
         files, in_name, dims, vocab = prepare(name, a.workdir, slim, a.int8_max_error,
                                               a.outliers_off, slim_base)
-        wbytes = {"slim fp32": slim_weight_bytes(slim, files["fp32"]),
+        wbytes = {"slim int8 B": slim_weight_bytes(slim, files["slim8"]),
+                  "slim fp32": slim_weight_bytes(slim, files["fp32"]),
                   "slim int8": slim_weight_bytes(slim, files["slim8"]),
                   "ort fp32": weight_bytes(files["fp32"]),
                   "ort int8": weight_bytes(files["ort"]),
@@ -246,8 +279,9 @@ def main():
             os.makedirs(d, exist_ok=True)
             inp = os.path.join(d, "x.npy")
             np.save(inp, x)
-            big = name in ("bert", "resnet18", "resnet50", "mobilenetv2")
-            repeat = (3 if batch > 1 else 5) if big else 500
+            big = name in ("bert", "minilm", "resnet18", "resnet50", "mobilenetv2") or \
+                (name == "bert16" and batch > 1)
+            repeat = (3 if batch > 1 else 5) if big else 50 if name == "bert16" else 500
             configs = {
                 "slim fp32": lambda o: [slim, "run", files["fp32"], "--input", f"{in_name}={inp}",
                                         "--repeat", str(repeat), "--output-dir", o],
@@ -276,6 +310,11 @@ def main():
                 configs["slim int8 budget"] = lambda o: [
                     slim, "run", files["slim8b"], "--input", f"{in_name}={inp}", "--repeat",
                     str(repeat), "--output-dir", o]
+            if env_b:
+                configs["slim int8 B"] = configs["slim int8"]
+            if a.configs:
+                keep = set(a.configs.split(",")) | {"ort fp32"}  # the error's reference
+                configs = {c: f for c, f in configs.items() if c in keep or c == "slim int8 B"}
             times = {c: [] for c in configs}
             rss = {c: 0.0 for c in configs}
             outs = {}
@@ -283,7 +322,7 @@ def main():
                 for c, mk in configs.items():
                     o = os.path.join(d, c.replace(" ", "_"))
                     os.makedirs(o, exist_ok=True)
-                    text, peak = spawn(mk(o), env)
+                    text, peak = spawn(mk(o), env_b if c == "slim int8 B" else env)
                     if c.startswith("slim"):
                         line = next(l for l in text.splitlines() if l.startswith("run time"))
                         ms = float(line.split("median ")[1].split()[0]) if "median" in line \
@@ -296,18 +335,25 @@ def main():
                     outs[c] = np.load(os.path.join(o, npys[0])).astype(np.float64)
             ref = outs["ort fp32"]
             med = {c: statistics.median(t) for c, t in times.items()}
-            ort8 = min(med[c] for c in configs if c.startswith("ort int8"))
+            if "slim fp32" not in med:
+                med["slim fp32"] = float("nan")
+            ort8 = min((med[c] for c in configs if c.startswith("ort int8")), default=float("nan"))
             for c in configs:
                 y = outs[c]
                 cos = float(y.ravel() @ ref.ravel() / (np.linalg.norm(y) * np.linalg.norm(ref)))
                 rel = float(np.abs(y - ref).max() / np.abs(ref).max())
                 rows.append((name, batch, c, med[c], med[c] / med["slim fp32"], med[c] / ort8,
                              wbytes[c], rss[c], cos, rel))
+                # As it comes (a long run cut short still says something).
+                print(f"# {name} b{batch} {c}: {med[c]:.4g} ms, x ort8 {med[c] / ort8:.2f}, "
+                      f"cosine {cos:.5f}", flush=True)
             print(f"# {name} batch {batch}: done", file=sys.stderr, flush=True)
         print(f"# {name}: file bytes fp32 {fsize['slim fp32']}, slim int8 .slim "
               f"{fsize['slim int8']} ({fsize['slim int8'] / fsize['slim fp32']:.3f}x)",
               flush=True)
-    print(f"\nthreads {a.threads}, {a.rounds} alternating rounds, medians; error vs ort fp32")
+    print(machine_line(a.threads))
+    print(f"threads {a.threads}, {a.rounds} alternating rounds, medians; error vs ort fp32; "
+          f"x ort8: against the faster of the ort int8 configurations run")
     hdr = ("model", "batch", "config", "ms", "x slim32", "x ort8", "weight MB", "peak RSS MiB",
            "cosine", "max rel err")
     print("| " + " | ".join(hdr) + " |")

@@ -54,6 +54,7 @@ import onnxruntime as ort
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "bench"))
 from bench_cpu import TIME_RE  # noqa: E402
+from machine import machine_line  # noqa: E402
 
 # name -> (generator args, input kind)
 MODELS = {
@@ -127,10 +128,12 @@ def f32_peak(slim, threads):
         out = subprocess.run([tool, "--peak-f32"], capture_output=True, text=True,
                              env=dict(os.environ, SLIM_NUM_THREADS=str(threads)))
         try:
-            g = json.loads(out.stdout)["peak_gflops"]
+            j = json.loads(out.stdout)
+            g = j["peak_gflops"]
         except (ValueError, KeyError):
             continue
-        best = g if best is None or g > best else best
+        if g and (best is None or g > best["peak_gflops"]):
+            best = j
     return best
 
 
@@ -202,10 +205,13 @@ def main():
     if a.ab:
         key, _, value = a.ab.partition("=")
         env_b = dict(env, **{key: value})
-    peak = f32_peak(slim, a.threads)
+    print(machine_line(a.threads), flush=True)
+    probe = f32_peak(slim, a.threads)
+    peak = probe["peak_gflops"] if probe else None
     print(f"threads {a.threads}, {a.rounds} alternating rounds per row, onnxruntime "
           f"{ort.__version__} (all graph optimizations), medians in ms; float32 FMA peak "
-          + (f"{peak:.1f} GFLOP/s" if peak else "unknown"))
+          + (f"{peak:.1f} GFLOP/s ({probe['isa']}, {probe['chains']} chains, about "
+             f"{probe['ghz_est']:.2f} GHz)" if peak else "unknown"))
     head = (f"{'model':<12} {'batch':>5} {'slim ms':>9} {'ort ms':>9} {'ort nospin':>10} "
             f"{'slim/ort':>9} "
             f"{'runs/round':>10} {'max rel err':>12} {'GF/s':>6} {'%peak':>6} "

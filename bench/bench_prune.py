@@ -56,6 +56,9 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from machine import machine_line  # noqa: E402  (the shared machine line)
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 SHAPES = [(768, 768), (768, 3072), (3072, 768)]
 ROWS = [128, 1024]
@@ -166,18 +169,6 @@ def peak_rss_mib(slim, model, inp, outdir):
     r = subprocess.run(["/usr/bin/time", "-f", "maxrss %M", slim, "run", model, "--input", inp,
                         "--output-dir", outdir], check=True, capture_output=True, text=True)
     return int(re.search(r"maxrss (\d+)", r.stderr).group(1)) / 1024.0
-
-
-def machine_line(threads):
-    cpu = "?"
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    load = os.getloadavg()
-    return (f"machine: {cpu}, {os.cpu_count()} cores, threads {threads or 'default'}, "
-            f"load average {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}")
 
 
 def conv_model(path, c, m, k, hw, seed=1):

@@ -22,7 +22,8 @@ Shapes are K x N (BERT-base: q/k/v/out 768x768, ffn_in 768x3072, ffn_out
 
 The peak row is `bench_qgemm --peak`: vpdpbusd on registers only, every
 thread (16 lanes x 4 multiply-adds per instruction; on Zen 4 a 512-bit one
-issues as two 256-bit halves). GOPS = 2 M N K / time. Rounds alternate
+issues as two 256-bit halves), the best of 8, 12, 16 and 24 accumulator
+chains. The table starts with the machine line (bench/machine.py). GOPS = 2 M N K / time. Rounds alternate
 slim and onnxruntime. Times are each process's fastest call (on a shared
 machine the least disturbed one; both sides alike), the median over
 rounds; --stat median takes each process's median call instead.
@@ -42,6 +43,8 @@ import numpy as np
 
 logging.getLogger().setLevel(logging.ERROR)  # quantize_dynamic's pre-processing advice
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "bench"))
+from machine import machine_line  # noqa: E402
 
 ORT_CHILD = r"""
 import json, sys, time
@@ -117,9 +120,11 @@ def main():
             cases.append((m, k, n, path, rep))
 
     res = {c[:3]: {"full": [], "plain": [], "quant": [], "ort": [], "base": []} for c in cases}
-    peaks = []
+    peaks, probe = [], None
     for _ in range(args.rounds):
-        peaks.append(run_json([args.bin, "--peak"], env)["peak_gops"])
+        j = run_json([args.bin, "--peak"], env)
+        peaks.append(j["peak_gops"] or float("nan"))
+        probe = j
         for m, k, n, path, rep in cases:
             j = run_json([args.bin, str(m), str(n), str(k), "--outliers", str(k // 64),
                           "--repeat", str(rep)], env)
@@ -138,6 +143,11 @@ def main():
                 r["ort"].append(o["min"] if args.stat == "min" else o["ms"])
 
     peak = statistics.median(peaks)
+    print(machine_line(args.threads))
+    if probe and probe.get("isa"):
+        print("int8 peak probe: %s, best of %s chains %s, about %.2f GHz, %.2f a cycle on one "
+              "thread" % (probe["isa"], "/".join(probe["by_chains"]), probe["chains"],
+                          probe["ghz_est"], probe["per_cycle_1t"]))
     print("threads %d, %d alternating rounds, median over rounds of each process's %s call; "
           "GOPS = 2 M N K / time; VNNI peak (registers only) %.0f GOPS"
           % (args.threads, args.rounds, "fastest" if args.stat == "min" else "median", peak))

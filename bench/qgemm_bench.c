@@ -14,15 +14,16 @@
  *   plain    the same without the outliers
  *   quant    only the per-row quantization of x (one thread, all rows, as
  *            slim_qgemm does it: slim_qgemm_quantize_rows)
- * --peak times a register-only vpdpbusd loop on every pool thread (16
- * independent accumulators, no loads) and prints its GOPS: what the
- * product can reach at most on this machine. --peak-f32 does the same with
- * float32 FMAs (vfmadd, 16 lanes, two flops each) and prints GFLOP/s: the
+ * --peak times a register-only vpdpbusd loop on every pool thread and
+ * prints its GOPS: what the product can reach at most on this machine.
+ * --peak-f32 does the same with float32 FMAs and prints GFLOP/s: the
  * ceiling of a float32 convolution or product (bench/bench_models.py
- * divides each model's multiply-adds by it).
+ * divides each model's multiply-adds by it). Both try several accumulator
+ * chain counts and say what the machine is (qgemm_peak.c).
  */
 #include "kernel.h"
 #include "qgemm.h"
+#include "qgemm_peak.h"
 #include "slim_init.h"
 
 #include <math.h>
@@ -31,9 +32,6 @@
 #include <string.h>
 #include <time.h>
 
-#if defined(__x86_64__)
-#include <immintrin.h>
-#endif
 
 static double now_ms(void)
 {
@@ -63,82 +61,13 @@ static double uniform(void)
     return (double)(rng >> 11) / 9007199254740992.0;
 }
 
-#if defined(__x86_64__)
-#define PEAK_ITERS 2000000LL /* a few ms a round: short enough to run undisturbed */
-__attribute__((target("avx512f,avx512bw,avx512vnni"))) static void peak_part(int64_t b, int64_t e,
-                                                                             void *user)
-{
-    __m512i acc[16];
-    __m512i x = _mm512_set1_epi32(0x01020304), w = _mm512_set1_epi32(0x01ff01ff);
-    for (int i = 0; i < 16; i++)
-        acc[i] = _mm512_set1_epi32(i);
-    for (int64_t t = b; t < e; t++)
-        for (long long it = 0; it < PEAK_ITERS / 16; it++) {
-            /* unrolled so that the 16 accumulators stay in registers */
-#pragma GCC unroll 16
-            for (int i = 0; i < 16; i++)
-                acc[i] = _mm512_dpbusd_epi32(acc[i], x, w);
-        }
-    int32_t s = 0;
-    for (int i = 0; i < 16; i++)
-        s += _mm512_reduce_add_epi32(acc[i]);
-    *(volatile int32_t *)user = s;
-}
-__attribute__((target("avx512f"))) static void peak_f32_part(int64_t b, int64_t e, void *user)
-{
-    __m512 acc[16];
-    const __m512 x = _mm512_set1_ps(0.999999f), y = _mm512_set1_ps(1e-7f);
-    for (int i = 0; i < 16; i++)
-        acc[i] = _mm512_set1_ps((float)i);
-    for (int64_t t = b; t < e; t++)
-        for (long long it = 0; it < PEAK_ITERS / 16; it++) {
-#pragma GCC unroll 16
-            for (int i = 0; i < 16; i++)
-                acc[i] = _mm512_fmadd_ps(acc[i], x, y);
-        }
-    float s = 0;
-    for (int i = 0; i < 16; i++)
-        s += _mm512_reduce_add_ps(acc[i]);
-    *(volatile float *)user = s;
-}
-#endif
-
-static int run_peak(bool f32)
-{
-#if defined(__x86_64__)
-    int threads = slim_num_threads();
-    volatile int32_t sink = 0;
-    volatile float fsink = 0;
-    double best = 1e30;
-    for (int r = 0; r < 40; r++) {
-        double t0 = now_ms();
-        /* one task per thread: grain 1, n = threads */
-        if (f32)
-            slim_parallel_for(threads, 1, peak_f32_part, (void *)&fsink);
-        else
-            slim_parallel_for(threads, 1, peak_part, (void *)&sink);
-        double t = now_ms() - t0;
-        best = t < best ? t : best;
-    }
-    /* each vpdpbusd: 16 lanes x 4 multiply-adds = 128 ops; each vfmadd
-     * 16 lanes x 2 flops */
-    double ops = (double)threads * PEAK_ITERS * (f32 ? 32.0 : 128.0);
-    printf("{\"threads\": %d, \"%s\": %.1f}\n", threads, f32 ? "peak_gflops" : "peak_gops",
-           ops / best / 1e6);
-    return 0;
-#else
-    printf("{\"%s\": null}\n", f32 ? "peak_gflops" : "peak_gops");
-    return 0;
-#endif
-}
-
 int main(int argc, char **argv)
 {
     slim_init();
     if (argc > 1 && strcmp(argv[1], "--peak") == 0)
-        return run_peak(false);
+        return slim_bench_peak(false);
     if (argc > 1 && strcmp(argv[1], "--peak-f32") == 0)
-        return run_peak(true);
+        return slim_bench_peak(true);
     if (argc < 4) {
         fprintf(stderr, "usage: bench_qgemm M N K [--outliers O] [--act none|relu|gelu] "
                         "[--repeat R] | --peak | --peak-f32\n");
@@ -229,10 +158,10 @@ int main(int argc, char **argv)
     /* median() sorts: the fastest is then element 0 */
     double mf = median(t_full, repeat), mp = median(t_plain, repeat), mq = median(t_quant, repeat);
     printf("{\"m\": %lld, \"n\": %lld, \"k\": %lld, \"outliers\": %lld, \"threads\": %d, "
-           "\"isa\": \"%s\", \"full_ms\": %.6f, \"plain_ms\": %.6f, \"quant_ms\": %.6f, "
+           "\"isa\": \"%s%s\", \"full_ms\": %.6f, \"plain_ms\": %.6f, \"quant_ms\": %.6f, "
            "\"full_min\": %.6f, \"plain_min\": %.6f, \"quant_min\": %.6f}\n",
            (long long)m, (long long)n, (long long)k, (long long)n_outl, slim_num_threads(),
-           slim_qgemm_isa_name(slim_qgemm_get_isa()), mf, mp, mq, t_full[0], t_plain[0], t_quant[0]);
+           slim_qgemm_isa_name(slim_qgemm_get_isa()), slim_qgemm_amx_active() ? "+amx" : "", mf, mp, mq, t_full[0], t_plain[0], t_quant[0]);
     free(x), free(wq), free(packed), free(colsum), free(sw), free(bias), free(osc), free(y);
     free(oidx), free(oq), free(scratch), free(qx), free(sx), free(zx), free(t_full), free(t_plain), free(t_quant);
     return 0;

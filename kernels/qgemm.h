@@ -177,4 +177,13 @@ bool slim_qgemm_set_isa(slim_qgemm_isa isa);
 bool slim_qgemm_isa_supported(slim_qgemm_isa isa);
 const char *slim_qgemm_isa_name(slim_qgemm_isa isa);
 
+/* On the AVX-512 VNNI path, full 64-channel panels of 16 rows or more run
+ * on AMX tiles where the CPU has them (Sapphire Rapids and later) and the
+ * kernel grants them (kernels/cpu/qgemm_amx.c): the same exact int32 sums,
+ * so the outputs are bitwise the VNNI loops'. On unless SLIM_INT8_AMX=0;
+ * slim_qgemm_set_amx(false) turns it off for the process (tests, A/B) and
+ * returns whether it is now on. */
+bool slim_qgemm_set_amx(bool on);
+bool slim_qgemm_amx_active(void);
+
 #endif

@@ -35,78 +35,9 @@
 /* Rows per call of the full-panel loop (wide_loop: 24 named accumulators). */
 #define WIDE_MR 6
 #define ROW_CHUNK 24    /* rows per task: a multiple of MR_MAX and of WIDE_MR */
-
-int64_t slim_qgemm_k4(int64_t k)
-{
-    return (k + 3) & ~(int64_t)3;
-}
-
-int64_t slim_qgemm_n16(int64_t n)
-{
-    return (n + 15) & ~(int64_t)15;
-}
-
-size_t slim_qgemm_packed_bytes(int64_t n, int64_t k)
-{
-    return (size_t)slim_qgemm_n16(n) * (size_t)slim_qgemm_k4(k);
-}
-
-/* Width in channels of panel p (a multiple of 16). */
-static int64_t panel_width(int64_t n16, int64_t p)
-{
-    int64_t w = n16 - p * SLIM_QGEMM_PANEL;
-    return w < SLIM_QGEMM_PANEL ? w : SLIM_QGEMM_PANEL;
-}
-
-static size_t packed_index(int64_t n16, int64_t k4, int64_t j, int64_t kk)
-{
-    int64_t p = j / SLIM_QGEMM_PANEL, w = panel_width(n16, p);
-    return (size_t)(p * SLIM_QGEMM_PANEL * k4 + (kk / 4) * w * 4 + (j % SLIM_QGEMM_PANEL) * 4 +
-                    kk % 4);
-}
-
-void slim_qgemm_pack(const int8_t *wq, int64_t n, int64_t k, int8_t *packed, int32_t *colsum)
-{
-    int64_t n16 = slim_qgemm_n16(n), k4 = slim_qgemm_k4(k);
-    memset(packed, 0, slim_qgemm_packed_bytes(n, k));
-    for (int64_t j = 0; j < n; j++) {
-        int32_t s = 0;
-        for (int64_t kk = 0; kk < k; kk++) {
-            packed[packed_index(n16, k4, j, kk)] = wq[j * k + kk];
-            s += wq[j * k + kk];
-        }
-        colsum[j] = s;
-    }
-}
-
-void slim_qgemm_pack_kn(const int8_t *b, int64_t k, int64_t n, int64_t ldb, int8_t *packed,
-                        int32_t *colsum)
-{
-    int64_t n16 = slim_qgemm_n16(n), k4 = slim_qgemm_k4(k);
-    memset(packed, 0, slim_qgemm_packed_bytes(n, k));
-    memset(colsum, 0, sizeof(int32_t) * (size_t)n);
-    for (int64_t p = 0; p * SLIM_QGEMM_PANEL < n16; p++) {
-        int64_t w = panel_width(n16, p), n0 = p * SLIM_QGEMM_PANEL;
-        int64_t cols = n - n0 < w ? n - n0 : w;
-        int8_t *dst = packed + p * SLIM_QGEMM_PANEL * k4;
-        for (int64_t kk = 0; kk < k; kk++) {
-            const int8_t *src = b + kk * ldb + n0;
-            int8_t *d = dst + (kk / 4) * w * 4 + kk % 4;
-            for (int64_t c = 0; c < cols; c++) {
-                d[c * 4] = src[c];
-                colsum[n0 + c] += src[c];
-            }
-        }
-    }
-}
-
-void slim_qgemm_unpack(const int8_t *packed, int64_t n, int64_t k, int8_t *wq)
-{
-    int64_t n16 = slim_qgemm_n16(n), k4 = slim_qgemm_k4(k);
-    for (int64_t j = 0; j < n; j++)
-        for (int64_t kk = 0; kk < k; kk++)
-            wq[j * k + kk] = packed[packed_index(n16, k4, j, kk)];
-}
+/* Rows per task on AMX tiles: two 16-row tiles (a task loads and releases
+ * the tile configuration once); more than ROW_CHUNK, so flags_bytes holds. */
+#define AMX_CHUNK 32
 
 /* ---- path selection ------------------------------------------------------ */
 
@@ -184,7 +115,9 @@ typedef struct {
     const float *sx;
     const int32_t *zx;
     int64_t k4, n16, panels, chunks;
+    int64_t rows_per_chunk; /* ROW_CHUNK, or AMX_CHUNK on AMX tiles */
     slim_qgemm_isa isa;
+    bool amx;               /* full panels' 16-row tiles on AMX (qgemm_amx.c) */
     /* The outlier channels' activations, gathered per row while it is
      * quantized (m rows of a->n_outl floats), or NULL: then read from x. */
     const float *xo;
@@ -229,7 +162,7 @@ static inline void store_c(const qgemm_job *j, int64_t r, int64_t n, int32_t acc
 static void panel_c(const qgemm_job *j, int64_t p, int64_t r0, int64_t r1)
 {
     const slim_qgemm_args *a = j->a;
-    int64_t w = panel_width(j->n16, p), n0 = p * SLIM_QGEMM_PANEL;
+    int64_t w = slim__qgemm_panel_width(j->n16, p), n0 = p * SLIM_QGEMM_PANEL;
     const int8_t *b = a->packed + p * SLIM_QGEMM_PANEL * j->k4;
     int32_t acc[SLIM_QGEMM_PANEL];
     for (int64_t r = r0; r < r1; r++) {
@@ -430,12 +363,33 @@ static inline void wide_loop(const uint8_t *x, int64_t k4, const int8_t *b, int 
 WIDE_FN(1) WIDE_FN(2) WIDE_FN(3) WIDE_FN(4) WIDE_FN(5) WIDE_FN(6)
 #undef WIDE_FN
 
+/* 16 or 32 rows of a full panel on AMX tiles, then vnni_epilogue in row
+ * groups of at most WIDE_MR (its register arrays' size). */
+AVX512_TARGET __attribute__((noinline)) static void amx_rows(const qgemm_job *j, int64_t r,
+                                                             int rows, int64_t p,
+                                                             const int8_t *b)
+{
+    _Alignas(64) int32_t accs[32 * SLIM_QGEMM_PANEL];
+    if (rows == 32)
+        slim__qgemm_amx_tile32(j->qx + r * j->k4, j->k4, b, accs);
+    else
+        slim__qgemm_amx_tile16(j->qx + r * j->k4, j->k4, b, accs);
+    for (int i = 0; i < rows; i += 16) {
+        const int32_t *ai = accs + i * SLIM_QGEMM_PANEL;
+        vnni_epilogue(j, 6, 4, r + i, p, ai);
+        vnni_epilogue(j, 6, 4, r + i + 6, p, ai + 6 * SLIM_QGEMM_PANEL);
+        vnni_epilogue(j, 4, 4, r + i + 12, p, ai + 12 * SLIM_QGEMM_PANEL);
+    }
+}
+
 AVX512_TARGET
 static void panel_vnni(const qgemm_job *j, int64_t p, int64_t r0, int64_t r1)
 {
-    int nv = (int)(panel_width(j->n16, p) / 16);
+    int nv = (int)(slim__qgemm_panel_width(j->n16, p) / 16);
     const int8_t *b = j->a->packed + p * SLIM_QGEMM_PANEL * j->k4;
     if (nv == 4) {
+        for (; j->amx && r1 - r0 >= 16; r0 += r1 - r0 >= 32 ? 32 : 16)
+            amx_rows(j, r0, r1 - r0 >= 32 ? 32 : 16, p, b);
         for (int64_t r = r0; r < r1; r += WIDE_MR) {
             switch (r1 - r < WIDE_MR ? (int)(r1 - r) : WIDE_MR) {
             case 1: wide_tile_1(j, r, p, b); break;
@@ -519,7 +473,7 @@ static inline void micro_avx2(const qgemm_job *j, int mr, int64_t r, int64_t p, 
 AVX2_TARGET
 static void panel_avx2(const qgemm_job *j, int64_t p, int64_t r0, int64_t r1)
 {
-    int64_t w = panel_width(j->n16, p);
+    int64_t w = slim__qgemm_panel_width(j->n16, p);
     const int8_t *b = j->a->packed + p * SLIM_QGEMM_PANEL * j->k4;
     for (int64_t c0 = 0; c0 < w && p * SLIM_QGEMM_PANEL + c0 < j->a->n; c0 += 16)
         for (int64_t r = r0; r < r1; r += 2) {
@@ -563,9 +517,10 @@ static void run_task(qgemm_run *q, int64_t t)
     int64_t chunks = j->chunks;
     if (q->ready) {
         if (t < chunks) {
-            int64_t r1 = (t + 1) * ROW_CHUNK < j->a->m ? (t + 1) * ROW_CHUNK : j->a->m;
+            int64_t rc = j->rows_per_chunk;
+            int64_t r1 = (t + 1) * rc < j->a->m ? (t + 1) * rc : j->a->m;
             const slim_qgemm_args *a = q->a;
-            int64_t r0 = t * ROW_CHUNK;
+            int64_t r0 = t * rc;
             q->quantize(a->x + r0 * a->ldx, a->ldx, r1 - r0, a->k, q->qx + r0 * j->k4, j->k4,
                         q->sx + r0, q->zx + r0);
             for (int64_t r = r0; q->xo && r < r1; r++)
@@ -589,10 +544,16 @@ static void run_task(qgemm_run *q, int64_t t)
             _mm_pause();
 #endif
     }
-    int64_t r0 = c * ROW_CHUNK, r1 = r0 + ROW_CHUNK < j->a->m ? r0 + ROW_CHUNK : j->a->m;
+    int64_t rc = j->rows_per_chunk;
+    int64_t r0 = c * rc, r1 = r0 + rc < j->a->m ? r0 + rc : j->a->m;
 #ifdef QGEMM_X86
     if (j->isa == SLIM_QGEMM_AVX512VNNI) {
+        bool tiles = j->amx && r1 - r0 >= 16 && slim__qgemm_panel_width(j->n16, p) == SLIM_QGEMM_PANEL;
+        if (tiles)
+            slim__qgemm_amx_begin();
         panel_vnni(j, p, r0, r1);
+        if (tiles)
+            slim__qgemm_amx_end();
         return;
     }
     if (j->isa == SLIM_QGEMM_AVX2) {
@@ -652,7 +613,11 @@ static void run_panels(const slim_qgemm_args *a, void *scratch, const uint8_t *q
     j->n16 = slim_qgemm_n16(a->n);
     j->isa = slim_qgemm_get_isa();
     j->panels = j->n16 / SLIM_QGEMM_PANEL + (j->n16 % SLIM_QGEMM_PANEL != 0);
-    j->chunks = (a->m + ROW_CHUNK - 1) / ROW_CHUNK;
+    /* AMX only pays for whole 16-row tiles of full panels. */
+    j->amx = j->isa == SLIM_QGEMM_AVX512VNNI && a->m >= 16 && j->n16 >= SLIM_QGEMM_PANEL &&
+             slim_qgemm_amx_active();
+    j->rows_per_chunk = j->amx ? AMX_CHUNK : ROW_CHUNK;
+    j->chunks = (a->m + j->rows_per_chunk - 1) / j->rows_per_chunk;
     q.n_tasks = j->panels * j->chunks;
     if (!qx) {
         size_t rows = rows_bytes(a->m, a->k);

@@ -16,6 +16,14 @@
 #define AVX2_TARGET __attribute__((target("avx2,fma")))
 #endif
 
+/* Width in channels of panel p of a packed weight with n16 channels (a
+ * multiple of 16; SLIM_QGEMM_PANEL but for the last). */
+static inline int64_t slim__qgemm_panel_width(int64_t n16, int64_t p)
+{
+    int64_t w = n16 - p * SLIM_QGEMM_PANEL;
+    return w < SLIM_QGEMM_PANEL ? w : SLIM_QGEMM_PANEL;
+}
+
 /* Rows rows of k floats (row i at x + i * ldx) to u8 (row i at q + i *
  * ldq, k4 bytes, the padding 0), scale[i] and zp[i] as qgemm.h says. */
 typedef void (*slim__qgemm_rows_fn)(const float *x, int64_t ldx, int64_t rows, int64_t k,
@@ -23,5 +31,16 @@ typedef void (*slim__qgemm_rows_fn)(const float *x, int64_t ldx, int64_t rows, i
 
 /* The rows quantizer of a path (qgemm_quant.c). */
 slim__qgemm_rows_fn slim__qgemm_quantizer(slim_qgemm_isa isa);
+
+/* The AMX tiles (qgemm_amx.c), only where slim_qgemm_amx_active(): begin
+ * loads the tile configuration on the calling thread, end releases it;
+ * between them tile16 writes the exact int32 sums of 16 quantized rows (qx,
+ * k4 bytes apart) against one full packed panel b into acc[16][64]. */
+void slim__qgemm_amx_begin(void);
+void slim__qgemm_amx_end(void);
+void slim__qgemm_amx_tile16(const uint8_t *qx, int64_t k4, const int8_t *b, int32_t *acc);
+/* The same for 32 rows into acc[32][64] (each weight tile serves both
+ * 16-row halves). */
+void slim__qgemm_amx_tile32(const uint8_t *qx, int64_t k4, const int8_t *b, int32_t *acc);
 
 #endif

@@ -308,6 +308,70 @@ START_TEST(test_gelu_accuracy)
 }
 END_TEST
 
+/* The AMX tiles (16 rows x a full panel, K in 64-byte steps plus a
+ * vpdpbusd tail) against the VNNI loops and the C path: rows around the
+ * tile and task sizes, panels full and narrow, k with and without a tail,
+ * outlier channels and Gelu in the epilogue; bitwise equal. Where the CPU
+ * has no AMX, slim_qgemm_set_amx(true) says so and the VNNI loops run
+ * twice (the comparison still holds). */
+START_TEST(test_amx_tiles_match_vnni)
+{
+    const int64_t ms[] = {16, 31, 33, 100};
+    const int64_t ns[] = {64, 100, 192};
+    const int64_t ks[] = {64, 100, 768};
+    const int64_t no = 3;
+    for (size_t a = 0; a < sizeof(ms) / sizeof(ms[0]); a++)
+        for (size_t b = 0; b < sizeof(ns) / sizeof(ns[0]); b++)
+            for (size_t c = 0; c < sizeof(ks) / sizeof(ks[0]); c++) {
+                int64_t m = ms[a], n = ns[b], k = ks[c];
+                float *x = malloc(sizeof(float) * (size_t)(m * k));
+                int8_t *w = malloc((size_t)(n * k)), *oq = malloc((size_t)(no * n));
+                float *os = malloc(sizeof(float) * (size_t)n);
+                float *want = malloc(sizeof(float) * (size_t)(m * n));
+                float *got = malloc(sizeof(float) * (size_t)(m * n));
+                int64_t oidx[3] = {1, k / 2, k - 1};
+                fill_rows(x, m, k);
+                fill_weights(w, n, k);
+                for (int64_t o = 0; o < no; o++)
+                    for (int64_t j = 0; j < n; j++)
+                        w[j * k + oidx[o]] = 0;
+                fill_weights(oq, no, n);
+                for (int64_t j = 0; j < n; j++)
+                    os[j] = 0.02f * fabsf(rndf());
+                packed_w p = pack(w, n, k);
+                void *scratch;
+                ck_assert_int_eq(posix_memalign(&scratch, 64, slim_qgemm_scratch_bytes(m, k)), 0);
+                slim_qgemm_args q = {.m = m, .n = n, .k = k, .x = x, .ldx = k,
+                                     .packed = p.packed, .colsum = p.colsum, .w_scale = p.sw,
+                                     .bias = p.bias, .act = SLIM_QGEMM_ACT_GELU, .y = want,
+                                     .ldy = n, .n_outl = no, .outl_idx = oidx, .outl_q = oq,
+                                     .outl_scale = os};
+                ck_assert(slim_qgemm_set_isa(SLIM_QGEMM_C));
+                slim_qgemm(&q, scratch);
+                q.y = got;
+                for (int amx = 0; amx < 2 && slim_qgemm_set_isa(SLIM_QGEMM_AVX512VNNI); amx++) {
+                    bool on = slim_qgemm_set_amx(amx == 1);
+                    ck_assert(on == (amx == 1 && slim_qgemm_amx_active()));
+                    memset(got, 0xFF, sizeof(float) * (size_t)(m * n));
+                    slim_qgemm(&q, scratch);
+                    ck_assert_msg(memcmp(got, want, sizeof(float) * (size_t)(m * n)) == 0,
+                                  "amx %d (on: %d) differs from c at m=%lld n=%lld k=%lld", amx,
+                                  (int)on, (long long)m, (long long)n, (long long)k);
+                }
+                slim_qgemm_set_amx(true);
+                slim_qgemm_set_isa(SLIM_QGEMM_AUTO);
+                free(scratch);
+                unpack_free(&p);
+                free(x);
+                free(w);
+                free(oq);
+                free(os);
+                free(want);
+                free(got);
+            }
+}
+END_TEST
+
 /* Outlier channels with every activation, on full 64-channel panels (the
  * 6-row loop, whose epilogue adds them in registers) and narrow ones, rows
  * 1 to 50, 5 outliers in k = 100 (gathered per row at quantization) and in
@@ -1059,6 +1123,7 @@ int main(void)
     tcase_add_test(tk, test_bad_rows_inside_a_block);
     tcase_add_test(tk, test_same_outliers);
     tcase_add_test(tk, test_outliers_and_activations_all_paths);
+    tcase_add_test(tk, test_amx_tiles_match_vnni);
     suite_add_tcase(s, tk);
     TCase *tp = tcase_create("pass");
     tcase_add_test(tp, test_pass_fuses_and_matches_fp32);
