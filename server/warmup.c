@@ -226,10 +226,12 @@ static slim_status read_file(const char *model_dir, const wu_input *in, size_t n
         return slim_errf(err, SLIM_EINVAL, "%s: input \"%s\": input_data_file \"%s\" leads out "
                          "of the model's warmup/ folder", at, in->name, in->file);
     struct stat st;
+    char shape[128];
     if (stat(real, &st) == 0 && S_ISREG(st.st_mode) && (size_t)st.st_size != need)
         return slim_errf(err, SLIM_EINVAL, "%s: input \"%s\": input_data_file \"%s\" holds %lld "
-                         "bytes but one sample of %s dims needs %zu", at, in->name, in->file,
-                         (long long)st.st_size, slim_server_dtype_triton(in->dtype), need);
+                         "bytes but one sample (%s %s) needs %zu", at, in->name, in->file,
+                         (long long)st.st_size, slim_server_dtype_triton(in->dtype),
+                         slim_shape_str(in->ndim, in->dims, shape, sizeof(shape)), need);
     size_t len = 0;
     slim_status s = slim_file_read_all(real, "warmup input_data_file", data, &len, err);
     if (s == SLIM_OK && len != need) { /* changed since the stat */
@@ -356,7 +358,7 @@ static slim_status run_sample(const slim_server_model *m, const wu_sample *w,
     }
     if (s == SLIM_OK)
         slim_server_log(SLIM_LOG_INFO, NULL, "model \"%s\" version %lld: warmup \"%s\" ran "
-                        "%lld time(s) in %.1f ms", m->name, (long long)m->version, w->name,
+                        "%lld time(s) in %.2f ms", m->name, (long long)m->version, w->name,
                         (long long)count, (double)(slim_server_now_ns() - t0) / 1e6);
     for (int i = 0; xs && i < n; i++)
         slim_tensor_release(&xs[i]);
