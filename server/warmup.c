@@ -413,9 +413,8 @@ slim_status slim_server_warmup(slim_server_repo *repo, const slim_server_model *
         repo->loads[slot] = NULL;
     pthread_mutex_unlock(&repo->mu);
     if (s == SLIM_ETIMEDOUT)
-        slim_errf(err, s, "model \"%s\": its model_warmup did not finish within "
-                  "--load-timeout %d s (the load and the warmup together)", m->name,
-                  repo->load_timeout_s);
+        slim_errf(err, s, "model_warmup did not finish within --load-timeout %d s (the load "
+                  "and the warmup together)", repo->load_timeout_s);
     else if (s != SLIM_OK)
         slim_err_prefix(err, "model_warmup failed: ");
     return s;

@@ -444,6 +444,44 @@ class Cases:
         check(status == 404, f"the metrics port serves only /metrics: {status}")
 
 
+def t_warmup_timeout(binary, workdir):
+    """A warmup that runs past --load-timeout fails the load naming it, at
+    the timeout (its runs are stopped, not waited for)."""
+    root = os.path.join(workdir, "slow-repo")
+    shutil.rmtree(root, ignore_errors=True)
+    rng = np.random.default_rng(3)
+    names = ["x"] + [f"h{i}" for i in range(8)]
+    nodes = [helper.make_node("MatMul", [names[i], f"w{i}"], [names[i + 1]]) for i in range(8)]
+    inits = [numpy_helper.from_array(rng.standard_normal((512, 512)).astype(np.float32) / 32,
+                                     f"w{i}") for i in range(8)]
+    graph = helper.make_graph(
+        nodes, "slow", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 512])],
+        [helper.make_tensor_value_info(names[-1], TensorProto.FLOAT, ["n", 512])],
+        initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    os.makedirs(os.path.join(root, "slow", "1"))
+    onnx.save(model, os.path.join(root, "slow", "1", "model.onnx"))
+    # 1000 runs of 64 rows through 8 512x512 MatMuls: minutes on 2 cores
+    with open(os.path.join(root, "slow", "config.pbtxt"), "w") as f:
+        f.write('max_batch_size: 64\nmodel_warmup [ { name: "long" batch_size: 64 count: 1000\n'
+                '  inputs { key: "x" value: { data_type: TYPE_FP32 dims: [ 512 ] '
+                'random_data: true } } } ]\n')
+    t0 = time.time()
+    srv = Server(binary, root, os.path.join(workdir, "slow.log"), "--load-timeout", "1",
+                 "--metrics-port", "0", wait=False)
+    try:
+        want = "model_warmup did not finish within --load-timeout 1 s"
+        while time.time() - t0 < 60 and want not in srv.logged():
+            check(srv.proc.poll() is None, f"the server exited: {srv.logged()[-500:]}")
+            time.sleep(0.1)
+        took = time.time() - t0
+        check(want in srv.logged(), f"no {want!r} in the log: {srv.logged()[-500:]}")
+        check(took < 20, f"the warmup was stopped only after {took:.1f} s")
+    finally:
+        srv.stop()
+
+
 def t_port_taken(binary, repo, workdir, taken):
     srv = Server(binary, repo, os.path.join(workdir, "taken.log"), "--metrics-port",
                  str(taken), wait=False)
@@ -482,6 +520,8 @@ def main():
         r.case("nv_* metrics on --metrics-port and the HTTP port", s.t_metrics)
         r.case("a --metrics-port that is taken stops the server", t_port_taken, binary, repo,
                args.workdir, srv.port)
+        r.case("a warmup past --load-timeout fails the load at the timeout", t_warmup_timeout,
+               binary, args.workdir)
     finally:
         rc = srv.stop()
     r.case("exit code 0", lambda: check(rc == 0, f"exit code {rc}"))
