@@ -83,6 +83,10 @@ static slim_status parse_input(const cJSON *in, const char *at, wu_input *out, s
             if (!cJSON_IsString(f))
                 return slim_errf(err, SLIM_EINVAL, "%s: data_type: expected a string such as "
                                  "\"TYPE_FP32\"", at);
+            /* strings have no zero, random or raw-file form here */
+            if (strcmp(f->valuestring, "TYPE_STRING") == 0)
+                return slim_errf(err, SLIM_EINVAL, "%s: data_type TYPE_STRING is not supported "
+                                 "in model_warmup", at);
             out->dtype = slim_server_dtype_from_triton(f->valuestring);
             if (out->dtype == SLIM_DTYPE_UNDEFINED)
                 return slim_errf(err, SLIM_EINVAL, "%s: data_type %s is not a type warmup "

@@ -137,6 +137,9 @@ START_TEST(mapping)
                               "  data_type: TYPE_FP32 input_data_file: \"../x\" } } }", &err));
     ck_assert_msg(strstr(err.msg, "input_data_file: expected the name of a file"), "%s", err.msg);
     ck_assert_ptr_null(mapped("model_warmup { name: \"w\" inputs { key: \"x\" value {\n"
+                              "  data_type: TYPE_STRING dims: 1 zero_data: true } } }", &err));
+    ck_assert_msg(strstr(err.msg, "TYPE_STRING is not supported in model_warmup"), "%s", err.msg);
+    ck_assert_ptr_null(mapped("model_warmup { name: \"w\" inputs { key: \"x\" value {\n"
                               "  data_type: TYPE_FP32 zero_data: true } }\n"
                               "  inputs { key: \"x\" value { data_type: TYPE_FP32 } } }", &err));
     ck_assert_msg(strstr(err.msg, "model_warmup[0].inputs: \"x\" is given twice"), "%s", err.msg);
