@@ -381,10 +381,16 @@ void slim__grpc_stream_event(void *tag, bool ok)
         st->sending = NULL;
         grpc_byte_buffer_destroy(st->send);
         st->send = NULL;
+        pthread_mutex_unlock(&st->mu);
+        /* Freed while it still counts in `open` (it reaches the call
+         * through its admission): once open is 0 the stream may end and
+         * be freed on another thread at once. Not under st->mu, which
+         * admission's callbacks take. */
+        item_free(it);
+        pthread_mutex_lock(&st->mu);
         st->open--;
         pump_locked(st);
         pthread_mutex_unlock(&st->mu);
-        item_free(it);
         return;
     }
     case SLIM__GRPC_STREAM_CLOSED:
