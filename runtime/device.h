@@ -62,14 +62,19 @@ typedef struct slim_backend_iface {
     slim_status (*ipc_open)(struct slim_device *dev, const void *handle, size_t handle_len,
                             void **ptr, slim_err *err);
     void (*ipc_close)(struct slim_device *dev, void *ptr);
+    /* Optional (NULL: not offered): the device's UUID as its vendor's tools
+     * write it ("GPU-5f2e6c1a-...", as nvidia-smi -L and Triton's gpu_uuid
+     * metric label), owned by the backend; NULL when it is not known. */
+    const char *(*uuid)(struct slim_device *dev);
 } slim_backend_iface;
 
 /* 2: slim_tensor gained kind (sequences and optionals, container.h)
  * 3: pinned_host
  * 4: the CPU has a backend too; slim_op_ctx carries row_invariant and
  *    fp32_strict (runtime/op.h)
- * 5: ipc_open, ipc_close (CUDA shared memory) */
-#define SLIM_BACKEND_ABI 5
+ * 5: ipc_open, ipc_close (CUDA shared memory)
+ * 6: uuid */
+#define SLIM_BACKEND_ABI 6
 
 typedef struct slim_device {
     const char *name;           /* "cpu", "cuda:0" */

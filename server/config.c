@@ -23,6 +23,7 @@
 #include "alloc.h"
 #include "codec.h"
 #include "config.h"
+#include "warmup.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -641,6 +642,15 @@ static slim_status parse_keys(const cJSON *root, const char *dir_name, slim_serv
             s = key[0] == 'i' ? parse_int8(k, cfg, err)
                 : key[0] == 'h' ? parse_half(k, cfg, err) : parse_pruning(k, cfg, err);
             if (s != SLIM_OK)
+                return s;
+            cJSON *copy = cJSON_Duplicate(k, true);
+            if (!copy || !cJSON_AddItemToObject(cfg->reserved, key, copy)) {
+                cJSON_Delete(copy);
+                return slim_errf(err, SLIM_ENOMEM, "out of memory");
+            }
+        } else if (strcmp(key, "model_warmup") == 0) {
+            /* Triton's (warmup.c): checked here, run after the load */
+            if ((s = slim__config_warmup(k, err)) != SLIM_OK)
                 return s;
             cJSON *copy = cJSON_Duplicate(k, true);
             if (!copy || !cJSON_AddItemToObject(cfg->reserved, key, copy)) {

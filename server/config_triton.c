@@ -19,9 +19,11 @@
  *                                       first of gpus) or "cuda", KIND_AUTO
  *                                       the server's --device
  *   version_policy                      latest/all/specific
+ *   model_warmup [{name, batch_size,    as they are, the inputs map as a
+ *     inputs, count}]                   JSON object (warmup.c runs them)
  *
  * Every other field, and every part of a field slimserve does not act on
- * (priority levels, model_warmup, optimization, parameters...), is logged
+ * (priority levels, optimization, parameters...), is logged
  * as a warning naming it and left out: a Triton repository should load,
  * and its owner should see what is not honoured. In JSON, keys that are
  * not Triton's (slimserve's own: memory_limit, precision...) pass through
@@ -350,10 +352,68 @@ static cJSON *plain(const cJSON *msg, const char *const *repeated)
     return o;
 }
 
+/* model_warmup: Triton's map<string, ModelInput> is written in text
+ * format as repeated {key value} entries; config.json takes the JSON form
+ * (an object by input name), which warmup.c checks. */
+static bool map_warmup_input(tctx *c, const cJSON *entry, const char *where, cJSON *inputs)
+{
+    static const char *const known[] = {"data_type", "dims", "zero_data", "random_data",
+                                        "input_data_file", NULL};
+    if (!cJSON_IsObject(entry))
+        return fail(c, SLIM_EINVAL, "%sinputs: expected {key: \"name\" value {...}}", where);
+    const cJSON *key = one(c, entry, "key", where), *value = one(c, entry, "value", where);
+    if (c->failed)
+        return false;
+    if (!cJSON_IsString(key) || !cJSON_IsObject(value))
+        return fail(c, SLIM_EINVAL, "%sinputs: expected {key: \"name\" value {...}}", where);
+    if (cJSON_GetObjectItemCaseSensitive(inputs, key->valuestring))
+        return fail(c, SLIM_EINVAL, "%sinputs: \"%s\" is given twice", where, key->valuestring);
+    char at[160];
+    snprintf(at, sizeof(at), "%sinputs[\"%.64s\"].", where, key->valuestring);
+    cJSON *o = cJSON_CreateObject();
+    const cJSON *dims = cJSON_GetObjectItemCaseSensitive(value, "dims");
+    if (!add(c, inputs, key->valuestring, o) || !copy_scalar(c, value, "data_type", at, o, NULL) ||
+        (dims && !add(c, o, "dims", number_list(c, dims, at))) ||
+        !copy_scalar(c, value, "zero_data", at, o, NULL) ||
+        !copy_scalar(c, value, "random_data", at, o, NULL) ||
+        !copy_scalar(c, value, "input_data_file", at, o, NULL))
+        return false;
+    warn_others(c, value, at, known);
+    return true;
+}
+
+static bool map_warmup(tctx *c, const cJSON *list, cJSON *out)
+{
+    static const char *const known[] = {"name", "batch_size", "inputs", "count", NULL};
+    cJSON *arr = cJSON_CreateArray();
+    if (!add(c, out, "model_warmup", arr))
+        return false;
+    int i = 0;
+    for (const cJSON *w = list->child; w; w = w->next, i++) {
+        char where[64];
+        snprintf(where, sizeof(where), "model_warmup[%d].", i);
+        if (!cJSON_IsObject(w))
+            return fail(c, SLIM_EINVAL, "model_warmup: expected a message");
+        cJSON *o = cJSON_CreateObject(), *inputs;
+        if (!o || !cJSON_AddItemToArray(arr, o))
+            return cJSON_Delete(o), fail(c, SLIM_ENOMEM, "out of memory");
+        if (!copy_scalar(c, w, "name", where, o, NULL) ||
+            !copy_number(c, w, "batch_size", where, o) || !copy_number(c, w, "count", where, o) ||
+            !add(c, o, "inputs", inputs = cJSON_CreateObject()))
+            return false;
+        const cJSON *entries = cJSON_GetObjectItemCaseSensitive(w, "inputs");
+        for (const cJSON *e = entries ? entries->child : NULL; e; e = e->next)
+            if (!map_warmup_input(c, e, where, inputs))
+                return false;
+        warn_others(c, w, where, known);
+    }
+    return true;
+}
+
 /* ---- the whole configuration -------------------------------------------- */
 
 static const char *const unused_fields[] = {
-    "optimization", "sequence_batching", "ensemble_scheduling", "model_warmup",
+    "optimization", "sequence_batching", "ensemble_scheduling",
     "model_transaction_policy", "response_cache", "cc_model_filenames", "metric_tags",
     "model_repository_agents", "model_operations", "runtime", "batch_input", "batch_output",
     "model_metrics", NULL};
@@ -374,6 +434,8 @@ static bool map_field(tctx *c, const cJSON *tree, const cJSON *f, cJSON *out)
     }
     if (strcmp(k, "instance_group") == 0)
         return map_instances(c, f, out);
+    if (strcmp(k, "model_warmup") == 0)
+        return map_warmup(c, f, out);
     if (strcmp(k, "version_policy") == 0) {
         const cJSON *vp = one(c, tree, k, "");
         return vp && cJSON_IsObject(vp) ? add(c, out, k, plain(vp, policy_lists))

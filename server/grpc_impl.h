@@ -31,6 +31,7 @@
 typedef enum {
     SLIM__GRPC_REQUESTED, SLIM__GRPC_READ, SLIM__GRPC_SENT, SLIM__GRPC_CLOSED,
     SLIM__GRPC_STREAM_READ, SLIM__GRPC_STREAM_SENT, SLIM__GRPC_STREAM_DONE,
+    SLIM__GRPC_STREAM_CLOSED,
 } slim__grpc_phase;
 
 struct slim__grpc_call;

@@ -11,6 +11,14 @@
  * (OK) goes out and, when that completes, everything is freed. A client
  * that goes away ends the stream the same way (its writes fail at once).
  *
+ * A client that cancels the stream (or goes away) is noticed while the
+ * stream is open, as for a unary ModelInfer: a RECV_CLOSE_ON_SERVER asked
+ * for at the start (close_tag) completes then, and sets `gone`, which the
+ * batcher and admission's line ask about every few tens of ms; the
+ * stream's queued and running requests are cancelled (counted failed, as
+ * a cancelled call is) instead of running for nobody. The stream is freed
+ * on the later of that close and its status batch (tags counts them).
+ *
  * Each request counts in srv->in_flight from its arrival until its model
  * reference is given back, so a drain waits for requests, not for idle
  * streams; a request that arrives once the server is stopping is answered
@@ -26,6 +34,7 @@
 
 #include <grpc/byte_buffer_reader.h>
 
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -52,7 +61,10 @@ typedef struct item {
 struct stream {
     slim__grpc_call *c;             /* the call, its details and metadata */
     slim_server *srv;
-    slim__grpc_tag read_tag, send_tag, done_tag;
+    slim__grpc_tag read_tag, send_tag, done_tag, close_tag;
+    bool close_early;               /* close_tag asked for: the status batch has no close */
+    atomic_int tags;                /* of done_tag and close_tag, still to complete */
+    atomic_bool gone;               /* the client cancelled or left (close_tag said so) */
     pthread_mutex_t mu;
     item *head, *tail;              /* answers waiting for the write side */
     item *sending;                  /* the answer being written */
@@ -113,8 +125,10 @@ static void finish_locked(stream *st)
     ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
     ops[n].data.send_status_from_server.status = GRPC_STATUS_OK;
     ops[n++].data.send_status_from_server.status_details = &details;
-    ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-    ops[n++].data.recv_close_on_server.cancelled = &st->c->close_cancelled;
+    if (!st->close_early) {
+        ops[n].op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+        ops[n++].data.recv_close_on_server.cancelled = &st->c->close_cancelled;
+    }
     if (grpc_call_start_batch(st->c->call, ops, n, &st->done_tag, NULL) != GRPC_CALL_OK)
         slim_server_log(SLIM_LOG_WARN, NULL, "grpc: could not end a stream");
 }
@@ -224,6 +238,18 @@ static void item_done(slim_server_task *t)
     answer(it, out, out_len);
 }
 
+/* Whether the stream's client left (a flag set on a queue thread: cheap). */
+static bool item_gone(slim_server_task *t)
+{
+    const item *it = t->user;
+    return atomic_load(&it->st->gone);
+}
+
+static bool item_admit_gone(slim__grpc_admit *ad)
+{
+    return atomic_load(&((item *)ad)->st->gone);
+}
+
 static void item_fail(slim__grpc_admit *ad, grpc_status_code code, const char *msg)
 {
     (void)code; /* a stream answers a failed request with its message */
@@ -255,8 +281,10 @@ static void handle(stream *st, const uint8_t *data, size_t len)
     it->admit.task = &it->task;
     it->admit.decode_ns = &it->decode_ns;
     it->admit.fail = item_fail;
-    /* A stream's client leaving is seen only at its end (its writes fail):
-     * a waiting request of it waits its time out. */
+    if (st->close_early) { /* its client leaving cancels it, queued or running */
+        it->task.gone = item_gone;
+        it->admit.gone = item_admit_gone;
+    }
     slim__grpc_infer_submit(&it->admit, data, len, it->t_begin);
 }
 
@@ -309,7 +337,21 @@ void slim__grpc_stream_start(slim__grpc_call *c)
     st->read_tag = (slim__grpc_tag){SLIM__GRPC_STREAM_READ, st};
     st->send_tag = (slim__grpc_tag){SLIM__GRPC_STREAM_SENT, st};
     st->done_tag = (slim__grpc_tag){SLIM__GRPC_STREAM_DONE, st};
+    st->close_tag = (slim__grpc_tag){SLIM__GRPC_STREAM_CLOSED, st};
     pthread_mutex_init(&st->mu, NULL);
+    /* Watch for the client leaving from the start (before the first
+     * message is handled, so that its request is watched too). */
+    grpc_op op;
+    memset(&op, 0, sizeof(op));
+    op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+    op.data.recv_close_on_server.cancelled = &c->close_cancelled;
+    atomic_init(&st->gone, false);
+    atomic_init(&st->tags, 2);
+    st->close_early = true;
+    if (grpc_call_start_batch(c->call, &op, 1, &st->close_tag, NULL) != GRPC_CALL_OK) {
+        st->close_early = false;
+        atomic_store(&st->tags, 1);
+    }
     /* The first message's in-flight count goes with its request now. */
     c->counted = false;
     st->recv = c->recv;
@@ -339,13 +381,25 @@ void slim__grpc_stream_event(void *tag, bool ok)
         st->sending = NULL;
         grpc_byte_buffer_destroy(st->send);
         st->send = NULL;
+        pthread_mutex_unlock(&st->mu);
+        /* Freed while it still counts in `open` (it reaches the call
+         * through its admission): once open is 0 the stream may end and
+         * be freed on another thread at once. Not under st->mu, which
+         * admission's callbacks take. */
+        item_free(it);
+        pthread_mutex_lock(&st->mu);
         st->open--;
         pump_locked(st);
         pthread_mutex_unlock(&st->mu);
-        item_free(it);
         return;
     }
+    case SLIM__GRPC_STREAM_CLOSED:
+        /* at the stream's end, or earlier when its client cancelled */
+        atomic_store(&st->gone, !ok || st->c->close_cancelled);
+        /* fall through: the later of CLOSED and DONE frees the stream */
     case SLIM__GRPC_STREAM_DONE:
+        if (atomic_fetch_sub(&st->tags, 1) != 1)
+            return;
         slim__grpc_call_free(st->c);
         pthread_mutex_destroy(&st->mu);
         free(st);

@@ -341,22 +341,31 @@ static unsigned long long host_memory_used(void)
     return total > avail ? total - avail : 0;
 }
 
-/* Each GPU already started (none is started for this), by its slimserve
- * name: the device interface has no UUID to give. */
+/* Each GPU already started (none is started for this), labelled as
+ * Triton labels it: gpu_uuid="GPU-..." from the device interface; a
+ * backend that gives none is labelled with the slimserve name. Used and
+ * total memory, from the device's own view (cudaMemGetInfo). */
 static void render_nv_gpu(slim_server_buf *out)
 {
     slim_device *devs[16];
     int n = slim_device_list(devs, 16, false, NULL);
-    slim_server_buf_puts(out, "# HELP nv_gpu_memory_used_bytes GPU used memory, in bytes\n"
-                              "# TYPE nv_gpu_memory_used_bytes gauge\n");
-    for (int i = 0; i < n; i++) {
-        const slim_backend_iface *b = devs[i]->backend;
-        if (!b || !b->mem_info || strcmp(slim_device_kind(devs[i]), "cpu") == 0)
-            continue;
-        size_t free_b = 0, total_b = 0;
-        b->mem_info(devs[i], &free_b, &total_b);
-        slim_server_buf_printf(out, "nv_gpu_memory_used_bytes{gpu_uuid=\"%s\"} %zu\n",
-                               devs[i]->name, total_b > free_b ? total_b - free_b : 0);
+    static const char *const families[2][2] = {
+        {"nv_gpu_memory_used_bytes", "GPU used memory, in bytes"},
+        {"nv_gpu_memory_total_bytes", "GPU total memory, in bytes"}};
+    for (int f = 0; f < 2; f++) {
+        slim_server_buf_printf(out, "# HELP %s %s\n# TYPE %s gauge\n", families[f][0],
+                               families[f][1], families[f][0]);
+        for (int i = 0; i < n; i++) {
+            const slim_backend_iface *b = devs[i]->backend;
+            if (!b || !b->mem_info || strcmp(slim_device_kind(devs[i]), "cpu") == 0)
+                continue;
+            size_t free_b = 0, total_b = 0;
+            b->mem_info(devs[i], &free_b, &total_b);
+            const char *uuid = b->uuid ? b->uuid(devs[i]) : NULL;
+            size_t v = f ? total_b : total_b > free_b ? total_b - free_b : 0;
+            slim_server_buf_printf(out, "%s{gpu_uuid=\"%s\"} %zu\n", families[f][0],
+                                   uuid ? uuid : devs[i]->name, v);
+        }
     }
 }
 

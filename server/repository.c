@@ -31,6 +31,7 @@
 #include "model.h"
 #include "repository.h"
 #include "residency.h"
+#include "warmup.h"
 #include "clock.h"
 #include "pipeline.h" /* slim_model_file_is_slim */
 
@@ -285,6 +286,9 @@ static slim_status load_version(slim_server_repo *repo, const char *name, const 
      * or halved out of, so every run of a batching model computes rows the
      * same way (single requests included). */
     slim_model_set_batch_invariant(m->model, m->cfg.max_batch_size > 0);
+    /* model_warmup: still within the load's time bound, before READY */
+    if ((s = slim_server_warmup(repo, m, tok.deadline_ns, err)) != SLIM_OK)
+        goto err;
     if (!(m->stats = slim_server_metrics_get(repo->metrics, name, version))) {
         s = slim_errf(err, SLIM_ENOMEM, "out of memory");
         goto err;

@@ -61,6 +61,7 @@ typedef struct cuda_device {
     int ordinal;
     int sm_count;
     bool limits_set;           /* device_limits ran (under limits_mu) */
+    char uuid[48];             /* "GPU-xxxxxxxx-xxxx-xxxx-xxxx-xxxxxxxxxxxx"; "" unknown */
 } cuda_device;
 
 static cuda_device devices[SLIM_CUDA_MAX_DEVICES];
@@ -520,6 +521,21 @@ static void dev_ipc_close(slim_device *dev, void *ptr)
         (void)cudaGetLastError();
 }
 
+/* The UUID as nvidia-smi writes it (read once, at open: the metrics ask
+ * for it on every scrape). */
+static void format_uuid(const unsigned char b[16], char *out, size_t cap)
+{
+    snprintf(out, cap, "GPU-%02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-%02x%02x%02x%02x%02x%02x",
+             b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7], b[8], b[9], b[10], b[11], b[12],
+             b[13], b[14], b[15]);
+}
+
+static const char *dev_uuid(slim_device *dev)
+{
+    const cuda_device *d = (const cuda_device *)dev;
+    return d->uuid[0] ? d->uuid : NULL;
+}
+
 /* ---- the entry point ---------------------------------------------------- */
 
 __attribute__((visibility("default")))
@@ -563,6 +579,7 @@ const slim_backend_iface *slim_cuda_backend_open(int abi, slim_err *err)
         d->dev.ordinal = i;
         snprintf(d->dev.description, sizeof(d->dev.description), "%s, sm_%d%d, %d SMs",
                  prop.name, prop.major, prop.minor, prop.multiProcessorCount);
+        format_uuid((const unsigned char *)prop.uuid.bytes, d->uuid, sizeof(d->uuid));
         const slim_alloc_backend src = {
             .device = d->name, .segment_alloc = segment_alloc, .segment_free = segment_free,
             .ctx = d,
@@ -589,7 +606,7 @@ const slim_backend_iface *slim_cuda_backend_open(int abi, slim_err *err)
         .abi = SLIM_BACKEND_ABI, .name = "cuda", .n_devices = n, .devices = device_ptrs,
         .lookup = op_lookup, .exec = op_exec, .copy = dev_copy, .sync = dev_sync,
         .mem_info = dev_mem_info, .pinned_host = pinned_dev.alloc ? &pinned_dev : NULL,
-        .ipc_open = dev_ipc_open, .ipc_close = dev_ipc_close,
+        .ipc_open = dev_ipc_open, .ipc_close = dev_ipc_close, .uuid = dev_uuid,
     };
     return &iface;
 }

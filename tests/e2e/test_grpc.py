@@ -8,7 +8,9 @@ example models (models/gen_models.py) and runs one client script through
 tritonclient.http and tritonclient.grpc: health, server and model metadata,
 model config, repository index, unload and load, binary infer, statistics.
 ModelStreamInfer answers every request on the stream (errors as
-error_message) and survives a client that cancels it.
+error_message) and survives a client that cancels it; a client that cancels
+its stream while it is open has its queued requests cancelled then (not run
+for nobody when the stream would have ended).
 Every call must succeed on both, with equal answers (outputs bitwise). Then:
 the errors (unknown model, bad shape, bad datatype, missing and wrong API key)
 give the gRPC codes Triton gives; concurrent gRPC infers all answer right;
@@ -345,6 +347,41 @@ class Tests:
         got = self.grpc.infer("mlp", [self.inp(self.x[:1])]).as_numpy("probs")
         check(got.shape == (1, 10), "infer after a cancelled stream")
 
+    def stats_counts(self, model):
+        st = as_dict(self.grpc.get_inference_statistics(model))["model_stats"][0]
+        inf = st.get("inference_stats", {})
+        return (int(inf.get("success", {}).get("count", 0)),
+                int(inf.get("fail", {}).get("count", 0)))
+
+    def t_stream_gone_while_open(self):
+        """A stream cancelled with requests queued: they are cancelled while
+        the stream is open. mlp_hold holds a batch for company for 5 s (a
+        gRPC client can always send more), so without that they would run
+        and count as successes; with it they count failed within 2 s."""
+        before = self.stats_counts("mlp_hold")
+        c = tg.InferenceServerClient(f"{HOST}:{self.srv.grpc_port}")
+        c.start_stream(callback=lambda result, error: None)
+        for k in range(6):
+            c.async_stream_infer("mlp_hold", [self.inp(self.x[:1])], request_id=f"h{k}")
+        time.sleep(0.2)  # queued, waiting for company
+        c.stop_stream(cancel_requests=True)
+        deadline = time.time() + 2.0
+        counts = before
+        while time.time() < deadline:
+            counts = self.stats_counts("mlp_hold")
+            if counts[1] - before[1] >= 6:
+                break
+            time.sleep(0.05)
+        check(counts[0] == before[0] and counts[1] - before[1] == 6,
+              f"6 requests of a cancelled stream: success +{counts[0] - before[0]}, "
+              f"failed +{counts[1] - before[1]} (want +0 and +6 within 2 s)")
+        # nothing left behind: the model unloads at once and the server serves on
+        status = self.http.unload_model("mlp_hold")
+        check(not self.http.is_model_ready("mlp_hold"), f"mlp_hold still ready: {status}")
+        self.http.load_model("mlp_hold")
+        got = self.grpc.infer("mlp", [self.inp(self.x[:1])]).as_numpy("probs")
+        check(got.shape == (1, 10), "infer after a cancelled stream")
+
     def t_client_gone(self):
         """Calls the client cancels (or whose deadline passes) while queued or
         running are dropped; the server keeps serving and counts them failed."""
@@ -437,6 +474,11 @@ def main():
                     "--no-check"], check=True, stdout=subprocess.DEVNULL)
     for name in ("resnet", "transformer"):  # the MLP is enough, and quick to load
         shutil.rmtree(os.path.join(repo, name))
+    # the MLP again, holding batches for company for 5 s (t_stream_gone_while_open)
+    shutil.copytree(os.path.join(repo, "mlp"), os.path.join(repo, "mlp_hold"))
+    with open(os.path.join(repo, "mlp_hold", "config.json"), "w") as f:
+        json.dump({"name": "mlp_hold", "max_batch_size": 64, "dynamic_batching": {
+            "max_queue_delay_microseconds": 5000000, "preferred_batch_size": [64]}}, f)
     srv = Server(args.slimserve, repo, os.path.join(args.workdir, "server.log"))
     if "without gRPC" in srv.log_text():
         srv.stop()
@@ -452,6 +494,7 @@ def main():
         r.case("client_gone", t.t_client_gone)
         r.case("stream_infer", t.t_stream)
         r.case("stream_cancelled", t.t_stream_cancelled)
+        r.case("stream_gone_while_open", t.t_stream_gone_while_open)
         r.case("health_while_busy", t.t_health_while_busy)
     finally:
         code = srv.stop()

@@ -11,8 +11,12 @@ checks:
   * batching, instance_group, version_policy and dims from config.pbtxt are
     what the server runs with (GET /config, the repository index, batched
     runs in the statistics)
-  * fields slimserve does not act on (model_warmup, parameters, an unknown
+  * fields slimserve does not act on (optimization, parameters, an unknown
     field) are warned about by name, and the model still loads
+  * model_warmup (config.pbtxt, config.json, a load's config override) runs
+    before the model is READY (zero, random and file data), is not counted
+    as requests, and a bad warmup is refused naming the sample and the
+    problem (unknown input, a file that escapes or has the wrong size, ...)
   * config.json beside config.pbtxt wins, with a warning; config.json takes
     Triton's instance_group too
   * a config.pbtxt that is not valid text format is refused naming its line
@@ -84,7 +88,13 @@ dynamic_batching {
 }
 instance_group [ { count: 2 kind: KIND_CPU } ]
 version_policy: { latest: { num_versions: 2 } }
-model_warmup [ { name: "zeros" batch_size: 1 } ]
+model_warmup [
+  { name: "zeros" batch_size: 1 count: 2
+    inputs { key: "x" value: { data_type: TYPE_FP32 dims: [ 4 ] zero_data: true } } },
+  { name: "from_file" batch_size: 4
+    inputs { key: "x" value: { data_type: TYPE_FP32 dims: 4 input_data_file: "x.bin" } } }
+]
+optimization { cuda { graphs: true } }
 parameters { key: "intra_op_thread_count" value: { string_value: "1" } }
 frobnicate: 'yes\\x21'
 """
@@ -103,6 +113,42 @@ dynamic_batching { preferred_batch_size: [ 2 4 ] }
 """
 
 
+def warmup_json(name="w", **inp):
+    x = {"data_type": "TYPE_FP32", "dims": ["4"], **inp}
+    return [{"name": name, "batch_size": 1, "inputs": {"x": x}}]
+
+
+# model: (config.json's model_warmup, what its load failure must say)
+BAD_WARMUPS = {
+    "warm_input": ([{"name": "w", "inputs": {"z": {"data_type": "TYPE_FP32", "dims": [4],
+                                                   "zero_data": True}}}],
+                   'warmup "w": "z" is not an input of the model'),
+    "warm_escape": (warmup_json(input_data_file="../config.json"),
+                    "input_data_file: expected the name of a file in the model folder's "
+                    "warmup/ folder"),
+    "warm_link": (warmup_json(input_data_file="link.bin"),
+                  'input_data_file "link.bin" leads out of the model\'s warmup/ folder'),
+    "warm_size": (warmup_json(input_data_file="short.bin"),
+                  'input_data_file "short.bin" holds 3 bytes but one sample (TYPE_FP32 [4]) '
+                  "needs 16"),
+    "warm_missing": (warmup_json(input_data_file="none.bin"),
+                     'input_data_file "none.bin": no such file'),
+    "warm_kinds": (warmup_json(zero_data=True, random_data=True),
+                   "give one of zero_data, random_data and input_data_file, not several"),
+    "warm_dtype": (warmup_json(data_type="TYPE_INT64", zero_data=True),
+                   'warmup "w": input "x" is TYPE_INT64 but the model takes TYPE_FP32'),
+    "warm_dims": ([{"name": "w", "inputs": {"x": {"data_type": "TYPE_FP32", "dims": [5],
+                                                  "zero_data": True}}}],
+                  'warmup "w": input "x" has dims [5] but the model takes [4]'),
+    "warm_batch": ([{"name": "w", "batch_size": 9, "inputs": {"x": {
+                      "data_type": "TYPE_FP32", "dims": [4], "zero_data": True}}}],
+                   'warmup "w": batch_size 9 is over the model\'s max_batch_size 8'),
+    "warm_field": ([{"name": "w", "inputs": {"x": {"data_type": "TYPE_FP32", "dims": [4],
+                                                   "zero_data": True}}, "counts": 2}],
+                   'unknown field "counts"'),
+}
+
+
 def build_repository(root):
     shutil.rmtree(root, ignore_errors=True)
     for v in (1, 2, 3):
@@ -115,6 +161,19 @@ def build_repository(root):
                        ("unbatched", "max_batch_size: 0 dynamic_batching { }\n")):
         with open(os.path.join(root, name, "config.pbtxt"), "w") as f:
             f.write(text)
+    os.makedirs(os.path.join(root, "batched", "warmup"))
+    np.arange(WIDTH, dtype=np.float32).tofile(os.path.join(root, "batched", "warmup", "x.bin"))
+    for name, (warmup, _) in BAD_WARMUPS.items():
+        save_model(os.path.join(root, name, "1", "model.onnx"), 1.0)
+        os.makedirs(os.path.join(root, name, "warmup"))
+        with open(os.path.join(root, name, "config.json"), "w") as f:
+            json.dump({"name": name, "max_batch_size": 8, "model_warmup": warmup}, f)
+    with open(os.path.join(root, "warm_size", "warmup", "short.bin"), "wb") as f:
+        f.write(b"abc")
+    with open(os.path.join(root, "outside.bin"), "wb") as f:
+        f.write(bytes(16))
+    os.symlink(os.path.join("..", "..", "outside.bin"),
+               os.path.join(root, "warm_link", "warmup", "link.bin"))
     with open(os.path.join(root, "both", "config.json"), "w") as f:
         json.dump({"name": "both", "max_batch_size": 2,
                    "instance_group": [{"count": 3, "kind": "KIND_CPU"}]}, f)
@@ -241,13 +300,57 @@ class Cases:
     def t_warnings(self):
         log = self.srv.logged()
         for needle in ("frobnicate is not a field of Triton's model configuration",
-                       "model_warmup is not acted on", 'parameters "intra_op_thread_count"',
+                       "optimization is not acted on", 'parameters "intra_op_thread_count"',
                        "both config.json and config.pbtxt are present; config.json is used"):
             check(needle in log, f"no warning with {needle!r} in the log")
         both = self.srv.json("/v2/models/both/config")
         check(both["max_batch_size"] == 2, f"config.json should win: {both['max_batch_size']}")
         check(both["instance_count"] == 3 and both.get("device") == "cpu",
               f"config.json's instance_group: {both}")
+
+    def t_warmup(self):
+        log = self.srv.logged()
+        for v in (2, 3):  # every loaded version warms up, each sample count times
+            for name, count in (("zeros", 2), ("from_file", 1)):
+                needle = f'model "batched" version {v}: warmup "{name}" ran {count} time(s)'
+                check(needle in log, f"no {needle!r} in the log")
+        # READY only after the warmup: the log line comes before the server is ready
+        check(log.index('warmup "from_file"') < log.index("listening on http"),
+              "warmup logged after the server said it is ready")
+        # warmups are not requests: version 2 got none
+        st = self.srv.json("/v2/models/batched/versions/2/stats")["model_stats"][0]
+        check(st["inference_count"] == 0 and st["execution_count"] == 0,
+              f"warmup counted as requests: {st}")
+        cfg = self.srv.json("/v2/models/batched/config")
+        check([w["name"] for w in cfg.get("model_warmup", [])] == ["zeros", "from_file"],
+              f"/config model_warmup: {cfg.get('model_warmup')}")
+        index = {m["name"]: m for m in
+                 json.loads(self.srv.request("POST", "/v2/repository/index")[1])}
+        for name, (_, want) in BAD_WARMUPS.items():
+            m = index.get(name, {})
+            check(m.get("state") == "UNAVAILABLE" and want in m.get("reason", ""),
+                  f"{name}: expected UNAVAILABLE with {want!r}, got {m}")
+        # Triton's JSON form in a load's config override (int64 dims as strings)
+        status, body = self.srv.request(
+            "POST", "/v2/repository/models/plain/load",
+            {"parameters": {"config": json.dumps({
+                "max_batch_size": 0, "model_warmup": [{
+                    "name": "json", "count": "3", "inputs": {"x": {
+                        "data_type": "TYPE_FP32", "dims": ["2", "4"], "random_data": True}}}]})}})
+        check(status == 200, f"load with a warmup override: {status} {body[:300]!r}")
+        check('model "plain" version 2: warmup "json" ran 3 time(s)' in self.srv.logged(),
+              "the override's warmup did not run")
+        status, body = self.srv.request(
+            "POST", "/v2/repository/models/plain/load",
+            {"parameters": {"config": json.dumps({
+                "max_batch_size": 0, "model_warmup": warmup_json(zero_data=True)})}})
+        check(status == 400 and b'warmup \\"w\\": input \\"x\\" has dims [4]' in body,
+              f"a warmup that does not fit fails the load: {status} {body[:300]!r}")
+        # a failed load leaves the model as any failed load does; the folder's config
+        # brings it back
+        status, _ = self.srv.request("POST", "/v2/repository/models/plain/load")
+        check(status == 200 and self.srv.request("GET", "/v2/models/plain/ready")[0] == 200,
+              f"reload plain: {status}")
 
     def t_bad_pbtxt(self):
         index = json.loads(self.srv.request("POST", "/v2/repository/index")[1])
@@ -341,6 +444,44 @@ class Cases:
         check(status == 404, f"the metrics port serves only /metrics: {status}")
 
 
+def t_warmup_timeout(binary, workdir):
+    """A warmup that runs past --load-timeout fails the load naming it, at
+    the timeout (its runs are stopped, not waited for)."""
+    root = os.path.join(workdir, "slow-repo")
+    shutil.rmtree(root, ignore_errors=True)
+    rng = np.random.default_rng(3)
+    names = ["x"] + [f"h{i}" for i in range(8)]
+    nodes = [helper.make_node("MatMul", [names[i], f"w{i}"], [names[i + 1]]) for i in range(8)]
+    inits = [numpy_helper.from_array(rng.standard_normal((512, 512)).astype(np.float32) / 32,
+                                     f"w{i}") for i in range(8)]
+    graph = helper.make_graph(
+        nodes, "slow", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 512])],
+        [helper.make_tensor_value_info(names[-1], TensorProto.FLOAT, ["n", 512])],
+        initializer=inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    os.makedirs(os.path.join(root, "slow", "1"))
+    onnx.save(model, os.path.join(root, "slow", "1", "model.onnx"))
+    # 1000 runs of 64 rows through 8 512x512 MatMuls: minutes on 2 cores
+    with open(os.path.join(root, "slow", "config.pbtxt"), "w") as f:
+        f.write('max_batch_size: 64\nmodel_warmup [ { name: "long" batch_size: 64 count: 1000\n'
+                '  inputs { key: "x" value: { data_type: TYPE_FP32 dims: [ 512 ] '
+                'random_data: true } } } ]\n')
+    t0 = time.time()
+    srv = Server(binary, root, os.path.join(workdir, "slow.log"), "--load-timeout", "1",
+                 "--metrics-port", "0", wait=False)
+    try:
+        want = "model_warmup did not finish within --load-timeout 1 s"
+        while time.time() - t0 < 60 and want not in srv.logged():
+            check(srv.proc.poll() is None, f"the server exited: {srv.logged()[-500:]}")
+            time.sleep(0.1)
+        took = time.time() - t0
+        check(want in srv.logged(), f"no {want!r} in the log: {srv.logged()[-500:]}")
+        check(took < 20, f"the warmup was stopped only after {took:.1f} s")
+    finally:
+        srv.stop()
+
+
 def t_port_taken(binary, repo, workdir, taken):
     srv = Server(binary, repo, os.path.join(workdir, "taken.log"), "--metrics-port",
                  str(taken), wait=False)
@@ -373,11 +514,14 @@ def main():
         r.case("config.pbtxt dynamic_batching merges requests", s.t_batching)
         r.case("fields not acted on are warned about; config.json wins", s.t_warnings)
         r.case("an invalid config.pbtxt: refused with line and column", s.t_bad_pbtxt)
+        r.case("model_warmup runs before READY; bad warmups refused by name", s.t_warmup)
         r.case("tritonclient.http load/unload, config override, files refused",
                s.t_tritonclient)
         r.case("nv_* metrics on --metrics-port and the HTTP port", s.t_metrics)
         r.case("a --metrics-port that is taken stops the server", t_port_taken, binary, repo,
                args.workdir, srv.port)
+        r.case("a warmup past --load-timeout fails the load at the timeout", t_warmup_timeout,
+               binary, args.workdir)
     finally:
         rc = srv.stop()
     r.case("exit code 0", lambda: check(rc == 0, f"exit code {rc}"))

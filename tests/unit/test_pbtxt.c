@@ -106,13 +106,17 @@ START_TEST(mapping)
                       "dynamic_batching { preferred_batch_size: [4, 2] }\n"
                       "instance_group [ { count: 2 kind: KIND_GPU gpus: [1] } ]\n"
                       "version_policy { specific { versions: 3 } }\n"
-                      "model_warmup { name: \"w\" } unknown_field: 1", &err);
+                      "model_warmup { name: \"w\" batch_size: 2 inputs { key: \"x\"\n"
+                      "  value { data_type: TYPE_FP32 dims: [4] zero_data: true } } }\n"
+                      "unknown_field: 1", &err);
     ck_assert_msg(j, "%s", err.msg);
     char *s = cJSON_PrintUnformatted(j);
     ck_assert_str_eq(s, "{\"name\":\"m\",\"max_batch_size\":8,\"dynamic_batching\":"
                         "{\"preferred_batch_size\":[4,2]},\"instance_count\":2,"
                         "\"device\":\"cuda:1\",\"version_policy\":{\"specific\":"
-                        "{\"versions\":[3]}}}");
+                        "{\"versions\":[3]}},\"model_warmup\":[{\"name\":\"w\","
+                        "\"batch_size\":2,\"inputs\":{\"x\":{\"data_type\":\"TYPE_FP32\","
+                        "\"dims\":[4],\"zero_data\":true}}}]}");
     free(s);
     cJSON_Delete(j);
     /* a message where a value belongs, a scalar given twice, a bad kind */
@@ -124,6 +128,21 @@ START_TEST(mapping)
     ck_assert_msg(strstr(err.msg, "KIND_MODEL is not supported"), "%s", err.msg);
     ck_assert_ptr_null(mapped("name: \"other\"", &err));
     ck_assert_msg(strstr(err.msg, "config.pbtxt: \"name\" is \"other\""), "%s", err.msg);
+    /* model_warmup: checked by warmup.c, errors naming the sample and the file */
+    ck_assert_ptr_null(mapped("model_warmup { name: \"w\" inputs { key: \"x\" value {\n"
+                              "  data_type: TYPE_FP32 dims: 4 } } }", &err));
+    ck_assert_msg(strstr(err.msg, "config.pbtxt: \"model_warmup\"[0] (\"w\"): input \"x\": "
+                          "give one of"), "%s", err.msg);
+    ck_assert_ptr_null(mapped("model_warmup { name: \"w\" inputs { key: \"x\" value {\n"
+                              "  data_type: TYPE_FP32 input_data_file: \"../x\" } } }", &err));
+    ck_assert_msg(strstr(err.msg, "input_data_file: expected the name of a file"), "%s", err.msg);
+    ck_assert_ptr_null(mapped("model_warmup { name: \"w\" inputs { key: \"x\" value {\n"
+                              "  data_type: TYPE_STRING dims: 1 zero_data: true } } }", &err));
+    ck_assert_msg(strstr(err.msg, "TYPE_STRING is not supported in model_warmup"), "%s", err.msg);
+    ck_assert_ptr_null(mapped("model_warmup { name: \"w\" inputs { key: \"x\" value {\n"
+                              "  data_type: TYPE_FP32 zero_data: true } }\n"
+                              "  inputs { key: \"x\" value { data_type: TYPE_FP32 } } }", &err));
+    ck_assert_msg(strstr(err.msg, "model_warmup[0].inputs: \"x\" is given twice"), "%s", err.msg);
     ck_assert_ptr_null(mapped("max_batch_size: 1\n  x {", &err));
     ck_assert_msg(strstr(err.msg, "config.pbtxt: line 2, column 5"), "%s", err.msg);
 }
