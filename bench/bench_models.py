@@ -22,6 +22,10 @@ than its best, which would flatter slim. N is chosen so that a round takes about
 second. The last column is the largest |slim - ort| over the outputs,
 relative to the largest |ort| output, from a separate slim run.
 
+The table starts with the machine line (CPU model, family/model, the ISA
+flags that matter, threads, load average): tables from different machines
+or different loads are not comparable.
+
 Each row also gives slim's arithmetic rate, GF/s = 2 x the model's
 multiply-adds (Conv, MatMul and Gemm, counted from the shape-inferred
 graph) / slim's time, as a share of the float32 FMA peak that
@@ -54,6 +58,30 @@ import onnxruntime as ort
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "bench"))
 from bench_cpu import TIME_RE  # noqa: E402
+from bench_prune import machine_line  # noqa: E402
+
+# The ISA flags that decide which kernels run (oneDNN's and ours).
+ISA_FLAGS = ("avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni", "avx512_bf16",
+             "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
+
+
+def cpu_identity():
+    """CPU family/model and the ISA flags that matter, from /proc/cpuinfo, so
+    that tables from different machines are never compared by mistake."""
+    info = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if not line.strip():
+                    break  # the first processor is enough
+                key, _, value = line.partition(":")
+                info[key.strip()] = value.strip()
+    except OSError:
+        return "family ?, model ?"
+    flags = set(info.get("flags", "").split())
+    have = [f for f in ISA_FLAGS if f in flags]
+    return (f"family {info.get('cpu family', '?')}, model {info.get('model', '?')}, "
+            f"ISA {' '.join(have) or 'none of ' + ' '.join(ISA_FLAGS)}")
 
 # name -> (generator args, input kind)
 MODELS = {
@@ -202,6 +230,7 @@ def main():
     if a.ab:
         key, _, value = a.ab.partition("=")
         env_b = dict(env, **{key: value})
+    print(machine_line(a.threads) + ", " + cpu_identity())
     peak = f32_peak(slim, a.threads)
     print(f"threads {a.threads}, {a.rounds} alternating rounds per row, onnxruntime "
           f"{ort.__version__} (all graph optimizations), medians in ms; float32 FMA peak "
