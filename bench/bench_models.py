@@ -22,6 +22,10 @@ than its best, which would flatter slim. N is chosen so that a round takes about
 second. The last column is the largest |slim - ort| over the outputs,
 relative to the largest |ort| output, from a separate slim run.
 
+The table starts with the machine line (CPU model, family/model, the ISA
+flags that matter, threads, load average): tables from different machines
+or different loads are not comparable.
+
 Each row also gives slim's arithmetic rate, GF/s = 2 x the model's
 multiply-adds (Conv, MatMul and Gemm, counted from the shape-inferred
 graph) / slim's time, as a share of the float32 FMA peak that

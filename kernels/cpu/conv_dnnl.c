@@ -53,7 +53,9 @@
  * and each image is split by output channel blocks of 16 across the pool:
  * every part is its own primitive over a contiguous slice of the packed
  * weights (the output-channel block is the outermost dimension of all
- * three layouts) and of the blocked output. The input reorder is split the
+ * three layouts) and of the blocked output. One part per thread, or more
+ * on 7x7-sized planes, where smaller parts run faster per channel
+ * (conv_dnnl_build.c, parts_per_thread). The input reorder is split the
  * same way by input channels, before the convolutions start.
  *
  * Batch invariance: images run one at a time through primitives made for

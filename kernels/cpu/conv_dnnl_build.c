@@ -243,6 +243,35 @@ done:
     return st;
 }
 
+/* How many output-channel parts each thread gets. On small planes (7x7:
+ * ResNet's last stage) a part of fewer output channels runs faster per
+ * channel, down to parts of about 64: measured single-threaded (CPU time,
+ * oneDNN 2.6.3, Xeon with AVX-512, bench_dnnl_conv_parts), 512x7x7->512
+ * 3x3 as 2 parts of 256 took 0.72-0.88x the whole conv's time, as 8
+ * parts of 64 0.65-0.77x (its slice of W, 1.2 MB, stays in the core's L2
+ * across the 49 pixels); 1x1s at 7x7 (2048->512, 512->2048) 0.85-0.89x as
+ * 2 parts, 0.70-0.83x as 4; but 960x7x7->160 1.00x as 2 parts, 1.22x as
+ * 4 (parts of 40). At 14x14 and above more parts gained nothing (3x3
+ * 256->256: 0.85-0.95x as 2, 4, 8 or 16 parts alike; 1x1 1024->256:
+ * 0.89-0.97x as 2, up to 1.20x as 16, each part reading the whole input).
+ * Depends only on the shape and the thread count, so an image's parts
+ * are the same whatever the batch. SLIM_CONV_PARTS_PER_THREAD overrides
+ * it (1: one part per thread, as before), read when the primitives are
+ * made. */
+#define SMALL_PLANE 64
+#define MIN_PART_CHANNELS 64
+
+static int parts_per_thread(const fconv_state *s, const prim_set *set, int64_t m, int threads)
+{
+    const char *env = getenv("SLIM_CONV_PARTS_PER_THREAD");
+    if (env && atoi(env) >= 1)
+        return atoi(env) > 16 ? 16 : atoi(env);
+    if (s->wfmt != SLIM_FCONV_W_BLOCKED || s->dw_stride || set->oh1 * set->ow1 > SMALL_PLANE)
+        return 1;
+    int64_t most = m / (MIN_PART_CHANNELS * threads), want = s->kernel[0] * s->kernel[1] > 1 ? 4 : 2;
+    return most < 1 ? 1 : (int)(most < want ? most : want);
+}
+
 static dnnl_status_t build_set(const fconv_state *s, const slim_tensor *w, const slim_tensor *x,
                                bool residual, prim_set *set)
 {
@@ -257,13 +286,17 @@ static dnnl_status_t build_set(const fconv_state *s, const slim_tensor *w, const
     }
     set->residual = residual;
     set->bf16 = slim__fconv_bf16_products(s, w);
-    int64_t c = x->dims[1], m = out_channels(s, w);
     int threads = slim_num_threads();
     int64_t lo[64], hi[64];
     if (threads > 64)
         threads = 64;
-    /* raw (these): one part per kernel thread */
-    set->parts = calloc((size_t)threads, sizeof(part));
+    int64_t c = x->dims[1], m = out_channels(s, w);
+    int n_split = threads * parts_per_thread(s, set, m, threads);
+    if (n_split > 64)
+        n_split = 64;
+    /* raw (these): parts_per_thread parts per kernel thread, one input
+     * part per kernel thread */
+    set->parts = calloc((size_t)n_split, sizeof(part));
     set->in_parts = calloc((size_t)threads, sizeof(part));
     if (!set->parts || !set->in_parts) {
         slim__fconv_set_release(set);
@@ -288,7 +321,7 @@ static dnnl_status_t build_set(const fconv_state *s, const slim_tensor *w, const
         size_t elems = (size_t)(slim__fconv_round16(c) * set->h * set->w);
         set->src_floats = set->bf16 ? (elems + 1) / 2 : elems;
     }
-    set->n_parts = split16(m, threads, lo, hi);
+    set->n_parts = split16(m, n_split, lo, hi);
     for (int p = 0; p < set->n_parts && st == dnnl_success; p++) {
         set->parts[p].o0 = lo[p];
         set->parts[p].o1 = hi[p];

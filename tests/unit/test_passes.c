@@ -587,6 +587,84 @@ START_TEST(conv_winograd)
     slim_model_free(direct);
 }
 END_TEST
+
+/* x[N,256,7,7] -> conv 3x3 256->256 + BN + Relu (h) -> conv 1x1 256->256
+ *   + BN + h -> Relu -> conv 1x1 256->280 + BN -> y: a 7x7 plane, where
+ * FusedConv cuts the output channels into several parts per thread
+ * (conv_dnnl_build.c, parts_per_thread; with 2 threads 4 parts of 64 for
+ * the 3x3 and the 1x1, and 280 channels, 17.5 blocks of 16, padded to 18
+ * blocks in 4 uneven parts for the last). */
+static slim_graph *small_plane_cnn(void)
+{
+    slim_graph *g = slim_graph_new();
+    g->opset = 17;
+    rng_state = 41;
+    conv_bn(g, "c1", "x", 256, 256, 3, 1, 1, "c1.bn");
+    node(g, "c1.relu", "Relu", 1, (const char *[]){"c1.bn"}, "h");
+    conv_bn(g, "c2", "h", 256, 256, 1, 1, 1, "c2.bn");
+    node(g, "add", "Add", 2, (const char *[]){"c2.bn", "h"}, "sum");
+    node(g, "relu", "Relu", 1, (const char *[]){"sum"}, "r");
+    conv_bn(g, "c3", "r", 256, 280, 1, 1, 1, "y");
+    int x = slim_graph_find_value(g, "x");
+    slim_graph_add_input(g, x);
+    g->values[x].info.dtype = SLIM_F32;
+    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    return g;
+}
+
+static slim_model *load_small_plane(bool passes)
+{
+    slim_graph *g = small_plane_cnn();
+    slim_err err = {0};
+    if (passes)
+        ck_assert_msg(slim_passes_run(g, &err) == SLIM_OK, "%s", err.msg);
+    slim_model *m;
+    ck_assert_msg(slim_model_from_graph(g, &m, &err) == SLIM_OK, "%s", err.msg);
+    return m;
+}
+
+/* Many channel parts per thread on a small plane: the reference's answer
+ * within float rounding, as with one part per thread (the old split), and
+ * an image's bits do not depend on its batch. */
+START_TEST(conv_small_plane_parts)
+{
+    slim_model *ref = load_small_plane(false), *opt = load_small_plane(true);
+    slim_model *one = load_small_plane(true);
+    ck_assert_int_eq(count_op(opt->graph, "FusedConv"), 3);
+    slim_model_set_batch_invariant(opt, true);
+    int64_t per_in = 256 * 7 * 7, count = 3 * per_in;
+    float *d = malloc(sizeof(float) * (size_t)count);
+    rng_state = 43;
+    for (int64_t i = 0; i < count; i++)
+        d[i] = rndf();
+    slim_tensor x = tu_f32(4, (int64_t[]){3, 256, 7, 7}, d), a = run(ref, &x), b = run(opt, &x);
+    free(d);
+    /* primitives are made on first run, which reads the switch */
+    setenv("SLIM_CONV_PARTS_PER_THREAD", "1", 1);
+    slim_tensor c = run(one, &x);
+    unsetenv("SLIM_CONV_PARTS_PER_THREAD");
+    ck_assert_int_eq(b.dims[1], 280);
+    ck_assert_int_eq(b.dims[2], 7);
+    assert_close(&b, &a, 1e-5);
+    assert_close(&c, &a, 1e-5);
+    int64_t per_out = slim_tensor_numel(&b) / 3;
+    for (int64_t n = 0; n < 3; n++) {
+        slim_tensor img = tu_f32(4, (int64_t[]){1, 256, 7, 7}, (const float *)x.data + n * per_in);
+        slim_tensor y = run(opt, &img);
+        ck_assert_int_eq(memcmp(y.data, (const float *)b.data + n * per_out,
+                                sizeof(float) * (size_t)per_out), 0);
+        slim_tensor_release(&y);
+        slim_tensor_release(&img);
+    }
+    slim_tensor_release(&a);
+    slim_tensor_release(&b);
+    slim_tensor_release(&c);
+    slim_tensor_release(&x);
+    slim_model_free(ref);
+    slim_model_free(opt);
+    slim_model_free(one);
+}
+END_TEST
 #endif
 
 #ifdef SLIM_HAVE_DNNL
@@ -1096,6 +1174,7 @@ Suite *passes_suite(void)
     tcase_add_loop_test(tc, conv_odd_channels_and_blocked_pool, 0, 2);
     tcase_add_test(tc, conv_depthwise_post_op);
     tcase_add_test(tc, conv_winograd);
+    tcase_add_test(tc, conv_small_plane_parts);
     tcase_add_test(tc, fuse_matmul_matches);
     tcase_add_test(tc, fuse_matmul_row_invariant);
     tcase_add_test(tc, fuse_matmul_row_chunks);
