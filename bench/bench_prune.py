@@ -5,7 +5,7 @@
                                  [--layers 4] [--skip-layers] [--skip-models]
                                  [--models bert,transformer] [--workdir DIR]
                                  [--cnn resnet18,mobilenetv2] [--conv-layers]
-                                 [--conv-fallback] [--quick]
+                                 [--conv-fallback] [--fallback-ab] [--quick]
 
 Per layer: one MatMul x[m, K] @ W[K, N] on the BERT-base shapes (768x768,
 768x3072, 3072x768; m = 128 and 8 x 128 rows), its weight trained-like
@@ -38,7 +38,10 @@ behind SLIM_PRUNE_CONV_CSR_MAX_DENSITY (quant/prune_conv.h); --conv-fallback
 the batch-1 table of the ResNet convs that sparse loses or barely wins (the
 stem, the 1x1 convs at 56 x 56 and of stride 2): dense, 90% csr forced and
 90% as the pass decides (quant/prune_rule.c's per-layer fallback), wall and
-1-thread CPU time.
+1-thread CPU time. --fallback-ab (with --cnn resnet18,resnet50) runs whole
+ResNets at batch 1 at 90% with each of those classes left dense in turn
+(--prune-ops naming the other convs): whether the fallback pays in a model,
+where layouts and fusions around the conv count too.
 
 The first line names the machine (CPU, cores, load average): timings on a
 shared machine are only comparable within one run.
@@ -265,6 +268,66 @@ def run_conv_fallback(args, workdir):
         sys.stdout.flush()
 
 
+def fallback_groups(model):
+    """The ResNet's convs by the classes a batch-1 dense fallback would pick: the stem,
+    the 1x1 convs of stride 2, the 1x1 convs of K = 64 at 56 x 56."""
+    m = onnx.shape_inference.infer_shapes(model)
+    hw = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim]
+          for vi in list(m.graph.value_info) + list(m.graph.input)}
+    inits = {i.name: list(i.dims) for i in m.graph.initializer}
+    convs = [n for n in m.graph.node if n.op_type == "Conv"]
+    groups = {"stem": [], "s2_1x1": [], "k64_1x1_56": []}
+    for i, n in enumerate(convs):
+        w = inits[n.input[1]]
+        st = next((a.ints[0] for a in n.attribute if a.name == "strides"), 1)
+        size = (hw.get(n.input[0]) or [0, 0, 0])[2]
+        if i == 0:
+            groups["stem"].append(n.name)
+        if w[2] == 1 and st == 2:
+            groups["s2_1x1"].append(n.name)
+        if w[2] == 1 and w[1] == 64 and size == 56:
+            groups["k64_1x1_56"].append(n.name)
+    return [n.name for n in convs], groups
+
+
+def run_fallback_ab(args, workdir):
+    """Whole ResNets at batch 1: 90% with every conv pruned against 90% with one class of
+    convs left dense (--prune-ops naming the others), to see whether a per-layer dense
+    fallback would pay: wall time at --threads and 1-thread CPU time, alternating."""
+    print("\n## Whole models, batch 1: 90% everywhere vs 90% with a class of convs dense\n")
+    print(f"| model | variant | convs dense | ms (median, {args.threads or 'default'} threads) "
+          "| x dense time | CPU ms (1 thread) | x dense CPU |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for arch in (args.cnn or "resnet18,resnet50").split(","):
+        src = os.path.join(workdir, f"{arch}.onnx")
+        if not os.path.exists(src):
+            subprocess.run([sys.executable, os.path.join(REPO, "bench", "gen_cnn.py"), arch, src],
+                           check=True, stdout=subprocess.DEVNULL)
+        names, groups = fallback_groups(onnx.load(src))
+        variants = {"dense": None, "90% all": []}
+        variants.update({f"90% -{g}": v for g, v in groups.items() if v})
+        files = {}
+        for v, excl in variants.items():
+            extra = [] if excl is None else ["--prune", "magnitude:0.9"]
+            if excl:
+                extra += ["--prune-ops", ",".join([n for n in names if n not in excl] + ["Gemm"])]
+            files[v] = os.path.join(workdir, f"{arch}_ab_{re.sub(r'[^a-z0-9]+', '_', v)}.slim")
+            subprocess.run([args.slim, "convert", src, "-o", files[v]] + extra, check=True,
+                           capture_output=True)
+        t = {v: [] for v in files}
+        c = {v: [] for v in files}
+        for _ in range(args.rounds):
+            for v, f in files.items():
+                t[v].append(bench_ms(args.slim, f, 1, [], args.threads, 10))
+                c[v].append(cpu_ms(args.slim, f, 1, 20 if arch == "resnet18" else 10))
+        td, cd = statistics.median(t["dense"]), statistics.median(c["dense"])
+        for v, excl in variants.items():
+            tv, cv = statistics.median(t[v]), statistics.median(c[v])
+            print(f"| {arch} | {v} | {'-' if excl is None else len(excl)} | {tv:.2f} | "
+                  f"{tv / td:.2f} | {cv:.2f} | {cv / cd:.2f} |")
+        sys.stdout.flush()
+
+
 def run_cnns(args, workdir):
     print("\n## CNNs (224 x 224), served from .slim files: weight bytes, peak RSS, latency, "
           "cosine\n")
@@ -391,6 +454,8 @@ def main():
     ap.add_argument("--conv-layers", action="store_true", help="the Conv break-even table")
     ap.add_argument("--conv-fallback", action="store_true",
                     help="the batch-1 per-conv table behind the dense fallback")
+    ap.add_argument("--fallback-ab", action="store_true",
+                    help="whole ResNets at batch 1 with a class of convs left dense (--cnn)")
     ap.add_argument("--quick", action="store_true",
                     help="1 round, 3 runs a call, CNNs at batch 1 only: for iterating")
     args = ap.parse_args()
@@ -409,6 +474,9 @@ def main():
         run_conv_layers(args, workdir)
     if args.conv_fallback:
         run_conv_fallback(args, workdir)
+    if args.fallback_ab:
+        run_fallback_ab(args, workdir)
+        return
     if args.cnn:
         run_cnns(args, workdir)
 
