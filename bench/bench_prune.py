@@ -4,7 +4,8 @@
     python3 bench/bench_prune.py [--slim build/bin/slim] [--rounds 3] [--threads T]
                                  [--layers 4] [--skip-layers] [--skip-models]
                                  [--models bert,transformer] [--workdir DIR]
-                                 [--cnn resnet18,mobilenetv2] [--conv-layers] [--quick]
+                                 [--cnn resnet18,mobilenetv2] [--conv-layers]
+                                 [--conv-fallback] [--fallback-ab] [--quick]
 
 Per layer: one MatMul x[m, K] @ W[K, N] on the BERT-base shapes (768x768,
 768x3072, 3072x768; m = 128 and 8 x 128 rows), its weight trained-like
@@ -33,7 +34,14 @@ than wall time, which the other processes' share of the cores swings.
 --quick (1 round, batch 1 only, 3 runs a call) is for iterating; the
 figures for docs come from the full run. --conv-layers
 adds the Conv break-even table (one 2-D conv, batch 1, storage sparse forced)
-behind SLIM_PRUNE_CONV_CSR_MAX_DENSITY (quant/prune_conv.h).
+behind SLIM_PRUNE_CONV_CSR_MAX_DENSITY (quant/prune_conv.h); --conv-fallback
+the batch-1 table of the ResNet convs that sparse loses or barely wins (the
+stem, the 1x1 convs at 56 x 56 and of stride 2): dense, 90% csr forced and
+90% as the pass decides (quant/prune_rule.c's per-layer fallback), wall and
+1-thread CPU time. --fallback-ab (with --cnn resnet18,resnet50) runs whole
+ResNets at batch 1 at 90% with each of those classes left dense in turn
+(--prune-ops naming the other convs): whether the fallback pays in a model,
+where layouts and fusions around the conv count too.
 
 The first line names the machine (CPU, cores, load average): timings on a
 shared machine are only comparable within one run.
@@ -171,10 +179,11 @@ def peak_rss_mib(slim, model, inp, outdir):
     return int(re.search(r"maxrss (\d+)", r.stderr).group(1)) / 1024.0
 
 
-def conv_model(path, c, m, k, hw, seed=1):
+def conv_model(path, c, m, k, hw, seed=1, stride=1):
     rng = np.random.default_rng(seed)
     w = (rng.standard_normal((m, c, k, k)) * np.sqrt(2 / (c * k * k))).astype(np.float32)
-    node = helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[k // 2] * 4)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], name="conv", pads=[k // 2] * 4,
+                            strides=[stride, stride])
     g = helper.make_graph([node], "conv",
                           [helper.make_tensor_value_info("x", TensorProto.FLOAT,
                                                          ["batch", c, hw, hw])],
@@ -205,6 +214,108 @@ def run_conv_layers(args, workdir):
             t = statistics.median(times[name])
             print(f"| {c} -> {m}, {k}x{k}, {hw}x{hw} | {name} | {sizes[name]} | "
                   f"{sizes[name] / sizes['dense']:.3f} | {t:.3f} | {t / dense_t:.2f} |")
+        sys.stdout.flush()
+
+
+# The ResNet convs the batch-1 profile had sparse losing or gaining little
+# (docs/prune.md): C, M, k, stride, input H = W.
+FALLBACK_SHAPES = [(3, 64, 7, 2, 224), (64, 256, 1, 1, 56), (64, 128, 1, 2, 56),
+                   (256, 512, 1, 2, 56), (1024, 2048, 1, 2, 14), (256, 64, 1, 1, 56),
+                   (64, 64, 3, 1, 56)]
+
+
+def run_conv_fallback(args, workdir):
+    """Per conv at batch 1: dense, 90% csr forced and 90% as the pass decides (the
+    per-layer fallback of quant/prune_rule.c), wall time at --threads and 1-thread CPU."""
+    print("\n## Per conv, batch 1: dense vs 90% csr (forced) vs 90% as decided\n")
+    print(f"| C -> M, k x k / stride, H x W in | config | storage | ms (median, "
+          f"{args.threads or 'default'} threads) | x dense time | x dense CPU (1 thread) |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    cfgs = [("dense", []), ("90% csr", ["--prune", "magnitude:0.9", "--prune-storage", "sparse"]),
+            ("90% auto", ["--prune", "magnitude:0.9"])]
+    for c, m, k, st, hw in FALLBACK_SHAPES:
+        src = os.path.join(workdir, f"convfb_{c}_{m}_{k}_{st}_{hw}.onnx")
+        conv_model(src, c, m, k, hw, stride=st)
+        files, kind = {}, {}
+        for name, extra in cfgs:
+            out = src[:-5] + "_" + re.sub(r"[^a-z0-9]+", "_", name) + ".slim"
+            subprocess.run([args.slim, "convert", src, "-o", out] + extra, check=True,
+                           capture_output=True)
+            files[name] = out
+            txt = subprocess.run([args.slim, "inspect", src] + extra, check=True,
+                                 capture_output=True, text=True).stdout
+            kind[name] = "sparse" if re.search(r"\bcsr\b", txt) and extra else "dense"
+        times = {name: [] for name, _ in cfgs}
+        cpus = {name: [] for name, _ in cfgs}
+        for _ in range(args.rounds):
+            for name, _ in cfgs:
+                times[name].append(bench_ms(args.slim, files[name], 1, [], args.threads, 20))
+                cpus[name].append(cpu_ms(args.slim, files[name], 1, 40))
+        dt, dc = statistics.median(times["dense"]), statistics.median(cpus["dense"])
+        for name, _ in cfgs:
+            t, cp = statistics.median(times[name]), statistics.median(cpus[name])
+            print(f"| {c} -> {m}, {k}x{k} / {st}, {hw}x{hw} | {name} | {kind[name]} | {t:.3f} | "
+                  f"{t / dt:.2f} | {cp / dc if dc > 0 else float('nan'):.2f} |")
+        sys.stdout.flush()
+
+
+def fallback_groups(model):
+    """The ResNet's convs by the classes a batch-1 dense fallback would pick: the stem,
+    the 1x1 convs of stride 2, the 1x1 convs of K = 64 at 56 x 56."""
+    m = onnx.shape_inference.infer_shapes(model)
+    hw = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim]
+          for vi in list(m.graph.value_info) + list(m.graph.input)}
+    inits = {i.name: list(i.dims) for i in m.graph.initializer}
+    convs = [n for n in m.graph.node if n.op_type == "Conv"]
+    groups = {"stem": [], "s2_1x1": [], "k64_1x1_56": []}
+    for i, n in enumerate(convs):
+        w = inits[n.input[1]]
+        st = next((a.ints[0] for a in n.attribute if a.name == "strides"), 1)
+        size = (hw.get(n.input[0]) or [0, 0, 0])[2]
+        if i == 0:
+            groups["stem"].append(n.name)
+        if w[2] == 1 and st == 2:
+            groups["s2_1x1"].append(n.name)
+        if w[2] == 1 and w[1] == 64 and size == 56:
+            groups["k64_1x1_56"].append(n.name)
+    return [n.name for n in convs], groups
+
+
+def run_fallback_ab(args, workdir):
+    """Whole ResNets at batch 1: 90% with every conv pruned against 90% with one class of
+    convs left dense (--prune-ops naming the others), to see whether a per-layer dense
+    fallback would pay: wall time at --threads and 1-thread CPU time, alternating."""
+    print("\n## Whole models, batch 1: 90% everywhere vs 90% with a class of convs dense\n")
+    print(f"| model | variant | convs dense | ms (median, {args.threads or 'default'} threads) "
+          "| x dense time | CPU ms (1 thread) | x dense CPU |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
+    for arch in (args.cnn or "resnet18,resnet50").split(","):
+        src = os.path.join(workdir, f"{arch}.onnx")
+        if not os.path.exists(src):
+            subprocess.run([sys.executable, os.path.join(REPO, "bench", "gen_cnn.py"), arch, src],
+                           check=True, stdout=subprocess.DEVNULL)
+        names, groups = fallback_groups(onnx.load(src))
+        variants = {"dense": None, "90% all": []}
+        variants.update({f"90% -{g}": v for g, v in groups.items() if v})
+        files = {}
+        for v, excl in variants.items():
+            extra = [] if excl is None else ["--prune", "magnitude:0.9"]
+            if excl:
+                extra += ["--prune-ops", ",".join([n for n in names if n not in excl] + ["Gemm"])]
+            files[v] = os.path.join(workdir, f"{arch}_ab_{re.sub(r'[^a-z0-9]+', '_', v)}.slim")
+            subprocess.run([args.slim, "convert", src, "-o", files[v]] + extra, check=True,
+                           capture_output=True)
+        t = {v: [] for v in files}
+        c = {v: [] for v in files}
+        for _ in range(args.rounds):
+            for v, f in files.items():
+                t[v].append(bench_ms(args.slim, f, 1, [], args.threads, 10))
+                c[v].append(cpu_ms(args.slim, f, 1, 20 if arch == "resnet18" else 10))
+        td, cd = statistics.median(t["dense"]), statistics.median(c["dense"])
+        for v, excl in variants.items():
+            tv, cv = statistics.median(t[v]), statistics.median(c[v])
+            print(f"| {arch} | {v} | {'-' if excl is None else len(excl)} | {tv:.2f} | "
+                  f"{tv / td:.2f} | {cv:.2f} | {cv / cd:.2f} |")
         sys.stdout.flush()
 
 
@@ -332,6 +443,10 @@ def main():
     ap.add_argument("--workdir")
     ap.add_argument("--cnn", default="", help="e.g. resnet18,mobilenetv2 (bench/gen_cnn.py)")
     ap.add_argument("--conv-layers", action="store_true", help="the Conv break-even table")
+    ap.add_argument("--conv-fallback", action="store_true",
+                    help="the batch-1 per-conv table behind the dense fallback")
+    ap.add_argument("--fallback-ab", action="store_true",
+                    help="whole ResNets at batch 1 with a class of convs left dense (--cnn)")
     ap.add_argument("--quick", action="store_true",
                     help="1 round, 3 runs a call, CNNs at batch 1 only: for iterating")
     args = ap.parse_args()
@@ -348,6 +463,11 @@ def main():
         run_models(args, workdir)
     if args.conv_layers:
         run_conv_layers(args, workdir)
+    if args.conv_fallback:
+        run_conv_fallback(args, workdir)
+    if args.fallback_ab:
+        run_fallback_ab(args, workdir)
+        return
     if args.cnn:
         run_cnns(args, workdir)
 

@@ -61,6 +61,17 @@ typedef struct slim_sparse_w {
 slim_status slim_sparse_matmul(const slim_sparse_w *w, int64_t m, const float *x, int64_t ldx,
                                float *y, int64_t ldy, slim_err *err);
 
+/* Fills w from a sparse op's operands (values v, indices ix, row pointers rp
+ * for csr, bias and scale or NULL) after checking their dtypes and shapes
+ * against enc and K; data pointers are set, not read, and w->bias is left
+ * NULL for the caller. rows names the channel count in messages ('N' for
+ * SparseMatMul, 'M' for SparseConv); half allows a float16 / bfloat16 bias.
+ * *nnz is the number of values held. The op checks v's dtype itself. */
+slim_status slim_sparse_operands(slim_sparse_enc enc, int64_t k, const slim_tensor *v,
+                                 const slim_tensor *ix, const slim_tensor *rp,
+                                 const slim_tensor *bias, const slim_tensor *scale, char rows,
+                                 bool half, slim_sparse_w *w, int64_t *nnz, slim_err *err);
+
 /* Checks an encoding read from an untrusted file: rowptr monotone from 0 to
  * nnz, every index below K (2:4: below the tail group's width). O(nnz).
  * nnz is the number of values the caller holds. */

@@ -106,49 +106,11 @@ static slim_status geometry(const slim_op_ctx *ctx, slim_sparse_conv *c, int64_t
     if ((v->dtype == SLIM_I8) != (scale != NULL))
         return slim_errf(ctx->err, SLIM_EINVAL, "int8 values take their scales (input 6), "
                          "float32 values none");
-    w->enc = s->enc;
-    w->k = s->k;
-    w->vdtype = v->dtype;
-    w->values = v->data;
-    w->idx = ix->data;
-    w->idtype = ix->dtype;
-    if (s->enc == SLIM_SPARSE_24) {
-        int64_t g = slim_sparse_24_groups(s->k);
-        if (rp)
-            return slim_errf(ctx->err, SLIM_EINVAL, "2:4 takes no row pointers (input 3)");
-        if (v->ndim != 2 || v->dims[0] < 1 || v->dims[1] != 2 * g)
-            return slim_errf(ctx->err, SLIM_ESHAPE, "2:4 values must be [M, %lld] for K = %lld",
-                             (long long)(2 * g), (long long)s->k);
-        w->n = v->dims[0];
-        if (ix->dtype != SLIM_U8 || ix->ndim != 2 || ix->dims[0] != w->n ||
-            ix->dims[1] != slim_sparse_24_idx_bytes(s->k))
-            return slim_errf(ctx->err, SLIM_ESHAPE, "2:4 indices must be uint8 [%lld, %lld]",
-                             (long long)w->n, (long long)slim_sparse_24_idx_bytes(s->k));
-        *nnz = w->n * 2 * g;
-    } else {
-        if (!rp || rp->dtype != SLIM_I32 || rp->ndim != 1 || rp->dims[0] < 2 ||
-            rp->dims[0] - 1 > (1LL << 31))
-            return slim_errf(ctx->err, SLIM_ESHAPE, "csr row pointers (input 3) must be int32 "
-                             "[M + 1]");
-        w->n = rp->dims[0] - 1;
-        w->rowptr = rp->data;
-        if (ix->dtype != slim_sparse_csr_idtype(s->k))
-            return slim_errf(ctx->err, SLIM_ETYPE, "csr indices must be %s for K = %lld, not %s",
-                             slim_dtype_name(slim_sparse_csr_idtype(s->k)), (long long)s->k,
-                             slim_dtype_name(ix->dtype));
-        if (v->ndim != 1 || ix->ndim != 1 || ix->dims[0] != v->dims[0] ||
-            v->dims[0] >= (1LL << 31))
-            return slim_errf(ctx->err, SLIM_ESHAPE, "csr values and indices must be 1-D of "
-                             "the same length (below 2^31)");
-        *nnz = v->dims[0];
-    }
-    if (bias && (bias->dtype != SLIM_F32 || bias->ndim != 1 || bias->dims[0] != w->n))
-        return slim_errf(ctx->err, SLIM_ESHAPE, "bias must be float32 [%lld]", (long long)w->n);
+    slim_status st = slim_sparse_operands(s->enc, s->k, v, ix, rp, bias, scale, 'M', false, w,
+                                          nnz, ctx->err);
+    if (st)
+        return st;
     w->bias = bias ? bias->data : NULL;
-    if (scale && (scale->dtype != SLIM_F32 || scale->ndim != 1 || scale->dims[0] != w->n))
-        return slim_errf(ctx->err, SLIM_ESHAPE, "scale must be float32 [%lld]",
-                         (long long)w->n);
-    w->scale = scale ? scale->data : NULL;
     int64_t cg = s->k / (s->kh * s->kw);
     if (w->n % s->group || x->dims[1] != cg * s->group)
         return slim_errf(ctx->err, SLIM_ESHAPE, "X has %lld channels and the weight %lld "

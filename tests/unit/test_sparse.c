@@ -694,6 +694,70 @@ START_TEST(test_npz_damaged_never_crashes)
 }
 END_TEST
 
+/* A borrowed tensor over data (not read by slim_sparse_operands). */
+static slim_tensor borrowed(slim_dtype dt, int ndim, int64_t d0, int64_t d1, void *data)
+{
+    slim_tensor t;
+    memset(&t, 0, sizeof(t));
+    t.dtype = dt;
+    t.ndim = ndim;
+    t.dims[0] = d0;
+    t.dims[1] = d1;
+    t.data = data;
+    return t;
+}
+
+/* The one operand checker SparseMatMul and SparseConv share: the same
+ * refusals for both, the channel named as each op calls it, half biases
+ * only where asked for. */
+START_TEST(test_shared_operand_checker)
+{
+    static float vals[8], bias[3];
+    static uint16_t ix[8] = {0, 9, 1, 2, 3, 4, 5, 6}; /* rows {0, 9}, {1, 2, 3}, {4, 5, 6} */
+    static int32_t rp[4] = {0, 2, 5, 8};
+    static uint8_t codes[6];
+    slim_tensor v = borrowed(SLIM_F32, 1, 8, 0, vals), i = borrowed(SLIM_U16, 1, 8, 0, ix);
+    slim_tensor r = borrowed(SLIM_I32, 1, 4, 0, rp), b = borrowed(SLIM_F32, 1, 3, 0, bias);
+    slim_tensor hb = borrowed(SLIM_F16, 1, 3, 0, bias), sc = borrowed(SLIM_F32, 1, 2, 0, bias);
+    slim_sparse_w w;
+    int64_t nnz = -1;
+    slim_err err = {0};
+    ck_assert_msg(slim_sparse_operands(SLIM_SPARSE_CSR, 10, &v, &i, &r, &b, NULL, 'M', false, &w,
+                                       &nnz, &err) == SLIM_OK, "%s", err.msg);
+    ck_assert(w.n == 3 && nnz == 8 && w.rowptr == rp && w.bias == NULL && w.k == 10);
+    ck_assert_int_eq(slim_sparse_check(&w, nnz, &err), SLIM_OK);
+    const char who[2] = {'N', 'M'};
+    for (int q = 0; q < 2; q++) {
+        char want[32];
+        snprintf(want, sizeof(want), "[%c + 1]", who[q]);
+        ck_assert_int_eq(slim_sparse_operands(SLIM_SPARSE_CSR, 10, &v, &i, NULL, NULL, NULL,
+                                              who[q], q == 0, &w, &nnz, &err), SLIM_ESHAPE);
+        ck_assert_msg(strstr(err.msg, want), "%s", err.msg);
+        slim_tensor wide = borrowed(SLIM_I32, 1, 8, 0, ix); /* K <= 65536 takes uint16 */
+        ck_assert_int_eq(slim_sparse_operands(SLIM_SPARSE_CSR, 10, &v, &wide, &r, NULL, NULL,
+                                              who[q], q == 0, &w, &nnz, &err), SLIM_ETYPE);
+        ck_assert_int_eq(slim_sparse_operands(SLIM_SPARSE_CSR, 10, &v, &i, &r, NULL, &sc,
+                                              who[q], q == 0, &w, &nnz, &err), SLIM_ESHAPE);
+        ck_assert_msg(strstr(err.msg, "scale"), "%s", err.msg);
+        /* 2:4 of K = 10: 3 groups, values [n, 6], codes [n, 2]; no row pointers */
+        slim_tensor v24 = borrowed(SLIM_F32, 2, 1, 6, vals), i24 = borrowed(SLIM_U8, 2, 1, 2,
+                                                                             codes);
+        ck_assert_int_eq(slim_sparse_operands(SLIM_SPARSE_24, 10, &v24, &i24, &r, NULL, NULL,
+                                              who[q], q == 0, &w, &nnz, &err), SLIM_EINVAL);
+        ck_assert_msg(slim_sparse_operands(SLIM_SPARSE_24, 10, &v24, &i24, NULL, NULL, NULL,
+                                           who[q], q == 0, &w, &nnz, &err) == SLIM_OK,
+                      "%s", err.msg);
+        ck_assert(w.n == 1 && nnz == 6);
+    }
+    /* A float16 bias: SparseMatMul's (half) yes, SparseConv's no. */
+    ck_assert_int_eq(slim_sparse_operands(SLIM_SPARSE_CSR, 10, &v, &i, &r, &hb, NULL, 'N', true,
+                                          &w, &nnz, &err), SLIM_OK);
+    ck_assert_int_eq(slim_sparse_operands(SLIM_SPARSE_CSR, 10, &v, &i, &r, &hb, NULL, 'M', false,
+                                          &w, &nnz, &err), SLIM_ESHAPE);
+    ck_assert_msg(strstr(err.msg, "float32 [3]"), "%s", err.msg);
+}
+END_TEST
+
 int main(void)
 {
     slim_init();
@@ -711,6 +775,7 @@ int main(void)
     tcase_add_test(tp, test_pass_sparse_equals_dense_pruned);
     tcase_add_test(tp, test_bad_options_and_encodings_refused);
     tcase_add_test(tp, test_forged_node_refused);
+    tcase_add_test(tp, test_shared_operand_checker);
     tcase_add_test(tp, test_npz_damaged_never_crashes);
     suite_add_tcase(s, tp);
     SRunner *sr = srunner_create(s);
