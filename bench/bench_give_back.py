@@ -26,7 +26,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "e2e"))
 sys.path.insert(0, HERE)
 import test_footprint as tf  # noqa: E402
-from bench_prune import machine_line  # noqa: E402
+from machine import machine_line  # noqa: E402
 
 
 def main():

@@ -51,7 +51,7 @@ REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(REPO, "tests", "e2e"))
 from gen_encoder import build  # noqa: E402
-from bench_prune import machine_line  # noqa: E402
+from machine import machine_line  # noqa: E402
 from test_footprint import onednn_kib  # noqa: E402
 from test_server import Server  # noqa: E402
 

@@ -26,7 +26,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from bench_prune import machine_line  # noqa: E402
+from machine import machine_line  # noqa: E402
 
 
 def run(slim, path, precision, batch, dry):
