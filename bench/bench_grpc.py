@@ -141,19 +141,11 @@ def build_repo(root, seq):
                    check=True, stdout=subprocess.DEVNULL)
 
 
-def machine_line():
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    cpu = line.split(":", 1)[1].strip()
-                    break
-    except OSError:
-        pass
-    load = os.getloadavg()[0] if hasattr(os, "getloadavg") else float("nan")
-    return (f"machine: {cpu}, {os.cpu_count()} cores, load {load:.2f} at start, "
-            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+def machine_line(threads=None):
+    """The shared machine line (bench/machine.py): CPU, family/model, ISA."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from machine import machine_line as line
+    return line(threads)
 
 
 def main():
