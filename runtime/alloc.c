@@ -628,6 +628,30 @@ void slim_allocator_set_limit(slim_allocator *a, size_t bytes)
         atomic_store(&a->limit, bytes);
 }
 
+size_t slim_allocator_set_limit_trim(slim_allocator *a, size_t bytes)
+{
+    if (!a)
+        return 0;
+    size_t freed = 0;
+    slim_segment *next;
+    pthread_mutex_lock(&a->lock);
+    atomic_store(&a->limit, bytes);
+    /* Cached segments are resident memory too: over a tightened limit they
+     * go back now, not at the next give-back, and only as many as it takes
+     * (the rest of the cache still saves the next run its segments). */
+    for (slim_segment *seg = a->segments;
+         seg && bytes && (size_t)a->stats.reserved_bytes[SLIM_POOL_ALL].current > bytes;
+         seg = next) {
+        next = seg->next;
+        if (seg->n_blocks == 1 && seg->n_free == 1) {
+            freed += seg->size;
+            segment_release(a, seg);
+        }
+    }
+    pthread_mutex_unlock(&a->lock);
+    return freed;
+}
+
 size_t slim_allocator_limit(const slim_allocator *a)
 {
     return a ? atomic_load(&a->limit) : 0;

@@ -165,6 +165,10 @@ size_t slim_block_size(const slim_block *block);   /* rounded size */
 /* 0 removes the limit. Lowering it below what is reserved does not free
  * blocks in use; later segment allocations fail until it fits again. */
 void slim_allocator_set_limit(slim_allocator *a, size_t bytes);
+/* Sets the limit as slim_allocator_set_limit does, then gives back fully
+ * free cached segments until what is reserved fits under it (or none is
+ * left); returns the bytes given back. */
+size_t slim_allocator_set_limit_trim(slim_allocator *a, size_t bytes);
 size_t slim_allocator_limit(const slim_allocator *a);
 /* Gives back every segment with no block in use; returns the bytes freed. */
 size_t slim_allocator_empty_cache(slim_allocator *a);
