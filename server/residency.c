@@ -190,13 +190,8 @@ static size_t used_on(slim_server_repo *repo, const char *device, size_t *pinned
 }
 
 /* Weights mapped from .slim files on device by the models in the table
- * (under mu); the allocator does not see them. Loads under way are not
- * counted until they settle: holding a load's mapped bytes back from the
- * allocator before it maps them made ONNX loads beside it run out of
- * memory in the allocator (507) in about one run of five of the e2e test,
- * where the budget's bookkeeping said they fit; the cost is that while a
- * .slim load maps its file, RSS may pass the budget by up to its weights
- * until it settles and the limit tightens (docs/memory.md). */
+ * (under mu); the allocator does not see them. A load under way counts
+ * once it settles (a few milliseconds after it maps its file). */
 static size_t mapped_on(const slim_server_repo *repo, const char *device)
 {
     size_t mapped = 0;
@@ -212,13 +207,13 @@ static size_t mapped_on(const slim_server_repo *repo, const char *device)
 }
 
 /* Under mu, after the table or the reservations changed on device: the
- * allocator's limit follows (residency_budget.c). Only under a budget in
- * explicit and on-demand modes: mode none keeps the limit as given. */
+ * allocator's cache cap follows (residency_budget.c). Only in explicit and
+ * on-demand modes: mode none caches as before. */
 static void follow_locked(slim_server_repo *repo, const char *device)
 {
     const slim_server_residency_state *st = repo->residency;
     if (st && st->mode != SLIM_SERVER_CONTROL_NONE)
-        slim__residency_limit_less(device, mapped_on(repo, device));
+        slim__residency_cap_cache(device, mapped_on(repo, device));
 }
 
 void slim__residency_follow(slim_server_repo *repo)

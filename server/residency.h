@@ -10,13 +10,11 @@
  * all of it (repository.h), so a request taking a model and an eviction
  * choosing it cannot cross.
  *
- * Budget and allocator limit are kept apart (residency_budget.c): the
- * budget is the limit as --memory-limit set it; the allocator is limited
- * to the budget less the weights the resident models map from .slim
- * files, which take memory the allocator does not see. So what the
- * allocator reserves, its cache of freed run memory included, plus the
- * mapped weights stays within the budget (a .slim load under way counts
- * from when it settles).
+ * The allocator's cache is held to the budget less the weights the
+ * resident models map from .slim files (residency_budget.c), which take
+ * memory the allocator does not see: what it keeps reserved beyond its
+ * live blocks, plus the mapped weights, stays within the budget (a .slim
+ * load under way counts from when it settles).
  */
 #ifndef SLIM_SERVER_RESIDENCY_H
 #define SLIM_SERVER_RESIDENCY_H
@@ -87,16 +85,14 @@ void slim__residency_follow(slim_server_repo *repo);
 
 /* ---- residency_budget.c ---------------------------------------------------- */
 
-/* The budget of device (NULL: "cpu"; 0: none) and its canonical name:
- * the allocator's limit as set from outside (--memory-limit), remembered
- * the first time it is asked for, before the residency lowers the limit,
- * and taken again whenever someone else has set it since. */
+/* The budget of device (NULL: "cpu"; 0: none), its allocator's limit
+ * (--memory-limit), and its canonical name. */
 size_t slim__residency_budget(const char *device, char *canon, size_t cap);
-/* Limits device's allocator to its budget less mapped bytes (at least one
- * byte: 0 would mean no limit), trimming its cache when that is below
- * what it reserves. Nothing without a budget. */
-void slim__residency_limit_less(const char *device, size_t mapped);
-/* The devices with a budget the residency has looked at, up to cap. */
+/* Caps device's allocator cache at its budget less mapped bytes
+ * (slim_allocator_set_cache_cap), giving back cached segments over it now.
+ * Nothing without a budget. */
+void slim__residency_cap_cache(const char *device, size_t mapped);
+/* The devices whose cache the residency has capped, up to cap. */
 int slim__residency_budget_devices(char (*names)[32], int cap);
 /* A load finished into the table (under mu): counters and the histogram. */
 void slim__residency_loaded(slim_server_entry *e, int64_t load_us);

@@ -55,11 +55,13 @@ def add_mlp(path, seed, hidden=HIDDEN):
 # What RSS may go above budget + fixed overhead: 2 MiB for glibc's heaps
 # between two malloc_trim calls (every 5 s: freed request and reply
 # buffers), plus one .slim file's weights: a .slim load under way counts
-# against the allocator's limit only once it settles (residency.c,
+# against the allocator's cache cap only once it settles (residency.c,
 # mapped_on), so while it maps its file the allocator may still hold the
-# whole budget less the resident models' mappings. Measured on the 2-core
-# VM (2026-11-27, load average ~10): -2.6 to +3.0 MiB over budget + fixed in
-# 8 runs (the slack here is 6.3 MiB).
+# whole budget less the resident models' mappings. Live blocks are not
+# capped (docs/memory.md). Measured on the 2-core VM (2026-11-27, load
+# average ~11-13): +0.7 MiB over budget + fixed with the cache cap; +0.5 to
+# +3.0 MiB in five runs of a variant that lowered the limit instead (the
+# slack here is 6.3 MiB).
 RSS_BASE_SLACK = 2 << 20
 SLIM_MODELS = ["s0", "s1", "s2", "s3"]
 
