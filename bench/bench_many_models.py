@@ -295,6 +295,15 @@ def main():
     print(f"fixed overhead {fixed / 2**20:.1f} MiB (no model resident, plus oneDNN's JIT); "
           f"RSS - (budget + fixed): max {max(over_fixed) / 2**20:+.1f} MiB, above 0 in "
           f"{sum(o > 0 for o in over_fixed)} of {len(samples)} samples")
+    mib = 2**20
+    print(f"\n{'memory':32} {'MiB':>9}")
+    print(f"{'budget (--memory-limit)':32} {budget / mib:>9.1f}")
+    print(f"{'fixed overhead':32} {fixed / mib:>9.1f}")
+    print(f"{'budget + fixed overhead':32} {(budget + fixed) / mib:>9.1f}")
+    print(f"{'RSS peak':32} {max(rss) / mib:>9.1f}")
+    print(f"{'RSS peak - (budget + fixed)':32} {max(over_fixed) / mib:>+9.1f}")
+    print(f"{'RSS mean':32} {np.mean(rss) / mib:>9.1f}")
+    print(f"{'samples above budget + fixed':32} {sum(o > 0 for o in over_fixed):>9} of {len(samples)}")
     try:
         import matplotlib
         matplotlib.use("Agg")

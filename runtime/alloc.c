@@ -103,6 +103,7 @@ struct slim_allocator {
     int slot;                   /* the device's slot in accounts; -1: none */
     bool host_memory;           /* the backend hands out host addresses */
     atomic_size_t limit;
+    atomic_size_t cache_cap;    /* 0: none; see slim_allocator_set_cache_cap */
     slim_pool pools[SLIM_POOL_COUNT]; /* SMALL and LARGE used */
     slim_segment *segments;
     slim_block *spare;          /* recycled block headers */
@@ -441,6 +442,7 @@ slim_allocator *slim_allocator_new(const slim_alloc_backend *backend)
     a->host_memory = strcmp(a->device, "cpu") == 0;
     a->slot = slim_mem_device_slot(a->device);
     atomic_init(&a->limit, 0);
+    atomic_init(&a->cache_cap, 0);
     return a;
 }
 
@@ -604,7 +606,14 @@ void slim_allocator_free(slim_allocator *a, slim_block *b)
     pool_update(a->stats.requested_bytes, pool, -(int64_t)b->requested);
     POISON(a, b->ptr, b->size);
     b->acct = NULL;
+    slim_segment *seg = b->seg;
     block_give_back(a, b);      /* b may be merged away here */
+    /* Over the cache cap a segment left with nothing in use goes back now
+     * rather than waiting in the cache. */
+    size_t cap = atomic_load(&a->cache_cap);
+    if (cap && seg->n_blocks == 1 && seg->n_free == 1 &&
+        (size_t)a->stats.reserved_bytes[SLIM_POOL_ALL].current > cap)
+        segment_release(a, seg);
     pthread_mutex_unlock(&a->lock);
     if (acct) {
         slim_mem_account_credit(acct, a->slot, charged);
@@ -626,6 +635,29 @@ void slim_allocator_set_limit(slim_allocator *a, size_t bytes)
 {
     if (a)
         atomic_store(&a->limit, bytes);
+}
+
+size_t slim_allocator_set_cache_cap(slim_allocator *a, size_t bytes)
+{
+    if (!a)
+        return 0;
+    size_t freed = 0;
+    slim_segment *next;
+    pthread_mutex_lock(&a->lock);
+    atomic_store(&a->cache_cap, bytes);
+    /* Only as many as it takes: the rest of the cache still saves the next
+     * run its segments. */
+    for (slim_segment *seg = a->segments;
+         seg && bytes && (size_t)a->stats.reserved_bytes[SLIM_POOL_ALL].current > bytes;
+         seg = next) {
+        next = seg->next;
+        if (seg->n_blocks == 1 && seg->n_free == 1) {
+            freed += seg->size;
+            segment_release(a, seg);
+        }
+    }
+    pthread_mutex_unlock(&a->lock);
+    return freed;
 }
 
 size_t slim_allocator_limit(const slim_allocator *a)

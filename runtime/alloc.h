@@ -165,6 +165,13 @@ size_t slim_block_size(const slim_block *block);   /* rounded size */
 /* 0 removes the limit. Lowering it below what is reserved does not free
  * blocks in use; later segment allocations fail until it fits again. */
 void slim_allocator_set_limit(slim_allocator *a, size_t bytes);
+/* A cap on what the allocator keeps reserved when it could give back:
+ * unlike the limit it never fails an allocation, but a segment that is
+ * left with nothing in use goes back to the device at once while reserved
+ * is over the cap. Setting it gives back fully free segments until
+ * reserved fits under it (or none is left); returns the bytes given back.
+ * 0: no cap (segments wait in the cache for empty_cache or pressure). */
+size_t slim_allocator_set_cache_cap(slim_allocator *a, size_t bytes);
 size_t slim_allocator_limit(const slim_allocator *a);
 /* Gives back every segment with no block in use; returns the bytes freed. */
 size_t slim_allocator_empty_cache(slim_allocator *a);

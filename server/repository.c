@@ -522,6 +522,7 @@ static slim_status repo_load(slim_server_repo *repo, const char *name, const cha
     }
     entry_clear(&fresh);
     free(fresh.name);
+    slim__residency_follow(repo); /* a swap's old versions are out */
     return s;
 }
 
@@ -562,6 +563,7 @@ slim_status slim_server_repo_unload(slim_server_repo *repo, const char *name, in
         slim_server_batcher_cancel(dropped[i]->batcher, SLIM_CANCEL_UNLOAD);
         slim_server_model_release(dropped[i]);
     }
+    slim__residency_follow(repo); /* their mapped weights no longer count */
     if (!e) {
         *http_status = 404;
         return slim_errf(err, SLIM_ENOTFOUND, "failed to unload \"%s\": no such model", name);

@@ -156,14 +156,7 @@ void slim__residency_loaded(slim_server_entry *e, int64_t load_us)
 /* The device's canonical name ("cpu", "cuda:0") and its budget (0: none). */
 static size_t budget_of(const char *device, char *canon, size_t cap)
 {
-    slim_device *dev;
-    slim_err err = {0};
-    if (slim_device_get(device ? device : "cpu", &dev, &err) != SLIM_OK) {
-        snprintf(canon, cap, "%s", device ? device : "cpu");
-        return 0;
-    }
-    snprintf(canon, cap, "%s", dev->name);
-    return slim_allocator_limit(dev->alloc);
+    return slim__residency_budget(device, canon, cap);
 }
 
 size_t slim__residency_loading_bytes(const slim_server_repo *repo, const char *device)
@@ -194,6 +187,43 @@ static size_t used_on(slim_server_repo *repo, const char *device, size_t *pinned
         }
     }
     return used + slim__residency_loading_bytes(repo, device);
+}
+
+/* Weights mapped from .slim files on device by the models in the table
+ * (under mu); the allocator does not see them. A load under way counts
+ * once it settles (a few milliseconds after it maps its file). */
+static size_t mapped_on(const slim_server_repo *repo, const char *device)
+{
+    size_t mapped = 0;
+    for (int i = 0; i < repo->n_entries; i++) {
+        const slim_server_entry *e = &repo->entries[i];
+        for (int j = 0; j < e->n_slots; j++) {
+            const slim_server_model *m = e->slots[j].live;
+            if (m && strcmp(m->budget_device, device) == 0)
+                mapped += m->actual.mapped_bytes;
+        }
+    }
+    return mapped;
+}
+
+/* Under mu, after the table or the reservations changed on device: the
+ * allocator's cache cap follows (residency_budget.c). Only in explicit and
+ * on-demand modes: mode none caches as before. */
+static void follow_locked(slim_server_repo *repo, const char *device)
+{
+    const slim_server_residency_state *st = repo->residency;
+    if (st && st->mode != SLIM_SERVER_CONTROL_NONE)
+        slim__residency_cap_cache(device, mapped_on(repo, device));
+}
+
+void slim__residency_follow(slim_server_repo *repo)
+{
+    char devices[17][32];
+    int n = slim__residency_budget_devices(devices, 17);
+    pthread_mutex_lock(&repo->mu);
+    for (int i = 0; i < n; i++)
+        follow_locked(repo, devices[i]);
+    pthread_mutex_unlock(&repo->mu);
 }
 
 /* The model's predicted footprint, or its file's size when it could not
@@ -245,9 +275,11 @@ static slim_server_slot *pick_victim(slim_server_repo *repo, const char *device,
     return best;
 }
 
-static bool reserve_slot(slim_server_residency_state *st, const char *device, size_t bytes,
+/* Under mu. */
+static bool reserve_slot(slim_server_repo *repo, const char *device, size_t bytes,
                          slim__reservation *out)
 {
+    slim_server_residency_state *st = repo->residency;
     for (int i = 0; i < MAX_RESERVED; i++)
         if (!st->reserved[i].held) {
             snprintf(st->reserved[i].device, sizeof(st->reserved[i].device), "%s", device);
@@ -260,15 +292,18 @@ static bool reserve_slot(slim_server_residency_state *st, const char *device, si
 }
 
 /* Under mu. */
-static void release_reservation(slim_server_residency_state *st, const char *device,
-                                size_t bytes)
+static void release_reservation(slim_server_repo *repo, const char *device, size_t bytes)
 {
+    slim_server_residency_state *st = repo->residency;
     for (int i = 0; i < MAX_RESERVED; i++)
         if (st->reserved[i].held && st->reserved[i].bytes == bytes &&
             strcmp(st->reserved[i].device, device) == 0) {
             st->reserved[i].held = false;
             break;
         }
+    /* a load settled (its model's mapped weights now count from the
+     * table), failed, or an evicted model was freed */
+    follow_locked(repo, device);
     pthread_cond_broadcast(&st->cv);
 }
 
@@ -312,7 +347,7 @@ slim_status slim__residency_reserve(slim_server_repo *repo, const char *name, co
             pthread_mutex_unlock(&repo->mu);
             return SLIM_OK;
         }
-        release_reservation(st, prior.device, prior.bytes);
+        release_reservation(repo, prior.device, prior.bytes);
     }
     if (!budget) {
         pthread_mutex_unlock(&repo->mu);
@@ -342,7 +377,7 @@ slim_status slim__residency_reserve(slim_server_repo *repo, const char *name, co
             break;
         }
         if (used + need <= budget) {
-            if (!reserve_slot(st, device, need, out))
+            if (!reserve_slot(repo, device, need, out))
                 s = slim_errf(err, SLIM_ETIMEDOUT, "too many loads under way; try again");
             break;
         }
@@ -360,7 +395,7 @@ slim_status slim__residency_reserve(slim_server_repo *repo, const char *name, co
              * joined): counted meanwhile, or another load would start in
              * memory that is not free yet. */
             slim__reservation going = {0};
-            reserve_slot(st, device, m->resident_bytes, &going);
+            reserve_slot(repo, device, m->resident_bytes, &going);
             pthread_mutex_unlock(&repo->mu);
             slim_server_log(SLIM_LOG_INFO, NULL, "evicting model \"%s\" version %lld (%zu bytes "
                             "on %s, least recently used%s) to make room for \"%s\" (%zu bytes; "
@@ -370,7 +405,7 @@ slim_status slim__residency_reserve(slim_server_repo *repo, const char *name, co
             slim_server_model_release(m); /* the table's reference: frees it */
             pthread_mutex_lock(&repo->mu);
             if (going.held)
-                release_reservation(st, going.device, going.bytes);
+                release_reservation(repo, going.device, going.bytes);
             continue;
         }
         if (st->stopping || slim_server_now_us() > give_up) {
@@ -399,7 +434,7 @@ slim_status slim__residency_reserve(slim_server_repo *repo, const char *name, co
 void slim__residency_settle(slim_server_repo *repo, slim_server_model *m)
 {
     if (m && m->reserved_bytes && repo->residency) {
-        release_reservation(repo->residency, m->budget_device, m->reserved_bytes);
+        release_reservation(repo, m->budget_device, m->reserved_bytes);
         m->reserved_bytes = 0;
     }
 }
@@ -410,7 +445,7 @@ void slim__residency_unreserve(slim_server_repo *repo, slim__reservation *r)
     if (!st || !r->held)
         return;
     pthread_mutex_lock(&repo->mu);
-    release_reservation(st, r->device, r->bytes);
+    release_reservation(repo, r->device, r->bytes);
     pthread_mutex_unlock(&repo->mu);
     r->held = false;
 }

@@ -9,6 +9,12 @@
  * predicted footprint of every load under way. The repository's mu guards
  * all of it (repository.h), so a request taking a model and an eviction
  * choosing it cannot cross.
+ *
+ * The allocator's cache is held to the budget less the weights the
+ * resident models map from .slim files (residency_budget.c), which take
+ * memory the allocator does not see: what it keeps reserved beyond its
+ * live blocks, plus the mapped weights, stays within the budget (a .slim
+ * load under way counts from when it settles).
  */
 #ifndef SLIM_SERVER_RESIDENCY_H
 #define SLIM_SERVER_RESIDENCY_H
@@ -73,6 +79,21 @@ size_t slim__residency_loading_bytes(const slim_server_repo *repo, const char *d
 void slim__residency_settle(slim_server_repo *repo, slim_server_model *m);
 /* A loaded model's footprint, counted while it is resident. */
 void slim__residency_measure(slim_server_model *m, const char *device);
+/* After models left the table (an unload, a reload's swap): the allocator
+ * limit follows the mapped weights still counted (takes mu). */
+void slim__residency_follow(slim_server_repo *repo);
+
+/* ---- residency_budget.c ---------------------------------------------------- */
+
+/* The budget of device (NULL: "cpu"; 0: none), its allocator's limit
+ * (--memory-limit), and its canonical name. */
+size_t slim__residency_budget(const char *device, char *canon, size_t cap);
+/* Caps device's allocator cache at its budget less mapped bytes
+ * (slim_allocator_set_cache_cap), giving back cached segments over it now.
+ * Nothing without a budget. */
+void slim__residency_cap_cache(const char *device, size_t mapped);
+/* The devices whose cache the residency has capped, up to cap. */
+int slim__residency_budget_devices(char (*names)[32], int cap);
 /* A load finished into the table (under mu): counters and the histogram. */
 void slim__residency_loaded(slim_server_entry *e, int64_t load_us);
 

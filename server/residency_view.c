@@ -44,7 +44,7 @@ static void device_metrics(slim_server_repo *repo, slim_server_buf *out)
            "The budget resident models share on each device (--memory-limit; 0: none)");
     for (int d = 0; d < n; d++)
         slim_server_buf_printf(out, "slim_memory_budget_bytes{device=\"%s\"} %zu\n",
-                               devs[d]->name, slim_allocator_limit(devs[d]->alloc));
+                               devs[d]->name, slim__residency_budget(devs[d]->name, NULL, 0));
     header(out, "slim_models_resident_bytes", "gauge",
            "Footprint of the resident models on each device (weights, arenas, workspace)");
     for (int d = 0; d < n; d++) {

@@ -677,6 +677,38 @@ END_TEST
 
 /* ---- empty_cache ---------------------------------------------------------------- */
 
+/* A tightened cache cap gives back cached segments only until what is
+ * reserved fits under it; segments in use stay, and allocations are not
+ * refused by it; a segment freed over the cap goes back at once. */
+START_TEST(test_cache_cap_frees_only_what_it_takes)
+{
+    test_backend tb;
+    slim_allocator *a = new_allocator(&tb, "test");
+    slim_block *keep = must_alloc(a, 15 * MiB);          /* 16 MiB segment */
+    slim_block *d1 = must_alloc(a, 12 * MiB);            /* 12 MiB segment */
+    slim_block *d2 = must_alloc(a, 11 * MiB);            /* 12 MiB segment */
+    slim_allocator_free(a, d1);
+    slim_allocator_free(a, d2);
+    ck_assert_int_eq(stats_of(a).reserved_bytes[SLIM_POOL_ALL].current, (int64_t)(40 * MiB));
+    ck_assert_uint_eq(slim_allocator_set_cache_cap(a, 50 * MiB), 0);
+    ck_assert_uint_eq(slim_allocator_set_cache_cap(a, 30 * MiB), 12 * MiB);
+    ck_assert_int_eq(stats_of(a).reserved_bytes[SLIM_POOL_ALL].current, (int64_t)(28 * MiB));
+    /* below what is in use: every free segment goes, the live one stays */
+    ck_assert_uint_eq(slim_allocator_set_cache_cap(a, 10 * MiB), 12 * MiB);
+    ck_assert_uint_eq(tb.live, 16 * MiB);
+    slim_block *over = must_alloc(a, 12 * MiB);          /* not refused by the cap */
+    ck_assert_uint_eq(tb.live, 28 * MiB);
+    slim_allocator_free(a, over);                        /* over the cap: given back */
+    ck_assert_uint_eq(tb.live, 16 * MiB);
+    ck_assert_uint_eq(slim_allocator_set_cache_cap(a, 0), 0);
+    over = must_alloc(a, 12 * MiB);
+    slim_allocator_free(a, over);                        /* no cap: cached */
+    ck_assert_uint_eq(tb.live, 28 * MiB);
+    slim_allocator_free(a, keep);
+    slim_allocator_free_all(a);
+}
+END_TEST
+
 START_TEST(test_empty_cache_keeps_segments_in_use)
 {
     test_backend tb;
@@ -1073,6 +1105,7 @@ static Suite *alloc_suite(void)
     tcase_add_test(tc, test_device_refusal);
     tcase_add_test(tc, test_impossible_sizes);
     tcase_add_test(tc, test_empty_cache_keeps_segments_in_use);
+    tcase_add_test(tc, test_cache_cap_frees_only_what_it_takes);
     tcase_add_test(tc, test_give_back_trims_the_cpu_allocator);
     tcase_add_test(tc, test_give_back_idle_hooks);
     tcase_add_test(tc, test_page_out_object);
