@@ -4,6 +4,12 @@
     python3 bench/bench_int8.py --slim build/bin/slim [--threads 2] [--rounds 3]
                                 [--models transformer,bert] [--workdir DIR]
                                 [--int8-max-error X] [--outliers-off] [--slim-base BIN]
+                                [--slim-only] [--dw-int8]
+
+The int8 CNN table (docs/int8.md), slim only, error against slim fp32:
+
+    python3 bench/bench_int8.py --models resnet18,resnet50,mobilenetv2 \
+                                --slim-only --dw-int8 --rounds 5
 
 Models: the example transformer and resnet (models/gen_models.py; the
 transformer's own sequence of 16, the resnet's 32 x 32 images), a
@@ -31,6 +37,9 @@ Configurations, each in its own process so that its peak RSS is its own:
   slim int8 budget  with --int8-max-error X: slim convert --precision int8
                   --int8-max-error X (layers whose own output error on
                   drawn samples is over X stay fp32)
+  slim int8 dw-int8  with --dw-int8: slim convert --precision int8 under
+                  SLIM_INT8_CONV_DW=int8 (the Convs next to a depthwise conv
+                  quantized too: the before of keeping them float32)
   slim int8 base  with --slim-base BIN: another build's slim (say main's,
                   before a kernel change) converting and running the same
                   model, in the same alternating rounds: the A/B of a change
@@ -45,7 +54,9 @@ Columns: time (ms), x slim fp32, x ort int8 (the best of the ort int8
 configurations), weight bytes (initializers as loaded; for slim int8 the
 .slim file's weights), peak RSS (MiB, the process's maximum), and the
 output's cosine similarity and maximum relative error (max |y - ref| /
-max |ref|) to onnxruntime fp32.
+max |ref|) to onnxruntime fp32 (to slim fp32 with --slim-only, which
+runs the slim configurations alone). The table starts with the machine
+line (bench_prune.machine_line).
 """
 
 import argparse
@@ -60,6 +71,8 @@ import numpy as np
 import onnx
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "bench"))
+from bench_prune import machine_line  # noqa: E402
 
 ORT_CHILD = r"""
 import json, sys, time
@@ -133,7 +146,8 @@ def calibration_reader(in_name, shape, n=8):
     return Reader()
 
 
-def prepare(name, workdir, slim, max_error, outliers_off, slim_base=None):
+def prepare(name, workdir, slim, max_error, outliers_off, slim_base=None, slim_only=False,
+            dw_int8=False):
     if name in ("transformer", "resnet"):
         src = os.path.join(workdir, "models", name, "1", "model.onnx")
         if not os.path.exists(src):
@@ -153,14 +167,20 @@ def prepare(name, workdir, slim, max_error, outliers_off, slim_base=None):
     # Only the graph is needed here; the weights would raise this process's RSS.
     inp = model.graph.input[0]
     dims = [d.dim_value for d in inp.type.tensor_type.shape.dim]
-    from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
     files = {"fp32": src}
-    for pc in (False, True):
+    if dw_int8:
+        dw = os.path.join(workdir, f"{name}.int8_dw.slim")
+        if not os.path.exists(dw):
+            spawn([slim, "convert", src, "-o", dw, "--precision", "int8"],
+                  dict(os.environ, SLIM_INT8_CONV_DW="int8"))
+        files["slim8dw"] = dw
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
+    for pc in (() if slim_only else (False, True)):
         dst = os.path.join(workdir, f"{name}.ort_int8{'_pc' if pc else ''}.onnx")
         if not os.path.exists(dst):
             quantize_dynamic(src, dst, weight_type=QuantType.QInt8, per_channel=pc)
         files["ort_pc" if pc else "ort"] = dst
-    if name in IMAGE_MODELS:
+    if name in IMAGE_MODELS and not slim_only:
         # Static QDQ (u8 activations, s8 per-channel weights), which
         # onnxruntime runs as QLinearConv: its fast int8 CNN path.
         dst = os.path.join(workdir, f"{name}.ort_int8_static.onnx")
@@ -212,6 +232,11 @@ def main():
     ap.add_argument("--outliers-off", action="store_true",
                     help="also run slim int8 without the outlier-channel split "
                          "(SLIM_INT8_OUTLIERS=off at convert): the before of that change")
+    ap.add_argument("--slim-only", action="store_true",
+                    help="only the slim configurations; error against slim fp32")
+    ap.add_argument("--dw-int8", action="store_true",
+                    help="also run slim int8 with the Convs next to a depthwise conv quantized "
+                         "(SLIM_INT8_CONV_DW=int8 at convert): the before of that change")
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
     slim = os.path.abspath(a.slim)
@@ -220,12 +245,15 @@ def main():
     for name in a.models.split(","):
         slim_base = os.path.abspath(a.slim_base) if a.slim_base else None
         files, in_name, dims, vocab = prepare(name, a.workdir, slim, a.int8_max_error,
-                                              a.outliers_off, slim_base)
+                                              a.outliers_off, slim_base, a.slim_only, a.dw_int8)
         wbytes = {"slim fp32": slim_weight_bytes(slim, files["fp32"]),
-                  "slim int8": slim_weight_bytes(slim, files["slim8"]),
-                  "ort fp32": weight_bytes(files["fp32"]),
-                  "ort int8": weight_bytes(files["ort"]),
-                  "ort int8 pc": weight_bytes(files["ort_pc"])}
+                  "slim int8": slim_weight_bytes(slim, files["slim8"])}
+        if not a.slim_only:
+            wbytes.update({"ort fp32": weight_bytes(files["fp32"]),
+                           "ort int8": weight_bytes(files["ort"]),
+                           "ort int8 pc": weight_bytes(files["ort_pc"])})
+        if "slim8dw" in files:
+            wbytes["slim int8 dw-int8"] = slim_weight_bytes(slim, files["slim8dw"])
         if "ort_static" in files:
             wbytes["ort int8 static"] = weight_bytes(files["ort_static"])
         if "slim8b" in files:
@@ -260,6 +288,13 @@ def main():
                 "ort int8 pc": lambda o: [sys.executable, "-c", ORT_CHILD, files["ort_pc"], inp,
                                           os.path.join(o, "y.npy"), str(repeat), str(a.threads)],
             }
+            if a.slim_only:
+                for c in ("ort fp32", "ort int8", "ort int8 pc"):
+                    del configs[c]
+            if "slim8dw" in files:
+                configs["slim int8 dw-int8"] = lambda o: [
+                    slim, "run", files["slim8dw"], "--input", f"{in_name}={inp}", "--repeat",
+                    str(repeat), "--output-dir", o]
             if "ort_static" in files:
                 configs["ort int8 static"] = lambda o: [
                     sys.executable, "-c", ORT_CHILD, files["ort_static"], inp,
@@ -294,9 +329,9 @@ def main():
                     rss[c] = max(rss[c], peak)
                     npys = [f for f in os.listdir(o) if f.endswith(".npy")]
                     outs[c] = np.load(os.path.join(o, npys[0])).astype(np.float64)
-            ref = outs["ort fp32"]
+            ref = outs["slim fp32" if a.slim_only else "ort fp32"]
             med = {c: statistics.median(t) for c, t in times.items()}
-            ort8 = min(med[c] for c in configs if c.startswith("ort int8"))
+            ort8 = min((med[c] for c in configs if c.startswith("ort int8")), default=float("nan"))
             for c in configs:
                 y = outs[c]
                 cos = float(y.ravel() @ ref.ravel() / (np.linalg.norm(y) * np.linalg.norm(ref)))
@@ -307,7 +342,9 @@ def main():
         print(f"# {name}: file bytes fp32 {fsize['slim fp32']}, slim int8 .slim "
               f"{fsize['slim int8']} ({fsize['slim int8'] / fsize['slim fp32']:.3f}x)",
               flush=True)
-    print(f"\nthreads {a.threads}, {a.rounds} alternating rounds, medians; error vs ort fp32")
+    print("\n" + machine_line(a.threads))
+    print(f"threads {a.threads}, {a.rounds} alternating rounds, medians; error vs "
+          f"{'slim' if a.slim_only else 'ort'} fp32")
     hdr = ("model", "batch", "config", "ms", "x slim32", "x ort8", "weight MB", "peak RSS MiB",
            "cosine", "max rel err")
     print("| " + " | ".join(hdr) + " |")

@@ -13,7 +13,8 @@
  * Depthwise convs (one input channel per group) stay float32: each group is
  * then a product of a single output channel over kh x kw taps, which the
  * 64-channel int8 panels would pad 16-fold, and their weights are a small
- * share of a model's bytes.
+ * share of a model's bytes. The Convs feeding or reading a depthwise conv
+ * stay float32 too (depthwise_neighbour): float32 runs them fused with it.
  */
 #include "int8_impl.h"
 
@@ -86,10 +87,69 @@ static const char *conv_of(const slim__int8_pass *p, const slim_node *n, conv_la
     return NULL;
 }
 
+/* n is a float32 depthwise Conv: one input channel per group, more than
+ * one group (the convs conv_of leaves float32). */
+static bool is_depthwise(const slim_graph *g, const slim_node *n)
+{
+    if (n->domain[0] || strcmp(n->op_type, "Conv") || n->n_in < 2 || n->in[1] < 0)
+        return false;
+    const slim_tensor *w = slim_pass_const_f32(g, n->in[1]);
+    return w && w->ndim == 4 && w->dims[1] == 1 && slim_attr_int(n, "group", 1) > 1;
+}
+
+static bool is_act(const slim_node *n)
+{
+    return !n->domain[0] && (!strcmp(n->op_type, "Relu") || !strcmp(n->op_type, "Clip"));
+}
+
+/* The live node producing v, or NULL (a graph input or initializer). */
+static const slim_node *producer_of(const slim__int8_pass *p, int v)
+{
+    const slim_graph *g = p->rw.g;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!p->rw.dead[i])
+            for (int o = 0; o < g->nodes[i].n_out; o++)
+                if (g->nodes[i].out[o] == v)
+                    return &g->nodes[i];
+    return NULL;
+}
+
+/* Why a Conv next to a depthwise one stays float32: the float Conv beside
+ * a depthwise conv (MobileNet's expansion 1x1 -> Relu6 -> depthwise 3x3 ->
+ * projection 1x1) runs fused by oneDNN (kernels/cpu/conv_dnnl.c), the
+ * depthwise as the 1x1's post-op, without the expanded activation going to
+ * memory; a ConvInt8 there breaks that fusion and pays its own NCHW <->
+ * pixel-major float moves and per-pixel quantization on the widest tensors
+ * of the net, which measured 3-4x slower than float32 on MobileNetV2
+ * (docs/int8.md). Walks through one Relu or Clip (ReLU6) each way.
+ * SLIM_INT8_CONV_DW=int8 quantizes them anyway (the before, for
+ * benchmarks). */
+static const char *depthwise_neighbour(const slim__int8_pass *p, const slim_node *n)
+{
+    const char *env = getenv("SLIM_INT8_CONV_DW");
+    if (env && !strcmp(env, "int8"))
+        return NULL;
+    const slim_graph *g = p->rw.g;
+    int out = n->out[0];
+    const slim_node *r = slim_rewrite_sole_reader(&p->rw, out, "Relu");
+    r = r ? r : slim_rewrite_sole_reader(&p->rw, out, "Clip");
+    r = r ? slim_rewrite_sole_reader(&p->rw, r->out[0], "Conv")
+          : slim_rewrite_sole_reader(&p->rw, out, "Conv");
+    if (r && is_depthwise(g, r))
+        return "feeds a depthwise conv (fused in float32)";
+    const slim_node *s = producer_of(p, n->in[0]);
+    if (s && is_act(s) && s->n_in > 0)
+        s = producer_of(p, s->in[0]);
+    if (s && is_depthwise(g, s))
+        return "reads a depthwise conv (fused in float32)";
+    return NULL;
+}
+
 const char *slim__int8_conv_why(const slim__int8_pass *p, const slim_node *n)
 {
     conv_layer c;
-    return conv_of(p, n, &c);
+    const char *why = conv_of(p, n, &c);
+    return why ? why : depthwise_neighbour(p, n);
 }
 
 static slim_qconv_pad pad_mode(const char *s)

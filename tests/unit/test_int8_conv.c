@@ -385,6 +385,103 @@ START_TEST(test_pass_depthwise_and_excluded_stay_float)
 }
 END_TEST
 
+/* x[*, 8, 6, 6] -> expand 1x1 (8 -> 16) -> Clip(0, 6) -> depthwise 3x3
+ * (16 groups) -> project 1x1 (16 -> 8) -> Relu -> 1x1 (8 -> 8) -> y: a
+ * MobileNetV2 block and a conv that is no depthwise conv's neighbour. */
+static slim_graph *mobile_block(void)
+{
+    slim_graph *g = slim_graph_new();
+    g->opset = 17;
+    slim_graph_add_node(g, "expand", "Conv", "", 3, (const char *[]){"x", "we", "be"}, 1,
+                        (const char *[]){"e"});
+    slim_graph_add_node(g, "relu6", "Clip", "", 3, (const char *[]){"e", "lo", "hi"}, 1,
+                        (const char *[]){"e6"});
+    slim_graph_add_node(g, "dw", "Conv", "", 2, (const char *[]){"e6", "wd"}, 1,
+                        (const char *[]){"d"});
+    slim_graph_add_node(g, "project", "Conv", "", 2, (const char *[]){"d", "wp"}, 1,
+                        (const char *[]){"p"});
+    slim_graph_add_node(g, "relu", "Relu", "", 1, (const char *[]){"p"}, 1,
+                        (const char *[]){"r"});
+    slim_graph_add_node(g, "last", "Conv", "", 2, (const char *[]){"r", "wl"}, 1,
+                        (const char *[]){"y"});
+    for (int i = 0; i < g->n_nodes; i++)
+        g->nodes[i].opset = 17;
+    tu_attr_ints(&g->nodes[2], "pads", 4, (int64_t[]){1, 1, 1, 1});
+    tu_attr_i(&g->nodes[2], "group", 16);
+    rng_state = 91;
+    add_init(g, "we", 4, (int64_t[]){16, 8, 1, 1}, -0.5f, 0.5f);
+    add_init(g, "be", 1, (int64_t[]){16}, -0.2f, 0.2f);
+    add_init(g, "lo", 0, NULL, 0.0f, 0.0f);
+    add_init(g, "hi", 0, NULL, 6.0f, 6.0f);
+    add_init(g, "wd", 4, (int64_t[]){16, 1, 3, 3}, -0.5f, 0.5f);
+    add_init(g, "wp", 4, (int64_t[]){8, 16, 1, 1}, -0.5f, 0.5f);
+    add_init(g, "wl", 4, (int64_t[]){8, 8, 1, 1}, -0.5f, 0.5f);
+    int x = slim_graph_find_value(g, "x");
+    slim_graph_add_input(g, x);
+    g->values[x].info.dtype = SLIM_F32;
+    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    return g;
+}
+
+static const slim_int8_layer *layer_named(const slim_int8_report *rep, const char *name)
+{
+    for (int i = 0; i < rep->n_layers; i++)
+        if (!strcmp(rep->layers[i].name, name))
+            return &rep->layers[i];
+    ck_abort_msg("no layer %s in the report", name);
+    return NULL;
+}
+
+/* The convs on either side of a depthwise conv stay float32 (oneDNN fuses
+ * them there), the others are quantized, and the graph's output stays
+ * close to the float one; SLIM_INT8_CONV_DW=int8 quantizes them all. */
+START_TEST(test_pass_depthwise_neighbours_stay_float)
+{
+    enum { N = 2, PER = 8 * 6 * 6 };
+    float xv[N * PER];
+    rng_state = 9;
+    for (int i = 0; i < N * PER; i++)
+        xv[i] = rndf() * 2;
+    slim_tensor x = tu_f32(4, (int64_t[]){N, 8, 6, 6}, xv);
+    slim_err err;
+    slim_tensor ref = run1(mobile_block(), x, SLIM_OK, &err);
+
+    slim_graph *g = mobile_block();
+    slim_int8_report rep;
+    ck_assert_int_eq(slim_quant_int8(g, NULL, &rep, &err), SLIM_OK);
+    ck_assert_int_eq(rep.n_layers, 4);
+    const slim_int8_layer *e = layer_named(&rep, "expand"), *d = layer_named(&rep, "dw");
+    const slim_int8_layer *p = layer_named(&rep, "project"), *l = layer_named(&rep, "last");
+    ck_assert(!e->quantized && !d->quantized && !p->quantized && l->quantized);
+    ck_assert_str_eq(e->why, "feeds a depthwise conv (fused in float32)");
+    ck_assert_str_eq(d->why, "depthwise");
+    ck_assert_str_eq(p->why, "reads a depthwise conv (fused in float32)");
+    slim_int8_report_free(&rep);
+    int n_int8 = 0;
+    for (int i = 0; i < g->n_nodes; i++)
+        n_int8 += !strcmp(g->nodes[i].op_type, "ConvInt8");
+    ck_assert_int_eq(n_int8, 1);
+    slim_tensor y = run1(g, x, SLIM_OK, &err);
+    double rel = slim_int8_rel_error(ref.data, y.data, slim_tensor_numel(&ref));
+    ck_assert_msg(rel > 0 && rel < 0.03, "rel error %g", rel);
+    slim_tensor_release(&y);
+
+    setenv("SLIM_INT8_CONV_DW", "int8", 1);
+    g = mobile_block();
+    ck_assert_int_eq(slim_quant_int8(g, NULL, &rep, &err), SLIM_OK);
+    unsetenv("SLIM_INT8_CONV_DW");
+    ck_assert(layer_named(&rep, "expand")->quantized && layer_named(&rep, "project")->quantized);
+    ck_assert(!layer_named(&rep, "dw")->quantized && layer_named(&rep, "last")->quantized);
+    slim_int8_report_free(&rep);
+    y = run1(g, x, SLIM_OK, &err);
+    rel = slim_int8_rel_error(ref.data, y.data, slim_tensor_numel(&ref));
+    ck_assert_msg(rel > 0 && rel < 0.05, "rel error %g", rel);
+    slim_tensor_release(&y);
+    slim_tensor_release(&ref);
+    slim_tensor_release(&x);
+}
+END_TEST
+
 /* A ConvInt8 whose packed weight does not fit its geometry (a forged
  * file) is refused with a message before the kernel reads it. */
 START_TEST(test_malformed_conv_refused)
@@ -425,6 +522,7 @@ int main(void)
     TCase *tp = tcase_create("pass");
     tcase_add_test(tp, test_pass_conv_bn_relu);
     tcase_add_test(tp, test_pass_depthwise_and_excluded_stay_float);
+    tcase_add_test(tp, test_pass_depthwise_neighbours_stay_float);
     tcase_add_test(tp, test_malformed_conv_refused);
     suite_add_tcase(s, tp);
     SRunner *sr = srunner_create(s);
