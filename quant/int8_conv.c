@@ -245,6 +245,31 @@ static slim_status conv_attrs(const conv_layer *c, bool relu, slim_attr **out, i
     return SLIM_OK;
 }
 
+/* Node id, just made a ConvInt8, reading the output of another ConvInt8
+ * that nothing else reads: that value is handed over pixel-major (NHWC),
+ * the producer writing its product straight into it and id reading it as
+ * is, so the pair pays no NCHW round trip (two transposes of the tensor).
+ * The values are the same floats, only laid out otherwise, so the result
+ * is bitwise the one with the round trip. SLIM_INT8_CONV_NHWC=off keeps
+ * NCHW (the before, for benchmarks and tests). */
+static slim_status hand_over_nhwc(slim__int8_pass *p, int id, slim_err *err)
+{
+    const char *env = getenv("SLIM_INT8_CONV_NHWC");
+    if (env && !strcmp(env, "off"))
+        return SLIM_OK;
+    slim_graph *g = p->rw.g;
+    int v = g->nodes[id].in[0];
+    slim_node *src = (slim_node *)producer_of(p, v);
+    if (!src || strcmp(src->domain, "com.slimserve") || strcmp(src->op_type, "ConvInt8") ||
+        src->n_out != 1 || g->values[v].is_output || p->rw.uses.readers[v] != 1)
+        return SLIM_OK;
+    slim_status st = slim_pass_set_int(src, "nhwc_output", 1, err);
+    if (!st)
+        st = slim_pass_set_int(&g->nodes[id], "nhwc_input", 1, err);
+    g->values[v].info.ndim = -1; /* its declared NCHW shape no longer holds */
+    return st;
+}
+
 slim_status slim__int8_quantize_conv(slim__int8_pass *p, int id, slim_int8_layer *layer,
                                      slim_err *err)
 {
@@ -323,6 +348,8 @@ slim_status slim__int8_quantize_conv(slim__int8_pass *p, int id, slim_int8_layer
     }
     st = slim_rewrite_node(&g->nodes[id], "ConvInt8", has_bias ? 5 : 4, in, out, attrs, na,
                            p->rw.what, err);
+    if (!st)
+        st = hand_over_nhwc(p, id, err);
 done:
     free(wr);
     free(wq);

@@ -8,7 +8,9 @@
  * C/group floats. Its im2col row -- K ordered (ky, kx, channel), the order
  * the pass packs the weights in -- is then a handful of memcpy calls, and a
  * 1x1 stride-1 unpadded conv needs no im2col at all: the transposed image is
- * the matrix. slim_qgemm quantizes each row on its own (one scale and zero
+ * the matrix. With nhwc_in the input is pixel-major already (a ConvInt8
+ * before wrote it so) and is read as is; with nhwc_out the product is
+ * written straight into the pixel-major output. slim_qgemm quantizes each row on its own (one scale and zero
  * point per output pixel), so a pixel's result depends only on its own
  * receptive field: an image's output is bitwise the same whatever batch it
  * ran in, and however the rows are cut into blocks. The product comes out
@@ -208,13 +210,13 @@ static void im2col_part(int64_t begin, int64_t end, void *user)
 
 /* Bias and Relu after the float reference's product, as Conv (+ Relu)
  * computes them in float32. */
-static void float_epilogue(float *t, int64_t rows, int64_t mg, const float *bias,
+static void float_epilogue(float *t, int64_t rows, int64_t ld, int64_t mg, const float *bias,
                            slim_qgemm_act act)
 {
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < mg; c++) {
-            float v = t[r * mg + c] + (bias ? bias[c] : 0.0f);
-            t[r * mg + c] = act == SLIM_QGEMM_ACT_RELU && !(v > 0) ? 0.0f : v;
+            float v = t[r * ld + c] + (bias ? bias[c] : 0.0f);
+            t[r * ld + c] = act == SLIM_QGEMM_ACT_RELU && !(v > 0) ? 0.0f : v;
         }
 }
 
@@ -231,11 +233,12 @@ slim_status slim_qconv_run(const slim_qconv *q, int64_t n_images, const float *x
     block = block < 16 ? 16 : block;
     block = block < np ? block : np;
     size_t packed_g = slim_qgemm_packed_bytes(mg, kg);
-    float *xt = slim_scratch_malloc(sizeof(float) * (size_t)(hw * q->c));
+    float *xt = q->nhwc_in ? NULL : slim_scratch_malloc(sizeof(float) * (size_t)(hw * q->c));
     float *rows = direct ? NULL : slim_scratch_malloc(sizeof(float) * (size_t)(block * kg));
-    float *tmp = slim_scratch_malloc(sizeof(float) * (size_t)(block * mg));
+    float *tmp = q->nhwc_out ? NULL : slim_scratch_malloc(sizeof(float) * (size_t)(block * mg));
     void *scratch = w->wf ? NULL : slim_scratch_malloc(slim_qgemm_scratch_bytes(block, kg));
-    if (!xt || (!direct && !rows) || !tmp || (!w->wf && !scratch)) {
+    if ((!q->nhwc_in && !xt) || (!direct && !rows) || (!q->nhwc_out && !tmp) ||
+        (!w->wf && !scratch)) {
         slim_scratch_free(xt);
         slim_scratch_free(rows);
         slim_scratch_free(tmp);
@@ -244,14 +247,17 @@ slim_status slim_qconv_run(const slim_qconv *q, int64_t n_images, const float *x
     }
     for (int64_t n = 0; n < n_images; n++) {
         qconv_job j = {q, x + n * q->c * hw, xt, rows, tmp, NULL, 0, 0, 0, kg, mg};
-        slim_parallel_for((hw + 63) / 64, 1 + 8192 / (64 * q->c), transpose_part, &j);
+        if (q->nhwc_in)
+            j.xt = (float *)x + n * q->c * hw; /* read only */
+        else
+            slim_parallel_for((hw + 63) / 64, 1 + 8192 / (64 * q->c), transpose_part, &j);
         for (int64_t g = 0; g < q->groups; g++)
             for (int64_t p0 = 0; p0 < np; p0 += block) {
                 int64_t nr = np - p0 < block ? np - p0 : block;
                 j.g = g;
                 j.p0 = p0;
                 j.nr = nr;
-                const float *a = xt + p0 * q->c + g * cg;
+                const float *a = j.xt + p0 * q->c + g * cg;
                 int64_t lda = q->c;
                 if (!direct) {
                     slim_parallel_for(nr, 1 + 4096 / kg, im2col_part, &j);
@@ -259,19 +265,24 @@ slim_status slim_qconv_run(const slim_qconv *q, int64_t n_images, const float *x
                     lda = kg;
                 }
                 const float *bias = w->bias ? w->bias + g * mg : NULL;
+                /* Pixel-major output: the product goes to its place. */
+                float *dst = q->nhwc_out ? y + (n * np + p0) * q->m + g * mg : tmp;
+                int64_t ldd = q->nhwc_out ? q->m : mg;
                 if (w->wf) {
                     slim_sgemm(false, true, nr, mg, kg, 1.0f, a, lda, w->wf + g * mg * kg, kg,
-                               0.0f, tmp, mg);
-                    float_epilogue(tmp, nr, mg, bias, w->act);
+                               0.0f, dst, ldd);
+                    float_epilogue(dst, nr, ldd, mg, bias, w->act);
                 } else {
                     slim_qgemm_args qa = {
                         .m = nr, .n = mg, .k = kg, .x = a, .ldx = lda,
                         .packed = w->packed + g * packed_g, .colsum = w->colsum + g * mg,
-                        .w_scale = w->scale + g * mg, .bias = bias, .act = w->act, .y = tmp,
-                        .ldy = mg,
+                        .w_scale = w->scale + g * mg, .bias = bias, .act = w->act, .y = dst,
+                        .ldy = ldd,
                     };
                     slim_qgemm(&qa, scratch);
                 }
+                if (q->nhwc_out)
+                    continue;
                 j.y = y + (n * q->m + g * mg) * np;
                 slim_parallel_for((mg + 15) / 16, 1 + 8192 / (16 * nr), untranspose_part, &j);
             }

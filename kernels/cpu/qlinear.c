@@ -17,7 +17,9 @@
  *       (passes/fuse_int8_epilogue.c fuses it), in the product's epilogue.
  *   ConvInt8(X, W, scale, colsum[, bias]) -> Y
  *       attrs: kernel_shape [kh, kw], strides, dilations, pads [t, l, b, r],
- *       group, auto_pad (as Conv's), activation ("" | "Relu").
+ *       group, auto_pad (as Conv's), activation ("" | "Relu"), nhwc_input
+ *       and nhwc_output (0 | 1: X [N, H, W, C] / Y [N, OH, OW, M], the
+ *       int8 pass's pixel-major hand-off between two ConvInt8).
  *       X float32 [N, C, H, W]; W int8 packed as qgemm.h's slim_qconv
  *       describes; scale, colsum (and bias) [M]. Y float32 [N, M, OH, OW].
  *       Activations are quantized per output pixel (kernels/cpu/qconv.c).
@@ -229,6 +231,12 @@ static slim_status conv_int8_prepare(slim_node *node, void **state, slim_err *er
     q->kh = k[0], q->kw = k[1], q->sh = st2[0], q->sw = st2[1], q->dh = d[0], q->dw = d[1];
     q->pt = p[0], q->pl = p[1], q->pb = p[2], q->pr = p[3];
     q->groups = slim_attr_int(node, "group", 1);
+    int64_t nin = slim_attr_int(node, "nhwc_input", 0), nout = slim_attr_int(node, "nhwc_output", 0);
+    if ((nin != 0 && nin != 1) || (nout != 0 && nout != 1)) {
+        st = slim_errf(err, SLIM_EINVAL, "nhwc_input and nhwc_output must be 0 or 1");
+        goto fail;
+    }
+    q->nhwc_in = nin, q->nhwc_out = nout;
     if (q->groups < 1 || q->groups > (1LL << 30)) {
         st = slim_errf(err, SLIM_EINVAL, "group = %lld, must be >= 1", (long long)q->groups);
         goto fail;
@@ -270,12 +278,16 @@ static slim_status conv_int8_geom(slim_op_ctx *ctx, slim_qconv *q)
     if (st || (st = slim_check_dtype(w, "weight W", ctx->err, SLIM_I8, SLIM_DTYPE_UNDEFINED)))
         return st;
     if (x->ndim != 4)
-        return slim_errf(ctx->err, SLIM_ESHAPE, "input X has %d dims, expected [N, C, H, W]",
-                         x->ndim);
+        return slim_errf(ctx->err, SLIM_ESHAPE, "input X has %d dims, expected %s", x->ndim,
+                         s->geom.nhwc_in ? "[N, H, W, C]" : "[N, C, H, W]");
     if (scale->ndim != 1)
         return slim_errf(ctx->err, SLIM_ESHAPE, "scale must be 1-D");
     *q = s->geom;
-    q->c = x->dims[1], q->h = x->dims[2], q->w = x->dims[3], q->m = scale->dims[0];
+    if (q->nhwc_in)
+        q->c = x->dims[3], q->h = x->dims[1], q->w = x->dims[2];
+    else
+        q->c = x->dims[1], q->h = x->dims[2], q->w = x->dims[3];
+    q->m = scale->dims[0];
     if (q->m > (1LL << 30) || q->c > (1LL << 30))
         return slim_errf(ctx->err, SLIM_ESHAPE, "%lld channels is too many", (long long)q->m);
     const char *why = slim_qconv_shape(q, s->auto_pad);
@@ -302,6 +314,8 @@ static slim_status conv_int8_infer(slim_op_ctx *ctx)
     if (st)
         return st;
     int64_t dims[4] = {ctx->in[0]->dims[0], q.m, q.oh, q.ow};
+    if (q.nhwc_out)
+        dims[1] = q.oh, dims[2] = q.ow, dims[3] = q.m;
     slim_tensor_set_shape(ctx->out[0], SLIM_F32, 4, dims);
     return SLIM_OK;
 }

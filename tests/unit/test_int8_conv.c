@@ -58,7 +58,7 @@ typedef struct {
 static void make(const shape *s, problem *p)
 {
     slim_qconv q = {s->c, s->h, s->w, s->m, s->groups, s->kh, s->kw, s->sh, s->sw,
-                    s->dh, s->dw, s->pt, s->pl, s->pb, s->pr, 0, 0};
+                    s->dh, s->dw, s->pt, s->pl, s->pb, s->pr, 0, 0, false, false};
     ck_assert_ptr_null(slim_qconv_shape(&q, SLIM_QCONV_NOTSET));
     p->q = q;
     p->kg = slim_qconv_kg(&q);
@@ -241,6 +241,60 @@ START_TEST(test_conv_batch_independent)
         }
         free(all);
         free(one);
+        unmake(&p);
+    }
+}
+END_TEST
+
+/* [n][a][b] -> [n][b][a]: NCHW <-> NHWC with a = C, b = H * W or back. */
+static void swap_inner(const float *src, float *dst, int64_t n, int64_t a, int64_t b)
+{
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t j = 0; j < a; j++)
+            for (int64_t k = 0; k < b; k++)
+                dst[(i * b + k) * a + j] = src[(i * a + j) * b + k];
+}
+
+/* Pixel-major input and / or output (nhwc_in, nhwc_out) give bitwise the
+ * NCHW result, only laid out pixel-major, on every shape and with the
+ * float reference weights too. */
+START_TEST(test_conv_nhwc_layouts)
+{
+    for (size_t t = 0; t < sizeof(shapes) / sizeof(shapes[0]); t++) {
+        const shape *s = &shapes[t];
+        problem p;
+        make(s, &p);
+        int64_t np = p.q.oh * p.q.ow, hw = s->h * s->w, ny = s->n * s->m * np;
+        float *ref = malloc(sizeof(float) * (size_t)ny), *y = malloc(sizeof(float) * (size_t)ny);
+        float *yt = malloc(sizeof(float) * (size_t)ny);
+        float *xt = malloc(sizeof(float) * (size_t)(s->n * s->c * hw));
+        float *wf = malloc(sizeof(float) * (size_t)(s->m * p.kg));
+        for (int64_t i = 0; i < s->m * p.kg; i++)
+            wf[i] = (float)p.wq[i] * p.sw[i / p.kg];
+        swap_inner(p.x, xt, s->n, s->c, hw);
+        for (int f = 0; f < 2; f++) {
+            slim_qconv_weights w = {p.packed, p.colsum, p.sw, p.bias, SLIM_QGEMM_ACT_RELU,
+                                    f ? wf : NULL};
+            slim_err err;
+            ck_assert_int_eq(slim_qconv_run(&p.q, s->n, p.x, &w, ref, &err), SLIM_OK);
+            for (int mode = 1; mode < 4; mode++) {
+                slim_qconv q = p.q;
+                q.nhwc_in = mode & 1;
+                q.nhwc_out = mode & 2;
+                memset(y, 0xff, sizeof(float) * (size_t)ny);
+                ck_assert_int_eq(slim_qconv_run(&q, s->n, q.nhwc_in ? xt : p.x, &w, y, &err),
+                                 SLIM_OK);
+                if (q.nhwc_out)
+                    swap_inner(y, yt, s->n, np, s->m);
+                ck_assert_msg(memcmp(q.nhwc_out ? yt : y, ref, sizeof(float) * (size_t)ny) == 0,
+                              "shape %zu mode %d float %d", t, mode, f);
+            }
+        }
+        free(ref);
+        free(y);
+        free(yt);
+        free(xt);
+        free(wf);
         unmake(&p);
     }
 }
@@ -482,6 +536,109 @@ START_TEST(test_pass_depthwise_neighbours_stay_float)
 }
 END_TEST
 
+/* x[*, 6, 9, 9] -> Conv 3x3 -> Relu -> Conv 1x1 (a) -> Conv 3x3 stride 2
+ * (b) -> y, and a's output also a graph output when a_out. */
+static slim_graph *conv_chain(bool a_out)
+{
+    slim_graph *g = slim_graph_new();
+    g->opset = 17;
+    slim_graph_add_node(g, "first", "Conv", "", 3, (const char *[]){"x", "w1", "b1"}, 1,
+                        (const char *[]){"c1"});
+    slim_graph_add_node(g, "relu", "Relu", "", 1, (const char *[]){"c1"}, 1,
+                        (const char *[]){"r1"});
+    slim_graph_add_node(g, "a", "Conv", "", 2, (const char *[]){"r1", "w2"}, 1,
+                        (const char *[]){"c2"});
+    slim_graph_add_node(g, "b", "Conv", "", 2, (const char *[]){"c2", "w3"}, 1,
+                        (const char *[]){"y"});
+    for (int i = 0; i < g->n_nodes; i++)
+        g->nodes[i].opset = 17;
+    tu_attr_ints(&g->nodes[0], "pads", 4, (int64_t[]){1, 1, 1, 1});
+    tu_attr_ints(&g->nodes[3], "strides", 2, (int64_t[]){2, 2});
+    tu_attr_ints(&g->nodes[3], "pads", 4, (int64_t[]){0, 1, 1, 0});
+    rng_state = 33;
+    add_init(g, "w1", 4, (int64_t[]){20, 6, 3, 3}, -0.5f, 0.5f);
+    add_init(g, "b1", 1, (int64_t[]){20}, -0.2f, 0.2f);
+    add_init(g, "w2", 4, (int64_t[]){13, 20, 1, 1}, -0.5f, 0.5f);
+    add_init(g, "w3", 4, (int64_t[]){7, 13, 3, 3}, -0.5f, 0.5f);
+    int x = slim_graph_find_value(g, "x");
+    slim_graph_add_input(g, x);
+    g->values[x].info.dtype = SLIM_F32;
+    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    if (a_out)
+        slim_graph_add_output(g, slim_graph_find_value(g, "c2"));
+    return g;
+}
+
+static int64_t attr_of(const slim_graph *g, const char *node, const char *attr)
+{
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!strcmp(g->nodes[i].name, node))
+            return slim_attr_int(&g->nodes[i], attr, 0);
+    ck_abort_msg("no node %s", node);
+    return -1;
+}
+
+/* Consecutive ConvInt8 hand their activation over pixel-major (the Relu
+ * fused between them too), bitwise the result of the NCHW round trip
+ * (SLIM_INT8_CONV_NHWC=off), batch-independent; a value that is also a
+ * graph output stays NCHW. */
+START_TEST(test_pass_nhwc_hand_over)
+{
+    enum { N = 3, PER = 6 * 9 * 9 };
+    float xv[N * PER];
+    rng_state = 17;
+    for (int i = 0; i < N * PER; i++)
+        xv[i] = rndf() * 2;
+    slim_tensor x = tu_f32(4, (int64_t[]){N, 6, 9, 9}, xv);
+    slim_err err;
+    slim_tensor ref = run1(conv_chain(false), x, SLIM_OK, &err);
+
+    setenv("SLIM_INT8_CONV_NHWC", "off", 1);
+    slim_graph *g = conv_chain(false);
+    ck_assert_int_eq(slim_quant_int8(g, NULL, NULL, &err), SLIM_OK);
+    unsetenv("SLIM_INT8_CONV_NHWC");
+    ck_assert_int_eq(attr_of(g, "a", "nhwc_input") + attr_of(g, "a", "nhwc_output"), 0);
+    slim_tensor off = run1(g, x, SLIM_OK, &err);
+
+    g = conv_chain(false);
+    ck_assert_int_eq(slim_quant_int8(g, NULL, NULL, &err), SLIM_OK);
+    ck_assert_int_eq(g->n_nodes, 3);
+    ck_assert_int_eq(attr_of(g, "first", "nhwc_input"), 0);
+    ck_assert_int_eq(attr_of(g, "first", "nhwc_output"), 1);
+    ck_assert_int_eq(attr_of(g, "a", "nhwc_input"), 1);
+    ck_assert_int_eq(attr_of(g, "a", "nhwc_output"), 1);
+    ck_assert_int_eq(attr_of(g, "b", "nhwc_input"), 1);
+    ck_assert_int_eq(attr_of(g, "b", "nhwc_output"), 0);
+    slim_tensor y = run1(g, x, SLIM_OK, &err);
+    tu_assert_shape(&y, 4, (int64_t[]){N, 7, 4, 4});
+    ck_assert(memcmp(y.data, off.data, slim_tensor_nbytes(&y)) == 0);
+    double rel = slim_int8_rel_error(ref.data, y.data, slim_tensor_numel(&ref));
+    ck_assert_msg(rel > 0 && rel < 0.05, "rel error %g", rel);
+    for (int n = 0; n < N; n++) {
+        g = conv_chain(false);
+        ck_assert_int_eq(slim_quant_int8(g, NULL, NULL, &err), SLIM_OK);
+        slim_tensor x1 = tu_f32(4, (int64_t[]){1, 6, 9, 9}, xv + n * PER);
+        slim_tensor y1 = run1(g, x1, SLIM_OK, &err);
+        ck_assert(memcmp(y1.data, (float *)y.data + n * 112, sizeof(float) * 112) == 0);
+        slim_tensor_release(&y1);
+        slim_tensor_release(&x1);
+    }
+
+    g = conv_chain(true);
+    ck_assert_int_eq(slim_quant_int8(g, NULL, NULL, &err), SLIM_OK);
+    ck_assert_int_eq(attr_of(g, "first", "nhwc_output"), 1);
+    ck_assert_int_eq(attr_of(g, "a", "nhwc_output"), 0);
+    ck_assert_int_eq(attr_of(g, "b", "nhwc_input"), 0);
+    slim_tensor_release(&y);
+    y = run1(g, x, SLIM_OK, &err);
+    ck_assert(memcmp(y.data, off.data, slim_tensor_nbytes(&y)) == 0);
+    slim_tensor_release(&y);
+    slim_tensor_release(&off);
+    slim_tensor_release(&ref);
+    slim_tensor_release(&x);
+}
+END_TEST
+
 /* A ConvInt8 whose packed weight does not fit its geometry (a forged
  * file) is refused with a message before the kernel reads it. */
 START_TEST(test_malformed_conv_refused)
@@ -518,11 +675,13 @@ int main(void)
     TCase *tk = tcase_create("kernel");
     tcase_add_test(tk, test_conv_matches_references);
     tcase_add_test(tk, test_conv_batch_independent);
+    tcase_add_test(tk, test_conv_nhwc_layouts);
     suite_add_tcase(s, tk);
     TCase *tp = tcase_create("pass");
     tcase_add_test(tp, test_pass_conv_bn_relu);
     tcase_add_test(tp, test_pass_depthwise_and_excluded_stay_float);
     tcase_add_test(tp, test_pass_depthwise_neighbours_stay_float);
+    tcase_add_test(tp, test_pass_nhwc_hand_over);
     tcase_add_test(tp, test_malformed_conv_refused);
     suite_add_tcase(s, tp);
     SRunner *sr = srunner_create(s);
