@@ -4,12 +4,12 @@
     python3 bench/bench_int8.py --slim build/bin/slim [--threads 2] [--rounds 3]
                                 [--models transformer,bert] [--workdir DIR]
                                 [--int8-max-error X] [--outliers-off] [--slim-base BIN]
-                                [--slim-only] [--dw-int8]
+                                [--slim-only] [--dw-int8] [--nchw]
 
 The int8 CNN table (docs/int8.md), slim only, error against slim fp32:
 
     python3 bench/bench_int8.py --models resnet18,resnet50,mobilenetv2 \
-                                --slim-only --dw-int8 --rounds 5
+                                --slim-only --dw-int8 --nchw --rounds 5
 
 Models: the example transformer and resnet (models/gen_models.py; the
 transformer's own sequence of 16, the resnet's 32 x 32 images), a
@@ -40,6 +40,9 @@ Configurations, each in its own process so that its peak RSS is its own:
   slim int8 dw-int8  with --dw-int8: slim convert --precision int8 under
                   SLIM_INT8_CONV_DW=int8 (the Convs next to a depthwise conv
                   quantized too: the before of keeping them float32)
+  slim int8 nchw  with --nchw: slim convert --precision int8 under
+                  SLIM_INT8_CONV_NHWC=off (every ConvInt8 reads and writes
+                  NCHW: the before of the pixel-major hand-over)
   slim int8 base  with --slim-base BIN: another build's slim (say main's,
                   before a kernel change) converting and running the same
                   model, in the same alternating rounds: the A/B of a change
@@ -147,7 +150,7 @@ def calibration_reader(in_name, shape, n=8):
 
 
 def prepare(name, workdir, slim, max_error, outliers_off, slim_base=None, slim_only=False,
-            dw_int8=False):
+            dw_int8=False, nchw=False):
     if name in ("transformer", "resnet"):
         src = os.path.join(workdir, "models", name, "1", "model.onnx")
         if not os.path.exists(src):
@@ -174,6 +177,12 @@ def prepare(name, workdir, slim, max_error, outliers_off, slim_base=None, slim_o
             spawn([slim, "convert", src, "-o", dw, "--precision", "int8"],
                   dict(os.environ, SLIM_INT8_CONV_DW="int8"))
         files["slim8dw"] = dw
+    if nchw:
+        f = os.path.join(workdir, f"{name}.int8_nchw.slim")
+        if not os.path.exists(f):
+            spawn([slim, "convert", src, "-o", f, "--precision", "int8"],
+                  dict(os.environ, SLIM_INT8_CONV_NHWC="off"))
+        files["slim8nchw"] = f
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
     for pc in (() if slim_only else (False, True)):
         dst = os.path.join(workdir, f"{name}.ort_int8{'_pc' if pc else ''}.onnx")
@@ -237,6 +246,9 @@ def main():
     ap.add_argument("--dw-int8", action="store_true",
                     help="also run slim int8 with the Convs next to a depthwise conv quantized "
                          "(SLIM_INT8_CONV_DW=int8 at convert): the before of that change")
+    ap.add_argument("--nchw", action="store_true",
+                    help="also run slim int8 with every ConvInt8 on NCHW "
+                         "(SLIM_INT8_CONV_NHWC=off at convert): the before of the hand-over")
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
     slim = os.path.abspath(a.slim)
@@ -245,7 +257,8 @@ def main():
     for name in a.models.split(","):
         slim_base = os.path.abspath(a.slim_base) if a.slim_base else None
         files, in_name, dims, vocab = prepare(name, a.workdir, slim, a.int8_max_error,
-                                              a.outliers_off, slim_base, a.slim_only, a.dw_int8)
+                                              a.outliers_off, slim_base, a.slim_only, a.dw_int8,
+                                              a.nchw)
         wbytes = {"slim fp32": slim_weight_bytes(slim, files["fp32"]),
                   "slim int8": slim_weight_bytes(slim, files["slim8"])}
         if not a.slim_only:
@@ -254,6 +267,8 @@ def main():
                            "ort int8 pc": weight_bytes(files["ort_pc"])})
         if "slim8dw" in files:
             wbytes["slim int8 dw-int8"] = slim_weight_bytes(slim, files["slim8dw"])
+        if "slim8nchw" in files:
+            wbytes["slim int8 nchw"] = slim_weight_bytes(slim, files["slim8nchw"])
         if "ort_static" in files:
             wbytes["ort int8 static"] = weight_bytes(files["ort_static"])
         if "slim8b" in files:
@@ -294,6 +309,10 @@ def main():
             if "slim8dw" in files:
                 configs["slim int8 dw-int8"] = lambda o: [
                     slim, "run", files["slim8dw"], "--input", f"{in_name}={inp}", "--repeat",
+                    str(repeat), "--output-dir", o]
+            if "slim8nchw" in files:
+                configs["slim int8 nchw"] = lambda o: [
+                    slim, "run", files["slim8nchw"], "--input", f"{in_name}={inp}", "--repeat",
                     str(repeat), "--output-dir", o]
             if "ort_static" in files:
                 configs["ort int8 static"] = lambda o: [
