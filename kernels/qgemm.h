@@ -146,6 +146,7 @@ typedef struct slim_qconv {
     /* Pixel-major (NHWC) input and / or output instead of NCHW: between
      * two ConvInt8 the activation stays pixel-major (no transposes). */
     bool nhwc_in, nhwc_out;
+    bool nhwc_res;              /* the residual (slim_qconv_weights) likewise */
 } slim_qconv;
 
 typedef enum {
@@ -161,6 +162,9 @@ typedef struct slim_qconv_weights {
     /* Instead of the int8 weights: float32 ones, [m][kg] in the packed K
      * order (the int8 pass's float32 reference on the same im2col rows). */
     const float *wf;
+    /* A residual of Y's shape added to conv + bias before act (ResNet's
+     * Add, then its Relu), NCHW or pixel-major (nhwc_res); or NULL. */
+    const float *residual;
 } slim_qconv_weights;
 
 int64_t slim_qconv_kg(const slim_qconv *q);

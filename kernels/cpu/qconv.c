@@ -208,6 +208,45 @@ static void im2col_part(int64_t begin, int64_t end, void *user)
     }
 }
 
+typedef struct {
+    float *y;
+    const float *r;
+    int64_t n, m, np;     /* elements, channels and pixels of the image */
+    bool cross, y_nhwc;   /* r laid out otherwise than y; y's layout */
+    slim_qgemm_act act;
+} residual_job;
+
+/* y = act(y + r) over elements [4096 begin, 4096 end) of y: the residual
+ * Add and its Relu, as those nodes compute them, in one pass. Where the
+ * layouts differ (the first and last convs of a pixel-major trunk), r is
+ * read transposed. */
+static void residual_part(int64_t begin, int64_t end, void *user)
+{
+    const residual_job *j = user;
+    int64_t i1 = end * 4096 < j->n ? end * 4096 : j->n;
+    if (!j->cross) { /* the common case, a loop the compiler vectorizes */
+        float *y = j->y;
+        const float *r = j->r;
+        bool relu = j->act == SLIM_QGEMM_ACT_RELU;
+        for (int64_t i = begin * 4096; i < i1; i++) {
+            float v = y[i] + r[i];
+            y[i] = relu && !(v > 0) ? 0.0f : v;
+        }
+        return;
+    }
+    for (int64_t i = begin * 4096; i < i1; i++) {
+        float rv;
+        if (!j->cross)
+            rv = j->r[i];
+        else if (j->y_nhwc) /* i = pixel * m + channel */
+            rv = j->r[(i % j->m) * j->np + i / j->m];
+        else                /* i = channel * np + pixel */
+            rv = j->r[(i % j->np) * j->m + i / j->np];
+        float v = j->y[i] + rv;
+        j->y[i] = j->act == SLIM_QGEMM_ACT_RELU && !(v > 0) ? 0.0f : v;
+    }
+}
+
 /* Bias and Relu after the float reference's product, as Conv (+ Relu)
  * computes them in float32. */
 static void float_epilogue(float *t, int64_t rows, int64_t ld, int64_t mg, const float *bias,
@@ -225,6 +264,8 @@ slim_status slim_qconv_run(const slim_qconv *q, int64_t n_images, const float *x
 {
     int64_t hw = q->h * q->w, np = q->oh * q->ow, cg = q->c / q->groups;
     int64_t mg = q->m / q->groups, kg = slim_qconv_kg(q);
+    /* With a residual the activation comes after it. */
+    slim_qgemm_act act = w->residual ? SLIM_QGEMM_ACT_NONE : w->act;
     bool direct = q->kh == 1 && q->kw == 1 && q->sh == 1 && q->sw == 1 && q->pt == 0 &&
                   q->pl == 0 && q->pb == 0 && q->pr == 0;
     if (n_images <= 0 || np <= 0)
@@ -271,12 +312,12 @@ slim_status slim_qconv_run(const slim_qconv *q, int64_t n_images, const float *x
                 if (w->wf) {
                     slim_sgemm(false, true, nr, mg, kg, 1.0f, a, lda, w->wf + g * mg * kg, kg,
                                0.0f, dst, ldd);
-                    float_epilogue(dst, nr, ldd, mg, bias, w->act);
+                    float_epilogue(dst, nr, ldd, mg, bias, act);
                 } else {
                     slim_qgemm_args qa = {
                         .m = nr, .n = mg, .k = kg, .x = a, .ldx = lda,
                         .packed = w->packed + g * packed_g, .colsum = w->colsum + g * mg,
-                        .w_scale = w->scale + g * mg, .bias = bias, .act = w->act, .y = dst,
+                        .w_scale = w->scale + g * mg, .bias = bias, .act = act, .y = dst,
                         .ldy = ldd,
                     };
                     slim_qgemm(&qa, scratch);
@@ -286,6 +327,11 @@ slim_status slim_qconv_run(const slim_qconv *q, int64_t n_images, const float *x
                 j.y = y + (n * q->m + g * mg) * np;
                 slim_parallel_for((mg + 15) / 16, 1 + 8192 / (16 * nr), untranspose_part, &j);
             }
+        if (w->residual) {
+            residual_job rj = {y + n * q->m * np, w->residual + n * q->m * np, q->m * np, q->m,
+                               np, q->nhwc_res != q->nhwc_out, q->nhwc_out, w->act};
+            slim_parallel_for((rj.n + 4095) / 4096, 1, residual_part, &rj);
+        }
     }
     slim_scratch_free(xt);
     slim_scratch_free(rows);

@@ -58,7 +58,7 @@ typedef struct {
 static void make(const shape *s, problem *p)
 {
     slim_qconv q = {s->c, s->h, s->w, s->m, s->groups, s->kh, s->kw, s->sh, s->sw,
-                    s->dh, s->dw, s->pt, s->pl, s->pb, s->pr, 0, 0, false, false};
+                    s->dh, s->dw, s->pt, s->pl, s->pb, s->pr, 0, 0, false, false, false};
     ck_assert_ptr_null(slim_qconv_shape(&q, SLIM_QCONV_NOTSET));
     p->q = q;
     p->kg = slim_qconv_kg(&q);
@@ -188,7 +188,7 @@ START_TEST(test_conv_matches_references)
         reference_exact(&p, s->n, s->relu, s->bias, want);
         reference_double(&p, s->n, s->relu, s->bias, dref);
         slim_qconv_weights w = {p.packed, p.colsum, p.sw, s->bias ? p.bias : NULL,
-                                s->relu ? SLIM_QGEMM_ACT_RELU : SLIM_QGEMM_ACT_NONE, NULL};
+                                s->relu ? SLIM_QGEMM_ACT_RELU : SLIM_QGEMM_ACT_NONE, NULL, NULL};
         for (size_t i = 0; i < 3; i++) {
             if (!slim_qgemm_set_isa(isas[i]))
                 continue;
@@ -231,7 +231,8 @@ START_TEST(test_conv_batch_independent)
         int64_t per_y = s->m * p.q.oh * p.q.ow, per_x = s->c * s->h * s->w;
         float *all = malloc(sizeof(float) * (size_t)(s->n * per_y));
         float *one = malloc(sizeof(float) * (size_t)per_y);
-        slim_qconv_weights w = {p.packed, p.colsum, p.sw, p.bias, SLIM_QGEMM_ACT_NONE, NULL};
+        slim_qconv_weights w = {p.packed, p.colsum, p.sw, p.bias, SLIM_QGEMM_ACT_NONE, NULL,
+                                NULL};
         slim_err err;
         ck_assert_int_eq(slim_qconv_run(&p.q, s->n, p.x, &w, all, &err), SLIM_OK);
         for (int64_t n = 0; n < s->n; n++) {
@@ -274,7 +275,7 @@ START_TEST(test_conv_nhwc_layouts)
         swap_inner(p.x, xt, s->n, s->c, hw);
         for (int f = 0; f < 2; f++) {
             slim_qconv_weights w = {p.packed, p.colsum, p.sw, p.bias, SLIM_QGEMM_ACT_RELU,
-                                    f ? wf : NULL};
+                                    f ? wf : NULL, NULL};
             slim_err err;
             ck_assert_int_eq(slim_qconv_run(&p.q, s->n, p.x, &w, ref, &err), SLIM_OK);
             for (int mode = 1; mode < 4; mode++) {
@@ -639,6 +640,106 @@ START_TEST(test_pass_nhwc_hand_over)
 }
 END_TEST
 
+/* x[*, 8, 7, 7] -> MaxPool 1x1 -> m -> Conv 1x1 (c1, 8 -> 12) -> Relu ->
+ * Conv 3x3 (c2, 12 -> 8) -> Add m -> Relu -> t -> Conv 1x1 (c3) -> Add t
+ * -> Relu -> y: two residual blocks, the first reading its skip from a
+ * pool (NCHW), the last writing the graph output (NCHW). */
+static slim_graph *res_chain(void)
+{
+    slim_graph *g = slim_graph_new();
+    g->opset = 17;
+    slim_graph_add_node(g, "pool", "MaxPool", "", 1, (const char *[]){"x"}, 1,
+                        (const char *[]){"m"});
+    slim_graph_add_node(g, "c1", "Conv", "", 2, (const char *[]){"m", "w1"}, 1,
+                        (const char *[]){"a"});
+    slim_graph_add_node(g, "r1", "Relu", "", 1, (const char *[]){"a"}, 1, (const char *[]){"ar"});
+    slim_graph_add_node(g, "c2", "Conv", "", 3, (const char *[]){"ar", "w2", "b2"}, 1,
+                        (const char *[]){"b"});
+    slim_graph_add_node(g, "add2", "Add", "", 2, (const char *[]){"b", "m"}, 1,
+                        (const char *[]){"s"});
+    slim_graph_add_node(g, "r2", "Relu", "", 1, (const char *[]){"s"}, 1, (const char *[]){"t"});
+    slim_graph_add_node(g, "c3", "Conv", "", 2, (const char *[]){"t", "w3"}, 1,
+                        (const char *[]){"c"});
+    slim_graph_add_node(g, "add3", "Add", "", 2, (const char *[]){"t", "c"}, 1,
+                        (const char *[]){"u"});
+    slim_graph_add_node(g, "r3", "Relu", "", 1, (const char *[]){"u"}, 1, (const char *[]){"y"});
+    for (int i = 0; i < g->n_nodes; i++)
+        g->nodes[i].opset = 17;
+    tu_attr_ints(&g->nodes[0], "kernel_shape", 2, (int64_t[]){1, 1});
+    tu_attr_ints(&g->nodes[3], "pads", 4, (int64_t[]){1, 1, 1, 1});
+    rng_state = 55;
+    add_init(g, "w1", 4, (int64_t[]){12, 8, 1, 1}, -0.5f, 0.5f);
+    add_init(g, "w2", 4, (int64_t[]){8, 12, 3, 3}, -0.3f, 0.3f);
+    add_init(g, "b2", 1, (int64_t[]){8}, -0.2f, 0.2f);
+    add_init(g, "w3", 4, (int64_t[]){8, 8, 1, 1}, -0.5f, 0.5f);
+    int x = slim_graph_find_value(g, "x");
+    slim_graph_add_input(g, x);
+    g->values[x].info.dtype = SLIM_F32;
+    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    return g;
+}
+
+/* The residual Add and the Relu after it fuse into ConvInt8 (input R),
+ * values between ConvInt8s go pixel-major, R included, in either layout
+ * pairing; bitwise the unfused NCHW graph's result (SLIM_INT8_CONV_RESIDUAL
+ * and SLIM_INT8_CONV_NHWC off), close to float, batch-independent. */
+START_TEST(test_pass_residual_fused)
+{
+    enum { N = 3, PER = 8 * 7 * 7 };
+    float xv[N * PER];
+    rng_state = 23;
+    for (int i = 0; i < N * PER; i++)
+        xv[i] = rndf() * 2;
+    slim_tensor x = tu_f32(4, (int64_t[]){N, 8, 7, 7}, xv);
+    slim_err err;
+    slim_tensor ref = run1(res_chain(), x, SLIM_OK, &err);
+
+    setenv("SLIM_INT8_CONV_NHWC", "off", 1);
+    setenv("SLIM_INT8_CONV_RESIDUAL", "off", 1);
+    slim_graph *g = res_chain();
+    ck_assert_int_eq(slim_quant_int8(g, NULL, NULL, &err), SLIM_OK);
+    unsetenv("SLIM_INT8_CONV_NHWC");
+    unsetenv("SLIM_INT8_CONV_RESIDUAL");
+    ck_assert_int_eq(g->n_nodes, 8); /* pool, 3 ConvInt8, 2 Add, 2 Relu */
+    slim_tensor off = run1(g, x, SLIM_OK, &err);
+
+    g = res_chain();
+    ck_assert_int_eq(slim_quant_int8(g, NULL, NULL, &err), SLIM_OK);
+    ck_assert_int_eq(g->n_nodes, 4);
+    ck_assert_int_eq(attr_of(g, "c1", "nhwc_input"), 0);
+    ck_assert_int_eq(attr_of(g, "c1", "nhwc_output"), 1);
+    ck_assert_int_eq(attr_of(g, "c2", "nhwc_input"), 1);
+    ck_assert_int_eq(attr_of(g, "c2", "nhwc_residual"), 0);
+    ck_assert_int_eq(attr_of(g, "c2", "nhwc_output"), 1);
+    ck_assert_int_eq(attr_of(g, "c3", "nhwc_input"), 1);
+    ck_assert_int_eq(attr_of(g, "c3", "nhwc_residual"), 1);
+    ck_assert_int_eq(attr_of(g, "c3", "nhwc_output"), 0);
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!strcmp(g->nodes[i].name, "c2") || !strcmp(g->nodes[i].name, "c3")) {
+            ck_assert_int_eq(g->nodes[i].n_in, 6);
+            ck_assert_str_eq(slim_attr_str(&g->nodes[i], "activation", ""), "Relu");
+        }
+    slim_tensor y = run1(g, x, SLIM_OK, &err);
+    tu_assert_shape(&y, 4, (int64_t[]){N, 8, 7, 7});
+    ck_assert(memcmp(y.data, off.data, slim_tensor_nbytes(&y)) == 0);
+    double rel = slim_int8_rel_error(ref.data, y.data, slim_tensor_numel(&ref));
+    ck_assert_msg(rel > 0 && rel < 0.05, "rel error %g", rel);
+    for (int n = 0; n < N; n++) {
+        g = res_chain();
+        ck_assert_int_eq(slim_quant_int8(g, NULL, NULL, &err), SLIM_OK);
+        slim_tensor x1 = tu_f32(4, (int64_t[]){1, 8, 7, 7}, xv + n * PER);
+        slim_tensor y1 = run1(g, x1, SLIM_OK, &err);
+        ck_assert(memcmp(y1.data, (float *)y.data + n * PER, sizeof(float) * PER) == 0);
+        slim_tensor_release(&y1);
+        slim_tensor_release(&x1);
+    }
+    slim_tensor_release(&y);
+    slim_tensor_release(&off);
+    slim_tensor_release(&ref);
+    slim_tensor_release(&x);
+}
+END_TEST
+
 /* A ConvInt8 whose packed weight does not fit its geometry (a forged
  * file) is refused with a message before the kernel reads it. */
 START_TEST(test_malformed_conv_refused)
@@ -682,6 +783,7 @@ int main(void)
     tcase_add_test(tp, test_pass_depthwise_and_excluded_stay_float);
     tcase_add_test(tp, test_pass_depthwise_neighbours_stay_float);
     tcase_add_test(tp, test_pass_nhwc_hand_over);
+    tcase_add_test(tp, test_pass_residual_fused);
     tcase_add_test(tp, test_malformed_conv_refused);
     suite_add_tcase(s, tp);
     SRunner *sr = srunner_create(s);
