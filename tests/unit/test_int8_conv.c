@@ -769,6 +769,55 @@ START_TEST(test_malformed_conv_refused)
 }
 END_TEST
 
+/* A residual R whose shape is not the output's is refused with a message
+ * naming it. */
+START_TEST(test_bad_residual_refused)
+{
+    slim_qconv q = {.c = 4, .h = 5, .w = 5, .m = 2, .groups = 1, .kh = 1, .kw = 1, .sh = 1,
+                    .sw = 1, .dh = 1, .dw = 1};
+    int64_t nb = (int64_t)slim_qconv_packed_bytes(&q);
+    slim_graph *g = slim_graph_new();
+    g->opset = 17;
+    slim_graph_add_node(g, "q", "ConvInt8", "com.slimserve", 6,
+                        (const char *[]){"x", "w", "s", "cs", "b", "r"}, 1,
+                        (const char *[]){"y"});
+    g->nodes[0].opset = 1;
+    tu_attr_ints(&g->nodes[0], "kernel_shape", 2, (int64_t[]){1, 1});
+    const char *names[] = {"w", "s", "cs", "b"};
+    int v[4];
+    for (int i = 0; i < 4; i++) {
+        v[i] = slim_graph_value(g, names[i]);
+        g->values[v[i]].kind = SLIM_VALUE_INITIALIZER;
+    }
+    int8_t *wb = calloc((size_t)nb, 1);
+    g->values[v[0]].init = tu_tensor(SLIM_I8, 2, (int64_t[]){1, nb}, wb);
+    free(wb);
+    g->values[v[1]].init = tu_f32(1, (int64_t[]){2}, (float[]){1, 1});
+    g->values[v[2]].init = tu_tensor(SLIM_I32, 1, (int64_t[]){2}, (int32_t[]){0, 0});
+    g->values[v[3]].init = tu_f32(1, (int64_t[]){2}, (float[]){0, 0});
+    int x = slim_graph_find_value(g, "x"), r = slim_graph_find_value(g, "r");
+    slim_graph_add_input(g, x);
+    slim_graph_add_input(g, r);
+    g->values[x].info.dtype = g->values[r].info.dtype = SLIM_F32;
+    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    slim_model *m;
+    slim_err err;
+    ck_assert_msg(slim_model_from_graph(g, &m, &err) == SLIM_OK, "%s", err.msg);
+    float xv[4 * 25] = {0}, rv[2 * 16] = {0};
+    slim_tensor in[2] = {tu_f32(4, (int64_t[]){1, 4, 5, 5}, xv),
+                         tu_f32(4, (int64_t[]){1, 2, 4, 4}, rv)};
+    slim_tensor *out = NULL;
+    int n_out = 0;
+    ck_assert_int_eq(slim_model_run(m, 2, (const char *[]){"x", "r"}, in, &out, &n_out, &err),
+                     SLIM_ESHAPE);
+    ck_assert_msg(strstr(err.msg, "residual R must have the output's shape [1, 2, 5, 5]"), "%s",
+                  err.msg);
+    slim_model_free(m);
+    slim_tensor_release(&in[0]);
+    slim_tensor_release(&in[1]);
+}
+END_TEST
+
 int main(void)
 {
     slim_init();
@@ -785,6 +834,7 @@ int main(void)
     tcase_add_test(tp, test_pass_nhwc_hand_over);
     tcase_add_test(tp, test_pass_residual_fused);
     tcase_add_test(tp, test_malformed_conv_refused);
+    tcase_add_test(tp, test_bad_residual_refused);
     suite_add_tcase(s, tp);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
