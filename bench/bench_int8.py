@@ -41,8 +41,10 @@ Configurations, each in its own process so that its peak RSS is its own:
                   SLIM_INT8_CONV_DW=int8 (the Convs next to a depthwise conv
                   quantized too: the before of keeping them float32)
   slim int8 nchw  with --nchw: slim convert --precision int8 under
-                  SLIM_INT8_CONV_NHWC=off (every ConvInt8 reads and writes
-                  NCHW: the before of the pixel-major hand-over)
+                  SLIM_INT8_CONV_NHWC=off and SLIM_INT8_CONV_RESIDUAL=off
+                  (every ConvInt8 reads and writes NCHW, residual Add and
+                  Relu nodes of their own: the before of the pixel-major
+                  hand-over and the residual fusion)
   slim int8 base  with --slim-base BIN: another build's slim (say main's,
                   before a kernel change) converting and running the same
                   model, in the same alternating rounds: the A/B of a change
@@ -181,7 +183,7 @@ def prepare(name, workdir, slim, max_error, outliers_off, slim_base=None, slim_o
         f = os.path.join(workdir, f"{name}.int8_nchw.slim")
         if not os.path.exists(f):
             spawn([slim, "convert", src, "-o", f, "--precision", "int8"],
-                  dict(os.environ, SLIM_INT8_CONV_NHWC="off"))
+                  dict(os.environ, SLIM_INT8_CONV_NHWC="off", SLIM_INT8_CONV_RESIDUAL="off"))
         files["slim8nchw"] = f
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
     for pc in (() if slim_only else (False, True)):
@@ -248,7 +250,8 @@ def main():
                          "(SLIM_INT8_CONV_DW=int8 at convert): the before of that change")
     ap.add_argument("--nchw", action="store_true",
                     help="also run slim int8 with every ConvInt8 on NCHW "
-                         "(SLIM_INT8_CONV_NHWC=off at convert): the before of the hand-over")
+                         "(SLIM_INT8_CONV_NHWC=off SLIM_INT8_CONV_RESIDUAL=off at convert): "
+                         "the before of the hand-over and the residual fusion")
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
     slim = os.path.abspath(a.slim)
