@@ -234,16 +234,17 @@ static void residual_part(int64_t begin, int64_t end, void *user)
         }
         return;
     }
+    /* y[i] with i = a * ld + b is r[b * lr + a]: y NHWC (a pixel, b
+     * channel) or NCHW (a channel, b pixel); (a, b) stepped, not divided. */
+    int64_t ld = j->y_nhwc ? j->m : j->np, lr = j->y_nhwc ? j->np : j->m;
+    int64_t a = begin * 4096 / ld, b = begin * 4096 % ld;
     for (int64_t i = begin * 4096; i < i1; i++) {
-        float rv;
-        if (!j->cross)
-            rv = j->r[i];
-        else if (j->y_nhwc) /* i = pixel * m + channel */
-            rv = j->r[(i % j->m) * j->np + i / j->m];
-        else                /* i = channel * np + pixel */
-            rv = j->r[(i % j->np) * j->m + i / j->np];
-        float v = j->y[i] + rv;
+        float v = j->y[i] + j->r[b * lr + a];
         j->y[i] = j->act == SLIM_QGEMM_ACT_RELU && !(v > 0) ? 0.0f : v;
+        if (++b == ld) {
+            b = 0;
+            a++;
+        }
     }
 }
 
