@@ -5,12 +5,18 @@
                                 [--models transformer,bert] [--workdir DIR]
                                 [--int8-max-error X] [--outliers-off] [--slim-base BIN]
                                 [--configs 'slim int8,ort int8,ort int8 pc'] [--ab NAME=VALUE]
+                                [--slim-only] [--dw-int8] [--nchw]
 
 The encoders' int8 table of issue 34 (slim int8 against onnxruntime's
 quantize_dynamic int8, 2 threads each, cosine to fp32):
 
     python3 bench/bench_int8.py --models bert,bert16,minilm --rounds 5 \
         --configs 'slim int8,ort int8,ort int8 pc' --ab SLIM_INT8_AMX=0
+
+The int8 CNN table (docs/int8.md), slim only, error against slim fp32:
+
+    python3 bench/bench_int8.py --models resnet18,resnet50,mobilenetv2 \
+                                --slim-only --dw-int8 --nchw --rounds 5
 
 Models: the example transformer and resnet (models/gen_models.py; the
 transformer's own sequence of 16, the resnet's 32 x 32 images), a
@@ -40,6 +46,14 @@ Configurations, each in its own process so that its peak RSS is its own:
   slim int8 budget  with --int8-max-error X: slim convert --precision int8
                   --int8-max-error X (layers whose own output error on
                   drawn samples is over X stay fp32)
+  slim int8 dw-int8  with --dw-int8: slim convert --precision int8 under
+                  SLIM_INT8_CONV_DW=int8 (the Convs next to a depthwise conv
+                  quantized too: the before of keeping them float32)
+  slim int8 nchw  with --nchw: slim convert --precision int8 under
+                  SLIM_INT8_CONV_NHWC=off and SLIM_INT8_CONV_RESIDUAL=off
+                  (every ConvInt8 reads and writes NCHW, residual Add and
+                  Relu nodes of their own: the before of the pixel-major
+                  hand-over and the residual fusion)
   slim int8 base  with --slim-base BIN: another build's slim (say main's,
                   before a kernel change) converting and running the same
                   model, in the same alternating rounds: the A/B of a change
@@ -59,7 +73,9 @@ Columns: time (ms), x slim fp32, x ort int8 (the best of the ort int8
 configurations), weight bytes (initializers as loaded; for slim int8 the
 .slim file's weights), peak RSS (MiB, the process's maximum), and the
 output's cosine similarity and maximum relative error (max |y - ref| /
-max |ref|) to onnxruntime fp32.
+max |ref|) to onnxruntime fp32 (to slim fp32 with --slim-only, which
+runs the slim configurations alone). The table starts with the machine
+line (bench_prune.machine_line).
 """
 
 import argparse
@@ -153,7 +169,8 @@ def calibration_reader(in_name, shape, n=8):
     return Reader()
 
 
-def prepare(name, workdir, slim, max_error, outliers_off, slim_base=None):
+def prepare(name, workdir, slim, max_error, outliers_off, slim_base=None, slim_only=False,
+            dw_int8=False, nchw=False):
     if name in ("transformer", "resnet"):
         src = os.path.join(workdir, "models", name, "1", "model.onnx")
         if not os.path.exists(src):
@@ -173,14 +190,26 @@ def prepare(name, workdir, slim, max_error, outliers_off, slim_base=None):
     # Only the graph is needed here; the weights would raise this process's RSS.
     inp = model.graph.input[0]
     dims = [d.dim_value for d in inp.type.tensor_type.shape.dim]
-    from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
     files = {"fp32": src}
-    for pc in (False, True):
+    if dw_int8:
+        dw = os.path.join(workdir, f"{name}.int8_dw.slim")
+        if not os.path.exists(dw):
+            spawn([slim, "convert", src, "-o", dw, "--precision", "int8"],
+                  dict(os.environ, SLIM_INT8_CONV_DW="int8"))
+        files["slim8dw"] = dw
+    if nchw:
+        f = os.path.join(workdir, f"{name}.int8_nchw.slim")
+        if not os.path.exists(f):
+            spawn([slim, "convert", src, "-o", f, "--precision", "int8"],
+                  dict(os.environ, SLIM_INT8_CONV_NHWC="off", SLIM_INT8_CONV_RESIDUAL="off"))
+        files["slim8nchw"] = f
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
+    for pc in (() if slim_only else (False, True)):
         dst = os.path.join(workdir, f"{name}.ort_int8{'_pc' if pc else ''}.onnx")
         if not os.path.exists(dst):
             quantize_dynamic(src, dst, weight_type=QuantType.QInt8, per_channel=pc)
         files["ort_pc" if pc else "ort"] = dst
-    if name in IMAGE_MODELS:
+    if name in IMAGE_MODELS and not slim_only:
         # Static QDQ (u8 activations, s8 per-channel weights), which
         # onnxruntime runs as QLinearConv: its fast int8 CNN path.
         dst = os.path.join(workdir, f"{name}.ort_int8_static.onnx")
@@ -238,6 +267,15 @@ def main():
     ap.add_argument("--ab", metavar="NAME=VALUE", default=None,
                     help="also run slim int8 with this environment variable set "
                          "(e.g. SLIM_INT8_AMX=0), alternating: 'slim int8 B'")
+    ap.add_argument("--slim-only", action="store_true",
+                    help="only the slim configurations; error against slim fp32")
+    ap.add_argument("--dw-int8", action="store_true",
+                    help="also run slim int8 with the Convs next to a depthwise conv quantized "
+                         "(SLIM_INT8_CONV_DW=int8 at convert): the before of that change")
+    ap.add_argument("--nchw", action="store_true",
+                    help="also run slim int8 with every ConvInt8 on NCHW "
+                         "(SLIM_INT8_CONV_NHWC=off SLIM_INT8_CONV_RESIDUAL=off at convert): "
+                         "the before of the hand-over and the residual fusion")
     a = ap.parse_args()
     os.makedirs(a.workdir, exist_ok=True)
     slim = os.path.abspath(a.slim)
@@ -252,13 +290,19 @@ def main():
     for name in a.models.split(","):
         slim_base = os.path.abspath(a.slim_base) if a.slim_base else None
         files, in_name, dims, vocab = prepare(name, a.workdir, slim, a.int8_max_error,
-                                              a.outliers_off, slim_base)
+                                              a.outliers_off, slim_base, a.slim_only, a.dw_int8,
+                                              a.nchw)
         wbytes = {"slim int8 B": slim_weight_bytes(slim, files["slim8"]),
                   "slim fp32": slim_weight_bytes(slim, files["fp32"]),
-                  "slim int8": slim_weight_bytes(slim, files["slim8"]),
-                  "ort fp32": weight_bytes(files["fp32"]),
-                  "ort int8": weight_bytes(files["ort"]),
-                  "ort int8 pc": weight_bytes(files["ort_pc"])}
+                  "slim int8": slim_weight_bytes(slim, files["slim8"])}
+        if not a.slim_only:
+            wbytes.update({"ort fp32": weight_bytes(files["fp32"]),
+                           "ort int8": weight_bytes(files["ort"]),
+                           "ort int8 pc": weight_bytes(files["ort_pc"])})
+        if "slim8dw" in files:
+            wbytes["slim int8 dw-int8"] = slim_weight_bytes(slim, files["slim8dw"])
+        if "slim8nchw" in files:
+            wbytes["slim int8 nchw"] = slim_weight_bytes(slim, files["slim8nchw"])
         if "ort_static" in files:
             wbytes["ort int8 static"] = weight_bytes(files["ort_static"])
         if "slim8b" in files:
@@ -294,6 +338,17 @@ def main():
                 "ort int8 pc": lambda o: [sys.executable, "-c", ORT_CHILD, files["ort_pc"], inp,
                                           os.path.join(o, "y.npy"), str(repeat), str(a.threads)],
             }
+            if a.slim_only:
+                for c in ("ort fp32", "ort int8", "ort int8 pc"):
+                    del configs[c]
+            if "slim8dw" in files:
+                configs["slim int8 dw-int8"] = lambda o: [
+                    slim, "run", files["slim8dw"], "--input", f"{in_name}={inp}", "--repeat",
+                    str(repeat), "--output-dir", o]
+            if "slim8nchw" in files:
+                configs["slim int8 nchw"] = lambda o: [
+                    slim, "run", files["slim8nchw"], "--input", f"{in_name}={inp}", "--repeat",
+                    str(repeat), "--output-dir", o]
             if "ort_static" in files:
                 configs["ort int8 static"] = lambda o: [
                     sys.executable, "-c", ORT_CHILD, files["ort_static"], inp,
@@ -313,7 +368,7 @@ def main():
             if env_b:
                 configs["slim int8 B"] = configs["slim int8"]
             if a.configs:
-                keep = set(a.configs.split(",")) | {"ort fp32"}  # the error's reference
+                keep = set(a.configs.split(",")) | {"slim fp32" if a.slim_only else "ort fp32"}  # the reference
                 configs = {c: f for c, f in configs.items() if c in keep or c == "slim int8 B"}
             times = {c: [] for c in configs}
             rss = {c: 0.0 for c in configs}
@@ -333,7 +388,7 @@ def main():
                     rss[c] = max(rss[c], peak)
                     npys = [f for f in os.listdir(o) if f.endswith(".npy")]
                     outs[c] = np.load(os.path.join(o, npys[0])).astype(np.float64)
-            ref = outs["ort fp32"]
+            ref = outs["slim fp32" if a.slim_only else "ort fp32"]
             med = {c: statistics.median(t) for c, t in times.items()}
             if "slim fp32" not in med:
                 med["slim fp32"] = float("nan")
@@ -351,9 +406,10 @@ def main():
         print(f"# {name}: file bytes fp32 {fsize['slim fp32']}, slim int8 .slim "
               f"{fsize['slim int8']} ({fsize['slim int8'] / fsize['slim fp32']:.3f}x)",
               flush=True)
-    print(machine_line(a.threads))
-    print(f"threads {a.threads}, {a.rounds} alternating rounds, medians; error vs ort fp32; "
-          f"x ort8: against the faster of the ort int8 configurations run")
+    print("\n" + machine_line(a.threads))
+    print(f"threads {a.threads}, {a.rounds} alternating rounds, medians; error vs "
+          f"{'slim' if a.slim_only else 'ort'} fp32; x ort8: against the faster of the ort "
+          f"int8 configurations run")
     hdr = ("model", "batch", "config", "ms", "x slim32", "x ort8", "weight MB", "peak RSS MiB",
            "cosine", "max rel err")
     print("| " + " | ".join(hdr) + " |")

@@ -143,6 +143,10 @@ typedef struct slim_qconv {
     int64_t kh, kw, sh, sw, dh, dw;
     int64_t pt, pl, pb, pr;     /* pads: top, left, bottom, right */
     int64_t oh, ow;             /* output size (slim_qconv_shape) */
+    /* Pixel-major (NHWC) input and / or output instead of NCHW: between
+     * two ConvInt8 the activation stays pixel-major (no transposes). */
+    bool nhwc_in, nhwc_out;
+    bool nhwc_res;              /* the residual (slim_qconv_weights) likewise */
 } slim_qconv;
 
 typedef enum {
@@ -158,6 +162,9 @@ typedef struct slim_qconv_weights {
     /* Instead of the int8 weights: float32 ones, [m][kg] in the packed K
      * order (the int8 pass's float32 reference on the same im2col rows). */
     const float *wf;
+    /* A residual of Y's shape added to conv + bias before act (ResNet's
+     * Add, then its Relu), NCHW or pixel-major (nhwc_res); or NULL. */
+    const float *residual;
 } slim_qconv_weights;
 
 int64_t slim_qconv_kg(const slim_qconv *q);
@@ -165,7 +172,9 @@ size_t slim_qconv_packed_bytes(const slim_qconv *q);
 /* Checks the geometry and sets oh, ow (and the pads, for SAME and VALID);
  * returns why it is unusable, or NULL. */
 const char *slim_qconv_shape(slim_qconv *q, slim_qconv_pad auto_pad);
-/* y[n_images, m, oh, ow] from x[n_images, c, h, w] (NCHW float32). */
+/* y[n_images, m, oh, ow] from x[n_images, c, h, w] (NCHW float32), or
+ * [n, oh, ow, m] / [n, h, w, c] with q->nhwc_out / q->nhwc_in: the same
+ * values, only laid out pixel-major. */
 slim_status slim_qconv_run(const slim_qconv *q, int64_t n_images, const float *x,
                            const slim_qconv_weights *w, float *y, slim_err *err);
 

@@ -13,7 +13,8 @@
  * Depthwise convs (one input channel per group) stay float32: each group is
  * then a product of a single output channel over kh x kw taps, which the
  * 64-channel int8 panels would pad 16-fold, and their weights are a small
- * share of a model's bytes.
+ * share of a model's bytes. The Convs feeding or reading a depthwise conv
+ * stay float32 too (depthwise_neighbour): float32 runs them fused with it.
  */
 #include "int8_impl.h"
 
@@ -86,10 +87,69 @@ static const char *conv_of(const slim__int8_pass *p, const slim_node *n, conv_la
     return NULL;
 }
 
+/* n is a float32 depthwise Conv: one input channel per group, more than
+ * one group (the convs conv_of leaves float32). */
+static bool is_depthwise(const slim_graph *g, const slim_node *n)
+{
+    if (n->domain[0] || strcmp(n->op_type, "Conv") || n->n_in < 2 || n->in[1] < 0)
+        return false;
+    const slim_tensor *w = slim_pass_const_f32(g, n->in[1]);
+    return w && w->ndim == 4 && w->dims[1] == 1 && slim_attr_int(n, "group", 1) > 1;
+}
+
+static bool is_act(const slim_node *n)
+{
+    return !n->domain[0] && (!strcmp(n->op_type, "Relu") || !strcmp(n->op_type, "Clip"));
+}
+
+/* The live node producing v, or NULL (a graph input or initializer). */
+static const slim_node *producer_of(const slim__int8_pass *p, int v)
+{
+    const slim_graph *g = p->rw.g;
+    for (int i = 0; i < g->n_nodes; i++)
+        if (!p->rw.dead[i])
+            for (int o = 0; o < g->nodes[i].n_out; o++)
+                if (g->nodes[i].out[o] == v)
+                    return &g->nodes[i];
+    return NULL;
+}
+
+/* Why a Conv next to a depthwise one stays float32: the float Conv beside
+ * a depthwise conv (MobileNet's expansion 1x1 -> Relu6 -> depthwise 3x3 ->
+ * projection 1x1) runs fused by oneDNN (kernels/cpu/conv_dnnl.c), the
+ * depthwise as the 1x1's post-op, without the expanded activation going to
+ * memory; a ConvInt8 there breaks that fusion and pays its own NCHW <->
+ * pixel-major float moves and per-pixel quantization on the widest tensors
+ * of the net, which measured 3-4x slower than float32 on MobileNetV2
+ * (docs/int8.md). Walks through one Relu or Clip (ReLU6) each way.
+ * SLIM_INT8_CONV_DW=int8 quantizes them anyway (the before, for
+ * benchmarks). */
+static const char *depthwise_neighbour(const slim__int8_pass *p, const slim_node *n)
+{
+    const char *env = getenv("SLIM_INT8_CONV_DW");
+    if (env && !strcmp(env, "int8"))
+        return NULL;
+    const slim_graph *g = p->rw.g;
+    int out = n->out[0];
+    const slim_node *r = slim_rewrite_sole_reader(&p->rw, out, "Relu");
+    r = r ? r : slim_rewrite_sole_reader(&p->rw, out, "Clip");
+    r = r ? slim_rewrite_sole_reader(&p->rw, r->out[0], "Conv")
+          : slim_rewrite_sole_reader(&p->rw, out, "Conv");
+    if (r && is_depthwise(g, r))
+        return "feeds a depthwise conv (fused in float32)";
+    const slim_node *s = producer_of(p, n->in[0]);
+    if (s && is_act(s) && s->n_in > 0)
+        s = producer_of(p, s->in[0]);
+    if (s && is_depthwise(g, s))
+        return "reads a depthwise conv (fused in float32)";
+    return NULL;
+}
+
 const char *slim__int8_conv_why(const slim__int8_pass *p, const slim_node *n)
 {
     conv_layer c;
-    return conv_of(p, n, &c);
+    const char *why = conv_of(p, n, &c);
+    return why ? why : depthwise_neighbour(p, n);
 }
 
 static slim_qconv_pad pad_mode(const char *s)
@@ -185,6 +245,76 @@ static slim_status conv_attrs(const conv_layer *c, bool relu, slim_attr **out, i
     return SLIM_OK;
 }
 
+static bool is_conv_int8(const slim_node *n)
+{
+    return !strcmp(n->domain, "com.slimserve") && !strcmp(n->op_type, "ConvInt8");
+}
+
+/* Value v, made by a ConvInt8 and read only by ConvInt8s (as their image X
+ * or their residual R), goes pixel-major (NHWC): the producer writes its
+ * product straight into it and the readers take it as is, so the value
+ * pays no NCHW round trip (two transposes of the tensor). Called as each
+ * ConvInt8 is made, for its inputs, so the last reader to be made settles
+ * it. The values are the same floats, only laid out otherwise, so results
+ * are bitwise those of the round trip. SLIM_INT8_CONV_NHWC=off keeps NCHW
+ * (the before, for benchmarks and tests). */
+static slim_status hand_over_nhwc(slim__int8_pass *p, int v, slim_err *err)
+{
+    const char *env = getenv("SLIM_INT8_CONV_NHWC");
+    if ((env && !strcmp(env, "off")) || v < 0)
+        return SLIM_OK;
+    slim_graph *g = p->rw.g;
+    slim_node *src = (slim_node *)producer_of(p, v);
+    if (!src || !is_conv_int8(src) || src->n_out != 1 || g->values[v].is_output)
+        return SLIM_OK;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const slim_node *n = &g->nodes[i];
+        if (p->rw.dead[i])
+            continue;
+        for (int k = 0; k < n->n_in; k++)
+            if (n->in[k] == v && (!is_conv_int8(n) || (k != 0 && k != 5)))
+                return SLIM_OK;
+    }
+    slim_status st = slim_pass_set_int(src, "nhwc_output", 1, err);
+    for (int i = 0; i < g->n_nodes && !st; i++) {
+        slim_node *n = &g->nodes[i];
+        if (p->rw.dead[i])
+            continue;
+        for (int k = 0; k < n->n_in && !st; k++)
+            if (n->in[k] == v)
+                st = slim_pass_set_int(n, k == 0 ? "nhwc_input" : "nhwc_residual", 1, err);
+    }
+    g->values[v].info.ndim = -1; /* its declared NCHW shape no longer holds */
+    return st;
+}
+
+/* The Add that alone reads the conv's output out, when its other operand
+ * is a whole activation (made by a conv, a pool or an op that keeps its
+ * input's shape): ResNet's residual, fused into ConvInt8 (input R, the
+ * Relu after it as the activation). Its shape is checked again when the
+ * node runs. SLIM_INT8_CONV_RESIDUAL=off leaves the Add alone. */
+static slim_node *residual_add(const slim__int8_pass *p, int out, int *skip)
+{
+    const char *env = getenv("SLIM_INT8_CONV_RESIDUAL");
+    if (env && !strcmp(env, "off"))
+        return NULL;
+    slim_node *a = slim_rewrite_sole_reader(&p->rw, out, "Add");
+    if (!a || a->n_in != 2 || a->n_out != 1)
+        return NULL;
+    int s = a->in[0] == out ? a->in[1] : a->in[0];
+    if (s < 0 || s == out)
+        return NULL;
+    const slim_node *src = producer_of(p, s);
+    static const char *const whole[] = {"Conv", "ConvInt8", "Relu", "MaxPool", "Add", "Clip",
+                                        "BatchNormalization"};
+    for (size_t i = 0; src && i < sizeof(whole) / sizeof(whole[0]); i++)
+        if (!strcmp(src->op_type, whole[i]) && src->n_out == 1) {
+            *skip = s;
+            return a;
+        }
+    return NULL;
+}
+
 slim_status slim__int8_quantize_conv(slim__int8_pass *p, int id, slim_int8_layer *layer,
                                      slim_err *err)
 {
@@ -228,10 +358,19 @@ slim_status slim__int8_quantize_conv(slim__int8_pass *p, int id, slim_int8_layer
         slim_qgemm_pack(wq + gi * mg * kg, mg, kg, (int8_t *)packed.data + gi * packed_g,
                         (int32_t *)colsum.data + gi * mg);
 
-    int out = g->nodes[id].out[0];
+    int out = g->nodes[id].out[0], skip = -1;
     slim_node *r = slim_rewrite_sole_reader(&p->rw, out, "Relu");
+    slim_node *add = r ? NULL : residual_add(p, out, &skip);
+    if (add)
+        r = slim_rewrite_sole_reader(&p->rw, add->out[0], "Relu");
+    if (add && !bias.data) { /* R is input 5: a zero bias holds slot 4 */
+        if ((st = slim_rewrite_alloc_tensor(&bias, SLIM_F32, 1, c.m, 0, err)))
+            goto done;
+        memset(bias.data, 0, sizeof(float) * (size_t)c.m);
+    }
+    /* The error is the conv's own: a Relu after a residual is not its. */
     slim_qconv_weights w8 = {packed.data, colsum.data, scale.data, bias.data,
-                             r ? SLIM_QGEMM_ACT_RELU : SLIM_QGEMM_ACT_NONE, NULL};
+                             r && !add ? SLIM_QGEMM_ACT_RELU : SLIM_QGEMM_ACT_NONE, NULL, NULL};
     layer->error = measure_conv(p, &g->nodes[id], &c, wr, &w8);
     if (slim__int8_over_budget(p, layer->error)) {
         layer->why = "over max_error";
@@ -245,7 +384,7 @@ slim_status slim__int8_quantize_conv(slim__int8_pass *p, int id, slim_int8_layer
                          slim_tensor_nbytes(&colsum) + slim_tensor_nbytes(&bias);
     char base[300];
     snprintf(base, sizeof(base), "%s", g->nodes[id].name);
-    int in[5] = {g->nodes[id].in[0], -1, -1, -1, -1};
+    int in[6] = {g->nodes[id].in[0], -1, -1, -1, -1, skip};
     bool has_bias = bias.data != NULL;
     if ((in[1] = slim_graph_add_initializer(g, base, ".int8_weight", &packed, err)) < 0 ||
         (in[2] = slim_graph_add_initializer(g, base, ".int8_scale", &scale, err)) < 0 ||
@@ -257,12 +396,22 @@ slim_status slim__int8_quantize_conv(slim__int8_pass *p, int id, slim_int8_layer
         st = SLIM_ENOMEM;
         goto done;
     }
+    if (add) {
+        p->rw.dead[add - g->nodes] = true;
+        out = add->out[0];
+    }
     if (r) {
         p->rw.dead[r - g->nodes] = true;
         out = r->out[0];
     }
-    st = slim_rewrite_node(&g->nodes[id], "ConvInt8", has_bias ? 5 : 4, in, out, attrs, na,
-                           p->rw.what, err);
+    st = slim_rewrite_node(&g->nodes[id], "ConvInt8", add ? 6 : has_bias ? 5 : 4, in, out, attrs,
+                           na, p->rw.what, err);
+    if (!st)
+        st = hand_over_nhwc(p, in[0], err);
+    if (!st && add)
+        st = hand_over_nhwc(p, skip, err);
+    if (!st) /* its readers may all be ConvInt8 already */
+        st = hand_over_nhwc(p, out, err);
 done:
     free(wr);
     free(wq);

@@ -14,8 +14,9 @@ static const slim_op_schema internal_schemas[] = {
     {"MemcpyToDevice", 1, 1, 1, 1, 1, "S", "S", ""},
     {"MemcpyToHost", 1, 1, 1, 1, 1, "S", "S", ""},
     {"MatMulInt8", 1, 4, 8, 1, 1, "SSSSOOOO", "S", "!K=i activation=s"},
-    {"ConvInt8", 1, 4, 5, 1, 1, "SSSSO", "S",
-     "!kernel_shape=I strides=I dilations=I pads=I group=i auto_pad=s activation=s"},
+    {"ConvInt8", 1, 4, 6, 1, 1, "SSSSOO", "S",
+     "!kernel_shape=I strides=I dilations=I pads=I group=i auto_pad=s activation=s "
+     "nhwc_input=i nhwc_output=i nhwc_residual=i"},
     {"GatherInt8", 1, 3, 3, 1, 1, "SSS", "S", ""},
     {"SparseMatMul", 1, 3, 6, 1, 1, "SSSOOO", "S", "!encoding=s !K=i storage=s"},
     {"SparseConv", 1, 3, 7, 1, 1, "SSSOOOO", "S",

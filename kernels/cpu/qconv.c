@@ -8,7 +8,9 @@
  * C/group floats. Its im2col row -- K ordered (ky, kx, channel), the order
  * the pass packs the weights in -- is then a handful of memcpy calls, and a
  * 1x1 stride-1 unpadded conv needs no im2col at all: the transposed image is
- * the matrix. slim_qgemm quantizes each row on its own (one scale and zero
+ * the matrix. With nhwc_in the input is pixel-major already (a ConvInt8
+ * before wrote it so) and is read as is; with nhwc_out the product is
+ * written straight into the pixel-major output. slim_qgemm quantizes each row on its own (one scale and zero
  * point per output pixel), so a pixel's result depends only on its own
  * receptive field: an image's output is bitwise the same whatever batch it
  * ran in, and however the rows are cut into blocks. The product comes out
@@ -206,15 +208,55 @@ static void im2col_part(int64_t begin, int64_t end, void *user)
     }
 }
 
+typedef struct {
+    float *y;
+    const float *r;
+    int64_t n, m, np;     /* elements, channels and pixels of the image */
+    bool cross, y_nhwc;   /* r laid out otherwise than y; y's layout */
+    slim_qgemm_act act;
+} residual_job;
+
+/* y = act(y + r) over elements [4096 begin, 4096 end) of y: the residual
+ * Add and its Relu, as those nodes compute them, in one pass. Where the
+ * layouts differ (the first and last convs of a pixel-major trunk), r is
+ * read transposed. */
+static void residual_part(int64_t begin, int64_t end, void *user)
+{
+    const residual_job *j = user;
+    int64_t i1 = end * 4096 < j->n ? end * 4096 : j->n;
+    if (!j->cross) { /* the common case, a loop the compiler vectorizes */
+        float *y = j->y;
+        const float *r = j->r;
+        bool relu = j->act == SLIM_QGEMM_ACT_RELU;
+        for (int64_t i = begin * 4096; i < i1; i++) {
+            float v = y[i] + r[i];
+            y[i] = relu && !(v > 0) ? 0.0f : v;
+        }
+        return;
+    }
+    /* y[i] with i = a * ld + b is r[b * lr + a]: y NHWC (a pixel, b
+     * channel) or NCHW (a channel, b pixel); (a, b) stepped, not divided. */
+    int64_t ld = j->y_nhwc ? j->m : j->np, lr = j->y_nhwc ? j->np : j->m;
+    int64_t a = begin * 4096 / ld, b = begin * 4096 % ld;
+    for (int64_t i = begin * 4096; i < i1; i++) {
+        float v = j->y[i] + j->r[b * lr + a];
+        j->y[i] = j->act == SLIM_QGEMM_ACT_RELU && !(v > 0) ? 0.0f : v;
+        if (++b == ld) {
+            b = 0;
+            a++;
+        }
+    }
+}
+
 /* Bias and Relu after the float reference's product, as Conv (+ Relu)
  * computes them in float32. */
-static void float_epilogue(float *t, int64_t rows, int64_t mg, const float *bias,
+static void float_epilogue(float *t, int64_t rows, int64_t ld, int64_t mg, const float *bias,
                            slim_qgemm_act act)
 {
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < mg; c++) {
-            float v = t[r * mg + c] + (bias ? bias[c] : 0.0f);
-            t[r * mg + c] = act == SLIM_QGEMM_ACT_RELU && !(v > 0) ? 0.0f : v;
+            float v = t[r * ld + c] + (bias ? bias[c] : 0.0f);
+            t[r * ld + c] = act == SLIM_QGEMM_ACT_RELU && !(v > 0) ? 0.0f : v;
         }
 }
 
@@ -223,6 +265,8 @@ slim_status slim_qconv_run(const slim_qconv *q, int64_t n_images, const float *x
 {
     int64_t hw = q->h * q->w, np = q->oh * q->ow, cg = q->c / q->groups;
     int64_t mg = q->m / q->groups, kg = slim_qconv_kg(q);
+    /* With a residual the activation comes after it. */
+    slim_qgemm_act act = w->residual ? SLIM_QGEMM_ACT_NONE : w->act;
     bool direct = q->kh == 1 && q->kw == 1 && q->sh == 1 && q->sw == 1 && q->pt == 0 &&
                   q->pl == 0 && q->pb == 0 && q->pr == 0;
     if (n_images <= 0 || np <= 0)
@@ -231,11 +275,12 @@ slim_status slim_qconv_run(const slim_qconv *q, int64_t n_images, const float *x
     block = block < 16 ? 16 : block;
     block = block < np ? block : np;
     size_t packed_g = slim_qgemm_packed_bytes(mg, kg);
-    float *xt = slim_scratch_malloc(sizeof(float) * (size_t)(hw * q->c));
+    float *xt = q->nhwc_in ? NULL : slim_scratch_malloc(sizeof(float) * (size_t)(hw * q->c));
     float *rows = direct ? NULL : slim_scratch_malloc(sizeof(float) * (size_t)(block * kg));
-    float *tmp = slim_scratch_malloc(sizeof(float) * (size_t)(block * mg));
+    float *tmp = q->nhwc_out ? NULL : slim_scratch_malloc(sizeof(float) * (size_t)(block * mg));
     void *scratch = w->wf ? NULL : slim_scratch_malloc(slim_qgemm_scratch_bytes(block, kg));
-    if (!xt || (!direct && !rows) || !tmp || (!w->wf && !scratch)) {
+    if ((!q->nhwc_in && !xt) || (!direct && !rows) || (!q->nhwc_out && !tmp) ||
+        (!w->wf && !scratch)) {
         slim_scratch_free(xt);
         slim_scratch_free(rows);
         slim_scratch_free(tmp);
@@ -244,14 +289,17 @@ slim_status slim_qconv_run(const slim_qconv *q, int64_t n_images, const float *x
     }
     for (int64_t n = 0; n < n_images; n++) {
         qconv_job j = {q, x + n * q->c * hw, xt, rows, tmp, NULL, 0, 0, 0, kg, mg};
-        slim_parallel_for((hw + 63) / 64, 1 + 8192 / (64 * q->c), transpose_part, &j);
+        if (q->nhwc_in)
+            j.xt = (float *)x + n * q->c * hw; /* read only */
+        else
+            slim_parallel_for((hw + 63) / 64, 1 + 8192 / (64 * q->c), transpose_part, &j);
         for (int64_t g = 0; g < q->groups; g++)
             for (int64_t p0 = 0; p0 < np; p0 += block) {
                 int64_t nr = np - p0 < block ? np - p0 : block;
                 j.g = g;
                 j.p0 = p0;
                 j.nr = nr;
-                const float *a = xt + p0 * q->c + g * cg;
+                const float *a = j.xt + p0 * q->c + g * cg;
                 int64_t lda = q->c;
                 if (!direct) {
                     slim_parallel_for(nr, 1 + 4096 / kg, im2col_part, &j);
@@ -259,22 +307,32 @@ slim_status slim_qconv_run(const slim_qconv *q, int64_t n_images, const float *x
                     lda = kg;
                 }
                 const float *bias = w->bias ? w->bias + g * mg : NULL;
+                /* Pixel-major output: the product goes to its place. */
+                float *dst = q->nhwc_out ? y + (n * np + p0) * q->m + g * mg : tmp;
+                int64_t ldd = q->nhwc_out ? q->m : mg;
                 if (w->wf) {
                     slim_sgemm(false, true, nr, mg, kg, 1.0f, a, lda, w->wf + g * mg * kg, kg,
-                               0.0f, tmp, mg);
-                    float_epilogue(tmp, nr, mg, bias, w->act);
+                               0.0f, dst, ldd);
+                    float_epilogue(dst, nr, ldd, mg, bias, act);
                 } else {
                     slim_qgemm_args qa = {
                         .m = nr, .n = mg, .k = kg, .x = a, .ldx = lda,
                         .packed = w->packed + g * packed_g, .colsum = w->colsum + g * mg,
-                        .w_scale = w->scale + g * mg, .bias = bias, .act = w->act, .y = tmp,
-                        .ldy = mg,
+                        .w_scale = w->scale + g * mg, .bias = bias, .act = act, .y = dst,
+                        .ldy = ldd,
                     };
                     slim_qgemm(&qa, scratch);
                 }
+                if (q->nhwc_out)
+                    continue;
                 j.y = y + (n * q->m + g * mg) * np;
                 slim_parallel_for((mg + 15) / 16, 1 + 8192 / (16 * nr), untranspose_part, &j);
             }
+        if (w->residual) {
+            residual_job rj = {y + n * q->m * np, w->residual + n * q->m * np, q->m * np, q->m,
+                               np, q->nhwc_res != q->nhwc_out, q->nhwc_out, w->act};
+            slim_parallel_for((rj.n + 4095) / 4096, 1, residual_part, &rj);
+        }
     }
     slim_scratch_free(xt);
     slim_scratch_free(rows);

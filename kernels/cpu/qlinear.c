@@ -15,9 +15,13 @@
  *       X is quantized per row at run time (qgemm.h), so no row's result
  *       depends on another's. "Gelu" is ONNX Gelu with approximate "none"
  *       (passes/fuse_int8_epilogue.c fuses it), in the product's epilogue.
- *   ConvInt8(X, W, scale, colsum[, bias]) -> Y
+ *   ConvInt8(X, W, scale, colsum[, bias[, R]]) -> Y
  *       attrs: kernel_shape [kh, kw], strides, dilations, pads [t, l, b, r],
- *       group, auto_pad (as Conv's), activation ("" | "Relu").
+ *       group, auto_pad (as Conv's), activation ("" | "Relu"), nhwc_input
+ *       and nhwc_output (0 | 1: X [N, H, W, C] / Y [N, OH, OW, M], the
+ *       int8 pass's pixel-major hand-off between two ConvInt8). R: a
+ *       residual of Y's shape added before the activation (ResNet's Add,
+ *       and the Relu after it), [N, OH, OW, M] with nhwc_residual.
  *       X float32 [N, C, H, W]; W int8 packed as qgemm.h's slim_qconv
  *       describes; scale, colsum (and bias) [M]. Y float32 [N, M, OH, OW].
  *       Activations are quantized per output pixel (kernels/cpu/qconv.c).
@@ -229,6 +233,13 @@ static slim_status conv_int8_prepare(slim_node *node, void **state, slim_err *er
     q->kh = k[0], q->kw = k[1], q->sh = st2[0], q->sw = st2[1], q->dh = d[0], q->dw = d[1];
     q->pt = p[0], q->pl = p[1], q->pb = p[2], q->pr = p[3];
     q->groups = slim_attr_int(node, "group", 1);
+    int64_t nin = slim_attr_int(node, "nhwc_input", 0), nout = slim_attr_int(node, "nhwc_output", 0);
+    int64_t nres = slim_attr_int(node, "nhwc_residual", 0);
+    if ((nin != 0 && nin != 1) || (nout != 0 && nout != 1) || (nres != 0 && nres != 1)) {
+        st = slim_errf(err, SLIM_EINVAL, "nhwc_input, nhwc_output and nhwc_residual must be 0 or 1");
+        goto fail;
+    }
+    q->nhwc_in = nin, q->nhwc_out = nout, q->nhwc_res = nres;
     if (q->groups < 1 || q->groups > (1LL << 30)) {
         st = slim_errf(err, SLIM_EINVAL, "group = %lld, must be >= 1", (long long)q->groups);
         goto fail;
@@ -266,16 +277,21 @@ static slim_status conv_int8_geom(slim_op_ctx *ctx, slim_qconv *q)
     const conv_int8_state *s = ctx->state;
     const slim_tensor *x = ctx->in[0], *w = ctx->in[1], *scale = ctx->in[2], *cs = ctx->in[3];
     const slim_tensor *bias = ctx->n_in > 4 ? ctx->in[4] : NULL;
+    const slim_tensor *res = ctx->n_in > 5 ? ctx->in[5] : NULL;
     slim_status st = slim_check_dtype(x, "input X", ctx->err, SLIM_F32, SLIM_DTYPE_UNDEFINED);
     if (st || (st = slim_check_dtype(w, "weight W", ctx->err, SLIM_I8, SLIM_DTYPE_UNDEFINED)))
         return st;
     if (x->ndim != 4)
-        return slim_errf(ctx->err, SLIM_ESHAPE, "input X has %d dims, expected [N, C, H, W]",
-                         x->ndim);
+        return slim_errf(ctx->err, SLIM_ESHAPE, "input X has %d dims, expected %s", x->ndim,
+                         s->geom.nhwc_in ? "[N, H, W, C]" : "[N, C, H, W]");
     if (scale->ndim != 1)
         return slim_errf(ctx->err, SLIM_ESHAPE, "scale must be 1-D");
     *q = s->geom;
-    q->c = x->dims[1], q->h = x->dims[2], q->w = x->dims[3], q->m = scale->dims[0];
+    if (q->nhwc_in)
+        q->c = x->dims[3], q->h = x->dims[1], q->w = x->dims[2];
+    else
+        q->c = x->dims[1], q->h = x->dims[2], q->w = x->dims[3];
+    q->m = scale->dims[0];
     if (q->m > (1LL << 30) || q->c > (1LL << 30))
         return slim_errf(ctx->err, SLIM_ESHAPE, "%lld channels is too many", (long long)q->m);
     const char *why = slim_qconv_shape(q, s->auto_pad);
@@ -287,6 +303,18 @@ static slim_status conv_int8_geom(slim_op_ctx *ctx, slim_qconv *q)
         (st = check_vector(cs, "colsum", SLIM_I32, q->m, ctx->err)) ||
         (bias && (st = check_vector(bias, "bias", SLIM_F32, q->m, ctx->err))))
         return st;
+    if (res) {
+        int64_t d[4] = {x->dims[0], q->m, q->oh, q->ow};
+        if (q->nhwc_res)
+            d[1] = q->oh, d[2] = q->ow, d[3] = q->m;
+        if ((st = slim_check_dtype(res, "residual R", ctx->err, SLIM_F32,
+                                   SLIM_DTYPE_UNDEFINED)))
+            return st;
+        if (res->ndim != 4 || memcmp(res->dims, d, sizeof(d)))
+            return slim_errf(ctx->err, SLIM_ESHAPE, "residual R must have the output's shape "
+                             "[%lld, %lld, %lld, %lld]", (long long)d[0], (long long)d[1],
+                             (long long)d[2], (long long)d[3]);
+    }
     if (slim_tensor_nbytes(w) != slim_qconv_packed_bytes(q))
         return slim_errf(ctx->err, SLIM_ESHAPE, "packed weight W has %zu bytes, %zu expected for "
                          "%lld channels of %lld in %lld groups", slim_tensor_nbytes(w),
@@ -302,6 +330,8 @@ static slim_status conv_int8_infer(slim_op_ctx *ctx)
     if (st)
         return st;
     int64_t dims[4] = {ctx->in[0]->dims[0], q.m, q.oh, q.ow};
+    if (q.nhwc_out)
+        dims[1] = q.oh, dims[2] = q.ow, dims[3] = q.m;
     slim_tensor_set_shape(ctx->out[0], SLIM_F32, 4, dims);
     return SLIM_OK;
 }
@@ -315,7 +345,8 @@ static slim_status conv_int8_exec(slim_op_ctx *ctx)
         return st;
     const slim_tensor *bias = ctx->n_in > 4 ? ctx->in[4] : NULL;
     slim_qconv_weights w = {ctx->in[1]->data, ctx->in[3]->data, ctx->in[2]->data,
-                            bias ? bias->data : NULL, s->act, NULL};
+                            bias ? bias->data : NULL, s->act, NULL,
+                            ctx->n_in > 5 ? ctx->in[5]->data : NULL};
     return slim_qconv_run(&q, ctx->in[0]->dims[0], ctx->in[0]->data, &w, ctx->out[0]->data,
                           ctx->err);
 }
