@@ -43,6 +43,9 @@ Configurations, each in its own process so that its peak RSS is its own:
   slim int8 no split  with --outliers-off: slim convert --precision int8
                   under SLIM_INT8_OUTLIERS=off (no outlier-channel split:
                   the before of that change, docs/int8.md)
+  slim int8 max scale  with --scale-max: slim convert --precision int8
+                  under SLIM_INT8_SCALE=max (weight scales max|w| / 127, not
+                  the least-squared-error ones: the before of that change)
   slim int8 budget  with --int8-max-error X: slim convert --precision int8
                   --int8-max-error X (layers whose own output error on
                   drawn samples is over X stay fp32)
@@ -169,8 +172,14 @@ def calibration_reader(in_name, shape, n=8):
     return Reader()
 
 
+def stale(path, binary):
+    """Whether a converted file must be (re)made: missing, or older than the
+    slim binary that converts it (a rebuilt quantizer writes other codes)."""
+    return not os.path.exists(path) or os.path.getmtime(path) < os.path.getmtime(binary)
+
+
 def prepare(name, workdir, slim, max_error, outliers_off, slim_base=None, slim_only=False,
-            dw_int8=False, nchw=False):
+            dw_int8=False, nchw=False, scale_max=False):
     if name in ("transformer", "resnet"):
         src = os.path.join(workdir, "models", name, "1", "model.onnx")
         if not os.path.exists(src):
@@ -193,13 +202,13 @@ def prepare(name, workdir, slim, max_error, outliers_off, slim_base=None, slim_o
     files = {"fp32": src}
     if dw_int8:
         dw = os.path.join(workdir, f"{name}.int8_dw.slim")
-        if not os.path.exists(dw):
+        if stale(dw, slim):
             spawn([slim, "convert", src, "-o", dw, "--precision", "int8"],
                   dict(os.environ, SLIM_INT8_CONV_DW="int8"))
         files["slim8dw"] = dw
     if nchw:
         f = os.path.join(workdir, f"{name}.int8_nchw.slim")
-        if not os.path.exists(f):
+        if stale(f, slim):
             spawn([slim, "convert", src, "-o", f, "--precision", "int8"],
                   dict(os.environ, SLIM_INT8_CONV_NHWC="off", SLIM_INT8_CONV_RESIDUAL="off"))
         files["slim8nchw"] = f
@@ -219,23 +228,29 @@ def prepare(name, workdir, slim, max_error, outliers_off, slim_base=None, slim_o
                             activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8)
         files["ort_static"] = dst
     slim8 = os.path.join(workdir, f"{name}.int8.slim")
-    if not os.path.exists(slim8):
+    if stale(slim8, slim):
         spawn([slim, "convert", src, "-o", slim8, "--precision", "int8"])
     files["slim8"] = slim8
     if slim_base:
         base = os.path.join(workdir, f"{name}.int8_base.slim")
-        if not os.path.exists(base):
+        if stale(base, slim_base):
             spawn([slim_base, "convert", src, "-o", base, "--precision", "int8"])
         files["slim8base"] = base
     if outliers_off:
         off = os.path.join(workdir, f"{name}.int8_nosplit.slim")
-        if not os.path.exists(off):
+        if stale(off, slim):
             spawn([slim, "convert", src, "-o", off, "--precision", "int8"],
                   dict(os.environ, SLIM_INT8_OUTLIERS="off"))
         files["slim8off"] = off
+    if scale_max:
+        mx = os.path.join(workdir, f"{name}.int8_scalemax.slim")
+        if stale(mx, slim):
+            spawn([slim, "convert", src, "-o", mx, "--precision", "int8"],
+                  dict(os.environ, SLIM_INT8_SCALE="max"))
+        files["slim8max"] = mx
     if max_error:
         budget = os.path.join(workdir, f"{name}.int8_e{max_error:g}.slim")
-        if not os.path.exists(budget):
+        if stale(budget, slim):
             spawn([slim, "convert", src, "-o", budget, "--precision", "int8",
                    "--int8-max-error", f"{max_error:.17g}"])
         files["slim8b"] = budget
@@ -261,6 +276,9 @@ def main():
     ap.add_argument("--outliers-off", action="store_true",
                     help="also run slim int8 without the outlier-channel split "
                          "(SLIM_INT8_OUTLIERS=off at convert): the before of that change")
+    ap.add_argument("--scale-max", action="store_true",
+                    help="also run slim int8 with max|w| / 127 weight scales "
+                         "(SLIM_INT8_SCALE=max at convert): the before of the MSE scales")
     ap.add_argument("--configs", default=None,
                     help="only these configurations (comma list, e.g. 'slim int8,ort int8,"
                          "ort int8 pc'); ort fp32 always runs (the error's reference)")
@@ -291,7 +309,7 @@ def main():
         slim_base = os.path.abspath(a.slim_base) if a.slim_base else None
         files, in_name, dims, vocab = prepare(name, a.workdir, slim, a.int8_max_error,
                                               a.outliers_off, slim_base, a.slim_only, a.dw_int8,
-                                              a.nchw)
+                                              a.nchw, a.scale_max)
         wbytes = {"slim int8 B": slim_weight_bytes(slim, files["slim8"]),
                   "slim fp32": slim_weight_bytes(slim, files["fp32"]),
                   "slim int8": slim_weight_bytes(slim, files["slim8"])}
@@ -307,6 +325,8 @@ def main():
             wbytes["ort int8 static"] = weight_bytes(files["ort_static"])
         if "slim8b" in files:
             wbytes["slim int8 budget"] = slim_weight_bytes(slim, files["slim8b"])
+        if "slim8max" in files:
+            wbytes["slim int8 max scale"] = slim_weight_bytes(slim, files["slim8max"])
         if "slim8off" in files:
             wbytes["slim int8 no split"] = slim_weight_bytes(slim, files["slim8off"])
         if "slim8base" in files:
@@ -356,6 +376,10 @@ def main():
             if "slim8off" in files:
                 configs["slim int8 no split"] = lambda o: [
                     slim, "run", files["slim8off"], "--input", f"{in_name}={inp}", "--repeat",
+                    str(repeat), "--output-dir", o]
+            if "slim8max" in files:
+                configs["slim int8 max scale"] = lambda o: [
+                    slim, "run", files["slim8max"], "--input", f"{in_name}={inp}", "--repeat",
                     str(repeat), "--output-dir", o]
             if "slim8base" in files:
                 configs["slim int8 base"] = lambda o: [
