@@ -457,20 +457,39 @@ void slim__admission_push_front(slim_server_admission *a, waiter *w)
     a->n_waiting++;
 }
 
-bool slim_server_admission_retry_alone(slim_server_admission *a, slim_server_request *req)
+/* Both kinds of retry (HTTP request, transport ticket) start alike: a waiter
+ * to hold it, or none when out of memory or the server is stopping. */
+waiter *slim__admission_retry_waiter(slim_server_admission *a)
 {
-    if (!a || req->admitted_alone || !slim__admission_limit())
-        return false;
     waiter *w = calloc(1, sizeof(*w));
     if (!w)
-        return false;
+        return NULL;
     pthread_mutex_lock(&a->mu);
     bool stopping = a->stopping;
     pthread_mutex_unlock(&a->mu);
     if (stopping) {
         free(w);
-        return false;
+        return NULL;
     }
+    return w;
+}
+
+/* A retry goes first in line (it was admitted once) and wakes the thread. */
+void slim__admission_requeue_front(slim_server_admission *a, waiter *w)
+{
+    pthread_mutex_lock(&a->mu);
+    slim__admission_push_front(a, w);
+    pthread_cond_signal(&a->cv);
+    pthread_mutex_unlock(&a->mu);
+}
+
+bool slim_server_admission_retry_alone(slim_server_admission *a, slim_server_request *req)
+{
+    if (!a || req->admitted_alone || !slim__admission_limit())
+        return false;
+    waiter *w = slim__admission_retry_waiter(a);
+    if (!w)
+        return false;
     /* Back to how it arrived: no inputs, no task state. */
     size_t need = req->admitted_bytes;
     slim_server_infer_free(&req->infer);
@@ -494,10 +513,7 @@ bool slim_server_admission_retry_alone(slim_server_admission *a, slim_server_req
     w->deadline = w->since + wait_timeout(req, t->model);
     MHD_suspend_connection(req->conn);
     req->suspended = true;
-    pthread_mutex_lock(&a->mu);
-    slim__admission_push_front(a, w);
-    pthread_cond_signal(&a->cv);
-    pthread_mutex_unlock(&a->mu);
+    slim__admission_requeue_front(a, w);
     return true;
 }
 

@@ -57,6 +57,8 @@ bool slim__admission_fits_budget(const slim_server_admission *a, size_t need, bo
 bool slim__admission_may_pass(const slim_server_admission *a, bool body);
 void slim__admission_enqueue(slim_server_admission *a, waiter *w);
 void slim__admission_push_front(slim_server_admission *a, waiter *w);
+waiter *slim__admission_retry_waiter(slim_server_admission *a); /* a->mu not held */
+void slim__admission_requeue_front(slim_server_admission *a, waiter *w); /* a->mu not held */
 
 /* admission_ticket.c's, for admission.c's thread. */
 typedef enum { SLIM__TRY_QUEUED, SLIM__TRY_WAIT, SLIM__TRY_ANSWERED } slim__try_result;

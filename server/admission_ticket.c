@@ -75,16 +75,9 @@ bool slim_server_admission_ticket_retry_alone(slim_server_admission *a,
 {
     if (!a || t->retried_alone || !slim__admission_limit())
         return false;
-    waiter *w = calloc(1, sizeof(*w));
+    waiter *w = slim__admission_retry_waiter(a);
     if (!w)
         return false;
-    pthread_mutex_lock(&a->mu);
-    bool stopping = a->stopping;
-    pthread_mutex_unlock(&a->mu);
-    if (stopping) {
-        free(w);
-        return false;
-    }
     size_t need = t->counted ? t->admitted_bytes : t->inputs;
     slim_server_admission_ticket_release(a, t);
     t->retried_alone = true;
@@ -93,10 +86,7 @@ bool slim_server_admission_ticket_retry_alone(slim_server_admission *a,
     w->alone = true;
     w->since = slim_server_now_us();
     w->deadline = w->since + wait_timeout(t);
-    pthread_mutex_lock(&a->mu);
-    slim__admission_push_front(a, w);
-    pthread_cond_signal(&a->cv);
-    pthread_mutex_unlock(&a->mu);
+    slim__admission_requeue_front(a, w);
     return true;
 }
 

@@ -233,12 +233,7 @@ static slim_status load_version(slim_server_repo *repo, const char *name, const 
     slim_cancel tok;
     slim_cancel_init(&tok, slim_cancel_deadline_after_ms((int64_t)repo->load_timeout_s * 1000));
     slim_cancel *prev_tok = slim_cancel_enter(&tok);
-    int slot = -1;
-    pthread_mutex_lock(&repo->mu);
-    for (int i = 0; i < SLIM_SERVER_MAX_REPO_OPS && slot < 0; i++)
-        if (!repo->loads[i])
-            repo->loads[slot = i] = &tok;
-    pthread_mutex_unlock(&repo->mu);
+    int slot = slim_server_repo_track_load(repo, &tok);
     /* Under a budget, room is made first (residency.c): evictions, or 507. */
     /* The prediction is a dry run that reads the weights: it runs inside a
      * provisional reservation from the file's size, grown after if short. */
@@ -263,10 +258,7 @@ static slim_status load_version(slim_server_repo *repo, const char *name, const 
             m->reserved_bytes = resv.bytes;
         }
     }
-    pthread_mutex_lock(&repo->mu);
-    if (slot >= 0)
-        repo->loads[slot] = NULL;
-    pthread_mutex_unlock(&repo->mu);
+    slim_server_repo_untrack_load(repo, slot);
     slim_cancel_enter(prev_tok);
     if (s == SLIM_ETIMEDOUT)
         slim_errf(err, s, "loading %s took longer than --load-timeout %d s", path,
@@ -733,6 +725,25 @@ void slim_server_repo_cancel_loads(slim_server_repo *repo)
     pthread_mutex_lock(&repo->mu);
     for (int i = 0; i < SLIM_SERVER_MAX_REPO_OPS; i++)
         slim_cancel_request(repo->loads[i], SLIM_CANCEL_SHUTDOWN);
+    pthread_mutex_unlock(&repo->mu);
+}
+
+int slim_server_repo_track_load(slim_server_repo *repo, struct slim_cancel *tok)
+{
+    int slot = -1;
+    pthread_mutex_lock(&repo->mu);
+    for (int i = 0; i < SLIM_SERVER_MAX_REPO_OPS && slot < 0; i++)
+        if (!repo->loads[i])
+            repo->loads[slot = i] = tok;
+    pthread_mutex_unlock(&repo->mu);
+    return slot;
+}
+
+void slim_server_repo_untrack_load(slim_server_repo *repo, int slot)
+{
+    pthread_mutex_lock(&repo->mu);
+    if (slot >= 0)
+        repo->loads[slot] = NULL;
     pthread_mutex_unlock(&repo->mu);
 }
 

@@ -144,6 +144,11 @@ slim_status slim_server_repo_open_with(slim_server_repo *repo, const slim_server
 void slim_server_repo_close(slim_server_repo *repo);
 /* Cancels the loads under way (SIGTERM); each fails at its next check. */
 void slim_server_repo_cancel_loads(slim_server_repo *repo);
+/* Lists a load's (or warmup's) token so that cancel_loads reaches it; the
+ * slot it took, or -1 when all are taken (it runs on, unlisted). untrack
+ * takes the slot back (-1: nothing). */
+int slim_server_repo_track_load(slim_server_repo *repo, struct slim_cancel *tok);
+void slim_server_repo_untrack_load(slim_server_repo *repo, int slot);
 
 /* version < 0: the highest ready one. On success returns a new reference;
  * otherwise NULL with *http_status (404 unknown, 503 not ready) and msg. */

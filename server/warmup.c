@@ -403,19 +403,11 @@ slim_status slim_server_warmup(slim_server_repo *repo, const slim_server_model *
     slim_cancel tok;
     slim_cancel_init(&tok, deadline_ns);
     tok.timeout_ms = (int64_t)repo->load_timeout_s * 1000;
-    int slot = -1;
-    pthread_mutex_lock(&repo->mu);
-    for (int i = 0; i < SLIM_SERVER_MAX_REPO_OPS && slot < 0; i++)
-        if (!repo->loads[i])
-            repo->loads[slot = i] = &tok;
-    pthread_mutex_unlock(&repo->mu);
+    int slot = slim_server_repo_track_load(repo, &tok);
     slim_cancel *prev = slim_cancel_enter(&tok);
     slim_status s = slim_server_warmup_run(m, dir, err);
     slim_cancel_enter(prev);
-    pthread_mutex_lock(&repo->mu);
-    if (slot >= 0)
-        repo->loads[slot] = NULL;
-    pthread_mutex_unlock(&repo->mu);
+    slim_server_repo_untrack_load(repo, slot);
     if (s == SLIM_ETIMEDOUT)
         slim_errf(err, s, "model_warmup did not finish within --load-timeout %d s (the load "
                   "and the warmup together)", repo->load_timeout_s);

@@ -261,24 +261,21 @@ AVX512_TARGET INLINE void chunk2_avx512_body(const slim_sparse_w *w, cursor *c0,
  * ResNet's 7 x 7 planes), whose vectors past its pixels would be work
  * for nothing: a 14 x 14 1x1 conv's fourth block has 4 pixels of 64.
  * Each pixel's chain is the same whatever nv, so the results are too. */
+#define BY_NV_SWITCH(call_)                                                 \
+    switch (nv) {                                                           \
+    case 1: { const int nvc_ = 1; call_; break; }                           \
+    case 2: { const int nvc_ = 2; call_; break; }                           \
+    case 3: { const int nvc_ = 3; call_; break; }                           \
+    default: { const int nvc_ = 4; call_; break; }                          \
+    }
 #define BY_NV(call_)                                                        \
     do {                                                                    \
         if (i8) {                                                           \
             const bool i8c_ = true;                                         \
-            switch (nv) {                                                   \
-            case 1: { const int nvc_ = 1; call_; break; }                   \
-            case 2: { const int nvc_ = 2; call_; break; }                   \
-            case 3: { const int nvc_ = 3; call_; break; }                   \
-            default: { const int nvc_ = 4; call_; break; }                  \
-            }                                                               \
+            BY_NV_SWITCH(call_)                                             \
         } else {                                                            \
             const bool i8c_ = false;                                        \
-            switch (nv) {                                                   \
-            case 1: { const int nvc_ = 1; call_; break; }                   \
-            case 2: { const int nvc_ = 2; call_; break; }                   \
-            case 3: { const int nvc_ = 3; call_; break; }                   \
-            default: { const int nvc_ = 4; call_; break; }                  \
-            }                                                               \
+            BY_NV_SWITCH(call_)                                             \
         }                                                                   \
     } while (0)
 

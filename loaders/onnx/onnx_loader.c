@@ -494,15 +494,11 @@ static slim_status add_initializer_shape(slim_graph *g, const slim_onnx_init_inf
  * ones, and anything less plain, are unpacked as always. */
 #define RAW_DIRECT_MIN ((size_t)64 << 10)
 
-static bool raw_direct(const slim_onnx_span *s, slim_onnx_init_info *in, size_t *nbytes)
+/* The bytes an initializer's data takes by its type and shape (*nbytes);
+ * false for a type that is not numeric or a shape that is negative or too
+ * big to count. */
+static bool init_nbytes(const slim_onnx_init_info *in, size_t *nbytes)
 {
-    slim_err ignored;
-    /* A name the unpacked path takes that add_initializer_shape refuses
-     * (1 KiB or more, a NUL inside) goes that way too. */
-    if (s->n <= RAW_DIRECT_MIN || slim_onnx_wire_init_info(s, in, &ignored) || !in->plain_raw ||
-        in->ndim < 0 || in->stored_bytes <= RAW_DIRECT_MIN || !in->name_len ||
-        in->name_len >= 1024 || memchr(in->name, 0, in->name_len))
-        return false;
     slim_dtype dt = slim_dtype_from_onnx(in->data_type);
     if (dt == SLIM_DTYPE_UNDEFINED)
         return false;
@@ -513,6 +509,20 @@ static bool raw_direct(const slim_onnx_span *s, slim_onnx_init_info *in, size_t 
         n *= in->dims[d];
     }
     *nbytes = (size_t)n * slim_dtype_size(dt);
+    return true;
+}
+
+static bool raw_direct(const slim_onnx_span *s, slim_onnx_init_info *in, size_t *nbytes)
+{
+    slim_err ignored;
+    /* A name the unpacked path takes that add_initializer_shape refuses
+     * (1 KiB or more, a NUL inside) goes that way too. */
+    if (s->n <= RAW_DIRECT_MIN || slim_onnx_wire_init_info(s, in, &ignored) || !in->plain_raw ||
+        in->ndim < 0 || in->stored_bytes <= RAW_DIRECT_MIN || !in->name_len ||
+        in->name_len >= 1024 || memchr(in->name, 0, in->name_len))
+        return false;
+    if (!init_nbytes(in, nbytes))
+        return false;
     return *nbytes == in->stored_bytes;
 }
 
@@ -525,16 +535,8 @@ static bool shape_only(const slim_onnx_span *s, size_t keep, slim_onnx_init_info
     slim_err ignored;
     if (keep == SIZE_MAX || slim_onnx_wire_init_info(s, in, &ignored) || in->ndim < 0)
         return false;
-    slim_dtype dt = slim_dtype_from_onnx(in->data_type);
-    if (dt == SLIM_DTYPE_UNDEFINED)
+    if (!init_nbytes(in, nbytes))
         return false;
-    int64_t n = 1;
-    for (int d = 0; d < in->ndim; d++) {
-        if (in->dims[d] < 0 || (in->dims[d] > 0 && n > INT64_MAX / 16 / in->dims[d]))
-            return false;
-        n *= in->dims[d];
-    }
-    *nbytes = (size_t)n * slim_dtype_size(dt);
     return *nbytes > keep;
 }
 
