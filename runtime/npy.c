@@ -128,6 +128,12 @@ static slim_status descr_to_dtype(scanner *s, const char *descr, npy_header *h)
         if (bad_order)
             return slim_errf(s->err, SLIM_EUNSUPPORTED, "%s: big-endian strings ('%s') are "
                              "not supported", s->what, descr);
+        /* Width 0 would let a 100-byte header ask for billions of
+         * elements with no data to back them (16 bytes each, held);
+         * NumPy never writes it ('|S0' arrays are '|S1'). */
+        if (h->itemsize == 0)
+            return slim_errf(s->err, SLIM_EPARSE, "%s: corrupt header: strings of width 0 "
+                             "('%s'); NumPy writes at least 1", s->what, descr);
         *out = SLIM_STRING;
         return SLIM_OK;
     }

@@ -94,9 +94,19 @@ slim_status slim_server_bytes_from_wire(const void *data, size_t n, slim_tensor 
                          (long long)numel);
     if ((s = alloc_strings(t, total, err)) != SLIM_OK)
         return s;
+    /* The bytes may be a client's shared memory region, read in place,
+     * which the client can rewrite between the two walks: each length is
+     * read again here, so it is checked again, or a changed one would
+     * send the copy past the end of the region. */
     pos = 0;
     for (int64_t i = 0; i < numel && s == SLIM_OK; i++) {
-        uint32_t len = load_le32(p + pos);
+        uint32_t len = n - pos < 4 ? UINT32_MAX : load_le32(p + pos);
+        if (n - pos < 4 || len > n - pos - 4) {
+            s = slim_errf(err, SLIM_EINVAL, "input '%s': element %lld of %s is %u bytes long, "
+                          "past the end: the data changed while it was read", name,
+                          (long long)i, what, len);
+            break;
+        }
         s = slim_tensor_string_set(t, i, (const char *)p + pos + 4, len, err);
         pos += 4 + (size_t)len;
     }

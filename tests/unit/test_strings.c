@@ -348,6 +348,15 @@ START_TEST(test_npy_strings_round_trip)
     memcpy(buf + 118, cps, 8);
     ck_assert_int_eq(slim_npy_parse(buf, 126, "bad.npy", &back, &err), SLIM_EPARSE);
     ck_assert_msg(strstr(err.msg, "element 1 holds code point 0x110000"), "%s", err.msg);
+
+    /* Width 0 and 4e9 elements: no data backs them, refused before 64 GB
+     * of slots are asked for (a fuzz_npy find). */
+    const char *hdr0 = "{'descr': '|S0', 'fortran_order': False, 'shape': (4000000000,), }";
+    memset(file + 10, ' ', hl);
+    memcpy(file + 10, hdr0, strlen(hdr0));
+    file[10 + hl - 1] = '\n';
+    ck_assert_int_eq(slim_npy_parse(file, 118, "zero.npy", &back, &err), SLIM_EPARSE);
+    ck_assert_msg(strstr(err.msg, "strings of width 0 ('|S0')"), "%s", err.msg);
 }
 END_TEST
 
