@@ -29,7 +29,7 @@ build-asan: deps
 
 # The fuzz targets under clang's libFuzzer with ASan + UBSan (the CPU only).
 build-fuzz: deps
-	CC=clang cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLIM_FUZZ=ON \
+	CC=clang CXX=clang++ cmake -S . -B $(FUZZ_BUILD) -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSLIM_FUZZ=ON \
 	    -DSLIM_CUDA=OFF -DPython3_EXECUTABLE=$(PY) $(CMAKE_ARGS)
 	cmake --build $(FUZZ_BUILD) -j $(JOBS) --target $(FUZZ_TARGETS) slim
 
