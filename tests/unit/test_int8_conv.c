@@ -358,6 +358,8 @@ static slim_tensor run1(slim_graph *g, slim_tensor in, slim_status want, slim_er
     ck_assert_msg(st == want, "status %d: %s", st, st ? err->msg : "");
     if (!st) {
         y = out[0];
+        for (int i = 1; i < n_out; i++) /* only the first is compared */
+            slim_tensor_release(&out[i]);
         free(out);
     }
     slim_model_free(m);
