@@ -1,0 +1,57 @@
+/*
+ * test_passes_util.c - the pass tests' shared helpers (test_passes_util.h).
+ */
+#include "test_passes_util.h"
+
+#include <math.h>
+#include <stdlib.h>
+
+uint32_t tp_rng;
+
+float tp_rndf(void)
+{
+    return tu_rndf(&tp_rng);
+}
+
+void tp_add_init(slim_graph *g, const char *name, int ndim, const int64_t *dims, float lo,
+                 float hi)
+{
+    tu_init_f32(g, &tp_rng, name, ndim, dims, lo, hi);
+}
+
+int tp_node(slim_graph *g, const char *name, const char *op, int n_in, const char *const *in,
+            const char *out)
+{
+    int id = slim_graph_add_node(g, name, op, "", n_in, in, 1, (const char *[]){out});
+    g->nodes[id].opset = 17;
+    return id;
+}
+
+slim_tensor tp_run(slim_model *m, const slim_tensor *x)
+{
+    slim_tensor *out = NULL, y;
+    int n_out;
+    slim_err err = {0};
+    ck_assert_msg(slim_model_run(m, 1, (const char *[]){"x"}, x, &out, &n_out, &err) == SLIM_OK,
+                  "%s", err.msg);
+    y = out[0];
+    for (int i = 1; i < n_out; i++) /* the first output is the one compared */
+        slim_tensor_release(&out[i]);
+    free(out);
+    return y;
+}
+
+void tp_assert_close(const slim_tensor *a, const slim_tensor *ref, double rel)
+{
+    int64_t n = slim_tensor_numel(ref);
+    ck_assert_int_eq(slim_tensor_numel(a), n);
+    double mx = 0;
+    for (int64_t i = 0; i < n; i++)
+        mx = fmax(mx, fabs(((const float *)ref->data)[i]));
+    ck_assert(mx > 0.1); /* a graph that outputs zeros would prove nothing */
+    for (int64_t i = 0; i < n; i++) {
+        float u = ((const float *)a->data)[i], v = ((const float *)ref->data)[i];
+        ck_assert_msg(fabs(u - v) <= rel * mx, "element %lld: %g vs %g (max %g)", (long long)i, u,
+                      v, mx);
+    }
+}
