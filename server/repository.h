@@ -3,7 +3,8 @@
  * folders, the loaded models (refcounted: a request holds a reference from
  * routing to its answer, so an unload while it runs only takes the model
  * out of the table; the last holder frees it), loads and unloads
- * (repository.c), and the .slim conversion cache (convert_cache.c).
+ * (repository.c; a model folder read from disk: repository_folder.c), and
+ * the .slim conversion cache (convert_cache.c).
  *
  *     slim_server_model *m = slim_server_repo_acquire(repo, "mlp", -1, &status, msg, sizeof(msg));
  *     ... m->model, m->cfg ...
