@@ -253,8 +253,13 @@ static slim_status concat_exec(slim_op_ctx *ctx)
     if (!o)
         return SLIM_OK;
     int64_t dims[SLIM_MAX_DIMS], outer = 1;
-    for (int d = 0, k = 0; d < out_rank; d++)
-        dims[d] = d == ax ? total : f->dims[k++];
+    /* A new axis is one the elements do not have; an existing one stands
+     * in their dims too, so it is stepped over there (axis 0 of [1,2]
+     * pieces gives [n,2], not [n,1]). */
+    for (int d = 0, k = 0; d < out_rank; d++) {
+        dims[d] = d == ax ? total : f->dims[k];
+        k += d != ax || !new_axis;
+    }
     for (int d = 0; d < ax; d++)
         outer *= dims[d];
     memset(o, 0, sizeof(*o));

@@ -12,6 +12,8 @@
     axis 1
   * a list built in a Loop (SequenceEmpty, SequenceInsert carried by the
     Loop, ConcatFromSequence, SplitToSequence, SequenceAt)
+  * SplitToSequence then ConcatFromSequence along each axis, keepdims or
+    not, onto an existing axis or a new one
   * each model runs from its .onnx file and from the .slim file `slim
     convert` writes (format version 2 stores subgraphs, 3 sequence types), and agrees with
     onnxruntime within 1e-5; the .slim run is bitwise the .onnx run
@@ -136,6 +138,24 @@ def seq_loop_model():
     return helper.make_model(g, opset_imports=OPSET)
 
 
+def split_concat_model():
+    """SplitToSequence and ConcatFromSequence back, along every axis of a
+    2-D x, with and without keepdims, onto an existing axis or a new one.
+    (Along an axis that is not the last, ConcatFromSequence once took the
+    dims after it one place early: [2, 2] came back [2, 1].)"""
+    nodes, outs = [], []
+    for k, (split_axis, keep, concat_axis, new_axis) in enumerate(
+            [(0, 1, 0, 0), (1, 1, 1, 0), (1, 1, 0, 0), (0, 1, 1, 0), (0, 1, -2, 0),
+             (0, 0, 0, 1), (1, 0, 1, 1), (0, 0, 1, 1), (1, 0, -2, 1)]):
+        nodes += [helper.make_node("SplitToSequence", ["x"], [f"s{k}"], axis=split_axis,
+                                   keepdims=keep),
+                  helper.make_node("ConcatFromSequence", [f"s{k}"], [f"y{k}"], axis=concat_axis,
+                                   new_axis=new_axis)]
+        outs.append(vi(f"y{k}", TensorProto.FLOAT, None))
+    g = helper.make_graph(nodes, "g", [vi("x", TensorProto.FLOAT, None)], outs)
+    return helper.make_model(g, opset_imports=OPSET)
+
+
 def run_slim(slim, model, feeds, outdir):
     os.makedirs(outdir, exist_ok=True)
     cmd = [slim, "run", model, "--output-dir", outdir]
@@ -219,6 +239,10 @@ def main():
     t_model(args, "scan", scan_model(), [{"i1": f2, "i2": f2 + 1, "xs": xs}])
     t_model(args, "seq_loop", seq_loop_model(), [
         {"M": np.array(m, np.int64), "x": np.array([1, -2, 0.5], np.float32)} for m in (1, 4)])
+    t_model(args, "split_concat", split_concat_model(), [
+        {"x": np.array([[1, 2], [3, 4]], np.float32)},
+        {"x": np.arange(6, dtype=np.float32).reshape(2, 3) - 2.5},
+        {"x": np.arange(12, dtype=np.float32).reshape(3, 4)}])
     t_endless_loop(args)
     print(f"{results['passed']} passed, {results['failed']} failed")
     return 1 if results["failed"] else 0
