@@ -70,10 +70,7 @@ static slim_graph *small_cnn(void)
     tp_add_init(g, "lo", 0, NULL, 0.0f, 0.0f);
     tp_add_init(g, "hi", 0, NULL, 6.0f, 6.0f);
     tp_node(g, "clip", "Clip", 3, (const char *[]){"dw.bn", "lo", "hi"}, "y");
-    int x = slim_graph_find_value(g, "x");
-    slim_graph_add_input(g, x);
-    g->values[x].info.dtype = SLIM_F32;
-    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    tp_graph_io(g);
     return g;
 }
 
@@ -310,10 +307,7 @@ static slim_graph *odd_cnn(bool h2_out)
     tu_attr_ints(&g->nodes[id], "strides", 2, (int64_t[]){2, 2});
     tu_attr_ints(&g->nodes[id], "pads", 4, (int64_t[]){0, 0, 1, 1});
     conv_bn(g, "o", "p2", 32, 16, 3, 1, 1, "y");
-    int x = slim_graph_find_value(g, "x");
-    slim_graph_add_input(g, x);
-    g->values[x].info.dtype = SLIM_F32;
-    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    tp_graph_io(g);
     if (h2_out) /* then h2 stays NCHW: b reads blocked and writes NCHW */
         slim_graph_add_output(g, slim_graph_find_value(g, "h2"));
     return g;
@@ -321,13 +315,7 @@ static slim_graph *odd_cnn(bool h2_out)
 
 static slim_model *load_odd(bool passes, bool h2_out)
 {
-    slim_graph *g = odd_cnn(h2_out);
-    slim_err err = {0};
-    if (passes)
-        ck_assert_msg(slim_passes_run(g, &err) == SLIM_OK, "%s", err.msg);
-    slim_model *m;
-    ck_assert_msg(slim_model_from_graph(g, &m, &err) == SLIM_OK, "%s", err.msg);
-    return m;
+    return tp_model(odd_cnn(h2_out), passes);
 }
 
 static slim_tensor odd_input(int64_t n)
@@ -405,10 +393,7 @@ static slim_graph *dw_cnn(void)
     conv_bn(g, "e2", "h2", 32, 48, 1, 1, 1, "e2.bn");
     tp_node(g, "e2.relu", "Relu", 1, (const char *[]){"e2.bn"}, "h3");
     conv_bn(g, "d2", "h3", 48, 48, 3, 2, 48, "y");
-    int x = slim_graph_find_value(g, "x");
-    slim_graph_add_input(g, x);
-    g->values[x].info.dtype = SLIM_F32;
-    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    tp_graph_io(g);
     return g;
 }
 
@@ -466,22 +451,13 @@ static slim_graph *wino_cnn(void)
     conv_bn(g, "c2", "h", 48, 48, 3, 1, 1, "c2.bn");
     tp_node(g, "add", "Add", 2, (const char *[]){"c2.bn", "h"}, "sum");
     tp_node(g, "relu", "Relu", 1, (const char *[]){"sum"}, "y");
-    int x = slim_graph_find_value(g, "x");
-    slim_graph_add_input(g, x);
-    g->values[x].info.dtype = SLIM_F32;
-    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    tp_graph_io(g);
     return g;
 }
 
 static slim_model *load_wino(bool passes)
 {
-    slim_graph *g = wino_cnn();
-    slim_err err = {0};
-    if (passes)
-        ck_assert_msg(slim_passes_run(g, &err) == SLIM_OK, "%s", err.msg);
-    slim_model *m;
-    ck_assert_msg(slim_model_from_graph(g, &m, &err) == SLIM_OK, "%s", err.msg);
-    return m;
+    return tp_model(wino_cnn(), passes);
 }
 
 /* Winograd's answer is the reference's within float rounding, not the
@@ -544,22 +520,13 @@ static slim_graph *small_plane_cnn(void)
     tp_node(g, "add", "Add", 2, (const char *[]){"c2.bn", "h"}, "sum");
     tp_node(g, "relu", "Relu", 1, (const char *[]){"sum"}, "r");
     conv_bn(g, "c3", "r", 256, 280, 1, 1, 1, "y");
-    int x = slim_graph_find_value(g, "x");
-    slim_graph_add_input(g, x);
-    g->values[x].info.dtype = SLIM_F32;
-    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    tp_graph_io(g);
     return g;
 }
 
 static slim_model *load_small_plane(bool passes)
 {
-    slim_graph *g = small_plane_cnn();
-    slim_err err = {0};
-    if (passes)
-        ck_assert_msg(slim_passes_run(g, &err) == SLIM_OK, "%s", err.msg);
-    slim_model *m;
-    ck_assert_msg(slim_model_from_graph(g, &m, &err) == SLIM_OK, "%s", err.msg);
-    return m;
+    return tp_model(small_plane_cnn(), passes);
 }
 
 /* Many channel parts per thread on a small plane: the reference's answer

@@ -49,22 +49,13 @@ static slim_graph *small_mlp(void)
     tp_node(g, "mm2", "MatMul", 2, (const char *[]){"gelu", "w2"}, "h2");
     tp_node(g, "add2", "Add", 2, (const char *[]){"b2", "h2"}, "f2");
     tp_node(g, "relu", "Relu", 1, (const char *[]){"f2"}, "y");
-    int x = slim_graph_find_value(g, "x");
-    slim_graph_add_input(g, x);
-    g->values[x].info.dtype = SLIM_F32;
-    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    tp_graph_io(g);
     return g;
 }
 
 static slim_model *load_mlp(bool passes)
 {
-    slim_graph *g = small_mlp();
-    slim_err err = {0};
-    if (passes)
-        ck_assert_msg(slim_passes_run(g, &err) == SLIM_OK, "%s", err.msg);
-    slim_model *m;
-    ck_assert_msg(slim_model_from_graph(g, &m, &err) == SLIM_OK, "%s", err.msg);
-    return m;
+    return tp_model(small_mlp(), passes);
 }
 
 static slim_tensor mlp_input(int64_t n, uint32_t seed)
@@ -187,10 +178,7 @@ START_TEST(fuse_matmul_shared_weight_packed_once)
     tp_node(g, "mm1", "MatMul", 2, (const char *[]){"x", "w"}, "h");
     tp_node(g, "relu", "Relu", 1, (const char *[]){"h"}, "r");
     tp_node(g, "mm2", "MatMul", 2, (const char *[]){"r", "w"}, "y");
-    int x = slim_graph_find_value(g, "x");
-    slim_graph_add_input(g, x);
-    g->values[x].info.dtype = SLIM_F32;
-    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    tp_graph_io(g);
     slim_err err = {0};
     ck_assert_msg(slim_passes_run(g, &err) == SLIM_OK, "%s", err.msg);
     ck_assert_int_eq(tu_count_op(g, "FusedMatMul"), 2);
