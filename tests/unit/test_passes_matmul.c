@@ -8,12 +8,9 @@
 #include "testutil.h"
 #include "test_passes_util.h"
 
-#include "device.h"
 #include "pass.h"
-#include "half.h"
 #include "slim_format.h"
 #include "pipeline.h"
-#include "slim_init.h"
 #ifdef SLIM_HAVE_DNNL
 #include "matmul_dnnl.h"
 #endif
@@ -512,12 +509,5 @@ Suite *passes_matmul_suite(void)
 
 int main(void)
 {
-    slim_init();
-    setenv("SLIM_NUM_THREADS", "2", 1); /* FusedMatMul's column parts: one per thread */
-    setenv("SLIM_FUSE_MATMUL", "1", 1); /* packs mapped weights too */
-    SRunner *sr = srunner_create(passes_matmul_suite());
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return tp_main(passes_matmul_suite());
 }

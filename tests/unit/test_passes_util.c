@@ -4,6 +4,7 @@
 #include "test_passes_util.h"
 
 #include "pipeline.h" /* slim_passes_run */
+#include "slim_init.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -74,4 +75,16 @@ void tp_assert_close(const slim_tensor *a, const slim_tensor *ref, double rel)
         ck_assert_msg(fabs(u - v) <= rel * mx, "element %lld: %g vs %g (max %g)", (long long)i, u,
                       v, mx);
     }
+}
+
+int tp_main(Suite *suite)
+{
+    slim_init();
+    setenv("SLIM_NUM_THREADS", "2", 1); /* FusedMatMul's column parts: one per thread */
+    setenv("SLIM_FUSE_MATMUL", "1", 1); /* packs mapped weights too */
+    SRunner *sr = srunner_create(suite);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
 }

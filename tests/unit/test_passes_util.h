@@ -43,4 +43,9 @@ slim_tensor tp_run(slim_model *m, const slim_tensor *x);
  * be over 0.1: a graph that outputs zeros would prove nothing). */
 void tp_assert_close(const slim_tensor *a, const slim_tensor *ref, double rel);
 
+/* The pass tests' main: slim_init, the environment they are written for
+ * (two threads: FusedMatMul's column parts, one per thread; mapped weights
+ * packed too), then suite; 1 when a case failed. */
+int tp_main(Suite *suite);
+
 #endif
