@@ -29,7 +29,6 @@ import concurrent.futures
 import json
 import os
 import shutil
-import socket
 import struct
 import sys
 
@@ -39,6 +38,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from server_process import HOST, free_port  # noqa: E402
 from test_server import Failure, Runner, Server, check, error_of, write_json  # noqa: E402
 
 SKIP = 77
@@ -52,7 +52,6 @@ except ImportError as e:  # pragma: no cover - depends on the machine
     print(f"SKIP: {e} (pip install 'tritonclient[grpc]')")
     sys.exit(SKIP)
 
-HOST = "127.0.0.1"
 LIMIT = 1 << 20  # --max-request-bytes of the server under test
 KEYS = ["apple", "banana", "cherry", "\u00e9t\u00e9", "", "\U0001f600"]
 VALUES = ["fruit", "long", "red", "summer", "empty", "smile"]
@@ -389,12 +388,6 @@ def case_bad_labels(args, repo):
             error_of(status, body, 400, *words)
         finally:
             srv.stop()
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
 
 
 def main():

@@ -45,9 +45,9 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_server import Runner, check, free_port  # noqa: E402
+from server_process import HOST, ServerProcess  # noqa: E402
+from test_server import Runner, check  # noqa: E402
 
-HOST = "127.0.0.1"
 WIDTH = 256
 ITERATIONS = 10 ** 9
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -148,25 +148,12 @@ def build_repository(root):
 
 # ---- the server ---------------------------------------------------------------
 
-class Server:
+class Server(ServerProcess):
+    """One worker, Loop capped at ITERATIONS (the slow models spin in one)."""
+
     def __init__(self, binary, repo, logpath, *extra):
-        self.port = free_port()
-        self.log = open(logpath, "w")
         env = dict(os.environ, SLIM_LOOP_MAX_ITERATIONS=str(ITERATIONS))
-        self.proc = subprocess.Popen([binary, "--model-repository", repo, "--host", HOST,
-                                      "--http-port", str(self.port), "--workers", "1", *extra],
-                                     stdout=self.log, stderr=subprocess.STDOUT, env=env)
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"slimserve exited with {self.proc.returncode}; see {logpath}")
-            try:
-                if self.request("GET", "/v2/health/ready", timeout=2)[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"slimserve did not become ready; see {logpath}")
+        super().__init__(binary, repo, logpath, "--workers", "1", *extra, env=env, stop_s=30)
 
     def request(self, method, path, body=None, timeout=60):
         conn = http.client.HTTPConnection(HOST, self.port, timeout=timeout)
@@ -181,17 +168,6 @@ class Server:
         with open(f"/proc/{self.proc.pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / CLK_TCK  # utime, stime
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-        return self.proc.returncode
 
 
 def infer_body(timeout=None, rows=1):

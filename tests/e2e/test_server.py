@@ -41,8 +41,10 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from server_process import HOST, ServerProcess, free_port  # noqa: E402
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-HOST = "127.0.0.1"
 TIMEOUT = 60
 
 
@@ -256,42 +258,12 @@ def parse_binary_response(headers, body):
     return header, arrays
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind((HOST, 0))
-        return s.getsockname()[1]
+class Server(ServerProcess):
+    """slimserve with self.http (Http) to talk to it."""
 
-
-class Server:
     def __init__(self, binary, repo, logpath, *extra):
-        self.port = free_port()
-        self.log = open(logpath, "w")
-        self.proc = subprocess.Popen([binary, "--model-repository", repo, "--host", HOST,
-                                      "--http-port", str(self.port), *extra],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+        super().__init__(binary, repo, logpath, *extra)
         self.http = Http(self.port)
-        deadline = time.time() + 120
-        while time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"slimserve exited with {self.proc.returncode}; see {logpath}")
-            try:
-                if self.http.request("GET", "/v2/health/ready", timeout=2)[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"slimserve did not become ready; see {logpath}")
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-        return self.proc.returncode
 
 
 # ---- reference outputs from `slim run` --------------------------------------

@@ -48,9 +48,9 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_server import Runner, check, free_port  # noqa: E402
+from server_process import HOST, ServerProcess, free_port  # noqa: E402
+from test_server import Runner, check  # noqa: E402
 
-HOST = "127.0.0.1"
 WIDTH = 4
 
 
@@ -181,26 +181,12 @@ def build_repository(root):
 
 # ---- the server ---------------------------------------------------------------
 
-class Server:
+class Server(ServerProcess):
+    """One worker; wait False: not waited for (one that must refuse to start)."""
+
     def __init__(self, binary, repo, logpath, *extra, wait=True):
-        self.port = free_port()
-        self.logpath = logpath
-        self.log = open(logpath, "w")
-        self.proc = subprocess.Popen([binary, "--model-repository", repo, "--host", HOST,
-                                      "--http-port", str(self.port), "--workers", "1", *extra],
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.time() + 60
-        while wait and time.time() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"slimserve exited with {self.proc.returncode}; see {logpath}")
-            try:
-                if self.request("GET", "/v2/health/ready", port=self.port)[0] == 200:
-                    return
-            except OSError:
-                pass
-            time.sleep(0.1)
-        if wait:
-            raise RuntimeError(f"slimserve did not become ready; see {logpath}")
+        super().__init__(binary, repo, logpath, "--workers", "1", *extra, wait=wait, ready_s=60,
+                         stop_s=30)
 
     def request(self, method, path, body=None, port=None):
         data = json.dumps(body).encode() if isinstance(body, dict) else body
@@ -216,22 +202,6 @@ class Server:
         status, body = self.request("GET", path)
         check(status == 200, f"GET {path}: {status} {body[:300]!r}")
         return json.loads(body)
-
-    def logged(self):
-        self.log.flush()
-        with open(self.logpath) as f:
-            return f.read()
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-        return self.proc.returncode
 
 
 def infer(srv, model, rows, value=0.5):
