@@ -400,15 +400,13 @@ def main():
     build_repository(repo)
     ref = Ref(repo)
     grpc_port = free_port()
-    log = os.path.join(args.workdir, "server.log")
-    srv = Server(args.slimserve, repo, log, "--grpc-port", str(grpc_port),
-                 "--max-request-bytes", str(LIMIT))
+    srv = Server(args.slimserve, repo, os.path.join(args.workdir, "server.log"), "--grpc-port",
+                 str(grpc_port), "--max-request-bytes", str(LIMIT))
     srv.grpc_port = grpc_port
-    with open(log) as f:
-        if "without gRPC" in f.read():
-            srv.stop()
-            print("SKIP: slimserve was built without gRPC")
-            return SKIP
+    if "without gRPC" in srv.logged():
+        srv.stop()
+        print("SKIP: slimserve was built without gRPC")
+        return SKIP
     r = Runner()
     try:
         r.case("http BYTES JSON and binary, in and out", case_http_strings, srv, ref)
