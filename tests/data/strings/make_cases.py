@@ -234,8 +234,8 @@ def loops_and_sequences():
           [("n", TP.INT64, None, np.array(3, np.int64)), ("c", TP.BOOL, None, np.array(True)),
            ("a", S, None, arr(["", "é"])), ("x", S, None, arr(["ab", "日"]))],
           [("final", S), ("stacked", S)], opset=20)
-    # (SplitToSequence then ConcatFromSequence gives [2, 1] for [2, 2] on
-    # float32 too, a bug outside strings: left out of this case.)
+    # (SplitToSequence then ConcatFromSequence is checked against onnxruntime
+    # in tests/e2e/test_control_flow.py, for any dtype's shapes.)
     write("sequence_insert_compress_gathernd",
           [helper.make_node("SequenceConstruct", ["x"], ["s"]),
            helper.make_node("SequenceInsert", ["s", "y"], ["s2"]),
