@@ -230,8 +230,19 @@ static void im2col_part(int64_t begin, int64_t end, void *user)
     for (int64_t r = begin; r < end; r++) {
         int64_t p = b->p0 + r, oy = p / q->ow, ox = p % q->ow;
         uint8_t *dst = b->rows + r * b->k4;
+        int64_t ix0 = ox * q->sw - q->pl, ix1 = ix0 + (q->kw - 1) * q->dw;
+        /* One group's channels of kw adjacent pixels are one run of bytes
+         * when the group is the whole pixel and the kernel row is not
+         * dilated: one copy per kernel row (the stem's 7 x 3 bytes were 7
+         * copies of 3: memcpy calls were 8% of ResNet-50's int8 run). */
+        bool whole = q->groups == 1 && q->dw == 1 && ix0 >= 0 && ix1 < q->w;
         for (int64_t ky = 0; ky < q->kh; ky++) {
             int64_t iy = oy * q->sh - q->pt + ky * q->dh;
+            if (whole && iy >= 0 && iy < q->h) {
+                memcpy(dst, b->xq + (iy * q->w + ix0) * q->c, (size_t)(q->kw * cg));
+                dst += q->kw * cg;
+                continue;
+            }
             for (int64_t kx = 0; kx < q->kw; kx++, dst += cg) {
                 int64_t ix = ox * q->sw - q->pl + kx * q->dw;
                 if (iy < 0 || iy >= q->h || ix < 0 || ix >= q->w)
