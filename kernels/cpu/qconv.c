@@ -10,11 +10,16 @@
  * 1x1 stride-1 unpadded conv needs no im2col at all: the transposed image is
  * the matrix. With nhwc_in the input is pixel-major already (a ConvInt8
  * before wrote it so) and is read as is; with nhwc_out the product is
- * written straight into the pixel-major output. slim_qgemm quantizes each row on its own (one scale and zero
- * point per output pixel), so a pixel's result depends only on its own
- * receptive field: an image's output is bitwise the same whatever batch it
- * ran in, and however the rows are cut into blocks. The product comes out
- * pixel-major and is transposed back into the NCHW output.
+ * written straight into the pixel-major output.
+ *
+ * Activations are quantized once per image (qconv_image.c: one scale and
+ * zero point from the image's own range, byte im2col rows, the exact
+ * product into the output, one epilogue with the residual fused), or with
+ * act_rows (SLIM_INT8_CONV_ACT=row) per im2col row by slim_qgemm (one
+ * scale and zero point per output pixel). Either way an image's output
+ * depends only on that image: bitwise the same whatever batch it ran in,
+ * and however the rows are cut into blocks. With an NCHW output the
+ * product comes out pixel-major and is transposed back.
  *
  * The same driver runs the float32 reference (slim_qconv_weights.wf: the
  * weights as floats in the packed K order) on the same im2col rows with
