@@ -136,7 +136,9 @@ void slim_qgemm_quantize_rows(const float *x, int64_t ldx, int64_t rows, int64_t
  * Weights of output channel j are one qgemm row of kg = C/groups * kh * kw
  * codes ordered (ky, kx, input channel of the group); each group's M/groups
  * channels are packed on their own (slim_qgemm_pack), group after group, and
- * the activations are quantized per output pixel (its im2col row). */
+ * the activations are quantized once per image to u8 (one scale and zero
+ * point from the image's own range), or per output pixel (its im2col row)
+ * with act_rows. */
 typedef struct slim_qconv {
     int64_t c, h, w;            /* input channels and size */
     int64_t m, groups;          /* output channels, groups */
@@ -147,6 +149,11 @@ typedef struct slim_qconv {
      * two ConvInt8 the activation stays pixel-major (no transposes). */
     bool nhwc_in, nhwc_out;
     bool nhwc_res;              /* the residual (slim_qconv_weights) likewise */
+    /* Activations quantized per im2col row (slim_qgemm's way, the before)
+     * instead of once per image (kernels/cpu/qconv_image.c; also forced
+     * with SLIM_INT8_CONV_ACT=row). Both keep an image's result
+     * independent of its batch. */
+    bool act_rows;
 } slim_qconv;
 
 typedef enum {

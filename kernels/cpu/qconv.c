@@ -10,17 +10,22 @@
  * 1x1 stride-1 unpadded conv needs no im2col at all: the transposed image is
  * the matrix. With nhwc_in the input is pixel-major already (a ConvInt8
  * before wrote it so) and is read as is; with nhwc_out the product is
- * written straight into the pixel-major output. slim_qgemm quantizes each row on its own (one scale and zero
- * point per output pixel), so a pixel's result depends only on its own
- * receptive field: an image's output is bitwise the same whatever batch it
- * ran in, and however the rows are cut into blocks. The product comes out
- * pixel-major and is transposed back into the NCHW output.
+ * written straight into the pixel-major output.
+ *
+ * Activations are quantized once per image (qconv_image.c: one scale and
+ * zero point from the image's own range, byte im2col rows, the exact
+ * product into the output, one epilogue with the residual fused), or with
+ * act_rows (SLIM_INT8_CONV_ACT=row) per im2col row by slim_qgemm (one
+ * scale and zero point per output pixel). Either way an image's output
+ * depends only on that image: bitwise the same whatever batch it ran in,
+ * and however the rows are cut into blocks. With an NCHW output the
+ * product comes out pixel-major and is transposed back.
  *
  * The same driver runs the float32 reference (slim_qconv_weights.wf: the
  * weights as floats in the packed K order) on the same im2col rows with
  * slim_sgemm: the int8 pass's error check.
  */
-#include "qgemm.h"
+#include "qconv_impl.h"
 
 #include "kernel.h"
 
@@ -29,6 +34,8 @@
 
 /* Floats of im2col rows per block: 8 MiB, as conv.c's budget. */
 #define ROW_BUDGET (2 << 20)
+/* Bytes of a block's rows and sums on the per-image path. */
+#define BLOCK_BYTES_U8 (1 << 20)
 
 int64_t slim_qconv_kg(const slim_qconv *q)
 {
@@ -78,6 +85,17 @@ const char *slim_qconv_shape(slim_qconv *q, slim_qconv_pad auto_pad)
 }
 
 /* ---- the driver ---------------------------------------------------------- */
+
+/* SLIM_INT8_CONV_ACT=row: every conv quantizes per im2col row (A/B). */
+static bool rows_forced(void)
+{
+    static _Atomic int forced = -1;
+    if (forced < 0) {
+        const char *e = getenv("SLIM_INT8_CONV_ACT");
+        forced = e && strcmp(e, "row") == 0;
+    }
+    return forced == 1;
+}
 
 typedef struct {
     const slim_qconv *q;
@@ -260,83 +278,179 @@ static void float_epilogue(float *t, int64_t rows, int64_t ld, int64_t mg, const
         }
 }
 
+/* The buffers of one run, sized for a block of pixels. */
+typedef struct {
+    float *xt;       /* the image pixel-major (NCHW inputs) */
+    float *rows;     /* float im2col rows (per-row path and reference) */
+    float *tmp;      /* the block's product (NCHW outputs) */
+    void *scratch;   /* slim_qgemm's (per-row path) */
+    uint8_t *xq;     /* the image's codes (per-image path) */
+    uint8_t *rows8;  /* byte im2col rows (per-image path) */
+    int32_t *zxv;    /* the block's zero points (per-image path) */
+    float *sxw;      /* [m]: the image's scale x each channel's */
+} qconv_bufs;
+
+static void bufs_free(qconv_bufs *b)
+{
+    slim_scratch_free(b->xt);
+    slim_scratch_free(b->rows);
+    slim_scratch_free(b->tmp);
+    slim_scratch_free(b->scratch);
+    slim_scratch_free(b->xq);
+    slim_scratch_free(b->rows8);
+    slim_scratch_free(b->zxv);
+    slim_scratch_free(b->sxw);
+}
+
+/* NULL-safe: allocates only where want, and records a failure in *bad. */
+static void *buf(bool want, size_t bytes, bool *bad)
+{
+    if (!want)
+        return NULL;
+    void *p = slim_scratch_malloc(bytes ? bytes : 1);
+    *bad |= !p;
+    return p;
+}
+
+/* One group's block of pixels on the per-image path: byte im2col (unless
+ * the codes are the matrix), the product, the epilogue; the residual is
+ * fused when the output is pixel-major (res non-NULL). */
+static void block_per_image(const slim_qconv *q, const qconv_job *j, const qconv_bufs *b,
+                            int32_t zx, const slim_qconv_weights *w, float *dst, int64_t ldd,
+                            const float *res, slim_qgemm_act act)
+{
+    int64_t k4 = slim_qgemm_k4(j->kg), np = q->oh * q->ow;
+    bool direct8 = !b->rows8;
+    slim__qconv_block blk = {
+        .q = q, .xq = b->xq, .zx = zx, .rows = b->rows8, .zxv = b->zxv,
+        .sxw = b->sxw + j->g * j->mg, .bias = w->bias ? w->bias + j->g * j->mg : NULL,
+        .g = j->g, .p0 = j->p0, .nr = j->nr, .kg = j->kg, .k4 = k4, .mg = j->mg,
+        .dst = dst, .ldd = ldd, .act = act,
+    };
+    if (res) {
+        blk.res = res + (q->nhwc_res ? j->g * j->mg : j->g * j->mg * np);
+        blk.res_lp = q->nhwc_res ? q->m : 1;
+        blk.res_lc = q->nhwc_res ? 1 : np;
+    }
+    if (!direct8)
+        slim__qconv_im2col_u8(&blk);
+    slim__qconv_product_u8(&blk, direct8 ? b->xq + j->p0 * q->c : b->rows8, w,
+                           w->packed + j->g * slim_qgemm_packed_bytes(j->mg, j->kg));
+}
+
+/* One group's block of pixels on the per-row path (or the float
+ * reference): float im2col, then slim_qgemm (or slim_sgemm). */
+static void block_per_row(const slim_qconv *q, qconv_job *j, const qconv_bufs *b, bool direct,
+                          const slim_qconv_weights *w, float *dst, int64_t ldd,
+                          slim_qgemm_act act)
+{
+    int64_t g = j->g, mg = j->mg, kg = j->kg, nr = j->nr;
+    const float *a = j->xt + j->p0 * q->c + g * (q->c / q->groups);
+    int64_t lda = q->c;
+    if (!direct) {
+        slim_parallel_for(nr, 1 + 4096 / kg, im2col_part, j);
+        a = b->rows;
+        lda = kg;
+    }
+    const float *bias = w->bias ? w->bias + g * mg : NULL;
+    if (w->wf) {
+        slim_sgemm(false, true, nr, mg, kg, 1.0f, a, lda, w->wf + g * mg * kg, kg, 0.0f, dst,
+                   ldd);
+        float_epilogue(dst, nr, ldd, mg, bias, act);
+        return;
+    }
+    slim_qgemm_args qa = {
+        .m = nr, .n = mg, .k = kg, .x = a, .ldx = lda,
+        .packed = w->packed + g * slim_qgemm_packed_bytes(mg, kg), .colsum = w->colsum + g * mg,
+        .w_scale = w->scale + g * mg, .bias = bias, .act = act, .y = dst, .ldy = ldd,
+    };
+    slim_qgemm(&qa, b->scratch);
+}
+
 slim_status slim_qconv_run(const slim_qconv *q, int64_t n_images, const float *x,
                            const slim_qconv_weights *w, float *y, slim_err *err)
 {
-    int64_t hw = q->h * q->w, np = q->oh * q->ow, cg = q->c / q->groups;
-    int64_t mg = q->m / q->groups, kg = slim_qconv_kg(q);
-    /* With a residual the activation comes after it. */
-    slim_qgemm_act act = w->residual ? SLIM_QGEMM_ACT_NONE : w->act;
+    int64_t hw = q->h * q->w, np = q->oh * q->ow;
+    int64_t mg = q->m / q->groups, kg = slim_qconv_kg(q), k4 = slim_qgemm_k4(kg);
+    bool per_image = !w->wf && !q->act_rows && !rows_forced();
     bool direct = q->kh == 1 && q->kw == 1 && q->sh == 1 && q->sw == 1 && q->pt == 0 &&
                   q->pl == 0 && q->pb == 0 && q->pr == 0;
+    /* The codes are the product's matrix when a pixel's bytes are one row
+     * of k4 bytes: one group, channels a multiple of 4. */
+    bool direct8 = direct && q->groups == 1 && q->c % 4 == 0;
+    /* The residual goes into the per-image epilogue when the output is
+     * pixel-major (written in place there); else a pass of its own. */
+    bool res_fused = per_image && w->residual && q->nhwc_out;
+    /* With a residual the activation comes after it. */
+    slim_qgemm_act act = w->residual && !res_fused ? SLIM_QGEMM_ACT_NONE : w->act;
     if (n_images <= 0 || np <= 0)
         return SLIM_OK;
     int64_t block = ROW_BUDGET / kg > ROW_BUDGET / mg ? ROW_BUDGET / mg : ROW_BUDGET / kg;
     block = block < 16 ? 16 : block;
+    if (per_image) {
+        /* A block's byte rows and int32 sums in about 1 MiB, so that the
+         * epilogue reads the sums from cache (with ResNet-50's first
+         * stages as one block of 3136 pixels, perf gave the epilogue 12%
+         * of the run; 1 MiB, 256 KiB and whole images were not told apart
+         * on the loaded machine); a multiple of 96 rows, whole row chunks
+         * of the product's tasks. */
+        block = (BLOCK_BYTES_U8 / (k4 + 4 * mg)) / 96 * 96;
+        block = block < 96 ? 96 : block;
+    }
     block = block < np ? block : np;
-    size_t packed_g = slim_qgemm_packed_bytes(mg, kg);
-    float *xt = q->nhwc_in ? NULL : slim_scratch_malloc(sizeof(float) * (size_t)(hw * q->c));
-    float *rows = direct ? NULL : slim_scratch_malloc(sizeof(float) * (size_t)(block * kg));
-    float *tmp = q->nhwc_out ? NULL : slim_scratch_malloc(sizeof(float) * (size_t)(block * mg));
-    void *scratch = w->wf ? NULL : slim_scratch_malloc(slim_qgemm_scratch_bytes(block, kg));
-    if ((!q->nhwc_in && !xt) || (!direct && !rows) || (!q->nhwc_out && !tmp) ||
-        (!w->wf && !scratch)) {
-        slim_scratch_free(xt);
-        slim_scratch_free(rows);
-        slim_scratch_free(tmp);
-        slim_scratch_free(scratch);
+    bool bad = false;
+    qconv_bufs b = {0};
+    b.xt = buf(!q->nhwc_in, sizeof(float) * (size_t)(hw * q->c), &bad);
+    b.rows = buf(!per_image && !direct, sizeof(float) * (size_t)(block * kg), &bad);
+    b.tmp = buf(!q->nhwc_out, sizeof(float) * (size_t)(block * mg), &bad);
+    b.scratch = buf(!w->wf && !per_image, slim_qgemm_scratch_bytes(block, kg), &bad);
+    b.xq = buf(per_image, (size_t)(hw * q->c), &bad);
+    b.rows8 = buf(per_image && !direct8, (size_t)(block * k4), &bad);
+    b.zxv = buf(per_image, sizeof(int32_t) * (size_t)block, &bad);
+    b.sxw = buf(per_image, sizeof(float) * (size_t)q->m, &bad);
+    if (bad) {
+        bufs_free(&b);
         return slim_scratch_oom(err);
     }
     for (int64_t n = 0; n < n_images; n++) {
-        qconv_job j = {q, x + n * q->c * hw, xt, rows, tmp, NULL, 0, 0, 0, kg, mg};
+        qconv_job j = {q, x + n * q->c * hw, b.xt, b.rows, b.tmp, NULL, 0, 0, 0, kg, mg};
         if (q->nhwc_in)
             j.xt = (float *)x + n * q->c * hw; /* read only */
         else
             slim_parallel_for((hw + 63) / 64, 1 + 8192 / (64 * q->c), transpose_part, &j);
+        int32_t zx = 0;
+        if (per_image) {
+            float sx;
+            slim__qconv_quantize_image(j.xt, hw * q->c, b.xq, &sx, &zx);
+            for (int64_t i = 0; i < block; i++)
+                b.zxv[i] = zx;
+            for (int64_t c = 0; c < q->m; c++)
+                b.sxw[c] = sx * w->scale[c]; /* slim_qgemm's sx * sw */
+        }
+        const float *res = res_fused ? w->residual + n * q->m * np : NULL;
         for (int64_t g = 0; g < q->groups; g++)
             for (int64_t p0 = 0; p0 < np; p0 += block) {
-                int64_t nr = np - p0 < block ? np - p0 : block;
                 j.g = g;
                 j.p0 = p0;
-                j.nr = nr;
-                const float *a = j.xt + p0 * q->c + g * cg;
-                int64_t lda = q->c;
-                if (!direct) {
-                    slim_parallel_for(nr, 1 + 4096 / kg, im2col_part, &j);
-                    a = rows;
-                    lda = kg;
-                }
-                const float *bias = w->bias ? w->bias + g * mg : NULL;
+                j.nr = np - p0 < block ? np - p0 : block;
                 /* Pixel-major output: the product goes to its place. */
-                float *dst = q->nhwc_out ? y + (n * np + p0) * q->m + g * mg : tmp;
+                float *dst = q->nhwc_out ? y + (n * np + p0) * q->m + g * mg : b.tmp;
                 int64_t ldd = q->nhwc_out ? q->m : mg;
-                if (w->wf) {
-                    slim_sgemm(false, true, nr, mg, kg, 1.0f, a, lda, w->wf + g * mg * kg, kg,
-                               0.0f, dst, ldd);
-                    float_epilogue(dst, nr, ldd, mg, bias, act);
-                } else {
-                    slim_qgemm_args qa = {
-                        .m = nr, .n = mg, .k = kg, .x = a, .ldx = lda,
-                        .packed = w->packed + g * packed_g, .colsum = w->colsum + g * mg,
-                        .w_scale = w->scale + g * mg, .bias = bias, .act = act, .y = dst,
-                        .ldy = ldd,
-                    };
-                    slim_qgemm(&qa, scratch);
-                }
+                if (per_image)
+                    block_per_image(q, &j, &b, zx, w, dst, ldd, res, act);
+                else
+                    block_per_row(q, &j, &b, direct, w, dst, ldd, act);
                 if (q->nhwc_out)
                     continue;
                 j.y = y + (n * q->m + g * mg) * np;
-                slim_parallel_for((mg + 15) / 16, 1 + 8192 / (16 * nr), untranspose_part, &j);
+                slim_parallel_for((mg + 15) / 16, 1 + 8192 / (16 * j.nr), untranspose_part, &j);
             }
-        if (w->residual) {
+        if (w->residual && !res_fused) {
             residual_job rj = {y + n * q->m * np, w->residual + n * q->m * np, q->m * np, q->m,
                                np, q->nhwc_res != q->nhwc_out, q->nhwc_out, w->act};
             slim_parallel_for((rj.n + 4095) / 4096, 1, residual_part, &rj);
         }
     }
-    slim_scratch_free(xt);
-    slim_scratch_free(rows);
-    slim_scratch_free(tmp);
-    slim_scratch_free(scratch);
+    bufs_free(&b);
     return SLIM_OK;
 }

@@ -8,7 +8,9 @@ through `slim` and `slimserve`.
 - `slim inspect --precision int8` shows every Conv of the resnet as int8
   (ConvInt8, its BatchNormalization folded) with a measured error;
 - `slim run --precision int8` is close to fp32 (cosine >= 0.999, max
-  |y8 - y32| <= 5% of max |y32|), and the .slim written by `slim convert
+  |y8 - y32| <= 5% of max |y32|), so is it with SLIM_INT8_CONV_ACT=row
+  (activations per im2col row, not per image: a different result), and
+  the .slim written by `slim convert
   --precision int8` gives bitwise the same result;
 - each image alone is bitwise its row of a batch of 3;
 - slimserve with "precision": "int8" in config.json (dynamic batching on)
@@ -40,12 +42,13 @@ def check(cond, msg):
         FAILS.append(msg)
 
 
-def run(slim, model, x, outdir, *extra):
+def run(slim, model, x, outdir, *extra, env=None):
     os.makedirs(outdir, exist_ok=True)
     path = os.path.join(outdir, "in.npy")
     np.save(path, x)
     r = subprocess.run([slim, "run", model, "--input", f"image={path}", "--output-dir", outdir,
-                        *extra], capture_output=True, text=True)
+                        *extra], capture_output=True, text=True,
+                       env=dict(os.environ, **(env or {})))
     if r.returncode:
         sys.exit(f"slim run {model} {extra}: {r.stderr}")
     return np.load(os.path.join(outdir, "logits.npy"))
@@ -81,6 +84,13 @@ def main():
     rel = float(np.abs(z - y32).max() / np.abs(y32).max())
     check(cos >= 0.999 and rel <= 0.05,
           f"int8 vs fp32: cosine {cos:.6f} (>= 0.999), max rel error {rel:.4f} (<= 0.05)")
+    # The before: activations quantized per im2col row, not once per image.
+    yr = run(a.slim, path, x, os.path.join(d, "int8_rows"), "--precision", "int8",
+             env={"SLIM_INT8_CONV_ACT": "row"}).astype(np.float64)
+    cos_r = float(yr.ravel() @ y32.ravel() / (np.linalg.norm(yr) * np.linalg.norm(y32)))
+    check(cos_r >= 0.999 and yr.tobytes() != z.tobytes(),
+          f"per-row activations (SLIM_INT8_CONV_ACT=row): cosine {cos_r:.6f} (>= 0.999), "
+          f"and not the per-image result (the default)")
     s8 = os.path.join(d, "int8.slim")
     r = subprocess.run([a.slim, "convert", path, "-o", s8, "--precision", "int8"],
                        capture_output=True, text=True)

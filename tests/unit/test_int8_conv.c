@@ -58,7 +58,8 @@ typedef struct {
 static void make(const shape *s, problem *p)
 {
     slim_qconv q = {s->c, s->h, s->w, s->m, s->groups, s->kh, s->kw, s->sh, s->sw,
-                    s->dh, s->dw, s->pt, s->pl, s->pb, s->pr, 0, 0, false, false, false};
+                    s->dh, s->dw, s->pt, s->pl, s->pb, s->pr, 0, 0, false, false, false,
+                    true}; /* per-row activations: test_int8_conv_image.c has per-image */
     ck_assert_ptr_null(slim_qconv_shape(&q, SLIM_QCONV_NOTSET));
     p->q = q;
     p->kg = slim_qconv_kg(&q);

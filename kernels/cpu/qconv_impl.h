@@ -1,0 +1,60 @@
+/*
+ * qconv_impl.h - inside the int8 convolution (kernels/cpu/qconv.c, the
+ * driver; kernels/cpu/qconv_image.c, the per-image u8 path).
+ *
+ *     float sx; int32_t zx;
+ *     slim__qconv_quantize_image(xt, hw * c, xq, &sx, &zx);   // once per image
+ *     slim__qconv_block b = {...};                             // per group x pixel block
+ *     slim__qconv_im2col_u8(&b);  slim__qconv_product_u8(&b, w);
+ *
+ * Per image, not per im2col row: the image's pixel-major floats are
+ * quantized once to u8 with one scale and zero point from the image's own
+ * range (so an image's codes never depend on the other images of the
+ * batch), im2col copies bytes (padding is the zero point, the code of 0.0),
+ * slim_qgemm_u8 sums them exactly in int32 into the output's own memory, and
+ * one epilogue turns the sums into floats with the bias, the fused residual
+ * and the Relu in the same pass.
+ */
+#ifndef SLIM_QCONV_IMPL_H
+#define SLIM_QCONV_IMPL_H
+
+#include "qgemm.h"
+
+#include <stdint.h>
+
+/* x (n floats) to u8 codes q[n] with one scale and zero point: the range
+ * [min(0, min x), max(0, max x)] over 255 levels, the zero point its code
+ * of 0.0 (round half to even, as slim_qgemm_quantize_row), codes
+ * round(x / scale) + zp clamped to [0, 255]. Any NaN or infinity: scale
+ * NaN, codes 0 (the outputs then NaN). Runs on the kernel threads; the
+ * C, AVX2 and AVX-512 paths give the same bytes (min, max and the rounding
+ * are exact). */
+void slim__qconv_quantize_image(const float *x, int64_t n, uint8_t *q, float *scale, int32_t *zp);
+
+/* One group's block of output pixels on the per-image u8 path. */
+typedef struct {
+    const slim_qconv *q;
+    const uint8_t *xq;        /* the image's codes, pixel-major (h, w, c) */
+    int32_t zx;               /* its zero point */
+    uint8_t *rows;            /* im2col rows, k4 bytes each (NULL: direct) */
+    const int32_t *zxv;       /* nr copies of zx, as slim_qgemm_u8 takes them */
+    const float *sxw;         /* [mg]: sx * sw[j] of the group's channels */
+    const float *bias;        /* [mg] or NULL */
+    int64_t g, p0, nr, kg, k4, mg;
+    float *dst;               /* the block's outputs, row stride ldd */
+    int64_t ldd;
+    /* The residual to add before act (NULL: none), element (pixel p,
+     * channel c) of the image at res[p * res_lp + c * res_lc]. */
+    const float *res;
+    int64_t res_lp, res_lc;
+    slim_qgemm_act act;
+} slim__qconv_block;
+
+/* b->rows from the image's codes (rows r of the block, all of them). */
+void slim__qconv_im2col_u8(const slim__qconv_block *b);
+/* The block's product (rows, or the codes themselves where the conv is
+ * direct) and its epilogue into dst: act(fma(sum, sx * sw, bias) [+ res]). */
+void slim__qconv_product_u8(const slim__qconv_block *b, const uint8_t *a,
+                            const slim_qconv_weights *w, const int8_t *packed);
+
+#endif

@@ -1,0 +1,404 @@
+/* test_int8_conv_image.c - the int8 convolution's per-image path
+ * (kernels/cpu/qconv_image.c): the image quantized once to u8, byte
+ * im2col, the exact product, the epilogue with the residual fused. Bit for
+ * bit against the definition written here on every code path and in every
+ * layout, close to a double-precision convolution, an image's result
+ * independent of its batch, and non-finite or all-zero images. */
+#include "testutil.h"
+
+#include "qgemm.h"
+#include "slim_init.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
+
+static uint32_t rnd(void)
+{
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return (uint32_t)(rng_state >> 11);
+}
+
+static float rndf(void) /* in [-1, 1) */
+{
+    return (float)(rnd() % 2000001) / 1000000.0f - 1.0f;
+}
+
+typedef struct {
+    int64_t n, c, h, w, m, groups, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr;
+    bool relu, bias, residual;
+} shape;
+
+/* Odd shapes: input channels 3, 5, 6, 70 (no multiple of 4 or 16) and 16,
+ * 64 (the direct 1x1 reads the codes as the matrix); strides, asymmetric
+ * pads, dilations, 2 and 4 groups, depthwise (group = channels), 1x1
+ * direct and strided, 3x3, 7x7, batch 1 and 3, one block and several. */
+static const shape shapes[] = {
+    {3, 3, 11, 9, 8, 1, 7, 7, 2, 2, 1, 1, 3, 3, 3, 3, true, true, false},
+    {3, 5, 7, 6, 20, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, false, true, true},
+    {3, 16, 8, 8, 17, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, true, false, true},
+    {1, 6, 8, 8, 10, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, true, true, false},
+    {3, 12, 9, 7, 33, 1, 1, 1, 2, 2, 1, 1, 0, 0, 0, 0, true, true, false},
+    {1, 8, 10, 10, 12, 4, 3, 3, 1, 2, 2, 1, 2, 0, 1, 2, true, false, false},
+    {3, 6, 5, 9, 70, 2, 3, 2, 2, 1, 1, 3, 0, 1, 1, 0, false, true, false},
+    {3, 24, 7, 7, 24, 24, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, true, true, true},
+    {1, 70, 4, 5, 66, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, true, true, true},
+    {3, 64, 6, 6, 64, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, true, true, true},
+    /* More pixels than one block (about 1 MiB of rows and sums, so 4992
+     * and 3264 pixels here): the blocks' offsets, the residual's too. */
+    {1, 16, 71, 71, 16, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, true, true, true},
+    {1, 64, 58, 58, 64, 1, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, false, false, true},
+};
+#define N_SHAPES (sizeof(shapes) / sizeof(shapes[0]))
+
+typedef struct {
+    slim_qconv q;
+    int64_t kg, mg, np;
+    int8_t *wq;          /* [m][kg], (ky, kx, channel) order */
+    int8_t *packed;
+    int32_t *colsum;
+    float *sw, *bias, *x, *res;   /* x and res NCHW */
+} problem;
+
+static void make(const shape *s, problem *p)
+{
+    slim_qconv q = {.c = s->c, .h = s->h, .w = s->w, .m = s->m, .groups = s->groups,
+                    .kh = s->kh, .kw = s->kw, .sh = s->sh, .sw = s->sw, .dh = s->dh,
+                    .dw = s->dw, .pt = s->pt, .pl = s->pl, .pb = s->pb, .pr = s->pr};
+    ck_assert_ptr_null(slim_qconv_shape(&q, SLIM_QCONV_NOTSET));
+    p->q = q;
+    p->kg = slim_qconv_kg(&q);
+    p->mg = s->m / s->groups;
+    p->np = q.oh * q.ow;
+    p->wq = malloc((size_t)(s->m * p->kg));
+    p->packed = aligned_alloc(64, (slim_qconv_packed_bytes(&q) + 63) & ~(size_t)63);
+    p->colsum = malloc(sizeof(int32_t) * (size_t)s->m);
+    p->sw = malloc(sizeof(float) * (size_t)s->m);
+    p->bias = malloc(sizeof(float) * (size_t)s->m);
+    int64_t nx = s->n * s->c * s->h * s->w, ny = s->n * s->m * p->np;
+    p->x = malloc(sizeof(float) * (size_t)nx);
+    p->res = malloc(sizeof(float) * (size_t)ny);
+    for (int64_t i = 0; i < s->m * p->kg; i++)
+        p->wq[i] = (int8_t)((int)(rnd() % 255) - 127);
+    p->wq[0] = 127;
+    p->wq[1] = -127;
+    for (int64_t j = 0; j < s->m; j++) {
+        p->sw[j] = 0.01f + 0.001f * (float)(rnd() % 50);
+        p->bias[j] = rndf();
+    }
+    /* Images of different kinds: mixed signs, all positive (zero point 0),
+     * all negative (zero point 255), one with an outlier pixel. */
+    int64_t per = s->c * s->h * s->w;
+    for (int64_t i = 0; i < nx; i++) {
+        int64_t img = i / per;
+        float v = rndf() * 2;
+        switch (img % 4) {
+        case 1: v = fabsf(v) + 0.25f; break;
+        case 2: v = -fabsf(v) - 0.1f; break;
+        case 3: v = i % per == per / 2 ? 80.0f : v; break;
+        default: break;
+        }
+        p->x[i] = v;
+    }
+    for (int64_t i = 0; i < ny; i++)
+        p->res[i] = rndf() * 3;
+    size_t pg = slim_qgemm_packed_bytes(p->mg, p->kg);
+    for (int64_t g = 0; g < s->groups; g++)
+        slim_qgemm_pack(p->wq + g * p->mg * p->kg, p->mg, p->kg, p->packed + g * pg,
+                        p->colsum + g * p->mg);
+}
+
+static void unmake(problem *p)
+{
+    free(p->wq);
+    free(p->packed);
+    free(p->colsum);
+    free(p->sw);
+    free(p->bias);
+    free(p->x);
+    free(p->res);
+}
+
+/* The definition of one image's codes, written out: 255 levels over
+ * [min(0, min x), max(0, max x)], the zero point the code of 0.0, codes
+ * round(x * (1 / scale)) + zp in [0, 255], rounding half to even. */
+static void define_codes(const float *x, int64_t n, uint8_t *q, float *sx, int32_t *zx)
+{
+    float lo = 0, hi = 0;
+    for (int64_t i = 0; i < n; i++) {
+        lo = x[i] < lo ? x[i] : lo;
+        hi = x[i] > hi ? x[i] : hi;
+    }
+    float s = (hi - lo) / 255.0f;
+    if (!(s > 0)) {
+        memset(q, 0, (size_t)n);
+        *sx = 1.0f;
+        *zx = 0;
+        return;
+    }
+    float z = nearbyintf(-lo / s), inv = 1.0f / s;
+    *zx = z < 0 ? 0 : z > 255 ? 255 : (int32_t)z;
+    *sx = s;
+    for (int64_t i = 0; i < n; i++) {
+        float v = nearbyintf(x[i] * inv) + (float)*zx;
+        q[i] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+    }
+}
+
+/* The definition: the image's codes (NCHW here: the same values as the
+ * kernel's pixel-major ones), padding = the zero point, exact int64 sums,
+ * fma(sum, sx * sw, bias), + residual, Relu. */
+static void reference_exact(const problem *p, int64_t n_img, const shape *s, float *y)
+{
+    const slim_qconv *q = &p->q;
+    int64_t per = q->c * q->h * q->w, cg = q->c / q->groups;
+    uint8_t *codes = malloc((size_t)per);
+    for (int64_t n = 0; n < n_img; n++) {
+        float sx;
+        int32_t zx;
+        define_codes(p->x + n * per, per, codes, &sx, &zx);
+        for (int64_t j = 0; j < q->m; j++) {
+            int64_t g = j / p->mg;
+            for (int64_t oy = 0; oy < q->oh; oy++)
+                for (int64_t ox = 0; ox < q->ow; ox++) {
+                    int64_t acc = 0;
+                    for (int64_t ky = 0; ky < q->kh; ky++)
+                        for (int64_t kx = 0; kx < q->kw; kx++)
+                            for (int64_t ci = 0; ci < cg; ci++) {
+                                int64_t iy = oy * q->sh - q->pt + ky * q->dh;
+                                int64_t ix = ox * q->sw - q->pl + kx * q->dw;
+                                bool in = iy >= 0 && iy < q->h && ix >= 0 && ix < q->w;
+                                int64_t c = in ? codes[((g * cg + ci) * q->h + iy) * q->w + ix]
+                                               : zx;
+                                acc += (c - zx) * p->wq[j * p->kg + (ky * q->kw + kx) * cg + ci];
+                            }
+                    int64_t at = (n * q->m + j) * p->np + oy * q->ow + ox;
+                    float v = fmaf((float)acc, sx * p->sw[j], s->bias ? p->bias[j] : 0.0f);
+                    if (s->residual)
+                        v = v + p->res[at];
+                    y[at] = s->relu && !(v > 0) ? 0.0f : v;
+                }
+        }
+    }
+    free(codes);
+}
+
+/* [n][a][b] -> [n][b][a]: NCHW <-> NHWC with a = C, b = H * W or back. */
+static void swap_inner(const float *src, float *dst, int64_t n, int64_t a, int64_t b)
+{
+    for (int64_t i = 0; i < n; i++)
+        for (int64_t x = 0; x < a; x++)
+            for (int64_t z = 0; z < b; z++)
+                dst[(i * b + z) * a + x] = src[(i * a + x) * b + z];
+}
+
+static slim_qconv_weights weights_of(const problem *p, const shape *s, const float *res)
+{
+    slim_qconv_weights w = {p->packed, p->colsum, p->sw, s->bias ? p->bias : NULL,
+                            s->relu ? SLIM_QGEMM_ACT_RELU : SLIM_QGEMM_ACT_NONE, NULL,
+                            s->residual ? res : NULL};
+    return w;
+}
+
+/* Every path and combination of layouts (input, output, residual),
+ * bitwise the definition. */
+START_TEST(test_image_matches_definition)
+{
+    const slim_qgemm_isa isas[] = {SLIM_QGEMM_C, SLIM_QGEMM_AVX2, SLIM_QGEMM_AVX512VNNI};
+    slim_qgemm_set_isa(SLIM_QGEMM_AUTO);
+    slim_qgemm_isa best = slim_qgemm_get_isa();
+    for (size_t t = 0; t < N_SHAPES; t++) {
+        const shape *s = &shapes[t];
+        problem p;
+        make(s, &p);
+        int64_t ny = s->n * s->m * p.np, nx = s->n * s->c * s->h * s->w;
+        float *want = malloc(sizeof(float) * (size_t)ny), *got = malloc(sizeof(float) * (size_t)ny);
+        float *got_nchw = malloc(sizeof(float) * (size_t)ny);
+        float *xt = malloc(sizeof(float) * (size_t)nx), *rt = malloc(sizeof(float) * (size_t)ny);
+        reference_exact(&p, s->n, s, want);
+        swap_inner(p.x, xt, s->n, s->c, s->h * s->w);
+        swap_inner(p.res, rt, s->n, s->m, p.np);
+        for (size_t i = 0; i < 3; i++) {
+            if (!slim_qgemm_set_isa(isas[i]))
+                continue;
+            for (int lay = 0; lay < 8; lay++) {
+                /* Every layout on the widest path; the others (slower,
+                 * the same driver) all-NCHW and all-pixel-major. */
+                if (isas[i] != best && lay != 0 && lay != 7 &&
+                    (s->residual || lay != 3))
+                    continue;
+                slim_qconv q = p.q;
+                q.nhwc_in = lay & 1;
+                q.nhwc_out = lay & 2;
+                q.nhwc_res = lay & 4;
+                if (!s->residual && q.nhwc_res)
+                    continue;
+                slim_qconv_weights w = weights_of(&p, s, q.nhwc_res ? rt : p.res);
+                slim_err err;
+                memset(got, 0xFF, sizeof(float) * (size_t)ny);
+                ck_assert_int_eq(slim_qconv_run(&q, s->n, q.nhwc_in ? xt : p.x, &w, got, &err),
+                                 SLIM_OK);
+                const float *cmp = got;
+                if (q.nhwc_out) {
+                    swap_inner(got, got_nchw, s->n, p.np, s->m);
+                    cmp = got_nchw;
+                }
+                for (int64_t k = 0; k < ny; k++)
+                    ck_assert_msg(memcmp(&cmp[k], &want[k], sizeof(float)) == 0,
+                                  "shape %zu, %s, layouts %d, element %lld: %.9g vs %.9g", t,
+                                  slim_qgemm_isa_name(isas[i]), lay, (long long)k, cmp[k],
+                                  want[k]);
+            }
+        }
+        slim_qgemm_set_isa(SLIM_QGEMM_AUTO);
+        free(want);
+        free(got);
+        free(got_nchw);
+        free(xt);
+        free(rt);
+        unmake(&p);
+    }
+}
+END_TEST
+
+/* Within the activations' quantization error of the float convolution
+ * (double, the dequantized weights): one level is the image's range /
+ * 255, so the error is a few times that of a per-row scale, still small
+ * against the outputs (the bound fails if the codes, zero point or
+ * padding were wrong: those errors are of the outputs' own size). */
+START_TEST(test_image_close_to_float)
+{
+    for (size_t t = 0; t < N_SHAPES; t++) {
+        const shape *s = &shapes[t];
+        problem p;
+        make(s, &p);
+        int64_t ny = s->n * s->m * p.np, cg = s->c / s->groups;
+        float *got = malloc(sizeof(float) * (size_t)ny);
+        slim_qconv_weights w = weights_of(&p, s, p.res);
+        w.act = SLIM_QGEMM_ACT_NONE;
+        w.residual = NULL;
+        slim_err err;
+        ck_assert_int_eq(slim_qconv_run(&p.q, s->n, p.x, &w, got, &err), SLIM_OK);
+        const slim_qconv *q = &p.q;
+        for (int64_t n = 0; n < s->n; n++) {
+            double e2 = 0, r2 = 0;
+            for (int64_t j = 0; j < q->m; j++)
+                for (int64_t px = 0; px < p.np; px++) {
+                    int64_t oy = px / q->ow, ox = px % q->ow, g = j / p.mg;
+                    double acc = s->bias ? p.bias[j] : 0.0;
+                    for (int64_t ky = 0; ky < q->kh; ky++)
+                        for (int64_t kx = 0; kx < q->kw; kx++)
+                            for (int64_t ci = 0; ci < cg; ci++) {
+                                int64_t iy = oy * q->sh - q->pt + ky * q->dh;
+                                int64_t ix = ox * q->sw - q->pl + kx * q->dw;
+                                if (iy < 0 || iy >= q->h || ix < 0 || ix >= q->w)
+                                    continue;
+                                double xv = p.x[((n * q->c + g * cg + ci) * q->h + iy) * q->w + ix];
+                                acc += xv * p.wq[j * p.kg + (ky * q->kw + kx) * cg + ci] * p.sw[j];
+                            }
+                    double d = got[(n * q->m + j) * p.np + px] - acc;
+                    e2 += d * d;
+                    r2 += acc * acc;
+                }
+            /* Image 3 has an 80.0 outlier among values in [-2, 2]: its
+             * level is 40x coarser, so its bound is looser. */
+            double bound = n % 4 == 3 ? 0.2 : 0.02;
+            ck_assert_msg(sqrt(e2 / (r2 > 0 ? r2 : 1)) < bound,
+                          "shape %zu image %lld: relative error %g", t, (long long)n,
+                          sqrt(e2 / (r2 > 0 ? r2 : 1)));
+        }
+        free(got);
+        unmake(&p);
+    }
+}
+END_TEST
+
+/* Every image's output is bitwise the one it gets alone (pixel-major
+ * layouts and the fused residual included). */
+START_TEST(test_image_batch_independent)
+{
+    for (size_t t = 0; t < N_SHAPES; t++) {
+        const shape *s = &shapes[t];
+        if (s->n < 2)
+            continue;
+        problem p;
+        make(s, &p);
+        p.q.nhwc_out = t % 2 == 0;
+        int64_t per_y = s->m * p.np, per_x = s->c * s->h * s->w;
+        float *all = malloc(sizeof(float) * (size_t)(s->n * per_y));
+        float *one = malloc(sizeof(float) * (size_t)per_y);
+        slim_qconv_weights w = weights_of(&p, s, p.res);
+        slim_err err;
+        ck_assert_int_eq(slim_qconv_run(&p.q, s->n, p.x, &w, all, &err), SLIM_OK);
+        for (int64_t n = 0; n < s->n; n++) {
+            slim_qconv_weights w1 = w;
+            w1.residual = w.residual ? p.res + n * per_y : NULL;
+            ck_assert_int_eq(slim_qconv_run(&p.q, 1, p.x + n * per_x, &w1, one, &err), SLIM_OK);
+            ck_assert_msg(memcmp(one, all + n * per_y, sizeof(float) * (size_t)per_y) == 0,
+                          "shape %zu image %lld", t, (long long)n);
+        }
+        free(all);
+        free(one);
+        unmake(&p);
+    }
+}
+END_TEST
+
+/* An image holding a NaN or an infinity gives NaN outputs (before the
+ * Relu, which maps NaN to 0) and leaves the other images alone; an
+ * all-zero image gives the bias. */
+START_TEST(test_image_non_finite_and_zero)
+{
+    const shape *s = &shapes[1]; /* batch 3, no Relu, bias */
+    problem p;
+    make(s, &p);
+    int64_t per_y = s->m * p.np, per_x = s->c * s->h * s->w;
+    float *ref = malloc(sizeof(float) * (size_t)(s->n * per_y));
+    float *got = malloc(sizeof(float) * (size_t)(s->n * per_y));
+    slim_qconv_weights w = weights_of(&p, s, p.res);
+    w.residual = NULL;
+    slim_err err;
+    ck_assert_int_eq(slim_qconv_run(&p.q, s->n, p.x, &w, ref, &err), SLIM_OK);
+    const float bad[] = {NAN, INFINITY, -INFINITY};
+    for (int b = 0; b < 3; b++) {
+        float keep = p.x[per_x + 7];
+        p.x[per_x + 7] = bad[b];
+        ck_assert_int_eq(slim_qconv_run(&p.q, s->n, p.x, &w, got, &err), SLIM_OK);
+        p.x[per_x + 7] = keep;
+        for (int64_t i = 0; i < per_y; i++)
+            ck_assert_msg(isnan(got[per_y + i]), "value %d: output %lld is %g", b,
+                          (long long)i, got[per_y + i]);
+        ck_assert(memcmp(got, ref, sizeof(float) * (size_t)per_y) == 0);
+        ck_assert(memcmp(got + 2 * per_y, ref + 2 * per_y, sizeof(float) * (size_t)per_y) == 0);
+    }
+    memset(p.x, 0, sizeof(float) * (size_t)per_x);
+    ck_assert_int_eq(slim_qconv_run(&p.q, 1, p.x, &w, got, &err), SLIM_OK);
+    for (int64_t j = 0; j < s->m; j++)
+        for (int64_t i = 0; i < p.np; i++)
+            ck_assert_float_eq(got[j * p.np + i], p.bias[j]);
+    free(ref);
+    free(got);
+    unmake(&p);
+}
+END_TEST
+
+int main(void)
+{
+    slim_init();
+    Suite *s = suite_create("int8_conv_image");
+    TCase *tk = tcase_create("kernel");
+    tcase_add_test(tk, test_image_matches_definition);
+    tcase_add_test(tk, test_image_close_to_float);
+    tcase_add_test(tk, test_image_batch_independent);
+    tcase_add_test(tk, test_image_non_finite_and_zero);
+    suite_add_tcase(s, tk);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
+}
