@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """HTTP binary and gRPC side by side: requests/s and latency of slimserve.
 
-    python3 bench/bench_grpc.py --slimserve build/bin/slimserve [--seconds 3]
+    python3 bench/bench_grpc.py --slimserve build/bin/slimserve [--seconds 3] [--rounds 3]
 
 Starts slimserve with a repository of the example MLP (models/gen_models.py)
 and a small encoder (bench/gen_encoder.py: 2 layers, hidden 128, sequence
@@ -15,8 +15,10 @@ run here, so on a small machine they take CPU from the server). Both clients are
 is of the servers' paths: HTTP sends a prebuilt body with http.client
 (binary tensors, Inference-Header-Content-Length), gRPC a prebuilt
 ModelInferRequest through the generated stub (raw_input_contents). Every
-answer is checked. Only 127.0.0.1 is contacted. The first line names the
-machine.
+answer is checked. With --rounds N each row is measured N times, the
+protocols alternating, and the medians are shown with gRPC's requests/s
+over HTTP's (on a shared machine, compare only within one run). Only
+127.0.0.1 is contacted. The first line names the machine.
 """
 
 import argparse

@@ -6,11 +6,14 @@
  * REQUESTED (a new call arrived), READ (its one request message is in),
  * SENT (the answer, status and close are done: freed). ModelInfer is a
  * registered method whose message arrives with the call, so its REQUESTED
- * is its READ: one completion-queue round trip fewer per inference. An RPC answered at
- * once replies from the completion-queue thread; ModelInfer replies from
- * the model's instance thread when its task is done, and load/unload from a
- * thread of their own, so no completion-queue thread ever waits for a
- * model and health RPCs always answer.
+ * is its READ: one completion-queue round trip fewer per inference. An RPC
+ * answered at once replies from the completion-queue thread; ModelInfer's
+ * run ends on the model's instance thread, which hands the answer back to
+ * a completion-queue thread (DONE, through an empty batch: gRPC posts its
+ * tag at once) so that the packing and sending stay off the model's
+ * thread, as HTTP's do; load/unload answer from a thread of their own, so
+ * no completion-queue thread ever waits for a model and health RPCs
+ * always answer.
  */
 #ifndef SLIM_SERVER_GRPC_IMPL_H
 #define SLIM_SERVER_GRPC_IMPL_H
@@ -30,6 +33,7 @@
  * one of a stream's tags (grpc_stream.c). Every tag starts with its phase. */
 typedef enum {
     SLIM__GRPC_REQUESTED, SLIM__GRPC_READ, SLIM__GRPC_SENT, SLIM__GRPC_CLOSED,
+    SLIM__GRPC_DONE,                /* ModelInfer's run ended: answer it */
     SLIM__GRPC_STREAM_READ, SLIM__GRPC_STREAM_SENT, SLIM__GRPC_STREAM_DONE,
     SLIM__GRPC_STREAM_CLOSED,
 } slim__grpc_phase;
@@ -174,6 +178,10 @@ void slim__grpc_admit_free(slim__grpc_admit *ad);
  * other inputs are held (slim_server_admission_ticket_retry_alone); true
  * when it will (its done is called again), false when the 507 stands. */
 bool slim__grpc_retry_alone(slim__grpc_admit *ad);
+
+/* Answers ModelInfer call c whose run succeeded: packs its outputs and
+ * sends them (on a queue thread, phase DONE; see infer_done). */
+void slim__grpc_infer_answer(slim__grpc_call *c);
 
 /* Starts watching for c's client leaving (c->gone); false if it cannot. */
 bool slim__grpc_watch_close(slim__grpc_call *c);

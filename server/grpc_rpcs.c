@@ -369,9 +369,14 @@ void slim__grpc_count_success(slim_server_model *m, const slim_server_infer *rq,
     slim_server_stats_touch(st);
 }
 
-/* On the instance thread once the task is done: the answer is packed and
- * handed to gRPC here (neither blocks), the statistics counted as
- * routes.c's slim_server_infer_finish counts them. */
+/* On the instance thread once the task is done. While other requests
+ * wait for a run (any model's: this one counts itself), a success is
+ * answered on a queue thread (phase DONE): packing the outputs and sending
+ * them there, not here, frees the model's thread for its next run at once,
+ * as HTTP's answers do. The hand-over is an empty batch, whose tag gRPC
+ * posts to the queue at once; it costs a thread wakeup, so with nothing
+ * else waiting (one client at a time) the answer goes from here. A failure
+ * (rare, and short to answer) is answered here. */
 static void infer_done(slim_server_task *t)
 {
     slim__grpc_call *c = t->user;
@@ -383,6 +388,20 @@ static void infer_done(slim_server_task *t)
         slim__grpc_fail(c, slim__grpc_task_code(t), "%s", t->err.msg);
         return; /* c may be freed by now (its answer sent, on a queue thread) */
     }
+    if (slim_server_batchers_pending() > 1) {
+        c->phase = SLIM__GRPC_DONE;
+        if (grpc_call_start_batch(c->call, NULL, 0, c, NULL) == GRPC_CALL_OK)
+            return;
+    }
+    slim__grpc_infer_answer(c);
+}
+
+/* The answer is packed and handed to gRPC (neither blocks), the statistics
+ * counted as routes.c's slim_server_infer_finish counts them. */
+void slim__grpc_infer_answer(slim__grpc_call *c)
+{
+    slim_server_task *t = &c->task;
+    slim_server_model *m = t->model;
     slim_err err = {0};
     int64_t t_encode = slim_server_now_ns();
     uint8_t *bytes;

@@ -290,6 +290,9 @@ static void on_event(void *tag, bool ok)
         if (!c->close_early || atomic_fetch_sub(&c->tags, 1) == 1)
             slim__grpc_call_free(c);
         return;
+    case SLIM__GRPC_DONE: /* an empty batch always completes, ok */
+        slim__grpc_infer_answer(c);
+        return;
     default:
         return;
     }
