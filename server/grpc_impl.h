@@ -8,10 +8,11 @@
  * registered method whose message arrives with the call, so its REQUESTED
  * is its READ: one completion-queue round trip fewer per inference. An RPC
  * answered at once replies from the completion-queue thread; ModelInfer's
- * run ends on the model's instance thread, which hands the answer back to
- * a completion-queue thread (DONE, through an empty batch: gRPC posts its
- * tag at once) so that the packing and sending stay off the model's
- * thread, as HTTP's do; load/unload answer from a thread of their own, so
+ * run ends on the model's instance thread, which, while other requests
+ * wait for a run, hands the answer back to a completion-queue thread
+ * (DONE, through an empty batch: gRPC posts its tag at once) so that the
+ * packing and sending stay off the model's thread, as HTTP's do, and
+ * otherwise answers itself; load/unload answer from a thread of their own, so
  * no completion-queue thread ever waits for a model and health RPCs
  * always answer.
  */
