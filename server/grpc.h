@@ -46,6 +46,13 @@ void slim_server_grpc_free(slim_server_grpc *g);
 
 /* ---- the infer codec (grpc_codec.c), also driven by the fuzz target ----- */
 
+/* Unpacks a packed ModelInferRequest (an Inference__ModelInferRequest, from
+ * inference.pb-c.h) leaving its raw_input_contents in data, which must then
+ * outlive the message (*in_place true; otherwise it is protobuf-c's own
+ * unpack, which copied them). NULL when data is not such a message, as
+ * protobuf-c decides (grpc_wire.c). Freed with the next function. */
+void *slim_server_grpc_infer_unpack(const uint8_t *data, size_t len, bool *in_place);
+void slim_server_grpc_infer_unpacked_free(void *msg, bool in_place);
 /* Decodes a packed ModelInferRequest for model m into rq (its inputs own
  * their data); failures are the client's (INVALID_ARGUMENT) except
  * SLIM_EOOM/SLIM_ENOMEM, and name the problem as the HTTP codec does. */

@@ -153,8 +153,7 @@ static slim_status decode_input(const infer_req *msg, size_t k, size_t *raw_k,
     slim_status s = slim_server_infer_check_shape(m, io, t, err);
     if (s != SLIM_OK)
         return s;
-    char shape[128];
-    slim_shape_str(t->ndim, t->dims, shape, sizeof(shape));
+    char shape[128]; /* written only for a message that names it: most requests need none */
     size_t need = numel <= 1e15 ? (size_t)numel * slim_dtype_size(dt) : SIZE_MAX;
     slim_server_shm_params shm;
     bool in_shm;
@@ -180,10 +179,12 @@ static slim_status decode_input(const infer_req *msg, size_t k, size_t *raw_k,
             rq->names[rq->n_inputs++] = io->name;
             return SLIM_OK;
         }
-        if (numel > 1e15 || raw->len != need)
+        if (numel > 1e15 || raw->len != need) {
+            slim_shape_str(t->ndim, t->dims, shape, sizeof(shape));
             return slim_errf(err, SLIM_EINVAL,
                              "input '%s': raw_input_contents has %zu bytes but shape %s of %s "
                              "needs %zu", name, raw->len, shape, in->datatype, need);
+        }
         if ((s = slim_tensor_alloc(t, err)) != SLIM_OK)
             return s;
         if (need)
@@ -196,9 +197,11 @@ static slim_status decode_input(const infer_req *msg, size_t k, size_t *raw_k,
         if (got == (size_t)-1)
             return slim_errf(err, SLIM_EINVAL, "input '%s': %s data must come as "
                              "raw_input_contents", name, in->datatype);
-        if ((double)got != numel)
+        if ((double)got != numel) {
+            slim_shape_str(t->ndim, t->dims, shape, sizeof(shape));
             return slim_errf(err, SLIM_EINVAL, "input '%s': contents has %zu elements but shape "
                              "%s needs %.0f", name, got, shape, numel);
+        }
         if (dt == SLIM_STRING) {
             s = bytes_contents(in->contents, t, name, err);
             if (s != SLIM_OK)
@@ -326,11 +329,12 @@ slim_status slim_server_grpc_infer_decode(const uint8_t *data, size_t len,
 {
     memset(rq, 0, sizeof(*rq));
     rq->batch = 1;
-    infer_req *msg = inference__model_infer_request__unpack(NULL, len, data);
+    bool in_place;
+    infer_req *msg = slim_server_grpc_infer_unpack(data, len, &in_place);
     if (!msg)
         return slim_errf(err, SLIM_EINVAL, "the request is not a valid ModelInferRequest message");
     slim_status s = decode_msg(msg, m, rq, err);
-    inference__model_infer_request__free_unpacked(msg, NULL);
+    slim_server_grpc_infer_unpacked_free(msg, in_place);
     if (s != SLIM_OK)
         slim_server_infer_free(rq);
     return s;

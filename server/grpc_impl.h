@@ -6,11 +6,15 @@
  * REQUESTED (a new call arrived), READ (its one request message is in),
  * SENT (the answer, status and close are done: freed). ModelInfer is a
  * registered method whose message arrives with the call, so its REQUESTED
- * is its READ: one completion-queue round trip fewer per inference. An RPC answered at
- * once replies from the completion-queue thread; ModelInfer replies from
- * the model's instance thread when its task is done, and load/unload from a
- * thread of their own, so no completion-queue thread ever waits for a
- * model and health RPCs always answer.
+ * is its READ: one completion-queue round trip fewer per inference. An RPC
+ * answered at once replies from the completion-queue thread; ModelInfer's
+ * run ends on the model's instance thread, which, while other requests
+ * wait for a run, hands the answer back to a completion-queue thread
+ * (DONE, through an empty batch: gRPC posts its tag at once) so that the
+ * packing and sending stay off the model's thread, as HTTP's do, and
+ * otherwise answers itself; load/unload answer from a thread of their own, so
+ * no completion-queue thread ever waits for a model and health RPCs
+ * always answer.
  */
 #ifndef SLIM_SERVER_GRPC_IMPL_H
 #define SLIM_SERVER_GRPC_IMPL_H
@@ -30,6 +34,7 @@
  * one of a stream's tags (grpc_stream.c). Every tag starts with its phase. */
 typedef enum {
     SLIM__GRPC_REQUESTED, SLIM__GRPC_READ, SLIM__GRPC_SENT, SLIM__GRPC_CLOSED,
+    SLIM__GRPC_DONE,                /* ModelInfer's run ended: answer it */
     SLIM__GRPC_STREAM_READ, SLIM__GRPC_STREAM_SENT, SLIM__GRPC_STREAM_DONE,
     SLIM__GRPC_STREAM_CLOSED,
 } slim__grpc_phase;
@@ -44,6 +49,8 @@ typedef struct slim__grpc_admit {
     slim_server_admission_ticket ticket;
     struct slim__grpc_call *c;      /* the call: its server */
     void *q;                        /* Inference__ModelInferRequest, until decoded */
+    bool q_in_place;                /* its raw_input_contents point into bytes */
+    grpc_slice bytes;               /* the packed message, held while q is */
     slim_server_infer *rq;
     slim_server_task *task;
     int64_t *decode_ns;
@@ -106,6 +113,10 @@ struct slim_server_grpc {
 uint8_t *slim__grpc_read(slim__grpc_call *c, size_t *len);
 /* The same without the copy: one slice (unref it), empty when none. */
 grpc_slice slim__grpc_read_slice(slim__grpc_call *c);
+/* A received message's bytes as one slice (unref it): a new reference to
+ * the slice it came in when it came in one, else one copy; empty when b is
+ * NULL or cannot be read. b stays the caller's. */
+grpc_slice slim__grpc_buffer_slice(grpc_byte_buffer *b);
 /* Answers OK with msg packed; frees nothing of msg. */
 void slim__grpc_reply(slim__grpc_call *c, const ProtobufCMessage *msg);
 /* Answers OK with an already packed message (malloc'd; taken over). */
@@ -151,15 +162,15 @@ grpc_status_code slim__grpc_task_code(const slim_server_task *t);
 void slim__grpc_count_success(slim_server_model *m, const slim_server_infer *rq,
                               const slim_server_task *t, int64_t t_begin, int64_t decode_ns,
                               int64_t t_encode);
-/* Unpacks a ModelInferRequest's bytes and passes it through admission
+/* Unpacks a ModelInferRequest's bytes (a slice, taken over: its raw inputs
+ * are read from it in place) and passes it through admission
  * (ad->c, rq, task, decode_ns, fail and gone set): once its inputs fit it
  * is decoded and queued as ad->task (model reference, deadline), now or
  * later; otherwise, or when it is bad, answered through ad->fail. From
  * the model's acquisition on, ad->task->model holds its reference (the
  * caller releases it with the request, and calls
  * slim_server_admission_ticket_release when its inputs are freed). */
-void slim__grpc_infer_submit(slim__grpc_admit *ad, const uint8_t *data, size_t len,
-                             int64_t t_begin);
+void slim__grpc_infer_submit(slim__grpc_admit *ad, grpc_slice bytes, int64_t t_begin);
 /* What slim__grpc_infer_submit's request still holds (a message not yet
  * decoded, its share of admission's budget). */
 void slim__grpc_admit_free(slim__grpc_admit *ad);
@@ -168,6 +179,10 @@ void slim__grpc_admit_free(slim__grpc_admit *ad);
  * other inputs are held (slim_server_admission_ticket_retry_alone); true
  * when it will (its done is called again), false when the 507 stands. */
 bool slim__grpc_retry_alone(slim__grpc_admit *ad);
+
+/* Answers ModelInfer call c whose run succeeded: packs its outputs and
+ * sends them (on a queue thread, phase DONE; see infer_done). */
+void slim__grpc_infer_answer(slim__grpc_call *c);
 
 /* Starts watching for c's client leaving (c->gone); false if it cannot. */
 bool slim__grpc_watch_close(slim__grpc_call *c);

@@ -369,9 +369,14 @@ void slim__grpc_count_success(slim_server_model *m, const slim_server_infer *rq,
     slim_server_stats_touch(st);
 }
 
-/* On the instance thread once the task is done: the answer is packed and
- * handed to gRPC here (neither blocks), the statistics counted as
- * routes.c's slim_server_infer_finish counts them. */
+/* On the instance thread once the task is done. While other requests
+ * wait for a run (any model's: this one counts itself), a success is
+ * answered on a queue thread (phase DONE): packing the outputs and sending
+ * them there, not here, frees the model's thread for its next run at once,
+ * as HTTP's answers do. The hand-over is an empty batch, whose tag gRPC
+ * posts to the queue at once; it costs a thread wakeup, so with nothing
+ * else waiting (one client at a time) the answer goes from here. A failure
+ * (rare, and short to answer) is answered here. */
 static void infer_done(slim_server_task *t)
 {
     slim__grpc_call *c = t->user;
@@ -383,6 +388,20 @@ static void infer_done(slim_server_task *t)
         slim__grpc_fail(c, slim__grpc_task_code(t), "%s", t->err.msg);
         return; /* c may be freed by now (its answer sent, on a queue thread) */
     }
+    if (slim_server_batchers_pending() > 1) {
+        c->phase = SLIM__GRPC_DONE;
+        if (grpc_call_start_batch(c->call, NULL, 0, c, NULL) == GRPC_CALL_OK)
+            return;
+    }
+    slim__grpc_infer_answer(c);
+}
+
+/* The answer is packed and handed to gRPC (neither blocks), the statistics
+ * counted as routes.c's slim_server_infer_finish counts them. */
+void slim__grpc_infer_answer(slim__grpc_call *c)
+{
+    slim_server_task *t = &c->task;
+    slim_server_model *m = t->model;
     slim_err err = {0};
     int64_t t_encode = slim_server_now_ns();
     uint8_t *bytes;
@@ -430,6 +449,15 @@ static slim_server_model *infer_model(slim__grpc_call *c, const Inference__Model
     return m;
 }
 
+/* Frees ad's message, and the bytes its raw inputs were read from. */
+static void drop_msg(slim__grpc_admit *ad)
+{
+    slim_server_grpc_infer_unpacked_free(ad->q, ad->q_in_place);
+    ad->q = NULL;
+    grpc_slice_unref(ad->bytes);
+    ad->bytes = grpc_empty_slice();
+}
+
 /* Admission's start (admission.h): decodes the message and queues the
  * request; false when its inputs found no memory now (the message is kept
  * for the next try). */
@@ -449,8 +477,7 @@ static bool admit_start(slim_server_admission_ticket *tk, slim_err *oom)
             *oom = err;
             return false;
         }
-        inference__model_infer_request__free_unpacked(ad->q, NULL);
-        ad->q = NULL;
+        drop_msg(ad); /* the inputs hold copies now */
     }
     if (s != SLIM_OK) {
         bool oom_now = s == SLIM_ENOMEM;
@@ -546,12 +573,17 @@ static void admit_declare(slim__grpc_admit *ad, const Inference__ModelInferReque
     free(ins);
 }
 
-void slim__grpc_infer_submit(slim__grpc_admit *ad, const uint8_t *data, size_t len,
-                             int64_t t_begin)
+void slim__grpc_infer_submit(slim__grpc_admit *ad, grpc_slice bytes, int64_t t_begin)
 {
     slim_server_batchers_multiplexed_call(); /* its channel may send more: batches may grow */
-    Inference__ModelInferRequest *q = inference__model_infer_request__unpack(NULL, len, data);
+    /* Held in ad first: a small slice keeps its bytes inside the struct,
+     * so the raw inputs must point into ad's copy, not this argument. */
+    ad->bytes = bytes;
+    Inference__ModelInferRequest *q = slim_server_grpc_infer_unpack(
+        GRPC_SLICE_START_PTR(ad->bytes), GRPC_SLICE_LENGTH(ad->bytes), &ad->q_in_place);
+    ad->q = q;
     if (!q) {
+        drop_msg(ad);
         ad->fail(ad, GRPC_STATUS_INVALID_ARGUMENT,
                  "the request is not a valid ModelInferRequest message");
         return;
@@ -560,12 +592,11 @@ void slim__grpc_infer_submit(slim__grpc_admit *ad, const uint8_t *data, size_t l
     char msg[1200];
     slim_server_model *m = infer_model(ad->c, q, &code, msg, sizeof(msg));
     if (!m) {
-        inference__model_infer_request__free_unpacked(q, NULL);
+        drop_msg(ad);
         ad->fail(ad, code, msg);
         return;
     }
     ad->task->model = m; /* released with the request (the caller's) */
-    ad->q = q;
     slim_server_admission_ticket *tk = &ad->ticket;
     tk->model = m;
     tk->t_begin = t_begin;
@@ -594,9 +625,7 @@ bool slim__grpc_retry_alone(slim__grpc_admit *ad)
 
 void slim__grpc_admit_free(slim__grpc_admit *ad)
 {
-    if (ad->q)
-        inference__model_infer_request__free_unpacked(ad->q, NULL);
-    ad->q = NULL;
+    drop_msg(ad);
     if (ad->c)
         slim_server_admission_ticket_release(ad->c->g->srv->admission, &ad->ticket);
 }
@@ -632,11 +661,10 @@ static void rpc_model_infer(slim__grpc_call *c)
         c->task.gone = infer_gone;
         c->admit.gone = call_gone;
     }
-    /* One slice (a copy only when the message came in pieces), unpacked once. */
-    grpc_slice bytes = slim__grpc_read_slice(c);
-    slim__grpc_infer_submit(&c->admit, GRPC_SLICE_START_PTR(bytes), GRPC_SLICE_LENGTH(bytes),
-                            c->t_begin);
-    grpc_slice_unref(bytes); /* c may be answered, even freed, by now */
+    /* One slice (a copy only when the message came in pieces), unpacked
+     * once; its raw inputs are read from it in place. c may be answered,
+     * even freed, once this returns. */
+    slim__grpc_infer_submit(&c->admit, slim__grpc_read_slice(c), c->t_begin);
 }
 
 /* ---- dispatch ----------------------------------------------------------- */

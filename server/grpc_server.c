@@ -91,14 +91,29 @@ void slim__grpc_call_free(slim__grpc_call *c)
     atomic_fetch_sub(&g->calls, 1);
 }
 
-grpc_slice slim__grpc_read_slice(slim__grpc_call *c)
+grpc_slice slim__grpc_buffer_slice(grpc_byte_buffer *b)
 {
     grpc_byte_buffer_reader r;
-    if (!c->recv || !grpc_byte_buffer_reader_init(&r, c->recv))
+    if (!b || !grpc_byte_buffer_reader_init(&r, b))
         return grpc_empty_slice();
-    grpc_slice s = grpc_byte_buffer_reader_readall(&r);
+    /* readall always copies; a message that came in one slice (a small
+     * one usually does) is that slice, referenced. */
+    grpc_slice *first, *second, s;
+    if (grpc_byte_buffer_reader_peek(&r, &first) && !grpc_byte_buffer_reader_peek(&r, &second)) {
+        s = grpc_slice_ref(*first);
+    } else {
+        grpc_byte_buffer_reader_destroy(&r); /* back to the start */
+        if (!grpc_byte_buffer_reader_init(&r, b))
+            return grpc_empty_slice();
+        s = grpc_byte_buffer_reader_readall(&r);
+    }
     grpc_byte_buffer_reader_destroy(&r);
     return s;
+}
+
+grpc_slice slim__grpc_read_slice(slim__grpc_call *c)
+{
+    return slim__grpc_buffer_slice(c->recv);
 }
 
 uint8_t *slim__grpc_read(slim__grpc_call *c, size_t *len)
@@ -274,6 +289,9 @@ static void on_event(void *tag, bool ok)
     case SLIM__GRPC_SENT:
         if (!c->close_early || atomic_fetch_sub(&c->tags, 1) == 1)
             slim__grpc_call_free(c);
+        return;
+    case SLIM__GRPC_DONE: /* an empty batch always completes, ok */
+        slim__grpc_infer_answer(c);
         return;
     default:
         return;

@@ -4,6 +4,8 @@
  * endpoints (shm.c), so a region registered over one protocol is used
  * and listed over the other. Each answers at once, on the completion-queue
  * thread: mapping a region is a few system calls, never a wait for a model.
+ * Status and unregister differ between the kinds only in their messages:
+ * one helper each (status_list, unregister) serves both.
  */
 #include "grpc_impl.h"
 #include "inference.pb-c.h"
@@ -27,23 +29,66 @@ static void answer_empty(slim__grpc_call *c, slim_status s, const slim_err *err,
         slim__grpc_reply(c, empty);
 }
 
+/* The request's "name" (every status and unregister request, of either
+ * kind, has one: "" for all regions); its descriptor says where it is, so
+ * one helper serves both kinds' messages. */
+static const char *request_name(const ProtobufCMessage *q)
+{
+    const ProtobufCFieldDescriptor *f =
+        protobuf_c_message_descriptor_get_field_by_name(q->descriptor, "name");
+    if (!f || f->type != PROTOBUF_C_TYPE_STRING || f->label == PROTOBUF_C_LABEL_REPEATED)
+        return ""; /* not such a request: the caller's descriptor is wrong */
+    return *(char *const *)((const char *)q + f->offset);
+}
+
+/* A status RPC's regions of kind (all, or the one the request names);
+ * false with c answered when there are none to give. */
+static bool status_list(slim__grpc_call *c, slim_server_shm_kind kind,
+                        const ProtobufCMessageDescriptor *request, slim_server_shm_info **infos,
+                        int *n)
+{
+    ProtobufCMessage *q = slim__grpc_unpack(c, request);
+    if (!q)
+        return false;
+    slim_err err = {0};
+    slim_status s = slim_server_shm_status(kind, request_name(q), infos, n, &err);
+    protobuf_c_message_free_unpacked(q, NULL);
+    if (s != SLIM_OK) {
+        fail(c, s, &err);
+        return false;
+    }
+    return true;
+}
+
+/* Both kinds' unregister answers are empty messages: one helper fills one. */
+_Static_assert(sizeof(Inference__SystemSharedMemoryUnregisterResponse) == sizeof(ProtobufCMessage) &&
+               sizeof(Inference__CudaSharedMemoryUnregisterResponse) == sizeof(ProtobufCMessage),
+               "the unregister responses are empty messages");
+
+static void unregister(slim__grpc_call *c, slim_server_shm_kind kind,
+                       const ProtobufCMessageDescriptor *request,
+                       const ProtobufCMessageDescriptor *response)
+{
+    ProtobufCMessage *q = slim__grpc_unpack(c, request);
+    if (!q)
+        return;
+    slim_err err = {0};
+    slim_status s = slim_server_shm_unregister(kind, request_name(q), &err);
+    protobuf_c_message_free_unpacked(q, NULL);
+    ProtobufCMessage r;
+    protobuf_c_message_init(response, &r);
+    answer_empty(c, s, &err, &r);
+}
+
 /* ---- system ------------------------------------------------------------- */
 
 void slim__grpc_shm_system_status(slim__grpc_call *c)
 {
-    Inference__SystemSharedMemoryStatusRequest *q =
-        (void *)slim__grpc_unpack(c, &inference__system_shared_memory_status_request__descriptor);
-    if (!q)
-        return;
     slim_server_shm_info *infos;
     int n;
-    slim_err err = {0};
-    slim_status s = slim_server_shm_status(SLIM_SHM_SYSTEM, q->name, &infos, &n, &err);
-    inference__system_shared_memory_status_request__free_unpacked(q, NULL);
-    if (s != SLIM_OK) {
-        fail(c, s, &err);
+    if (!status_list(c, SLIM_SHM_SYSTEM, &inference__system_shared_memory_status_request__descriptor,
+                     &infos, &n))
         return;
-    }
     Inference__SystemSharedMemoryStatusResponse__RegionStatus *st = calloc((size_t)n + 1, sizeof(*st));
     Inference__SystemSharedMemoryStatusResponse__RegionsEntry *ents = calloc((size_t)n + 1, sizeof(*ents));
     Inference__SystemSharedMemoryStatusResponse__RegionsEntry **ptrs = calloc((size_t)n + 1, sizeof(*ptrs));
@@ -90,35 +135,19 @@ void slim__grpc_shm_system_register(slim__grpc_call *c)
 
 void slim__grpc_shm_system_unregister(slim__grpc_call *c)
 {
-    Inference__SystemSharedMemoryUnregisterRequest *q =
-        (void *)slim__grpc_unpack(c, &inference__system_shared_memory_unregister_request__descriptor);
-    if (!q)
-        return;
-    slim_err err = {0};
-    slim_status s = slim_server_shm_unregister(SLIM_SHM_SYSTEM, q->name, &err);
-    inference__system_shared_memory_unregister_request__free_unpacked(q, NULL);
-    Inference__SystemSharedMemoryUnregisterResponse r =
-        INFERENCE__SYSTEM_SHARED_MEMORY_UNREGISTER_RESPONSE__INIT;
-    answer_empty(c, s, &err, &r.base);
+    unregister(c, SLIM_SHM_SYSTEM, &inference__system_shared_memory_unregister_request__descriptor,
+               &inference__system_shared_memory_unregister_response__descriptor);
 }
 
 /* ---- CUDA --------------------------------------------------------------- */
 
 void slim__grpc_shm_cuda_status(slim__grpc_call *c)
 {
-    Inference__CudaSharedMemoryStatusRequest *q =
-        (void *)slim__grpc_unpack(c, &inference__cuda_shared_memory_status_request__descriptor);
-    if (!q)
-        return;
     slim_server_shm_info *infos;
     int n;
-    slim_err err = {0};
-    slim_status s = slim_server_shm_status(SLIM_SHM_CUDA, q->name, &infos, &n, &err);
-    inference__cuda_shared_memory_status_request__free_unpacked(q, NULL);
-    if (s != SLIM_OK) {
-        fail(c, s, &err);
+    if (!status_list(c, SLIM_SHM_CUDA, &inference__cuda_shared_memory_status_request__descriptor,
+                     &infos, &n))
         return;
-    }
     Inference__CudaSharedMemoryStatusResponse__RegionStatus *st = calloc((size_t)n + 1, sizeof(*st));
     Inference__CudaSharedMemoryStatusResponse__RegionsEntry *ents = calloc((size_t)n + 1, sizeof(*ents));
     Inference__CudaSharedMemoryStatusResponse__RegionsEntry **ptrs = calloc((size_t)n + 1, sizeof(*ptrs));
@@ -164,14 +193,6 @@ void slim__grpc_shm_cuda_register(slim__grpc_call *c)
 
 void slim__grpc_shm_cuda_unregister(slim__grpc_call *c)
 {
-    Inference__CudaSharedMemoryUnregisterRequest *q =
-        (void *)slim__grpc_unpack(c, &inference__cuda_shared_memory_unregister_request__descriptor);
-    if (!q)
-        return;
-    slim_err err = {0};
-    slim_status s = slim_server_shm_unregister(SLIM_SHM_CUDA, q->name, &err);
-    inference__cuda_shared_memory_unregister_request__free_unpacked(q, NULL);
-    Inference__CudaSharedMemoryUnregisterResponse r =
-        INFERENCE__CUDA_SHARED_MEMORY_UNREGISTER_RESPONSE__INIT;
-    answer_empty(c, s, &err, &r.base);
+    unregister(c, SLIM_SHM_CUDA, &inference__cuda_shared_memory_unregister_request__descriptor,
+               &inference__cuda_shared_memory_unregister_response__descriptor);
 }

@@ -256,11 +256,13 @@ static void item_fail(slim__grpc_admit *ad, grpc_status_code code, const char *m
     answer_error((item *)ad, msg);
 }
 
-/* One request message, counted in flight and open already. */
-static void handle(stream *st, const uint8_t *data, size_t len)
+/* One request message (bytes, taken over), counted in flight and open
+ * already. */
+static void handle(stream *st, grpc_slice bytes)
 {
     item *it = calloc(1, sizeof(*it));
     if (!it) {
+        grpc_slice_unref(bytes);
         pthread_mutex_lock(&st->mu);
         st->open--;
         pump_locked(st);
@@ -270,6 +272,7 @@ static void handle(stream *st, const uint8_t *data, size_t len)
     }
     it->st = st;
     if (atomic_load(&st->srv->stopping)) {
+        grpc_slice_unref(bytes);
         answer_error(it, "the server is shutting down");
         return;
     }
@@ -285,7 +288,7 @@ static void handle(stream *st, const uint8_t *data, size_t len)
         it->task.gone = item_gone;
         it->admit.gone = item_admit_gone;
     }
-    slim__grpc_infer_submit(&it->admit, data, len, it->t_begin);
+    slim__grpc_infer_submit(&it->admit, bytes, it->t_begin);
 }
 
 static void read_next(stream *st)
@@ -307,13 +310,8 @@ static void take_message(stream *st)
 {
     grpc_byte_buffer *b = st->recv;
     st->recv = NULL;
-    grpc_byte_buffer_reader r;
-    grpc_slice s = grpc_empty_slice();
-    if (grpc_byte_buffer_reader_init(&r, b)) {
-        s = grpc_byte_buffer_reader_readall(&r);
-        grpc_byte_buffer_reader_destroy(&r);
-    }
-    grpc_byte_buffer_destroy(b);
+    grpc_slice s = slim__grpc_buffer_slice(b);
+    grpc_byte_buffer_destroy(b); /* s holds its own reference */
     /* Open before the next read is asked for: that read may fail at once
      * on another thread, and must not find the stream empty and end it. */
     pthread_mutex_lock(&st->mu);
@@ -321,8 +319,7 @@ static void take_message(stream *st)
     pthread_mutex_unlock(&st->mu);
     /* Read on before the model runs, so requests pipeline. */
     read_next(st);
-    handle(st, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s));
-    grpc_slice_unref(s);
+    handle(st, s);
 }
 
 void slim__grpc_stream_start(slim__grpc_call *c)

@@ -203,27 +203,29 @@ slim_status slim_server_infer_check_shape(const slim_server_model *m, const slim
                                           const slim_tensor *t, slim_err *err)
 {
     int batch = m->cfg.max_batch_size > 0;
-    char want[256], got[256];
-    shape_json(io, batch, want, sizeof(want));
-    slim_shape_str(t->ndim, t->dims, got, sizeof(got));
     bool ok = io->ndim < 0 || t->ndim == io->ndim + batch;
     for (int d = 0; ok && io->ndim >= 0 && d < io->ndim; d++)
         ok = io->dims[d] < 0 || io->dims[d] == t->dims[d + batch];
+    bool rows_ok = !batch || (t->ndim >= 1 && t->dims[0] >= 1 &&
+                              t->dims[0] <= m->cfg.max_batch_size);
+    if (ok && rows_ok)
+        return SLIM_OK; /* the shapes are written out only for a message */
+    char want[256], got[256];
+    shape_json(io, batch, want, sizeof(want));
+    slim_shape_str(t->ndim, t->dims, got, sizeof(got));
     if (!ok)
         return slim_errf(err, SLIM_ESHAPE,
                          "unexpected shape for input '%s' for model '%s'. Expected %s, got %s",
                          io->name, m->name, want, got);
     /* A batch of 0 rows: the protocol does not forbid it, but the model has
      * nothing to run and the batcher nothing to merge; Triton refuses it too. */
-    if (batch && t->ndim >= 1 && t->dims[0] == 0)
+    if (t->ndim >= 1 && t->dims[0] == 0)
         return slim_errf(err, SLIM_ESHAPE,
                          "input '%s' for '%s' has batch size 0 (shape %s); a request needs at "
                          "least 1 row", io->name, m->name, got);
-    if (batch && (t->ndim < 1 || t->dims[0] < 1 || t->dims[0] > m->cfg.max_batch_size))
-        return slim_errf(err, SLIM_ESHAPE,
-                         "inference request batch-size must be <= %d for '%s' (input '%s' has shape %s)",
-                         m->cfg.max_batch_size, m->name, io->name, got);
-    return SLIM_OK;
+    return slim_errf(err, SLIM_ESHAPE,
+                     "inference request batch-size must be <= %d for '%s' (input '%s' has shape %s)",
+                     m->cfg.max_batch_size, m->name, io->name, got);
 }
 
 static slim_status decode_input(const cJSON *in, const slim_server_model *m, binary_cursor *bin,

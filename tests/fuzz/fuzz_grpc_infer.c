@@ -6,12 +6,14 @@
  * inputs, or not batching with FP16/BOOL/UINT8/INT32 inputs; bit 2 over
  * both: batching with a BYTES input and a BYTES and a classifiable
  * output); the message
- * follows byte 0.
+ * follows byte 0. Each message is also unpacked both ways (in place and by
+ * protobuf-c), which must agree.
  */
 #include "codec.h"
 #include "config.h"
 #include "fuzz.h"
 #include "grpc.h"
+#include "inference.pb-c.h"
 #include "repository.h"
 #include "slim_init.h"
 
@@ -69,11 +71,38 @@ static void encode_bytes_model(const slim_server_model *m, const slim_server_inf
     slim_tensor_release(&outs[1]);
 }
 
+/* The in-place unpack (grpc_wire.c) against protobuf-c's own: the same
+ * verdict, and the same message (packed again, byte for byte). */
+static void check_unpack(const uint8_t *data, size_t size)
+{
+    bool in_place;
+    Inference__ModelInferRequest *a = slim_server_grpc_infer_unpack(data, size, &in_place);
+    Inference__ModelInferRequest *b = inference__model_infer_request__unpack(NULL, size, data);
+    if (!a != !b)
+        abort(); /* one way took a message the other refused */
+    if (a) {
+        size_t na = inference__model_infer_request__get_packed_size(a);
+        size_t nb = inference__model_infer_request__get_packed_size(b);
+        uint8_t *pa = malloc(na ? na : 1), *pb = malloc(nb ? nb : 1);
+        if (pa && pb) {
+            if (na != nb || inference__model_infer_request__pack(a, pa) != na ||
+                inference__model_infer_request__pack(b, pb) != nb || memcmp(pa, pb, na) != 0)
+                abort(); /* the two ways read different messages */
+        }
+        free(pa);
+        free(pb);
+    }
+    slim_server_grpc_infer_unpacked_free(a, in_place);
+    if (b)
+        inference__model_infer_request__free_unpacked(b, NULL);
+}
+
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
     slim_init();
     if (size < 1)
         return 0;
+    check_unpack(data + 1, size - 1);
     const slim_server_model *m = model_for(data[0] & 4 ? 2 : data[0] & 1);
     slim_server_infer rq;
     memset(&rq, 0, sizeof(rq));
