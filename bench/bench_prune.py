@@ -26,7 +26,10 @@ Conv + BatchNormalization as exported): fp32 dense, 2:4, 90% magnitude and
 storage decided by the pass; 2:4 convs then run dense at load) and served
 from it: weight bytes (slim inspect) and file bytes, peak RSS of one
 `slim run` (GNU time), batch 1 and 8 latency of `slim bench` on the .slim,
-and the output's cosine to the dense model's. Beside the wall-clock ratio
+and the output's cosine to the dense model's; after the table, per model and
+config, how many layers the pass stored sparse, the depthwise convs it leaves
+dense (MobileNetV2's 17: not pruned) and why the other dense ones stayed
+dense. Beside the wall-clock ratio
 at --threads, the CNN table gives the CPU time of one run on 1 thread
 against dense's (the process's user + system time over R + 1 runs minus
 over 1 run, / R): on a machine shared with other work it moves far less
@@ -319,6 +322,27 @@ def run_fallback_ab(args, workdir):
         sys.stdout.flush()
 
 
+def storage_note(slim, src, extra):
+    """How the pass stored a CNN's layers for one config (slim inspect --prune):
+    sparse / dense counts, the depthwise convs it leaves unpruned and why the
+    other dense ones stayed dense."""
+    out = subprocess.run([slim, "inspect", src] + extra, check=True, capture_output=True,
+                         text=True).stdout
+    table = out[out.find("pruned layers ("):out.find("pruned weights:")]
+    # layer, op, KxN, sparsity, storage, bytes before, after, ratio, note
+    rows = [ln.split(None, 8) for ln in table.splitlines()
+            if re.match(r"\s+\S+\s+(Conv|Gemm|MatMul)\s", ln)]
+    sparse = sum(1 for r in rows if len(r) > 4 and r[4] in ("csr", "2:4"))
+    dw = sum(1 for r in rows if len(r) > 8 and r[8].startswith("depthwise conv"))
+    why = {}
+    for r in rows:
+        if len(r) > 8 and r[4] == "dense" and not r[8].startswith("depthwise conv"):
+            key = r[8].split(":")[0]
+            why[key] = why.get(key, 0) + 1
+    rest = "".join(f"; {n} dense ({k})" for k, n in why.items())
+    return f"{sparse} of {len(rows)} layers sparse; {dw} depthwise convs not pruned (dense){rest}"
+
+
 def run_cnns(args, workdir):
     print("\n## CNNs (224 x 224), served from .slim files: weight bytes, peak RSS, latency, "
           "cosine\n")
@@ -327,6 +351,7 @@ def run_cnns(args, workdir):
           "| x dense CPU (1 thread) | cosine |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     rng = np.random.default_rng(0)
+    cnn_notes = []
     for arch in args.cnn.split(","):
         src = os.path.join(workdir, f"{arch}.onnx")
         if not os.path.exists(src):
@@ -339,6 +364,7 @@ def run_cnns(args, workdir):
             subprocess.run([args.slim, "convert", src, "-o", out] + extra, check=True,
                            capture_output=True)
             files[name] = out
+        notes = {name: storage_note(args.slim, src, extra) for name, extra in CNN_CFGS if extra}
         fbytes = {name: os.path.getsize(f) for name, f in files.items()}
         wbytes = {name: weight_bytes(args.slim, f) for name, f in files.items()}
         for batch in (1,) if args.quick else (1, 8):
@@ -373,6 +399,13 @@ def run_cnns(args, workdir):
                       f"{wbytes[name] / wbytes['fp32 dense']:.3f} | {fbytes[name]} | {batch} | "
                       f"{rss[name]:.0f} | {t:.2f} | {t / dense_t:.2f} | {cr:.2f} | {cos:.5f} |")
             sys.stdout.flush()
+        cnn_notes.append((arch, notes))
+    # After the table, so it stays one table: how each config stored the layers
+    # (MobileNetV2's depthwise convs stay dense in every config).
+    print()
+    for arch, notes in cnn_notes:
+        for name, note in notes.items():
+            print(f"- {arch} {name}: {note}")
 
 
 def run_models(args, workdir):

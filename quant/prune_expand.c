@@ -298,6 +298,14 @@ static slim_status expand_run(slim_graph *g, int *changed, slim_err *err)
             break;
         if (!ok)
             continue; /* left as it is: the node refuses a bad encoding when run */
+        /* The 2:4 operands are copied into t: their pages go now (a mapped
+         * .slim range is handed back), or they would stay resident beside
+         * the dense copy and a 2:4 model would peak above the dense one. */
+        int si = conv ? 6 : 5;
+        slim_pass_drop_replaced(g, n->in[1], n);
+        slim_pass_drop_replaced(g, n->in[2], n);
+        if (n->n_in > si && n->in[si] >= 0)
+            slim_pass_drop_replaced(g, n->in[si], n);
         if (!conv) {
             st = emit_mm(g, i, &t, err);
         } else {

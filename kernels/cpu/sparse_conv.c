@@ -4,10 +4,10 @@
  * The product is the SparseMatMul kernel's idea turned on its side: the
  * input goes in as [k][pixels], k = (input channel, ky, kx) of one group,
  * so each stored weight is one broadcast and fused multiply-adds over a
- * block of PB contiguous output pixels. A 1x1 conv with stride 1 and no
- * pads reads x in place (its channels are already [k][pixels]); any other
- * conv reads phase planes of x, copied once per image (see phase_part), in
- * which every row k is contiguous too. Time then falls with the number of
+ * block of PB (or PB_WIDE, see block_width) contiguous output pixels. A
+ * 1x1 conv with stride 1 and no pads reads x in place (its channels are
+ * already [k][pixels]); any other conv reads phase planes of x, copied
+ * once per image (see phase_part), in which every row k is contiguous too. Time then falls with the number of
  * stored entries, which is what pruning buys.
  *
  * Work is cut in items (image, group, pixel block, channel chunk); an item
@@ -33,6 +33,9 @@
 #endif
 
 #define PB 64 /* output pixels per block: four 16-wide accumulators */
+/* The wide block, eight accumulators, for kxk convs whose chunk of rows
+ * still fits L1 (see block_width). */
+#define PB_WIDE 128
 
 #define KC 256 /* k's per chunk (see do_item) */
 #define KC1 128 /* the same for most 1x1 convs (see slim_sparse_conv_run) */
@@ -47,9 +50,10 @@ typedef struct {
     int64_t hq, wq, nq;      /* plane height, width; wide pixels OH x wq */
     int64_t per_ig;          /* floats of xp per (image, group) */
     const int64_t *off;      /* row k of a block: its base + off[k] */
-    const int64_t *toff;     /* the same in a tail tile: (k % kc) * PB */
+    const int64_t *toff;     /* the same in a tail tile: (k % kc) * pb */
     int64_t n_pb, n_cc, cc;  /* pixel blocks, channel chunks and their size */
     int64_t kc;              /* k's per chunk: KC, or KC1 for 1x1 convs */
+    int64_t pb;              /* output pixels per block: PB or PB_WIDE */
     bool direct;             /* 1x1, stride 1, no pads: x read in place */
     uint64_t used;           /* bit a * sw + b: a tap reads phase (a, b) (sh * sw <= 64) */
     bool avx512;
@@ -76,15 +80,15 @@ INLINE float val_at(const void *v, int64_t q, bool i8)
     return i8 ? (float)((const int8_t *)v)[q] : ((const float *)v)[q];
 }
 
-/* Channel j's entries with k below k1, from its cursor on, into acc[PB]
+/* Channel j's entries with k below k1, from its cursor on, into acc[pb]
  * (from 0 when first); row k of x is xb + off[k]. The entries of a row are
  * in increasing k (slim_sparse_check refuses any other order), so walking the chunks in order
  * walks them in stored order: one chain however K is cut. */
 static void chunk_c(const slim_sparse_w *w, int64_t j, cursor *cu, int64_t k1, const float *xb,
-                    const int64_t *off, float *acc, bool first)
+                    const int64_t *off, float *acc, bool first, int pb)
 {
     if (first)
-        for (int p = 0; p < PB; p++)
+        for (int p = 0; p < pb; p++)
             acc[p] = 0.0f;
     const void *vals = w->values;
     bool i8 = w->vdtype == SLIM_I8;
@@ -98,7 +102,7 @@ static void chunk_c(const slim_sparse_w *w, int64_t j, cursor *cu, int64_t k1, c
             const float *r0 = xb + off[4 * gr + (code & 3)];
             const float *r1 = xb + off[4 * gr + ((code >> 2) & 3)];
             float v0 = val_at(vals, vb + 2 * gr, i8), v1 = val_at(vals, vb + 2 * gr + 1, i8);
-            for (int p = 0; p < PB; p++)
+            for (int p = 0; p < pb; p++)
                 acc[p] = fmaf(v1, r1[p], fmaf(v0, r0[p], acc[p]));
         }
         return;
@@ -109,7 +113,7 @@ static void chunk_c(const slim_sparse_w *w, int64_t j, cursor *cu, int64_t k1, c
             break;
         const float *r = xb + off[k];
         float v = val_at(vals, cu->q, i8);
-        for (int p = 0; p < PB; p++)
+        for (int p = 0; p < pb; p++)
             acc[p] = fmaf(v, r[p], acc[p]);
     }
 }
@@ -119,7 +123,7 @@ static void chunk_c(const slim_sparse_w *w, int64_t j, cursor *cu, int64_t k1, c
 
 /* One entry: v broadcast, times the block's pixels of its row (nv
  * vectors of 16, nv a constant where the bodies below are inlined), into
- * a0..a3. A macro over named accumulators, not a helper over an array:
+ * a0..a7. A macro over named accumulators, not a helper over an array:
  * GCC kept an array of __m512 on the stack, a store and a reload per
  * multiply-add, which had made each entry cost 15-20 cycles instead of
  * about 4. */
@@ -134,32 +138,57 @@ static void chunk_c(const slim_sparse_w *w, int64_t j, cursor *cu, int64_t k1, c
             a##2 = _mm512_fmadd_ps(b_, _mm512_loadu_ps(r_ + 32), a##2);     \
         if (nv > 3)                                                         \
             a##3 = _mm512_fmadd_ps(b_, _mm512_loadu_ps(r_ + 48), a##3);     \
+        if (nv > 4)                                                         \
+            a##4 = _mm512_fmadd_ps(b_, _mm512_loadu_ps(r_ + 64), a##4);     \
+        if (nv > 5)                                                         \
+            a##5 = _mm512_fmadd_ps(b_, _mm512_loadu_ps(r_ + 80), a##5);     \
+        if (nv > 6)                                                         \
+            a##6 = _mm512_fmadd_ps(b_, _mm512_loadu_ps(r_ + 96), a##6);     \
+        if (nv > 7)                                                         \
+            a##7 = _mm512_fmadd_ps(b_, _mm512_loadu_ps(r_ + 112), a##7);    \
     } while (0)
 #define FMA4(v, r) FMA4X(a, v, r)
 
-/* The accumulators a0..a3 from acc (the sums so far) or 0, and back. */
-#define ACC_LOAD(a, acc)                                                    \
-    do {                                                                    \
-        a##0 = _mm512_setzero_ps(), a##1 = a##0, a##2 = a##0, a##3 = a##0;  \
-        if (!first) {                                                       \
-            a##0 = _mm512_loadu_ps(acc);                                    \
-            if (nv > 1)                                                     \
-                a##1 = _mm512_loadu_ps((acc) + 16);                         \
-            if (nv > 2)                                                     \
-                a##2 = _mm512_loadu_ps((acc) + 32);                         \
-            if (nv > 3)                                                     \
-                a##3 = _mm512_loadu_ps((acc) + 48);                         \
-        }                                                                   \
+/* The accumulators a0..a7 from acc (the sums so far) or 0, and back. */
+#define ACC_LOAD(a, acc)                                                     \
+    do {                                                                     \
+        a##0 = _mm512_setzero_ps(), a##1 = a##0, a##2 = a##0, a##3 = a##0;   \
+        a##4 = a##0, a##5 = a##0, a##6 = a##0, a##7 = a##0;                  \
+        if (!first) {                                                        \
+            a##0 = _mm512_loadu_ps(acc);                                     \
+            if (nv > 1)                                                      \
+                a##1 = _mm512_loadu_ps((acc) + 16);                          \
+            if (nv > 2)                                                      \
+                a##2 = _mm512_loadu_ps((acc) + 32);                          \
+            if (nv > 3)                                                      \
+                a##3 = _mm512_loadu_ps((acc) + 48);                          \
+            if (nv > 4)                                                      \
+                a##4 = _mm512_loadu_ps((acc) + 64);                          \
+            if (nv > 5)                                                      \
+                a##5 = _mm512_loadu_ps((acc) + 80);                          \
+            if (nv > 6)                                                      \
+                a##6 = _mm512_loadu_ps((acc) + 96);                          \
+            if (nv > 7)                                                      \
+                a##7 = _mm512_loadu_ps((acc) + 112);                         \
+        }                                                                    \
     } while (0)
-#define ACC_STORE(a, acc)                                                   \
-    do {                                                                    \
-        _mm512_storeu_ps(acc, a##0);                                        \
-        if (nv > 1)                                                         \
-            _mm512_storeu_ps((acc) + 16, a##1);                             \
-        if (nv > 2)                                                         \
-            _mm512_storeu_ps((acc) + 32, a##2);                             \
-        if (nv > 3)                                                         \
-            _mm512_storeu_ps((acc) + 48, a##3);                             \
+#define ACC_STORE(a, acc)                                                    \
+    do {                                                                     \
+        _mm512_storeu_ps(acc, a##0);                                         \
+        if (nv > 1)                                                          \
+            _mm512_storeu_ps((acc) + 16, a##1);                              \
+        if (nv > 2)                                                          \
+            _mm512_storeu_ps((acc) + 32, a##2);                              \
+        if (nv > 3)                                                          \
+            _mm512_storeu_ps((acc) + 48, a##3);                              \
+        if (nv > 4)                                                          \
+            _mm512_storeu_ps((acc) + 64, a##4);                              \
+        if (nv > 5)                                                          \
+            _mm512_storeu_ps((acc) + 80, a##5);                              \
+        if (nv > 6)                                                          \
+            _mm512_storeu_ps((acc) + 96, a##6);                              \
+        if (nv > 7)                                                          \
+            _mm512_storeu_ps((acc) + 112, a##7);                             \
     } while (0)
 
 /* chunk_c in 16-wide lanes: the same chain per pixel. */
@@ -167,7 +196,7 @@ AVX512_TARGET INLINE void chunk_avx512_body(const slim_sparse_w *w, int64_t j, c
                                             int64_t k1, const float *xb, const int64_t *off,
                                             float *acc, bool first, bool i8, int nv)
 {
-    __m512 a0, a1, a2, a3;
+    __m512 a0, a1, a2, a3, a4, a5, a6, a7;
     ACC_LOAD(a, acc);
     const void *vals = w->values;
     if (w->enc == SLIM_SPARSE_24) {
@@ -203,7 +232,7 @@ AVX512_TARGET INLINE void chunk2_24_avx512_body(const slim_sparse_w *w, int64_t 
                                                 const int64_t *off, float *acc0, float *acc1,
                                                 bool first, bool i8, int nv)
 {
-    __m512 a0, a1, a2, a3, b0, b1, b2, b3;
+    __m512 a0, a1, a2, a3, a4, a5, a6, a7, b0, b1, b2, b3, b4, b5, b6, b7;
     ACC_LOAD(a, acc0);
     ACC_LOAD(b, acc1);
     int64_t groups = slim_sparse_24_groups(w->k), ib = slim_sparse_24_idx_bytes(w->k);
@@ -233,7 +262,7 @@ AVX512_TARGET INLINE void chunk2_avx512_body(const slim_sparse_w *w, cursor *c0,
                                              float *acc0, float *acc1, bool first, bool i8,
                                              int nv)
 {
-    __m512 a0, a1, a2, a3, b0, b1, b2, b3;
+    __m512 a0, a1, a2, a3, a4, a5, a6, a7, b0, b1, b2, b3, b4, b5, b6, b7;
     ACC_LOAD(a, acc0);
     ACC_LOAD(b, acc1);
     const void *vals = w->values;
@@ -257,8 +286,8 @@ AVX512_TARGET INLINE void chunk2_avx512_body(const slim_sparse_w *w, cursor *c0,
 
 /* The bodies above compiled once per value type and block width: i8 and
  * nv constants, the value loads specialized, no branch in the inner
- * loops. nv = 4 but in a block of fewer pixels (the image's last, or
- * ResNet's 7 x 7 planes), whose vectors past its pixels would be work
+ * loops. nv = 4 (8 in PB_WIDE blocks) but in a block of fewer pixels (the
+ * image's last, or ResNet's 7 x 7 planes), whose vectors past its pixels would be work
  * for nothing: a 14 x 14 1x1 conv's fourth block has 4 pixels of 64.
  * Each pixel's chain is the same whatever nv, so the results are too. */
 #define BY_NV_SWITCH(call_)                                                 \
@@ -266,7 +295,11 @@ AVX512_TARGET INLINE void chunk2_avx512_body(const slim_sparse_w *w, cursor *c0,
     case 1: { const int nvc_ = 1; call_; break; }                           \
     case 2: { const int nvc_ = 2; call_; break; }                           \
     case 3: { const int nvc_ = 3; call_; break; }                           \
-    default: { const int nvc_ = 4; call_; break; }                          \
+    case 4: { const int nvc_ = 4; call_; break; }                           \
+    case 5: { const int nvc_ = 5; call_; break; }                           \
+    case 6: { const int nvc_ = 6; call_; break; }                           \
+    case 7: { const int nvc_ = 7; call_; break; }                           \
+    default: { const int nvc_ = 8; call_; break; }                          \
     }
 #define BY_NV(call_)                                                        \
     do {                                                                    \
@@ -402,7 +435,7 @@ AVX512_TARGET INLINE void epilogue_avx512(const float *acc, bool has_b, float bi
 }
 #endif
 
-/* Channels j0 .. j1 - 1 of a block (their sums in otile, PB apart) into y,
+/* Channels j0 .. j1 - 1 of a block (their sums in otile, pb apart) into y,
  * one epilogue call per run of output pixels in a row: a run ends where
  * the wide pixels pass the output width. Planes as wide as the output (1x1
  * convs, any stride) make the block one run: a 7 x 7 block had been seven
@@ -424,7 +457,7 @@ AVX512_TARGET INLINE void epilogue_avx512(const float *acc, bool has_b, float bi
                 int64_t valid = flat ? run : ox >= c->ow ? 0                             \
                                 : c->ow - ox < run ? c->ow - ox : run;                   \
                 size_t at = plane + (size_t)(flat ? q0 + q : oy * c->ow + ox);           \
-                epi(otile + (j - j0) * PB + q, w->bias != NULL, bias, sc,                \
+                epi(otile + (j - j0) * jb->pb + q, w->bias != NULL, bias, sc,                \
                     jb->res ? jb->res + at : NULL, c, jb->y + at, valid);                \
                 q += run;                                                                \
             }                                                                            \
@@ -463,7 +496,7 @@ static void do_item(job *jb, int64_t item, float *tile, float *otile, cursor *cu
     int64_t pb = rest % jb->n_pb;
     rest /= jb->n_pb;
     int64_t gi = rest % c->group, img = rest / c->group;
-    int64_t q0 = pb * PB, nq = jb->nq - q0 < PB ? jb->nq - q0 : PB;
+    int64_t PBJ = jb->pb, q0 = pb * PBJ, nq = jb->nq - q0 < PBJ ? jb->nq - q0 : PBJ;
     const float *xg = jb->xp + (img * c->group + gi) * jb->per_ig;
     int64_t j0 = gi * jb->mg + cc * jb->cc;
     int64_t j1 = j0 + jb->cc < (gi + 1) * jb->mg ? j0 + jb->cc : (gi + 1) * jb->mg;
@@ -473,7 +506,7 @@ static void do_item(job *jb, int64_t item, float *tile, float *otile, cursor *cu
                                                : (cursor){w->rowptr[j], w->rowptr[j + 1]};
     /* x read in place ends with the image: its last block goes through a
      * tile so as not to read past it. */
-    bool tiled = jb->direct && nq < PB;
+    bool tiled = jb->direct && nq < PBJ;
     int nv = (int)((nq + 15) / 16); /* 16-wide vectors covering the block's pixels */
     (void)nv;                       /* the AVX-512 path's */
     for (int64_t k0 = 0; k0 < jb->kg; k0 += jb->kc) {
@@ -482,9 +515,9 @@ static void do_item(job *jb, int64_t item, float *tile, float *otile, cursor *cu
         const int64_t *off = jb->off;
         if (tiled) {
             for (int64_t k = k0; k < k1; k++) {
-                float *row = tile + (k - k0) * PB;
+                float *row = tile + (k - k0) * PBJ;
                 memcpy(row, xg + jb->off[k] + q0, sizeof(float) * (size_t)nq);
-                memset(row + nq, 0, sizeof(float) * (size_t)(PB - nq));
+                memset(row + nq, 0, sizeof(float) * (size_t)(PBJ - nq));
             }
             xb = tile;
             off = jb->toff;
@@ -494,21 +527,21 @@ static void do_item(job *jb, int64_t item, float *tile, float *otile, cursor *cu
         if (jb->avx512 && w->enc == SLIM_SPARSE_CSR && w->idtype == SLIM_U16)
             for (; j + 1 < j1; j += 2)
                 chunk2_avx512(w, &cur[j - j0], &cur[j + 1 - j0], k1, xb, off,
-                              otile + (j - j0) * PB, otile + (j + 1 - j0) * PB, k0 == 0, nv);
+                              otile + (j - j0) * PBJ, otile + (j + 1 - j0) * PBJ, k0 == 0, nv);
         else if (jb->avx512 && w->enc == SLIM_SPARSE_24)
             for (; j + 1 < j1; j += 2)
                 chunk2_24_avx512(w, j, &cur[j - j0], &cur[j + 1 - j0], k1, xb, off,
-                                 otile + (j - j0) * PB, otile + (j + 1 - j0) * PB, k0 == 0, nv);
+                                 otile + (j - j0) * PBJ, otile + (j + 1 - j0) * PBJ, k0 == 0, nv);
 #endif
         for (; j < j1; j++) {
 #ifdef SPARSE_CONV_X86
             if (jb->avx512) {
-                chunk_avx512(w, j, &cur[j - j0], k1, xb, off, otile + (j - j0) * PB, k0 == 0,
+                chunk_avx512(w, j, &cur[j - j0], k1, xb, off, otile + (j - j0) * PBJ, k0 == 0,
                              nv);
                 continue;
             }
 #endif
-            chunk_c(w, j, &cur[j - j0], k1, xb, off, otile + (j - j0) * PB, k0 == 0);
+            chunk_c(w, j, &cur[j - j0], k1, xb, off, otile + (j - j0) * PBJ, k0 == 0, (int)PBJ);
         }
     }
 #ifdef SPARSE_CONV_X86
@@ -525,8 +558,8 @@ static void part(int64_t begin, int64_t end, void *user)
     job *jb = user;
     /* One scratch block per call: a tail tile (kc rows), the channels'
      * partial sums and their cursors. */
-    size_t tile_b = sizeof(float) * (size_t)(jb->kc * PB);
-    size_t out_b = sizeof(float) * (size_t)(jb->cc * PB);
+    size_t tile_b = sizeof(float) * (size_t)(jb->kc * jb->pb);
+    size_t out_b = sizeof(float) * (size_t)(jb->cc * jb->pb);
     char *mem = slim_scratch_malloc(tile_b + out_b + sizeof(cursor) * (size_t)jb->cc);
     if (!mem) {
         atomic_store(&jb->oom, 1);
@@ -535,6 +568,29 @@ static void part(int64_t begin, int64_t end, void *user)
     for (int64_t item = begin; item < end; item++)
         do_item(jb, item, (float *)mem, (float *)(mem + tile_b), (cursor *)(mem + tile_b + out_b));
     slim_scratch_free(mem);
+}
+
+/* Why a wider block for some convs: each stored weight costs a broadcast,
+ * its index and its row's offset besides the row's loads, so 8 vectors of
+ * pixels an entry share them where 4 did; every pixel's chain is the same,
+ * so the results are too. Only where a chunk's rows still fit L1 (32 KB of
+ * its 48, estimated: the chunk's input channels x the phases its taps read
+ * x a row of the block plus the taps' reach). ResNet-18's 90% convs alone
+ * against PB everywhere (min of 6-8 x 200-300 runs, 1 thread, 4 runs):
+ * 3x3 stride 1 at 56, 28 and 14 0.81-0.96x (one 1.06), the 7x7 stem
+ * 0.92-0.99x; with PB_WIDE for them too, 3x3 stride 2 (four phases, ~72
+ * KB) had run 1.01-1.31x and 1x1 (rows that do not overlap) 0.76-1.12x, so
+ * they keep PB. Planes of at most PB wide pixels (7 x 7) are one block
+ * either way. */
+static int64_t block_width(const slim_sparse_conv *c, const job *jb, int64_t khw)
+{
+    if (khw == 1 || jb->nq <= PB)
+        return PB;
+    int64_t kc = jb->kc < jb->kg ? jb->kc : jb->kg;
+    int64_t chans = kc / khw + 1;
+    int64_t phases = (c->kh < c->sh ? c->kh : c->sh) * (c->kw < c->sw ? c->kw : c->sw);
+    int64_t span = PB_WIDE + (c->kh - 1) * c->dh / c->sh * jb->wq + (c->kw - 1) * c->dw / c->sw;
+    return chans * phases * span * (int64_t)sizeof(float) <= 32768 ? PB_WIDE : PB;
 }
 
 slim_status slim_sparse_conv_run(const slim_sparse_conv *c, int64_t batch, const float *x,
@@ -564,10 +620,11 @@ slim_status slim_sparse_conv_run(const slim_sparse_conv *c, int64_t batch, const
      * no change at 56 x 56. Not where every block is a tail tile (7 x 7),
      * copied once per chunk: 1.06-1.15x there. */
     jb.kc = khw == 1 && jb.kg > KC1 && !(jb.direct && jb.nq < PB) ? KC1 : KC;
+    jb.pb = block_width(c, &jb, khw);
     slim_tensor hold = {0};
-    int64_t n_xp = jb.direct ? 0 : batch * c->c * phases * plane + jb.wq + PB;
+    int64_t n_xp = jb.direct ? 0 : batch * c->c * phases * plane + jb.wq + jb.pb;
     /* offsets, then the planes (their slack: a block's wide pixels and
-     * taps may run past the last plane by up to wq + PB floats, zeros) */
+     * taps may run past the last plane by up to wq + pb floats, zeros) */
     char *mem = slim_scratch_alloc(&hold, 16 * jb.kg + 4 * n_xp, 1, false, err);
     if (!mem)
         return err->status ? err->status : SLIM_ENOMEM;
@@ -581,7 +638,7 @@ slim_status slim_sparse_conv_run(const slim_sparse_conv *c, int64_t batch, const
         off[k] = jb.direct ? k * plane
                            : (ci * phases + a * c->sw + b) * plane +
                                  ky * c->dh / c->sh * jb.wq + kx * c->dw / c->sw;
-        toff[k] = k % jb.kc * PB;
+        toff[k] = k % jb.kc * jb.pb;
     }
     jb.off = off;
     jb.toff = toff;
@@ -589,11 +646,11 @@ slim_status slim_sparse_conv_run(const slim_sparse_conv *c, int64_t batch, const
         jb.xp = x;
     } else {
         float *xp = (float *)(toff + jb.kg);
-        memset(xp + n_xp - jb.wq - PB, 0, sizeof(float) * (size_t)(jb.wq + PB));
+        memset(xp + n_xp - jb.wq - jb.pb, 0, sizeof(float) * (size_t)(jb.wq + jb.pb));
         jb.xp = xp;
         slim_parallel_for(batch * c->c, 1 + 16384 / (phases * plane + 1), phase_part, &jb);
     }
-    jb.n_pb = (jb.nq + PB - 1) / PB;
+    jb.n_pb = (jb.nq + jb.pb - 1) / jb.pb;
     /* Channel chunks of at least 16 only when images x groups x pixel
      * blocks leave the threads short of four items each. Four, not two:
      * a 14 x 14 plane is 4 blocks, the last of 4 pixels, so 2 threads
@@ -610,7 +667,7 @@ slim_status slim_sparse_conv_run(const slim_sparse_conv *c, int64_t batch, const
     jb.n_cc = (jb.mg + jb.cc - 1) / jb.cc;
     int64_t nnz = c->w.enc == SLIM_SPARSE_24 ? c->w.n * 2 * slim_sparse_24_groups(c->w.k)
                                              : c->w.rowptr[c->w.n];
-    int64_t per_item = nnz / c->w.n * jb.cc * PB + 1;
+    int64_t per_item = nnz / c->w.n * jb.cc * jb.pb + 1;
     slim_parallel_for(items0 * jb.n_cc, 1 + 65536 / per_item, part, &jb);
     slim_tensor_release(&hold);
     if (atomic_load(&jb.oom))

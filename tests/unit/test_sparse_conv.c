@@ -241,6 +241,9 @@ static const shape shapes[] = {
     {2, 200, 9, 10, 7, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, false, 0.1},  /* 90 px */
     {1, 300, 10, 10, 5, 1, 1, 2, 2, 1, 1, 0, 0, 0, 0, 1, false, 0.1}, /* stride 2 */
     {1, 260, 5, 6, 3, 1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, true, 0},      /* 30 px, 2:4 */
+    /* kxk stride 1 past PB wide pixels: blocks of PB_WIDE (128), a tail */
+    {2, 4, 20, 20, 9, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, false, 0.2},   /* 20 x 22: 440 */
+    {1, 40, 12, 15, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, false, 0.1},  /* K 360: 2 chunks */
 };
 
 static bool have_avx512(void)
@@ -286,7 +289,7 @@ END_TEST
 
 START_TEST(test_conv_image_independent_of_batch)
 {
-    static const int which[] = {0, 4, 7, 10};
+    static const int which[] = {0, 4, 7, 10, 19, 20};
     for (size_t q = 0; q < sizeof(which) / sizeof(which[0]); q++) {
         shape s = shapes[which[q]];
         s.n = 3;
