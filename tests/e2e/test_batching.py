@@ -16,6 +16,8 @@ the real server on a free loopback port and checks:
     of its rows and answered 200 with the rows of an unlimited run
   * requests in = answers out: every id answered once, with its own rows
   * requests of different input shapes are never merged
+  * 8 requests merged into one run of a large MatMul + Add + Relu (fused,
+    its row-invariant column blocks) get bitwise their single-run rows
   * a full queue answers 503 with Retry-After, counted in /metrics
   * queue timeouts: REJECT answers 503, DELAY runs the request late, and a
     request's own "timeout" parameter counts only when allowed
@@ -43,7 +45,7 @@ import threading
 import time
 
 import numpy as np
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_server import (HOST, Failure, Runner, Server, binary_request, check,  # noqa: E402
@@ -51,6 +53,7 @@ from test_server import (HOST, Failure, Runner, Server, binary_request, check,  
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TIMEOUT = 120
+DENSE_K, DENSE_N = 1024, 640
 
 
 # ---- the repository ----------------------------------------------------------
@@ -130,6 +133,23 @@ def build_repository(root, slim):
     plus("t_override", ["n", 4], {"max_batch_size": 8, "dynamic_batching": dict(
         slow, default_queue_policy={"allow_timeout_override": True})})
     plus("waiting", ["n", 4], {"max_batch_size": 8, "dynamic_batching": slow})
+
+    # A product large enough for FusedMatMul's column blocks (matmul_rows.c:
+    # two blocks per column part, two groups of row tiles at 8 x 16 rows).
+    rng = np.random.default_rng(21)
+    w = (rng.standard_normal((DENSE_K, DENSE_N)) * 0.05).astype(np.float32)
+    b = rng.standard_normal(DENSE_N).astype(np.float32)
+    for name, cfg in (("dense", {"max_batch_size": 8, "dynamic_batching": {
+                          "max_queue_delay_microseconds": 2000000}}),
+                      ("dense_ref", {"max_batch_size": 8})):
+        save_model(os.path.join(root, name, "1", "model.onnx"),
+                   [helper.make_node("MatMul", ["x", "w"], ["p"]),
+                    helper.make_node("Add", ["p", "b"], ["s"]),
+                    helper.make_node("Relu", ["s"], ["y"])],
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 16, DENSE_K])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 16, DENSE_N])],
+                   [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+        write_json(os.path.join(root, name, "config.json"), dict({"name": name}, **cfg))
 
     broken = {
         "bad_db_key": ({"max_batch_size": 8,
@@ -424,6 +444,32 @@ class Suite:
         status, body = self.http.json("POST", "/v2/repository/models/waiting/load")
         check(status == 200, f"load: {status} {body}")
 
+    def t_dense_rows(self):
+        """8 concurrent requests of 16 rows merged into one run of 128 rows
+        through FusedMatMul's row-invariant column blocks: each answer
+        bitwise the request's run alone."""
+        before = metrics(self.http)
+        rng = np.random.default_rng(5)
+        xs = [rng.standard_normal((1, 16, DENSE_K)).astype(np.float32) for _ in range(8)]
+        got = {}
+
+        def one(i):
+            def fn():
+                got[i] = infer_binary(self.http, "dense", xs[i], rid=f"d{i}", name="x")
+            return fn
+        errors = run_threads([one(i) for i in range(8)])
+        check(not errors, f"client errors {errors[:3]}")
+        runs = metric(metrics(self.http), "slim_execution_count_total", "dense") - \
+            (metric(before, "slim_execution_count_total", "dense") or 0)
+        check(runs < 8, f"8 requests ran in {runs} runs: nothing was merged")
+        for i, x in enumerate(xs):
+            status, _, header, arrays = got[i]
+            check(status == 200, f"HTTP {status} {header}")
+            status, _, header, want = infer_binary(self.http, "dense_ref", x, name="x")
+            check(status == 200, f"reference: HTTP {status} {header}")
+            check(float(want["y"].max()) > 0.1, "the reference is all zeros: proves nothing")
+            close(arrays["y"], want["y"], f"request {i} (batched in {runs} runs)")
+
     def t_config(self):
         status, body = self.http.json("GET", "/v2/models/cnn/config")
         check(status == 200 and body["dynamic_batching"]["max_queue_delay_microseconds"] == 500000,
@@ -458,6 +504,8 @@ def main():
         r.case("config: dynamic_batching shown, errors name the key", s.t_config)
         r.case("OOM halving: 64 concurrent requests and a 32-row one (in parts) succeed", s.t_halving)
         r.case("requests of different shapes are not merged", s.t_shapes_not_merged)
+        r.case("a merged FusedMatMul batch gives each request its rows alone",
+               s.t_dense_rows)
         r.case("a full queue answers 503 with Retry-After", s.t_queue_full)
         r.case("queue timeouts: REJECT, DELAY, per-request override", s.t_timeouts)
         r.case("unload while a request waits still answers it", s.t_unload_while_waiting)
