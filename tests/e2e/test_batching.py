@@ -21,6 +21,8 @@ the real server on a free loopback port and checks:
   * a full queue answers 503 with Retry-After, counted in /metrics
   * queue timeouts: REJECT answers 503, DELAY runs the request late, and a
     request's own "timeout" parameter counts only when allowed
+  * a keep-alive connection that only asked for health does not make a
+    lone request wait for company
   * an unload while a request waits in the queue still answers it
   * dynamic_batching config errors name the offending key
 
@@ -193,6 +195,16 @@ def infer_binary(http, model, x, rid=None, params=None, timeout=TIMEOUT, name="i
         header, arrays = parse_binary_response(headers, data)
         return status, headers, header, arrays
     return status, headers, json.loads(data), None
+
+
+def infer_on(conn, model, x, name):
+    """One binary FP32 inference on an open keep-alive connection; the status."""
+    body, hlen = binary_request([(name, x, "FP32")])
+    conn.request("POST", f"/v2/models/{model}/infer", body,
+                 {"Inference-Header-Content-Length": str(hlen)})
+    resp = conn.getresponse()
+    resp.read()
+    return resp.status
 
 
 def metrics(http):
@@ -369,14 +381,42 @@ class Suite:
         check(got == statuses.count(503), f"REJECTED failures {got}")
 
     def another_client(self):
-        """An idle keep-alive connection: a client that could still send, so a
-        lone request's batch can grow and waits for company as configured
-        (batcher.c: with every open connection's request queued, it would
-        go at once)."""
+        """An idle keep-alive connection that has sent an inference: a client
+        that could send another, so a lone request's batch can grow and
+        waits for company as configured (batcher.c: with every sending
+        connection's request queued, it would go at once)."""
         c = http.client.HTTPConnection(HOST, self.http.port, timeout=TIMEOUT)
-        c.request("GET", "/v2/health/live")
-        c.getresponse().read()
+        status = infer_on(c, "cnn_ref", np.zeros((1, 3, 32, 32), np.float32), "image")
+        check(status == 200, f"another client's inference: HTTP {status}")
         return c
+
+    def t_lone_not_waiting(self):
+        """A keep-alive connection that only asked for health is no client a
+        batch could wait for: a lone request (its connection's second
+        inference, past the second after its first) goes at once, not after
+        max_queue_delay_microseconds (1.5 s on "waiting")."""
+        c = http.client.HTTPConnection(HOST, self.http.port, timeout=TIMEOUT)
+        health = http.client.HTTPConnection(HOST, self.http.port, timeout=TIMEOUT)
+        try:
+            status = infer_on(c, "cnn_ref", np.zeros((1, 3, 32, 32), np.float32), "image")
+            check(status == 200, f"first inference: HTTP {status}")
+            health.request("GET", "/v2/health/ready")
+            check(health.getresponse().read() is not None, "health")
+            time.sleep(1.2)  # past the second a connection's first inference opens
+            status, before = self.http.json("GET", "/v2/models/waiting/stats")
+            check(status == 200, f"stats: {status}")
+            status = infer_on(c, "waiting", np.ones((1, 4), np.float32), "x")
+            check(status == 200, f"lone request: HTTP {status}")
+            status, after = self.http.json("GET", "/v2/models/waiting/stats")
+            a, b = (s["model_stats"][0]["inference_stats"] for s in (before, after))
+            n = b["success"]["count"] - a["success"]["count"]
+            queued_s = (b["queue"]["ns"] - a["queue"]["ns"]) / 1e9
+            check(n == 1 and queued_s < 1.0,
+                  f"the lone request waited {queued_s:.3f} s in the queue ({n} answered): "
+                  f"the health-only connection was counted as a sender")
+        finally:
+            health.close()
+            c.close()
 
     def t_timeouts(self):
         idle = self.another_client()
@@ -508,6 +548,8 @@ def main():
                s.t_dense_rows)
         r.case("a full queue answers 503 with Retry-After", s.t_queue_full)
         r.case("queue timeouts: REJECT, DELAY, per-request override", s.t_timeouts)
+        r.case("a health-only connection does not make a lone request wait",
+               s.t_lone_not_waiting)
         r.case("unload while a request waits still answers it", s.t_unload_while_waiting)
     finally:
         code = srv.stop()
