@@ -237,7 +237,8 @@ typedef struct rows_job {
 } rows_job;
 
 /* One block over one group of tiles: the block's weights stay in cache
- * from the first tile on. */
+ * from the first tile on. pad: room for a tile of A when the last one is
+ * short. */
 static dnnl_status_t run_block(const rows_job *j, const rows_block *blk, int64_t g, float *scratch,
                                float *dst, float *pad)
 {
@@ -247,7 +248,7 @@ static dnnl_status_t run_block(const rows_job *j, const rows_block *blk, int64_t
     if (!strm)
         return dnnl_runtime_error;
     dnnl_memory_t mem[5] = {NULL, NULL, NULL, NULL, NULL};
-    dnnl_status_t st = dnnl_memory_create(&mem[0], &r->src_md, r->engine, pad);
+    dnnl_status_t st = dnnl_memory_create(&mem[0], &r->src_md, r->engine, (void *)j->a);
     if (st == dnnl_success)
         st = dnnl_memory_create(&mem[1], &sh->wmd, r->engine, (void *)(j->w + blk->woff));
     if (st == dnnl_success)
@@ -288,10 +289,10 @@ static void rows_tasks(int64_t begin, int64_t end, void *user)
 {
     rows_job *j = user;
     const slim__fmm_rows *r = j->r;
-    /* One buffer per chunk of tasks: scratch, a tile's output, a padded
-     * tile of A. */
+    /* One buffer per chunk of tasks: scratch, a tile's output, and a
+     * padded tile of A where the last tile is short. */
     size_t scratch_floats = (r->max_scratch + sizeof(float) * 16 - 1) / sizeof(float) / 16 * 16;
-    int64_t floats = (int64_t)scratch_floats + T * r->max_nb + T * r->k;
+    int64_t floats = (int64_t)scratch_floats + T * r->max_nb + (j->m % T ? T * r->k : 0);
     slim_tensor buf = {.dtype = SLIM_F32, .ndim = 1, .dims = {floats}};
     slim_err ignored;
     if (slim_tensor_alloc(&buf, &ignored) != SLIM_OK) {
