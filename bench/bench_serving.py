@@ -158,12 +158,12 @@ class Client:
 def load(port, req, clients, seconds, warm=1.0, with_mean=False):
     """requests/s, p50 ms, p99 ms of `clients` closed-loop clients (and
     the mean ms with_mean)."""
-    lat, errors, lock = [], [], threading.Lock()
+    lat, every, errors, lock = [], [], [], threading.Lock()
     barrier = threading.Barrier(clients + 1)
     window = {}
 
     def worker():
-        mine = []
+        mine, all_mine = [], []
         try:
             c = Client(port, req)
         except OSError as e:
@@ -171,7 +171,9 @@ def load(port, req, clients, seconds, warm=1.0, with_mean=False):
             barrier.abort()
             return
         try:
+            t0 = time.perf_counter()
             c.call()
+            all_mine.append(time.perf_counter() - t0)
             barrier.wait()
             t_start = window["start"]
             while True:
@@ -179,14 +181,16 @@ def load(port, req, clients, seconds, warm=1.0, with_mean=False):
                 if t0 >= window["end"]:
                     break
                 c.call()
+                all_mine.append(time.perf_counter() - t0)
                 if t0 >= t_start:
-                    mine.append(time.perf_counter() - t0)
+                    mine.append(all_mine[-1])
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(repr(e))
         finally:
             c.close()
             with lock:
                 lat.extend(mine)
+                every.extend(all_mine)
 
     threads = [threading.Thread(target=worker) for _ in range(clients)]
     for t in threads:
@@ -207,8 +211,10 @@ def load(port, req, clients, seconds, warm=1.0, with_mean=False):
     if not len(a):  # no request started in the window (a warm-up shorter than one)
         out = (0.0, float("nan"), float("nan"), float("nan"))
     else:
+        # The mean over every request, the warm-up's too: what the server's
+        # statistics between the call's start and end average over.
         out = (len(a) / seconds, float(np.percentile(a, 50)), float(np.percentile(a, 99)),
-               float(a.mean()))
+               float(np.mean(every)) * 1000.0)
     return out if with_mean else out[:3]
 
 
@@ -314,7 +320,8 @@ def measure_round(args, label, port, pid, name, path, inproc, rounds):
     busy_ms = sum(n * bench(b, args.repeat)[1] for b, n in formed.items())
     inproc_rps = rows / busy_ms * 1000.0 if busy_ms else float("nan")
     # Concurrency 1, and where its time goes on the server's side (the
-    # statistics' means; the warm-up's requests are counted too). The
+    # statistics' means, over the warm-up's requests too, as the client's
+    # mean is). The
     # statistics connection opens first: a connection opened within a
     # second lets batches wait for company (batcher.c), and the warm-up
     # second covers that.
