@@ -137,7 +137,7 @@ def build_repository(root, slim):
     plus("waiting", ["n", 4], {"max_batch_size": 8, "dynamic_batching": slow})
 
     # A product large enough for FusedMatMul's column blocks (matmul_rows.c:
-    # two blocks per column part, two groups of row tiles at 8 x 16 rows).
+    # two blocks per column part).
     rng = np.random.default_rng(21)
     w = (rng.standard_normal((DENSE_K, DENSE_N)) * 0.05).astype(np.float32)
     b = rng.standard_normal(DENSE_N).astype(np.float32)
