@@ -37,7 +37,9 @@ Then, in --rounds alternating rounds, for each model:
 With --base-slimserve a second server (another build) serves the same
 repository and is measured in the same rounds, the two alternating (which
 goes first switches round by round); the in-process figures of a round are
-shared. Prints the medians over the rounds, with the targets of issue 34:
+shared. A script works as the other build too, e.g. one that runs
+`SLIM_FMM_ROWS=0 exec build/bin/slimserve "$@"` (FusedMatMul's row-invariant
+products in the per-part tiles they took before matmul_rows.c). Prints the medians over the rounds, with the targets of issue 34:
 server throughput at --clients >= 0.9x in-process, and the server's p50 at
 concurrency 1 within 0.2 ms + 5% of in-process batch-1 p50.
 
