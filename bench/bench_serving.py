@@ -27,13 +27,19 @@ Then, in --rounds alternating rounds, for each model:
     in-process    `slim bench MODEL --batch B` for each batch size B the
                   batcher formed: the throughput in-process at the same
                   mix, sum(rows) / sum(runs_B * latency_B)
-    server c=1    one client, batch 1: p50
-    in-process    `slim bench MODEL --batch 1`: p50
+    server c=1    one client, batch 1: p50, and a line of means: the
+                  client's latency split into the server's part (from
+                  its statistics: queue, decode + merge, model run,
+                  split + encode, the rest) and the part outside it
+                  (sending the body and the answer, the client's loop)
+    in-process    `slim bench MODEL --batch 1`: p50 (and mean)
 
 With --base-slimserve a second server (another build) serves the same
 repository and is measured in the same rounds, the two alternating (which
 goes first switches round by round); the in-process figures of a round are
-shared. Prints the medians over the rounds, with the targets of issue 34:
+shared. A script works as the other build too, e.g. one that runs
+`SLIM_FMM_ROWS=0 exec build/bin/slimserve "$@"` (FusedMatMul's row-invariant
+products in the per-part tiles they took before matmul_rows.c). Prints the medians over the rounds, with the targets of issue 34:
 server throughput at --clients >= 0.9x in-process, and the server's p50 at
 concurrency 1 within 0.2 ms + 5% of in-process batch-1 p50.
 
@@ -151,14 +157,15 @@ class Client:
         self.sock.close()
 
 
-def load(port, req, clients, seconds, warm=1.0):
-    """requests/s, p50 ms, p99 ms of `clients` closed-loop clients."""
-    lat, errors, lock = [], [], threading.Lock()
+def load(port, req, clients, seconds, warm=1.0, with_mean=False):
+    """requests/s, p50 ms, p99 ms of `clients` closed-loop clients (and
+    the mean ms with_mean)."""
+    lat, every, errors, lock = [], [], [], threading.Lock()
     barrier = threading.Barrier(clients + 1)
     window = {}
 
     def worker():
-        mine = []
+        mine, all_mine = [], []
         try:
             c = Client(port, req)
         except OSError as e:
@@ -166,7 +173,9 @@ def load(port, req, clients, seconds, warm=1.0):
             barrier.abort()
             return
         try:
+            t0 = time.perf_counter()
             c.call()
+            all_mine.append(time.perf_counter() - t0)
             barrier.wait()
             t_start = window["start"]
             while True:
@@ -174,14 +183,16 @@ def load(port, req, clients, seconds, warm=1.0):
                 if t0 >= window["end"]:
                     break
                 c.call()
+                all_mine.append(time.perf_counter() - t0)
                 if t0 >= t_start:
-                    mine.append(time.perf_counter() - t0)
+                    mine.append(all_mine[-1])
         except Exception as e:  # noqa: BLE001 - reported below
             errors.append(repr(e))
         finally:
             c.close()
             with lock:
                 lat.extend(mine)
+                every.extend(all_mine)
 
     threads = [threading.Thread(target=worker) for _ in range(clients)]
     for t in threads:
@@ -200,12 +211,17 @@ def load(port, req, clients, seconds, warm=1.0):
     # ones end a little after it: a closed loop, so this is the rate).
     a = np.array(lat) * 1000.0
     if not len(a):  # no request started in the window (a warm-up shorter than one)
-        return 0.0, float("nan"), float("nan")
-    return len(a) / seconds, float(np.percentile(a, 50)), float(np.percentile(a, 99))
+        out = (0.0, float("nan"), float("nan"), float("nan"))
+    else:
+        # The mean over every request, the warm-up's too: what the server's
+        # statistics between the call's start and end average over.
+        out = (len(a) / seconds, float(np.percentile(a, 50)), float(np.percentile(a, 99)),
+               float(np.mean(every)) * 1000.0)
+    return out if with_mean else out[:3]
 
 
-def batch_counts(port, model):
-    """{batch size: model runs} from the server's statistics."""
+def model_stats(port, model):
+    """The statistics extension's entry for the model."""
     c = socket.create_connection((HOST, port), timeout=30)
     try:
         c.sendall(f"GET /v2/models/{model}/stats HTTP/1.1\r\nHost: x\r\n"
@@ -218,11 +234,28 @@ def batch_counts(port, model):
             data += d
     finally:
         c.close()
-    body = json.loads(data.split(b"\r\n\r\n", 1)[1])
+    return json.loads(data.split(b"\r\n\r\n", 1)[1])["model_stats"][0]
+
+
+def batch_counts(stats):
+    """{batch size: model runs} from the server's statistics."""
     out = {}
-    for s in body["model_stats"][0].get("batch_stats", []):
+    for s in stats.get("batch_stats", []):
         out[int(s["batch_size"])] = int(s["compute_infer"]["count"])
     return out
+
+
+PHASES = ("queue", "compute_input", "compute_infer", "compute_output")
+
+
+def phases(before, after):
+    """Mean ms per successful request of the server's phases between two
+    statistics: success (a complete body to the answer) and its parts."""
+    a, b = before["inference_stats"], after["inference_stats"]
+    n = b["success"]["count"] - a["success"]["count"]
+    if n <= 0:
+        return None
+    return {k: (b[k]["ns"] - a[k]["ns"]) / n / 1e6 for k in ("success",) + PHASES}
 
 
 def slim_bench(slim, model, batch, repeat):
@@ -278,9 +311,9 @@ def measure_round(args, label, port, pid, name, path, inproc, rounds):
         return inproc[(name, b)]
 
     load(port, req, args.clients, 1.0, warm=0.0)  # warm-up, outside the counts
-    before, cpu0 = batch_counts(port, name), cpu_seconds(pid)
+    before, cpu0 = batch_counts(model_stats(port, name)), cpu_seconds(pid)
     rps, p50_n, p99_n = load(port, req, args.clients, args.seconds, warm=0.0)
-    after, cpu1 = batch_counts(port, name), cpu_seconds(pid)
+    after, cpu1 = batch_counts(model_stats(port, name)), cpu_seconds(pid)
     formed = {b: after.get(b, 0) - before.get(b, 0) for b in after}
     formed = {b: n for b, n in formed.items() if n > 0}
     # In-process at the same mix: each batch size's mean latency, weighted
@@ -288,7 +321,15 @@ def measure_round(args, label, port, pid, name, path, inproc, rounds):
     rows = sum(b * n for b, n in formed.items())
     busy_ms = sum(n * bench(b, args.repeat)[1] for b, n in formed.items())
     inproc_rps = rows / busy_ms * 1000.0 if busy_ms else float("nan")
-    _, p50_1, _ = load(port, req, 1, args.seconds / 2)
+    # Concurrency 1, and where its time goes on the server's side (the
+    # statistics' means, over the warm-up's requests too, as the client's
+    # mean is). The
+    # statistics connection opens first: a connection opened within a
+    # second lets batches wait for company (batcher.c), and the warm-up
+    # second covers that.
+    s_before = model_stats(port, name)
+    _, p50_1, _, mean_1 = load(port, req, 1, args.seconds / 2, with_mean=True)
+    ph = phases(s_before, model_stats(port, name))
     inproc_p50 = bench(1, args.repeat * 2)[0]
     mean_batch = rows / sum(formed.values()) if formed else float("nan")
     # The server's CPU per request, model runs included: less sensitive to
@@ -303,6 +344,16 @@ def measure_round(args, label, port, pid, name, path, inproc, rounds):
     print(f"  round {len(rounds[(label, name)])} {label} {name}: c{args.clients} {rps:.0f} "
           f"req/s vs in-process {inproc_rps:.0f} ({row['ratio']:.3f}x, batches {row['mix']}); "
           f"c1 p50 {p50_1:.3f} ms vs in-process {inproc_p50:.3f} ms", flush=True)
+    if ph:
+        # Means (ms): the client's request = the server's part (a complete
+        # body to the answer: queue, decode + merge, run, split + encode,
+        # the rest) + outside it (sending the body, the answer, the client).
+        rest = ph["success"] - sum(ph[k] for k in PHASES)
+        print(f"    c1 means ms: client {mean_1:.3f} = server {ph['success']:.3f} (queue "
+              f"{ph['queue']:.3f}, input {ph['compute_input']:.3f}, run "
+              f"{ph['compute_infer']:.3f}, output {ph['compute_output']:.3f}, other "
+              f"{rest:.3f}) + outside {mean_1 - ph['success']:.3f}; in-process mean "
+              f"{bench(1, args.repeat * 2)[1]:.3f}", flush=True)
 
 
 def start_server(binary, repo):

@@ -22,14 +22,18 @@
  * on every request. A request can come only from a client that is not
  * itself waiting for an answer: an HTTP/1.1 connection carries one request
  * at a time, so while every open connection's request is queued or running
- * (open connections <= tasks pending on the batchers) nothing can join and
- * the batch goes at once. Clients that are not connected yet cannot be
+ * (sending connections <= tasks pending on the batchers) nothing can join
+ * and the batch goes at once. A connection counts from its first inference
+ * request until it closes (connections.c): one that only asked for health,
+ * metadata or statistics (a readiness probe, a scraper on keep-alive) is
+ * not a sender, and counting it made every lone request wait the whole
+ * delay while it was open. Clients that have not sent yet cannot be
  * counted, and a gRPC channel can always send another call, so within a
- * second of a connection opening or of a gRPC call batches wait as
- * configured (clients that connect per request, a burst of new ones, gRPC
- * ones keep their batching). Connections opened for other things (health
- * checks, an idle keep-alive) count as possible senders: the error is
- * toward waiting, which is what every batch did before.
+ * second of a connection's first inference or of a gRPC call batches wait
+ * as configured (clients that connect per request, a burst of new ones,
+ * gRPC ones keep their batching). A sender that has gone idle on
+ * keep-alive still counts: the error is toward waiting, which is what
+ * every batch did before.
  *
  * Wakeups. An instance waiting for company is woken by a submit only when
  * the new request makes its batch full, reach a preferred size, or unable
@@ -85,8 +89,8 @@
 
 /* ---- whether a batch can grow -------------------------------------------- */
 
-static atomic_llong open_connections;
-static atomic_llong last_newcomer_us;   /* a connection opened, a gRPC call came */
+static atomic_llong open_connections;   /* those that have sent an inference */
+static atomic_llong last_newcomer_us;   /* a connection's first inference, a gRPC call */
 
 static void newcomer(void)
 {

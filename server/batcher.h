@@ -93,10 +93,10 @@ int64_t slim_server_batchers_pending(void);
 int64_t slim_server_batchers_abandon(void);
 /* Whether a forming batch can still grow (batcher.c's top): the clients
  * that could send another request. HTTP/1.1 connections are counted by
- * connections.c (one request at a time each: one whose request is queued
- * cannot send another); a gRPC channel can always send another, so a gRPC
- * call, like a connection opening, marks the next second as one where
- * batches can grow. */
+ * connections.c from their first inference request (one request at a time
+ * each: one whose request is queued cannot send another); a gRPC channel
+ * can always send another, so a gRPC call, like a connection's first
+ * inference, marks the next second as one where batches can grow. */
 void slim_server_batchers_connections(int delta);
 void slim_server_batchers_multiplexed_call(void);
 

@@ -99,8 +99,6 @@ void slim__conn_notify(void *cls, struct MHD_Connection *conn, void **socket_con
         srv->n_conns++;
         *(c->lane ? &srv->n_lane : &srv->n_open) += 1;
         pthread_mutex_unlock(&srv->conns_mu);
-        if (!c->lane) /* a client that may send an inference */
-            slim_server_batchers_connections(1);
         *socket_context = c;
     } else if (c) { /* MHD_CONNECTION_NOTIFY_CLOSED */
         pthread_mutex_lock(&srv->conns_mu);
@@ -113,12 +111,32 @@ void slim__conn_notify(void *cls, struct MHD_Connection *conn, void **socket_con
         srv->n_conns--;
         if (c->phase != CONN_CLOSING)
             *(c->lane ? &srv->n_lane : &srv->n_open) -= 1;
+        bool sender = c->sender;
         pthread_mutex_unlock(&srv->conns_mu);
-        if (!c->lane)
+        if (sender)
             slim_server_batchers_connections(-1);
         free(c);
         *socket_context = NULL;
     }
+}
+
+/* Counted from a connection's first inference rather than from its opening:
+ * a connection that only asks for health, metadata or statistics (a
+ * readiness probe, a metrics scraper on keep-alive) sends no request a batch
+ * could wait for, and counting it made every lone request wait the whole
+ * max_queue_delay_microseconds while it was open (or for a second after it
+ * opened). */
+void slim__conn_mark_sender(slim_server *srv, struct slim_server_conn *c)
+{
+    if (!c)
+        return;
+    pthread_mutex_lock(&srv->conns_mu);
+    bool first = !c->sender && !c->lane;
+    if (first)
+        c->sender = true;
+    pthread_mutex_unlock(&srv->conns_mu);
+    if (first)
+        slim_server_batchers_connections(1);
 }
 
 static int hex_digit(char c)

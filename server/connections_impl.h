@@ -30,6 +30,7 @@ struct slim_server_conn {
     conn_phase phase;
     bool control_in_url;            /* the request's path or query decoded to a control byte */
     bool lane;                      /* past --max-connections: health checks only */
+    bool sender;                    /* has asked for an inference: the batchers count it */
     int64_t deadline;               /* monotonic us; 0: none */
     struct slim_server_conn *prev, *next;
 };
@@ -52,6 +53,10 @@ bool slim__conn_set(slim_server *srv, struct slim_server_conn *c, conn_phase pha
 bool slim__conn_closing(slim_server *srv, struct slim_server_conn *c);
 /* Whether the request's path or query held a control byte; clears it. */
 bool slim__conn_take_control_mark(slim_server *srv, struct slim_server_conn *c);
+/* c asks for an inference: from now until it closes, the batchers count it
+ * as a client that may send another (batcher.c, "Waiting only when the
+ * batch can grow"). Once per connection; c NULL: nothing. */
+void slim__conn_mark_sender(slim_server *srv, struct slim_server_conn *c);
 /* Whether c came past --max-connections (it may only ask for health). */
 bool slim__conn_is_lane(slim_server *srv, struct slim_server_conn *c);
 

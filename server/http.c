@@ -54,12 +54,16 @@
 /* A body is allocated at its Content-Length up to this much at once. */
 #define BODY_PREALLOC_MAX ((size_t)8 << 20)
 
+static bool is_infer(const char *url)
+{
+    size_t n = strlen(url);
+    return n >= 6 && strcmp(url + n - 6, "/infer") == 0;
+}
+
 /* The most body bytes this request may send. */
 static size_t body_limit(const slim_server_request *req)
 {
-    size_t n = strlen(req->url);
-    bool infer = n >= 6 && strcmp(req->url + n - 6, "/infer") == 0;
-    return infer ? req->srv->opts.max_request_bytes : CONTROL_BODY_MAX;
+    return is_infer(req->url) ? req->srv->opts.max_request_bytes : CONTROL_BODY_MAX;
 }
 
 static const char *body_limit_name(const slim_server_request *req)
@@ -312,6 +316,8 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
             req->reply_ready = true;
             return send_reply(req);
         }
+        if (is_infer(url)) /* a client whose next request a batch may wait for */
+            slim__conn_mark_sender(srv, req->sc);
         if (refuse_framing(req) || !slim_server_auth_check(req)) {
             slim__conn_set(srv, req->sc, CONN_BUSY);
             req->reply_ready = true;

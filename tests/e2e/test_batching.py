@@ -16,9 +16,13 @@ the real server on a free loopback port and checks:
     of its rows and answered 200 with the rows of an unlimited run
   * requests in = answers out: every id answered once, with its own rows
   * requests of different input shapes are never merged
+  * 8 requests merged into one run of a large MatMul + Add + Relu (fused,
+    its row-invariant column blocks) get bitwise their single-run rows
   * a full queue answers 503 with Retry-After, counted in /metrics
   * queue timeouts: REJECT answers 503, DELAY runs the request late, and a
     request's own "timeout" parameter counts only when allowed
+  * a keep-alive connection that only asked for health does not make a
+    lone request wait for company
   * an unload while a request waits in the queue still answers it
   * dynamic_batching config errors name the offending key
 
@@ -43,7 +47,7 @@ import threading
 import time
 
 import numpy as np
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_server import (HOST, Failure, Runner, Server, binary_request, check,  # noqa: E402
@@ -51,6 +55,7 @@ from test_server import (HOST, Failure, Runner, Server, binary_request, check,  
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 TIMEOUT = 120
+DENSE_K, DENSE_N = 1024, 640
 
 
 # ---- the repository ----------------------------------------------------------
@@ -131,6 +136,23 @@ def build_repository(root, slim):
         slow, default_queue_policy={"allow_timeout_override": True})})
     plus("waiting", ["n", 4], {"max_batch_size": 8, "dynamic_batching": slow})
 
+    # A product large enough for FusedMatMul's column blocks (matmul_rows.c:
+    # two blocks per column part).
+    rng = np.random.default_rng(21)
+    w = (rng.standard_normal((DENSE_K, DENSE_N)) * 0.05).astype(np.float32)
+    b = rng.standard_normal(DENSE_N).astype(np.float32)
+    for name, cfg in (("dense", {"max_batch_size": 8, "dynamic_batching": {
+                          "max_queue_delay_microseconds": 2000000}}),
+                      ("dense_ref", {"max_batch_size": 8})):
+        save_model(os.path.join(root, name, "1", "model.onnx"),
+                   [helper.make_node("MatMul", ["x", "w"], ["p"]),
+                    helper.make_node("Add", ["p", "b"], ["s"]),
+                    helper.make_node("Relu", ["s"], ["y"])],
+                   [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 16, DENSE_K])],
+                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 16, DENSE_N])],
+                   [numpy_helper.from_array(w, "w"), numpy_helper.from_array(b, "b")])
+        write_json(os.path.join(root, name, "config.json"), dict({"name": name}, **cfg))
+
     broken = {
         "bad_db_key": ({"max_batch_size": 8,
                         "dynamic_batching": {"max_queue_dealy_microseconds": 100}},
@@ -173,6 +195,16 @@ def infer_binary(http, model, x, rid=None, params=None, timeout=TIMEOUT, name="i
         header, arrays = parse_binary_response(headers, data)
         return status, headers, header, arrays
     return status, headers, json.loads(data), None
+
+
+def infer_on(conn, model, x, name):
+    """One binary FP32 inference on an open keep-alive connection; the status."""
+    body, hlen = binary_request([(name, x, "FP32")])
+    conn.request("POST", f"/v2/models/{model}/infer", body,
+                 {"Inference-Header-Content-Length": str(hlen)})
+    resp = conn.getresponse()
+    resp.read()
+    return resp.status
 
 
 def metrics(http):
@@ -349,14 +381,42 @@ class Suite:
         check(got == statuses.count(503), f"REJECTED failures {got}")
 
     def another_client(self):
-        """An idle keep-alive connection: a client that could still send, so a
-        lone request's batch can grow and waits for company as configured
-        (batcher.c: with every open connection's request queued, it would
-        go at once)."""
+        """An idle keep-alive connection that has sent an inference: a client
+        that could send another, so a lone request's batch can grow and
+        waits for company as configured (batcher.c: with every sending
+        connection's request queued, it would go at once)."""
         c = http.client.HTTPConnection(HOST, self.http.port, timeout=TIMEOUT)
-        c.request("GET", "/v2/health/live")
-        c.getresponse().read()
+        status = infer_on(c, "cnn_ref", np.zeros((1, 3, 32, 32), np.float32), "image")
+        check(status == 200, f"another client's inference: HTTP {status}")
         return c
+
+    def t_lone_not_waiting(self):
+        """A keep-alive connection that only asked for health is no client a
+        batch could wait for: a lone request (its connection's second
+        inference, past the second after its first) goes at once, not after
+        max_queue_delay_microseconds (1.5 s on "waiting")."""
+        c = http.client.HTTPConnection(HOST, self.http.port, timeout=TIMEOUT)
+        health = http.client.HTTPConnection(HOST, self.http.port, timeout=TIMEOUT)
+        try:
+            status = infer_on(c, "cnn_ref", np.zeros((1, 3, 32, 32), np.float32), "image")
+            check(status == 200, f"first inference: HTTP {status}")
+            health.request("GET", "/v2/health/ready")
+            check(health.getresponse().read() is not None, "health")
+            time.sleep(1.2)  # past the second a connection's first inference opens
+            status, before = self.http.json("GET", "/v2/models/waiting/stats")
+            check(status == 200, f"stats: {status}")
+            status = infer_on(c, "waiting", np.ones((1, 4), np.float32), "x")
+            check(status == 200, f"lone request: HTTP {status}")
+            status, after = self.http.json("GET", "/v2/models/waiting/stats")
+            a, b = (s["model_stats"][0]["inference_stats"] for s in (before, after))
+            n = b["success"]["count"] - a["success"]["count"]
+            queued_s = (b["queue"]["ns"] - a["queue"]["ns"]) / 1e9
+            check(n == 1 and queued_s < 1.0,
+                  f"the lone request waited {queued_s:.3f} s in the queue ({n} answered): "
+                  f"the health-only connection was counted as a sender")
+        finally:
+            health.close()
+            c.close()
 
     def t_timeouts(self):
         idle = self.another_client()
@@ -424,6 +484,32 @@ class Suite:
         status, body = self.http.json("POST", "/v2/repository/models/waiting/load")
         check(status == 200, f"load: {status} {body}")
 
+    def t_dense_rows(self):
+        """8 concurrent requests of 16 rows merged into one run of 128 rows
+        through FusedMatMul's row-invariant column blocks: each answer
+        bitwise the request's run alone."""
+        before = metrics(self.http)
+        rng = np.random.default_rng(5)
+        xs = [rng.standard_normal((1, 16, DENSE_K)).astype(np.float32) for _ in range(8)]
+        got = {}
+
+        def one(i):
+            def fn():
+                got[i] = infer_binary(self.http, "dense", xs[i], rid=f"d{i}", name="x")
+            return fn
+        errors = run_threads([one(i) for i in range(8)])
+        check(not errors, f"client errors {errors[:3]}")
+        runs = metric(metrics(self.http), "slim_execution_count_total", "dense") - \
+            (metric(before, "slim_execution_count_total", "dense") or 0)
+        check(runs < 8, f"8 requests ran in {runs} runs: nothing was merged")
+        for i, x in enumerate(xs):
+            status, _, header, arrays = got[i]
+            check(status == 200, f"HTTP {status} {header}")
+            status, _, header, want = infer_binary(self.http, "dense_ref", x, name="x")
+            check(status == 200, f"reference: HTTP {status} {header}")
+            check(float(want["y"].max()) > 0.1, "the reference is all zeros: proves nothing")
+            close(arrays["y"], want["y"], f"request {i} (batched in {runs} runs)")
+
     def t_config(self):
         status, body = self.http.json("GET", "/v2/models/cnn/config")
         check(status == 200 and body["dynamic_batching"]["max_queue_delay_microseconds"] == 500000,
@@ -458,8 +544,12 @@ def main():
         r.case("config: dynamic_batching shown, errors name the key", s.t_config)
         r.case("OOM halving: 64 concurrent requests and a 32-row one (in parts) succeed", s.t_halving)
         r.case("requests of different shapes are not merged", s.t_shapes_not_merged)
+        r.case("a merged FusedMatMul batch gives each request its rows alone",
+               s.t_dense_rows)
         r.case("a full queue answers 503 with Retry-After", s.t_queue_full)
         r.case("queue timeouts: REJECT, DELAY, per-request override", s.t_timeouts)
+        r.case("a health-only connection does not make a lone request wait",
+               s.t_lone_not_waiting)
         r.case("unload while a request waits still answers it", s.t_unload_while_waiting)
     finally:
         code = srv.stop()
