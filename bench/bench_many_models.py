@@ -23,8 +23,13 @@ and evictions, resident model bytes sampled every second against the budget
 (and the server's RSS), and a PNG plot of both over time (matplotlib).
 Then where the RSS goes at its highest sample (the process with no model
 resident, oneDNN's JIT kernels, resident models, the loads under way from
-slim_models_loading_bytes, the rest) and the most RSS went over the budget
-plus the fixed overhead (no model resident plus oneDNN's JIT kernels).
+slim_models_loading_bytes, the rest; and the same RSS by mapping: .slim
+files, .onnx files, code, anonymous) and the most RSS went over the budget
+plus the fixed overhead. The fixed overhead is measured as
+tests/e2e/test_many_models.py does: RSS with no model resident after a
+warm-up (the least used model served by every client for 3 s, unloaded,
+then loaded again for the run), plus oneDNN JIT code built later; the
+criterion against the RSS at start, before any request, is printed too.
 
 --bert-base also times the cold load of a BERT-base-sized .slim (gen_encoder
 defaults, 436 MB fp32) through the repository API: 7 loads, each after an
