@@ -24,19 +24,65 @@
 #define PANEL_INLINE __attribute__((always_inline)) inline
 #define PANEL_MAX_ROWS 16
 
+PANEL_AVX512 static void panel_pack_t_tile(const float *b, int64_t ldb, int64_t n, int64_t k,
+                                           int64_t j0, int64_t k0, int64_t n16, float *p);
+
 /* op(B) as k rows of n16 floats, columns n..n16 zero. */
-static void panel_pack(bool trans_b, int64_t n, int64_t k, const float *b, int64_t ldb,
+PANEL_AVX512 static void panel_pack(bool trans_b, int64_t n, int64_t k, const float *b, int64_t ldb,
                        int64_t n16, float *p)
 {
+    if (trans_b) {
+        for (int64_t j0 = 0; j0 < n16; j0 += 16)
+            for (int64_t k0 = 0; k0 < k; k0 += 16)
+                panel_pack_t_tile(b, ldb, n, k, j0, k0, n16, p);
+        return;
+    }
     for (int64_t kk = 0; kk < k; kk++) {
         float *row = p + kk * n16;
-        if (trans_b)
-            for (int64_t j = 0; j < n; j++)
-                row[j] = b[j * ldb + kk];
-        else
-            memcpy(row, b + kk * ldb, sizeof(float) * (size_t)n);
+        memcpy(row, b + kk * ldb, sizeof(float) * (size_t)n);
         memset(row + n, 0, sizeof(float) * (size_t)(n16 - n));
     }
+}
+
+/* The transposed case in 16 x 16 tiles, in registers: B's rows j0..j0+15
+ * (zero past n), 16 elements of k each, come out as 16 rows of the panel.
+ * One element at a time it was the larger part of a 128 x 128 x 32
+ * product. */
+PANEL_AVX512 static void panel_pack_t_tile(const float *b, int64_t ldb, int64_t n, int64_t k,
+                                           int64_t j0, int64_t k0, int64_t n16, float *p)
+{
+    const int64_t kw = k - k0 < 16 ? k - k0 : 16;
+    const __mmask16 km = (__mmask16)(kw == 16 ? 0xFFFF : (1u << kw) - 1);
+    __m512 r[16], t[16];
+    for (int i = 0; i < 16; i++)
+        r[i] = j0 + i < n ? _mm512_maskz_loadu_ps(km, b + (j0 + i) * ldb + k0)
+                          : _mm512_setzero_ps();
+    /* Within each 128-bit lane: pairs of rows interleaved, then pairs of
+     * pairs, so that r[4g + c]'s lane L holds column 4L + c of rows 4g..4g+3. */
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    /* Then the four groups' lanes gathered: column 4L + c takes lane L of
+     * r[c], r[4 + c], r[8 + c], r[12 + c]. */
+    for (int c = 0; c < 4; c++) {
+        const __m512 u = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x44);
+        const __m512 v = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xEE);
+        const __m512 w = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x44);
+        const __m512 x = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xEE);
+        t[c] = _mm512_shuffle_f32x4(u, w, 0x88);
+        t[4 + c] = _mm512_shuffle_f32x4(u, w, 0xDD);
+        t[8 + c] = _mm512_shuffle_f32x4(v, x, 0x88);
+        t[12 + c] = _mm512_shuffle_f32x4(v, x, 0xDD);
+    }
+    for (int d = 0; d < kw; d++)
+        _mm512_storeu_ps(p + (k0 + d) * n16 + j0, t[d]);
 }
 
 /* rb rows of C by nv vectors of columns from the panel's columns at p.
