@@ -7,15 +7,17 @@
 A server started with an empty repository, in explicit model control; a
 model folder is added, then the model is loaded, serves one request and is
 unloaded, `--cycles` times. Two models: the small int8 encoder of
-tests/e2e/test_footprint.py (its products stay off oneDNN) and the issue's
-MiniLM-shaped int8 encoder (6 layers, hidden 384, 86 MB ONNX; its attention
-runs on oneDNN's sgemm). Prints, per model, RSS before the first load,
-after the first and the last cycle and the highest after an unload (less
-the allocator's cache, within its slack), the change against the
-criterion (10%), and how much of what stays is oneDNN's code: its JIT
-kernels (anonymous, never freed) and its library's pages (paged out when
-idle, unless another process maps them too). docs/memory.md ("Giving
-back") has the figures.
+tests/e2e/test_footprint.py and the issue's MiniLM-shaped int8 encoder (6
+layers, hidden 384, 86 MB ONNX; sequence 128, so its attention products
+take the panel kernel, kernels/cpu/sgemm_panel.c: before, they ran on
+oneDNN's sgemm, whose JIT kernels are never freed). Prints, per model, RSS
+before the first load, after the first and the last cycle and the highest
+after an unload (less the allocator's cache, within its slack), the change
+against the criterion (10%), and how much of what stays is oneDNN's code:
+its JIT kernels (anonymous, never freed) and its library's pages (paged out
+when idle, unless another process maps them too); both should read +0 now.
+SLIM_SGEMM_SERIAL=blas in the environment gives the before. docs/memory.md
+("Giving back") has the figures.
 """
 
 import argparse

@@ -216,6 +216,7 @@ void slim_window_range(int64_t start, int64_t step, int64_t count, int64_t limit
 /* ---- GEMM on the kernel threads ----------------------------------------- */
 
 #include <cblas.h>
+#include "cpu/sgemm_panel.h"
 
 #ifdef SLIM_HAVE_DNNL
 #include <oneapi/dnnl/dnnl.h>
@@ -254,10 +255,32 @@ static void gemm_call(CBLAS_TRANSPOSE ta, CBLAS_TRANSPOSE tb, int m, int n, int 
 }
 #endif
 
+/* The attention core's products come here. They go to the project's own
+ * panel kernel (cpu/sgemm_panel.c) rather than to oneDNN's sgemm, whose
+ * JIT kernels (3.4 MiB) would stay for the life of the process once any
+ * model ran attention on them: for an int8 model these are the only float32
+ * products, so after its unload nothing of oneDNN's sgemm is left.
+ * SLIM_SGEMM_SERIAL=blas sends them back to gemm_call (bench/bench_int8.py
+ * --ab SLIM_SGEMM_SERIAL=blas measures what the panel costs). */
+static _Atomic int serial_blas = -1; /* SLIM_SGEMM_SERIAL=blas: the A/B of the panel */
+
+static bool serial_on_blas(void)
+{
+    int v = atomic_load(&serial_blas);
+    if (v < 0) {
+        const char *e = getenv("SLIM_SGEMM_SERIAL");
+        v = e && strcmp(e, "blas") == 0;
+        atomic_store(&serial_blas, v);
+    }
+    return v == 1;
+}
+
 void slim_sgemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                        const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                        float *c, int64_t ldc)
 {
+    if (!trans_a && !serial_on_blas() && slim__sgemm_panel(trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc))
+        return;
     gemm_call(trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, (int)m,
               (int)n, (int)k, alpha, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
 }

@@ -120,9 +120,10 @@ void slim_sgemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, flo
                 const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
                 float *c, int64_t ldc);
 
-/* One product on the calling thread, through the same BLAS as slim_sgemm
- * (oneDNN's sgemm where built in): for kernels that split their own work
- * across the pool. Calling cblas_sgemm directly would wake OpenBLAS's
+/* One product on the calling thread: for kernels that split their own work
+ * across the pool (the attention core). With AVX-512 and A not transposed
+ * it runs on the project's own kernel (cpu/sgemm_panel.h: no JIT code left
+ * behind), otherwise on the same BLAS as slim_sgemm. Calling cblas_sgemm directly would wake OpenBLAS's
  * per-thread buffers besides (about 17 MiB resident for BERT-base's
  * attention at batch 8). */
 void slim_sgemm_serial(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,

@@ -172,6 +172,16 @@ void slim_allocator_set_limit(slim_allocator *a, size_t bytes);
  * reserved fits under it (or none is left); returns the bytes given back.
  * 0: no cap (segments wait in the cache for empty_cache or pressure). */
 size_t slim_allocator_set_cache_cap(slim_allocator *a, size_t bytes);
+/* A bound on the cache itself, reserved less allocated: at most
+ * max(bytes, 10% of allocated), the give-back's documented slack, at any
+ * moment rather than only after a give-back. Like the cap it never fails an
+ * allocation: a segment left with nothing in use goes back at once while
+ * the cache is over it, and setting it gives back fully free segments until
+ * it fits. While it is set, a large-pool request under 10 MiB gets a
+ * segment of its own (rounded to 2 MiB) instead of a share of 20 MiB, so
+ * that freeing it leaves a segment that can go back rather than a hole
+ * beside another live block. Returns the bytes given back. 0: none. */
+size_t slim_allocator_set_cache_slack(slim_allocator *a, size_t bytes);
 size_t slim_allocator_limit(const slim_allocator *a);
 /* Gives back every segment with no block in use; returns the bytes freed. */
 size_t slim_allocator_empty_cache(slim_allocator *a);

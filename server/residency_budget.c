@@ -14,6 +14,16 @@
  * budget: lowering it made loads fail out of memory (507) in the
  * benchmark, because request inputs and outputs come out of the allocator
  * but not out of the residency's bookkeeping.
+ *
+ * The cap alone still let the cache fill the room under it: the budget
+ * counts every resident model's arenas at max_batch_size, but only the
+ * models running hold theirs, so with the budget full the cache held the
+ * rest (56 MiB reserved for 22.5 allocated at the benchmark's RSS peak,
+ * which went 8.1 MiB over budget plus the fixed overhead, memory outside
+ * the allocator on top). So under a budget the CPU's cache is also held to
+ * a slack over what is allocated (slim_allocator_set_cache_slack: the
+ * give-back's max(8 MiB, 10%)) at every moment, and large blocks get
+ * segments of their own, which can go back when freed.
  */
 #include "alloc.h"
 #include "device.h"
@@ -24,6 +34,7 @@
 #include <string.h>
 
 #define MAX_BUDGETS 17
+#define CACHE_SLACK ((size_t)8 << 20) /* docs/memory.md, "Giving back" */
 
 /* Process-wide, as the allocators are: the devices the residency has
  * capped, for slim__residency_follow. */
@@ -63,6 +74,11 @@ void slim__residency_cap_cache(const char *device, size_t mapped)
     /* under budgets_mu, so two callers cannot set it out of order; at
      * least one byte: 0 would mean no cap */
     slim_allocator_set_cache_cap(dev->alloc, budget > mapped ? budget - mapped : 1);
+    /* Host memory only: there a segment is an mmap, cheap to give back and
+     * take again; a GPU's cudaFree synchronizes the device, and the GPU's
+     * cache keeps its 20 MiB segments as before. */
+    if (dev == slim_device_cpu())
+        slim_allocator_set_cache_slack(dev->alloc, CACHE_SLACK);
     pthread_mutex_unlock(&budgets_mu);
 }
 

@@ -709,6 +709,38 @@ START_TEST(test_cache_cap_frees_only_what_it_takes)
 }
 END_TEST
 
+/* The cache slack: large requests get segments of their own size, and the
+ * cache (reserved less allocated) never stays over max(slack, 10% of
+ * allocated); allocations are not refused by it. */
+START_TEST(test_cache_slack_bounds_the_cache)
+{
+    test_backend tb;
+    slim_allocator *a = new_allocator(&tb, "test");
+    ck_assert_uint_eq(slim_allocator_set_cache_slack(a, 8 * MiB), 0);
+    slim_block *keep = must_alloc(a, 3 * MiB);           /* its own 4 MiB, not 20 */
+    ck_assert_uint_eq(tb.live, 4 * MiB);
+    slim_block *x = must_alloc(a, 9 * MiB);              /* 10 MiB segment */
+    ck_assert_uint_eq(tb.live, 14 * MiB);
+    slim_allocator_free(a, x);                           /* cache 10 MiB > 8: given back */
+    ck_assert_uint_eq(tb.live, 4 * MiB);
+    slim_block *y = must_alloc(a, 5 * MiB);              /* 6 MiB segment */
+    slim_allocator_free(a, y);                           /* cache 6 MiB: kept */
+    ck_assert_uint_eq(tb.live, 10 * MiB);
+    y = must_alloc(a, 5 * MiB);                          /* from the cache */
+    ck_assert_uint_eq(tb.live, 10 * MiB);
+    slim_allocator_free(a, y);
+    ck_assert_uint_eq(slim_allocator_set_cache_slack(a, 2 * MiB), 6 * MiB);
+    ck_assert_uint_eq(tb.live, 4 * MiB);
+    ck_assert_uint_eq(slim_allocator_set_cache_slack(a, 0), 0);
+    y = must_alloc(a, 5 * MiB);                          /* no slack: 20 MiB segments */
+    ck_assert_uint_eq(tb.live, 24 * MiB);
+    slim_allocator_free(a, y);                           /* and cached */
+    ck_assert_uint_eq(tb.live, 24 * MiB);
+    slim_allocator_free(a, keep);
+    slim_allocator_free_all(a);
+}
+END_TEST
+
 START_TEST(test_empty_cache_keeps_segments_in_use)
 {
     test_backend tb;
@@ -1106,6 +1138,7 @@ static Suite *alloc_suite(void)
     tcase_add_test(tc, test_impossible_sizes);
     tcase_add_test(tc, test_empty_cache_keeps_segments_in_use);
     tcase_add_test(tc, test_cache_cap_frees_only_what_it_takes);
+    tcase_add_test(tc, test_cache_slack_bounds_the_cache);
     tcase_add_test(tc, test_give_back_trims_the_cpu_allocator);
     tcase_add_test(tc, test_give_back_idle_hooks);
     tcase_add_test(tc, test_page_out_object);
