@@ -290,6 +290,10 @@ static dnnl_status_t part_weights(const image_job *j, const part *pt, dnnl_strea
                                   slim_tensor *wpart, const float **w)
 {
     slim_err ignored;
+    if (pt->wino_w.data) { /* transformed when the part was made */
+        *w = pt->wino_w.data;
+        return dnnl_success;
+    }
     *w = j->w ? j->w + pt->o0 * j->w_per_oc : NULL;
     if (j->bf16) {
         wpart->dtype = SLIM_U8;
