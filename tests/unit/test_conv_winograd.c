@@ -32,18 +32,18 @@ static void add_init(slim_graph *g, const char *name, int ndim, const int64_t *d
     free(d);
 }
 
-/* x[N,64,H,W] -> Conv 3x3 64->64 + bias -> Relu (h) -> Conv 3x3 64->64
+/* x[N,C,H,W] -> Conv 3x3 C->C + bias -> Relu (h) -> Conv 3x3 C->C
  * + bias + h -> Relu -> y: two stride-1 3x3 convs, the second with a
  * residual sum (oneDNN's sum post-op). */
-static slim_graph *two_convs(void)
+static slim_graph *two_convs(int64_t ch)
 {
     slim_graph *g = slim_graph_new();
     g->opset = 17;
     rng_state = 41;
     const char *names[2][4] = {{"c1.w", "c1.b", "c1", "x"}, {"c2.w", "c2.b", "c2", "h"}};
     for (int i = 0; i < 2; i++) {
-        add_init(g, names[i][0], 4, (int64_t[]){64, 64, 3, 3}, -0.1f, 0.1f);
-        add_init(g, names[i][1], 1, (int64_t[]){64}, -0.2f, 0.2f);
+        add_init(g, names[i][0], 4, (int64_t[]){ch, ch, 3, 3}, -0.1f, 0.1f);
+        add_init(g, names[i][1], 1, (int64_t[]){ch}, -0.2f, 0.2f);
         int id = slim_graph_add_node(g, names[i][2], "Conv", "", 3,
                                      (const char *[]){names[i][3], names[i][0], names[i][1]}, 1,
                                      (const char *[]){names[i][2]});
@@ -67,9 +67,9 @@ static slim_graph *two_convs(void)
     return g;
 }
 
-static slim_model *load(bool passes)
+static slim_model *load(bool passes, int64_t ch)
 {
-    slim_graph *g = two_convs();
+    slim_graph *g = two_convs(ch);
     slim_err err = {0};
     if (passes)
         ck_assert_msg(slim_passes_run(g, &err) == SLIM_OK, "%s", err.msg);
@@ -115,28 +115,30 @@ static bool same_bits(const slim_tensor *a, const slim_tensor *b)
            memcmp(a->data, b->data, sizeof(float) * (size_t)slim_tensor_numel(a)) == 0;
 }
 
-/* The plane sides: 14 and 28 are in the stored range, 7 and 40 not. */
-static const int64_t sides[] = {14, 28, 7, 40};
+/* Plane sides and channels: 14 and 28 are in the stored range, 7 and 40
+ * not; 256 channels at 14x14 make 2 parts of 64 per thread
+ * (conv_dnnl_build.c, parts_per_thread). */
+static const int64_t cases[][2] = {{14, 64}, {28, 64}, {7, 64}, {40, 64}, {14, 256}};
 
 START_TEST(wino_stored_matches)
 {
-    int64_t side = sides[_i];
+    int64_t side = cases[_i][0], ch = cases[_i][1];
     bool stored = side >= 14 && side <= 28;
-    slim_model *ref = load(false), *wino = load(true), *off = load(true);
+    slim_model *ref = load(false, ch), *wino = load(true, ch), *off = load(true, ch);
     slim_model_set_batch_invariant(wino, true);
-    int64_t per_in = 64 * side * side, count = 3 * per_in;
+    int64_t per_in = ch * side * side, count = 3 * per_in;
     float *d = malloc(sizeof(float) * (size_t)count);
     rng_state = 7;
     for (int64_t i = 0; i < count; i++)
         d[i] = tu_rndf(&rng_state);
-    slim_tensor x = tu_f32(4, (int64_t[]){3, 64, side, side}, d);
+    slim_tensor x = tu_f32(4, (int64_t[]){3, ch, side, side}, d);
     free(d);
     slim_tensor a = run(ref, &x), b = run(wino, &x);
     /* primitives are made on first run, which reads the switch */
     setenv("SLIM_CONV_WINO_STORED", "0", 1);
     slim_tensor c = run(off, &x);
     unsetenv("SLIM_CONV_WINO_STORED");
-    ck_assert_int_eq(b.dims[1], 64);
+    ck_assert_int_eq(b.dims[1], ch);
     ck_assert_int_eq(b.dims[2], side);
     double eb = rel_err(&b, &a), ec = rel_err(&c, &a);
     ck_assert_msg(eb < 1e-5, "side %lld: stored Winograd off by %g", (long long)side, eb);
@@ -146,7 +148,8 @@ START_TEST(wino_stored_matches)
                   stored ? "did not run" : "ran out of its range");
     int64_t per_out = slim_tensor_numel(&b) / 3;
     for (int64_t n = 0; n < 3; n++) {
-        slim_tensor one = tu_f32(4, (int64_t[]){1, 64, side, side}, (const float *)x.data + n * per_in);
+        slim_tensor one = tu_f32(4, (int64_t[]){1, ch, side, side},
+                                 (const float *)x.data + n * per_in);
         slim_tensor y = run(wino, &one);
         ck_assert_int_eq(memcmp(y.data, (const float *)b.data + n * per_out,
                                 sizeof(float) * (size_t)per_out), 0);
@@ -172,7 +175,7 @@ Suite *conv_winograd_suite(void)
     Suite *s = suite_create("conv_winograd");
     TCase *tc = tcase_create("conv_winograd");
 #ifdef SLIM_HAVE_DNNL
-    tcase_add_loop_test(tc, wino_stored_matches, 0, (int)(sizeof(sides) / sizeof(sides[0])));
+    tcase_add_loop_test(tc, wino_stored_matches, 0, (int)(sizeof(cases) / sizeof(cases[0])));
 #endif
     suite_add_tcase(s, tc);
     return s;
