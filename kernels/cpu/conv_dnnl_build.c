@@ -249,13 +249,13 @@ static dnnl_status_t make_conv(const fconv_state *s, const slim_tensor *w, const
      * would share it. Each execution brings its own instead. */
     dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
     /* Winograd where it pays (wino_stored: 2, use_winograd: 1), direct
-     * where oneDNN turns it down. Winograd is asked for as forward_training: for inference
-     * oneDNN's Winograd kernels read only their own transformed weight
-     * format (1.8x to 4x the bytes, which would have to replace W at
-     * load), while the training kernel takes W packed as it is and
-     * transforms it into the scratchpad each run. The result is the same
-     * convolution; a convolution keeps no workspace for training. */
-    /* oneDNN's Winograd is float32 */
+     * where oneDNN turns it down; float32 only. For inference oneDNN's
+     * Winograd kernels read only their own transformed weight format
+     * (16/9 of W's bytes for F(2x2), 4x for F(4x4)): stored takes that
+     * for F(2x2), made once per part (store_wino_w). F(4x4) is asked for
+     * as forward_training instead, whose kernel takes W packed as it is
+     * and transforms it into the scratchpad each run. The result is the
+     * same convolution; a convolution keeps no workspace for training. */
     int wino = set->bf16 ? 0 : wino_stored(s, w, set) ? 2 : use_winograd(s, set) ? 1 : 0;
     for (;;) {
         /* stored: W in whatever layout the kernel picks, made from ours */
