@@ -25,13 +25,17 @@
  * reorders; a blocked value whose channels are not a multiple of 16 is
  * padded with zeros to the next 16 and its shape says so (fconv_infer).
  *
- * 3x3 stride-1 convs with outputs of 28x28 and more run oneDNN's Winograd
+ * 3x3 stride-1 convs with outputs above 28x28 run oneDNN's Winograd
  * F(4x4, 3x3) instead (use_winograd): a quarter of the multiplies, W
  * transformed into the scratchpad on each run rather than stored
  * transformed (which would take 4x its bytes). About 0.6x direct's time on
- * ResNet's 56x56 and 28x28 convs; smaller planes do not repay the
- * transform. Max error against onnxruntime stays below 1e-6 of the output.
- * Its scratchpad is 6-8 MB, so small convs keep direct (wino_scratch_fits).
+ * ResNet's 56x56 convs. Its scratchpad is 6-8 MB, so small convs keep
+ * direct (wino_scratch_fits). Outputs from 14x14 to 28x28 run oneDNN's
+ * F(2x2, 3x3) inference kernel (wino_stored), whose W each part
+ * transforms once when its primitives are made and keeps (16/9 of its
+ * slice's bytes, beside the packed W): 0.54x direct's time at 28x28,
+ * 0.67-0.8x at 14x14, where F(4x4)'s per-run transform lost. Max error
+ * against onnxruntime stays below 1e-6 of the output (ResNet-18/50).
  *
  * Half weights (quant/half.c) keep the packed layout, each element fp16 or
  * bf16. fp16 W is widened to float32 per run (each part its slice, once
@@ -290,6 +294,10 @@ static dnnl_status_t part_weights(const image_job *j, const part *pt, dnnl_strea
                                   slim_tensor *wpart, const float **w)
 {
     slim_err ignored;
+    if (pt->wino_w.data) { /* transformed when the part was made */
+        *w = pt->wino_w.data;
+        return dnnl_success;
+    }
     *w = j->w ? j->w + pt->o0 * j->w_per_oc : NULL;
     if (j->bf16) {
         wpart->dtype = SLIM_U8;

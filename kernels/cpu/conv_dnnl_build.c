@@ -24,6 +24,7 @@ static void parts_release(part *ps, int n)
         dnnl_primitive_destroy(ps[i].res_to_dst);
         dnnl_primitive_destroy(ps[i].from_dst);
         dnnl_primitive_destroy(ps[i].w_to_run);
+        slim_tensor_release(&ps[i].wino_w);
     }
     free(ps);
 }
@@ -86,15 +87,90 @@ static int split16(int64_t count, int n, int64_t *lo, int64_t *hi)
  * time, 14x14 in 1.3x and 7x7 in 3x. */
 #define WINO_MIN_PLANE (28 * 28)
 
-/* Whether this conv should try Winograd: 3x3, stride 1, no dilation, W
- * blocked (oneDNN's Winograd reads OIhw16i16o), no depthwise post-op, a
- * large enough output; SLIM_CONV_WINOGRAD=0 turns it off (A/B). */
-static bool use_winograd(const fconv_state *s, const prim_set *set)
+/* Whether this conv has Winograd's shape: 3x3, stride 1, no dilation, W
+ * blocked (oneDNN's Winograd reads OIhw16i16o), no depthwise post-op;
+ * SLIM_CONV_WINOGRAD=0 turns all Winograd off (A/B). */
+static bool wino_shape(const fconv_state *s)
 {
     const char *off = getenv("SLIM_CONV_WINOGRAD"); /* read when primitives are made */
-    return !(off && strcmp(off, "0") == 0) && s->wfmt == SLIM_FCONV_W_BLOCKED && !s->dw_stride && s->kernel[0] == 3 &&
-           s->kernel[1] == 3 && s->stride[0] == 1 && s->stride[1] == 1 && s->dilation[0] == 1 &&
-           s->dilation[1] == 1 && set->oh1 * set->ow1 >= WINO_MIN_PLANE;
+    return !(off && strcmp(off, "0") == 0) && s->wfmt == SLIM_FCONV_W_BLOCKED && !s->dw_stride &&
+           s->kernel[0] == 3 && s->kernel[1] == 3 && s->stride[0] == 1 && s->stride[1] == 1 &&
+           s->dilation[0] == 1 && s->dilation[1] == 1;
+}
+
+/* Whether this conv should try Winograd F(4x4, 3x3) with W transformed
+ * per run: its shape and a large enough output. */
+static bool use_winograd(const fconv_state *s, const prim_set *set)
+{
+    return wino_shape(s) && set->oh1 * set->ow1 >= WINO_MIN_PLANE;
+}
+
+/* Output planes from 14x14 to 28x28 take oneDNN's other Winograd, F(2x2,
+ * 3x3) for inference, whose W must be in its own transformed layout:
+ * each part's slice of W is transformed once, when the part is made
+ * (store_wino_w), and kept next to the packed W, which other input shapes
+ * still read. Measured per part as FusedConv cuts them on 2 threads
+ * (one thread, CPU time, median of 31 alternating trials, oneDNN 2.6.3,
+ * Xeon model 207): 128x28x28->64 0.52x direct (F(4x4) per run: 0.64x),
+ * 256x14x14->128 0.76x (F(4x4) per run: 1.72x), but 64x56x56->32 0.76x
+ * against F(4x4)'s 0.58x and 512x7x7->64 0.92x (direct's parts of 64
+ * are as good: not worth the memory). Costs memory: the transformed
+ * slice is 16/9 of the packed one (4x4 values per 3x3), so these convs'
+ * weights take 2.8x their bytes while the set is cached (ResNet-18: about
+ * 16 MB more, ResNet-50 about 25 MB). Float32 W only (half W stays
+ * half); SLIM_CONV_WINO_STORED=0 turns it off (A/B, memory). */
+#define WINO_STORED_MIN_PLANE (14 * 14)
+#define WINO_STORED_MAX_PLANE (28 * 28)
+
+static bool wino_stored(const fconv_state *s, const slim_tensor *w, const prim_set *set)
+{
+    const char *off = getenv("SLIM_CONV_WINO_STORED"); /* read when primitives are made */
+    int64_t plane = set->oh1 * set->ow1;
+    return !(off && strcmp(off, "0") == 0) && wino_shape(s) && w->dtype == SLIM_F32 &&
+           plane >= WINO_STORED_MIN_PLANE && plane <= WINO_STORED_MAX_PLANE;
+}
+
+/* Transforms this part's slice of W (packed, pt->wei_md) into the layout
+ * pd's kernel reads, into pt->wino_w, which then stands for W
+ * (pt->wei_md becomes that layout). oneDNN reorders into that layout only
+ * from plain OIHW, so the slice goes through OIHW first. Through the
+ * accounted allocator: a refusal is dnnl_out_of_memory, and the caller
+ * takes another kernel. */
+static dnnl_status_t store_wino_w(const slim_tensor *w, const_dnnl_primitive_desc_t pd, part *pt)
+{
+    const dnnl_memory_desc_t *want = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+    dnnl_memory_desc_t plain;
+    dnnl_memory_desc_init_by_tag(&plain, 4, pt->wei_md.dims, dnnl_f32, dnnl_oihw);
+    slim_err ignored;
+    slim_tensor tmp = {.dtype = SLIM_U8, .ndim = 1,
+                       .dims = {(int64_t)dnnl_memory_desc_get_size(&plain)}};
+    pt->wino_w = (slim_tensor){.dtype = SLIM_U8, .ndim = 1,
+                               .dims = {(int64_t)dnnl_memory_desc_get_size(want)}};
+    dnnl_stream_t strm = slim__fconv_stream();
+    dnnl_primitive_t to_plain = NULL, to_wino = NULL;
+    const float *slice = (const float *)w->data + pt->o0 * (slim_tensor_numel(w) / w->dims[0]);
+    dnnl_status_t st = strm ? dnnl_success : dnnl_runtime_error;
+    if (st == dnnl_success && (slim_tensor_alloc(&tmp, &ignored) ||
+                               slim_tensor_alloc(&pt->wino_w, &ignored)))
+        st = dnnl_out_of_memory;
+    if (st == dnnl_success)
+        st = slim__fconv_make_reorder(&to_plain, &pt->wei_md, &plain);
+    if (st == dnnl_success)
+        st = slim__fconv_make_reorder(&to_wino, &plain, want);
+    if (st == dnnl_success)
+        st = slim__fconv_run_reorder(to_plain, &pt->wei_md, (void *)slice, &plain, tmp.data, strm);
+    if (st == dnnl_success)
+        st = slim__fconv_run_reorder(to_wino, &plain, tmp.data, want, pt->wino_w.data, strm);
+    if (st == dnnl_success)
+        st = dnnl_stream_wait(strm);
+    dnnl_primitive_destroy(to_plain);
+    dnnl_primitive_destroy(to_wino);
+    slim_tensor_release(&tmp);
+    if (st == dnnl_success)
+        pt->wei_md = *want;
+    else
+        slim_tensor_release(&pt->wino_w);
+    return st;
 }
 
 /* Winograd's scratchpad is 6-8 MB whatever the plane (oneDNN sizes its
@@ -172,28 +248,35 @@ static dnnl_status_t make_conv(const fconv_state *s, const slim_tensor *w, const
      * (no DNNL_ENABLE_CONCURRENT_EXEC): two threads running convs at once
      * would share it. Each execution brings its own instead. */
     dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
-    /* Winograd where it pays (use_winograd), direct where oneDNN turns it
-     * down. Winograd is asked for as forward_training: for inference
-     * oneDNN's Winograd kernels read only their own transformed weight
-     * format (1.8x to 4x the bytes, which would have to replace W at
-     * load), while the training kernel takes W packed as it is and
-     * transforms it into the scratchpad each run. The result is the same
-     * convolution; a convolution keeps no workspace for training. */
-    bool wino = !set->bf16 && use_winograd(s, set); /* oneDNN's Winograd is float32 */
+    /* Winograd where it pays (wino_stored: 2, use_winograd: 1), direct
+     * where oneDNN turns it down; float32 only. For inference oneDNN's
+     * Winograd kernels read only their own transformed weight format
+     * (16/9 of W's bytes for F(2x2), 4x for F(4x4)): stored takes that
+     * for F(2x2), made once per part (store_wino_w). F(4x4) is asked for
+     * as forward_training instead, whose kernel takes W packed as it is
+     * and transforms it into the scratchpad each run. The result is the
+     * same convolution; a convolution keeps no workspace for training. */
+    int wino = set->bf16 ? 0 : wino_stored(s, w, set) ? 2 : use_winograd(s, set) ? 1 : 0;
     for (;;) {
+        /* stored: W in whatever layout the kernel picks, made from ours */
+        dnnl_memory_desc_t any_w;
+        dnnl_dims_t wd = {m, c, w->dims[2], w->dims[3]};
+        dnnl_memory_desc_init_by_tag(&any_w, 4, wd, dnnl_f32, dnnl_format_tag_any);
         st = dnnl_dilated_convolution_forward_desc_init(
-            &cd, wino ? dnnl_forward_training : dnnl_forward_inference,
+            &cd, wino == 1 ? dnnl_forward_training : dnnl_forward_inference,
             wino ? dnnl_convolution_winograd : dnnl_convolution_direct, &pt->csrc_md,
-            &pt->wei_md, &pt->bias_md, &pt->dst_md, strides, dil, pl, pr);
+            wino == 2 ? &any_w : &pt->wei_md, &pt->bias_md, &pt->dst_md, strides, dil, pl, pr);
         if (st == dnnl_success)
             st = dnnl_primitive_desc_create(&pd, &cd, attr, slim__fconv_engine(), NULL);
-        if (st == dnnl_success && wino && !wino_scratch_fits(s, w, set, c, pd))
+        if (st == dnnl_success && wino == 1 && !wino_scratch_fits(s, w, set, c, pd))
             st = dnnl_unimplemented;
+        if (st == dnnl_success && wino == 2)
+            st = store_wino_w(w, pd, pt);
         if (st == dnnl_success || !wino)
             break;
         dnnl_primitive_desc_destroy(pd);
         pd = NULL;
-        wino = false;
+        wino = wino == 2 && use_winograd(s, set) ? 1 : 0;
     }
     if (st != dnnl_success)
         goto done;
@@ -257,18 +340,29 @@ done:
  * Depends only on the shape and the thread count, so an image's parts
  * are the same whatever the batch. SLIM_CONV_PARTS_PER_THREAD overrides
  * it (1: one part per thread, as before), read when the primitives are
- * made. */
+ * made.
+ *
+ * Stored Winograd (wino_stored) on 14x14 planes gains from parts of 64
+ * too: 256x14x14 3x3, 4 parts of 64 took 0.78-0.81x the time of 2 parts
+ * of 128 (one thread, CPU time, median of 31 trials, three runs); at
+ * 28x28, parts of 32 lost (1.4x parts of 64). So 2 parts per thread
+ * there. */
 #define SMALL_PLANE 64
 #define MIN_PART_CHANNELS 64
+#define WINO_SMALL_PLANE (14 * 14)
 
-static int parts_per_thread(const fconv_state *s, const prim_set *set, int64_t m, int threads)
+static int parts_per_thread(const fconv_state *s, const slim_tensor *w, const prim_set *set,
+                            int64_t m, int threads)
 {
     const char *env = getenv("SLIM_CONV_PARTS_PER_THREAD");
     if (env && atoi(env) >= 1)
         return atoi(env) > 16 ? 16 : atoi(env);
+    int64_t most = m / (MIN_PART_CHANNELS * threads);
+    if (!set->bf16 && wino_stored(s, w, set) && set->oh1 * set->ow1 <= WINO_SMALL_PLANE)
+        return most < 1 ? 1 : most < 2 ? (int)most : 2;
     if (s->wfmt != SLIM_FCONV_W_BLOCKED || s->dw_stride || set->oh1 * set->ow1 > SMALL_PLANE)
         return 1;
-    int64_t most = m / (MIN_PART_CHANNELS * threads), want = s->kernel[0] * s->kernel[1] > 1 ? 4 : 2;
+    int64_t want = s->kernel[0] * s->kernel[1] > 1 ? 4 : 2;
     return most < 1 ? 1 : (int)(most < want ? most : want);
 }
 
@@ -291,7 +385,7 @@ static dnnl_status_t build_set(const fconv_state *s, const slim_tensor *w, const
     if (threads > 64)
         threads = 64;
     int64_t c = x->dims[1], m = out_channels(s, w);
-    int n_split = threads * parts_per_thread(s, set, m, threads);
+    int n_split = threads * parts_per_thread(s, w, set, m, threads);
     if (n_split > 64)
         n_split = 64;
     /* raw (these): parts_per_thread parts per kernel thread, one input

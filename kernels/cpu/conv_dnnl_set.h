@@ -30,6 +30,11 @@ typedef struct part {
      * W (OIhw16i16o) reordered per run into the layout the conv reads */
     dnnl_primitive_t w_to_run;
     dnnl_memory_desc_t wst_md;
+    /* Stored Winograd (conv_dnnl_build.c, wino_stored): this part's slice
+     * of W transformed once, when the set is made, into the layout
+     * oneDNN's F(2x2, 3x3) inference kernel reads (wei_md); NULL data
+     * otherwise. */
+    slim_tensor wino_w;
 } part;
 
 typedef struct prim_set {

@@ -1,0 +1,193 @@
+/*
+ * test_conv_winograd.c - FusedConv's stored Winograd (kernels/cpu/
+ * conv_dnnl_build.c, wino_stored): 3x3 stride-1 convs on planes from 14x14
+ * to 28x28 run oneDNN's F(2x2, 3x3) with each part's W transformed once.
+ * The answer must be the reference's within float rounding, different
+ * bits from the kernel it replaced (so it did run), the same bits for an
+ * image alone or in a batch, and planes outside the range must be
+ * untouched by it.
+ */
+#include "testutil.h"
+
+#include "pipeline.h"
+#include "slim_init.h"
+
+#include <check.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint32_t rng_state;
+
+static void add_init(slim_graph *g, const char *name, int ndim, const int64_t *dims, float lo,
+                     float hi)
+{
+    int v = slim_graph_value(g, name);
+    int64_t n = slim_shape_numel(ndim, dims);
+    float *d = malloc(sizeof(float) * (size_t)n);
+    for (int64_t i = 0; i < n; i++)
+        d[i] = lo + (hi - lo) * (tu_rndf(&rng_state) + 1.0f) / 2.0f;
+    g->values[v].kind = SLIM_VALUE_INITIALIZER;
+    g->values[v].init = tu_f32(ndim, dims, d);
+    free(d);
+}
+
+/* x[N,C,H,W] -> Conv 3x3 C->C + bias -> Relu (h) -> Conv 3x3 C->C
+ * + bias + h -> Relu -> y: two stride-1 3x3 convs, the second with a
+ * residual sum (oneDNN's sum post-op). */
+static slim_graph *two_convs(int64_t ch)
+{
+    slim_graph *g = slim_graph_new();
+    g->opset = 17;
+    rng_state = 41;
+    const char *names[2][4] = {{"c1.w", "c1.b", "c1", "x"}, {"c2.w", "c2.b", "c2", "h"}};
+    for (int i = 0; i < 2; i++) {
+        add_init(g, names[i][0], 4, (int64_t[]){ch, ch, 3, 3}, -0.1f, 0.1f);
+        add_init(g, names[i][1], 1, (int64_t[]){ch}, -0.2f, 0.2f);
+        int id = slim_graph_add_node(g, names[i][2], "Conv", "", 3,
+                                     (const char *[]){names[i][3], names[i][0], names[i][1]}, 1,
+                                     (const char *[]){names[i][2]});
+        g->nodes[id].opset = 17;
+        tu_attr_ints(&g->nodes[id], "kernel_shape", 2, (int64_t[]){3, 3});
+        tu_attr_ints(&g->nodes[id], "pads", 4, (int64_t[]){1, 1, 1, 1});
+    }
+    int id = slim_graph_add_node(g, "relu1", "Relu", "", 1, (const char *[]){"c1"}, 1,
+                                 (const char *[]){"h"});
+    g->nodes[id].opset = 17;
+    id = slim_graph_add_node(g, "add", "Add", "", 2, (const char *[]){"c2", "h"}, 1,
+                             (const char *[]){"sum"});
+    g->nodes[id].opset = 17;
+    id = slim_graph_add_node(g, "relu2", "Relu", "", 1, (const char *[]){"sum"}, 1,
+                             (const char *[]){"y"});
+    g->nodes[id].opset = 17;
+    int x = slim_graph_find_value(g, "x");
+    slim_graph_add_input(g, x);
+    g->values[x].info.dtype = SLIM_F32;
+    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    return g;
+}
+
+static slim_model *load(bool passes, int64_t ch)
+{
+    slim_graph *g = two_convs(ch);
+    slim_err err = {0};
+    if (passes)
+        ck_assert_msg(slim_passes_run(g, &err) == SLIM_OK, "%s", err.msg);
+    slim_model *m;
+    ck_assert_msg(slim_model_from_graph(g, &m, &err) == SLIM_OK, "%s", err.msg);
+    if (passes)
+        ck_assert_int_eq(tu_count_op(m->graph, "FusedConv"), 2);
+    return m;
+}
+
+static slim_tensor run(slim_model *m, const slim_tensor *x)
+{
+    slim_tensor *out = NULL, y;
+    int n_out;
+    slim_err err = {0};
+    ck_assert_msg(slim_model_run(m, 1, (const char *[]){"x"}, x, &out, &n_out, &err) == SLIM_OK,
+                  "%s", err.msg);
+    y = out[0];
+    for (int i = 1; i < n_out; i++)
+        slim_tensor_release(&out[i]);
+    free(out);
+    return y;
+}
+
+/* The largest |a - ref| over the largest |ref|. */
+static double rel_err(const slim_tensor *a, const slim_tensor *ref)
+{
+    int64_t n = slim_tensor_numel(ref);
+    ck_assert_int_eq(slim_tensor_numel(a), n);
+    double mx = 0, worst = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float u = ((const float *)a->data)[i], v = ((const float *)ref->data)[i];
+        mx = fmax(mx, fabs(v));
+        worst = fmax(worst, fabs((double)u - v));
+    }
+    ck_assert(mx > 0.1); /* a graph that outputs zeros would prove nothing */
+    return worst / mx;
+}
+
+static bool same_bits(const slim_tensor *a, const slim_tensor *b)
+{
+    return slim_tensor_numel(a) == slim_tensor_numel(b) &&
+           memcmp(a->data, b->data, sizeof(float) * (size_t)slim_tensor_numel(a)) == 0;
+}
+
+/* Plane sides and channels: 14 and 28 are in the stored range, 7 and 40
+ * not; 256 channels at 14x14 make 2 parts of 64 per thread
+ * (conv_dnnl_build.c, parts_per_thread). */
+static const int64_t cases[][2] = {{14, 64}, {28, 64}, {7, 64}, {40, 64}, {14, 256}};
+
+START_TEST(wino_stored_matches)
+{
+    int64_t side = cases[_i][0], ch = cases[_i][1];
+    bool stored = side >= 14 && side <= 28;
+    slim_model *ref = load(false, ch), *wino = load(true, ch), *off = load(true, ch);
+    slim_model_set_batch_invariant(wino, true);
+    int64_t per_in = ch * side * side, count = 3 * per_in;
+    float *d = malloc(sizeof(float) * (size_t)count);
+    rng_state = 7;
+    for (int64_t i = 0; i < count; i++)
+        d[i] = tu_rndf(&rng_state);
+    slim_tensor x = tu_f32(4, (int64_t[]){3, ch, side, side}, d);
+    free(d);
+    slim_tensor a = run(ref, &x), b = run(wino, &x);
+    /* primitives are made on first run, which reads the switch */
+    setenv("SLIM_CONV_WINO_STORED", "0", 1);
+    slim_tensor c = run(off, &x);
+    unsetenv("SLIM_CONV_WINO_STORED");
+    ck_assert_int_eq(b.dims[1], ch);
+    ck_assert_int_eq(b.dims[2], side);
+    double eb = rel_err(&b, &a), ec = rel_err(&c, &a);
+    ck_assert_msg(eb < 1e-5, "side %lld: stored Winograd off by %g", (long long)side, eb);
+    ck_assert_msg(ec < 1e-5, "side %lld: the other kernel off by %g", (long long)side, ec);
+    /* in range it ran (other bits); out of range nothing changed */
+    ck_assert_msg(same_bits(&b, &c) != stored, "side %lld: stored Winograd %s", (long long)side,
+                  stored ? "did not run" : "ran out of its range");
+    int64_t per_out = slim_tensor_numel(&b) / 3;
+    for (int64_t n = 0; n < 3; n++) {
+        slim_tensor one = tu_f32(4, (int64_t[]){1, ch, side, side},
+                                 (const float *)x.data + n * per_in);
+        slim_tensor y = run(wino, &one);
+        ck_assert_int_eq(memcmp(y.data, (const float *)b.data + n * per_out,
+                                sizeof(float) * (size_t)per_out), 0);
+        slim_tensor_release(&y);
+        slim_tensor_release(&one);
+    }
+    /* a second run reads the transformed W kept from the first */
+    slim_tensor b2 = run(wino, &x);
+    ck_assert(same_bits(&b, &b2));
+    slim_tensor_release(&b2);
+    slim_tensor_release(&a);
+    slim_tensor_release(&b);
+    slim_tensor_release(&c);
+    slim_tensor_release(&x);
+    slim_model_free(ref);
+    slim_model_free(wino);
+    slim_model_free(off);
+}
+END_TEST
+
+Suite *conv_winograd_suite(void)
+{
+    Suite *s = suite_create("conv_winograd");
+    TCase *tc = tcase_create("conv_winograd");
+#ifdef SLIM_HAVE_DNNL
+    tcase_add_loop_test(tc, wino_stored_matches, 0, (int)(sizeof(cases) / sizeof(cases[0])));
+#endif
+    suite_add_tcase(s, tc);
+    return s;
+}
+
+int main(void)
+{
+    slim_init();
+    setenv("SLIM_NUM_THREADS", "2", 1); /* FusedConv's parts: as the benchmarks cut them */
+    SRunner *sr = srunner_create(conv_winograd_suite());
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
