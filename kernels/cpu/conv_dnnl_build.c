@@ -118,15 +118,19 @@ static bool use_winograd(const fconv_state *s, const prim_set *set)
  * slice is 16/9 of the packed one (4x4 values per 3x3), so these convs'
  * weights take 2.8x their bytes while the set is cached (ResNet-18: about
  * 16 MB more, ResNet-50 about 25 MB). Float32 W only (half W stays
- * half); SLIM_CONV_WINO_STORED=0 turns it off (A/B, memory). */
+ * half). Off unless SLIM_CONV_WINO_STORED=1: the kept slices are not
+ * in the model's predicted footprint (slim inspect --fit, the server's
+ * residency budget), and a server built around memory must not hold
+ * bytes it did not predict; until the transformed slice replaces the
+ * packed one and is predicted, the speed is an opt-in. */
 #define WINO_STORED_MIN_PLANE (14 * 14)
 #define WINO_STORED_MAX_PLANE (28 * 28)
 
 static bool wino_stored(const fconv_state *s, const slim_tensor *w, const prim_set *set)
 {
-    const char *off = getenv("SLIM_CONV_WINO_STORED"); /* read when primitives are made */
+    const char *on = getenv("SLIM_CONV_WINO_STORED"); /* read when primitives are made */
     int64_t plane = set->oh1 * set->ow1;
-    return !(off && strcmp(off, "0") == 0) && wino_shape(s) && w->dtype == SLIM_F32 &&
+    return on && strcmp(on, "1") == 0 && wino_shape(s) && w->dtype == SLIM_F32 &&
            plane >= WINO_STORED_MIN_PLANE && plane <= WINO_STORED_MAX_PLANE;
 }
 

@@ -133,11 +133,12 @@ START_TEST(wino_stored_matches)
         d[i] = tu_rndf(&rng_state);
     slim_tensor x = tu_f32(4, (int64_t[]){3, ch, side, side}, d);
     free(d);
-    slim_tensor a = run(ref, &x), b = run(wino, &x);
-    /* primitives are made on first run, which reads the switch */
-    setenv("SLIM_CONV_WINO_STORED", "0", 1);
-    slim_tensor c = run(off, &x);
+    slim_tensor a = run(ref, &x);
+    /* primitives are made on first run, which reads the switch (opt-in) */
+    setenv("SLIM_CONV_WINO_STORED", "1", 1);
+    slim_tensor b = run(wino, &x);
     unsetenv("SLIM_CONV_WINO_STORED");
+    slim_tensor c = run(off, &x);
     ck_assert_int_eq(b.dims[1], ch);
     ck_assert_int_eq(b.dims[2], side);
     double eb = rel_err(&b, &a), ec = rel_err(&c, &a);
