@@ -5,7 +5,7 @@
                                  [--layers 4] [--skip-layers] [--skip-models]
                                  [--models bert,transformer] [--workdir DIR]
                                  [--cnn resnet18,mobilenetv2] [--conv-layers]
-                                 [--conv-fallback] [--fallback-ab] [--quick]
+                                 [--conv-fallback] [--fallback-ab] [--dw-ab] [--quick]
 
 Per layer: one MatMul x[m, K] @ W[K, N] on the BERT-base shapes (768x768,
 768x3072, 3072x768; m = 128 and 8 x 128 rows), its weight trained-like
@@ -34,6 +34,8 @@ at --threads, the CNN table gives the CPU time of one run on 1 thread
 against dense's (the process's user + system time over R + 1 runs minus
 over 1 run, / R): on a machine shared with other work it moves far less
 than wall time, which the other processes' share of the cores swings.
+--dw-ab adds to the CNN table 90% as before MobileNetV2's projections (1x1
+convs reading a depthwise conv) were kept dense (SLIM_PRUNE_CONV_DW=sparse).
 --quick (1 round, batch 1 only, 3 runs a call) is for iterating; the
 figures for docs come from the full run. --conv-layers
 adds the Conv break-even table (one 2-D conv, batch 1, storage sparse forced)
@@ -164,6 +166,14 @@ CONV_CFGS = [("dense", []), ("50%", ["--prune", "magnitude:0.5"]),
 CNN_CFGS = [("fp32 dense", []), ("2:4", ["--prune", "2:4"]),
             ("90% magnitude", ["--prune", "magnitude:0.9"]),
             ("90% + int8", ["--prune", "magnitude:0.9", "--precision", "int8"])]
+# --dw-ab: 90% as before the rule that keeps a 1x1 reading a depthwise conv
+# dense (MobileNetV2's projections sparse), converted with this environment.
+DW_AB_CFG = ("90% proj. sparse (before)", ["--prune", "magnitude:0.9"])
+DW_AB_ENV = {"SLIM_PRUNE_CONV_DW": "sparse"}
+
+
+def cfg_env(name):
+    return dict(os.environ, **DW_AB_ENV) if name == DW_AB_CFG[0] else None
 
 
 def weight_bytes(slim, model):
@@ -322,12 +332,12 @@ def run_fallback_ab(args, workdir):
         sys.stdout.flush()
 
 
-def storage_note(slim, src, extra):
+def storage_note(slim, src, extra, env=None):
     """How the pass stored a CNN's layers for one config (slim inspect --prune):
     sparse / dense counts, the depthwise convs it leaves unpruned and why the
     other dense ones stayed dense."""
     out = subprocess.run([slim, "inspect", src] + extra, check=True, capture_output=True,
-                         text=True).stdout
+                         text=True, env=env).stdout
     table = out[out.find("pruned layers ("):out.find("pruned weights:")]
     # layer, op, KxN, sparsity, storage, bytes before, after, ratio, note
     rows = [ln.split(None, 8) for ln in table.splitlines()
@@ -352,19 +362,21 @@ def run_cnns(args, workdir):
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     rng = np.random.default_rng(0)
     cnn_notes = []
+    cfgs = CNN_CFGS + ([DW_AB_CFG] if args.dw_ab else [])
     for arch in args.cnn.split(","):
         src = os.path.join(workdir, f"{arch}.onnx")
         if not os.path.exists(src):
             subprocess.run([sys.executable, os.path.join(REPO, "bench", "gen_cnn.py"), arch, src],
                            check=True, stdout=subprocess.DEVNULL)
         files = {}
-        for name, extra in CNN_CFGS:
+        for name, extra in cfgs:
             tag = re.sub(r"[^a-z0-9]+", "_", name.lower()).strip("_")
             out = os.path.join(workdir, f"{arch}_{tag}.slim")
             subprocess.run([args.slim, "convert", src, "-o", out] + extra, check=True,
-                           capture_output=True)
+                           capture_output=True, env=cfg_env(name))
             files[name] = out
-        notes = {name: storage_note(args.slim, src, extra) for name, extra in CNN_CFGS if extra}
+        notes = {name: storage_note(args.slim, src, extra, cfg_env(name))
+                 for name, extra in cfgs if extra}
         fbytes = {name: os.path.getsize(f) for name, f in files.items()}
         wbytes = {name: weight_bytes(args.slim, f) for name, f in files.items()}
         for batch in (1,) if args.quick else (1, 8):
@@ -376,10 +388,10 @@ def run_cnns(args, workdir):
             ref = ys["fp32 dense"]
             rss = {name: peak_rss_mib(args.slim, f, f"image={inp}", os.path.join(workdir, "o_rss"))
                    for name, f in files.items()}
-            times = {name: [] for name, _ in CNN_CFGS}
-            cpus = {name: [] for name, _ in CNN_CFGS}
+            times = {name: [] for name, _ in cfgs}
+            cpus = {name: [] for name, _ in cfgs}
             for _ in range(args.rounds):
-                for name, _ in CNN_CFGS:
+                for name, _ in cfgs:
                     times[name].append(bench_ms(args.slim, files[name], batch, [], args.threads,
                                                 args.repeat))
             dense_t = statistics.median(times["fp32 dense"])
@@ -387,10 +399,10 @@ def run_cnns(args, workdir):
             # time must not drown theirs.
             reps = max(5, min(60, int(2000 / max(dense_t, 1e-3))))
             for _ in range(args.rounds):
-                for name, _ in CNN_CFGS:
+                for name, _ in cfgs:
                     cpus[name].append(cpu_ms(args.slim, files[name], batch, reps))
             dense_c = statistics.median(cpus["fp32 dense"])
-            for name, _ in CNN_CFGS:
+            for name, _ in cfgs:
                 t = statistics.median(times[name])
                 cr = statistics.median(cpus[name]) / dense_c if dense_c > 0 else float("nan")
                 y = ys[name]
@@ -480,6 +492,8 @@ def main():
                     help="the batch-1 per-conv table behind the dense fallback")
     ap.add_argument("--fallback-ab", action="store_true",
                     help="whole ResNets at batch 1 with a class of convs left dense (--cnn)")
+    ap.add_argument("--dw-ab", action="store_true",
+                    help="CNNs: also 90%% with 1x1 convs reading a depthwise conv sparse (before)")
     ap.add_argument("--quick", action="store_true",
                     help="1 round, 3 runs a call, CNNs at batch 1 only: for iterating")
     args = ap.parse_args()

@@ -31,6 +31,7 @@
 #include <string.h>
 
 static bool feeds_depthwise(const slim_graph *g, const slim_node *n);
+static bool reads_depthwise(const slim_graph *g, const slim_node *n);
 
 bool slim__prune_conv_of(const slim_graph *g, const slim_node *n, int64_t *m, int64_t *k,
                          bool *depthwise)
@@ -69,6 +70,18 @@ const char *slim__prune_conv_why(const slim_graph *g, const slim_node *n, int64_
      * stays sparse there too: it is asked for its bytes. */
     if (!forced && !two4 && feeds_depthwise(g, n))
         return "1x1 conv feeding a depthwise conv: fused with it dense, faster than sparse";
+    /* The projection after a depthwise conv: MobileNetV2 at 90% with them
+     * sparse (expansions dense) ran 1.39x the dense time at batch 1: the
+     * sparse conv reads and writes NCHW, so the fused expansion + depthwise
+     * node before it and the next block's convs after it lose oneDNN's
+     * blocked layout and pay a reorder each way, more than the sparse
+     * product saves on a 1x1 of 0.2-1.6 MFLOP a pixel row (docs/prune.md,
+     * 2026-11-27 h-sp4). SLIM_PRUNE_CONV_DW=sparse keeps them sparse (the
+     * before, for benchmarks). */
+    const char *env = getenv("SLIM_PRUNE_CONV_DW"); /* "sparse": the before, for benchmarks */
+    if (!forced && !two4 && !(env && strcmp(env, "sparse") == 0) && reads_depthwise(g, n))
+        return "1x1 conv reading a depthwise conv: sparse would break the dense convs' blocked "
+               "layout around it, slower than dense";
     if (n->n_in > 2 && n->in[2] >= 0) {
         const slim_tensor *b = slim_pass_const_f32(g, n->in[2]);
         if (!b || slim_tensor_numel(b) != m || b->ndim != 1)
@@ -78,6 +91,40 @@ const char *slim__prune_conv_why(const slim_graph *g, const slim_node *n, int64_
 }
 
 static int readers(const slim_graph *g, int v, int *last);
+
+/* Whether a node writing v is a depthwise conv, or a BN / Relu / Clip whose
+ * input is, up to `hops` such nodes back. Every writer is looked at: a
+ * dense conv whose BN was folded already writes the BN's output while the
+ * BN stays until the pass ends. */
+static bool written_by_depthwise(const slim_graph *g, int v, int hops)
+{
+    for (int i = 0; i < g->n_nodes; i++) {
+        const slim_node *d = &g->nodes[i];
+        if (d->n_out < 1 || d->out[0] != v || d->domain[0])
+            continue;
+        int64_t m, k;
+        bool dw = false;
+        if (strcmp(d->op_type, "Conv") == 0 && slim__prune_conv_of(g, d, &m, &k, &dw) && dw)
+            return true;
+        if (hops > 0 && d->n_in > 0 && d->in[0] >= 0 && d->in[0] != v &&
+            (strcmp(d->op_type, "BatchNormalization") == 0 || strcmp(d->op_type, "Relu") == 0 ||
+             strcmp(d->op_type, "Clip") == 0) &&
+            written_by_depthwise(g, d->in[0], hops - 1))
+            return true;
+    }
+    return false;
+}
+
+/* Whether conv is a 1x1 (group 1) whose input comes from a depthwise conv
+ * through a BN and a Relu / Clip at most (MobileNetV2's projection). */
+static bool reads_depthwise(const slim_graph *g, const slim_node *n)
+{
+    const slim_tensor *w = slim_pass_const_f32(g, n->in[1]);
+    if (!w || w->ndim != 4 || w->dims[2] != 1 || w->dims[3] != 1 ||
+        slim_attr_int(n, "group", 1) != 1 || n->in[0] < 0)
+        return false;
+    return written_by_depthwise(g, n->in[0], 2);
+}
 
 /* Whether conv is a 1x1 whose output reaches a depthwise 3x3 conv alone,
  * through a BN and a Relu / Clip at most (MobileNetV2's expansion). */

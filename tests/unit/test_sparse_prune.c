@@ -211,6 +211,82 @@ START_TEST(test_rule_by_batch)
 }
 END_TEST
 
+/* MobileNetV2's block: x[1,3,10,10] -> Conv 1x1 (e) -> Relu -> depthwise
+ * 3x3 (dw) -> BN -> Clip -> Conv 1x1 (p) -> Conv 1x1 (q) -> y. At 90% both
+ * 1x1s around the depthwise conv stay dense (each says why); q, which
+ * reads p, does not read a depthwise conv and goes csr; forced sparse
+ * makes p sparse too, and the outputs agree. */
+static slim_graph *mnv2_block(void)
+{
+    slim_graph *g = tu_graph_x();
+    uint32_t r = 7;
+    tu_init_f32(g, &r, "we", 4, (int64_t[]){16, 3, 1, 1}, -0.5f, 0.5f);
+    tu_init_f32(g, &r, "wd", 4, (int64_t[]){16, 1, 3, 3}, -0.5f, 0.5f);
+    tu_init_f32(g, &r, "sc", 1, (int64_t[]){16}, 0.5f, 1.5f);
+    tu_init_f32(g, &r, "bb", 1, (int64_t[]){16}, -0.2f, 0.2f);
+    tu_init_f32(g, &r, "mu", 1, (int64_t[]){16}, -0.2f, 0.2f);
+    tu_init_f32(g, &r, "var", 1, (int64_t[]){16}, 0.5f, 2.0f);
+    tu_init_f32(g, &r, "wp", 4, (int64_t[]){32, 16, 1, 1}, -0.5f, 0.5f);
+    tu_init_f32(g, &r, "wq", 4, (int64_t[]){32, 32, 1, 1}, -0.5f, 0.5f);
+    tu_op(g, "Conv", "e", 2, "x", "we");
+    tu_op(g, "Relu", "er", 1, "e");
+    slim_node *n = tu_op(g, "Conv", "dw", 2, "er", "wd");
+    tu_attr_ints(n, "pads", 4, (int64_t[]){1, 1, 1, 1});
+    tu_attr_i(n, "group", 16);
+    tu_op(g, "BatchNormalization", "bn", 5, "dw", "sc", "bb", "mu", "var");
+    tu_op(g, "Clip", "cl", 1, "bn");
+    tu_op(g, "Conv", "p", 2, "cl", "wp");
+    tu_op(g, "Conv", "y", 2, "p", "wq");
+    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    return g;
+}
+
+static const slim_prune_layer *layer_named(const slim_prune_report *r, const char *name)
+{
+    for (int i = 0; i < r->n_layers; i++)
+        if (strcmp(r->layers[i].name, name) == 0)
+            return &r->layers[i];
+    ck_abort_msg("no layer %s in the report", name);
+    return NULL;
+}
+
+START_TEST(test_rule_around_depthwise)
+{
+    float xv[3 * 10 * 10];
+    for (int i = 0; i < 300; i++)
+        xv[i] = rndf();
+    slim_tensor x = tu_f32(4, (int64_t[]){1, 3, 10, 10}, xv);
+    slim_tensor y[2];
+    for (int forced = 0; forced < 2; forced++) {
+        slim_graph *g = mnv2_block();
+        slim_prune_report rep;
+        slim_err err;
+        slim_prune_opts o = {.method = "magnitude", .amount = 0.9,
+                             .storage = forced ? "sparse" : NULL};
+        ck_assert_msg(slim_prune(g, &o, &rep, &err) == SLIM_OK, "%s", err.msg);
+        const slim_prune_layer *e = layer_named(&rep, "e"), *p = layer_named(&rep, "p"),
+                               *q = layer_named(&rep, "y");
+        ck_assert_str_eq(q->storage, "csr");
+        ck_assert_str_eq(p->storage, forced ? "csr" : "dense");
+        ck_assert_str_eq(e->storage, forced ? "csr" : "dense");
+        if (!forced) {
+            ck_assert_msg(strstr(p->why, "reading a depthwise conv"), "%s", p->why);
+            ck_assert_msg(strstr(e->why, "feeding a depthwise conv"), "%s", e->why);
+            ck_assert_int_eq(tu_count_op(g, "SparseConv"), 1);
+        } else {
+            ck_assert_int_eq(tu_count_op(g, "SparseConv"), 3);
+        }
+        y[forced] = run1(g, x);
+        slim_prune_report_free(&rep);
+    }
+    ck_assert_int_eq(slim_tensor_numel(&y[0]), slim_tensor_numel(&y[1]));
+    tu_assert_close_f32(&y[1], y[0].data, slim_tensor_numel(&y[0]), 1e-4);
+    slim_tensor_release(&y[0]);
+    slim_tensor_release(&y[1]);
+    slim_tensor_release(&x);
+}
+END_TEST
+
 /* int8 SparseMatMul (csr and 2:4): near the float sparse layer, and each
  * row alone bitwise as in a batch of 3. */
 START_TEST(test_int8_sparse_matmul)
@@ -386,6 +462,7 @@ int main(void)
     tcase_add_test(tp, test_expand_24_to_dense);
     tcase_add_test(tp, test_expand_24_matmul_to_dense);
     tcase_add_test(tp, test_rule_by_batch);
+    tcase_add_test(tp, test_rule_around_depthwise);
     tcase_add_test(tp, test_int8_sparse_matmul);
     suite_add_tcase(s, tp);
     SRunner *sr = srunner_create(s);
