@@ -31,7 +31,7 @@ def mse_scale(w, grid):
         s = m*f; e = ((w - np.clip(np.round(w/s), -127, 127)*s)**2).sum(0)
         better = e < be; best[better] = s[better]; be[better] = e[better]
     return best
-def qlin(x, w, mode):
+def qlin(x, w, mode, kind=''):
     K = w.shape[0]; rms = np.sqrt((w**2).mean(1)); med = np.sort(rms)[K//2]
     cap = K//16; least = np.sort(rms)[K-cap]
     o = np.where((rms > 3*med) & (rms >= least))[0][:cap]
@@ -42,14 +42,18 @@ def qlin(x, w, mode):
     if mode.get('zero_outl'): xa[:, o] = 0
     xq = x if mode.get('fact') else qact(xa, mode.get('blk'))
     if mode.get('fw'): wq = main; woq = wo
-    return xq @ wq + x[:, o] @ woq
+    y = xq @ wq + x[:, o] @ woq
+    if kind in mode.get('two', ()):  # a second int8 weight: the first one's rounding error
+        r = main - wq; sr = np.abs(r).max(0)/127; sr[sr == 0] = 1
+        y = y + xq @ (np.round(r/sr)*sr)
+    return y
 def fwd(ids, q=set(), mode={}):
     S = ids.shape[1]; H = 768; nh = 12; dh = 64
     h = W['embeddings.word'][ids[0]] + W['embeddings.position'][:S]
     h = ln(h, 'embeddings.ln')
     def lin(x, name, kind):
         w = W[name+'.weight']
-        y = qlin(x, w, mode) if kind in q else x @ w
+        y = qlin(x, w, mode, kind) if kind in q else x @ w
         return y + W[name+'.bias']
     for i in range(12):
         n = f'layer{i}'
