@@ -189,18 +189,20 @@ static slim_status quantize_scales(const float *w, int64_t n, int64_t k, int64_t
 /* Which products get a second int8 weight for the first one's rounding
  * error (kernels/cpu/qgemm_res.c), by shape: "down" K >= 2 N (a
  * transformer's FFN out), "up" N >= 2 K (FFN in), "square" the rest (Q,
- * K, V, attention out). Default down and square: measured on the
- * BERT-sized encoder at sequence 16 (docs/int8.md), cosine to fp32 at
- * batch 1 / 8 went 0.976 / 0.993 (none) to 0.989 / 0.993 (down), 0.991 /
- * 0.998 (square), 0.993 / 0.992 (down, up), 0.997 / 0.997 (down, square),
- * 0.999 / 0.997 (all); down and square are two thirds of the products'
- * work, which the second weight doubles. SLIM_INT8_RESIDUAL=off, all, or
- * a list of the kinds ("down,square"). */
+ * K, V, attention out). Measured on the BERT-sized encoder at sequence 16
+ * (docs/int8.md), cosine to fp32 at batch 1 / 8: 0.976 / 0.993 (none),
+ * 0.989 / 0.993 (down), 0.991 / 0.998 (square), 0.993 / 0.992 (down, up),
+ * 0.997 / 0.997 (down, square), 0.999 / 0.997 (all). Each kind is a third
+ * of an encoder's weight bytes, and with few rows (sequence 16, batch 1)
+ * the products stream their weights from memory, so each kind adds about
+ * a third to the products' time there. Default square: over 0.99 on every
+ * encoder row for a third more weight bytes; SLIM_INT8_RESIDUAL=off, all,
+ * or a list of kinds ("down,square": more margin, two thirds more). */
 static bool use_residual(const slim_rewrite_linear *l)
 {
     const char *env = getenv("SLIM_INT8_RESIDUAL");
     if (!env || !env[0])
-        env = "down,square";
+        env = "square";
     const char *kind = l->k >= 2 * l->n ? "down" : l->n >= 2 * l->k ? "up" : "square";
     return strcmp(env, "all") == 0 || strstr(env, kind) != NULL;
 }
