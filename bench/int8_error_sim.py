@@ -3,8 +3,10 @@
 slimserve's dynamic int8 (per-row u8 activations with a zero point, per-output-channel
 s8 weights, the outlier-row split), with each product kind (qkv, ao = attention output,
 f1 = FFN in, f2 = FFN out) int8 or float, weights or activations float, and weight
-scales max|w|/127 or least-squared-error (grid of 36 in [0.3, 1]). Prints cosines of
-the last hidden state to fp32 for one sequence.
+scales max|w|/127 or least-squared-error (grid of 36 in [0.3, 1]), and the kinds in
+mode['two'] with a second int8 weight for the first one's rounding error (quant/int8.c's
+SLIM_INT8_RESIDUAL; its product on the same u8 activations). Prints cosines of the last
+hidden state to fp32 for one sequence.
 
     .venv/bin/python bench/int8_error_sim.py ENCODER.onnx     (about 1 minute for seq 16)
 """
@@ -74,6 +76,8 @@ print('all int8', cos(ref, fwd(ids, allq)), 'float activations', cos(ref, fwd(id
       'float weights', cos(ref, fwd(ids, allq, {'fw': 1})))
 for k in sorted(allq):
     print('only', k, 'int8:', cos(ref, fwd(ids, {k})), ' all but', k, ':', cos(ref, fwd(ids, allq - {k})))
+print('second int8 weight on qkv + ao (the default, "square")',
+      cos(ref, fwd(ids, allq, {'grid': 16, 'two': {'qkv', 'ao'}})))
 for seed in (1, 2, 4):
     ids = np.random.default_rng(seed).integers(0, 30522, (1, 16)); ref = fwd(ids)
     print('seed', seed, 'max', cos(ref, fwd(ids, allq)), 'mse grid 36', cos(ref, fwd(ids, allq, {'grid': 36})), 'w only', cos(ref, fwd(ids, allq, {'grid': 36, 'fact': 1})), flush=True)
