@@ -198,13 +198,26 @@ static slim_status quantize_scales(const float *w, int64_t n, int64_t k, int64_t
  * a third to the products' time there. Default square: over 0.99 on every
  * encoder row for a third more weight bytes; SLIM_INT8_RESIDUAL=off, all,
  * or a list of kinds ("down,square": more margin, two thirds more). */
-static bool use_residual(const slim_rewrite_linear *l)
+static bool use_residual(const slim_rewrite_linear *l, int64_t parts)
 {
     const char *env = getenv("SLIM_INT8_RESIDUAL");
     if (!env || !env[0])
         env = "square";
-    const char *kind = l->k >= 2 * l->n ? "down" : l->n >= 2 * l->k ? "up" : "square";
+    int64_t n = l->n / parts;
+    const char *kind = l->k >= 2 * n ? "down" : n >= 2 * l->k ? "up" : "square";
     return strcmp(env, "all") == 0 || strstr(env, kind) != NULL;
+}
+
+/* How many products node id is: the parts of the Split that alone reads
+ * its output (after a bias Add), as passes/merge_qkv.c leaves Q, K and V
+ * merged into one [K, 3 N] MatMul, else 1. The kind of a merged product
+ * is its parts' (Q, K and V are square, not "up"). */
+static int64_t merged_parts(slim__int8_pass *p, int id)
+{
+    int v = p->rw.g->nodes[id].out[0];
+    slim_node *a = slim_rewrite_sole_reader(&p->rw, v, "Add");
+    slim_node *sp = slim_rewrite_sole_reader(&p->rw, a ? a->out[0] : v, "Split");
+    return sp && sp->n_out > 1 ? sp->n_out : 1;
 }
 
 /* Entry j of a float32 or float16 scale. */
@@ -501,7 +514,7 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
         goto fail;
     st = quantize_scales(w, l->n, l->k, sk, sj, skip, l->alpha, use_mse_scales(), wq.data,
                          &scale, &e2, &w2, err);
-    if (!st && use_residual(l)) {
+    if (!st && use_residual(l, merged_parts(p, id))) {
         e2 = 0; /* what the two weights leave */
         st = quantize_residual(w, l, sk, sj, &scale, wq.data, &oidx, &ow, &os, &rw, &rs, &rc,
                                &e2, err);

@@ -252,6 +252,38 @@ START_TEST(test_pass_gives_residual_by_shape)
 }
 END_TEST
 
+/* Q, K and V merged into one [K, 3 K] MatMul and a Split
+ * (passes/merge_qkv.c) are square products, not an "up" one: the merged
+ * product takes the second weight by default; without the Split the same
+ * [K, 3 K] weight does not. */
+START_TEST(test_merged_qkv_counts_as_square)
+{
+    enum { K = 64 };
+    unsetenv("SLIM_INT8_RESIDUAL");
+    for (int split = 0; split < 2; split++) {
+        slim_graph *g = heavy_matmul(K, 3 * K);
+        if (split) {
+            slim_graph_add_node(g, "sp", "Split", "", 1, (const char *[]){"y"}, 3,
+                                (const char *[]){"q", "k", "v"});
+            g->nodes[1].opset = 17;
+            tu_attr_i(&g->nodes[1], "axis", 1);
+            g->n_outputs = 0;
+            g->values[slim_graph_find_value(g, "y")].is_output = false;
+            slim_graph_add_output(g, slim_graph_find_value(g, "q"));
+            slim_graph_add_output(g, slim_graph_find_value(g, "k"));
+            slim_graph_add_output(g, slim_graph_find_value(g, "v"));
+        }
+        slim_err err;
+        slim_int8_report rep;
+        ck_assert_int_eq(slim_quant_int8(g, NULL, &rep, &err), SLIM_OK);
+        slim_int8_report_free(&rep);
+        ck_assert_str_eq(g->nodes[0].op_type, "MatMulInt8");
+        ck_assert_int_eq(g->nodes[0].n_in, split ? 11 : 8);
+        slim_graph_free(g);
+    }
+}
+END_TEST
+
 /* A residual whose parts do not match is refused with a message naming it. */
 START_TEST(test_bad_residual_refused)
 {
@@ -294,6 +326,7 @@ int main(void)
     TCase *tc = tcase_create("residual");
     tcase_add_test(tc, test_res_is_sum_of_products_and_rows_independent);
     tcase_add_test(tc, test_pass_gives_residual_by_shape);
+    tcase_add_test(tc, test_merged_qkv_counts_as_square);
     tcase_add_test(tc, test_bad_residual_refused);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
