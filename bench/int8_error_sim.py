@@ -3,8 +3,10 @@
 slimserve's dynamic int8 (per-row u8 activations with a zero point, per-output-channel
 s8 weights, the outlier-row split), with each product kind (qkv, ao = attention output,
 f1 = FFN in, f2 = FFN out) int8 or float, weights or activations float, and weight
-scales max|w|/127 or least-squared-error (grid of 36 in [0.3, 1]). Prints cosines of
-the last hidden state to fp32 for one sequence.
+scales max|w|/127 or least-squared-error (grid of 36 in [0.3, 1]), and the kinds in
+mode['two'] with a second int8 weight for the first one's rounding error (quant/int8.c's
+SLIM_INT8_RESIDUAL; its product on the same u8 activations). Prints cosines of the last
+hidden state to fp32 for one sequence.
 
     .venv/bin/python bench/int8_error_sim.py ENCODER.onnx     (about 1 minute for seq 16)
 """
@@ -31,7 +33,7 @@ def mse_scale(w, grid):
         s = m*f; e = ((w - np.clip(np.round(w/s), -127, 127)*s)**2).sum(0)
         better = e < be; best[better] = s[better]; be[better] = e[better]
     return best
-def qlin(x, w, mode):
+def qlin(x, w, mode, kind=''):
     K = w.shape[0]; rms = np.sqrt((w**2).mean(1)); med = np.sort(rms)[K//2]
     cap = K//16; least = np.sort(rms)[K-cap]
     o = np.where((rms > 3*med) & (rms >= least))[0][:cap]
@@ -42,14 +44,18 @@ def qlin(x, w, mode):
     if mode.get('zero_outl'): xa[:, o] = 0
     xq = x if mode.get('fact') else qact(xa, mode.get('blk'))
     if mode.get('fw'): wq = main; woq = wo
-    return xq @ wq + x[:, o] @ woq
+    y = xq @ wq + x[:, o] @ woq
+    if kind in mode.get('two', ()):  # a second int8 weight: the first one's rounding error
+        r = main - wq; sr = np.abs(r).max(0)/127; sr[sr == 0] = 1
+        y = y + xq @ (np.round(r/sr)*sr)
+    return y
 def fwd(ids, q=set(), mode={}):
     S = ids.shape[1]; H = 768; nh = 12; dh = 64
     h = W['embeddings.word'][ids[0]] + W['embeddings.position'][:S]
     h = ln(h, 'embeddings.ln')
     def lin(x, name, kind):
         w = W[name+'.weight']
-        y = qlin(x, w, mode) if kind in q else x @ w
+        y = qlin(x, w, mode, kind) if kind in q else x @ w
         return y + W[name+'.bias']
     for i in range(12):
         n = f'layer{i}'
@@ -70,6 +76,8 @@ print('all int8', cos(ref, fwd(ids, allq)), 'float activations', cos(ref, fwd(id
       'float weights', cos(ref, fwd(ids, allq, {'fw': 1})))
 for k in sorted(allq):
     print('only', k, 'int8:', cos(ref, fwd(ids, {k})), ' all but', k, ':', cos(ref, fwd(ids, allq - {k})))
+print('second int8 weight on qkv + ao (the default, "square")',
+      cos(ref, fwd(ids, allq, {'grid': 16, 'two': {'qkv', 'ao'}})))
 for seed in (1, 2, 4):
     ids = np.random.default_rng(seed).integers(0, 30522, (1, 16)); ref = fwd(ids)
     print('seed', seed, 'max', cos(ref, fwd(ids, allq)), 'mse grid 36', cos(ref, fwd(ids, allq, {'grid': 36})), 'w only', cos(ref, fwd(ids, allq, {'grid': 36, 'fact': 1})), flush=True)

@@ -105,6 +105,16 @@ size_t slim_qgemm_scratch_bytes(int64_t m, int64_t k);
  * NaN or an infinity gives a row of NaN (before the activation). */
 void slim_qgemm(const slim_qgemm_args *a, void *scratch);
 
+/* The product with a second int8 weight for the first one's rounding error
+ * (kernels/cpu/qgemm_res.c): y = act(p(a, no activation) + p2), p2 the
+ * product of the same rows with res_packed, res_colsum and res_scale (no
+ * bias, no outlier channels), the sum per element. scratch has
+ * slim_qgemm_res_scratch_bytes(m, n, k) bytes, 64-byte aligned. Rows stay
+ * independent of each other, as in slim_qgemm. */
+size_t slim_qgemm_res_scratch_bytes(int64_t m, int64_t n, int64_t k);
+void slim_qgemm_res(const slim_qgemm_args *a, const int8_t *res_packed,
+                    const int32_t *res_colsum, const float *res_scale, void *scratch);
+
 /* Packs a weight stored k x n row-major with row stride ldb (as MatMul's
  * B), the same layout and column sums as slim_qgemm_pack of its
  * transpose; a straight copy, cheap enough to run per call. */

@@ -186,6 +186,105 @@ static slim_status quantize_scales(const float *w, int64_t n, int64_t k, int64_t
     return SLIM_OK;
 }
 
+/* Which products get a second int8 weight for the first one's rounding
+ * error (kernels/cpu/qgemm_res.c), by shape: "down" K >= 2 N (a
+ * transformer's FFN out), "up" N >= 2 K (FFN in), "square" the rest (Q,
+ * K, V, attention out). Measured on the BERT-sized encoder at sequence 16
+ * (docs/int8.md), cosine to fp32 at batch 1 / 8: 0.976 / 0.993 (none),
+ * 0.989 / 0.993 (down), 0.991 / 0.998 (square), 0.993 / 0.992 (down, up),
+ * 0.997 / 0.997 (down, square), 0.999 / 0.999 (all). Each kind is a third
+ * of an encoder's weight bytes, and with few rows (sequence 16, batch 1)
+ * the products stream their weights from memory, so each kind adds about
+ * a third to the products' time there. Default square: over 0.99 on every
+ * encoder row for a third more weight bytes; SLIM_INT8_RESIDUAL=off, all,
+ * or a list of kinds ("down,square": more margin, two thirds more). */
+static bool use_residual(const slim_rewrite_linear *l, int64_t parts)
+{
+    const char *env = getenv("SLIM_INT8_RESIDUAL");
+    if (!env || !env[0])
+        env = "square";
+    int64_t n = l->n / parts;
+    const char *kind = l->k >= 2 * n ? "down" : n >= 2 * l->k ? "up" : "square";
+    return strcmp(env, "all") == 0 || strstr(env, kind) != NULL;
+}
+
+/* How many products node id is: the parts of the Split that alone reads
+ * its output (after a bias Add), as passes/merge_qkv.c leaves Q, K and V
+ * merged into one [K, 3 N] MatMul, else 1. The kind of a merged product
+ * is its parts' (Q, K and V are square, not "up"). */
+static int64_t merged_parts(slim__int8_pass *p, int id)
+{
+    int v = p->rw.g->nodes[id].out[0];
+    slim_node *a = slim_rewrite_sole_reader(&p->rw, v, "Add");
+    slim_node *sp = slim_rewrite_sole_reader(&p->rw, a ? a->out[0] : v, "Split");
+    return sp && sp->n_out > 1 ? sp->n_out : 1;
+}
+
+/* Entry j of a float32 or float16 scale. */
+static float scale_at(const slim_tensor *scale, int64_t j)
+{
+    return scale->dtype == SLIM_F16 ? slim_f16_to_f32(((const uint16_t *)scale->data)[j])
+                                    : ((const float *)scale->data)[j];
+}
+
+/* The second weight of a product that has one (slim_qgemm_res): channel
+ * j's residual, w - s_j q_j, or on an outlier input channel w minus its
+ * own int8 weight (oidx, ow, os; their error was what the first weights
+ * left most of on FFN out: 0.0264 -> 0.0069 without them), quantized with
+ * its own scale max|r| / 127, float32 x alpha. The residual multiplies
+ * the u8 activations even on outlier channels: a small weight times their
+ * rounding, second order. Packed into *packed with colsums; the residual's
+ * rounding error, what the two weights leave, added to *e2. */
+static slim_status quantize_residual(const float *w, const slim_rewrite_linear *l, int64_t sk,
+                                     int64_t sj, const slim_tensor *scale, const int8_t *q,
+                                     const slim_tensor *oidx, const slim_tensor *ow,
+                                     const slim_tensor *os, slim_tensor *packed,
+                                     slim_tensor *rscale, slim_tensor *colsum, double *e2,
+                                     slim_err *err)
+{
+    int64_t n = l->n, k = l->k;
+    slim_status st = slim_rewrite_alloc_tensor(packed, SLIM_I8, 2, slim_qgemm_n16(n),
+                                               slim_qgemm_k4(k), err);
+    if (!st)
+        st = slim_rewrite_alloc_tensor(rscale, SLIM_F32, 1, n, 0, err);
+    if (!st)
+        st = slim_rewrite_alloc_tensor(colsum, SLIM_I32, 1, n, 0, err);
+    if (st)
+        return st;
+    int8_t *rq = malloc((size_t)(n * k));
+    float *r = malloc(sizeof(float) * (size_t)k);
+    int64_t *pos = malloc(sizeof(int64_t) * (size_t)k); /* outlier row o of t, or -1 */
+    if (!rq || !r || !pos) {
+        free(rq);
+        free(r);
+        free(pos);
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    }
+    for (int64_t t = 0; t < k; t++)
+        pos[t] = -1;
+    int64_t no = oidx->data ? oidx->dims[0] : 0;
+    for (int64_t o = 0; o < no; o++)
+        pos[((const int64_t *)oidx->data)[o]] = o;
+    for (int64_t j = 0; j < n; j++) {
+        /* The steps the codes were made with. */
+        float s = scale_at(scale, j) / l->alpha;
+        float so = no ? ((const float *)os->data)[j] / l->alpha : 0.0f;
+        for (int64_t t = 0; t < k; t++) {
+            float v = w[j * sj + t * sk];
+            r[t] = pos[t] < 0 ? v - (float)q[j * k + t] * s
+                              : v - (float)((const int8_t *)ow->data)[pos[t] * n + j] * so;
+        }
+        double r2 = 0;
+        float s2 = slim__int8_quantize_channel(r, k, 1, NULL, rq + j * k, e2, &r2);
+        ((float *)rscale->data)[j] = s2 * l->alpha;
+    }
+    slim_qgemm_pack(rq, n, k, packed->data, colsum->data);
+    free(rq);
+    free(r);
+    free(pos);
+    return SLIM_OK;
+}
+
 /* scale as float32 (a copy in *tmp when it is float16), for the error
  * measurements, which call the kernel directly. */
 static const float *scale_f32(const slim_tensor *scale, float **tmp)
@@ -309,7 +408,9 @@ typedef slim_rewrite_linear linear;
 static double measure_linear(const pass *p, const linear *l, const slim_tensor *packed,
                              const slim_tensor *scale, const slim_tensor *colsum,
                              const float *bias, bool relu, const slim_tensor *oidx,
-                             const slim_tensor *ow, const slim_tensor *os)
+                             const slim_tensor *ow, const slim_tensor *os,
+                             const slim_tensor *rw, const slim_tensor *rs,
+                             const slim_tensor *rc)
 {
     const slim_tensor *x = slim_int8_sample(p->opts ? p->opts->samples : NULL,
                                             p->rw.g->values[l->x].name);
@@ -322,7 +423,8 @@ static double measure_linear(const pass *p, const linear *l, const slim_tensor *
     float *tmp = NULL;
     const float *w_scale = scale_f32(scale, &tmp);
     if (!y32 || !y8 || !w_scale ||
-        posix_memalign(&scratch, 64, slim_qgemm_scratch_bytes(m, l->k)) != 0) {
+        posix_memalign(&scratch, 64, rw->data ? slim_qgemm_res_scratch_bytes(m, n, l->k)
+                                              : slim_qgemm_scratch_bytes(m, l->k)) != 0) {
         free(y32);
         free(y8);
         free(tmp);
@@ -342,7 +444,10 @@ static double measure_linear(const pass *p, const linear *l, const slim_tensor *
         .n_outl = oidx->data ? oidx->dims[0] : 0, .outl_idx = oidx->data, .outl_q = ow->data,
         .outl_scale = os->data,
     };
-    slim_qgemm(&a, scratch);
+    if (rw->data)
+        slim_qgemm_res(&a, rw->data, rc->data, rs->data, scratch);
+    else
+        slim_qgemm(&a, scratch);
     double e = slim_int8_rel_error(y32, y8, m * n);
     free(tmp);
     free(scratch);
@@ -362,7 +467,7 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
 {
     slim_graph *g = p->rw.g;
     slim_tensor wq = {0}, packed = {0}, scale = {0}, colsum = {0}, bias = {0}, oidx = {0},
-                ow = {0}, os = {0};
+                ow = {0}, os = {0}, rw = {0}, rs = {0}, rc = {0};
     bool *skip = NULL;
     slim_status st = slim_rewrite_alloc_tensor(&wq, SLIM_I8, 2, l->n, l->k, err);
     if (!st)
@@ -409,6 +514,11 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
         goto fail;
     st = quantize_scales(w, l->n, l->k, sk, sj, skip, l->alpha, use_mse_scales(), wq.data,
                          &scale, &e2, &w2, err);
+    if (!st && use_residual(l, merged_parts(p, id))) {
+        e2 = 0; /* what the two weights leave */
+        st = quantize_residual(w, l, sk, sj, &scale, wq.data, &oidx, &ow, &os, &rw, &rs, &rc,
+                               &e2, err);
+    }
     if (st)
         goto fail;
     free(skip);
@@ -424,7 +534,7 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
         goto fail;
     slim_node *r = slim_rewrite_sole_reader(&p->rw, add >= 0 ? g->nodes[add].out[0] : out, "Relu");
     layer->error = measure_linear(p, l, &packed, &scale, &colsum, bias.data, r != NULL, &oidx,
-                                  &ow, &os);
+                                  &ow, &os, &rw, &rs, &rc);
     if (slim__int8_over_budget(p, layer->error)) {
         layer->why = "over max_error";
         goto fail; /* st is SLIM_OK: the layer stays float32 */
@@ -442,12 +552,13 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
     layer->bytes_after = slim_tensor_nbytes(&packed) + slim_tensor_nbytes(&scale) +
                          slim_tensor_nbytes(&colsum) + slim_tensor_nbytes(&bias) +
                          slim_tensor_nbytes(&oidx) + slim_tensor_nbytes(&ow) +
-                         slim_tensor_nbytes(&os);
+                         slim_tensor_nbytes(&os) + slim_tensor_nbytes(&rw) +
+                         slim_tensor_nbytes(&rs) + slim_tensor_nbytes(&rc);
     layer->n_outliers = oidx.data ? (int)oidx.dims[0] : 0;
     char base[300];
     snprintf(base, sizeof(base), "%s", g->nodes[id].name);
-    int in[8] = {l->x, -1, -1, -1, -1, -1, -1, -1};
-    int n_in = oidx.data ? 8 : bias.data ? 5 : 4;
+    int in[11] = {l->x, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    int n_in = rw.data ? 11 : oidx.data ? 8 : bias.data ? 5 : 4;
     if ((in[1] = slim_graph_add_initializer(g, base, ".int8_weight", &packed, err)) < 0 ||
         (in[2] = slim_graph_add_initializer(g, base, ".int8_scale", &scale, err)) < 0 ||
         (in[3] = slim_graph_add_initializer(g, base, ".int8_colsum", &colsum, err)) < 0 ||
@@ -455,7 +566,11 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
         (oidx.data &&
          ((in[5] = slim_graph_add_initializer(g, base, ".int8_outlier_index", &oidx, err)) < 0 ||
           (in[6] = slim_graph_add_initializer(g, base, ".int8_outlier_weight", &ow, err)) < 0 ||
-          (in[7] = slim_graph_add_initializer(g, base, ".int8_outlier_scale", &os, err)) < 0))) {
+          (in[7] = slim_graph_add_initializer(g, base, ".int8_outlier_scale", &os, err)) < 0)) ||
+        (rw.data &&
+         ((in[8] = slim_graph_add_initializer(g, base, ".int8_residual_weight", &rw, err)) < 0 ||
+          (in[9] = slim_graph_add_initializer(g, base, ".int8_residual_scale", &rs, err)) < 0 ||
+          (in[10] = slim_graph_add_initializer(g, base, ".int8_residual_colsum", &rc, err)) < 0))) {
         st = SLIM_ENOMEM;
         goto fail;
     }
@@ -463,6 +578,9 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
                                     p->rw.what, err);
 fail:
     free(skip);
+    slim_tensor_release(&rw);
+    slim_tensor_release(&rs);
+    slim_tensor_release(&rc);
     slim_tensor_release(&oidx);
     slim_tensor_release(&ow);
     slim_tensor_release(&os);

@@ -12,6 +12,11 @@
  *       channels taken out of W, their codes there 0), outlier_weight int8
  *       [O, N] and outlier_scale float32 [N]: their own int8 weights, times
  *       the float32 activations (qgemm.h). Y float32 [..., N].
+ *       Optional inputs 8-10, residual_weight (int8, packed as W),
+ *       residual_scale (float32 [N]) and residual_colsum (int32 [N]): a
+ *       second int8 weight for W's rounding error, whose product is added
+ *       before the activation (slim_qgemm_res; inputs 4-7 may then be
+ *       empty).
  *       X is quantized per row at run time (qgemm.h), so no row's result
  *       depends on another's. "Gelu" is ONNX Gelu with approximate "none"
  *       (passes/fuse_int8_epilogue.c fuses it), in the product's epilogue.
@@ -122,6 +127,20 @@ static slim_status matmul_int8_infer(slim_op_ctx *ctx)
             return slim_errf(ctx->err, SLIM_ESHAPE, "outlier_index must be [O] with O <= K and "
                              "outlier_weight [O, %lld]", (long long)n);
     }
+    const slim_tensor *rw = ctx->n_in > 8 ? ctx->in[8] : NULL;
+    const slim_tensor *rs = ctx->n_in > 9 ? ctx->in[9] : NULL;
+    const slim_tensor *rc = ctx->n_in > 10 ? ctx->in[10] : NULL;
+    if (!rw != !rs || !rw != !rc)
+        return slim_errf(ctx->err, SLIM_EINVAL, "residual_weight, residual_scale and "
+                         "residual_colsum come together");
+    if (rw && ((st = slim_check_dtype(rw, "residual_weight", ctx->err, SLIM_I8,
+                                      SLIM_DTYPE_UNDEFINED)) ||
+               (st = check_vector(rs, "residual_scale", SLIM_F32, n, ctx->err)) ||
+               (st = check_vector(rc, "residual_colsum", SLIM_I32, n, ctx->err))))
+        return st;
+    if (rw && slim_tensor_nbytes(rw) != slim_qgemm_packed_bytes(n, s->k))
+        return slim_errf(ctx->err, SLIM_ESHAPE, "packed residual_weight has %zu bytes, %zu "
+                         "expected", slim_tensor_nbytes(rw), slim_qgemm_packed_bytes(n, s->k));
     if (slim_tensor_nbytes(w) != slim_qgemm_packed_bytes(n, s->k))
         return slim_errf(ctx->err, SLIM_ESHAPE, "packed weight W has %zu bytes, %zu expected for "
                          "%lld channels of K = %lld", slim_tensor_nbytes(w),
@@ -152,7 +171,9 @@ static slim_status matmul_int8_exec(slim_op_ctx *ctx)
     /* float16 scales are widened behind the quantized rows (n floats, no
      * more than the output's one row). */
     const slim_tensor *sc = ctx->in[2];
-    size_t qbytes = (slim_qgemm_scratch_bytes(m, s->k) + 63) / 64 * 64;
+    const slim_tensor *rw = ctx->n_in > 10 ? ctx->in[8] : NULL;
+    size_t qbytes = ((rw ? slim_qgemm_res_scratch_bytes(m, n, s->k)
+                         : slim_qgemm_scratch_bytes(m, s->k)) + 63) / 64 * 64;
     /* From the allocator (64-byte aligned), so the device's limit and
      * accounts see it and a refusal is SLIM_EOOM, which the batcher halves. */
     slim_tensor st_scratch = {.dtype = SLIM_U8, .ndim = 1,
@@ -176,7 +197,10 @@ static slim_status matmul_int8_exec(slim_op_ctx *ctx)
         .n_outl = no, .outl_idx = oi ? oi->data : NULL, .outl_q = oi ? ctx->in[6]->data : NULL,
         .outl_scale = oi ? ctx->in[7]->data : NULL,
     };
-    slim_qgemm(&a, scratch);
+    if (rw)
+        slim_qgemm_res(&a, rw->data, ctx->in[10]->data, ctx->in[9]->data, scratch);
+    else
+        slim_qgemm(&a, scratch);
     slim_tensor_release(&st_scratch);
     return SLIM_OK;
 }

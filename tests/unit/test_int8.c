@@ -1169,6 +1169,9 @@ END_TEST
 int main(void)
 {
     slim_init();
+    /* These tests hold the single int8 weight (bytes, inputs, errors); the
+     * second weight of SLIM_INT8_RESIDUAL has its own (test_int8_res.c). */
+    setenv("SLIM_INT8_RESIDUAL", "off", 1);
     Suite *s = suite_create("int8");
     TCase *tk = tcase_create("kernel");
     tcase_add_test(tk, test_paths_match_reference_on_odd_shapes);
