@@ -19,9 +19,10 @@
  * (/sys/kernel/mm/transparent_hugepage/enabled = madvise). A FusedMatMul
  * at a few rows streams all its weights once per run, and on 4 KiB pages
  * that stream pays a TLB walk every 4 KiB and the hardware prefetchers
- * stop at each page's end: BERT-base seq 16 batch 1 ran 1.43x faster with
- * them, batch 8 1.58x, both under load (bench/results/
- * bert_thp_2026-11-27.txt). The small pool's 2 MiB segments are not
+ * stop at each page's end: BERT-base seq 16 batch 1 took 0.70, 0.95 and
+ * 0.91x the time in three A/B runs on loaded cores; batch 8 and seq 128
+ * moved both ways within the noise (bench/results/bert_thp_2026-11-27.txt).
+ * Outputs are the same bits. The small pool's 2 MiB segments are not
  * 2 MiB-aligned, so they would get none anyway. SLIM_THP=0 turns it off,
  * read at each segment (rare) so a test can switch it. */
 #define SLIM_THP_MIN ((size_t)2 << 20)
