@@ -1,0 +1,136 @@
+/*
+ * test_hugepages.c - the CPU device's large segments ask for transparent
+ * huge pages (runtime/device.c), and SLIM_THP=0 stops asking.
+ *
+ * What the kernel does with the advice depends on the host's setting
+ * (/sys/kernel/mm/transparent_hugepage/enabled): with "never" (or no THP
+ * at all) there is nothing to see and the cases say so and pass; with
+ * "madvise" a buffer gets huge pages exactly when asked; with "always" it
+ * gets them either way, so only the "asked" half is checked. The kernel
+ * may also lack free 2 MiB pages at the moment: a fresh mapping of 64 MiB,
+ * written whole, on a host that is not out of memory, gets some.
+ */
+#include "testutil.h"
+
+#include "alloc.h"
+#include "device.h"
+#include "slim_init.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BIG ((size_t)64 << 20)
+
+/* The host's THP mode: 'a'lways, 'm'advise, 'n'ever (or unknown). */
+static char thp_mode(void)
+{
+    FILE *f = fopen("/sys/kernel/mm/transparent_hugepage/enabled", "r");
+    char line[128] = {0};
+    if (!f)
+        return 'n';
+    if (!fgets(line, sizeof line, f))
+        line[0] = 0;
+    fclose(f);
+    if (strstr(line, "[always]"))
+        return 'a';
+    if (strstr(line, "[madvise]"))
+        return 'm';
+    return 'n';
+}
+
+/* AnonHugePages (kB) of the mapping that holds p, or -1 when not found. */
+static long huge_kb_at(const void *p)
+{
+    FILE *f = fopen("/proc/self/smaps", "r");
+    char line[512];
+    bool in = false;
+    long kb = -1;
+    if (!f)
+        return -1;
+    while (fgets(line, sizeof line, f)) {
+        unsigned long lo, hi;
+        if (sscanf(line, "%lx-%lx ", &lo, &hi) == 2 && strchr(line, '-') < strchr(line, ' ')) {
+            in = (unsigned long)p >= lo && (unsigned long)p < hi;
+            continue;
+        }
+        if (in && sscanf(line, "AnonHugePages: %ld kB", &kb) == 1)
+            break;
+    }
+    fclose(f);
+    return kb;
+}
+
+/* A new buffer of BIG bytes from a cache emptied first (a cached segment
+ * would have been mapped under the earlier setting), written whole. */
+static slim_buffer *fresh_big(void)
+{
+    slim_allocator_empty_cache(slim_device_cpu()->alloc);
+    slim_buffer *b = NULL;
+    slim_err err = {0};
+    ck_assert_msg(slim_buffer_new(slim_device_cpu(), BIG, &b, &err) == SLIM_OK, "%s", err.msg);
+    memset(b->ptr, 1, BIG);
+    return b;
+}
+
+START_TEST(test_large_segment_asks)
+{
+    unsetenv("SLIM_THP");
+    char mode = thp_mode();
+    if (mode == 'n') {
+        printf("THP is off on this host: nothing to check\n");
+        return;
+    }
+    slim_buffer *b = fresh_big();
+    long kb = huge_kb_at(b->ptr);
+    ck_assert_msg(kb > 0, "a %zu MiB buffer has %ld kB of huge pages (THP mode %c)",
+                  BIG >> 20, kb, mode);
+    slim_buffer_unref(b);
+}
+END_TEST
+
+START_TEST(test_off_does_not_ask)
+{
+    setenv("SLIM_THP", "0", 1);
+    char mode = thp_mode();
+    slim_buffer *b = fresh_big();
+    long kb = huge_kb_at(b->ptr);
+    ck_assert_msg(kb >= 0, "the buffer's mapping is not in /proc/self/smaps");
+    if (mode == 'm')
+        ck_assert_msg(kb == 0, "SLIM_THP=0, yet %ld kB of huge pages", kb);
+    slim_buffer_unref(b);
+    unsetenv("SLIM_THP");
+}
+END_TEST
+
+START_TEST(test_small_buffer_unchanged)
+{
+    /* The small pool's buffers still come back usable and zero-sized ones
+     * still work: the advice touches nothing else. */
+    unsetenv("SLIM_THP");
+    slim_buffer *b = NULL;
+    slim_err err = {0};
+    ck_assert(slim_buffer_new(slim_device_cpu(), 4096, &b, &err) == SLIM_OK);
+    memset(b->ptr, 7, 4096);
+    ck_assert_int_eq(((unsigned char *)b->ptr)[4095], 7);
+    slim_buffer_unref(b);
+    ck_assert(slim_buffer_new(slim_device_cpu(), 0, &b, &err) == SLIM_OK);
+    slim_buffer_unref(b);
+}
+END_TEST
+
+int main(void)
+{
+    slim_init();
+    Suite *s = suite_create("hugepages");
+    TCase *tc = tcase_create("thp");
+    tcase_add_test(tc, test_large_segment_asks);
+    tcase_add_test(tc, test_off_does_not_ask);
+    tcase_add_test(tc, test_small_buffer_unchanged);
+    suite_add_tcase(s, tc);
+    SRunner *sr = srunner_create(s);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}
