@@ -1,6 +1,6 @@
 /*
  * test_hugepages.c - the CPU device's large segments ask for transparent
- * huge pages (runtime/device.c), and SLIM_THP=0 stops asking.
+ * huge pages (runtime/device.c) when SLIM_THP=1 asks, and not by default.
  *
  * What the kernel does with the advice depends on the host's setting
  * (/sys/kernel/mm/transparent_hugepage/enabled): with "never" (or no THP
@@ -75,7 +75,7 @@ static slim_buffer *fresh_big(void)
 
 START_TEST(test_large_segment_asks)
 {
-    unsetenv("SLIM_THP");
+    setenv("SLIM_THP", "1", 1);
     char mode = thp_mode();
     if (mode == 'n') {
         printf("THP is off on this host: nothing to check\n");
@@ -86,18 +86,19 @@ START_TEST(test_large_segment_asks)
     ck_assert_msg(kb > 0, "a %zu MiB buffer has %ld kB of huge pages (THP mode %c)",
                   BIG >> 20, kb, mode);
     slim_buffer_unref(b);
+    unsetenv("SLIM_THP");
 }
 END_TEST
 
 START_TEST(test_off_does_not_ask)
 {
-    setenv("SLIM_THP", "0", 1);
+    unsetenv("SLIM_THP"); /* the default: not asked */
     char mode = thp_mode();
     slim_buffer *b = fresh_big();
     long kb = huge_kb_at(b->ptr);
     ck_assert_msg(kb >= 0, "the buffer's mapping is not in /proc/self/smaps");
     if (mode == 'm')
-        ck_assert_msg(kb == 0, "SLIM_THP=0, yet %ld kB of huge pages", kb);
+        ck_assert_msg(kb == 0, "SLIM_THP unset, yet %ld kB of huge pages", kb);
     slim_buffer_unref(b);
     unsetenv("SLIM_THP");
 }
