@@ -159,9 +159,12 @@ def predictions_hold(args, root, models):
             e = by_name.get(name, {})
             check(e.get("state") == "READY", f"{name} not ready: {e}")
             # The workspace is measured, and kernel threads' scratch overlaps
-            # as timing has it: two predictions agree to a few percent.
+            # as timing has it: two predictions agree to a few percent, or,
+            # on a model of 1 MB (mlp), to a thread's scratch (a loaded CI
+            # machine once gave 1106472 against 1011240). The criterion that
+            # matters, predicted against held, is checked below at 5%.
             check(abs(e["predicted_bytes"] - fig["predicted_total_bytes"]) <=
-                  0.05 * fig["predicted_total_bytes"],
+                  max(0.05 * fig["predicted_total_bytes"], 128 << 10),
                   f"{name}: index predicted {e['predicted_bytes']}, inspect "
                   f"{fig['predicted_total_bytes']}")
             status, meta = srv.http.json("GET", f"/v2/models/{name}")
