@@ -204,7 +204,8 @@ START_TEST(test_pass_gives_residual_by_shape)
         const char *env;
         bool res;
     } cases[] = {
-        {256, 64, "down", true}, {128, 128, NULL, true}, {64, 256, NULL, false},
+        {256, 64, "down", true}, {128, 128, NULL, false}, {128, 128, "square", true},
+        {64, 256, NULL, false},
         {256, 64, "off", false}, {64, 256, "up", true},  {64, 256, "all", true},
         {128, 128, "down", false}, {256, 64, NULL, false}, {128, 128, "down,square", true},
     };
@@ -254,12 +255,12 @@ END_TEST
 
 /* Q, K and V merged into one [K, 3 K] MatMul and a Split
  * (passes/merge_qkv.c) are square products, not an "up" one: the merged
- * product takes the second weight by default; without the Split the same
+ * product takes the second weight under "square"; without the Split the same
  * [K, 3 K] weight does not. */
 START_TEST(test_merged_qkv_counts_as_square)
 {
     enum { K = 64 };
-    unsetenv("SLIM_INT8_RESIDUAL");
+    setenv("SLIM_INT8_RESIDUAL", "square", 1);
     for (int split = 0; split < 2; split++) {
         slim_graph *g = heavy_matmul(K, 3 * K);
         if (split) {
@@ -288,7 +289,7 @@ END_TEST
 START_TEST(test_bad_residual_refused)
 {
     enum { K = 96, N = 96 };
-    unsetenv("SLIM_INT8_RESIDUAL");
+    setenv("SLIM_INT8_RESIDUAL", "square", 1);
     float xv[2 * K];
     for (int i = 0; i < 2 * K; i++)
         xv[i] = tu_rndf(&rng);
