@@ -31,6 +31,7 @@
 #define PENDING_CALLS 32
 #define SHUTDOWN_TAG ((void *)1)
 #define INFER_METHOD "/inference.GRPCInferenceService/ModelInfer"
+#define SLIM_GRPC_MAX_FRAME (1 << 20) /* bytes; HTTP/2 allows up to 16 MiB - 1 */
 
 static void on_event(void *tag, bool ok);
 
@@ -334,7 +335,7 @@ slim_status slim_server_grpc_start(slim_server *srv, const char *host, int port,
     /* The same caps as HTTP's bodies and answers: gRPC itself refuses a
      * larger message with RESOURCE_EXHAUSTED before it is buffered. */
     size_t in_cap = srv->opts.max_request_bytes, out_cap = srv->opts.max_response_bytes;
-    grpc_arg args[3];
+    grpc_arg args[4];
     args[0].type = GRPC_ARG_INTEGER;
     args[0].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH;
     args[0].value.integer = in_cap && in_cap < INT_MAX ? (int)in_cap : -1;
@@ -346,7 +347,14 @@ slim_status slim_server_grpc_start(slim_server *srv, const char *host, int port,
     args[2].type = GRPC_ARG_INTEGER;
     args[2].key = GRPC_ARG_ALLOW_REUSEPORT;
     args[2].value.integer = 0;
-    grpc_channel_args ch = {3, args};
+    /* A request's tensors arrive in HTTP/2 DATA frames of at most the size
+     * the server advertises (16 KiB by default): a 16 KiB tensor then
+     * takes two frames, each a read and a parse. Advertising larger frames
+     * lets a client send such a request in one. */
+    args[3].type = GRPC_ARG_INTEGER;
+    args[3].key = GRPC_ARG_HTTP2_MAX_FRAME_SIZE;
+    args[3].value.integer = SLIM_GRPC_MAX_FRAME;
+    grpc_channel_args ch = {4, args};
     g->cq = grpc_completion_queue_create_for_next(NULL);
     g->server = grpc_server_create(&ch, NULL);
     grpc_server_register_completion_queue(g->server, g->cq, NULL);
