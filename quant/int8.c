@@ -740,9 +740,10 @@ slim_status slim_quant_int8(slim_graph *g, const slim_int8_opts *opts, slim_int8
         if (st)
             return st;
     }
-    /* New values are added as layers are quantized: room for 7 per node. */
+    /* New values are added as layers are quantized: room for 10 per node
+     * (7, and a second weight's codes, scales and column sums). */
     pass p = {.rep = rep, .opts = opts};
-    slim_status st = slim_rewrite_init(&p.rw, g, 7, "quantizing to int8", err);
+    slim_status st = slim_rewrite_init(&p.rw, g, 10, "quantizing to int8", err);
     if (!st)
         st = slim_rewrite_finish(&p.rw, run_pass(&p, opts, err));
     if (rep == &local)

@@ -341,6 +341,13 @@ def test_conv_24_rss(a):
         # min of 2 runs: the peak of a run is its own, the min drops a stray one
         outs[name] = min(peak_rss_kib(a, f, f"x={x}", od) for _ in range(2))
     w24 = os.path.getsize(s24) / 1024
+    libs = subprocess.run(["ldd", a.slim], capture_output=True, text=True).stdout
+    if "libasan" in libs:
+        # AddressSanitizer keeps freed blocks in its quarantine, so the
+        # operands given back still count in the peak: not compared there.
+        print(f"RSS not compared (AddressSanitizer build): 2:4 {outs['2:4'] / 1024:.1f} MiB, "
+              f"dense {outs['dense'] / 1024:.1f} MiB")
+        return
     check(outs["2:4"] <= outs["dense"] + 4096,
           f"2:4 conv model peak RSS {outs['2:4'] / 1024:.1f} MiB <= dense "
           f"{outs['dense'] / 1024:.1f} MiB + 4 (the 2:4 file is {w24 / 1024:.1f} MiB)")
