@@ -20,6 +20,8 @@
 #include <grpc/support/time.h>
 
 #include <limits.h>
+#include <netdb.h>
+#include <sys/socket.h>
 #include <unistd.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -320,6 +322,40 @@ static void grpc_log(gpr_log_func_args *a)
                     "grpc: %s", a->message);
 }
 
+/* grpc_server_start hands the listening socket to gRPC's own threads, which
+ * begin accepting a moment later (about a millisecond): a client that saw
+ * the server ready over HTTP could meet "connection refused" on this port.
+ * So the start waits, up to two seconds, until a connection is accepted. */
+static bool grpc_wait_listening(const char *host, int port)
+{
+    const char *probe = host;
+    if (!host[0] || !strcmp(host, "0.0.0.0"))
+        probe = "127.0.0.1";
+    else if (!strcmp(host, "::"))
+        probe = "::1";
+    char service[16];
+    snprintf(service, sizeof(service), "%d", port);
+    struct addrinfo hints = {0}, *ai = NULL;
+    hints.ai_socktype = SOCK_STREAM;
+    if (getaddrinfo(probe, service, &hints, &ai) != 0 || !ai)
+        return false;
+    bool ok = false;
+    int64_t end = slim_server_now_us() + 2000000;
+    while (!ok && slim_server_now_us() < end) {
+        for (struct addrinfo *a = ai; a && !ok; a = a->ai_next) {
+            int fd = socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+            if (fd < 0)
+                continue;
+            ok = connect(fd, a->ai_addr, a->ai_addrlen) == 0;
+            close(fd);
+        }
+        if (!ok)
+            usleep(1000);
+    }
+    freeaddrinfo(ai);
+    return ok;
+}
+
 slim_status slim_server_grpc_start(slim_server *srv, const char *host, int port,
                                    slim_server_grpc **out, slim_err *err)
 {
@@ -389,6 +425,9 @@ slim_status slim_server_grpc_start(slim_server *srv, const char *host, int port,
     for (int i = 0; i < 2; i++)
         if (pthread_create(&g->threads[g->n_threads], NULL, cq_main, g) == 0)
             g->n_threads++;
+    if (!grpc_wait_listening(host, g->port))
+        slim_server_log(SLIM_LOG_WARN, NULL,
+                        "gRPC: port %d accepted no connection within 2 s of starting", g->port);
     *out = g;
     return SLIM_OK;
 }

@@ -464,6 +464,7 @@ slim_status slim_server_start(slim_server *srv, const slim_server_opts *opts, sl
     memset(srv, 0, sizeof(*srv));
     srv->opts = *opts;
     atomic_init(&srv->in_flight, 0);
+    atomic_init(&srv->serving, false);
     slim_server_bytes_set_limit(opts->max_request_bytes);
     slim_server_metrics_init(&srv->metrics);
     struct sockaddr_storage addr;

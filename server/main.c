@@ -460,6 +460,7 @@ int main(int argc, char **argv)
         slim_server_log(SLIM_LOG_WARN, NULL, "--grpc-port %d: this slimserve was built without "
                         "gRPC (libgrpc-dev was not found); serving HTTP only", grpc_port);
     }
+    atomic_store(&srv.serving, true);
     /* Text: on stdout, as it always was. JSON: a log line like the rest. */
     if (slim_server_log_format() == SLIM_LOG_TEXT) {
         printf("slimserve %s: listening on http://%s:%d (repository %s, %d workers)\n",

@@ -681,7 +681,8 @@ void slim_server_route(slim_server_request *req)
     if (p.n == 3 && strcmp(p.seg[1], "health") == 0 &&
         (strcmp(p.seg[2], "live") == 0 || strcmp(p.seg[2], "ready") == 0)) {
         if (method_ok(req, false))
-            reply_empty(&req->reply, 200);
+            reply_empty(&req->reply, p.seg[2][0] == 'r' && !atomic_load(&req->srv->serving)
+                                         ? 503 : 200);
         return;
     }
     /* Triton's path: a model called "stats" has its metadata at

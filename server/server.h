@@ -99,6 +99,10 @@ typedef struct slim_server {
     struct MHD_Daemon *daemon;
     atomic_int in_flight;           /* requests begun and not yet completed */
     atomic_bool stopping;           /* shutdown has begun: new requests get 503 */
+    /* Every port is accepting (main.c sets it after gRPC's and the metrics
+     * port's start): until then /v2/health/ready answers 503, so a probe
+     * that sees ready never meets a gRPC port not yet listening. */
+    atomic_bool serving;
     int port;                       /* the port actually bound */
     /* Open connections and the thread that enforces their deadlines
      * (http.c); conns_mu guards the list and every conn's phase. */
