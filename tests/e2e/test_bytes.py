@@ -38,7 +38,7 @@ import onnxruntime as ort
 from onnx import TensorProto, helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server_process import HOST, free_port  # noqa: E402
+from server_process import HOST  # noqa: E402
 from test_server import Failure, Runner, Server, check, error_of, write_json  # noqa: E402
 
 SKIP = 77
@@ -399,10 +399,9 @@ def main():
     repo = os.path.join(args.workdir, "repo")
     build_repository(repo)
     ref = Ref(repo)
-    grpc_port = free_port()
-    srv = Server(args.slimserve, repo, os.path.join(args.workdir, "server.log"), "--grpc-port",
-                 str(grpc_port), "--max-request-bytes", str(LIMIT))
-    srv.grpc_port = grpc_port
+    srv = Server(args.slimserve, repo, os.path.join(args.workdir, "server.log"),
+                 "--max-request-bytes", str(LIMIT), ports=("--grpc-port",))
+    srv.grpc_port = srv.ports["--grpc-port"]
     if "without gRPC" in srv.logged():
         srv.stop()
         print("SKIP: slimserve was built without gRPC")

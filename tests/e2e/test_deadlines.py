@@ -7,10 +7,12 @@
 The slow model is a Loop of a billion (1x256 MatMul, Tanh) steps: hours of
 one core, but it comes back to the executor every ~15 us, where a cancelled
 run stops. Each case checks the answer (status, message, time) and that
-the server's CPU time (utime + stime of /proc/PID/stat) stops rising within
-a second of the cancellation:
+the server's CPU time (utime + stime of /proc/PID/stat) stops rising after
+the cancellation. Times are checked against bounds a loaded machine meets
+(LATE_S, SETTLE_S: a run left going lasts hours), and a request that must
+find another one running is sent once the server's CPU shows that run:
 
-  * the request's "timeout" parameter (2 s): 504 naming it, within ~2.5 s
+  * the request's "timeout" parameter (2 s): 504 naming it, at ~2 s
   * config.json "request_timeout_ms"; the earlier of the two wins
   * "timeout" -1, 1.5, "soon": 400 naming the parameter; 0: no timeout
   * a request queued behind a running one: 504 at its deadline, not run
@@ -19,7 +21,7 @@ a second of the cancellation:
   * a client that disconnects while running, and while queued
   * unload during a run: unload answers at once, the run is answered 503
   * SIGTERM during a run with --shutdown-grace 1: the client gets 503 and
-    the server exits 0 within the grace period + 1 s; the same when the run
+    the server exits 0 within the grace period + LATE_S; the same when the run
     cannot stop at once (a Loop of 4096x4096 MatMuls, one BLAS call of
     seconds each: the server exits without waiting and writes the 503
     itself, or the run ends in time, depending on the machine's speed)
@@ -54,6 +56,13 @@ CLK_TCK = os.sysconf("SC_CLK_TCK")
 # A stopped server's CPU time may still tick a little (heap trimming, the
 # connection watchdog): up to this much in a second counts as stopped.
 IDLE_CPU_S = 0.08
+# How late an answer or an exit may come on a loaded machine (CI: 2 cores,
+# ASan, tests side by side) and still be "at the deadline": the runs it
+# stops last hours, so a few seconds still tell the two apart.
+LATE_S = 3.0
+# How long a run may take to show on the server's CPU time, and a stopped
+# one to stop showing, on such a machine.
+SETTLE_S = 20.0
 
 
 # ---- the repository ----------------------------------------------------------
@@ -231,19 +240,30 @@ def busy(srv, seconds=0.5):
 
 
 def check_cpu_stops(srv, what):
-    """Within a second of `what` the server's CPU time stops rising."""
-    time.sleep(1.0)
-    used = busy(srv, 1.0)
-    check(used <= IDLE_CPU_S, f"{what}: the server still used {used:.2f} CPU s in a second, "
-          "1 s after")
+    """After `what` the server's CPU time stops rising: a second in which it
+    used no more than an idle server comes within SETTLE_S (a run left
+    going would use about a core for hours)."""
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        used = busy(srv, 1.0)
+        if used <= IDLE_CPU_S:
+            return
+        check(time.monotonic() < deadline, f"{what}: the server still used {used:.2f} CPU s "
+              f"in a second, {SETTLE_S:.0f} s after")
 
 
 def check_running(srv, what):
-    """The slow model really runs (so that stopping means something). The
-    bar is low: the cores may be shared, and an idle server uses ~0."""
-    used = busy(srv, 1.0)
-    check(used >= 0.1, f"{what}: the server used only {used:.2f} CPU s in 1 s; is the "
-          "model running?")
+    """The slow model really runs (so that stopping means something), and
+    has started (what a request sent next relies on): within SETTLE_S, a
+    half second in which the server used a tenth of a core. The bar is low:
+    the cores may be shared, and an idle server uses ~0."""
+    deadline = time.monotonic() + SETTLE_S
+    while True:
+        used = busy(srv, 0.5)
+        if used >= 0.05:
+            return
+        check(time.monotonic() < deadline, f"{what}: the server used only {used:.2f} CPU s "
+              f"in 0.5 s for {SETTLE_S:.0f} s; is the model running?")
 
 
 # ---- the cases -----------------------------------------------------------------
@@ -258,7 +278,7 @@ class Cases:
         check(status == 504, f"status {status}: {msg}")
         check("timeout of 2000 ms" in msg and '"timeout" parameter' in msg, f"message: {msg}")
         check("running" in msg, f"the message should say it ran: {msg}")
-        check(1.9 <= seconds <= 2.5, f"answered after {seconds:.2f} s, expected ~2 s")
+        check(1.9 <= seconds <= 2.0 + LATE_S, f"answered after {seconds:.2f} s, expected ~2 s")
         check_cpu_stops(self.srv, "timeout parameter")
 
     def t_config_timeout(self):
@@ -266,15 +286,15 @@ class Cases:
         status, msg, seconds = t.result()
         check(status == 504, f"status {status}: {msg}")
         check("timeout of 1500 ms" in msg and "request_timeout_ms" in msg, f"message: {msg}")
-        check(1.4 <= seconds <= 2.0, f"answered after {seconds:.2f} s, expected ~1.5 s")
+        check(1.4 <= seconds <= 1.5 + LATE_S, f"answered after {seconds:.2f} s, expected ~1.5 s")
         # the earlier of the two: the parameter below request_timeout_ms ...
         status, msg, seconds = Timed(self.srv, "slow_cfg", infer_body(timeout=500000)).result()
         check(status == 504 and "timeout of 500 ms" in msg, f"{status}: {msg}")
-        check(seconds < 1.0, f"answered after {seconds:.2f} s, expected ~0.5 s")
+        check(0.45 <= seconds < 0.5 + LATE_S, f"answered after {seconds:.2f} s, expected ~0.5 s")
         # ... and request_timeout_ms below the parameter
         status, msg, seconds = Timed(self.srv, "slow_cfg", infer_body(timeout=9000000)).result()
         check(status == 504 and "timeout of 1500 ms" in msg, f"{status}: {msg}")
-        check(seconds < 2.0, f"answered after {seconds:.2f} s, expected ~1.5 s")
+        check(1.4 <= seconds < 1.5 + LATE_S, f"answered after {seconds:.2f} s, expected ~1.5 s")
         check_cpu_stops(self.srv, "request_timeout_ms")
         # a model that answers in time is not affected
         status, raw = self.srv.request("POST", "/v2/models/fast/infer", infer_body(timeout=10**6))
@@ -305,10 +325,10 @@ class Cases:
     def t_queued_deadline(self):
         first = raw_infer(self.srv.port, "slow", infer_body())  # holds the only instance
         try:
-            time.sleep(0.3)
+            check_running(self.srv, "the first request, before the second is sent")
             status, msg, seconds = Timed(self.srv, "slow", infer_body(timeout=1000000)).result()
             check(status == 504 and "before it ran" in msg, f"queued: {status}: {msg}")
-            check(0.9 <= seconds <= 1.5, f"queued request answered after {seconds:.2f} s")
+            check(0.9 <= seconds <= 1.0 + LATE_S, f"queued request answered after {seconds:.2f} s")
             check_running(self.srv, "the first request")
         finally:
             first.close()
@@ -319,7 +339,7 @@ class Cases:
         running = raw_infer(self.srv.port, "slow", infer_body())
         queued = None
         try:
-            time.sleep(0.3)
+            check_running(self.srv, "the first request, before the second is sent")
             queued = raw_infer(self.srv.port, "slow", infer_body())
             check_running(self.srv, "before the clients leave")
             queued.close()
@@ -343,15 +363,14 @@ class Cases:
         (sa, ma, ta), (sb, mb, tb) = a.result(), b.result()
         check(sa == 504 and "timeout of 1000 ms" in ma and "running" in ma, f"a: {sa}: {ma}")
         check(sb == 504 and "timeout of 2000 ms" in mb and "running" in mb, f"b: {sb}: {mb}")
-        check(tb <= 2.6, f"b answered after {tb:.2f} s, expected ~2 s")
-        check(ta >= 1.8 and ta <= 2.6,
+        check(tb <= 2.0 + LATE_S, f"b answered after {tb:.2f} s, expected ~2 s")
+        check(ta >= 1.8 and ta <= 2.0 + LATE_S,
               f"a answered after {ta:.2f} s: expected when its batch stopped (~2 s)")
         check_cpu_stops(self.srv, "batch with deadlines")
         # a member whose client left does not keep the run going for the others
         c = Timed(self.srv, "slow_batch", infer_body(timeout=1000000))
         gone = raw_infer(self.srv.port, "slow_batch", infer_body())  # no deadline
         try:
-            time.sleep(0.5)
             check_running(self.srv, "batch with a member without a deadline")
         finally:
             t_close = time.monotonic()
@@ -359,22 +378,22 @@ class Cases:
         status, msg, _ = c.result()
         late = time.monotonic() - t_close
         check(status == 504 and "timeout of 1000 ms" in msg, f"c: {status}: {msg}")
-        check(late <= 0.6, f"c answered {late:.2f} s after the other member left")
+        check(late <= LATE_S, f"c answered {late:.2f} s after the other member left")
         check_cpu_stops(self.srv, "batch whose other member left")
 
     def t_unload(self):
         t = Timed(self.srv, "slow_unload", infer_body())
-        time.sleep(1.0)
         check_running(self.srv, "before unload")
         t0 = time.monotonic()
         status, raw = self.srv.request("POST", "/v2/repository/models/slow_unload/unload")
         took = time.monotonic() - t0
-        check(status == 200 and took < 1.0, f"unload: {status} {raw[:200]} after {took:.2f} s")
+        check(status == 200 and took < LATE_S, f"unload: {status} {raw[:200]} after {took:.2f} s")
         status, msg, _ = t.result()
         answered = time.monotonic() - t0
         check(status == 503 and "unloaded" in msg and "running" in msg,
               f"the running request: {status}: {msg}")
-        check(answered < 1.0, f"the running request was answered {answered:.2f} s after unload")
+        check(answered < LATE_S,
+              f"the running request was answered {answered:.2f} s after unload")
         check_cpu_stops(self.srv, "unload")
         status, _ = self.srv.request("POST", "/v2/repository/models/slow_unload/load")
         check(status == 200, f"load again: {status}")
@@ -387,7 +406,6 @@ def t_sigterm(binary, repo, workdir, model="slow"):
         body = infer_body() if model == "slow" else json.dumps(
             {"inputs": [{"name": "s", "datatype": "FP32", "shape": [1, 1], "data": [0.01]}]}).encode()
         t = Timed(srv, model, body)
-        time.sleep(0.5)
         check_running(srv, "before SIGTERM")
         t0 = time.monotonic()
         srv.proc.send_signal(signal.SIGTERM)
@@ -400,7 +418,8 @@ def t_sigterm(binary, repo, workdir, model="slow"):
     finally:
         srv.stop()
     check(rc == 0, f"exit code {rc}")
-    check(took <= 2.0, f"exited {took:.2f} s after SIGTERM; grace 1 s + 1 s allowed")
+    check(took <= 1.0 + LATE_S, f"exited {took:.2f} s after SIGTERM; grace 1 s + {LATE_S:.0f} s "
+          "allowed")
     check(status == 503 and "shutting down" in msg, f"the running request: {status}: {msg}")
     if model != "slow":
         print(f"  (the run {'did not stop' if 'did not stop' in msg else 'stopped in time'}; "
@@ -442,9 +461,11 @@ def t_deadline_waiting_for_memory(binary, repo, workdir):
             conn.close()
 
     try:
-        a = threading.Thread(target=send, args=("A", 4000000))
+        # A's 8 s: B answered at A's end instead of its own 0.5 s would be
+        # seconds past even a loaded machine's LATE_S.
+        a = threading.Thread(target=send, args=("A", 8000000))
         a.start()
-        time.sleep(0.5)
+        check_running(srv, "A, before B is sent")
         t0 = time.time()
         send("B", 500000)
         b_status, b_body, b_s = results["B"]
@@ -454,7 +475,7 @@ def t_deadline_waiting_for_memory(binary, repo, workdir):
               f"{b_body[:160]!r}", flush=True)
         check(b_status == 504 and b"waited for memory" in b_body,
               f"B: {b_status} {b_body[:300]!r}")
-        check(b_s < 1.5, f"B's 500 ms timeout answered after {b_s:.2f}s")
+        check(b_s < 0.5 + LATE_S, f"B's 500 ms timeout answered after {b_s:.2f}s")
         check(a_status == 504, f"A: {a_status} {a_body[:200]!r}")
     finally:
         rc = srv.stop()

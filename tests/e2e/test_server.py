@@ -261,8 +261,8 @@ def parse_binary_response(headers, body):
 class Server(ServerProcess):
     """slimserve with self.http (Http) to talk to it."""
 
-    def __init__(self, binary, repo, logpath, *extra):
-        super().__init__(binary, repo, logpath, *extra)
+    def __init__(self, binary, repo, logpath, *extra, **kw):
+        super().__init__(binary, repo, logpath, *extra, **kw)
         self.http = Http(self.port)
 
 
@@ -950,17 +950,27 @@ def sigterm_at_once_case(args):
     os.makedirs(repo)
     codes = []
     for _ in range(10):
-        port = free_port()
-        proc = subprocess.Popen([args.slimserve, "--model-repository", repo, "--host", HOST,
-                                 "--http-port", str(port)],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        deadline = time.time() + 60
-        while time.time() < deadline and proc.poll() is None:
-            try:
-                socket.create_connection((HOST, port), timeout=0.2).close()
+        # The port is picked here (the moment it accepts is the point, not
+        # the line the server prints once all is up); one that another
+        # test took in between fails the start: a new port, not a failure.
+        for _try in range(5):
+            port = free_port()
+            log = os.path.join(args.workdir, "sigterm-at-once.log")
+            with open(log, "w") as out:
+                proc = subprocess.Popen([args.slimserve, "--model-repository", repo, "--host",
+                                         HOST, "--http-port", str(port)],
+                                        stdout=out, stderr=subprocess.STDOUT)
+            deadline = time.time() + 60
+            while time.time() < deadline and proc.poll() is None:
+                try:
+                    socket.create_connection((HOST, port), timeout=0.2).close()
+                    break
+                except OSError:
+                    time.sleep(0.002)
+            with open(log) as f:
+                lost = proc.poll() is not None and "could not listen" in f.read()
+            if not lost:
                 break
-            except OSError:
-                time.sleep(0.002)
         proc.send_signal(signal.SIGTERM)
         try:
             codes.append(proc.wait(timeout=60))

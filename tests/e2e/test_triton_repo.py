@@ -48,7 +48,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server_process import HOST, ServerProcess, free_port  # noqa: E402
+from server_process import HOST, ServerProcess  # noqa: E402
 from test_server import Runner, check  # noqa: E402
 
 WIDTH = 4
@@ -184,9 +184,9 @@ def build_repository(root):
 class Server(ServerProcess):
     """One worker; wait False: not waited for (one that must refuse to start)."""
 
-    def __init__(self, binary, repo, logpath, *extra, wait=True):
+    def __init__(self, binary, repo, logpath, *extra, wait=True, ports=()):
         super().__init__(binary, repo, logpath, "--workers", "1", *extra, wait=wait, ready_s=60,
-                         stop_s=30)
+                         stop_s=30, ports=ports)
 
     def request(self, method, path, body=None, port=None):
         data = json.dumps(body).encode() if isinstance(body, dict) else body
@@ -475,9 +475,9 @@ def main():
     build_repository(repo)
 
     r = Runner()
-    mport = free_port()
-    srv = Server(binary, repo, os.path.join(args.workdir, "server.log"), "--metrics-port",
-                 str(mport))
+    srv = Server(binary, repo, os.path.join(args.workdir, "server.log"),
+                 ports=("--metrics-port",))
+    mport = srv.ports["--metrics-port"]
     try:
         s = Cases(srv, mport)
         r.case("config.pbtxt settings: batching, instances, version policy", s.t_settings)
