@@ -226,6 +226,23 @@ def oom_count(srv, model):
     return int(m.group(1)) if m else 0
 
 
+def allocated_bytes(srv):
+    """The caching allocator's bytes handed out now, all devices."""
+    with urllib.request.urlopen(f"http://{HOST}:{srv.port}/metrics", timeout=30) as r:
+        text = r.read().decode()
+    return sum(int(float(v)) for v in
+               re.findall(r"^slim_memory_allocated_bytes(?:\{[^}]*\})? (\S+)$", text, re.M))
+
+
+def wait_allocated(srv, at_least, what, seconds=60):
+    """Until the allocator hands out at_least bytes (a request's inputs
+    held): a fixed sleep is too short on a loaded machine."""
+    deadline = time.monotonic() + seconds
+    while allocated_bytes(srv) < at_least:
+        check(time.monotonic() < deadline, f"{what}: not held within {seconds} s")
+        time.sleep(0.05)
+
+
 def t_grpc_retry_alone(args):
     root = os.path.join(args.workdir, "retry")
     retry_repository(root)
@@ -248,9 +265,11 @@ def t_grpc_retry_alone(args):
                 done["holder"] = (call("holder", hx), time.monotonic())
             except Exception as e:  # noqa: BLE001 - checked below
                 done["holder"] = (e, time.monotonic())
+        base = allocated_bytes(srv)
         t = threading.Thread(target=holder)
         t.start()
-        time.sleep(0.5)  # holder's inputs are held now, its batch waiting for company
+        # holder's inputs held, its batch waiting 3 s for company
+        wait_allocated(srv, base + hx.nbytes, "holder's inputs")
         before = oom_count(srv, "spread")
         try:
             y = call("spread", sx)
