@@ -76,6 +76,23 @@ def log_of(resp):
     return d
 
 
+def wait_logged(read, text, seconds=20):
+    """read() once it holds text (an access line is written a moment after
+    the answer; a loaded machine's moment is longer), or as it is after
+    `seconds`: the caller's check says what is missing."""
+    deadline = time.monotonic() + seconds
+    got = read()
+    while text not in got and time.monotonic() < deadline:
+        time.sleep(0.05)
+        got = read()
+    return got
+
+
+def read_text(path):
+    with open(path) as f:
+        return f.read()
+
+
 class Tests:
     def __init__(self, srv, workdir):
         self.srv, self.workdir = srv, workdir
@@ -133,8 +150,7 @@ class Tests:
         self.infer_http("a", "quiet-1")
         self.http.update_log_settings({"log_info": True, "log_format": "ISO8601"})
         self.infer_http("a", "loud-1")
-        time.sleep(0.2)
-        text = self.srv.log_text()
+        text = wait_logged(lambda: self.srv.log_text(), "loud-1")
         check("quiet-1" not in text, "an access line was written with log_info off")
         lines = [ln for ln in text.splitlines() if "/v2/models/a/infer" in ln]
         check(lines and lines[-1][:4].isdigit() and "T" in lines[-1][:11] and
@@ -146,10 +162,8 @@ class Tests:
         self.raw.request("GET", "/v2/models/a", headers={"X-Request-ID": "to-file-1"})
         log_of(self.grpc.update_log_settings({"log_file": ""}))
         self.raw.request("GET", "/v2/models/a", headers={"X-Request-ID": "to-stderr-1"})
-        time.sleep(0.2)
-        with open(path) as f:
-            in_file = f.read()
-        text = self.srv.log_text()
+        text = wait_logged(lambda: self.srv.log_text(), "to-stderr-1")
+        in_file = wait_logged(lambda: read_text(path), "to-file-1")
         check("to-file-1" in in_file and "to-file-1" not in text, "line not in log_file alone")
         check("to-stderr-1" in text and "to-stderr-1" not in in_file, "not back on stderr")
         check(self.http.get_log_settings()["log_file"] == "", "log_file not cleared")
@@ -310,8 +324,8 @@ class Tests:
         path = os.path.join(self.trace_dir, "cap.jsonl")
         n, size = len(trace_lines(path)), os.path.getsize(path)
         check(0 < n < 14 and size <= CAP, f"{n} lines, {size} bytes over --trace-max-bytes {CAP}")
-        time.sleep(0.2)
-        check("--trace-max-bytes" in self.srv.log_text(), "no warning at the cap")
+        check("--trace-max-bytes" in wait_logged(lambda: self.srv.log_text(), "--trace-max-bytes"),
+              "no warning at the cap")
         self.set_global(trace_file="cap.jsonl")  # set again: goes on
         self.infer_http("a", "cap-again")
         check(len(trace_lines(path)) == n + 1, "trace_file set again did not resume")

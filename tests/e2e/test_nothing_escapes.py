@@ -69,6 +69,10 @@ from test_server import (HOST, REPO, Runner, Server, binary_request, check,  # n
 FLOOD_ADDRESSES = [f"127.0.0.{i}" for i in range(2, 12)]
 PER_ADDRESS = 100
 MIB = 1 << 20
+# "At once": what a loaded machine (2 cores, ASan, tests side by side) may
+# take to answer something that must not wait; what it must not wait for
+# (a timeout, a queue that never drains) is 10 s or more.
+PROMPT_S = 3.0
 
 
 # ---- helpers -----------------------------------------------------------------------
@@ -220,16 +224,16 @@ class Prober:
         while not self.stop.is_set():
             t0 = time.monotonic()
             try:
-                s = socket.create_connection((HOST, self.port), timeout=1)
+                s = socket.create_connection((HOST, self.port), timeout=PROMPT_S)
                 s.sendall(b"GET /v2/health/ready HTTP/1.1\r\nHost: t\r\nConnection: close\r\n\r\n")
-                status, _ = read_reply(s, 1)
+                status, _ = read_reply(s, PROMPT_S)
                 s.close()
             except OSError as e:
                 status = f"{type(e).__name__}"
             t = time.monotonic() - t0
             self.count += 1
             self.worst = max(self.worst, t)
-            if status != 200 or t > 1:
+            if status != 200 or t > PROMPT_S:
                 self.failures.append((round(t, 3), status))
             time.sleep(0.05)
 
@@ -279,7 +283,8 @@ def t_flood(srv):
         print(f"    {len(flood)} half-open connections from {len(FLOOD_ADDRESSES)} addresses in "
               f"{t_open:.2f}s; {n_open} held; {probe.count} health probes, slowest "
               f"{probe.worst * 1000:.0f} ms", flush=True)
-        check(not probe.failures, f"health probes failed or took over 1 s: {probe.failures[:10]}")
+        check(not probe.failures,
+              f"health probes failed or took over {PROMPT_S} s: {probe.failures[:10]}")
         check(probe.count >= 20, f"only {probe.count} probes")
         check(n_open >= 990, f"only {n_open} of the 1000 flood connections were held")
         # Each of the 50 took the slot of the oldest idle connection, or one
@@ -337,7 +342,7 @@ def t_cap_busy(srv):
             t, reply, how = raw_exchange(srv.port, b"GET %s HTTP/1.1\r\nHost: t\r\n\r\n"
                                          % path.encode(), timeout=5)
             status, headers, body = parse_raw_reply(reply)
-            check(status == want and how == "closed" and t < 1,
+            check(status == want and how == "closed" and t < PROMPT_S,
                   f"GET {path} past the cap: {status} ({how}) after {t:.2f}s, expected {want}")
             check(headers.get("connection") == "close", f"GET {path}: no Connection: close")
             if want == 503:
@@ -348,7 +353,7 @@ def t_cap_busy(srv):
         time.sleep(0.2)
         t, reply, how = raw_exchange(srv.port, b"GET /v2/health/ready HTTP/1.1\r\nHost: t\r\n\r\n",
                                      timeout=5)
-        check(reply.startswith(b"HTTP/1.1 200") and t < 1,
+        check(reply.startswith(b"HTTP/1.1 200") and t < PROMPT_S,
               f"health with the lane full of half-open connections: {reply[:60]!r} after {t:.2f}s")
         check(still_open(lane) <= 16, f"{still_open(lane)} half-open connections in a lane of 16")
     finally:
@@ -388,20 +393,22 @@ def t_never_fits(srv):
     print(f"    resnet batch 32: {st_big} after {t_big:.2f}s: {error(data_big)[:160]}", flush=True)
     print(f"    mlp batch 1 behind it: {st_small} after {t_small:.2f}s", flush=True)
     check(st_big == 507, f"batch 32 under 2 MiB: HTTP {st_big}, expected 507: {error(data_big)}")
-    check(t_big < 2, f"batch 32 answered after {t_big:.2f}s")
+    check(t_big < PROMPT_S, f"batch 32 answered after {t_big:.2f}s")
     msg = error(data_big)
     check("can never fit" in msg and "2097152" in msg and re.search(r"\d{6,} bytes", msg),
           f"the 507 does not name the need and the limit: {msg}")
     check(st_small == 200, f"batch 1: HTTP {st_small} {error(data_small)}")
-    check(t_small < 2, f"batch 1 waited {t_small:.2f}s")
+    check(t_small < PROMPT_S, f"batch 1 waited {t_small:.2f}s")
     # what fits is not refused: mlp's batch 32 as binary data
     t, status, data = binary_infer(srv, "mlp", "input", np.zeros((32, 784), np.float32))
-    check(status == 200 and t < 2, f"mlp batch 32 (binary): HTTP {status} after {t:.2f}s "
+    check(status == 200 and t < PROMPT_S,
+          f"mlp batch 32 (binary): HTTP {status} after {t:.2f}s "
           f"{error(data)}")
     # JSON costs its body and tree: the same batch as JSON (508 KB, and a
     # tree of 2.5 MB) cannot be read under 2 MiB
     t, status, _, data = infer_json(srv, "mlp", mlp_input(32))
-    check(status == 507 and t < 2 and "can never fit" in error(data), f"mlp batch 32 (JSON): "
+    check(status == 507 and t < PROMPT_S and "can never fit" in error(data),
+          f"mlp batch 32 (JSON): "
           f"HTTP {status} after {t:.2f}s {error(data)}")
 
 
@@ -429,7 +436,8 @@ def t_small_passes_large(srv):
         check(early == b"", f"B was let in while A holds the body budget: {early!r}")
         t_c, st_c, _, data_c = infer_json(srv, "mlp", mlp_input(1, seed=3), timeout=10)
         print(f"    small request C while B waits: {st_c} after {t_c:.2f}s", flush=True)
-        check(st_c == 200 and t_c < 1, f"C behind a waiting B: HTTP {st_c} after {t_c:.2f}s "
+        check(st_c == 200 and t_c < PROMPT_S,
+              f"C behind a waiting B: HTTP {st_c} after {t_c:.2f}s "
               f"{error(data_c)}")
         a.close()  # A's body memory returns: B may send
         b.settimeout(10)
@@ -529,7 +537,7 @@ def t_reply_too_large(srv):
         msg = error(data)
         kind = "binary" if binary else "JSON"
         print(f"    Range 1e9 {kind}: {status} after {t:.2f}s: {msg[:140]}", flush=True)
-        check(status == 507 and t < 2, f"HTTP {status} after {t:.2f}s: {msg}")
+        check(status == 507 and t < PROMPT_S, f"HTTP {status} after {t:.2f}s: {msg}")
         check("--max-response-bytes" in msg, msg)
         got = int(re.search(r"up to (\d+) bytes", msg).group(1))
         check(size <= got <= size + 4096, f"named size {got}, expected about {size}")
@@ -590,7 +598,7 @@ def t_small_ones(srv):
     t, reply, how = raw_exchange(srv.port, b"POST /v2/repository/index HTTP/1.1\r\nHost: t\r\n"
                                  b"Content-Length: 70000\r\n\r\n[0,0,0", timeout=5)
     status, _, body = parse_raw_reply(reply)
-    check(status == 413 and "65536" in error(body) and t < 1,
+    check(status == 413 and "65536" in error(body) and t < PROMPT_S,
           f"a 70000-byte index body: {status} after {t:.2f}s {error(body)}")
     check(srv.http.request("POST", "/v2/repository/index", {"ready": True})[0] == 200,
           "a small index body refused")
