@@ -4,6 +4,7 @@
  * convolution; an image's result independent of its batch; and the int8
  * pass's Conv rewrite (quant/int8_conv.c) on small graphs. */
 #include "testutil.h"
+#include "test_int8_conv_util.h"
 
 #include "int8.h"
 #include "qgemm.h"
@@ -15,17 +16,9 @@
 
 static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
 
-static uint32_t rnd(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 11);
-}
-
 static float rndf(void) /* in [-1, 1) */
 {
-    return (float)(rnd() % 2000001) / 1000000.0f - 1.0f;
+    return tq_rndf(&rng_state);
 }
 
 typedef struct {
@@ -46,67 +39,14 @@ static const shape shapes[] = {
     {1, 70, 4, 5, 66, 1, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, true, true},
 };
 
-typedef struct {
-    slim_qconv q;
-    int64_t kg, mg;
-    int8_t *wq;          /* [m][kg], (ky, kx, channel) order */
-    int8_t *packed;
-    int32_t *colsum;
-    float *sw, *bias, *x;
-} problem;
+typedef tq_problem problem;
 
 static void make(const shape *s, problem *p)
 {
     slim_qconv q = {s->c, s->h, s->w, s->m, s->groups, s->kh, s->kw, s->sh, s->sw,
                     s->dh, s->dw, s->pt, s->pl, s->pb, s->pr, 0, 0, false, false, false,
                     true}; /* per-row activations: test_int8_conv_image.c has per-image */
-    ck_assert_ptr_null(slim_qconv_shape(&q, SLIM_QCONV_NOTSET));
-    p->q = q;
-    p->kg = slim_qconv_kg(&q);
-    p->mg = s->m / s->groups;
-    p->wq = malloc((size_t)(s->m * p->kg));
-    p->packed = aligned_alloc(64, (slim_qconv_packed_bytes(&q) + 63) & ~(size_t)63);
-    p->colsum = malloc(sizeof(int32_t) * (size_t)s->m);
-    p->sw = malloc(sizeof(float) * (size_t)s->m);
-    p->bias = malloc(sizeof(float) * (size_t)s->m);
-    int64_t nx = s->n * s->c * s->h * s->w;
-    p->x = malloc(sizeof(float) * (size_t)nx);
-    for (int64_t i = 0; i < s->m * p->kg; i++)
-        p->wq[i] = (int8_t)((int)(rnd() % 255) - 127);
-    p->wq[0] = 127;
-    p->wq[1] = -127;
-    for (int64_t j = 0; j < s->m; j++) {
-        p->sw[j] = 0.01f + 0.001f * (float)(rnd() % 50);
-        p->bias[j] = rndf();
-    }
-    /* Images of different kinds: mixed signs, all positive (zero point 0),
-     * a zero image, one with an outlier pixel. */
-    int64_t per = s->c * s->h * s->w;
-    for (int64_t i = 0; i < nx; i++) {
-        int64_t img = i / per;
-        float v = rndf() * 2;
-        switch (img % 4) {
-        case 1: v = fabsf(v) + 0.25f; break;
-        case 2: v = img == 2 ? 0.0f : v; break;
-        case 3: v = i % per == per / 2 ? 80.0f : v; break;
-        default: break;
-        }
-        p->x[i] = v;
-    }
-    size_t pg = slim_qgemm_packed_bytes(p->mg, p->kg);
-    for (int64_t g = 0; g < s->groups; g++)
-        slim_qgemm_pack(p->wq + g * p->mg * p->kg, p->mg, p->kg, p->packed + g * pg,
-                        p->colsum + g * p->mg);
-}
-
-static void unmake(problem *p)
-{
-    free(p->wq);
-    free(p->packed);
-    free(p->colsum);
-    free(p->sw);
-    free(p->bias);
-    free(p->x);
+    tq_make(&q, s->n, TQ_IMAGE2_ZERO, false, &rng_state, p);
 }
 
 /* Output pixel (oy, ox)'s im2col row of image n, group g, in the packed K
@@ -217,7 +157,7 @@ START_TEST(test_conv_matches_references)
         free(want);
         free(got);
         free(dref);
-        unmake(&p);
+        tq_unmake(&p);
     }
 }
 END_TEST
@@ -243,19 +183,10 @@ START_TEST(test_conv_batch_independent)
         }
         free(all);
         free(one);
-        unmake(&p);
+        tq_unmake(&p);
     }
 }
 END_TEST
-
-/* [n][a][b] -> [n][b][a]: NCHW <-> NHWC with a = C, b = H * W or back. */
-static void swap_inner(const float *src, float *dst, int64_t n, int64_t a, int64_t b)
-{
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t j = 0; j < a; j++)
-            for (int64_t k = 0; k < b; k++)
-                dst[(i * b + k) * a + j] = src[(i * a + j) * b + k];
-}
 
 /* Pixel-major input and / or output (nhwc_in, nhwc_out) give bitwise the
  * NCHW result, only laid out pixel-major, on every shape and with the
@@ -273,7 +204,7 @@ START_TEST(test_conv_nhwc_layouts)
         float *wf = malloc(sizeof(float) * (size_t)(s->m * p.kg));
         for (int64_t i = 0; i < s->m * p.kg; i++)
             wf[i] = (float)p.wq[i] * p.sw[i / p.kg];
-        swap_inner(p.x, xt, s->n, s->c, hw);
+        tq_swap_inner(p.x, xt, s->n, s->c, hw);
         for (int f = 0; f < 2; f++) {
             slim_qconv_weights w = {p.packed, p.colsum, p.sw, p.bias, SLIM_QGEMM_ACT_RELU,
                                     f ? wf : NULL, NULL};
@@ -287,7 +218,7 @@ START_TEST(test_conv_nhwc_layouts)
                 ck_assert_int_eq(slim_qconv_run(&q, s->n, q.nhwc_in ? xt : p.x, &w, y, &err),
                                  SLIM_OK);
                 if (q.nhwc_out)
-                    swap_inner(y, yt, s->n, np, s->m);
+                    tq_swap_inner(y, yt, s->n, np, s->m);
                 ck_assert_msg(memcmp(q.nhwc_out ? yt : y, ref, sizeof(float) * (size_t)ny) == 0,
                               "shape %zu mode %d float %d", t, mode, f);
             }
@@ -297,7 +228,7 @@ START_TEST(test_conv_nhwc_layouts)
         free(yt);
         free(xt);
         free(wf);
-        unmake(&p);
+        tq_unmake(&p);
     }
 }
 END_TEST

@@ -5,6 +5,7 @@
  * layout, close to a double-precision convolution, an image's result
  * independent of its batch, and non-finite or all-zero images. */
 #include "testutil.h"
+#include "test_int8_conv_util.h"
 
 #include "qgemm.h"
 #include "slim_init.h"
@@ -14,19 +15,6 @@
 #include <string.h>
 
 static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
-
-static uint32_t rnd(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 11);
-}
-
-static float rndf(void) /* in [-1, 1) */
-{
-    return (float)(rnd() % 2000001) / 1000000.0f - 1.0f;
-}
 
 typedef struct {
     int64_t n, c, h, w, m, groups, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr;
@@ -55,72 +43,16 @@ static const shape shapes[] = {
 };
 #define N_SHAPES (sizeof(shapes) / sizeof(shapes[0]))
 
-typedef struct {
-    slim_qconv q;
-    int64_t kg, mg, np;
-    int8_t *wq;          /* [m][kg], (ky, kx, channel) order */
-    int8_t *packed;
-    int32_t *colsum;
-    float *sw, *bias, *x, *res;   /* x and res NCHW */
-} problem;
+typedef tq_problem problem;
 
 static void make(const shape *s, problem *p)
 {
     slim_qconv q = {.c = s->c, .h = s->h, .w = s->w, .m = s->m, .groups = s->groups,
                     .kh = s->kh, .kw = s->kw, .sh = s->sh, .sw = s->sw, .dh = s->dh,
                     .dw = s->dw, .pt = s->pt, .pl = s->pl, .pb = s->pb, .pr = s->pr};
-    ck_assert_ptr_null(slim_qconv_shape(&q, SLIM_QCONV_NOTSET));
-    p->q = q;
-    p->kg = slim_qconv_kg(&q);
-    p->mg = s->m / s->groups;
-    p->np = q.oh * q.ow;
-    p->wq = malloc((size_t)(s->m * p->kg));
-    p->packed = aligned_alloc(64, (slim_qconv_packed_bytes(&q) + 63) & ~(size_t)63);
-    p->colsum = malloc(sizeof(int32_t) * (size_t)s->m);
-    p->sw = malloc(sizeof(float) * (size_t)s->m);
-    p->bias = malloc(sizeof(float) * (size_t)s->m);
-    int64_t nx = s->n * s->c * s->h * s->w, ny = s->n * s->m * p->np;
-    p->x = malloc(sizeof(float) * (size_t)nx);
-    p->res = malloc(sizeof(float) * (size_t)ny);
-    for (int64_t i = 0; i < s->m * p->kg; i++)
-        p->wq[i] = (int8_t)((int)(rnd() % 255) - 127);
-    p->wq[0] = 127;
-    p->wq[1] = -127;
-    for (int64_t j = 0; j < s->m; j++) {
-        p->sw[j] = 0.01f + 0.001f * (float)(rnd() % 50);
-        p->bias[j] = rndf();
-    }
-    /* Images of different kinds: mixed signs, all positive (zero point 0),
-     * all negative (zero point 255), one with an outlier pixel. */
-    int64_t per = s->c * s->h * s->w;
-    for (int64_t i = 0; i < nx; i++) {
-        int64_t img = i / per;
-        float v = rndf() * 2;
-        switch (img % 4) {
-        case 1: v = fabsf(v) + 0.25f; break;
-        case 2: v = -fabsf(v) - 0.1f; break;
-        case 3: v = i % per == per / 2 ? 80.0f : v; break;
-        default: break;
-        }
-        p->x[i] = v;
-    }
-    for (int64_t i = 0; i < ny; i++)
-        p->res[i] = rndf() * 3;
-    size_t pg = slim_qgemm_packed_bytes(p->mg, p->kg);
-    for (int64_t g = 0; g < s->groups; g++)
-        slim_qgemm_pack(p->wq + g * p->mg * p->kg, p->mg, p->kg, p->packed + g * pg,
-                        p->colsum + g * p->mg);
-}
-
-static void unmake(problem *p)
-{
-    free(p->wq);
-    free(p->packed);
-    free(p->colsum);
-    free(p->sw);
-    free(p->bias);
-    free(p->x);
-    free(p->res);
+    /* The residual always drawn (after the images), as the test has always
+     * drawn it: each shape's values stay what they were. */
+    tq_make(&q, s->n, TQ_IMAGE2_NEGATIVE, true, &rng_state, p);
 }
 
 /* The definition of one image's codes, written out: 255 levels over
@@ -187,15 +119,6 @@ static void reference_exact(const problem *p, int64_t n_img, const shape *s, flo
     free(codes);
 }
 
-/* [n][a][b] -> [n][b][a]: NCHW <-> NHWC with a = C, b = H * W or back. */
-static void swap_inner(const float *src, float *dst, int64_t n, int64_t a, int64_t b)
-{
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t x = 0; x < a; x++)
-            for (int64_t z = 0; z < b; z++)
-                dst[(i * b + z) * a + x] = src[(i * a + x) * b + z];
-}
-
 static slim_qconv_weights weights_of(const problem *p, const shape *s, const float *res)
 {
     slim_qconv_weights w = {p->packed, p->colsum, p->sw, s->bias ? p->bias : NULL,
@@ -220,8 +143,8 @@ START_TEST(test_image_matches_definition)
         float *got_nchw = malloc(sizeof(float) * (size_t)ny);
         float *xt = malloc(sizeof(float) * (size_t)nx), *rt = malloc(sizeof(float) * (size_t)ny);
         reference_exact(&p, s->n, s, want);
-        swap_inner(p.x, xt, s->n, s->c, s->h * s->w);
-        swap_inner(p.res, rt, s->n, s->m, p.np);
+        tq_swap_inner(p.x, xt, s->n, s->c, s->h * s->w);
+        tq_swap_inner(p.res, rt, s->n, s->m, p.np);
         for (size_t i = 0; i < 3; i++) {
             if (!slim_qgemm_set_isa(isas[i]))
                 continue;
@@ -244,7 +167,7 @@ START_TEST(test_image_matches_definition)
                                  SLIM_OK);
                 const float *cmp = got;
                 if (q.nhwc_out) {
-                    swap_inner(got, got_nchw, s->n, p.np, s->m);
+                    tq_swap_inner(got, got_nchw, s->n, p.np, s->m);
                     cmp = got_nchw;
                 }
                 for (int64_t k = 0; k < ny; k++)
@@ -260,7 +183,7 @@ START_TEST(test_image_matches_definition)
         free(got_nchw);
         free(xt);
         free(rt);
-        unmake(&p);
+        tq_unmake(&p);
     }
 }
 END_TEST
@@ -312,7 +235,7 @@ START_TEST(test_image_close_to_float)
                           sqrt(e2 / (r2 > 0 ? r2 : 1)));
         }
         free(got);
-        unmake(&p);
+        tq_unmake(&p);
     }
 }
 END_TEST
@@ -343,7 +266,7 @@ START_TEST(test_image_batch_independent)
         }
         free(all);
         free(one);
-        unmake(&p);
+        tq_unmake(&p);
     }
 }
 END_TEST
@@ -382,7 +305,7 @@ START_TEST(test_image_non_finite_and_zero)
             ck_assert_float_eq(got[j * p.np + i], p.bias[j]);
     free(ref);
     free(got);
-    unmake(&p);
+    tq_unmake(&p);
 }
 END_TEST
 
