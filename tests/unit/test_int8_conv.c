@@ -8,7 +8,6 @@
 
 #include "int8.h"
 #include "qgemm.h"
-#include "slim_init.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -248,6 +247,15 @@ static void add_init(slim_graph *g, const char *name, int ndim, const int64_t *d
     free(d);
 }
 
+/* "x" the graph's float32 input, "y" its output. */
+static void graph_io(slim_graph *g)
+{
+    int x = slim_graph_find_value(g, "x");
+    slim_graph_add_input(g, x);
+    g->values[x].info.dtype = SLIM_F32;
+    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+}
+
 /* x[*, 6, 9, 9] -> Conv(3x3, stride 2, pad 1, group g) -> BN -> Relu -> y */
 static slim_graph *conv_bn_relu(int64_t group, int64_t cout)
 {
@@ -273,10 +281,7 @@ static slim_graph *conv_bn_relu(int64_t group, int64_t cout)
     add_init(g, "beta", 1, (int64_t[]){cout}, -0.3f, 0.3f);
     add_init(g, "mean", 1, (int64_t[]){cout}, -0.2f, 0.2f);
     add_init(g, "var", 1, (int64_t[]){cout}, 0.5f, 2.0f);
-    int x = slim_graph_find_value(g, "x");
-    slim_graph_add_input(g, x);
-    g->values[x].info.dtype = SLIM_F32;
-    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    graph_io(g);
     return g;
 }
 
@@ -405,10 +410,7 @@ static slim_graph *mobile_block(void)
     add_init(g, "wd", 4, (int64_t[]){16, 1, 3, 3}, -0.5f, 0.5f);
     add_init(g, "wp", 4, (int64_t[]){8, 16, 1, 1}, -0.5f, 0.5f);
     add_init(g, "wl", 4, (int64_t[]){8, 8, 1, 1}, -0.5f, 0.5f);
-    int x = slim_graph_find_value(g, "x");
-    slim_graph_add_input(g, x);
-    g->values[x].info.dtype = SLIM_F32;
-    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    graph_io(g);
     return g;
 }
 
@@ -495,10 +497,7 @@ static slim_graph *conv_chain(bool a_out)
     add_init(g, "b1", 1, (int64_t[]){20}, -0.2f, 0.2f);
     add_init(g, "w2", 4, (int64_t[]){13, 20, 1, 1}, -0.5f, 0.5f);
     add_init(g, "w3", 4, (int64_t[]){7, 13, 3, 3}, -0.5f, 0.5f);
-    int x = slim_graph_find_value(g, "x");
-    slim_graph_add_input(g, x);
-    g->values[x].info.dtype = SLIM_F32;
-    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    graph_io(g);
     if (a_out)
         slim_graph_add_output(g, slim_graph_find_value(g, "c2"));
     return g;
@@ -606,10 +605,7 @@ static slim_graph *res_chain(void)
     add_init(g, "w2", 4, (int64_t[]){8, 12, 3, 3}, -0.3f, 0.3f);
     add_init(g, "b2", 1, (int64_t[]){8}, -0.2f, 0.2f);
     add_init(g, "w3", 4, (int64_t[]){8, 8, 1, 1}, -0.5f, 0.5f);
-    int x = slim_graph_find_value(g, "x");
-    slim_graph_add_input(g, x);
-    g->values[x].info.dtype = SLIM_F32;
-    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    graph_io(g);
     return g;
 }
 
@@ -690,10 +686,7 @@ START_TEST(test_malformed_conv_refused)
     g->values[w].init = tu_tensor(SLIM_I8, 2, (int64_t[]){16, 8}, wb);
     g->values[s].init = tu_f32(1, (int64_t[]){2}, (float[]){1, 1});
     g->values[cs].init = tu_tensor(SLIM_I32, 1, (int64_t[]){2}, (int32_t[]){0, 0});
-    int x = slim_graph_find_value(g, "x");
-    slim_graph_add_input(g, x);
-    g->values[x].info.dtype = SLIM_F32;
-    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    graph_io(g);
     slim_err err;
     float xv[4 * 5 * 5] = {0};
     slim_tensor xt = tu_f32(4, (int64_t[]){1, 4, 5, 5}, xv);
@@ -754,7 +747,6 @@ END_TEST
 
 int main(void)
 {
-    slim_init();
     Suite *s = suite_create("int8_conv");
     TCase *tk = tcase_create("kernel");
     tcase_add_test(tk, test_conv_matches_references);
@@ -770,9 +762,5 @@ int main(void)
     tcase_add_test(tp, test_malformed_conv_refused);
     tcase_add_test(tp, test_bad_residual_refused);
     suite_add_tcase(s, tp);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return tq_main(s);
 }

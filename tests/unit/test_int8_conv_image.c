@@ -8,7 +8,6 @@
 #include "test_int8_conv_util.h"
 
 #include "qgemm.h"
-#include "slim_init.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -311,7 +310,6 @@ END_TEST
 
 int main(void)
 {
-    slim_init();
     Suite *s = suite_create("int8_conv_image");
     TCase *tk = tcase_create("kernel");
     tcase_add_test(tk, test_image_matches_definition);
@@ -319,9 +317,5 @@ int main(void)
     tcase_add_test(tk, test_image_batch_independent);
     tcase_add_test(tk, test_image_non_finite_and_zero);
     suite_add_tcase(s, tk);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return tq_main(s);
 }

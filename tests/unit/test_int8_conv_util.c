@@ -4,7 +4,8 @@
  */
 #include "test_int8_conv_util.h"
 
-#include <check.h>
+#include "slim_init.h"
+
 #include <math.h>
 #include <stdlib.h>
 
@@ -90,4 +91,14 @@ void tq_swap_inner(const float *src, float *dst, int64_t n, int64_t a, int64_t b
         for (int64_t j = 0; j < a; j++)
             for (int64_t k = 0; k < b; k++)
                 dst[(i * b + k) * a + j] = src[(i * a + j) * b + k];
+}
+
+int tq_main(Suite *suite)
+{
+    slim_init();
+    SRunner *sr = srunner_create(suite);
+    srunner_run_all(sr, CK_NORMAL);
+    int failed = srunner_ntests_failed(sr);
+    srunner_free(sr);
+    return failed ? 1 : 0;
 }

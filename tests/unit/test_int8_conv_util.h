@@ -20,6 +20,7 @@
 
 #include "qgemm.h"
 
+#include <check.h>
 #include <stdbool.h>
 #include <stdint.h>
 
@@ -48,5 +49,8 @@ void tq_unmake(tq_problem *p);
 
 /* [n][a][b] -> [n][b][a]: NCHW <-> NHWC with a = C, b = H * W or back. */
 void tq_swap_inner(const float *src, float *dst, int64_t n, int64_t a, int64_t b);
+
+/* slim_init, then suite; 1 when a case failed. */
+int tq_main(Suite *suite);
 
 #endif
