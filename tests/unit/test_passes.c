@@ -75,14 +75,7 @@ static slim_graph *small_cnn(void)
 
 static slim_tensor input(int64_t n)
 {
-    int64_t dims[4] = {n, 3, 12, 12}, count = n * 3 * 144;
-    float *d = malloc(sizeof(float) * (size_t)count);
-    tp_rng = 99;
-    for (int64_t i = 0; i < count; i++)
-        d[i] = tp_rndf();
-    slim_tensor t = tu_f32(4, dims, d);
-    free(d);
-    return t;
+    return tp_input(99, 4, (int64_t[]){n, 3, 12, 12});
 }
 
 /* Runs the passes named (a prefix of slim_passes) on a fresh small_cnn and
@@ -110,13 +103,7 @@ START_TEST(fold_bn_matches)
     ck_assert_int_eq(tu_count_op(opt->graph, "Conv"), 4);
     /* BN's four vectors per conv are gone, a bias per conv came. */
     ck_assert_uint_lt(opt->weight_bytes, ref->weight_bytes);
-    slim_tensor x = input(2), a = tp_run(ref, &x), b = tp_run(opt, &x);
-    tp_assert_close(&b, &a, 1e-5);
-    slim_tensor_release(&a);
-    slim_tensor_release(&b);
-    slim_tensor_release(&x);
-    slim_model_free(ref);
-    slim_model_free(opt);
+    tp_compare_and_free(ref, opt, input(2), 1e-5);
 }
 END_TEST
 
@@ -138,13 +125,7 @@ START_TEST(passes_for_device_keep_onnx_ops)
         ck_assert_msg(!dev->graph->nodes[i].domain || !dev->graph->nodes[i].domain[0],
                       "node %s is %s.%s", dev->graph->nodes[i].name,
                       dev->graph->nodes[i].domain, dev->graph->nodes[i].op_type);
-    slim_tensor x = input(2), a = tp_run(ref, &x), b = tp_run(dev, &x);
-    tp_assert_close(&b, &a, 1e-5);
-    slim_tensor_release(&a);
-    slim_tensor_release(&b);
-    slim_tensor_release(&x);
-    slim_model_free(ref);
-    slim_model_free(dev);
+    tp_compare_and_free(ref, dev, input(2), 1e-5);
 }
 END_TEST
 
@@ -157,13 +138,7 @@ START_TEST(fuse_conv_matches)
     ck_assert_int_eq(opt->graph->n_nodes, 4);
     ck_assert_int_eq(tu_count_op(opt->graph, "FusedConv"), 4);
     ck_assert_uint_lt(opt->weight_bytes, ref->weight_bytes);
-    slim_tensor x = input(3), a = tp_run(ref, &x), b = tp_run(opt, &x);
-    tp_assert_close(&b, &a, 1e-5);
-    slim_tensor_release(&a);
-    slim_tensor_release(&b);
-    slim_tensor_release(&x);
-    slim_model_free(ref);
-    slim_model_free(opt);
+    tp_compare_and_free(ref, opt, input(3), 1e-5);
 }
 END_TEST
 
@@ -182,13 +157,7 @@ START_TEST(blocked_layout_matches)
         ck_assert(!(is_out && slim_attr_int(n, "out_blocked", 0)));
     }
     ck_assert_int_eq(blocked, 3);
-    slim_tensor x = input(3), a = tp_run(ref, &x), b = tp_run(opt, &x);
-    tp_assert_close(&b, &a, 1e-5);
-    slim_tensor_release(&a);
-    slim_tensor_release(&b);
-    slim_tensor_release(&x);
-    slim_model_free(ref);
-    slim_model_free(opt);
+    tp_compare_and_free(ref, opt, input(3), 1e-5);
 }
 END_TEST
 
@@ -199,15 +168,7 @@ START_TEST(fuse_conv_batch_invariant)
     slim_model *opt = load(3);
     slim_model_set_batch_invariant(opt, true);
     slim_tensor x = input(3), all = tp_run(opt, &x);
-    int64_t per_in = 3 * 144, per_out = slim_tensor_numel(&all) / 3;
-    for (int64_t n = 0; n < 3; n++) {
-        slim_tensor one = tu_f32(4, (int64_t[]){1, 3, 12, 12}, (const float *)x.data + n * per_in);
-        slim_tensor y = tp_run(opt, &one);
-        ck_assert_int_eq(memcmp(y.data, (const float *)all.data + n * per_out,
-                                sizeof(float) * (size_t)per_out), 0);
-        slim_tensor_release(&y);
-        slim_tensor_release(&one);
-    }
+    tp_assert_batch_invariant(opt, &x, &all, "fuse_conv");
     slim_tensor_release(&all);
     slim_tensor_release(&x);
     slim_model_free(opt);
@@ -250,17 +211,7 @@ START_TEST(fuse_conv_half_weights)
         slim_model_set_batch_invariant(m, true);
         slim_tensor all = tp_run(m, &x);
         tp_assert_close(&all, &want, h ? 3e-2 : 3e-3);
-        int64_t per_in = 3 * 144, per_out = slim_tensor_numel(&all) / 3;
-        for (int64_t n = 0; n < 3; n++) {
-            slim_tensor one = tu_f32(4, (int64_t[]){1, 3, 12, 12}, (const float *)x.data + n * per_in);
-            slim_tensor y = tp_run(m, &one);
-            ck_assert_msg(memcmp(y.data, (const float *)all.data + n * per_out,
-                                 sizeof(float) * (size_t)per_out) == 0,
-                          "%s: image %lld alone differs from in the batch",
-                          h ? "bf16" : "fp16", (long long)n);
-            slim_tensor_release(&y);
-            slim_tensor_release(&one);
-        }
+        tp_assert_batch_invariant(m, &x, &all, h ? "bf16" : "fp16");
         if (h == 1)
             products = tu_f32(all.ndim, all.dims, all.data); /* a copy: all is the model's */
         if (h == 2 && slim_hgemm_get_isa(SLIM_BF16) == SLIM_HGEMM_AVX512BF16)
@@ -319,14 +270,7 @@ static slim_model *load_odd(bool passes, bool h2_out)
 
 static slim_tensor odd_input(int64_t n)
 {
-    int64_t count = n * 3 * 13 * 11;
-    float *d = malloc(sizeof(float) * (size_t)count);
-    tp_rng = 41;
-    for (int64_t i = 0; i < count; i++)
-        d[i] = tp_rndf();
-    slim_tensor t = tu_f32(4, (int64_t[]){n, 3, 13, 11}, d);
-    free(d);
-    return t;
+    return tp_input(41, 4, (int64_t[]){n, 3, 13, 11});
 }
 
 START_TEST(conv_odd_channels_and_blocked_pool)
@@ -357,15 +301,7 @@ START_TEST(conv_odd_channels_and_blocked_pool)
     ck_assert_int_eq(memcmp(c.data, b.data, sizeof(float) * (size_t)slim_tensor_numel(&b)), 0);
     slim_tensor_release(&c);
     /* each image alone gives its bits in the batch */
-    int64_t per_in = 3 * 13 * 11, per_out = slim_tensor_numel(&b) / 3;
-    for (int64_t n = 0; n < 3; n++) {
-        slim_tensor one = tu_f32(4, (int64_t[]){1, 3, 13, 11}, (const float *)x.data + n * per_in);
-        slim_tensor y = tp_run(opt, &one);
-        ck_assert_int_eq(memcmp(y.data, (const float *)b.data + n * per_out,
-                                sizeof(float) * (size_t)per_out), 0);
-        slim_tensor_release(&y);
-        slim_tensor_release(&one);
-    }
+    tp_assert_batch_invariant(opt, &x, &b, "odd channels");
     slim_tensor_release(&a);
     slim_tensor_release(&b);
     slim_tensor_release(&x);
@@ -408,26 +344,12 @@ START_TEST(conv_depthwise_post_op)
     for (int i = 0; i < 2; i++)
         ck_assert_int_eq(slim_attr_int(&opt->graph->nodes[i], "dw_stride", 0), i + 1);
     slim_model_set_batch_invariant(opt, true);
-    int64_t per_in = 16 * 9 * 7, count = 3 * per_in;
-    float *d = malloc(sizeof(float) * (size_t)count);
-    tp_rng = 17;
-    for (int64_t i = 0; i < count; i++)
-        d[i] = tp_rndf();
-    slim_tensor x = tu_f32(4, (int64_t[]){3, 16, 9, 7}, d), a = tp_run(ref, &x), b = tp_run(opt, &x);
-    free(d);
+    slim_tensor x = tp_input(17, 4, (int64_t[]){3, 16, 9, 7}), a = tp_run(ref, &x), b = tp_run(opt, &x);
     ck_assert_int_eq(b.dims[1], 48);
     ck_assert_int_eq(b.dims[2], 5);
     ck_assert_int_eq(b.dims[3], 4);
     tp_assert_close(&b, &a, 1e-5);
-    int64_t per_out = slim_tensor_numel(&b) / 3;
-    for (int64_t n = 0; n < 3; n++) {
-        slim_tensor one = tu_f32(4, (int64_t[]){1, 16, 9, 7}, (const float *)x.data + n * per_in);
-        slim_tensor y = tp_run(opt, &one);
-        ck_assert_int_eq(memcmp(y.data, (const float *)b.data + n * per_out,
-                                sizeof(float) * (size_t)per_out), 0);
-        slim_tensor_release(&y);
-        slim_tensor_release(&one);
-    }
+    tp_assert_batch_invariant(opt, &x, &b, "depthwise post-op");
     slim_tensor_release(&a);
     slim_tensor_release(&b);
     slim_tensor_release(&x);
@@ -467,13 +389,7 @@ START_TEST(conv_winograd)
     slim_model *ref = load_wino(false), *wino = load_wino(true), *direct = load_wino(true);
     ck_assert_int_eq(tu_count_op(wino->graph, "FusedConv"), 2);
     slim_model_set_batch_invariant(wino, true);
-    int64_t per_in = 48 * 40 * 40, count = 3 * per_in;
-    float *d = malloc(sizeof(float) * (size_t)count);
-    tp_rng = 31;
-    for (int64_t i = 0; i < count; i++)
-        d[i] = tp_rndf();
-    slim_tensor x = tu_f32(4, (int64_t[]){3, 48, 40, 40}, d), a = tp_run(ref, &x), b = tp_run(wino, &x);
-    free(d);
+    slim_tensor x = tp_input(31, 4, (int64_t[]){3, 48, 40, 40}), a = tp_run(ref, &x), b = tp_run(wino, &x);
     /* primitives are made on first run, which reads the switch */
     setenv("SLIM_CONV_WINOGRAD", "0", 1);
     slim_tensor c = tp_run(direct, &x);
@@ -483,15 +399,7 @@ START_TEST(conv_winograd)
     tp_assert_close(&b, &a, 1e-5);
     tp_assert_close(&c, &a, 1e-5);
     ck_assert_int_ne(memcmp(b.data, c.data, sizeof(float) * (size_t)slim_tensor_numel(&b)), 0);
-    int64_t per_out = slim_tensor_numel(&b) / 3;
-    for (int64_t n = 0; n < 3; n++) {
-        slim_tensor one = tu_f32(4, (int64_t[]){1, 48, 40, 40}, (const float *)x.data + n * per_in);
-        slim_tensor y = tp_run(wino, &one);
-        ck_assert_int_eq(memcmp(y.data, (const float *)b.data + n * per_out,
-                                sizeof(float) * (size_t)per_out), 0);
-        slim_tensor_release(&y);
-        slim_tensor_release(&one);
-    }
+    tp_assert_batch_invariant(wino, &x, &b, "winograd");
     slim_tensor_release(&a);
     slim_tensor_release(&b);
     slim_tensor_release(&c);
@@ -537,13 +445,7 @@ START_TEST(conv_small_plane_parts)
     slim_model *one = load_small_plane(true);
     ck_assert_int_eq(tu_count_op(opt->graph, "FusedConv"), 3);
     slim_model_set_batch_invariant(opt, true);
-    int64_t per_in = 256 * 7 * 7, count = 3 * per_in;
-    float *d = malloc(sizeof(float) * (size_t)count);
-    tp_rng = 43;
-    for (int64_t i = 0; i < count; i++)
-        d[i] = tp_rndf();
-    slim_tensor x = tu_f32(4, (int64_t[]){3, 256, 7, 7}, d), a = tp_run(ref, &x), b = tp_run(opt, &x);
-    free(d);
+    slim_tensor x = tp_input(43, 4, (int64_t[]){3, 256, 7, 7}), a = tp_run(ref, &x), b = tp_run(opt, &x);
     /* primitives are made on first run, which reads the switch */
     setenv("SLIM_CONV_PARTS_PER_THREAD", "1", 1);
     slim_tensor c = tp_run(one, &x);
@@ -552,15 +454,7 @@ START_TEST(conv_small_plane_parts)
     ck_assert_int_eq(b.dims[2], 7);
     tp_assert_close(&b, &a, 1e-5);
     tp_assert_close(&c, &a, 1e-5);
-    int64_t per_out = slim_tensor_numel(&b) / 3;
-    for (int64_t n = 0; n < 3; n++) {
-        slim_tensor img = tu_f32(4, (int64_t[]){1, 256, 7, 7}, (const float *)x.data + n * per_in);
-        slim_tensor y = tp_run(opt, &img);
-        ck_assert_int_eq(memcmp(y.data, (const float *)b.data + n * per_out,
-                                sizeof(float) * (size_t)per_out), 0);
-        slim_tensor_release(&y);
-        slim_tensor_release(&img);
-    }
+    tp_assert_batch_invariant(opt, &x, &b, "small plane parts");
     slim_tensor_release(&a);
     slim_tensor_release(&b);
     slim_tensor_release(&c);

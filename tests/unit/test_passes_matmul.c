@@ -57,14 +57,7 @@ static slim_model *load_mlp(bool passes)
 
 static slim_tensor mlp_input(int64_t n, uint32_t seed)
 {
-    int64_t count = n * 3 * 64;
-    float *d = malloc(sizeof(float) * (size_t)count);
-    tp_rng = seed;
-    for (int64_t i = 0; i < count; i++)
-        d[i] = tp_rndf();
-    slim_tensor t = tu_f32(3, (int64_t[]){n, 3, 64}, d);
-    free(d);
-    return t;
+    return tp_input(seed, 3, (int64_t[]){n, 3, 64});
 }
 
 START_TEST(fuse_matmul_matches)
@@ -76,13 +69,7 @@ START_TEST(fuse_matmul_matches)
     ck_assert_int_eq(slim_attr_int(&opt->graph->nodes[1], "activation", -1), SLIM_FMM_ACT_RELU);
     /* Packed weights replace the originals: no more bytes than before. */
     ck_assert_uint_le(opt->weight_bytes, ref->weight_bytes);
-    slim_tensor x = mlp_input(5, 3), a = tp_run(ref, &x), b = tp_run(opt, &x);
-    tp_assert_close(&b, &a, 1e-5);
-    slim_tensor_release(&a);
-    slim_tensor_release(&b);
-    slim_tensor_release(&x);
-    slim_model_free(ref);
-    slim_model_free(opt);
+    tp_compare_and_free(ref, opt, mlp_input(5, 3), 1e-5);
 }
 END_TEST
 
@@ -93,15 +80,7 @@ START_TEST(fuse_matmul_row_invariant)
     slim_model *opt = load_mlp(true);
     slim_model_set_batch_invariant(opt, true);
     slim_tensor x = mlp_input(7, 5), all = tp_run(opt, &x);
-    int64_t per_in = 3 * 64, per_out = slim_tensor_numel(&all) / 7;
-    for (int64_t n = 0; n < 7; n++) {
-        slim_tensor one = tu_f32(3, (int64_t[]){1, 3, 64}, (const float *)x.data + n * per_in);
-        slim_tensor y = tp_run(opt, &one);
-        ck_assert_int_eq(memcmp(y.data, (const float *)all.data + n * per_out,
-                                sizeof(float) * (size_t)per_out), 0);
-        slim_tensor_release(&y);
-        slim_tensor_release(&one);
-    }
+    tp_assert_batch_invariant(opt, &x, &all, "row invariant");
     slim_tensor_release(&all);
     slim_tensor_release(&x);
     slim_model_free(opt);
@@ -461,11 +440,8 @@ START_TEST(fuse_matmul_unpack_roundtrip)
     int64_t shapes[3][2] = {{100, 37}, {64, 130}, {7, 200}};
     for (int s = 0; s < 3; s++) {
         int64_t k = shapes[s][0], n = shapes[s][1];
-        float *d = malloc(sizeof(float) * (size_t)(k * n));
-        tp_rng = 40 + s;
-        for (int64_t i = 0; i < k * n; i++)
-            d[i] = tp_rndf();
-        slim_tensor w = tu_f32(2, (int64_t[]){k, n}, d), packed;
+        slim_tensor w = tp_input(40 + (uint32_t)s, 2, (int64_t[]){k, n}), packed;
+        const float *d = w.data;
         slim_fmm_packing how;
         slim_err err = {0};
         ck_assert_msg(slim_fmm_pack(&w, &packed, &how, &err) == SLIM_OK, "%s", err.msg);
@@ -477,7 +453,6 @@ START_TEST(fuse_matmul_unpack_roundtrip)
         slim_fmm_unpack(packed.data, how.parts, parts, how.layout, k, n, back);
         ck_assert_int_eq(memcmp(back, d, sizeof(float) * (size_t)(k * n)), 0);
         free(back);
-        free(d);
         slim_tensor_release(&w);
         slim_tensor_release(&packed);
     }

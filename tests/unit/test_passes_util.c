@@ -8,6 +8,7 @@
 
 #include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 uint32_t tp_rng;
 
@@ -74,6 +75,47 @@ void tp_assert_close(const slim_tensor *a, const slim_tensor *ref, double rel)
         float u = ((const float *)a->data)[i], v = ((const float *)ref->data)[i];
         ck_assert_msg(fabs(u - v) <= rel * mx, "element %lld: %g vs %g (max %g)", (long long)i, u,
                       v, mx);
+    }
+}
+
+slim_tensor tp_input(uint32_t seed, int ndim, const int64_t *dims)
+{
+    int64_t count = slim_shape_numel(ndim, dims);
+    float *d = malloc(sizeof(float) * (size_t)count);
+    tp_rng = seed;
+    for (int64_t i = 0; i < count; i++)
+        d[i] = tp_rndf();
+    slim_tensor t = tu_f32(ndim, dims, d);
+    free(d);
+    return t;
+}
+
+void tp_compare_and_free(slim_model *ref, slim_model *opt, slim_tensor x, double rel)
+{
+    slim_tensor a = tp_run(ref, &x), b = tp_run(opt, &x);
+    tp_assert_close(&b, &a, rel);
+    slim_tensor_release(&a);
+    slim_tensor_release(&b);
+    slim_tensor_release(&x);
+    slim_model_free(ref);
+    slim_model_free(opt);
+}
+
+void tp_assert_batch_invariant(slim_model *m, const slim_tensor *x, const slim_tensor *all,
+                               const char *what)
+{
+    int64_t n = x->dims[0], per_in = slim_tensor_numel(x) / n;
+    int64_t per_out = slim_tensor_numel(all) / n, dims[SLIM_MAX_DIMS];
+    memcpy(dims, x->dims, sizeof(dims));
+    dims[0] = 1;
+    for (int64_t i = 0; i < n; i++) {
+        slim_tensor one = tu_f32(x->ndim, dims, (const float *)x->data + i * per_in);
+        slim_tensor y = tp_run(m, &one);
+        ck_assert_msg(memcmp(y.data, (const float *)all->data + i * per_out,
+                             sizeof(float) * (size_t)per_out) == 0,
+                      "%s: image %lld alone differs from in the batch", what, (long long)i);
+        slim_tensor_release(&y);
+        slim_tensor_release(&one);
     }
 }
 

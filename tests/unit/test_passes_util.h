@@ -43,6 +43,16 @@ slim_tensor tp_run(slim_model *m, const slim_tensor *x);
  * be over 0.1: a graph that outputs zeros would prove nothing). */
 void tp_assert_close(const slim_tensor *a, const slim_tensor *ref, double rel);
 
+/* A float32 tensor of dims from the stream, seeded with seed first. */
+slim_tensor tp_input(uint32_t seed, int ndim, const int64_t *dims);
+/* Runs ref and opt on x and asserts their first outputs within rel (as
+ * tp_assert_close); then releases x and frees both models. */
+void tp_compare_and_free(slim_model *ref, slim_model *opt, slim_tensor x, double rel);
+/* Each image of x (its first dimension) run alone through m gives bitwise
+ * its part of all, m's output for the whole of x; what names the case. */
+void tp_assert_batch_invariant(slim_model *m, const slim_tensor *x, const slim_tensor *all,
+                               const char *what);
+
 /* The pass tests' main: slim_init, the environment they are written for
  * (two threads: FusedMatMul's column parts, one per thread; mapped weights
  * packed too), then suite; 1 when a case failed. */
