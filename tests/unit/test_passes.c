@@ -344,7 +344,8 @@ START_TEST(conv_depthwise_post_op)
     for (int i = 0; i < 2; i++)
         ck_assert_int_eq(slim_attr_int(&opt->graph->nodes[i], "dw_stride", 0), i + 1);
     slim_model_set_batch_invariant(opt, true);
-    slim_tensor x = tp_input(17, 4, (int64_t[]){3, 16, 9, 7}), a = tp_run(ref, &x), b = tp_run(opt, &x);
+    slim_tensor x = tp_input(17, 4, (int64_t[]){3, 16, 9, 7});
+    slim_tensor a = tp_run(ref, &x), b = tp_run(opt, &x);
     ck_assert_int_eq(b.dims[1], 48);
     ck_assert_int_eq(b.dims[2], 5);
     ck_assert_int_eq(b.dims[3], 4);
@@ -389,7 +390,8 @@ START_TEST(conv_winograd)
     slim_model *ref = load_wino(false), *wino = load_wino(true), *direct = load_wino(true);
     ck_assert_int_eq(tu_count_op(wino->graph, "FusedConv"), 2);
     slim_model_set_batch_invariant(wino, true);
-    slim_tensor x = tp_input(31, 4, (int64_t[]){3, 48, 40, 40}), a = tp_run(ref, &x), b = tp_run(wino, &x);
+    slim_tensor x = tp_input(31, 4, (int64_t[]){3, 48, 40, 40});
+    slim_tensor a = tp_run(ref, &x), b = tp_run(wino, &x);
     /* primitives are made on first run, which reads the switch */
     setenv("SLIM_CONV_WINOGRAD", "0", 1);
     slim_tensor c = tp_run(direct, &x);
@@ -445,7 +447,8 @@ START_TEST(conv_small_plane_parts)
     slim_model *one = load_small_plane(true);
     ck_assert_int_eq(tu_count_op(opt->graph, "FusedConv"), 3);
     slim_model_set_batch_invariant(opt, true);
-    slim_tensor x = tp_input(43, 4, (int64_t[]){3, 256, 7, 7}), a = tp_run(ref, &x), b = tp_run(opt, &x);
+    slim_tensor x = tp_input(43, 4, (int64_t[]){3, 256, 7, 7});
+    slim_tensor a = tp_run(ref, &x), b = tp_run(opt, &x);
     /* primitives are made on first run, which reads the switch */
     setenv("SLIM_CONV_PARTS_PER_THREAD", "1", 1);
     slim_tensor c = tp_run(one, &x);
