@@ -29,14 +29,13 @@ import subprocess
 import sys
 import threading
 import time
-import traceback
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from server_process import HOST, ServerProcess  # noqa: E402
+from test_server import REPO, Failure, Runner, check  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SKIP = 77
 
 try:
@@ -49,33 +48,6 @@ except ImportError as e:  # pragma: no cover - depends on the machine
     sys.exit(SKIP)
 
 
-class Failure(Exception):
-    pass
-
-
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
-
-
-class Runner:
-    def __init__(self):
-        self.passed = self.failed = 0
-
-    def case(self, name, fn, *args):
-        t0 = time.time()
-        try:
-            fn(*args)
-            self.passed += 1
-            print(f"PASS {name} ({time.time() - t0:.1f}s)", flush=True)
-        except Failure as e:
-            self.failed += 1
-            print(f"FAIL {name}: {e}", flush=True)
-        except Exception:
-            self.failed += 1
-            print(f"FAIL {name}: unexpected exception\n{traceback.format_exc()}", flush=True)
-
-
 class Server(ServerProcess):
     """slimserve on HTTP and gRPC (self.grpc_port), both on free ports
     (server_process.py: a gRPC port lost to another process is retried)."""
@@ -86,6 +58,38 @@ class Server(ServerProcess):
 
     def log_text(self):
         return self.logged()
+
+
+def fresh_args():
+    """--slimserve and --workdir from the command line, the workdir emptied."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--slimserve", required=True)
+    ap.add_argument("--workdir", required=True)
+    args = ap.parse_args()
+    shutil.rmtree(args.workdir, ignore_errors=True)
+    os.makedirs(args.workdir)
+    return args
+
+
+def example_repo(workdir):
+    """models/gen_models.py's MLP alone (the others are slow to load) in
+    workdir/models; returns that path."""
+    repo = os.path.join(workdir, "models")
+    subprocess.run([sys.executable, os.path.join(REPO, "models", "gen_models.py"), repo,
+                    "--no-check"], check=True, stdout=subprocess.DEVNULL)
+    for name in ("resnet", "transformer"):
+        shutil.rmtree(os.path.join(repo, name))
+    return repo
+
+
+def without_grpc(srv):
+    """True, the server stopped and SKIP said, when slimserve was built
+    without gRPC."""
+    if "without gRPC" not in srv.logged():
+        return False
+    srv.stop()
+    print("SKIP: slimserve was built without gRPC")
+    return True
 
 
 # ---- one client script, two protocols ---------------------------------------
@@ -435,26 +439,15 @@ def t_port_busy(args, repo):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--slimserve", required=True)
-    ap.add_argument("--workdir", required=True)
-    args = ap.parse_args()
-    shutil.rmtree(args.workdir, ignore_errors=True)
-    os.makedirs(args.workdir)
-    repo = os.path.join(args.workdir, "models")
-    subprocess.run([sys.executable, os.path.join(REPO, "models", "gen_models.py"), repo,
-                    "--no-check"], check=True, stdout=subprocess.DEVNULL)
-    for name in ("resnet", "transformer"):  # the MLP is enough, and quick to load
-        shutil.rmtree(os.path.join(repo, name))
+    args = fresh_args()
+    repo = example_repo(args.workdir)
     # the MLP again, holding batches for company for 5 s (t_stream_gone_while_open)
     shutil.copytree(os.path.join(repo, "mlp"), os.path.join(repo, "mlp_hold"))
     with open(os.path.join(repo, "mlp_hold", "config.json"), "w") as f:
         json.dump({"name": "mlp_hold", "max_batch_size": 64, "dynamic_batching": {
             "max_queue_delay_microseconds": 5000000, "preferred_batch_size": [64]}}, f)
     srv = Server(args.slimserve, repo, os.path.join(args.workdir, "server.log"))
-    if "without gRPC" in srv.log_text():
-        srv.stop()
-        print("SKIP: slimserve was built without gRPC")
+    if without_grpc(srv):
         return SKIP
     r = Runner()
     try:

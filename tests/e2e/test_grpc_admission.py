@@ -31,12 +31,10 @@ Exits 77 (CTest: skipped) when slimserve was built without gRPC or
 tritonclient[grpc] is missing. Ends with "N passed, N failed".
 """
 
-import argparse
 import json
 import os
 import re
 import shutil
-import subprocess
 import sys
 import threading
 import time
@@ -49,7 +47,8 @@ try:
     import tritonclient.grpc as tg
     import tritonclient.http as th
     from tritonclient.utils import InferenceServerException
-    from test_grpc import HOST, REPO, SKIP, Failure, Runner, Server, check  # noqa: E402
+    from test_grpc import (HOST, SKIP, Failure, Runner, Server, check,  # noqa: E402
+                           example_repo, fresh_args, without_grpc)
 except ImportError as e:  # pragma: no cover - depends on the machine
     print(f"SKIP: {e} (pip install 'tritonclient[grpc]')")
     sys.exit(77)
@@ -294,17 +293,8 @@ def t_grpc_retry_alone(args):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--slimserve", required=True)
-    ap.add_argument("--workdir", required=True)
-    args = ap.parse_args()
-    shutil.rmtree(args.workdir, ignore_errors=True)
-    os.makedirs(args.workdir)
-    repo = os.path.join(args.workdir, "models")
-    subprocess.run([sys.executable, os.path.join(REPO, "models", "gen_models.py"), repo,
-                    "--no-check"], check=True, stdout=subprocess.DEVNULL)
-    for name in ("resnet", "transformer"):
-        shutil.rmtree(os.path.join(repo, name))
+    args = fresh_args()
+    repo = example_repo(args.workdir)
     # Batches of two requests, each held up to 50 ms for its partner: the
     # inputs of a burst stay held long enough that a burst must wait.
     cfg_path = os.path.join(repo, MODEL, "config.json")
@@ -320,9 +310,7 @@ def main():
     print(f"--memory-limit cpu={limit} (weights about {weights})", flush=True)
     srv = Server(args.slimserve, repo, os.path.join(args.workdir, "server.log"),
                  "--memory-limit", f"cpu={limit}", "--max-request-bytes", str(1 << 30))
-    if "without gRPC" in srv.log_text():
-        srv.stop()
-        print("SKIP: slimserve was built without gRPC")
+    if without_grpc(srv):
         return SKIP
     r = Runner()
     try:

@@ -24,10 +24,8 @@ Exits 77 (CTest: skipped) when slimserve was built without gRPC or
 tritonclient[grpc] is missing. Ends with "N passed, N failed".
 """
 
-import argparse
 import json
 import os
-import shutil
 import sys
 import time
 
@@ -35,7 +33,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_grpc import (HOST, SKIP, Failure, Runner, Server, as_dict, check,  # noqa: E402
-                       tg, th, InferenceServerException)
+                       fresh_args, tg, th, without_grpc, InferenceServerException)
 from test_server import Http, add_const_model, error_of  # noqa: E402
 
 CAP = 4000  # --trace-max-bytes: about nine trace lines
@@ -369,11 +367,7 @@ def t_no_dir_and_key(args, repo):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--slimserve", required=True)
-    ap.add_argument("--workdir", required=True)
-    args = ap.parse_args()
-    shutil.rmtree(args.workdir, ignore_errors=True)
+    args = fresh_args()
     repo = os.path.join(args.workdir, "models")
     for name, k in (("a", 1), ("b", 2)):
         add_const_model(os.path.join(repo, name, "1", "model.onnx"), k)
@@ -383,9 +377,7 @@ def main():
                  "--trace-dir", os.path.join(args.workdir, "traces"),
                  "--log-dir", os.path.join(args.workdir, "logs"),
                  "--trace-max-bytes", str(CAP))
-    if "without gRPC" in srv.log_text():
-        srv.stop()
-        print("SKIP: slimserve was built without gRPC")
+    if without_grpc(srv):
         return SKIP
     r = Runner()
     try:

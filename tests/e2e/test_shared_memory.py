@@ -30,7 +30,6 @@ Only 127.0.0.1 is contacted. Ends with "N passed, N failed"; exits 77 when
 slimserve was built without gRPC, non-zero on any failure.
 """
 
-import argparse
 import base64
 import os
 import shutil
@@ -41,7 +40,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_grpc import Server  # noqa: E402  (HTTP and --grpc-port)
+from test_grpc import Server, fresh_args, without_grpc  # noqa: E402  (HTTP and gRPC)
 from test_server import (Failure, Http, Runner, add_const_model, check,  # noqa: E402
                          write_json)
 
@@ -369,18 +368,11 @@ def t_api_key(args, repo):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--slimserve", required=True)
-    ap.add_argument("--workdir", required=True)
-    args = ap.parse_args()
-    shutil.rmtree(args.workdir, ignore_errors=True)
-    os.makedirs(args.workdir)
+    args = fresh_args()
     repo = os.path.join(args.workdir, "models")
     build_repository(repo)
     srv = Server(args.slimserve, repo, os.path.join(args.workdir, "server.log"))
-    if "without gRPC" in srv.log_text():
-        srv.stop()
-        print("SKIP: slimserve was built without gRPC")
+    if without_grpc(srv):
         return SKIP
     r = Runner()
     try:
