@@ -105,6 +105,7 @@ struct slim_server_grpc {
     int n_threads;
     int port;
     atomic_bool shut;               /* grpc_server_shutdown_and_notify called */
+    atomic_bool shut_done;          /* ... and its tag came back: destroy may follow */
     atomic_int calls;               /* call structs alive */
     void *infer_method;             /* ModelInfer, registered (NULL: generic) */
 };

@@ -308,6 +308,8 @@ static void *cq_main(void *arg)
         grpc_event ev = grpc_completion_queue_next(g->cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
         if (ev.type == GRPC_QUEUE_SHUTDOWN)
             return NULL;
+        if (ev.type == GRPC_OP_COMPLETE && ev.tag == SHUTDOWN_TAG)
+            atomic_store(&g->shut_done, true);
         if (ev.type != GRPC_OP_COMPLETE || ev.tag == SHUTDOWN_TAG)
             continue;
         on_event(ev.tag, ev.success != 0);
@@ -455,6 +457,14 @@ void slim_server_grpc_free(slim_server_grpc *g)
     int64_t end = slim_server_now_us() + 2000000;
     while (atomic_load(&g->calls) > 0 && slim_server_now_us() < end)
         usleep(5000);
+    /* grpc_server_destroy wants the shutdown complete (its tag delivered):
+     * the listeners close on gRPC's threads after shutdown_and_notify, and
+     * destroying the server before they have aborts the process (gRPC's
+     * "listeners_destroyed_ == listeners_.size()"), which a SIGTERM just
+     * after the start met. Bounded: no queue thread, no tag. */
+    end = slim_server_now_us() + 5000000;
+    while (g->n_threads > 0 && !atomic_load(&g->shut_done) && slim_server_now_us() < end)
+        usleep(1000);
     grpc_server_destroy(g->server);
     grpc_completion_queue_shutdown(g->cq);
     for (int i = 0; i < g->n_threads; i++)
