@@ -148,8 +148,9 @@ def model_memory(srv, model):
 
 def settled(read, want, what):
     """A request's buffers are freed just after its answer is sent, so a
-    figure read at once may still include them: wait up to 5 s for want."""
-    deadline = time.time() + 5
+    figure read at once may still include them: wait for want, up to 20 s
+    (a loaded machine's "just after" can be seconds)."""
+    deadline = time.time() + 20
     got = read()
     while got != want and time.time() < deadline:
         time.sleep(0.05)
