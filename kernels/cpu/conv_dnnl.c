@@ -30,12 +30,13 @@
  * transformed into the scratchpad on each run rather than stored
  * transformed (which would take 4x its bytes). About 0.6x direct's time on
  * ResNet's 56x56 convs. Its scratchpad is 6-8 MB, so small convs keep
- * direct (wino_scratch_fits). Outputs from 14x14 to 28x28 run oneDNN's
- * F(2x2, 3x3) inference kernel (wino_stored), whose W each part
- * transforms once when its primitives are made and keeps (16/9 of its
- * slice's bytes, beside the packed W): 0.54x direct's time at 28x28,
- * 0.67-0.8x at 14x14, where F(4x4)'s per-run transform lost. Max error
- * against onnxruntime stays below 1e-6 of the output (ResNet-18/50).
+ * direct (wino_scratch_fits). With SLIM_CONV_WINO_STORED=1, outputs from
+ * 14x14 to 28x28 run oneDNN's F(2x2, 3x3) inference kernel instead, on W
+ * transformed at load in place of the packed W (conv_wino.c: 16/9 of
+ * those convs' weight bytes, counted in the model's weights): 0.54x
+ * direct's time at 28x28, 0.67-0.8x at 14x14, where F(4x4)'s per-run
+ * transform lost. Max error against onnxruntime stays below 1e-6 of the
+ * output (ResNet-18/50).
  *
  * Half weights (quant/half.c) keep the packed layout, each element fp16 or
  * bf16. fp16 W is widened to float32 per run (each part its slice, once

@@ -11,6 +11,7 @@
  */
 #include "testutil.h"
 
+#include "footprint.h"
 #include "model.h"
 #include "pipeline.h"
 #ifdef SLIM_HAVE_DNNL
@@ -149,6 +150,9 @@ START_TEST(wino_stored_matches)
     size_t packed = 2 * sizeof(float) * (size_t)(ch * ch * 9), biases = 2 * sizeof(float) * ch;
     ck_assert_uint_eq(off->weight_bytes, packed + biases);
     ck_assert_uint_eq(wino->weight_bytes, stored ? packed / 9 * 16 + biases : packed + biases);
+    slim_footprint fp; /* and the footprint (a budget's figure) counts them */
+    slim_model_footprint(wino, 1, &fp);
+    ck_assert_uint_eq(fp.weight_bytes, wino->weight_bytes);
     slim_model_set_batch_invariant(wino, true);
     int64_t per_in = ch * side * side, count = 3 * per_in;
     float *d = malloc(sizeof(float) * (size_t)count);
