@@ -141,6 +141,13 @@ static slim_status fconv_infer(slim_op_ctx *ctx)
         (w->dtype != SLIM_F32 && w->dtype != SLIM_F16 && w->dtype != SLIM_BF16))
         return slim_errf(ctx->err, SLIM_ETYPE, "FusedConv takes float32 X and B, and float32, "
                          "float16 or bfloat16 W");
+    /* W transformed at load (conv_wino.c) lives only in that load's
+     * model: written out (slim convert under the switch), nothing says
+     * which plane or kernel it was made for. */
+    if (!s->wino_h && w->ndim == 1 && w->dtype == SLIM_F32)
+        return slim_errf(ctx->err, SLIM_EINVAL, "FusedConv's W is one-dimensional: weights "
+                         "transformed for Winograd at load (SLIM_CONV_WINO_STORED=1) cannot be "
+                         "saved and read back; convert the model without that switch");
     if (x->ndim != 4 || w->ndim != (s->wino_h ? 1 : 4) || b->ndim != 1 ||
         b->dims[0] != out_channels(s, w))
         return slim_errf(ctx->err, SLIM_ESHAPE, "FusedConv takes X [N,C,H,W], W [M,C/g,kh,kw] "

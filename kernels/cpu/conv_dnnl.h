@@ -36,7 +36,9 @@ slim_status slim_fconv_pack(const slim_tensor *w, int64_t group, int wfmt, slim_
  * 3x3 stride-1 FusedConvs on 14x14 to 28x28 planes get W transformed for
  * Winograd F(2x2, 3x3) in place of the packed W (conv_wino.c), and the
  * model's weight bytes say so. Needs every input's dims but the batch
- * known; otherwise, or without that switch, nothing changes. */
+ * known; otherwise, or without that switch, nothing changes. Such weights
+ * are this load's only: `slim convert` under the switch writes a file
+ * FusedConv refuses (with a message saying so). */
 slim_status slim_fconv_store_winograd(slim_model *m, slim_err *err);
 
 #endif
