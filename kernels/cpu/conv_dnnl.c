@@ -30,12 +30,13 @@
  * transformed into the scratchpad on each run rather than stored
  * transformed (which would take 4x its bytes). About 0.6x direct's time on
  * ResNet's 56x56 convs. Its scratchpad is 6-8 MB, so small convs keep
- * direct (wino_scratch_fits). Outputs from 14x14 to 28x28 run oneDNN's
- * F(2x2, 3x3) inference kernel (wino_stored), whose W each part
- * transforms once when its primitives are made and keeps (16/9 of its
- * slice's bytes, beside the packed W): 0.54x direct's time at 28x28,
- * 0.67-0.8x at 14x14, where F(4x4)'s per-run transform lost. Max error
- * against onnxruntime stays below 1e-6 of the output (ResNet-18/50).
+ * direct (wino_scratch_fits). With SLIM_CONV_WINO_STORED=1, outputs from
+ * 14x14 to 28x28 run oneDNN's F(2x2, 3x3) inference kernel instead, on W
+ * transformed at load in place of the packed W (conv_wino.c: 16/9 of
+ * those convs' weight bytes, counted in the model's weights): 0.54x
+ * direct's time at 28x28, 0.67-0.8x at 14x14, where F(4x4)'s per-run
+ * transform lost. Max error against onnxruntime stays below 1e-6 of the
+ * output (ResNet-18/50).
  *
  * Half weights (quant/half.c) keep the packed layout, each element fp16 or
  * bf16. fp16 W is widened to float32 per run (each part its slice, once
@@ -140,13 +141,29 @@ static slim_status fconv_infer(slim_op_ctx *ctx)
         (w->dtype != SLIM_F32 && w->dtype != SLIM_F16 && w->dtype != SLIM_BF16))
         return slim_errf(ctx->err, SLIM_ETYPE, "FusedConv takes float32 X and B, and float32, "
                          "float16 or bfloat16 W");
-    if (x->ndim != 4 || w->ndim != 4 || b->ndim != 1 || b->dims[0] != out_channels(s, w))
+    /* W transformed at load (conv_wino.c) lives only in that load's
+     * model: written out (slim convert under the switch), nothing says
+     * which plane or kernel it was made for. */
+    if (!s->wino_h && w->ndim == 1 && w->dtype == SLIM_F32)
+        return slim_errf(ctx->err, SLIM_EINVAL, "FusedConv's W is one-dimensional: weights "
+                         "transformed for Winograd at load (SLIM_CONV_WINO_STORED=1) cannot be "
+                         "saved and read back; convert the model without that switch");
+    if (x->ndim != 4 || w->ndim != (s->wino_h ? 1 : 4) || b->ndim != 1 ||
+        b->dims[0] != out_channels(s, w))
         return slim_errf(ctx->err, SLIM_ESHAPE, "FusedConv takes X [N,C,H,W], W [M,C/g,kh,kw] "
                          "(packed), B [M] with M = out_channels (%lld)",
                          (long long)out_channels(s, w));
     int64_t want[4], m = out_channels(s, w);
     slim_fconv_packed_dims(s->wfmt, m, x->dims[1] / s->group, s->kernel[0], s->kernel[1], want);
-    if (x->dims[1] % s->group || memcmp(want, w->dims, sizeof(want)))
+    /* Stored Winograd: W was transformed at load for one input plane (and
+     * the packed W given up), so that plane is the only one it takes. */
+    if (s->wino_h && (x->dims[2] != s->wino_h || x->dims[3] != s->wino_w))
+        return slim_errf(ctx->err, SLIM_ESHAPE, "this FusedConv's weights were transformed at "
+                         "load for Winograd on a %lldx%lld input; this input is %lldx%lld "
+                         "(SLIM_CONV_WINO_STORED=0 keeps them packed)", (long long)s->wino_h,
+                         (long long)s->wino_w, (long long)x->dims[2], (long long)x->dims[3]);
+    if (x->dims[1] % s->group ||
+        (s->wino_h ? w->dtype != SLIM_F32 || w->ndim != 1 : memcmp(want, w->dims, sizeof(want)) != 0))
         return slim_errf(ctx->err, SLIM_ESHAPE, "X has %lld channels, which W (packed "
                          "%lldx%lldx%lldx%lld) does not take", (long long)x->dims[1],
                          (long long)w->dims[0], (long long)w->dims[1], (long long)w->dims[2],
@@ -294,8 +311,8 @@ static dnnl_status_t part_weights(const image_job *j, const part *pt, dnnl_strea
                                   slim_tensor *wpart, const float **w)
 {
     slim_err ignored;
-    if (pt->wino_w.data) { /* transformed when the part was made */
-        *w = pt->wino_w.data;
+    if (j->s->wino_h) { /* transformed at load, each part's slice in turn */
+        *w = j->w + pt->w_off;
         return dnnl_success;
     }
     *w = j->w ? j->w + pt->o0 * j->w_per_oc : NULL;
@@ -398,6 +415,10 @@ static slim_status fconv_exec(slim_op_ctx *ctx)
     slim_status st = slim__fconv_find_set(s, w, x, r != NULL, &set, &owned, ctx->err);
     if (!st && set.bf16 != bf16) /* SLIM_CONV_BF16 changed since the set was made */
         st = slim_errf(ctx->err, SLIM_EINTERNAL, "FusedConv: bf16 products switched mid-run");
+    if (!st && s->wino_h && set.wino_floats != slim_tensor_numel(w))
+        st = slim_errf(ctx->err, SLIM_EINTERNAL, "FusedConv: the Winograd weights (%lld floats) "
+                       "are not what its kernel reads here (%lld)",
+                       (long long)slim_tensor_numel(w), (long long)set.wino_floats);
     if (st) {
         if (owned)
             slim__fconv_set_release(&set);

@@ -32,5 +32,13 @@ void slim_fconv_packed_dims(int wfmt, int64_t m, int64_t c_per_group, int64_t kh
  * wfmt. */
 slim_status slim_fconv_pack(const slim_tensor *w, int64_t group, int wfmt, slim_tensor *out,
                             slim_err *err);
+/* With SLIM_CONV_WINO_STORED=1, at the plan stage (before any run): the
+ * 3x3 stride-1 FusedConvs on 14x14 to 28x28 planes get W transformed for
+ * Winograd F(2x2, 3x3) in place of the packed W (conv_wino.c), and the
+ * model's weight bytes say so. Needs every input's dims but the batch
+ * known; otherwise, or without that switch, nothing changes. Such weights
+ * are this load's only: `slim convert` under the switch writes a file
+ * FusedConv refuses (with a message saying so). */
+slim_status slim_fconv_store_winograd(slim_model *m, slim_err *err);
 
 #endif

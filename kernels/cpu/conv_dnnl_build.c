@@ -24,7 +24,6 @@ static void parts_release(part *ps, int n)
         dnnl_primitive_destroy(ps[i].res_to_dst);
         dnnl_primitive_destroy(ps[i].from_dst);
         dnnl_primitive_destroy(ps[i].w_to_run);
-        slim_tensor_release(&ps[i].wino_w);
     }
     free(ps);
 }
@@ -90,7 +89,7 @@ static int split16(int64_t count, int n, int64_t *lo, int64_t *hi)
 /* Whether this conv has Winograd's shape: 3x3, stride 1, no dilation, W
  * blocked (oneDNN's Winograd reads OIhw16i16o), no depthwise post-op;
  * SLIM_CONV_WINOGRAD=0 turns all Winograd off (A/B). */
-static bool wino_shape(const fconv_state *s)
+bool slim__fconv_wino_shape(const fconv_state *s)
 {
     const char *off = getenv("SLIM_CONV_WINOGRAD"); /* read when primitives are made */
     return !(off && strcmp(off, "0") == 0) && s->wfmt == SLIM_FCONV_W_BLOCKED && !s->dw_stride &&
@@ -102,79 +101,7 @@ static bool wino_shape(const fconv_state *s)
  * per run: its shape and a large enough output. */
 static bool use_winograd(const fconv_state *s, const prim_set *set)
 {
-    return wino_shape(s) && set->oh1 * set->ow1 >= WINO_MIN_PLANE;
-}
-
-/* Output planes from 14x14 to 28x28 take oneDNN's other Winograd, F(2x2,
- * 3x3) for inference, whose W must be in its own transformed layout:
- * each part's slice of W is transformed once, when the part is made
- * (store_wino_w), and kept next to the packed W, which other input shapes
- * still read. Measured per part as FusedConv cuts them on 2 threads
- * (one thread, CPU time, median of 31 alternating trials, oneDNN 2.6.3,
- * Xeon model 207): 128x28x28->64 0.52x direct (F(4x4) per run: 0.64x),
- * 256x14x14->128 0.76x (F(4x4) per run: 1.72x), but 64x56x56->32 0.76x
- * against F(4x4)'s 0.58x and 512x7x7->64 0.92x (direct's parts of 64
- * are as good: not worth the memory). Costs memory: the transformed
- * slice is 16/9 of the packed one (4x4 values per 3x3), so these convs'
- * weights take 2.8x their bytes while the set is cached (ResNet-18: about
- * 16 MB more, ResNet-50 about 25 MB). Float32 W only (half W stays
- * half). Off unless SLIM_CONV_WINO_STORED=1: the kept slices are not
- * in the model's predicted footprint (slim inspect --fit, the server's
- * residency budget), and a server built around memory must not hold
- * bytes it did not predict; until the transformed slice replaces the
- * packed one and is predicted, the speed is an opt-in. */
-#define WINO_STORED_MIN_PLANE (14 * 14)
-#define WINO_STORED_MAX_PLANE (28 * 28)
-
-static bool wino_stored(const fconv_state *s, const slim_tensor *w, const prim_set *set)
-{
-    const char *on = getenv("SLIM_CONV_WINO_STORED"); /* read when primitives are made */
-    int64_t plane = set->oh1 * set->ow1;
-    return on && strcmp(on, "1") == 0 && wino_shape(s) && w->dtype == SLIM_F32 &&
-           plane >= WINO_STORED_MIN_PLANE && plane <= WINO_STORED_MAX_PLANE;
-}
-
-/* Transforms this part's slice of W (packed, pt->wei_md) into the layout
- * pd's kernel reads, into pt->wino_w, which then stands for W
- * (pt->wei_md becomes that layout). oneDNN reorders into that layout only
- * from plain OIHW, so the slice goes through OIHW first. Through the
- * accounted allocator: a refusal is dnnl_out_of_memory, and the caller
- * takes another kernel. */
-static dnnl_status_t store_wino_w(const slim_tensor *w, const_dnnl_primitive_desc_t pd, part *pt)
-{
-    const dnnl_memory_desc_t *want = dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-    dnnl_memory_desc_t plain;
-    dnnl_memory_desc_init_by_tag(&plain, 4, pt->wei_md.dims, dnnl_f32, dnnl_oihw);
-    slim_err ignored;
-    slim_tensor tmp = {.dtype = SLIM_U8, .ndim = 1,
-                       .dims = {(int64_t)dnnl_memory_desc_get_size(&plain)}};
-    pt->wino_w = (slim_tensor){.dtype = SLIM_U8, .ndim = 1,
-                               .dims = {(int64_t)dnnl_memory_desc_get_size(want)}};
-    dnnl_stream_t strm = slim__fconv_stream();
-    dnnl_primitive_t to_plain = NULL, to_wino = NULL;
-    const float *slice = (const float *)w->data + pt->o0 * (slim_tensor_numel(w) / w->dims[0]);
-    dnnl_status_t st = strm ? dnnl_success : dnnl_runtime_error;
-    if (st == dnnl_success && (slim_tensor_alloc(&tmp, &ignored) ||
-                               slim_tensor_alloc(&pt->wino_w, &ignored)))
-        st = dnnl_out_of_memory;
-    if (st == dnnl_success)
-        st = slim__fconv_make_reorder(&to_plain, &pt->wei_md, &plain);
-    if (st == dnnl_success)
-        st = slim__fconv_make_reorder(&to_wino, &plain, want);
-    if (st == dnnl_success)
-        st = slim__fconv_run_reorder(to_plain, &pt->wei_md, (void *)slice, &plain, tmp.data, strm);
-    if (st == dnnl_success)
-        st = slim__fconv_run_reorder(to_wino, &plain, tmp.data, want, pt->wino_w.data, strm);
-    if (st == dnnl_success)
-        st = dnnl_stream_wait(strm);
-    dnnl_primitive_destroy(to_plain);
-    dnnl_primitive_destroy(to_wino);
-    slim_tensor_release(&tmp);
-    if (st == dnnl_success)
-        pt->wei_md = *want;
-    else
-        slim_tensor_release(&pt->wino_w);
-    return st;
+    return slim__fconv_wino_shape(s) && set->oh1 * set->ow1 >= WINO_MIN_PLANE;
 }
 
 /* Winograd's scratchpad is 6-8 MB whatever the plane (oneDNN sizes its
@@ -204,14 +131,14 @@ static dnnl_status_t make_conv(const fconv_state *s, const slim_tensor *w, const
          set->bf16 ? dnnl_bf16 : dnnl_f32);
     md4(&pt->dst_md, m, set->oh1, set->ow1, dnnl_nChw16c); /* the 1x1's, with dw */
     md4(&pt->y_md, m, set->oh, set->ow, dnnl_nchw);
-    slim__fconv_weights_md(&pt->wei_md, m, dw ? 1 : c, w->dims[2], w->dims[3], s->wfmt, true);
+    slim__fconv_weights_md(&pt->wei_md, m, dw ? 1 : c, s->kernel[0], s->kernel[1], s->wfmt, true);
     if (set->bf16) {
         /* Stored: the float32 layout in bf16; run: whatever oneDNN's bf16
          * kernel reads (pairs of input channels side by side), asked for
          * with format any and reordered into per run. */
         pt->wst_md = pt->wei_md;
         pt->wst_md.data_type = dnnl_bf16;
-        dnnl_dims_t wd = {m, c, w->dims[2], w->dims[3]};
+        dnnl_dims_t wd = {m, c, s->kernel[0], s->kernel[1]};
         dnnl_memory_desc_init_by_tag(&pt->wei_md, 4, wd, dnnl_bf16, dnnl_format_tag_any);
     }
     dnnl_dims_t bd = {m};
@@ -252,20 +179,23 @@ static dnnl_status_t make_conv(const fconv_state *s, const slim_tensor *w, const
      * (no DNNL_ENABLE_CONCURRENT_EXEC): two threads running convs at once
      * would share it. Each execution brings its own instead. */
     dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
-    /* Winograd where it pays (wino_stored: 2, use_winograd: 1), direct
-     * where oneDNN turns it down; float32 only. For inference oneDNN's
-     * Winograd kernels read only their own transformed weight format
-     * (16/9 of W's bytes for F(2x2), 4x for F(4x4)): stored takes that
-     * for F(2x2), made once per part (store_wino_w). F(4x4) is asked for
-     * as forward_training instead, whose kernel takes W packed as it is
-     * and transforms it into the scratchpad each run. The result is the
-     * same convolution; a convolution keeps no workspace for training. */
-    int wino = set->bf16 ? 0 : wino_stored(s, w, set) ? 2 : use_winograd(s, set) ? 1 : 0;
+    /* Winograd where it pays, direct where oneDNN turns it down; float32
+     * only. For inference oneDNN's Winograd kernels read only their own
+     * transformed weight format (16/9 of W's bytes for F(2x2), 4x for
+     * F(4x4)). Stored Winograd (2, s->wino_h: conv_wino.c) is F(2x2),
+     * whose W was transformed at load into that format, in W's place: it
+     * has no other W to fall back on. F(4x4) (1, use_winograd) is asked
+     * for as forward_training instead, whose kernel takes W packed as it
+     * is and transforms it into the scratchpad each run. The result is
+     * the same convolution; a convolution keeps no workspace for
+     * training. */
+    int wino = set->bf16 ? 0 : s->wino_h ? 2 : use_winograd(s, set) ? 1 : 0;
     for (;;) {
-        /* stored: W in whatever layout the kernel picks, made from ours */
+        /* stored: W in whatever layout the kernel picks */
         dnnl_memory_desc_t any_w;
-        dnnl_dims_t wd = {m, c, w->dims[2], w->dims[3]};
-        dnnl_memory_desc_init_by_tag(&any_w, 4, wd, dnnl_f32, dnnl_format_tag_any);
+        dnnl_dims_t wd = {m, c, s->kernel[0], s->kernel[1]};
+        if (wino == 2)
+            dnnl_memory_desc_init_by_tag(&any_w, 4, wd, dnnl_f32, dnnl_format_tag_any);
         st = dnnl_dilated_convolution_forward_desc_init(
             &cd, wino == 1 ? dnnl_forward_training : dnnl_forward_inference,
             wino ? dnnl_convolution_winograd : dnnl_convolution_direct, &pt->csrc_md,
@@ -275,12 +205,12 @@ static dnnl_status_t make_conv(const fconv_state *s, const slim_tensor *w, const
         if (st == dnnl_success && wino == 1 && !wino_scratch_fits(s, w, set, c, pd))
             st = dnnl_unimplemented;
         if (st == dnnl_success && wino == 2)
-            st = store_wino_w(w, pd, pt);
-        if (st == dnnl_success || !wino)
+            pt->wei_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
+        if (st == dnnl_success || wino != 1)
             break;
         dnnl_primitive_desc_destroy(pd);
         pd = NULL;
-        wino = wino == 2 && use_winograd(s, set) ? 1 : 0;
+        wino = 0;
     }
     if (st != dnnl_success)
         goto done;
@@ -344,34 +274,30 @@ done:
  * Depends only on the shape and the thread count, so an image's parts
  * are the same whatever the batch. SLIM_CONV_PARTS_PER_THREAD overrides
  * it (1: one part per thread, as before), read when the primitives are
- * made.
- *
- * Stored Winograd (wino_stored) on 14x14 planes gains from parts of 64
- * too: 256x14x14 3x3, 4 parts of 64 took 0.78-0.81x the time of 2 parts
- * of 128 (one thread, CPU time, median of 31 trials, three runs); at
- * 28x28, parts of 32 lost (1.4x parts of 64). So 2 parts per thread
- * there. */
+ * made. */
 #define SMALL_PLANE 64
 #define MIN_PART_CHANNELS 64
-#define WINO_SMALL_PLANE (14 * 14)
+/* Stored Winograd's parts (conv_wino.c): 64 output channels each, the
+ * size that measured best on 14x14 and 28x28 planes (parts of 32 lost at
+ * 28x28: 1.4x; 256x14x14 as 4 parts of 64 took 0.78-0.81x the time of 2
+ * of 128; one thread, CPU time, median of 31 trials), and fixed, so that
+ * W cut at load fits the parts whatever the thread count. */
+#define WINO_PART 64
 
-static int parts_per_thread(const fconv_state *s, const slim_tensor *w, const prim_set *set,
-                            int64_t m, int threads)
+static int parts_per_thread(const fconv_state *s, const prim_set *set, int64_t m, int threads)
 {
     const char *env = getenv("SLIM_CONV_PARTS_PER_THREAD");
     if (env && atoi(env) >= 1)
         return atoi(env) > 16 ? 16 : atoi(env);
     int64_t most = m / (MIN_PART_CHANNELS * threads);
-    if (!set->bf16 && wino_stored(s, w, set) && set->oh1 * set->ow1 <= WINO_SMALL_PLANE)
-        return most < 1 ? 1 : most < 2 ? (int)most : 2;
     if (s->wfmt != SLIM_FCONV_W_BLOCKED || s->dw_stride || set->oh1 * set->ow1 > SMALL_PLANE)
         return 1;
     int64_t want = s->kernel[0] * s->kernel[1] > 1 ? 4 : 2;
     return most < 1 ? 1 : (int)(most < want ? most : want);
 }
 
-static dnnl_status_t build_set(const fconv_state *s, const slim_tensor *w, const slim_tensor *x,
-                               bool residual, prim_set *set)
+dnnl_status_t slim__fconv_build_set(const fconv_state *s, const slim_tensor *w,
+                                    const slim_tensor *x, bool residual, prim_set *set)
 {
     memset(set, 0, sizeof(*set));
     set->h = x->dims[2];
@@ -389,7 +315,10 @@ static dnnl_status_t build_set(const fconv_state *s, const slim_tensor *w, const
     if (threads > 64)
         threads = 64;
     int64_t c = x->dims[1], m = out_channels(s, w);
-    int n_split = threads * parts_per_thread(s, w, set, m, threads);
+    /* Stored Winograd: parts of 64 output channels whatever the threads,
+     * as W was cut at load (conv_wino.c). */
+    int n_split = s->wino_h ? (int)((m + WINO_PART - 1) / WINO_PART)
+                            : threads * parts_per_thread(s, set, m, threads);
     if (n_split > 64)
         n_split = 64;
     /* raw (these): parts_per_thread parts per kernel thread, one input
@@ -424,6 +353,10 @@ static dnnl_status_t build_set(const fconv_state *s, const slim_tensor *w, const
         set->parts[p].o0 = lo[p];
         set->parts[p].o1 = hi[p];
         st = make_conv(s, w, set, c, &set->parts[p]);
+        set->parts[p].w_off = set->wino_floats;
+        if (s->wino_h)
+            set->wino_floats += (int64_t)(dnnl_memory_desc_get_size(&set->parts[p].wei_md) /
+                                          sizeof(float));
     }
     set->dst_floats = s->out_blocked ? 0 : (size_t)(slim__fconv_round16(m) * set->oh * set->ow);
     if (st != dnnl_success)
@@ -449,7 +382,8 @@ slim_status slim__fconv_find_set(fconv_state *s, const slim_tensor *w, const sli
     /* get_stream keeps oneDNN to this thread first: a primitive sizes its
      * work split (Winograd's, at least) by the thread count it sees when
      * made. */
-    dnnl_status_t ds = slim__fconv_stream() ? build_set(s, w, x, residual, out) : dnnl_runtime_error;
+    dnnl_status_t ds = slim__fconv_stream() ? slim__fconv_build_set(s, w, x, residual, out)
+                                            : dnnl_runtime_error;
     if (ds == dnnl_success) {
         if (s->n_sets < CACHE_SLOTS)
             s->sets[s->n_sets++] = *out;

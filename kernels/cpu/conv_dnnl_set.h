@@ -30,11 +30,9 @@ typedef struct part {
      * W (OIhw16i16o) reordered per run into the layout the conv reads */
     dnnl_primitive_t w_to_run;
     dnnl_memory_desc_t wst_md;
-    /* Stored Winograd (conv_dnnl_build.c, wino_stored): this part's slice
-     * of W transformed once, when the set is made, into the layout
-     * oneDNN's F(2x2, 3x3) inference kernel reads (wei_md); NULL data
-     * otherwise. */
-    slim_tensor wino_w;
+    /* Stored Winograd (conv_wino.c): where this part's slice of the
+     * transformed W starts in W, in floats; wei_md is its layout. */
+    int64_t w_off;
 } part;
 
 typedef struct prim_set {
@@ -45,6 +43,7 @@ typedef struct prim_set {
     int n_in_parts, n_parts;
     part *in_parts, *parts;
     size_t src_floats, dst_floats; /* blocked scratch per image */
+    int64_t wino_floats;       /* stored Winograd: the parts' W, all told */
 } prim_set;
 
 typedef struct fconv_state {
@@ -62,6 +61,9 @@ typedef struct fconv_state {
     int64_t dw_stride;
     int dw_act;
     float dw_alpha, dw_beta;
+    /* Stored Winograd (conv_wino.c): W holds the parts' slices transformed
+     * at load for oneDNN's F(2x2, 3x3) on this input plane; 0: W packed. */
+    int64_t wino_h, wino_w;
     pthread_mutex_t mu;
     int n_sets;
     prim_set sets[CACHE_SLOTS];
@@ -79,6 +81,12 @@ static inline int64_t out_extent(const fconv_state *s, int i, int64_t in)
     int64_t room = in + s->pads[i] + s->pads[i + 2] - span;
     return room < 0 ? -1 : room / s->stride[i] + 1;
 }
+/* Whether the conv has Winograd's shape (conv_dnnl_build.c). */
+bool slim__fconv_wino_shape(const fconv_state *s);
+/* Makes the primitives of one input shape into *set (the cache's caller
+ * holds s->mu, or s is not shared yet). */
+dnnl_status_t slim__fconv_build_set(const fconv_state *s, const slim_tensor *w,
+                                    const slim_tensor *x, bool residual, prim_set *set);
 /* Whether bf16 W runs as bf16 products (conv_dnnl_build.c says when). */
 bool slim__fconv_bf16_products(const fconv_state *s, const slim_tensor *w);
 /* Destroys a set's primitives and frees its parts. */

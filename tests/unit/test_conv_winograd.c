@@ -1,15 +1,22 @@
 /*
  * test_conv_winograd.c - FusedConv's stored Winograd (kernels/cpu/
- * conv_dnnl_build.c, wino_stored): 3x3 stride-1 convs on planes from 14x14
- * to 28x28 run oneDNN's F(2x2, 3x3) with each part's W transformed once.
- * The answer must be the reference's within float rounding, different
- * bits from the kernel it replaced (so it did run), the same bits for an
- * image alone or in a batch, and planes outside the range must be
- * untouched by it.
+ * conv_wino.c): with SLIM_CONV_WINO_STORED=1, 3x3 stride-1 convs on
+ * planes from 14x14 to 28x28 get W transformed at load for oneDNN's
+ * F(2x2, 3x3), in place of the packed W. The answer must be the
+ * reference's within float rounding, different bits from the kernel it
+ * replaced (so it did run), the same bits for an image alone or in a
+ * batch; the model's weight bytes must be the transformed W's (16/9 of
+ * the packed, no packed copy beside it); planes outside the range must be
+ * untouched by it, and another plane must be refused with a clear error.
  */
 #include "testutil.h"
 
+#include "footprint.h"
+#include "model.h"
 #include "pipeline.h"
+#ifdef SLIM_HAVE_DNNL
+#include "conv_dnnl.h"
+#endif
 #include "slim_init.h"
 
 #include <check.h>
@@ -35,7 +42,7 @@ static void add_init(slim_graph *g, const char *name, int ndim, const int64_t *d
 /* x[N,C,H,W] -> Conv 3x3 C->C + bias -> Relu (h) -> Conv 3x3 C->C
  * + bias + h -> Relu -> y: two stride-1 3x3 convs, the second with a
  * residual sum (oneDNN's sum post-op). */
-static slim_graph *two_convs(int64_t ch)
+static slim_graph *two_convs(int64_t ch, int64_t side)
 {
     slim_graph *g = slim_graph_new();
     g->opset = 17;
@@ -63,13 +70,17 @@ static slim_graph *two_convs(int64_t ch)
     int x = slim_graph_find_value(g, "x");
     slim_graph_add_input(g, x);
     g->values[x].info.dtype = SLIM_F32;
+    g->values[x].info.ndim = 4; /* the batch dynamic, the plane known at load */
+    memcpy(g->values[x].info.dims, (int64_t[]){-1, ch, side, side}, 4 * sizeof(int64_t));
     slim_graph_add_output(g, slim_graph_find_value(g, "y"));
     return g;
 }
 
-static slim_model *load(bool passes, int64_t ch)
+/* As the plan stage makes it: the graph's model, then stored Winograd
+ * (which reads its switch now). */
+static slim_model *load(bool passes, int64_t ch, int64_t side, bool stored)
 {
-    slim_graph *g = two_convs(ch);
+    slim_graph *g = two_convs(ch, side);
     slim_err err = {0};
     if (passes)
         ck_assert_msg(slim_passes_run(g, &err) == SLIM_OK, "%s", err.msg);
@@ -77,6 +88,14 @@ static slim_model *load(bool passes, int64_t ch)
     ck_assert_msg(slim_model_from_graph(g, &m, &err) == SLIM_OK, "%s", err.msg);
     if (passes)
         ck_assert_int_eq(tu_count_op(m->graph, "FusedConv"), 2);
+#ifdef SLIM_HAVE_DNNL
+    if (stored)
+        setenv("SLIM_CONV_WINO_STORED", "1", 1);
+    ck_assert_msg(slim_fconv_store_winograd(m, &err) == SLIM_OK, "%s", err.msg);
+    unsetenv("SLIM_CONV_WINO_STORED");
+#else
+    (void)stored;
+#endif
     return m;
 }
 
@@ -124,7 +143,16 @@ START_TEST(wino_stored_matches)
 {
     int64_t side = cases[_i][0], ch = cases[_i][1];
     bool stored = side >= 14 && side <= 28;
-    slim_model *ref = load(false, ch), *wino = load(true, ch), *off = load(true, ch);
+    slim_model *ref = load(false, ch, side, false), *wino = load(true, ch, side, true);
+    slim_model *off = load(true, ch, side, false);
+    /* Stored: two W of ch x ch x 3x3 as 4x4 tiles (16/9 of the packed
+     * bytes), the packed ones gone; out of range the packed ones stay. */
+    size_t packed = 2 * sizeof(float) * (size_t)(ch * ch * 9), biases = 2 * sizeof(float) * ch;
+    ck_assert_uint_eq(off->weight_bytes, packed + biases);
+    ck_assert_uint_eq(wino->weight_bytes, stored ? packed / 9 * 16 + biases : packed + biases);
+    slim_footprint fp; /* and the footprint (a budget's figure) counts them */
+    slim_model_footprint(wino, 1, &fp);
+    ck_assert_uint_eq(fp.weight_bytes, wino->weight_bytes);
     slim_model_set_batch_invariant(wino, true);
     int64_t per_in = ch * side * side, count = 3 * per_in;
     float *d = malloc(sizeof(float) * (size_t)count);
@@ -134,10 +162,7 @@ START_TEST(wino_stored_matches)
     slim_tensor x = tu_f32(4, (int64_t[]){3, ch, side, side}, d);
     free(d);
     slim_tensor a = run(ref, &x);
-    /* primitives are made on first run, which reads the switch (opt-in) */
-    setenv("SLIM_CONV_WINO_STORED", "1", 1);
     slim_tensor b = run(wino, &x);
-    unsetenv("SLIM_CONV_WINO_STORED");
     slim_tensor c = run(off, &x);
     ck_assert_int_eq(b.dims[1], ch);
     ck_assert_int_eq(b.dims[2], side);
@@ -157,10 +182,21 @@ START_TEST(wino_stored_matches)
         slim_tensor_release(&y);
         slim_tensor_release(&one);
     }
-    /* a second run reads the transformed W kept from the first */
+    /* a second run reads the same transformed W */
     slim_tensor b2 = run(wino, &x);
     ck_assert(same_bits(&b, &b2));
     slim_tensor_release(&b2);
+    if (stored) { /* another plane: refused (the declared plane, then
+                   * FusedConv's own check), never run on the wrong W */
+        slim_tensor other = tu_f32(4, (int64_t[]){1, ch, side + 2, side + 2}, NULL);
+        slim_tensor *out = NULL;
+        int n_out;
+        slim_err err = {0};
+        ck_assert_int_eq(slim_model_run(wino, 1, (const char *[]){"x"}, &other, &out, &n_out,
+                                        &err), SLIM_ESHAPE);
+        ck_assert_msg(strstr(err.msg, "expects") || strstr(err.msg, "Winograd"), "%s", err.msg);
+        slim_tensor_release(&other);
+    }
     slim_tensor_release(&a);
     slim_tensor_release(&b);
     slim_tensor_release(&c);
