@@ -394,7 +394,6 @@ int main(void)
     slim_init();
     Suite *s = suite_create("int8_conv_dw");
     TCase *tk = tcase_create("kernel");
-    tcase_set_timeout(tk, 60);
     tcase_add_test(tk, test_dw_matches_definition);
     tcase_add_test(tk, test_dw_close_to_float);
     tcase_add_test(tk, test_dw_batch_independent);
