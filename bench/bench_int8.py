@@ -55,8 +55,10 @@ Configurations, each in its own process so that its peak RSS is its own:
                   --int8-max-error X (layers whose own output error on
                   drawn samples is over X stay fp32)
   slim int8 dw-int8  with --dw-int8: slim convert --precision int8 under
-                  SLIM_INT8_CONV_DW=int8 (the Convs next to a depthwise conv
-                  quantized too: the before of keeping them float32)
+                  SLIM_INT8_CONV_DW=int8 (every conv int8: the depthwise
+                  ones on their own kernel, kernels/cpu/qconv_depthwise.c,
+                  the convs next to them too, ReLU6 fused, the blocks
+                  pixel-major; by default they stay float32)
   slim int8 nchw  with --nchw: slim convert --precision int8 under
                   SLIM_INT8_CONV_NHWC=off and SLIM_INT8_CONV_RESIDUAL=off
                   (every ConvInt8 reads and writes NCHW, residual Add and
@@ -302,8 +304,8 @@ def main():
     ap.add_argument("--slim-only", action="store_true",
                     help="only the slim configurations; error against slim fp32")
     ap.add_argument("--dw-int8", action="store_true",
-                    help="also run slim int8 with the Convs next to a depthwise conv quantized "
-                         "(SLIM_INT8_CONV_DW=int8 at convert): the before of that change")
+                    help="also run slim int8 with the depthwise convs and the convs next to "
+                         "them quantized (SLIM_INT8_CONV_DW=int8 at convert)")
     ap.add_argument("--nchw", action="store_true",
                     help="also run slim int8 with every ConvInt8 on NCHW "
                          "(SLIM_INT8_CONV_NHWC=off SLIM_INT8_CONV_RESIDUAL=off at convert): "

@@ -164,7 +164,16 @@ typedef struct slim_qconv {
      * with SLIM_INT8_CONV_ACT=row). Both keep an image's result
      * independent of its batch. */
     bool act_rows;
+    /* Depthwise weights in their own layout (kernels/cpu/qconv_depthwise.c):
+     * C = M = groups, W is taps x C int8 codes, tap (ky, kx) major, a tap's
+     * channels contiguous, so the kernel multiplies 16 channels of a pixel
+     * at once; slim_qconv_packed_bytes is then kh * kw * C. Always the
+     * per-image path (act_rows is not read); at most SLIM_QCONV_DW_TAPS
+     * taps. */
+    bool dw_layout;
 } slim_qconv;
+
+#define SLIM_QCONV_DW_TAPS 256
 
 typedef enum {
     SLIM_QCONV_NOTSET = 0, SLIM_QCONV_SAME_UPPER, SLIM_QCONV_SAME_LOWER, SLIM_QCONV_VALID,
@@ -182,6 +191,11 @@ typedef struct slim_qconv_weights {
     /* A residual of Y's shape added to conv + bias before act (ResNet's
      * Add, then its Relu), NCHW or pixel-major (nhwc_res); or NULL. */
     const float *residual;
+    /* After act: Clip(clip_lo, clip_hi), as the Clip node computes it
+     * (v < lo ? lo : v > hi ? hi : v; a NaN stays NaN): MobileNet's ReLU6
+     * fused. */
+    bool clip;
+    float clip_lo, clip_hi;
 } slim_qconv_weights;
 
 int64_t slim_qconv_kg(const slim_qconv *q);

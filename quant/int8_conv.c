@@ -10,11 +10,15 @@
  * and a Relu that alone reads its output are fused. The node's geometry
  * (strides, dilations, pads or auto_pad, group) is written out explicitly.
  *
- * Depthwise convs (one input channel per group) stay float32: each group is
- * then a product of a single output channel over kh x kw taps, which the
- * 64-channel int8 panels would pad 16-fold, and their weights are a small
- * share of a model's bytes. The Convs feeding or reading a depthwise conv
- * stay float32 too (depthwise_neighbour): float32 runs them fused with it.
+ * Depthwise convs (C = M = group) get their own weight layout, taps x C
+ * (kernels/cpu/qconv_depthwise.c): the 64-channel qgemm panels would pad each
+ * one-channel group 16-fold. A Clip with constant bounds (MobileNet's ReLU6)
+ * that alone reads a conv's output is fused like a Relu, so a MobileNetV2
+ * block -- expansion 1x1, depthwise 3x3, projection 1x1 -- is three
+ * ConvInt8 handing their activations over pixel-major (SLIM_INT8_CONV_DW=int8
+ * at convert time; by default depthwise convs and their neighbours stay
+ * float32, where oneDNN runs the 1x1 fused with the depthwise conv: see
+ * dw_mode). Depthwise convs with a channel multiplier (M > C) stay float32.
  */
 #include "int8_impl.h"
 
@@ -31,7 +35,22 @@ typedef struct {
     int64_t strides[2], dilations[2], pads[4];
     const char *auto_pad;
     int bias;              /* value id, or -1 */
+    bool dw;               /* depthwise, in the depthwise weight layout */
 } conv_layer;
+
+/* SLIM_INT8_CONV_DW at convert time: "float" keeps depthwise convs and the
+ * convs next to them float32, "neighbours" only the depthwise convs, "int8"
+ * quantizes them all (the depthwise ones in their own layout). */
+typedef enum { DW_FLOAT, DW_NEIGHBOURS, DW_ALL } dw_mode;
+#define DW_DEFAULT DW_FLOAT
+
+static dw_mode dw_mode_now(void)
+{
+    const char *e = getenv("SLIM_INT8_CONV_DW");
+    if (!e || !e[0])
+        return DW_DEFAULT;
+    return !strcmp(e, "int8") ? DW_ALL : !strcmp(e, "neighbours") ? DW_NEIGHBOURS : DW_FLOAT;
+}
 
 static const char *conv_of(const slim__int8_pass *p, const slim_node *n, conv_layer *c)
 {
@@ -51,8 +70,15 @@ static const char *conv_of(const slim__int8_pass *p, const slim_node *n, conv_la
         return "empty weight";
     if (c->groups < 1 || c->m % c->groups)
         return "output channels are not divisible by group";
-    if (c->cg == 1 && c->groups > 1)
-        return "depthwise";
+    if (c->cg == 1 && c->groups > 1) {
+        if (dw_mode_now() != DW_ALL)
+            return "depthwise";
+        if (c->groups != c->m)
+            return "depthwise with a channel multiplier";
+        if (c->kh * c->kw > SLIM_QCONV_DW_TAPS)
+            return "depthwise kernel over 256 taps";
+        c->dw = true;
+    }
     if (c->cg * c->kh * c->kw > SLIM_QGEMM_MAX_K)
         return "C / group x kernel is over 32768";
     int64_t k[2];
@@ -121,13 +147,12 @@ static const slim_node *producer_of(const slim__int8_pass *p, int v)
  * memory; a ConvInt8 there breaks that fusion and pays its own NCHW <->
  * pixel-major float moves and per-pixel quantization on the widest tensors
  * of the net, which measured 3-4x slower than float32 on MobileNetV2
- * (docs/int8.md). Walks through one Relu or Clip (ReLU6) each way.
- * SLIM_INT8_CONV_DW=int8 quantizes them anyway (the before, for
- * benchmarks). */
+ * (docs/int8.md). Walks through one Relu or Clip (ReLU6) each way. Not
+ * under SLIM_INT8_CONV_DW=neighbours or int8 (the latter quantizes the
+ * depthwise conv too, and the block stays pixel-major). */
 static const char *depthwise_neighbour(const slim__int8_pass *p, const slim_node *n)
 {
-    const char *env = getenv("SLIM_INT8_CONV_DW");
-    if (env && !strcmp(env, "int8"))
+    if (dw_mode_now() != DW_FLOAT)
         return NULL;
     const slim_graph *g = p->rw.g;
     int out = n->out[0];
@@ -175,6 +200,7 @@ static double measure_conv(const slim__int8_pass *p, const slim_node *n, const c
         .kh = c->kh, .kw = c->kw, .sh = c->strides[0], .sw = c->strides[1],
         .dh = c->dilations[0], .dw = c->dilations[1],
         .pt = c->pads[0], .pl = c->pads[1], .pb = c->pads[2], .pr = c->pads[3],
+        .dw_layout = c->dw,
     };
     if (slim_qconv_shape(&q, pad_mode(c->auto_pad)))
         return -1;
@@ -211,6 +237,14 @@ static slim_status int_attr(slim_attr *a, const char *name, int n, const int64_t
     return SLIM_OK;
 }
 
+static slim_status float_attr(slim_attr *a, const char *name, float v, slim_err *err)
+{
+    a->name = strdup(name);
+    a->type = SLIM_ATTR_FLOAT;
+    a->f = v;
+    return a->name ? SLIM_OK : slim_errf(err, SLIM_ENOMEM, "out of memory");
+}
+
 static slim_status str_attr(slim_attr *a, const char *name, const char *v, slim_err *err)
 {
     a->name = strdup(name);
@@ -219,11 +253,19 @@ static slim_status str_attr(slim_attr *a, const char *name, const char *v, slim_
     return a->name && a->s ? SLIM_OK : slim_errf(err, SLIM_ENOMEM, "out of memory");
 }
 
-/* ConvInt8's attributes: the geometry made explicit, and the activation. */
-static slim_status conv_attrs(const conv_layer *c, bool relu, slim_attr **out, int *na,
+/* The fused activation: none, Relu, or Clip(lo, hi). */
+typedef struct {
+    bool relu, clip;
+    float lo, hi;
+} conv_act;
+
+/* ConvInt8's attributes: the geometry made explicit, the activation and
+ * the depthwise weight layout. */
+static slim_status conv_attrs(const conv_layer *c, const conv_act *act, slim_attr **out, int *na,
                               slim_err *err)
 {
-    *na = 6 + relu;
+    bool relu = act->relu;
+    *na = 6 + relu + 3 * act->clip + c->dw;
     slim_attr *a = calloc((size_t)*na, sizeof(*a));
     if (!a)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
@@ -235,7 +277,11 @@ static slim_status conv_attrs(const conv_layer *c, bool relu, slim_attr **out, i
         (st = int_attr(&a[3], "pads", 4, c->pads, err)) ||
         (st = int_attr(&a[4], "group", -1, &c->groups, err)) ||
         (st = str_attr(&a[5], "auto_pad", c->auto_pad, err)) ||
-        (relu && (st = str_attr(&a[6], "activation", "Relu", err)))) {
+        (relu && (st = str_attr(&a[6], "activation", "Relu", err))) ||
+        (act->clip && ((st = str_attr(&a[6], "activation", "Clip", err)) ||
+                       (st = float_attr(&a[7], "clip_min", act->lo, err)) ||
+                       (st = float_attr(&a[8], "clip_max", act->hi, err)))) ||
+        (c->dw && (st = str_attr(&a[*na - 1], "weight_layout", "depthwise", err)))) {
         for (int i = 0; i < *na; i++)
             slim_attr_clear(&a[i]);
         free(a);
@@ -315,6 +361,46 @@ static slim_node *residual_add(const slim__int8_pass *p, int out, int *skip)
     return NULL;
 }
 
+/* The Clip that alone reads out, when its bounds are constants (inputs
+ * min and max from opset 11, attributes before): MobileNet's ReLU6, fused
+ * into the conv like a Relu. */
+static slim_node *clip_reader(const slim__int8_pass *p, int out, conv_act *act)
+{
+    slim_node *n = slim_rewrite_sole_reader(&p->rw, out, "Clip");
+    if (!n || n->n_out != 1)
+        return NULL;
+    float b[2] = {slim_attr_float(n, "min", -INFINITY), slim_attr_float(n, "max", INFINITY)};
+    for (int i = 0; i < 2; i++) {
+        if (n->n_in <= i + 1 || n->in[i + 1] < 0)
+            continue;
+        const slim_tensor *t = slim_pass_const_f32(p->rw.g, n->in[i + 1]);
+        if (!t || slim_tensor_numel(t) != 1)
+            return NULL;
+        b[i] = ((const float *)t->data)[0];
+    }
+    if (!(b[0] <= b[1])) /* Clip's own message is the better one */
+        return NULL;
+    act->clip = true;
+    act->lo = b[0];
+    act->hi = b[1];
+    return n;
+}
+
+/* The depthwise layout: taps x C, tap-major (wq is [C][taps]), and each
+ * channel's sum as colsum. */
+static void pack_depthwise(const int8_t *wq, int64_t m, int64_t taps, int8_t *packed,
+                           int32_t *colsum)
+{
+    for (int64_t j = 0; j < m; j++) {
+        int32_t sum = 0;
+        for (int64_t t = 0; t < taps; t++) {
+            packed[t * m + j] = wq[j * taps + t];
+            sum += wq[j * taps + t];
+        }
+        colsum[j] = sum;
+    }
+}
+
 slim_status slim__int8_quantize_conv(slim__int8_pass *p, int id, slim_int8_layer *layer,
                                      slim_err *err)
 {
@@ -330,7 +416,9 @@ slim_status slim__int8_quantize_conv(slim__int8_pass *p, int id, slim_int8_layer
     slim_status st = SLIM_OK;
     if (!wr || !wq)
         st = slim_errf(err, SLIM_ENOMEM, "out of memory");
-    if (!st)
+    if (!st && c.dw)
+        st = slim_rewrite_alloc_tensor(&packed, SLIM_I8, 2, taps, c.m, err);
+    else if (!st)
         st = slim_rewrite_alloc_tensor(&packed, SLIM_I8, 2, c.groups * slim_qgemm_n16(mg),
                                        slim_qgemm_k4(kg), err);
     if (!st)
@@ -354,15 +442,20 @@ slim_status slim__int8_quantize_conv(slim__int8_pass *p, int id, slim_int8_layer
         ((float *)scale.data)[j] =
             slim__int8_quantize_channel(wr + j * kg, kg, 1, NULL, wq + j * kg, &e2, &w2);
     layer->weight_error = w2 > 0 ? sqrt(e2 / w2) : 0;
-    for (int64_t gi = 0; gi < c.groups; gi++)
+    if (c.dw)
+        pack_depthwise(wq, c.m, taps, packed.data, colsum.data);
+    for (int64_t gi = 0; gi < c.groups && !c.dw; gi++)
         slim_qgemm_pack(wq + gi * mg * kg, mg, kg, (int8_t *)packed.data + gi * packed_g,
                         (int32_t *)colsum.data + gi * mg);
 
     int out = g->nodes[id].out[0], skip = -1;
+    conv_act act = {0};
     slim_node *r = slim_rewrite_sole_reader(&p->rw, out, "Relu");
+    r = r ? r : clip_reader(p, out, &act);
     slim_node *add = r ? NULL : residual_add(p, out, &skip);
     if (add)
         r = slim_rewrite_sole_reader(&p->rw, add->out[0], "Relu");
+    act.relu = r && !act.clip;
     if (add && !bias.data) { /* R is input 5: a zero bias holds slot 4 */
         if ((st = slim_rewrite_alloc_tensor(&bias, SLIM_F32, 1, c.m, 0, err)))
             goto done;
@@ -370,7 +463,8 @@ slim_status slim__int8_quantize_conv(slim__int8_pass *p, int id, slim_int8_layer
     }
     /* The error is the conv's own: a Relu after a residual is not its. */
     slim_qconv_weights w8 = {packed.data, colsum.data, scale.data, bias.data,
-                             r && !add ? SLIM_QGEMM_ACT_RELU : SLIM_QGEMM_ACT_NONE, NULL, NULL};
+                             act.relu && !add ? SLIM_QGEMM_ACT_RELU : SLIM_QGEMM_ACT_NONE, NULL,
+                             NULL, act.clip, act.lo, act.hi};
     layer->error = measure_conv(p, &g->nodes[id], &c, wr, &w8);
     if (slim__int8_over_budget(p, layer->error)) {
         layer->why = "over max_error";
@@ -378,7 +472,7 @@ slim_status slim__int8_quantize_conv(slim__int8_pass *p, int id, slim_int8_layer
     }
     slim_attr *attrs = NULL;
     int na = 0;
-    if ((st = conv_attrs(&c, r != NULL, &attrs, &na, err)))
+    if ((st = conv_attrs(&c, &act, &attrs, &na, err)))
         goto done;
     layer->bytes_after = slim_tensor_nbytes(&packed) + slim_tensor_nbytes(&scale) +
                          slim_tensor_nbytes(&colsum) + slim_tensor_nbytes(&bias);

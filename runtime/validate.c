@@ -16,7 +16,7 @@ static const slim_op_schema internal_schemas[] = {
     {"MatMulInt8", 1, 4, 11, 1, 1, "SSSSOOOOOOO", "S", "!K=i activation=s"},
     {"ConvInt8", 1, 4, 6, 1, 1, "SSSSOO", "S",
      "!kernel_shape=I strides=I dilations=I pads=I group=i auto_pad=s activation=s "
-     "nhwc_input=i nhwc_output=i nhwc_residual=i"},
+     "nhwc_input=i nhwc_output=i nhwc_residual=i clip_min=f clip_max=f weight_layout=s"},
     {"GatherInt8", 1, 3, 3, 1, 1, "SSS", "S", ""},
     {"SparseMatMul", 1, 3, 6, 1, 1, "SSSOOO", "S", "!encoding=s !K=i storage=s"},
     {"SparseConv", 1, 3, 7, 1, 1, "SSSOOOO", "S",

@@ -44,6 +44,8 @@ int64_t slim_qconv_kg(const slim_qconv *q)
 
 size_t slim_qconv_packed_bytes(const slim_qconv *q)
 {
+    if (q->dw_layout)
+        return (size_t)(q->kh * q->kw * q->c);
     return (size_t)q->groups * slim_qgemm_packed_bytes(q->m / q->groups, slim_qconv_kg(q));
 }
 
@@ -57,6 +59,10 @@ const char *slim_qconv_shape(slim_qconv *q, slim_qconv_pad auto_pad)
         return "kernel, strides and dilations must be >= 1";
     if (q->pt < 0 || q->pl < 0 || q->pb < 0 || q->pr < 0)
         return "pads must be >= 0";
+    if (q->dw_layout && (q->groups != q->c || q->m != q->c))
+        return "the depthwise weight layout needs input channels = output channels = group";
+    if (q->dw_layout && q->kh * q->kw > SLIM_QCONV_DW_TAPS)
+        return "the depthwise weight layout takes at most 256 taps";
     if (slim_qconv_kg(q) > SLIM_QGEMM_MAX_K)
         return "C / group x kernel is over 32768";
     int64_t in[2] = {q->h, q->w}, k[2] = {q->kh, q->kw}, s[2] = {q->sh, q->sw};
@@ -183,6 +189,26 @@ static void transpose(const float *src, int64_t lds, float *dst, int64_t ldd, in
     transpose_c(src, lds, dst, ldd, rows, cols);
 }
 
+typedef struct {
+    const float *src;
+    float *dst;
+    int64_t a, b;   /* src is a rows of b */
+} move_job;
+
+/* Rows [16 begin, 16 end) of src, transposed into dst. */
+static void move_part(int64_t begin, int64_t end, void *user)
+{
+    const move_job *j = user;
+    int64_t r0 = begin * 16, r1 = end * 16 < j->a ? end * 16 : j->a;
+    transpose(j->src + r0 * j->b, j->b, j->dst + r0, j->a, r1 - r0, j->b);
+}
+
+void slim__qconv_transpose(const float *src, int64_t a, int64_t b, float *dst)
+{
+    move_job j = {src, dst, a, b};
+    slim_parallel_for((a + 15) / 16, 1 + 8192 / (16 * (b ? b : 1)), move_part, &j);
+}
+
 /* The image's pixels [64 b, 64 (b + 1)) to pixel-major rows. */
 static void transpose_part(int64_t begin, int64_t end, void *user)
 {
@@ -232,6 +258,8 @@ typedef struct {
     int64_t n, m, np;     /* elements, channels and pixels of the image */
     bool cross, y_nhwc;   /* r laid out otherwise than y; y's layout */
     slim_qgemm_act act;
+    bool clip;
+    float lo, hi;
 } residual_job;
 
 /* y = act(y + r) over elements [4096 begin, 4096 end) of y: the residual
@@ -248,7 +276,8 @@ static void residual_part(int64_t begin, int64_t end, void *user)
         bool relu = j->act == SLIM_QGEMM_ACT_RELU;
         for (int64_t i = begin * 4096; i < i1; i++) {
             float v = y[i] + r[i];
-            y[i] = relu && !(v > 0) ? 0.0f : v;
+            v = relu && !(v > 0) ? 0.0f : v;
+            y[i] = j->clip ? slim__qconv_clip(v, j->lo, j->hi) : v;
         }
         return;
     }
@@ -258,7 +287,8 @@ static void residual_part(int64_t begin, int64_t end, void *user)
     int64_t a = begin * 4096 / ld, b = begin * 4096 % ld;
     for (int64_t i = begin * 4096; i < i1; i++) {
         float v = j->y[i] + j->r[b * lr + a];
-        j->y[i] = j->act == SLIM_QGEMM_ACT_RELU && !(v > 0) ? 0.0f : v;
+        v = j->act == SLIM_QGEMM_ACT_RELU && !(v > 0) ? 0.0f : v;
+        j->y[i] = j->clip ? slim__qconv_clip(v, j->lo, j->hi) : v;
         if (++b == ld) {
             b = 0;
             a++;
@@ -266,15 +296,19 @@ static void residual_part(int64_t begin, int64_t end, void *user)
     }
 }
 
-/* Bias and Relu after the float reference's product, as Conv (+ Relu)
- * computes them in float32. */
+/* Bias, Relu and Clip after the float reference's product, as Conv (+ Relu
+ * or Clip) computes them in float32; bias NULL: only the activations (after
+ * slim_qgemm, which has no Clip). */
 static void float_epilogue(float *t, int64_t rows, int64_t ld, int64_t mg, const float *bias,
-                           slim_qgemm_act act)
+                           slim_qgemm_act act, const slim_qconv_weights *w)
 {
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < mg; c++) {
             float v = t[r * ld + c] + (bias ? bias[c] : 0.0f);
-            t[r * ld + c] = act == SLIM_QGEMM_ACT_RELU && !(v > 0) ? 0.0f : v;
+            v = act == SLIM_QGEMM_ACT_RELU && !(v > 0) ? 0.0f : v;
+            /* With a residual the residual pass clips, after the Add. */
+            bool clip = w->clip && !w->residual;
+            t[r * ld + c] = clip ? slim__qconv_clip(v, w->clip_lo, w->clip_hi) : v;
         }
 }
 
@@ -326,6 +360,7 @@ static void block_per_image(const slim_qconv *q, const qconv_job *j, const qconv
         .sxw = b->sxw + j->g * j->mg, .bias = w->bias ? w->bias + j->g * j->mg : NULL,
         .g = j->g, .p0 = j->p0, .nr = j->nr, .kg = j->kg, .k4 = k4, .mg = j->mg,
         .dst = dst, .ldd = ldd, .act = act,
+        .clip = w->clip && !(w->residual && !res), .clip_lo = w->clip_lo, .clip_hi = w->clip_hi,
     };
     if (res) {
         blk.res = res + (q->nhwc_res ? j->g * j->mg : j->g * j->mg * np);
@@ -356,7 +391,7 @@ static void block_per_row(const slim_qconv *q, qconv_job *j, const qconv_bufs *b
     if (w->wf) {
         slim_sgemm(false, true, nr, mg, kg, 1.0f, a, lda, w->wf + g * mg * kg, kg, 0.0f, dst,
                    ldd);
-        float_epilogue(dst, nr, ldd, mg, bias, act);
+        float_epilogue(dst, nr, ldd, mg, bias, act, w);
         return;
     }
     slim_qgemm_args qa = {
@@ -365,11 +400,15 @@ static void block_per_row(const slim_qconv *q, qconv_job *j, const qconv_bufs *b
         .w_scale = w->scale + g * mg, .bias = bias, .act = act, .y = dst, .ldy = ldd,
     };
     slim_qgemm(&qa, b->scratch);
+    if (w->clip) /* slim_qgemm has no Clip */
+        float_epilogue(dst, nr, ldd, mg, NULL, SLIM_QGEMM_ACT_NONE, w);
 }
 
 slim_status slim_qconv_run(const slim_qconv *q, int64_t n_images, const float *x,
                            const slim_qconv_weights *w, float *y, slim_err *err)
 {
+    if (q->dw_layout && !w->wf)
+        return slim__qconv_depthwise_run(q, n_images, x, w, y, err);
     int64_t hw = q->h * q->w, np = q->oh * q->ow;
     int64_t mg = q->m / q->groups, kg = slim_qconv_kg(q), k4 = slim_qgemm_k4(kg);
     bool per_image = !w->wf && !q->act_rows && !rows_forced();
@@ -447,7 +486,8 @@ slim_status slim_qconv_run(const slim_qconv *q, int64_t n_images, const float *x
             }
         if (w->residual && !res_fused) {
             residual_job rj = {y + n * q->m * np, w->residual + n * q->m * np, q->m * np, q->m,
-                               np, q->nhwc_res != q->nhwc_out, q->nhwc_out, w->act};
+                               np, q->nhwc_res != q->nhwc_out, q->nhwc_out, w->act,
+                               w->clip, w->clip_lo, w->clip_hi};
             slim_parallel_for((rj.n + 4095) / 4096, 1, residual_part, &rj);
         }
     }

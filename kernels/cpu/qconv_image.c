@@ -277,7 +277,8 @@ static void epilogue_row_c(const slim__qconv_block *b, int64_t r, int64_t j0)
         float v = fmaf((float)acc, b->sxw[j], b->bias ? b->bias[j] : 0.0f);
         if (res)
             v = v + res[j * b->res_lc];
-        y[j] = b->act == SLIM_QGEMM_ACT_RELU && !(v > 0) ? 0.0f : v;
+        v = b->act == SLIM_QGEMM_ACT_RELU && !(v > 0) ? 0.0f : v;
+        y[j] = b->clip ? slim__qconv_clip(v, b->clip_lo, b->clip_hi) : v;
     }
 }
 
@@ -288,6 +289,7 @@ static void epilogue_row_avx512(const slim__qconv_block *b, int64_t r)
     float *y = b->dst + r * b->ldd;
     const float *res = b->res ? b->res + (b->p0 + r) * b->res_lp : NULL;
     __m512 zero = _mm512_setzero_ps();
+    __m512 lo = _mm512_set1_ps(b->clip_lo), hi = _mm512_set1_ps(b->clip_hi);
     bool relu = b->act == SLIM_QGEMM_ACT_RELU;
     for (int64_t j = 0; j < b->mg; j += 16) {
         __mmask16 mk = b->mg - j >= 16 ? 0xFFFF : (__mmask16)((1u << (b->mg - j)) - 1);
@@ -310,6 +312,10 @@ static void epilogue_row_avx512(const slim__qconv_block *b, int64_t r)
          * C path's !(v > 0) ? 0 : v. */
         if (relu)
             v = _mm512_max_ps(v, zero);
+        if (b->clip) { /* ordered compares: a NaN takes neither bound */
+            v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ), lo);
+            v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, hi, _CMP_GT_OQ), hi);
+        }
         _mm512_mask_storeu_ps(y + j, mk, v);
     }
 }
@@ -320,6 +326,7 @@ static void epilogue_row_avx2(const slim__qconv_block *b, int64_t r)
     float *y = b->dst + r * b->ldd;
     const float *res = b->res ? b->res + (b->p0 + r) * b->res_lp : NULL;
     __m256 zero = _mm256_setzero_ps();
+    __m256 lo = _mm256_set1_ps(b->clip_lo), hi = _mm256_set1_ps(b->clip_hi);
     bool relu = b->act == SLIM_QGEMM_ACT_RELU;
     int64_t j = 0;
     for (; j + 8 <= b->mg; j += 8) {
@@ -340,6 +347,10 @@ static void epilogue_row_avx2(const slim__qconv_block *b, int64_t r)
         }
         if (relu)
             v = _mm256_max_ps(v, zero);
+        if (b->clip) {
+            v = _mm256_blendv_ps(v, lo, _mm256_cmp_ps(v, lo, _CMP_LT_OQ));
+            v = _mm256_blendv_ps(v, hi, _mm256_cmp_ps(v, hi, _CMP_GT_OQ));
+        }
         _mm256_storeu_ps(y + j, v);
     }
     if (j < b->mg)

@@ -48,6 +48,8 @@ typedef struct {
     const float *res;
     int64_t res_lp, res_lc;
     slim_qgemm_act act;
+    bool clip;                /* then Clip(clip_lo, clip_hi) */
+    float clip_lo, clip_hi;
 } slim__qconv_block;
 
 /* b->rows from the image's codes (rows r of the block, all of them). */
@@ -56,5 +58,22 @@ void slim__qconv_im2col_u8(const slim__qconv_block *b);
  * direct) and its epilogue into dst: act(fma(sum, sx * sw, bias) [+ res]). */
 void slim__qconv_product_u8(const slim__qconv_block *b, const uint8_t *a,
                             const slim_qconv_weights *w, const int8_t *packed);
+
+/* The Clip node's operation (kernels/cpu/elementwise_loops.c): a NaN
+ * passes through; the vector paths compare the same way (ordered, so a NaN
+ * takes neither bound). */
+static inline float slim__qconv_clip(float v, float lo, float hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* dst[j][i] = src[i][j] for src a rows of b floats, on the kernel threads
+ * (16 x 16 AVX-512 tiles where the qgemm path is AVX-512): the moves
+ * between NCHW images and pixel-major ones. */
+void slim__qconv_transpose(const float *src, int64_t a, int64_t b, float *dst);
+
+/* slim_qconv_run for q->dw_layout (kernels/cpu/qconv_depthwise.c). */
+slim_status slim__qconv_depthwise_run(const slim_qconv *q, int64_t n_images, const float *x,
+                                      const slim_qconv_weights *w, float *y, slim_err *err);
 
 #endif

@@ -22,7 +22,9 @@
  *       (passes/fuse_int8_epilogue.c fuses it), in the product's epilogue.
  *   ConvInt8(X, W, scale, colsum[, bias[, R]]) -> Y
  *       attrs: kernel_shape [kh, kw], strides, dilations, pads [t, l, b, r],
- *       group, auto_pad (as Conv's), activation ("" | "Relu"), nhwc_input
+ *       group, auto_pad (as Conv's), activation ("" | "Relu" | "Clip", the
+ *       latter with clip_min and clip_max), weight_layout ("" | "depthwise":
+ *       C = M = group, W taps x C, kernels/cpu/qconv_depthwise.c), nhwc_input
  *       and nhwc_output (0 | 1: X [N, H, W, C] / Y [N, OH, OW, M], the
  *       int8 pass's pixel-major hand-off between two ConvInt8). R: a
  *       residual of Y's shape added before the activation (ResNet's Add,
@@ -41,6 +43,7 @@
 #include "kernel.h"
 #include "qgemm.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -211,6 +214,8 @@ typedef struct {
     slim_qconv geom;           /* kernel, strides, dilations, pads, group */
     slim_qconv_pad auto_pad;
     slim_qgemm_act act;
+    bool clip;                 /* activation "Clip": then Clip(clip_min, clip_max) */
+    float clip_lo, clip_hi;
 } conv_int8_state;
 
 /* attrs[name] as n values of at least lo, or def when absent. */
@@ -284,8 +289,26 @@ static slim_status conv_int8_prepare(slim_node *node, void **state, slim_err *er
         s->act = SLIM_QGEMM_ACT_NONE;
     else if (!strcmp(act, "Relu"))
         s->act = SLIM_QGEMM_ACT_RELU;
-    else {
-        st = slim_errf(err, SLIM_EINVAL, "activation \"%s\" is not one of \"\", \"Relu\"", act);
+    else if (!strcmp(act, "Clip")) {
+        s->clip = true;
+        s->clip_lo = slim_attr_float(node, "clip_min", -INFINITY);
+        s->clip_hi = slim_attr_float(node, "clip_max", INFINITY);
+        if (!(s->clip_lo <= s->clip_hi)) {
+            st = slim_errf(err, SLIM_EINVAL, "activation Clip needs clip_min <= clip_max, got "
+                           "%g and %g", s->clip_lo, s->clip_hi);
+            goto fail;
+        }
+    } else {
+        st = slim_errf(err, SLIM_EINVAL, "activation \"%s\" is not one of \"\", \"Relu\", "
+                       "\"Clip\"", act);
+        goto fail;
+    }
+    const char *layout = slim_attr_str(node, "weight_layout", "");
+    if (!strcmp(layout, "depthwise"))
+        q->dw_layout = true;
+    else if (layout[0]) {
+        st = slim_errf(err, SLIM_EINVAL, "weight_layout \"%s\" is not \"\" or \"depthwise\"",
+                       layout);
         goto fail;
     }
     *state = s;
@@ -370,7 +393,8 @@ static slim_status conv_int8_exec(slim_op_ctx *ctx)
     const slim_tensor *bias = ctx->n_in > 4 ? ctx->in[4] : NULL;
     slim_qconv_weights w = {ctx->in[1]->data, ctx->in[3]->data, ctx->in[2]->data,
                             bias ? bias->data : NULL, s->act, NULL,
-                            ctx->n_in > 5 ? ctx->in[5]->data : NULL};
+                            ctx->n_in > 5 ? ctx->in[5]->data : NULL, s->clip, s->clip_lo,
+                            s->clip_hi};
     return slim_qconv_run(&q, ctx->in[0]->dims[0], ctx->in[0]->data, &w, ctx->out[0]->data,
                           ctx->err);
 }

@@ -457,13 +457,45 @@ START_TEST(test_pass_depthwise_neighbours_stay_float)
     ck_assert_msg(rel > 0 && rel < 0.03, "rel error %g", rel);
     slim_tensor_release(&y);
 
-    setenv("SLIM_INT8_CONV_DW", "int8", 1);
+    setenv("SLIM_INT8_CONV_DW", "neighbours", 1);
     g = mobile_block();
     ck_assert_int_eq(slim_quant_int8(g, NULL, &rep, &err), SLIM_OK);
     unsetenv("SLIM_INT8_CONV_DW");
     ck_assert(layer_named(&rep, "expand")->quantized && layer_named(&rep, "project")->quantized);
     ck_assert(!layer_named(&rep, "dw")->quantized && layer_named(&rep, "last")->quantized);
     slim_int8_report_free(&rep);
+    y = run1(g, x, SLIM_OK, &err);
+    rel = slim_int8_rel_error(ref.data, y.data, slim_tensor_numel(&ref));
+    ck_assert_msg(rel > 0 && rel < 0.05, "rel error %g", rel);
+    slim_tensor_release(&y);
+
+    /* All int8: the depthwise conv in its own layout, the ReLU6 fused into
+     * the expansion (no Clip node left), the block pixel-major inside. */
+    setenv("SLIM_INT8_CONV_DW", "int8", 1);
+    g = mobile_block();
+    ck_assert_int_eq(slim_quant_int8(g, NULL, &rep, &err), SLIM_OK);
+    unsetenv("SLIM_INT8_CONV_DW");
+    for (int i = 0; i < rep.n_layers; i++)
+        ck_assert_msg(rep.layers[i].quantized, "%s: %s", rep.layers[i].name, rep.layers[i].why);
+    slim_int8_report_free(&rep);
+    n_int8 = 0;
+    int n_clip = 0, n_dw = 0, n_nhwc = 0;
+    for (int i = 0; i < g->n_nodes; i++) {
+        const slim_node *n = &g->nodes[i];
+        n_int8 += !strcmp(n->op_type, "ConvInt8");
+        n_clip += !strcmp(n->op_type, "Clip");
+        n_dw += !strcmp(slim_attr_str(n, "weight_layout", ""), "depthwise");
+        n_nhwc += slim_attr_int(n, "nhwc_output", 0) == 1;
+        if (!strcmp(n->name, "expand")) {
+            ck_assert_str_eq(slim_attr_str(n, "activation", ""), "Clip");
+            ck_assert(slim_attr_float(n, "clip_min", -1) == 0.0f);
+            ck_assert(slim_attr_float(n, "clip_max", -1) == 6.0f);
+        }
+    }
+    ck_assert_int_eq(n_int8, 4);
+    ck_assert_int_eq(n_clip, 0);
+    ck_assert_int_eq(n_dw, 1);
+    ck_assert_int_eq(n_nhwc, 3); /* all but the one making the graph output */
     y = run1(g, x, SLIM_OK, &err);
     rel = slim_int8_rel_error(ref.data, y.data, slim_tensor_numel(&ref));
     ck_assert_msg(rel > 0 && rel < 0.05, "rel error %g", rel);

@@ -308,6 +308,53 @@ START_TEST(test_image_non_finite_and_zero)
 }
 END_TEST
 
+/* The fused Clip (MobileNet's ReLU6) is the Clip node applied to the
+ * unclipped output, bitwise, on every path of the 1x1 and 3x3 convs: per
+ * image (direct and im2col), per row, the float reference, NCHW and
+ * pixel-major outputs, with the residual fused or in its own pass. */
+START_TEST(test_image_clip_fused)
+{
+    const size_t which[] = {1, 2, 9, 11}; /* 3x3 + residual, 1x1 direct, ... */
+    for (size_t i = 0; i < sizeof(which) / sizeof(which[0]); i++) {
+        const shape *s = &shapes[which[i]];
+        problem p;
+        make(s, &p);
+        int64_t ny = s->n * s->m * p.np;
+        float *plain = malloc(sizeof(float) * (size_t)ny), *got = malloc(sizeof(float) * (size_t)ny);
+        float *wf = malloc(sizeof(float) * (size_t)(s->m * p.kg));
+        for (int64_t k = 0; k < s->m * p.kg; k++)
+            wf[k] = p.wq[k] * p.sw[k / p.kg];
+        for (int mode = 0; mode < 6; mode++) {
+            slim_qconv q = p.q;
+            q.nhwc_out = mode & 1;
+            q.act_rows = mode / 2 == 1;
+            slim_qconv_weights w = weights_of(&p, s, p.res);
+            w.wf = mode / 2 == 2 ? wf : NULL;
+            slim_err err;
+            ck_assert_int_eq(slim_qconv_run(&q, s->n, p.x, &w, plain, &err), SLIM_OK);
+            w.clip = true;
+            w.clip_lo = -0.25f;
+            w.clip_hi = 0.5f;
+            ck_assert_int_eq(slim_qconv_run(&q, s->n, p.x, &w, got, &err), SLIM_OK);
+            int64_t clipped = 0;
+            for (int64_t k = 0; k < ny; k++) {
+                float v = plain[k], want = v < -0.25f ? -0.25f : v > 0.5f ? 0.5f : v;
+                clipped += want != v;
+                ck_assert_msg(memcmp(&got[k], &want, sizeof(float)) == 0,
+                              "shape %zu mode %d element %lld: %.9g vs %.9g", which[i], mode,
+                              (long long)k, got[k], want);
+            }
+            ck_assert_msg(clipped > ny / 10, "shape %zu mode %d: only %lld of %lld clipped",
+                          which[i], mode, (long long)clipped, (long long)ny);
+        }
+        free(plain);
+        free(got);
+        free(wf);
+        unmake(&p);
+    }
+}
+END_TEST
+
 int main(void)
 {
     Suite *s = suite_create("int8_conv_image");
@@ -316,6 +363,7 @@ int main(void)
     tcase_add_test(tk, test_image_close_to_float);
     tcase_add_test(tk, test_image_batch_independent);
     tcase_add_test(tk, test_image_non_finite_and_zero);
+    tcase_add_test(tk, test_image_clip_fused);
     suite_add_tcase(s, tk);
     return tq_main(s);
 }
