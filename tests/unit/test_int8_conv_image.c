@@ -350,7 +350,7 @@ START_TEST(test_image_clip_fused)
         free(plain);
         free(got);
         free(wf);
-        unmake(&p);
+        tq_unmake(&p);
     }
 }
 END_TEST
