@@ -363,6 +363,21 @@ AVX512_TARGET static void copy_every2_avx512(float *o, const float *s, int64_t n
     for (; t < n; t++)
         o[t] = s[2 * t];
 }
+
+/* A stride-1 plane row: o[t] = s[t] for lo <= t < hi, 0 elsewhere in
+ * [0, n), 16 at a time through masked loads (which read only [lo, hi)):
+ * one pass in place of a memset, a memcpy and a memset per row (a 56 x
+ * 56 conv's planes are 58 rows of 58 floats a channel). */
+AVX512_TARGET static void copy_row_avx512(float *o, const float *s, int64_t lo, int64_t hi,
+                                          int64_t n)
+{
+    for (int64_t t = 0; t < n; t += 16) {
+        int64_t a = lo > t ? lo - t : 0, e = hi - t < 16 ? hi - t : 16; /* valid [a, e) */
+        __mmask16 m = e > a ? (__mmask16)(((1u << e) - 1) & ~((1u << a) - 1)) : 0;
+        __mmask16 st = n - t >= 16 ? 0xffff : (__mmask16)((1u << (n - t)) - 1);
+        _mm512_mask_storeu_ps(o + t, st, _mm512_maskz_loadu_ps(m, s + t));
+    }
+}
 #endif
 
 static void phase_part(int64_t begin, int64_t end, void *user)
@@ -393,8 +408,14 @@ static void phase_part(int64_t begin, int64_t end, void *user)
                         memset(o, 0, sizeof(float) * (size_t)jb->wq);
                         continue;
                     }
-                    memset(o, 0, sizeof(float) * (size_t)lo);
                     const float *sr = src + sy * c->wd + b - c->pl;
+#ifdef SPARSE_CONV_X86
+                    if (c->sw == 1 && jb->avx512) {
+                        copy_row_avx512(o, sr, lo, hi, jb->wq);
+                        continue;
+                    }
+#endif
+                    memset(o, 0, sizeof(float) * (size_t)lo);
                     if (c->sw == 1)
                         memcpy(o + lo, sr + lo, sizeof(float) * (size_t)(hi - lo));
 #ifdef SPARSE_CONV_X86
