@@ -244,6 +244,14 @@ static const shape shapes[] = {
     /* kxk stride 1 past PB wide pixels: blocks of PB_WIDE (128), a tail */
     {2, 4, 20, 20, 9, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, false, 0.2},   /* 20 x 22: 440 */
     {1, 40, 12, 15, 6, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, false, 0.1},  /* K 360: 2 chunks */
+    /* stride-2 planes wide enough for the 16-wide copy (copy_every2_avx512)
+     * and its tail: 23 columns (3x3, pads 1), 20 (1x1), 39 (7x7, pads 3) */
+    {1, 3, 9, 45, 8, 3, 3, 2, 2, 1, 1, 1, 1, 1, 1, 1, false, 0.4},    /* 5 x 23 */
+    {2, 5, 6, 40, 7, 1, 1, 2, 2, 1, 1, 0, 0, 0, 0, 1, false, 0.3},    /* 3 x 20 */
+    {1, 3, 11, 77, 6, 7, 7, 2, 2, 1, 1, 3, 3, 3, 3, 1, false, 0.2},   /* 6 x 39 */
+    /* small planes: 8 x 8 with dilation 2 and groups, 7 x 7 with K past KC */
+    {1, 6, 9, 8, 10, 3, 3, 1, 1, 2, 2, 2, 2, 2, 2, 2, false, 0.4},    /* 8 x 8 */
+    {2, 40, 7, 7, 12, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, false, 0.2},   /* 7 x 7, K 360 */
 };
 
 static bool have_avx512(void)
