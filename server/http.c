@@ -219,16 +219,16 @@ static slim_server_request *request_new(slim_server *srv, struct MHD_Connection 
 
 /* A body over the heap's mmap threshold is a fresh mapping per request:
  * its pages fault in as the body is copied into it (37 for a 150 KB
- * image, about a microsecond each on a virtual machine), and unmapping it
+ * image), and unmapping it
  * interrupts every core running one of the server's threads to flush
  * their TLBs, the model's kernel threads included. So the last few such
  * buffers are kept and handed to the next bodies that fit: a client
  * sending images one after another reuses one buffer. Bounded: BODY_KEEP
- * buffers of at most BODY_KEEP_MAX bytes, each freed when it has not been
- * reused for BODY_KEEP_US (checked at the next take or give), so the
- * resident memory a burst of large bodies leaves behind goes back as the
- * memory.c policy wants. They are plain malloc blocks: realloc and free
- * still apply to them. */
+ * buffers of at most BODY_KEEP_MAX bytes, 2 MiB in all, which may stay
+ * resident while the server is idle; one not reused for BODY_KEEP_US is
+ * freed at the next take or give, so a burst of large bodies does not
+ * leave its buffers behind for long under a different load. They are
+ * plain malloc blocks: realloc and free still apply to them. */
 static struct {
     pthread_mutex_t mu;
     char *buf[BODY_KEEP];
