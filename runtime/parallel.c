@@ -27,6 +27,13 @@
  * waiting (both sides use sequentially consistent atomics, so at least
  * one sees the other). Which thread runs a chunk never changes what the
  * chunk computes. SLIM_POOL_WAIT_ALL=1 waits for every worker (A/B).
+ *
+ * A server's run starts after the workers have slept through the gap
+ * between requests, so its first kernel loop would pay their wakeup with
+ * the caller working alone meanwhile. slim_parallel_prewake, called as
+ * a run is about to start, wakes them into their watch (one spin time)
+ * while the caller gets the run ready; a worker that sees no job by then
+ * goes back to sleep. It changes who runs a chunk, never what it computes.
  */
 #include "parallel.h"
 
@@ -55,6 +62,8 @@ static struct {
     pthread_mutex_t mu;
     pthread_cond_t cv_start, cv_done;
     atomic_ulong generation;
+    unsigned long pokes;             /* prewakes, under mu */
+    int sleeping;                    /* workers waiting on cv_start, under mu */
     atomic_int active;               /* workers inside the current job */
     atomic_bool open;                /* whether workers may still join it */
     atomic_int passed;               /* workers done with it (wait_all) */
@@ -144,9 +153,15 @@ static void *worker_main(void *arg)
     for (;;) {
         if (!spin_while_ulong(&pool.generation, seen)) {
             pthread_mutex_lock(&pool.mu);
-            while (atomic_load(&pool.generation) == seen)
+            unsigned long pokes = pool.pokes;
+            pool.sleeping++;
+            while (atomic_load(&pool.generation) == seen && pool.pokes == pokes)
                 pthread_cond_wait(&pool.cv_start, &pool.mu);
+            pool.sleeping--;
+            bool poked = atomic_load(&pool.generation) == seen;
             pthread_mutex_unlock(&pool.mu);
+            if (poked) /* prewoken: watch for the job that is coming */
+                continue;
         }
         seen = atomic_load(&pool.generation);
         atomic_fetch_add(&pool.active, 1);
@@ -204,6 +219,18 @@ int slim_num_threads(void)
 {
     pthread_once(&pool.once, pool_init);
     return pool.n_threads;
+}
+
+void slim_parallel_prewake(void)
+{
+    if (slim_num_threads() == 1 || pool.spin_ns <= 0)
+        return;
+    pthread_mutex_lock(&pool.mu);
+    if (pool.sleeping) {
+        pool.pokes++;
+        pthread_cond_broadcast(&pool.cv_start);
+    }
+    pthread_mutex_unlock(&pool.mu);
 }
 
 void slim_parallel_for(int64_t n, int64_t grain,

@@ -17,5 +17,9 @@
 void slim_parallel_for(int64_t n, int64_t grain,
                        void (*fn)(int64_t begin, int64_t end, void *user), void *user);
 int slim_num_threads(void);
+/* Wakes sleeping kernel threads to watch for work for a short while (the
+ * pool's spin time): for a caller about to run a model after an idle gap,
+ * so its first loop finds them awake. Cheap when they are awake. */
+void slim_parallel_prewake(void);
 
 #endif

@@ -38,7 +38,9 @@
  * Wakeups. An instance waiting for company is woken by a submit only when
  * the new request makes its batch full, reach a preferred size, or unable
  * to grow; an idle instance by any submit. So a batch of n costs one
- * wakeup, not n.
+ * wakeup, not n. An instance that takes a batch wakes the kernel threads
+ * (slim_parallel_prewake) before it gets the run ready, so a lone request
+ * after an idle gap does not start its first kernel loop single-handed.
  *
  * The ceiling. Every shape starts at max_batch_size. A run that fails with
  * SLIM_EOOM lowers its shape's ceiling to half the batch (batch_run.c
@@ -77,6 +79,7 @@
 #include "codec.h"
 #include "config.h"
 #include "metrics.h"
+#include "parallel.h"
 #include "repository.h"
 
 #include <stdio.h>
@@ -427,6 +430,9 @@ static void *instance_main(void *arg)
         if (b->head) /* more work: another instance may take it */
             pthread_cond_signal(&b->work_cv);
         pthread_mutex_unlock(&b->mu);
+        /* The kernel threads slept through the wait for this batch: they
+         * wake while the run is got ready, not at its first loop. */
+        slim_parallel_prewake();
 
         slim_server_shape *sh = in->batch[0]->shape;
         for (int k = 0; k < n; k++) {

@@ -53,6 +53,13 @@
 #define CONTROL_BODY_MAX 65536
 /* A body is allocated at its Content-Length up to this much at once. */
 #define BODY_PREALLOC_MAX ((size_t)8 << 20)
+/* Body buffers kept for the next bodies (body_take): from the heap's mmap
+ * threshold (memory.c fixes it at 128 KiB) up to BODY_KEEP_MAX, at most
+ * BODY_KEEP of them, each freed once unused for BODY_KEEP_US. */
+#define BODY_KEEP_MIN ((size_t)128 << 10)
+#define BODY_KEEP_MAX ((size_t)1 << 20)
+#define BODY_KEEP 2
+#define BODY_KEEP_US 2000000
 
 static bool is_infer(const char *url)
 {
@@ -208,6 +215,95 @@ static slim_server_request *request_new(slim_server *srv, struct MHD_Connection 
     return req;
 }
 
+/* ---- body buffers ---------------------------------------------------------- */
+
+/* A body over the heap's mmap threshold is a fresh mapping per request:
+ * its pages fault in as the body is copied into it (37 for a 150 KB
+ * image), and unmapping it
+ * interrupts every core running one of the server's threads to flush
+ * their TLBs, the model's kernel threads included. So the last few such
+ * buffers are kept and handed to the next bodies that fit: a client
+ * sending images one after another reuses one buffer. Bounded: BODY_KEEP
+ * buffers of at most BODY_KEEP_MAX bytes, 2 MiB in all, which may stay
+ * resident while the server is idle; one not reused for BODY_KEEP_US is
+ * freed at the next take or give, so a burst of large bodies does not
+ * leave its buffers behind for long under a different load. They are
+ * plain malloc blocks: realloc and free still apply to them. */
+static struct {
+    pthread_mutex_t mu;
+    char *buf[BODY_KEEP];
+    size_t cap[BODY_KEEP];
+    int64_t since[BODY_KEEP];
+} kept = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* Under kept.mu: frees the buffers unused for BODY_KEEP_US. */
+static void body_drop_stale(int64_t now)
+{
+    for (int i = 0; i < BODY_KEEP; i++)
+        if (kept.buf[i] && now - kept.since[i] >= BODY_KEEP_US) {
+            free(kept.buf[i]);
+            kept.buf[i] = NULL;
+        }
+}
+
+/* A buffer of at least need bytes (*cap: its size), or NULL. */
+static char *body_take(size_t need, size_t *cap)
+{
+    if (need >= BODY_KEEP_MIN && need <= BODY_KEEP_MAX) {
+        int best = -1;
+        pthread_mutex_lock(&kept.mu);
+        body_drop_stale(slim_server_now_us());
+        for (int i = 0; i < BODY_KEEP; i++)
+            if (kept.buf[i] && kept.cap[i] >= need && (best < 0 || kept.cap[i] < kept.cap[best]))
+                best = i;
+        char *p = best >= 0 ? kept.buf[best] : NULL;
+        if (p) {
+            *cap = kept.cap[best];
+            kept.buf[best] = NULL;
+        }
+        pthread_mutex_unlock(&kept.mu);
+        if (p)
+            return p;
+    }
+    char *p = malloc(need);
+    if (p)
+        *cap = need;
+    return p;
+}
+
+/* Keeps a body's buffer for the next body, in place of a smaller one, or
+ * frees it. */
+static void body_give(char *p, size_t cap)
+{
+    if (!p)
+        return;
+    if (cap >= BODY_KEEP_MIN && cap <= BODY_KEEP_MAX) {
+        int64_t now = slim_server_now_us();
+        pthread_mutex_lock(&kept.mu);
+        body_drop_stale(now);
+        int slot = 0; /* an empty slot, else the smallest buffer's */
+        for (int i = 0; i < BODY_KEEP; i++) {
+            if (!kept.buf[i]) {
+                slot = i;
+                break;
+            }
+            if (kept.cap[i] < kept.cap[slot])
+                slot = i;
+        }
+        char *old = p; /* kept: the buffers already there are as large */
+        if (!kept.buf[slot] || kept.cap[slot] < cap) {
+            old = kept.buf[slot];
+            kept.buf[slot] = p;
+            kept.cap[slot] = cap;
+            kept.since[slot] = now;
+        }
+        pthread_mutex_unlock(&kept.mu);
+        free(old);
+        return;
+    }
+    free(p);
+}
+
 static void request_free(slim_server_request *req)
 {
     slim_server_infer_free(&req->infer);
@@ -217,7 +313,7 @@ static void request_free(slim_server_request *req)
     slim_server_model_release(req->task.model);
     slim_server_model_release(req->residency_model); /* its connection closed first */
     slim_server_reply_free(&req->reply);
-    free(req->body);
+    body_give(req->body, req->body_cap);
     free(req->url);
     atomic_fetch_sub(&req->srv->in_flight, 1);
     free(req);
@@ -278,8 +374,7 @@ static slim_server_body_result admit_body(slim_server_request *req)
         /* Sized once, so the body is not copied as it grows; up to a cap,
          * since the length is only the client's word until the bytes come. */
         size_t cap = (size_t)(len < BODY_PREALLOC_MAX ? len : BODY_PREALLOC_MAX) + 1;
-        if ((req->body = malloc(cap)))
-            req->body_cap = cap;
+        req->body = body_take(cap, &req->body_cap);
     }
     return r;
 }

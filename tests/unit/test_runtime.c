@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 static float f32_from_bits(uint32_t bits)
@@ -588,6 +589,43 @@ START_TEST(test_pool_jobs_each_index_once_wait_all)
 }
 END_TEST
 
+/* slim_parallel_prewake (a server's run after an idle gap) at every point
+ * of a job's life: with none coming, before one, right after one; with the
+ * workers asleep (after a pause longer than their watch) or still
+ * watching. Jobs still run each index once, and nothing hangs (a prewake
+ * with no job to follow lets the workers sleep again). */
+START_TEST(test_pool_prewake_any_time)
+{
+    setenv("SLIM_NUM_THREADS", "3", 1);
+    setenv("SLIM_POOL_SPIN_US", "50", 1);
+    ck_assert_int_eq(slim_num_threads(), 3);
+    enum { MAX_N = 37 };
+    _Atomic int count[MAX_N];
+    for (int job = 0; job < 600; job++) {
+        if (job % 7 == 0) { /* longer than the watch: the workers sleep */
+            struct timespec pause = {0, 300000};
+            nanosleep(&pause, NULL);
+        }
+        if (job % 3 != 2)
+            slim_parallel_prewake();
+        if (job % 5 == 4) {
+            slim_parallel_prewake(); /* twice, and no job at all this time */
+            continue;
+        }
+        pool_job j = {count, 1 + job % MAX_N, job % 4 ? 0 : 1 + job % 3};
+        for (int i = 0; i < MAX_N; i++)
+            atomic_store(&count[i], 0);
+        slim_parallel_for(j.n, 1, pool_mark, &j);
+        if (job % 3 == 2)
+            slim_parallel_prewake();
+        for (int64_t i = 0; i < MAX_N; i++)
+            ck_assert_msg(atomic_load(&count[i]) == (i < j.n), "job %d (n %lld): index %lld "
+                          "ran %d times", job, (long long)j.n, (long long)i,
+                          atomic_load(&count[i]));
+    }
+}
+END_TEST
+
 /* ---- devices and the op registry (issue 30) ------------------------------ */
 
 typedef struct {
@@ -724,6 +762,7 @@ static Suite *runtime_suite(void)
     TCase *pool = tcase_create("pool"); /* each test forks: its own pool */
     tcase_add_test(pool, test_pool_jobs_each_index_once);
     tcase_add_test(pool, test_pool_jobs_each_index_once_wait_all);
+    tcase_add_test(pool, test_pool_prewake_any_time);
     tcase_set_timeout(pool, 60);
     suite_add_tcase(s, pool);
 
