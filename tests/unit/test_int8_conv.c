@@ -42,9 +42,10 @@ typedef tq_problem problem;
 
 static void make(const shape *s, problem *p)
 {
-    slim_qconv q = {s->c, s->h, s->w, s->m, s->groups, s->kh, s->kw, s->sh, s->sw,
-                    s->dh, s->dw, s->pt, s->pl, s->pb, s->pr, 0, 0, false, false, false,
-                    true}; /* per-row activations: test_int8_conv_image.c has per-image */
+    slim_qconv q = {.c = s->c, .h = s->h, .w = s->w, .m = s->m, .groups = s->groups,
+                    .kh = s->kh, .kw = s->kw, .sh = s->sh, .sw = s->sw, .dh = s->dh,
+                    .dw = s->dw, .pt = s->pt, .pl = s->pl, .pb = s->pb, .pr = s->pr,
+                    .act_rows = true}; /* per-row activations: test_int8_conv_image.c has per-image */
     tq_make(&q, s->n, TQ_IMAGE2_ZERO, false, &rng_state, p);
 }
 
@@ -127,8 +128,10 @@ START_TEST(test_conv_matches_references)
         double *dref = malloc(sizeof(double) * (size_t)ny);
         reference_exact(&p, s->n, s->relu, s->bias, want);
         reference_double(&p, s->n, s->relu, s->bias, dref);
-        slim_qconv_weights w = {p.packed, p.colsum, p.sw, s->bias ? p.bias : NULL,
-                                s->relu ? SLIM_QGEMM_ACT_RELU : SLIM_QGEMM_ACT_NONE, NULL, NULL};
+        slim_qconv_weights w = {.packed = p.packed, .colsum = p.colsum, .scale = p.sw,
+                                .bias = s->bias ? p.bias : NULL,
+                                .act = s->relu ? SLIM_QGEMM_ACT_RELU : SLIM_QGEMM_ACT_NONE,
+                                .residual = NULL};
         for (size_t i = 0; i < 3; i++) {
             if (!slim_qgemm_set_isa(isas[i]))
                 continue;
@@ -171,8 +174,8 @@ START_TEST(test_conv_batch_independent)
         int64_t per_y = s->m * p.q.oh * p.q.ow, per_x = s->c * s->h * s->w;
         float *all = malloc(sizeof(float) * (size_t)(s->n * per_y));
         float *one = malloc(sizeof(float) * (size_t)per_y);
-        slim_qconv_weights w = {p.packed, p.colsum, p.sw, p.bias, SLIM_QGEMM_ACT_NONE, NULL,
-                                NULL};
+        slim_qconv_weights w = {.packed = p.packed, .colsum = p.colsum, .scale = p.sw,
+                                .bias = p.bias, .act = SLIM_QGEMM_ACT_NONE};
         slim_err err;
         ck_assert_int_eq(slim_qconv_run(&p.q, s->n, p.x, &w, all, &err), SLIM_OK);
         for (int64_t n = 0; n < s->n; n++) {
@@ -205,8 +208,9 @@ START_TEST(test_conv_nhwc_layouts)
             wf[i] = (float)p.wq[i] * p.sw[i / p.kg];
         tq_swap_inner(p.x, xt, s->n, s->c, hw);
         for (int f = 0; f < 2; f++) {
-            slim_qconv_weights w = {p.packed, p.colsum, p.sw, p.bias, SLIM_QGEMM_ACT_RELU,
-                                    f ? wf : NULL, NULL};
+            slim_qconv_weights w = {.packed = p.packed, .colsum = p.colsum, .scale = p.sw,
+                                    .bias = p.bias, .act = SLIM_QGEMM_ACT_RELU,
+                                    .wf = f ? wf : NULL};
             slim_err err;
             ck_assert_int_eq(slim_qconv_run(&p.q, s->n, p.x, &w, ref, &err), SLIM_OK);
             for (int mode = 1; mode < 4; mode++) {

@@ -120,9 +120,10 @@ static void reference_exact(const problem *p, int64_t n_img, const shape *s, flo
 
 static slim_qconv_weights weights_of(const problem *p, const shape *s, const float *res)
 {
-    slim_qconv_weights w = {p->packed, p->colsum, p->sw, s->bias ? p->bias : NULL,
-                            s->relu ? SLIM_QGEMM_ACT_RELU : SLIM_QGEMM_ACT_NONE, NULL,
-                            s->residual ? res : NULL};
+    slim_qconv_weights w = {.packed = p->packed, .colsum = p->colsum, .scale = p->sw,
+                            .bias = s->bias ? p->bias : NULL,
+                            .act = s->relu ? SLIM_QGEMM_ACT_RELU : SLIM_QGEMM_ACT_NONE,
+                            .residual = s->residual ? res : NULL};
     return w;
 }
 
