@@ -121,26 +121,16 @@ void slim_buffer_advise_whole(slim_buffer *b)
     uintptr_t lo, hi;
     if (slim__thp_mode() == THP_NONE || !whole_huge_range(b, &lo, &hi))
         return;
-    /* Advice only: a refusal (no THP on this host) changes nothing. */
-    if (madvise((void *)lo, hi - lo, MADV_HUGEPAGE) == 0)
+    /* Advice only: a refusal (no THP on this host) changes nothing. A
+     * block reused from the cache (a weight packed where the previous
+     * one's plain copy was freed) is already backed by small pages, and
+     * the first touch would keep them: its bytes are dropped first (the
+     * owner writes them all), and where the kernel frees the emptied page
+     * tables too (Linux 6.14+) the first touch then takes huge pages. */
+    if (madvise((void *)lo, hi - lo, MADV_HUGEPAGE) == 0) {
         b->huge = true;
-}
-
-/* Linux 6.1's synchronous collapse; older headers lack the name and older
- * kernels refuse it (EINVAL), which changes nothing. */
-#ifndef MADV_COLLAPSE
-#define MADV_COLLAPSE 25
-#endif
-
-void slim_buffer_collapse_whole(slim_buffer *b)
-{
-    uintptr_t lo, hi;
-    /* Only what slim_buffer_advise_whole took: the pages are all written
-     * now, so a collapse copies them into huge pages without making one
-     * byte more resident. Pages that came huge at their first touch are
-     * left as they are. */
-    if (b && b->huge && whole_huge_range(b, &lo, &hi))
-        madvise((void *)lo, hi - lo, MADV_COLLAPSE);
+        madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    }
 }
 
 slim_status slim_buffer_new(slim_device *dev, size_t size, slim_buffer **out, slim_err *err)

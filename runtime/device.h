@@ -200,19 +200,14 @@ slim_status slim_buffer_new(slim_device *dev, size_t size, slim_buffer **out, sl
 void slim_buffer_ref(slim_buffer *b);
 /* For a host buffer its owner writes whole, at once, and keeps (packed
  * weights, read whole on every run): asks the kernel for transparent huge
- * pages on the 2 MiB pages lying wholly inside it, before the first write.
- * They would all be resident on small pages too, so the resident size does
- * not grow; the TLB and the prefetchers gain. Does nothing for another
+ * pages on the 2 MiB pages lying wholly inside it. Call it before the
+ * first write: what those pages held is dropped (a block reused from the
+ * cache keeps its small pages otherwise). They would all be resident on
+ * small pages too, so the resident size does not grow; the TLB and the
+ * prefetchers gain. Does nothing for another
  * device's buffer, with SLIM_THP=0, or where the host gives no huge pages;
  * runtime/device.c says more. Undone when the buffer is freed. */
 void slim_buffer_advise_whole(slim_buffer *b);
-/* After the owner has written b whole: the pages slim_buffer_advise_whole
- * took that still came as small ones (the block reused memory touched
- * before, as a weight packed where the previous one's plain copy was
- * freed) are copied into huge pages now (MADV_COLLAPSE, Linux 6.1+) rather
- * than whenever khugepaged passes. Does nothing where advise_whole did
- * nothing. */
-void slim_buffer_collapse_whole(slim_buffer *b);
 /* slim_tensor_alloc on a device (NULL or the CPU: host memory); sets
  * t->device (NULL for the CPU's memory, which every kernel reads). */
 slim_status slim_tensor_alloc_on(slim_tensor *t, slim_device *dev, slim_err *err);

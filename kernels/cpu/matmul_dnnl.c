@@ -344,7 +344,6 @@ slim_status slim_fmm_pack(const slim_tensor *w, slim_tensor *out, slim_fmm_packi
         slim_tensor_release(out);
         return slim_errf(err, SLIM_EINTERNAL, "oneDNN could not pack the weights");
     }
-    slim_buffer_collapse_whole(out->buf);
     return SLIM_OK;
 }
 

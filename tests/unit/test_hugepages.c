@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/utsname.h>
 
 #define BIG ((size_t)64 << 20)
 
@@ -115,6 +116,15 @@ START_TEST(test_off_does_not_ask)
 }
 END_TEST
 
+static bool kernel_at_least(int major, int minor)
+{
+    struct utsname u;
+    int ma = 0, mi = 0;
+    if (uname(&u) != 0 || sscanf(u.release, "%d.%d", &ma, &mi) != 2)
+        return false;
+    return ma > major || (ma == major && mi >= minor);
+}
+
 /* A buffer of 64 MiB + 1 MiB (a segment of its own, 66 MiB, 2 MiB-aligned)
  * advised whole under the default: huge pages on its first 64 MiB at most,
  * never on the last megabyte it shares with the segment's unused tail. */
@@ -126,20 +136,26 @@ static void check_whole(bool reused)
     slim_err err = {0};
     if (reused) {
         /* Its memory touched on small pages first and back in the cache:
-         * the collapse is what makes it huge, not a first touch. */
+         * the advice drops them, and a kernel that frees the emptied page
+         * tables (6.14+) gives huge ones at the next touch. */
         ck_assert(slim_buffer_new(slim_device_cpu(), size, &b, &err) == SLIM_OK);
         memset(b->ptr, 3, size);
+        void *first = b->ptr;
         slim_buffer_unref(b);
         ck_assert(slim_buffer_new(slim_device_cpu(), size, &b, &err) == SLIM_OK);
+        ck_assert_msg(b->ptr == first, "the cached block was not reused");
     } else {
         ck_assert_msg(slim_buffer_new(slim_device_cpu(), size, &b, &err) == SLIM_OK, "%s", err.msg);
     }
     slim_buffer_advise_whole(b);
     memset(b->ptr, 1, size);
-    slim_buffer_collapse_whole(b);
     ck_assert_msg(b->huge, "advise_whole did not take a %zu MiB host buffer", size >> 20);
     const long kb = huge_kb_in(b->ptr, size);
-    ck_assert_msg(kb > 0, "a buffer advised whole has %ld kB of huge pages (reused %d)", kb, reused);
+    if (!reused || kernel_at_least(6, 14))
+        ck_assert_msg(kb > 0, "a buffer advised whole has %ld kB of huge pages (reused %d)", kb,
+                      reused);
+    else
+        printf("reused memory on a kernel before 6.14: %ld kB huge (khugepaged's to do)\n", kb);
     ck_assert_msg(kb <= (long)(BIG >> 10), "%ld kB of huge pages in a buffer whose whole "
                   "2 MiB pages hold %zu kB", kb, BIG >> 10);
     ck_assert_int_eq(((unsigned char *)b->ptr)[size - 1], 1);
@@ -164,14 +180,12 @@ START_TEST(test_whole_buffer_off)
     char mode = thp_mode();
     slim_buffer *b = fresh_big();
     slim_buffer_advise_whole(b);
-    slim_buffer_collapse_whole(b);
     ck_assert_msg(!b->huge, "SLIM_THP=0, yet advise_whole took the buffer");
     if (mode == 'm')
         ck_assert_msg(huge_kb_in(b->ptr, BIG) == 0, "SLIM_THP=0, yet huge pages");
     slim_buffer_unref(b);
     /* Not the CPU's, or nothing: nothing to do, and no crash. */
     slim_buffer_advise_whole(NULL);
-    slim_buffer_collapse_whole(NULL);
     unsetenv("SLIM_THP");
 }
 END_TEST
