@@ -179,8 +179,9 @@ void slim_buffer_unref(slim_buffer *b)
     uintptr_t lo, hi;
     /* The range goes back to small pages before the block goes back to
      * the cache: its next owner may be an arena touched only in part. The
-     * huge pages already there stay resident, as small ones would. */
-    if (b->huge && whole_huge_range(b, &lo, &hi))
+     * huge pages already there stay resident, as small ones would. With
+     * SLIM_THP=1 the whole segment asked for them and keeps asking. */
+    if (b->huge && slim__thp_mode() != THP_ALL && whole_huge_range(b, &lo, &hi))
         madvise((void *)lo, hi - lo, MADV_NOHUGEPAGE);
     if (b->block)
         slim_allocator_free(b->dev->alloc, b->block);
