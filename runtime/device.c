@@ -14,27 +14,37 @@
 
 #define SLIM_CPU_ALIGN 64
 
-/* Large-pool segments (over 2 MiB: packed weights, big activations) ask
- * for transparent huge pages, which most hosts give only when asked
- * (/sys/kernel/mm/transparent_hugepage/enabled = madvise). A FusedMatMul
- * at a few rows streams all its weights once per run, and on 4 KiB pages
- * that stream pays a TLB walk every 4 KiB and the hardware prefetchers
- * stop at each page's end: BERT-base seq 16 batch 1 took 0.70, 0.95 and
- * 0.91x the time in three A/B runs on loaded cores; batch 8 and seq 128
- * moved both ways within the noise (bench/results/bert_thp_2026-11-27.txt).
- * Outputs are the same bits. The small pool's 2 MiB segments are not
- * 2 MiB-aligned, so they would get none anyway. Asked only with
- * SLIM_THP=1 (read at each segment, rare, so a test can switch it): a
- * huge page makes 2 MiB resident at the first touch, so an arena segment
- * touched in part would count more resident bytes than it uses, against a
- * server that promises RSS within its budget; the gain is not shown on a
- * quiet machine yet. */
+/* Transparent huge pages, for what is streamed whole. A FusedMatMul at a
+ * few rows reads all its packed weights once per run, and on 4 KiB pages
+ * that stream pays a TLB walk every 4 KiB and the hardware prefetchers stop
+ * at each page's end: BERT-base seq 16 batch 1 is bound by it (85M weights
+ * at ~12 GB/s). Most hosts give huge pages only when asked
+ * (/sys/kernel/mm/transparent_hugepage/enabled = madvise).
+ *
+ * A huge page makes 2 MiB resident at its first touch, so asking for one
+ * where only part of it is used would count more resident bytes than are
+ * used, against a server that promises RSS within its budget (an arena
+ * segment is touched only as far as its plan reaches). So by default only
+ * the 2 MiB pages lying wholly inside a buffer its owner writes whole and
+ * keeps (slim_buffer_advise_whole: packed weights) are asked for: they
+ * would all be resident on small pages too. SLIM_THP (read at each call,
+ * rare, so a test can switch it):
+ *   unset  whole buffers only (the default);
+ *   0      none;
+ *   1      every large-pool segment too, as first tried (arenas included).
+ * Outputs are the same bits either way. */
 #define SLIM_THP_MIN ((size_t)2 << 20)
 
-static bool slim__thp_wanted(void)
+typedef enum { THP_NONE, THP_WHOLE, THP_ALL } thp_mode;
+
+static thp_mode slim__thp_mode(void)
 {
     const char *e = getenv("SLIM_THP");
-    return e && strcmp(e, "1") == 0;
+    if (!e || !*e)
+        return THP_WHOLE;
+    if (strcmp(e, "0") == 0)
+        return THP_NONE;
+    return strcmp(e, "1") == 0 ? THP_ALL : THP_WHOLE;
 }
 
 /* Segments are mapped from the kernel and unmapped when the allocator
@@ -43,13 +53,28 @@ static bool slim__thp_wanted(void)
  * their pages stay resident after free: a 600 s soak under a 30 MiB limit
  * grew the process from 98 to 194 MiB while the allocator held 30
  * (docs/benchmarks.md, soak_2026-11-23). Pages are page-aligned, which is
- * more than SLIM_CPU_ALIGN. */
+ * more than SLIM_CPU_ALIGN.
+ *
+ * Large segments start on a 2 MiB boundary (mapped 2 MiB longer, the ends
+ * unmapped again: nothing is touched, so nothing grows), so that a block at
+ * the head of a segment is made of whole huge pages rather than missing
+ * one at either end. */
 static void *host_segment_alloc(void *ctx, size_t size)
 {
-    void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (p == MAP_FAILED)
+    if (size <= SLIM_THP_MIN) {
+        void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+        return p == MAP_FAILED ? NULL : p;
+    }
+    const size_t span = size + SLIM_THP_MIN;
+    char *raw = mmap(NULL, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED)
         return NULL;
-    if (size > SLIM_THP_MIN && slim__thp_wanted())
+    char *p = (char *)(((uintptr_t)raw + SLIM_THP_MIN - 1) & ~(uintptr_t)(SLIM_THP_MIN - 1));
+    if (p > raw)
+        munmap(raw, (size_t)(p - raw));
+    if (raw + span > p + size)
+        munmap(p + size, (size_t)(raw + span - (p + size)));
+    if (slim__thp_mode() == THP_ALL)
         madvise(p, size, MADV_HUGEPAGE); /* advice only: a refusal changes nothing */
     return p;
 }
@@ -78,6 +103,34 @@ slim_device *slim_device_cpu(void)
 {
     pthread_once(&cpu_once, cpu_device_init);
     return &cpu_device;
+}
+
+/* The 2 MiB pages wholly inside b's bytes: [*lo, *hi), false when none. */
+static bool whole_huge_range(const slim_buffer *b, uintptr_t *lo, uintptr_t *hi)
+{
+    const uintptr_t mask = (uintptr_t)SLIM_THP_MIN - 1;
+    if (!b || !b->ptr || b->dev != &cpu_device)
+        return false;
+    *lo = ((uintptr_t)b->ptr + mask) & ~mask;
+    *hi = ((uintptr_t)b->ptr + b->size) & ~mask;
+    return *hi > *lo;
+}
+
+void slim_buffer_advise_whole(slim_buffer *b)
+{
+    uintptr_t lo, hi;
+    if (slim__thp_mode() == THP_NONE || !whole_huge_range(b, &lo, &hi))
+        return;
+    /* Advice only: a refusal (no THP on this host) changes nothing. A
+     * block reused from the cache (a weight packed where the previous
+     * one's plain copy was freed) is already backed by small pages, and
+     * the first touch would keep them: its bytes are dropped first (the
+     * owner writes them all), and where the kernel frees the emptied page
+     * tables too (Linux 6.14+) the first touch then takes huge pages. */
+    if (madvise((void *)lo, hi - lo, MADV_HUGEPAGE) == 0) {
+        b->huge = true;
+        madvise((void *)lo, hi - lo, MADV_DONTNEED);
+    }
 }
 
 slim_status slim_buffer_new(slim_device *dev, size_t size, slim_buffer **out, slim_err *err)
@@ -123,6 +176,13 @@ void slim_buffer_unref(slim_buffer *b)
         b->release(b);
         return;
     }
+    uintptr_t lo, hi;
+    /* The range goes back to small pages before the block goes back to
+     * the cache: its next owner may be an arena touched only in part. The
+     * huge pages already there stay resident, as small ones would. With
+     * SLIM_THP=1 the whole segment asked for them and keeps asking. */
+    if (b->huge && slim__thp_mode() != THP_ALL && whole_huge_range(b, &lo, &hi))
+        madvise((void *)lo, hi - lo, MADV_NOHUGEPAGE);
     if (b->block)
         slim_allocator_free(b->dev->alloc, b->block);
     free(b);

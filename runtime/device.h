@@ -93,6 +93,7 @@ typedef struct slim_buffer {
     /* Memory the allocator did not give (a mapped model file): called at
      * the last unref instead of freeing a block; it frees b too. */
     void (*release)(struct slim_buffer *b);
+    bool huge;                  /* slim_buffer_advise_whole asked for huge pages */
 } slim_buffer;
 
 slim_device *slim_device_cpu(void);
@@ -197,6 +198,16 @@ static inline const void *slim_node_kernel(const slim_node *n)
  * Fails with SLIM_EOOM (message from the allocator) or SLIM_ENOMEM. */
 slim_status slim_buffer_new(slim_device *dev, size_t size, slim_buffer **out, slim_err *err);
 void slim_buffer_ref(slim_buffer *b);
+/* For a host buffer its owner writes whole, at once, and keeps (packed
+ * weights, read whole on every run): asks the kernel for transparent huge
+ * pages on the 2 MiB pages lying wholly inside it. Call it before the
+ * first write: what those pages held is dropped (a block reused from the
+ * cache keeps its small pages otherwise). They would all be resident on
+ * small pages too, so the resident size does not grow; the TLB and the
+ * prefetchers gain. Does nothing for another
+ * device's buffer, with SLIM_THP=0, or where the host gives no huge pages;
+ * runtime/device.c says more. Undone when the buffer is freed. */
+void slim_buffer_advise_whole(slim_buffer *b);
 /* slim_tensor_alloc on a device (NULL or the CPU: host memory); sets
  * t->device (NULL for the CPU's memory, which every kernel reads). */
 slim_status slim_tensor_alloc_on(slim_tensor *t, slim_device *dev, slim_err *err);

@@ -7,6 +7,7 @@
  * products read it with a leading dimension of H*d.
  */
 #include "attention.h"
+#include "simd_transpose.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -361,8 +362,8 @@ ATTN_AVX512 static void attn_pv_avx512(const float *p, int64_t T, const float *v
     }
 }
 
-/* kt from 16 x 16 blocks of K transposed in registers (four rounds of
- * shuffles): K's rows are ldk floats apart (three heads' worth when Q, K
+/* kt from 16 x 16 blocks of K transposed in registers (simd_transpose.h):
+ * K's rows are ldk floats apart (three heads' worth when Q, K
  * and V are packed), and the scalar copy, one element per load, took 60%
  * of a 16-token head; 16-lane gathers were slower still. Rows past T and
  * columns past D load as zero. A copy: no value changes. */
@@ -373,34 +374,11 @@ ATTN_AVX512 static void attn_transpose_k_avx512(const float *k, int64_t ldk, int
     for (int64_t c0 = 0; c0 < T16; c0 += 16)
         for (int64_t d0 = 0; d0 < D; d0 += 16) {
             const __mmask16 dm = ATTN_MASK(D - d0);
-            __m512 r[16], t[16];
+            __m512 r[16];
             for (int i = 0; i < 16; i++)
                 r[i] = c0 + i < T ? _mm512_maskz_loadu_ps(dm, k + (c0 + i) * ldk + d0)
                                   : _mm512_setzero_ps();
-            /* Pairs of rows interleaved, then pairs of pairs, then
-             * 128-bit lanes twice: row i's element j ends in t[j]'s lane i. */
-            for (int i = 0; i < 16; i += 2) {
-                t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-                t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-            }
-            for (int i = 0; i < 16; i += 4) {
-                r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
-                r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
-                r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-                r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-            }
-            for (int i = 0; i < 4; i++) {
-                t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
-                t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xDD);
-                t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
-                t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xDD);
-            }
-            for (int i = 0; i < 4; i++) {
-                r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
-                r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xDD);
-                r[i + 4] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0x88);
-                r[i + 12] = _mm512_shuffle_f32x4(t[i + 4], t[i + 12], 0xDD);
-            }
+            slim__transpose16_ps(r); /* row i's element j ends in r[j]'s lane i */
             for (int i = 0; i < 16 && d0 + i < D; i++)
                 _mm512_storeu_ps(kt + (d0 + i) * T16 + c0, r[i]);
         }

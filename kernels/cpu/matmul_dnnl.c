@@ -38,6 +38,7 @@
 #include "matmul_layout.h"
 #include "matmul_rows.h"
 #include "alloc_trim.h"
+#include "device.h"
 
 #include <oneapi/dnnl/dnnl.h>
 #include <pthread.h>
@@ -330,6 +331,9 @@ slim_status slim_fmm_pack(const slim_tensor *w, slim_tensor *out, slim_fmm_packi
     slim_status st = slim_tensor_alloc(out, err);
     if (st)
         return st;
+    /* Written whole just below and read whole on every run: huge pages
+     * before the first write (runtime/device.c says why). */
+    slim_buffer_advise_whole(out->buf);
     /* The parts are packed side by side on the kernel threads (a reorder
      * moves bytes only, so how they are cut changes nothing): loading a
      * model packs all its MatMul weights, 324 MiB for BERT-base. */

@@ -13,6 +13,7 @@
 #include "sgemm_panel.h"
 
 #include "kernel.h"
+#include "simd_transpose.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -53,36 +54,13 @@ PANEL_AVX512 static void panel_pack_t_tile(const float *b, int64_t ldb, int64_t 
 {
     const int64_t kw = k - k0 < 16 ? k - k0 : 16;
     const __mmask16 km = (__mmask16)(kw == 16 ? 0xFFFF : (1u << kw) - 1);
-    __m512 r[16], t[16];
+    __m512 r[16];
     for (int i = 0; i < 16; i++)
         r[i] = j0 + i < n ? _mm512_maskz_loadu_ps(km, b + (j0 + i) * ldb + k0)
                           : _mm512_setzero_ps();
-    /* Within each 128-bit lane: pairs of rows interleaved, then pairs of
-     * pairs, so that r[4g + c]'s lane L holds column 4L + c of rows 4g..4g+3. */
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int i = 0; i < 16; i += 4) {
-        r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
-        r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
-        r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
-        r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
-    }
-    /* Then the four groups' lanes gathered: column 4L + c takes lane L of
-     * r[c], r[4 + c], r[8 + c], r[12 + c]. */
-    for (int c = 0; c < 4; c++) {
-        const __m512 u = _mm512_shuffle_f32x4(r[c], r[4 + c], 0x44);
-        const __m512 v = _mm512_shuffle_f32x4(r[c], r[4 + c], 0xEE);
-        const __m512 w = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0x44);
-        const __m512 x = _mm512_shuffle_f32x4(r[8 + c], r[12 + c], 0xEE);
-        t[c] = _mm512_shuffle_f32x4(u, w, 0x88);
-        t[4 + c] = _mm512_shuffle_f32x4(u, w, 0xDD);
-        t[8 + c] = _mm512_shuffle_f32x4(v, x, 0x88);
-        t[12 + c] = _mm512_shuffle_f32x4(v, x, 0xDD);
-    }
+    slim__transpose16_ps(r);
     for (int d = 0; d < kw; d++)
-        _mm512_storeu_ps(p + (k0 + d) * n16 + j0, t[d]);
+        _mm512_storeu_ps(p + (k0 + d) * n16 + j0, r[d]);
 }
 
 /* rb rows of C by nv vectors of columns from the panel's columns at p.
