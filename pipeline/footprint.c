@@ -8,6 +8,7 @@
 #include "plan.h"
 #include "slim_init.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -188,15 +189,58 @@ static int64_t second_batch(const slim_model *m, int64_t max_batch, size_t cap, 
     return 2;
 }
 
-/* The wall-clock bound of all the runs: SLIM_FOOTPRINT_WALL_MS, or the
- * load's own deadline (the token it runs under) when that comes first. */
-static int64_t runs_deadline(void)
+/* The bounds of the measuring runs, watched by a thread of their own: the
+ * process's CPU time past cpu_limit_ns (a model slow on purpose, or on
+ * zeros, on a quiet machine or a busy one alike), the wall-clock deadline
+ * of the token (the last resort), and the caller's own token (a load's
+ * deadline, a server's shutdown), whose reason is passed on. */
+typedef struct {
+    slim_cancel tok;
+    slim_cancel *outer;
+    int64_t cpu0;
+    _Atomic int64_t cpu_limit_ns;
+    atomic_bool stop;
+} runs_watch;
+
+#define WATCH_TICK_NS 2000000
+
+static void *watch_main(void *arg)
 {
+    runs_watch *w = arg;
+    struct timespec tick = {0, WATCH_TICK_NS};
+    while (!atomic_load(&w->stop)) {
+        slim_cancel_reason why = w->outer ? slim_cancel_reason_of(w->outer) : SLIM_CANCEL_NONE;
+        if (why != SLIM_CANCEL_NONE)
+            slim_cancel_request(&w->tok, why);
+        else if (clock_ns(CLOCK_PROCESS_CPUTIME_ID) - w->cpu0 > atomic_load(&w->cpu_limit_ns))
+            slim_cancel_request(&w->tok, SLIM_CANCEL_DEADLINE);
+        if (slim_cancel_reason_of(&w->tok) != SLIM_CANCEL_NONE)
+            break;
+        nanosleep(&tick, NULL);
+    }
+    return NULL;
+}
+
+/* Starts watching (the token is entered by the caller); false when no
+ * thread could be made: the wall-clock deadline alone bounds the runs. */
+static bool watch_start(runs_watch *w, pthread_t *th)
+{
+    w->outer = slim_cancel_current();
     int64_t dl = slim_cancel_deadline_after_ms(SLIM_FOOTPRINT_WALL_MS);
-    const slim_cancel *outer = slim_cancel_current();
-    if (outer && outer->deadline_ns && outer->deadline_ns < dl)
-        dl = outer->deadline_ns;
-    return dl;
+    if (w->outer && w->outer->deadline_ns && w->outer->deadline_ns < dl)
+        dl = w->outer->deadline_ns;
+    slim_cancel_init(&w->tok, dl);
+    w->cpu0 = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+    atomic_init(&w->cpu_limit_ns, (int64_t)SLIM_FOOTPRINT_RUN_MS * 1000000);
+    atomic_init(&w->stop, false);
+    return pthread_create(th, NULL, watch_main, w) == 0;
+}
+
+static void watch_stop(runs_watch *w, pthread_t th, bool started)
+{
+    atomic_store(&w->stop, true);
+    if (started)
+        pthread_join(th, NULL);
 }
 
 /* Scratch grows with the rows a kernel sees, so with the batch: measured
@@ -218,21 +262,27 @@ static void measure_workspace(const slim_model *m, slim_footprint *out)
     size_t old_limit = atomic_load(&acct->limit);
     if (!old_limit)
         atomic_store(&acct->limit, atomic_load(&acct->current) + 2 * cap);
-    slim_cancel tok;
-    slim_cancel_init(&tok, runs_deadline());
-    slim_cancel *prev = slim_cancel_enter(&tok);
     /* The process's CPU time, which other processes do not slow: the
-     * kernel threads' work and the caller's, counted on every core. */
-    int64_t cpu0 = clock_ns(CLOCK_PROCESS_CPUTIME_ID), t0 = clock_ns(CLOCK_MONOTONIC);
+     * kernel threads' work and the caller's, counted on every core. The
+     * runs at batch 1 may take SLIM_FOOTPRINT_RUN_MS of it, as the wall
+     * clock allowed before; all of them twice that, for rows dearer at the
+     * second batch than its estimate from batch 1. */
+    runs_watch w;
+    pthread_t th;
+    bool watched = watch_start(&w, &th);
+    slim_cancel *prev = slim_cancel_enter(&w.tok);
+    int64_t t0 = clock_ns(CLOCK_MONOTONIC);
     int64_t s1 = most_scratch(m, 1, run1), sb = s1, b = 1;
-    int64_t cpu1 = clock_ns(CLOCK_PROCESS_CPUTIME_ID) - cpu0;
+    int64_t cpu1 = clock_ns(CLOCK_PROCESS_CPUTIME_ID) - w.cpu0;
     if (s1 >= 0 && out->max_batch > 1) {
+        atomic_store(&w.cpu_limit_ns, (int64_t)SLIM_FOOTPRINT_RUN_MS * 2000000);
         size_t run_b = 0;
         b = second_batch(m, out->max_batch, cap, cpu1 / SLIM_FOOTPRINT_RUNS,
                          (int64_t)SLIM_FOOTPRINT_RUN_MS * 1000000 - cpu1, &run_b);
         sb = run_b && run_b <= cap ? most_scratch(m, b, run_b) : -1;
     }
     slim_cancel_enter(prev);
+    watch_stop(&w, th, watched);
     atomic_store(&acct->limit, old_limit);
     /* SLIM_FOOTPRINT_DEBUG=1: what was chosen and what it cost (the A/B of
      * a quiet against a loaded machine, tests/e2e/test_footprint.py). */
