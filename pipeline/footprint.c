@@ -199,16 +199,19 @@ static int64_t second_batch(const slim_model *m, int64_t max_batch, size_t cap, 
     return 2;
 }
 
-/* The bounds of the measuring runs, watched by a thread of their own: the
- * process's CPU time past cpu_limit_ns (a model slow on purpose, or on
- * zeros, on a quiet machine or a busy one alike), the wall-clock deadline
- * of the token (the last resort), and the caller's own token (a load's
- * deadline, a server's shutdown), whose reason is passed on. */
+/* The bounds of the measuring runs, watched by a thread of their own:
+ * past limit_ns of the process's CPU time and of wall time both (a model
+ * slow on purpose, or on zeros, stops as soon on a busy machine as on a
+ * quiet one, and no sooner than the wall clock stopped it before when
+ * other work in the process, a server's traffic, takes CPU time too), the
+ * wall-clock deadline of the token (the last resort), and the caller's own
+ * token (a load's deadline, a server's shutdown), whose reason is passed
+ * on. */
 typedef struct {
     slim_cancel tok;
     slim_cancel *outer;
-    int64_t cpu0;
-    _Atomic int64_t cpu_limit_ns;
+    int64_t cpu0, wall0;
+    _Atomic int64_t limit_ns;
     atomic_bool stop;
 } runs_watch;
 
@@ -222,8 +225,12 @@ static void *watch_main(void *arg)
         slim_cancel_reason why = w->outer ? slim_cancel_reason_of(w->outer) : SLIM_CANCEL_NONE;
         if (why != SLIM_CANCEL_NONE)
             slim_cancel_request(&w->tok, why);
-        else if (clock_ns(CLOCK_PROCESS_CPUTIME_ID) - w->cpu0 > atomic_load(&w->cpu_limit_ns))
-            slim_cancel_request(&w->tok, SLIM_CANCEL_DEADLINE);
+        else {
+            int64_t limit = atomic_load(&w->limit_ns);
+            if (clock_ns(CLOCK_PROCESS_CPUTIME_ID) - w->cpu0 > limit &&
+                clock_ns(CLOCK_MONOTONIC) - w->wall0 > limit)
+                slim_cancel_request(&w->tok, SLIM_CANCEL_DEADLINE);
+        }
         if (slim_cancel_reason_of(&w->tok) != SLIM_CANCEL_NONE)
             break;
         nanosleep(&tick, NULL);
@@ -241,7 +248,8 @@ static bool watch_start(runs_watch *w, pthread_t *th)
         dl = w->outer->deadline_ns;
     slim_cancel_init(&w->tok, dl);
     w->cpu0 = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
-    atomic_init(&w->cpu_limit_ns, (int64_t)SLIM_FOOTPRINT_RUN_MS * 1000000);
+    w->wall0 = clock_ns(CLOCK_MONOTONIC);
+    atomic_init(&w->limit_ns, (int64_t)SLIM_FOOTPRINT_RUN_MS * 1000000);
     atomic_init(&w->stop, false);
     return pthread_create(th, NULL, watch_main, w) == 0;
 }
@@ -286,7 +294,7 @@ static void measure_workspace(const slim_model *m, slim_footprint *out)
     int64_t s1 = most_scratch(m, 1, run1, &per_run), sb = s1, b = 1;
     int64_t cpu1 = clock_ns(CLOCK_PROCESS_CPUTIME_ID) - w.cpu0;
     if (s1 >= 0 && out->max_batch > 1) {
-        atomic_store(&w.cpu_limit_ns, (int64_t)SLIM_FOOTPRINT_RUN_MS * 2000000);
+        atomic_store(&w.limit_ns, (int64_t)SLIM_FOOTPRINT_RUN_MS * 2000000);
         size_t run_b = 0;
         b = second_batch(m, out->max_batch, cap, per_run,
                          (int64_t)SLIM_FOOTPRINT_RUN_MS * 1000000 - cpu1, &run_b);

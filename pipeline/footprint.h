@@ -78,8 +78,8 @@ void slim_model_footprint(const slim_model *m, int64_t max_batch, slim_footprint
  * busy with other processes chooses what a quiet one does and the
  * prediction does not move with its load. The runs are cancelled (a slow
  * model's workspace then stays unmeasured, workspace_measured false) when
- * those at batch 1 take more CPU time than this, all of them more than
- * twice it, or past the outer bounds below. */
+ * those at batch 1 are past this in CPU time and in wall time both, all of
+ * them past twice it, or past the outer bounds below. */
 #define SLIM_FOOTPRINT_RUN_MS 1000
 /* The last resort, in wall time: all the runs together are cancelled past
  * this or the caller's own deadline, whichever comes first (a caller's
