@@ -72,9 +72,21 @@ void slim_model_footprint(const slim_model *m, int64_t max_batch, slim_footprint
  * traffic (other runs' memory would count as workspace). The runs' arenas
  * are given back after. */
 #define SLIM_FOOTPRINT_RUNS 2
-/* All of those runs together are cancelled past this (a slow model's
- * workspace then stays unmeasured, workspace_measured false). */
+/* The CPU time (the process's, all threads) all of those runs may take:
+ * the second batch is the largest whose runs, at batch 1's CPU time per
+ * row, fit what the runs at batch 1 left of it. CPU time, so a machine
+ * busy with other processes chooses what a quiet one does and the
+ * prediction does not move with its load. The runs are cancelled (a slow
+ * model's workspace then stays unmeasured, workspace_measured false) when
+ * those at batch 1 are past this in CPU time and in wall time both, all of
+ * them past twice it, or past the outer bounds below. */
 #define SLIM_FOOTPRINT_RUN_MS 1000
+/* The last resort, in wall time: all the runs together are cancelled past
+ * this or the caller's own deadline, whichever comes first (a caller's
+ * cancellation, a server's shutdown, is passed on too). Many times the CPU
+ * budget, so a loaded machine's slower wall clock does not cancel what a
+ * quiet one measures. */
+#define SLIM_FOOTPRINT_WALL_MS 10000
 /* Nor are they made when a run at either batch would take more than the
  * weights or this, whichever is more; while they run the account is
  * limited to what it held plus twice that (unless it had a limit). */
