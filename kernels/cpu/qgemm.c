@@ -189,6 +189,29 @@ static inline __m512 act_avx512(__m512 y, slim_qgemm_act act)
     return act == SLIM_QGEMM_ACT_GELU ? slim_gelu_poly16(y) : y;
 }
 
+/* The sparse float32 entries of 16 channels from c (mask mk) for mr rows
+ * from r, added to ys: per t, the channels' indices and values loaded
+ * once, each row's x gathered at them (the row's floats, in cache while
+ * its block runs). The chain of fused multiply-adds in t order is
+ * sparse_rows_c's, so every path agrees bit for bit. */
+AVX512_TARGET __attribute__((always_inline))
+static inline void sparse_vnni(const slim_qgemm_args *a, int mr, int64_t r, int64_t c,
+                               __mmask16 mk, __m512 *ys)
+{
+    __m512 zero = _mm512_setzero_ps();
+    __m512 s[WIDE_MR] = {zero, zero, zero, zero, zero, zero};
+    for (int64_t t = 0; t < a->n_sp; t++) {
+        __m512i idx = _mm512_maskz_loadu_epi32(mk, a->sp_idx + t * a->n + c);
+        __m512 v = _mm512_maskz_loadu_ps(mk, a->sp_val + t * a->n + c);
+        for (int i = 0; i < mr; i++) {
+            __m512 g = _mm512_mask_i32gather_ps(zero, mk, idx, a->x + (r + i) * a->ldx, 4);
+            s[i] = _mm512_fmadd_ps(g, v, s[i]);
+        }
+    }
+    for (int i = 0; i < mr; i++)
+        ys[i] = _mm512_add_ps(ys[i], s[i]);
+}
+
 /* The epilogue of mr rows x nv vectors of int32 sums (accs[i * 64 + v *
  * 16 ..], rows r.., panel p): zero-point correction, scales and bias, the
  * outlier channels' side product (outlier_tile's operations, here while
@@ -258,6 +281,8 @@ static inline void vnni_epilogue(const qgemm_job *j, int mr, int nv, int64_t r, 
                                        _mm512_mul_ps(_mm512_set1_ps(j->sx[r + i]), sw), bias);
             ys[i] = outl ? _mm512_fmadd_ps(oacc[i], osc, y) : y;
         }
+        if (a->n_sp > 0)
+            sparse_vnni(a, mr, r, c, mk, ys);
         /* The activation two rows at a time: Gelu is a chain of ~16
          * dependent operations, and two side by side fill the pipes. */
         int i = 0;
@@ -706,6 +731,23 @@ static void outlier_rows_avx2(const slim_qgemm_args *a, int64_t r, int nr)
 }
 #endif
 
+/* The sparse float32 entries (qgemm.h) of rows [r, r + nr), after the
+ * outlier channels: per output, acc = fma(x[idx[t]], val[t], acc) over t
+ * in order from 0, then y + acc (sparse_vnni's operations). */
+static void sparse_rows_c(const slim_qgemm_args *a, int64_t r, int nr)
+{
+    for (int i = 0; i < nr; i++) {
+        const float *x = a->x + (r + i) * a->ldx;
+        float *y = a->y + (r + i) * a->ldy;
+        for (int64_t c = 0; c < a->n; c++) {
+            float acc = 0.0f;
+            for (int64_t t = 0; t < a->n_sp; t++)
+                acc = fmaf(x[a->sp_idx[t * a->n + c]], a->sp_val[t * a->n + c], acc);
+            y[c] = y[c] + acc;
+        }
+    }
+}
+
 /* Rows [4 begin, 4 end). */
 static void outlier_part(int64_t begin, int64_t end, void *user)
 {
@@ -715,11 +757,14 @@ static void outlier_part(int64_t begin, int64_t end, void *user)
         int64_t r = t * 4;
         int nr = a->m - r < 4 ? (int)(a->m - r) : 4;
 #ifdef QGEMM_X86
-        if (isa == SLIM_QGEMM_AVX2)
+        if (a->n_outl > 0 && isa == SLIM_QGEMM_AVX2)
             outlier_rows_avx2(a, r, nr);
         else
 #endif
+        if (a->n_outl > 0)
             outlier_rows_c(a, r, nr);
+        if (a->n_sp > 0)
+            sparse_rows_c(a, r, nr);
         if (a->act != SLIM_QGEMM_ACT_NONE)
             for (int i = 0; i < nr; i++) {
                 float *y = a->y + (r + i) * a->ldy;
@@ -734,16 +779,16 @@ void slim_qgemm(const slim_qgemm_args *a, void *scratch)
 {
     if (a->m <= 0 || a->n <= 0)
         return;
-    /* The VNNI epilogue adds the outlier channels itself. */
-    if (a->n_outl <= 0 || slim_qgemm_get_isa() == SLIM_QGEMM_AVX512VNNI) {
+    /* The VNNI epilogue adds the outlier channels and sparse entries itself. */
+    if ((a->n_outl <= 0 && a->n_sp <= 0) || slim_qgemm_get_isa() == SLIM_QGEMM_AVX512VNNI) {
         run_panels(a, scratch, NULL, NULL);
         return;
     }
     slim_qgemm_args b = *a;
-    b.act = SLIM_QGEMM_ACT_NONE; /* after the side product */
+    b.act = SLIM_QGEMM_ACT_NONE; /* after the side products */
     run_panels(&b, scratch, NULL, NULL);
-    slim_parallel_for((a->m + 3) / 4, 1 + 16384 / (4 * a->n * a->n_outl + 1), outlier_part,
-                      (void *)a);
+    int64_t side = 4 * a->n * ((a->n_outl > 0 ? a->n_outl : 0) + (a->n_sp > 0 ? a->n_sp : 0));
+    slim_parallel_for((a->m + 3) / 4, 1 + 16384 / (side + 1), outlier_part, (void *)a);
 }
 
 void slim_qgemm_u8(const slim_qgemm_args *a, const uint8_t *qx, const int32_t *zx)
@@ -751,6 +796,7 @@ void slim_qgemm_u8(const slim_qgemm_args *a, const uint8_t *qx, const int32_t *z
     if (a->m > 0 && a->n > 0) {
         slim_qgemm_args b = *a;
         b.n_outl = 0; /* y_i32 has no float epilogue to add them to */
+        b.n_sp = 0;
         run_panels(&b, NULL, qx, zx);
     }
 }
