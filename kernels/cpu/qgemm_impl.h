@@ -29,6 +29,13 @@ static inline int64_t slim__qgemm_panel_width(int64_t n16, int64_t p)
 typedef void (*slim__qgemm_rows_fn)(const float *x, int64_t ldx, int64_t rows, int64_t k,
                                     uint8_t *q, int64_t ldq, float *scale, int32_t *zp);
 
+/* The range of n floats with 0 (*lo <= 0 <= *hi; min and max, so exact
+ * whatever the order) and *bad 1 when any is NaN or infinite (then lo and
+ * hi say nothing), with path isa's loops (qgemm_quant.c; the per-image
+ * quantization of convolutions uses it too). */
+void slim__f32_range(slim_qgemm_isa isa, const float *x, int64_t n, float *lo, float *hi,
+                     unsigned *bad);
+
 /* The rows quantizer of a path (qgemm_quant.c). */
 slim__qgemm_rows_fn slim__qgemm_quantizer(slim_qgemm_isa isa);
 
