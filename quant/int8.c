@@ -26,9 +26,6 @@
 
 extern const slim_pass slim__pass_fold_bn; /* passes/fold_bn.c */
 
-/* sparse_count's entries per 1024 inputs when SLIM_INT8_SPARSE is unset. */
-#define SLIM_INT8_SPARSE_DEFAULT 2
-
 /* ---- weight quantization -------------------------------------------------- */
 
 /* Codes for one channel of k floats read with stride `step`; returns its
@@ -137,65 +134,6 @@ static bool use_mse_scales(void)
     return !(env && strcmp(env, "max") == 0);
 }
 
-/* How many float32 entries each output channel of a K-input weight keeps
- * out of its int8 codes (SLIM_INT8_SPARSE: entries per 1024 inputs,
- * rounded up; 0 none). Heavy-tailed weights (trained transformers'; the
- * Student-t ones of bench/gen_encoder.py) have a few entries per channel
- * far out in the tail, and they set the channel's int8 step for all the
- * others: per-channel int8 then errs by about 0.03-0.04 of the weight,
- * which on an output that is nearly one vector (BERT at sequence 16)
- * took the cosine to fp32 to 0.976 (docs/int8.md). Kept exact, the rest
- * get a step sized for them. Each entry costs 8 bytes (index and value)
- * and one gathered multiply-add per row, so channels of fewer than 256
- * inputs (1/32 of a channel's bytes an entry) keep none. */
-static int64_t sparse_count(int64_t k)
-{
-    const char *env = getenv("SLIM_INT8_SPARSE");
-    long per = env && env[0] ? strtol(env, NULL, 10) : SLIM_INT8_SPARSE_DEFAULT;
-    if (per <= 0 || k < 256)
-        return 0;
-    if (per > 1024)
-        per = 1024;
-    return (k * per + 1023) / 1024;
-}
-
-/* Takes the nsp entries of largest magnitude out of channel c (k floats,
- * the outlier rows already 0): their indices and values to idx[t * ld]
- * and val[t * ld], and 0 in c. Ties go to the lower index; a channel
- * with fewer nonzero entries pads with index 0 and value 0. */
-static void take_largest(float *c, int64_t k, int64_t nsp, int32_t *idx, float *val, int64_t ld)
-{
-    for (int64_t t = 0; t < nsp; t++) {
-        int64_t best = -1;
-        float bm = 0;
-        for (int64_t i = 0; i < k; i++) {
-            float a = fabsf(c[i]);
-            if (a > bm) {
-                bm = a;
-                best = i;
-            }
-        }
-        idx[t * ld] = best < 0 ? 0 : (int32_t)best;
-        val[t * ld] = best < 0 ? 0.0f : c[best];
-        if (best >= 0)
-            c[best] = 0.0f;
-    }
-}
-
-/* Channel j gathered into c (k floats: outlier rows and its sparse
- * entries 0) for quantize_with; adds the sparse entries' squared norm
- * (they are exact: no error) to *w2. */
-static void gather_main(const float *w, int64_t k, int64_t sk, const bool *skip, int64_t nsp,
-                        const int32_t *idx, const float *val, int64_t ld, float *c, double *w2)
-{
-    for (int64_t t = 0; t < k; t++)
-        c[t] = skip && skip[t] ? 0.0f : w[t * sk];
-    for (int64_t t = 0; t < nsp; t++) {
-        c[idx[t * ld]] = 0.0f;
-        *w2 += (double)val[t * ld] * val[t * ld];
-    }
-}
-
 /* Per-channel scales of n channels (channel j: k floats from w + j * sj,
  * stride sk) as float16 when every channel's scale * alpha is a normal
  * float16, else float32 (*half says which). The float16 scale is rounded
@@ -221,7 +159,7 @@ static slim_status quantize_scales(const float *w, int64_t n, int64_t k, int64_t
             /* The sparse entries first: the scale is the rest's. */
             for (int64_t t = 0; t < k; t++)
                 c[t] = skip && skip[t] ? 0.0f : w[j * sj + t * sk];
-            take_largest(c, k, nsp, sp_idx + j, sp_val + j, n);
+            slim__int8_take_largest(c, k, nsp, sp_idx + j, sp_val + j, n);
             ss[j] = channel_scale(c, k, 1, NULL);
             if (mse && ss[j] != 1.0f)
                 ss[j] = mse_scale(c, k, ss[j]);
@@ -255,7 +193,8 @@ static slim_status quantize_scales(const float *w, int64_t n, int64_t k, int64_t
             ((float *)scale->data)[j] = s * alpha;
         }
         if (nsp > 0) {
-            gather_main(w + j * sj, k, sk, skip, nsp, sp_idx + j, sp_val + j, n, c, w2);
+            slim__int8_gather_main(w + j * sj, k, sk, skip, nsp, sp_idx + j, sp_val + j, n, c,
+                                   w2);
             quantize_with(c, k, 1, NULL, s, q + j * k, e2, w2);
         } else {
             quantize_with(w + j * sj, k, sk, skip, s, q + j * k, e2, w2);
@@ -603,7 +542,7 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
         st = slim_errf(err, SLIM_ENOMEM, "out of memory");
     if (st)
         goto fail;
-    int64_t nsp = sparse_count(l->k);
+    int64_t nsp = slim__int8_sparse_count(l->k);
     if (nsp > 0 && !(st = slim_rewrite_alloc_tensor(&si, SLIM_I32, 2, nsp, l->n, err)))
         st = slim_rewrite_alloc_tensor(&sv, SLIM_F32, 2, nsp, l->n, err);
     if (!st)
