@@ -189,27 +189,89 @@ static inline __m512 act_avx512(__m512 y, slim_qgemm_act act)
     return act == SLIM_QGEMM_ACT_GELU ? slim_gelu_poly16(y) : y;
 }
 
-/* The sparse float32 entries of 16 channels from c (mask mk) for mr rows
- * from r, added to ys: per t, the channels' indices and values loaded
- * once, each row's x gathered at them (the row's floats, in cache while
- * its block runs). The chain of fused multiply-adds in t order is
- * sparse_rows_c's, so every path agrees bit for bit. */
+/* The sparse float32 entries' sums (qgemm.h) of rows [r0, r1), written to
+ * y, where the epilogue of the rows' products reads and replaces them
+ * (sparse_add): done while the rows are quantized, before their products
+ * start. 16 rows at a time on the rows' transpose, so that one entry of
+ * one channel is one vector load and one fused multiply-add for all 16
+ * (gathering x per row and entry, the first version, cost a gather of 16
+ * loads per 16 channels, row and entry: a fifth of MiniLM's run). Per
+ * element the chain of sparse_rows_c: acc = fma(x[idx[t]], val[t], acc)
+ * over t from 0, so every path agrees bit for bit. xt: k x 16 floats,
+ * 64-byte aligned. */
+/* r[i] (16 vectors of 16 floats) to its transpose, in place: r[j] then
+ * holds element j of every input vector. Pairs within 128-bit lanes, then
+ * quads, then the lanes (u[4 g + c], lane L: element c + 4 L of rows 4 g
+ * .. 4 g + 3). */
 AVX512_TARGET __attribute__((always_inline))
-static inline void sparse_vnni(const slim_qgemm_args *a, int mr, int64_t r, int64_t c,
-                               __mmask16 mk, __m512 *ys)
+static inline void transpose16(__m512 *r)
 {
-    __m512 zero = _mm512_setzero_ps();
-    __m512 s[WIDE_MR] = {zero, zero, zero, zero, zero, zero};
-    for (int64_t t = 0; t < a->n_sp; t++) {
-        __m512i idx = _mm512_maskz_loadu_epi32(mk, a->sp_idx + t * a->n + c);
-        __m512 v = _mm512_maskz_loadu_ps(mk, a->sp_val + t * a->n + c);
-        for (int i = 0; i < mr; i++) {
-            __m512 g = _mm512_mask_i32gather_ps(zero, mk, idx, a->x + (r + i) * a->ldx, 4);
-            s[i] = _mm512_fmadd_ps(g, v, s[i]);
+    __m512 t[16], u[16];
+    for (int i = 0; i < 16; i += 2) {
+        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int g = 0; g < 16; g += 4) {
+        u[g] = _mm512_shuffle_ps(t[g], t[g + 2], 0x44);
+        u[g + 1] = _mm512_shuffle_ps(t[g], t[g + 2], 0xEE);
+        u[g + 2] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0x44);
+        u[g + 3] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
+    }
+    for (int c = 0; c < 4; c++) {
+        __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
+        __m512 w0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
+        __m512 v1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
+        __m512 w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
+        r[c] = _mm512_shuffle_f32x4(v0, v1, 0x88);
+        r[c + 8] = _mm512_shuffle_f32x4(v0, v1, 0xDD);
+        r[c + 4] = _mm512_shuffle_f32x4(w0, w1, 0x88);
+        r[c + 12] = _mm512_shuffle_f32x4(w0, w1, 0xDD);
+    }
+}
+
+AVX512_TARGET
+static void sparse_rows_avx512(const slim_qgemm_args *a, int64_t r0, int64_t r1, float *xt)
+{
+    int64_t n = a->n, k = a->k;
+    for (int64_t r = r0; r < r1; r += 16) {
+        int nr = r1 - r < 16 ? (int)(r1 - r) : 16;
+        for (int64_t c = 0; c < k; c += 16) {
+            int w = k - c < 16 ? (int)(k - c) : 16;
+            __mmask16 mk = w == 16 ? 0xFFFF : (__mmask16)((1u << w) - 1);
+            __m512 v[16];
+            for (int i = 0; i < 16; i++)
+                v[i] = i < nr ? _mm512_maskz_loadu_ps(mk, a->x + (r + i) * a->ldx + c)
+                              : _mm512_setzero_ps();
+            transpose16(v);
+            for (int l = 0; l < w; l++)
+                _mm512_store_ps(xt + (c + l) * 16, v[l]);
+        }
+        for (int64_t c = 0; c < n; c += 16) {
+            int w = n - c < 16 ? (int)(n - c) : 16;
+            __mmask16 mk = w == 16 ? 0xFFFF : (__mmask16)((1u << w) - 1);
+            __m512 acc[16];
+            for (int l = 0; l < 16; l++) {
+                __m512 s = _mm512_setzero_ps();
+                for (int64_t t = 0; l < w && t < a->n_sp; t++)
+                    s = _mm512_fmadd_ps(_mm512_load_ps(xt + a->sp_idx[t * n + c + l] * 16),
+                                        _mm512_set1_ps(a->sp_val[t * n + c + l]), s);
+                acc[l] = s;
+            }
+            transpose16(acc);
+            for (int i = 0; i < nr; i++)
+                _mm512_mask_storeu_ps(a->y + (r + i) * a->ldy + c, mk, acc[i]);
         }
     }
+}
+
+/* The epilogue's part of them: ys[i] + the sums sparse_rows_avx512 left
+ * in y (y + acc, sparse_rows_c's last step). */
+AVX512_TARGET __attribute__((always_inline))
+static inline void sparse_add(const slim_qgemm_args *a, int mr, int64_t r, int64_t c,
+                              __mmask16 mk, __m512 *ys)
+{
     for (int i = 0; i < mr; i++)
-        ys[i] = _mm512_add_ps(ys[i], s[i]);
+        ys[i] = _mm512_add_ps(ys[i], _mm512_maskz_loadu_ps(mk, a->y + (r + i) * a->ldy + c));
 }
 
 /* The epilogue of mr rows x nv vectors of int32 sums (accs[i * 64 + v *
@@ -282,7 +344,7 @@ static inline void vnni_epilogue(const qgemm_job *j, int mr, int nv, int64_t r, 
             ys[i] = outl ? _mm512_fmadd_ps(oacc[i], osc, y) : y;
         }
         if (a->n_sp > 0)
-            sparse_vnni(a, mr, r, c, mk, ys);
+            sparse_add(a, mr, r, c, mk, ys);
         /* The activation two rows at a time: Gelu is a chain of ~16
          * dependent operations, and two side by side fill the pipes. */
         int i = 0;
@@ -536,6 +598,30 @@ typedef struct {
     int64_t n_tasks;
 } qgemm_run;
 
+/* The sparse entries' sums of rows [r0, r1) into y for the VNNI epilogue:
+ * on the rows' transpose, or, where its k x 16 floats cannot be had, per
+ * element (sparse_rows_c's chain: the same bits). */
+static void sparse_rows(const slim_qgemm_args *a, int64_t r0, int64_t r1)
+{
+#ifdef QGEMM_X86
+    /* raw: one chunk's transposed rows, freed before the chunk's products */
+    float *xt = aligned_alloc(64, (size_t)a->k * 16 * sizeof(float));
+    if (xt) {
+        sparse_rows_avx512(a, r0, r1, xt);
+        free(xt);
+        return;
+    }
+#endif
+    for (int64_t r = r0; r < r1; r++)
+        for (int64_t c = 0; c < a->n; c++) {
+            float acc = 0.0f;
+            for (int64_t t = 0; t < a->n_sp; t++)
+                acc = fmaf(a->x[r * a->ldx + a->sp_idx[t * a->n + c]], a->sp_val[t * a->n + c],
+                           acc);
+            a->y[r * a->ldy + c] = acc;
+        }
+}
+
 static void run_task(qgemm_run *q, int64_t t)
 {
     const qgemm_job *j = &q->j;
@@ -551,6 +637,8 @@ static void run_task(qgemm_run *q, int64_t t)
             for (int64_t r = r0; q->xo && r < r1; r++)
                 for (int64_t o = 0; o < a->n_outl; o++)
                     q->xo[r * a->n_outl + o] = a->x[r * a->ldx + a->outl_idx[o]];
+            if (a->n_sp > 0 && a->y && j->isa == SLIM_QGEMM_AVX512VNNI)
+                sparse_rows(a, r0, r1);
             atomic_store_explicit(&q->ready[t], 1, memory_order_release);
             return;
         }
