@@ -189,83 +189,9 @@ static inline __m512 act_avx512(__m512 y, slim_qgemm_act act)
     return act == SLIM_QGEMM_ACT_GELU ? slim_gelu_poly16(y) : y;
 }
 
-/* The sparse float32 entries' sums (qgemm.h) of rows [r0, r1), written to
- * y, where the epilogue of the rows' products reads and replaces them
- * (sparse_add): done while the rows are quantized, before their products
- * start. 16 rows at a time on the rows' transpose, so that one entry of
- * one channel is one vector load and one fused multiply-add for all 16
- * (gathering x per row and entry, the first version, cost a gather of 16
- * loads per 16 channels, row and entry: a fifth of MiniLM's run). Per
- * element the chain of sparse_rows_c: acc = fma(x[idx[t]], val[t], acc)
- * over t from 0, so every path agrees bit for bit. xt: k x 16 floats,
- * 64-byte aligned. */
-/* r[i] (16 vectors of 16 floats) to its transpose, in place: r[j] then
- * holds element j of every input vector. Pairs within 128-bit lanes, then
- * quads, then the lanes (u[4 g + c], lane L: element c + 4 L of rows 4 g
- * .. 4 g + 3). */
-AVX512_TARGET __attribute__((always_inline))
-static inline void transpose16(__m512 *r)
-{
-    __m512 t[16], u[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int g = 0; g < 16; g += 4) {
-        u[g] = _mm512_shuffle_ps(t[g], t[g + 2], 0x44);
-        u[g + 1] = _mm512_shuffle_ps(t[g], t[g + 2], 0xEE);
-        u[g + 2] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0x44);
-        u[g + 3] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
-    }
-    for (int c = 0; c < 4; c++) {
-        __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
-        __m512 w0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
-        __m512 v1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
-        __m512 w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
-        r[c] = _mm512_shuffle_f32x4(v0, v1, 0x88);
-        r[c + 8] = _mm512_shuffle_f32x4(v0, v1, 0xDD);
-        r[c + 4] = _mm512_shuffle_f32x4(w0, w1, 0x88);
-        r[c + 12] = _mm512_shuffle_f32x4(w0, w1, 0xDD);
-    }
-}
-
-AVX512_TARGET
-static void sparse_rows_avx512(const slim_qgemm_args *a, int64_t r0, int64_t r1, float *xt)
-{
-    int64_t n = a->n, k = a->k;
-    for (int64_t r = r0; r < r1; r += 16) {
-        int nr = r1 - r < 16 ? (int)(r1 - r) : 16;
-        for (int64_t c = 0; c < k; c += 16) {
-            int w = k - c < 16 ? (int)(k - c) : 16;
-            __mmask16 mk = w == 16 ? 0xFFFF : (__mmask16)((1u << w) - 1);
-            __m512 v[16];
-            for (int i = 0; i < 16; i++)
-                v[i] = i < nr ? _mm512_maskz_loadu_ps(mk, a->x + (r + i) * a->ldx + c)
-                              : _mm512_setzero_ps();
-            transpose16(v);
-            for (int l = 0; l < w; l++)
-                _mm512_store_ps(xt + (c + l) * 16, v[l]);
-        }
-        for (int64_t c = 0; c < n; c += 16) {
-            int w = n - c < 16 ? (int)(n - c) : 16;
-            __mmask16 mk = w == 16 ? 0xFFFF : (__mmask16)((1u << w) - 1);
-            __m512 acc[16];
-            for (int l = 0; l < 16; l++) {
-                __m512 s = _mm512_setzero_ps();
-                for (int64_t t = 0; l < w && t < a->n_sp; t++)
-                    s = _mm512_fmadd_ps(_mm512_load_ps(xt + a->sp_idx[t * n + c + l] * 16),
-                                        _mm512_set1_ps(a->sp_val[t * n + c + l]), s);
-                acc[l] = s;
-            }
-            transpose16(acc);
-            for (int i = 0; i < nr; i++)
-                _mm512_mask_storeu_ps(a->y + (r + i) * a->ldy + c, mk, acc[i]);
-        }
-    }
-}
-
-/* The epilogue's part of them: ys[i] + the sums sparse_rows_avx512 left
- * in y (y + acc, sparse_rows_c's last step). */
+/* The sparse entries' part of the epilogue: ys[i] + the sums
+ * slim__qgemm_sparse_rows left
+ * in y (y + acc, slim__qgemm_sparse_rows_c's last step). */
 AVX512_TARGET __attribute__((always_inline))
 static inline void sparse_add(const slim_qgemm_args *a, int mr, int64_t r, int64_t c,
                               __mmask16 mk, __m512 *ys)
@@ -598,30 +524,6 @@ typedef struct {
     int64_t n_tasks;
 } qgemm_run;
 
-/* The sparse entries' sums of rows [r0, r1) into y for the VNNI epilogue:
- * on the rows' transpose, or, where its k x 16 floats cannot be had, per
- * element (sparse_rows_c's chain: the same bits). */
-static void sparse_rows(const slim_qgemm_args *a, int64_t r0, int64_t r1)
-{
-#ifdef QGEMM_X86
-    /* raw: one chunk's transposed rows, freed before the chunk's products */
-    float *xt = aligned_alloc(64, (size_t)a->k * 16 * sizeof(float));
-    if (xt) {
-        sparse_rows_avx512(a, r0, r1, xt);
-        free(xt);
-        return;
-    }
-#endif
-    for (int64_t r = r0; r < r1; r++)
-        for (int64_t c = 0; c < a->n; c++) {
-            float acc = 0.0f;
-            for (int64_t t = 0; t < a->n_sp; t++)
-                acc = fmaf(a->x[r * a->ldx + a->sp_idx[t * a->n + c]], a->sp_val[t * a->n + c],
-                           acc);
-            a->y[r * a->ldy + c] = acc;
-        }
-}
-
 static void run_task(qgemm_run *q, int64_t t)
 {
     const qgemm_job *j = &q->j;
@@ -638,7 +540,7 @@ static void run_task(qgemm_run *q, int64_t t)
                 for (int64_t o = 0; o < a->n_outl; o++)
                     q->xo[r * a->n_outl + o] = a->x[r * a->ldx + a->outl_idx[o]];
             if (a->n_sp > 0 && a->y && j->isa == SLIM_QGEMM_AVX512VNNI)
-                sparse_rows(a, r0, r1);
+                slim__qgemm_sparse_rows(a, r0, r1);
             atomic_store_explicit(&q->ready[t], 1, memory_order_release);
             return;
         }
@@ -819,23 +721,6 @@ static void outlier_rows_avx2(const slim_qgemm_args *a, int64_t r, int nr)
 }
 #endif
 
-/* The sparse float32 entries (qgemm.h) of rows [r, r + nr), after the
- * outlier channels: per output, acc = fma(x[idx[t]], val[t], acc) over t
- * in order from 0, then y + acc (sparse_vnni's operations). */
-static void sparse_rows_c(const slim_qgemm_args *a, int64_t r, int nr)
-{
-    for (int i = 0; i < nr; i++) {
-        const float *x = a->x + (r + i) * a->ldx;
-        float *y = a->y + (r + i) * a->ldy;
-        for (int64_t c = 0; c < a->n; c++) {
-            float acc = 0.0f;
-            for (int64_t t = 0; t < a->n_sp; t++)
-                acc = fmaf(x[a->sp_idx[t * a->n + c]], a->sp_val[t * a->n + c], acc);
-            y[c] = y[c] + acc;
-        }
-    }
-}
-
 /* Rows [4 begin, 4 end). */
 static void outlier_part(int64_t begin, int64_t end, void *user)
 {
@@ -852,7 +737,7 @@ static void outlier_part(int64_t begin, int64_t end, void *user)
         if (a->n_outl > 0)
             outlier_rows_c(a, r, nr);
         if (a->n_sp > 0)
-            sparse_rows_c(a, r, nr);
+            slim__qgemm_sparse_rows_c(a, r, nr);
         if (a->act != SLIM_QGEMM_ACT_NONE)
             for (int i = 0; i < nr; i++) {
                 float *y = a->y + (r + i) * a->ldy;

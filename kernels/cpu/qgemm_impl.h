@@ -36,6 +36,12 @@ typedef void (*slim__qgemm_rows_fn)(const float *x, int64_t ldx, int64_t rows, i
 void slim__f32_range(slim_qgemm_isa isa, const float *x, int64_t n, float *lo, float *hi,
                      unsigned *bad);
 
+/* The sparse float32 entries (qgemm_sparse.c): rows [r0, r1)' sums
+ * written to y, for the VNNI epilogue to add; and the portable pass adding
+ * them to y for rows [r, r + nr). */
+void slim__qgemm_sparse_rows(const slim_qgemm_args *a, int64_t r0, int64_t r1);
+void slim__qgemm_sparse_rows_c(const slim_qgemm_args *a, int64_t r, int nr);
+
 /* The rows quantizer of a path (qgemm_quant.c). */
 slim__qgemm_rows_fn slim__qgemm_quantizer(slim_qgemm_isa isa);
 
