@@ -121,6 +121,12 @@ typedef struct {
     /* The outlier channels' activations, gathered per row while it is
      * quantized (m rows of a->n_outl floats), or NULL: then read from x. */
     const float *xo;
+    /* The rows' transpose for the sparse entries (qgemm_sparse.c), chunk c
+     * at xt + c * xt_chunk, or NULL; sparse says whether there are any
+     * (the VNNI path, float output). */
+    const float *xt;
+    int64_t xt_chunk;
+    bool sparse;
 } qgemm_job;
 
 /* The epilogue's Gelu: kernels/cpu/gelu_poly.h's polynomial, whose AVX-512
@@ -190,8 +196,8 @@ static inline __m512 act_avx512(__m512 y, slim_qgemm_act act)
 }
 
 /* The sparse entries' part of the epilogue: ys[i] + the sums
- * slim__qgemm_sparse_rows left
- * in y (y + acc, slim__qgemm_sparse_rows_c's last step). */
+ * slim__qgemm_sparse_sums left in y (y + acc, slim__qgemm_sparse_rows_c's
+ * last step). */
 AVX512_TARGET __attribute__((always_inline))
 static inline void sparse_add(const slim_qgemm_args *a, int mr, int64_t r, int64_t c,
                               __mmask16 mk, __m512 *ys)
@@ -519,6 +525,7 @@ typedef struct {
     int32_t *zx;
     _Atomic int *ready;       /* per chunk, when quantizing; else NULL */
     float *xo;                /* writable view of j.xo */
+    float *xt;                /* writable view of j.xt */
     slim__qgemm_rows_fn quantize; /* j.isa's, chosen once per call */
     atomic_llong next;
     int64_t n_tasks;
@@ -539,8 +546,8 @@ static void run_task(qgemm_run *q, int64_t t)
             for (int64_t r = r0; q->xo && r < r1; r++)
                 for (int64_t o = 0; o < a->n_outl; o++)
                     q->xo[r * a->n_outl + o] = a->x[r * a->ldx + a->outl_idx[o]];
-            if (a->n_sp > 0 && a->y && j->isa == SLIM_QGEMM_AVX512VNNI)
-                slim__qgemm_sparse_rows(a, r0, r1);
+            if (j->xt)
+                slim__qgemm_sparse_transpose(a, r0, r1, q->xt + t * j->xt_chunk);
             atomic_store_explicit(&q->ready[t], 1, memory_order_release);
             return;
         }
@@ -563,6 +570,11 @@ static void run_task(qgemm_run *q, int64_t t)
     int64_t r0 = c * rc, r1 = r0 + rc < j->a->m ? r0 + rc : j->a->m;
 #ifdef QGEMM_X86
     if (j->isa == SLIM_QGEMM_AVX512VNNI) {
+        if (j->sparse) {
+            int64_t c0 = p * SLIM_QGEMM_PANEL, w = slim__qgemm_panel_width(j->n16, p);
+            int64_t c1 = c0 + w < j->a->n ? c0 + w : j->a->n;
+            slim__qgemm_sparse_sums(j->a, j->xt ? j->xt + c * j->xt_chunk : NULL, r0, r1, c0, c1);
+        }
         bool tiles = j->amx && r1 - r0 >= 16 && slim__qgemm_panel_width(j->n16, p) == SLIM_QGEMM_PANEL;
         if (tiles)
             slim__qgemm_amx_begin();
@@ -648,6 +660,15 @@ static void run_panels(const slim_qgemm_args *a, void *scratch, const uint8_t *q
             q.xo = (float *)((char *)q.ready + flags_bytes(a->m));
             j->xo = q.xo;
         }
+        if (a->n_sp > 0 && a->y && j->isa == SLIM_QGEMM_AVX512VNNI) {
+            j->sparse = true;
+            j->xt_chunk = (int64_t)slim__qgemm_sparse_xt_floats(1, j->rows_per_chunk, a->k);
+            /* raw: the call's transposed rows (x's size), freed at its end;
+             * without them the sums are made per element */
+            q.xt = aligned_alloc(64, slim__qgemm_sparse_xt_floats(j->chunks, j->rows_per_chunk,
+                                                                 a->k) * sizeof(float));
+            j->xt = q.xt;
+        }
         q.n_tasks += j->chunks;
         q.quantize = slim__qgemm_quantizer(j->isa);
         j->qx = q.qx;
@@ -665,6 +686,7 @@ static void run_panels(const slim_qgemm_args *a, void *scratch, const uint8_t *q
         qgemm_worker(0, 1, &q);
     else
         slim_parallel_for(slim_num_threads(), 1, qgemm_worker, &q);
+    free(q.xt);
 }
 
 /* The side product of the outlier channels, row by row (so that a row's

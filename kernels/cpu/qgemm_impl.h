@@ -36,10 +36,17 @@ typedef void (*slim__qgemm_rows_fn)(const float *x, int64_t ldx, int64_t rows, i
 void slim__f32_range(slim_qgemm_isa isa, const float *x, int64_t n, float *lo, float *hi,
                      unsigned *bad);
 
-/* The sparse float32 entries (qgemm_sparse.c): rows [r0, r1)' sums
- * written to y, for the VNNI epilogue to add; and the portable pass adding
- * them to y for rows [r, r + nr). */
-void slim__qgemm_sparse_rows(const slim_qgemm_args *a, int64_t r0, int64_t r1);
+/* The sparse float32 entries (qgemm_sparse.c). The VNNI path: rows
+ * [r0, r1) of a chunk transposed into xt (16-row groups; a chunk takes
+ * slim__qgemm_sparse_xt_floats(1, rows_per_chunk, k) floats, 64-byte
+ * aligned) while the chunk is quantized, then per product task the sums
+ * of channels [c0, c1) written to y for the epilogue to add (xt NULL: per
+ * element, the same bits). The portable paths: a pass adding them to y
+ * for rows [r, r + nr). */
+size_t slim__qgemm_sparse_xt_floats(int64_t chunks, int64_t rows_per_chunk, int64_t k);
+void slim__qgemm_sparse_transpose(const slim_qgemm_args *a, int64_t r0, int64_t r1, float *xt);
+void slim__qgemm_sparse_sums(const slim_qgemm_args *a, const float *xt, int64_t r0, int64_t r1,
+                             int64_t c0, int64_t c1);
 void slim__qgemm_sparse_rows_c(const slim_qgemm_args *a, int64_t r, int nr);
 
 /* The rows quantizer of a path (qgemm_quant.c). */

@@ -32,16 +32,6 @@ void slim__qgemm_sparse_rows_c(const slim_qgemm_args *a, int64_t r, int nr)
 }
 
 #ifdef QGEMM_X86
-/* The sparse float32 entries' sums (qgemm.h) of rows [r0, r1), written to
- * y, where the epilogue of the rows' products reads and replaces them
- * (qgemm.c's sparse_add): done while the rows are quantized, before their products
- * start. 16 rows at a time on the rows' transpose, so that one entry of
- * one channel is one vector load and one fused multiply-add for all 16
- * (gathering x per row and entry, the first version, cost a gather of 16
- * loads per 16 channels, row and entry: a fifth of MiniLM's run). Per
- * element the chain of slim__qgemm_sparse_rows_c: acc = fma(x[idx[t]], val[t], acc)
- * over t from 0, so every path agrees bit for bit. xt: k x 16 floats,
- * 64-byte aligned. */
 /* r[i] (16 vectors of 16 floats) to its transpose, in place: r[j] then
  * holds element j of every input vector. Pairs within 128-bit lanes, then
  * quads, then the lanes (u[4 g + c], lane L: element c + 4 L of rows 4 g
@@ -72,11 +62,17 @@ static inline void transpose16(__m512 *r)
     }
 }
 
+/* Rows [r0, r1) of x, 16 at a time, transposed into xt (group g at xt +
+ * g * k * 16: k vectors of the group's 16 rows, rows past r1 zero), so
+ * that one sparse entry of one channel is one vector load and one fused
+ * multiply-add for 16 rows (gathering x per row and entry, the first
+ * version, cost a gather of 16 loads per 16 channels, row and entry: a
+ * fifth of MiniLM's run). */
 AVX512_TARGET
-static void sparse_rows_avx512(const slim_qgemm_args *a, int64_t r0, int64_t r1, float *xt)
+static void transpose_rows_avx512(const slim_qgemm_args *a, int64_t r0, int64_t r1, float *xt)
 {
-    int64_t n = a->n, k = a->k;
-    for (int64_t r = r0; r < r1; r += 16) {
+    int64_t k = a->k;
+    for (int64_t r = r0; r < r1; r += 16, xt += k * 16) {
         int nr = r1 - r < 16 ? (int)(r1 - r) : 16;
         for (int64_t c = 0; c < k; c += 16) {
             int w = k - c < 16 ? (int)(k - c) : 16;
@@ -89,8 +85,23 @@ static void sparse_rows_avx512(const slim_qgemm_args *a, int64_t r0, int64_t r1,
             for (int l = 0; l < w; l++)
                 _mm512_store_ps(xt + (c + l) * 16, v[l]);
         }
-        for (int64_t c = 0; c < n; c += 16) {
-            int w = n - c < 16 ? (int)(n - c) : 16;
+    }
+}
+
+/* The sums of channels [c0, c1) for rows [r0, r1) from their transpose
+ * (transpose_rows_avx512's xt), written to y, where the epilogue of the
+ * same task reads and replaces them (qgemm.c's sparse_add). Per element
+ * the chain of slim__qgemm_sparse_rows_c: acc = fma(x[idx[t]], val[t],
+ * acc) over t from 0, so every path agrees bit for bit. */
+AVX512_TARGET
+static void sums_avx512(const slim_qgemm_args *a, const float *xt, int64_t r0, int64_t r1,
+                        int64_t c0, int64_t c1)
+{
+    int64_t n = a->n, k = a->k;
+    for (int64_t r = r0; r < r1; r += 16, xt += k * 16) {
+        int nr = r1 - r < 16 ? (int)(r1 - r) : 16;
+        for (int64_t c = c0; c < c1; c += 16) {
+            int w = c1 - c < 16 ? (int)(c1 - c) : 16;
             __mmask16 mk = w == 16 ? 0xFFFF : (__mmask16)((1u << w) - 1);
             __m512 acc[16];
             for (int l = 0; l < 16; l++) {
@@ -106,25 +117,35 @@ static void sparse_rows_avx512(const slim_qgemm_args *a, int64_t r0, int64_t r1,
         }
     }
 }
-
 #endif
 
-/* The sparse entries' sums of rows [r0, r1) into y for the VNNI epilogue:
- * on the rows' transpose, or, where its k x 16 floats cannot be had, per
- * element (slim__qgemm_sparse_rows_c's chain: the same bits). */
-void slim__qgemm_sparse_rows(const slim_qgemm_args *a, int64_t r0, int64_t r1)
+size_t slim__qgemm_sparse_xt_floats(int64_t chunks, int64_t rows_per_chunk, int64_t k)
+{
+    return (size_t)chunks * (size_t)((rows_per_chunk + 15) / 16 * 16) * (size_t)k;
+}
+
+void slim__qgemm_sparse_transpose(const slim_qgemm_args *a, int64_t r0, int64_t r1, float *xt)
 {
 #ifdef QGEMM_X86
-    /* raw: one chunk's transposed rows, freed before the chunk's products */
-    float *xt = aligned_alloc(64, (size_t)a->k * 16 * sizeof(float));
+    transpose_rows_avx512(a, r0, r1, xt);
+#else
+    (void)a, (void)r0, (void)r1, (void)xt;
+#endif
+}
+
+void slim__qgemm_sparse_sums(const slim_qgemm_args *a, const float *xt, int64_t r0, int64_t r1,
+                             int64_t c0, int64_t c1)
+{
+#ifdef QGEMM_X86
     if (xt) {
-        sparse_rows_avx512(a, r0, r1, xt);
-        free(xt);
+        sums_avx512(a, xt, r0, r1, c0, c1);
         return;
     }
 #endif
+    /* Without the transpose (it could not be allocated): the same chain
+     * per element. */
     for (int64_t r = r0; r < r1; r++)
-        for (int64_t c = 0; c < a->n; c++) {
+        for (int64_t c = c0; c < c1; c++) {
             float acc = 0.0f;
             for (int64_t t = 0; t < a->n_sp; t++)
                 acc = fmaf(a->x[r * a->ldx + a->sp_idx[t * a->n + c]], a->sp_val[t * a->n + c],
