@@ -127,6 +127,10 @@ typedef struct {
     const float *xt;
     int64_t xt_chunk;
     bool sparse;
+    /* The sums with the chunk's quantization (at least 2 chunks a thread)
+     * rather than per product task (few chunks: one thread would make
+     * them all while the others wait). */
+    bool sums_early;
 } qgemm_job;
 
 /* The epilogue's Gelu: kernels/cpu/gelu_poly.h's polynomial, whose AVX-512
@@ -548,6 +552,11 @@ static void run_task(qgemm_run *q, int64_t t)
                     q->xo[r * a->n_outl + o] = a->x[r * a->ldx + a->outl_idx[o]];
             if (j->xt)
                 slim__qgemm_sparse_transpose(a, r0, r1, q->xt + t * j->xt_chunk);
+            /* Many chunks: the sums here, while the transpose is in cache
+             * (the tasks still spread over the threads). */
+            if (j->sparse && j->sums_early)
+                slim__qgemm_sparse_sums(a, j->xt ? j->xt + t * j->xt_chunk : NULL, r0, r1, 0,
+                                        a->n);
             atomic_store_explicit(&q->ready[t], 1, memory_order_release);
             return;
         }
@@ -570,7 +579,7 @@ static void run_task(qgemm_run *q, int64_t t)
     int64_t r0 = c * rc, r1 = r0 + rc < j->a->m ? r0 + rc : j->a->m;
 #ifdef QGEMM_X86
     if (j->isa == SLIM_QGEMM_AVX512VNNI) {
-        if (j->sparse) {
+        if (j->sparse && !j->sums_early) {
             int64_t c0 = p * SLIM_QGEMM_PANEL, w = slim__qgemm_panel_width(j->n16, p);
             int64_t c1 = c0 + w < j->a->n ? c0 + w : j->a->n;
             slim__qgemm_sparse_sums(j->a, j->xt ? j->xt + c * j->xt_chunk : NULL, r0, r1, c0, c1);
@@ -668,6 +677,7 @@ static void run_panels(const slim_qgemm_args *a, void *scratch, const uint8_t *q
             q.xt = aligned_alloc(64, slim__qgemm_sparse_xt_floats(j->chunks, j->rows_per_chunk,
                                                                  a->k) * sizeof(float));
             j->xt = q.xt;
+            j->sums_early = j->chunks >= 2 * slim_num_threads();
         }
         q.n_tasks += j->chunks;
         q.quantize = slim__qgemm_quantizer(j->isa);
