@@ -9,11 +9,11 @@
                                 [--residual-also 'off/down,square'] [--sparse-also '0/3']
 
 The encoders' int8 table of issue 34 (slim int8 against onnxruntime's
-quantize_dynamic int8, 2 threads each, cosine to fp32; sp=0 is the before
-of the sparse float32 entries, res=square the second int8 weight):
+quantize_dynamic int8, 2 threads each, cosine to fp32; sp=2 the sparse
+float32 entries, res=square the second int8 weight, both opt-ins):
 
     python3 bench/bench_int8.py --models bert16,minilm,bert --rounds 3 \
-        --configs 'slim int8,ort int8,ort int8 pc' --sparse-also 0 --residual-also square
+        --configs 'slim int8,ort int8,ort int8 pc' --sparse-also 2 --residual-also square
 
 The int8 CNN table (docs/int8.md), slim only, error against slim fp32:
 

@@ -9,9 +9,14 @@
 #include <stdlib.h>
 
 /* slim__int8_sparse_count's entries per 1024 inputs when SLIM_INT8_SPARSE
- * is unset: on the BERT-sized encoder at sequence 16 (docs/int8.md) 2 took
- * the cosine to fp32 from 0.976 to 0.997 for 1.5% more weight bytes. */
-#define SLIM_INT8_SPARSE_DEFAULT 2
+ * is unset. On the BERT-sized encoder at sequence 16 (docs/int8.md) 2 took
+ * the cosine to fp32 from 0.976 to 0.997 for 1.5% more weight bytes, but
+ * the sums cost 12-75% more time on the loaded machine where it was
+ * measured (AMX leaves the products about 1.5 cycles an output at K =
+ * 768, and the sums' transposes are a good part of that): off until a
+ * quiet run shows every encoder row within 0.7x onnxruntime's int8 with
+ * them; SLIM_INT8_SPARSE=2 turns them on. */
+#define SLIM_INT8_SPARSE_DEFAULT 0
 
 /* How many float32 entries each output channel of a K-input weight keeps
  * out of its int8 codes (SLIM_INT8_SPARSE: entries per 1024 inputs,
