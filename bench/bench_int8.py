@@ -6,13 +6,14 @@
                                 [--int8-max-error X] [--outliers-off] [--slim-base BIN]
                                 [--configs 'slim int8,ort int8,ort int8 pc'] [--ab NAME=VALUE]
                                 [--slim-only] [--dw-int8] [--nchw] [--scale-max]
-                                [--residual-also 'off/down,square']
+                                [--residual-also 'off/down,square'] [--sparse-also '0/3']
 
 The encoders' int8 table of issue 34 (slim int8 against onnxruntime's
-quantize_dynamic int8, 2 threads each, cosine to fp32):
+quantize_dynamic int8, 2 threads each, cosine to fp32; sp=2 the sparse
+float32 entries, res=square the second int8 weight, both opt-ins):
 
     python3 bench/bench_int8.py --models bert16,minilm,bert --rounds 3 \
-        --configs 'slim int8,ort int8,ort int8 pc' --residual-also 'off/down,square'
+        --configs 'slim int8,ort int8,ort int8 pc' --sparse-also 2 --residual-also square
 
 The int8 CNN table (docs/int8.md), slim only, error against slim fp32:
 
@@ -51,6 +52,9 @@ Configurations, each in its own process so that its peak RSS is its own:
                   int8 under SLIM_INT8_RESIDUAL=V, one configuration per value
                   (off: no second int8 weight for the first one's rounding
                   error, the before of that change; down,square: more of them)
+  slim int8 sp=V   with --sparse-also 'V1/V2': slim convert --precision
+                  int8 under SLIM_INT8_SPARSE=V (each channel's V per 1024 largest
+                  entries kept as sparse float32; 0: none, the before of that change)
   slim int8 budget  with --int8-max-error X: slim convert --precision int8
                   --int8-max-error X (layers whose own output error on
                   drawn samples is over X stay fp32)
@@ -186,7 +190,7 @@ def stale(path, binary):
 
 
 def prepare(name, workdir, slim, max_error, outliers_off, slim_base=None, slim_only=False,
-            dw_int8=False, nchw=False, scale_max=False, residual_also=()):
+            dw_int8=False, nchw=False, scale_max=False, residual_also=(), sparse_also=()):
     if name in ("transformer", "resnet"):
         src = os.path.join(workdir, "models", name, "1", "model.onnx")
         if not os.path.exists(src):
@@ -261,6 +265,12 @@ def prepare(name, workdir, slim, max_error, outliers_off, slim_base=None, slim_o
             spawn([slim, "convert", src, "-o", f, "--precision", "int8"],
                   dict(os.environ, SLIM_INT8_RESIDUAL=v))
         files[f"slim int8 res={v}"] = f
+    for v in sparse_also:
+        f = os.path.join(workdir, f"{name}.int8_sp_{v}.slim")
+        if stale(f, slim):
+            spawn([slim, "convert", src, "-o", f, "--precision", "int8"],
+                  dict(os.environ, SLIM_INT8_SPARSE=v))
+        files[f"slim int8 sp={v}"] = f
     if max_error:
         budget = os.path.join(workdir, f"{name}.int8_e{max_error:g}.slim")
         if stale(budget, slim):
@@ -295,6 +305,10 @@ def main():
     ap.add_argument("--residual-also", default="", metavar="V1/V2",
                     help="also run slim int8 converted under SLIM_INT8_RESIDUAL=V for each "
                          "value ('off/down,square'): 'slim int8 res=V'")
+    ap.add_argument("--sparse-also", default="", metavar="V1/V2",
+                    help="also run slim int8 converted under SLIM_INT8_SPARSE=V (sparse float32 "
+                         "entries per 1024 inputs of each channel; 0: none, the before) for each "
+                         "value: 'slim int8 sp=V'")
     ap.add_argument("--configs", default=None,
                     help="only these configurations (comma list, e.g. 'slim int8,ort int8,"
                          "ort int8 pc'); ort fp32 always runs (the error's reference)")
@@ -326,7 +340,8 @@ def main():
         files, in_name, dims, vocab = prepare(name, a.workdir, slim, a.int8_max_error,
                                               a.outliers_off, slim_base, a.slim_only, a.dw_int8,
                                               a.nchw, a.scale_max,
-                                              [v for v in a.residual_also.split("/") if v])
+                                              [v for v in a.residual_also.split("/") if v],
+                                              [v for v in a.sparse_also.split("/") if v])
         wbytes = {"slim int8 B": slim_weight_bytes(slim, files["slim8"]),
                   "slim fp32": slim_weight_bytes(slim, files["fp32"]),
                   "slim int8": slim_weight_bytes(slim, files["slim8"])}
@@ -344,7 +359,7 @@ def main():
             wbytes["slim int8 budget"] = slim_weight_bytes(slim, files["slim8b"])
         if "slim8max" in files:
             wbytes["slim int8 max scale"] = slim_weight_bytes(slim, files["slim8max"])
-        for c in [c for c in files if c.startswith("slim int8 res=")]:
+        for c in [c for c in files if c.startswith(("slim int8 res=", "slim int8 sp="))]:
             wbytes[c] = slim_weight_bytes(slim, files[c])
         if "slim8off" in files:
             wbytes["slim int8 no split"] = slim_weight_bytes(slim, files["slim8off"])
@@ -400,7 +415,7 @@ def main():
                 configs["slim int8 max scale"] = lambda o: [
                     slim, "run", files["slim8max"], "--input", f"{in_name}={inp}", "--repeat",
                     str(repeat), "--output-dir", o]
-            for c in [c for c in files if c.startswith("slim int8 res=")]:
+            for c in [c for c in files if c.startswith(("slim int8 res=", "slim int8 sp="))]:
                 configs[c] = lambda o, f=files[c]: [
                     slim, "run", f, "--input", f"{in_name}={inp}", "--repeat", str(repeat),
                     "--output-dir", o]
@@ -417,7 +432,8 @@ def main():
             if a.configs:
                 keep = set(a.configs.split(",")) | {"slim fp32" if a.slim_only else "ort fp32"}  # the reference
                 configs = {c: f for c, f in configs.items()
-                           if c in keep or c == "slim int8 B" or c.startswith("slim int8 res=")}
+                           if c in keep or c == "slim int8 B" or
+                           c.startswith(("slim int8 res=", "slim int8 sp="))}
             times = {c: [] for c in configs}
             rss = {c: 0.0 for c in configs}
             outs = {}

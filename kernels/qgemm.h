@@ -96,6 +96,15 @@ typedef struct slim_qgemm_args {
     const int64_t *outl_idx;  /* [n_outl], each in [0, k) */
     const int8_t *outl_q;     /* n_outl rows of n codes */
     const float *outl_scale;  /* [n] */
+    /* Sparse float32 entries taken out of the int8 weight (quant/int8.c:
+     * each channel's largest, whose size would set its int8 step), their
+     * codes in packed 0: y[i][j] += sum_t x[i][sp_idx[t][j]] * sp_val[t][j]
+     * (a chain of fused multiply-adds in t order from 0, added to y after
+     * the outlier channels), per row, before the activation. n_sp entries
+     * per channel (pad entries have value 0); 0: none (slim_qgemm only). */
+    int64_t n_sp;
+    const int32_t *sp_idx;    /* n_sp rows of n indices, each in [0, k) */
+    const float *sp_val;      /* n_sp rows of n values */
 } slim_qgemm_args;
 
 /* Bytes of scratch slim_qgemm needs for m rows of k. */

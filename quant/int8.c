@@ -143,16 +143,28 @@ static bool use_mse_scales(void)
  * q (n x k) and returns the tensor through *scale. */
 static slim_status quantize_scales(const float *w, int64_t n, int64_t k, int64_t sk, int64_t sj,
                                    const bool *skip, float alpha, bool mse, int8_t *q,
-                                   slim_tensor *scale, double *e2, double *w2, slim_err *err)
+                                   slim_tensor *scale, int64_t nsp, int32_t *sp_idx,
+                                   float *sp_val, double *e2, double *w2, slim_err *err)
 {
     float *ss = malloc(sizeof(float) * (size_t)(n > 0 ? n : 1));
-    float *c = mse ? malloc(sizeof(float) * (size_t)(k > 0 ? k : 1)) : NULL;
-    if (!ss || (mse && !c)) {
+    bool gather = mse || nsp > 0;
+    float *c = gather ? malloc(sizeof(float) * (size_t)(k > 0 ? k : 1)) : NULL;
+    if (!ss || (gather && !c)) {
         free(ss);
         free(c);
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
     }
     for (int64_t j = 0; j < n; j++) {
+        if (nsp > 0) {
+            /* The sparse entries first: the scale is the rest's. */
+            for (int64_t t = 0; t < k; t++)
+                c[t] = skip && skip[t] ? 0.0f : w[j * sj + t * sk];
+            slim__int8_take_largest(c, k, nsp, sp_idx + j, sp_val + j, n);
+            ss[j] = channel_scale(c, k, 1, NULL);
+            if (mse && ss[j] != 1.0f)
+                ss[j] = mse_scale(c, k, ss[j]);
+            continue;
+        }
         ss[j] = channel_scale(w + j * sj, k, sk, skip);
         if (mse && ss[j] != 1.0f) {
             /* The channel gathered once (its stride is n when W is K x N);
@@ -162,13 +174,13 @@ static slim_status quantize_scales(const float *w, int64_t n, int64_t k, int64_t
             ss[j] = mse_scale(c, k, ss[j]);
         }
     }
-    free(c);
     bool half = alpha > 0 && isfinite(alpha);
     for (int64_t j = 0; j < n && half; j++)
         half = half_up(ss[j] * alpha) != 0;
     slim_status st = slim_rewrite_alloc_tensor(scale, half ? SLIM_F16 : SLIM_F32, 1, n, 0, err);
     if (st) {
         free(ss);
+        free(c);
         return st;
     }
     for (int64_t j = 0; j < n; j++) {
@@ -180,9 +192,19 @@ static slim_status quantize_scales(const float *w, int64_t n, int64_t k, int64_t
         } else {
             ((float *)scale->data)[j] = s * alpha;
         }
-        quantize_with(w + j * sj, k, sk, skip, s, q + j * k, e2, w2);
+        if (nsp > 0) {
+            slim__int8_gather_main(w + j * sj, k, sk, skip, nsp, sp_idx + j, sp_val + j, n, c,
+                                   w2);
+            quantize_with(c, k, 1, NULL, s, q + j * k, e2, w2);
+        } else {
+            quantize_with(w + j * sj, k, sk, skip, s, q + j * k, e2, w2);
+        }
     }
+    /* The values as the kernel adds them: times Gemm's alpha, as the scales. */
+    for (int64_t e = 0; e < nsp * n; e++)
+        sp_val[e] *= alpha;
     free(ss);
+    free(c);
     return SLIM_OK;
 }
 
@@ -241,9 +263,9 @@ static float scale_at(const slim_tensor *scale, int64_t j)
 static slim_status quantize_residual(const float *w, const slim_rewrite_linear *l, int64_t sk,
                                      int64_t sj, const slim_tensor *scale, const int8_t *q,
                                      const slim_tensor *oidx, const slim_tensor *ow,
-                                     const slim_tensor *os, slim_tensor *packed,
-                                     slim_tensor *rscale, slim_tensor *colsum, double *e2,
-                                     slim_err *err)
+                                     const slim_tensor *os, const slim_tensor *si,
+                                     slim_tensor *packed, slim_tensor *rscale,
+                                     slim_tensor *colsum, double *e2, slim_err *err)
 {
     int64_t n = l->n, k = l->k;
     slim_status st = slim_rewrite_alloc_tensor(packed, SLIM_I8, 2, slim_qgemm_n16(n),
@@ -277,6 +299,9 @@ static slim_status quantize_residual(const float *w, const slim_rewrite_linear *
             r[t] = pos[t] < 0 ? v - (float)q[j * k + t] * s
                               : v - (float)((const int8_t *)ow->data)[pos[t] * n + j] * so;
         }
+        /* The sparse entries are exact: nothing left of them. */
+        for (int64_t t = 0; si->data && t < si->dims[0]; t++)
+            r[((const int32_t *)si->data)[t * n + j]] = 0.0f;
         double r2 = 0;
         float s2 = slim__int8_quantize_channel(r, k, 1, NULL, rq + j * k, e2, &r2);
         ((float *)rscale->data)[j] = s2 * l->alpha;
@@ -413,7 +438,8 @@ static double measure_linear(const pass *p, const linear *l, const slim_tensor *
                              const float *bias, bool relu, const slim_tensor *oidx,
                              const slim_tensor *ow, const slim_tensor *os,
                              const slim_tensor *rw, const slim_tensor *rs,
-                             const slim_tensor *rc)
+                             const slim_tensor *rc, const slim_tensor *si,
+                             const slim_tensor *sv)
 {
     const slim_tensor *x = slim_int8_sample(p->opts ? p->opts->samples : NULL,
                                             p->rw.g->values[l->x].name);
@@ -445,7 +471,8 @@ static double measure_linear(const pass *p, const linear *l, const slim_tensor *
         .colsum = colsum->data, .w_scale = w_scale, .bias = bias,
         .act = relu ? SLIM_QGEMM_ACT_RELU : SLIM_QGEMM_ACT_NONE, .y = y8, .ldy = n,
         .n_outl = oidx->data ? oidx->dims[0] : 0, .outl_idx = oidx->data, .outl_q = ow->data,
-        .outl_scale = os->data,
+        .outl_scale = os->data, .n_sp = si->data ? si->dims[0] : 0, .sp_idx = si->data,
+        .sp_val = sv->data,
     };
     if (rw->data)
         slim_qgemm_res(&a, rw->data, rc->data, rs->data, scratch);
@@ -470,7 +497,7 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
 {
     slim_graph *g = p->rw.g;
     slim_tensor wq = {0}, packed = {0}, scale = {0}, colsum = {0}, bias = {0}, oidx = {0},
-                ow = {0}, os = {0}, rw = {0}, rs = {0}, rc = {0};
+                ow = {0}, os = {0}, rw = {0}, rs = {0}, rc = {0}, si = {0}, sv = {0};
     bool *skip = NULL;
     slim_status st = slim_rewrite_alloc_tensor(&wq, SLIM_I8, 2, l->n, l->k, err);
     if (!st)
@@ -515,12 +542,16 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
         st = slim_errf(err, SLIM_ENOMEM, "out of memory");
     if (st)
         goto fail;
-    st = quantize_scales(w, l->n, l->k, sk, sj, skip, l->alpha, use_mse_scales(), wq.data,
-                         &scale, &e2, &w2, err);
+    int64_t nsp = slim__int8_sparse_count(l->k);
+    if (nsp > 0 && !(st = slim_rewrite_alloc_tensor(&si, SLIM_I32, 2, nsp, l->n, err)))
+        st = slim_rewrite_alloc_tensor(&sv, SLIM_F32, 2, nsp, l->n, err);
+    if (!st)
+        st = quantize_scales(w, l->n, l->k, sk, sj, skip, l->alpha, use_mse_scales(), wq.data,
+                             &scale, nsp, si.data, sv.data, &e2, &w2, err);
     if (!st && use_residual(l, merged_parts(p, id))) {
         e2 = 0; /* what the two weights leave */
-        st = quantize_residual(w, l, sk, sj, &scale, wq.data, &oidx, &ow, &os, &rw, &rs, &rc,
-                               &e2, err);
+        st = quantize_residual(w, l, sk, sj, &scale, wq.data, &oidx, &ow, &os, &si, &rw, &rs,
+                               &rc, &e2, err);
     }
     if (st)
         goto fail;
@@ -537,7 +568,7 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
         goto fail;
     slim_node *r = slim_rewrite_sole_reader(&p->rw, add >= 0 ? g->nodes[add].out[0] : out, "Relu");
     layer->error = measure_linear(p, l, &packed, &scale, &colsum, bias.data, r != NULL, &oidx,
-                                  &ow, &os, &rw, &rs, &rc);
+                                  &ow, &os, &rw, &rs, &rc, &si, &sv);
     if (slim__int8_over_budget(p, layer->error)) {
         layer->why = "over max_error";
         goto fail; /* st is SLIM_OK: the layer stays float32 */
@@ -556,12 +587,13 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
                          slim_tensor_nbytes(&colsum) + slim_tensor_nbytes(&bias) +
                          slim_tensor_nbytes(&oidx) + slim_tensor_nbytes(&ow) +
                          slim_tensor_nbytes(&os) + slim_tensor_nbytes(&rw) +
-                         slim_tensor_nbytes(&rs) + slim_tensor_nbytes(&rc);
+                         slim_tensor_nbytes(&rs) + slim_tensor_nbytes(&rc) +
+                         slim_tensor_nbytes(&si) + slim_tensor_nbytes(&sv);
     layer->n_outliers = oidx.data ? (int)oidx.dims[0] : 0;
     char base[300];
     snprintf(base, sizeof(base), "%s", g->nodes[id].name);
-    int in[11] = {l->x, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
-    int n_in = rw.data ? 11 : oidx.data ? 8 : bias.data ? 5 : 4;
+    int in[13] = {l->x, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1};
+    int n_in = si.data ? 13 : rw.data ? 11 : oidx.data ? 8 : bias.data ? 5 : 4;
     if ((in[1] = slim_graph_add_initializer(g, base, ".int8_weight", &packed, err)) < 0 ||
         (in[2] = slim_graph_add_initializer(g, base, ".int8_scale", &scale, err)) < 0 ||
         (in[3] = slim_graph_add_initializer(g, base, ".int8_colsum", &colsum, err)) < 0 ||
@@ -573,7 +605,10 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
         (rw.data &&
          ((in[8] = slim_graph_add_initializer(g, base, ".int8_residual_weight", &rw, err)) < 0 ||
           (in[9] = slim_graph_add_initializer(g, base, ".int8_residual_scale", &rs, err)) < 0 ||
-          (in[10] = slim_graph_add_initializer(g, base, ".int8_residual_colsum", &rc, err)) < 0))) {
+          (in[10] = slim_graph_add_initializer(g, base, ".int8_residual_colsum", &rc, err)) < 0)) ||
+        (si.data &&
+         ((in[11] = slim_graph_add_initializer(g, base, ".int8_sparse_index", &si, err)) < 0 ||
+          (in[12] = slim_graph_add_initializer(g, base, ".int8_sparse_value", &sv, err)) < 0))) {
         st = SLIM_ENOMEM;
         goto fail;
     }
@@ -581,6 +616,8 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
                                     p->rw.what, err);
 fail:
     free(skip);
+    slim_tensor_release(&si);
+    slim_tensor_release(&sv);
     slim_tensor_release(&rw);
     slim_tensor_release(&rs);
     slim_tensor_release(&rc);
@@ -604,7 +641,8 @@ static slim_status quantize_gather(pass *p, int id, slim_int8_layer *layer, slim
     double e2 = 0, w2 = 0;
     slim_status st = slim_rewrite_alloc_tensor(&q, SLIM_I8, 2, rows, d, err);
     if (!st)
-        st = quantize_scales(t->data, rows, d, 1, d, NULL, 1.0f, false, q.data, &scale, &e2, &w2, err);
+        st = quantize_scales(t->data, rows, d, 1, d, NULL, 1.0f, false, q.data, &scale, 0, NULL,
+                             NULL, &e2, &w2, err);
     if (st) {
         slim_tensor_release(&q);
         return st;
@@ -740,10 +778,11 @@ slim_status slim_quant_int8(slim_graph *g, const slim_int8_opts *opts, slim_int8
         if (st)
             return st;
     }
-    /* New values are added as layers are quantized: room for 10 per node
-     * (7, and a second weight's codes, scales and column sums). */
+    /* New values are added as layers are quantized: room for 12 per node
+     * (7, a second weight's codes, scales and column sums, the sparse
+     * entries' indices and values). */
     pass p = {.rep = rep, .opts = opts};
-    slim_status st = slim_rewrite_init(&p.rw, g, 10, "quantizing to int8", err);
+    slim_status st = slim_rewrite_init(&p.rw, g, 12, "quantizing to int8", err);
     if (!st)
         st = slim_rewrite_finish(&p.rw, run_pass(&p, opts, err));
     if (rep == &local)

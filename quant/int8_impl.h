@@ -35,4 +35,16 @@ slim_status slim__int8_quantize_conv(slim__int8_pass *p, int id, slim_int8_layer
  * (input 6, input 5). Adds the layer to the report. */
 slim_status slim__int8_quantize_sparse(slim__int8_pass *p, int id, slim_err *err);
 
+/* Sparse float32 entries (int8_entries.c): how many per channel of k
+ * inputs (SLIM_INT8_SPARSE); the nsp largest of channel c (k floats) to
+ * idx[t * ld] and val[t * ld], 0 left in c; channel w (stride sk; skip:
+ * outlier rows) gathered into c with outlier rows and its entries 0, their
+ * squared norm added to *w2. */
+int64_t slim__int8_sparse_count(int64_t k);
+void slim__int8_take_largest(float *c, int64_t k, int64_t nsp, int32_t *idx, float *val,
+                             int64_t ld);
+void slim__int8_gather_main(const float *w, int64_t k, int64_t sk, const bool *skip, int64_t nsp,
+                            const int32_t *idx, const float *val, int64_t ld, float *c,
+                            double *w2);
+
 #endif

@@ -13,7 +13,7 @@
 static const slim_op_schema internal_schemas[] = {
     {"MemcpyToDevice", 1, 1, 1, 1, 1, "S", "S", ""},
     {"MemcpyToHost", 1, 1, 1, 1, 1, "S", "S", ""},
-    {"MatMulInt8", 1, 4, 11, 1, 1, "SSSSOOOOOOO", "S", "!K=i activation=s"},
+    {"MatMulInt8", 1, 4, 13, 1, 1, "SSSSOOOOOOOOO", "S", "!K=i activation=s"},
     {"ConvInt8", 1, 4, 6, 1, 1, "SSSSOO", "S",
      "!kernel_shape=I strides=I dilations=I pads=I group=i auto_pad=s activation=s "
      "nhwc_input=i nhwc_output=i nhwc_residual=i clip_min=f clip_max=f weight_layout=s"},

@@ -16,6 +16,7 @@
  * is the tests' oracle.
  */
 #include "qconv_impl.h"
+#include "qgemm_impl.h"
 
 #include "kernel.h"
 
@@ -44,25 +45,6 @@ typedef struct {
     slim_qgemm_isa isa;      /* the loops of this path */
 } qimage_job;
 
-/* The C loops: min / max written as the vector instructions compute them
- * (v < lo ? v : lo), so both paths pick the same zero's sign. */
-static void minmax_c(const float *x, int64_t n, float *lo, float *hi, unsigned *bad)
-{
-    float l = 0.0f, h = 0.0f;
-    unsigned b = 0;
-    for (int64_t i = 0; i < n; i++) {
-        float v = x[i];
-        uint32_t u;
-        memcpy(&u, &v, sizeof(u));
-        b |= (u & 0x7f800000u) == 0x7f800000u;
-        l = v < l ? v : l;
-        h = v > h ? v : h;
-    }
-    *lo = l;
-    *hi = h;
-    *bad = b;
-}
-
 /* round(x * inv) + zp in [0, 255], the product rounded half to even as
  * cvtps2dq does. nearbyintf (a libm call here) rather than adding 1.5 *
  * 2^23: a build allowed FMA would contract that into one rounding. */
@@ -75,44 +57,6 @@ static void codes_c(const float *x, int64_t n, float inv, int32_t zp, uint8_t *q
 }
 
 #ifdef QI_X86
-QI_AVX512
-static void minmax_avx512(const float *x, int64_t n, float *lo, float *hi, unsigned *bad)
-{
-    __m512 l0 = _mm512_setzero_ps(), h0 = l0, l1 = l0, h1 = l0;
-    __mmask16 b = 0;
-    int64_t i = 0;
-    for (; i + 32 <= n; i += 32) {
-        __m512 v0 = _mm512_loadu_ps(x + i), v1 = _mm512_loadu_ps(x + i + 16);
-        b |= _mm512_fpclass_ps_mask(v0, 0x99) | _mm512_fpclass_ps_mask(v1, 0x99);
-        l0 = _mm512_min_ps(v0, l0);
-        h0 = _mm512_max_ps(v0, h0);
-        l1 = _mm512_min_ps(v1, l1);
-        h1 = _mm512_max_ps(v1, h1);
-    }
-    for (; i < n; i += 16) {
-        __mmask16 mk = n - i >= 16 ? 0xFFFF : (__mmask16)((1u << (n - i)) - 1);
-        __m512 v = _mm512_maskz_loadu_ps(mk, x + i);
-        b |= _mm512_fpclass_ps_mask(v, 0x99);
-        l0 = _mm512_min_ps(v, l0);
-        h0 = _mm512_max_ps(v, h0);
-    }
-    /* Lanes reduced in the C loop's comparison form: only the values
-     * matter (a -0 against +0 gives the same scale and zero point). */
-    float ls[32], hs[32];
-    _mm512_storeu_ps(ls, l0);
-    _mm512_storeu_ps(ls + 16, l1);
-    _mm512_storeu_ps(hs, h0);
-    _mm512_storeu_ps(hs + 16, h1);
-    float l = 0.0f, h = 0.0f;
-    for (int k = 0; k < 32; k++) {
-        l = ls[k] < l ? ls[k] : l;
-        h = hs[k] > h ? hs[k] : h;
-    }
-    *lo = l;
-    *hi = h;
-    *bad = b != 0;
-}
-
 QI_AVX512
 static void codes_avx512(const float *x, int64_t n, float inv, int32_t zp, uint8_t *q)
 {
@@ -149,13 +93,7 @@ static void minmax_part(int64_t begin, int64_t end, void *user)
     qimage_job *j = user;
     for (int64_t t = begin; t < end; t++) {
         int64_t i0 = t * j->step, len = j->n - i0 < j->step ? j->n - i0 : j->step;
-#ifdef QI_X86
-        if (j->isa == SLIM_QGEMM_AVX512VNNI) {
-            minmax_avx512(j->x + i0, len, &j->lo[t], &j->hi[t], &j->bad[t]);
-            continue;
-        }
-#endif
-        minmax_c(j->x + i0, len, &j->lo[t], &j->hi[t], &j->bad[t]);
+        slim__f32_range(j->isa, j->x + i0, len, &j->lo[t], &j->hi[t], &j->bad[t]);
     }
 }
 

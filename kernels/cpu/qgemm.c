@@ -121,6 +121,16 @@ typedef struct {
     /* The outlier channels' activations, gathered per row while it is
      * quantized (m rows of a->n_outl floats), or NULL: then read from x. */
     const float *xo;
+    /* The rows' transpose for the sparse entries (qgemm_sparse.c), chunk c
+     * at xt + c * xt_chunk, or NULL; sparse says whether there are any
+     * (the VNNI path, float output). */
+    const float *xt;
+    int64_t xt_chunk;
+    bool sparse;
+    /* The sums with the chunk's quantization (at least 2 chunks a thread)
+     * rather than per product task (few chunks: one thread would make
+     * them all while the others wait). */
+    bool sums_early;
 } qgemm_job;
 
 /* The epilogue's Gelu: kernels/cpu/gelu_poly.h's polynomial, whose AVX-512
@@ -187,6 +197,17 @@ static inline __m512 act_avx512(__m512 y, slim_qgemm_act act)
     if (act == SLIM_QGEMM_ACT_RELU)
         return _mm512_max_ps(y, _mm512_setzero_ps());
     return act == SLIM_QGEMM_ACT_GELU ? slim_gelu_poly16(y) : y;
+}
+
+/* The sparse entries' part of the epilogue: ys[i] + the sums
+ * slim__qgemm_sparse_sums left in y (y + acc, slim__qgemm_sparse_rows_c's
+ * last step). */
+AVX512_TARGET __attribute__((always_inline))
+static inline void sparse_add(const slim_qgemm_args *a, int mr, int64_t r, int64_t c,
+                              __mmask16 mk, __m512 *ys)
+{
+    for (int i = 0; i < mr; i++)
+        ys[i] = _mm512_add_ps(ys[i], _mm512_maskz_loadu_ps(mk, a->y + (r + i) * a->ldy + c));
 }
 
 /* The epilogue of mr rows x nv vectors of int32 sums (accs[i * 64 + v *
@@ -258,6 +279,8 @@ static inline void vnni_epilogue(const qgemm_job *j, int mr, int nv, int64_t r, 
                                        _mm512_mul_ps(_mm512_set1_ps(j->sx[r + i]), sw), bias);
             ys[i] = outl ? _mm512_fmadd_ps(oacc[i], osc, y) : y;
         }
+        if (a->n_sp > 0)
+            sparse_add(a, mr, r, c, mk, ys);
         /* The activation two rows at a time: Gelu is a chain of ~16
          * dependent operations, and two side by side fill the pipes. */
         int i = 0;
@@ -506,6 +529,7 @@ typedef struct {
     int32_t *zx;
     _Atomic int *ready;       /* per chunk, when quantizing; else NULL */
     float *xo;                /* writable view of j.xo */
+    float *xt;                /* writable view of j.xt */
     slim__qgemm_rows_fn quantize; /* j.isa's, chosen once per call */
     atomic_llong next;
     int64_t n_tasks;
@@ -526,6 +550,13 @@ static void run_task(qgemm_run *q, int64_t t)
             for (int64_t r = r0; q->xo && r < r1; r++)
                 for (int64_t o = 0; o < a->n_outl; o++)
                     q->xo[r * a->n_outl + o] = a->x[r * a->ldx + a->outl_idx[o]];
+            if (j->xt)
+                slim__qgemm_sparse_transpose(a, r0, r1, q->xt + t * j->xt_chunk);
+            /* Many chunks: the sums here, while the transpose is in cache
+             * (the tasks still spread over the threads). */
+            if (j->sparse && j->sums_early)
+                slim__qgemm_sparse_sums(a, j->xt ? j->xt + t * j->xt_chunk : NULL, r0, r1, 0,
+                                        a->n);
             atomic_store_explicit(&q->ready[t], 1, memory_order_release);
             return;
         }
@@ -548,6 +579,11 @@ static void run_task(qgemm_run *q, int64_t t)
     int64_t r0 = c * rc, r1 = r0 + rc < j->a->m ? r0 + rc : j->a->m;
 #ifdef QGEMM_X86
     if (j->isa == SLIM_QGEMM_AVX512VNNI) {
+        if (j->sparse && !j->sums_early) {
+            int64_t c0 = p * SLIM_QGEMM_PANEL, w = slim__qgemm_panel_width(j->n16, p);
+            int64_t c1 = c0 + w < j->a->n ? c0 + w : j->a->n;
+            slim__qgemm_sparse_sums(j->a, j->xt ? j->xt + c * j->xt_chunk : NULL, r0, r1, c0, c1);
+        }
         bool tiles = j->amx && r1 - r0 >= 16 && slim__qgemm_panel_width(j->n16, p) == SLIM_QGEMM_PANEL;
         if (tiles)
             slim__qgemm_amx_begin();
@@ -633,6 +669,16 @@ static void run_panels(const slim_qgemm_args *a, void *scratch, const uint8_t *q
             q.xo = (float *)((char *)q.ready + flags_bytes(a->m));
             j->xo = q.xo;
         }
+        if (a->n_sp > 0 && a->y && j->isa == SLIM_QGEMM_AVX512VNNI) {
+            j->sparse = true;
+            j->xt_chunk = (int64_t)slim__qgemm_sparse_xt_floats(1, j->rows_per_chunk, a->k);
+            /* raw: the call's transposed rows (x's size), freed at its end;
+             * without them the sums are made per element */
+            q.xt = aligned_alloc(64, slim__qgemm_sparse_xt_floats(j->chunks, j->rows_per_chunk,
+                                                                 a->k) * sizeof(float));
+            j->xt = q.xt;
+            j->sums_early = j->chunks >= 2 * slim_num_threads();
+        }
         q.n_tasks += j->chunks;
         q.quantize = slim__qgemm_quantizer(j->isa);
         j->qx = q.qx;
@@ -650,6 +696,7 @@ static void run_panels(const slim_qgemm_args *a, void *scratch, const uint8_t *q
         qgemm_worker(0, 1, &q);
     else
         slim_parallel_for(slim_num_threads(), 1, qgemm_worker, &q);
+    free(q.xt);
 }
 
 /* The side product of the outlier channels, row by row (so that a row's
@@ -715,11 +762,14 @@ static void outlier_part(int64_t begin, int64_t end, void *user)
         int64_t r = t * 4;
         int nr = a->m - r < 4 ? (int)(a->m - r) : 4;
 #ifdef QGEMM_X86
-        if (isa == SLIM_QGEMM_AVX2)
+        if (a->n_outl > 0 && isa == SLIM_QGEMM_AVX2)
             outlier_rows_avx2(a, r, nr);
         else
 #endif
+        if (a->n_outl > 0)
             outlier_rows_c(a, r, nr);
+        if (a->n_sp > 0)
+            slim__qgemm_sparse_rows_c(a, r, nr);
         if (a->act != SLIM_QGEMM_ACT_NONE)
             for (int i = 0; i < nr; i++) {
                 float *y = a->y + (r + i) * a->ldy;
@@ -734,16 +784,16 @@ void slim_qgemm(const slim_qgemm_args *a, void *scratch)
 {
     if (a->m <= 0 || a->n <= 0)
         return;
-    /* The VNNI epilogue adds the outlier channels itself. */
-    if (a->n_outl <= 0 || slim_qgemm_get_isa() == SLIM_QGEMM_AVX512VNNI) {
+    /* The VNNI epilogue adds the outlier channels and sparse entries itself. */
+    if ((a->n_outl <= 0 && a->n_sp <= 0) || slim_qgemm_get_isa() == SLIM_QGEMM_AVX512VNNI) {
         run_panels(a, scratch, NULL, NULL);
         return;
     }
     slim_qgemm_args b = *a;
-    b.act = SLIM_QGEMM_ACT_NONE; /* after the side product */
+    b.act = SLIM_QGEMM_ACT_NONE; /* after the side products */
     run_panels(&b, scratch, NULL, NULL);
-    slim_parallel_for((a->m + 3) / 4, 1 + 16384 / (4 * a->n * a->n_outl + 1), outlier_part,
-                      (void *)a);
+    int64_t side = 4 * a->n * ((a->n_outl > 0 ? a->n_outl : 0) + (a->n_sp > 0 ? a->n_sp : 0));
+    slim_parallel_for((a->m + 3) / 4, 1 + 16384 / (side + 1), outlier_part, (void *)a);
 }
 
 void slim_qgemm_u8(const slim_qgemm_args *a, const uint8_t *qx, const int32_t *zx)
@@ -751,6 +801,7 @@ void slim_qgemm_u8(const slim_qgemm_args *a, const uint8_t *qx, const int32_t *z
     if (a->m > 0 && a->n > 0) {
         slim_qgemm_args b = *a;
         b.n_outl = 0; /* y_i32 has no float epilogue to add them to */
+        b.n_sp = 0;
         run_panels(&b, NULL, qx, zx);
     }
 }

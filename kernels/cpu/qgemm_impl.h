@@ -29,6 +29,26 @@ static inline int64_t slim__qgemm_panel_width(int64_t n16, int64_t p)
 typedef void (*slim__qgemm_rows_fn)(const float *x, int64_t ldx, int64_t rows, int64_t k,
                                     uint8_t *q, int64_t ldq, float *scale, int32_t *zp);
 
+/* The range of n floats with 0 (*lo <= 0 <= *hi; min and max, so exact
+ * whatever the order) and *bad 1 when any is NaN or infinite (then lo and
+ * hi say nothing), with path isa's loops (qgemm_quant.c; the per-image
+ * quantization of convolutions uses it too). */
+void slim__f32_range(slim_qgemm_isa isa, const float *x, int64_t n, float *lo, float *hi,
+                     unsigned *bad);
+
+/* The sparse float32 entries (qgemm_sparse.c). The VNNI path: rows
+ * [r0, r1) of a chunk transposed into xt (16-row groups; a chunk takes
+ * slim__qgemm_sparse_xt_floats(1, rows_per_chunk, k) floats, 64-byte
+ * aligned) while the chunk is quantized, then per product task the sums
+ * of channels [c0, c1) written to y for the epilogue to add (xt NULL: per
+ * element, the same bits). The portable paths: a pass adding them to y
+ * for rows [r, r + nr). */
+size_t slim__qgemm_sparse_xt_floats(int64_t chunks, int64_t rows_per_chunk, int64_t k);
+void slim__qgemm_sparse_transpose(const slim_qgemm_args *a, int64_t r0, int64_t r1, float *xt);
+void slim__qgemm_sparse_sums(const slim_qgemm_args *a, const float *xt, int64_t r0, int64_t r1,
+                             int64_t c0, int64_t c1);
+void slim__qgemm_sparse_rows_c(const slim_qgemm_args *a, int64_t r, int nr);
+
 /* The rows quantizer of a path (qgemm_quant.c). */
 slim__qgemm_rows_fn slim__qgemm_quantizer(slim_qgemm_isa isa);
 

@@ -79,6 +79,42 @@ static inline void minmax_reduce(__m512 lo, __m512 hi, float *mn, float *mx)
     *mn = -_mm512_cvtss_f32(_mm512_shuffle_f32x4(m, m, 0xEE));
 }
 
+/* The range of n floats with 0 (min <= 0 <= max) into *mn and *mx, and
+ * whether any is NaN or infinite (fpclass: QNaN, +Inf, -Inf, SNaN): 1 or
+ * 0. min and max are exact, so the order of the lanes cannot matter (a
+ * zero's sign may, and the scales made from the range are the same). */
+AVX512_TARGET __attribute__((always_inline))
+static inline unsigned range_avx512(const float *x, int64_t n, float *mn, float *mx)
+{
+    const __m512 zero = _mm512_setzero_ps();
+    __m512 lo0 = zero, lo1 = zero, hi0 = zero, hi1 = zero;
+    __mmask16 b = 0;
+    int64_t c = 0;
+    for (; c + 32 <= n; c += 32) {
+        __m512 v0 = _mm512_loadu_ps(x + c), v1 = _mm512_loadu_ps(x + c + 16);
+        b |= _mm512_fpclass_ps_mask(v0, 0x99) | _mm512_fpclass_ps_mask(v1, 0x99);
+        lo0 = _mm512_min_ps(lo0, v0);
+        hi0 = _mm512_max_ps(hi0, v0);
+        lo1 = _mm512_min_ps(lo1, v1);
+        hi1 = _mm512_max_ps(hi1, v1);
+    }
+    for (; c < n; c += 16) {
+        __mmask16 mk = n - c >= 16 ? 0xFFFF : (__mmask16)((1u << (n - c)) - 1);
+        __m512 v = _mm512_maskz_loadu_ps(mk, x + c);
+        b |= _mm512_fpclass_ps_mask(v, 0x99);
+        lo0 = _mm512_min_ps(lo0, v);
+        hi0 = _mm512_max_ps(hi0, v);
+    }
+    minmax_reduce(_mm512_min_ps(lo0, lo1), _mm512_max_ps(hi0, hi1), mn, mx);
+    return b != 0;
+}
+
+AVX512_TARGET __attribute__((noinline))
+static unsigned range_avx512_call(const float *x, int64_t n, float *mn, float *mx)
+{
+    return range_avx512(x, n, mn, mx);
+}
+
 /* Rows a block at a time in three passes -- every row's range, then every
  * row's scale and zero point, then every row's bytes -- so that the
  * out-of-order core overlaps one row's reductions and divisions with the
@@ -93,37 +129,12 @@ static void quantize_rows_avx512(const float *x, int64_t ldx, int64_t rows, int6
                                  int64_t ldq, float *scale, int32_t *zp)
 {
     int64_t k4 = slim_qgemm_k4(k);
-    const __m512 zero = _mm512_setzero_ps();
     for (int64_t r0 = 0; r0 < rows; r0 += QROWS) {
         int n = rows - r0 < QROWS ? (int)(rows - r0) : QROWS;
         float mn[QROWS], mx[QROWS], inv[QROWS];
         unsigned bad = 0;
-        for (int i = 0; i < n; i++) {
-            const float *xr = x + (r0 + i) * ldx;
-            __m512 lo0 = zero, lo1 = zero, hi0 = zero, hi1 = zero;
-            /* NaN or an infinity anywhere (fpclass: QNaN, +Inf, -Inf, SNaN). */
-            __mmask16 b = 0;
-            int64_t c = 0;
-            for (; c + 32 <= k; c += 32) {
-                __m512 v0 = _mm512_loadu_ps(xr + c), v1 = _mm512_loadu_ps(xr + c + 16);
-                b |= _mm512_fpclass_ps_mask(v0, 0x99) | _mm512_fpclass_ps_mask(v1, 0x99);
-                lo0 = _mm512_min_ps(lo0, v0);
-                hi0 = _mm512_max_ps(hi0, v0);
-                lo1 = _mm512_min_ps(lo1, v1);
-                hi1 = _mm512_max_ps(hi1, v1);
-            }
-            for (; c < k; c += 16) {
-                __mmask16 mk = k - c >= 16 ? 0xFFFF : (__mmask16)((1u << (k - c)) - 1);
-                __m512 v = _mm512_maskz_loadu_ps(mk, xr + c);
-                b |= _mm512_fpclass_ps_mask(v, 0x99);
-                lo0 = _mm512_min_ps(lo0, v);
-                hi0 = _mm512_max_ps(hi0, v);
-            }
-            /* min and max are exact: the order of the lanes cannot matter
-             * (a zero's sign may, and row_params gives both the same). */
-            minmax_reduce(_mm512_min_ps(lo0, lo1), _mm512_max_ps(hi0, hi1), &mn[i], &mx[i]);
-            bad |= (b != 0) << i;
-        }
+        for (int i = 0; i < n; i++)
+            bad |= range_avx512(x + (r0 + i) * ldx, k, &mn[i], &mx[i]) << i;
         for (int i = 0; i < n; i++) {
             if (bad >> i & 1) {
                 scale[r0 + i] = NAN;
@@ -281,3 +292,31 @@ void slim_qgemm_quantize_rows(const float *x, int64_t ldx, int64_t rows, int64_t
     quantize_rows_c(x, ldx, rows, k, q, k4, scale, zero_point);
 }
 
+/* The range of n floats with 0, and whether any is NaN or infinite (see
+ * qgemm_impl.h): the row quantizer's reduction, shared with the per-image
+ * quantization of convolutions (qconv_image.c). The C loop writes min and
+ * max as the vector instructions compute them (v < lo ? v : lo). */
+void slim__f32_range(slim_qgemm_isa isa, const float *x, int64_t n, float *lo, float *hi,
+                     unsigned *bad)
+{
+#ifdef QGEMM_X86
+    if (isa == SLIM_QGEMM_AVX512VNNI) {
+        *bad = range_avx512_call(x, n, lo, hi);
+        return;
+    }
+#endif
+    (void)isa;
+    float l = 0.0f, h = 0.0f;
+    unsigned b = 0;
+    for (int64_t i = 0; i < n; i++) {
+        float v = x[i];
+        uint32_t u;
+        memcpy(&u, &v, sizeof(u));
+        b |= (u & 0x7f800000u) == 0x7f800000u;
+        l = v < l ? v : l;
+        h = v > h ? v : h;
+    }
+    *lo = l;
+    *hi = h;
+    *bad = b;
+}

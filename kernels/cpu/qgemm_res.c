@@ -81,6 +81,7 @@ void slim_qgemm_res(const slim_qgemm_args *a, const int8_t *res_packed,
     res.bias = NULL;
     res.act = SLIM_QGEMM_ACT_NONE;
     res.n_outl = 0;
+    res.n_sp = 0;
     res.y = t;
     res.ldy = a->n;
     slim_qgemm(&res, scratch);

@@ -16,7 +16,10 @@
  *       residual_scale (float32 [N]) and residual_colsum (int32 [N]): a
  *       second int8 weight for W's rounding error, whose product is added
  *       before the activation (slim_qgemm_res; inputs 4-7 may then be
- *       empty).
+ *       empty). Optional inputs 11-12, sparse_index (int32 [T, N], each in
+ *       [0, K)) and sparse_value (float32 [T, N]): T float32 entries per
+ *       output channel taken out of W (their codes there 0), added before
+ *       the activation (qgemm.h; inputs 4-10 may then be empty).
  *       X is quantized per row at run time (qgemm.h), so no row's result
  *       depends on another's. "Gelu" is ONNX Gelu with approximate "none"
  *       (passes/fuse_int8_epilogue.c fuses it), in the product's epilogue.
@@ -144,6 +147,19 @@ static slim_status matmul_int8_infer(slim_op_ctx *ctx)
     if (rw && slim_tensor_nbytes(rw) != slim_qgemm_packed_bytes(n, s->k))
         return slim_errf(ctx->err, SLIM_ESHAPE, "packed residual_weight has %zu bytes, %zu "
                          "expected", slim_tensor_nbytes(rw), slim_qgemm_packed_bytes(n, s->k));
+    const slim_tensor *si = ctx->n_in > 11 ? ctx->in[11] : NULL;
+    const slim_tensor *sv = ctx->n_in > 12 ? ctx->in[12] : NULL;
+    if (!si != !sv)
+        return slim_errf(ctx->err, SLIM_EINVAL, "sparse_index and sparse_value come together");
+    if (si && ((st = slim_check_dtype(si, "sparse_index", ctx->err, SLIM_I32,
+                                      SLIM_DTYPE_UNDEFINED)) ||
+               (st = slim_check_dtype(sv, "sparse_value", ctx->err, SLIM_F32,
+                                      SLIM_DTYPE_UNDEFINED))))
+        return st;
+    if (si && (si->ndim != 2 || si->dims[1] != n || sv->ndim != 2 || sv->dims[0] != si->dims[0] ||
+               sv->dims[1] != n || si->dims[0] > s->k))
+        return slim_errf(ctx->err, SLIM_ESHAPE, "sparse_index and sparse_value must be [T, %lld] "
+                         "with T <= K", (long long)n);
     if (slim_tensor_nbytes(w) != slim_qgemm_packed_bytes(n, s->k))
         return slim_errf(ctx->err, SLIM_ESHAPE, "packed weight W has %zu bytes, %zu expected for "
                          "%lld channels of K = %lld", slim_tensor_nbytes(w),
@@ -168,6 +184,14 @@ static slim_status matmul_int8_exec(slim_op_ctx *ctx)
         if (c < 0 || c >= s->k)
             return slim_errf(ctx->err, SLIM_EINVAL, "outlier_index %lld is not in [0, K = %lld)",
                              (long long)c, (long long)s->k);
+    }
+    const slim_tensor *si = ctx->n_in > 12 ? ctx->in[11] : NULL;
+    int64_t nsp = si ? si->dims[0] : 0;
+    for (int64_t e = 0; e < nsp * n; e++) {
+        int32_t c = ((const int32_t *)si->data)[e];
+        if (c < 0 || c >= s->k)
+            return slim_errf(ctx->err, SLIM_EINVAL, "sparse_index %d is not in [0, K = %lld)",
+                             (int)c, (long long)s->k);
     }
     if (m == 0)
         return SLIM_OK;
@@ -199,6 +223,7 @@ static slim_status matmul_int8_exec(slim_op_ctx *ctx)
         .bias = bias ? bias->data : NULL, .act = s->act, .y = ctx->out[0]->data, .ldy = n,
         .n_outl = no, .outl_idx = oi ? oi->data : NULL, .outl_q = oi ? ctx->in[6]->data : NULL,
         .outl_scale = oi ? ctx->in[7]->data : NULL,
+        .n_sp = nsp, .sp_idx = si ? si->data : NULL, .sp_val = si ? ctx->in[12]->data : NULL,
     };
     if (rw)
         slim_qgemm_res(&a, rw->data, ctx->in[10]->data, ctx->in[9]->data, scratch);

@@ -1,6 +1,10 @@
-/* test_int8_res.c - the int8 product with a second weight for the first
- * one's rounding error (kernels/cpu/qgemm_res.c, MatMulInt8 inputs 8-10)
- * and the int8 pass that gives it (quant/int8.c, SLIM_INT8_RESIDUAL). */
+/* test_int8_res.c - what the int8 product adds to its weight's codes for
+ * their rounding error: a second int8 weight (kernels/cpu/qgemm_res.c,
+ * MatMulInt8 inputs 8-10, SLIM_INT8_RESIDUAL) and each channel's largest
+ * entries as sparse float32 (qgemm.c's epilogue, inputs 11-12,
+ * SLIM_INT8_SPARSE), and the int8 pass that gives them (quant/int8.c).
+ * The residual tests run with SLIM_INT8_SPARSE=0 (their layouts without
+ * the sparse entries). */
 #include "testutil.h"
 
 #include "int8.h"
@@ -320,11 +324,213 @@ START_TEST(test_bad_residual_refused)
 }
 END_TEST
 
+/* The sparse entries: y = act(product with bias and outlier channels + the
+ * chain of fused multiply-adds over the entries), the same bits on every
+ * path (40 rows: AMX tiles; N 78: a narrow panel and a channel tail
+ * too; K 300: a tail of the rows' transpose), each row alone its
+ * batch's bits; a NaN in a row reaches only that row. */
+START_TEST(test_sparse_is_added_and_rows_independent)
+{
+    enum { M = 40, N = 78, K = 300, NO = 2, T = 3 };
+    static const slim_qgemm_isa isas[] = {SLIM_QGEMM_C, SLIM_QGEMM_AVX2, SLIM_QGEMM_AVX512VNNI};
+    static const slim_qgemm_act acts[] = {SLIM_QGEMM_ACT_NONE, SLIM_QGEMM_ACT_RELU,
+                                          SLIM_QGEMM_ACT_GELU};
+    float *x = malloc(sizeof(float) * M * K);
+    for (int i = 0; i < M * K; i++)
+        x[i] = tu_rndf(&rng) * 3.0f;
+    x[17 * K + 5] = NAN; /* row 17 */
+    pw a = pack_random(N, K, 0.01f);
+    float bias[N], os[N], sv[T * N];
+    int8_t oq[NO * N];
+    int64_t oidx[NO] = {0, 299};
+    int32_t si[T * N];
+    for (int j = 0; j < N; j++) {
+        bias[j] = tu_rndf(&rng);
+        os[j] = 0.02f * fabsf(tu_rndf(&rng));
+    }
+    for (int e = 0; e < T * N; e++) {
+        si[e] = (int32_t)((e * 37 + 11) % K);
+        sv[e] = e % 7 == 0 ? 0.0f : tu_rndf(&rng); /* some padding entries */
+    }
+    fill_codes(oq, NO * N);
+    float *y = malloc(sizeof(float) * M * N), *plain = malloc(sizeof(float) * M * N);
+    float *first = malloc(sizeof(float) * M * N);
+    void *scratch;
+    ck_assert_int_eq(posix_memalign(&scratch, 64, slim_qgemm_scratch_bytes(M, K)), 0);
+    for (int ia = 0; ia < 3; ia++) {
+        bool have_first = false;
+        for (int ii = 0; ii < 3; ii++) {
+            if (!slim_qgemm_set_isa(isas[ii]))
+                continue;
+            slim_qgemm_args g = {.m = M, .n = N, .k = K, .x = x, .ldx = K, .packed = a.packed,
+                                 .colsum = a.colsum, .w_scale = a.scale, .bias = bias,
+                                 .act = acts[ia], .y = y, .ldy = N, .n_outl = NO,
+                                 .outl_idx = oidx, .outl_q = oq, .outl_scale = os,
+                                 .n_sp = T, .sp_idx = si, .sp_val = sv};
+            slim_qgemm(&g, scratch);
+            /* The definition: the product without them, then the chain. */
+            slim_qgemm_args p0 = g;
+            p0.n_sp = 0, p0.act = SLIM_QGEMM_ACT_NONE, p0.y = plain;
+            slim_qgemm(&p0, scratch);
+            int differ = 0, moved = 0;
+            for (int i = 0; i < M; i++)
+                for (int j = 0; j < N; j++) {
+                    float acc = 0.0f;
+                    for (int t = 0; t < T; t++)
+                        acc = fmaf(x[i * K + si[t * N + j]], sv[t * N + j], acc);
+                    float v = plain[i * N + j] + acc;
+                    moved += acc != 0.0f;
+                    v = acts[ia] == SLIM_QGEMM_ACT_RELU ? (v > 0 ? v : 0.0f)
+                        : acts[ia] == SLIM_QGEMM_ACT_GELU ? slim_qgemm_gelu(v) : v;
+                    differ += memcmp(&v, &y[i * N + j], sizeof(float)) != 0 &&
+                              !(isnan(v) && isnan(y[i * N + j]));
+                }
+            ck_assert_msg(differ == 0, "isa %d act %d: %d outputs differ from the definition",
+                          ii, ia, differ);
+            ck_assert_int_gt(moved, M * N / 2); /* the entries are not dropped */
+            for (int j = 0; j < N; j++) {
+                ck_assert(isnan(y[17 * N + j]) || acts[ia] == SLIM_QGEMM_ACT_RELU);
+                ck_assert(!isnan(y[16 * N + j]) && !isnan(y[18 * N + j]));
+            }
+            if (!have_first) {
+                memcpy(first, y, sizeof(float) * M * N);
+                have_first = true;
+            } else {
+                ck_assert_msg(memcmp(first, y, sizeof(float) * M * N) == 0,
+                              "isa %d differs from the C path", ii);
+            }
+            for (int i = 0; i < M; i += 13) {
+                float row[N];
+                slim_qgemm_args one = g;
+                one.m = 1, one.x = x + i * K, one.y = row;
+                slim_qgemm(&one, scratch);
+                ck_assert_msg(memcmp(row, y + i * N, sizeof(row)) == 0,
+                              "isa %d act %d: row %d alone differs", ii, ia, i);
+            }
+        }
+    }
+    slim_qgemm_set_isa(SLIM_QGEMM_AUTO);
+    free(scratch);
+    free(x), free(y), free(plain), free(first);
+    pw_free(&a);
+}
+END_TEST
+
+/* SLIM_INT8_SPARSE=V: channels of K >= 256 inputs keep ceil(K V / 1024)
+ * entries as sparse float32 (13 inputs, 8 bytes an entry counted), with a
+ * lower weight and output error than without; K < 256 keeps none; 0
+ * turns it off. With the second weight too, the entries take no part in
+ * it (the output error falls further). */
+START_TEST(test_pass_gives_sparse_entries)
+{
+    enum { M = 6 };
+    static const struct {
+        int64_t k, n;
+        const char *sp, *res;
+        int t;
+    } cases[] = {
+        {512, 48, "0", "off", 0}, {512, 48, "8", "off", 4}, {512, 48, "8", "all", 4},
+        {512, 48, "0", "all", 0}, {128, 48, "8", "off", 0},
+    };
+    double werr[5], yerr[5];
+    for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+        int64_t k = cases[c].k, n = cases[c].n;
+        setenv("SLIM_INT8_SPARSE", cases[c].sp, 1);
+        setenv("SLIM_INT8_RESIDUAL", cases[c].res, 1);
+        uint32_t xr = 99;
+        float *xv = malloc(sizeof(float) * (size_t)(M * k));
+        for (int64_t i = 0; i < M * k; i++)
+            xv[i] = tu_rndf(&xr) * 2.0f;
+        slim_tensor x = tu_f32(2, (int64_t[]){M, k}, xv);
+        free(xv);
+        slim_err err;
+        slim_tensor ref = run_graph(heavy_matmul(k, n), x, &err);
+        slim_graph *g = heavy_matmul(k, n);
+        slim_int8_report rep;
+        ck_assert_int_eq(slim_quant_int8(g, NULL, &rep, &err), SLIM_OK);
+        bool res = strcmp(cases[c].res, "all") == 0;
+        ck_assert_int_eq(g->nodes[0].n_in, cases[c].t ? 13 : res ? 11 : 8);
+        if (cases[c].t) {
+            const slim_tensor *si = &g->values[g->nodes[0].in[11]].init;
+            ck_assert_int_eq(si->dims[0], cases[c].t);
+            ck_assert_int_eq(si->dims[1], n);
+            for (int64_t e = 0; e < cases[c].t * n; e++)
+                ck_assert(((const int32_t *)si->data)[e] >= 0 &&
+                          ((const int32_t *)si->data)[e] < k);
+        }
+        size_t no = (size_t)rep.layers[0].n_outliers;
+        ck_assert_uint_ge(no, 1);
+        size_t one = slim_qgemm_packed_bytes(n, k) + (size_t)n * (4 + 2) + no * (size_t)n +
+                     4 * n + 8 * no;
+        ck_assert_uint_eq(rep.layers[0].bytes_after,
+                          one + (res ? slim_qgemm_packed_bytes(n, k) + 8 * n : 0) +
+                              8 * (size_t)cases[c].t * n);
+        werr[c] = rep.layers[0].weight_error;
+        slim_int8_report_free(&rep);
+        slim_tensor y = run_graph(g, x, &err);
+        yerr[c] = rel_err(&y, &ref);
+        slim_tensor_release(&y);
+        slim_tensor_release(&ref);
+        slim_tensor_release(&x);
+    }
+    unsetenv("SLIM_INT8_RESIDUAL");
+    setenv("SLIM_INT8_SPARSE", "0", 1);
+    ck_assert_msg(werr[1] < werr[0] / 1.5, "weight error %g -> %g", werr[0], werr[1]);
+    ck_assert_msg(yerr[1] < yerr[0] / 1.2, "output error %g -> %g", yerr[0], yerr[1]);
+    ck_assert_msg(yerr[2] < yerr[1] && yerr[2] <= yerr[3] * 1.05,
+                  "with the second weight: %g (sparse), %g (without)", yerr[2], yerr[3]);
+}
+END_TEST
+
+/* Sparse entries that do not fit are refused with a message naming them:
+ * an index outside [0, K), or a value tensor of another shape. */
+START_TEST(test_bad_sparse_refused)
+{
+    enum { K = 512, N = 32 };
+    setenv("SLIM_INT8_SPARSE", "4", 1);
+    setenv("SLIM_INT8_RESIDUAL", "off", 1);
+    float xv[2 * K];
+    for (int i = 0; i < 2 * K; i++)
+        xv[i] = tu_rndf(&rng);
+    for (int bad = 0; bad < 2; bad++) {
+        slim_graph *g = heavy_matmul(K, N);
+        slim_err err;
+        slim_int8_report rep;
+        ck_assert_int_eq(slim_quant_int8(g, NULL, &rep, &err), SLIM_OK);
+        slim_int8_report_free(&rep);
+        ck_assert_int_eq(g->nodes[0].n_in, 13);
+        if (bad)
+            ((int32_t *)g->values[g->nodes[0].in[11]].init.data)[5] = K;
+        else
+            g->values[g->nodes[0].in[12]].init.dims[1] -= 1;
+        slim_tensor x = tu_f32(2, (int64_t[]){2, K}, xv);
+        slim_model *m;
+        slim_status st = slim_model_from_graph(g, &m, &err);
+        if (st == SLIM_OK) {
+            slim_tensor *out = NULL;
+            int n_out;
+            st = slim_model_run(m, 1, (const char *[]){"x"}, &x, &out, &n_out, &err);
+            ck_assert_ptr_null(out);
+            slim_model_free(m);
+        }
+        ck_assert_int_ne(st, SLIM_OK);
+        ck_assert_msg(strstr(err.msg, "sparse_") != NULL, "message: %s", err.msg);
+        slim_tensor_release(&x);
+    }
+    setenv("SLIM_INT8_SPARSE", "0", 1);
+    unsetenv("SLIM_INT8_RESIDUAL");
+}
+END_TEST
+
 int main(void)
 {
     slim_init();
+    setenv("SLIM_INT8_SPARSE", "0", 1);
     Suite *s = suite_create("int8_res");
     TCase *tc = tcase_create("residual");
+    tcase_add_test(tc, test_sparse_is_added_and_rows_independent);
+    tcase_add_test(tc, test_pass_gives_sparse_entries);
+    tcase_add_test(tc, test_bad_sparse_refused);
     tcase_add_test(tc, test_res_is_sum_of_products_and_rows_independent);
     tcase_add_test(tc, test_pass_gives_residual_by_shape);
     tcase_add_test(tc, test_merged_qkv_counts_as_square);
