@@ -224,6 +224,11 @@ def predictions_under_load(args, root, models):
     the same second batch (it was chosen by wall time: a loaded machine
     chose batch 2 to 8 of 32 and resnet bf16's total moved 16%)."""
     rows, bad = [], []
+    # Under AddressSanitizer every run is several times slower, so the CPU
+    # budget of the measuring runs may cut the second batch short (a CI
+    # run: encoder bf16 at batch 2, busy at 1, totals -2.1%): there only the
+    # totals are held to agree.
+    same_batch = not sanitized(args.slim)
     for name in LOADED_MODELS:
         cfg, _ = models[name]
         batch = max(cfg.get("max_batch_size", 1), 1)
@@ -240,7 +245,7 @@ def predictions_under_load(args, root, models):
                 p.wait()
         diff = (loaded - quiet) / quiet * 100
         rows.append((name, batch, quiet, quiet_b, loaded, loaded_b, diff))
-        if abs(diff) > 5 or loaded_b != quiet_b:
+        if abs(diff) > 5 or (same_batch and loaded_b != quiet_b):
             bad.append(f"{name}: {quiet} measured at batch {quiet_b}, busy {loaded} at batch "
                        f"{loaded_b} ({diff:+.2f}%)")
     print(f"{'model':<18} {'batch':>5} {'predicted':>11} {'at':>3} {'busy':>11} {'at':>3} "
