@@ -75,7 +75,7 @@ def main():
     ap.add_argument("--busy", action="store_true")
     args = ap.parse_args()
     os.makedirs(args.workdir, exist_ok=True)
-    todo = models(args.workdir)
+    cases = models(args.workdir)
     spinners = []
     if args.busy:
         spinners = [subprocess.Popen([sys.executable, "-c", "while True: pass"])
@@ -84,7 +84,7 @@ def main():
     runs = {}  # (model, which) -> [(seconds, total, batch)]
     try:
         for r in range(args.rounds):
-            for name, path, precision, batch in todo:
+            for name, path, precision, batch in cases:
                 order = ["before", "after"] if r % 2 == 0 else ["after", "before"]
                 for which in order:
                     slim = args.before if which == "before" else args.after
@@ -95,7 +95,7 @@ def main():
             p.wait()
     print(f"{'model':<13} {'prec':<5} {'batch':>5} {'before s':>9} {'after s':>8} {'ratio':>6} "
           f"{'before total':>13} {'at':>6} {'after total':>12} {'at':>6}")
-    for name, _, precision, batch in todo:
+    for name, _, precision, batch in cases:
         b, a = runs[(name, "before")], runs[(name, "after")]
         tb, ta = statistics.median(x[0] for x in b), statistics.median(x[0] for x in a)
         span = lambda xs, i: (f"{min(x[i] for x in xs)}" if len({x[i] for x in xs}) == 1  # noqa
