@@ -19,15 +19,12 @@ static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 
 static uint32_t rnd(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 11);
+    return tu_xrnd(&rng_state);
 }
 
 static float rndf(void) /* in [-1, 1) */
 {
-    return (float)(rnd() % 2000001) / 1000000.0f - 1.0f;
+    return tu_xrndf(&rng_state);
 }
 
 static float bits_f(uint32_t b)
@@ -417,84 +414,6 @@ END_TEST
 
 /* ---- the pass ------------------------------------------------------------- */
 
-static void add_init(slim_graph *g, const char *name, int ndim, const int64_t *dims, float scale)
-{
-    int v = slim_graph_value(g, name);
-    int64_t n = slim_shape_numel(ndim, dims);
-    float *d = malloc(sizeof(float) * (size_t)n);
-    for (int64_t i = 0; i < n; i++)
-        d[i] = rndf() * scale;
-    g->values[v].kind = SLIM_VALUE_INITIALIZER;
-    g->values[v].init = tu_f32(ndim, dims, d);
-    free(d);
-}
-
-static void set_io(slim_graph *g, const char *in, slim_dtype dt, const char *out)
-{
-    int x = slim_graph_find_value(g, in);
-    slim_graph_add_input(g, x);
-    g->values[x].info.dtype = dt;
-    slim_graph_add_output(g, slim_graph_find_value(g, out));
-}
-
-/* x[*, 40] -> MatMul(w[40,24]) -> Add(b) -> Relu -> Gemm(transB, alpha, beta, C) -> y[*, 9] */
-static slim_graph *two_layers(void)
-{
-    slim_graph *g = slim_graph_new();
-    g->opset = 17;
-    slim_graph_add_node(g, "mm", "MatMul", "", 2, (const char *[]){"x", "w"}, 1,
-                        (const char *[]){"h"});
-    slim_graph_add_node(g, "add", "Add", "", 2, (const char *[]){"b", "h"}, 1,
-                        (const char *[]){"z"});
-    slim_graph_add_node(g, "relu", "Relu", "", 1, (const char *[]){"z"}, 1,
-                        (const char *[]){"r"});
-    int gm = slim_graph_add_node(g, "fc", "Gemm", "", 3, (const char *[]){"r", "w2", "c"}, 1,
-                                 (const char *[]){"y"});
-    for (int i = 0; i < g->n_nodes; i++)
-        g->nodes[i].opset = 17;
-    tu_attr_i(&g->nodes[gm], "transB", 1);
-    tu_attr_f(&g->nodes[gm], "alpha", 0.5f);
-    tu_attr_f(&g->nodes[gm], "beta", 2.0f);
-    rng_state = 42;
-    add_init(g, "w", 2, (int64_t[]){40, 24}, 0.3f);
-    add_init(g, "b", 1, (int64_t[]){24}, 0.1f);
-    add_init(g, "w2", 2, (int64_t[]){9, 24}, 0.3f);
-    add_init(g, "c", 2, (int64_t[]){1, 9}, 0.1f);
-    set_io(g, "x", SLIM_F32, "y");
-    return g;
-}
-
-static slim_tensor run1(slim_graph *g, const char *in_name, slim_tensor in, slim_status want,
-                        slim_err *err)
-{
-    slim_model *m;
-    ck_assert_msg(slim_model_from_graph(g, &m, err) == SLIM_OK, "%s", err->msg);
-    slim_tensor *out = NULL, y = {0};
-    int n_out;
-    slim_status st = slim_model_run(m, 1, (const char *[]){in_name}, &in, &out, &n_out, err);
-    ck_assert_msg(st == want, "status %d: %s", st, st ? err->msg : "");
-    if (!st) {
-        y = out[0];
-        free(out);
-    }
-    slim_model_free(m);
-    return y;
-}
-
-static void assert_close(const slim_tensor *a, const slim_tensor *ref, double rel)
-{
-    int64_t n = slim_tensor_numel(ref);
-    ck_assert_int_eq(slim_tensor_numel(a), n);
-    double mx = 0;
-    for (int64_t i = 0; i < n; i++)
-        mx = fmax(mx, fabs(((const float *)ref->data)[i]));
-    for (int64_t i = 0; i < n; i++) {
-        float u = ((const float *)a->data)[i], v = ((const float *)ref->data)[i];
-        ck_assert_msg(fabs(u - v) <= rel * mx, "element %lld: %g vs %g (max %g)", (long long)i, u,
-                      v, mx);
-    }
-}
-
 START_TEST(test_pass_fuses_and_matches_fp32)
 {
     float xv[5 * 40];
@@ -503,10 +422,10 @@ START_TEST(test_pass_fuses_and_matches_fp32)
         xv[i] = rndf() * 2;
     slim_tensor x = tu_f32(2, (int64_t[]){5, 40}, xv);
     slim_err err;
-    slim_tensor ref = run1(two_layers(), "x", x, SLIM_OK, &err);
+    slim_tensor ref = tu_run1(tu_two_layers(&rng_state), "x", x, SLIM_OK, &err);
     for (int h = 0; h < 2; h++) {
         slim_dtype half = h ? SLIM_BF16 : SLIM_F16;
-        slim_graph *g = two_layers();
+        slim_graph *g = tu_two_layers(&rng_state);
         slim_half_opts o = {.half = half};
         slim_half_report rep;
         ck_assert_int_eq(slim_quant_half_weights(g, &o, &rep, &err), SLIM_OK);
@@ -527,8 +446,8 @@ START_TEST(test_pass_fuses_and_matches_fp32)
         /* 24 channels pad to 32, k 40: 32 * 40 halves + the bias. */
         ck_assert_uint_eq(rep.layers[0].bytes_after, 32 * 40 * 2 + 24 * 4);
         slim_half_report_free(&rep);
-        slim_tensor y = run1(g, "x", x, SLIM_OK, &err);
-        assert_close(&y, &ref, h ? 2e-2 : 2e-3);
+        slim_tensor y = tu_run1(g, "x", x, SLIM_OK, &err);
+        tu_assert_close_max(&y, &ref, h ? 2e-2 : 2e-3);
         slim_tensor_release(&y);
     }
     slim_tensor_release(&ref);
@@ -549,9 +468,9 @@ static slim_graph *gelu_layer(void)
     for (int i = 0; i < g->n_nodes; i++)
         g->nodes[i].opset = 20;
     rng_state = 42;
-    add_init(g, "w", 2, (int64_t[]){40, 24}, 0.3f);
-    add_init(g, "b", 1, (int64_t[]){24}, 0.1f);
-    set_io(g, "x", SLIM_F32, "y");
+    tu_xinit(g, &rng_state, "w", 2, (int64_t[]){40, 24}, 0.3f);
+    tu_xinit(g, &rng_state, "b", 1, (int64_t[]){24}, 0.1f);
+    tu_set_io(g, "x", SLIM_F32, "y");
     return g;
 }
 
@@ -566,7 +485,7 @@ START_TEST(test_gelu_fused_into_epilogue)
         xv[i] = rndf() * 2;
     slim_tensor x = tu_f32(2, (int64_t[]){5, 40}, xv);
     slim_err err;
-    slim_tensor ref = run1(gelu_layer(), "x", x, SLIM_OK, &err);
+    slim_tensor ref = tu_run1(gelu_layer(), "x", x, SLIM_OK, &err);
     for (int h = 0; h < 2; h++) {
         slim_graph *g = gelu_layer();
         slim_half_opts o = {.half = h ? SLIM_BF16 : SLIM_F16};
@@ -575,8 +494,8 @@ START_TEST(test_gelu_fused_into_epilogue)
         ck_assert_int_eq(g->n_nodes, 1);
         ck_assert_str_eq(g->nodes[0].op_type, "MatMulHalf");
         ck_assert_str_eq(slim_attr_str(&g->nodes[0], "activation", ""), "Gelu");
-        slim_tensor y = run1(g, "x", x, SLIM_OK, &err);
-        assert_close(&y, &ref, h ? 2e-2 : 2e-3);
+        slim_tensor y = tu_run1(g, "x", x, SLIM_OK, &err);
+        tu_assert_close_max(&y, &ref, h ? 2e-2 : 2e-3);
         slim_tensor_release(&y);
     }
     slim_tensor_release(&ref);
@@ -587,7 +506,7 @@ END_TEST
 START_TEST(test_pass_exclude_by_name_and_type)
 {
     slim_err err;
-    slim_graph *g = two_layers();
+    slim_graph *g = tu_two_layers(&rng_state);
     slim_half_opts o = {.half = SLIM_BF16, .exclude = (const char *[]){"fc"}, .n_exclude = 1};
     slim_half_report rep;
     ck_assert_int_eq(slim_quant_half_weights(g, &o, &rep, &err), SLIM_OK);
@@ -598,14 +517,14 @@ START_TEST(test_pass_exclude_by_name_and_type)
     ck_assert_int_eq(g->values[slim_graph_find_value(g, "w2")].kind, SLIM_VALUE_INITIALIZER);
     slim_half_report_free(&rep);
     slim_graph_free(g);
-    g = two_layers();
+    g = tu_two_layers(&rng_state);
     slim_half_opts o2 = {.half = SLIM_F16, .exclude = (const char *[]){"MatMul"}, .n_exclude = 1};
     ck_assert_int_eq(slim_quant_half_weights(g, &o2, NULL, &err), SLIM_OK);
     ck_assert_str_eq(g->nodes[0].op_type, "MatMul");
     ck_assert_str_eq(g->nodes[g->n_nodes - 1].op_type, "MatMulHalf");
     slim_graph_free(g);
     slim_half_opts bad = {.half = SLIM_F32};
-    g = two_layers();
+    g = tu_two_layers(&rng_state);
     ck_assert_int_eq(slim_quant_half_weights(g, &bad, NULL, &err), SLIM_EINVAL);
     slim_graph_free(g);
 }
@@ -621,16 +540,16 @@ START_TEST(test_gather_half)
                             (const char *[]){"y"});
         g->nodes[0].opset = 17;
         rng_state = 5;
-        add_init(g, "table", 2, (int64_t[]){50, 33}, 2.0f);
+        tu_xinit(g, &rng_state, "table", 2, (int64_t[]){50, 33}, 2.0f);
         float t[50 * 33];
         memcpy(t, g->values[slim_graph_find_value(g, "table")].init.data, sizeof(t));
-        set_io(g, "ids", SLIM_I64, "y");
+        tu_set_io(g, "ids", SLIM_I64, "y");
         slim_err err;
         slim_half_opts o = {.half = half};
         ck_assert_int_eq(slim_quant_half_weights(g, &o, NULL, &err), SLIM_OK);
         ck_assert_str_eq(g->nodes[0].op_type, "GatherHalf");
         slim_tensor ids = tu_i64(2, (int64_t[]){2, 2}, (int64_t[]){0, 49, -1, 7});
-        slim_tensor y = run1(g, "ids", ids, SLIM_OK, &err);
+        slim_tensor y = tu_run1(g, "ids", ids, SLIM_OK, &err);
         tu_assert_shape(&y, 3, (int64_t[]){2, 2, 33});
         const int64_t rows[4] = {0, 49, 49, 7};
         for (int i = 0; i < 4; i++)
@@ -661,11 +580,11 @@ START_TEST(test_malformed_node_refused)
     g->values[w].kind = SLIM_VALUE_INITIALIZER;
     uint16_t wb[16 * 4] = {0}; /* [16, 8] expected */
     g->values[w].init = tu_tensor(SLIM_BF16, 2, (int64_t[]){16, 4}, wb);
-    set_io(g, "x", SLIM_F32, "y");
+    tu_set_io(g, "x", SLIM_F32, "y");
     slim_err err;
     float xv[16] = {0};
     slim_tensor x = tu_f32(2, (int64_t[]){2, 8}, xv);
-    run1(g, "x", x, SLIM_ESHAPE, &err);
+    tu_run1(g, "x", x, SLIM_ESHAPE, &err);
     ck_assert_msg(strstr(err.msg, "packed weight"), "%s", err.msg);
     slim_tensor_release(&x);
 }
@@ -689,13 +608,13 @@ START_TEST(test_guards)
         g->nodes[i].opset = 17;
     tu_attr_i(&g->nodes[ln], "axis", -1);
     rng_state = 77;
-    add_init(g, "w", 2, (int64_t[]){16, 8}, 1.0f);
+    tu_xinit(g, &rng_state, "w", 2, (int64_t[]){16, 8}, 1.0f);
     float *w = g->values[slim_graph_find_value(g, "w")].init.data;
     for (int k = 0; k < 16; k++)
         w[k * 8] = 30000.0f; /* channel 0: ~16 * 30000, past 65504 */
-    add_init(g, "gamma", 1, (int64_t[]){8}, 1.0f);
-    add_init(g, "beta", 1, (int64_t[]){8}, 0.1f);
-    set_io(g, "x", SLIM_F32, "y");
+    tu_xinit(g, &rng_state, "gamma", 1, (int64_t[]){8}, 1.0f);
+    tu_xinit(g, &rng_state, "beta", 1, (int64_t[]){8}, 0.1f);
+    tu_set_io(g, "x", SLIM_F32, "y");
     g->values[slim_graph_find_value(g, "y")].info.dtype = SLIM_F32; /* declared, as ONNX does */
     slim_err err;
     slim_half_opts o = {.half = SLIM_F16};
@@ -721,7 +640,7 @@ START_TEST(test_guards)
     for (int i = 0; i < 32; i++)
         xv[i] = 1.0f + 0.01f * (float)i;
     slim_tensor x = tu_f32(2, (int64_t[]){2, 16}, xv);
-    slim_tensor y = run1(g, "x", x, SLIM_OK, &err);
+    slim_tensor y = tu_run1(g, "x", x, SLIM_OK, &err);
     ck_assert_int_eq(y.dtype, SLIM_F32);
     for (int i = 0; i < 16; i++)
         ck_assert_msg(isfinite(((float *)y.data)[i]), "element %d is not finite", i);

@@ -18,15 +18,12 @@ static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 
 static uint32_t rnd(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 11);
+    return tu_xrnd(&rng_state);
 }
 
 static float rndf(void) /* in [-1, 1) */
 {
-    return (float)(rnd() % 2000001) / 1000000.0f - 1.0f;
+    return tu_xrndf(&rng_state);
 }
 
 /* Rows of several kinds: mixed signs, all positive (zero point 0), all
@@ -620,85 +617,6 @@ END_TEST
 
 /* ---- the pass ------------------------------------------------------------ */
 
-static int add_init(slim_graph *g, const char *name, int ndim, const int64_t *dims, float scale)
-{
-    int v = slim_graph_value(g, name);
-    int64_t n = slim_shape_numel(ndim, dims);
-    float *d = malloc(sizeof(float) * (size_t)n);
-    for (int64_t i = 0; i < n; i++)
-        d[i] = rndf() * scale;
-    g->values[v].kind = SLIM_VALUE_INITIALIZER;
-    g->values[v].init = tu_f32(ndim, dims, d);
-    free(d);
-    return v;
-}
-
-static void set_io(slim_graph *g, const char *in, slim_dtype dt, const char *out)
-{
-    int x = slim_graph_find_value(g, in);
-    slim_graph_add_input(g, x);
-    g->values[x].info.dtype = dt;
-    slim_graph_add_output(g, slim_graph_find_value(g, out));
-}
-
-/* x[*, 40] -> MatMul(w[40,24]) -> Add(b) -> Relu -> Gemm(transB, alpha, beta, C) -> y[*, 9] */
-static slim_graph *two_layers(void)
-{
-    slim_graph *g = slim_graph_new();
-    g->opset = 17;
-    slim_graph_add_node(g, "mm", "MatMul", "", 2, (const char *[]){"x", "w"}, 1,
-                        (const char *[]){"h"});
-    slim_graph_add_node(g, "add", "Add", "", 2, (const char *[]){"b", "h"}, 1,
-                        (const char *[]){"z"});
-    slim_graph_add_node(g, "relu", "Relu", "", 1, (const char *[]){"z"}, 1,
-                        (const char *[]){"r"});
-    int gm = slim_graph_add_node(g, "fc", "Gemm", "", 3, (const char *[]){"r", "w2", "c"}, 1,
-                                 (const char *[]){"y"});
-    for (int i = 0; i < g->n_nodes; i++)
-        g->nodes[i].opset = 17;
-    tu_attr_i(&g->nodes[gm], "transB", 1);
-    tu_attr_f(&g->nodes[gm], "alpha", 0.5f);
-    tu_attr_f(&g->nodes[gm], "beta", 2.0f);
-    rng_state = 42;
-    add_init(g, "w", 2, (int64_t[]){40, 24}, 0.3f);
-    add_init(g, "b", 1, (int64_t[]){24}, 0.1f);
-    add_init(g, "w2", 2, (int64_t[]){9, 24}, 0.3f);
-    add_init(g, "c", 2, (int64_t[]){1, 9}, 0.1f);
-    set_io(g, "x", SLIM_F32, "y");
-    return g;
-}
-
-static slim_tensor run1(slim_graph *g, const char *in_name, slim_tensor in, slim_status want,
-                        slim_err *err)
-{
-    slim_model *m;
-    ck_assert_msg(slim_model_from_graph(g, &m, err) == SLIM_OK, "%s", err->msg);
-    slim_tensor *out = NULL, y = {0};
-    int n_out;
-    slim_status st = slim_model_run(m, 1, (const char *[]){in_name}, &in, &out, &n_out, err);
-    ck_assert_msg(st == want, "status %d: %s", st, st ? err->msg : "");
-    if (!st) {
-        y = out[0];
-        free(out);
-    }
-    slim_model_free(m);
-    return y;
-}
-
-static void assert_close(const slim_tensor *a, const slim_tensor *ref, double rel)
-{
-    int64_t n = slim_tensor_numel(ref);
-    ck_assert_int_eq(slim_tensor_numel(a), n);
-    double mx = 0;
-    for (int64_t i = 0; i < n; i++)
-        mx = fmax(mx, fabs(((const float *)ref->data)[i]));
-    for (int64_t i = 0; i < n; i++) {
-        float u = ((const float *)a->data)[i], v = ((const float *)ref->data)[i];
-        ck_assert_msg(fabs(u - v) <= rel * mx, "element %lld: %g vs %g (max %g)", (long long)i, u,
-                      v, mx);
-    }
-}
-
 START_TEST(test_pass_fuses_and_matches_fp32)
 {
     float xv[5 * 40];
@@ -707,9 +625,9 @@ START_TEST(test_pass_fuses_and_matches_fp32)
         xv[i] = rndf() * 2;
     slim_tensor x = tu_f32(2, (int64_t[]){5, 40}, xv);
     slim_err err;
-    slim_tensor ref = run1(two_layers(), "x", x, SLIM_OK, &err);
+    slim_tensor ref = tu_run1(tu_two_layers(&rng_state), "x", x, SLIM_OK, &err);
 
-    slim_graph *g = two_layers();
+    slim_graph *g = tu_two_layers(&rng_state);
     slim_int8_report rep;
     ck_assert_int_eq(slim_quant_int8(g, NULL, &rep, &err), SLIM_OK);
     ck_assert_int_eq(g->n_nodes, 2); /* Add and Relu fused into the first */
@@ -732,8 +650,8 @@ START_TEST(test_pass_fuses_and_matches_fp32)
     ck_assert_int_eq(sc->dtype, SLIM_F16);
     ck_assert(rep.layers[0].weight_error > 0 && rep.layers[0].weight_error < 0.02);
     slim_int8_report_free(&rep);
-    slim_tensor y = run1(g, "x", x, SLIM_OK, &err);
-    assert_close(&y, &ref, 0.03);
+    slim_tensor y = tu_run1(g, "x", x, SLIM_OK, &err);
+    tu_assert_close_max(&y, &ref, 0.03);
     slim_tensor_release(&y);
     slim_tensor_release(&ref);
     slim_tensor_release(&x);
@@ -754,8 +672,8 @@ static slim_graph *one_matmul(float wscale)
                         (const char *[]){"y"});
     g->nodes[0].opset = 17;
     rng_state = 11;
-    add_init(g, "w", 2, (int64_t[]){40, 24}, wscale);
-    set_io(g, "x", SLIM_F32, "y");
+    tu_xinit(g, &rng_state, "w", 2, (int64_t[]){40, 24}, wscale);
+    tu_set_io(g, "x", SLIM_F32, "y");
     return g;
 }
 
@@ -775,7 +693,7 @@ START_TEST(test_scale_half_or_float)
             unsetenv("SLIM_INT8_SCALE");
         else
             setenv("SLIM_INT8_SCALE", "max", 1);
-        slim_tensor ref = run1(one_matmul(wscales[t]), "x", x, SLIM_OK, &err);
+        slim_tensor ref = tu_run1(one_matmul(wscales[t]), "x", x, SLIM_OK, &err);
         slim_graph *g = one_matmul(wscales[t]);
         /* The float weight, for the scale bound below. */
         float w[40 * 24];
@@ -803,8 +721,8 @@ START_TEST(test_scale_half_or_float)
             ck_assert_msg(s * 127.0f <= m * (1 + (t == 0 ? 1.0f / 1024 : 1e-6f)),
                           "channel %d: scale %g, max %g", j, s, m);
         }
-        slim_tensor y = run1(g, "x", x, SLIM_OK, &err);
-        assert_close(&y, &ref, 0.02);
+        slim_tensor y = tu_run1(g, "x", x, SLIM_OK, &err);
+        tu_assert_close_max(&y, &ref, 0.02);
         slim_tensor_release(&y);
         slim_tensor_release(&ref);
     }
@@ -831,7 +749,7 @@ START_TEST(test_scale_half_or_float)
                             (const char *[]){"y"});
         g->nodes[0].opset = 17;
         rng_state = 23;
-        add_init(g, "w", 2, (int64_t[]){3072, 16}, 1.0f);
+        tu_xinit(g, &rng_state, "w", 2, (int64_t[]){3072, 16}, 1.0f);
         float *w = g->values[slim_graph_find_value(g, "w")].init.data;
         for (int i = 0; i < 3072 * 16; i++) { /* Student-t, 3 degrees of freedom */
             float nv[4];
@@ -839,7 +757,7 @@ START_TEST(test_scale_half_or_float)
                 nv[a] = (rndf() + rndf() + rndf() + rndf() + rndf() + rndf()) * 0.7071f;
             w[i] = 0.01f * nv[0] / sqrtf((nv[1] * nv[1] + nv[2] * nv[2] + nv[3] * nv[3]) / 3);
         }
-        set_io(g, "x", SLIM_F32, "y");
+        tu_set_io(g, "x", SLIM_F32, "y");
         slim_int8_report rep = {0};
         ck_assert_int_eq(slim_quant_int8(g, NULL, &rep, &err), SLIM_OK);
         tail[mse] = rep.layers[0].weight_error;
@@ -855,7 +773,7 @@ END_TEST
 
 START_TEST(test_pass_exclude_by_name_and_type)
 {
-    slim_graph *g = two_layers();
+    slim_graph *g = tu_two_layers(&rng_state);
     slim_err err;
     slim_int8_report rep;
     slim_int8_opts o = {.exclude = (const char *[]){"mm"}, .n_exclude = 1};
@@ -867,7 +785,7 @@ START_TEST(test_pass_exclude_by_name_and_type)
     slim_int8_report_free(&rep);
     slim_graph_free(g);
 
-    g = two_layers();
+    g = tu_two_layers(&rng_state);
     slim_int8_opts o2 = {.exclude = (const char *[]){"Gemm"}, .n_exclude = 1};
     ck_assert_int_eq(slim_quant_int8(g, &o2, NULL, &err), SLIM_OK);
     ck_assert_str_eq(g->nodes[0].op_type, "MatMulInt8");
@@ -885,8 +803,8 @@ START_TEST(test_gather_int8)
                         (const char *[]){"y"});
     g->nodes[0].opset = 17;
     rng_state = 3;
-    add_init(g, "table", 2, (int64_t[]){50, 33}, 2.0f);
-    set_io(g, "ids", SLIM_I64, "y");
+    tu_xinit(g, &rng_state, "table", 2, (int64_t[]){50, 33}, 2.0f);
+    tu_set_io(g, "ids", SLIM_I64, "y");
     slim_err err;
     slim_int8_report rep;
     ck_assert_int_eq(slim_quant_int8(g, NULL, &rep, &err), SLIM_OK);
@@ -895,7 +813,7 @@ START_TEST(test_gather_int8)
     ck_assert_int_eq(g->values[g->nodes[0].in[1]].init.dtype, SLIM_F16);
     slim_int8_report_free(&rep);
     slim_tensor ids = tu_i64(2, (int64_t[]){2, 3}, (int64_t[]){0, 49, 7, -1, 7, 20});
-    slim_tensor y = run1(g, "ids", ids, SLIM_OK, &err);
+    slim_tensor y = tu_run1(g, "ids", ids, SLIM_OK, &err);
     tu_assert_shape(&y, 3, (int64_t[]){2, 3, 33});
     /* The same rows from the float table: each within half a step. */
     rng_state = 3;
@@ -921,11 +839,11 @@ START_TEST(test_gather_int8)
     slim_graph_add_node(g, "emb", "Gather", "", 2, (const char *[]){"table", "ids"}, 1,
                         (const char *[]){"y"});
     g->nodes[0].opset = 17;
-    add_init(g, "table", 2, (int64_t[]){50, 33}, 2.0f);
-    set_io(g, "ids", SLIM_I64, "y");
+    tu_xinit(g, &rng_state, "table", 2, (int64_t[]){50, 33}, 2.0f);
+    tu_set_io(g, "ids", SLIM_I64, "y");
     ck_assert_int_eq(slim_quant_int8(g, NULL, NULL, &err), SLIM_OK);
     ids = tu_i64(1, (int64_t[]){1}, (int64_t[]){50});
-    run1(g, "ids", ids, SLIM_EINVAL, &err);
+    tu_run1(g, "ids", ids, SLIM_EINVAL, &err);
     ck_assert_msg(strstr(err.msg, "out of range"), "%s", err.msg);
     slim_tensor_release(&ids);
 }
@@ -947,11 +865,11 @@ START_TEST(test_malformed_node_refused)
     g->values[w].init = tu_tensor(SLIM_I8, 2, (int64_t[]){16, 4}, wb);
     g->values[s].init = tu_f32(1, (int64_t[]){3}, (float[]){1, 1, 1});
     g->values[cs].init = tu_tensor(SLIM_I32, 1, (int64_t[]){3}, (int32_t[]){0, 0, 0});
-    set_io(g, "x", SLIM_F32, "y");
+    tu_set_io(g, "x", SLIM_F32, "y");
     slim_err err;
     float xv[16] = {0};
     slim_tensor x = tu_f32(2, (int64_t[]){2, 8}, xv);
-    run1(g, "x", x, SLIM_ESHAPE, &err);
+    tu_run1(g, "x", x, SLIM_ESHAPE, &err);
     ck_assert_msg(strstr(err.msg, "packed weight"), "%s", err.msg);
     slim_tensor_release(&x);
 }
@@ -975,7 +893,7 @@ START_TEST(test_pass_max_error)
      * the int8 model, fc kept float32 so only the first layer differs. */
     slim_tensor r[2];
     for (int q = 0; q < 2; q++) {
-        slim_graph *g = two_layers();
+        slim_graph *g = tu_two_layers(&rng_state);
         slim_graph_add_output(g, slim_graph_find_value(g, "r"));
         slim_int8_opts o = {.exclude = (const char *[]){"fc"}, .n_exclude = 1};
         if (q)
@@ -994,7 +912,7 @@ START_TEST(test_pass_max_error)
     double want = slim_int8_rel_error(r[0].data, r[1].data, slim_tensor_numel(&r[0]));
     ck_assert(want > 1e-4 && want < 0.05);
 
-    slim_graph *g = two_layers();
+    slim_graph *g = tu_two_layers(&rng_state);
     slim_int8_report rep;
     slim_int8_opts o = {.samples = &smp, .max_error = 1.0};
     ck_assert_int_eq(slim_quant_int8(g, &o, &rep, &err), SLIM_OK);
@@ -1006,7 +924,7 @@ START_TEST(test_pass_max_error)
     slim_int8_report_free(&rep);
     slim_graph_free(g);
 
-    g = two_layers();
+    g = tu_two_layers(&rng_state);
     o.max_error = measured * 0.999;
     ck_assert_int_eq(slim_quant_int8(g, &o, &rep, &err), SLIM_OK);
     ck_assert(!rep.layers[0].quantized && rep.layers[1].quantized);
@@ -1018,9 +936,9 @@ START_TEST(test_pass_max_error)
     ck_assert_str_eq(g->nodes[3].op_type, "MatMulInt8");
     ck_assert_int_eq(g->values[slim_graph_find_value(g, "w")].kind, SLIM_VALUE_INITIALIZER);
     slim_int8_report_free(&rep);
-    slim_tensor y = run1(g, "x", x, SLIM_OK, &err);
-    slim_tensor ref = run1(two_layers(), "x", x, SLIM_OK, &err);
-    assert_close(&y, &ref, 0.05);
+    slim_tensor y = tu_run1(g, "x", x, SLIM_OK, &err);
+    slim_tensor ref = tu_run1(tu_two_layers(&rng_state), "x", x, SLIM_OK, &err);
+    tu_assert_close_max(&y, &ref, 0.05);
     slim_tensor_release(&y);
     slim_tensor_release(&ref);
     slim_tensor_release(&r[0]);
@@ -1051,24 +969,24 @@ START_TEST(test_outlier_channels_split)
                             (const char *[]){"y"});
         g->nodes[0].opset = 17;
         rng_state = 9;
-        int w = add_init(g, "w", 2, (int64_t[]){K, N}, 0.3f);
+        int w = tu_xinit(g, &rng_state, "w", 2, (int64_t[]){K, N}, 0.3f);
         float *wd = g->values[w].init.data;
         for (int j = 0; j < N; j++)
             wd[5 * N + j] *= 30.0f;
-        set_io(g, "x", SLIM_F32, "y");
+        tu_set_io(g, "x", SLIM_F32, "y");
         slim_err err;
-        slim_tensor ref = run1(g, "x", x, SLIM_OK, &err);
+        slim_tensor ref = tu_run1(g, "x", x, SLIM_OK, &err);
         g = slim_graph_new();
         g->opset = 17;
         slim_graph_add_node(g, "mm", "MatMul", "", 2, (const char *[]){"x", "w"}, 1,
                             (const char *[]){"y"});
         g->nodes[0].opset = 17;
         rng_state = 9;
-        w = add_init(g, "w", 2, (int64_t[]){K, N}, 0.3f);
+        w = tu_xinit(g, &rng_state, "w", 2, (int64_t[]){K, N}, 0.3f);
         wd = g->values[w].init.data;
         for (int j = 0; j < N; j++)
             wd[5 * N + j] *= 30.0f;
-        set_io(g, "x", SLIM_F32, "y");
+        tu_set_io(g, "x", SLIM_F32, "y");
         slim_int8_report rep;
         slim_int8_opts o = {.samples = &smp, .no_outlier_split = !split};
         ck_assert_int_eq(slim_quant_int8(g, &o, &rep, &err), SLIM_OK);
@@ -1139,9 +1057,9 @@ START_TEST(test_gelu_fused_into_epilogue)
         if (fuse == 2)
             tu_attr_s(&g->nodes[gl], "approximate", "tanh");
         rng_state = 12;
-        add_init(g, "w", 2, (int64_t[]){K, N}, 0.3f);
-        add_init(g, "b", 1, (int64_t[]){N}, 0.1f);
-        set_io(g, "x", SLIM_F32, "y");
+        tu_xinit(g, &rng_state, "w", 2, (int64_t[]){K, N}, 0.3f);
+        tu_xinit(g, &rng_state, "b", 1, (int64_t[]){N}, 0.1f);
+        tu_set_io(g, "x", SLIM_F32, "y");
         slim_err err;
         slim_int8_report rep;
         slim_int8_opts o = {0};
@@ -1157,9 +1075,9 @@ START_TEST(test_gelu_fused_into_epilogue)
             slim_graph_free(g);
             continue;
         }
-        ys[fuse] = run1(g, "x", x, SLIM_OK, &err);
+        ys[fuse] = tu_run1(g, "x", x, SLIM_OK, &err);
     }
-    assert_close(&ys[1], &ys[0], 1e-5);
+    tu_assert_close_max(&ys[1], &ys[0], 1e-5);
     slim_tensor_release(&ys[0]);
     slim_tensor_release(&ys[1]);
     slim_tensor_release(&x);

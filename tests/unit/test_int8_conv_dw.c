@@ -5,28 +5,16 @@
  * and Clip, non-finite images, and the shapes the layout refuses.
  */
 #include "testutil.h"
+#include "test_int8_conv_util.h"
 
 #include "qgemm.h"
-#include "slim_init.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static uint64_t rng_state = 0x2545F4914F6CDD1Dull;
-
-static uint32_t rnd(void)
-{
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 11);
-}
-
-static float rndf(void) /* in [-1, 1) */
-{
-    return (float)(rnd() % 2000000) / 1000000.0f - 1.0f;
-}
 
 typedef struct {
     int64_t n, c, h, w, kh, kw, sh, sw, dh, dw, pt, pl, pb, pr;
@@ -49,62 +37,19 @@ static const shape shapes[] = {
 };
 #define N_SHAPES (sizeof(shapes) / sizeof(shapes[0]))
 
-typedef struct {
-    slim_qconv q;
-    int64_t np, taps;
-    int8_t *wt;          /* taps x C, the depthwise layout */
-    int32_t *colsum;
-    float *sw, *bias, *x, *res;   /* x and res NCHW */
-} problem;
+typedef tq_problem problem;
 
+/* The weights in the depthwise layout (packed, taps x C), images mixed,
+ * all positive and all negative (zero point 255), a residual always drawn. */
 static void make(const shape *s, problem *p)
 {
     slim_qconv q = {.c = s->c, .h = s->h, .w = s->w, .m = s->c, .groups = s->c,
                     .kh = s->kh, .kw = s->kw, .sh = s->sh, .sw = s->sw, .dh = s->dh,
                     .dw = s->dw, .pt = s->pt, .pl = s->pl, .pb = s->pb, .pr = s->pr,
                     .dw_layout = true};
-    ck_assert_ptr_null(slim_qconv_shape(&q, SLIM_QCONV_NOTSET));
-    p->q = q;
-    p->np = q.oh * q.ow;
-    p->taps = s->kh * s->kw;
-    ck_assert_uint_eq(slim_qconv_packed_bytes(&q), (size_t)(p->taps * s->c));
-    p->wt = malloc((size_t)(p->taps * s->c));
-    p->colsum = calloc((size_t)s->c, sizeof(int32_t));
-    p->sw = malloc(sizeof(float) * (size_t)s->c);
-    p->bias = malloc(sizeof(float) * (size_t)s->c);
-    int64_t nx = s->n * s->c * s->h * s->w, ny = s->n * s->c * p->np;
-    p->x = malloc(sizeof(float) * (size_t)nx);
-    p->res = malloc(sizeof(float) * (size_t)ny);
-    for (int64_t i = 0; i < p->taps * s->c; i++) {
-        p->wt[i] = (int8_t)((int)(rnd() % 255) - 127);
-        p->colsum[i % s->c] += p->wt[i];
-    }
-    p->wt[0] = 127;
-    p->wt[1 % (p->taps * s->c)] = -127;
-    for (int64_t j = 0; j < s->c; j++) {
-        p->sw[j] = 0.01f + 0.001f * (float)(rnd() % 50);
-        p->bias[j] = rndf();
-    }
-    /* Images of different kinds: mixed signs, all positive (zero point 0),
-     * all negative (zero point 255). */
-    int64_t per = s->c * s->h * s->w;
-    for (int64_t i = 0; i < nx; i++) {
-        float v = rndf() * 4;
-        int64_t img = i / per;
-        p->x[i] = img % 3 == 1 ? fabsf(v) + 0.25f : img % 3 == 2 ? -fabsf(v) - 0.1f : v;
-    }
-    for (int64_t i = 0; i < ny; i++)
-        p->res[i] = rndf() * 3;
-}
-
-static void unmake(problem *p)
-{
-    free(p->wt);
-    free(p->colsum);
-    free(p->sw);
-    free(p->bias);
-    free(p->x);
-    free(p->res);
+    tq_make(&q, s->n, TQ_IMAGE2_NEGATIVE, true, &rng_state, p);
+    ck_assert_int_eq(p->kg, s->kh * s->kw);
+    ck_assert_uint_eq(slim_qconv_packed_bytes(&p->q), (size_t)(p->kg * s->c));
 }
 
 static float lo_of(const shape *s)
@@ -120,38 +65,13 @@ static float hi_of(const shape *s)
 static slim_qconv_weights weights_of(const problem *p, const shape *s, const float *res)
 {
     slim_qconv_weights w = {
-        .packed = p->wt, .colsum = p->colsum, .scale = p->sw,
+        .packed = p->packed, .colsum = p->colsum, .scale = p->sw,
         .bias = s->bias ? p->bias : NULL,
         .act = s->act == 1 ? SLIM_QGEMM_ACT_RELU : SLIM_QGEMM_ACT_NONE,
         .residual = s->residual ? res : NULL,
         .clip = s->act >= 2, .clip_lo = lo_of(s), .clip_hi = hi_of(s),
     };
     return w;
-}
-
-/* One image's codes by their definition: 255 levels over [min(0, min x),
- * max(0, max x)], the zero point the code of 0.0, round half to even. */
-static void define_codes(const float *x, int64_t n, uint8_t *q, float *sx, int32_t *zx)
-{
-    float lo = 0, hi = 0;
-    for (int64_t i = 0; i < n; i++) {
-        lo = x[i] < lo ? x[i] : lo;
-        hi = x[i] > hi ? x[i] : hi;
-    }
-    float s = (hi - lo) / 255.0f;
-    if (!(s > 0)) {
-        memset(q, 0, (size_t)n);
-        *sx = 1.0f;
-        *zx = 0;
-        return;
-    }
-    float z = nearbyintf(-lo / s), inv = 1.0f / s;
-    *zx = z < 0 ? 0 : z > 255 ? 255 : (int32_t)z;
-    *sx = s;
-    for (int64_t i = 0; i < n; i++) {
-        float v = nearbyintf(x[i] * inv) + (float)*zx;
-        q[i] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
-    }
 }
 
 /* The definition, NCHW: exact sums of (code - zx) * w over the taps inside
@@ -164,7 +84,7 @@ static void reference_exact(const problem *p, const shape *s, float *y)
     for (int64_t n = 0; n < s->n; n++) {
         float sx;
         int32_t zx;
-        define_codes(p->x + n * per, per, codes, &sx, &zx);
+        tq_define_codes(p->x + n * per, per, codes, &sx, &zx);
         for (int64_t j = 0; j < q->c; j++)
             for (int64_t oy = 0; oy < q->oh; oy++)
                 for (int64_t ox = 0; ox < q->ow; ox++) {
@@ -176,7 +96,7 @@ static void reference_exact(const problem *p, const shape *s, float *y)
                             if (iy < 0 || iy >= q->h || ix < 0 || ix >= q->w)
                                 continue;
                             int64_t code = codes[(j * q->h + iy) * q->w + ix];
-                            acc += (code - zx) * p->wt[(ky * q->kw + kx) * q->c + j];
+                            acc += (code - zx) * p->wq[j * p->kg + ky * q->kw + kx];
                         }
                     int64_t at = (n * q->c + j) * p->np + oy * q->ow + ox;
                     float v = fmaf((float)acc, sx * p->sw[j], s->bias ? p->bias[j] : 0.0f);
@@ -189,15 +109,6 @@ static void reference_exact(const problem *p, const shape *s, float *y)
                 }
     }
     free(codes);
-}
-
-/* [n][a][b] -> [n][b][a]: NCHW <-> NHWC. */
-static void swap_inner(const float *src, float *dst, int64_t n, int64_t a, int64_t b)
-{
-    for (int64_t i = 0; i < n; i++)
-        for (int64_t x = 0; x < a; x++)
-            for (int64_t z = 0; z < b; z++)
-                dst[(i * b + z) * a + x] = src[(i * a + x) * b + z];
 }
 
 /* Every path and every combination of layouts, bitwise the definition. */
@@ -214,8 +125,8 @@ START_TEST(test_dw_matches_definition)
         float *got_nchw = malloc(sizeof(float) * (size_t)ny);
         float *xt = malloc(sizeof(float) * (size_t)nx), *rt = malloc(sizeof(float) * (size_t)ny);
         reference_exact(&p, s, want);
-        swap_inner(p.x, xt, s->n, s->c, s->h * s->w);
-        swap_inner(p.res, rt, s->n, s->c, p.np);
+        tq_swap_inner(p.x, xt, s->n, s->c, s->h * s->w);
+        tq_swap_inner(p.res, rt, s->n, s->c, p.np);
         for (size_t i = 0; i < 3; i++) {
             if (!slim_qgemm_set_isa(isas[i]))
                 continue;
@@ -233,7 +144,7 @@ START_TEST(test_dw_matches_definition)
                                  SLIM_OK);
                 const float *cmp = got;
                 if (q.nhwc_out) {
-                    swap_inner(got, got_nchw, s->n, p.np, s->c);
+                    tq_swap_inner(got, got_nchw, s->n, p.np, s->c);
                     cmp = got_nchw;
                 }
                 for (int64_t k = 0; k < ny; k++)
@@ -250,7 +161,7 @@ START_TEST(test_dw_matches_definition)
         free(got_nchw);
         free(xt);
         free(rt);
-        unmake(&p);
+        tq_unmake(&p);
     }
     ck_assert_int_ge(ran, 40); /* at least the C path's layouts ran */
 }
@@ -285,7 +196,7 @@ START_TEST(test_dw_close_to_float)
                             int64_t ix = ox * q->sw - q->pl + kx * q->dw;
                             if (iy >= 0 && iy < q->h && ix >= 0 && ix < q->w)
                                 acc += (double)p.x[n * per + (j * q->h + iy) * q->w + ix] *
-                                       p.wt[(ky * q->kw + kx) * s.c + j] * p.sw[j];
+                                       p.wq[j * p.kg + ky * q->kw + kx] * p.sw[j];
                         }
                     double d = got[(n * s.c + j) * p.np + o] - acc;
                     num += d * d;
@@ -294,7 +205,7 @@ START_TEST(test_dw_close_to_float)
         ck_assert_msg(den > 0 && sqrt(num / den) < 0.02, "shape %zu: rel error %g", t,
                       sqrt(num / den));
         free(got);
-        unmake(&p);
+        tq_unmake(&p);
     }
 }
 END_TEST
@@ -309,22 +220,11 @@ START_TEST(test_dw_batch_independent)
         problem p;
         make(s, &p);
         p.q.nhwc_out = t % 2 == 0;
-        int64_t per_y = s->c * p.np, per_x = s->c * s->h * s->w;
-        float *all = malloc(sizeof(float) * (size_t)(s->n * per_y));
-        float *one = malloc(sizeof(float) * (size_t)per_y);
         slim_qconv_weights w = weights_of(&p, s, p.res);
-        slim_err err;
-        ck_assert_int_eq(slim_qconv_run(&p.q, s->n, p.x, &w, all, &err), SLIM_OK);
-        for (int64_t n = 0; n < s->n; n++) {
-            slim_qconv_weights w1 = w;
-            w1.residual = w.residual ? p.res + n * per_y : NULL;
-            ck_assert_int_eq(slim_qconv_run(&p.q, 1, p.x + n * per_x, &w1, one, &err), SLIM_OK);
-            ck_assert_msg(memcmp(one, all + n * per_y, sizeof(float) * (size_t)per_y) == 0,
-                          "shape %zu image %lld", t, (long long)n);
-        }
-        free(all);
-        free(one);
-        unmake(&p);
+        char what[32];
+        snprintf(what, sizeof(what), "shape %zu", t);
+        tq_assert_batch_independent(&p, s->n, &w, what);
+        tq_unmake(&p);
     }
 }
 END_TEST
@@ -363,7 +263,7 @@ START_TEST(test_dw_non_finite_and_zero)
             ck_assert_float_eq(got[j * p.np + i], p.bias[j]);
     free(ref);
     free(got);
-    unmake(&p);
+    tq_unmake(&p);
 }
 END_TEST
 
@@ -391,7 +291,6 @@ END_TEST
 
 int main(void)
 {
-    slim_init();
     Suite *s = suite_create("int8_conv_dw");
     TCase *tk = tcase_create("kernel");
     tcase_add_test(tk, test_dw_matches_definition);
@@ -400,9 +299,5 @@ int main(void)
     tcase_add_test(tk, test_dw_non_finite_and_zero);
     tcase_add_test(tk, test_dw_refuses_other_shapes);
     suite_add_tcase(s, tk);
-    SRunner *sr = srunner_create(s);
-    srunner_run_all(sr, CK_NORMAL);
-    int failed = srunner_ntests_failed(sr);
-    srunner_free(sr);
-    return failed ? 1 : 0;
+    return tq_main(s);
 }

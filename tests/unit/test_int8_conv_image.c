@@ -10,6 +10,7 @@
 #include "qgemm.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -54,32 +55,6 @@ static void make(const shape *s, problem *p)
     tq_make(&q, s->n, TQ_IMAGE2_NEGATIVE, true, &rng_state, p);
 }
 
-/* The definition of one image's codes, written out: 255 levels over
- * [min(0, min x), max(0, max x)], the zero point the code of 0.0, codes
- * round(x * (1 / scale)) + zp in [0, 255], rounding half to even. */
-static void define_codes(const float *x, int64_t n, uint8_t *q, float *sx, int32_t *zx)
-{
-    float lo = 0, hi = 0;
-    for (int64_t i = 0; i < n; i++) {
-        lo = x[i] < lo ? x[i] : lo;
-        hi = x[i] > hi ? x[i] : hi;
-    }
-    float s = (hi - lo) / 255.0f;
-    if (!(s > 0)) {
-        memset(q, 0, (size_t)n);
-        *sx = 1.0f;
-        *zx = 0;
-        return;
-    }
-    float z = nearbyintf(-lo / s), inv = 1.0f / s;
-    *zx = z < 0 ? 0 : z > 255 ? 255 : (int32_t)z;
-    *sx = s;
-    for (int64_t i = 0; i < n; i++) {
-        float v = nearbyintf(x[i] * inv) + (float)*zx;
-        q[i] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
-    }
-}
-
 /* The definition: the image's codes (NCHW here: the same values as the
  * kernel's pixel-major ones), padding = the zero point, exact int64 sums,
  * fma(sum, sx * sw, bias), + residual, Relu. */
@@ -91,7 +66,7 @@ static void reference_exact(const problem *p, int64_t n_img, const shape *s, flo
     for (int64_t n = 0; n < n_img; n++) {
         float sx;
         int32_t zx;
-        define_codes(p->x + n * per, per, codes, &sx, &zx);
+        tq_define_codes(p->x + n * per, per, codes, &sx, &zx);
         for (int64_t j = 0; j < q->m; j++) {
             int64_t g = j / p->mg;
             for (int64_t oy = 0; oy < q->oh; oy++)
@@ -251,21 +226,10 @@ START_TEST(test_image_batch_independent)
         problem p;
         make(s, &p);
         p.q.nhwc_out = t % 2 == 0;
-        int64_t per_y = s->m * p.np, per_x = s->c * s->h * s->w;
-        float *all = malloc(sizeof(float) * (size_t)(s->n * per_y));
-        float *one = malloc(sizeof(float) * (size_t)per_y);
         slim_qconv_weights w = weights_of(&p, s, p.res);
-        slim_err err;
-        ck_assert_int_eq(slim_qconv_run(&p.q, s->n, p.x, &w, all, &err), SLIM_OK);
-        for (int64_t n = 0; n < s->n; n++) {
-            slim_qconv_weights w1 = w;
-            w1.residual = w.residual ? p.res + n * per_y : NULL;
-            ck_assert_int_eq(slim_qconv_run(&p.q, 1, p.x + n * per_x, &w1, one, &err), SLIM_OK);
-            ck_assert_msg(memcmp(one, all + n * per_y, sizeof(float) * (size_t)per_y) == 0,
-                          "shape %zu image %lld", t, (long long)n);
-        }
-        free(all);
-        free(one);
+        char what[32];
+        snprintf(what, sizeof(what), "shape %zu", t);
+        tq_assert_batch_independent(&p, s->n, &w, what);
         tq_unmake(&p);
     }
 }

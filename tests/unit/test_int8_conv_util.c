@@ -4,23 +4,13 @@
  */
 #include "test_int8_conv_util.h"
 
+#include "testutil.h"
+
 #include "slim_init.h"
 
 #include <math.h>
 #include <stdlib.h>
-
-uint32_t tq_rnd(uint64_t *state)
-{
-    *state ^= *state << 13;
-    *state ^= *state >> 7;
-    *state ^= *state << 17;
-    return (uint32_t)(*state >> 11);
-}
-
-float tq_rndf(uint64_t *state)
-{
-    return (float)(tq_rnd(state) % 2000001) / 1000000.0f - 1.0f;
-}
+#include <string.h>
 
 void tq_make(const slim_qconv *q, int64_t n, tq_image2 image2, bool residual, uint64_t *rng,
              tq_problem *p)
@@ -40,19 +30,19 @@ void tq_make(const slim_qconv *q, int64_t n, tq_image2 image2, bool residual, ui
     p->x = malloc(sizeof(float) * (size_t)nx);
     p->res = residual ? malloc(sizeof(float) * (size_t)ny) : NULL;
     for (int64_t i = 0; i < m * p->kg; i++)
-        p->wq[i] = (int8_t)((int)(tq_rnd(rng) % 255) - 127);
+        p->wq[i] = (int8_t)((int)(tu_xrnd(rng) % 255) - 127);
     p->wq[0] = 127; /* both ends of the weights' range */
     p->wq[1] = -127;
     for (int64_t j = 0; j < m; j++) {
-        p->sw[j] = 0.01f + 0.001f * (float)(tq_rnd(rng) % 50);
-        p->bias[j] = tq_rndf(rng);
+        p->sw[j] = 0.01f + 0.001f * (float)(tu_xrnd(rng) % 50);
+        p->bias[j] = tu_xrndf(rng);
     }
     /* Images of different kinds: mixed signs, all positive (zero point 0),
      * image2's kind, one with an outlier pixel. */
     int64_t per = q->c * q->h * q->w;
     for (int64_t i = 0; i < nx; i++) {
         int64_t img = i / per;
-        float v = tq_rndf(rng) * 2;
+        float v = tu_xrndf(rng) * 2;
         switch (img % 4) {
         case 1: v = fabsf(v) + 0.25f; break;
         case 2:
@@ -67,11 +57,67 @@ void tq_make(const slim_qconv *q, int64_t n, tq_image2 image2, bool residual, ui
         p->x[i] = v;
     }
     for (int64_t i = 0; residual && i < ny; i++)
-        p->res[i] = tq_rndf(rng) * 3;
+        p->res[i] = tu_xrndf(rng) * 3;
+    if (q->dw_layout) {
+        /* The depthwise layout: tap-major, taps x C (one weight row per
+         * channel, kg = taps). */
+        for (int64_t j = 0; j < m; j++) {
+            p->colsum[j] = 0;
+            for (int64_t t = 0; t < p->kg; t++) {
+                p->packed[t * m + j] = p->wq[j * p->kg + t];
+                p->colsum[j] += p->wq[j * p->kg + t];
+            }
+        }
+        return;
+    }
     size_t pg = slim_qgemm_packed_bytes(p->mg, p->kg);
     for (int64_t g = 0; g < q->groups; g++)
         slim_qgemm_pack(p->wq + g * p->mg * p->kg, p->mg, p->kg, p->packed + g * pg,
                         p->colsum + g * p->mg);
+}
+
+void tq_define_codes(const float *x, int64_t n, uint8_t *q, float *sx, int32_t *zx)
+{
+    float lo = 0, hi = 0;
+    for (int64_t i = 0; i < n; i++) {
+        lo = x[i] < lo ? x[i] : lo;
+        hi = x[i] > hi ? x[i] : hi;
+    }
+    float s = (hi - lo) / 255.0f;
+    if (!(s > 0)) {
+        memset(q, 0, (size_t)n);
+        *sx = 1.0f;
+        *zx = 0;
+        return;
+    }
+    float z = nearbyintf(-lo / s), inv = 1.0f / s;
+    *zx = z < 0 ? 0 : z > 255 ? 255 : (int32_t)z;
+    *sx = s;
+    for (int64_t i = 0; i < n; i++) {
+        float v = nearbyintf(x[i] * inv) + (float)*zx;
+        q[i] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+    }
+}
+
+void tq_assert_batch_independent(const tq_problem *p, int64_t n, const slim_qconv_weights *w,
+                                 const char *what)
+{
+    int64_t per_y = p->q.m * p->np, per_x = p->q.c * p->q.h * p->q.w;
+    float *all = malloc(sizeof(float) * (size_t)(n * per_y));
+    float *one = malloc(sizeof(float) * (size_t)per_y);
+    ck_assert_ptr_nonnull(all);
+    ck_assert_ptr_nonnull(one);
+    slim_err err;
+    ck_assert_int_eq(slim_qconv_run(&p->q, n, p->x, w, all, &err), SLIM_OK);
+    for (int64_t i = 0; i < n; i++) {
+        slim_qconv_weights w1 = *w;
+        w1.residual = w->residual ? w->residual + i * per_y : NULL;
+        ck_assert_int_eq(slim_qconv_run(&p->q, 1, p->x + i * per_x, &w1, one, &err), SLIM_OK);
+        ck_assert_msg(memcmp(one, all + i * per_y, sizeof(float) * (size_t)per_y) == 0,
+                      "%s image %lld", what, (long long)i);
+    }
+    free(all);
+    free(one);
 }
 
 void tq_unmake(tq_problem *p)

@@ -20,15 +20,12 @@ static uint64_t rng_state = 0x9E3779B97F4A7C15ull;
 
 static uint32_t rnd(void)
 {
-    rng_state ^= rng_state << 13;
-    rng_state ^= rng_state >> 7;
-    rng_state ^= rng_state << 17;
-    return (uint32_t)(rng_state >> 11);
+    return tu_xrnd(&rng_state);
 }
 
 static float rndf(void) /* in [-1, 1) */
 {
-    return (float)(rnd() % 2000001) / 1000000.0f - 1.0f;
+    return tu_xrndf(&rng_state);
 }
 
 /* An encoded weight with its buffers. */
@@ -401,18 +398,6 @@ END_TEST
 
 /* ---- the pass on graphs ------------------------------------------------------- */
 
-static void add_init(slim_graph *g, const char *name, int ndim, const int64_t *dims, float scale)
-{
-    int v = slim_graph_value(g, name);
-    int64_t n = slim_shape_numel(ndim, dims);
-    float *d = malloc(sizeof(float) * (size_t)n);
-    for (int64_t i = 0; i < n; i++)
-        d[i] = rndf() * scale;
-    g->values[v].kind = SLIM_VALUE_INITIALIZER;
-    g->values[v].init = tu_f32(ndim, dims, d);
-    free(d);
-}
-
 /* x[*, 40] -> MatMul(w[40,24]) -> Gemm(transB, alpha, beta, C: w2[9,24]) -> y[*, 9] */
 static slim_graph *two_layers(void)
 {
@@ -428,29 +413,17 @@ static slim_graph *two_layers(void)
     tu_attr_f(&g->nodes[gm], "alpha", 0.5f);
     tu_attr_f(&g->nodes[gm], "beta", 2.0f);
     rng_state = 42;
-    add_init(g, "w", 2, (int64_t[]){40, 24}, 0.3f);
-    add_init(g, "w2", 2, (int64_t[]){9, 24}, 0.3f);
-    add_init(g, "c", 2, (int64_t[]){1, 9}, 0.1f);
-    int x = slim_graph_find_value(g, "x");
-    slim_graph_add_input(g, x);
-    g->values[x].info.dtype = SLIM_F32;
-    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
+    tu_xinit(g, &rng_state, "w", 2, (int64_t[]){40, 24}, 0.3f);
+    tu_xinit(g, &rng_state, "w2", 2, (int64_t[]){9, 24}, 0.3f);
+    tu_xinit(g, &rng_state, "c", 2, (int64_t[]){1, 9}, 0.1f);
+    tu_set_io(g, "x", SLIM_F32, "y");
     return g;
 }
 
 static slim_tensor run1(slim_graph *g, slim_tensor in)
 {
-    slim_model *m;
     slim_err err;
-    ck_assert_msg(slim_model_from_graph(g, &m, &err) == SLIM_OK, "%s", err.msg);
-    slim_tensor *out = NULL, y;
-    int n_out;
-    ck_assert_msg(slim_model_run(m, 1, (const char *[]){"x"}, &in, &out, &n_out, &err) == SLIM_OK,
-                  "%s", err.msg);
-    y = out[0];
-    free(out);
-    slim_model_free(m);
-    return y;
+    return tu_run1(g, "x", in, SLIM_OK, &err);
 }
 
 START_TEST(test_pass_sparse_equals_dense_pruned)

@@ -198,3 +198,99 @@ int tu_count_op(const slim_graph *g, const char *op_type)
         c += strcmp(g->nodes[i].op_type, op_type) == 0;
     return c;
 }
+
+uint32_t tu_xrnd(uint64_t *state)
+{
+    *state ^= *state << 13;
+    *state ^= *state >> 7;
+    *state ^= *state << 17;
+    return (uint32_t)(*state >> 11);
+}
+
+float tu_xrndf(uint64_t *state)
+{
+    return (float)(tu_xrnd(state) % 2000001) / 1000000.0f - 1.0f;
+}
+
+int tu_xinit(slim_graph *g, uint64_t *rng, const char *name, int ndim, const int64_t *dims,
+             float scale)
+{
+    int v = slim_graph_value(g, name);
+    int64_t n = slim_shape_numel(ndim, dims);
+    float *d = malloc(sizeof(float) * (size_t)(n ? n : 1));
+    ck_assert_ptr_nonnull(d);
+    for (int64_t i = 0; i < n; i++)
+        d[i] = tu_xrndf(rng) * scale;
+    g->values[v].kind = SLIM_VALUE_INITIALIZER;
+    g->values[v].init = tu_f32(ndim, dims, d);
+    free(d);
+    return v;
+}
+
+void tu_set_io(slim_graph *g, const char *in, slim_dtype dt, const char *out)
+{
+    int x = slim_graph_find_value(g, in);
+    slim_graph_add_input(g, x);
+    g->values[x].info.dtype = dt;
+    slim_graph_add_output(g, slim_graph_find_value(g, out));
+}
+
+slim_graph *tu_two_layers(uint64_t *rng)
+{
+    slim_graph *g = slim_graph_new();
+    ck_assert_ptr_nonnull(g);
+    g->opset = 17;
+    slim_graph_add_node(g, "mm", "MatMul", "", 2, (const char *[]){"x", "w"}, 1,
+                        (const char *[]){"h"});
+    slim_graph_add_node(g, "add", "Add", "", 2, (const char *[]){"b", "h"}, 1,
+                        (const char *[]){"z"});
+    slim_graph_add_node(g, "relu", "Relu", "", 1, (const char *[]){"z"}, 1,
+                        (const char *[]){"r"});
+    int gm = slim_graph_add_node(g, "fc", "Gemm", "", 3, (const char *[]){"r", "w2", "c"}, 1,
+                                 (const char *[]){"y"});
+    for (int i = 0; i < g->n_nodes; i++)
+        g->nodes[i].opset = 17;
+    tu_attr_i(&g->nodes[gm], "transB", 1);
+    tu_attr_f(&g->nodes[gm], "alpha", 0.5f);
+    tu_attr_f(&g->nodes[gm], "beta", 2.0f);
+    *rng = 42;
+    tu_xinit(g, rng, "w", 2, (int64_t[]){40, 24}, 0.3f);
+    tu_xinit(g, rng, "b", 1, (int64_t[]){24}, 0.1f);
+    tu_xinit(g, rng, "w2", 2, (int64_t[]){9, 24}, 0.3f);
+    tu_xinit(g, rng, "c", 2, (int64_t[]){1, 9}, 0.1f);
+    tu_set_io(g, "x", SLIM_F32, "y");
+    return g;
+}
+
+slim_tensor tu_run1(slim_graph *g, const char *in_name, slim_tensor in, slim_status want,
+                    slim_err *err)
+{
+    slim_model *m;
+    ck_assert_msg(slim_model_from_graph(g, &m, err) == SLIM_OK, "%s", err->msg);
+    slim_tensor *out = NULL, y = {0};
+    int n_out;
+    slim_status st = slim_model_run(m, 1, (const char *[]){in_name}, &in, &out, &n_out, err);
+    ck_assert_msg(st == want, "status %d: %s", st, st ? err->msg : "");
+    if (!st) {
+        y = out[0];
+        for (int i = 1; i < n_out; i++) /* only the first is compared */
+            slim_tensor_release(&out[i]);
+        free(out);
+    }
+    slim_model_free(m);
+    return y;
+}
+
+void tu_assert_close_max(const slim_tensor *a, const slim_tensor *ref, double rel)
+{
+    int64_t n = slim_tensor_numel(ref);
+    ck_assert_int_eq(slim_tensor_numel(a), n);
+    double mx = 0;
+    for (int64_t i = 0; i < n; i++)
+        mx = fmax(mx, fabs(((const float *)ref->data)[i]));
+    for (int64_t i = 0; i < n; i++) {
+        float u = ((const float *)a->data)[i], v = ((const float *)ref->data)[i];
+        ck_assert_msg(fabs(u - v) <= rel * mx, "element %lld: %g vs %g (max %g)", (long long)i, u,
+                      v, mx);
+    }
+}

@@ -51,6 +51,30 @@ void tu_init_f32(slim_graph *g, uint32_t *rng, const char *name, int ndim, const
 slim_node *tu_op(slim_graph *g, const char *op_type, const char *out, int n_in, ...);
 int tu_count_op(const slim_graph *g, const char *op_type);
 
+/* The kernel tests' seeded xorshift stream: the next value of *state, and
+ * one in [-1, 1) (2000001 levels). Each test file keeps its own state and
+ * reseeds it per case, so its values stay what they were. */
+uint32_t tu_xrnd(uint64_t *state);
+float tu_xrndf(uint64_t *state);
+
+/* The quantization tests' graph helpers: an initializer "name" of values
+ * tu_xrndf(rng) * scale (its value index); a graph input `in` of dtype dt
+ * and output `out`; x[*, 40] -> MatMul(w[40, 24]) -> Add(b) -> Relu ->
+ * Gemm(transB, alpha 0.5, beta 2, C) -> y[*, 9], its weights drawn from
+ * seed 42; a model built from g (consumed) and run on `in` as in_name,
+ * asserting status `want`: its first output (the rest released), or an
+ * empty tensor when it failed. */
+int tu_xinit(slim_graph *g, uint64_t *rng, const char *name, int ndim, const int64_t *dims,
+             float scale);
+void tu_set_io(slim_graph *g, const char *in, slim_dtype dt, const char *out);
+slim_graph *tu_two_layers(uint64_t *rng);
+slim_tensor tu_run1(slim_graph *g, const char *in_name, slim_tensor in, slim_status want,
+                    slim_err *err);
+
+/* Asserts a and ref the same size and every element of a within rel times
+ * ref's largest magnitude of ref's. */
+void tu_assert_close_max(const slim_tensor *a, const slim_tensor *ref, double rel);
+
 /* Asserts shape and every element within atol + rtol*|expected|. */
 void tu_assert_shape(const slim_tensor *t, int ndim, const int64_t *dims);
 void tu_assert_close_f32(const slim_tensor *t, const float *expected, int64_t n, double tol);
