@@ -183,6 +183,36 @@ static void *worker_main(void *arg)
     return arg;
 }
 
+/* OpenBLAS's pthread build starts its own threads when it is loaded,
+ * before main, and each one spins (sched_yield in a loop) for 2^28 TSC
+ * ticks, about 0.13 s, waiting for work before it sleeps. BLAS runs
+ * single-threaded here (pool_init), so they never get any: all they did
+ * was hold a core through the process's first 0.13 s, where the pool's
+ * worker waited behind them. A 90%-pruned ResNet-18 (9 ms runs on 2
+ * threads) ran its first ~10 runs at its 1-thread time; a dense model, its
+ * first run or two. So they are stopped before main, while no BLAS call
+ * can be in flight (blas_thread_shutdown_, which OpenBLAS exports for its
+ * fork handler, joins them; BLAS then runs in the calling thread, as it
+ * did). Not openblas_set_num_threads again after that: OpenBLAS 0.3.21's
+ * starts the threads anew when none run (pool_init called it at the first
+ * run, which is where the spinning came back). A BLAS without that symbol
+ * (serial, or not OpenBLAS) has no such threads. SLIM_BLAS_THREADS=keep
+ * leaves them (A/B). BLAS is single-threaded either way, so no product's
+ * result changes. */
+extern int blas_thread_shutdown_(void) __attribute__((weak));
+static bool blas_capped;
+
+__attribute__((constructor)) static void stop_blas_threads(void)
+{
+    const char *keep = getenv("SLIM_BLAS_THREADS");
+    if (keep && strcmp(keep, "keep") == 0)
+        return;
+    openblas_set_num_threads(1);
+    if (blas_thread_shutdown_)
+        blas_thread_shutdown_();
+    blas_capped = true;
+}
+
 static void pool_init(void)
 {
     long cores = sysconf(_SC_NPROCESSORS_ONLN);
@@ -198,7 +228,8 @@ static void pool_init(void)
     const char *all = getenv("SLIM_POOL_WAIT_ALL");
     pool.wait_all = all && strcmp(all, "1") == 0;
     /* BLAS runs single-threaded inside our parts (see slim_sgemm). */
-    openblas_set_num_threads(1);
+    if (!blas_capped)
+        openblas_set_num_threads(1);
     pthread_mutex_init(&pool.job_lock, NULL);
     pthread_mutex_init(&pool.mu, NULL);
     pthread_cond_init(&pool.cv_start, NULL);
