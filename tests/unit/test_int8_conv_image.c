@@ -243,32 +243,9 @@ START_TEST(test_image_non_finite_and_zero)
     const shape *s = &shapes[1]; /* batch 3, no Relu, bias */
     problem p;
     make(s, &p);
-    int64_t per_y = s->m * p.np, per_x = s->c * s->h * s->w;
-    float *ref = malloc(sizeof(float) * (size_t)(s->n * per_y));
-    float *got = malloc(sizeof(float) * (size_t)(s->n * per_y));
     slim_qconv_weights w = weights_of(&p, s, p.res);
     w.residual = NULL;
-    slim_err err;
-    ck_assert_int_eq(slim_qconv_run(&p.q, s->n, p.x, &w, ref, &err), SLIM_OK);
-    const float bad[] = {NAN, INFINITY, -INFINITY};
-    for (int b = 0; b < 3; b++) {
-        float keep = p.x[per_x + 7];
-        p.x[per_x + 7] = bad[b];
-        ck_assert_int_eq(slim_qconv_run(&p.q, s->n, p.x, &w, got, &err), SLIM_OK);
-        p.x[per_x + 7] = keep;
-        for (int64_t i = 0; i < per_y; i++)
-            ck_assert_msg(isnan(got[per_y + i]), "value %d: output %lld is %g", b,
-                          (long long)i, got[per_y + i]);
-        ck_assert(memcmp(got, ref, sizeof(float) * (size_t)per_y) == 0);
-        ck_assert(memcmp(got + 2 * per_y, ref + 2 * per_y, sizeof(float) * (size_t)per_y) == 0);
-    }
-    memset(p.x, 0, sizeof(float) * (size_t)per_x);
-    ck_assert_int_eq(slim_qconv_run(&p.q, 1, p.x, &w, got, &err), SLIM_OK);
-    for (int64_t j = 0; j < s->m; j++)
-        for (int64_t i = 0; i < p.np; i++)
-            ck_assert_float_eq(got[j * p.np + i], p.bias[j]);
-    free(ref);
-    free(got);
+    tq_assert_non_finite_and_zero(&p, s->n, &w, 7);
     tq_unmake(&p);
 }
 END_TEST

@@ -34,15 +34,6 @@ static void add_init(slim_graph *g, const char *name, int ndim, const int64_t *d
     free(d);
 }
 
-/* "x" the graph's float32 input, "y" its output. */
-static void graph_io(slim_graph *g)
-{
-    int x = slim_graph_find_value(g, "x");
-    slim_graph_add_input(g, x);
-    g->values[x].info.dtype = SLIM_F32;
-    slim_graph_add_output(g, slim_graph_find_value(g, "y"));
-}
-
 /* x[*, 6, 9, 9] -> Conv(3x3, stride 2, pad 1, group g) -> BN -> Relu -> y */
 static slim_graph *conv_bn_relu(int64_t group, int64_t cout)
 {
@@ -68,26 +59,8 @@ static slim_graph *conv_bn_relu(int64_t group, int64_t cout)
     add_init(g, "beta", 1, (int64_t[]){cout}, -0.3f, 0.3f);
     add_init(g, "mean", 1, (int64_t[]){cout}, -0.2f, 0.2f);
     add_init(g, "var", 1, (int64_t[]){cout}, 0.5f, 2.0f);
-    graph_io(g);
+    tu_set_io(g, "x", SLIM_F32, "y");
     return g;
-}
-
-static slim_tensor run1(slim_graph *g, slim_tensor in, slim_status want, slim_err *err)
-{
-    slim_model *m;
-    ck_assert_msg(slim_model_from_graph(g, &m, err) == SLIM_OK, "%s", err->msg);
-    slim_tensor *out = NULL, y = {0};
-    int n_out;
-    slim_status st = slim_model_run(m, 1, (const char *[]){"x"}, &in, &out, &n_out, err);
-    ck_assert_msg(st == want, "status %d: %s", st, st ? err->msg : "");
-    if (!st) {
-        y = out[0];
-        for (int i = 1; i < n_out; i++) /* only the first is compared */
-            slim_tensor_release(&out[i]);
-        free(out);
-    }
-    slim_model_free(m);
-    return y;
 }
 
 /* Conv + BN + Relu becomes one ConvInt8 with the BN folded and the Relu
@@ -103,7 +76,7 @@ START_TEST(test_pass_conv_bn_relu)
         xv[i] = rndf() * 2;
     slim_tensor x = tu_f32(4, (int64_t[]){N, 6, 9, 9}, xv);
     slim_err err;
-    slim_tensor ref = run1(conv_bn_relu(2, 10), x, SLIM_OK, &err);
+    slim_tensor ref = tu_run1(conv_bn_relu(2, 10), "x", x, SLIM_OK, &err);
 
     slim_graph *g = conv_bn_relu(2, 10);
     slim_int8_samples smp = {1, (char *[]){"x"}, &x};
@@ -122,7 +95,7 @@ START_TEST(test_pass_conv_bn_relu)
     double measured = rep.layers[0].error;
     ck_assert(measured > 1e-4 && measured < 0.02);
     slim_int8_report_free(&rep);
-    slim_tensor y = run1(g, x, SLIM_OK, &err);
+    slim_tensor y = tu_run1(g, "x", x, SLIM_OK, &err);
     tu_assert_shape(&y, 4, (int64_t[]){N, 10, 5, 5});
     double e = slim_int8_rel_error(ref.data, y.data, slim_tensor_numel(&ref));
     ck_assert_msg(fabs(e - measured) <= 0.05 * measured, "run %g, measured %g", e, measured);
@@ -131,7 +104,7 @@ START_TEST(test_pass_conv_bn_relu)
         g = conv_bn_relu(2, 10);
         ck_assert_int_eq(slim_quant_int8(g, NULL, NULL, &err), SLIM_OK);
         slim_tensor x1 = tu_f32(4, (int64_t[]){1, 6, 9, 9}, xv + n * PER);
-        slim_tensor y1 = run1(g, x1, SLIM_OK, &err);
+        slim_tensor y1 = tu_run1(g, "x", x1, SLIM_OK, &err);
         ck_assert(memcmp(y1.data, (float *)y.data + n * 250, sizeof(float) * 250) == 0);
         slim_tensor_release(&y1);
         slim_tensor_release(&x1);
@@ -197,7 +170,7 @@ static slim_graph *mobile_block(void)
     add_init(g, "wd", 4, (int64_t[]){16, 1, 3, 3}, -0.5f, 0.5f);
     add_init(g, "wp", 4, (int64_t[]){8, 16, 1, 1}, -0.5f, 0.5f);
     add_init(g, "wl", 4, (int64_t[]){8, 8, 1, 1}, -0.5f, 0.5f);
-    graph_io(g);
+    tu_set_io(g, "x", SLIM_F32, "y");
     return g;
 }
 
@@ -222,7 +195,7 @@ START_TEST(test_pass_depthwise_neighbours_stay_float)
         xv[i] = rndf() * 2;
     slim_tensor x = tu_f32(4, (int64_t[]){N, 8, 6, 6}, xv);
     slim_err err;
-    slim_tensor ref = run1(mobile_block(), x, SLIM_OK, &err);
+    slim_tensor ref = tu_run1(mobile_block(), "x", x, SLIM_OK, &err);
 
     slim_graph *g = mobile_block();
     slim_int8_report rep;
@@ -239,7 +212,7 @@ START_TEST(test_pass_depthwise_neighbours_stay_float)
     for (int i = 0; i < g->n_nodes; i++)
         n_int8 += !strcmp(g->nodes[i].op_type, "ConvInt8");
     ck_assert_int_eq(n_int8, 1);
-    slim_tensor y = run1(g, x, SLIM_OK, &err);
+    slim_tensor y = tu_run1(g, "x", x, SLIM_OK, &err);
     double rel = slim_int8_rel_error(ref.data, y.data, slim_tensor_numel(&ref));
     ck_assert_msg(rel > 0 && rel < 0.03, "rel error %g", rel);
     slim_tensor_release(&y);
@@ -251,7 +224,7 @@ START_TEST(test_pass_depthwise_neighbours_stay_float)
     ck_assert(layer_named(&rep, "expand")->quantized && layer_named(&rep, "project")->quantized);
     ck_assert(!layer_named(&rep, "dw")->quantized && layer_named(&rep, "last")->quantized);
     slim_int8_report_free(&rep);
-    y = run1(g, x, SLIM_OK, &err);
+    y = tu_run1(g, "x", x, SLIM_OK, &err);
     rel = slim_int8_rel_error(ref.data, y.data, slim_tensor_numel(&ref));
     ck_assert_msg(rel > 0 && rel < 0.05, "rel error %g", rel);
     slim_tensor_release(&y);
@@ -283,7 +256,7 @@ START_TEST(test_pass_depthwise_neighbours_stay_float)
     ck_assert_int_eq(n_clip, 0);
     ck_assert_int_eq(n_dw, 1);
     ck_assert_int_eq(n_nhwc, 3); /* all but the one making the graph output */
-    y = run1(g, x, SLIM_OK, &err);
+    y = tu_run1(g, "x", x, SLIM_OK, &err);
     rel = slim_int8_rel_error(ref.data, y.data, slim_tensor_numel(&ref));
     ck_assert_msg(rel > 0 && rel < 0.05, "rel error %g", rel);
     slim_tensor_release(&y);
@@ -316,7 +289,7 @@ static slim_graph *conv_chain(bool a_out)
     add_init(g, "b1", 1, (int64_t[]){20}, -0.2f, 0.2f);
     add_init(g, "w2", 4, (int64_t[]){13, 20, 1, 1}, -0.5f, 0.5f);
     add_init(g, "w3", 4, (int64_t[]){7, 13, 3, 3}, -0.5f, 0.5f);
-    graph_io(g);
+    tu_set_io(g, "x", SLIM_F32, "y");
     if (a_out)
         slim_graph_add_output(g, slim_graph_find_value(g, "c2"));
     return g;
@@ -344,14 +317,14 @@ START_TEST(test_pass_nhwc_hand_over)
         xv[i] = rndf() * 2;
     slim_tensor x = tu_f32(4, (int64_t[]){N, 6, 9, 9}, xv);
     slim_err err;
-    slim_tensor ref = run1(conv_chain(false), x, SLIM_OK, &err);
+    slim_tensor ref = tu_run1(conv_chain(false), "x", x, SLIM_OK, &err);
 
     setenv("SLIM_INT8_CONV_NHWC", "off", 1);
     slim_graph *g = conv_chain(false);
     ck_assert_int_eq(slim_quant_int8(g, NULL, NULL, &err), SLIM_OK);
     unsetenv("SLIM_INT8_CONV_NHWC");
     ck_assert_int_eq(attr_of(g, "a", "nhwc_input") + attr_of(g, "a", "nhwc_output"), 0);
-    slim_tensor off = run1(g, x, SLIM_OK, &err);
+    slim_tensor off = tu_run1(g, "x", x, SLIM_OK, &err);
 
     g = conv_chain(false);
     ck_assert_int_eq(slim_quant_int8(g, NULL, NULL, &err), SLIM_OK);
@@ -362,7 +335,7 @@ START_TEST(test_pass_nhwc_hand_over)
     ck_assert_int_eq(attr_of(g, "a", "nhwc_output"), 1);
     ck_assert_int_eq(attr_of(g, "b", "nhwc_input"), 1);
     ck_assert_int_eq(attr_of(g, "b", "nhwc_output"), 0);
-    slim_tensor y = run1(g, x, SLIM_OK, &err);
+    slim_tensor y = tu_run1(g, "x", x, SLIM_OK, &err);
     tu_assert_shape(&y, 4, (int64_t[]){N, 7, 4, 4});
     ck_assert(memcmp(y.data, off.data, slim_tensor_nbytes(&y)) == 0);
     double rel = slim_int8_rel_error(ref.data, y.data, slim_tensor_numel(&ref));
@@ -371,7 +344,7 @@ START_TEST(test_pass_nhwc_hand_over)
         g = conv_chain(false);
         ck_assert_int_eq(slim_quant_int8(g, NULL, NULL, &err), SLIM_OK);
         slim_tensor x1 = tu_f32(4, (int64_t[]){1, 6, 9, 9}, xv + n * PER);
-        slim_tensor y1 = run1(g, x1, SLIM_OK, &err);
+        slim_tensor y1 = tu_run1(g, "x", x1, SLIM_OK, &err);
         ck_assert(memcmp(y1.data, (float *)y.data + n * 112, sizeof(float) * 112) == 0);
         slim_tensor_release(&y1);
         slim_tensor_release(&x1);
@@ -383,7 +356,7 @@ START_TEST(test_pass_nhwc_hand_over)
     ck_assert_int_eq(attr_of(g, "a", "nhwc_output"), 0);
     ck_assert_int_eq(attr_of(g, "b", "nhwc_input"), 0);
     slim_tensor_release(&y);
-    y = run1(g, x, SLIM_OK, &err);
+    y = tu_run1(g, "x", x, SLIM_OK, &err);
     ck_assert(memcmp(y.data, off.data, slim_tensor_nbytes(&y)) == 0);
     slim_tensor_release(&y);
     slim_tensor_release(&off);
@@ -424,7 +397,7 @@ static slim_graph *res_chain(void)
     add_init(g, "w2", 4, (int64_t[]){8, 12, 3, 3}, -0.3f, 0.3f);
     add_init(g, "b2", 1, (int64_t[]){8}, -0.2f, 0.2f);
     add_init(g, "w3", 4, (int64_t[]){8, 8, 1, 1}, -0.5f, 0.5f);
-    graph_io(g);
+    tu_set_io(g, "x", SLIM_F32, "y");
     return g;
 }
 
@@ -441,7 +414,7 @@ START_TEST(test_pass_residual_fused)
         xv[i] = rndf() * 2;
     slim_tensor x = tu_f32(4, (int64_t[]){N, 8, 7, 7}, xv);
     slim_err err;
-    slim_tensor ref = run1(res_chain(), x, SLIM_OK, &err);
+    slim_tensor ref = tu_run1(res_chain(), "x", x, SLIM_OK, &err);
 
     setenv("SLIM_INT8_CONV_NHWC", "off", 1);
     setenv("SLIM_INT8_CONV_RESIDUAL", "off", 1);
@@ -450,7 +423,7 @@ START_TEST(test_pass_residual_fused)
     unsetenv("SLIM_INT8_CONV_NHWC");
     unsetenv("SLIM_INT8_CONV_RESIDUAL");
     ck_assert_int_eq(g->n_nodes, 8); /* pool, 3 ConvInt8, 2 Add, 2 Relu */
-    slim_tensor off = run1(g, x, SLIM_OK, &err);
+    slim_tensor off = tu_run1(g, "x", x, SLIM_OK, &err);
 
     g = res_chain();
     ck_assert_int_eq(slim_quant_int8(g, NULL, NULL, &err), SLIM_OK);
@@ -468,7 +441,7 @@ START_TEST(test_pass_residual_fused)
             ck_assert_int_eq(g->nodes[i].n_in, 6);
             ck_assert_str_eq(slim_attr_str(&g->nodes[i], "activation", ""), "Relu");
         }
-    slim_tensor y = run1(g, x, SLIM_OK, &err);
+    slim_tensor y = tu_run1(g, "x", x, SLIM_OK, &err);
     tu_assert_shape(&y, 4, (int64_t[]){N, 8, 7, 7});
     ck_assert(memcmp(y.data, off.data, slim_tensor_nbytes(&y)) == 0);
     double rel = slim_int8_rel_error(ref.data, y.data, slim_tensor_numel(&ref));
@@ -477,7 +450,7 @@ START_TEST(test_pass_residual_fused)
         g = res_chain();
         ck_assert_int_eq(slim_quant_int8(g, NULL, NULL, &err), SLIM_OK);
         slim_tensor x1 = tu_f32(4, (int64_t[]){1, 8, 7, 7}, xv + n * PER);
-        slim_tensor y1 = run1(g, x1, SLIM_OK, &err);
+        slim_tensor y1 = tu_run1(g, "x", x1, SLIM_OK, &err);
         ck_assert(memcmp(y1.data, (float *)y.data + n * PER, sizeof(float) * PER) == 0);
         slim_tensor_release(&y1);
         slim_tensor_release(&x1);
@@ -505,11 +478,11 @@ START_TEST(test_malformed_conv_refused)
     g->values[w].init = tu_tensor(SLIM_I8, 2, (int64_t[]){16, 8}, wb);
     g->values[s].init = tu_f32(1, (int64_t[]){2}, (float[]){1, 1});
     g->values[cs].init = tu_tensor(SLIM_I32, 1, (int64_t[]){2}, (int32_t[]){0, 0});
-    graph_io(g);
+    tu_set_io(g, "x", SLIM_F32, "y");
     slim_err err;
     float xv[4 * 5 * 5] = {0};
     slim_tensor xt = tu_f32(4, (int64_t[]){1, 4, 5, 5}, xv);
-    run1(g, xt, SLIM_ESHAPE, &err);
+    tu_run1(g, "x", xt, SLIM_ESHAPE, &err);
     ck_assert_msg(strstr(err.msg, "packed weight"), "%s", err.msg);
     slim_tensor_release(&xt);
 }

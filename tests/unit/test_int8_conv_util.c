@@ -131,6 +131,41 @@ void tq_unmake(tq_problem *p)
     free(p->res);
 }
 
+void tq_assert_non_finite_and_zero(tq_problem *p, int64_t n, const slim_qconv_weights *w,
+                                   int64_t at)
+{
+    int64_t per_y = p->q.m * p->np, per_x = p->q.c * p->q.h * p->q.w;
+    ck_assert_int_ge(n, 3);
+    ck_assert_int_lt(at, per_x);
+    float *ref = malloc(sizeof(float) * (size_t)(n * per_y));
+    float *got = malloc(sizeof(float) * (size_t)(n * per_y));
+    ck_assert_ptr_nonnull(ref);
+    ck_assert_ptr_nonnull(got);
+    slim_err err;
+    ck_assert_int_eq(slim_qconv_run(&p->q, n, p->x, w, ref, &err), SLIM_OK);
+    const float bad[] = {NAN, INFINITY, -INFINITY};
+    for (int b = 0; b < 3; b++) {
+        float keep = p->x[per_x + at];
+        p->x[per_x + at] = bad[b];
+        ck_assert_int_eq(slim_qconv_run(&p->q, n, p->x, w, got, &err), SLIM_OK);
+        p->x[per_x + at] = keep;
+        for (int64_t i = 0; i < per_y; i++)
+            ck_assert_msg(isnan(got[per_y + i]), "value %d: output %lld is %g", b, (long long)i,
+                          got[per_y + i]);
+        ck_assert(memcmp(got, ref, sizeof(float) * (size_t)per_y) == 0);
+        ck_assert(memcmp(got + 2 * per_y, ref + 2 * per_y, sizeof(float) * (size_t)per_y) == 0);
+    }
+    memset(p->x, 0, sizeof(float) * (size_t)per_x);
+    slim_qconv_weights w0 = *w;
+    w0.clip = false;
+    ck_assert_int_eq(slim_qconv_run(&p->q, 1, p->x, &w0, got, &err), SLIM_OK);
+    for (int64_t j = 0; j < p->q.m; j++)
+        for (int64_t i = 0; i < p->np; i++)
+            ck_assert_float_eq(got[j * p->np + i], p->bias[j]);
+    free(ref);
+    free(got);
+}
+
 void tq_swap_inner(const float *src, float *dst, int64_t n, int64_t a, int64_t b)
 {
     for (int64_t i = 0; i < n; i++)

@@ -60,6 +60,13 @@ void tq_define_codes(const float *x, int64_t n, uint8_t *q, float *sx, int32_t *
 void tq_assert_batch_independent(const tq_problem *p, int64_t n, const slim_qconv_weights *w,
                                  const char *what);
 
+/* With w (its activation one that keeps a NaN, no residual), a NaN or an
+ * infinity at element `at` of image 1 of p's n >= 3 gives image 1 all NaN
+ * outputs and leaves images 0 and 2 bitwise as they were; then image 0 all
+ * zeros (p's images are overwritten), without a Clip, gives the bias. */
+void tq_assert_non_finite_and_zero(tq_problem *p, int64_t n, const slim_qconv_weights *w,
+                                   int64_t at);
+
 /* [n][a][b] -> [n][b][a]: NCHW <-> NHWC with a = C, b = H * W or back. */
 void tq_swap_inner(const float *src, float *dst, int64_t n, int64_t a, int64_t b);
 
