@@ -194,8 +194,8 @@ static void *worker_main(void *arg)
  * can be in flight (blas_thread_shutdown_, which OpenBLAS exports for its
  * fork handler, joins them; BLAS then runs in the calling thread, as it
  * did). Not openblas_set_num_threads again after that: OpenBLAS 0.3.21's
- * starts the threads anew when none run (pool_init called it at the first
- * run, which is where the spinning came back). A BLAS without that symbol
+ * starts the threads anew when none run (pool_init's call would, at the
+ * model's creation, just before its first runs). A BLAS without that symbol
  * (serial, or not OpenBLAS) has no such threads. SLIM_BLAS_THREADS=keep
  * leaves them (A/B). BLAS is single-threaded either way, so no product's
  * result changes. */
