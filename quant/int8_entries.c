@@ -16,11 +16,19 @@
  * 768, and the sums' transposes are a good part of that): off until a
  * quiet run shows every encoder row within 0.7x onnxruntime's int8 with
  * them; SLIM_INT8_SPARSE=2 turns them on. */
-#define SLIM_INT8_SPARSE_DEFAULT 0
+#define SLIM_INT8_SPARSE_DEFAULT "0"
+
+/* The channels of at least this many inputs are "long" for
+ * SLIM_INT8_SPARSE=S,L (a transformer's FFN out, K = 4 x hidden, against
+ * its K = hidden products). */
+#define SLIM_INT8_SPARSE_LONG_K 1024
 
 /* How many float32 entries each output channel of a K-input weight keeps
  * out of its int8 codes (SLIM_INT8_SPARSE: entries per 1024 inputs,
- * rounded up; 0 none). Heavy-tailed weights (trained transformers'; the
+ * rounded up; 0 none; "S,L": S per 1024 on channels of fewer than 1024
+ * inputs, L on longer ones, so the sums can be spent where the error is:
+ * FFN out, K = 3072, is the most sensitive product of the encoders,
+ * docs/int8.md). Heavy-tailed weights (trained transformers'; the
  * Student-t ones of bench/gen_encoder.py) have a few entries per channel
  * far out in the tail, and they set the channel's int8 step for all the
  * others: per-channel int8 then errs by about 0.03-0.04 of the weight,
@@ -31,8 +39,13 @@
  * inputs (1/32 of a channel's bytes an entry) keep none. */
 int64_t slim__int8_sparse_count(int64_t k)
 {
-    const char *env = getenv("SLIM_INT8_SPARSE");
-    long per = env && env[0] ? strtol(env, NULL, 10) : SLIM_INT8_SPARSE_DEFAULT;
+    const char *spec = getenv("SLIM_INT8_SPARSE");
+    if (!spec || !spec[0])
+        spec = SLIM_INT8_SPARSE_DEFAULT;
+    char *end;
+    long per = strtol(spec, &end, 10);
+    if (*end == ',' && k >= SLIM_INT8_SPARSE_LONG_K)
+        per = strtol(end + 1, NULL, 10);
     if (per <= 0 || k < 256)
         return 0;
     if (per > 1024)

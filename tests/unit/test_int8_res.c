@@ -419,7 +419,7 @@ END_TEST
 /* SLIM_INT8_SPARSE=V: channels of K >= 256 inputs keep ceil(K V / 1024)
  * entries as sparse float32 (13 inputs, 8 bytes an entry counted), with a
  * lower weight and output error than without; K < 256 keeps none; 0
- * turns it off. With the second weight too, the entries take no part in
+ * turns it off; "S,L" gives S below K = 1024 and L from there. With the second weight too, the entries take no part in
  * it (the output error falls further). */
 START_TEST(test_pass_gives_sparse_entries)
 {
@@ -431,8 +431,11 @@ START_TEST(test_pass_gives_sparse_entries)
     } cases[] = {
         {512, 48, "0", "off", 0}, {512, 48, "8", "off", 4}, {512, 48, "8", "all", 4},
         {512, 48, "0", "all", 0}, {128, 48, "8", "off", 0},
+        /* "S,L": S per 1024 below K = 1024, L from there on */
+        {512, 48, "0,8", "off", 0}, {512, 48, "8,0", "off", 4}, {1024, 32, "0,8", "off", 8},
+        {1024, 32, "8,0", "off", 0}, {1024, 32, "1,3", "off", 3},
     };
-    double werr[5], yerr[5];
+    double werr[10], yerr[10];
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
         int64_t k = cases[c].k, n = cases[c].n;
         setenv("SLIM_INT8_SPARSE", cases[c].sp, 1);
