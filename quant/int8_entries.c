@@ -19,7 +19,10 @@
  * measured (AMX leaves the products about 1.5 cycles an output at K =
  * 768, and the sums' transposes are a good part of that): off until a
  * quiet run shows every encoder row within 0.7x onnxruntime's int8 with
- * them; SLIM_INT8_SPARSE=2 turns them on. */
+ * them; SLIM_INT8_SPARSE=2 turns them on. The cheapest spec with every
+ * encoder row over 0.99 is "square:1" (lowest 0.9945; the sums at least
+ * 5-12% of a run, against 13-30% for 2: docs/int8.md, 2026-11-28), the
+ * candidate for this default once a quiet run shows its time. */
 #define SLIM_INT8_SPARSE_DEFAULT "0"
 
 /* Whether s[0..len) names a product kind (slim__int8_kind). */
