@@ -42,9 +42,10 @@ const char *slim__int8_kind(int64_t k, int64_t n)
 
 /* Which products get a second int8 weight for the first one's rounding
  * error (kernels/cpu/qgemm_res.c), by kind (slim__int8_kind). Measured on
- * the BERT-sized encoder at sequence 16 (docs/int8.md), cosine to fp32 at batch 1 / 8: 0.976 / 0.993 (none),
- * 0.989 / 0.993 (down), 0.991 / 0.998 (square), 0.993 / 0.992 (down, up),
- * 0.997 / 0.997 (down, square), 0.999 / 0.999 (all). Each kind is a third
+ * the BERT-sized encoder at sequence 16 (docs/int8.md), cosine to fp32 at
+ * batch 1 / 8: 0.976 / 0.993 (none), 0.989 / 0.993 (down), 0.991 /
+ * 0.998 (square), 0.993 / 0.992 (down, up), 0.997 / 0.997 (down,
+ * square), 0.999 / 0.999 (all). Each kind is a third
  * of an encoder's weight bytes, and with few rows (sequence 16, batch 1)
  * the products stream their weights from memory, so each kind adds about
  * a third to the products' time there (quiet machine, 2 threads: BERT
