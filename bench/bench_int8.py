@@ -54,7 +54,10 @@ Configurations, each in its own process so that its peak RSS is its own:
                   error, the before of that change; down,square: more of them)
   slim int8 sp=V   with --sparse-also 'V1/V2': slim convert --precision
                   int8 under SLIM_INT8_SPARSE=V (each channel's V per 1024 largest
-                  entries kept as sparse float32; 0: none, the before of that change)
+                  entries kept as sparse float32; 0: none, the before of that change;
+                  V may name kinds of product: 'square:1/1,down:2/2' compares
+                  the entries on Q/K/V and attention out only, everywhere with 2
+                  on FFN out, and 2 everywhere)
   slim int8 budget  with --int8-max-error X: slim convert --precision int8
                   --int8-max-error X (layers whose own output error on
                   drawn samples is over X stay fp32)

@@ -208,31 +208,6 @@ static slim_status quantize_scales(const float *w, int64_t n, int64_t k, int64_t
     return SLIM_OK;
 }
 
-/* Which products get a second int8 weight for the first one's rounding
- * error (kernels/cpu/qgemm_res.c), by shape: "down" K >= 2 N (a
- * transformer's FFN out), "up" N >= 2 K (FFN in), "square" the rest (Q,
- * K, V, attention out). Measured on the BERT-sized encoder at sequence 16
- * (docs/int8.md), cosine to fp32 at batch 1 / 8: 0.976 / 0.993 (none),
- * 0.989 / 0.993 (down), 0.991 / 0.998 (square), 0.993 / 0.992 (down, up),
- * 0.997 / 0.997 (down, square), 0.999 / 0.999 (all). Each kind is a third
- * of an encoder's weight bytes, and with few rows (sequence 16, batch 1)
- * the products stream their weights from memory, so each kind adds about
- * a third to the products' time there (quiet machine, 2 threads: BERT
- * seq 16 batch 1 0.48x onnxruntime int8 without, 0.76x with "square").
- * Default off, as a server built around memory should: the second weight
- * is an opt-in for accuracy at short sequences, SLIM_INT8_RESIDUAL=square
- * (over 0.99 on every encoder row for a third more weight bytes), all, or
- * a list of kinds ("down,square": more margin, two thirds more). */
-static bool use_residual(const slim_rewrite_linear *l, int64_t parts)
-{
-    const char *env = getenv("SLIM_INT8_RESIDUAL");
-    if (!env || !env[0])
-        env = "off";
-    int64_t n = l->n / parts;
-    const char *kind = l->k >= 2 * n ? "down" : n >= 2 * l->k ? "up" : "square";
-    return strcmp(env, "all") == 0 || strstr(env, kind) != NULL;
-}
-
 /* How many products node id is: the parts of the Split that alone reads
  * its output (after a bias Add), as passes/merge_qkv.c leaves Q, K and V
  * merged into one [K, 3 N] MatMul, else 1. The kind of a merged product
@@ -542,13 +517,17 @@ static slim_status quantize_linear(pass *p, int id, slim_int8_layer *layer, cons
         st = slim_errf(err, SLIM_ENOMEM, "out of memory");
     if (st)
         goto fail;
-    int64_t nsp = slim__int8_sparse_count(l->k);
+    const char *kind = slim__int8_kind(l->k, l->n / merged_parts(p, id));
+    int64_t nsp = slim__int8_sparse_count(l->k, kind);
+    if (nsp < 0)
+        st = slim_errf(err, SLIM_EINVAL, "SLIM_INT8_SPARSE: not a list of V or kind:V "
+                       "(kinds down, up, square), e.g. 1,down:2");
     if (nsp > 0 && !(st = slim_rewrite_alloc_tensor(&si, SLIM_I32, 2, nsp, l->n, err)))
         st = slim_rewrite_alloc_tensor(&sv, SLIM_F32, 2, nsp, l->n, err);
     if (!st)
         st = quantize_scales(w, l->n, l->k, sk, sj, skip, l->alpha, use_mse_scales(), wq.data,
                              &scale, nsp, si.data, sv.data, &e2, &w2, err);
-    if (!st && use_residual(l, merged_parts(p, id))) {
+    if (!st && slim__int8_use_residual(kind)) {
         e2 = 0; /* what the two weights leave */
         st = quantize_residual(w, l, sk, sj, &scale, wq.data, &oidx, &ow, &os, &si, &rw, &rs,
                                &rc, &e2, err);

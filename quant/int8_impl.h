@@ -35,12 +35,23 @@ slim_status slim__int8_quantize_conv(slim__int8_pass *p, int id, slim_int8_layer
  * (input 6, input 5). Adds the layer to the report. */
 slim_status slim__int8_quantize_sparse(slim__int8_pass *p, int id, slim_err *err);
 
+/* A product's kind, as SLIM_INT8_RESIDUAL and SLIM_INT8_SPARSE name them,
+ * from its K and its N per part (a merged Q/K/V product counts by its
+ * parts): "down" (K >= 2 N: FFN out), "up" (N >= 2 K: FFN in), else
+ * "square" (Q, K, V, attention out). */
+const char *slim__int8_kind(int64_t k, int64_t n);
+
+/* Whether a product of that kind gets a second int8 weight for the first
+ * one's rounding error (SLIM_INT8_RESIDUAL: off, all, or a list of kinds). */
+bool slim__int8_use_residual(const char *kind);
+
 /* Sparse float32 entries (int8_entries.c): how many per channel of k
- * inputs (SLIM_INT8_SPARSE); the nsp largest of channel c (k floats) to
+ * inputs of a product of that kind (SLIM_INT8_SPARSE; -1: the spec is
+ * malformed); the nsp largest of channel c (k floats) to
  * idx[t * ld] and val[t * ld], 0 left in c; channel w (stride sk; skip:
  * outlier rows) gathered into c with outlier rows and its entries 0, their
  * squared norm added to *w2. */
-int64_t slim__int8_sparse_count(int64_t k);
+int64_t slim__int8_sparse_count(int64_t k, const char *kind);
 void slim__int8_take_largest(float *c, int64_t k, int64_t nsp, int32_t *idx, float *val,
                              int64_t ld);
 void slim__int8_gather_main(const float *w, int64_t k, int64_t sk, const bool *skip, int64_t nsp,

@@ -10,6 +10,7 @@
  */
 #include "qgemm.h"
 #include "qgemm_impl.h"
+#include "simd_transpose.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -32,36 +33,6 @@ void slim__qgemm_sparse_rows_c(const slim_qgemm_args *a, int64_t r, int nr)
 }
 
 #ifdef QGEMM_X86
-/* r[i] (16 vectors of 16 floats) to its transpose, in place: r[j] then
- * holds element j of every input vector. Pairs within 128-bit lanes, then
- * quads, then the lanes (u[4 g + c], lane L: element c + 4 L of rows 4 g
- * .. 4 g + 3). */
-AVX512_TARGET __attribute__((always_inline))
-static inline void transpose16(__m512 *r)
-{
-    __m512 t[16], u[16];
-    for (int i = 0; i < 16; i += 2) {
-        t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
-        t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
-    }
-    for (int g = 0; g < 16; g += 4) {
-        u[g] = _mm512_shuffle_ps(t[g], t[g + 2], 0x44);
-        u[g + 1] = _mm512_shuffle_ps(t[g], t[g + 2], 0xEE);
-        u[g + 2] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0x44);
-        u[g + 3] = _mm512_shuffle_ps(t[g + 1], t[g + 3], 0xEE);
-    }
-    for (int c = 0; c < 4; c++) {
-        __m512 v0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0x88);
-        __m512 w0 = _mm512_shuffle_f32x4(u[c], u[4 + c], 0xDD);
-        __m512 v1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0x88);
-        __m512 w1 = _mm512_shuffle_f32x4(u[8 + c], u[12 + c], 0xDD);
-        r[c] = _mm512_shuffle_f32x4(v0, v1, 0x88);
-        r[c + 8] = _mm512_shuffle_f32x4(v0, v1, 0xDD);
-        r[c + 4] = _mm512_shuffle_f32x4(w0, w1, 0x88);
-        r[c + 12] = _mm512_shuffle_f32x4(w0, w1, 0xDD);
-    }
-}
-
 /* Rows [r0, r1) of x, 16 at a time, transposed into xt (group g at xt +
  * g * k * 16: k vectors of the group's 16 rows, rows past r1 zero), so
  * that one sparse entry of one channel is one vector load and one fused
@@ -81,7 +52,7 @@ static void transpose_rows_avx512(const slim_qgemm_args *a, int64_t r0, int64_t 
             for (int i = 0; i < 16; i++)
                 v[i] = i < nr ? _mm512_maskz_loadu_ps(mk, a->x + (r + i) * a->ldx + c)
                               : _mm512_setzero_ps();
-            transpose16(v);
+            slim__transpose16_ps(v);
             for (int l = 0; l < w; l++)
                 _mm512_store_ps(xt + (c + l) * 16, v[l]);
         }
@@ -111,7 +82,7 @@ static void sums_avx512(const slim_qgemm_args *a, const float *xt, int64_t r0, i
                                         _mm512_set1_ps(a->sp_val[t * n + c + l]), s);
                 acc[l] = s;
             }
-            transpose16(acc);
+            slim__transpose16_ps(acc);
             for (int i = 0; i < nr; i++)
                 _mm512_mask_storeu_ps(a->y + (r + i) * a->ldy + c, mk, acc[i]);
         }

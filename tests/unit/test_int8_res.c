@@ -419,7 +419,8 @@ END_TEST
 /* SLIM_INT8_SPARSE=V: channels of K >= 256 inputs keep ceil(K V / 1024)
  * entries as sparse float32 (13 inputs, 8 bytes an entry counted), with a
  * lower weight and output error than without; K < 256 keeps none; 0
- * turns it off. With the second weight too, the entries take no part in
+ * turns it off; kind:V sets one kind of product (slim__int8_kind) over
+ * the bare V. With the second weight too, the entries take no part in
  * it (the output error falls further). */
 START_TEST(test_pass_gives_sparse_entries)
 {
@@ -431,8 +432,13 @@ START_TEST(test_pass_gives_sparse_entries)
     } cases[] = {
         {512, 48, "0", "off", 0}, {512, 48, "8", "off", 4}, {512, 48, "8", "all", 4},
         {512, 48, "0", "all", 0}, {128, 48, "8", "off", 0},
+        /* by kind: 512 x 48 is "down", 512 x 512 "square", 256 x 1024 "up" */
+        {512, 48, "0,down:8", "off", 4}, {512, 48, "8,down:0", "off", 0},
+        {512, 48, "square:8", "off", 0}, {512, 48, "up:0,8", "off", 4},
+        {512, 512, "square:8,down:1", "off", 4}, {256, 1024, "up:4,2", "off", 1},
+        {1024, 32, "1,down:3", "off", 3},
     };
-    double werr[5], yerr[5];
+    double werr[12], yerr[12];
     for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
         int64_t k = cases[c].k, n = cases[c].n;
         setenv("SLIM_INT8_SPARSE", cases[c].sp, 1);
@@ -479,6 +485,28 @@ START_TEST(test_pass_gives_sparse_entries)
     ck_assert_msg(yerr[1] < yerr[0] / 1.2, "output error %g -> %g", yerr[0], yerr[1]);
     ck_assert_msg(yerr[2] < yerr[1] && yerr[2] <= yerr[3] * 1.05,
                   "with the second weight: %g (sparse), %g (without)", yerr[2], yerr[3]);
+}
+END_TEST
+
+/* A SLIM_INT8_SPARSE that is not a list of V and kind:V is refused at
+ * convert with a message naming the variable, whatever the layer's kind. */
+START_TEST(test_bad_sparse_spec_refused)
+{
+    static const char *const bad[] = {"x", "-1", "2;3", "2,sideways:3", "down:", "down:2x", ","};
+    setenv("SLIM_INT8_RESIDUAL", "off", 1);
+    for (size_t b = 0; b < sizeof(bad) / sizeof(bad[0]); b++) {
+        setenv("SLIM_INT8_SPARSE", bad[b], 1);
+        slim_graph *g = heavy_matmul(512, 48);
+        slim_err err = {0};
+        slim_int8_report rep;
+        slim_status st = slim_quant_int8(g, NULL, &rep, &err);
+        ck_assert_msg(st != SLIM_OK, "spec '%s' accepted", bad[b]);
+        ck_assert_msg(strstr(err.msg, "SLIM_INT8_SPARSE") != NULL, "'%s': %s", bad[b], err.msg);
+        slim_int8_report_free(&rep);
+        slim_graph_free(g);
+    }
+    setenv("SLIM_INT8_SPARSE", "0", 1);
+    unsetenv("SLIM_INT8_RESIDUAL");
 }
 END_TEST
 
@@ -531,6 +559,7 @@ int main(void)
     tcase_add_test(tc, test_sparse_is_added_and_rows_independent);
     tcase_add_test(tc, test_pass_gives_sparse_entries);
     tcase_add_test(tc, test_bad_sparse_refused);
+    tcase_add_test(tc, test_bad_sparse_spec_refused);
     tcase_add_test(tc, test_res_is_sum_of_products_and_rows_independent);
     tcase_add_test(tc, test_pass_gives_residual_by_shape);
     tcase_add_test(tc, test_merged_qkv_counts_as_square);
