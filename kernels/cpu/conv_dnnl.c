@@ -272,19 +272,19 @@ static dnnl_status_t run_conv(const part *pt, void *src, const float *w, const f
         return dnnl_out_of_memory;
     /* kept per thread and repointed, not made per run (dnnl_mem.c) */
     slim__dnnl_mem_begin();
-    dnnl_status_t st = slim__dnnl_mem_bind(&pt->csrc_md, src, s, &m[0]);
+    dnnl_status_t st = slim__dnnl_mem_bind(&pt->csrc_md, src, &m[0]);
     if (st == dnnl_success)
-        st = slim__dnnl_mem_bind(&pt->wei_md, (void *)w, s, &m[1]);
+        st = slim__dnnl_mem_bind(&pt->wei_md, (void *)w, &m[1]);
     if (st == dnnl_success)
-        st = slim__dnnl_mem_bind(&pt->bias_md, (void *)b, s, &m[2]);
+        st = slim__dnnl_mem_bind(&pt->bias_md, (void *)b, &m[2]);
     if (st == dnnl_success)
-        st = slim__dnnl_mem_bind(&pt->dst_md, dst, s, &m[3]);
+        st = slim__dnnl_mem_bind(&pt->dst_md, dst, &m[3]);
     if (st == dnnl_success && dww)
-        st = slim__dnnl_mem_bind(&pt->dww_md, (void *)dww, s, &m[4]);
+        st = slim__dnnl_mem_bind(&pt->dww_md, (void *)dww, &m[4]);
     if (st == dnnl_success && dww)
-        st = slim__dnnl_mem_bind(&pt->dwb_md, (void *)dwb, s, &m[5]);
+        st = slim__dnnl_mem_bind(&pt->dwb_md, (void *)dwb, &m[5]);
     if (st == dnnl_success && pt->scratch_bytes)
-        st = slim__dnnl_mem_bind(&pt->scratch_md, scratch.data, s, &m[6]);
+        st = slim__dnnl_mem_bind(&pt->scratch_md, scratch.data, &m[6]);
     if (st == dnnl_success) {
         dnnl_exec_arg_t args[7] = {{DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]},
                                    {DNNL_ARG_BIAS, m[2]}, {DNNL_ARG_DST, m[3]}};

@@ -93,9 +93,9 @@ dnnl_status_t slim__fconv_run_reorder(dnnl_primitive_t r, const dnnl_memory_desc
     dnnl_memory_t ms = NULL, md = NULL;
     /* kept per thread and repointed, not made per run (dnnl_mem.c) */
     slim__dnnl_mem_begin();
-    dnnl_status_t st = slim__dnnl_mem_bind(smd, src, s, &ms);
+    dnnl_status_t st = slim__dnnl_mem_bind(smd, src, &ms);
     if (st == dnnl_success)
-        st = slim__dnnl_mem_bind(dmd, dst, s, &md);
+        st = slim__dnnl_mem_bind(dmd, dst, &md);
     if (st == dnnl_success) {
         dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, ms}, {DNNL_ARG_TO, md}};
         st = dnnl_primitive_execute(r, s, 2, args);

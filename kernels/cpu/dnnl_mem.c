@@ -100,10 +100,8 @@ static size_t slot_of(const void *key)
     return (size_t)(k >> 24) & (SLOTS - 1);
 }
 
-dnnl_status_t slim__dnnl_mem_bind(const dnnl_memory_desc_t *md, void *handle, dnnl_stream_t strm,
-                                  dnnl_memory_t *out)
+dnnl_status_t slim__dnnl_mem_bind(const dnnl_memory_desc_t *md, void *handle, dnnl_memory_t *out)
 {
-    (void)strm; /* dnnl_memory_create pads on no stream; so does the v1 set */
     *out = NULL;
     mem_table *t = get_table();
     if (!t)

@@ -5,8 +5,8 @@
  *
  *     slim__dnnl_mem_begin();                       // a new execution's set
  *     dnnl_memory_t a, b;
- *     slim__dnnl_mem_bind(&pt->src_md, src, strm, &a);   // key: the md's address
- *     slim__dnnl_mem_bind(&pt->dst_md, dst, strm, &b);
+ *     slim__dnnl_mem_bind(&pt->src_md, src, &a);   // key: the md's address
+ *     slim__dnnl_mem_bind(&pt->dst_md, dst, &b);
  *     dnnl_primitive_execute(..., a, b ...);        // never destroy a or b
  *
  * A bound memory stays valid until the calling thread's next
@@ -27,10 +27,9 @@ void slim__dnnl_mem_begin(void);
 /* *out: a memory of descriptor *md over handle, on the FusedConv engine.
  * md's address is the cache key (a part's descriptor lives as long as its
  * primitive); its contents are checked too, so a freed and reused address
- * never gets a stale descriptor. Pointing a kept memory at a new handle
- * zero-pads its padded area on strm, as creating it does, so the result
- * is the memory dnnl_memory_create would have made. */
-dnnl_status_t slim__dnnl_mem_bind(const dnnl_memory_desc_t *md, void *handle, dnnl_stream_t strm,
-                                  dnnl_memory_t *out);
+ * never gets a stale descriptor. A kept memory is pointed at handle with
+ * dnnl_memory_set_data_handle, which is how dnnl_memory_create sets up
+ * its buffer too, so the result is the memory creating would have made. */
+dnnl_status_t slim__dnnl_mem_bind(const dnnl_memory_desc_t *md, void *handle, dnnl_memory_t *out);
 
 #endif
