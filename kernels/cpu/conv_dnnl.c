@@ -48,7 +48,9 @@
  *
  * Engine, streams, reorders and the packing are conv_dnnl_pack.c's; the
  * primitives of one input shape (parts, direct or Winograd) are made in
- * conv_dnnl_build.c, the state they hang on is in conv_dnnl_set.h.
+ * conv_dnnl_build.c, the state they hang on is in conv_dnnl_set.h. The
+ * oneDNN memory objects a part runs on are kept per thread and repointed
+ * at each run's buffers (dnnl_mem.c), not made and destroyed per run.
  *
  * Threads: slimserve's pool, not oneDNN's. This oneDNN build runs on
  * OpenMP, whose idle threads spin; on cores shared with other work (the
