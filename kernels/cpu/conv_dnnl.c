@@ -48,7 +48,9 @@
  *
  * Engine, streams, reorders and the packing are conv_dnnl_pack.c's; the
  * primitives of one input shape (parts, direct or Winograd) are made in
- * conv_dnnl_build.c, the state they hang on is in conv_dnnl_set.h.
+ * conv_dnnl_build.c, the state they hang on is in conv_dnnl_set.h. The
+ * oneDNN memory objects a part runs on are kept per thread and repointed
+ * at each run's buffers (dnnl_mem.c), not made and destroyed per run.
  *
  * Threads: slimserve's pool, not oneDNN's. This oneDNN build runs on
  * OpenMP, whose idle threads spin; on cores shared with other work (the
@@ -72,6 +74,7 @@
 #include "conv_dnnl.h"
 #include "conv_dnnl_impl.h"
 #include "conv_dnnl_set.h"
+#include "dnnl_mem.h"
 #include "hgemm.h"
 
 #include <oneapi/dnnl/dnnl.h>
@@ -269,19 +272,21 @@ static dnnl_status_t run_conv(const part *pt, void *src, const float *w, const f
     slim_err ignored;
     if (pt->scratch_bytes && slim_tensor_alloc(&scratch, &ignored))
         return dnnl_out_of_memory;
-    dnnl_status_t st = dnnl_memory_create(&m[0], &pt->csrc_md, slim__fconv_engine(), src);
+    /* kept per thread and repointed, not made per run (dnnl_mem.c) */
+    slim__dnnl_mem_begin();
+    dnnl_status_t st = slim__dnnl_mem_bind(&pt->csrc_md, src, &m[0]);
     if (st == dnnl_success)
-        st = dnnl_memory_create(&m[1], &pt->wei_md, slim__fconv_engine(), (void *)w);
+        st = slim__dnnl_mem_bind(&pt->wei_md, (void *)w, &m[1]);
     if (st == dnnl_success)
-        st = dnnl_memory_create(&m[2], &pt->bias_md, slim__fconv_engine(), (void *)b);
+        st = slim__dnnl_mem_bind(&pt->bias_md, (void *)b, &m[2]);
     if (st == dnnl_success)
-        st = dnnl_memory_create(&m[3], &pt->dst_md, slim__fconv_engine(), dst);
+        st = slim__dnnl_mem_bind(&pt->dst_md, dst, &m[3]);
     if (st == dnnl_success && dww)
-        st = dnnl_memory_create(&m[4], &pt->dww_md, slim__fconv_engine(), (void *)dww);
+        st = slim__dnnl_mem_bind(&pt->dww_md, (void *)dww, &m[4]);
     if (st == dnnl_success && dww)
-        st = dnnl_memory_create(&m[5], &pt->dwb_md, slim__fconv_engine(), (void *)dwb);
+        st = slim__dnnl_mem_bind(&pt->dwb_md, (void *)dwb, &m[5]);
     if (st == dnnl_success && pt->scratch_bytes)
-        st = dnnl_memory_create(&m[6], &pt->scratch_md, slim__fconv_engine(), scratch.data);
+        st = slim__dnnl_mem_bind(&pt->scratch_md, scratch.data, &m[6]);
     if (st == dnnl_success) {
         dnnl_exec_arg_t args[7] = {{DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]},
                                    {DNNL_ARG_BIAS, m[2]}, {DNNL_ARG_DST, m[3]}};
@@ -296,8 +301,6 @@ static dnnl_status_t run_conv(const part *pt, void *src, const float *w, const f
         if (st == dnnl_success)
             st = dnnl_stream_wait(s);
     }
-    for (int i = 0; i < 7; i++)
-        dnnl_memory_destroy(m[i]);
     slim_tensor_release(&scratch);
     return st;
 }

@@ -6,6 +6,7 @@
  */
 #include "conv_dnnl.h"
 #include "conv_dnnl_impl.h"
+#include "dnnl_mem.h"
 #include "matmul_dnnl.h"
 
 #include <pthread.h>
@@ -90,15 +91,15 @@ dnnl_status_t slim__fconv_run_reorder(dnnl_primitive_t r, const dnnl_memory_desc
                                  const dnnl_memory_desc_t *dmd, void *dst, dnnl_stream_t s)
 {
     dnnl_memory_t ms = NULL, md = NULL;
-    dnnl_status_t st = dnnl_memory_create(&ms, smd, engine, src);
+    /* kept per thread and repointed, not made per run (dnnl_mem.c) */
+    slim__dnnl_mem_begin();
+    dnnl_status_t st = slim__dnnl_mem_bind(smd, src, &ms);
     if (st == dnnl_success)
-        st = dnnl_memory_create(&md, dmd, engine, dst);
+        st = slim__dnnl_mem_bind(dmd, dst, &md);
     if (st == dnnl_success) {
         dnnl_exec_arg_t args[2] = {{DNNL_ARG_FROM, ms}, {DNNL_ARG_TO, md}};
         st = dnnl_primitive_execute(r, s, 2, args);
     }
-    dnnl_memory_destroy(ms);
-    dnnl_memory_destroy(md);
     return st;
 }
 
