@@ -267,63 +267,105 @@ static void dw_part(int64_t begin, int64_t end, void *user)
     }
 }
 
+/* One image's buffers. */
+typedef struct {
+    float *xt, *yt;          /* the image pixel-major and the output's (NCHW sides) */
+    uint8_t *xq;
+    float *sxw;
+    int32_t *zcs;
+} dw_bufs;
+
+typedef struct {
+    const slim_qconv *q;
+    const float *x;
+    const slim_qconv_weights *w;
+    float *y;
+    const int32_t *w32, *wsum;
+    dw_bufs *sets;
+    slim_qgemm_isa isa;
+} dw_run;
+
+static void dw_bufs_free(dw_bufs *b)
+{
+    slim_scratch_free(b->xt);
+    slim_scratch_free(b->yt);
+    slim_scratch_free(b->xq);
+    slim_scratch_free(b->sxw);
+    slim_scratch_free(b->zcs);
+}
+
+static bool dw_bufs_alloc(const slim_qconv *q, dw_bufs *b)
+{
+    int64_t hw = q->h * q->w, np = q->oh * q->ow, c = q->c;
+    memset(b, 0, sizeof(*b));
+    b->xt = q->nhwc_in ? NULL : slim_scratch_malloc(sizeof(float) * (size_t)(hw * c));
+    b->yt = q->nhwc_out ? NULL : slim_scratch_malloc(sizeof(float) * (size_t)(np * c));
+    b->xq = slim_scratch_malloc((size_t)(hw * c));
+    b->sxw = slim_scratch_malloc(sizeof(float) * (size_t)c);
+    b->zcs = slim_scratch_malloc(sizeof(int32_t) * (size_t)c);
+    return (q->nhwc_in || b->xt) && (q->nhwc_out || b->yt) && b->xq && b->sxw && b->zcs;
+}
+
+/* Image n on buffer set `set` (slim__qconv_for_images). */
+static void dw_image(int64_t n, int set, void *user)
+{
+    const dw_run *r = user;
+    const slim_qconv *q = r->q;
+    const slim_qconv_weights *w = r->w;
+    dw_bufs *b = &r->sets[set];
+    int64_t hw = q->h * q->w, np = q->oh * q->ow, c = q->c, taps = q->kh * q->kw;
+    dw_job j = {
+        .q = q, .xq = b->xq, .w32 = r->w32, .w8 = w->packed, .sxw = b->sxw, .bias = w->bias,
+        .zcs = b->zcs, .act = w->act, .clip = w->clip, .lo = w->clip_lo, .hi = w->clip_hi,
+        .isa = r->isa,
+    };
+    const float *img = r->x + n * c * hw;
+    if (!q->nhwc_in) {
+        slim__qconv_transpose(img, c, hw, b->xt);
+        img = b->xt;
+    }
+    float sx;
+    slim__qconv_quantize_image(img, hw * c, b->xq, &sx, &j.zx);
+    for (int64_t k = 0; k < c; k++) {
+        b->sxw[k] = sx * w->scale[k]; /* slim_qgemm's sx * sw */
+        b->zcs[k] = j.zx * r->wsum[k];
+    }
+    j.dst = q->nhwc_out ? r->y + n * np * c : b->yt;
+    j.res = w->residual ? w->residual + n * c * np : NULL;
+    j.res_lp = q->nhwc_res ? c : 1;
+    j.res_lc = q->nhwc_res ? 1 : np;
+    slim_parallel_for(np, 1 + 16384 / (c * taps), dw_part, &j);
+    if (!q->nhwc_out)
+        slim__qconv_transpose(b->yt, np, c, r->y + n * c * np);
+}
+
 slim_status slim__qconv_depthwise_run(const slim_qconv *q, int64_t n_images, const float *x,
                                       const slim_qconv_weights *w, float *y, slim_err *err)
 {
-    int64_t hw = q->h * q->w, np = q->oh * q->ow, c = q->c, taps = q->kh * q->kw;
+    int64_t np = q->oh * q->ow, c = q->c, taps = q->kh * q->kw;
     if (n_images <= 0 || np <= 0)
         return SLIM_OK;
-    float *xt = q->nhwc_in ? NULL : slim_scratch_malloc(sizeof(float) * (size_t)(hw * c));
-    float *yt = q->nhwc_out ? NULL : slim_scratch_malloc(sizeof(float) * (size_t)(np * c));
-    uint8_t *xq = slim_scratch_malloc((size_t)(hw * c));
     int32_t *w32 = slim_scratch_malloc(sizeof(int32_t) * (size_t)(taps * c));
-    float *sxw = slim_scratch_malloc(sizeof(float) * (size_t)c);
-    int32_t *zcs = slim_scratch_malloc(sizeof(int32_t) * (size_t)c * 2), *wsum = zcs + c;
-    if ((!q->nhwc_in && !xt) || (!q->nhwc_out && !yt) || !xq || !w32 || !sxw || !zcs) {
-        slim_scratch_free(zcs);
-        slim_scratch_free(xt);
-        slim_scratch_free(yt);
-        slim_scratch_free(xq);
-        slim_scratch_free(w32);
-        slim_scratch_free(sxw);
-        return slim_scratch_oom(err);
-    }
-    const int8_t *w8 = w->packed;
-    memset(wsum, 0, sizeof(int32_t) * (size_t)c);
-    for (int64_t i = 0; i < taps * c; i++) {
-        w32[i] = (int32_t)(uint16_t)(int16_t)w8[i];
-        wsum[i % c] += w8[i]; /* not w->colsum: the sums this kernel relies on */
-    }
-    dw_job j = {
-        .q = q, .xq = xq, .w32 = w32, .w8 = w8, .sxw = sxw, .bias = w->bias, .zcs = zcs,
-        .act = w->act, .clip = w->clip, .lo = w->clip_lo, .hi = w->clip_hi,
-        .isa = slim_qgemm_get_isa(),
-    };
-    for (int64_t n = 0; n < n_images; n++) {
-        const float *img = x + n * c * hw;
-        if (!q->nhwc_in) {
-            slim__qconv_transpose(img, c, hw, xt);
-            img = xt;
+    int32_t *wsum = slim_scratch_malloc(sizeof(int32_t) * (size_t)c);
+    /* The images in parallel where there are several (qconv.c's reasons). */
+    int sets = slim__qconv_image_sets(n_images);
+    dw_bufs b[SLIM__QCONV_MAX_SETS];
+    bool ok = w32 && wsum;
+    for (int s = 0; s < sets; s++)
+        ok &= dw_bufs_alloc(q, &b[s]);
+    if (ok) {
+        const int8_t *w8 = w->packed;
+        memset(wsum, 0, sizeof(int32_t) * (size_t)c);
+        for (int64_t i = 0; i < taps * c; i++) {
+            w32[i] = (int32_t)(uint16_t)(int16_t)w8[i];
+            wsum[i % c] += w8[i]; /* not w->colsum: the sums this kernel relies on */
         }
-        float sx;
-        slim__qconv_quantize_image(img, hw * c, xq, &sx, &j.zx);
-        for (int64_t k = 0; k < c; k++) {
-            sxw[k] = sx * w->scale[k]; /* slim_qgemm's sx * sw */
-            zcs[k] = j.zx * wsum[k];
-        }
-        j.dst = q->nhwc_out ? y + n * np * c : yt;
-        j.res = w->residual ? w->residual + n * c * np : NULL;
-        j.res_lp = q->nhwc_res ? c : 1;
-        j.res_lc = q->nhwc_res ? 1 : np;
-        slim_parallel_for(np, 1 + 16384 / (c * taps), dw_part, &j);
-        if (!q->nhwc_out)
-            slim__qconv_transpose(yt, np, c, y + n * c * np);
+        dw_run r = {q, x, w, y, w32, wsum, b, slim_qgemm_get_isa()};
+        slim__qconv_for_images(n_images, sets, dw_image, &r);
     }
-    slim_scratch_free(xt);
-    slim_scratch_free(yt);
-    slim_scratch_free(xq);
+    for (int s = 0; s < sets; s++)
+        dw_bufs_free(&b[s]);
     slim_scratch_free(w32);
-    slim_scratch_free(sxw);
-    slim_scratch_free(zcs);
-    return SLIM_OK;
+    slim_scratch_free(wsum);
+    return ok ? SLIM_OK : slim_scratch_oom(err);
 }

@@ -72,6 +72,17 @@ static inline float slim__qconv_clip(float v, float lo, float hi)
  * between NCHW images and pixel-major ones. */
 void slim__qconv_transpose(const float *src, int64_t a, int64_t b, float *dst);
 
+/* A batch's images in parallel: each image whole on one thread, with one
+ * of `sets` buffer sets (at most SLIM__QCONV_MAX_SETS) of its own; the
+ * loops inside it run inline there. slim__qconv_image_sets says how many
+ * sets a run of n images needs (1: the images in turn, each split across
+ * the threads; also under SLIM_INT8_CONV_IMAGES=off). fn(n, set, user) runs
+ * once per image. */
+#define SLIM__QCONV_MAX_SETS 64
+int slim__qconv_image_sets(int64_t n_images);
+void slim__qconv_for_images(int64_t n_images, int sets, void (*fn)(int64_t n, int set, void *user),
+                            void *user);
+
 /* slim_qconv_run for q->dw_layout (kernels/cpu/qconv_depthwise.c). */
 slim_status slim__qconv_depthwise_run(const slim_qconv *q, int64_t n_images, const float *x,
                                       const slim_qconv_weights *w, float *y, slim_err *err);
