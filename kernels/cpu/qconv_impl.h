@@ -18,6 +18,7 @@
 #ifndef SLIM_QCONV_IMPL_H
 #define SLIM_QCONV_IMPL_H
 
+#include "qconv_codes.h"
 #include "qgemm.h"
 
 #include <stdint.h>
@@ -30,6 +31,11 @@
  * C, AVX2 and AVX-512 paths give the same bytes (min, max and the rounding
  * are exact). */
 void slim__qconv_quantize_image(const float *x, int64_t n, uint8_t *q, float *scale, int32_t *zp);
+
+/* q[i] = the code of x[i] for 1 / scale inv and zero point zp (the
+ * per-image codes' operation, C, AVX2 or AVX-512 alike); true if x holds a
+ * NaN (which has no code). */
+bool slim__qconv_codes(const float *x, int64_t n, float inv, int32_t zp, uint8_t *q);
 
 /* One group's block of output pixels on the per-image u8 path. */
 typedef struct {
@@ -50,6 +56,14 @@ typedef struct {
     slim_qgemm_act act;
     bool clip;                /* then Clip(clip_lo, clip_hi) */
     float clip_lo, clip_hi;
+    /* Non-NULL: each finished row (dst, floats) also becomes codes here,
+     * row r at codes + r * ldc (1 / scale and zero point cinv, czp), and a
+     * NaN among them sets *bad (slim_qconv_codes). */
+    uint8_t *codes;
+    int64_t ldc;
+    float cinv;
+    int32_t czp;
+    uint8_t *bad;
 } slim__qconv_block;
 
 /* b->rows from the image's codes (rows r of the block, all of them). */
@@ -84,7 +98,8 @@ void slim__qconv_for_images(int64_t n_images, int sets, void (*fn)(int64_t n, in
                             void *user);
 
 /* slim_qconv_run for q->dw_layout (kernels/cpu/qconv_depthwise.c). */
-slim_status slim__qconv_depthwise_run(const slim_qconv *q, int64_t n_images, const float *x,
-                                      const slim_qconv_weights *w, float *y, slim_err *err);
+slim_status slim__qconv_depthwise_run(const slim_qconv *q, const slim_qconv_codes *io,
+                                      int64_t n_images, const void *x,
+                                      const slim_qconv_weights *w, void *y, slim_err *err);
 
 #endif
