@@ -252,6 +252,15 @@ static void dw_pixel_avx2(const dw_job *j, int64_t p, int n, const int64_t *off,
 }
 #endif
 
+/* Pixel p's finished floats to codes while they are in L1 (the whole
+ * image's after it measured 14% of the whole-int8 MobileNetV2). */
+static void dw_codes(const dw_job *j, int64_t p)
+{
+    int64_t c = j->q->c;
+    if (slim__qconv_codes(j->dst + p * c, c, j->cinv, j->czp, j->codes + p * c))
+        __atomic_store_n(j->bad, 1, __ATOMIC_RELAXED);
+}
+
 static void dw_part(int64_t begin, int64_t end, void *user)
 {
     const dw_job *j = user;
@@ -260,22 +269,16 @@ static void dw_part(int64_t begin, int64_t end, void *user)
     for (int64_t p = begin; p < end; p++) {
         int n = dw_taps(j->q, p, off, tap);
 #ifdef DW_X86
-        if (j->isa == SLIM_QGEMM_AVX512VNNI) {
+        if (j->isa == SLIM_QGEMM_AVX512VNNI)
             dw_pixel_avx512(j, p, n, off, tap);
-            continue;
-        }
-        if (j->isa == SLIM_QGEMM_AVX2) {
+        else if (j->isa == SLIM_QGEMM_AVX2)
             dw_pixel_avx2(j, p, n, off, tap);
-            continue;
-        }
+        else
 #endif
-        dw_pixel_c(j, p, 0, n, off, tap);
+            dw_pixel_c(j, p, 0, n, off, tap);
+        if (j->codes)
+            dw_codes(j, p);
     }
-    /* The part's floats are in cache: to codes now (qconv_codes.h). */
-    int64_t c = j->q->c;
-    if (j->codes && slim__qconv_codes(j->dst + begin * c, (end - begin) * c, j->cinv, j->czp,
-                                      j->codes + begin * c))
-        __atomic_store_n(j->bad, 1, __ATOMIC_RELAXED);
 }
 
 /* One image's buffers. */

@@ -133,6 +133,10 @@ static void codes_part(int64_t begin, int64_t end, void *user)
 
 bool slim_qconv_codes_params(float lo, float hi, float *scale, int32_t *zp)
 {
+    *scale = NAN;
+    *zp = 0;
+    if (!isfinite(lo) || !isfinite(hi))
+        return false;
     lo = lo < 0.0f ? lo : 0.0f;
     hi = hi > 0.0f ? hi : 0.0f;
     /* As slim_qgemm_quantize_row's parameters: 255 levels over the range
@@ -140,7 +144,7 @@ bool slim_qconv_codes_params(float lo, float hi, float *scale, int32_t *zp)
     float s = (hi - lo) / 255.0f;
     *zp = 0;
     *scale = s;
-    if (!isfinite(s) || !isfinite(lo))
+    if (!isfinite(s))
         return false;
     if (!(s > 0)) {
         *scale = 1.0f;
@@ -350,20 +354,19 @@ static void epilogue_part(int64_t begin, int64_t end, void *user)
     slim_qgemm_isa isa = slim_qgemm_get_isa();
     for (int64_t r = begin; r < end; r++) {
 #ifdef QI_X86
-        if (isa == SLIM_QGEMM_AVX512VNNI) {
+        if (isa == SLIM_QGEMM_AVX512VNNI)
             epilogue_row_avx512(b, r);
-            continue;
-        }
-        if (isa == SLIM_QGEMM_AVX2) {
+        else if (isa == SLIM_QGEMM_AVX2)
             epilogue_row_avx2(b, r);
-            continue;
-        }
+        else
 #endif
-        epilogue_row_c(b, r, 0);
-    }
-    for (int64_t r = begin; r < end && b->codes; r++) /* the rows are in cache */
-        if (slim__qconv_codes(b->dst + r * b->ldd, b->mg, b->cinv, b->czp, b->codes + r * b->ldc))
+            epilogue_row_c(b, r, 0);
+        /* The row is in L1 yet (a block's codes after the block measured
+         * 14% of the whole-int8 MobileNetV2, from L2 and memory). */
+        if (b->codes &&
+            slim__qconv_codes(b->dst + r * b->ldd, b->mg, b->cinv, b->czp, b->codes + r * b->ldc))
             __atomic_store_n(b->bad, 1, __ATOMIC_RELAXED);
+    }
     (void)isa;
 }
 
