@@ -143,7 +143,14 @@ static inline void dw_store_avx512(const dw_job *j, int64_t p, int64_t k, __mmas
         v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ), lo);
         v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, hi, _CMP_GT_OQ), hi);
     }
-    _mm512_mask_storeu_ps(j->dst + p * j->q->c + k, mk, v);
+    if (!j->codes) {
+        _mm512_mask_storeu_ps(j->dst + p * j->q->c + k, mk, v);
+        return;
+    }
+    /* Codes straight from the registers (qconv_codes.h). */
+    if (slim__qconv_codes16(v, _mm512_set1_ps(j->cinv), _mm512_set1_epi32(j->czp), mk,
+                            j->codes + p * j->q->c + k))
+        __atomic_store_n(j->bad, 1, __ATOMIC_RELAXED);
 }
 
 static inline __mmask16 dw_mask(int64_t left)
@@ -269,9 +276,11 @@ static void dw_part(int64_t begin, int64_t end, void *user)
     for (int64_t p = begin; p < end; p++) {
         int n = dw_taps(j->q, p, off, tap);
 #ifdef DW_X86
-        if (j->isa == SLIM_QGEMM_AVX512VNNI)
-            dw_pixel_avx512(j, p, n, off, tap);
-        else if (j->isa == SLIM_QGEMM_AVX2)
+        if (j->isa == SLIM_QGEMM_AVX512VNNI) {
+            dw_pixel_avx512(j, p, n, off, tap); /* its codes too */
+            continue;
+        }
+        if (j->isa == SLIM_QGEMM_AVX2)
             dw_pixel_avx2(j, p, n, off, tap);
         else
 #endif

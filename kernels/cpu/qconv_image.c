@@ -281,6 +281,11 @@ static void epilogue_row_avx512(const slim__qconv_block *b, int64_t r)
     __m512 zero = _mm512_setzero_ps();
     __m512 lo = _mm512_set1_ps(b->clip_lo), hi = _mm512_set1_ps(b->clip_hi);
     bool relu = b->act == SLIM_QGEMM_ACT_RELU;
+    /* Codes go out from the registers (no float row to store and read). */
+    uint8_t *codes = b->codes ? b->codes + r * b->ldc : NULL;
+    __m512 cinv = _mm512_set1_ps(b->cinv);
+    __m512i czp = _mm512_set1_epi32(b->czp);
+    __mmask16 nan = 0;
     for (int64_t j = 0; j < b->mg; j += 16) {
         __mmask16 mk = b->mg - j >= 16 ? 0xFFFF : (__mmask16)((1u << (b->mg - j)) - 1);
         __m512 acc = _mm512_cvtepi32_ps(_mm512_maskz_loadu_epi32(mk, y + j));
@@ -306,8 +311,13 @@ static void epilogue_row_avx512(const slim__qconv_block *b, int64_t r)
             v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ), lo);
             v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, hi, _CMP_GT_OQ), hi);
         }
-        _mm512_mask_storeu_ps(y + j, mk, v);
+        if (codes)
+            nan |= slim__qconv_codes16(v, cinv, czp, mk, codes + j);
+        else
+            _mm512_mask_storeu_ps(y + j, mk, v);
     }
+    if (nan)
+        __atomic_store_n(b->bad, 1, __ATOMIC_RELAXED);
 }
 
 QI_AVX2
@@ -354,9 +364,11 @@ static void epilogue_part(int64_t begin, int64_t end, void *user)
     slim_qgemm_isa isa = slim_qgemm_get_isa();
     for (int64_t r = begin; r < end; r++) {
 #ifdef QI_X86
-        if (isa == SLIM_QGEMM_AVX512VNNI)
-            epilogue_row_avx512(b, r);
-        else if (isa == SLIM_QGEMM_AVX2)
+        if (isa == SLIM_QGEMM_AVX512VNNI) {
+            epilogue_row_avx512(b, r); /* its codes too */
+            continue;
+        }
+        if (isa == SLIM_QGEMM_AVX2)
             epilogue_row_avx2(b, r);
         else
 #endif

@@ -37,6 +37,24 @@ void slim__qconv_quantize_image(const float *x, int64_t n, uint8_t *q, float *sc
  * NaN (which has no code). */
 bool slim__qconv_codes(const float *x, int64_t n, float inv, int32_t zp, uint8_t *q);
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+/* 16 finished floats v (lanes mk) to their codes at dst, 1 / scale inv and
+ * zero point zp as slim__qconv_codes (the same operations, so the same
+ * bytes): for the epilogues that write codes straight from registers.
+ * Returns the lanes holding a NaN. */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __mmask16
+slim__qconv_codes16(__m512 v, __m512 inv, __m512i zp, __mmask16 mk, uint8_t *dst)
+{
+    __mmask16 nan = _mm512_mask_cmp_ps_mask(mk, v, v, _CMP_UNORD_Q);
+    __m512i c = _mm512_cvtps_epi32(_mm512_mul_ps(v, inv));
+    c = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(c, zp), _mm512_setzero_si512()),
+                         _mm512_set1_epi32(255));
+    _mm_mask_storeu_epi8(dst, mk, _mm512_cvtepi32_epi8(c));
+    return nan;
+}
+#endif
+
 /* One group's block of output pixels on the per-image u8 path. */
 typedef struct {
     const slim_qconv *q;
