@@ -335,6 +335,8 @@ static slim_status hand_over_codes(slim__int8_pass *p, slim_node *src, int v, sl
                 return SLIM_OK; /* a residual R stays float32 */
     char name[400];
     snprintf(name, sizeof(name), "%s.bad", g->values[v].name);
+    for (int i = 1; slim_graph_find_value(g, name) >= 0; i++) /* a new value, not a namesake */
+        snprintf(name, sizeof(name), "%s.bad_%d", g->values[v].name, i);
     int bad = slim_graph_value(g, name);
     if (bad < 0)
         return slim_errf(err, SLIM_ENOMEM, "out of memory");
