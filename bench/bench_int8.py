@@ -66,6 +66,12 @@ Configurations, each in its own process so that its peak RSS is its own:
                   ones on their own kernel, kernels/cpu/qconv_depthwise.c,
                   the convs next to them too, ReLU6 fused, the blocks
                   pixel-major; by default they stay float32)
+  slim int8 dw-int8 before  with --dw-int8: the same, converted under
+                  SLIM_INT8_CONV_CODES=off (float32 between the convs, each
+                  reader quantizing its input per image) and run under
+                  SLIM_INT8_CONV_IMAGES=off (a batch's images one after
+                  another): the before of the u8 hand-over and of the images
+                  in parallel (2026-11-28)
   slim int8 nchw  with --nchw: slim convert --precision int8 under
                   SLIM_INT8_CONV_NHWC=off and SLIM_INT8_CONV_RESIDUAL=off
                   (every ConvInt8 reads and writes NCHW, residual Add and
@@ -220,6 +226,11 @@ def prepare(name, workdir, slim, max_error, outliers_off, slim_base=None, slim_o
             spawn([slim, "convert", src, "-o", dw, "--precision", "int8"],
                   dict(os.environ, SLIM_INT8_CONV_DW="int8"))
         files["slim8dw"] = dw
+        dwf = os.path.join(workdir, f"{name}.int8_dw_floats.slim")
+        if stale(dwf, slim):
+            spawn([slim, "convert", src, "-o", dwf, "--precision", "int8"],
+                  dict(os.environ, SLIM_INT8_CONV_DW="int8", SLIM_INT8_CONV_CODES="off"))
+        files["slim8dwf"] = dwf
     if nchw:
         f = os.path.join(workdir, f"{name}.int8_nchw.slim")
         if stale(f, slim):
@@ -354,6 +365,7 @@ def main():
                            "ort int8 pc": weight_bytes(files["ort_pc"])})
         if "slim8dw" in files:
             wbytes["slim int8 dw-int8"] = slim_weight_bytes(slim, files["slim8dw"])
+            wbytes["slim int8 dw-int8 before"] = slim_weight_bytes(slim, files["slim8dwf"])
         if "slim8nchw" in files:
             wbytes["slim int8 nchw"] = slim_weight_bytes(slim, files["slim8nchw"])
         if "ort_static" in files:
@@ -402,6 +414,9 @@ def main():
                 configs["slim int8 dw-int8"] = lambda o: [
                     slim, "run", files["slim8dw"], "--input", f"{in_name}={inp}", "--repeat",
                     str(repeat), "--output-dir", o]
+                configs["slim int8 dw-int8 before"] = lambda o: [
+                    slim, "run", files["slim8dwf"], "--input", f"{in_name}={inp}", "--repeat",
+                    str(repeat), "--output-dir", o]
             if "slim8nchw" in files:
                 configs["slim int8 nchw"] = lambda o: [
                     slim, "run", files["slim8nchw"], "--input", f"{in_name}={inp}", "--repeat",
@@ -444,7 +459,9 @@ def main():
                 for c, mk in configs.items():
                     o = os.path.join(d, c.replace(" ", "_"))
                     os.makedirs(o, exist_ok=True)
-                    text, peak = spawn(mk(o), env_b if c == "slim int8 B" else env)
+                    text, peak = spawn(mk(o), env_b if c == "slim int8 B" else
+                                       dict(env or os.environ, SLIM_INT8_CONV_IMAGES="off")
+                                       if c == "slim int8 dw-int8 before" else env)
                     if c.startswith("slim"):
                         line = next(l for l in text.splitlines() if l.startswith("run time"))
                         ms = float(line.split("median ")[1].split()[0]) if "median" in line \

@@ -296,6 +296,71 @@ static bool is_conv_int8(const slim_node *n)
     return !strcmp(n->domain, "com.slimserve") && !strcmp(n->op_type, "ConvInt8");
 }
 
+/* Appends value ids to a node's inputs (-1 up to slot `at`) or outputs. */
+static slim_status slots_grow(int **slots, int *n, int want, slim_err *err)
+{
+    if (*n >= want)
+        return SLIM_OK;
+    int *grown = realloc(*slots, sizeof(int) * (size_t)want);
+    if (!grown)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    for (int i = *n; i < want; i++)
+        grown[i] = -1;
+    *slots = grown;
+    *n = want;
+    return SLIM_OK;
+}
+
+/* Value v (pixel-major already) goes as u8 codes when its producer ends in
+ * a Clip with finite bounds -- MobileNet's ReLU6 expansions and depthwise
+ * convs -- and every reader takes it as its image X: the producer writes
+ * the codes of the Clip's range in its epilogue, and the readers skip the
+ * image's range and codes passes (kernels/qconv_codes.h). Codes of
+ * [0, 6] are bitwise the per-image codes of every image whose output
+ * reaches 0 and 6 somewhere; an image that does not gets a coarser step
+ * than its own range would give it. A second output, Y_bad (u8 [N]), tells
+ * the readers which images held a NaN. SLIM_INT8_CONV_CODES=off at convert
+ * time keeps float32 (the before). */
+static slim_status hand_over_codes(slim__int8_pass *p, slim_node *src, int v, slim_err *err)
+{
+    const char *env = getenv("SLIM_INT8_CONV_CODES");
+    float lo = slim_attr_float(src, "clip_min", NAN), hi = slim_attr_float(src, "clip_max", NAN);
+    if ((env && !strcmp(env, "off")) || strcmp(slim_attr_str(src, "activation", ""), "Clip") ||
+        !isfinite(lo) || !isfinite(hi) || slim_attr_int(src, "output_codes", 0))
+        return SLIM_OK;
+    slim_graph *g = p->rw.g;
+    for (int i = 0; i < g->n_nodes; i++)
+        for (int k = 0; k < g->nodes[i].n_in && !p->rw.dead[i]; k++)
+            if (g->nodes[i].in[k] == v && k != 0)
+                return SLIM_OK; /* a residual R stays float32 */
+    char name[400];
+    snprintf(name, sizeof(name), "%s.bad", g->values[v].name);
+    for (int i = 1; slim_graph_find_value(g, name) >= 0; i++) /* a new value, not a namesake */
+        snprintf(name, sizeof(name), "%s.bad_%d", g->values[v].name, i);
+    int bad = slim_graph_value(g, name);
+    if (bad < 0)
+        return slim_errf(err, SLIM_ENOMEM, "out of memory");
+    g->values[bad].info.ndim = -1;
+    g->values[v].info.dtype = SLIM_U8;
+    slim_status st = slots_grow(&src->out, &src->n_out, 2, err);
+    if (!st) {
+        src->out[1] = bad;
+        st = slim_pass_set_int(src, "output_codes", 1, err);
+    }
+    for (int i = 0; i < g->n_nodes && !st; i++) {
+        slim_node *n = &g->nodes[i];
+        if (p->rw.dead[i] || n->in[0] != v)
+            continue;
+        if ((st = slots_grow(&n->in, &n->n_in, 7, err)) ||
+            (st = slim_pass_set_int(n, "input_codes", 1, err)) ||
+            (st = slim_pass_set_float(n, "input_min", lo, err)) ||
+            (st = slim_pass_set_float(n, "input_max", hi, err)))
+            break;
+        n->in[6] = bad;
+    }
+    return st;
+}
+
 /* Value v, made by a ConvInt8 and read only by ConvInt8s (as their image X
  * or their residual R), goes pixel-major (NHWC): the producer writes its
  * product straight into it and the readers take it as is, so the value
@@ -331,7 +396,7 @@ static slim_status hand_over_nhwc(slim__int8_pass *p, int v, slim_err *err)
                 st = slim_pass_set_int(n, k == 0 ? "nhwc_input" : "nhwc_residual", 1, err);
     }
     g->values[v].info.ndim = -1; /* its declared NCHW shape no longer holds */
-    return st;
+    return st ? st : hand_over_codes(p, src, v, err);
 }
 
 /* The Add that alone reads the conv's output out, when its other operand

@@ -14,9 +14,10 @@ static const slim_op_schema internal_schemas[] = {
     {"MemcpyToDevice", 1, 1, 1, 1, 1, "S", "S", ""},
     {"MemcpyToHost", 1, 1, 1, 1, 1, "S", "S", ""},
     {"MatMulInt8", 1, 4, 13, 1, 1, "SSSSOOOOOOOOO", "S", "!K=i activation=s"},
-    {"ConvInt8", 1, 4, 6, 1, 1, "SSSSOO", "S",
+    {"ConvInt8", 1, 4, 7, 1, 2, "SSSSOOO", "SO",
      "!kernel_shape=I strides=I dilations=I pads=I group=i auto_pad=s activation=s "
-     "nhwc_input=i nhwc_output=i nhwc_residual=i clip_min=f clip_max=f weight_layout=s"},
+     "nhwc_input=i nhwc_output=i nhwc_residual=i clip_min=f clip_max=f weight_layout=s "
+     "input_codes=i input_min=f input_max=f output_codes=i"},
     {"GatherInt8", 1, 3, 3, 1, 1, "SSS", "S", ""},
     {"SparseMatMul", 1, 3, 6, 1, 1, "SSSOOO", "S", "!encoding=s !K=i storage=s"},
     {"SparseConv", 1, 3, 7, 1, 1, "SSSOOOO", "S",

@@ -29,6 +29,8 @@
 
 #include "kernel.h"
 
+#include <math.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -348,19 +350,22 @@ static void *buf(bool want, size_t bytes, bool *bad)
 
 /* One group's block of pixels on the per-image path: byte im2col (unless
  * the codes are the matrix), the product, the epilogue; the residual is
- * fused when the output is pixel-major (res non-NULL). */
+ * fused when the output is pixel-major (res non-NULL). io: the image's
+ * codes and zero point (xq, zx) and, where the output is codes, where they
+ * go (codes .. bad), the block's rows from codes[0]. */
 static void block_per_image(const slim_qconv *q, const qconv_job *j, const qconv_bufs *b,
-                            int32_t zx, const slim_qconv_weights *w, float *dst, int64_t ldd,
-                            const float *res, slim_qgemm_act act)
+                            const slim__qconv_block *io, const slim_qconv_weights *w, float *dst,
+                            int64_t ldd, const float *res, slim_qgemm_act act)
 {
     int64_t k4 = slim_qgemm_k4(j->kg), np = q->oh * q->ow;
     bool direct8 = !b->rows8;
     slim__qconv_block blk = {
-        .q = q, .xq = b->xq, .zx = zx, .rows = b->rows8, .zxv = b->zxv,
+        .q = q, .xq = io->xq, .zx = io->zx, .rows = b->rows8, .zxv = b->zxv,
         .sxw = b->sxw + j->g * j->mg, .bias = w->bias ? w->bias + j->g * j->mg : NULL,
         .g = j->g, .p0 = j->p0, .nr = j->nr, .kg = j->kg, .k4 = k4, .mg = j->mg,
         .dst = dst, .ldd = ldd, .act = act,
         .clip = w->clip && !(w->residual && !res), .clip_lo = w->clip_lo, .clip_hi = w->clip_hi,
+        .codes = io->codes, .ldc = io->ldc, .cinv = io->cinv, .czp = io->czp, .bad = io->bad,
     };
     if (res) {
         blk.res = res + (q->nhwc_res ? j->g * j->mg : j->g * j->mg * np);
@@ -369,7 +374,7 @@ static void block_per_image(const slim_qconv *q, const qconv_job *j, const qconv
     }
     if (!direct8)
         slim__qconv_im2col_u8(&blk);
-    slim__qconv_product_u8(&blk, direct8 ? b->xq + j->p0 * q->c : b->rows8, w,
+    slim__qconv_product_u8(&blk, direct8 ? io->xq + j->p0 * q->c : b->rows8, w,
                            w->packed + j->g * slim_qgemm_packed_bytes(j->mg, j->kg));
 }
 
@@ -404,29 +409,218 @@ static void block_per_row(const slim_qconv *q, qconv_job *j, const qconv_bufs *b
         float_epilogue(dst, nr, ldd, mg, NULL, SLIM_QGEMM_ACT_NONE, w);
 }
 
+/* ---- images in parallel --------------------------------------------------- */
+
+/* SLIM_INT8_CONV_IMAGES=off: a batch's images one after another, each split
+ * across the threads (the before, A/B). */
+static bool images_off(void)
+{
+    static _Atomic int off = -1;
+    if (off < 0) {
+        const char *e = getenv("SLIM_INT8_CONV_IMAGES");
+        off = e && strcmp(e, "off") == 0;
+    }
+    return off == 1;
+}
+
+int slim__qconv_image_sets(int64_t n_images)
+{
+    int t = slim_num_threads();
+    if (images_off() || n_images < 2 || t < 2)
+        return 1;
+    t = t < SLIM__QCONV_MAX_SETS ? t : SLIM__QCONV_MAX_SETS;
+    return n_images < t ? (int)n_images : t;
+}
+
+typedef struct {
+    int sets;
+    _Atomic int busy[SLIM__QCONV_MAX_SETS];
+    void (*fn)(int64_t n, int set, void *user);
+    void *user;
+} images_job;
+
+/* A part of the pool's loop takes a free buffer set for its images. At most
+ * slim_num_threads() parts run at once (the caller and the workers), so
+ * there is always one free. */
+static void images_part(int64_t begin, int64_t end, void *user)
+{
+    images_job *j = user;
+    int s = 0;
+    for (;; s = (s + 1) % j->sets) {
+        int idle = 0;
+        if (atomic_compare_exchange_strong(&j->busy[s], &idle, 1))
+            break;
+    }
+    for (int64_t n = begin; n < end; n++)
+        j->fn(n, s, j->user);
+    atomic_store(&j->busy[s], 0);
+}
+
+void slim__qconv_for_images(int64_t n_images, int sets, void (*fn)(int64_t n, int set, void *user),
+                            void *user)
+{
+    if (sets <= 1) {
+        for (int64_t n = 0; n < n_images; n++)
+            fn(n, 0, user);
+        return;
+    }
+    images_job j = {.sets = sets > SLIM__QCONV_MAX_SETS ? SLIM__QCONV_MAX_SETS : sets,
+                    .fn = fn, .user = user};
+    for (int s = 0; s < SLIM__QCONV_MAX_SETS; s++)
+        atomic_init(&j.busy[s], 0);
+    slim_parallel_for(n_images, 1, images_part, &j);
+}
+
+/* ---- one run ------------------------------------------------------------- */
+
+/* What every image of one run shares. */
+typedef struct {
+    const slim_qconv *q;
+    const void *x;      /* floats, or codes with io->in */
+    const slim_qconv_weights *w;
+    void *y;            /* floats, or codes with io->out */
+    const slim_qconv_codes *io;
+    float in_scale, out_inv;
+    int32_t in_zp, out_zp;
+    int64_t hw, np, mg, kg, block;
+    bool per_image, direct, res_fused;
+    slim_qgemm_act act;
+    qconv_bufs *sets;   /* one buffer set per image in flight */
+} run_ctx;
+
+static bool bufs_alloc(const run_ctx *c, qconv_bufs *b)
+{
+    const slim_qconv *q = c->q;
+    int64_t k4 = slim_qgemm_k4(c->kg), block = c->block;
+    bool direct8 = c->direct && q->groups == 1 && q->c % 4 == 0, bad = false;
+    memset(b, 0, sizeof(*b));
+    b->xt = buf(!q->nhwc_in, sizeof(float) * (size_t)(c->hw * q->c), &bad);
+    b->rows = buf(!c->per_image && !c->direct, sizeof(float) * (size_t)(block * c->kg), &bad);
+    b->tmp = buf(!q->nhwc_out || c->io->out, sizeof(float) * (size_t)(block * c->mg), &bad);
+    b->scratch = buf(!c->w->wf && !c->per_image, slim_qgemm_scratch_bytes(block, c->kg), &bad);
+    b->xq = buf(c->per_image && !c->io->in, (size_t)(c->hw * q->c), &bad);
+    b->rows8 = buf(c->per_image && !direct8, (size_t)(block * k4), &bad);
+    b->zxv = buf(c->per_image, sizeof(int32_t) * (size_t)block, &bad);
+    b->sxw = buf(c->per_image, sizeof(float) * (size_t)q->m, &bad);
+    return !bad;
+}
+
+/* Image n of the run, on buffer set `set`. */
+static void run_image(int64_t n, int set, void *user)
+{
+    const run_ctx *c = user;
+    const slim_qconv *q = c->q;
+    const slim_qconv_weights *w = c->w;
+    qconv_bufs *b = &c->sets[set];
+    int64_t hw = c->hw, np = c->np, mg = c->mg, block = c->block;
+    const slim_qconv_codes *io = c->io;
+    const float *xf = io->in ? NULL : (const float *)c->x + n * q->c * hw;
+    qconv_job j = {q, xf, b->xt, b->rows, b->tmp, NULL, 0, 0, 0, c->kg, mg};
+    slim__qconv_block in = {.xq = b->xq};
+    if (io->in) /* the codes are the image's, as its producer wrote them */
+        in.xq = (const uint8_t *)c->x + n * q->c * hw;
+    else if (q->nhwc_in)
+        j.xt = (float *)xf; /* read only */
+    else
+        slim_parallel_for((hw + 63) / 64, 1 + 8192 / (64 * q->c), transpose_part, &j);
+    if (c->per_image) {
+        float sx = c->in_scale;
+        in.zx = c->in_zp;
+        if (io->in && io->x_bad && io->x_bad[n])
+            sx = NAN; /* the float path's NaN image */
+        else if (!io->in)
+            slim__qconv_quantize_image(j.xt, hw * q->c, b->xq, &sx, &in.zx);
+        for (int64_t i = 0; i < block; i++)
+            b->zxv[i] = in.zx;
+        for (int64_t ch = 0; ch < q->m; ch++)
+            b->sxw[ch] = sx * w->scale[ch]; /* slim_qgemm's sx * sw */
+    }
+    const float *res = c->res_fused ? w->residual + n * q->m * np : NULL;
+    for (int64_t g = 0; g < q->groups; g++)
+        for (int64_t p0 = 0; p0 < np; p0 += block) {
+            j.g = g;
+            j.p0 = p0;
+            j.nr = np - p0 < block ? np - p0 : block;
+            /* Pixel-major output: the product goes to its place; codes
+             * come from the block's floats in tmp. */
+            float *yf = io->out ? NULL : (float *)c->y;
+            float *dst = q->nhwc_out && !io->out ? yf + (n * np + p0) * q->m + g * mg : b->tmp;
+            int64_t ldd = q->nhwc_out && !io->out ? q->m : mg;
+            if (io->out) {
+                in.codes = (uint8_t *)c->y + (n * np + p0) * q->m + g * mg;
+                in.ldc = q->m, in.cinv = c->out_inv, in.czp = c->out_zp;
+                in.bad = io->y_bad + n;
+            }
+            if (c->per_image)
+                block_per_image(q, &j, b, &in, w, dst, ldd, res, c->act);
+            else
+                block_per_row(q, &j, b, c->direct, w, dst, ldd, c->act);
+            if (q->nhwc_out)
+                continue;
+            j.y = yf + (n * q->m + g * mg) * np;
+            slim_parallel_for((mg + 15) / 16, 1 + 8192 / (16 * j.nr), untranspose_part, &j);
+        }
+    if (w->residual && !c->res_fused) {
+        residual_job rj = {(float *)c->y + n * q->m * np, w->residual + n * q->m * np, q->m * np, q->m,
+                           np, q->nhwc_res != q->nhwc_out, q->nhwc_out, w->act,
+                           w->clip, w->clip_lo, w->clip_hi};
+        slim_parallel_for((rj.n + 4095) / 4096, 1, residual_part, &rj);
+    }
+}
+
 slim_status slim_qconv_run(const slim_qconv *q, int64_t n_images, const float *x,
                            const slim_qconv_weights *w, float *y, slim_err *err)
 {
+    return slim_qconv_run_codes(q, NULL, n_images, x, w, y, err);
+}
+
+/* Why codes cannot be used here, or NULL (the op checks its attributes the
+ * same way; this guards the entry point). */
+static const char *codes_refused(const slim_qconv *q, const slim_qconv_codes *io,
+                                 const slim_qconv_weights *w)
+{
+    if ((io->in || io->out) && (w->wf || q->act_rows))
+        return "codes need the per-image path";
+    if (io->in && !q->nhwc_in)
+        return "input codes need a pixel-major input";
+    if (io->out && (!q->nhwc_out || !w->clip || !io->y_bad))
+        return "output codes need a pixel-major output, a Clip and y_bad";
+    return NULL;
+}
+
+slim_status slim_qconv_run_codes(const slim_qconv *q, const slim_qconv_codes *io,
+                                 int64_t n_images, const void *x, const slim_qconv_weights *w,
+                                 void *y, slim_err *err)
+{
+    static const slim_qconv_codes none = {0};
+    io = io ? io : &none;
+    const char *why = codes_refused(q, io, w);
+    if (why)
+        return slim_errf(err, SLIM_EINVAL, "ConvInt8: %s", why);
     if (q->dw_layout && !w->wf)
-        return slim__qconv_depthwise_run(q, n_images, x, w, y, err);
-    int64_t hw = q->h * q->w, np = q->oh * q->ow;
-    int64_t mg = q->m / q->groups, kg = slim_qconv_kg(q), k4 = slim_qgemm_k4(kg);
-    bool per_image = !w->wf && !q->act_rows && !rows_forced();
-    bool direct = q->kh == 1 && q->kw == 1 && q->sh == 1 && q->sw == 1 && q->pt == 0 &&
-                  q->pl == 0 && q->pb == 0 && q->pr == 0;
-    /* The codes are the product's matrix when a pixel's bytes are one row
-     * of k4 bytes: one group, channels a multiple of 4. */
-    bool direct8 = direct && q->groups == 1 && q->c % 4 == 0;
+        return slim__qconv_depthwise_run(q, io, n_images, x, w, y, err);
+    run_ctx c = {.q = q, .x = x, .w = w, .y = y, .io = io};
+    if ((io->in && !slim_qconv_codes_params(io->in_lo, io->in_hi, &c.in_scale, &c.in_zp)) ||
+        (io->out && !slim_qconv_codes_params(io->out_lo, io->out_hi, &c.out_inv, &c.out_zp)))
+        return slim_errf(err, SLIM_EINVAL, "ConvInt8: codes need a finite range");
+    c.out_inv = io->out ? 1.0f / c.out_inv : 0.0f;
+    c.hw = q->h * q->w, c.np = q->oh * q->ow;
+    c.mg = q->m / q->groups, c.kg = slim_qconv_kg(q);
+    int64_t np = c.np, mg = c.mg, kg = c.kg, k4 = slim_qgemm_k4(kg);
+    /* Codes are read and written on the per-image path only. */
+    c.per_image = !w->wf && !q->act_rows && (!rows_forced() || io->in || io->out);
+    c.direct = q->kh == 1 && q->kw == 1 && q->sh == 1 && q->sw == 1 && q->pt == 0 &&
+               q->pl == 0 && q->pb == 0 && q->pr == 0;
     /* The residual goes into the per-image epilogue when the output is
      * pixel-major (written in place there); else a pass of its own. */
-    bool res_fused = per_image && w->residual && q->nhwc_out;
+    c.res_fused = c.per_image && w->residual && q->nhwc_out;
     /* With a residual the activation comes after it. */
-    slim_qgemm_act act = w->residual && !res_fused ? SLIM_QGEMM_ACT_NONE : w->act;
+    c.act = w->residual && !c.res_fused ? SLIM_QGEMM_ACT_NONE : w->act;
     if (n_images <= 0 || np <= 0)
         return SLIM_OK;
     int64_t block = ROW_BUDGET / kg > ROW_BUDGET / mg ? ROW_BUDGET / mg : ROW_BUDGET / kg;
     block = block < 16 ? 16 : block;
-    if (per_image) {
+    if (c.per_image) {
         /* A block's byte rows and int32 sums in about 1 MiB, so that the
          * epilogue reads the sums from cache (with ResNet-50's first
          * stages as one block of 3136 pixels, perf gave the epilogue 12%
@@ -436,61 +630,24 @@ slim_status slim_qconv_run(const slim_qconv *q, int64_t n_images, const float *x
         block = (BLOCK_BYTES_U8 / (k4 + 4 * mg)) / 96 * 96;
         block = block < 96 ? 96 : block;
     }
-    block = block < np ? block : np;
+    c.block = block < np ? block : np;
+    /* Several images on several threads: each image whole on one thread
+     * (its loops run inline there), so a conv waits for the others once
+     * instead of three or four times per image -- MobileNetV2's small
+     * convs were mostly those waits at batch 8 -- and an image's range and
+     * codes pass reads what the same core just wrote. The per-row path
+     * and the float reference keep the images in turn. An image's bytes
+     * are the same either way: nothing in it depends on how it is cut. */
+    int sets = c.per_image ? slim__qconv_image_sets(n_images) : 1;
+    qconv_bufs b[SLIM__QCONV_MAX_SETS];
     bool bad = false;
-    qconv_bufs b = {0};
-    b.xt = buf(!q->nhwc_in, sizeof(float) * (size_t)(hw * q->c), &bad);
-    b.rows = buf(!per_image && !direct, sizeof(float) * (size_t)(block * kg), &bad);
-    b.tmp = buf(!q->nhwc_out, sizeof(float) * (size_t)(block * mg), &bad);
-    b.scratch = buf(!w->wf && !per_image, slim_qgemm_scratch_bytes(block, kg), &bad);
-    b.xq = buf(per_image, (size_t)(hw * q->c), &bad);
-    b.rows8 = buf(per_image && !direct8, (size_t)(block * k4), &bad);
-    b.zxv = buf(per_image, sizeof(int32_t) * (size_t)block, &bad);
-    b.sxw = buf(per_image, sizeof(float) * (size_t)q->m, &bad);
-    if (bad) {
-        bufs_free(&b);
-        return slim_scratch_oom(err);
+    for (int s = 0; s < sets; s++)
+        bad |= !bufs_alloc(&c, &b[s]);
+    if (!bad) {
+        c.sets = b;
+        slim__qconv_for_images(n_images, sets, run_image, &c);
     }
-    for (int64_t n = 0; n < n_images; n++) {
-        qconv_job j = {q, x + n * q->c * hw, b.xt, b.rows, b.tmp, NULL, 0, 0, 0, kg, mg};
-        if (q->nhwc_in)
-            j.xt = (float *)x + n * q->c * hw; /* read only */
-        else
-            slim_parallel_for((hw + 63) / 64, 1 + 8192 / (64 * q->c), transpose_part, &j);
-        int32_t zx = 0;
-        if (per_image) {
-            float sx;
-            slim__qconv_quantize_image(j.xt, hw * q->c, b.xq, &sx, &zx);
-            for (int64_t i = 0; i < block; i++)
-                b.zxv[i] = zx;
-            for (int64_t c = 0; c < q->m; c++)
-                b.sxw[c] = sx * w->scale[c]; /* slim_qgemm's sx * sw */
-        }
-        const float *res = res_fused ? w->residual + n * q->m * np : NULL;
-        for (int64_t g = 0; g < q->groups; g++)
-            for (int64_t p0 = 0; p0 < np; p0 += block) {
-                j.g = g;
-                j.p0 = p0;
-                j.nr = np - p0 < block ? np - p0 : block;
-                /* Pixel-major output: the product goes to its place. */
-                float *dst = q->nhwc_out ? y + (n * np + p0) * q->m + g * mg : b.tmp;
-                int64_t ldd = q->nhwc_out ? q->m : mg;
-                if (per_image)
-                    block_per_image(q, &j, &b, zx, w, dst, ldd, res, act);
-                else
-                    block_per_row(q, &j, &b, direct, w, dst, ldd, act);
-                if (q->nhwc_out)
-                    continue;
-                j.y = y + (n * q->m + g * mg) * np;
-                slim_parallel_for((mg + 15) / 16, 1 + 8192 / (16 * j.nr), untranspose_part, &j);
-            }
-        if (w->residual && !res_fused) {
-            residual_job rj = {y + n * q->m * np, w->residual + n * q->m * np, q->m * np, q->m,
-                               np, q->nhwc_res != q->nhwc_out, q->nhwc_out, w->act,
-                               w->clip, w->clip_lo, w->clip_hi};
-            slim_parallel_for((rj.n + 4095) / 4096, 1, residual_part, &rj);
-        }
-    }
-    bufs_free(&b);
-    return SLIM_OK;
+    for (int s = 0; s < sets; s++)
+        bufs_free(&b[s]);
+    return bad ? slim_scratch_oom(err) : SLIM_OK;
 }

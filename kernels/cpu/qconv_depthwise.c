@@ -55,6 +55,12 @@ typedef struct {
     bool clip;
     float lo, hi;
     slim_qgemm_isa isa;
+    /* Non-NULL: pixel p's finished floats become codes at codes + p * c
+     * (1 / scale cinv, zero point czp), a NaN among them sets *bad. */
+    uint8_t *codes;
+    float cinv;
+    int32_t czp;
+    uint8_t *bad;
 } dw_job;
 
 /* The taps of output pixel p that fall inside the image: their offsets
@@ -137,7 +143,14 @@ static inline void dw_store_avx512(const dw_job *j, int64_t p, int64_t k, __mmas
         v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, lo, _CMP_LT_OQ), lo);
         v = _mm512_mask_mov_ps(v, _mm512_cmp_ps_mask(v, hi, _CMP_GT_OQ), hi);
     }
-    _mm512_mask_storeu_ps(j->dst + p * j->q->c + k, mk, v);
+    if (!j->codes) {
+        _mm512_mask_storeu_ps(j->dst + p * j->q->c + k, mk, v);
+        return;
+    }
+    /* Codes straight from the registers (qconv_codes.h). */
+    if (slim__qconv_codes16(v, _mm512_set1_ps(j->cinv), _mm512_set1_epi32(j->czp), mk,
+                            j->codes + p * j->q->c + k))
+        __atomic_store_n(j->bad, 1, __ATOMIC_RELAXED);
 }
 
 static inline __mmask16 dw_mask(int64_t left)
@@ -246,6 +259,15 @@ static void dw_pixel_avx2(const dw_job *j, int64_t p, int n, const int64_t *off,
 }
 #endif
 
+/* Pixel p's finished floats to codes while they are in L1 (the whole
+ * image's after it measured 14% of the whole-int8 MobileNetV2). */
+static void dw_codes(const dw_job *j, int64_t p)
+{
+    int64_t c = j->q->c;
+    if (slim__qconv_codes(j->dst + p * c, c, j->cinv, j->czp, j->codes + p * c))
+        __atomic_store_n(j->bad, 1, __ATOMIC_RELAXED);
+}
+
 static void dw_part(int64_t begin, int64_t end, void *user)
 {
     const dw_job *j = user;
@@ -255,75 +277,139 @@ static void dw_part(int64_t begin, int64_t end, void *user)
         int n = dw_taps(j->q, p, off, tap);
 #ifdef DW_X86
         if (j->isa == SLIM_QGEMM_AVX512VNNI) {
-            dw_pixel_avx512(j, p, n, off, tap);
+            dw_pixel_avx512(j, p, n, off, tap); /* its codes too */
             continue;
         }
-        if (j->isa == SLIM_QGEMM_AVX2) {
+        if (j->isa == SLIM_QGEMM_AVX2)
             dw_pixel_avx2(j, p, n, off, tap);
-            continue;
-        }
+        else
 #endif
-        dw_pixel_c(j, p, 0, n, off, tap);
+            dw_pixel_c(j, p, 0, n, off, tap);
+        if (j->codes)
+            dw_codes(j, p);
     }
 }
 
-slim_status slim__qconv_depthwise_run(const slim_qconv *q, int64_t n_images, const float *x,
-                                      const slim_qconv_weights *w, float *y, slim_err *err)
+/* One image's buffers. */
+typedef struct {
+    float *xt, *yt;          /* the image pixel-major and the output's (NCHW sides) */
+    uint8_t *xq;
+    float *sxw;
+    int32_t *zcs;
+} dw_bufs;
+
+typedef struct {
+    const slim_qconv *q;
+    const slim_qconv_codes *io;
+    const void *x;                /* floats, or codes with io->in */
+    const slim_qconv_weights *w;
+    void *y;                      /* floats, or codes with io->out */
+    const int32_t *w32, *wsum;
+    dw_bufs *sets;
+    slim_qgemm_isa isa;
+    float in_scale, out_inv;
+    int32_t in_zp, out_zp;
+} dw_run;
+
+static void dw_bufs_free(dw_bufs *b)
 {
+    slim_scratch_free(b->xt);
+    slim_scratch_free(b->yt);
+    slim_scratch_free(b->xq);
+    slim_scratch_free(b->sxw);
+    slim_scratch_free(b->zcs);
+}
+
+static bool dw_bufs_alloc(const slim_qconv *q, const slim_qconv_codes *io, dw_bufs *b)
+{
+    int64_t hw = q->h * q->w, np = q->oh * q->ow, c = q->c;
+    bool yt = !q->nhwc_out || io->out; /* codes: the floats before them */
+    memset(b, 0, sizeof(*b));
+    b->xt = q->nhwc_in ? NULL : slim_scratch_malloc(sizeof(float) * (size_t)(hw * c));
+    b->yt = yt ? slim_scratch_malloc(sizeof(float) * (size_t)(np * c)) : NULL;
+    b->xq = io->in ? NULL : slim_scratch_malloc((size_t)(hw * c));
+    b->sxw = slim_scratch_malloc(sizeof(float) * (size_t)c);
+    b->zcs = slim_scratch_malloc(sizeof(int32_t) * (size_t)c);
+    return (q->nhwc_in || b->xt) && (!yt || b->yt) && (io->in || b->xq) && b->sxw && b->zcs;
+}
+
+/* Image n on buffer set `set` (slim__qconv_for_images). */
+static void dw_image(int64_t n, int set, void *user)
+{
+    const dw_run *r = user;
+    const slim_qconv *q = r->q;
+    const slim_qconv_weights *w = r->w;
+    dw_bufs *b = &r->sets[set];
     int64_t hw = q->h * q->w, np = q->oh * q->ow, c = q->c, taps = q->kh * q->kw;
+    dw_job j = {
+        .q = q, .xq = b->xq, .w32 = r->w32, .w8 = w->packed, .sxw = b->sxw, .bias = w->bias,
+        .zcs = b->zcs, .act = w->act, .clip = w->clip, .lo = w->clip_lo, .hi = w->clip_hi,
+        .isa = r->isa,
+    };
+    float sx = r->in_scale;
+    j.zx = r->in_zp;
+    if (r->io->in) { /* the codes are the image's, as its producer wrote them */
+        j.xq = (const uint8_t *)r->x + n * c * hw;
+        if (r->io->x_bad && r->io->x_bad[n])
+            sx = NAN; /* the float path's NaN image */
+    } else {
+        const float *img = (const float *)r->x + n * c * hw;
+        if (!q->nhwc_in) {
+            slim__qconv_transpose(img, c, hw, b->xt);
+            img = b->xt;
+        }
+        slim__qconv_quantize_image(img, hw * c, b->xq, &sx, &j.zx);
+    }
+    for (int64_t k = 0; k < c; k++) {
+        b->sxw[k] = sx * w->scale[k]; /* slim_qgemm's sx * sw */
+        b->zcs[k] = j.zx * r->wsum[k];
+    }
+    j.dst = q->nhwc_out && !r->io->out ? (float *)r->y + n * np * c : b->yt;
+    if (r->io->out) {
+        j.codes = (uint8_t *)r->y + n * np * c;
+        j.cinv = r->out_inv, j.czp = r->out_zp, j.bad = r->io->y_bad + n;
+    }
+    j.res = w->residual ? w->residual + n * c * np : NULL;
+    j.res_lp = q->nhwc_res ? c : 1;
+    j.res_lc = q->nhwc_res ? 1 : np;
+    slim_parallel_for(np, 1 + 16384 / (c * taps), dw_part, &j);
+    if (!q->nhwc_out)
+        slim__qconv_transpose(b->yt, np, c, (float *)r->y + n * c * np);
+}
+
+slim_status slim__qconv_depthwise_run(const slim_qconv *q, const slim_qconv_codes *io,
+                                      int64_t n_images, const void *x,
+                                      const slim_qconv_weights *w, void *y, slim_err *err)
+{
+    int64_t np = q->oh * q->ow, c = q->c, taps = q->kh * q->kw;
     if (n_images <= 0 || np <= 0)
         return SLIM_OK;
-    float *xt = q->nhwc_in ? NULL : slim_scratch_malloc(sizeof(float) * (size_t)(hw * c));
-    float *yt = q->nhwc_out ? NULL : slim_scratch_malloc(sizeof(float) * (size_t)(np * c));
-    uint8_t *xq = slim_scratch_malloc((size_t)(hw * c));
+    dw_run r = {q, io, x, w, y, NULL, NULL, NULL, slim_qgemm_get_isa(), 0, 0, 0, 0};
+    if ((io->in && !slim_qconv_codes_params(io->in_lo, io->in_hi, &r.in_scale, &r.in_zp)) ||
+        (io->out && !slim_qconv_codes_params(io->out_lo, io->out_hi, &r.out_inv, &r.out_zp)))
+        return slim_errf(err, SLIM_EINVAL, "ConvInt8: codes need a finite range");
+    r.out_inv = io->out ? 1.0f / r.out_inv : 0.0f;
     int32_t *w32 = slim_scratch_malloc(sizeof(int32_t) * (size_t)(taps * c));
-    float *sxw = slim_scratch_malloc(sizeof(float) * (size_t)c);
-    int32_t *zcs = slim_scratch_malloc(sizeof(int32_t) * (size_t)c * 2), *wsum = zcs + c;
-    if ((!q->nhwc_in && !xt) || (!q->nhwc_out && !yt) || !xq || !w32 || !sxw || !zcs) {
-        slim_scratch_free(zcs);
-        slim_scratch_free(xt);
-        slim_scratch_free(yt);
-        slim_scratch_free(xq);
-        slim_scratch_free(w32);
-        slim_scratch_free(sxw);
-        return slim_scratch_oom(err);
-    }
-    const int8_t *w8 = w->packed;
-    memset(wsum, 0, sizeof(int32_t) * (size_t)c);
-    for (int64_t i = 0; i < taps * c; i++) {
-        w32[i] = (int32_t)(uint16_t)(int16_t)w8[i];
-        wsum[i % c] += w8[i]; /* not w->colsum: the sums this kernel relies on */
-    }
-    dw_job j = {
-        .q = q, .xq = xq, .w32 = w32, .w8 = w8, .sxw = sxw, .bias = w->bias, .zcs = zcs,
-        .act = w->act, .clip = w->clip, .lo = w->clip_lo, .hi = w->clip_hi,
-        .isa = slim_qgemm_get_isa(),
-    };
-    for (int64_t n = 0; n < n_images; n++) {
-        const float *img = x + n * c * hw;
-        if (!q->nhwc_in) {
-            slim__qconv_transpose(img, c, hw, xt);
-            img = xt;
+    int32_t *wsum = slim_scratch_malloc(sizeof(int32_t) * (size_t)c);
+    /* The images in parallel where there are several (qconv.c's reasons). */
+    int sets = slim__qconv_image_sets(n_images);
+    dw_bufs b[SLIM__QCONV_MAX_SETS];
+    bool ok = w32 && wsum;
+    for (int s = 0; s < sets; s++)
+        ok &= dw_bufs_alloc(q, io, &b[s]);
+    if (ok) {
+        const int8_t *w8 = w->packed;
+        memset(wsum, 0, sizeof(int32_t) * (size_t)c);
+        for (int64_t i = 0; i < taps * c; i++) {
+            w32[i] = (int32_t)(uint16_t)(int16_t)w8[i];
+            wsum[i % c] += w8[i]; /* not w->colsum: the sums this kernel relies on */
         }
-        float sx;
-        slim__qconv_quantize_image(img, hw * c, xq, &sx, &j.zx);
-        for (int64_t k = 0; k < c; k++) {
-            sxw[k] = sx * w->scale[k]; /* slim_qgemm's sx * sw */
-            zcs[k] = j.zx * wsum[k];
-        }
-        j.dst = q->nhwc_out ? y + n * np * c : yt;
-        j.res = w->residual ? w->residual + n * c * np : NULL;
-        j.res_lp = q->nhwc_res ? c : 1;
-        j.res_lc = q->nhwc_res ? 1 : np;
-        slim_parallel_for(np, 1 + 16384 / (c * taps), dw_part, &j);
-        if (!q->nhwc_out)
-            slim__qconv_transpose(yt, np, c, y + n * c * np);
+        r.w32 = w32, r.wsum = wsum, r.sets = b;
+        slim__qconv_for_images(n_images, sets, dw_image, &r);
     }
-    slim_scratch_free(xt);
-    slim_scratch_free(yt);
-    slim_scratch_free(xq);
+    for (int s = 0; s < sets; s++)
+        dw_bufs_free(&b[s]);
     slim_scratch_free(w32);
-    slim_scratch_free(sxw);
-    slim_scratch_free(zcs);
-    return SLIM_OK;
+    slim_scratch_free(wsum);
+    return ok ? SLIM_OK : slim_scratch_oom(err);
 }

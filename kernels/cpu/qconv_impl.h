@@ -18,6 +18,7 @@
 #ifndef SLIM_QCONV_IMPL_H
 #define SLIM_QCONV_IMPL_H
 
+#include "qconv_codes.h"
 #include "qgemm.h"
 
 #include <stdint.h>
@@ -30,6 +31,29 @@
  * C, AVX2 and AVX-512 paths give the same bytes (min, max and the rounding
  * are exact). */
 void slim__qconv_quantize_image(const float *x, int64_t n, uint8_t *q, float *scale, int32_t *zp);
+
+/* q[i] = the code of x[i] for 1 / scale inv and zero point zp (the
+ * per-image codes' operation, C, AVX2 or AVX-512 alike); true if x holds a
+ * NaN (which has no code). */
+bool slim__qconv_codes(const float *x, int64_t n, float inv, int32_t zp, uint8_t *q);
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+/* 16 finished floats v (lanes mk) to their codes at dst, 1 / scale inv and
+ * zero point zp as slim__qconv_codes (the same operations, so the same
+ * bytes): for the epilogues that write codes straight from registers.
+ * Returns the lanes holding a NaN. */
+__attribute__((target("avx512f,avx512bw,avx512vl"))) static inline __mmask16
+slim__qconv_codes16(__m512 v, __m512 inv, __m512i zp, __mmask16 mk, uint8_t *dst)
+{
+    __mmask16 nan = _mm512_mask_cmp_ps_mask(mk, v, v, _CMP_UNORD_Q);
+    __m512i c = _mm512_cvtps_epi32(_mm512_mul_ps(v, inv));
+    c = _mm512_min_epi32(_mm512_max_epi32(_mm512_add_epi32(c, zp), _mm512_setzero_si512()),
+                         _mm512_set1_epi32(255));
+    _mm_mask_storeu_epi8(dst, mk, _mm512_cvtepi32_epi8(c));
+    return nan;
+}
+#endif
 
 /* One group's block of output pixels on the per-image u8 path. */
 typedef struct {
@@ -50,6 +74,14 @@ typedef struct {
     slim_qgemm_act act;
     bool clip;                /* then Clip(clip_lo, clip_hi) */
     float clip_lo, clip_hi;
+    /* Non-NULL: each finished row (dst, floats) also becomes codes here,
+     * row r at codes + r * ldc (1 / scale and zero point cinv, czp), and a
+     * NaN among them sets *bad (slim_qconv_codes). */
+    uint8_t *codes;
+    int64_t ldc;
+    float cinv;
+    int32_t czp;
+    uint8_t *bad;
 } slim__qconv_block;
 
 /* b->rows from the image's codes (rows r of the block, all of them). */
@@ -72,8 +104,20 @@ static inline float slim__qconv_clip(float v, float lo, float hi)
  * between NCHW images and pixel-major ones. */
 void slim__qconv_transpose(const float *src, int64_t a, int64_t b, float *dst);
 
+/* A batch's images in parallel: each image whole on one thread, with one
+ * of `sets` buffer sets (at most SLIM__QCONV_MAX_SETS) of its own; the
+ * loops inside it run inline there. slim__qconv_image_sets says how many
+ * sets a run of n images needs (1: the images in turn, each split across
+ * the threads; also under SLIM_INT8_CONV_IMAGES=off). fn(n, set, user) runs
+ * once per image. */
+#define SLIM__QCONV_MAX_SETS 64
+int slim__qconv_image_sets(int64_t n_images);
+void slim__qconv_for_images(int64_t n_images, int sets, void (*fn)(int64_t n, int set, void *user),
+                            void *user);
+
 /* slim_qconv_run for q->dw_layout (kernels/cpu/qconv_depthwise.c). */
-slim_status slim__qconv_depthwise_run(const slim_qconv *q, int64_t n_images, const float *x,
-                                      const slim_qconv_weights *w, float *y, slim_err *err);
+slim_status slim__qconv_depthwise_run(const slim_qconv *q, const slim_qconv_codes *io,
+                                      int64_t n_images, const void *x,
+                                      const slim_qconv_weights *w, void *y, slim_err *err);
 
 #endif

@@ -34,6 +34,11 @@
  *       and the Relu after it), [N, OH, OW, M] with nhwc_residual.
  *       X float32 [N, C, H, W]; W int8 packed as qgemm.h's slim_qconv
  *       describes; scale, colsum (and bias) [M]. Y float32 [N, M, OH, OW].
+ *       Codes between two ConvInt8 (kernels/qconv_codes.h): output_codes
+ *       = 1 (with a finite Clip and nhwc_output) makes Y u8 codes of the
+ *       Clip's range and adds output Y_bad (u8 [N], image n held a NaN);
+ *       input_codes = 1 (with nhwc_input) takes X as such codes of
+ *       [input_min, input_max], and input 6 X_bad as their Y_bad.
  *       Activations are quantized per output pixel (kernels/cpu/qconv.c).
  *   GatherInt8(table, scale, indices) -> Y
  *       table int8 [V, D], scale float32 or float16 [V] (per row); Y float32
@@ -44,6 +49,7 @@
  */
 #include "hgemm.h"
 #include "kernel.h"
+#include "qconv_codes.h"
 #include "qgemm.h"
 
 #include <math.h>
@@ -241,6 +247,8 @@ typedef struct {
     slim_qgemm_act act;
     bool clip;                 /* activation "Clip": then Clip(clip_min, clip_max) */
     float clip_lo, clip_hi;
+    bool in_codes, out_codes;  /* X / Y as u8 codes (qconv_codes.h) */
+    float in_lo, in_hi;
 } conv_int8_state;
 
 /* attrs[name] as n values of at least lo, or def when absent. */
@@ -328,6 +336,28 @@ static slim_status conv_int8_prepare(slim_node *node, void **state, slim_err *er
                        "\"Clip\"", act);
         goto fail;
     }
+    int64_t ic = slim_attr_int(node, "input_codes", 0), oc = slim_attr_int(node, "output_codes", 0);
+    s->in_lo = slim_attr_float(node, "input_min", NAN);
+    s->in_hi = slim_attr_float(node, "input_max", NAN);
+    if ((ic != 0 && ic != 1) || (oc != 0 && oc != 1)) {
+        st = slim_errf(err, SLIM_EINVAL, "input_codes and output_codes must be 0 or 1");
+        goto fail;
+    }
+    s->in_codes = ic, s->out_codes = oc;
+    if (ic && (!nin || !isfinite(s->in_lo) || !isfinite(s->in_hi) || !(s->in_lo <= s->in_hi))) {
+        st = slim_errf(err, SLIM_EINVAL, "input_codes needs nhwc_input and finite input_min <= "
+                       "input_max");
+        goto fail;
+    }
+    if (oc && (!nout || !s->clip || !isfinite(s->clip_lo) || !isfinite(s->clip_hi))) {
+        st = slim_errf(err, SLIM_EINVAL, "output_codes needs nhwc_output and activation Clip "
+                       "with finite clip_min and clip_max");
+        goto fail;
+    }
+    if (oc && node->n_out != 2) {
+        st = slim_errf(err, SLIM_EINVAL, "output_codes needs the second output Y_bad");
+        goto fail;
+    }
     const char *layout = slim_attr_str(node, "weight_layout", "");
     if (!strcmp(layout, "depthwise"))
         q->dw_layout = true;
@@ -350,7 +380,9 @@ static slim_status conv_int8_geom(slim_op_ctx *ctx, slim_qconv *q)
     const slim_tensor *x = ctx->in[0], *w = ctx->in[1], *scale = ctx->in[2], *cs = ctx->in[3];
     const slim_tensor *bias = ctx->n_in > 4 ? ctx->in[4] : NULL;
     const slim_tensor *res = ctx->n_in > 5 ? ctx->in[5] : NULL;
-    slim_status st = slim_check_dtype(x, "input X", ctx->err, SLIM_F32, SLIM_DTYPE_UNDEFINED);
+    const slim_tensor *xbad = ctx->n_in > 6 ? ctx->in[6] : NULL;
+    slim_status st = slim_check_dtype(x, "input X", ctx->err, s->in_codes ? SLIM_U8 : SLIM_F32,
+                                      SLIM_DTYPE_UNDEFINED);
     if (st || (st = slim_check_dtype(w, "weight W", ctx->err, SLIM_I8, SLIM_DTYPE_UNDEFINED)))
         return st;
     if (x->ndim != 4)
@@ -387,6 +419,9 @@ static slim_status conv_int8_geom(slim_op_ctx *ctx, slim_qconv *q)
                              "[%lld, %lld, %lld, %lld]", (long long)d[0], (long long)d[1],
                              (long long)d[2], (long long)d[3]);
     }
+    if (xbad && (!s->in_codes || xbad->dtype != SLIM_U8 || xbad->ndim != 1 ||
+                 xbad->dims[0] != x->dims[0]))
+        return slim_errf(ctx->err, SLIM_ESHAPE, "X_bad must be u8 [N] beside input codes");
     if (slim_tensor_nbytes(w) != slim_qconv_packed_bytes(q))
         return slim_errf(ctx->err, SLIM_ESHAPE, "packed weight W has %zu bytes, %zu expected for "
                          "%lld channels of %lld in %lld groups", slim_tensor_nbytes(w),
@@ -404,7 +439,10 @@ static slim_status conv_int8_infer(slim_op_ctx *ctx)
     int64_t dims[4] = {ctx->in[0]->dims[0], q.m, q.oh, q.ow};
     if (q.nhwc_out)
         dims[1] = q.oh, dims[2] = q.ow, dims[3] = q.m;
-    slim_tensor_set_shape(ctx->out[0], SLIM_F32, 4, dims);
+    const conv_int8_state *s = ctx->state;
+    slim_tensor_set_shape(ctx->out[0], s->out_codes ? SLIM_U8 : SLIM_F32, 4, dims);
+    if (ctx->n_out > 1 && ctx->out[1])
+        slim_tensor_set_shape(ctx->out[1], SLIM_U8, 1, dims);
     return SLIM_OK;
 }
 
@@ -418,10 +456,18 @@ static slim_status conv_int8_exec(slim_op_ctx *ctx)
     const slim_tensor *bias = ctx->n_in > 4 ? ctx->in[4] : NULL;
     slim_qconv_weights w = {ctx->in[1]->data, ctx->in[3]->data, ctx->in[2]->data,
                             bias ? bias->data : NULL, s->act, NULL,
-                            ctx->n_in > 5 ? ctx->in[5]->data : NULL, s->clip, s->clip_lo,
-                            s->clip_hi};
-    return slim_qconv_run(&q, ctx->in[0]->dims[0], ctx->in[0]->data, &w, ctx->out[0]->data,
-                          ctx->err);
+                            ctx->n_in > 5 && ctx->in[5] ? ctx->in[5]->data : NULL, s->clip,
+                            s->clip_lo, s->clip_hi};
+    slim_qconv_codes io = {
+        .in = s->in_codes, .in_lo = s->in_lo, .in_hi = s->in_hi,
+        .x_bad = ctx->n_in > 6 && ctx->in[6] ? ctx->in[6]->data : NULL,
+        .out = s->out_codes, .out_lo = s->clip_lo, .out_hi = s->clip_hi,
+        .y_bad = s->out_codes ? ctx->out[1]->data : NULL,
+    };
+    if (io.y_bad) /* set per image where a NaN turns up */
+        memset(io.y_bad, 0, (size_t)ctx->in[0]->dims[0]);
+    return slim_qconv_run_codes(&q, &io, ctx->in[0]->dims[0], ctx->in[0]->data, &w,
+                                ctx->out[0]->data, ctx->err);
 }
 
 /* ---- GatherInt8 ---------------------------------------------------------- */
