@@ -2,11 +2,12 @@
  * matmul_small.c - FusedMatMul for a few rows, over oneDNN's packed
  * weight read in place (matmul_small.h).
  *
- * Why: at 16 rows a BERT-base run multiplies 85M weights by 16 rows each,
- * 16 flops per weight byte pair: the run is the time to stream 340 MB of
+ * Why: at 16 rows a BERT-base run reads each of its 85M weights (340 MB)
+ * once and does 32 flops with it: the run is the time to stream the
  * weights, and oneDNN's brgemm at M = 16 streamed them at about 13 GB/s
- * (84% of bert16's time in its kernels) while onnxruntime's MLAS took
- * 0.96x of our time for the same bytes. oneDNN's layout for these
+ * (84% of bert16's time in its kernels, plus per call its memory
+ * objects, scratchpad and part buffer) while onnxruntime's MLAS took
+ * 0.9x of our time for the same bytes. oneDNN's layout for these
  * weights (BA16a64b) is, per block of 64 columns, K rows of 64 floats one
  * after the other: exactly one sequential stream, the order this loop
  * reads it in, so no repacking and no second copy.
@@ -22,8 +23,9 @@
  * registers (24 of 32, 4 for the weights' row), kept in a small buffer
  * between chunks. Storing a float and loading it back changes nothing, so
  * every element is one chain of FMAs over k in order, from 0, whatever
- * the tiles: row invariance by construction. Bias and activation follow,
- * on the sums still in registers after the last chunk.
+ * the tiles: row invariance by construction. Bias and activation follow
+ * on the finished sums. (matmul_dnnl.c still sends the row-invariant mode
+ * to matmul_rows.c at every row count: one code for all m.)
  *
  * Threads: tasks are ranges of the N-blocks of all parts; each thread
  * streams its own contiguous weights.
