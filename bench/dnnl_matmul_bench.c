@@ -13,9 +13,21 @@
  * all runs for cold). One thread: compare with `bench_qgemm --peak-f32`
  * divided by its thread count. Used to bound what fp32 BERT rows can gain
  * (README, issue 13).
+ *
+ *     bench_dnnl_matmul --stream MB [--threads T] [--repeat R]
+ *
+ * What T threads (2 by default) stream from memory: each reads its own
+ * MB / T megabytes with 64-byte loads, R passes (5 by default), and the
+ * best pass's GB/s is printed. The ceiling of a product at few rows, whose
+ * time is the time to read its weights (BERT-base at 16 tokens: 340 MB a
+ * run; issue 34).
  */
+#include "matmul_small.h"
+
 #include <oneapi/dnnl/dnnl.h>
 
+#include <immintrin.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,16 +48,93 @@ static int fail(const char *what, dnnl_status_t st)
     return 1;
 }
 
+typedef struct stream_part {
+    const char *p;
+    size_t bytes;
+    float sum;
+} stream_part;
+
+/* One read of the part, 64 bytes a load, four chains so that the adds do
+ * not limit it. */
+__attribute__((target("avx512f"))) static void *stream_read(void *arg)
+{
+    stream_part *sp = arg;
+    __m512 s0 = _mm512_setzero_ps(), s1 = s0, s2 = s0, s3 = s0;
+    for (size_t o = 0; o + 256 <= sp->bytes; o += 256) {
+        s0 = _mm512_add_ps(s0, _mm512_load_ps((const float *)(sp->p + o)));
+        s1 = _mm512_add_ps(s1, _mm512_load_ps((const float *)(sp->p + o + 64)));
+        s2 = _mm512_add_ps(s2, _mm512_load_ps((const float *)(sp->p + o + 128)));
+        s3 = _mm512_add_ps(s3, _mm512_load_ps((const float *)(sp->p + o + 192)));
+    }
+    sp->sum = _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(s0, s1), _mm512_add_ps(s2, s3)));
+    return NULL;
+}
+
+static int stream_bench(double mb, int threads, int repeat)
+{
+    if (mb <= 0 || threads < 1 || threads > 64 || repeat < 1) {
+        fprintf(stderr, "bench_dnnl_matmul: --stream MB, --threads and --repeat must be positive\n");
+        return 2;
+    }
+    size_t per = (size_t)(mb * 1e6 / threads) / 256 * 256;
+    char *buf = aligned_alloc(64, per * (size_t)threads);
+    if (!buf) {
+        fprintf(stderr, "bench_dnnl_matmul: out of memory\n");
+        return 1;
+    }
+    for (size_t i = 0; i < per * (size_t)threads; i += sizeof(float))
+        *(float *)(buf + i) = (float)(i & 255) * 1e-3f;
+    stream_part parts[64];
+    pthread_t tid[64];
+    double best = 1e30;
+    float check = 0;
+    for (int r = 0; r < repeat + 1; r++) { /* the first pass faults pages in */
+        double t = now_s();
+        for (int i = 0; i < threads; i++) {
+            parts[i] = (stream_part){buf + per * (size_t)i, per, 0};
+            pthread_create(&tid[i], NULL, stream_read, &parts[i]);
+        }
+        for (int i = 0; i < threads; i++) {
+            pthread_join(tid[i], NULL);
+            check += parts[i].sum;
+        }
+        t = now_s() - t;
+        if (r && t < best)
+            best = t;
+    }
+    printf("stream %.1f MB on %d threads: best of %d passes %.2f ms, %.1f GB/s (sum %g)\n",
+           (double)per * threads / 1e6, threads, repeat, best * 1e3,
+           (double)per * threads / best * 1e-9, (double)check);
+    free(buf);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
+    if (argc >= 3 && strcmp(argv[1], "--stream") == 0) {
+        int threads = 2, repeat = 5;
+        for (int i = 3; i + 1 < argc; i += 2) {
+            if (strcmp(argv[i], "--threads") == 0)
+                threads = atoi(argv[i + 1]);
+            else if (strcmp(argv[i], "--repeat") == 0)
+                repeat = atoi(argv[i + 1]);
+        }
+        return stream_bench(atof(argv[2]), threads, repeat);
+    }
     if (argc < 4) {
-        fprintf(stderr, "usage: bench_dnnl_matmul M K N [--copies C] [--repeat R]\n");
+        fprintf(stderr, "usage: bench_dnnl_matmul M K N [--copies C] [--repeat R]\n"
+                        "       bench_dnnl_matmul --stream MB [--threads T] [--repeat R]\n");
         return 2;
     }
     long m = atol(argv[1]), k = atol(argv[2]), n = atol(argv[3]);
-    int copies = 16, repeat = 50;
+    int copies = 16, repeat = 50, ours = 0;
+    for (int i = 4; i < argc; i++)
+        if (strcmp(argv[i], "--ours") == 0)
+            ours = 1;
     for (int i = 4; i + 1 < argc; i += 2) {
-        if (strcmp(argv[i], "--copies") == 0)
+        if (strcmp(argv[i], "--ours") == 0)
+            i--;
+        else if (strcmp(argv[i], "--copies") == 0)
             copies = atoi(argv[i + 1]);
         else if (strcmp(argv[i], "--repeat") == 0)
             repeat = atoi(argv[i + 1]);
@@ -55,6 +144,7 @@ int main(int argc, char **argv)
         return 2;
     }
     omp_set_num_threads(1);
+    setenv("SLIM_NUM_THREADS", "1", 1); /* our loop on this thread too */
     dnnl_engine_t eng;
     dnnl_stream_t strm;
     dnnl_status_t st = dnnl_engine_create(&eng, dnnl_cpu, 0);
@@ -136,6 +226,36 @@ int main(int argc, char **argv)
         dnnl_stream_wait(strm);
     }
     cold = (now_s() - t0) / repeat;
+    if (ours && m <= SLIM_FMM_SMALL_CAP) {
+        int64_t n0[2] = {0, n};
+        size_t off[2] = {0, wbytes / sizeof(float)};
+        slim__fmm_rows_parts parts = {.n_parts = 1, .n0 = n0, .off = off, .wmd = &w_md};
+        slim__fmm_small *sm = slim__fmm_small_make(k, &parts);
+        float *bias = calloc((size_t)n, sizeof(float));
+        if (!sm || !bias) {
+            fprintf(stderr, "bench_dnnl_matmul: our loop does not take this layout here\n");
+            return 1;
+        }
+        double t_dnnl = 0, t_ours = 0;
+        for (int r = 0; r < repeat; r++) {
+            args[1].memory = wm[(2 * r + 1) % copies];
+            double t = now_s();
+            dnnl_primitive_execute(mm, strm, 3, args);
+            dnnl_stream_wait(strm);
+            t_dnnl += now_s() - t;
+            t = now_s();
+            slim__fmm_small_run(sm, a, (const float *)(packed + stride * (size_t)((2 * r + 2) % copies)),
+                                bias, d, m, 0);
+            t_ours += now_s() - t;
+        }
+        printf("alternating cold runs: oneDNN %.1f GFLOP/s (%.1f GB/s of weights), ours %.1f "
+               "GFLOP/s (%.1f GB/s), ours/oneDNN time %.3f\n",
+               flop * repeat / t_dnnl * 1e-9, (double)wbytes * repeat / t_dnnl * 1e-9,
+               flop * repeat / t_ours * 1e-9, (double)wbytes * repeat / t_ours * 1e-9,
+               t_ours / t_dnnl);
+        slim__fmm_small_free(sm);
+        free(bias);
+    }
     printf("M %ld K %ld N %ld, %s, one thread: hot %.1f GFLOP/s, cold (%d copies, %.1f MB) "
            "%.1f GFLOP/s\n",
            m, k, n, impl, flop / best * 1e-9, copies, (double)stride * copies / 1e6,

@@ -37,6 +37,7 @@
 #include "matmul_dnnl.h"
 #include "matmul_layout.h"
 #include "matmul_rows.h"
+#include "matmul_small.h"
 #include "alloc_trim.h"
 #include "device.h"
 
@@ -81,6 +82,7 @@ typedef struct fmm_state {
     pthread_mutex_t mu;
     slim__fmm_rows *rows;        /* the row-invariant product (matmul_rows.c) */
     bool rows_tried;             /* made, or found not to fit the layout */
+    slim__fmm_small *small;      /* a few rows in our own loop (matmul_small.c) */
     int n_cached;
     fmm_prims *cache[CACHE_SLOTS];
 } fmm_state;
@@ -381,6 +383,11 @@ static slim_status fmm_prepare(slim_node *node, void **state, slim_err *err)
     s->foreign = filed && (!slim_fmm_layout_here(s->k, s->n, bounds, n_bounds - 1, here) ||
                            memcmp(here, layout, sizeof(int64_t) * (size_t)n_layout) != 0);
     s->whole_ok = !s->foreign && layout_whole(s->k, s->n, &s->lay, &s->whole_md);
+    if (!s->foreign) {
+        slim__fmm_rows_parts parts = {.n_parts = s->lay.n_parts, .n0 = s->lay.n0,
+                                      .off = s->lay.off, .wmd = s->lay.wmd};
+        s->small = slim__fmm_small_make(s->k, &parts);
+    }
     pthread_mutex_init(&s->mu, NULL);
     *state = s;
     return SLIM_OK;
@@ -399,6 +406,7 @@ static void fmm_release(void *state)
     for (int i = 0; i < s->n_cached; i++)
         prims_free(s->cache[i]);
     slim__fmm_rows_free(s->rows);
+    slim__fmm_small_free(s->small);
     pthread_mutex_destroy(&s->mu);
     free(s);
 }
@@ -635,6 +643,14 @@ static slim_status fmm_exec(slim_op_ctx *ctx)
     int64_t m = slim_tensor_numel(a) / s->k;
     int64_t rows = m;
     bool whole = false;
+    /* A few rows stream the weights from memory: our loop streams them
+     * faster than brgemm at that shape (matmul_small.c). Not in the
+     * row-invariant mode, whose rows must run one code at every m. */
+    if (s->small && !slim_gemm_row_invariant() && m <= slim__fmm_small_max_rows()) {
+        slim__fmm_small_run(s->small, a->data, ctx->in[1]->data, ctx->in[2]->data, y->data, m,
+                            s->act);
+        return SLIM_OK;
+    }
     if (slim_gemm_row_invariant() && slim__fmm_rows_enabled()) {
         const slim__fmm_rows *r = rows_get(s);
         if (r) {
