@@ -457,10 +457,18 @@ slim_status slim_format_write_progress(const slim_graph *g, const char *path,
     wtensors wt = {0};
     wbuf body = {0}, meta = {0};
     bool nested = false;
-    slim_status s = collect(g, &wt, &nested, err);
     FILE *f = NULL;
     char tmp[4096];
     tmp[0] = 0;
+    /* The file is written beside the path and renamed over it: over a
+     * device or a folder that would replace it (as root, /dev/null became
+     * a 14 MB file), so only a regular file (or none) is written over. */
+    struct stat sb;
+    if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode) && !S_ISLNK(sb.st_mode))
+        return slim_errf(err, SLIM_EINVAL,
+                         "cannot write a model to \"%s\": it exists and is not a regular file",
+                         path);
+    slim_status s = collect(g, &wt, &nested, err);
     if (s)
         goto done;
     write_body(g, &st, &wt, &body);

@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 static char path_buf[256];
@@ -487,6 +489,43 @@ START_TEST(test_gather_rows_from_mapped_table)
 }
 END_TEST
 
+/* The writer renames a file made beside the path over it: over a device
+ * or a folder that would replace them, so such a path is refused, left
+ * as it was, and nothing is left beside it. A FIFO stands in for a
+ * device (it needs no root), and a folder for the other kind. */
+START_TEST(test_write_over_non_regular_refused)
+{
+    slim_graph *g = make_graph();
+    char dir[] = "/tmp/slim_fmt_XXXXXX";
+    ck_assert_ptr_nonnull(mkdtemp(dir));
+    char fifo[sizeof(dir) + 8], sub[sizeof(dir) + 8];
+    snprintf(fifo, sizeof(fifo), "%s/fifo", dir);
+    snprintf(sub, sizeof(sub), "%s/sub", dir);
+    ck_assert_int_eq(mkfifo(fifo, 0600), 0);
+    ck_assert_int_eq(mkdir(sub, 0700), 0);
+    const char *paths[] = {fifo, sub};
+    for (int i = 0; i < 2; i++) {
+        slim_err err = {0};
+        ck_assert_int_eq(slim_format_write(g, paths[i], &err), SLIM_EINVAL);
+        ck_assert_msg(strstr(err.msg, "not a regular file") && strstr(err.msg, paths[i]), "%s",
+                      err.msg);
+        struct stat sb;
+        ck_assert_int_eq(lstat(paths[i], &sb), 0);
+        ck_assert(i == 0 ? S_ISFIFO(sb.st_mode) : S_ISDIR(sb.st_mode));
+    }
+    DIR *d = opendir(dir);
+    int entries = 0;
+    for (struct dirent *e; (e = readdir(d));)
+        entries += e->d_name[0] != '.';
+    closedir(d);
+    ck_assert_int_eq(entries, 2); /* no temporary file left beside them */
+    unlink(fifo);
+    rmdir(sub);
+    rmdir(dir);
+    slim_graph_free(g);
+}
+END_TEST
+
 int main(void)
 {
     slim_init();
@@ -503,6 +542,7 @@ int main(void)
     tcase_add_test(tc, test_small_data_section_needs_version_4);
     tcase_add_test(tc, test_unused_values_left_out);
     tcase_add_test(tc, test_deep_subgraphs_refused_by_depth);
+    tcase_add_test(tc, test_write_over_non_regular_refused);
     suite_add_tcase(s, tc);
     SRunner *sr = srunner_create(s);
     srunner_run_all(sr, CK_NORMAL);
