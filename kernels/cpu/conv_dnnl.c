@@ -261,10 +261,13 @@ static void reorder_in_parts(int64_t begin, int64_t end, void *user)
     }
 }
 
+/* res: the blocked residual's slice a binary-add post-op reads
+ * (pt->res_binary), else NULL. */
 static dnnl_status_t run_conv(const part *pt, void *src, const float *w, const float *b,
-                              const float *dww, const float *dwb, void *dst, dnnl_stream_t s)
+                              const float *dww, const float *dwb, const float *res, void *dst,
+                              dnnl_stream_t s)
 {
-    dnnl_memory_t m[7] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    dnnl_memory_t m[8] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     slim_tensor scratch = {.dtype = SLIM_U8, .ndim = 1, .dims = {(int64_t)pt->scratch_bytes}};
     slim_err ignored;
     if (pt->scratch_bytes && slim_tensor_alloc(&scratch, &ignored))
@@ -282,8 +285,10 @@ static dnnl_status_t run_conv(const part *pt, void *src, const float *w, const f
         st = dnnl_memory_create(&m[5], &pt->dwb_md, slim__fconv_engine(), (void *)dwb);
     if (st == dnnl_success && pt->scratch_bytes)
         st = dnnl_memory_create(&m[6], &pt->scratch_md, slim__fconv_engine(), scratch.data);
+    if (st == dnnl_success && res) /* same layout as dst */
+        st = dnnl_memory_create(&m[7], &pt->dst_md, slim__fconv_engine(), (void *)res);
     if (st == dnnl_success) {
-        dnnl_exec_arg_t args[7] = {{DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]},
+        dnnl_exec_arg_t args[8] = {{DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]},
                                    {DNNL_ARG_BIAS, m[2]}, {DNNL_ARG_DST, m[3]}};
         int n = 4;
         if (dww) {
@@ -292,11 +297,13 @@ static dnnl_status_t run_conv(const part *pt, void *src, const float *w, const f
         }
         if (pt->scratch_bytes)
             args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, m[6]};
+        if (res) /* the binary add is the first post-op */
+            args[n++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, m[7]};
         st = dnnl_primitive_execute(pt->conv, s, n, args);
         if (st == dnnl_success)
             st = dnnl_stream_wait(s);
     }
-    for (int i = 0; i < 7; i++)
+    for (int i = 0; i < 8; i++)
         dnnl_memory_destroy(m[i]);
     slim_tensor_release(&scratch);
     return st;
@@ -374,7 +381,7 @@ static void conv_parts(int64_t begin, int64_t end, void *user)
         if (st == dnnl_success && j->r && pt->res_to_dst)
             st = slim__fconv_run_reorder(pt->res_to_dst, &pt->y_md, (void *)(j->r + roff), &pt->dst_md, dst,
                              strm);
-        else if (j->r && j->r + roff != dst) /* blocked already: the sum reads dst */
+        else if (j->r && !pt->res_binary && j->r + roff != dst) /* blocked: the sum reads dst */
             memcpy(dst, j->r + roff,
                    sizeof(float) * (size_t)((slim__fconv_round16(pt->o1) - pt->o0) * j->plane_out));
         if (st == dnnl_success && ip != have) {
@@ -386,7 +393,8 @@ static void conv_parts(int64_t begin, int64_t end, void *user)
             st = wst;
         if (st == dnnl_success)
             st = run_conv(pt, src, w, j->b + pt->o0, j->dww ? j->dww + pt->o0 * 9 : NULL,
-                          j->dww ? j->dwb + pt->o0 : NULL, dst, strm);
+                          j->dww ? j->dwb + pt->o0 : NULL,
+                          j->r && pt->res_binary ? j->r + roff : NULL, dst, strm);
         if (st == dnnl_success && pt->from_dst)
             st = slim__fconv_run_reorder(pt->from_dst, &pt->dst_md, dst, &pt->y_md, j->y + off, strm);
         if (st == dnnl_success)

@@ -33,6 +33,9 @@ typedef struct part {
     /* Stored Winograd (conv_wino.c): where this part's slice of the
      * transformed W starts in W, in floats; wei_md is its layout. */
     int64_t w_off;
+    /* A blocked residual read in place by a binary-add post-op (dst_md's
+     * layout), rather than copied into dst for a sum post-op first. */
+    bool res_binary;
 } part;
 
 typedef struct prim_set {
