@@ -8,6 +8,12 @@
  * batch; the model's weight bytes must be the transformed W's (16/9 of
  * the packed, no packed copy beside it); planes outside the range must be
  * untouched by it, and another plane must be refused with a clear error.
+ *
+ * Also the blocked residual (conv_dnnl_build.c, res_binary): read in place
+ * by a binary-add post-op, or with SLIM_CONV_RES_BINARY=0 copied into the
+ * output for a sum post-op; both must give the reference's answer within
+ * float rounding, an image's bits alone as in a batch, on direct and
+ * Winograd planes and with channels padded to 16.
  */
 #include "testutil.h"
 
@@ -207,12 +213,71 @@ START_TEST(wino_stored_matches)
 }
 END_TEST
 
+/* Runs m on x with SLIM_CONV_RES_BINARY set to v while its primitives are
+ * made (the first run), then checks every image alone gives its bits. */
+static slim_tensor run_res(slim_model *m, const slim_tensor *x, const char *v)
+{
+    setenv("SLIM_CONV_RES_BINARY", v, 1);
+    slim_tensor y = run(m, x);
+    unsetenv("SLIM_CONV_RES_BINARY");
+    int64_t per_in = slim_tensor_numel(x) / x->dims[0], per_out = slim_tensor_numel(&y) / y.dims[0];
+    for (int64_t n = 0; n < x->dims[0]; n++) {
+        slim_tensor one = tu_f32(4, (int64_t[]){1, x->dims[1], x->dims[2], x->dims[3]},
+                                 (const float *)x->data + n * per_in);
+        slim_tensor y1 = run(m, &one);
+        ck_assert_msg(memcmp(y1.data, (const float *)y.data + n * per_out,
+                             sizeof(float) * (size_t)per_out) == 0,
+                      "RES_BINARY=%s: image %lld alone differs from it in the batch", v,
+                      (long long)n);
+        slim_tensor_release(&y1);
+        slim_tensor_release(&one);
+    }
+    return y;
+}
+
+/* side, channels: 14 and 7 run direct (the binary add), 56 Winograd
+ * F(4x4) (which takes only the sum: the copy stays), 24 channels pad
+ * the blocked residual to 32. */
+static const int64_t res_cases[][2] = {{14, 64}, {7, 24}, {14, 256}, {56, 16}};
+
+START_TEST(residual_binary_matches)
+{
+    int64_t side = res_cases[_i][0], ch = res_cases[_i][1];
+    slim_model *ref = load(false, ch, side, false);
+    slim_model *bin = load(true, ch, side, false), *sum = load(true, ch, side, false);
+    slim_model_set_batch_invariant(bin, true);
+    slim_model_set_batch_invariant(sum, true);
+    int64_t count = 3 * ch * side * side;
+    float *d = malloc(sizeof(float) * (size_t)count);
+    rng_state = 11;
+    for (int64_t i = 0; i < count; i++)
+        d[i] = tu_rndf(&rng_state);
+    slim_tensor x = tu_f32(4, (int64_t[]){3, ch, side, side}, d);
+    free(d);
+    slim_tensor a = run(ref, &x), b = run_res(bin, &x, "1"), c = run_res(sum, &x, "0");
+    double eb = rel_err(&b, &a), ec = rel_err(&c, &a);
+    ck_assert_msg(eb < 1e-5, "side %lld, %lld channels: binary residual off by %g",
+                  (long long)side, (long long)ch, eb);
+    ck_assert_msg(ec < 1e-5, "side %lld, %lld channels: copied residual off by %g",
+                  (long long)side, (long long)ch, ec);
+    slim_tensor_release(&a);
+    slim_tensor_release(&b);
+    slim_tensor_release(&c);
+    slim_tensor_release(&x);
+    slim_model_free(ref);
+    slim_model_free(bin);
+    slim_model_free(sum);
+}
+END_TEST
+
 Suite *conv_winograd_suite(void)
 {
     Suite *s = suite_create("conv_winograd");
     TCase *tc = tcase_create("conv_winograd");
 #ifdef SLIM_HAVE_DNNL
     tcase_add_loop_test(tc, wino_stored_matches, 0, (int)(sizeof(cases) / sizeof(cases[0])));
+    tcase_add_loop_test(tc, residual_binary_matches, 0,
+                        (int)(sizeof(res_cases) / sizeof(res_cases[0])));
 #endif
     suite_add_tcase(s, tc);
     return s;
