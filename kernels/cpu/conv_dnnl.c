@@ -417,10 +417,26 @@ static slim_status fconv_exec(slim_op_ctx *ctx)
      * run, once for all the batch's images (conv_parts, part_weights), and
      * the copy goes when the part is done. */
     const slim_tensor *half = w->dtype != SLIM_F32 ? w : NULL;
-    bool bf16 = slim__fconv_bf16_products(s, w); /* then W is reordered per part, never widened */
+    bool bf16 = slim__fconv_bf16_products(s, w);
+    slim_status st0; /* then W is reordered per part, never widened */
+    /* Y written over R (the planner's SLIM_OP_INPLACE3): each part reads
+     * its own channels of R before writing them in Y, so that needs no
+     * copy, except a plain R under a blocked Y, which a reorder cannot
+     * turn into Y where it lies: that R is copied aside first. */
+    slim_tensor r_aside = {0};
+    int residual = !r ? RES_NONE : r->data != y->data ? RES_READ : RES_INPLACE;
+    if (residual == RES_INPLACE && !s->res_blocked && s->out_blocked) {
+        r_aside = (slim_tensor){.dtype = SLIM_F32, .ndim = r->ndim};
+        memcpy(r_aside.dims, r->dims, sizeof(r->dims));
+        if ((st0 = slim_tensor_alloc(&r_aside, ctx->err)))
+            return st0;
+        memcpy(r_aside.data, r->data, slim_tensor_nbytes(r));
+        r = &r_aside;
+        residual = RES_READ;
+    }
     prim_set set;
     bool owned;
-    slim_status st = slim__fconv_find_set(s, w, x, r != NULL, &set, &owned, ctx->err);
+    slim_status st = slim__fconv_find_set(s, w, x, residual, &set, &owned, ctx->err);
     if (!st && set.bf16 != bf16) /* SLIM_CONV_BF16 changed since the set was made */
         st = slim_errf(ctx->err, SLIM_EINTERNAL, "FusedConv: bf16 products switched mid-run");
     if (!st && s->wino_h && set.wino_floats != slim_tensor_numel(w))
@@ -430,6 +446,7 @@ static slim_status fconv_exec(slim_op_ctx *ctx)
     if (st) {
         if (owned)
             slim__fconv_set_release(&set);
+        slim_tensor_release(&r_aside);
         return st;
     }
     int64_t batch = x->dims[0];
@@ -476,12 +493,13 @@ static slim_status fconv_exec(slim_op_ctx *ctx)
 done:
     slim_tensor_release(&src);
     slim_tensor_release(&dst);
+    slim_tensor_release(&r_aside);
     if (owned)
         slim__fconv_set_release(&set);
     return st;
 }
 
 const slim_op_def slim__ops_fconv[] = {
-    {"FusedConv", 1, fconv_prepare, fconv_release, fconv_infer, fconv_exec, 0},
+    {"FusedConv", 1, fconv_prepare, fconv_release, fconv_infer, fconv_exec, SLIM_OP_INPLACE3},
     {0},
 };

@@ -221,8 +221,10 @@ static dnnl_status_t make_conv(const fconv_state *s, const slim_tensor *w, const
     dnnl_primitive_attr_t attr = NULL;
     dnnl_primitive_desc_t pd = NULL;
     /* A blocked residual is read where it lies (binary add) by the direct
-     * kernels; Winograd takes only a sum post-op. */
-    pt->res_binary = set->residual && s->res_blocked && res_binary_on();
+     * kernels; Winograd takes only a sum post-op, and so does Y written
+     * over R (a 1x1 kernel keeps partial sums in Y, over R, before its
+     * post-ops: the sum is oneDNN's way to read what Y held). */
+    pt->res_binary = set->residual == RES_READ && s->res_blocked && res_binary_on();
     if ((st = make_attr(s, set, pt, pt->res_binary, &attr)) != dnnl_success)
         goto done;
     /* Winograd where it pays, direct where oneDNN turns it down; float32
@@ -269,7 +271,7 @@ static dnnl_status_t make_conv(const fconv_state *s, const slim_tensor *w, const
         if (wino != 1)
             break;
         wino = 0;
-        pt->res_binary = set->residual && s->res_blocked && res_binary_on();
+        pt->res_binary = set->residual == RES_READ && s->res_blocked && res_binary_on();
         if (pt->res_binary) {
             dnnl_primitive_attr_destroy(attr);
             attr = NULL;
@@ -282,8 +284,11 @@ static dnnl_status_t make_conv(const fconv_state *s, const slim_tensor *w, const
     if (getenv("SLIM_DNNL_VERBOSE")) {
         const char *impl = NULL;
         dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
-        fprintf(stderr, "FusedConv %lldx%lldx%lld -> %lld: %s, scratchpad %zu bytes\n",
+        static const char *res[] = {"", ", residual binary", ", residual sum (Y over R)"};
+        fprintf(stderr, "FusedConv %lldx%lldx%lld -> %lld: %s%s, scratchpad %zu bytes\n",
                 (long long)c, (long long)set->h, (long long)set->w, (long long)m, impl,
+                set->residual == RES_READ && !pt->res_binary ? ", residual copy + sum"
+                                                            : res[set->residual],
                 dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md,
                                                                        0)));
     }
@@ -361,7 +366,7 @@ static int parts_per_thread(const fconv_state *s, const prim_set *set, int64_t m
 }
 
 dnnl_status_t slim__fconv_build_set(const fconv_state *s, const slim_tensor *w,
-                                    const slim_tensor *x, bool residual, prim_set *set)
+                                    const slim_tensor *x, int residual, prim_set *set)
 {
     memset(set, 0, sizeof(*set));
     set->h = x->dims[2];
@@ -432,7 +437,7 @@ dnnl_status_t slim__fconv_build_set(const fconv_state *s, const slim_tensor *w,
  * cache is full (a server sees few shapes), made for this call only and
  * *owned, since a cached set may be in use by another run. */
 slim_status slim__fconv_find_set(fconv_state *s, const slim_tensor *w, const slim_tensor *x,
-                                 bool residual, prim_set *out, bool *owned, slim_err *err)
+                                 int residual, prim_set *out, bool *owned, slim_err *err)
 {
     pthread_mutex_lock(&s->mu);
     *owned = false;

@@ -13,12 +13,16 @@
  * by a binary-add post-op, or with SLIM_CONV_RES_BINARY=0 copied into the
  * output for a sum post-op; both must give the reference's answer within
  * float rounding, an image's bits alone as in a batch, on direct and
- * Winograd planes and with channels padded to 16.
+ * Winograd planes and with channels padded to 16. And Y planned over R
+ * where R is read for the last time (SLIM_OP_INPLACE3): a sum over what Y
+ * holds, no copy; with R blocked, or plain under a blocked Y (copied aside
+ * first), it must still give the reference's answer.
  */
 #include "testutil.h"
 
 #include "footprint.h"
 #include "model.h"
+#include "plan.h"
 #include "pipeline.h"
 #ifdef SLIM_HAVE_DNNL
 #include "conv_dnnl.h"
@@ -27,6 +31,7 @@
 
 #include <check.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -270,6 +275,94 @@ START_TEST(residual_binary_matches)
 }
 END_TEST
 
+static void add_conv(slim_graph *g, const char *name, const char *in, int64_t ch)
+{
+    char w[32], b[32];
+    snprintf(w, sizeof(w), "%s.w", name);
+    snprintf(b, sizeof(b), "%s.b", name);
+    add_init(g, w, 4, (int64_t[]){ch, ch, 3, 3}, -0.1f, 0.1f);
+    add_init(g, b, 1, (int64_t[]){ch}, -0.2f, 0.2f);
+    int id = slim_graph_add_node(g, name, "Conv", "", 3, (const char *[]){in, w, b}, 1,
+                                 (const char *[]){name});
+    g->nodes[id].opset = 17;
+    tu_attr_ints(&g->nodes[id], "kernel_shape", 2, (int64_t[]){3, 3});
+    tu_attr_ints(&g->nodes[id], "pads", 4, (int64_t[]){1, 1, 1, 1});
+}
+
+static void add_op(slim_graph *g, const char *op, const char *a, const char *b, const char *out)
+{
+    const char *in[2] = {a, b};
+    int id = slim_graph_add_node(g, out, op, "", b ? 2 : 1, in, 1, (const char *[]){out});
+    g->nodes[id].opset = 17;
+}
+
+/* x -> [Relu ->] h -> c1 -> Relu -> t -> c2, + h -> Relu -> s -> c3 -> y:
+ * h's last reader is c2's residual, so c2's output s may take h's place.
+ * With the Relu, h is plain (a Relu makes it) under a blocked s (c3 reads
+ * it); without, h is x... so c0 makes h, blocked. */
+static slim_graph *residual_last(int64_t ch, int64_t side, bool plain)
+{
+    slim_graph *g = slim_graph_new();
+    g->opset = 17;
+    rng_state = 43;
+    if (plain)
+        add_op(g, "Relu", "x", NULL, "h");
+    else {
+        add_conv(g, "c0", "x", ch);
+        add_op(g, "Relu", "c0", NULL, "h");
+    }
+    add_conv(g, "c1", "h", ch);
+    add_op(g, "Relu", "c1", NULL, "t");
+    add_conv(g, "c2", "t", ch);
+    add_op(g, "Add", "c2", "h", "sum");
+    add_op(g, "Relu", "sum", NULL, "s");
+    add_conv(g, "c3", "s", ch);
+    int x = slim_graph_find_value(g, "x");
+    slim_graph_add_input(g, x);
+    g->values[x].info.dtype = SLIM_F32;
+    g->values[x].info.ndim = 4;
+    memcpy(g->values[x].info.dims, (int64_t[]){-1, ch, side, side}, 4 * sizeof(int64_t));
+    slim_graph_add_output(g, slim_graph_find_value(g, "c3"));
+    return g;
+}
+
+START_TEST(residual_in_place_matches)
+{
+    int64_t side = 14, ch = _i == 2 ? 24 : 32;
+    bool plain = _i == 1;
+    slim_err err = {0};
+    slim_model *ref, *m;
+    ck_assert_msg(slim_model_from_graph(residual_last(ch, side, plain), &ref, &err) == SLIM_OK,
+                  "%s", err.msg);
+    slim_graph *g = residual_last(ch, side, plain);
+    ck_assert_msg(slim_passes_run(g, &err) == SLIM_OK, "%s", err.msg);
+    ck_assert_msg(slim_model_from_graph(g, &m, &err) == SLIM_OK, "%s", err.msg);
+    ck_assert_int_eq(tu_count_op(m->graph, "FusedConv"), plain ? 3 : 4);
+    slim_model_set_batch_invariant(m, true);
+    /* the planner put c2's output over h */
+    slim_tensor sig = {.dtype = SLIM_F32, .ndim = 4, .dims = {3, ch, side, side}};
+    slim_plan *p = NULL;
+    ck_assert_msg(slim_plan_build(m, &sig, &p, &err) == SLIM_OK, "%s", err.msg);
+    ck_assert_int_ge(p->n_inplace, 1);
+    slim_plan_free(p);
+    int64_t count = 3 * ch * side * side;
+    float *d = malloc(sizeof(float) * (size_t)count);
+    rng_state = 13;
+    for (int64_t i = 0; i < count; i++)
+        d[i] = tu_rndf(&rng_state);
+    slim_tensor x = tu_f32(4, (int64_t[]){3, ch, side, side}, d);
+    free(d);
+    slim_tensor a = run(ref, &x), b = run_res(m, &x, "1");
+    double e = rel_err(&b, &a);
+    ck_assert_msg(e < 1e-5, "case %d: Y over R off by %g", _i, e);
+    slim_tensor_release(&a);
+    slim_tensor_release(&b);
+    slim_tensor_release(&x);
+    slim_model_free(ref);
+    slim_model_free(m);
+}
+END_TEST
+
 Suite *conv_winograd_suite(void)
 {
     Suite *s = suite_create("conv_winograd");
@@ -278,6 +371,7 @@ Suite *conv_winograd_suite(void)
     tcase_add_loop_test(tc, wino_stored_matches, 0, (int)(sizeof(cases) / sizeof(cases[0])));
     tcase_add_loop_test(tc, residual_binary_matches, 0,
                         (int)(sizeof(res_cases) / sizeof(res_cases[0])));
+    tcase_add_loop_test(tc, residual_in_place_matches, 0, 3);
 #endif
     suite_add_tcase(s, tc);
     return s;
