@@ -38,6 +38,16 @@
  * transform lost. Max error against onnxruntime stays below 1e-6 of the
  * output (ResNet-18/50).
  *
+ * The residual R: where R is read for the last time (ResNet's every
+ * block), the planner puts Y in R's buffer (SLIM_OP_INPLACE3) and the
+ * conv's sum post-op adds what Y holds, with no copy; each part reads its
+ * own channels of R before writing them. Otherwise a blocked R is read
+ * where it lies by a binary-add post-op (direct kernels; Winograd takes
+ * only the sum, so R is copied into Y first there), and a plain R is
+ * reordered into the blocked output scratch. Copying a blocked R into Y
+ * before every such conv was a full pass over ~22 MB per ResNet-50 image
+ * (conv_dnnl_build.c, make_attr).
+ *
  * Half weights (quant/half.c) keep the packed layout, each element fp16 or
  * bf16. fp16 W is widened to float32 per run (each part its slice, once
  * for all of a batch's images). bf16 W on a CPU with AVX512_BF16 runs as
