@@ -427,8 +427,8 @@ static slim_status fconv_exec(slim_op_ctx *ctx)
      * run, once for all the batch's images (conv_parts, part_weights), and
      * the copy goes when the part is done. */
     const slim_tensor *half = w->dtype != SLIM_F32 ? w : NULL;
-    bool bf16 = slim__fconv_bf16_products(s, w);
-    slim_status st0; /* then W is reordered per part, never widened */
+    bool bf16 = slim__fconv_bf16_products(s, w); /* then W is reordered per part, never widened */
+    slim_status st0;
     /* Y written over R (the planner's SLIM_OP_INPLACE3): each part reads
      * its own channels of R before writing them in Y, so that needs no
      * copy, except a plain R under a blocked Y, which a reorder cannot
