@@ -79,6 +79,11 @@ enum {
      * string tensors, except those that only move whole elements
      * (slim__op_takes_strings, runtime/string_tensor.c, lists them). */
     SLIM_OP_STRINGS = 1u << 7,
+    /* As SLIM_OP_INPLACE0 for input 3 (FusedConv's residual, which each
+     * output element adds at its own index): the planner may write output
+     * 0 over input 3 when that input is read for the last time there. An
+     * op has at most one of the two. */
+    SLIM_OP_INPLACE3 = 1u << 8,
 };
 
 typedef struct slim_op_def {

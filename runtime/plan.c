@@ -11,8 +11,9 @@
  *      is borrowed (input, weight), its size is unknown or zero, or one of
  *      its values is a graph output (it outlives the run).
  *   3. in place: an SLIM_OP_INPLACE0 node's output 0 joins input 0's group
- *      when that group is read for the last time at this node, has the
- *      output's byte size and is not also read through another input.
+ *      (SLIM_OP_INPLACE3: input 3's) when that group is read for the last
+ *      time at this node, has the output's byte size and is not also read
+ *      through another input.
  *      Groups only merge forward, so one pass in step order suffices.
  *   4. offsets: each planned group is one buffer alive from its root's step
  *      to its last reader's step. Placement is the offset problem of
@@ -133,20 +134,21 @@ static void group_values(planner *pl)
 
     for (int i = 0; i < g->n_nodes; i++) {
         const slim_node *n = &g->nodes[i];
-        if (!(n->op->flags & SLIM_OP_INPLACE0) || n->n_in < 1 || n->in[0] < 0 || n->n_out < 1 ||
-            n->out[0] < 0 || is_view(n))
+        int k = n->op->flags & SLIM_OP_INPLACE0 ? 0 : n->op->flags & SLIM_OP_INPLACE3 ? 3 : -1;
+        if (k < 0 || n->n_in <= k || n->in[k] < 0 || n->n_out < 1 || n->out[0] < 0 || is_view(n))
             continue;
-        int gi = group_find(pl->groups, pl->view_root[n->in[0]]);
+        int gi = group_find(pl->groups, pl->view_root[n->in[k]]);
         int go = pl->view_root[n->out[0]];
         size_t in_bytes;
         group *a = &pl->groups[gi], *b = &pl->groups[go];
         if (go != n->out[0] || !a->planned || !b->planned || a->last != i ||
-            a->size != b->size || !shape_bytes(&pl->shapes[n->in[0]], &in_bytes) ||
+            a->size != b->size || !shape_bytes(&pl->shapes[n->in[k]], &in_bytes) ||
             in_bytes != a->size)
             continue;
         bool shared = false;
-        for (int k = 1; k < n->n_in && !shared; k++)
-            shared = n->in[k] >= 0 && group_find(pl->groups, pl->view_root[n->in[k]]) == gi;
+        for (int o = 0; o < n->n_in && !shared; o++)
+            shared = o != k && n->in[o] >= 0 &&
+                     group_find(pl->groups, pl->view_root[n->in[o]]) == gi;
         if (shared)
             continue;
         b->parent = gi;

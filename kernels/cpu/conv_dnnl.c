@@ -38,6 +38,16 @@
  * transform lost. Max error against onnxruntime stays below 1e-6 of the
  * output (ResNet-18/50).
  *
+ * The residual R: where R is read for the last time (ResNet's every
+ * block), the planner puts Y in R's buffer (SLIM_OP_INPLACE3) and the
+ * conv's sum post-op adds what Y holds, with no copy; each part reads its
+ * own channels of R before writing them. Otherwise a blocked R is read
+ * where it lies by a binary-add post-op (direct kernels; Winograd takes
+ * only the sum, so R is copied into Y first there), and a plain R is
+ * reordered into the blocked output scratch. Copying a blocked R into Y
+ * before every such conv was a full pass over ~22 MB per ResNet-50 image
+ * (conv_dnnl_build.c, make_attr).
+ *
  * Half weights (quant/half.c) keep the packed layout, each element fp16 or
  * bf16. fp16 W is widened to float32 per run (each part its slice, once
  * for all of a batch's images). bf16 W on a CPU with AVX512_BF16 runs as
@@ -264,10 +274,13 @@ static void reorder_in_parts(int64_t begin, int64_t end, void *user)
     }
 }
 
+/* res: the blocked residual's slice a binary-add post-op reads
+ * (pt->res_binary), else NULL. */
 static dnnl_status_t run_conv(const part *pt, void *src, const float *w, const float *b,
-                              const float *dww, const float *dwb, void *dst, dnnl_stream_t s)
+                              const float *dww, const float *dwb, const float *res, void *dst,
+                              dnnl_stream_t s)
 {
-    dnnl_memory_t m[7] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL};
+    dnnl_memory_t m[8] = {NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
     slim_tensor scratch = {.dtype = SLIM_U8, .ndim = 1, .dims = {(int64_t)pt->scratch_bytes}};
     slim_err ignored;
     if (pt->scratch_bytes && slim_tensor_alloc(&scratch, &ignored))
@@ -287,8 +300,10 @@ static dnnl_status_t run_conv(const part *pt, void *src, const float *w, const f
         st = slim__dnnl_mem_bind(&pt->dwb_md, (void *)dwb, &m[5]);
     if (st == dnnl_success && pt->scratch_bytes)
         st = slim__dnnl_mem_bind(&pt->scratch_md, scratch.data, &m[6]);
+    if (st == dnnl_success && res) /* same layout as dst */
+        st = slim__dnnl_mem_bind(&pt->dst_md, (void *)res, &m[7]);
     if (st == dnnl_success) {
-        dnnl_exec_arg_t args[7] = {{DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]},
+        dnnl_exec_arg_t args[8] = {{DNNL_ARG_SRC, m[0]}, {DNNL_ARG_WEIGHTS, m[1]},
                                    {DNNL_ARG_BIAS, m[2]}, {DNNL_ARG_DST, m[3]}};
         int n = 4;
         if (dww) {
@@ -297,6 +312,8 @@ static dnnl_status_t run_conv(const part *pt, void *src, const float *w, const f
         }
         if (pt->scratch_bytes)
             args[n++] = (dnnl_exec_arg_t){DNNL_ARG_SCRATCHPAD, m[6]};
+        if (res) /* the binary add is the first post-op */
+            args[n++] = (dnnl_exec_arg_t){DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, m[7]};
         st = dnnl_primitive_execute(pt->conv, s, n, args);
         if (st == dnnl_success)
             st = dnnl_stream_wait(s);
@@ -377,7 +394,7 @@ static void conv_parts(int64_t begin, int64_t end, void *user)
         if (st == dnnl_success && j->r && pt->res_to_dst)
             st = slim__fconv_run_reorder(pt->res_to_dst, &pt->y_md, (void *)(j->r + roff), &pt->dst_md, dst,
                              strm);
-        else if (j->r && j->r + roff != dst) /* blocked already: the sum reads dst */
+        else if (j->r && !pt->res_binary && j->r + roff != dst) /* blocked: the sum reads dst */
             memcpy(dst, j->r + roff,
                    sizeof(float) * (size_t)((slim__fconv_round16(pt->o1) - pt->o0) * j->plane_out));
         if (st == dnnl_success && ip != have) {
@@ -389,7 +406,8 @@ static void conv_parts(int64_t begin, int64_t end, void *user)
             st = wst;
         if (st == dnnl_success)
             st = run_conv(pt, src, w, j->b + pt->o0, j->dww ? j->dww + pt->o0 * 9 : NULL,
-                          j->dww ? j->dwb + pt->o0 : NULL, dst, strm);
+                          j->dww ? j->dwb + pt->o0 : NULL,
+                          j->r && pt->res_binary ? j->r + roff : NULL, dst, strm);
         if (st == dnnl_success && pt->from_dst)
             st = slim__fconv_run_reorder(pt->from_dst, &pt->dst_md, dst, &pt->y_md, j->y + off, strm);
         if (st == dnnl_success)
@@ -413,9 +431,25 @@ static slim_status fconv_exec(slim_op_ctx *ctx)
      * the copy goes when the part is done. */
     const slim_tensor *half = w->dtype != SLIM_F32 ? w : NULL;
     bool bf16 = slim__fconv_bf16_products(s, w); /* then W is reordered per part, never widened */
+    slim_status st0;
+    /* Y written over R (the planner's SLIM_OP_INPLACE3): each part reads
+     * its own channels of R before writing them in Y, so that needs no
+     * copy, except a plain R under a blocked Y, which a reorder cannot
+     * turn into Y where it lies: that R is copied aside first. */
+    slim_tensor r_aside = {0};
+    int residual = !r ? RES_NONE : r->data != y->data ? RES_READ : RES_INPLACE;
+    if (residual == RES_INPLACE && !s->res_blocked && s->out_blocked) {
+        r_aside = (slim_tensor){.dtype = SLIM_F32, .ndim = r->ndim};
+        memcpy(r_aside.dims, r->dims, sizeof(r->dims));
+        if ((st0 = slim_tensor_alloc(&r_aside, ctx->err)))
+            return st0;
+        memcpy(r_aside.data, r->data, slim_tensor_nbytes(r));
+        r = &r_aside;
+        residual = RES_READ;
+    }
     prim_set set;
     bool owned;
-    slim_status st = slim__fconv_find_set(s, w, x, r != NULL, &set, &owned, ctx->err);
+    slim_status st = slim__fconv_find_set(s, w, x, residual, &set, &owned, ctx->err);
     if (!st && set.bf16 != bf16) /* SLIM_CONV_BF16 changed since the set was made */
         st = slim_errf(ctx->err, SLIM_EINTERNAL, "FusedConv: bf16 products switched mid-run");
     if (!st && s->wino_h && set.wino_floats != slim_tensor_numel(w))
@@ -425,6 +459,7 @@ static slim_status fconv_exec(slim_op_ctx *ctx)
     if (st) {
         if (owned)
             slim__fconv_set_release(&set);
+        slim_tensor_release(&r_aside);
         return st;
     }
     int64_t batch = x->dims[0];
@@ -471,12 +506,13 @@ static slim_status fconv_exec(slim_op_ctx *ctx)
 done:
     slim_tensor_release(&src);
     slim_tensor_release(&dst);
+    slim_tensor_release(&r_aside);
     if (owned)
         slim__fconv_set_release(&set);
     return st;
 }
 
 const slim_op_def slim__ops_fconv[] = {
-    {"FusedConv", 1, fconv_prepare, fconv_release, fconv_infer, fconv_exec, 0},
+    {"FusedConv", 1, fconv_prepare, fconv_release, fconv_infer, fconv_exec, SLIM_OP_INPLACE3},
     {0},
 };

@@ -122,6 +122,71 @@ static bool wino_scratch_fits(const fconv_state *s, const slim_tensor *w, const 
     return scratch <= WINO_MAX_SCRATCH * image;
 }
 
+/* Whether a blocked residual may be read in place by a binary-add post-op
+ * (SLIM_CONV_RES_BINARY=0: copied into dst for a sum post-op, as before;
+ * read when the primitives are made). The copy was a full extra pass over
+ * every residual: ~22 MB per image on ResNet-50. */
+static bool res_binary_on(void)
+{
+    const char *v = getenv("SLIM_CONV_RES_BINARY");
+    return !(v && strcmp(v, "0") == 0);
+}
+
+/* Whether oneDNN chose one of its JIT kernels: a post-op its fast kernel
+ * does not take sends it to a reference one, many times slower, which a
+ * binary residual must never cost. */
+static bool jit_impl(const_dnnl_primitive_desc_t pd)
+{
+    const char *impl = NULL;
+    dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
+    return impl && strncmp(impl, "jit", 3) == 0;
+}
+
+/* The conv's attributes: the residual (a sum over what dst holds, or with
+ * binary a binary add of R read in dst_md's layout), the activation, a
+ * depthwise post-op and its activation, and a user scratchpad. */
+static dnnl_status_t make_attr(const fconv_state *s, const prim_set *set, const part *pt,
+                               bool binary, dnnl_primitive_attr_t *out)
+{
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    dnnl_status_t st;
+    if ((st = dnnl_primitive_attr_create(&attr)) != dnnl_success ||
+        (st = dnnl_post_ops_create(&po)) != dnnl_success)
+        goto done;
+    if (set->residual && binary)
+        st = dnnl_post_ops_append_binary(po, dnnl_binary_add, &pt->dst_md);
+    else if (set->residual)
+        st = dnnl_post_ops_append_sum(po, 1.0f);
+    if (st == dnnl_success && s->act == SLIM_FCONV_ACT_RELU)
+        st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
+    else if (st == dnnl_success && s->act == SLIM_FCONV_ACT_CLIP)
+        st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip_v2, s->alpha, s->beta);
+    if (st == dnnl_success && s->dw_stride) {
+        st = dnnl_post_ops_append_dw(po, dnnl_f32, dnnl_f32, dnnl_f32, 3, s->dw_stride, 1, 0, 0,
+                                     NULL);
+        if (st == dnnl_success && s->dw_act == SLIM_FCONV_ACT_RELU)
+            st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
+        else if (st == dnnl_success && s->dw_act == SLIM_FCONV_ACT_CLIP)
+            st = dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip_v2, s->dw_alpha,
+                                              s->dw_beta);
+    }
+    if (st == dnnl_success)
+        st = dnnl_primitive_attr_set_post_ops(attr, po);
+    /* The library's own scratchpad is one global buffer in this build
+     * (no DNNL_ENABLE_CONCURRENT_EXEC): two threads running convs at once
+     * would share it. Each execution brings its own instead. */
+    if (st == dnnl_success)
+        st = dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
+done:
+    dnnl_post_ops_destroy(po);
+    if (st != dnnl_success)
+        dnnl_primitive_attr_destroy(attr);
+    else
+        *out = attr;
+    return st;
+}
+
 static dnnl_status_t make_conv(const fconv_state *s, const slim_tensor *w, const prim_set *set,
                                int64_t c, part *pt)
 {
@@ -154,31 +219,14 @@ static dnnl_status_t make_conv(const fconv_state *s, const slim_tensor *w, const
     dnnl_convolution_desc_t cd;
     dnnl_status_t st;
     dnnl_primitive_attr_t attr = NULL;
-    dnnl_post_ops_t po = NULL;
     dnnl_primitive_desc_t pd = NULL;
-    if ((st = dnnl_primitive_attr_create(&attr)) != dnnl_success ||
-        (st = dnnl_post_ops_create(&po)) != dnnl_success)
+    /* A blocked residual is read where it lies (binary add) by the direct
+     * kernels; Winograd takes only a sum post-op, and so does Y written
+     * over R (a 1x1 kernel keeps partial sums in Y, over R, before its
+     * post-ops: the sum is oneDNN's way to read what Y held). */
+    pt->res_binary = set->residual == RES_READ && s->res_blocked && res_binary_on();
+    if ((st = make_attr(s, set, pt, pt->res_binary, &attr)) != dnnl_success)
         goto done;
-    if (set->residual)
-        dnnl_post_ops_append_sum(po, 1.0f);
-    if (s->act == SLIM_FCONV_ACT_RELU)
-        dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
-    else if (s->act == SLIM_FCONV_ACT_CLIP)
-        dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip_v2, s->alpha, s->beta);
-    if (s->dw_stride) {
-        if ((st = dnnl_post_ops_append_dw(po, dnnl_f32, dnnl_f32, dnnl_f32, 3, s->dw_stride, 1, 0,
-                                          0, NULL)) != dnnl_success)
-            goto done;
-        if (s->dw_act == SLIM_FCONV_ACT_RELU)
-            dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_relu, 0.0f, 0.0f);
-        else if (s->dw_act == SLIM_FCONV_ACT_CLIP)
-            dnnl_post_ops_append_eltwise(po, 1.0f, dnnl_eltwise_clip_v2, s->dw_alpha, s->dw_beta);
-    }
-    dnnl_primitive_attr_set_post_ops(attr, po);
-    /* The library's own scratchpad is one global buffer in this build
-     * (no DNNL_ENABLE_CONCURRENT_EXEC): two threads running convs at once
-     * would share it. Each execution brings its own instead. */
-    dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user);
     /* Winograd where it pays, direct where oneDNN turns it down; float32
      * only. For inference oneDNN's Winograd kernels read only their own
      * transformed weight format (16/9 of W's bytes for F(2x2), 4x for
@@ -206,19 +254,41 @@ static dnnl_status_t make_conv(const fconv_state *s, const slim_tensor *w, const
             st = dnnl_unimplemented;
         if (st == dnnl_success && wino == 2)
             pt->wei_md = *dnnl_primitive_desc_query_md(pd, dnnl_query_weights_md, 0);
-        if (st == dnnl_success || wino != 1)
+        if (st == dnnl_success && pt->res_binary && !jit_impl(pd))
+            st = dnnl_unimplemented;
+        if (st == dnnl_success)
             break;
         dnnl_primitive_desc_destroy(pd);
         pd = NULL;
+        if (pt->res_binary) { /* the same kernel with the copy and a sum */
+            pt->res_binary = false;
+            dnnl_primitive_attr_destroy(attr);
+            attr = NULL;
+            if ((st = make_attr(s, set, pt, false, &attr)) != dnnl_success)
+                goto done;
+            continue;
+        }
+        if (wino != 1)
+            break;
         wino = 0;
+        pt->res_binary = set->residual == RES_READ && s->res_blocked && res_binary_on();
+        if (pt->res_binary) {
+            dnnl_primitive_attr_destroy(attr);
+            attr = NULL;
+            if ((st = make_attr(s, set, pt, true, &attr)) != dnnl_success)
+                goto done;
+        }
     }
     if (st != dnnl_success)
         goto done;
     if (getenv("SLIM_DNNL_VERBOSE")) {
         const char *impl = NULL;
         dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl);
-        fprintf(stderr, "FusedConv %lldx%lldx%lld -> %lld: %s, scratchpad %zu bytes\n",
+        static const char *res[] = {"", ", residual binary", ", residual sum (Y over R)"};
+        fprintf(stderr, "FusedConv %lldx%lldx%lld -> %lld: %s%s, scratchpad %zu bytes\n",
                 (long long)c, (long long)set->h, (long long)set->w, (long long)m, impl,
+                set->residual == RES_READ && !pt->res_binary ? ", residual copy + sum"
+                                                            : res[set->residual],
                 dnnl_memory_desc_get_size(dnnl_primitive_desc_query_md(pd, dnnl_query_scratchpad_md,
                                                                        0)));
     }
@@ -255,7 +325,6 @@ static dnnl_status_t make_conv(const fconv_state *s, const slim_tensor *w, const
         st = slim__fconv_make_reorder(&pt->from_dst, &pt->dst_md, &pt->y_md);
 done:
     dnnl_primitive_desc_destroy(pd);
-    dnnl_post_ops_destroy(po);
     dnnl_primitive_attr_destroy(attr);
     return st;
 }
@@ -297,7 +366,7 @@ static int parts_per_thread(const fconv_state *s, const prim_set *set, int64_t m
 }
 
 dnnl_status_t slim__fconv_build_set(const fconv_state *s, const slim_tensor *w,
-                                    const slim_tensor *x, bool residual, prim_set *set)
+                                    const slim_tensor *x, int residual, prim_set *set)
 {
     memset(set, 0, sizeof(*set));
     set->h = x->dims[2];
@@ -368,7 +437,7 @@ dnnl_status_t slim__fconv_build_set(const fconv_state *s, const slim_tensor *w,
  * cache is full (a server sees few shapes), made for this call only and
  * *owned, since a cached set may be in use by another run. */
 slim_status slim__fconv_find_set(fconv_state *s, const slim_tensor *w, const slim_tensor *x,
-                                 bool residual, prim_set *out, bool *owned, slim_err *err)
+                                 int residual, prim_set *out, bool *owned, slim_err *err)
 {
     pthread_mutex_lock(&s->mu);
     *owned = false;

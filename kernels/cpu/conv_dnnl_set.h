@@ -33,12 +33,20 @@ typedef struct part {
     /* Stored Winograd (conv_wino.c): where this part's slice of the
      * transformed W starts in W, in floats; wei_md is its layout. */
     int64_t w_off;
+    /* A blocked residual read in place by a binary-add post-op (dst_md's
+     * layout), rather than copied into dst for a sum post-op first. */
+    bool res_binary;
 } part;
+
+/* A set's residual: none, R read beside the output (a binary add when R
+ * is blocked), or R the output's own buffer (the planner wrote Y over R,
+ * SLIM_OP_INPLACE3): a sum post-op over what Y holds, with no copy. */
+enum { RES_NONE = 0, RES_READ = 1, RES_INPLACE = 2 };
 
 typedef struct prim_set {
     int64_t h, w, oh, ow;      /* the input shape it was made for, the output's */
     int64_t oh1, ow1;          /* the 1x1's output, before a depthwise post-op */
-    bool residual;
+    int residual;              /* RES_* */
     bool bf16;                 /* bf16 src and W, float32 sums (bf16_products) */
     int n_in_parts, n_parts;
     part *in_parts, *parts;
@@ -86,7 +94,7 @@ bool slim__fconv_wino_shape(const fconv_state *s);
 /* Makes the primitives of one input shape into *set (the cache's caller
  * holds s->mu, or s is not shared yet). */
 dnnl_status_t slim__fconv_build_set(const fconv_state *s, const slim_tensor *w,
-                                    const slim_tensor *x, bool residual, prim_set *set);
+                                    const slim_tensor *x, int residual, prim_set *set);
 /* Whether bf16 W runs as bf16 products (conv_dnnl_build.c says when). */
 bool slim__fconv_bf16_products(const fconv_state *s, const slim_tensor *w);
 /* Destroys a set's primitives and frees its parts. */
@@ -94,6 +102,6 @@ void slim__fconv_set_release(prim_set *ps);
 /* The primitives for x's shape: cached in s, or made for this call only and
  * *owned (the caller releases them) once the cache is full. */
 slim_status slim__fconv_find_set(fconv_state *s, const slim_tensor *w, const slim_tensor *x,
-                                 bool residual, prim_set *out, bool *owned, slim_err *err);
+                                 int residual, prim_set *out, bool *owned, slim_err *err);
 
 #endif
