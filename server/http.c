@@ -32,6 +32,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +54,7 @@
 #define CONTROL_BODY_MAX 65536
 /* A body is allocated at its Content-Length up to this much at once. */
 #define BODY_PREALLOC_MAX ((size_t)8 << 20)
+#define BODY_ALIGN 64               /* as infer_codec.c reads binary tensors in place */
 /* Body buffers kept for the next bodies (body_take): from the heap's mmap
  * threshold (memory.c fixes it at 128 KiB) up to BODY_KEEP_MAX, at most
  * BODY_KEEP of them, each freed once unused for BODY_KEEP_US. */
@@ -313,7 +315,7 @@ static void request_free(slim_server_request *req)
     slim_server_model_release(req->task.model);
     slim_server_model_release(req->residency_model); /* its connection closed first */
     slim_server_reply_free(&req->reply);
-    body_give(req->body, req->body_cap);
+    body_give(req->body ? req->body - req->body_pad : NULL, req->body_cap + req->body_pad);
     free(req->url);
     atomic_fetch_sub(&req->srv->in_flight, 1);
     free(req);
@@ -345,10 +347,10 @@ static bool body_append(slim_server_request *req, const char *data, size_t n)
         size_t cap = req->body_cap ? req->body_cap : 4096;
         while (cap < req->body_len + n + 1)
             cap *= 2;
-        char *p = realloc(req->body, cap);
+        char *p = realloc(req->body ? req->body - req->body_pad : NULL, cap + req->body_pad);
         if (!p)
             return false;
-        req->body = p;
+        req->body = p + req->body_pad; /* (the binary part's alignment may be lost: copied then) */
         req->body_cap = cap;
     }
     memcpy(req->body + req->body_len, data, n);
@@ -374,7 +376,19 @@ static slim_server_body_result admit_body(slim_server_request *req)
         /* Sized once, so the body is not copied as it grows; up to a cap,
          * since the length is only the client's word until the bytes come. */
         size_t cap = (size_t)(len < BODY_PREALLOC_MAX ? len : BODY_PREALLOC_MAX) + 1;
-        req->body = body_take(cap, &req->body_cap);
+        /* The binary part (after the JSON header) starts on a 64-byte
+         * boundary, so that its tensors are read in place rather than
+         * copied out (routes.c, slim_server_infer_decode_in_place). */
+        long long hl = req->infer_header_len;
+        size_t room = hl >= 0 && (unsigned long long)hl < len ? BODY_ALIGN - 1 : 0, total = 0;
+        char *p = body_take(cap + room, &total);
+        if (p) {
+            size_t pad = room ? (BODY_ALIGN - ((uintptr_t)p + (size_t)hl) % BODY_ALIGN) % BODY_ALIGN
+                              : 0;
+            req->body = p + pad;
+            req->body_pad = pad;
+            req->body_cap = total - pad;
+        }
     }
     return r;
 }
@@ -457,9 +471,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
              * and dropped (within --body-timeout), then answered 413. */
             req->too_large = true;
             slim_server_admission_body_free(srv->admission, req);
-            free(req->body);
+            free(req->body ? req->body - req->body_pad : NULL);
             req->body = NULL;
-            req->body_len = req->body_cap = 0;
+            req->body_len = req->body_cap = req->body_pad = 0;
         }
         *upload_data_size = 0;
         return MHD_YES;
