@@ -29,6 +29,7 @@ names are importable from here too).
 """
 
 import argparse
+import http.client
 import json
 import os
 import sys
@@ -234,6 +235,35 @@ class Suite(TrafficCases):
         out = json.loads(data)["outputs"][0]
         same(np.array(out["data"], np.float32).reshape(out["shape"]), want["logits"], "bin->JSON")
         self.count("resnet", ok=2, batch=4)
+        # The image read in place from the body (its binary part aligned by
+        # the server) or copied out of it (a chunked body, whose buffer
+        # grows as it comes): the same answer to the bit, whatever the JSON
+        # header's length.
+        body, hlen = binary_request([("image", x, "FP32")], ["logits"])
+        answers = []
+        for pad in range(4):
+            status, hdrs, data = self.http.request(
+                "POST", "/v2/models/resnet/infer", body[:hlen] + b" " * pad + body[hlen:],
+                {"Inference-Header-Content-Length": str(hlen + pad)})
+            check(status == 200, f"header padded by {pad}: {status} {data[:300]!r}")
+            answers.append(parse_binary_response(hdrs, data)[1]["logits"])
+        conn = http.client.HTTPConnection(HOST, self.srv.port, timeout=TIMEOUT)
+        try:
+            conn.request("POST", "/v2/models/resnet/infer",
+                         body=iter([body[i:i + 1000] for i in range(0, len(body), 1000)]),
+                         headers={"Inference-Header-Content-Length": str(hlen)},
+                         encode_chunked=True)
+            resp = conn.getresponse()
+            data = resp.read()
+            check(resp.status == 200, f"chunked: {resp.status} {data[:300]!r}")
+            answers.append(parse_binary_response(dict(resp.getheaders()), data)[1]["logits"])
+        finally:
+            conn.close()
+        same(answers[0], want["logits"], "binary resnet, header padded")
+        for k, a in enumerate(answers[1:], 1):
+            check(a.tobytes() == answers[0].tobytes(),
+                  f"answer {k} differs from the first (in place against copied input)")
+        self.count("resnet", ok=len(answers), batch=2 * len(answers))
 
     def t_versions(self):
         x = np.arange(8, dtype=np.float32).reshape(2, 4)
