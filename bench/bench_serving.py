@@ -454,6 +454,9 @@ def main():
     ap.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     args = ap.parse_args()
     args.slim = os.path.abspath(args.slim)
+    # SIGTERM (a timeout, a killed job) unwinds like Ctrl-C, so that the
+    # servers started below are stopped, not left behind.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     servers = [("slimserve", os.path.abspath(args.slimserve))]
     if args.base_slimserve:
         servers.append(("base", os.path.abspath(args.base_slimserve)))
