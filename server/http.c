@@ -233,8 +233,8 @@ static slim_server_request *request_new(slim_server *srv, struct MHD_Connection 
  * a batch's 8 bodies faulted in afresh: 23 minor faults per request at
  * c=8 against 0.5 at c=1 (bench_serving's cnn). Bounded: BODY_KEEP
  * buffers of at most BODY_KEEP_MAX bytes, BODY_KEEP_BYTES (4 MiB) in all,
- * which may stay resident while the server is idle; one not reused for BODY_KEEP_US is
- * freed at the next take or give, so a burst of large bodies does not
+ * which may stay resident while the server is idle; one not reused for
+ * BODY_KEEP_US is freed at the next take or give, so a burst of large bodies does not
  * leave its buffers behind for long under a different load. They are
  * plain malloc blocks: realloc and free still apply to them. */
 static struct {
