@@ -23,7 +23,12 @@ Then, in --rounds alternating rounds, for each model:
                   difference of the server's batch_stats, GET .../stats),
                   and the server's CPU time per request in that window
                   ("cpu us": model runs included; less sensitive to other
-                  load on the machine than the rates)
+                  load on the machine than the rates), the part of it on
+                  the HTTP threads ("http us": reading, parsing,
+                  answering; /proc/PID/task/*/schedstat), and the share
+                  of the window the model spent running ("busy"; the rest
+                  is the gap between batches: answers out, the next
+                  requests in, a batch waiting for company)
     in-process    `slim bench MODEL --batch B` for each batch size B the
                   batcher formed: the throughput in-process at the same
                   mix, sum(rows) / sum(runs_B * latency_B)
@@ -257,6 +262,28 @@ def batch_counts(stats):
     return out
 
 
+def run_ns(stats):
+    """Nanoseconds the model has spent in runs, all batch sizes."""
+    return sum(int(s["compute_infer"]["ns"]) for s in stats.get("batch_stats", []))
+
+
+def http_cpu_ns(pid):
+    """On-CPU nanoseconds of the server's HTTP threads (libmicrohttpd's
+    "MHD-worker"), from /proc/PID/task/*/schedstat: what reading, parsing
+    and answering cost, apart from the model's threads."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/comm") as f:
+                if f.read().strip() != "MHD-worker":
+                    continue
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
+        except (OSError, ValueError, IndexError):
+            pass  # a thread that ended meanwhile
+    return total
+
+
 PHASES = ("queue", "compute_input", "compute_infer", "compute_output")
 
 
@@ -340,9 +367,14 @@ def measure_round(args, label, port, pid, name, path, inproc, rounds):
         return inproc[(name, b)]
 
     load(port, req, args.clients, 1.0, warm=0.0)  # warm-up, outside the counts
-    before, cpu0 = batch_counts(model_stats(port, name)), cpu_seconds(pid)
+    s0, cpu0, http0, t0 = model_stats(port, name), cpu_seconds(pid), http_cpu_ns(pid), time.time()
     rps, p50_n, p99_n = load(port, req, args.clients, args.seconds, warm=0.0)
-    after, cpu1 = batch_counts(model_stats(port, name)), cpu_seconds(pid)
+    s1, cpu1, http1, t1 = model_stats(port, name), cpu_seconds(pid), http_cpu_ns(pid), time.time()
+    before, after = batch_counts(s0), batch_counts(s1)
+    # The share of the window the model spent running: the rest is the
+    # gap between batches (answers going out, the next requests coming in,
+    # a batch waiting for company), where the in-process loop has none.
+    busy = (run_ns(s1) - run_ns(s0)) / 1e9 / (t1 - t0)
     formed = {b: after.get(b, 0) - before.get(b, 0) for b in after}
     formed = {b: n for b, n in formed.items() if n > 0}
     # In-process at the same mix: each batch size's mean latency, weighted
@@ -373,14 +405,17 @@ def measure_round(args, label, port, pid, name, path, inproc, rounds):
     # The server's CPU per request, model runs included: less sensitive to
     # other load on the machine than the rates are.
     cpu_us = (cpu1 - cpu0) * 1e6 / (rps * args.seconds) if rps else float("nan")
+    http_us = (http1 - http0) / 1e3 / (rps * args.seconds) if rps else float("nan")
     row = dict(rps=rps, p50_n=p50_n, p99_n=p99_n, inproc_rps=inproc_rps, cpu_us=cpu_us,
+               http_us=http_us, busy=busy,
                ratio=rps / inproc_rps, mean_batch=mean_batch, p50_1=p50_1,
                inproc_p50=inproc_p50, plain_p50=plain_p50, added_ms=p50_1 - inproc_p50,
                bound_ms=0.2 + 0.05 * inproc_p50,
                mix=" ".join(f"{b}x{n}" for b, n in sorted(formed.items())))
     rounds.setdefault((label, name), []).append(row)
     print(f"  round {len(rounds[(label, name)])} {label} {name}: c{args.clients} {rps:.0f} "
-          f"req/s vs in-process {inproc_rps:.0f} ({row['ratio']:.3f}x, batches {row['mix']}); "
+          f"req/s vs in-process {inproc_rps:.0f} ({row['ratio']:.3f}x, batches {row['mix']}, "
+          f"model busy {busy:.3f}, http cpu {http_us:.0f} us/req); "
           f"c1 p50 {p50_1:.3f} ms vs in-process {inproc_p50:.3f} ms (served mode; plain "
           f"{plain_p50:.3f})", flush=True)
     if ph:
@@ -419,6 +454,9 @@ def main():
     ap.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     args = ap.parse_args()
     args.slim = os.path.abspath(args.slim)
+    # SIGTERM (a timeout, a killed job) unwinds like Ctrl-C, so that the
+    # servers started below are stopped, not left behind.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     servers = [("slimserve", os.path.abspath(args.slimserve))]
     if args.base_slimserve:
         servers.append(("base", os.path.abspath(args.base_slimserve)))
@@ -453,7 +491,8 @@ def main():
           f"{args.clients} raw-HTTP binary clients, batch 1; {args.rounds} rounds of "
           f"{args.seconds:g} s, medians")
     print(f"{'server':<9} {'model':<8} {'req/s':>7} {'in-proc':>8} {'ratio':>6} {'batch':>6} "
-          f"{'p99 ms':>7} {'cpu us':>7} | {'c1 p50':>7} {'in-proc':>8} {'added':>7} "
+          f"{'p99 ms':>7} {'cpu us':>7} {'http us':>7} {'busy':>5} | {'c1 p50':>7} {'in-proc':>8} "
+          f"{'added':>7} "
           f"{'bound':>6} {'plain':>7}  targets")
     ok = True
     for label, _ in servers:
@@ -468,7 +507,7 @@ def main():
                 ok = ok and tput_ok and lat_ok
             print(f"{label:<9} {name:<8} {med['rps']:>7.1f} {med['inproc_rps']:>8.1f} "
                   f"{med['ratio']:>6.3f} {med['mean_batch']:>6.2f} {med['p99_n']:>7.2f} "
-                  f"{med['cpu_us']:>7.0f} | "
+                  f"{med['cpu_us']:>7.0f} {med['http_us']:>7.0f} {med['busy']:>5.3f} | "
                   f"{med['p50_1']:>7.3f} {med['inproc_p50']:>8.3f} {med['added_ms']:>7.3f} "
                   f"{med['bound_ms']:>6.3f} {med['plain_p50']:>7.3f}  "
                   f"{'ok' if tput_ok else 'MISS'}/{'ok' if lat_ok else 'MISS'}")

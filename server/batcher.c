@@ -520,7 +520,14 @@ bool slim_server_batcher_submit(slim_server_batcher *b, slim_server_task *t, int
     slim__batcher_count_submit();
     if (wake_for(b, t, now))
         pthread_cond_signal(&b->work_cv);
-    if (b->watch_idle)
+    /* The watcher polls on its own clock while there is traffic
+     * (deadlines.c); a request is worth a wakeup (a futex call and, on busy
+     * cores, a switch away from a kernel thread) only when it finds the
+     * watcher asleep for good or has a deadline before its next look. */
+    int64_t due = t->deadline;
+    if (t->run_deadline && (!due || t->run_deadline < due))
+        due = t->run_deadline;
+    if (b->watch_idle || (due && due < b->watch_wake))
         pthread_cond_signal(&b->watch_cv);
     pthread_mutex_unlock(&b->mu);
     return true;

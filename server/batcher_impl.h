@@ -84,6 +84,7 @@ struct slim_server_batcher {
     atomic_int cancel_reason;   /* slim_cancel_reason: the model's, for good */
     pthread_cond_t watch_cv;    /* work for the watcher, or stopping */
     bool watch_idle;            /* the watcher waits for watch_cv, untimed */
+    int64_t watch_wake;         /* when a waiting watcher looks next (monotonic us) */
     pthread_t watcher;
     bool watcher_started;
     instance *instances;

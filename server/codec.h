@@ -77,7 +77,8 @@ typedef struct slim_server_infer {
     char *id;                   /* echoed; NULL when the request had none */
     int n_inputs;
     const char **names;         /* point into the model's io names */
-    slim_tensor *inputs;        /* own their data */
+    slim_tensor *inputs;        /* own their data, or (buf NULL) borrow it: from a
+                                 * shared memory span, or the body (decode_in_place) */
     int n_outputs;
     slim_server_out_req *outputs; /* in the order they will be answered */
     int64_t batch;              /* for inference_count: 1 when not batching */
@@ -110,6 +111,15 @@ size_t slim_server_json_parse_bound(const char *text, size_t len);
 slim_status slim_server_infer_decode(const char *body, size_t len, long long header_len,
                                      const slim_server_model *m, slim_server_infer *out,
                                      slim_err *err);
+/* The same, but a binary tensor whose bytes are aligned like the
+ * allocator's blocks (64 bytes) points into the body instead of being
+ * copied out of it (its buf NULL): the body must stay where it is, unchanged,
+ * until *out is freed. (A 150 KB image was copied once more per request,
+ * on the way to the model, for nothing; server/http.c aligns a body's
+ * binary part when it knows the JSON header's length.) */
+slim_status slim_server_infer_decode_in_place(const char *body, size_t len, long long header_len,
+                                              const slim_server_model *m,
+                                              slim_server_infer *out, slim_err *err);
 /* The most bytes the answer with outputs of these shapes can take (their
  * data unused): binary outputs exactly, JSON ones at the longest each
  * element can print. */

@@ -7,7 +7,10 @@
  * "timeout" parameter), covering queue and run; its client may go away; its
  * model may be unloaded; the server may stop. A watcher thread per batcher
  * looks at the queued and running tasks every WATCH_POLL_US, and at each
- * deadline as it falls due, while there are any (it sleeps otherwise):
+ * deadline as it falls due, while there are any (it sleeps otherwise, once
+ * a whole poll went by without any: so under steady traffic it wakes on
+ * its clock, not once per request, and a submit wakes it only for a
+ * deadline before its next look):
  *
  *   - a queued task that is past its deadline, whose client left, or whose
  *     model was cancelled is taken out of the queue and answered at once
@@ -232,18 +235,36 @@ static void answer_dead_list(slim_server_batcher *b, slim_server_task *t)
 void *slim__batcher_watcher_main(void *arg)
 {
     slim_server_batcher *b = arg;
+    int64_t busy_at = 0; /* when it last saw a task queued or running */
     pthread_mutex_lock(&b->mu);
     while (!b->stopping) {
+        int64_t now = slim_server_now_us();
         if (!b->head && !b->runs) {
-            b->watch_idle = true;
-            pthread_cond_wait(&b->watch_cv, &b->mu);
-            b->watch_idle = false;
+            /* Between one client's requests the queue is empty for a
+             * moment: sleeping for good there made every request's submit
+             * wake this thread just as its run started (on two cores, a
+             * switch away from a kernel thread). So it sleeps for good
+             * only after a whole poll without tasks, and until then keeps
+             * to its clock (a task submitted meanwhile is younger than a
+             * poll, so ask_client would not ask about it yet anyway). */
+            if (now - busy_at >= WATCH_POLL_US) {
+                b->watch_idle = true;
+                b->watch_wake = 0;
+                pthread_cond_wait(&b->watch_cv, &b->mu);
+                b->watch_idle = false;
+                busy_at = slim_server_now_us();
+            } else {
+                b->watch_wake = busy_at + WATCH_POLL_US;
+                slim__batcher_timed_wait(&b->watch_cv, &b->mu, b->watch_wake);
+                b->watch_wake = 0;
+            }
             continue;
         }
+        busy_at = now;
         /* The queue policy first: where its timeout and the request's
          * deadline are the same (allow_timeout_override), its answer wins;
          * and busy instances cannot look at the queue. */
-        int64_t now = slim_server_now_us(), next_queue = 0, next_deadline;
+        int64_t next_queue = 0, next_deadline;
         slim_server_task *expired =
             b->with_deadline ? slim__batcher_expire(b, now, &next_queue) : NULL;
         slim_server_task *dead = watch_scan(b, now, &next_deadline);
@@ -259,7 +280,9 @@ void *slim__batcher_watcher_main(void *arg)
             wake = next_deadline;
         if (next_queue && next_queue < wake)
             wake = next_queue;
+        b->watch_wake = wake;
         slim__batcher_timed_wait(&b->watch_cv, &b->mu, wake);
+        b->watch_wake = 0;
     }
     pthread_mutex_unlock(&b->mu);
     return NULL;

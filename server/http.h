@@ -29,6 +29,7 @@ typedef struct slim_server_request {
     char *url;
     char *body;
     size_t body_len, body_cap;
+    size_t body_pad;                /* body - body_pad is the block (http.c aligns binary data) */
     bool too_large;
     /* Under --memory-limit a body of known length lives in the CPU
      * allocator (admission.c): its block, and the bytes counted for it. */

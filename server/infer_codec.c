@@ -161,7 +161,12 @@ static slim_status fill(const cJSON *v, slim_tensor *t, int64_t *i, const char *
 typedef struct binary_cursor {
     const char *data;
     size_t len, pos;
+    bool in_place;  /* aligned tensors may point into data (decode_in_place) */
 } binary_cursor;
+
+/* The allocator's alignment (runtime/tensor.c), which kernels may assume
+ * of an input: binary bytes aligned like this are read in place. */
+#define IN_PLACE_ALIGN 64
 
 int slim_server_infer_find_io(const slim_server_io *ios, int n, const char *name)
 {
@@ -293,10 +298,13 @@ static slim_status decode_input(const cJSON *in, const slim_server_model *m, bin
             return slim_errf(err, SLIM_EINVAL,
                              "input '%s': binary_data_size %zu runs past the end of the body "
                              "(%zu bytes of binary data left)", name, need, bin->len - bin->pos);
+        const char *src = bin->data + bin->pos;
         if (dt == SLIM_STRING)
-            s = slim_server_bytes_from_wire(bin->data + bin->pos, need, t, name, "binary data", err);
+            s = slim_server_bytes_from_wire(src, need, t, name, "binary data", err);
+        else if (bin->in_place && need && (uintptr_t)src % IN_PLACE_ALIGN == 0)
+            t->data = (void *)src; /* borrowed (buf NULL): the body outlives rq */
         else if ((s = slim_tensor_alloc(t, err)) == SLIM_OK && need)
-            memcpy(t->data, bin->data + bin->pos, need);
+            memcpy(t->data, src, need);
         if (s != SLIM_OK)
             return s;
         bin->pos += need;
@@ -397,9 +405,25 @@ static slim_status decode_outputs(const cJSON *jouts, const slim_server_model *m
     return SLIM_OK;
 }
 
+static slim_status decode(const char *body, size_t len, long long header_len, bool in_place,
+                          const slim_server_model *m, slim_server_infer *rq, slim_err *err);
+
 slim_status slim_server_infer_decode(const char *body, size_t len, long long header_len,
                                      const slim_server_model *m, slim_server_infer *rq,
                                      slim_err *err)
+{
+    return decode(body, len, header_len, false, m, rq, err);
+}
+
+slim_status slim_server_infer_decode_in_place(const char *body, size_t len, long long header_len,
+                                              const slim_server_model *m, slim_server_infer *rq,
+                                              slim_err *err)
+{
+    return decode(body, len, header_len, true, m, rq, err);
+}
+
+static slim_status decode(const char *body, size_t len, long long header_len, bool in_place,
+                          const slim_server_model *m, slim_server_infer *rq, slim_err *err)
 {
     memset(rq, 0, sizeof(*rq));
     rq->batch = 1;
@@ -408,7 +432,7 @@ slim_status slim_server_infer_decode(const char *body, size_t len, long long hea
                          "Inference-Header-Content-Length is %lld but the body has only %zu bytes",
                          header_len, len);
     size_t json_len = header_len >= 0 ? (size_t)header_len : len;
-    binary_cursor bin = {header_len >= 0 ? body + json_len : NULL, len - json_len, 0};
+    binary_cursor bin = {header_len >= 0 ? body + json_len : NULL, len - json_len, 0, in_place};
     cJSON *root = slim_server_json_parse(body, json_len, err);
     slim_status s = SLIM_OK;
     if (!root)

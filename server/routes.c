@@ -25,6 +25,7 @@
 #include "clock.h"
 #include "codec.h"
 #include "config.h"
+#include "device.h"
 #include "http.h"
 #include "log.h"
 #include "memory.h"
@@ -407,8 +408,14 @@ slim_status slim_server_infer_decode_request(slim_server_request *req, slim_err 
 {
     const slim_server_model *m = req->task.model;
     int64_t t0 = slim_server_now_ns();
-    slim_status s = slim_server_infer_decode(req->body ? req->body : "", req->body_len,
-                                             req->infer_header_len, m, &req->infer, err);
+    /* Binary inputs are read in place from the body (no copy of a 150 KB
+     * image on its way to the model) when the body stays put until the
+     * request is freed: not under a memory limit, where the body lives in
+     * the allocator and moves to the heap once decoded (admission.c), and
+     * where the inputs' bytes are to be counted in the allocator. */
+    bool in_place = !req->body_block && !slim_allocator_limit(slim_device_cpu()->alloc);
+    slim_status s = (in_place ? slim_server_infer_decode_in_place : slim_server_infer_decode)(
+        req->body ? req->body : "", req->body_len, req->infer_header_len, m, &req->infer, err);
     req->decode_ns = slim_server_now_ns() - t0;
     /* The "timeout" parameter is always the request's deadline (below);
      * as in Triton it is also the queue policy's timeout only where the

@@ -22,281 +22,35 @@ starts the real server on a free loopback port and checks:
 
 Only 127.0.0.1 is contacted. Ends with "N passed, N failed"; exits non-zero
 on any failure.
+
+The cases from "32 threads" on are in
+test_server_traffic.py, the shared helpers in server_e2e_common.py (their
+names are importable from here too).
 """
 
 import argparse
 import http.client
 import json
 import os
-import re
-import shutil
-import signal
-import socket
-import subprocess
 import sys
 import threading
-import time
-import traceback
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from server_process import HOST, ServerProcess, free_port  # noqa: E402
-
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TIMEOUT = 60
-
-
-# What a ready model's index entry, metadata and statistics add
-# (docs/memory.md, "Footprints").
-FOOTPRINT_KEYS = {"predicted_bytes", "actual_bytes", "footprint"}
-
-
-class Failure(Exception):
-    pass
+# The helpers live in server_e2e_common.py; re-exported for the tests that
+# import them from here.
+from server_e2e_common import (  # noqa: E402,F401
+    DTYPES, FOOTPRINT_KEYS, HOST, REPO, TIMEOUT, Failure, Http, Runner, Server, add_const_model,
+    binary_request, build_repository, check, error_of, free_port, parse_binary_response,
+    parse_raw_reply, raw_exchange, same, save_model, slim_run, write_json,
+)
+from test_server_traffic import (TrafficCases, limits_suite, sigterm_at_once_case,  # noqa: E402
+                                 sigterm_case)
 
 
-def check(cond, msg):
-    if not cond:
-        raise Failure(msg)
-
-
-class Runner:
-    def __init__(self):
-        self.passed = 0
-        self.failed = 0
-
-    def case(self, name, fn, *args):
-        t0 = time.time()
-        try:
-            fn(*args)
-            self.passed += 1
-            print(f"PASS {name} ({time.time() - t0:.1f}s)", flush=True)
-        except Failure as e:
-            self.failed += 1
-            print(f"FAIL {name}: {e}", flush=True)
-        except Exception:
-            self.failed += 1
-            print(f"FAIL {name}: unexpected exception\n{traceback.format_exc()}", flush=True)
-
-
-# ---- the repository ------------------------------------------------------
-
-DTYPES = {  # KServe name -> (numpy dtype, onnx type)
-    "BOOL": (np.bool_, TensorProto.BOOL), "UINT8": (np.uint8, TensorProto.UINT8),
-    "UINT16": (np.uint16, TensorProto.UINT16), "UINT32": (np.uint32, TensorProto.UINT32),
-    "UINT64": (np.uint64, TensorProto.UINT64), "INT8": (np.int8, TensorProto.INT8),
-    "INT16": (np.int16, TensorProto.INT16), "INT32": (np.int32, TensorProto.INT32),
-    "INT64": (np.int64, TensorProto.INT64), "FP16": (np.float16, TensorProto.FLOAT16),
-    "FP32": (np.float32, TensorProto.FLOAT), "FP64": (np.float64, TensorProto.DOUBLE),
-}
-
-
-def save_model(path, nodes, inputs, outputs, inits=()):
-    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(inits))
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    onnx.save(model, path)
-
-
-def write_json(path, obj):
-    with open(path, "w") as f:
-        json.dump(obj, f)
-
-
-def add_const_model(path, k):
-    """y = x + k on float32 [-1, 4]."""
-    save_model(path, [helper.make_node("Add", ["x", "k"], ["y"])],
-               [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 4])],
-               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
-               [helper.make_tensor("k", TensorProto.FLOAT, [], [float(k)])])
-
-
-def build_repository(root):
-    if os.path.exists(root):
-        shutil.rmtree(root)
-    os.makedirs(root)
-    subprocess.run([sys.executable, os.path.join(REPO, "models", "gen_models.py"), root],
-                   check=True, timeout=600, stdout=subprocess.DEVNULL)
-    # two versions that differ: y = x + version; both served (Triton's
-    # default version_policy would load only the latest)
-    for v in (1, 2):
-        add_const_model(os.path.join(root, "multi", str(v), "model.onnx"), v)
-    write_json(os.path.join(root, "multi", "config.json"),
-               {"name": "multi", "platform": "onnx", "version_policy": {"all": {}}})
-    # no config.json at all: defaults
-    add_const_model(os.path.join(root, "nocfg", "1", "model.onnx"), 10)
-    # one Identity per data type, batching on
-    nodes, ins, outs = [], [], []
-    for name, (_, onnx_type) in DTYPES.items():
-        nodes.append(helper.make_node("Identity", [f"x_{name}"], [f"y_{name}"]))
-        ins.append(helper.make_tensor_value_info(f"x_{name}", onnx_type, ["batch", 3]))
-        outs.append(helper.make_tensor_value_info(f"y_{name}", onnx_type, ["batch", 3]))
-    save_model(os.path.join(root, "types", "1", "model.onnx"), nodes, ins, outs)
-    write_json(os.path.join(root, "types", "config.json"),
-               {"name": "types", "platform": "onnxruntime_onnx", "max_batch_size": 8,
-                "instance_count": 2, "dynamic_batching": {}, "precision": "fp32"})
-    # broken configs: each must be UNAVAILABLE with a reason naming the key
-    broken = {
-        "bad_key": {"name": "bad_key", "platform": "onnx", "colour": "blue"},
-        "bad_type": {"name": "bad_type", "max_batch_size": "8"},
-        "bad_input": {"name": "bad_input", "input": [{"name": "x", "data_type": "TYPE_INT32",
-                                                      "dims": [-1, 4]}]},
-    }
-    for name, cfg in broken.items():
-        add_const_model(os.path.join(root, name, "1", "model.onnx"), 0)
-        write_json(os.path.join(root, name, "config.json"), cfg)
-
-
-# ---- HTTP helpers ----------------------------------------------------------
-
-class Http:
-    def __init__(self, port):
-        self.port = port
-
-    def request(self, method, path, body=None, headers=None, timeout=TIMEOUT):
-        conn = http.client.HTTPConnection(HOST, self.port, timeout=timeout)
-        try:
-            if isinstance(body, (dict, list)):
-                body = json.dumps(body).encode()
-            conn.request(method, path, body=body, headers=headers or {})
-            resp = conn.getresponse()
-            return resp.status, dict(resp.getheaders()), resp.read()
-        finally:
-            conn.close()
-
-    def json(self, method, path, body=None, headers=None):
-        status, hdrs, data = self.request(method, path, body, headers)
-        return status, (json.loads(data) if data else None)
-
-
-def error_of(status, body, code, *words):
-    """The response is `code` with {"error": "..."} containing every word."""
-    check(status == code, f"expected HTTP {code}, got {status}: {body!r}")
-    check(isinstance(body, dict) and isinstance(body.get("error"), str),
-          f"expected {{\"error\": ...}}, got {body!r}")
-    for w in words:
-        check(w in body["error"], f"error {body['error']!r} does not mention {w!r}")
-
-
-def raw_exchange(port, data, timeout=10.0, source=None):
-    """Sends raw bytes, reads until the server closes or `timeout` passes.
-    Returns (seconds from the send until the read ended, bytes, how it
-    ended: "closed", "reset" or "timeout")."""
-    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    try:
-        if source:
-            s.bind((source, 0))
-        s.connect((HOST, port))
-        s.settimeout(timeout)
-        s.sendall(data)
-        t0, out, how = time.monotonic(), b"", "closed"
-        deadline = t0 + timeout
-        while True:
-            s.settimeout(max(0.01, deadline - time.monotonic()))
-            try:
-                b = s.recv(65536)
-            except socket.timeout:
-                how = "timeout"
-                break
-            except ConnectionResetError:
-                how = "reset"
-                break
-            if not b:
-                break
-            out += b
-        return time.monotonic() - t0, out, how
-    finally:
-        s.close()
-
-
-def parse_raw_reply(data):
-    """(status, headers {lower name: value}, body) of one raw HTTP reply."""
-    head, _, body = data.partition(b"\r\n\r\n")
-    lines = head.decode("latin-1").split("\r\n")
-    check(lines and lines[0].startswith("HTTP/1."), f"not an HTTP reply: {data[:200]!r}")
-    headers = {}
-    for line in lines[1:]:
-        k, _, v = line.partition(":")
-        headers[k.strip().lower()] = v.strip()
-    return int(lines[0].split()[1]), headers, body
-
-
-def binary_request(inputs, outputs=None, binary_output=True, request_id=None):
-    """Builds a binary-extension body: (bytes, header length)."""
-    header = {"inputs": [], "parameters": {"binary_data_output": binary_output}}
-    if request_id is not None:
-        header["id"] = request_id
-    blobs = []
-    for name, arr, dtype in inputs:
-        raw = np.ascontiguousarray(arr).tobytes()
-        header["inputs"].append({"name": name, "shape": list(arr.shape), "datatype": dtype,
-                                 "parameters": {"binary_data_size": len(raw)}})
-        blobs.append(raw)
-    if outputs is not None:
-        header["outputs"] = [{"name": o, "parameters": {"binary_data": binary_output}}
-                             for o in outputs]
-    h = json.dumps(header).encode()
-    return h + b"".join(blobs), len(h)
-
-
-def parse_binary_response(headers, body):
-    hlen = int({k.lower(): v for k, v in headers.items()}["inference-header-content-length"])
-    header = json.loads(body[:hlen])
-    pos, arrays = hlen, {}
-    for o in header["outputs"]:
-        np_type = DTYPES[o["datatype"]][0]
-        if "data" in o:
-            arrays[o["name"]] = np.array(o["data"], dtype=np_type).reshape(o["shape"])
-            continue
-        n = o["parameters"]["binary_data_size"]
-        arrays[o["name"]] = np.frombuffer(body[pos:pos + n], dtype=np_type).reshape(o["shape"])
-        pos += n
-    check(pos == len(body), f"binary response: {len(body) - pos} bytes left over")
-    return header, arrays
-
-
-class Server(ServerProcess):
-    """slimserve with self.http (Http) to talk to it."""
-
-    def __init__(self, binary, repo, logpath, *extra, **kw):
-        super().__init__(binary, repo, logpath, *extra, **kw)
-        self.http = Http(self.port)
-
-
-# ---- reference outputs from `slim run` --------------------------------------
-
-def slim_run(slim, model_path, inputs, outdir):
-    """inputs: {name: array}; returns {output name: array} as `slim run` wrote them."""
-    os.makedirs(outdir, exist_ok=True)
-    args = [slim, "run", model_path, "--output-dir", outdir]
-    for name, arr in inputs.items():
-        f = os.path.join(outdir, f"in_{name}.npy")
-        np.save(f, arr)
-        args += ["--input", f"{name}={f}"]
-    proc = subprocess.run(args, capture_output=True, text=True, timeout=300)
-    if proc.returncode != 0:
-        raise Failure(f"slim run failed: {proc.stderr.strip()}")
-    model = onnx.load(model_path, load_external_data=False)
-    return {o.name: np.load(os.path.join(outdir, o.name.replace("/", "_") + ".npy"))
-            for o in model.graph.output}
-
-
-def same(got, want, what):
-    check(got.shape == want.shape, f"{what}: shape {got.shape}, expected {want.shape}")
-    check(got.dtype == want.dtype, f"{what}: dtype {got.dtype}, expected {want.dtype}")
-    if np.issubdtype(want.dtype, np.floating):
-        err = float(np.max(np.abs(got.astype(np.float64) - want))) if want.size else 0.0
-        check(err <= 1e-5 * max(1.0, float(np.max(np.abs(want)))),
-              f"{what}: differs from slim run by {err:g}")
-    else:
-        check(np.array_equal(got, want), f"{what}: differs from slim run")
-
-
-class Suite:
+class Suite(TrafficCases):
     def __init__(self, args, srv, repo):
         self.args = args
         self.srv = srv
@@ -481,6 +235,35 @@ class Suite:
         out = json.loads(data)["outputs"][0]
         same(np.array(out["data"], np.float32).reshape(out["shape"]), want["logits"], "bin->JSON")
         self.count("resnet", ok=2, batch=4)
+        # The image read in place from the body (its binary part aligned by
+        # the server) or copied out of it (a chunked body, whose buffer
+        # grows as it comes): the same answer to the bit, whatever the JSON
+        # header's length.
+        body, hlen = binary_request([("image", x, "FP32")], ["logits"])
+        answers = []
+        for pad in range(4):
+            status, hdrs, data = self.http.request(
+                "POST", "/v2/models/resnet/infer", body[:hlen] + b" " * pad + body[hlen:],
+                {"Inference-Header-Content-Length": str(hlen + pad)})
+            check(status == 200, f"header padded by {pad}: {status} {data[:300]!r}")
+            answers.append(parse_binary_response(hdrs, data)[1]["logits"])
+        conn = http.client.HTTPConnection(HOST, self.srv.port, timeout=TIMEOUT)
+        try:
+            conn.request("POST", "/v2/models/resnet/infer",
+                         body=iter([body[i:i + 1000] for i in range(0, len(body), 1000)]),
+                         headers={"Inference-Header-Content-Length": str(hlen)},
+                         encode_chunked=True)
+            resp = conn.getresponse()
+            data = resp.read()
+            check(resp.status == 200, f"chunked: {resp.status} {data[:300]!r}")
+            answers.append(parse_binary_response(dict(resp.getheaders()), data)[1]["logits"])
+        finally:
+            conn.close()
+        same(answers[0], want["logits"], "binary resnet, header padded")
+        for k, a in enumerate(answers[1:], 1):
+            check(a.tobytes() == answers[0].tobytes(),
+                  f"answer {k} differs from the first (in place against copied input)")
+        self.count("resnet", ok=len(answers), batch=2 * len(answers))
 
     def t_versions(self):
         x = np.arange(8, dtype=np.float32).reshape(2, 4)
@@ -663,346 +446,6 @@ class Suite:
             error_of(*self.http.json("POST" if "infer" in path else "GET", path, {"inputs": []}),
                      400, "empty segment", path)
         check(self.http.request("GET", "/v2/health/ready")[0] == 200, "server not ready after bad requests")
-
-    # -- load ----------------------------------------------------------------
-
-    def t_concurrent(self):
-        rng = np.random.default_rng(7)
-        xs = [rng.random((1 + i % 3, 784), dtype=np.float32) for i in range(8)]
-        want = [slim_run(self.args.slim, os.path.join(self.repo, "mlp", "1", "model.onnx"),
-                         {"input": x}, os.path.join(self.args.workdir, "ref", f"conc{i}"))["probs"]
-                for i, x in enumerate(xs)]
-        errors = []
-
-        def worker(t):
-            conn = http.client.HTTPConnection(HOST, self.srv.port, timeout=TIMEOUT)
-            try:
-                for j in range(50):
-                    i = (t + j) % len(xs)
-                    rid = f"t{t}-{j}"
-                    if j % 2:
-                        body, hlen = binary_request([("input", xs[i], "FP32")], request_id=rid)
-                        conn.request("POST", "/v2/models/mlp/infer", body,
-                                     {"Inference-Header-Content-Length": str(hlen)})
-                    else:
-                        conn.request("POST", "/v2/models/mlp/infer", json.dumps(
-                            {"id": rid, "inputs": [{"name": "input", "shape": list(xs[i].shape),
-                                                    "datatype": "FP32", "data": xs[i].ravel().tolist()}]}))
-                    resp = conn.getresponse()
-                    data = resp.read()
-                    if resp.status != 200:
-                        raise Failure(f"{rid}: HTTP {resp.status} {data[:200]!r}")
-                    if j % 2:
-                        header, arrays = parse_binary_response(dict(resp.getheaders()), data)
-                        got = arrays["probs"]
-                    else:
-                        header = json.loads(data)
-                        got = np.array(header["outputs"][0]["data"], np.float32).reshape(
-                            header["outputs"][0]["shape"])
-                    check(header["id"] == rid, f"{rid}: answered with id {header['id']}")
-                    same(got, want[i], rid)
-                    self.count("mlp", ok=1, batch=xs[i].shape[0])
-                    if j % 10 == 0:  # other endpoints in between, on the same connection
-                        conn.request("GET", "/v2/models/mlp")
-                        resp = conn.getresponse()
-                        meta = json.loads(resp.read())
-                        check(resp.status == 200 and meta["name"] == "mlp", f"{rid}: metadata {meta}")
-            except Exception as e:
-                errors.append(f"thread {t}: {e}")
-            finally:
-                conn.close()
-
-        threads = [threading.Thread(target=worker, args=(t,)) for t in range(32)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(timeout=300)
-        check(not any(t.is_alive() for t in threads), "some client threads hung")
-        check(not errors, f"{len(errors)} threads failed, first: {errors[:3]}")
-
-    def metrics(self):
-        from prometheus_client.parser import text_string_to_metric_families
-        status, hdrs, data = self.http.request("GET", "/metrics")
-        check(status == 200, f"/metrics: {status}")
-        check(hdrs.get("Content-Type", "").startswith("text/plain"), f"/metrics headers {hdrs}")
-        values = {}
-        for fam in text_string_to_metric_families(data.decode()):
-            for s in fam.samples:
-                values[(s.name, tuple(sorted(s.labels.items())))] = s.value
-        return data.decode(), values
-
-    def t_metrics(self):
-        text, values = self.metrics()
-        for name in ("slim_request_success_total", "slim_request_failure_total",
-                     "slim_inference_count_total", "slim_execution_count_total",
-                     "slim_request_duration_us_total", "slim_queue_duration_us_total",
-                     "slim_compute_duration_us_total"):
-            check(f"# TYPE {name} counter" in text and f"# HELP {name} " in text, f"{name}: no HELP/TYPE")
-        check(values.get(("process_resident_memory_bytes", ())) > 1e6, "process_resident_memory_bytes")
-
-        def get(name, model, **extra):
-            labels = tuple(sorted(dict(model=model, version="1", **extra).items()))
-            return values.get((name, labels))
-        for model, ok in self.requests_ok.items():
-            got = get("slim_request_success_total", model)
-            check(got == ok, f"{model}: slim_request_success_total {got}, requests made {ok}")
-            got = get("slim_execution_count_total", model)
-            check(got == ok, f"{model}: slim_execution_count_total {got}, expected {ok}")
-            got = get("slim_inference_count_total", model)
-            check(got == self.inferences[model], f"{model}: inference count {got}, expected {self.inferences[model]}")
-            for d in ("request", "queue", "compute"):
-                check(get(f"slim_{d}_duration_us_total", model) >= 0, f"{model}: {d} duration")
-            check(get("slim_compute_duration_us_total", model) > 0, f"{model}: compute duration 0")
-        for model, bad in self.bad_requests.items():
-            got = get("slim_request_failure_total", model, reason="BAD_REQUEST")
-            check(got == bad, f"{model}: BAD_REQUEST failures {got}, requests made {bad}")
-
-    def t_unload_load_under_traffic(self):
-        x = np.random.default_rng(9).random((2, 784), dtype=np.float32)
-        want = slim_run(self.args.slim, os.path.join(self.repo, "mlp", "1", "model.onnx"),
-                        {"input": x}, os.path.join(self.args.workdir, "ref", "reload"))["probs"]
-        stop = threading.Event()
-        bad, outcomes, lock = [], {"ok": 0, "unavailable": 0}, threading.Lock()
-        body = json.dumps({"inputs": [{"name": "input", "shape": [2, 784], "datatype": "FP32",
-                                       "data": x.ravel().tolist()}]})
-
-        def traffic():
-            while not stop.is_set():
-                try:
-                    status, _, data = self.http.request("POST", "/v2/models/mlp/infer", body)
-                    reply = json.loads(data)
-                    if status == 200:
-                        same(np.array(reply["outputs"][0]["data"], np.float32).reshape(2, 10), want,
-                             "during reload")
-                        key = "ok"
-                        self.count("mlp", ok=1, batch=2)
-                    elif status in (404, 503) and ("not found" in reply["error"] or
-                                                   "not ready" in reply["error"]):
-                        key = "unavailable"
-                    else:
-                        raise Failure(f"HTTP {status}: {reply}")
-                    with lock:
-                        outcomes[key] += 1
-                except Exception as e:
-                    with lock:
-                        bad.append(str(e))
-
-        threads = [threading.Thread(target=traffic) for _ in range(4)]
-        for t in threads:
-            t.start()
-        try:
-            # Three cycles, more (up to 20) until the traffic has met both a
-            # served and an unloaded model: a loaded machine's threads may
-            # miss a 0.3 s window.
-            for cycle in range(20):
-                if cycle >= 3 and outcomes["ok"] > 0 and outcomes["unavailable"] > 0:
-                    break
-                time.sleep(0.3)
-                status, body_ = self.http.json("POST", "/v2/repository/models/mlp/unload")
-                check(status == 200, f"unload: {status} {body_}")
-                status, _, _ = self.http.request("GET", "/v2/models/mlp/ready")
-                check(status == 503, f"ready after unload: {status}")
-                _, index = self.http.json("POST", "/v2/repository/index")
-                entry = [e for e in index if e["name"] == "mlp"]
-                check(entry and entry[0]["state"] == "UNAVAILABLE" and entry[0]["reason"] == "unloaded",
-                      f"index after unload: {entry}")
-                time.sleep(0.3)
-                status, body_ = self.http.json("POST", "/v2/repository/models/mlp/load")
-                check(status == 200, f"load: {status} {body_}")
-                check(self.http.request("GET", "/v2/models/mlp/ready")[0] == 200, "not ready after load")
-            time.sleep(0.3)
-        finally:
-            stop.set()
-            for t in threads:
-                t.join(timeout=120)
-        check(not bad, f"{len(bad)} bad answers during unload/load, first: {bad[:3]}")
-        check(outcomes["ok"] > 0 and outcomes["unavailable"] > 0, f"outcomes {outcomes}")
-
-    def t_health_while_busy(self):
-        """Keeps every worker on resnet batches while timing health checks."""
-        x = np.random.default_rng(3).standard_normal((32, 3, 32, 32)).astype(np.float32)
-        body, hlen = binary_request([("image", x, "FP32")])
-        stop = threading.Event()
-        done = []
-
-        def load():
-            while not stop.is_set():
-                status, _, _ = self.http.request("POST", "/v2/models/resnet/infer", body,
-                                                 {"Inference-Header-Content-Length": str(hlen)})
-                done.append(status)
-
-        threads = [threading.Thread(target=load) for _ in range(8)]
-        for t in threads:
-            t.start()
-        worst = 0.0
-        try:
-            time.sleep(0.5)
-            for _ in range(20):
-                t0 = time.time()
-                for path in ("/v2/health/live", "/metrics"):
-                    check(self.http.request("GET", path, timeout=10)[0] == 200, f"{path} failed")
-                worst = max(worst, time.time() - t0)
-                time.sleep(0.05)
-        finally:
-            stop.set()
-            for t in threads:
-                t.join(timeout=120)
-        n = len(done)
-        check(all(s == 200 for s in done), f"resnet answers {set(done)}")
-        self.count("resnet", ok=n, batch=32 * n)
-        check(worst < 2.0, f"a health check took {worst:.2f}s while the model was busy")
-
-
-# ---- a second server: limits -------------------------------------------------
-
-def limits_suite(args, repo, r):
-    srv = Server(args.slimserve, repo, os.path.join(args.workdir, "server-limits.log"),
-                 "--workers", "1", "--queue-size", "1", "--max-request-bytes", str(1 << 20))
-    try:
-        def too_large():
-            # Declared too large: answered before any of the body is sent.
-            head = (b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: t\r\n"
-                    b"Content-Length: 2097152\r\n\r\n")
-            for extra in (b"", b"x" * 1000):
-                t, data, _ = raw_exchange(srv.port, head + extra, timeout=20)
-                status, _, body = parse_raw_reply(data)
-                error_of(status, json.loads(body), 413, "2097152", "limit")
-                check(t < 5, f"413 took {t:.1f}s")
-            # A client that writes the whole body before reading still gets
-            # the 413 (tritonclient here).
-            import tritonclient.http as th
-            from tritonclient.utils import InferenceServerException
-            inp = th.InferInput("input", [400, 784], "FP32")
-            inp.set_data_from_numpy(np.zeros((400, 784), np.float32), binary_data=True)
-            try:
-                th.InferenceServerClient(f"{HOST}:{srv.port}").infer("mlp", [inp])
-                raise Failure("an oversized tritonclient request was answered 200")
-            except InferenceServerException as e:
-                check(e.status() == "413" and "limit" in e.message(), f"tritonclient got {e}")
-            # chunked upload: no Content-Length up front
-            conn = http.client.HTTPConnection(HOST, srv.port, timeout=TIMEOUT)
-            conn.request("POST", "/v2/models/mlp/infer", body=iter([b"y" * 65536] * 40),
-                         encode_chunked=True)
-            resp = conn.getresponse()
-            error_of(resp.status, json.loads(resp.read()), 413, "limit")
-            conn.close()
-            check(srv.http.request("GET", "/v2/health/live")[0] == 200, "server died")
-
-        def queue_full():
-            x = np.random.default_rng(4).standard_normal((32, 3, 32, 32)).astype(np.float32)
-            body, hlen = binary_request([("image", x, "FP32")])
-            rejected = 0
-            # 12 at once fill the queue unless a loaded machine sends them
-            # too slowly to ever overlap: then another burst, not a failure.
-            for burst in range(5):
-                statuses, errors = [], []
-
-                def one():
-                    status, _, data = srv.http.request(
-                        "POST", "/v2/models/resnet/infer", body,
-                        {"Inference-Header-Content-Length": str(hlen)})
-                    statuses.append(status)
-                    if status == 503:
-                        errors.append(json.loads(data)["error"])
-                threads = [threading.Thread(target=one) for _ in range(12)]
-                for t in threads:
-                    t.start()
-                for t in threads:
-                    t.join(timeout=300)
-                check(set(statuses) <= {200, 503}, f"statuses {statuses}")
-                check(all("queue is full" in e for e in errors), f"503 messages {errors}")
-                rejected += statuses.count(503)
-                if statuses.count(503) >= 1:
-                    break
-                print(f"  (burst {burst}: the queue never filled; again)", flush=True)
-            check(statuses.count(200) >= 2 and statuses.count(503) >= 1, f"statuses {statuses}")
-            text = srv.http.request("GET", "/metrics")[2].decode()
-            check(f'slim_request_failure_total{{model="resnet",version="1",reason="REJECTED"}} '
-                  f'{rejected}' in text, "REJECTED count in /metrics")
-
-        r.case("413 for an oversized body", too_large)
-        r.case("503 when the queue is full", queue_full)
-    finally:
-        code = srv.stop()
-        r.case("limits server exits 0 on SIGTERM", lambda: check(code == 0, f"exit code {code}"))
-
-
-def sigterm_case(srv):
-    """A request in flight when SIGTERM arrives still gets its answer."""
-    x = np.random.default_rng(6).standard_normal((32, 3, 32, 32)).astype(np.float32)
-    body, hlen = binary_request([("image", x, "FP32")])
-    results = []
-
-    def one():
-        try:
-            results.append(srv.http.request("POST", "/v2/models/resnet/infer", body,
-                                            {"Inference-Header-Content-Length": str(hlen)})[0])
-        except Exception as e:
-            results.append(repr(e))
-    threads = [threading.Thread(target=one) for _ in range(4)]
-    for t in threads:
-        t.start()
-    # In flight: every request the server's (its connection counted; /metrics
-    # is one more) or answered; a fixed sleep may end before a loaded
-    # machine has sent them, and a request never sent is no case.
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        text = srv.http.request("GET", "/metrics")[2].decode()
-        m = re.search(r"^slim_http_connections (\d+)", text, re.M)
-        if m and int(m.group(1)) - 1 + len(results) >= 4:
-            break
-        time.sleep(0.02)
-    srv.proc.send_signal(signal.SIGTERM)
-    for t in threads:
-        t.join(timeout=120)
-    try:
-        code = srv.proc.wait(timeout=60)
-    except subprocess.TimeoutExpired:
-        srv.proc.kill()
-        raise Failure("slimserve did not exit within 60 s of SIGTERM")
-    check(code == 0, f"exit code {code}")
-    check(results == [200] * 4, f"in-flight requests got {results}")
-
-
-def sigterm_at_once_case(args):
-    """SIGTERM the moment the HTTP port accepts: the gRPC and metrics ports
-    are still starting, and OpenBLAS's threads (started before main, so
-    without the blocked mask) may be the one the kernel hands the signal
-    to. Each of 10 servers must still exit 0, not die of the signal."""
-    repo = os.path.join(args.workdir, "sigterm-repo")
-    shutil.rmtree(repo, ignore_errors=True)
-    os.makedirs(repo)
-    codes = []
-    for _ in range(10):
-        # The port is picked here (the moment it accepts is the point, not
-        # the line the server prints once all is up); one that another
-        # test took in between fails the start: a new port, not a failure.
-        for _try in range(5):
-            port = free_port()
-            log = os.path.join(args.workdir, "sigterm-at-once.log")
-            with open(log, "w") as out:
-                proc = subprocess.Popen([args.slimserve, "--model-repository", repo, "--host",
-                                         HOST, "--http-port", str(port)],
-                                        stdout=out, stderr=subprocess.STDOUT)
-            deadline = time.time() + 60
-            while time.time() < deadline and proc.poll() is None:
-                try:
-                    socket.create_connection((HOST, port), timeout=0.2).close()
-                    break
-                except OSError:
-                    time.sleep(0.002)
-            with open(log) as f:
-                lost = proc.poll() is not None and "could not listen" in f.read()
-            if not lost:
-                break
-        proc.send_signal(signal.SIGTERM)
-        try:
-            codes.append(proc.wait(timeout=60))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            codes.append("hung")
-    check(codes == [0] * 10, f"exit codes {codes}")
 
 
 def main():
