@@ -4,14 +4,11 @@
  * The pass never writes into a weight it was given: a .slim file's weights
  * are read-only views of its mapping. Each pruned weight is a new float32
  * copy, either encoded sparse (and dropped) or put in the weight's place.
- *
- * The magnitude threshold is found by a two-level radix histogram of the
- * |w| bit patterns (for non-negative floats their order as integers is their
- * order as numbers): exact, no sort, and no copy of the weights, which for
- * the global scope would double the model in memory.
+ * The magnitude threshold (the cut) is prune_cut.c's.
  */
 #include "prune.h"
 #include "prune_conv.h"
+#include "prune_cut.h"
 #include "rewrite.h"
 
 #include "kernel.h"
@@ -22,108 +19,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-static inline uint32_t key_of(float v)
-{
-    uint32_t u;
-    memcpy(&u, &v, 4);
-    return u & 0x7fffffffu; /* |v|; NaN sorts last */
-}
-
-/* The cut for zeroing the `count` smallest |w| over the arrays: every key
- * below *t, then *ties of those equal to it, in array and index order.
- * Reads the weights only. */
-typedef struct {
-    uint32_t t;
-    int64_t ties;
-    bool all;
-} cut;
-
-static slim_status find_cut(const float *const *w, const int64_t *len, int n_arrays,
-                            int64_t count, cut *c, slim_err *err)
-{
-    int64_t total = 0;
-    for (int a = 0; a < n_arrays; a++)
-        total += len[a];
-    memset(c, 0, sizeof(*c));
-    if (count <= 0)
-        return SLIM_OK;
-    if (count >= total) {
-        c->all = true;
-        return SLIM_OK;
-    }
-    int64_t *hist = calloc(65536, sizeof(int64_t));
-    if (!hist)
-        return slim_errf(err, SLIM_ENOMEM, "out of memory pruning");
-    for (int a = 0; a < n_arrays; a++)
-        for (int64_t i = 0; i < len[a]; i++)
-            hist[key_of(w[a][i]) >> 16]++;
-    int64_t below = 0;
-    uint32_t hi = 0;
-    while (below + hist[hi] <= count) /* count < total: stops inside */
-        below += hist[hi++];
-    memset(hist, 0, 65536 * sizeof(int64_t));
-    for (int a = 0; a < n_arrays; a++)
-        for (int64_t i = 0; i < len[a]; i++) {
-            uint32_t k = key_of(w[a][i]);
-            if (k >> 16 == hi)
-                hist[k & 0xffff]++;
-        }
-    uint32_t lo = 0;
-    while (below + hist[lo] <= count)
-        below += hist[lo++];
-    free(hist);
-    /* below = #(|w| < t) <= count < #(|w| <= t). */
-    c->t = hi << 16 | lo;
-    c->ties = count - below;
-    return SLIM_OK;
-}
-
-static void apply_cut(float *w, int64_t len, cut *c)
-{
-    for (int64_t i = 0; i < len; i++) {
-        uint32_t k = key_of(w[i]);
-        if (c->all || k < c->t || (k == c->t && c->ties > 0)) {
-            c->ties -= !c->all && k == c->t;
-            w[i] = 0.0f;
-        }
-    }
-}
-
-slim_status slim_prune_smallest(float *const *w, const int64_t *len, int n_arrays,
-                                int64_t count, slim_err *err)
-{
-    cut c;
-    slim_status st = find_cut((const float *const *)w, len, n_arrays, count, &c, err);
-    for (int a = 0; a < n_arrays && !st; a++)
-        apply_cut(w[a], len[a], &c);
-    return st;
-}
-
-void slim_prune_24(float *w, int64_t n, int64_t k, bool w_nk)
-{
-    for (int64_t j = 0; j < n; j++)
-        for (int64_t g = 0; g < k; g += 4) {
-            int width = k - g < 4 ? (int)(k - g) : 4;
-            if (width <= 2)
-                continue;
-            float *p[4];
-            for (int q = 0; q < width; q++)
-                p[q] = w_nk ? &w[j * k + g + q] : &w[(g + q) * n + j];
-            /* The 2 largest |w| stay, the lower index first on ties. */
-            int keep0 = 0;
-            for (int q = 1; q < width; q++)
-                if (fabsf(*p[q]) > fabsf(*p[keep0]))
-                    keep0 = q;
-            int keep1 = keep0 == 0 ? 1 : 0;
-            for (int q = 0; q < width; q++)
-                if (q != keep0 && fabsf(*p[q]) > fabsf(*p[keep1]))
-                    keep1 = q;
-            for (int q = 0; q < width; q++)
-                if (q != keep0 && q != keep1)
-                    *p[q] = 0.0f;
-        }
-}
 
 /* ---- options ---------------------------------------------------------------- */
 
@@ -658,7 +553,8 @@ static slim_status finish_weight(pass *p, int i, slim_err *err)
     return st;
 }
 
-static slim_status prune_layer(pass *p, int i, slim_npz *z, cut *global, slim_err *err)
+static slim_status prune_layer(pass *p, int i, slim_npz *z, slim__prune_cut *global,
+                               slim_err *err)
 {
     cand *c = &p->c[i];
     const slim_prune_opts *o = p->o;
@@ -683,14 +579,14 @@ static slim_status prune_layer(pass *p, int i, slim_npz *z, cut *global, slim_er
         if (strcmp(o->method, "2:4") == 0) {
             slim_prune_24(c->pruned, c->n, c->k, c->w_nk);
         } else if (global) {
-            apply_cut(c->pruned, len, global);
+            slim__prune_apply_cut(c->pruned, len, global);
         } else {
-            cut lc;
+            slim__prune_cut lc;
             const float *src = c->pruned;
-            if ((st = find_cut(&src, &len, 1, (int64_t)nearbyint(o->amount * (double)len), &lc,
-                               err)))
+            if ((st = slim__prune_find_cut(&src, &len, 1,
+                                           (int64_t)nearbyint(o->amount * (double)len), &lc, err)))
                 return st;
-            apply_cut(c->pruned, len, &lc);
+            slim__prune_apply_cut(c->pruned, len, &lc);
         }
     }
     slim_prune_layer *l;
@@ -714,7 +610,7 @@ static slim_status run_pass(pass *p, slim_err *err)
     if (st)
         return st;
     slim_npz *z = NULL;
-    cut global, *gp = NULL;
+    slim__prune_cut global, *gp = NULL;
     if (strcmp(o->method, "mask") == 0) {
         if ((st = slim_npz_open(o->masks, &z, err)))
             return slim_err_prefix(err, "pruning: ");
@@ -741,8 +637,8 @@ static slim_status run_pass(pass *p, slim_err *err)
             total += len[na++];
         }
         if (!st)
-            st = find_cut(ws, len, na, (int64_t)nearbyint(o->amount * (double)total), &global,
-                          err);
+            st = slim__prune_find_cut(ws, len, na, (int64_t)nearbyint(o->amount * (double)total),
+                                      &global, err);
         gp = &global;
         free(ws);
         free(len);
