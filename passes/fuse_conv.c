@@ -15,7 +15,8 @@
  * only reader, and the Relu / Clip the Add's (or the conv's).
  *
  * A 1x1 conv feeding only a depthwise 3x3 (MobileNetV2) then takes it in
- * as well (merge_depthwise), where oneDNN has a jit kernel for the pair.
+ * as well (merge_depthwise), except where oneDNN's reference fusion
+ * measured slower than two nodes (dw_merge_wanted).
  *
  * Only 2-D convs with float32 weights, explicit padding and channel counts
  * the packed layouts take (slim_fconv_weights_format) are rewritten; the
@@ -180,11 +181,19 @@ static bool ints_all(const slim_node *n, const char *name, int count, int64_t v)
     return true;
 }
 
-/* Whether to merge a 1x1 c->m with its depthwise conv of this stride:
- * where oneDNN has a jit kernel for the pair (slim_fconv_dw_post_op_is_jit;
- * its reference fusion scaled 1.15x on 2 threads where two FusedConvs
- * split by channels scale well). SLIM_CONV_MERGE_DW=1 merges every pair
- * (as before), =0 none; read when the pass runs. */
+/* Whether to merge a 1x1 c->m with its depthwise conv of this stride.
+ * Where oneDNN has a jit kernel for the pair (slim_fconv_dw_post_op_is_jit),
+ * yes. Otherwise it runs its reference fusion, which on 2 threads scaled
+ * 1.15x on MobileNetV2's first expand (16 -> 96 channels, 112x112, the
+ * largest plane) and well on the others, where the merged node still
+ * beat two FusedConvs (one wake of the pool, the expanded activation
+ * not written out whole): MobileNetV2 on 2 threads, every pair apart
+ * took 1.07x (batch 1) and 1.04x (batch 8) the time of every pair
+ * merged, only the 16-channel expand apart 0.97x and 0.91x
+ * (docs/benchmarks.md, cpu_models_2026-11-28_mbv3). So the reference
+ * fusion is kept for 1x1s of more than 16 input channels (the packed
+ * W's, rounded up to a block of 16). SLIM_CONV_MERGE_DW=1 merges every
+ * pair (as before), =0 none; read when the pass runs. */
 static bool dw_merge_wanted(const slim_graph *g, const slim_node *a, int64_t stride)
 {
     const char *env = getenv("SLIM_CONV_MERGE_DW");
@@ -192,8 +201,9 @@ static bool dw_merge_wanted(const slim_graph *g, const slim_node *a, int64_t str
         return env[0] == '1';
     const slim_tensor *w = slim_pass_const_f32(g, a->in[1]);
     int64_t m = slim_attr_int(a, "out_channels", 0);
-    return w && w->ndim == 4 && m > 0 &&
-           slim_fconv_dw_post_op_is_jit(w->dims[1], m, (int)stride);
+    if (!w || w->ndim != 4 || m <= 0)
+        return false;
+    return w->dims[1] > 16 || slim_fconv_dw_post_op_is_jit(w->dims[1], m, (int)stride);
 }
 
 /* A 1x1 FusedConv whose only reader is a depthwise 3x3 FusedConv (pad 1,

@@ -400,12 +400,11 @@ slim_status slim__fconv_find_set(fconv_state *s, const slim_tensor *w, const sli
 /* Whether oneDNN runs a 1x1 conv c->m with a depthwise 3x3 post-op of
  * this stride as one jit kernel. Its other choice, ref_fused_convolution,
  * runs the 1x1 into a scratchpad of all its output channels (2.4 MB per
- * part for MobileNetV2's first expand) and the depthwise conv after it:
- * no round trip saved, and on 2 threads the pair scaled 1.15x where two
- * separate FusedConvs split well (docs/benchmarks.md, cpu_models_
- * 2026-11-28_mbv3). oneDNN 2.6 on AVX-512 gives ref_fused for every f32
- * pair of MobileNetV2. The plane does not enter the choice of kernel
- * there, so a 14x14 probe stands for all (only the pd is made). */
+ * part for MobileNetV2's first expand) and the depthwise conv after it;
+ * oneDNN 2.6 on AVX-512 gives that for every f32 pair of MobileNetV2
+ * (SLIM_DNNL_VERBOSE=1 shows it). The plane does not enter oneDNN's
+ * choice of kernel there, so a 14x14 probe stands for all (only the
+ * primitive descriptor is made, at load). */
 bool slim_fconv_dw_post_op_is_jit(int64_t c, int64_t m, int stride)
 {
     dnnl_memory_desc_t src, wei, bias, dst;
