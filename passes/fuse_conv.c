@@ -15,8 +15,7 @@
  * only reader, and the Relu / Clip the Add's (or the conv's).
  *
  * A 1x1 conv feeding only a depthwise 3x3 (MobileNetV2) then takes it in
- * as well (merge_depthwise), except where oneDNN's reference fusion
- * measured slower than two nodes (dw_merge_wanted).
+ * as well (merge_depthwise; SLIM_CONV_MERGE_DW, dw_merge_wanted).
  *
  * Only 2-D convs with float32 weights, explicit padding and channel counts
  * the packed layouts take (slim_fconv_weights_format) are rewritten; the
@@ -182,27 +181,30 @@ static bool ints_all(const slim_node *n, const char *name, int count, int64_t v)
 }
 
 /* Whether to merge a 1x1 c->m with its depthwise conv of this stride.
- * Where oneDNN has a jit kernel for the pair (slim_fconv_dw_post_op_is_jit),
- * yes. Otherwise it runs its reference fusion, which on 2 threads scaled
- * 1.15x on MobileNetV2's first expand (16 -> 96 channels, 112x112, the
- * largest plane) and well on the others, where the merged node still
- * beat two FusedConvs (one wake of the pool, the expanded activation
- * not written out whole): MobileNetV2 on 2 threads, every pair apart
- * took 1.07x (batch 1) and 1.04x (batch 8) the time of every pair
- * merged, only the 16-channel expand apart 0.97x and 0.91x
- * (docs/benchmarks.md, cpu_models_2026-11-28_mbv3). So the reference
- * fusion is kept for 1x1s of more than 16 input channels (the packed
- * W's, rounded up to a block of 16). SLIM_CONV_MERGE_DW=1 merges every
- * pair (as before), =0 none; read when the pass runs. */
+ * Without a jit kernel for the pair (slim_fconv_dw_post_op_is_jit: none
+ * with oneDNN 2.6 on AVX-512), oneDNN runs its reference fusion, which
+ * on 2 threads scaled only 1.15x on MobileNetV2's first expand (16 -> 96
+ * channels at 112x112, the largest plane) and well on the others, where
+ * the merged node beat two FusedConvs (one wake of the pool; each part's
+ * expanded slice stays in its scratchpad instead of a whole image, or a
+ * whole batch, going out to memory). SLIM_CONV_MERGE_DW (read when the
+ * pass runs): 1 or unset merges every pair; 0 none; 2 keeps apart the
+ * 1x1s of 16 input channels (the packed W's, rounded up to a block) that
+ * have no jit kernel. On a machine at load 5-9 (docs/benchmarks.md,
+ * cpu_models_2026-11-28_mbv3) 0 lost 4-7%, and 2 against 1 read 0.97 and
+ * 1.00 at batch 1, 0.91 and 1.04 at batch 8: no sure win, so the default
+ * stays every pair until a quiet machine says otherwise. */
 static bool dw_merge_wanted(const slim_graph *g, const slim_node *a, int64_t stride)
 {
-    const char *env = getenv("SLIM_CONV_MERGE_DW");
-    if (env && (strcmp(env, "0") == 0 || strcmp(env, "1") == 0))
-        return env[0] == '1';
+    const char *env = getenv("SLIM_CONV_MERGE_DW"); /* merge_depthwise checked it */
+    if (!env || !env[0] || strcmp(env, "1") == 0)
+        return true;
+    if (strcmp(env, "2") != 0)
+        return false;
     const slim_tensor *w = slim_pass_const_f32(g, a->in[1]);
     int64_t m = slim_attr_int(a, "out_channels", 0);
     if (!w || w->ndim != 4 || m <= 0)
-        return false;
+        return true;
     return w->dims[1] > 16 || slim_fconv_dw_post_op_is_jit(w->dims[1], m, (int)stride);
 }
 
@@ -215,6 +217,9 @@ static bool dw_merge_wanted(const slim_graph *g, const slim_node *a, int64_t str
  * dw_beta; neither conv may have a residual. */
 static slim_status merge_depthwise(slim_graph *g, int *changed, slim_err *err)
 {
+    const char *mode = getenv("SLIM_CONV_MERGE_DW");
+    if (mode && mode[0] && strcmp(mode, "0") && strcmp(mode, "1") && strcmp(mode, "2"))
+        return slim_errf(err, SLIM_EINVAL, "SLIM_CONV_MERGE_DW=%s: want 0, 1 or 2", mode);
     slim_pass_walk w;
     slim_status st = slim_pass_walk_init(&w, g, err);
     if (st)

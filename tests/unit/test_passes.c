@@ -369,11 +369,12 @@ static slim_tensor dw_cnn_run(const char *merge, int n_merged, const slim_tensor
     return b;
 }
 
-/* Merged (SLIM_CONV_MERGE_DW=1), separate (=0) and the default, which
+/* Merged (SLIM_CONV_MERGE_DW unset or 1), separate (0), and 2, which
  * keeps a 1x1 of 16 input channels apart unless oneDNN has a jit kernel
- * for the pair (fuse_conv.c, dw_merge_wanted): the same
- * bits all three ways (oneDNN's reference fusion runs the same two
- * kernels), each close to the unfused graph and batch invariant. */
+ * for the pair (fuse_conv.c, dw_merge_wanted): the same bits all ways
+ * (oneDNN's reference fusion runs the same two kernels), each close to
+ * the unfused graph and batch invariant. Another value is an error
+ * naming the variable. */
 START_TEST(conv_depthwise_post_op)
 {
     slim_err err = {0};
@@ -382,17 +383,26 @@ START_TEST(conv_depthwise_post_op)
     ck_assert_msg(slim_model_from_graph(gr, &ref, &err) == SLIM_OK, "%s", err.msg);
     slim_tensor x = tp_input(17, 4, (int64_t[]){3, 16, 9, 7});
     slim_tensor a = tp_run(ref, &x);
-    /* the default: the 32-channel 1x1 merges, the 16-channel one where jit */
-    int merged_by_default = 1 + (int)slim_fconv_dw_post_op_is_jit(16, 32, 1);
-    slim_tensor merged = dw_cnn_run("1", 2, &x, &a);
+    /* with 2: the 32-channel 1x1 merges, the 16-channel one where jit */
+    int merged_by_2 = 1 + (int)slim_fconv_dw_post_op_is_jit(16, 32, 1);
+    slim_tensor merged = dw_cnn_run(NULL, 2, &x, &a);
+    slim_tensor merged1 = dw_cnn_run("1", 2, &x, &a);
     slim_tensor apart = dw_cnn_run("0", 0, &x, &a);
-    slim_tensor dflt = dw_cnn_run(NULL, merged_by_default, &x, &a);
+    slim_tensor by2 = dw_cnn_run("2", merged_by_2, &x, &a);
     size_t bytes = sizeof(float) * (size_t)slim_tensor_numel(&merged);
-    ck_assert_int_eq(memcmp(merged.data, apart.data, bytes), 0);
-    ck_assert_int_eq(memcmp(merged.data, dflt.data, bytes), 0);
+    const slim_tensor *same[] = {&merged1, &apart, &by2};
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(memcmp(merged.data, same[i]->data, bytes), 0);
+        slim_tensor_release((slim_tensor *)same[i]);
+    }
     slim_tensor_release(&merged);
-    slim_tensor_release(&apart);
-    slim_tensor_release(&dflt);
+    slim_graph *gb = dw_cnn();
+    setenv("SLIM_CONV_MERGE_DW", "yes", 1);
+    slim_status st = slim_passes_run(gb, &err);
+    unsetenv("SLIM_CONV_MERGE_DW");
+    ck_assert_int_ne(st, SLIM_OK);
+    ck_assert_msg(strstr(err.msg, "SLIM_CONV_MERGE_DW=yes"), "%s", err.msg);
+    slim_graph_free(gb);
     slim_tensor_release(&a);
     slim_tensor_release(&x);
     slim_model_free(ref);
