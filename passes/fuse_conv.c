@@ -191,9 +191,9 @@ static bool ints_all(const slim_node *n, const char *name, int count, int64_t v)
  * pass runs): 1 or unset merges every pair; 0 none; 2 keeps apart the
  * 1x1s of 16 input channels (the packed W's, rounded up to a block) that
  * have no jit kernel. On a machine at load 5-9 (docs/benchmarks.md,
- * cpu_models_2026-11-28_mbv3) 0 lost 4-7%, and 2 against 1 read 0.97 and
- * 1.00 at batch 1, 0.91 and 1.04 at batch 8: no sure win, so the default
- * stays every pair until a quiet machine says otherwise. */
+ * cpu_models_2026-11-28_mbv3) 0 lost 5-7% at batch 1, and 2 against 1
+ * read 0.97-1.01 at batch 1, 0.91-1.09 at batch 8: no sure win, so the
+ * default stays every pair until a quiet machine says otherwise. */
 static bool dw_merge_wanted(const slim_graph *g, const slim_node *a, int64_t stride)
 {
     const char *env = getenv("SLIM_CONV_MERGE_DW"); /* merge_depthwise checked it */
