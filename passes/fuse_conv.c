@@ -15,7 +15,7 @@
  * only reader, and the Relu / Clip the Add's (or the conv's).
  *
  * A 1x1 conv feeding only a depthwise 3x3 (MobileNetV2) then takes it in
- * as well (merge_depthwise).
+ * as well (merge_depthwise; SLIM_CONV_MERGE_DW, dw_merge_wanted).
  *
  * Only 2-D convs with float32 weights, explicit padding and channel counts
  * the packed layouts take (slim_fconv_weights_format) are rewritten; the
@@ -180,6 +180,34 @@ static bool ints_all(const slim_node *n, const char *name, int count, int64_t v)
     return true;
 }
 
+/* Whether to merge a 1x1 c->m with its depthwise conv of this stride.
+ * Without a jit kernel for the pair (slim_fconv_dw_post_op_is_jit: none
+ * with oneDNN 2.6 on AVX-512), oneDNN runs its reference fusion, which
+ * on 2 threads scaled only 1.15x on MobileNetV2's first expand (16 -> 96
+ * channels at 112x112, the largest plane) and well on the others, where
+ * the merged node beat two FusedConvs (one wake of the pool; each part's
+ * expanded slice stays in its scratchpad instead of a whole image, or a
+ * whole batch, going out to memory). SLIM_CONV_MERGE_DW (read when the
+ * pass runs): 1 or unset merges every pair; 0 none; 2 keeps apart the
+ * 1x1s of 16 input channels (the packed W's, rounded up to a block) that
+ * have no jit kernel. On a machine at load 5-9 (docs/benchmarks.md,
+ * cpu_models_2026-11-28_mbv3) 0 lost 5-7% at batch 1, and 2 against 1
+ * read 0.97-1.01 at batch 1, 0.91-1.09 at batch 8: no sure win, so the
+ * default stays every pair until a quiet machine says otherwise. */
+static bool dw_merge_wanted(const slim_graph *g, const slim_node *a, int64_t stride)
+{
+    const char *env = getenv("SLIM_CONV_MERGE_DW"); /* merge_depthwise checked it */
+    if (!env || !env[0] || strcmp(env, "1") == 0)
+        return true;
+    if (strcmp(env, "2") != 0)
+        return false;
+    const slim_tensor *w = slim_pass_const_f32(g, a->in[1]);
+    int64_t m = slim_attr_int(a, "out_channels", 0);
+    if (!w || w->ndim != 4 || m <= 0)
+        return true;
+    return w->dims[1] > 16 || slim_fconv_dw_post_op_is_jit(w->dims[1], m, (int)stride);
+}
+
 /* A 1x1 FusedConv whose only reader is a depthwise 3x3 FusedConv (pad 1,
  * stride 1 or 2: MobileNetV2's expand and depthwise pair) takes the
  * depthwise conv in, as oneDNN's depthwise post-op: one node, so one wake
@@ -189,6 +217,9 @@ static bool ints_all(const slim_node *n, const char *name, int count, int64_t v)
  * dw_beta; neither conv may have a residual. */
 static slim_status merge_depthwise(slim_graph *g, int *changed, slim_err *err)
 {
+    const char *mode = getenv("SLIM_CONV_MERGE_DW");
+    if (mode && mode[0] && strcmp(mode, "0") && strcmp(mode, "1") && strcmp(mode, "2"))
+        return slim_errf(err, SLIM_EINVAL, "SLIM_CONV_MERGE_DW=%s: want 0, 1 or 2", mode);
     slim_pass_walk w;
     slim_status st = slim_pass_walk_init(&w, g, err);
     if (st)
@@ -211,7 +242,8 @@ static slim_status merge_depthwise(slim_graph *g, int *changed, slim_err *err)
             slim_attr_int(b, "weights_format", -1) != SLIM_FCONV_W_DEPTHWISE ||
             !ints_all(b, "kernel_shape", 2, 3) || !ints_all(b, "pads", 4, 1) ||
             !ints_all(b, "dilations", 2, 1) || slim_attr_ints(b, "strides", stride, 2) != 2 ||
-            stride[0] != stride[1] || (stride[0] != 1 && stride[0] != 2))
+            stride[0] != stride[1] || (stride[0] != 1 && stride[0] != 2) ||
+            !dw_merge_wanted(g, a, stride[0]))
             continue;
         int *in = realloc(a->in, sizeof(int) * 6);
         if (!in) {

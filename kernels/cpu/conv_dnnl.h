@@ -32,6 +32,10 @@ void slim_fconv_packed_dims(int wfmt, int64_t m, int64_t c_per_group, int64_t kh
  * wfmt. */
 slim_status slim_fconv_pack(const slim_tensor *w, int64_t group, int wfmt, slim_tensor *out,
                             slim_err *err);
+/* Whether oneDNN runs a 1x1 conv c->m followed by a depthwise 3x3 of this
+ * stride (pad 1) as one jit kernel rather than its reference fusion (the
+ * fuse_conv pass asks, dw_merge_wanted). */
+bool slim_fconv_dw_post_op_is_jit(int64_t c, int64_t m, int stride);
 /* With SLIM_CONV_WINO_STORED=1, at the plan stage (before any run): the
  * 3x3 stride-1 FusedConvs on 14x14 to 28x28 planes get W transformed for
  * Winograd F(2x2, 3x3) in place of the packed W (conv_wino.c), and the

@@ -465,3 +465,44 @@ slim_status slim__fconv_find_set(fconv_state *s, const slim_tensor *w, const sli
                          (int)ds);
     return SLIM_OK;
 }
+
+/* Whether oneDNN runs a 1x1 conv c->m with a depthwise 3x3 post-op of
+ * this stride as one jit kernel. Its other choice, ref_fused_convolution,
+ * runs the 1x1 into a scratchpad of all its output channels (2.4 MB per
+ * part for MobileNetV2's first expand) and the depthwise conv after it;
+ * oneDNN 2.6 on AVX-512 gives that for every f32 pair of MobileNetV2
+ * (SLIM_DNNL_VERBOSE=1 shows it). The plane does not enter oneDNN's
+ * choice of kernel there, so a 14x14 probe stands for all (only the
+ * primitive descriptor is made, at load). */
+bool slim_fconv_dw_post_op_is_jit(int64_t c, int64_t m, int stride)
+{
+    dnnl_memory_desc_t src, wei, bias, dst;
+    md4(&src, c, 14, 14, dnnl_nChw16c);
+    md4(&dst, m, 14, 14, dnnl_nChw16c);
+    slim__fconv_weights_md(&wei, m, c, 1, 1, SLIM_FCONV_W_BLOCKED, true);
+    dnnl_dims_t bd = {m}, one = {1, 1}, zero = {0, 0};
+    dnnl_memory_desc_init_by_tag(&bias, 1, bd, dnnl_f32, dnnl_a);
+    dnnl_convolution_desc_t cd;
+    dnnl_primitive_attr_t attr = NULL;
+    dnnl_post_ops_t po = NULL;
+    dnnl_primitive_desc_t pd = NULL;
+    const char *impl = NULL;
+    bool jit = false;
+    if (slim__fconv_engine() && dnnl_primitive_attr_create(&attr) == dnnl_success &&
+        dnnl_post_ops_create(&po) == dnnl_success &&
+        dnnl_post_ops_append_dw(po, dnnl_f32, dnnl_f32, dnnl_f32, 3, stride, 1, 0, 0, NULL) ==
+            dnnl_success &&
+        dnnl_primitive_attr_set_post_ops(attr, po) == dnnl_success &&
+        dnnl_primitive_attr_set_scratchpad_mode(attr, dnnl_scratchpad_mode_user) ==
+            dnnl_success &&
+        dnnl_dilated_convolution_forward_desc_init(&cd, dnnl_forward_inference,
+                                                   dnnl_convolution_direct, &src, &wei, &bias,
+                                                   &dst, one, zero, zero, zero) == dnnl_success &&
+        dnnl_primitive_desc_create(&pd, &cd, attr, slim__fconv_engine(), NULL) == dnnl_success &&
+        dnnl_primitive_desc_query(pd, dnnl_query_impl_info_str, 0, &impl) == dnnl_success)
+        jit = impl && strncmp(impl, "ref", 3) != 0;
+    dnnl_primitive_desc_destroy(pd);
+    dnnl_post_ops_destroy(po);
+    dnnl_primitive_attr_destroy(attr);
+    return jit;
+}

@@ -16,6 +16,7 @@
 #include "slim_format.h"
 #include "pipeline.h"
 #ifdef SLIM_HAVE_DNNL
+#include "conv_dnnl.h"
 #include "matmul_dnnl.h"
 #include "pool_blocked.h"
 #endif
@@ -332,30 +333,79 @@ static slim_graph *dw_cnn(void)
     return g;
 }
 
-START_TEST(conv_depthwise_post_op)
+/* Runs dw_cnn through the passes with SLIM_CONV_MERGE_DW = merge (NULL:
+ * unset) and checks what fuse_conv left: n_merged pairs as one FusedConv
+ * each, with dw_stride 1 then 2, the rest as two. */
+static slim_tensor dw_cnn_run(const char *merge, int n_merged, const slim_tensor *x,
+                              const slim_tensor *ref_y)
 {
     slim_err err = {0};
-    slim_graph *gr = dw_cnn(), *go = dw_cnn();
-    ck_assert_msg(slim_passes_run(go, &err) == SLIM_OK, "%s", err.msg);
-    slim_model *ref, *opt;
-    ck_assert_msg(slim_model_from_graph(gr, &ref, &err) == SLIM_OK, "%s", err.msg);
+    slim_graph *go = dw_cnn();
+    if (merge)
+        setenv("SLIM_CONV_MERGE_DW", merge, 1);
+    slim_status st = slim_passes_run(go, &err);
+    unsetenv("SLIM_CONV_MERGE_DW");
+    ck_assert_msg(st == SLIM_OK, "%s", err.msg);
+    slim_model *opt;
     ck_assert_msg(slim_model_from_graph(go, &opt, &err) == SLIM_OK, "%s", err.msg);
-    ck_assert_int_eq(opt->graph->n_nodes, 2);
-    for (int i = 0; i < 2; i++)
-        ck_assert_int_eq(slim_attr_int(&opt->graph->nodes[i], "dw_stride", 0), i + 1);
+    ck_assert_int_eq(opt->graph->n_nodes, 4 - n_merged);
+    int with_dw = 0;
+    for (int i = 0; i < opt->graph->n_nodes; i++) {
+        ck_assert_str_eq(opt->graph->nodes[i].op_type, "FusedConv");
+        int64_t dws = slim_attr_int(&opt->graph->nodes[i], "dw_stride", 0);
+        with_dw += dws != 0;
+        if (n_merged == 2)
+            ck_assert_int_eq(dws, i + 1);
+    }
+    ck_assert_int_eq(with_dw, n_merged);
     slim_model_set_batch_invariant(opt, true);
-    slim_tensor x = tp_input(17, 4, (int64_t[]){3, 16, 9, 7});
-    slim_tensor a = tp_run(ref, &x), b = tp_run(opt, &x);
+    slim_tensor b = tp_run(opt, x);
     ck_assert_int_eq(b.dims[1], 48);
     ck_assert_int_eq(b.dims[2], 5);
     ck_assert_int_eq(b.dims[3], 4);
-    tp_assert_close(&b, &a, 1e-5);
-    tp_assert_batch_invariant(opt, &x, &b, "depthwise post-op");
+    tp_assert_close(&b, ref_y, 1e-5);
+    tp_assert_batch_invariant(opt, x, &b, "depthwise post-op");
+    slim_model_free(opt);
+    return b;
+}
+
+/* Merged (SLIM_CONV_MERGE_DW unset or 1), separate (0), and 2, which
+ * keeps a 1x1 of 16 input channels apart unless oneDNN has a jit kernel
+ * for the pair (fuse_conv.c, dw_merge_wanted): the same bits all ways
+ * (oneDNN's reference fusion runs the same two kernels), each close to
+ * the unfused graph and batch invariant. Another value is an error
+ * naming the variable. */
+START_TEST(conv_depthwise_post_op)
+{
+    slim_err err = {0};
+    slim_graph *gr = dw_cnn();
+    slim_model *ref;
+    ck_assert_msg(slim_model_from_graph(gr, &ref, &err) == SLIM_OK, "%s", err.msg);
+    slim_tensor x = tp_input(17, 4, (int64_t[]){3, 16, 9, 7});
+    slim_tensor a = tp_run(ref, &x);
+    /* with 2: the 32-channel 1x1 merges, the 16-channel one where jit */
+    int merged_by_2 = 1 + (int)slim_fconv_dw_post_op_is_jit(16, 32, 1);
+    slim_tensor merged = dw_cnn_run(NULL, 2, &x, &a);
+    slim_tensor merged1 = dw_cnn_run("1", 2, &x, &a);
+    slim_tensor apart = dw_cnn_run("0", 0, &x, &a);
+    slim_tensor by2 = dw_cnn_run("2", merged_by_2, &x, &a);
+    size_t bytes = sizeof(float) * (size_t)slim_tensor_numel(&merged);
+    const slim_tensor *same[] = {&merged1, &apart, &by2};
+    for (int i = 0; i < 3; i++) {
+        ck_assert_int_eq(memcmp(merged.data, same[i]->data, bytes), 0);
+        slim_tensor_release((slim_tensor *)same[i]);
+    }
+    slim_tensor_release(&merged);
+    slim_graph *gb = dw_cnn();
+    setenv("SLIM_CONV_MERGE_DW", "yes", 1);
+    slim_status st = slim_passes_run(gb, &err);
+    unsetenv("SLIM_CONV_MERGE_DW");
+    ck_assert_int_ne(st, SLIM_OK);
+    ck_assert_msg(strstr(err.msg, "SLIM_CONV_MERGE_DW=yes"), "%s", err.msg);
+    slim_graph_free(gb);
     slim_tensor_release(&a);
-    slim_tensor_release(&b);
     slim_tensor_release(&x);
     slim_model_free(ref);
-    slim_model_free(opt);
 }
 END_TEST
 
