@@ -281,13 +281,20 @@ slim_tensor tu_run1(slim_graph *g, const char *in_name, slim_tensor in, slim_sta
     return y;
 }
 
+double tu_max_abs(const slim_tensor *t)
+{
+    int64_t n = slim_tensor_numel(t);
+    double mx = 0;
+    for (int64_t i = 0; i < n; i++)
+        mx = fmax(mx, fabs(((const float *)t->data)[i]));
+    return mx;
+}
+
 void tu_assert_close_max(const slim_tensor *a, const slim_tensor *ref, double rel)
 {
     int64_t n = slim_tensor_numel(ref);
     ck_assert_int_eq(slim_tensor_numel(a), n);
-    double mx = 0;
-    for (int64_t i = 0; i < n; i++)
-        mx = fmax(mx, fabs(((const float *)ref->data)[i]));
+    double mx = tu_max_abs(ref);
     for (int64_t i = 0; i < n; i++) {
         float u = ((const float *)a->data)[i], v = ((const float *)ref->data)[i];
         ck_assert_msg(fabs(u - v) <= rel * mx, "element %lld: %g vs %g (max %g)", (long long)i, u,

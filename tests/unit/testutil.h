@@ -71,6 +71,8 @@ slim_graph *tu_two_layers(uint64_t *rng);
 slim_tensor tu_run1(slim_graph *g, const char *in_name, slim_tensor in, slim_status want,
                     slim_err *err);
 
+/* The largest magnitude among float32 t's elements (0 when empty). */
+double tu_max_abs(const slim_tensor *t);
 /* Asserts a and ref the same size and every element of a within rel times
  * ref's largest magnitude of ref's. */
 void tu_assert_close_max(const slim_tensor *a, const slim_tensor *ref, double rel);
