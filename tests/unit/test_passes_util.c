@@ -69,6 +69,35 @@ void tp_assert_close(const slim_tensor *a, const slim_tensor *ref, double rel)
     tu_assert_close_max(a, ref, rel);
 }
 
+slim_graph *tp_mlp(const tp_mlp_spec *s)
+{
+    slim_graph *g = slim_graph_new();
+    g->opset = 17;
+    tp_rng = s->seed;
+    tp_add_init(g, "w1", 2, (int64_t[]){s->k, s->h}, -s->w, s->w);
+    tp_add_init(g, "b1", 1, (int64_t[]){s->h}, -s->b1, s->b1);
+    tp_add_init(g, "w2", 2, (int64_t[]){s->h, s->no}, -s->w, s->w);
+    tp_add_init(g, "b2", 1, (int64_t[]){s->no}, -0.2f, 0.2f);
+    tp_add_init(g, "inv_sqrt2", 0, NULL, 0.70710678f, 0.70710678f);
+    tp_add_init(g, "one", 0, NULL, 1.0f, 1.0f);
+    tp_add_init(g, "half", 0, NULL, 0.5f, 0.5f);
+    tp_node(g, "mm1", "MatMul", 2, (const char *[]){"x", "w1"}, "h");
+    tp_node(g, "add1", "Add", 2, (const char *[]){"h", "b1"}, "f");
+    tp_node(g, "g1", "Mul", 2, (const char *[]){"f", "inv_sqrt2"}, "t1");
+    tp_node(g, "g2", "Erf", 1, (const char *[]){"t1"}, "t2");
+    tp_node(g, "g3", "Add", 2, (const char *[]){"t2", "one"}, "t3");
+    tp_node(g, "g4", "Mul", 2, (const char *[]){"f", "t3"}, "t4");
+    tp_node(g, "g5", "Mul", 2, (const char *[]){"t4", "half"}, "gelu");
+    tp_node(g, "mm2", "MatMul", 2, (const char *[]){"gelu", "w2"}, "h2");
+    if (s->bias_first)
+        tp_node(g, "add2", "Add", 2, (const char *[]){"b2", "h2"}, "f2");
+    else
+        tp_node(g, "add2", "Add", 2, (const char *[]){"h2", "b2"}, "f2");
+    tp_node(g, "relu", "Relu", 1, (const char *[]){"f2"}, "y");
+    tp_graph_io(g);
+    return g;
+}
+
 slim_tensor tp_input(uint32_t seed, int ndim, const int64_t *dims)
 {
     int64_t count = slim_shape_numel(ndim, dims);

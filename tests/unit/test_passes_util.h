@@ -43,6 +43,19 @@ slim_tensor tp_run(slim_model *m, const slim_tensor *x);
  * be over 0.1: a graph that outputs zeros would prove nothing). */
 void tp_assert_close(const slim_tensor *a, const slim_tensor *ref, double rel);
 
+/* The MatMul + bias + GELU (erf form, as exported) -> MatMul + bias + Relu
+ * MLP that the FusedMatMul tests fuse: x [.., k] -> y [.., no], weights
+ * uniform in [-w, w), b1 in [-b1, b1), b2 in [-0.2, 0.2), drawn after
+ * tp_rng = seed. bias_first writes the second Add as Add(b2, h2), the
+ * operand order the fusion must also accept. */
+typedef struct {
+    uint32_t seed;
+    int64_t k, h, no;
+    float w, b1;
+    bool bias_first;
+} tp_mlp_spec;
+slim_graph *tp_mlp(const tp_mlp_spec *s);
+
 /* A float32 tensor of dims from the stream, seeded with seed first. */
 slim_tensor tp_input(uint32_t seed, int ndim, const int64_t *dims);
 /* Runs ref and opt on x and asserts their first outputs within rel (as
