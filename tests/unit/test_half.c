@@ -416,11 +416,7 @@ END_TEST
 
 START_TEST(test_pass_fuses_and_matches_fp32)
 {
-    float xv[5 * 40];
-    rng_state = 7;
-    for (int i = 0; i < 200; i++)
-        xv[i] = rndf() * 2;
-    slim_tensor x = tu_f32(2, (int64_t[]){5, 40}, xv);
+    slim_tensor x = tu_xinput(&rng_state, 7, 2, (int64_t[]){5, 40});
     slim_err err;
     slim_tensor ref = tu_run1(tu_two_layers(&rng_state), "x", x, SLIM_OK, &err);
     for (int h = 0; h < 2; h++) {
@@ -479,11 +475,7 @@ static slim_graph *gelu_layer(void)
  * stays the float32 model's to the weights' rounding. */
 START_TEST(test_gelu_fused_into_epilogue)
 {
-    float xv[5 * 40];
-    rng_state = 8;
-    for (int i = 0; i < 200; i++)
-        xv[i] = rndf() * 2;
-    slim_tensor x = tu_f32(2, (int64_t[]){5, 40}, xv);
+    slim_tensor x = tu_xinput(&rng_state, 8, 2, (int64_t[]){5, 40});
     slim_err err;
     slim_tensor ref = tu_run1(gelu_layer(), "x", x, SLIM_OK, &err);
     for (int h = 0; h < 2; h++) {

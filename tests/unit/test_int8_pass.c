@@ -25,11 +25,7 @@ static float rndf(void) /* in [-1, 1) */
 
 START_TEST(test_pass_fuses_and_matches_fp32)
 {
-    float xv[5 * 40];
-    rng_state = 7;
-    for (int i = 0; i < 200; i++)
-        xv[i] = rndf() * 2;
-    slim_tensor x = tu_f32(2, (int64_t[]){5, 40}, xv);
+    slim_tensor x = tu_xinput(&rng_state, 7, 2, (int64_t[]){5, 40});
     slim_err err;
     slim_tensor ref = tu_run1(tu_two_layers(&rng_state), "x", x, SLIM_OK, &err);
 
@@ -85,11 +81,7 @@ static slim_graph *one_matmul(float wscale)
 
 START_TEST(test_scale_half_or_float)
 {
-    float xv[3 * 40];
-    rng_state = 5;
-    for (int i = 0; i < 120; i++)
-        xv[i] = rndf() * 2;
-    slim_tensor x = tu_f32(2, (int64_t[]){3, 40}, xv);
+    slim_tensor x = tu_xinput(&rng_state, 5, 2, (int64_t[]){3, 40});
     slim_err err;
     const float wscales[] = {0.3f, 1e-5f};
     double werr[2][2] = {{0}}; /* [t][mse] */
@@ -287,11 +279,7 @@ END_TEST
  * layer with no sample input is quantized unmeasured. */
 START_TEST(test_pass_max_error)
 {
-    float xv[6 * 40];
-    rng_state = 11;
-    for (int i = 0; i < 240; i++)
-        xv[i] = rndf() * 2;
-    slim_tensor x = tu_f32(2, (int64_t[]){6, 40}, xv);
+    slim_tensor x = tu_xinput(&rng_state, 11, 2, (int64_t[]){6, 40});
     slim_err err;
     slim_int8_samples smp = {1, (char *[]){"x"}, &x};
 
@@ -361,11 +349,7 @@ END_TEST
 START_TEST(test_outlier_channels_split)
 {
     enum { M = 8, K = 96, N = 40 };
-    float xv[M * K];
-    rng_state = 5;
-    for (int i = 0; i < M * K; i++)
-        xv[i] = rndf() * 2;
-    slim_tensor x = tu_f32(2, (int64_t[]){M, K}, xv);
+    slim_tensor x = tu_xinput(&rng_state, 5, 2, (int64_t[]){M, K});
     slim_int8_samples smp = {1, (char *[]){"x"}, &x};
     double errors[2];
     for (int split = 0; split < 2; split++) {
@@ -443,11 +427,7 @@ END_TEST
 START_TEST(test_gelu_fused_into_epilogue)
 {
     enum { M = 7, K = 48, N = 80 };
-    float xv[M * K];
-    rng_state = 11;
-    for (int i = 0; i < M * K; i++)
-        xv[i] = rndf() * 2;
-    slim_tensor x = tu_f32(2, (int64_t[]){M, K}, xv);
+    slim_tensor x = tu_xinput(&rng_state, 11, 2, (int64_t[]){M, K});
     slim_tensor ys[2];
     for (int fuse = 0; fuse < 3; fuse++) {
         slim_graph *g = slim_graph_new();

@@ -429,11 +429,7 @@ static slim_tensor run1(slim_graph *g, slim_tensor in)
 START_TEST(test_pass_sparse_equals_dense_pruned)
 {
     static const char *methods[] = {"magnitude", "2:4"};
-    float xv[21 * 40];
-    rng_state = 7;
-    for (int i = 0; i < 21 * 40; i++)
-        xv[i] = rndf() * 2;
-    slim_tensor x = tu_f32(2, (int64_t[]){21, 40}, xv);
+    slim_tensor x = tu_xinput(&rng_state, 7, 2, (int64_t[]){21, 40});
     for (int mth = 0; mth < 2; mth++) {
         slim_err err;
         slim_prune_report rd, rs;

@@ -212,6 +212,16 @@ float tu_xrndf(uint64_t *state)
     return (float)(tu_xrnd(state) % 2000001) / 1000000.0f - 1.0f;
 }
 
+slim_tensor tu_xinput(uint64_t *rng, uint64_t seed, int ndim, const int64_t *dims)
+{
+    slim_tensor t = tu_tensor(SLIM_F32, ndim, dims, NULL);
+    float *d = t.data;
+    *rng = seed;
+    for (int64_t i = 0; i < slim_tensor_numel(&t); i++)
+        d[i] = tu_xrndf(rng) * 2;
+    return t;
+}
+
 int tu_xinit(slim_graph *g, uint64_t *rng, const char *name, int ndim, const int64_t *dims,
              float scale)
 {

@@ -56,6 +56,9 @@ int tu_count_op(const slim_graph *g, const char *op_type);
  * reseeds it per case, so its values stay what they were. */
 uint32_t tu_xrnd(uint64_t *state);
 float tu_xrndf(uint64_t *state);
+/* A float32 input of dims, its values tu_xrndf(rng) * 2 in order after
+ * *rng = seed (the quantization tests' activations, in [-2, 2)). */
+slim_tensor tu_xinput(uint64_t *rng, uint64_t seed, int ndim, const int64_t *dims);
 
 /* The quantization tests' graph helpers: an initializer "name" of values
  * tu_xrndf(rng) * scale (its value index); a graph input `in` of dtype dt
