@@ -291,6 +291,17 @@ slim_tensor tu_run1(slim_graph *g, const char *in_name, slim_tensor in, slim_sta
     return y;
 }
 
+void tu_assert_refused(slim_graph *g, int ndim, const int64_t *dims, const char *why)
+{
+    tu_set_io(g, "x", SLIM_F32, "y");
+    slim_tensor x = tu_f32(ndim, dims, NULL);
+    memset(x.data, 0, slim_tensor_nbytes(&x));
+    slim_err err;
+    tu_run1(g, "x", x, SLIM_ESHAPE, &err);
+    ck_assert_msg(strstr(err.msg, why), "%s", err.msg);
+    slim_tensor_release(&x);
+}
+
 double tu_max_abs(const slim_tensor *t)
 {
     int64_t n = slim_tensor_numel(t);

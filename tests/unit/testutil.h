@@ -80,6 +80,10 @@ double tu_max_abs(const slim_tensor *t);
  * ref's largest magnitude of ref's. */
 void tu_assert_close_max(const slim_tensor *a, const slim_tensor *ref, double rel);
 
+/* g (consumed) with input "x" (float32) and output "y", run on zeros of
+ * dims: asserts SLIM_ESHAPE and an error message that contains why. */
+void tu_assert_refused(slim_graph *g, int ndim, const int64_t *dims, const char *why);
+
 /* Asserts shape and every element within atol + rtol*|expected|. */
 void tu_assert_shape(const slim_tensor *t, int ndim, const int64_t *dims);
 void tu_assert_close_f32(const slim_tensor *t, const float *expected, int64_t n, double tol);
