@@ -245,18 +245,23 @@ void tu_set_io(slim_graph *g, const char *in, slim_dtype dt, const char *out)
     slim_graph_add_output(g, slim_graph_find_value(g, out));
 }
 
-slim_graph *tu_two_layers(uint64_t *rng)
+/* tu_two_layers, or without its Add and Relu (tu_mm_gemm): the nodes, then
+ * the weights in the order they were always drawn. */
+static slim_graph *two_layers(uint64_t *rng, bool bias_relu)
 {
     slim_graph *g = slim_graph_new();
     ck_assert_ptr_nonnull(g);
     g->opset = 17;
     slim_graph_add_node(g, "mm", "MatMul", "", 2, (const char *[]){"x", "w"}, 1,
                         (const char *[]){"h"});
-    slim_graph_add_node(g, "add", "Add", "", 2, (const char *[]){"b", "h"}, 1,
-                        (const char *[]){"z"});
-    slim_graph_add_node(g, "relu", "Relu", "", 1, (const char *[]){"z"}, 1,
-                        (const char *[]){"r"});
-    int gm = slim_graph_add_node(g, "fc", "Gemm", "", 3, (const char *[]){"r", "w2", "c"}, 1,
+    if (bias_relu) {
+        slim_graph_add_node(g, "add", "Add", "", 2, (const char *[]){"b", "h"}, 1,
+                            (const char *[]){"z"});
+        slim_graph_add_node(g, "relu", "Relu", "", 1, (const char *[]){"z"}, 1,
+                            (const char *[]){"r"});
+    }
+    int gm = slim_graph_add_node(g, "fc", "Gemm", "", 3,
+                                 (const char *[]){bias_relu ? "r" : "h", "w2", "c"}, 1,
                                  (const char *[]){"y"});
     for (int i = 0; i < g->n_nodes; i++)
         g->nodes[i].opset = 17;
@@ -265,11 +270,22 @@ slim_graph *tu_two_layers(uint64_t *rng)
     tu_attr_f(&g->nodes[gm], "beta", 2.0f);
     *rng = 42;
     tu_xinit(g, rng, "w", 2, (int64_t[]){40, 24}, 0.3f);
-    tu_xinit(g, rng, "b", 1, (int64_t[]){24}, 0.1f);
+    if (bias_relu)
+        tu_xinit(g, rng, "b", 1, (int64_t[]){24}, 0.1f);
     tu_xinit(g, rng, "w2", 2, (int64_t[]){9, 24}, 0.3f);
     tu_xinit(g, rng, "c", 2, (int64_t[]){1, 9}, 0.1f);
     tu_set_io(g, "x", SLIM_F32, "y");
     return g;
+}
+
+slim_graph *tu_two_layers(uint64_t *rng)
+{
+    return two_layers(rng, true);
+}
+
+slim_graph *tu_mm_gemm(uint64_t *rng)
+{
+    return two_layers(rng, false);
 }
 
 slim_tensor tu_run1(slim_graph *g, const char *in_name, slim_tensor in, slim_status want,

@@ -71,6 +71,8 @@ int tu_xinit(slim_graph *g, uint64_t *rng, const char *name, int ndim, const int
              float scale);
 void tu_set_io(slim_graph *g, const char *in, slim_dtype dt, const char *out);
 slim_graph *tu_two_layers(uint64_t *rng);
+/* tu_two_layers without its Add(b) and Relu: x[*, 40] -> MatMul -> Gemm -> y[*, 9]. */
+slim_graph *tu_mm_gemm(uint64_t *rng);
 slim_tensor tu_run1(slim_graph *g, const char *in_name, slim_tensor in, slim_status want,
                     slim_err *err);
 
