@@ -526,16 +526,10 @@ START_TEST(test_gather_half)
 {
     for (int h = 0; h < 2; h++) {
         slim_dtype half = h ? SLIM_BF16 : SLIM_F16;
-        slim_graph *g = slim_graph_new();
-        g->opset = 17;
-        slim_graph_add_node(g, "emb", "Gather", "", 2, (const char *[]){"table", "ids"}, 1,
-                            (const char *[]){"y"});
-        g->nodes[0].opset = 17;
         rng_state = 5;
-        tu_xinit(g, &rng_state, "table", 2, (int64_t[]){50, 33}, 2.0f);
+        slim_graph *g = tu_gather_graph(&rng_state);
         float t[50 * 33];
         memcpy(t, g->values[slim_graph_find_value(g, "table")].init.data, sizeof(t));
-        tu_set_io(g, "ids", SLIM_I64, "y");
         slim_err err;
         slim_half_opts o = {.half = half};
         ck_assert_int_eq(slim_quant_half_weights(g, &o, NULL, &err), SLIM_OK);

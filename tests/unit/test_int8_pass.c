@@ -195,14 +195,8 @@ END_TEST
 
 START_TEST(test_gather_int8)
 {
-    slim_graph *g = slim_graph_new();
-    g->opset = 17;
-    slim_graph_add_node(g, "emb", "Gather", "", 2, (const char *[]){"table", "ids"}, 1,
-                        (const char *[]){"y"});
-    g->nodes[0].opset = 17;
     rng_state = 3;
-    tu_xinit(g, &rng_state, "table", 2, (int64_t[]){50, 33}, 2.0f);
-    tu_set_io(g, "ids", SLIM_I64, "y");
+    slim_graph *g = tu_gather_graph(&rng_state);
     slim_err err;
     slim_int8_report rep;
     ck_assert_int_eq(slim_quant_int8(g, NULL, &rep, &err), SLIM_OK);
@@ -232,13 +226,7 @@ START_TEST(test_gather_int8)
     slim_tensor_release(&ids);
 
     /* An index out of range is an error, not a stray read. */
-    g = slim_graph_new();
-    g->opset = 17;
-    slim_graph_add_node(g, "emb", "Gather", "", 2, (const char *[]){"table", "ids"}, 1,
-                        (const char *[]){"y"});
-    g->nodes[0].opset = 17;
-    tu_xinit(g, &rng_state, "table", 2, (int64_t[]){50, 33}, 2.0f);
-    tu_set_io(g, "ids", SLIM_I64, "y");
+    g = tu_gather_graph(&rng_state); /* the stream goes on: another table */
     ck_assert_int_eq(slim_quant_int8(g, NULL, NULL, &err), SLIM_OK);
     ids = tu_i64(1, (int64_t[]){1}, (int64_t[]){50});
     tu_run1(g, "ids", ids, SLIM_EINVAL, &err);

@@ -288,6 +288,19 @@ slim_graph *tu_mm_gemm(uint64_t *rng)
     return two_layers(rng, false);
 }
 
+slim_graph *tu_gather_graph(uint64_t *rng)
+{
+    slim_graph *g = slim_graph_new();
+    ck_assert_ptr_nonnull(g);
+    g->opset = 17;
+    slim_graph_add_node(g, "emb", "Gather", "", 2, (const char *[]){"table", "ids"}, 1,
+                        (const char *[]){"y"});
+    g->nodes[0].opset = 17;
+    tu_xinit(g, rng, "table", 2, (int64_t[]){50, 33}, 2.0f);
+    tu_set_io(g, "ids", SLIM_I64, "y");
+    return g;
+}
+
 slim_tensor tu_run1(slim_graph *g, const char *in_name, slim_tensor in, slim_status want,
                     slim_err *err)
 {

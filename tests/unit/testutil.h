@@ -71,6 +71,9 @@ int tu_xinit(slim_graph *g, uint64_t *rng, const char *name, int ndim, const int
              float scale);
 void tu_set_io(slim_graph *g, const char *in, slim_dtype dt, const char *out);
 slim_graph *tu_two_layers(uint64_t *rng);
+/* ids (int64 input) -> Gather(table [50, 33], values tu_xrndf(rng) * 2
+ * from the stream as it stands) -> y. */
+slim_graph *tu_gather_graph(uint64_t *rng);
 /* tu_two_layers without its Add(b) and Relu: x[*, 40] -> MatMul -> Gemm -> y[*, 9]. */
 slim_graph *tu_mm_gemm(uint64_t *rng);
 slim_tensor tu_run1(slim_graph *g, const char *in_name, slim_tensor in, slim_status want,
