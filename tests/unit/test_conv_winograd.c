@@ -40,14 +40,7 @@ static uint32_t rng_state;
 static void add_init(slim_graph *g, const char *name, int ndim, const int64_t *dims, float lo,
                      float hi)
 {
-    int v = slim_graph_value(g, name);
-    int64_t n = slim_shape_numel(ndim, dims);
-    float *d = malloc(sizeof(float) * (size_t)n);
-    for (int64_t i = 0; i < n; i++)
-        d[i] = lo + (hi - lo) * (tu_rndf(&rng_state) + 1.0f) / 2.0f;
-    g->values[v].kind = SLIM_VALUE_INITIALIZER;
-    g->values[v].init = tu_f32(ndim, dims, d);
-    free(d);
+    tu_init_f32(g, &rng_state, name, ndim, dims, lo, hi);
 }
 
 /* x[N,C,H,W] -> Conv 3x3 C->C + bias -> Relu (h) -> Conv 3x3 C->C
