@@ -85,14 +85,11 @@ static slim_graph *two_convs(int64_t ch, int64_t side)
 static slim_model *load(bool passes, int64_t ch, int64_t side, bool stored)
 {
     slim_graph *g = two_convs(ch, side);
-    slim_err err = {0};
-    if (passes)
-        ck_assert_msg(slim_passes_run(g, &err) == SLIM_OK, "%s", err.msg);
-    slim_model *m;
-    ck_assert_msg(slim_model_from_graph(g, &m, &err) == SLIM_OK, "%s", err.msg);
+    slim_model *m = tu_model(g, passes);
     if (passes)
         ck_assert_int_eq(tu_count_op(m->graph, "FusedConv"), 2);
 #ifdef SLIM_HAVE_DNNL
+    slim_err err = {0};
     if (stored)
         setenv("SLIM_CONV_WINO_STORED", "1", 1);
     ck_assert_msg(slim_fconv_store_winograd(m, &err) == SLIM_OK, "%s", err.msg);

@@ -29,7 +29,7 @@ static slim_graph *mlp(void)
 
 START_TEST(small_rows_match_and_stay_put)
 {
-    slim_model *ref = tp_model(mlp(), false), *opt = tp_model(mlp(), true);
+    slim_model *ref = tu_model(mlp(), false), *opt = tu_model(mlp(), true);
     ck_assert_int_eq(tu_count_op(opt->graph, "FusedMatMul"), 2);
     slim_tensor all = tp_input(3, 3, (int64_t[]){1, 16, K});
     slim_tensor y16 = tp_run(opt, &all), want = tp_run(ref, &all);

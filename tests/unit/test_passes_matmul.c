@@ -32,7 +32,7 @@ static slim_graph *small_mlp(void)
 
 static slim_model *load_mlp(bool passes)
 {
-    return tp_model(small_mlp(), passes);
+    return tu_model(small_mlp(), passes);
 }
 
 static slim_tensor mlp_input(int64_t n, uint32_t seed)

@@ -3,7 +3,6 @@
  */
 #include "test_passes_util.h"
 
-#include "pipeline.h" /* slim_passes_run */
 #include "slim_init.h"
 
 #include <stdlib.h>
@@ -36,16 +35,6 @@ void tp_graph_io(slim_graph *g)
     slim_graph_add_input(g, x);
     g->values[x].info.dtype = SLIM_F32;
     slim_graph_add_output(g, slim_graph_find_value(g, "y"));
-}
-
-slim_model *tp_model(slim_graph *g, bool passes)
-{
-    slim_err err = {0};
-    if (passes)
-        ck_assert_msg(slim_passes_run(g, &err) == SLIM_OK, "%s", err.msg);
-    slim_model *m;
-    ck_assert_msg(slim_model_from_graph(g, &m, &err) == SLIM_OK, "%s", err.msg);
-    return m;
 }
 
 slim_tensor tp_run(slim_model *m, const slim_tensor *x)

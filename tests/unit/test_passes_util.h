@@ -35,8 +35,6 @@ int tp_node(slim_graph *g, const char *name, const char *op, int n_in, const cha
             const char *out);
 /* Makes "x" the graph's float32 input and "y" its output. */
 void tp_graph_io(slim_graph *g);
-/* g (consumed) as a model, after every pass when passes is true. */
-slim_model *tp_model(slim_graph *g, bool passes);
 /* Runs m on "x" and returns its first output (the others are released). */
 slim_tensor tp_run(slim_model *m, const slim_tensor *x);
 /* Every element of a within rel times ref's largest magnitude (which must

@@ -1,6 +1,8 @@
 /* testutil.c - see testutil.h. */
 #include "testutil.h"
 
+#include "pipeline.h" /* slim_passes_run */
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -299,6 +301,16 @@ slim_graph *tu_gather_graph(uint64_t *rng)
     tu_xinit(g, rng, "table", 2, (int64_t[]){50, 33}, 2.0f);
     tu_set_io(g, "ids", SLIM_I64, "y");
     return g;
+}
+
+slim_model *tu_model(slim_graph *g, bool passes)
+{
+    slim_err err = {0};
+    if (passes)
+        ck_assert_msg(slim_passes_run(g, &err) == SLIM_OK, "%s", err.msg);
+    slim_model *m;
+    ck_assert_msg(slim_model_from_graph(g, &m, &err) == SLIM_OK, "%s", err.msg);
+    return m;
 }
 
 slim_tensor tu_run1(slim_graph *g, const char *in_name, slim_tensor in, slim_status want,

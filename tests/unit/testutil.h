@@ -76,6 +76,8 @@ slim_graph *tu_two_layers(uint64_t *rng);
 slim_graph *tu_gather_graph(uint64_t *rng);
 /* tu_two_layers without its Add(b) and Relu: x[*, 40] -> MatMul -> Gemm -> y[*, 9]. */
 slim_graph *tu_mm_gemm(uint64_t *rng);
+/* g (consumed) as a model, after every pass when passes is true. */
+slim_model *tu_model(slim_graph *g, bool passes);
 slim_tensor tu_run1(slim_graph *g, const char *in_name, slim_tensor in, slim_status want,
                     slim_err *err);
 
