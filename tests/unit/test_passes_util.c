@@ -89,14 +89,7 @@ slim_graph *tp_mlp(const tp_mlp_spec *s)
 
 slim_tensor tp_input(uint32_t seed, int ndim, const int64_t *dims)
 {
-    int64_t count = slim_shape_numel(ndim, dims);
-    float *d = malloc(sizeof(float) * (size_t)count);
-    tp_rng = seed;
-    for (int64_t i = 0; i < count; i++)
-        d[i] = tp_rndf();
-    slim_tensor t = tu_f32(ndim, dims, d);
-    free(d);
-    return t;
+    return tu_input(&tp_rng, seed, ndim, dims);
 }
 
 void tp_compare_and_free(slim_model *ref, slim_model *opt, slim_tensor x, double rel)

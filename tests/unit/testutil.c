@@ -214,6 +214,16 @@ float tu_xrndf(uint64_t *state)
     return (float)(tu_xrnd(state) % 2000001) / 1000000.0f - 1.0f;
 }
 
+slim_tensor tu_input(uint32_t *rng, uint32_t seed, int ndim, const int64_t *dims)
+{
+    slim_tensor t = tu_tensor(SLIM_F32, ndim, dims, NULL);
+    float *d = t.data;
+    *rng = seed;
+    for (int64_t i = 0; i < slim_tensor_numel(&t); i++)
+        d[i] = tu_rndf(rng);
+    return t;
+}
+
 slim_tensor tu_xinput(uint64_t *rng, uint64_t seed, int ndim, const int64_t *dims)
 {
     slim_tensor t = tu_tensor(SLIM_F32, ndim, dims, NULL);

@@ -56,6 +56,9 @@ int tu_count_op(const slim_graph *g, const char *op_type);
  * reseeds it per case, so its values stay what they were. */
 uint32_t tu_xrnd(uint64_t *state);
 float tu_xrndf(uint64_t *state);
+/* A float32 input of dims, its values tu_rndf(rng) in order after
+ * *rng = seed (the pass and conv tests' activations, in [-1, 1)). */
+slim_tensor tu_input(uint32_t *rng, uint32_t seed, int ndim, const int64_t *dims);
 /* A float32 input of dims, its values tu_xrndf(rng) * 2 in order after
  * *rng = seed (the quantization tests' activations, in [-2, 2)). */
 slim_tensor tu_xinput(uint64_t *rng, uint64_t seed, int ndim, const int64_t *dims);
