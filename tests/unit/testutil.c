@@ -300,6 +300,13 @@ slim_graph *tu_mm_gemm(uint64_t *rng)
     return two_layers(rng, false);
 }
 
+void tu_assert_weights_gone(const slim_graph *g)
+{
+    ck_assert_int_ne(g->values[slim_graph_find_value(g, "w")].kind, SLIM_VALUE_INITIALIZER);
+    ck_assert_ptr_null(g->values[slim_graph_find_value(g, "w")].init.data);
+    ck_assert_int_ne(g->values[slim_graph_find_value(g, "w2")].kind, SLIM_VALUE_INITIALIZER);
+}
+
 slim_graph *tu_gather_graph(uint64_t *rng)
 {
     slim_graph *g = slim_graph_new();

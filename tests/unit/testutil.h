@@ -77,6 +77,9 @@ slim_graph *tu_two_layers(uint64_t *rng);
 /* ids (int64 input) -> Gather(table [50, 33], values tu_xrndf(rng) * 2
  * from the stream as it stands) -> y. */
 slim_graph *tu_gather_graph(uint64_t *rng);
+/* Asserts a tu_two_layers graph's float weights gone after a weight pass:
+ * w and w2 no longer initializers, w's data released. */
+void tu_assert_weights_gone(const slim_graph *g);
 /* tu_two_layers without its Add(b) and Relu: x[*, 40] -> MatMul -> Gemm -> y[*, 9]. */
 slim_graph *tu_mm_gemm(uint64_t *rng);
 /* g (consumed) as a model, after every pass when passes is true. */
