@@ -8,46 +8,13 @@
  * path gives the same bits: see sparse.c.
  */
 #include "sparse_impl.h"
+#include "simd_transpose.h"
 
 #include <math.h>
 #include <stdlib.h>
 
 #ifdef SPARSE_X86
 #define AVX512_TARGET __attribute__((target("avx512f,fma,f16c")))
-
-/* r[c] holds 16 floats of channel c; afterwards r[i] holds element i of
- * every channel (a 16 x 16 transpose in registers). */
-AVX512_TARGET
-static inline void transpose16(__m512 r[16])
-{
-    __m512 t[16];
-    for (int i = 0; i < 8; i++) {
-        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
-        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
-    }
-    for (int i = 0; i < 4; i++) {
-        __m512d a = _mm512_castps_pd(t[4 * i]), b = _mm512_castps_pd(t[4 * i + 2]);
-        __m512d c = _mm512_castps_pd(t[4 * i + 1]), d = _mm512_castps_pd(t[4 * i + 3]);
-        r[4 * i] = _mm512_castpd_ps(_mm512_unpacklo_pd(a, b));
-        r[4 * i + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(a, b));
-        r[4 * i + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(c, d));
-        r[4 * i + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(c, d));
-    }
-    /* r[4i + q], 128-bit lane L: rows 4i..4i+3 of column 4L + q. */
-    __m512 o[16];
-    for (int q = 0; q < 4; q++) {
-        __m512 a = _mm512_shuffle_f32x4(r[q], r[4 + q], 0x88);
-        __m512 b = _mm512_shuffle_f32x4(r[q], r[4 + q], 0xdd);
-        __m512 c = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0x88);
-        __m512 d = _mm512_shuffle_f32x4(r[8 + q], r[12 + q], 0xdd);
-        o[q] = _mm512_shuffle_f32x4(a, c, 0x88);
-        o[8 + q] = _mm512_shuffle_f32x4(a, c, 0xdd);
-        o[4 + q] = _mm512_shuffle_f32x4(b, d, 0x88);
-        o[12 + q] = _mm512_shuffle_f32x4(b, d, 0xdd);
-    }
-    for (int i = 0; i < 16; i++)
-        r[i] = o[i];
-}
 
 /* Rows [r0, r0 + 16) of x (those past m as zeros) into their lanes of the
  * transposed block: dst[kk * bw + i] = x[r0 + i][kk], 16 x 16 at a time. */
@@ -63,7 +30,7 @@ static void transpose_rows(const float *x, int64_t ldx, int64_t k, int64_t m, in
         for (int i = 0; i < 16; i++)
             r[i] = i < rows ? _mm512_maskz_loadu_ps(km, x + (r0 + i) * ldx + kk)
                             : _mm512_setzero_ps();
-        transpose16(r);
+        slim__transpose16_ps(r);
         for (int64_t j = 0; j < kw; j++)
             _mm512_store_ps(dst + (kk + j) * bw, r[j]);
     }
@@ -347,7 +314,7 @@ static inline void rows_24(const job *jb, const block24 *bl, int nb, int64_t k, 
                                          _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
                 }
             }
-            transpose16(v);
+            slim__transpose16_ps(v);
             __m512i codes = _mm512_load_si512(cw);
             for (int q = 0; q < gs; q++) {
                 int64_t kk = 4 * (g0 + q);
@@ -507,7 +474,7 @@ void slim__sparse_block_avx512(const job *jb, int64_t j0, int64_t nc, const chan
         __m512 r[16];
         for (int c = 0; c < 16; c++)
             r[c] = c < nc ? _mm512_load_ps(tile + c * RB + g) : _mm512_setzero_ps();
-        transpose16(r);
+        slim__transpose16_ps(r);
         for (int i = 0; i < 16 && r0 + g + i < jb->m; i++) {
             __m512 o = jb->w->bias ? _mm512_add_ps(r[i], bias) : r[i];
             _mm512_mask_storeu_ps(jb->y + (r0 + g + i) * jb->ldy + j0, cmask, o);

@@ -95,12 +95,17 @@ def add_const_model(path, k):
                [helper.make_tensor("k", TensorProto.FLOAT, [], [float(k)])])
 
 
-def build_repository(root):
+def example_models(root):
+    """root emptied, then models/gen_models.py's example models written in it."""
     if os.path.exists(root):
         shutil.rmtree(root)
     os.makedirs(root)
     subprocess.run([sys.executable, os.path.join(REPO, "models", "gen_models.py"), root],
                    check=True, timeout=600, stdout=subprocess.DEVNULL)
+
+
+def build_repository(root):
+    example_models(root)
     # two versions that differ: y = x + version; both served (Triton's
     # default version_policy would load only the latest)
     for v in (1, 2):

@@ -39,8 +39,9 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_server import (REPO, Failure, Runner, Server, binary_request, check,  # noqa: E402
+from test_server import (Failure, Runner, Server, binary_request, check,  # noqa: E402
                          error_of, save_model, write_json)
+from server_e2e_common import example_models  # noqa: E402
 
 WIDE = 1024  # features of the "wide" model: a row is 4 KiB
 
@@ -71,11 +72,7 @@ def add_expand_model(path):
 
 
 def build_repository(root):
-    if os.path.exists(root):
-        shutil.rmtree(root)
-    os.makedirs(root)
-    subprocess.run([sys.executable, os.path.join(REPO, "models", "gen_models.py"), root],
-                   check=True, timeout=600, stdout=subprocess.DEVNULL)
+    example_models(root)
     # 256 KiB is room for batch 8 (32 KiB per activation) but not batch 512 (2 MiB).
     add_wide_model(os.path.join(root, "wide", "1", "model.onnx"))
     write_json(os.path.join(root, "wide", "config.json"),

@@ -59,12 +59,11 @@ import threading
 import time
 
 import numpy as np
-import onnx
 from onnx import TensorProto, helper
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_server import (HOST, REPO, Runner, Server, binary_request, check,  # noqa: E402
-                         parse_raw_reply, raw_exchange)
+                         parse_raw_reply, raw_exchange, save_model)
 
 FLOOD_ADDRESSES = [f"127.0.0.{i}" for i in range(2, 12)]
 PER_ADDRESS = 100
@@ -141,24 +140,16 @@ def error(data):
         return repr(data[:300])
 
 
-def save(path, nodes, inputs, outputs, inits=()):
-    graph = helper.make_graph(nodes, "g", inputs, outputs, initializer=list(inits))
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    onnx.save(model, path)
-
-
 def add_range_model(root, name, n):
     """y = Range(0, n, 1) + x: an output of n floats from a 1-element input."""
-    save(os.path.join(root, name, "1", "model.onnx"),
-         [helper.make_node("Range", ["s", "l", "d"], ["r"]),
-          helper.make_node("Add", ["r", "x"], ["y"])],
-         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
-         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])],
-         [helper.make_tensor("s", TensorProto.FLOAT, [], [0.0]),
-          helper.make_tensor("l", TensorProto.FLOAT, [], [float(n)]),
-          helper.make_tensor("d", TensorProto.FLOAT, [], [1.0])])
+    save_model(os.path.join(root, name, "1", "model.onnx"),
+               [helper.make_node("Range", ["s", "l", "d"], ["r"]),
+                helper.make_node("Add", ["r", "x"], ["y"])],
+               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n"])],
+               [helper.make_tensor("s", TensorProto.FLOAT, [], [0.0]),
+                helper.make_tensor("l", TensorProto.FLOAT, [], [float(n)]),
+                helper.make_tensor("d", TensorProto.FLOAT, [], [1.0])])
 
 
 def example_repository(root, workdir, models):

@@ -40,14 +40,7 @@ static uint32_t rng_state;
 static void add_init(slim_graph *g, const char *name, int ndim, const int64_t *dims, float lo,
                      float hi)
 {
-    int v = slim_graph_value(g, name);
-    int64_t n = slim_shape_numel(ndim, dims);
-    float *d = malloc(sizeof(float) * (size_t)n);
-    for (int64_t i = 0; i < n; i++)
-        d[i] = lo + (hi - lo) * (tu_rndf(&rng_state) + 1.0f) / 2.0f;
-    g->values[v].kind = SLIM_VALUE_INITIALIZER;
-    g->values[v].init = tu_f32(ndim, dims, d);
-    free(d);
+    tu_init_f32(g, &rng_state, name, ndim, dims, lo, hi);
 }
 
 /* x[N,C,H,W] -> Conv 3x3 C->C + bias -> Relu (h) -> Conv 3x3 C->C
@@ -92,14 +85,11 @@ static slim_graph *two_convs(int64_t ch, int64_t side)
 static slim_model *load(bool passes, int64_t ch, int64_t side, bool stored)
 {
     slim_graph *g = two_convs(ch, side);
-    slim_err err = {0};
-    if (passes)
-        ck_assert_msg(slim_passes_run(g, &err) == SLIM_OK, "%s", err.msg);
-    slim_model *m;
-    ck_assert_msg(slim_model_from_graph(g, &m, &err) == SLIM_OK, "%s", err.msg);
+    slim_model *m = tu_model(g, passes);
     if (passes)
         ck_assert_int_eq(tu_count_op(m->graph, "FusedConv"), 2);
 #ifdef SLIM_HAVE_DNNL
+    slim_err err = {0};
     if (stored)
         setenv("SLIM_CONV_WINO_STORED", "1", 1);
     ck_assert_msg(slim_fconv_store_winograd(m, &err) == SLIM_OK, "%s", err.msg);
@@ -165,13 +155,8 @@ START_TEST(wino_stored_matches)
     slim_model_footprint(wino, 1, &fp);
     ck_assert_uint_eq(fp.weight_bytes, wino->weight_bytes);
     slim_model_set_batch_invariant(wino, true);
-    int64_t per_in = ch * side * side, count = 3 * per_in;
-    float *d = malloc(sizeof(float) * (size_t)count);
-    rng_state = 7;
-    for (int64_t i = 0; i < count; i++)
-        d[i] = tu_rndf(&rng_state);
-    slim_tensor x = tu_f32(4, (int64_t[]){3, ch, side, side}, d);
-    free(d);
+    int64_t per_in = ch * side * side;
+    slim_tensor x = tu_input(&rng_state, 7, 4, (int64_t[]){3, ch, side, side});
     slim_tensor a = run(ref, &x);
     slim_tensor b = run(wino, &x);
     slim_tensor c = run(off, &x);
@@ -252,13 +237,7 @@ START_TEST(residual_binary_matches)
     slim_model *bin = load(true, ch, side, false), *sum = load(true, ch, side, false);
     slim_model_set_batch_invariant(bin, true);
     slim_model_set_batch_invariant(sum, true);
-    int64_t count = 3 * ch * side * side;
-    float *d = malloc(sizeof(float) * (size_t)count);
-    rng_state = 11;
-    for (int64_t i = 0; i < count; i++)
-        d[i] = tu_rndf(&rng_state);
-    slim_tensor x = tu_f32(4, (int64_t[]){3, ch, side, side}, d);
-    free(d);
+    slim_tensor x = tu_input(&rng_state, 11, 4, (int64_t[]){3, ch, side, side});
     slim_tensor a = run(ref, &x), b = run_res(bin, &x, "1"), c = run_res(sum, &x, "0");
     double eb = rel_err(&b, &a), ec = rel_err(&c, &a);
     ck_assert_msg(eb < 1e-5, "side %lld, %lld channels: binary residual off by %g",
@@ -345,13 +324,7 @@ START_TEST(residual_in_place_matches)
     ck_assert_msg(slim_plan_build(m, &sig, &p, &err) == SLIM_OK, "%s", err.msg);
     ck_assert_int_ge(p->n_inplace, 1);
     slim_plan_free(p);
-    int64_t count = 3 * ch * side * side;
-    float *d = malloc(sizeof(float) * (size_t)count);
-    rng_state = 13;
-    for (int64_t i = 0; i < count; i++)
-        d[i] = tu_rndf(&rng_state);
-    slim_tensor x = tu_f32(4, (int64_t[]){3, ch, side, side}, d);
-    free(d);
+    slim_tensor x = tu_input(&rng_state, 13, 4, (int64_t[]){3, ch, side, side});
     slim_tensor a = run(ref, &x), b = run_res(m, &x, "1");
     double e = rel_err(&b, &a);
     ck_assert_msg(e < 1e-5, "case %d: Y over R off by %g", _i, e);

@@ -416,11 +416,7 @@ END_TEST
 
 START_TEST(test_pass_fuses_and_matches_fp32)
 {
-    float xv[5 * 40];
-    rng_state = 7;
-    for (int i = 0; i < 200; i++)
-        xv[i] = rndf() * 2;
-    slim_tensor x = tu_f32(2, (int64_t[]){5, 40}, xv);
+    slim_tensor x = tu_xinput(&rng_state, 7, 2, (int64_t[]){5, 40});
     slim_err err;
     slim_tensor ref = tu_run1(tu_two_layers(&rng_state), "x", x, SLIM_OK, &err);
     for (int h = 0; h < 2; h++) {
@@ -436,10 +432,7 @@ START_TEST(test_pass_fuses_and_matches_fp32)
         ck_assert_int_eq(g->nodes[0].n_in, 3);
         ck_assert_int_eq(g->values[g->nodes[0].in[1]].init.dtype, half);
         ck_assert_str_eq(g->nodes[1].op_type, "MatMulHalf");
-        /* The float weights are gone. */
-        ck_assert_int_ne(g->values[slim_graph_find_value(g, "w")].kind, SLIM_VALUE_INITIALIZER);
-        ck_assert_ptr_null(g->values[slim_graph_find_value(g, "w")].init.data);
-        ck_assert_int_ne(g->values[slim_graph_find_value(g, "w2")].kind, SLIM_VALUE_INITIALIZER);
+        tu_assert_weights_gone(g);
         ck_assert_int_eq(rep.n_layers, 2);
         ck_assert(rep.layers[0].converted && rep.layers[1].converted);
         ck_assert_uint_eq(rep.layers[0].bytes_before, (40 * 24 + 24) * 4);
@@ -479,11 +472,7 @@ static slim_graph *gelu_layer(void)
  * stays the float32 model's to the weights' rounding. */
 START_TEST(test_gelu_fused_into_epilogue)
 {
-    float xv[5 * 40];
-    rng_state = 8;
-    for (int i = 0; i < 200; i++)
-        xv[i] = rndf() * 2;
-    slim_tensor x = tu_f32(2, (int64_t[]){5, 40}, xv);
+    slim_tensor x = tu_xinput(&rng_state, 8, 2, (int64_t[]){5, 40});
     slim_err err;
     slim_tensor ref = tu_run1(gelu_layer(), "x", x, SLIM_OK, &err);
     for (int h = 0; h < 2; h++) {
@@ -534,16 +523,10 @@ START_TEST(test_gather_half)
 {
     for (int h = 0; h < 2; h++) {
         slim_dtype half = h ? SLIM_BF16 : SLIM_F16;
-        slim_graph *g = slim_graph_new();
-        g->opset = 17;
-        slim_graph_add_node(g, "emb", "Gather", "", 2, (const char *[]){"table", "ids"}, 1,
-                            (const char *[]){"y"});
-        g->nodes[0].opset = 17;
         rng_state = 5;
-        tu_xinit(g, &rng_state, "table", 2, (int64_t[]){50, 33}, 2.0f);
+        slim_graph *g = tu_gather_graph(&rng_state);
         float t[50 * 33];
         memcpy(t, g->values[slim_graph_find_value(g, "table")].init.data, sizeof(t));
-        tu_set_io(g, "ids", SLIM_I64, "y");
         slim_err err;
         slim_half_opts o = {.half = half};
         ck_assert_int_eq(slim_quant_half_weights(g, &o, NULL, &err), SLIM_OK);
@@ -580,13 +563,7 @@ START_TEST(test_malformed_node_refused)
     g->values[w].kind = SLIM_VALUE_INITIALIZER;
     uint16_t wb[16 * 4] = {0}; /* [16, 8] expected */
     g->values[w].init = tu_tensor(SLIM_BF16, 2, (int64_t[]){16, 4}, wb);
-    tu_set_io(g, "x", SLIM_F32, "y");
-    slim_err err;
-    float xv[16] = {0};
-    slim_tensor x = tu_f32(2, (int64_t[]){2, 8}, xv);
-    tu_run1(g, "x", x, SLIM_ESHAPE, &err);
-    ck_assert_msg(strstr(err.msg, "packed weight"), "%s", err.msg);
-    slim_tensor_release(&x);
+    tu_assert_refused(g, 2, (int64_t[]){2, 8}, "packed weight");
 }
 END_TEST
 

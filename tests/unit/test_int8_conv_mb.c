@@ -138,6 +138,27 @@ static const block blocks[] = {
     {1, 32, 40, 5, 11}, /* 40: masked tails everywhere */
 };
 
+/* A MobileNet block's chain, its weights drawn in this order: 1x1
+ * expansion c -> e, 3x3 depthwise, 1x1 projection e -> c. */
+static void chain_make(conv *ex, conv *dw, conv *pr, int64_t c, int64_t e, int64_t h, int64_t w)
+{
+    conv_make(ex, c, e, h, w, 1, false, 4.0f);
+    conv_make(dw, e, e, h, w, 3, true, 2.0f);
+    conv_make(pr, e, c, h, w, 1, false, 1.0f);
+}
+
+/* Codes between the chain's convs: the expansion writes ReLU6 codes
+ * (its bad images marked in bad_e), the depthwise reads them and writes
+ * its own (bad_d), the projection reads those. */
+static void chain_codes(uint8_t *bad_e, uint8_t *bad_d, slim_qconv_codes *io_e,
+                        slim_qconv_codes *io_d, slim_qconv_codes *io_p)
+{
+    *io_e = (slim_qconv_codes){.out = true, .out_lo = 0, .out_hi = 6, .y_bad = bad_e};
+    *io_d = (slim_qconv_codes){.in = true, .in_lo = 0, .in_hi = 6, .x_bad = bad_e,
+                               .out = true, .out_lo = 0, .out_hi = 6, .y_bad = bad_d};
+    *io_p = (slim_qconv_codes){.in = true, .in_lo = 0, .in_hi = 6, .x_bad = bad_d};
+}
+
 /* Expansion -> depthwise -> projection, once with float hand-overs and
  * once with codes: the codes are the floats' codes and the results are
  * bitwise the same, on every ISA path. */
@@ -146,9 +167,7 @@ START_TEST(test_codes_chain_matches_float)
     const block *b = &blocks[_i];
     int64_t hw = b->h * b->w, n = b->n;
     conv ex, dw, pr, c3;
-    conv_make(&ex, b->c, b->e, b->h, b->w, 1, false, 4.0f);
-    conv_make(&dw, b->e, b->e, b->h, b->w, 3, true, 2.0f);
-    conv_make(&pr, b->e, b->c, b->h, b->w, 1, false, 1.0f);
+    chain_make(&ex, &dw, &pr, b->c, b->e, b->h, b->w);
     conv_make(&c3, b->e, b->c, b->h, b->w, 3, false, 1.0f);
     float *x = malloc(sizeof(float) * (size_t)(n * hw * b->c));
     for (int64_t i = 0; i < n * hw * b->c; i++)
@@ -176,10 +195,8 @@ START_TEST(test_codes_chain_matches_float)
         memset(bad_d, 7, sizeof(bad_d));
         for (int64_t i = 0; i < n; i++)
             bad_e[i] = bad_d[i] = 0;
-        slim_qconv_codes io_e = {.out = true, .out_lo = 0, .out_hi = 6, .y_bad = bad_e};
-        slim_qconv_codes io_d = {.in = true, .in_lo = 0, .in_hi = 6, .x_bad = bad_e,
-                                 .out = true, .out_lo = 0, .out_hi = 6, .y_bad = bad_d};
-        slim_qconv_codes io_p = {.in = true, .in_lo = 0, .in_hi = 6, .x_bad = bad_d};
+        slim_qconv_codes io_e, io_d, io_p;
+        chain_codes(bad_e, bad_d, &io_e, &io_d, &io_p);
         ck_assert_int_eq(slim_qconv_run_codes(&ex.q, &io_e, n, x, &we, e_c, &err), SLIM_OK);
         ck_assert_int_eq(slim_qconv_run_codes(&dw.q, &io_d, n, e_c, &wd, d_c, &err), SLIM_OK);
         ck_assert_int_eq(slim_qconv_run_codes(&pr.q, &io_p, n, d_c, &wp, p_c, &err), SLIM_OK);
@@ -210,9 +227,7 @@ START_TEST(test_codes_batch_independent)
 {
     int64_t n = 5, c = 24, e = 96, h = 8, w = 8, hw = h * w;
     conv ex, dw, pr;
-    conv_make(&ex, c, e, h, w, 1, false, 4.0f);
-    conv_make(&dw, e, e, h, w, 3, true, 2.0f);
-    conv_make(&pr, e, c, h, w, 1, false, 1.0f);
+    chain_make(&ex, &dw, &pr, c, e, h, w);
     float *x = malloc(sizeof(float) * (size_t)(n * hw * c));
     for (int64_t i = 0; i < n * hw * c; i++)
         x[i] = rndf() * (1 + (float)(i / (hw * c))); /* images of different ranges */
@@ -222,10 +237,8 @@ START_TEST(test_codes_batch_independent)
     uint8_t bad_e[5], bad_d[5];
     slim_qconv_weights we = relu6(&ex), wd = relu6(&dw), wp = linear(&pr);
     slim_err err = {0};
-    slim_qconv_codes io_e = {.out = true, .out_lo = 0, .out_hi = 6, .y_bad = bad_e};
-    slim_qconv_codes io_d = {.in = true, .in_lo = 0, .in_hi = 6, .x_bad = bad_e,
-                             .out = true, .out_lo = 0, .out_hi = 6, .y_bad = bad_d};
-    slim_qconv_codes io_p = {.in = true, .in_lo = 0, .in_hi = 6, .x_bad = bad_d};
+    slim_qconv_codes io_e, io_d, io_p;
+    chain_codes(bad_e, bad_d, &io_e, &io_d, &io_p);
     memset(bad_e, 0, sizeof(bad_e));
     memset(bad_d, 0, sizeof(bad_d));
     ck_assert_int_eq(slim_qconv_run_codes(&ex.q, &io_e, n, x, &we, e_c, &err), SLIM_OK);
@@ -252,9 +265,7 @@ START_TEST(test_codes_nan_image)
 {
     int64_t n = 3, c = 16, e = 48, h = 5, w = 6, hw = h * w;
     conv ex, dw, pr;
-    conv_make(&ex, c, e, h, w, 1, false, 4.0f);
-    conv_make(&dw, e, e, h, w, 3, true, 2.0f);
-    conv_make(&pr, e, c, h, w, 1, false, 1.0f);
+    chain_make(&ex, &dw, &pr, c, e, h, w);
     float *x = malloc(sizeof(float) * (size_t)(n * hw * c));
     for (int64_t i = 0; i < n * hw * c; i++)
         x[i] = rndf() * 3;
@@ -267,10 +278,8 @@ START_TEST(test_codes_nan_image)
     uint8_t bad_e[3] = {0}, bad_d[3] = {0};
     slim_qconv_weights we = relu6(&ex), wd = relu6(&dw), wp = linear(&pr);
     slim_err err = {0};
-    slim_qconv_codes io_e = {.out = true, .out_lo = 0, .out_hi = 6, .y_bad = bad_e};
-    slim_qconv_codes io_d = {.in = true, .in_lo = 0, .in_hi = 6, .x_bad = bad_e,
-                             .out = true, .out_lo = 0, .out_hi = 6, .y_bad = bad_d};
-    slim_qconv_codes io_p = {.in = true, .in_lo = 0, .in_hi = 6, .x_bad = bad_d};
+    slim_qconv_codes io_e, io_d, io_p;
+    chain_codes(bad_e, bad_d, &io_e, &io_d, &io_p);
     ck_assert_int_eq(slim_qconv_run_codes(&ex.q, &io_e, n, x, &we, e_c, &err), SLIM_OK);
     ck_assert_int_eq(slim_qconv_run_codes(&dw.q, &io_d, n, e_c, &wd, d_c, &err), SLIM_OK);
     ck_assert_int_eq(slim_qconv_run_codes(&pr.q, &io_p, n, d_c, &wp, y, &err), SLIM_OK);

@@ -70,11 +70,7 @@ static slim_graph *conv_bn_relu(int64_t group, int64_t cout)
 START_TEST(test_pass_conv_bn_relu)
 {
     enum { N = 3, PER = 6 * 9 * 9 };
-    float xv[N * PER];
-    rng_state = 5;
-    for (int i = 0; i < N * PER; i++)
-        xv[i] = rndf() * 2;
-    slim_tensor x = tu_f32(4, (int64_t[]){N, 6, 9, 9}, xv);
+    slim_tensor x = tu_xinput(&rng_state, 5, 4, (int64_t[]){N, 6, 9, 9});
     slim_err err;
     slim_tensor ref = tu_run1(conv_bn_relu(2, 10), "x", x, SLIM_OK, &err);
 
@@ -103,7 +99,7 @@ START_TEST(test_pass_conv_bn_relu)
     for (int n = 0; n < N; n++) {
         g = conv_bn_relu(2, 10);
         ck_assert_int_eq(slim_quant_int8(g, NULL, NULL, &err), SLIM_OK);
-        slim_tensor x1 = tu_f32(4, (int64_t[]){1, 6, 9, 9}, xv + n * PER);
+        slim_tensor x1 = tu_f32(4, (int64_t[]){1, 6, 9, 9}, (const float *)x.data + n * PER);
         slim_tensor y1 = tu_run1(g, "x", x1, SLIM_OK, &err);
         ck_assert(memcmp(y1.data, (float *)y.data + n * 250, sizeof(float) * 250) == 0);
         slim_tensor_release(&y1);
@@ -189,11 +185,7 @@ static const slim_int8_layer *layer_named(const slim_int8_report *rep, const cha
 START_TEST(test_pass_depthwise_neighbours_stay_float)
 {
     enum { N = 2, PER = 8 * 6 * 6 };
-    float xv[N * PER];
-    rng_state = 9;
-    for (int i = 0; i < N * PER; i++)
-        xv[i] = rndf() * 2;
-    slim_tensor x = tu_f32(4, (int64_t[]){N, 8, 6, 6}, xv);
+    slim_tensor x = tu_xinput(&rng_state, 9, 4, (int64_t[]){N, 8, 6, 6});
     slim_err err;
     slim_tensor ref = tu_run1(mobile_block(), "x", x, SLIM_OK, &err);
 
@@ -311,11 +303,7 @@ static int64_t attr_of(const slim_graph *g, const char *node, const char *attr)
 START_TEST(test_pass_nhwc_hand_over)
 {
     enum { N = 3, PER = 6 * 9 * 9 };
-    float xv[N * PER];
-    rng_state = 17;
-    for (int i = 0; i < N * PER; i++)
-        xv[i] = rndf() * 2;
-    slim_tensor x = tu_f32(4, (int64_t[]){N, 6, 9, 9}, xv);
+    slim_tensor x = tu_xinput(&rng_state, 17, 4, (int64_t[]){N, 6, 9, 9});
     slim_err err;
     slim_tensor ref = tu_run1(conv_chain(false), "x", x, SLIM_OK, &err);
 
@@ -343,7 +331,7 @@ START_TEST(test_pass_nhwc_hand_over)
     for (int n = 0; n < N; n++) {
         g = conv_chain(false);
         ck_assert_int_eq(slim_quant_int8(g, NULL, NULL, &err), SLIM_OK);
-        slim_tensor x1 = tu_f32(4, (int64_t[]){1, 6, 9, 9}, xv + n * PER);
+        slim_tensor x1 = tu_f32(4, (int64_t[]){1, 6, 9, 9}, (const float *)x.data + n * PER);
         slim_tensor y1 = tu_run1(g, "x", x1, SLIM_OK, &err);
         ck_assert(memcmp(y1.data, (float *)y.data + n * 112, sizeof(float) * 112) == 0);
         slim_tensor_release(&y1);
@@ -408,11 +396,7 @@ static slim_graph *res_chain(void)
 START_TEST(test_pass_residual_fused)
 {
     enum { N = 3, PER = 8 * 7 * 7 };
-    float xv[N * PER];
-    rng_state = 23;
-    for (int i = 0; i < N * PER; i++)
-        xv[i] = rndf() * 2;
-    slim_tensor x = tu_f32(4, (int64_t[]){N, 8, 7, 7}, xv);
+    slim_tensor x = tu_xinput(&rng_state, 23, 4, (int64_t[]){N, 8, 7, 7});
     slim_err err;
     slim_tensor ref = tu_run1(res_chain(), "x", x, SLIM_OK, &err);
 
@@ -449,7 +433,7 @@ START_TEST(test_pass_residual_fused)
     for (int n = 0; n < N; n++) {
         g = res_chain();
         ck_assert_int_eq(slim_quant_int8(g, NULL, NULL, &err), SLIM_OK);
-        slim_tensor x1 = tu_f32(4, (int64_t[]){1, 8, 7, 7}, xv + n * PER);
+        slim_tensor x1 = tu_f32(4, (int64_t[]){1, 8, 7, 7}, (const float *)x.data + n * PER);
         slim_tensor y1 = tu_run1(g, "x", x1, SLIM_OK, &err);
         ck_assert(memcmp(y1.data, (float *)y.data + n * PER, sizeof(float) * PER) == 0);
         slim_tensor_release(&y1);
@@ -478,13 +462,7 @@ START_TEST(test_malformed_conv_refused)
     g->values[w].init = tu_tensor(SLIM_I8, 2, (int64_t[]){16, 8}, wb);
     g->values[s].init = tu_f32(1, (int64_t[]){2}, (float[]){1, 1});
     g->values[cs].init = tu_tensor(SLIM_I32, 1, (int64_t[]){2}, (int32_t[]){0, 0});
-    tu_set_io(g, "x", SLIM_F32, "y");
-    slim_err err;
-    float xv[4 * 5 * 5] = {0};
-    slim_tensor xt = tu_f32(4, (int64_t[]){1, 4, 5, 5}, xv);
-    tu_run1(g, "x", xt, SLIM_ESHAPE, &err);
-    ck_assert_msg(strstr(err.msg, "packed weight"), "%s", err.msg);
-    slim_tensor_release(&xt);
+    tu_assert_refused(g, 4, (int64_t[]){1, 4, 5, 5}, "packed weight");
 }
 END_TEST
 

@@ -25,11 +25,7 @@ static float rndf(void) /* in [-1, 1) */
 
 START_TEST(test_pass_fuses_and_matches_fp32)
 {
-    float xv[5 * 40];
-    rng_state = 7;
-    for (int i = 0; i < 200; i++)
-        xv[i] = rndf() * 2;
-    slim_tensor x = tu_f32(2, (int64_t[]){5, 40}, xv);
+    slim_tensor x = tu_xinput(&rng_state, 7, 2, (int64_t[]){5, 40});
     slim_err err;
     slim_tensor ref = tu_run1(tu_two_layers(&rng_state), "x", x, SLIM_OK, &err);
 
@@ -42,10 +38,7 @@ START_TEST(test_pass_fuses_and_matches_fp32)
     ck_assert_str_eq(slim_attr_str(&g->nodes[0], "activation", ""), "Relu");
     ck_assert_int_eq(g->nodes[0].n_in, 5);
     ck_assert_str_eq(g->nodes[1].op_type, "MatMulInt8");
-    /* The float weights are gone. */
-    ck_assert_int_ne(g->values[slim_graph_find_value(g, "w")].kind, SLIM_VALUE_INITIALIZER);
-    ck_assert_ptr_null(g->values[slim_graph_find_value(g, "w")].init.data);
-    ck_assert_int_ne(g->values[slim_graph_find_value(g, "w2")].kind, SLIM_VALUE_INITIALIZER);
+    tu_assert_weights_gone(g);
     ck_assert_int_eq(rep.n_layers, 2);
     ck_assert(rep.layers[0].quantized && rep.layers[1].quantized);
     ck_assert_uint_eq(rep.layers[0].bytes_before, (40 * 24 + 24) * 4);
@@ -85,11 +78,7 @@ static slim_graph *one_matmul(float wscale)
 
 START_TEST(test_scale_half_or_float)
 {
-    float xv[3 * 40];
-    rng_state = 5;
-    for (int i = 0; i < 120; i++)
-        xv[i] = rndf() * 2;
-    slim_tensor x = tu_f32(2, (int64_t[]){3, 40}, xv);
+    slim_tensor x = tu_xinput(&rng_state, 5, 2, (int64_t[]){3, 40});
     slim_err err;
     const float wscales[] = {0.3f, 1e-5f};
     double werr[2][2] = {{0}}; /* [t][mse] */
@@ -203,14 +192,8 @@ END_TEST
 
 START_TEST(test_gather_int8)
 {
-    slim_graph *g = slim_graph_new();
-    g->opset = 17;
-    slim_graph_add_node(g, "emb", "Gather", "", 2, (const char *[]){"table", "ids"}, 1,
-                        (const char *[]){"y"});
-    g->nodes[0].opset = 17;
     rng_state = 3;
-    tu_xinit(g, &rng_state, "table", 2, (int64_t[]){50, 33}, 2.0f);
-    tu_set_io(g, "ids", SLIM_I64, "y");
+    slim_graph *g = tu_gather_graph(&rng_state);
     slim_err err;
     slim_int8_report rep;
     ck_assert_int_eq(slim_quant_int8(g, NULL, &rep, &err), SLIM_OK);
@@ -240,13 +223,7 @@ START_TEST(test_gather_int8)
     slim_tensor_release(&ids);
 
     /* An index out of range is an error, not a stray read. */
-    g = slim_graph_new();
-    g->opset = 17;
-    slim_graph_add_node(g, "emb", "Gather", "", 2, (const char *[]){"table", "ids"}, 1,
-                        (const char *[]){"y"});
-    g->nodes[0].opset = 17;
-    tu_xinit(g, &rng_state, "table", 2, (int64_t[]){50, 33}, 2.0f);
-    tu_set_io(g, "ids", SLIM_I64, "y");
+    g = tu_gather_graph(&rng_state); /* the stream goes on: another table */
     ck_assert_int_eq(slim_quant_int8(g, NULL, NULL, &err), SLIM_OK);
     ids = tu_i64(1, (int64_t[]){1}, (int64_t[]){50});
     tu_run1(g, "ids", ids, SLIM_EINVAL, &err);
@@ -271,13 +248,7 @@ START_TEST(test_malformed_node_refused)
     g->values[w].init = tu_tensor(SLIM_I8, 2, (int64_t[]){16, 4}, wb);
     g->values[s].init = tu_f32(1, (int64_t[]){3}, (float[]){1, 1, 1});
     g->values[cs].init = tu_tensor(SLIM_I32, 1, (int64_t[]){3}, (int32_t[]){0, 0, 0});
-    tu_set_io(g, "x", SLIM_F32, "y");
-    slim_err err;
-    float xv[16] = {0};
-    slim_tensor x = tu_f32(2, (int64_t[]){2, 8}, xv);
-    tu_run1(g, "x", x, SLIM_ESHAPE, &err);
-    ck_assert_msg(strstr(err.msg, "packed weight"), "%s", err.msg);
-    slim_tensor_release(&x);
+    tu_assert_refused(g, 2, (int64_t[]){2, 8}, "packed weight");
 }
 END_TEST
 
@@ -287,11 +258,7 @@ END_TEST
  * layer with no sample input is quantized unmeasured. */
 START_TEST(test_pass_max_error)
 {
-    float xv[6 * 40];
-    rng_state = 11;
-    for (int i = 0; i < 240; i++)
-        xv[i] = rndf() * 2;
-    slim_tensor x = tu_f32(2, (int64_t[]){6, 40}, xv);
+    slim_tensor x = tu_xinput(&rng_state, 11, 2, (int64_t[]){6, 40});
     slim_err err;
     slim_int8_samples smp = {1, (char *[]){"x"}, &x};
 
@@ -361,11 +328,7 @@ END_TEST
 START_TEST(test_outlier_channels_split)
 {
     enum { M = 8, K = 96, N = 40 };
-    float xv[M * K];
-    rng_state = 5;
-    for (int i = 0; i < M * K; i++)
-        xv[i] = rndf() * 2;
-    slim_tensor x = tu_f32(2, (int64_t[]){M, K}, xv);
+    slim_tensor x = tu_xinput(&rng_state, 5, 2, (int64_t[]){M, K});
     slim_int8_samples smp = {1, (char *[]){"x"}, &x};
     double errors[2];
     for (int split = 0; split < 2; split++) {
@@ -443,11 +406,7 @@ END_TEST
 START_TEST(test_gelu_fused_into_epilogue)
 {
     enum { M = 7, K = 48, N = 80 };
-    float xv[M * K];
-    rng_state = 11;
-    for (int i = 0; i < M * K; i++)
-        xv[i] = rndf() * 2;
-    slim_tensor x = tu_f32(2, (int64_t[]){M, K}, xv);
+    slim_tensor x = tu_xinput(&rng_state, 11, 2, (int64_t[]){M, K});
     slim_tensor ys[2];
     for (int fuse = 0; fuse < 3; fuse++) {
         slim_graph *g = slim_graph_new();

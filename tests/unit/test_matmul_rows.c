@@ -10,7 +10,6 @@
 #include "testutil.h"
 
 #include "pass.h"
-#include "pipeline.h"
 #include "slim_init.h"
 
 #include <math.h>
@@ -37,11 +36,7 @@ static slim_model *load(bool passes)
     tu_op(g, "Add", "s", 2, "p", "b");
     tu_op(g, "Relu", "y", 1, "s");
     slim_graph_add_output(g, slim_graph_find_value(g, "y"));
-    slim_err err = {0};
-    if (passes)
-        ck_assert_msg(slim_passes_run(g, &err) == SLIM_OK, "%s", err.msg);
-    slim_model *m;
-    ck_assert_msg(slim_model_from_graph(g, &m, &err) == SLIM_OK, "%s", err.msg);
+    slim_model *m = tu_model(g, passes);
     if (passes)
         ck_assert_int_eq(tu_count_op(m->graph, "FusedMatMul"), 1);
     slim_model_set_batch_invariant(m, passes);

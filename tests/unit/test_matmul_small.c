@@ -24,33 +24,12 @@
  *   -> MatMul(w2 [H, NO]) + b2 -> Relu -> y */
 static slim_graph *mlp(void)
 {
-    slim_graph *g = slim_graph_new();
-    g->opset = 17;
-    tp_rng = 5;
-    tp_add_init(g, "w1", 2, (int64_t[]){K, H}, -0.2f, 0.2f);
-    tp_add_init(g, "b1", 1, (int64_t[]){H}, -0.5f, 0.5f);
-    tp_add_init(g, "w2", 2, (int64_t[]){H, NO}, -0.2f, 0.2f);
-    tp_add_init(g, "b2", 1, (int64_t[]){NO}, -0.2f, 0.2f);
-    tp_add_init(g, "inv_sqrt2", 0, NULL, 0.70710678f, 0.70710678f);
-    tp_add_init(g, "one", 0, NULL, 1.0f, 1.0f);
-    tp_add_init(g, "half", 0, NULL, 0.5f, 0.5f);
-    tp_node(g, "mm1", "MatMul", 2, (const char *[]){"x", "w1"}, "h");
-    tp_node(g, "add1", "Add", 2, (const char *[]){"h", "b1"}, "f");
-    tp_node(g, "g1", "Mul", 2, (const char *[]){"f", "inv_sqrt2"}, "t1");
-    tp_node(g, "g2", "Erf", 1, (const char *[]){"t1"}, "t2");
-    tp_node(g, "g3", "Add", 2, (const char *[]){"t2", "one"}, "t3");
-    tp_node(g, "g4", "Mul", 2, (const char *[]){"f", "t3"}, "t4");
-    tp_node(g, "g5", "Mul", 2, (const char *[]){"t4", "half"}, "gelu");
-    tp_node(g, "mm2", "MatMul", 2, (const char *[]){"gelu", "w2"}, "h2");
-    tp_node(g, "add2", "Add", 2, (const char *[]){"h2", "b2"}, "f2");
-    tp_node(g, "relu", "Relu", 1, (const char *[]){"f2"}, "y");
-    tp_graph_io(g);
-    return g;
+    return tp_mlp(&(tp_mlp_spec){.seed = 5, .k = K, .h = H, .no = NO, .w = 0.2f, .b1 = 0.5f});
 }
 
 START_TEST(small_rows_match_and_stay_put)
 {
-    slim_model *ref = tp_model(mlp(), false), *opt = tp_model(mlp(), true);
+    slim_model *ref = tu_model(mlp(), false), *opt = tu_model(mlp(), true);
     ck_assert_int_eq(tu_count_op(opt->graph, "FusedMatMul"), 2);
     slim_tensor all = tp_input(3, 3, (int64_t[]){1, 16, K});
     slim_tensor y16 = tp_run(opt, &all), want = tp_run(ref, &all);

@@ -91,12 +91,7 @@ static void build(void)
 static slim_model *load(bool passes)
 {
     build();
-    slim_err err = {0};
-    if (passes)
-        ck_assert_msg(slim_passes_run(G, &err) == SLIM_OK, "%s", err.msg);
-    slim_model *m;
-    ck_assert_msg(slim_model_from_graph(G, &m, &err) == SLIM_OK, "%s", err.msg);
-    return m;
+    return tu_model(G, passes);
 }
 
 static void same_bits(slim_model *ref, slim_model *opt)

@@ -3,7 +3,6 @@
 #include "test_pass_rewrite_util.h"
 
 #include "pass.h"
-#include "pipeline.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -99,12 +98,7 @@ int count_op(const slim_graph *g, const char *op_type)
 slim_model *load(build_fn build, bool passes)
 {
     build();
-    slim_err err = {0};
-    if (passes)
-        ck_assert_msg(slim_passes_run(G, &err) == SLIM_OK, "%s", err.msg);
-    slim_model *m;
-    ck_assert_msg(slim_model_from_graph(G, &m, &err) == SLIM_OK, "%s", err.msg);
-    return m;
+    return tu_model(G, passes);
 }
 
 /* Runs both models on x of the given shape (values in [-scale, scale)) and

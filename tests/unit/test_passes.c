@@ -266,7 +266,7 @@ static slim_graph *odd_cnn(bool h2_out)
 
 static slim_model *load_odd(bool passes, bool h2_out)
 {
-    return tp_model(odd_cnn(h2_out), passes);
+    return tu_model(odd_cnn(h2_out), passes);
 }
 
 static slim_tensor odd_input(int64_t n)
@@ -429,7 +429,7 @@ static slim_graph *wino_cnn(void)
 
 static slim_model *load_wino(bool passes)
 {
-    return tp_model(wino_cnn(), passes);
+    return tu_model(wino_cnn(), passes);
 }
 
 /* Winograd's answer is the reference's within float rounding, not the
@@ -485,7 +485,7 @@ static slim_graph *small_plane_cnn(void)
 
 static slim_model *load_small_plane(bool passes)
 {
-    return tp_model(small_plane_cnn(), passes);
+    return tu_model(small_plane_cnn(), passes);
 }
 
 /* Many channel parts per thread on a small plane: the reference's answer

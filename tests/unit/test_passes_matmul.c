@@ -26,33 +26,13 @@
  *   -> MatMul(w2[128,64]) + b2 -> Relu -> y */
 static slim_graph *small_mlp(void)
 {
-    slim_graph *g = slim_graph_new();
-    g->opset = 17;
-    tp_rng = 11;
-    tp_add_init(g, "w1", 2, (int64_t[]){64, 128}, -0.3f, 0.3f);
-    tp_add_init(g, "b1", 1, (int64_t[]){128}, -0.2f, 0.2f);
-    tp_add_init(g, "w2", 2, (int64_t[]){128, 64}, -0.3f, 0.3f);
-    tp_add_init(g, "b2", 1, (int64_t[]){64}, -0.2f, 0.2f);
-    tp_add_init(g, "inv_sqrt2", 0, NULL, 0.70710678f, 0.70710678f);
-    tp_add_init(g, "one", 0, NULL, 1.0f, 1.0f);
-    tp_add_init(g, "half", 0, NULL, 0.5f, 0.5f);
-    tp_node(g, "mm1", "MatMul", 2, (const char *[]){"x", "w1"}, "h");
-    tp_node(g, "add1", "Add", 2, (const char *[]){"h", "b1"}, "f");
-    tp_node(g, "g1", "Mul", 2, (const char *[]){"f", "inv_sqrt2"}, "t1");
-    tp_node(g, "g2", "Erf", 1, (const char *[]){"t1"}, "t2");
-    tp_node(g, "g3", "Add", 2, (const char *[]){"t2", "one"}, "t3");
-    tp_node(g, "g4", "Mul", 2, (const char *[]){"f", "t3"}, "t4");
-    tp_node(g, "g5", "Mul", 2, (const char *[]){"t4", "half"}, "gelu");
-    tp_node(g, "mm2", "MatMul", 2, (const char *[]){"gelu", "w2"}, "h2");
-    tp_node(g, "add2", "Add", 2, (const char *[]){"b2", "h2"}, "f2");
-    tp_node(g, "relu", "Relu", 1, (const char *[]){"f2"}, "y");
-    tp_graph_io(g);
-    return g;
+    return tp_mlp(&(tp_mlp_spec){.seed = 11, .k = 64, .h = 128, .no = 64, .w = 0.3f, .b1 = 0.2f,
+                                 .bias_first = true});
 }
 
 static slim_model *load_mlp(bool passes)
 {
-    return tp_model(small_mlp(), passes);
+    return tu_model(small_mlp(), passes);
 }
 
 static slim_tensor mlp_input(int64_t n, uint32_t seed)

@@ -3,10 +3,8 @@
  */
 #include "test_passes_util.h"
 
-#include "pipeline.h" /* slim_passes_run */
 #include "slim_init.h"
 
-#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -39,16 +37,6 @@ void tp_graph_io(slim_graph *g)
     slim_graph_add_output(g, slim_graph_find_value(g, "y"));
 }
 
-slim_model *tp_model(slim_graph *g, bool passes)
-{
-    slim_err err = {0};
-    if (passes)
-        ck_assert_msg(slim_passes_run(g, &err) == SLIM_OK, "%s", err.msg);
-    slim_model *m;
-    ck_assert_msg(slim_model_from_graph(g, &m, &err) == SLIM_OK, "%s", err.msg);
-    return m;
-}
-
 slim_tensor tp_run(slim_model *m, const slim_tensor *x)
 {
     slim_tensor *out = NULL, y;
@@ -65,29 +53,43 @@ slim_tensor tp_run(slim_model *m, const slim_tensor *x)
 
 void tp_assert_close(const slim_tensor *a, const slim_tensor *ref, double rel)
 {
-    int64_t n = slim_tensor_numel(ref);
-    ck_assert_int_eq(slim_tensor_numel(a), n);
-    double mx = 0;
-    for (int64_t i = 0; i < n; i++)
-        mx = fmax(mx, fabs(((const float *)ref->data)[i]));
-    ck_assert(mx > 0.1); /* a graph that outputs zeros would prove nothing */
-    for (int64_t i = 0; i < n; i++) {
-        float u = ((const float *)a->data)[i], v = ((const float *)ref->data)[i];
-        ck_assert_msg(fabs(u - v) <= rel * mx, "element %lld: %g vs %g (max %g)", (long long)i, u,
-                      v, mx);
-    }
+    ck_assert_int_eq(slim_tensor_numel(a), slim_tensor_numel(ref));
+    ck_assert(tu_max_abs(ref) > 0.1); /* a graph that outputs zeros would prove nothing */
+    tu_assert_close_max(a, ref, rel);
+}
+
+slim_graph *tp_mlp(const tp_mlp_spec *s)
+{
+    slim_graph *g = slim_graph_new();
+    g->opset = 17;
+    tp_rng = s->seed;
+    tp_add_init(g, "w1", 2, (int64_t[]){s->k, s->h}, -s->w, s->w);
+    tp_add_init(g, "b1", 1, (int64_t[]){s->h}, -s->b1, s->b1);
+    tp_add_init(g, "w2", 2, (int64_t[]){s->h, s->no}, -s->w, s->w);
+    tp_add_init(g, "b2", 1, (int64_t[]){s->no}, -0.2f, 0.2f);
+    tp_add_init(g, "inv_sqrt2", 0, NULL, 0.70710678f, 0.70710678f);
+    tp_add_init(g, "one", 0, NULL, 1.0f, 1.0f);
+    tp_add_init(g, "half", 0, NULL, 0.5f, 0.5f);
+    tp_node(g, "mm1", "MatMul", 2, (const char *[]){"x", "w1"}, "h");
+    tp_node(g, "add1", "Add", 2, (const char *[]){"h", "b1"}, "f");
+    tp_node(g, "g1", "Mul", 2, (const char *[]){"f", "inv_sqrt2"}, "t1");
+    tp_node(g, "g2", "Erf", 1, (const char *[]){"t1"}, "t2");
+    tp_node(g, "g3", "Add", 2, (const char *[]){"t2", "one"}, "t3");
+    tp_node(g, "g4", "Mul", 2, (const char *[]){"f", "t3"}, "t4");
+    tp_node(g, "g5", "Mul", 2, (const char *[]){"t4", "half"}, "gelu");
+    tp_node(g, "mm2", "MatMul", 2, (const char *[]){"gelu", "w2"}, "h2");
+    if (s->bias_first)
+        tp_node(g, "add2", "Add", 2, (const char *[]){"b2", "h2"}, "f2");
+    else
+        tp_node(g, "add2", "Add", 2, (const char *[]){"h2", "b2"}, "f2");
+    tp_node(g, "relu", "Relu", 1, (const char *[]){"f2"}, "y");
+    tp_graph_io(g);
+    return g;
 }
 
 slim_tensor tp_input(uint32_t seed, int ndim, const int64_t *dims)
 {
-    int64_t count = slim_shape_numel(ndim, dims);
-    float *d = malloc(sizeof(float) * (size_t)count);
-    tp_rng = seed;
-    for (int64_t i = 0; i < count; i++)
-        d[i] = tp_rndf();
-    slim_tensor t = tu_f32(ndim, dims, d);
-    free(d);
-    return t;
+    return tu_input(&tp_rng, seed, ndim, dims);
 }
 
 void tp_compare_and_free(slim_model *ref, slim_model *opt, slim_tensor x, double rel)

@@ -35,13 +35,24 @@ int tp_node(slim_graph *g, const char *name, const char *op, int n_in, const cha
             const char *out);
 /* Makes "x" the graph's float32 input and "y" its output. */
 void tp_graph_io(slim_graph *g);
-/* g (consumed) as a model, after every pass when passes is true. */
-slim_model *tp_model(slim_graph *g, bool passes);
 /* Runs m on "x" and returns its first output (the others are released). */
 slim_tensor tp_run(slim_model *m, const slim_tensor *x);
 /* Every element of a within rel times ref's largest magnitude (which must
  * be over 0.1: a graph that outputs zeros would prove nothing). */
 void tp_assert_close(const slim_tensor *a, const slim_tensor *ref, double rel);
+
+/* The MatMul + bias + GELU (erf form, as exported) -> MatMul + bias + Relu
+ * MLP that the FusedMatMul tests fuse: x [.., k] -> y [.., no], weights
+ * uniform in [-w, w), b1 in [-b1, b1), b2 in [-0.2, 0.2), drawn after
+ * tp_rng = seed. bias_first writes the second Add as Add(b2, h2), the
+ * operand order the fusion must also accept. */
+typedef struct {
+    uint32_t seed;
+    int64_t k, h, no;
+    float w, b1;
+    bool bias_first;
+} tp_mlp_spec;
+slim_graph *tp_mlp(const tp_mlp_spec *s);
 
 /* A float32 tensor of dims from the stream, seeded with seed first. */
 slim_tensor tp_input(uint32_t seed, int ndim, const int64_t *dims);

@@ -401,23 +401,7 @@ END_TEST
 /* x[*, 40] -> MatMul(w[40,24]) -> Gemm(transB, alpha, beta, C: w2[9,24]) -> y[*, 9] */
 static slim_graph *two_layers(void)
 {
-    slim_graph *g = slim_graph_new();
-    g->opset = 17;
-    slim_graph_add_node(g, "mm", "MatMul", "", 2, (const char *[]){"x", "w"}, 1,
-                        (const char *[]){"h"});
-    int gm = slim_graph_add_node(g, "fc", "Gemm", "", 3, (const char *[]){"h", "w2", "c"}, 1,
-                                 (const char *[]){"y"});
-    for (int i = 0; i < g->n_nodes; i++)
-        g->nodes[i].opset = 17;
-    tu_attr_i(&g->nodes[gm], "transB", 1);
-    tu_attr_f(&g->nodes[gm], "alpha", 0.5f);
-    tu_attr_f(&g->nodes[gm], "beta", 2.0f);
-    rng_state = 42;
-    tu_xinit(g, &rng_state, "w", 2, (int64_t[]){40, 24}, 0.3f);
-    tu_xinit(g, &rng_state, "w2", 2, (int64_t[]){9, 24}, 0.3f);
-    tu_xinit(g, &rng_state, "c", 2, (int64_t[]){1, 9}, 0.1f);
-    tu_set_io(g, "x", SLIM_F32, "y");
-    return g;
+    return tu_mm_gemm(&rng_state);
 }
 
 static slim_tensor run1(slim_graph *g, slim_tensor in)
@@ -429,11 +413,7 @@ static slim_tensor run1(slim_graph *g, slim_tensor in)
 START_TEST(test_pass_sparse_equals_dense_pruned)
 {
     static const char *methods[] = {"magnitude", "2:4"};
-    float xv[21 * 40];
-    rng_state = 7;
-    for (int i = 0; i < 21 * 40; i++)
-        xv[i] = rndf() * 2;
-    slim_tensor x = tu_f32(2, (int64_t[]){21, 40}, xv);
+    slim_tensor x = tu_xinput(&rng_state, 7, 2, (int64_t[]){21, 40});
     for (int mth = 0; mth < 2; mth++) {
         slim_err err;
         slim_prune_report rd, rs;

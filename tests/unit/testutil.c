@@ -1,6 +1,8 @@
 /* testutil.c - see testutil.h. */
 #include "testutil.h"
 
+#include "pipeline.h" /* slim_passes_run */
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -212,6 +214,26 @@ float tu_xrndf(uint64_t *state)
     return (float)(tu_xrnd(state) % 2000001) / 1000000.0f - 1.0f;
 }
 
+slim_tensor tu_input(uint32_t *rng, uint32_t seed, int ndim, const int64_t *dims)
+{
+    slim_tensor t = tu_tensor(SLIM_F32, ndim, dims, NULL);
+    float *d = t.data;
+    *rng = seed;
+    for (int64_t i = 0; i < slim_tensor_numel(&t); i++)
+        d[i] = tu_rndf(rng);
+    return t;
+}
+
+slim_tensor tu_xinput(uint64_t *rng, uint64_t seed, int ndim, const int64_t *dims)
+{
+    slim_tensor t = tu_tensor(SLIM_F32, ndim, dims, NULL);
+    float *d = t.data;
+    *rng = seed;
+    for (int64_t i = 0; i < slim_tensor_numel(&t); i++)
+        d[i] = tu_xrndf(rng) * 2;
+    return t;
+}
+
 int tu_xinit(slim_graph *g, uint64_t *rng, const char *name, int ndim, const int64_t *dims,
              float scale)
 {
@@ -235,18 +257,23 @@ void tu_set_io(slim_graph *g, const char *in, slim_dtype dt, const char *out)
     slim_graph_add_output(g, slim_graph_find_value(g, out));
 }
 
-slim_graph *tu_two_layers(uint64_t *rng)
+/* tu_two_layers, or without its Add and Relu (tu_mm_gemm): the nodes, then
+ * the weights in the order they were always drawn. */
+static slim_graph *two_layers(uint64_t *rng, bool bias_relu)
 {
     slim_graph *g = slim_graph_new();
     ck_assert_ptr_nonnull(g);
     g->opset = 17;
     slim_graph_add_node(g, "mm", "MatMul", "", 2, (const char *[]){"x", "w"}, 1,
                         (const char *[]){"h"});
-    slim_graph_add_node(g, "add", "Add", "", 2, (const char *[]){"b", "h"}, 1,
-                        (const char *[]){"z"});
-    slim_graph_add_node(g, "relu", "Relu", "", 1, (const char *[]){"z"}, 1,
-                        (const char *[]){"r"});
-    int gm = slim_graph_add_node(g, "fc", "Gemm", "", 3, (const char *[]){"r", "w2", "c"}, 1,
+    if (bias_relu) {
+        slim_graph_add_node(g, "add", "Add", "", 2, (const char *[]){"b", "h"}, 1,
+                            (const char *[]){"z"});
+        slim_graph_add_node(g, "relu", "Relu", "", 1, (const char *[]){"z"}, 1,
+                            (const char *[]){"r"});
+    }
+    int gm = slim_graph_add_node(g, "fc", "Gemm", "", 3,
+                                 (const char *[]){bias_relu ? "r" : "h", "w2", "c"}, 1,
                                  (const char *[]){"y"});
     for (int i = 0; i < g->n_nodes; i++)
         g->nodes[i].opset = 17;
@@ -255,11 +282,52 @@ slim_graph *tu_two_layers(uint64_t *rng)
     tu_attr_f(&g->nodes[gm], "beta", 2.0f);
     *rng = 42;
     tu_xinit(g, rng, "w", 2, (int64_t[]){40, 24}, 0.3f);
-    tu_xinit(g, rng, "b", 1, (int64_t[]){24}, 0.1f);
+    if (bias_relu)
+        tu_xinit(g, rng, "b", 1, (int64_t[]){24}, 0.1f);
     tu_xinit(g, rng, "w2", 2, (int64_t[]){9, 24}, 0.3f);
     tu_xinit(g, rng, "c", 2, (int64_t[]){1, 9}, 0.1f);
     tu_set_io(g, "x", SLIM_F32, "y");
     return g;
+}
+
+slim_graph *tu_two_layers(uint64_t *rng)
+{
+    return two_layers(rng, true);
+}
+
+slim_graph *tu_mm_gemm(uint64_t *rng)
+{
+    return two_layers(rng, false);
+}
+
+void tu_assert_weights_gone(const slim_graph *g)
+{
+    ck_assert_int_ne(g->values[slim_graph_find_value(g, "w")].kind, SLIM_VALUE_INITIALIZER);
+    ck_assert_ptr_null(g->values[slim_graph_find_value(g, "w")].init.data);
+    ck_assert_int_ne(g->values[slim_graph_find_value(g, "w2")].kind, SLIM_VALUE_INITIALIZER);
+}
+
+slim_graph *tu_gather_graph(uint64_t *rng)
+{
+    slim_graph *g = slim_graph_new();
+    ck_assert_ptr_nonnull(g);
+    g->opset = 17;
+    slim_graph_add_node(g, "emb", "Gather", "", 2, (const char *[]){"table", "ids"}, 1,
+                        (const char *[]){"y"});
+    g->nodes[0].opset = 17;
+    tu_xinit(g, rng, "table", 2, (int64_t[]){50, 33}, 2.0f);
+    tu_set_io(g, "ids", SLIM_I64, "y");
+    return g;
+}
+
+slim_model *tu_model(slim_graph *g, bool passes)
+{
+    slim_err err = {0};
+    if (passes)
+        ck_assert_msg(slim_passes_run(g, &err) == SLIM_OK, "%s", err.msg);
+    slim_model *m;
+    ck_assert_msg(slim_model_from_graph(g, &m, &err) == SLIM_OK, "%s", err.msg);
+    return m;
 }
 
 slim_tensor tu_run1(slim_graph *g, const char *in_name, slim_tensor in, slim_status want,
@@ -281,13 +349,31 @@ slim_tensor tu_run1(slim_graph *g, const char *in_name, slim_tensor in, slim_sta
     return y;
 }
 
+void tu_assert_refused(slim_graph *g, int ndim, const int64_t *dims, const char *why)
+{
+    tu_set_io(g, "x", SLIM_F32, "y");
+    slim_tensor x = tu_f32(ndim, dims, NULL);
+    memset(x.data, 0, slim_tensor_nbytes(&x));
+    slim_err err;
+    tu_run1(g, "x", x, SLIM_ESHAPE, &err);
+    ck_assert_msg(strstr(err.msg, why), "%s", err.msg);
+    slim_tensor_release(&x);
+}
+
+double tu_max_abs(const slim_tensor *t)
+{
+    int64_t n = slim_tensor_numel(t);
+    double mx = 0;
+    for (int64_t i = 0; i < n; i++)
+        mx = fmax(mx, fabs(((const float *)t->data)[i]));
+    return mx;
+}
+
 void tu_assert_close_max(const slim_tensor *a, const slim_tensor *ref, double rel)
 {
     int64_t n = slim_tensor_numel(ref);
     ck_assert_int_eq(slim_tensor_numel(a), n);
-    double mx = 0;
-    for (int64_t i = 0; i < n; i++)
-        mx = fmax(mx, fabs(((const float *)ref->data)[i]));
+    double mx = tu_max_abs(ref);
     for (int64_t i = 0; i < n; i++) {
         float u = ((const float *)a->data)[i], v = ((const float *)ref->data)[i];
         ck_assert_msg(fabs(u - v) <= rel * mx, "element %lld: %g vs %g (max %g)", (long long)i, u,

@@ -56,6 +56,12 @@ int tu_count_op(const slim_graph *g, const char *op_type);
  * reseeds it per case, so its values stay what they were. */
 uint32_t tu_xrnd(uint64_t *state);
 float tu_xrndf(uint64_t *state);
+/* A float32 input of dims, its values tu_rndf(rng) in order after
+ * *rng = seed (the pass and conv tests' activations, in [-1, 1)). */
+slim_tensor tu_input(uint32_t *rng, uint32_t seed, int ndim, const int64_t *dims);
+/* A float32 input of dims, its values tu_xrndf(rng) * 2 in order after
+ * *rng = seed (the quantization tests' activations, in [-2, 2)). */
+slim_tensor tu_xinput(uint64_t *rng, uint64_t seed, int ndim, const int64_t *dims);
 
 /* The quantization tests' graph helpers: an initializer "name" of values
  * tu_xrndf(rng) * scale (its value index); a graph input `in` of dtype dt
@@ -68,12 +74,28 @@ int tu_xinit(slim_graph *g, uint64_t *rng, const char *name, int ndim, const int
              float scale);
 void tu_set_io(slim_graph *g, const char *in, slim_dtype dt, const char *out);
 slim_graph *tu_two_layers(uint64_t *rng);
+/* ids (int64 input) -> Gather(table [50, 33], values tu_xrndf(rng) * 2
+ * from the stream as it stands) -> y. */
+slim_graph *tu_gather_graph(uint64_t *rng);
+/* Asserts a tu_two_layers graph's float weights gone after a weight pass:
+ * w and w2 no longer initializers, w's data released. */
+void tu_assert_weights_gone(const slim_graph *g);
+/* tu_two_layers without its Add(b) and Relu: x[*, 40] -> MatMul -> Gemm -> y[*, 9]. */
+slim_graph *tu_mm_gemm(uint64_t *rng);
+/* g (consumed) as a model, after every pass when passes is true. */
+slim_model *tu_model(slim_graph *g, bool passes);
 slim_tensor tu_run1(slim_graph *g, const char *in_name, slim_tensor in, slim_status want,
                     slim_err *err);
 
+/* The largest magnitude among float32 t's elements (0 when empty). */
+double tu_max_abs(const slim_tensor *t);
 /* Asserts a and ref the same size and every element of a within rel times
  * ref's largest magnitude of ref's. */
 void tu_assert_close_max(const slim_tensor *a, const slim_tensor *ref, double rel);
+
+/* g (consumed) with input "x" (float32) and output "y", run on zeros of
+ * dims: asserts SLIM_ESHAPE and an error message that contains why. */
+void tu_assert_refused(slim_graph *g, int ndim, const int64_t *dims, const char *why);
 
 /* Asserts shape and every element within atol + rtol*|expected|. */
 void tu_assert_shape(const slim_tensor *t, int ndim, const int64_t *dims);
