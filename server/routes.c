@@ -784,8 +784,16 @@ bool slim_server_drain(slim_server *srv)
     while ((slim_server_batchers_pending() > 0 || atomic_load(&srv->in_flight) > 0) &&
            slim_server_now_us() < end)
         usleep(5000);
-    if (slim_server_batchers_pending() == 0)
+    if (slim_server_batchers_pending() == 0) {
+        /* The last run may have ended just as the wait did: its answer is
+         * queued on a resumed connection that MHD has not written yet, and
+         * MHD_stop_daemon would close it unanswered (seen under ASan: a
+         * request logged with status 0). A moment for the answers. */
+        end = slim_server_now_us() + SHUTDOWN_LAST_ANSWERS_US;
+        while (atomic_load(&srv->in_flight) > 0 && slim_server_now_us() < end)
+            usleep(5000);
         return true;
+    }
     /* Their clients get a 503 all the same. A run may have ended just now,
      * its task no longer in a run but not yet answered: a moment for it. */
     int64_t left = slim_server_batchers_abandon();
