@@ -20,12 +20,11 @@ import resource
 import statistics
 import subprocess
 import sys
-import tempfile
 
-import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "bench"))
+from ab_variants import image_input, parse_variants, variant_env  # noqa: E402
 from machine import machine_line  # noqa: E402
 
 
@@ -48,23 +47,15 @@ def main():
     a = ap.parse_args()
     if a.repeat < 2:
         ap.error("--repeat must be at least 2")
-    variants = []
-    for v in a.variants:
-        env = {} if v == "-" else dict(kv.split("=", 1) for kv in v.split(","))
-        variants.append((v, env))
-    x = np.random.default_rng(0).standard_normal((a.batch, 3, a.size, a.size)).astype(np.float32)
-    fd, path = tempfile.mkstemp(suffix=".npy")
-    os.close(fd)
-    np.save(path, x)
+    variants = parse_variants(ap, a.variants)
+    path = image_input(a.batch, a.size)
     threads = os.environ.get("SLIM_NUM_THREADS")
     print(machine_line(int(threads) if threads else None), flush=True)
     per = [[] for _ in variants]
     try:
         for _ in range(a.rounds):
             for i, (_, env) in enumerate(variants):
-                e = dict(os.environ)
-                e.update(env)
-                slim = e.pop("BIN", a.slim)
+                e, slim = variant_env(a.slim, env)
                 args = [slim, "run", a.model, "--input", path]
                 long = cpu_seconds(args + ["--repeat", str(a.repeat)], e)
                 short = cpu_seconds(args + ["--repeat", "1"], e)

@@ -22,12 +22,11 @@ import shlex
 import statistics
 import subprocess
 import sys
-import tempfile
 
-import numpy as np
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "bench"))
+from ab_variants import image_input, parse_variants, variant_env  # noqa: E402
 from machine import machine_line  # noqa: E402
 
 TIME_RE = re.compile(r"median ([0-9.]+) ms, min ([0-9.]+) ms")
@@ -52,17 +51,8 @@ def main():
     ap.add_argument("--prefix", default="", help="a command the timed processes run under")
     ap.add_argument("variants", nargs="+")
     a = ap.parse_args()
-    variants = []
-    for v in a.variants:
-        try:
-            env = {} if v == "-" else dict(kv.split("=", 1) for kv in v.split(","))
-        except ValueError:
-            ap.error(f"variant {v!r}: want - or NAME=VALUE[,NAME=VALUE]")
-        variants.append((v, env))
-    x = np.random.default_rng(0).standard_normal((a.batch, 3, a.size, a.size)).astype(np.float32)
-    fd, path = tempfile.mkstemp(suffix=".npy")
-    os.close(fd)
-    np.save(path, x)
+    variants = parse_variants(ap, a.variants)
+    path = image_input(a.batch, a.size)
     threads = os.environ.get("SLIM_NUM_THREADS")
     print(machine_line(int(threads) if threads else None), flush=True)
     per = [[] for _ in variants]
@@ -70,9 +60,7 @@ def main():
         for r in range(a.rounds):
             order = list(range(len(variants)))
             for i in order if r % 2 == 0 else order[::-1]:
-                e = dict(os.environ)
-                e.update(variants[i][1])
-                slim = e.pop("BIN", a.slim)
+                e, slim = variant_env(a.slim, variants[i][1])
                 args = shlex.split(a.prefix) + [slim, "run", a.model, "--input", path,
                                                 "--repeat", str(a.repeat)]
                 per[i].append(run_times(args, e))
