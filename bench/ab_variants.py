@@ -9,6 +9,17 @@ import tempfile
 import numpy as np
 
 
+def add_arguments(ap, repeat, rounds):
+    """The arguments both A/B scripts take: the binary, the model, its input
+    and how often to run it, then the variants."""
+    ap.add_argument("--slim", required=True)
+    ap.add_argument("model")
+    ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--size", type=int, default=224, help="image side")
+    ap.add_argument("--repeat", type=int, default=repeat)
+    ap.add_argument("--rounds", type=int, default=rounds)
+
+
 def parse_variants(ap, specs):
     """[(spec, env dict)] in the order given; a malformed spec is an
     argparse error naming it."""

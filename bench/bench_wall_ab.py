@@ -26,7 +26,7 @@ import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "bench"))
-from ab_variants import image_input, parse_variants, variant_env  # noqa: E402
+from ab_variants import add_arguments, image_input, parse_variants, variant_env  # noqa: E402
 from machine import machine_line  # noqa: E402
 
 TIME_RE = re.compile(r"median ([0-9.]+) ms, min ([0-9.]+) ms")
@@ -42,12 +42,7 @@ def run_times(args, env):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--slim", required=True)
-    ap.add_argument("model")
-    ap.add_argument("--batch", type=int, default=1)
-    ap.add_argument("--size", type=int, default=224, help="image side")
-    ap.add_argument("--repeat", type=int, default=100)
-    ap.add_argument("--rounds", type=int, default=7)
+    add_arguments(ap, repeat=100, rounds=7)
     ap.add_argument("--prefix", default="", help="a command the timed processes run under")
     ap.add_argument("variants", nargs="+")
     a = ap.parse_args()
